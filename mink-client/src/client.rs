@@ -1,0 +1,226 @@
+//! [`MinkClient`]: admin, writes and reads against one node.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::Field;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{Action, FlightClient, FlightDescriptor, Ticket};
+use bytes::Bytes;
+use futures::{TryStreamExt, stream};
+use mink_core::protocol::{
+    AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CreateTable, DropTable,
+    ListOffsets, ListTables, OffsetReply, ReadTicket, ScanRequest, TableDescriptorProto,
+    TableList, TableRef, WriteHeader, action, decode, list_offsets, read_ticket,
+};
+use mink_core::routing::split_by_bucket;
+use mink_core::table::{TableDescriptor, TablePath};
+use prost::Message;
+use tonic::transport::Channel;
+
+use crate::error::{ClientError, Result};
+use crate::read::{ReadAnswer, Tailer, read_answer};
+
+/// Largest gRPC message the client accepts (one Arrow batch).
+const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+/// A connection to a mink node. Cheap to clone; clones share the connection.
+#[derive(Debug)]
+pub struct MinkClient {
+    inner: FlightServiceClient<Channel>,
+    round_robin: AtomicU32,
+}
+
+impl Clone for MinkClient {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            round_robin: AtomicU32::new(self.round_robin.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl MinkClient {
+    /// Connects to a node at `host:port` (or a full `http://` URL).
+    pub async fn connect(address: &str) -> Result<Self> {
+        let url = if address.contains("://") {
+            address.to_string()
+        } else {
+            format!("http://{address}")
+        };
+        let connect_error = |source| ClientError::Connect {
+            address: address.to_string(),
+            source,
+        };
+        let channel = Channel::from_shared(url)
+            .map_err(|e| ClientError::Protocol(format!("bad address '{address}': {e}")))?
+            .connect()
+            .await
+            .map_err(connect_error)?;
+        let inner = FlightServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        Ok(Self {
+            inner,
+            round_robin: AtomicU32::new(0),
+        })
+    }
+
+    fn flight(&self) -> FlightClient {
+        FlightClient::new_from_inner(self.inner.clone())
+    }
+
+    async fn action(&self, name: &str, body: impl Message) -> Result<Bytes> {
+        let action = Action::new(name, body.encode_to_vec());
+        let mut results = self.flight().do_action(action).await?;
+        let first = results.try_next().await?;
+        first.ok_or_else(|| ClientError::Protocol(format!("action {name} returned nothing")))
+    }
+
+    /// Creates a table; returns it with its `table_id` and derived defaults.
+    pub async fn create_table(&self, table: &TableDescriptor, if_not_exists: bool) -> Result<TableDescriptor> {
+        let request = CreateTable {
+            table: Some(TableDescriptorProto::from(table)),
+            if_not_exists,
+        };
+        let body = self.action(action::CREATE_TABLE, request).await?;
+        Ok(TableDescriptor::try_from(decode::<TableDescriptorProto>("table", &body)?)?)
+    }
+
+    /// Drops a table and its log.
+    pub async fn drop_table(&self, table: &TablePath, if_exists: bool) -> Result<()> {
+        let request = DropTable {
+            table: table.to_string(),
+            if_exists,
+        };
+        self.action(action::DROP_TABLE, request).await?;
+        Ok(())
+    }
+
+    /// The tables, of one database or all.
+    pub async fn list_tables(&self, database: Option<&str>) -> Result<Vec<TablePath>> {
+        let request = ListTables {
+            database: database.map(str::to_string),
+        };
+        let body = self.action(action::LIST_TABLES, request).await?;
+        let list: TableList = decode("table list", &body)?;
+        Ok(list
+            .tables
+            .iter()
+            .map(|t| TablePath::parse(t))
+            .collect::<mink_core::Result<_>>()?)
+    }
+
+    /// A table's descriptor, with every schema version.
+    pub async fn describe_table(&self, table: &TablePath) -> Result<TableDescriptor> {
+        let request = TableRef {
+            table: table.to_string(),
+        };
+        let body = self.action(action::DESCRIBE_TABLE, request).await?;
+        Ok(TableDescriptor::try_from(decode::<TableDescriptorProto>("table", &body)?)?)
+    }
+
+    /// Adds a nullable column, creating a new schema version.
+    pub async fn add_column(&self, table: &TablePath, field: Field) -> Result<TableDescriptor> {
+        let body = self
+            .action(action::ADD_COLUMN, AddColumn::new(table, field))
+            .await?;
+        Ok(TableDescriptor::try_from(decode::<TableDescriptorProto>("table", &body)?)?)
+    }
+
+    /// Every bucket of a table (of every partition created so far) with its offsets.
+    pub async fn list_buckets(&self, table: &TablePath) -> Result<Vec<BucketStatus>> {
+        let request = TableRef {
+            table: table.to_string(),
+        };
+        let body = self.action(action::LIST_BUCKETS, request).await?;
+        Ok(decode::<BucketList>("bucket list", &body)?.buckets)
+    }
+
+    /// `list_offsets`: log_start (Earliest), the high watermark (Latest), or the first
+    /// offset committed at or after a timestamp.
+    pub async fn list_offsets(&self, bucket: &BucketId, spec: list_offsets::Spec) -> Result<i64> {
+        let request = ListOffsets {
+            bucket: Some(bucket.clone()),
+            spec: Some(spec),
+        };
+        let body = self.action(action::LIST_OFFSETS, request).await?;
+        Ok(decode::<OffsetReply>("offset", &body)?.offset)
+    }
+
+    /// Appends batches to one bucket in one DoPut stream; returns one acknowledgement per
+    /// batch, each sent by the node only once the batch is durable.
+    pub async fn append(&self, bucket: &BucketId, batches: Vec<RecordBatch>) -> Result<Vec<AppendAck>> {
+        let expected = batches.len();
+        let header = WriteHeader {
+            bucket: Some(bucket.clone()),
+        };
+        let descriptor = FlightDescriptor::new_cmd(header.encode_to_vec());
+        let data = FlightDataEncoderBuilder::new()
+            .with_flight_descriptor(Some(descriptor))
+            .with_max_flight_data_size(MAX_MESSAGE_BYTES / 2)
+            .build(stream::iter(batches.into_iter().map(Ok)));
+        let acks: Vec<AppendAck> = self
+            .flight()
+            .do_put(data)
+            .await?
+            .map_err(ClientError::from)
+            .and_then(|result| async move { Ok(decode::<AppendAck>("AppendAck", &result.app_metadata)?) })
+            .try_collect()
+            .await?;
+        if acks.len() != expected {
+            return Err(ClientError::Protocol(format!(
+                "sent {expected} batches, {} acknowledged",
+                acks.len()
+            )));
+        }
+        Ok(acks)
+    }
+
+    /// Writes a batch (in the table's current schema) to a table: rows are routed to
+    /// their buckets and partitions, each bucket's rows appended in one DoPut. Returns the
+    /// acknowledgement of each bucket written.
+    pub async fn write(&self, table: &TableDescriptor, batch: &RecordBatch) -> Result<Vec<(BucketId, AppendAck)>> {
+        let round_robin = self.round_robin.fetch_add(1, Ordering::Relaxed);
+        let parts = split_by_bucket(table, batch, round_robin)?;
+        let writes = parts.into_iter().map(|(bucket, part)| async move {
+            let mut acks = self.append(&bucket, vec![part]).await?;
+            let ack = acks.pop().ok_or_else(|| ClientError::Protocol("no acknowledgement".into()))?;
+            Ok::<_, ClientError>((bucket, ack))
+        });
+        futures::future::try_join_all(writes).await
+    }
+
+    /// Scan: log batches of a bucket from `offset` up to the high watermark, about
+    /// `max_bytes` at most (0: the server's default), projected to `columns` (field indexes
+    /// of the current schema; empty: all).
+    pub async fn scan(&self, bucket: &BucketId, offset: i64, max_bytes: u64, columns: &[u32]) -> Result<ReadAnswer> {
+        let ticket = ReadTicket {
+            read: Some(read_ticket::Read::Scan(ScanRequest {
+                bucket: Some(bucket.clone()),
+                offset,
+                max_bytes,
+                columns: columns.to_vec(),
+            })),
+        };
+        let stream = self
+            .flight()
+            .do_get(Ticket::new(ticket.encode_to_vec()))
+            .await?;
+        read_answer(&mut stream.into_inner(), offset).await
+    }
+
+    /// Opens a Tail session on a bucket (a DoExchange stream); poll it with
+    /// [`Tailer::poll`].
+    pub async fn tail(&self, bucket: &BucketId, columns: &[u32]) -> Result<Tailer> {
+        let (requests, outgoing) = futures::channel::mpsc::unbounded();
+        let answers = self.flight().do_exchange(outgoing).await?;
+        Ok(Tailer {
+            bucket: bucket.clone(),
+            columns: columns.to_vec(),
+            requests,
+            answers: answers.into_inner(),
+        })
+    }
+}

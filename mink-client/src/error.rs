@@ -1,0 +1,59 @@
+//! The client's error type.
+
+use arrow_flight::error::FlightError;
+use mink_core::CoreError;
+use tonic::Code;
+
+/// What a client call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with an error status.
+    #[error("{}: {}", .0.code(), .0.message())]
+    Status(Box<tonic::Status>),
+    /// The connection could not be made.
+    #[error("cannot connect to {address}: {source}")]
+    Connect {
+        /// The address dialled.
+        address: String,
+        /// Why it failed.
+        source: tonic::transport::Error,
+    },
+    /// The server sent something the protocol does not allow.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// A model-level error (bad table definition, bucketing, decoding).
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    /// An Arrow error while building or decoding batches.
+    #[error(transparent)]
+    Arrow(#[from] arrow::error::ArrowError),
+}
+
+impl ClientError {
+    /// The gRPC code of a server error; `None` for errors raised by the client itself.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            Self::Status(status) => Some(status.code()),
+            Self::Connect { .. } | Self::Protocol(_) | Self::Core(_) | Self::Arrow(_) => None,
+        }
+    }
+}
+
+impl From<tonic::Status> for ClientError {
+    fn from(status: tonic::Status) -> Self {
+        Self::Status(Box::new(status))
+    }
+}
+
+impl From<FlightError> for ClientError {
+    fn from(error: FlightError) -> Self {
+        match error {
+            FlightError::Tonic(status) => Self::Status(status),
+            FlightError::Arrow(e) => Self::Arrow(e),
+            other => Self::Protocol(other.to_string()),
+        }
+    }
+}
+
+/// Result with [`ClientError`].
+pub type Result<T, E = ClientError> = std::result::Result<T, E>;

@@ -1,0 +1,29 @@
+//! A typed async client of the mink node's Flight protocol (`spec/reads.md`).
+//!
+//! ```no_run
+//! # async fn example() -> mink_client::Result<()> {
+//! use mink_client::MinkClient;
+//! use mink_core::table::TablePath;
+//!
+//! let client = MinkClient::connect("127.0.0.1:9123").await?;
+//! let table = client.describe_table(&TablePath::parse("events")?).await?;
+//! for status in client.list_buckets(&table.path).await? {
+//!     let bucket = status.bucket.expect("the node names every bucket");
+//!     let answer = client.scan(&bucket, status.log_start, 0, &[]).await?;
+//!     println!("{bucket}: {} batches", answer.batches.len());
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Reads come back normalized: every batch has the schema of the read's first schema
+//! message (the table's current schema, projected), whatever schema version it was
+//! written with.
+
+mod client;
+mod error;
+mod read;
+
+pub use client::MinkClient;
+pub use error::{ClientError, Result};
+pub use read::{ReadAnswer, ReadBatch, Tailer};

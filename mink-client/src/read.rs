@@ -1,0 +1,116 @@
+//! Decoding read answers: batches with their [`ScanBatch`] metadata, normalized to the
+//! answer's schema.
+
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow_flight::FlightData;
+use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
+use futures::StreamExt;
+use futures::channel::mpsc::UnboundedSender;
+use mink_core::protocol::{BucketId, ScanBatch, TailEnd, TailRequest, decode};
+use mink_core::schema::normalize_batch;
+use prost::Message;
+
+use crate::error::{ClientError, Result};
+
+/// One batch of a log read.
+#[derive(Debug, Clone)]
+pub struct ReadBatch {
+    /// Offsets, commit time, schema version, change vector, high watermark.
+    pub metadata: ScanBatch,
+    /// The rows, in the answer's schema.
+    pub batch: RecordBatch,
+}
+
+/// The answer to a Scan or one Tail poll.
+#[derive(Debug, Clone)]
+pub struct ReadAnswer {
+    /// The schema of every batch: the table's current schema, projected.
+    pub schema: SchemaRef,
+    /// The batches, in log order.
+    pub batches: Vec<ReadBatch>,
+    /// The offset to read next.
+    pub next_offset: i64,
+    /// The bucket's high watermark as of the answer.
+    pub high_watermark: i64,
+}
+
+impl ReadAnswer {
+    /// Total rows of the answer.
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(|b| b.batch.num_rows()).sum()
+    }
+}
+
+/// Reads one answer from `decoder`: up to the end of the stream, or up to the
+/// [`TailEnd`] that closes a Tail poll.
+pub(crate) async fn read_answer(decoder: &mut FlightDataDecoder, offset: i64) -> Result<ReadAnswer> {
+    let mut schema: Option<SchemaRef> = None;
+    let mut batches = Vec::new();
+    let mut end: Option<TailEnd> = None;
+    while let Some(message) = decoder.next().await {
+        let message = message?;
+        match message.payload {
+            DecodedPayload::Schema(s) => {
+                schema.get_or_insert(s);
+            }
+            DecodedPayload::RecordBatch(batch) => {
+                let target = schema
+                    .as_ref()
+                    .ok_or_else(|| ClientError::Protocol("a batch before any schema".into()))?;
+                let metadata: ScanBatch = decode("ScanBatch", &message.inner.app_metadata)?;
+                let batch = normalize_batch(&batch, target)?;
+                batches.push(ReadBatch { metadata, batch });
+            }
+            DecodedPayload::None => {
+                end = Some(decode("TailEnd", &message.inner.app_metadata)?);
+                break;
+            }
+        }
+    }
+    let schema = schema.ok_or_else(|| ClientError::Protocol("an answer without a schema".into()))?;
+    let last = batches.last().map(|b| &b.metadata);
+    let (next_offset, high_watermark) = match (&end, last) {
+        (Some(end), _) => (end.next_offset, end.high_watermark),
+        (None, Some(last)) => (last.last_offset + 1, last.high_watermark),
+        // A Scan only comes back empty when it starts at the high watermark.
+        (None, None) => (offset, offset),
+    };
+    Ok(ReadAnswer {
+        schema,
+        batches,
+        next_offset,
+        high_watermark,
+    })
+}
+
+/// A Tail session: a DoExchange stream over which a consumer polls one bucket.
+#[derive(Debug)]
+pub struct Tailer {
+    pub(crate) bucket: BucketId,
+    pub(crate) columns: Vec<u32>,
+    pub(crate) requests: UnboundedSender<arrow_flight::error::Result<FlightData>>,
+    pub(crate) answers: FlightDataDecoder,
+}
+
+impl Tailer {
+    /// Waits up to `max_wait` for data at `offset` (at least `min_bytes` of it, if given)
+    /// and returns what is there; an empty answer after the wait is normal.
+    pub async fn poll(&mut self, offset: i64, max_wait: Duration, min_bytes: u64) -> Result<ReadAnswer> {
+        let request = TailRequest {
+            bucket: Some(self.bucket.clone()),
+            offset,
+            columns: self.columns.clone(),
+            max_wait_ms: max_wait.as_millis() as u64,
+            min_bytes,
+            max_bytes: 0,
+        };
+        let message = FlightData::new().with_app_metadata(request.encode_to_vec());
+        self.requests
+            .unbounded_send(Ok(message))
+            .map_err(|_| ClientError::Protocol("the Tail stream is closed".into()))?;
+        read_answer(&mut self.answers, offset).await
+    }
+}

@@ -1,0 +1,25 @@
+//! mink's pure model: everything about tables, changes and the read protocol that can be
+//! said without I/O.
+//!
+//! - [`table`]: table descriptors, schema versions and their options.
+//! - [`change`]: the change types of a primary-key changelog.
+//! - [`bucket`]: which bucket a row belongs to (Iceberg's bucket transform).
+//! - [`partition`]: partition names built from partition-key values.
+//! - [`protocol`]: the wire messages of the bucket leader's Flight protocol.
+//! - [`routing`]: which bucket and partition each row of a batch belongs to.
+//! - [`schema`]: normalizing batches of older schema versions to a newer one.
+//!
+//! Nothing here touches a file, a socket or a runtime; the node, the client and the SQL
+//! engine share it.
+
+pub mod bucket;
+pub mod change;
+pub mod error;
+pub mod options;
+pub mod partition;
+pub mod protocol;
+pub mod routing;
+pub mod schema;
+pub mod table;
+
+pub use error::{CoreError, Result};

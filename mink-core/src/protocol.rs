@@ -1,0 +1,579 @@
+//! Wire messages of the bucket leader's Flight protocol (`spec/reads.md`).
+//!
+//! Every message is protobuf (prost), carried in Flight's opaque byte fields:
+//!
+//! | Flight call   | carries                                  | message                      |
+//! |---------------|------------------------------------------|------------------------------|
+//! | DoGet         | `Ticket.ticket`                          | [`ReadTicket`] (Scan)        |
+//! | DoExchange    | first message's `app_metadata`           | [`TailRequest`], one per poll |
+//! | DoPut         | `FlightDescriptor.cmd`                   | [`WriteHeader`]              |
+//! | DoPut reply   | `PutResult.app_metadata`                 | [`AppendAck`], one per batch |
+//! | batch replies | `FlightData.app_metadata`                | [`ScanBatch`]                |
+//! | end of a poll | data-less `FlightData.app_metadata`      | [`TailEnd`]                  |
+//! | DoAction      | `Action.body` / `Result.body`            | see [`action`]               |
+//!
+//! Tables travel as [`TableDescriptorProto`], their schemas as Arrow IPC schema
+//! flatbuffers, so any Arrow implementation can read them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::datatypes::{Field, Schema};
+use arrow::ipc::convert::try_schema_from_flatbuffer_bytes;
+use arrow::ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteOptions};
+use prost::Message;
+
+use crate::table::{SchemaVersion, TableDescriptor, TablePath};
+use crate::{CoreError, Result};
+
+/// Names of the Flight actions and the messages they take and return.
+pub mod action {
+    /// [`super::CreateTable`] -> [`super::TableDescriptorProto`].
+    pub const CREATE_TABLE: &str = "create_table";
+    /// [`super::DropTable`] -> nothing.
+    pub const DROP_TABLE: &str = "drop_table";
+    /// [`super::ListTables`] -> [`super::TableList`].
+    pub const LIST_TABLES: &str = "list_tables";
+    /// [`super::TableRef`] -> [`super::TableDescriptorProto`].
+    pub const DESCRIBE_TABLE: &str = "describe_table";
+    /// [`super::AddColumn`] -> [`super::TableDescriptorProto`].
+    pub const ADD_COLUMN: &str = "add_column";
+    /// [`super::TableRef`] -> [`super::BucketList`].
+    pub const LIST_BUCKETS: &str = "list_buckets";
+    /// [`super::ListOffsets`] -> [`super::OffsetReply`].
+    pub const LIST_OFFSETS: &str = "list_offsets";
+}
+
+/// Decodes a protobuf message, naming it in the error.
+pub fn decode<M: Message + Default>(what: &'static str, bytes: &[u8]) -> Result<M> {
+    M::decode(bytes).map_err(|source| CoreError::Malformed { what, source })
+}
+
+/// One bucket of one table (and partition, for partitioned tables).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Message)]
+pub struct BucketId {
+    /// `database.name`.
+    #[prost(string, tag = "1")]
+    pub table: String,
+    /// The partition name (see [`crate::partition`]); absent for unpartitioned tables.
+    #[prost(string, optional, tag = "2")]
+    pub partition: Option<String>,
+    /// The bucket within the table or partition.
+    #[prost(uint32, tag = "3")]
+    pub bucket: u32,
+}
+
+impl BucketId {
+    /// A bucket of an unpartitioned table.
+    pub fn new(table: &TablePath, bucket: u32) -> Self {
+        Self {
+            table: table.to_string(),
+            partition: None,
+            bucket,
+        }
+    }
+}
+
+impl std::fmt::Display for BucketId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.partition {
+            Some(partition) => write!(f, "{}[{partition}]/{}", self.table, self.bucket),
+            None => write!(f, "{}/{}", self.table, self.bucket),
+        }
+    }
+}
+
+/// A DoGet ticket.
+#[derive(Clone, PartialEq, Message)]
+pub struct ReadTicket {
+    /// The read to run.
+    #[prost(oneof = "read_ticket::Read", tags = "1")]
+    pub read: Option<read_ticket::Read>,
+}
+
+/// The reads a DoGet ticket can name.
+pub mod read_ticket {
+    /// One kind of read.
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Read {
+        /// Log batches from an offset.
+        #[prost(message, tag = "1")]
+        Scan(super::ScanRequest),
+    }
+}
+
+/// Scan { bucket, offset, max_bytes, columns }: log batches from `offset` up to the high
+/// watermark, at most about `max_bytes` (at least one batch is always returned).
+#[derive(Clone, PartialEq, Message)]
+pub struct ScanRequest {
+    /// The bucket to read.
+    #[prost(message, optional, tag = "1")]
+    pub bucket: Option<BucketId>,
+    /// The first offset wanted; the batch holding it is returned whole.
+    #[prost(int64, tag = "2")]
+    pub offset: i64,
+    /// Stop after this many bytes of Arrow data; 0 means the server default.
+    #[prost(uint64, tag = "3")]
+    pub max_bytes: u64,
+    /// Field indexes of the current schema to return; empty means all.
+    #[prost(uint32, repeated, tag = "4")]
+    pub columns: Vec<u32>,
+}
+
+/// Tail { bucket, offset, columns, max_wait_ms, min_bytes }: a Scan that waits up to
+/// `max_wait_ms` for the high watermark to pass `offset` and for `min_bytes` to arrive.
+#[derive(Clone, PartialEq, Message)]
+pub struct TailRequest {
+    /// The bucket to follow.
+    #[prost(message, optional, tag = "1")]
+    pub bucket: Option<BucketId>,
+    /// The next offset wanted.
+    #[prost(int64, tag = "2")]
+    pub offset: i64,
+    /// Field indexes of the current schema; empty means all.
+    #[prost(uint32, repeated, tag = "3")]
+    pub columns: Vec<u32>,
+    /// The longest wait for data.
+    #[prost(uint64, tag = "4")]
+    pub max_wait_ms: u64,
+    /// Keep waiting (up to `max_wait_ms`) until this many bytes are available.
+    #[prost(uint64, tag = "5")]
+    pub min_bytes: u64,
+    /// Upper bound of one answer; 0 means the server default.
+    #[prost(uint64, tag = "6")]
+    pub max_bytes: u64,
+}
+
+/// The metadata of one log batch, in its FlightData's `app_metadata`.
+#[derive(Clone, PartialEq, Message)]
+pub struct ScanBatch {
+    /// Offset of the batch's first row.
+    #[prost(int64, tag = "1")]
+    pub base_offset: i64,
+    /// Offset of the batch's last row (one offset per row).
+    #[prost(int64, tag = "2")]
+    pub last_offset: i64,
+    /// When the batch was committed, milliseconds since the Unix epoch.
+    #[prost(int64, tag = "3")]
+    pub commit_timestamp: i64,
+    /// The schema version the batch was written with.
+    #[prost(uint32, tag = "4")]
+    pub schema_id: u32,
+    /// One [`crate::change::ChangeType`] byte per row; absent for append-only batches.
+    #[prost(bytes = "vec", optional, tag = "5")]
+    pub changes: Option<Vec<u8>>,
+    /// The bucket's high watermark when the batch was sent.
+    #[prost(int64, tag = "6")]
+    pub high_watermark: i64,
+}
+
+/// The end of one Tail answer: a data-less FlightData carries it.
+#[derive(Clone, PartialEq, Message)]
+pub struct TailEnd {
+    /// The offset to ask for next.
+    #[prost(int64, tag = "1")]
+    pub next_offset: i64,
+    /// The bucket's high watermark.
+    #[prost(int64, tag = "2")]
+    pub high_watermark: i64,
+}
+
+/// The DoPut descriptor: which bucket the following batches go to.
+#[derive(Clone, PartialEq, Message)]
+pub struct WriteHeader {
+    /// The target bucket.
+    #[prost(message, optional, tag = "1")]
+    pub bucket: Option<BucketId>,
+}
+
+/// The acknowledgement of one written batch, sent only once it is durable.
+#[derive(Clone, PartialEq, Message)]
+pub struct AppendAck {
+    /// Offset of the batch's first row.
+    #[prost(int64, tag = "1")]
+    pub base_offset: i64,
+    /// Offset of the batch's last row.
+    #[prost(int64, tag = "2")]
+    pub last_offset: i64,
+    /// The high watermark after the write.
+    #[prost(int64, tag = "3")]
+    pub high_watermark: i64,
+}
+
+/// A table and everything about it.
+#[derive(Clone, PartialEq, Message)]
+pub struct TableDescriptorProto {
+    /// See [`TableDescriptor::table_id`].
+    #[prost(uint64, tag = "1")]
+    pub table_id: u64,
+    /// The database.
+    #[prost(string, tag = "2")]
+    pub database: String,
+    /// The table name.
+    #[prost(string, tag = "3")]
+    pub name: String,
+    /// Every schema version, oldest first.
+    #[prost(message, repeated, tag = "4")]
+    pub schemas: Vec<SchemaVersionProto>,
+    /// Primary-key columns.
+    #[prost(string, repeated, tag = "5")]
+    pub primary_key: Vec<String>,
+    /// Partition-key columns.
+    #[prost(string, repeated, tag = "6")]
+    pub partition_keys: Vec<String>,
+    /// Bucket-key columns.
+    #[prost(string, repeated, tag = "7")]
+    pub bucket_key: Vec<String>,
+    /// Number of buckets.
+    #[prost(uint32, tag = "8")]
+    pub bucket_num: u32,
+    /// Log retention in milliseconds.
+    #[prost(uint64, optional, tag = "9")]
+    pub log_ttl_ms: Option<u64>,
+    /// Whether the table is tiered.
+    #[prost(bool, tag = "10")]
+    pub lake_enabled: bool,
+    /// Tiering interval in milliseconds.
+    #[prost(uint64, tag = "11")]
+    pub lake_freshness_ms: u64,
+}
+
+/// One schema version.
+#[derive(Clone, PartialEq, Message)]
+pub struct SchemaVersionProto {
+    /// The version.
+    #[prost(uint32, tag = "1")]
+    pub schema_id: u32,
+    /// The Arrow IPC schema message.
+    #[prost(bytes = "vec", tag = "2")]
+    pub arrow_schema: Vec<u8>,
+}
+
+/// Encodes an Arrow schema as an IPC schema message (as Flight's `SchemaResult` does).
+pub fn encode_schema(schema: &Schema) -> Vec<u8> {
+    IpcDataGenerator::default()
+        .schema_to_bytes_with_dictionary_tracker(
+            schema,
+            &mut DictionaryTracker::new(false),
+            &IpcWriteOptions::default(),
+        )
+        .ipc_message
+}
+
+/// Decodes an IPC schema message.
+pub fn decode_schema(bytes: &[u8]) -> Result<Schema> {
+    try_schema_from_flatbuffer_bytes(bytes)
+        .map_err(|e| CoreError::InvalidRequest(format!("malformed Arrow schema: {e}")))
+}
+
+impl From<&TableDescriptor> for TableDescriptorProto {
+    fn from(table: &TableDescriptor) -> Self {
+        Self {
+            table_id: table.table_id,
+            database: table.path.database.clone(),
+            name: table.path.name.clone(),
+            schemas: table
+                .schemas
+                .iter()
+                .map(|v| SchemaVersionProto {
+                    schema_id: v.schema_id,
+                    arrow_schema: encode_schema(&v.schema),
+                })
+                .collect(),
+            primary_key: table.primary_key.clone(),
+            partition_keys: table.partition_keys.clone(),
+            bucket_key: table.bucket_key.clone(),
+            bucket_num: table.bucket_num,
+            log_ttl_ms: table.log_ttl.map(|d| d.as_millis() as u64),
+            lake_enabled: table.lake_enabled,
+            lake_freshness_ms: table.lake_freshness.as_millis() as u64,
+        }
+    }
+}
+
+impl TryFrom<TableDescriptorProto> for TableDescriptor {
+    type Error = CoreError;
+
+    fn try_from(proto: TableDescriptorProto) -> Result<Self> {
+        let schemas = proto
+            .schemas
+            .iter()
+            .map(|v| {
+                Ok(SchemaVersion {
+                    schema_id: v.schema_id,
+                    schema: Arc::new(decode_schema(&v.arrow_schema)?),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if schemas.is_empty() {
+            return Err(CoreError::InvalidRequest(
+                "a table descriptor needs at least one schema version".into(),
+            ));
+        }
+        Ok(Self {
+            table_id: proto.table_id,
+            path: TablePath::new(proto.database, proto.name),
+            schemas,
+            primary_key: proto.primary_key,
+            partition_keys: proto.partition_keys,
+            bucket_key: proto.bucket_key,
+            bucket_num: proto.bucket_num.max(1),
+            log_ttl: proto.log_ttl_ms.map(Duration::from_millis),
+            lake_enabled: proto.lake_enabled,
+            lake_freshness: Duration::from_millis(proto.lake_freshness_ms),
+        })
+    }
+}
+
+/// `create_table`: the table to create.
+#[derive(Clone, PartialEq, Message)]
+pub struct CreateTable {
+    /// The new table; its `table_id` is ignored.
+    #[prost(message, optional, tag = "1")]
+    pub table: Option<TableDescriptorProto>,
+    /// Succeed without change when a table of that name exists.
+    #[prost(bool, tag = "2")]
+    pub if_not_exists: bool,
+}
+
+/// `drop_table`.
+#[derive(Clone, PartialEq, Message)]
+pub struct DropTable {
+    /// `database.name`.
+    #[prost(string, tag = "1")]
+    pub table: String,
+    /// Succeed when no such table exists.
+    #[prost(bool, tag = "2")]
+    pub if_exists: bool,
+}
+
+/// `list_tables`.
+#[derive(Clone, PartialEq, Message)]
+pub struct ListTables {
+    /// Only this database; every database when absent.
+    #[prost(string, optional, tag = "1")]
+    pub database: Option<String>,
+}
+
+/// The answer of `list_tables`.
+#[derive(Clone, PartialEq, Message)]
+pub struct TableList {
+    /// `database.name` of every table, sorted.
+    #[prost(string, repeated, tag = "1")]
+    pub tables: Vec<String>,
+}
+
+/// A request naming one table.
+#[derive(Clone, PartialEq, Message)]
+pub struct TableRef {
+    /// `database.name`.
+    #[prost(string, tag = "1")]
+    pub table: String,
+}
+
+/// `add_column`.
+#[derive(Clone, PartialEq, Message)]
+pub struct AddColumn {
+    /// `database.name`.
+    #[prost(string, tag = "1")]
+    pub table: String,
+    /// An Arrow IPC schema holding exactly the new field.
+    #[prost(bytes = "vec", tag = "2")]
+    pub field: Vec<u8>,
+}
+
+impl AddColumn {
+    /// The request for adding `field` to `table`.
+    pub fn new(table: &TablePath, field: Field) -> Self {
+        Self {
+            table: table.to_string(),
+            field: encode_schema(&Schema::new(vec![field])),
+        }
+    }
+
+    /// The field to add.
+    pub fn field(&self) -> Result<Field> {
+        let schema = decode_schema(&self.field)?;
+        match schema.fields().as_ref() {
+            [field] => Ok(field.as_ref().clone()),
+            _ => Err(CoreError::InvalidRequest(
+                "add_column carries exactly one field".into(),
+            )),
+        }
+    }
+}
+
+/// The state of one bucket, as `list_buckets` reports it.
+#[derive(Clone, PartialEq, Message)]
+pub struct BucketStatus {
+    /// The bucket.
+    #[prost(message, optional, tag = "1")]
+    pub bucket: Option<BucketId>,
+    /// The first offset still in the log.
+    #[prost(int64, tag = "2")]
+    pub log_start: i64,
+    /// The offset after the last durable row.
+    #[prost(int64, tag = "3")]
+    pub high_watermark: i64,
+}
+
+/// The answer of `list_buckets`: every bucket of every partition created so far.
+#[derive(Clone, PartialEq, Message)]
+pub struct BucketList {
+    /// The buckets, sorted by partition then bucket.
+    #[prost(message, repeated, tag = "1")]
+    pub buckets: Vec<BucketStatus>,
+}
+
+/// `list_offsets { bucket, Earliest | Latest | Timestamp }`.
+#[derive(Clone, PartialEq, Message)]
+pub struct ListOffsets {
+    /// The bucket.
+    #[prost(message, optional, tag = "1")]
+    pub bucket: Option<BucketId>,
+    /// Which offset.
+    #[prost(oneof = "list_offsets::Spec", tags = "2, 3, 4")]
+    pub spec: Option<list_offsets::Spec>,
+}
+
+/// The offsets `list_offsets` can find.
+pub mod list_offsets {
+    /// Which offset to look up.
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Spec {
+        /// log_start.
+        #[prost(bool, tag = "2")]
+        Earliest(bool),
+        /// The high watermark.
+        #[prost(bool, tag = "3")]
+        Latest(bool),
+        /// The first offset with commit_timestamp >= this (ms since the epoch); the high
+        /// watermark when every batch is older.
+        #[prost(int64, tag = "4")]
+        Timestamp(i64),
+    }
+}
+
+/// The answer of `list_offsets`.
+#[derive(Clone, PartialEq, Message)]
+pub struct OffsetReply {
+    /// The offset found.
+    #[prost(int64, tag = "1")]
+    pub offset: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::datatypes::DataType;
+
+    use super::*;
+    use crate::options::TableOptions;
+
+    fn round_trip<M: Message + Default + PartialEq + std::fmt::Debug>(message: M) {
+        let bytes = message.encode_to_vec();
+        assert_eq!(decode::<M>("test", &bytes).unwrap(), message);
+    }
+
+    fn bucket() -> BucketId {
+        BucketId {
+            table: "db.t".into(),
+            partition: Some("dt=2024-01-01".into()),
+            bucket: 3,
+        }
+    }
+
+    #[test]
+    fn tickets_round_trip() {
+        round_trip(ReadTicket {
+            read: Some(read_ticket::Read::Scan(ScanRequest {
+                bucket: Some(bucket()),
+                offset: 42,
+                max_bytes: 1 << 20,
+                columns: vec![2, 0],
+            })),
+        });
+        round_trip(TailRequest {
+            bucket: Some(bucket()),
+            offset: 7,
+            columns: vec![],
+            max_wait_ms: 500,
+            min_bytes: 1024,
+            max_bytes: 0,
+        });
+        round_trip(WriteHeader {
+            bucket: Some(BucketId::new(&TablePath::new("a", "b"), 0)),
+        });
+        for spec in [
+            list_offsets::Spec::Earliest(true),
+            list_offsets::Spec::Latest(true),
+            list_offsets::Spec::Timestamp(1_700_000_000_000),
+        ] {
+            round_trip(ListOffsets {
+                bucket: Some(bucket()),
+                spec: Some(spec),
+            });
+        }
+    }
+
+    #[test]
+    fn batch_metadata_round_trips() {
+        round_trip(ScanBatch {
+            base_offset: 100,
+            last_offset: 199,
+            commit_timestamp: 1_700_000_000_123,
+            schema_id: 2,
+            changes: Some(vec![0, 1, 2, 3]),
+            high_watermark: 200,
+        });
+        round_trip(ScanBatch {
+            changes: None,
+            ..Default::default()
+        });
+        round_trip(TailEnd {
+            next_offset: 5,
+            high_watermark: 5,
+        });
+        round_trip(AppendAck {
+            base_offset: 0,
+            last_offset: 9,
+            high_watermark: 10,
+        });
+    }
+
+    #[test]
+    fn descriptor_round_trips_through_proto() {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("ts", DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into())), true),
+        ]);
+        let options = TableOptions {
+            bucket_num: 8,
+            log_ttl: Some(Duration::from_secs(3600)),
+            ..TableOptions::default()
+        };
+        let table = TableDescriptor::new(TablePath::new("db", "t"), schema, vec!["id".into()], vec![], options)
+            .unwrap()
+            .with_added_column(Field::new("v", DataType::Utf8, true))
+            .unwrap();
+        let proto = TableDescriptorProto::from(&table);
+        round_trip(proto.clone());
+        assert_eq!(TableDescriptor::try_from(proto).unwrap(), table);
+    }
+
+    #[test]
+    fn add_column_carries_one_field() {
+        let request = AddColumn::new(&TablePath::new("db", "t"), Field::new("x", DataType::Int32, true));
+        assert_eq!(request.field().unwrap().name(), "x");
+        let bad = AddColumn {
+            table: "db.t".into(),
+            field: vec![1, 2, 3],
+        };
+        assert!(bad.field().is_err());
+    }
+
+    #[test]
+    fn malformed_bytes_name_the_message() {
+        let err = decode::<ReadTicket>("ticket", &[0xff, 0xff, 0xff]).unwrap_err();
+        assert!(err.to_string().starts_with("malformed ticket"), "{err}");
+    }
+}

@@ -1,0 +1,126 @@
+//! The node's error type and its mapping to gRPC status codes.
+
+use mink_core::CoreError;
+use tonic::{Code, Status};
+
+/// Everything a node request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// No table of that name.
+    #[error("table '{0}' does not exist")]
+    TableNotFound(String),
+    /// A table of that name exists already.
+    #[error("table '{0}' already exists")]
+    TableExists(String),
+    /// The table exists but not the bucket (or partition).
+    #[error("bucket {0} does not exist")]
+    BucketNotFound(String),
+    /// A read outside `[log_start, high_watermark]`.
+    #[error(
+        "offset {offset} of bucket {bucket} is out of range: the log holds [{log_start}, {high_watermark})"
+    )]
+    OffsetOutOfRange {
+        /// The bucket read.
+        bucket: String,
+        /// The offset asked for.
+        offset: i64,
+        /// The first offset still retained.
+        log_start: i64,
+        /// The offset after the last durable row.
+        high_watermark: i64,
+    },
+    /// A request or batch that cannot be served as given.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// A batch whose schema is not the table's.
+    #[error("{0}")]
+    SchemaMismatch(String),
+    /// The disk is full: the write was rolled back, nothing acknowledged is lost.
+    #[error("disk full while writing bucket {bucket}: {source}")]
+    DiskFull {
+        /// The bucket being written.
+        bucket: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Another I/O failure.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// Stored data that does not decode.
+    #[error("corrupt log: {0}")]
+    Corrupt(String),
+    /// The metadata database failed.
+    #[error("metadata store: {0}")]
+    Metadata(#[from] rusqlite::Error),
+    /// An Arrow kernel or codec failed.
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// The node is shutting down or the bucket is closed.
+    #[error("{0} is shutting down")]
+    ShuttingDown(String),
+    /// Another process holds the data directory.
+    #[error("data directory {0} is in use by another mink process")]
+    DataDirLocked(String),
+}
+
+/// Result with [`NodeError`].
+pub type Result<T, E = NodeError> = std::result::Result<T, E>;
+
+impl From<CoreError> for NodeError {
+    fn from(error: CoreError) -> Self {
+        match error {
+            CoreError::SchemaMismatch(message) => Self::SchemaMismatch(message),
+            CoreError::Arrow(e) => Self::Arrow(e),
+            other @ (CoreError::InvalidTable(_)
+            | CoreError::InvalidRequest(_)
+            | CoreError::Malformed { .. }
+            | CoreError::Bucket(_)) => Self::InvalidArgument(other.to_string()),
+        }
+    }
+}
+
+impl NodeError {
+    /// The gRPC code a client sees for this error.
+    pub fn code(&self) -> Code {
+        match self {
+            Self::TableNotFound(_) | Self::BucketNotFound(_) => Code::NotFound,
+            Self::TableExists(_) => Code::AlreadyExists,
+            Self::OffsetOutOfRange { .. } => Code::OutOfRange,
+            Self::InvalidArgument(_) | Self::SchemaMismatch(_) => Code::InvalidArgument,
+            Self::DiskFull { .. } => Code::ResourceExhausted,
+            Self::ShuttingDown(_) => Code::Unavailable,
+            Self::DataDirLocked(_) => Code::FailedPrecondition,
+            Self::Corrupt(_) => Code::DataLoss,
+            Self::Io(_) | Self::Metadata(_) | Self::Arrow(_) => Code::Internal,
+        }
+    }
+}
+
+impl NodeError {
+    /// The same failure, for the next of several appends that failed together in one
+    /// group commit (I/O errors are not `Clone`).
+    pub(crate) fn for_another_waiter(&self) -> Self {
+        match self {
+            Self::DiskFull { bucket, source } => Self::DiskFull {
+                bucket: bucket.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            other => Self::Io(std::io::Error::other(other.to_string())),
+        }
+    }
+}
+
+/// Longest message put into a status; longer ones are cut.
+const MAX_STATUS_MESSAGE: usize = 4096;
+
+impl From<NodeError> for Status {
+    fn from(error: NodeError) -> Self {
+        let mut message = error.to_string();
+        if message.len() > MAX_STATUS_MESSAGE {
+            let cut = message.floor_char_boundary(MAX_STATUS_MESSAGE);
+            message.truncate(cut);
+            message.push_str("...");
+        }
+        Status::new(error.code(), message)
+    }
+}

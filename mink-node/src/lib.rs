@@ -1,0 +1,17 @@
+//! The mink node: the leader of every bucket of every table in one process.
+//!
+//! - [`log`]: log tablets, the durable per-bucket log.
+//! - [`metadata`]: tables and partitions in SQLite.
+//! - [`node`]: tables, tablets, validated writes.
+//! - [`flight`]: the Arrow Flight service of `spec/reads.md`.
+//! - [`server`]: serving the node on a socket.
+
+pub mod error;
+pub mod flight;
+pub mod log;
+pub mod metadata;
+pub mod node;
+pub mod server;
+
+pub use error::{NodeError, Result};
+pub use node::{Node, NodeConfig};

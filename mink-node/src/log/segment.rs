@@ -1,0 +1,369 @@
+//! Segment files: the durable form of a bucket's log.
+//!
+//! A segment is a file named by the offset of its first row (`00000000000000000042.log`)
+//! holding a sequence of frames, one per batch:
+//!
+//! ```text
+//! +---------+--------+-------------+--------------+------------------+-----------+-------+
+//! | len u32 | crc u32| base i64    | records u32  | commit_ts i64    | schema u32| flags |
+//! +---------+--------+-------------+--------------+------------------+-----------+-------+
+//! | payload (len bytes): [change vector, `records` bytes, if flags & 1] + Arrow IPC stream |
+//! +------------------------------------------------------------------------------------------+
+//! ```
+//!
+//! All integers are little endian; `crc` (CRC-32) covers everything after it. A crash can
+//! leave a torn last frame: [`scan_frames`] stops at the first frame
+//! that is short or fails its checksum, and the caller truncates the file there.
+//!
+//! A segment that is closed for writing ("sealed") gets an offset index beside it
+//! (`.index`): one [`FrameHeader`] per frame with its file position, so opening a node does
+//! not read its sealed segments at all. The active segment is scanned on open.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use arrow::array::RecordBatch;
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+
+use crate::error::{NodeError, Result};
+
+/// Bytes of a frame header.
+pub(crate) const HEADER_LEN: usize = 33;
+const FLAG_CHANGES: u8 = 1;
+/// Bytes of one index entry.
+const INDEX_ENTRY_LEN: usize = 40;
+
+/// What a frame header says about its batch, plus where the frame is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FrameHeader {
+    /// Offset of the batch's first row.
+    pub(crate) base_offset: i64,
+    /// Number of rows.
+    pub(crate) records: u32,
+    /// Commit time, ms since the epoch.
+    pub(crate) commit_timestamp: i64,
+    /// Schema version of the batch.
+    pub(crate) schema_id: u32,
+    /// Whether a change vector precedes the Arrow data.
+    pub(crate) has_changes: bool,
+    /// Position of the frame in its segment.
+    pub(crate) position: u64,
+    /// Payload length in bytes.
+    pub(crate) payload_len: u32,
+}
+
+impl FrameHeader {
+    /// Offset of the batch's last row.
+    pub(crate) fn last_offset(&self) -> i64 {
+        self.base_offset + i64::from(self.records) - 1
+    }
+
+    /// Bytes of the whole frame.
+    pub(crate) fn frame_len(&self) -> u64 {
+        HEADER_LEN as u64 + u64::from(self.payload_len)
+    }
+
+    fn encode_fields(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.base_offset.to_le_bytes());
+        out.extend_from_slice(&self.records.to_le_bytes());
+        out.extend_from_slice(&self.commit_timestamp.to_le_bytes());
+        out.extend_from_slice(&self.schema_id.to_le_bytes());
+        out.push(if self.has_changes { FLAG_CHANGES } else { 0 });
+    }
+}
+
+/// A batch as it is stored: decoded Arrow data plus its change vector.
+#[derive(Debug, Clone)]
+pub(crate) struct StoredBatch {
+    pub(crate) batch: RecordBatch,
+    pub(crate) changes: Option<Vec<u8>>,
+}
+
+/// Encodes one frame. `header.position` and `payload_len` are filled in by this function.
+pub(crate) fn encode_frame(header: &mut FrameHeader, stored: &StoredBatch) -> Result<Vec<u8>> {
+    let mut frame = vec![0u8; 8];
+    header.has_changes = stored.changes.is_some();
+    header.encode_fields(&mut frame);
+    if let Some(changes) = &stored.changes {
+        frame.extend_from_slice(changes);
+    }
+    {
+        let mut writer = StreamWriter::try_new(&mut frame, stored.batch.schema_ref())?;
+        writer.write(&stored.batch)?;
+        writer.finish()?;
+    }
+    let payload_len = frame.len() - HEADER_LEN;
+    header.payload_len = u32::try_from(payload_len)
+        .map_err(|_| NodeError::InvalidArgument("a batch larger than 4 GiB".into()))?;
+    frame[0..4].copy_from_slice(&header.payload_len.to_le_bytes());
+    let crc = crc32fast::hash(&frame[8..]);
+    frame[4..8].copy_from_slice(&crc.to_le_bytes());
+    Ok(frame)
+}
+
+/// Decodes the payload of a frame whose header is known.
+pub(crate) fn decode_payload(header: &FrameHeader, payload: &[u8]) -> Result<StoredBatch> {
+    let corrupt = |what: &str| {
+        NodeError::Corrupt(format!(
+            "batch at offset {}: {what}",
+            header.base_offset
+        ))
+    };
+    let (changes, ipc) = if header.has_changes {
+        let n = header.records as usize;
+        if payload.len() < n {
+            return Err(corrupt("change vector cut short"));
+        }
+        (Some(payload[..n].to_vec()), &payload[n..])
+    } else {
+        (None, payload)
+    };
+    let mut reader = StreamReader::try_new(ipc, None)
+        .map_err(|e| corrupt(&format!("Arrow IPC: {e}")))?;
+    let batch = reader
+        .next()
+        .ok_or_else(|| corrupt("no Arrow batch"))?
+        .map_err(|e| corrupt(&format!("Arrow IPC: {e}")))?;
+    if batch.num_rows() != header.records as usize {
+        return Err(corrupt("row count differs from the header"));
+    }
+    Ok(StoredBatch { batch, changes })
+}
+
+/// Parses a frame header from the first [`HEADER_LEN`] bytes of `bytes`, checking the
+/// payload's checksum when `bytes` holds the whole frame.
+fn parse_header(bytes: &[u8], position: u64) -> Option<(FrameHeader, u32)> {
+    let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
+    let i64_at = |i: usize| i64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+    if bytes.len() < HEADER_LEN {
+        return None;
+    }
+    let flags = bytes[32];
+    let header = FrameHeader {
+        payload_len: u32_at(0),
+        base_offset: i64_at(8),
+        records: u32_at(16),
+        commit_timestamp: i64_at(20),
+        schema_id: u32_at(28),
+        has_changes: flags & FLAG_CHANGES != 0,
+        position,
+    };
+    (header.records > 0 && flags & !FLAG_CHANGES == 0).then_some((header, u32_at(4)))
+}
+
+/// The result of scanning a segment: its valid frames and where valid data ends.
+#[derive(Debug)]
+pub(crate) struct ScanOutcome {
+    pub(crate) frames: Vec<FrameHeader>,
+    /// Length of the valid prefix of the file.
+    pub(crate) valid_len: u64,
+    /// Whether bytes after `valid_len` were found (a torn or corrupt tail).
+    pub(crate) torn: bool,
+}
+
+/// Reads every frame of a segment, verifying checksums and offset continuity, and stops
+/// at the first frame that is incomplete or corrupt.
+pub(crate) fn scan_frames(path: &Path, expected_base: i64) -> Result<ScanOutcome> {
+    let mut file = io::BufReader::with_capacity(1 << 20, File::open(path)?);
+    let file_len = file.get_ref().metadata()?.len();
+    let mut frames = Vec::new();
+    let mut position = 0u64;
+    let mut next_offset = expected_base;
+    let mut buffer = Vec::new();
+    loop {
+        let mut head = [0u8; HEADER_LEN];
+        if position + HEADER_LEN as u64 > file_len || file.read_exact(&mut head).is_err() {
+            break;
+        }
+        let Some((header, crc)) = parse_header(&head, position) else {
+            break;
+        };
+        if header.base_offset != next_offset || position + header.frame_len() > file_len {
+            break;
+        }
+        buffer.resize(header.payload_len as usize, 0);
+        if file.read_exact(&mut buffer).is_err() {
+            break;
+        }
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&head[8..]);
+        hasher.update(&buffer);
+        if hasher.finalize() != crc {
+            break;
+        }
+        next_offset = header.last_offset() + 1;
+        position += header.frame_len();
+        frames.push(header);
+    }
+    Ok(ScanOutcome {
+        frames,
+        valid_len: position,
+        torn: position < file_len,
+    })
+}
+
+/// File name of the segment whose first row has `base_offset`.
+pub(crate) fn segment_path(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{base_offset:020}.log"))
+}
+
+/// File name of a sealed segment's offset index.
+pub(crate) fn index_path(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{base_offset:020}.index"))
+}
+
+/// The base offsets of the segments in `dir`, ascending.
+pub(crate) fn list_segments(dir: &Path) -> Result<Vec<i64>> {
+    let mut bases = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy();
+        if let Some(base) = name.strip_suffix(".log").and_then(|s| s.parse().ok()) {
+            bases.push(base);
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// Writes the offset index of a sealed segment (fsynced, then renamed into place).
+pub(crate) fn write_index(dir: &Path, base_offset: i64, frames: &[FrameHeader]) -> Result<()> {
+    let mut bytes = Vec::with_capacity(frames.len() * INDEX_ENTRY_LEN);
+    for frame in frames {
+        frame.encode_fields(&mut bytes);
+        bytes.extend_from_slice(&frame.position.to_le_bytes());
+        bytes.extend_from_slice(&frame.payload_len.to_le_bytes());
+        bytes.extend_from_slice(&[0u8; 3]);
+    }
+    let crc = crc32fast::hash(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    let path = index_path(dir, base_offset);
+    let tmp = path.with_extension("index.tmp");
+    let mut file = File::create(&tmp)?;
+    file.write_all(&bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(())
+}
+
+/// Reads a sealed segment's offset index; `None` when it is missing or does not check out
+/// against the segment's length (the caller scans the segment instead).
+pub(crate) fn read_index(dir: &Path, base_offset: i64) -> Option<Vec<FrameHeader>> {
+    let bytes = std::fs::read(index_path(dir, base_offset)).ok()?;
+    let segment_len = std::fs::metadata(segment_path(dir, base_offset)).ok()?.len();
+    let (entries, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
+    if entries.len() % INDEX_ENTRY_LEN != 0
+        || crc32fast::hash(entries) != u32::from_le_bytes(crc.try_into().ok()?)
+    {
+        return None;
+    }
+    let mut frames = Vec::with_capacity(entries.len() / INDEX_ENTRY_LEN);
+    let mut expected_position = 0u64;
+    let mut next_offset = base_offset;
+    for entry in entries.chunks_exact(INDEX_ENTRY_LEN) {
+        let mut head = [0u8; HEADER_LEN];
+        head[8..].copy_from_slice(&entry[..HEADER_LEN - 8]);
+        let position = u64::from_le_bytes(entry[25..33].try_into().ok()?);
+        let payload_len = u32::from_le_bytes(entry[33..37].try_into().ok()?);
+        head[0..4].copy_from_slice(&payload_len.to_le_bytes());
+        let (header, _) = parse_header(&head, position)?;
+        if position != expected_position || header.base_offset != next_offset {
+            return None;
+        }
+        expected_position += header.frame_len();
+        next_offset = header.last_offset() + 1;
+        frames.push(header);
+    }
+    (expected_position == segment_len).then_some(frames)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, Int64Array};
+
+    use super::*;
+
+    fn stored(values: &[i64], changes: Option<Vec<u8>>) -> StoredBatch {
+        let column: ArrayRef = Arc::new(Int64Array::from(values.to_vec()));
+        StoredBatch {
+            batch: RecordBatch::try_from_iter(vec![("v", column)]).unwrap(),
+            changes,
+        }
+    }
+
+    fn header(base: i64, records: u32, position: u64) -> FrameHeader {
+        FrameHeader {
+            base_offset: base,
+            records,
+            commit_timestamp: 1_000 + base,
+            schema_id: 1,
+            has_changes: false,
+            position,
+            payload_len: 0,
+        }
+    }
+
+    fn write_segment(dir: &Path) -> (Vec<FrameHeader>, Vec<u8>) {
+        let mut bytes = Vec::new();
+        let mut frames = Vec::new();
+        for (base, values, changes) in [
+            (10, vec![1, 2, 3], None),
+            (13, vec![4], Some(vec![0])),
+            (14, vec![5, 6], None),
+        ] {
+            let mut h = header(base, values.len() as u32, bytes.len() as u64);
+            bytes.extend(encode_frame(&mut h, &stored(&values, changes)).unwrap());
+            frames.push(h);
+        }
+        std::fs::write(segment_path(dir, 10), &bytes).unwrap();
+        (frames, bytes)
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let (frames, bytes) = write_segment(dir.path());
+        let outcome = scan_frames(&segment_path(dir.path(), 10), 10).unwrap();
+        assert_eq!(outcome.frames, frames);
+        assert!(!outcome.torn);
+        let second = frames[1];
+        let start = (second.position as usize) + HEADER_LEN;
+        let decoded = decode_payload(&second, &bytes[start..start + second.payload_len as usize]).unwrap();
+        assert_eq!(decoded.changes, Some(vec![0]));
+        assert_eq!(decoded.batch.num_rows(), 1);
+    }
+
+    #[test]
+    fn torn_and_corrupt_tails_stop_the_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let (frames, bytes) = write_segment(dir.path());
+        let path = segment_path(dir.path(), 10);
+        for cut in [1, HEADER_LEN + 3, frames[2].frame_len() as usize - 1] {
+            std::fs::write(&path, &bytes[..bytes.len() - cut]).unwrap();
+            let outcome = scan_frames(&path, 10).unwrap();
+            assert_eq!(outcome.frames, frames[..2], "cut {cut}");
+            assert!(outcome.torn);
+            assert_eq!(outcome.valid_len, frames[2].position);
+        }
+        let mut flipped = bytes.clone();
+        let last = flipped.len() - 5;
+        flipped[last] ^= 0xff;
+        std::fs::write(&path, &flipped).unwrap();
+        assert_eq!(scan_frames(&path, 10).unwrap().frames, frames[..2]);
+    }
+
+    #[test]
+    fn index_round_trips_and_rejects_mismatch() {
+        let dir = tempfile::tempdir().unwrap();
+        let (frames, bytes) = write_segment(dir.path());
+        write_index(dir.path(), 10, &frames).unwrap();
+        assert_eq!(read_index(dir.path(), 10).unwrap(), frames);
+        std::fs::write(segment_path(dir.path(), 10), &bytes[..bytes.len() - 1]).unwrap();
+        assert!(read_index(dir.path(), 10).is_none());
+        assert_eq!(list_segments(dir.path()).unwrap(), vec![10]);
+    }
+}

@@ -1,0 +1,209 @@
+//! The node's metadata, persisted in SQLite (`<data-dir>/meta.db`): tables with all their
+//! schema versions, and the partitions created so far.
+//!
+//! Descriptors are stored as their protobuf encoding ([`TableDescriptorProto`]), the same
+//! bytes the Flight protocol carries, so there is one serialization of a table.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use mink_core::protocol::{TableDescriptorProto, decode};
+use mink_core::table::{TableDescriptor, TablePath};
+use prost::Message;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::error::{NodeError, Result};
+
+/// A partition of a partitioned table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionRecord {
+    /// Unique within the node; names the partition's directory.
+    pub partition_id: i64,
+    /// The partition name (`col=value/...`).
+    pub name: String,
+}
+
+/// The SQLite metadata store.
+#[derive(Debug)]
+pub struct Metadata {
+    connection: Mutex<Connection>,
+}
+
+impl Metadata {
+    /// Opens (creating if needed) the store at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let connection = Connection::open(path)?;
+        connection.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = FULL;
+             CREATE TABLE IF NOT EXISTS tables (
+                 table_id   INTEGER PRIMARY KEY AUTOINCREMENT,
+                 database   TEXT NOT NULL,
+                 name       TEXT NOT NULL,
+                 descriptor BLOB NOT NULL,
+                 UNIQUE (database, name)
+             );
+             CREATE TABLE IF NOT EXISTS partitions (
+                 partition_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                 table_id     INTEGER NOT NULL REFERENCES tables (table_id) ON DELETE CASCADE,
+                 name         TEXT NOT NULL,
+                 UNIQUE (table_id, name)
+             );
+             PRAGMA foreign_keys = ON;",
+        )?;
+        Ok(Self {
+            connection: Mutex::new(connection),
+        })
+    }
+
+    fn connection(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.connection
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Every table.
+    pub fn load_tables(&self) -> Result<Vec<TableDescriptor>> {
+        let connection = self.connection();
+        let mut statement =
+            connection.prepare("SELECT table_id, descriptor FROM tables ORDER BY table_id")?;
+        let rows = statement.query_map([], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, Vec<u8>>(1)?))
+        })?;
+        rows.map(|row| {
+            let (table_id, bytes) = row?;
+            let mut table = TableDescriptor::try_from(decode::<TableDescriptorProto>(
+                "stored table descriptor",
+                &bytes,
+            )?)?;
+            table.table_id = table_id as u64;
+            Ok(table)
+        })
+        .collect()
+    }
+
+    /// Stores a new table and returns it with its assigned `table_id`.
+    pub fn create_table(&self, table: &TableDescriptor) -> Result<TableDescriptor> {
+        let connection = self.connection();
+        let inserted = connection.execute(
+            "INSERT INTO tables (database, name, descriptor) VALUES (?1, ?2, x'')",
+            params![table.path.database, table.path.name],
+        );
+        match inserted {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                return Err(NodeError::TableExists(table.path.to_string()));
+            }
+            other => other?,
+        };
+        let mut created = table.clone();
+        created.table_id = connection.last_insert_rowid() as u64;
+        connection.execute(
+            "UPDATE tables SET descriptor = ?1 WHERE table_id = ?2",
+            params![encode(&created), created.table_id as i64],
+        )?;
+        Ok(created)
+    }
+
+    /// Replaces a table's descriptor (a schema change).
+    pub fn update_table(&self, table: &TableDescriptor) -> Result<()> {
+        let changed = self.connection().execute(
+            "UPDATE tables SET descriptor = ?1 WHERE table_id = ?2",
+            params![encode(table), table.table_id as i64],
+        )?;
+        if changed == 0 {
+            return Err(NodeError::TableNotFound(table.path.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Removes a table and its partitions.
+    pub fn drop_table(&self, path: &TablePath) -> Result<()> {
+        let changed = self.connection().execute(
+            "DELETE FROM tables WHERE database = ?1 AND name = ?2",
+            params![path.database, path.name],
+        )?;
+        if changed == 0 {
+            return Err(NodeError::TableNotFound(path.to_string()));
+        }
+        Ok(())
+    }
+
+    /// The partitions of a table.
+    pub fn partitions(&self, table_id: u64) -> Result<Vec<PartitionRecord>> {
+        let connection = self.connection();
+        let mut statement = connection.prepare(
+            "SELECT partition_id, name FROM partitions WHERE table_id = ?1 ORDER BY name",
+        )?;
+        let rows = statement.query_map([table_id as i64], |row| {
+            Ok(PartitionRecord {
+                partition_id: row.get(0)?,
+                name: row.get(1)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The partition of that name, created if it does not exist yet.
+    pub fn ensure_partition(&self, table_id: u64, name: &str) -> Result<PartitionRecord> {
+        let connection = self.connection();
+        connection.execute(
+            "INSERT OR IGNORE INTO partitions (table_id, name) VALUES (?1, ?2)",
+            params![table_id as i64, name],
+        )?;
+        let partition_id = connection
+            .query_row(
+                "SELECT partition_id FROM partitions WHERE table_id = ?1 AND name = ?2",
+                params![table_id as i64, name],
+                |row| row.get(0),
+            )
+            .optional()?
+            .ok_or_else(|| NodeError::TableNotFound(format!("table id {table_id}")))?;
+        Ok(PartitionRecord {
+            partition_id,
+            name: name.to_string(),
+        })
+    }
+}
+
+fn encode(table: &TableDescriptor) -> Vec<u8> {
+    TableDescriptorProto::from(table).encode_to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::datatypes::{DataType, Field, Schema};
+    use mink_core::options::TableOptions;
+
+    use super::*;
+
+    fn table(name: &str) -> TableDescriptor {
+        let schema = Schema::new(vec![Field::new("a", DataType::Int32, true)]);
+        TableDescriptor::new(TablePath::new("db", name), schema, vec![], vec![], TableOptions::default())
+            .unwrap()
+    }
+
+    #[test]
+    fn tables_and_partitions_persist() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.db");
+        let created = {
+            let metadata = Metadata::open(&path).unwrap();
+            let created = metadata.create_table(&table("t")).unwrap();
+            assert!(matches!(metadata.create_table(&table("t")), Err(NodeError::TableExists(_))));
+            let evolved = created.with_added_column(Field::new("b", DataType::Utf8, true)).unwrap();
+            metadata.update_table(&evolved).unwrap();
+            let p = metadata.ensure_partition(created.table_id, "dt=1").unwrap();
+            assert_eq!(metadata.ensure_partition(created.table_id, "dt=1").unwrap(), p);
+            evolved
+        };
+        let metadata = Metadata::open(&path).unwrap();
+        assert_eq!(metadata.load_tables().unwrap(), vec![created.clone()]);
+        assert_eq!(metadata.partitions(created.table_id).unwrap().len(), 1);
+        metadata.drop_table(&created.path).unwrap();
+        assert!(metadata.load_tables().unwrap().is_empty());
+        assert!(metadata.partitions(created.table_id).unwrap().is_empty());
+        assert!(matches!(metadata.drop_table(&created.path), Err(NodeError::TableNotFound(_))));
+    }
+}

@@ -1,0 +1,96 @@
+//! Serving a [`Node`] over Arrow Flight on a TCP socket, with its background work
+//! (retention).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_flight::flight_service_server::FlightServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::{info, warn};
+
+use crate::error::{NodeError, Result};
+use crate::flight::MinkFlightService;
+use crate::node::Node;
+
+/// Largest gRPC message accepted or sent (one Arrow batch).
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+/// How often retention runs.
+const RETENTION_INTERVAL: Duration = Duration::from_secs(30);
+
+/// A running Flight server. Dropping it shuts the server down.
+#[derive(Debug)]
+pub struct ServerHandle {
+    addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    background: JoinHandle<()>,
+}
+
+impl ServerHandle {
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting calls and waits for running ones to finish.
+    pub async fn shutdown(mut self) -> Result<()> {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        self.background.abort();
+        match (&mut self.server).await {
+            Ok(result) => result.map_err(|e| NodeError::Io(std::io::Error::other(e))),
+            Err(e) => Err(NodeError::Io(std::io::Error::other(e))),
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        self.background.abort();
+    }
+}
+
+/// Serves `node` on `listener` until the handle is shut down or dropped.
+pub fn serve(node: Arc<Node>, listener: TcpListener) -> Result<ServerHandle> {
+    let addr = listener.local_addr()?;
+    let (shutdown, shutdown_signal) = oneshot::channel::<()>();
+    let service = FlightServiceServer::new(MinkFlightService::new(Arc::clone(&node)))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                let _ = shutdown_signal.await;
+            }),
+    );
+    let background = tokio::spawn(run_retention(node));
+    info!(%addr, "mink node serving Arrow Flight");
+    Ok(ServerHandle {
+        addr,
+        shutdown: Some(shutdown),
+        server,
+        background,
+    })
+}
+
+async fn run_retention(node: Arc<Node>) {
+    let mut ticks = tokio::time::interval(RETENTION_INTERVAL);
+    loop {
+        ticks.tick().await;
+        let node = Arc::clone(&node);
+        match tokio::task::spawn_blocking(move || node.enforce_retention()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => warn!(%error, "retention failed"),
+            Err(error) => warn!(%error, "retention task failed"),
+        }
+    }
+}
