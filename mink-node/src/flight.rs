@@ -201,7 +201,7 @@ impl MinkFlightService {
             next_offset: batches.last().map_or(request.offset, |b| b.last_offset + 1),
             high_watermark,
         };
-        messages.push(FlightData::new().with_app_metadata(end.encode_to_vec()));
+        messages.push(metadata_only(end.encode_to_vec()));
         Ok(messages)
     }
 
@@ -262,6 +262,21 @@ impl MinkFlightService {
             }
         })
     }
+}
+
+/// A FlightData that carries only `app_metadata`: its header is an IPC message of type
+/// NONE, which Flight decoders pass through as "no payload".
+fn metadata_only(app_metadata: Vec<u8>) -> FlightData {
+    let mut builder = flatbuffers::FlatBufferBuilder::new();
+    let mut message = arrow::ipc::MessageBuilder::new(&mut builder);
+    message.add_version(arrow::ipc::MetadataVersion::V5);
+    message.add_header_type(arrow::ipc::MessageHeader::NONE);
+    message.add_bodyLength(0);
+    let message = message.finish();
+    builder.finish(message, None);
+    FlightData::new()
+        .with_data_header(builder.finished_data().to_vec())
+        .with_app_metadata(app_metadata)
 }
 
 fn non_zero_or(value: u64, default: u64) -> u64 {

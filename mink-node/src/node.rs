@@ -374,9 +374,13 @@ fn check_bucket_address(table: &TableDescriptor, bucket: &BucketId) -> Result<()
         )));
     }
     if table.is_partitioned() != bucket.partition.is_some() {
-        let expected = if table.is_partitioned() { "needs" } else { "takes no" };
+        let expected = if table.is_partitioned() {
+            "needs a partition"
+        } else {
+            "takes no partition"
+        };
         return Err(NodeError::InvalidArgument(format!(
-            "table {} {expected} a partition in its bucket address",
+            "table {} {expected} in its bucket address",
             table.path
         )));
     }

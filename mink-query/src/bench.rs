@@ -1,0 +1,807 @@
+//! `mink bench`: benchmark programs that print mink's figures as ratios against a baseline
+//! measured in the same process, on the same disk, with the same data.
+//!
+//! # `mink bench log`
+//!
+//! ```text
+//! cargo run --release -p mink-query -- bench log [--rows 2000000] [--dir DIR] [--no-sync]
+//! ```
+//!
+//! An embedded node is served on a loopback port and driven through [`MinkClient`], so every
+//! figure includes the Flight protocol. The data is `--rows` rows (default 2 000 000) of
+//! `id i64, event_time timestamp(µs, UTC), name utf8 (20 chars), price f64, quantity i32`,
+//! generated deterministically in batches of 10 000 rows. Byte rates count the data's size
+//! as an Arrow IPC stream (the baseline file's length); 1 MB is 10^6 bytes. A ratio above
+//! 1 means mink is faster than its baseline.
+//!
+//! 1. **Append throughput**, 1 bucket and 8 buckets. Each bucket has one writer task that
+//!    sends its share of the batches (batch `i` goes to bucket `i % n`) four per
+//!    [`MinkClient::append`] call; a call returns once its batches are durable. Baselines:
+//!    the same batches written by one `arrow::ipc::writer::StreamWriter` to a file in the
+//!    same directory, with `sync_data` after each batch (mink acknowledges only after an
+//!    fsync, one per group commit), and with one `sync_data` at the end. With `--no-sync`
+//!    mink does not fsync and the single baseline never does either.
+//! 2. **Scan throughput** of the 1-bucket table from offset 0 to the high watermark, with
+//!    the server's default answer size: first from the log cache (sized to hold the
+//!    table), then from cold segments after a restart (the server is shut down, the node
+//!    dropped and reopened on the same directory, so its cache is empty; the operating
+//!    system's page cache is not dropped). Baseline: reading the baseline IPC file with
+//!    `arrow::ipc::reader::StreamReader`.
+//! 3. **Tail latency**: 500 appends of one 100-row batch (after 10 uncounted warm-up
+//!    appends) while one tail reader on another task long-polls with `max_wait` 1 s. The
+//!    writer waits for the reader to have each batch before it sends the next. Two
+//!    latencies, p50 and p99: *ack -> tailer*, from the moment `append` returns the
+//!    acknowledgement to the moment the reader's poll returns the batch (negative when the
+//!    reader has it first: the node wakes readers and acknowledges writers at the same
+//!    time), and *write -> tailer*, from just before `append` is called. Baseline for the
+//!    latter: writing each of the same batches to an IPC file followed by `sync_data`.
+//!
+//! Results go to stdout, progress to stderr. The default directory is a fresh one under the
+//! system temp directory, removed at the end; `--dir` must name an empty or new directory,
+//! which is kept.
+
+use std::fmt;
+use std::fs::File;
+use std::future::Future;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use arrow::array::{
+    Float64Array, Int32Array, Int64Array, RecordBatch, StringBuilder, TimestampMicrosecondArray,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+use mink_client::{ClientError, MinkClient};
+use mink_core::options::TableOptions;
+use mink_core::protocol::BucketId;
+use mink_core::table::{TableDescriptor, TablePath};
+use mink_node::{Node, NodeConfig, NodeError};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::embedded;
+use crate::error::CliError;
+
+/// Arguments of `mink bench`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct BenchArgs {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+/// The benchmarks.
+#[derive(Debug, clap::Subcommand)]
+enum Bench {
+    /// The log: append, scan and tail, against Arrow IPC files on the same disk.
+    Log(LogArgs),
+}
+
+/// Arguments of `mink bench log`.
+#[derive(Debug, clap::Args)]
+struct LogArgs {
+    /// Rows to write, in batches of 10 000.
+    #[arg(long, default_value_t = 2_000_000)]
+    rows: usize,
+    /// An empty or new directory to work in, kept afterwards (default: a fresh directory
+    /// under the system temp directory, removed at the end).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Run mink without fsync, and compare with an IPC file that is never synced.
+    #[arg(long)]
+    no_sync: bool,
+}
+
+/// Rows per batch of the throughput figures.
+const BATCH_ROWS: usize = 10_000;
+/// Batches per `append` call of each writer task.
+const BATCHES_PER_CALL: usize = 4;
+/// Bucket counts of the append figure.
+const APPEND_BUCKETS: [u32; 2] = [1, 8];
+/// Length of every `name` value.
+const NAME_LEN: usize = 20;
+/// Appends measured by the tail figure, after the uncounted warm-up ones.
+const TAIL_BATCHES: usize = 500;
+const TAIL_WARMUP: usize = 10;
+const TAIL_ROWS: usize = 100;
+/// `max_wait` of each tail poll.
+const TAIL_WAIT: Duration = Duration::from_secs(1);
+/// How long the writer waits for the tail reader to have its batch before giving up.
+const TAIL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs the benchmark the arguments name.
+pub(crate) async fn run(args: BenchArgs) -> Result<(), CliError> {
+    match args.bench {
+        Bench::Log(args) => run_log(args).await,
+    }
+}
+
+async fn run_log(args: LogArgs) -> Result<(), CliError> {
+    if args.rows == 0 {
+        return Err(CliError::Usage("--rows must be at least 1".into()));
+    }
+    let sync = !args.no_sync;
+    let scratch = Scratch::new(args.dir)?;
+    eprintln!("bench: generating {} rows", args.rows);
+    let data = Data::generate(args.rows)?;
+    let mut config = NodeConfig::new(scratch.path.join("node"));
+    config.log.sync = sync;
+    // Room for the whole 1-bucket table, so its first scan is served from the cache.
+    config.log.cache_bytes = 2 * data.memory_bytes() + (64 << 20);
+    println!(
+        "mink bench log: {} rows in batches of {BATCH_ROWS}, fsync {}, log cache {} MB per bucket, dir {}",
+        data.rows,
+        if sync { "on" } else { "off" },
+        config.log.cache_bytes >> 20,
+        scratch.path.display()
+    );
+    let running = Running::start(config).await?;
+    let ipc = append_figure(&running, &data, &scratch.path, sync).await?;
+    let running = scan_figure(running, &data, &ipc).await?;
+    tail_figure(&running, &data.schema, &scratch.path, sync).await?;
+    running.stop().await?;
+    Ok(())
+}
+
+/// The baseline IPC file of the append figure, read back by the scan figure.
+#[derive(Debug)]
+struct IpcFile {
+    path: PathBuf,
+    bytes: u64,
+}
+
+/// Figure 1: append throughput to 1 and to 8 buckets, against IPC file writes.
+async fn append_figure(
+    running: &Running,
+    data: &Data,
+    dir: &Path,
+    sync: bool,
+) -> Result<IpcFile, CliError> {
+    let modes = if sync {
+        vec![Fsync::EachBatch, Fsync::AtEnd]
+    } else {
+        vec![Fsync::Never]
+    };
+    let mut baselines = Vec::new();
+    let mut file = None;
+    for mode in modes {
+        let path = dir.join(format!("baseline-{mode:?}.arrows"));
+        let (written, elapsed) = {
+            let (path, batches) = (path.clone(), data.batches.clone());
+            measure(
+                mode.label(),
+                blocking(move || write_ipc(&path, &batches, mode)),
+            )
+            .await?
+        };
+        let figure = Throughput::new(data.rows, written.bytes, elapsed);
+        println!("baseline {:<22}: {figure}", mode.label());
+        baselines.push((mode.label(), figure));
+        file.get_or_insert(IpcFile {
+            path,
+            bytes: written.bytes,
+        });
+    }
+    let file = file.ok_or_else(|| CliError::Usage("no baseline was written".into()))?;
+    for buckets in APPEND_BUCKETS {
+        let table =
+            create_table(&running.client, &log_table(buckets), buckets, &data.schema).await?;
+        let parts = split(&data.batches, buckets);
+        let label = format!(
+            "append {buckets} bucket{}",
+            if buckets == 1 { "" } else { "s" }
+        );
+        let ((), elapsed) = measure(&label, append_parts(&running.client, &table, parts)).await?;
+        let figure = Throughput::new(data.rows, file.bytes, elapsed);
+        let ratios: Vec<String> = baselines
+            .iter()
+            .map(|(name, baseline)| format!("vs {name} {:.2}", figure.ratio_to(baseline)))
+            .collect();
+        println!("{label:<31}: {figure}   ratio {}", ratios.join(", "));
+    }
+    Ok(file)
+}
+
+/// Figure 2: scan throughput from the log cache and from cold segments, against reading
+/// the IPC file. Restarts the node; returns the restarted one.
+async fn scan_figure(running: Running, data: &Data, ipc: &IpcFile) -> Result<Running, CliError> {
+    let bucket = BucketId::new(&log_table(1), 0);
+    let path = ipc.path.clone();
+    let (rows, elapsed) = measure("read the IPC file", blocking(move || read_ipc(&path))).await?;
+    check_rows("the IPC file", rows, data.rows)?;
+    let baseline = Throughput::new(rows, ipc.bytes, elapsed);
+    println!("baseline {:<22}: {baseline}", "IPC read");
+    let (rows, elapsed) = measure(
+        "scan from the log cache",
+        scan_bucket(&running.client, &bucket),
+    )
+    .await?;
+    check_rows("the cached scan", rows, data.rows)?;
+    let figure = Throughput::new(rows, ipc.bytes, elapsed);
+    println!(
+        "{:<31}: {figure}   ratio vs IPC read {:.2}",
+        "scan log cache",
+        figure.ratio_to(&baseline)
+    );
+    let (running, _) = measure("restart the node", running.restart()).await?;
+    let (rows, elapsed) =
+        measure("scan cold segments", scan_bucket(&running.client, &bucket)).await?;
+    check_rows("the cold scan", rows, data.rows)?;
+    let figure = Throughput::new(rows, ipc.bytes, elapsed);
+    println!(
+        "{:<31}: {figure}   ratio vs IPC read {:.2}",
+        "scan cold segments",
+        figure.ratio_to(&baseline)
+    );
+    Ok(running)
+}
+
+/// Figure 3: latency from a write (its start, its acknowledgement) to a tail reader
+/// having the batch.
+async fn tail_figure(
+    running: &Running,
+    schema: &SchemaRef,
+    dir: &Path,
+    sync: bool,
+) -> Result<(), CliError> {
+    let table = create_table(&running.client, &TablePath::new("bench", "tail"), 1, schema).await?;
+    let bucket = BucketId::new(&table, 0);
+    let mut rng = XorShift::new(0x7a11);
+    let batches = (0..TAIL_WARMUP + TAIL_BATCHES)
+        .map(|i| make_batch(schema, (i * TAIL_ROWS) as i64, TAIL_ROWS, &mut rng))
+        .collect::<Result<Vec<_>, _>>()?;
+    let end = (batches.len() * TAIL_ROWS) as i64;
+    let mut tailer = running.client.tail(&bucket, &[]).await?;
+    let (received, mut receipts) = mpsc::unbounded_channel();
+    let mut reader = JoinSet::new();
+    reader.spawn(async move {
+        let mut offset = 0;
+        while offset < end {
+            let answer = tailer.poll(offset, TAIL_WAIT, 0).await?;
+            let now = Instant::now();
+            for batch in &answer.batches {
+                // The writer stops listening only when it has failed.
+                let _ = received.send((batch.metadata.base_offset, now));
+            }
+            offset = answer.next_offset;
+        }
+        Ok::<(), CliError>(())
+    });
+    eprintln!("bench: tail latency, {TAIL_BATCHES} appends of {TAIL_ROWS} rows");
+    let samples =
+        match write_and_wait(&running.client, &bucket, batches.clone(), &mut receipts).await {
+            Ok(samples) => samples,
+            Err(error) => {
+                // Report the reader's own failure when that is why the writer gave up.
+                reader.abort_all();
+                return match reader.join_next().await {
+                    Some(Ok(Err(reader_error))) => Err(reader_error),
+                    _ => Err(error),
+                };
+            }
+        };
+    if let Some(done) = reader.join_next().await {
+        done.map_err(join_error)??;
+    }
+    let (ack_to_tail, write_to_tail): (Vec<f64>, Vec<f64>) =
+        samples.into_iter().skip(TAIL_WARMUP).unzip();
+    let mode = if sync { Fsync::EachBatch } else { Fsync::Never };
+    let path = dir.join("baseline-tail.arrows");
+    let written = blocking(move || write_ipc(&path, &batches, mode)).await?;
+    let baseline = Latency::new(written.batch_ms.into_iter().skip(TAIL_WARMUP).collect());
+    let write_to_tail = Latency::new(write_to_tail);
+    let name = if sync { "IPC write+fsync" } else { "IPC write" };
+    println!(
+        "baseline {:<22}: {baseline}   (one {TAIL_ROWS}-row batch)",
+        name
+    );
+    println!(
+        "{:<31}: {}",
+        "tail ack -> tailer",
+        Latency::new(ack_to_tail)
+    );
+    println!(
+        "{:<31}: {write_to_tail}   ratio vs {name} p50 {:.2}, p99 {:.2}",
+        "tail write -> tailer",
+        write_to_tail.p50 / baseline.p50,
+        write_to_tail.p99 / baseline.p99
+    );
+    Ok(())
+}
+
+/// Appends each batch alone and waits for the tail reader to report it; returns, per
+/// batch, (ack -> tailer, write start -> tailer) in milliseconds.
+async fn write_and_wait(
+    client: &MinkClient,
+    bucket: &BucketId,
+    batches: Vec<RecordBatch>,
+    receipts: &mut mpsc::UnboundedReceiver<(i64, Instant)>,
+) -> Result<Vec<(f64, f64)>, CliError> {
+    let mut samples = Vec::with_capacity(batches.len());
+    for batch in batches {
+        let start = Instant::now();
+        let acks = client.append(bucket, vec![batch]).await?;
+        let acked = Instant::now();
+        let [ack] = acks.as_slice() else {
+            return Err(ClientError::Protocol(format!(
+                "one batch sent, {} acknowledged",
+                acks.len()
+            ))
+            .into());
+        };
+        let received = loop {
+            match tokio::time::timeout(TAIL_TIMEOUT, receipts.recv()).await {
+                Ok(Some((offset, at))) if offset == ack.base_offset => break at,
+                Ok(Some(_earlier)) => {}
+                Ok(None) => return Err(CliError::Usage("the tail reader stopped".into())),
+                Err(_elapsed) => {
+                    return Err(ClientError::Protocol(format!(
+                        "the tail reader did not get offset {} within {TAIL_TIMEOUT:?}",
+                        ack.base_offset
+                    ))
+                    .into());
+                }
+            }
+        };
+        samples.push((signed_ms(acked, received), signed_ms(start, received)));
+    }
+    Ok(samples)
+}
+
+/// Runs `work`, reporting it on stderr; returns its output and how long it took.
+async fn measure<T>(
+    what: &str,
+    work: impl Future<Output = Result<T, CliError>>,
+) -> Result<(T, Duration), CliError> {
+    eprintln!("bench: {what} ...");
+    let start = Instant::now();
+    let output = work.await?;
+    let elapsed = start.elapsed();
+    eprintln!("bench: {what}: {:.3} s", elapsed.as_secs_f64());
+    Ok((output, elapsed))
+}
+
+/// Runs blocking file I/O off the runtime's workers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, CliError> + Send + 'static,
+) -> Result<T, CliError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(join_error)?
+}
+
+fn join_error(error: tokio::task::JoinError) -> CliError {
+    CliError::io("a benchmark task failed")(std::io::Error::other(error))
+}
+
+fn check_rows(what: &str, rows: usize, expected: usize) -> Result<(), CliError> {
+    if rows == expected {
+        return Ok(());
+    }
+    Err(ClientError::Protocol(format!("{what} returned {rows} rows, expected {expected}")).into())
+}
+
+/// A node served on a loopback port in this process, and a client of it.
+#[derive(Debug)]
+struct Running {
+    config: NodeConfig,
+    node: Arc<Node>,
+    server: mink_node::server::ServerHandle,
+    client: MinkClient,
+}
+
+impl Running {
+    async fn start(config: NodeConfig) -> Result<Self, CliError> {
+        let node = Node::open(config.clone())?;
+        let server = embedded::start(Arc::clone(&node)).await?;
+        let client = MinkClient::connect(&server.addr().to_string()).await?;
+        Ok(Self {
+            config,
+            node,
+            server,
+            client,
+        })
+    }
+
+    /// Shuts the server down and drops the node, which releases its data directory.
+    async fn stop(self) -> Result<NodeConfig, CliError> {
+        let Self {
+            config,
+            node,
+            server,
+            client,
+        } = self;
+        drop(client);
+        server.shutdown().await?;
+        // The server's aborted background task lets go of the node a moment later.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Arc::strong_count(&node) > 1 {
+            if Instant::now() > deadline {
+                return Err(NodeError::DataDirLocked(config.data_dir.display().to_string()).into());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(node);
+        Ok(config)
+    }
+
+    /// Stops the node and opens it again on the same directory, with an empty log cache.
+    async fn restart(self) -> Result<Self, CliError> {
+        let config = self.stop().await?;
+        Self::start(config).await
+    }
+}
+
+/// `bench.log<buckets>`: the table of the append figure with that many buckets.
+fn log_table(buckets: u32) -> TablePath {
+    TablePath::new("bench", format!("log{buckets}"))
+}
+
+async fn create_table(
+    client: &MinkClient,
+    path: &TablePath,
+    buckets: u32,
+    schema: &SchemaRef,
+) -> Result<TablePath, CliError> {
+    let options = TableOptions {
+        bucket_num: buckets,
+        ..TableOptions::default()
+    };
+    let descriptor = TableDescriptor::new(
+        path.clone(),
+        schema.as_ref().clone(),
+        vec![],
+        vec![],
+        options,
+    )?;
+    Ok(client.create_table(&descriptor, false).await?.path)
+}
+
+/// Batch `i` goes to part `i % buckets`.
+fn split(batches: &[RecordBatch], buckets: u32) -> Vec<Vec<RecordBatch>> {
+    let buckets = buckets as usize;
+    (0..buckets)
+        .map(|b| batches.iter().skip(b).step_by(buckets).cloned().collect())
+        .collect()
+}
+
+/// Appends part `b` to bucket `b`, one writer task per bucket, [`BATCHES_PER_CALL`]
+/// batches per call.
+async fn append_parts(
+    client: &MinkClient,
+    table: &TablePath,
+    parts: Vec<Vec<RecordBatch>>,
+) -> Result<(), CliError> {
+    let mut writers = JoinSet::new();
+    for (bucket, part) in (0u32..).zip(parts) {
+        let client = client.clone();
+        let bucket = BucketId::new(table, bucket);
+        writers.spawn(async move {
+            for call in part.chunks(BATCHES_PER_CALL) {
+                client.append(&bucket, call.to_vec()).await?;
+            }
+            Ok::<(), CliError>(())
+        });
+    }
+    while let Some(done) = writers.join_next().await {
+        done.map_err(join_error)??;
+    }
+    Ok(())
+}
+
+/// Scans a bucket from offset 0 to its high watermark; returns the rows read.
+async fn scan_bucket(client: &MinkClient, bucket: &BucketId) -> Result<usize, CliError> {
+    let (mut offset, mut rows) = (0, 0);
+    loop {
+        let answer = client.scan(bucket, offset, 0, &[]).await?;
+        rows += answer.num_rows();
+        offset = answer.next_offset;
+        if offset >= answer.high_watermark {
+            return Ok(rows);
+        }
+    }
+}
+
+/// When the baseline IPC writer calls `sync_data`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fsync {
+    EachBatch,
+    AtEnd,
+    Never,
+}
+
+impl Fsync {
+    fn label(self) -> &'static str {
+        match self {
+            Self::EachBatch => "IPC+fsync-per-batch",
+            Self::AtEnd => "IPC+one-fsync",
+            Self::Never => "IPC no fsync",
+        }
+    }
+}
+
+/// What [`write_ipc`] did.
+#[derive(Debug)]
+struct IpcWritten {
+    bytes: u64,
+    /// Time of each batch (written, flushed and, per [`Fsync::EachBatch`], synced), in ms.
+    batch_ms: Vec<f64>,
+}
+
+/// Writes `batches` as one Arrow IPC stream to `path`.
+fn write_ipc(path: &Path, batches: &[RecordBatch], fsync: Fsync) -> Result<IpcWritten, CliError> {
+    let context = || format!("writing {}", path.display());
+    let schema = batches
+        .first()
+        .map(RecordBatch::schema)
+        .ok_or_else(|| CliError::Usage("nothing to write".into()))?;
+    let file = File::create(path).map_err(CliError::io(context()))?;
+    let mut writer = StreamWriter::try_new(BufWriter::new(file), &schema)?;
+    let mut batch_ms = Vec::with_capacity(batches.len());
+    for batch in batches {
+        let start = Instant::now();
+        writer.write(batch)?;
+        if fsync == Fsync::EachBatch {
+            writer.flush()?;
+            writer
+                .get_ref()
+                .get_ref()
+                .sync_data()
+                .map_err(CliError::io(context()))?;
+        }
+        batch_ms.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    writer.finish()?;
+    writer.flush()?;
+    let file = writer.get_ref().get_ref();
+    if fsync != Fsync::Never {
+        file.sync_data().map_err(CliError::io(context()))?;
+    }
+    let bytes = file.metadata().map_err(CliError::io(context()))?.len();
+    Ok(IpcWritten { bytes, batch_ms })
+}
+
+/// Reads an Arrow IPC stream file; returns its rows.
+fn read_ipc(path: &Path) -> Result<usize, CliError> {
+    let file = File::open(path).map_err(CliError::io(format!("reading {}", path.display())))?;
+    let mut rows = 0;
+    for batch in StreamReader::try_new_buffered(file, None)? {
+        rows += batch?.num_rows();
+    }
+    Ok(rows)
+}
+
+/// Rows and bytes moved in some time.
+#[derive(Debug, Clone, Copy)]
+struct Throughput {
+    rows: usize,
+    bytes: u64,
+    elapsed: Duration,
+}
+
+impl Throughput {
+    fn new(rows: usize, bytes: u64, elapsed: Duration) -> Self {
+        Self {
+            rows,
+            bytes,
+            elapsed,
+        }
+    }
+
+    fn rows_per_sec(&self) -> f64 {
+        self.rows as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// How many times faster than `baseline` (by rows per second).
+    fn ratio_to(&self, baseline: &Self) -> f64 {
+        self.rows_per_sec() / baseline.rows_per_sec()
+    }
+}
+
+impl fmt::Display for Throughput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rate = self.rows_per_sec();
+        let rows = if rate >= 1e6 {
+            format!("{:.2}M", rate / 1e6)
+        } else {
+            format!("{:.1}k", rate / 1e3)
+        };
+        let megabytes = self.bytes as f64 / 1e6 / self.elapsed.as_secs_f64();
+        write!(f, "{rows:>7} rows/s {megabytes:>8.1} MB/s")
+    }
+}
+
+/// p50 and p99 of latencies in milliseconds.
+#[derive(Debug, Clone, Copy)]
+struct Latency {
+    p50: f64,
+    p99: f64,
+}
+
+impl Latency {
+    fn new(mut samples: Vec<f64>) -> Self {
+        samples.sort_by(f64::total_cmp);
+        // Nearest rank.
+        let rank = |p: f64| {
+            let index = (p * samples.len() as f64).ceil() as usize;
+            samples
+                .get(index.saturating_sub(1))
+                .copied()
+                .unwrap_or(f64::NAN)
+        };
+        Self {
+            p50: rank(0.50),
+            p99: rank(0.99),
+        }
+    }
+}
+
+impl fmt::Display for Latency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "p50 {:>7.3} ms  p99 {:>7.3} ms", self.p50, self.p99)
+    }
+}
+
+/// `to - from` in milliseconds, negative when `to` comes first.
+fn signed_ms(from: Instant, to: Instant) -> f64 {
+    match to.checked_duration_since(from) {
+        Some(after) => after.as_secs_f64() * 1e3,
+        None => -(from - to).as_secs_f64() * 1e3,
+    }
+}
+
+/// The working directory; removed on drop when it was made for this run.
+#[derive(Debug)]
+struct Scratch {
+    path: PathBuf,
+    remove: bool,
+}
+
+impl Scratch {
+    fn new(dir: Option<PathBuf>) -> Result<Self, CliError> {
+        let (path, remove) = match dir {
+            Some(path) => {
+                let used =
+                    std::fs::read_dir(&path).is_ok_and(|mut entries| entries.next().is_some());
+                if used {
+                    return Err(CliError::Usage(format!(
+                        "--dir {} is not empty: give an empty or new directory",
+                        path.display()
+                    )));
+                }
+                (path, false)
+            }
+            None => {
+                let nanos = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                let name = format!("mink-bench-{}-{nanos}", std::process::id());
+                (std::env::temp_dir().join(name), true)
+            }
+        };
+        std::fs::create_dir_all(&path)
+            .map_err(CliError::io(format!("creating {}", path.display())))?;
+        Ok(Self { path, remove })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.remove {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// The rows of the throughput figures.
+#[derive(Debug)]
+struct Data {
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    rows: usize,
+}
+
+impl Data {
+    fn generate(rows: usize) -> Result<Self, CliError> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new(
+                "event_time",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                false,
+            ),
+            Field::new("name", DataType::Utf8, false),
+            Field::new("price", DataType::Float64, false),
+            Field::new("quantity", DataType::Int32, false),
+        ]));
+        let mut rng = XorShift::new(0x5eed);
+        let batches = (0..rows)
+            .step_by(BATCH_ROWS)
+            .map(|first| {
+                make_batch(
+                    &schema,
+                    first as i64,
+                    BATCH_ROWS.min(rows - first),
+                    &mut rng,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            schema,
+            batches,
+            rows,
+        })
+    }
+
+    /// Bytes the batches take in memory.
+    fn memory_bytes(&self) -> u64 {
+        self.batches
+            .iter()
+            .map(|b| b.get_array_memory_size() as u64)
+            .sum()
+    }
+}
+
+/// `rows` rows with ids from `first_id`.
+fn make_batch(
+    schema: &SchemaRef,
+    first_id: i64,
+    rows: usize,
+    rng: &mut XorShift,
+) -> Result<RecordBatch, CliError> {
+    /// 2025-01-01T00:00:00Z.
+    const START_US: i64 = 1_735_689_600_000_000;
+    let ids = Int64Array::from_iter_values(first_id..first_id + rows as i64);
+    let times = TimestampMicrosecondArray::from_iter_values(
+        ids.values()
+            .iter()
+            .map(|id| START_US + id * 1_000 + (rng.next_u64() % 1_000) as i64),
+    )
+    .with_timezone("UTC");
+    let mut names = StringBuilder::with_capacity(rows, rows * NAME_LEN);
+    let mut name = String::with_capacity(NAME_LEN);
+    for _ in 0..rows {
+        name.clear();
+        name.push_str("user_");
+        while name.len() < NAME_LEN {
+            name.push(char::from(b'a' + (rng.next_u64() % 26) as u8));
+        }
+        names.append_value(&name);
+    }
+    let prices = Float64Array::from_iter_values(
+        (0..rows).map(|_| (rng.next_u64() % 1_000_000) as f64 / 100.0),
+    );
+    let quantities =
+        Int32Array::from_iter_values((0..rows).map(|_| (rng.next_u64() % 1_000) as i32));
+    Ok(RecordBatch::try_new(
+        Arc::clone(schema),
+        vec![
+            Arc::new(ids),
+            Arc::new(times),
+            Arc::new(names.finish()),
+            Arc::new(prices),
+            Arc::new(quantities),
+        ],
+    )?)
+}
+
+/// xorshift64*: deterministic data without a dependency.
+#[derive(Debug)]
+struct XorShift(u64);
+
+impl XorShift {
+    fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}

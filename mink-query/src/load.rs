@@ -1,0 +1,926 @@
+//! `mink load`: bulk-load a file into an existing table.
+//!
+//! ```text
+//! mink load [--connect HOST:PORT | --data-dir DIR] --table T FILE
+//!           [--format csv|parquet|json] [--batch-rows N]
+//! ```
+//!
+//! The file is read in batches of `--batch-rows` rows, each batch is conformed to the
+//! table's current schema and written to the table's buckets; the command returns once
+//! every row is durable and prints one line:
+//!
+//! ```text
+//! loaded 1000000 rows into default.events in 3.21s (311526 rows/s)
+//! ```
+//!
+//! # Formats
+//!
+//! The format comes from `--format`, or else from the file's extension (`.csv`,
+//! `.parquet`, `.json`, `.jsonl`, `.ndjson`).
+//!
+//! - **CSV** starts with a header row. Columns are matched to the table's by header name,
+//!   in any order, and each value is parsed as the table column's type; an empty field is
+//!   null.
+//! - **Parquet** columns are matched by name; a column whose type differs from the table's
+//!   is cast (`int` into a `bigint` column, ...), and a value the cast cannot represent is
+//!   an error, never a silent null.
+//! - **JSON** is newline-delimited: one object per row, keys matched to column names.
+//!
+//! In every format a column the file has and the table lacks is an error naming it: data is
+//! never dropped silently. A column the table has and the file lacks is loaded as nulls
+//! when it is nullable, and is an error when it is `NOT NULL`.
+//!
+//! # Pipeline
+//!
+//! ```text
+//!   blocking thread                                 async task
+//!  ┌───────────────────────────────┐  channel   ┌──────────────────────────────────────┐
+//!  │ file ─ decode ─ conform to    │ ─────────> │ per-bucket queues ─ append (DoPut),  │
+//!  │ the table schema ─ split into │  (bounded) │ at most one in flight per bucket;    │
+//!  │ one part per bucket           │            │ acks count the loaded rows           │
+//!  └───────────────────────────────┘            └──────────────────────────────────────┘
+//! ```
+//!
+//! Decoding runs on a blocking thread so the runtime is never blocked on file I/O. Each
+//! bucket is an ordered log, and two appends to one bucket in flight at once may land in
+//! either order; so a bucket has at most one append in flight, and parts that arrive while
+//! it is busy are sent together, in file order, in its next append (one `DoPut` stream
+//! keeps their order). Different buckets are written concurrently. At most
+//! [`BATCHES_IN_FLIGHT`] batches' worth of rows are queued or being written at once,
+//! which bounds memory.
+//!
+//! # Failures
+//!
+//! Rows already acknowledged stay loaded (there is no transaction), and the error says
+//! how many:
+//!
+//! - When the file fails to decode or to conform (a CSV value that does not parse, a
+//!   missing `NOT NULL` value), every row before the failing batch is still written, so
+//!   the error can say that exactly the first N rows of the file were loaded.
+//! - When a write fails, nothing more is sent; the writes in flight are awaited and the
+//!   error counts the rows acknowledged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{FieldRef, Schema};
+use arrow::error::ArrowError;
+use futures::stream::{FuturesUnordered, StreamExt};
+use indicatif::{ProgressBar, ProgressStyle};
+use mink_client::{ClientError, MinkClient};
+use mink_core::protocol::BucketId;
+use mink_core::routing::split_by_bucket;
+use mink_core::schema::normalize_batch;
+use mink_core::table::{TableDescriptor, TablePath};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use tokio::sync::mpsc;
+
+use crate::embedded::NodeArgs;
+use crate::error::CliError;
+
+/// Batches' worth of rows (`--batch-rows` each) that may be queued or being written at
+/// once.
+const BATCHES_IN_FLIGHT: usize = 4;
+/// Decoded batches the reader may hold ready ahead of the writer.
+const BATCHES_AHEAD: usize = 2;
+/// Read buffer of CSV and JSON files.
+const READ_BUFFER_BYTES: usize = 1 << 20;
+/// Progress bar of a file measured in bytes (CSV, JSON).
+const BYTES_TEMPLATE: &str =
+    "{elapsed_precise} [{wide_bar}] {binary_bytes}/{binary_total_bytes} {msg}";
+/// Progress bar of a file measured in rows (Parquet).
+const ROWS_TEMPLATE: &str =
+    "{elapsed_precise} [{wide_bar}] {human_pos}/{human_len} rows read {msg}";
+
+/// Arguments of `mink load`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct LoadArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    /// The table to load into (`table` or `database.table`); it must exist.
+    #[arg(long)]
+    table: String,
+    /// The file to load.
+    file: PathBuf,
+    /// The file's format [default: from the extension: .csv, .parquet, .json, .jsonl,
+    /// .ndjson].
+    #[arg(long, value_enum)]
+    format: Option<FileFormat>,
+    /// Rows per batch read from the file and written to the table.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    batch_rows: u32,
+}
+
+/// The formats `mink load` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum FileFormat {
+    /// Comma-separated values with a header row.
+    Csv,
+    /// Apache Parquet.
+    Parquet,
+    /// Newline-delimited JSON: one object per line.
+    Json,
+}
+
+impl FileFormat {
+    /// The format a file's extension names (case-insensitive).
+    ///
+    /// # Errors
+    /// [`CliError::Usage`] when the extension names none of the formats.
+    fn from_path(path: &Path) -> Result<Self, CliError> {
+        let extension = path
+            .extension()
+            .and_then(OsStr::to_str)
+            .map(str::to_ascii_lowercase);
+        match extension.as_deref() {
+            Some("csv") => Ok(Self::Csv),
+            Some("parquet") => Ok(Self::Parquet),
+            Some("json" | "jsonl" | "ndjson") => Ok(Self::Json),
+            _ => Err(CliError::Usage(format!(
+                "cannot tell the format of {} from its extension (.csv, .parquet, .json, \
+                 .jsonl or .ndjson); pass --format csv|parquet|json",
+                path.display()
+            ))),
+        }
+    }
+}
+
+/// Runs `mink load`.
+///
+/// # Errors
+/// A bad argument, a file that cannot be opened, read or decoded, a file whose columns do
+/// not match the table, a missing table, or a failed write. Once rows have been written
+/// the error says how many were loaded.
+pub(crate) async fn run(args: LoadArgs) -> Result<(), CliError> {
+    let format = match args.format {
+        Some(format) => format,
+        None => FileFormat::from_path(&args.file)?,
+    };
+    let table = TablePath::parse(&args.table)?;
+    // Open the file before reaching the node: a missing file fails without starting one.
+    let file = open(&args.file).await?;
+    let connection = args.node.connect().await?;
+    let job = Job {
+        file_path: args.file,
+        format,
+        batch_rows: args.batch_rows as usize,
+    };
+    let loaded = load(&connection.client, &table, file, job).await;
+    let closed = connection.close().await;
+    let summary = loaded?;
+    closed?;
+    println!("{summary}");
+    Ok(())
+}
+
+/// What to load, besides the table.
+#[derive(Debug)]
+struct Job {
+    file_path: PathBuf,
+    format: FileFormat,
+    batch_rows: usize,
+}
+
+/// Opens the input file without blocking the runtime; a directory is refused.
+async fn open(path: &Path) -> Result<File, CliError> {
+    let context = || format!("opening {}", path.display());
+    let file = tokio::fs::File::open(path)
+        .await
+        .map_err(CliError::io(context()))?;
+    let metadata = file.metadata().await.map_err(CliError::io(context()))?;
+    if metadata.is_dir() {
+        return Err(CliError::Usage(format!(
+            "{} is a directory, not a file",
+            path.display()
+        )));
+    }
+    Ok(file.into_std().await)
+}
+
+/// Loads the file into the table; returns the summary line.
+async fn load(
+    client: &MinkClient,
+    path: &TablePath,
+    file: File,
+    job: Job,
+) -> Result<String, CliError> {
+    let table = client.describe_table(path).await?;
+    let bar = ProgressBar::new(0);
+    let started = Instant::now();
+    let (batches, count_rows) = {
+        let table = table.clone();
+        let bar = bar.clone();
+        let file_path = job.file_path.clone();
+        tokio::task::spawn_blocking(move || {
+            open_source(file, &file_path, job.format, &table, job.batch_rows, &bar)
+        })
+        .await
+        .map_err(|e| {
+            CliError::Usage(format!("opening {} failed: {e}", job.file_path.display()))
+        })??
+    };
+    let (sender, receiver) = mpsc::channel(BATCHES_AHEAD);
+    let reader = {
+        let table = table.clone();
+        let bar = bar.clone();
+        let batch_rows = job.batch_rows;
+        tokio::task::spawn_blocking(move || {
+            pump(batches, &table, batch_rows, count_rows, &bar, &sender)
+        })
+    };
+    let outcome = write_all(
+        client,
+        receiver,
+        &bar,
+        started,
+        BATCHES_IN_FLIGHT * job.batch_rows,
+    )
+    .await;
+    // The receiver is gone: a reader still blocked on a full channel stops now.
+    let read = reader.await;
+    bar.finish_and_clear();
+    let failure = match (outcome.failure, read) {
+        (Some(failure), _) => Some(failure),
+        (None, Ok(())) => None,
+        (None, Err(e)) => Some(Failure::Input(CliError::Usage(format!(
+            "the reader failed: {e}"
+        )))),
+    };
+    match failure {
+        None => Ok(summary_line(
+            outcome.loaded_rows,
+            &table.path,
+            started.elapsed(),
+        )),
+        Some(failure) => Err(CliError::Usage(format!(
+            "cannot load {} into {}: {}",
+            job.file_path.display(),
+            table.path,
+            failure.describe(outcome.loaded_rows)
+        ))),
+    }
+}
+
+/// The batches of an input file, as its decoder yields them.
+type FileBatches = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;
+
+/// Opens the file's decoder, checks the file's columns against the table's and sizes the
+/// progress bar. Returns the batches and whether progress is counted in rows (else the
+/// decoder counts bytes read).
+fn open_source(
+    mut file: File,
+    file_path: &Path,
+    format: FileFormat,
+    table: &TableDescriptor,
+    batch_rows: usize,
+    bar: &ProgressBar,
+) -> Result<(FileBatches, bool), CliError> {
+    let display = file_path.display();
+    let mismatch = |message: String| {
+        CliError::Usage(format!(
+            "{display} does not match table {}: {message}",
+            table.path
+        ))
+    };
+    let unreadable =
+        |e: &dyn std::fmt::Display| CliError::Usage(format!("cannot read {display}: {e}"));
+    match format {
+        FileFormat::Csv => {
+            let (header, _) = arrow::csv::reader::Format::default()
+                .with_header(true)
+                .infer_schema(&mut file, Some(0))
+                .map_err(|e| unreadable(&e))?;
+            if header.fields().is_empty() {
+                return Err(CliError::Usage(format!(
+                    "{display} is empty: a CSV file starts with a header row"
+                )));
+            }
+            let names: Vec<&str> = header.fields().iter().map(|f| f.name().as_str()).collect();
+            let schema = csv_schema(&names, table.schema()).map_err(mismatch)?;
+            file.seek(SeekFrom::Start(0))
+                .map_err(CliError::io(format!("reading {display}")))?;
+            start_bytes(bar, &file)?;
+            let input = BufReader::with_capacity(READ_BUFFER_BYTES, Counted::new(file, bar));
+            let reader = arrow::csv::ReaderBuilder::new(Arc::new(schema))
+                .with_header(true)
+                .with_batch_size(batch_rows)
+                .build_buffered(input)
+                .map_err(|e| unreadable(&e))?;
+            Ok((Box::new(reader), false))
+        }
+        FileFormat::Json => {
+            start_bytes(bar, &file)?;
+            let input = BufReader::with_capacity(READ_BUFFER_BYTES, Counted::new(file, bar));
+            // Strict: a key the table has no column for is an error, not dropped.
+            let reader = arrow::json::ReaderBuilder::new(Arc::clone(table.schema()))
+                .with_batch_size(batch_rows)
+                .with_strict_mode(true)
+                .build(input)
+                .map_err(|e| unreadable(&e))?;
+            Ok((Box::new(reader), false))
+        }
+        FileFormat::Parquet => {
+            let builder =
+                ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| unreadable(&e))?;
+            let names: Vec<&str> = builder
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect();
+            check_columns(&names, table.schema()).map_err(mismatch)?;
+            let rows = builder.metadata().file_metadata().num_rows();
+            bar.set_length(u64::try_from(rows).unwrap_or(0));
+            bar.set_style(bar_style(ROWS_TEMPLATE));
+            let reader = builder
+                .with_batch_size(batch_rows)
+                .build()
+                .map_err(|e| unreadable(&e))?;
+            Ok((Box::new(reader), true))
+        }
+    }
+}
+
+/// Sizes the progress bar by the file's bytes.
+fn start_bytes(bar: &ProgressBar, file: &File) -> Result<(), CliError> {
+    let metadata = file
+        .metadata()
+        .map_err(CliError::io("reading the file's size"))?;
+    bar.set_length(metadata.len());
+    bar.set_style(bar_style(BYTES_TEMPLATE));
+    Ok(())
+}
+
+/// A progress-bar style from one of the templates above.
+fn bar_style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ")
+}
+
+/// A reader that advances the progress bar by the bytes read through it.
+#[derive(Debug)]
+struct Counted<R> {
+    inner: R,
+    bar: ProgressBar,
+}
+
+impl<R> Counted<R> {
+    fn new(inner: R, bar: &ProgressBar) -> Self {
+        Self {
+            inner,
+            bar: bar.clone(),
+        }
+    }
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let read = self.inner.read(buf)?;
+        self.bar.inc(read as u64);
+        Ok(read)
+    }
+}
+
+/// One batch of the file, conformed to the table schema and split by bucket.
+#[derive(Debug)]
+struct Routed {
+    rows: usize,
+    parts: Vec<(BucketId, RecordBatch)>,
+}
+
+/// The reader thread: decodes, conforms and splits every batch of the file and sends it
+/// to the writer. Stops after the first error (which it sends) or once the writer is gone.
+fn pump(
+    batches: FileBatches,
+    table: &TableDescriptor,
+    batch_rows: usize,
+    count_rows: bool,
+    bar: &ProgressBar,
+    sender: &mpsc::Sender<Result<Routed, CliError>>,
+) {
+    let mut rows_read = 0usize;
+    for (round_robin, batch) in (0u32..).zip(batches) {
+        let routed = match batch {
+            Ok(batch) => {
+                let rows = batch.num_rows();
+                let routed =
+                    route(&batch, table, round_robin).map_err(|e| in_rows(rows_read, rows, &e));
+                rows_read += rows;
+                if count_rows {
+                    bar.inc(rows as u64);
+                }
+                routed
+            }
+            Err(e) => Err(in_rows(rows_read, batch_rows, &e)),
+        };
+        let failed = routed.is_err();
+        if routed.as_ref().is_ok_and(|r| r.rows == 0) {
+            continue;
+        }
+        if sender.blocking_send(routed).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// An error about the `rows` rows after the first `before` rows of the file.
+fn in_rows(before: usize, rows: usize, error: &dyn std::fmt::Display) -> CliError {
+    CliError::Usage(format!(
+        "rows {}-{}: {error}",
+        before + 1,
+        before + rows.max(1)
+    ))
+}
+
+/// Conforms a decoded batch to the table's schema and splits it by bucket.
+fn route(
+    batch: &RecordBatch,
+    table: &TableDescriptor,
+    round_robin: u32,
+) -> Result<Routed, CliError> {
+    let conformed = normalize_batch(batch, table.schema())?;
+    check_no_values_lost(batch, &conformed).map_err(CliError::Usage)?;
+    let parts = split_by_bucket(table, &conformed, round_robin)?;
+    Ok(Routed {
+        rows: conformed.num_rows(),
+        parts,
+    })
+}
+
+/// Why a load stopped early.
+#[derive(Debug)]
+enum Failure {
+    /// Reading the file failed; every row before the failing batch was written.
+    Input(CliError),
+    /// A write failed; `rows` rows were in it.
+    Write { error: ClientError, rows: usize },
+}
+
+impl Failure {
+    /// The error message, with what was loaded before the failure.
+    fn describe(&self, loaded_rows: u64) -> String {
+        match self {
+            Self::Input(error) if loaded_rows == 0 => format!("{error}; nothing was loaded"),
+            Self::Input(error) => {
+                format!("{error}; the first {loaded_rows} rows of the file were loaded")
+            }
+            Self::Write { error, rows } => format!(
+                "{error}; {loaded_rows} rows were loaded before the failure (the {rows} rows \
+                 of the failed write may be partly loaded)"
+            ),
+        }
+    }
+}
+
+/// What the writer did.
+#[derive(Debug)]
+struct Outcome {
+    loaded_rows: u64,
+    failure: Option<Failure>,
+}
+
+/// The end of one append.
+#[derive(Debug)]
+struct Appended {
+    bucket: BucketId,
+    rows: usize,
+    result: Result<(), ClientError>,
+}
+
+/// Appends `parts`, in order, to `bucket` in one `DoPut` stream.
+async fn append(client: &MinkClient, bucket: BucketId, parts: Vec<RecordBatch>) -> Appended {
+    let rows = parts.iter().map(RecordBatch::num_rows).sum();
+    let result = client.append(&bucket, parts).await.map(drop);
+    Appended {
+        bucket,
+        rows,
+        result,
+    }
+}
+
+/// The writer: takes routed batches from the reader while fewer than `max_pending_rows`
+/// rows are queued or in flight, and keeps every bucket with parts waiting writing.
+async fn write_all(
+    client: &MinkClient,
+    mut input: mpsc::Receiver<Result<Routed, CliError>>,
+    bar: &ProgressBar,
+    started: Instant,
+    max_pending_rows: usize,
+) -> Outcome {
+    let mut queues = BucketQueues::default();
+    let mut in_flight = FuturesUnordered::new();
+    let mut pending_rows = 0usize;
+    let mut loaded_rows = 0u64;
+    let mut input_open = true;
+    let mut failure: Option<Failure> = None;
+    loop {
+        // After a failed write nothing more is sent; after a failed read, what was read
+        // before it still is.
+        if !matches!(failure, Some(Failure::Write { .. })) {
+            for (bucket, parts) in queues.ready() {
+                in_flight.push(append(client, bucket, parts));
+            }
+        }
+        let take_input = input_open && failure.is_none() && pending_rows < max_pending_rows;
+        tokio::select! {
+            item = input.recv(), if take_input => match item {
+                Some(Ok(routed)) => {
+                    pending_rows += routed.rows;
+                    for (bucket, part) in routed.parts {
+                        queues.push(bucket, part);
+                    }
+                }
+                Some(Err(error)) => failure = Some(Failure::Input(error)),
+                None => input_open = false,
+            },
+            Some(done) = in_flight.next() => {
+                queues.finished(&done.bucket);
+                pending_rows -= done.rows;
+                match done.result {
+                    Ok(()) => {
+                        loaded_rows += done.rows as u64;
+                        bar.set_message(progress_message(loaded_rows, started.elapsed()));
+                    }
+                    Err(error) => {
+                        if !matches!(failure, Some(Failure::Write { .. })) {
+                            failure = Some(Failure::Write { error, rows: done.rows });
+                        }
+                    }
+                }
+            },
+            else => break,
+        }
+    }
+    Outcome {
+        loaded_rows,
+        failure,
+    }
+}
+
+/// Per-bucket write queues: parts of a bucket wait, in the order pushed, while the
+/// bucket has an append in flight, and are then taken together.
+#[derive(Debug, Default)]
+struct BucketQueues {
+    waiting: BTreeMap<BucketId, Vec<RecordBatch>>,
+    busy: BTreeSet<BucketId>,
+}
+
+impl BucketQueues {
+    /// Queues a part behind the bucket's earlier parts.
+    fn push(&mut self, bucket: BucketId, part: RecordBatch) {
+        self.waiting.entry(bucket).or_default().push(part);
+    }
+
+    /// Takes the waiting parts of every bucket with no append in flight, and marks those
+    /// buckets busy.
+    fn ready(&mut self) -> Vec<(BucketId, Vec<RecordBatch>)> {
+        let idle: Vec<BucketId> = self
+            .waiting
+            .keys()
+            .filter(|bucket| !self.busy.contains(*bucket))
+            .cloned()
+            .collect();
+        idle.into_iter()
+            .filter_map(|bucket| {
+                let parts = self.waiting.remove(&bucket)?;
+                self.busy.insert(bucket.clone());
+                Some((bucket, parts))
+            })
+            .collect()
+    }
+
+    /// Marks the bucket's append finished.
+    fn finished(&mut self, bucket: &BucketId) {
+        self.busy.remove(bucket);
+    }
+}
+
+/// The table schema in the CSV header's column order.
+///
+/// # Errors
+/// See [`check_columns`].
+fn csv_schema(header: &[&str], table: &Schema) -> Result<Schema, String> {
+    check_columns(header, table)?;
+    let fields: Vec<FieldRef> = header
+        .iter()
+        .filter_map(|name| {
+            table
+                .fields()
+                .find(name)
+                .map(|(_, field)| Arc::clone(field))
+        })
+        .collect();
+    Ok(Schema::new(fields))
+}
+
+/// Checks the columns of a file against the table's schema.
+///
+/// # Errors
+/// A message naming the columns when the file has a column the table lacks (it would be
+/// dropped), names a column twice, or lacks a `NOT NULL` column of the table.
+fn check_columns(file_columns: &[&str], table: &Schema) -> Result<(), String> {
+    let quoted = |names: &[&str]| {
+        names
+            .iter()
+            .map(|name| format!("'{name}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let extra: Vec<&str> = file_columns
+        .iter()
+        .copied()
+        .filter(|name| table.field_with_name(name).is_err())
+        .collect();
+    if !extra.is_empty() {
+        let columns: Vec<&str> = table.fields().iter().map(|f| f.name().as_str()).collect();
+        return Err(format!(
+            "the table has no column {} (its columns: {})",
+            quoted(&extra),
+            columns.join(", ")
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    let repeated: Vec<&str> = file_columns
+        .iter()
+        .copied()
+        .filter(|name| !seen.insert(*name))
+        .collect();
+    if !repeated.is_empty() {
+        return Err(format!(
+            "the file names column {} more than once",
+            quoted(&repeated)
+        ));
+    }
+    let missing: Vec<&str> = table
+        .fields()
+        .iter()
+        .filter(|field| !field.is_nullable() && !file_columns.contains(&field.name().as_str()))
+        .map(|field| field.name().as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "the file has no column {}, which the table requires (NOT NULL)",
+            quoted(&missing)
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that conforming a batch to the table's types lost no value: Arrow's cast turns a
+/// value it cannot convert (text that is not a number, an integer out of range) into null.
+///
+/// # Errors
+/// A message naming the column when a cast column has more nulls than the file's.
+fn check_no_values_lost(file_batch: &RecordBatch, conformed: &RecordBatch) -> Result<(), String> {
+    let schema = conformed.schema();
+    for (field, column) in schema.fields().iter().zip(conformed.columns()) {
+        let Some(original) = file_batch.column_by_name(field.name()) else {
+            continue;
+        };
+        let lost = column.null_count().saturating_sub(original.null_count());
+        if original.data_type() != column.data_type() && lost > 0 {
+            return Err(format!(
+                "column '{}': {lost} values of type {} cannot be stored as {}",
+                field.name(),
+                original.data_type(),
+                column.data_type()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Rows per second; zero when no time has passed.
+fn rows_per_second(rows: u64, elapsed: Duration) -> f64 {
+    let seconds = elapsed.as_secs_f64();
+    if seconds > 0.0 {
+        rows as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
+/// The progress bar's message.
+fn progress_message(rows: u64, elapsed: Duration) -> String {
+    format!(
+        "{rows} rows loaded ({:.0} rows/s)",
+        rows_per_second(rows, elapsed)
+    )
+}
+
+/// The line printed once the load is done.
+fn summary_line(rows: u64, table: &TablePath, elapsed: Duration) -> String {
+    format!(
+        "loaded {rows} rows into {table} in {:.2}s ({:.0} rows/s)",
+        elapsed.as_secs_f64(),
+        rows_per_second(rows, elapsed)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{ArrayRef, Int32Array, Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field};
+
+    use super::*;
+
+    fn table_schema() -> Schema {
+        Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("score", DataType::Int64, true),
+        ])
+    }
+
+    fn batch(values: &[i64]) -> RecordBatch {
+        RecordBatch::try_from_iter(vec![(
+            "id",
+            Arc::new(Int64Array::from(values.to_vec())) as ArrayRef,
+        )])
+        .unwrap()
+    }
+
+    fn ids(batch: &RecordBatch) -> Vec<i64> {
+        batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .values()
+            .to_vec()
+    }
+
+    fn bucket(n: u32) -> BucketId {
+        BucketId::new(&TablePath::new("db", "t"), n)
+    }
+
+    #[test]
+    fn format_comes_from_the_extension() {
+        let cases = [
+            ("a.csv", FileFormat::Csv),
+            ("dir/A.CSV", FileFormat::Csv),
+            ("a.parquet", FileFormat::Parquet),
+            ("a.json", FileFormat::Json),
+            ("a.jsonl", FileFormat::Json),
+            ("a.NDJSON", FileFormat::Json),
+        ];
+        for (path, format) in cases {
+            assert_eq!(
+                FileFormat::from_path(Path::new(path)).unwrap(),
+                format,
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_extension_asks_for_format() {
+        for path in ["a.txt", "a", "a.csv.gz", "csv"] {
+            let error = FileFormat::from_path(Path::new(path))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("--format"), "{path}: {error}");
+            assert!(error.contains(path), "{path}: {error}");
+        }
+    }
+
+    #[test]
+    fn columns_may_come_in_any_order_and_nullable_ones_may_be_missing() {
+        assert!(check_columns(&["score", "id", "name"], &table_schema()).is_ok());
+        assert!(check_columns(&["id"], &table_schema()).is_ok());
+    }
+
+    #[test]
+    fn extra_columns_are_named() {
+        let error = check_columns(&["id", "extra", "name", "other"], &table_schema()).unwrap_err();
+        assert!(error.contains("'extra', 'other'"), "{error}");
+        assert!(error.contains("id, name, score"), "{error}");
+    }
+
+    #[test]
+    fn repeated_and_missing_required_columns_are_named() {
+        let error = check_columns(&["id", "name", "name"], &table_schema()).unwrap_err();
+        assert!(error.contains("'name' more than once"), "{error}");
+        let error = check_columns(&["name"], &table_schema()).unwrap_err();
+        assert!(
+            error.contains("'id'") && error.contains("NOT NULL"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn csv_schema_follows_the_header_with_table_types() {
+        let schema = csv_schema(&["score", "id"], &table_schema()).unwrap();
+        let fields: Vec<(&str, &DataType, bool)> = schema
+            .fields()
+            .iter()
+            .map(|f| (f.name().as_str(), f.data_type(), f.is_nullable()))
+            .collect();
+        assert_eq!(
+            fields,
+            vec![
+                ("score", &DataType::Int64, true),
+                ("id", &DataType::Int64, false)
+            ]
+        );
+        assert!(csv_schema(&["id", "nope"], &table_schema()).is_err());
+    }
+
+    #[test]
+    fn lossy_casts_are_refused_and_promotions_pass() {
+        let target = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, true)]));
+        let ints = RecordBatch::try_from_iter(vec![(
+            "n",
+            Arc::new(Int32Array::from(vec![Some(1), None])) as ArrayRef,
+        )])
+        .unwrap();
+        let conformed = normalize_batch(&ints, &target).unwrap();
+        assert!(check_no_values_lost(&ints, &conformed).is_ok());
+
+        let text = RecordBatch::try_from_iter(vec![(
+            "n",
+            Arc::new(StringArray::from(vec![Some("1"), Some("x"), None])) as ArrayRef,
+        )])
+        .unwrap();
+        let conformed = normalize_batch(&text, &target).unwrap();
+        let error = check_no_values_lost(&text, &conformed).unwrap_err();
+        assert!(
+            error.contains("'n'") && error.contains("1 values"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_busy_bucket_keeps_its_parts_in_order_for_its_next_append() {
+        let mut queues = BucketQueues::default();
+        queues.push(bucket(0), batch(&[1]));
+        queues.push(bucket(1), batch(&[2]));
+        let ready = queues.ready();
+        assert_eq!(
+            ready.iter().map(|(b, _)| b.bucket).collect::<Vec<_>>(),
+            vec![0, 1]
+        );
+        assert!(queues.ready().is_empty());
+
+        queues.push(bucket(0), batch(&[3]));
+        queues.push(bucket(0), batch(&[4]));
+        assert!(queues.ready().is_empty(), "bucket 0 is still writing");
+        queues.finished(&bucket(1));
+        assert!(queues.ready().is_empty(), "bucket 1 has nothing waiting");
+        queues.finished(&bucket(0));
+        let ready = queues.ready();
+        assert_eq!(ready.len(), 1);
+        let (b, parts) = &ready[0];
+        assert_eq!(b.bucket, 0);
+        assert_eq!(
+            parts.iter().map(ids).collect::<Vec<_>>(),
+            vec![vec![3], vec![4]]
+        );
+    }
+
+    #[test]
+    fn summary_line_reads_well() {
+        let table = TablePath::new("db", "t");
+        assert_eq!(
+            summary_line(1000, &table, Duration::from_millis(500)),
+            "loaded 1000 rows into db.t in 0.50s (2000 rows/s)"
+        );
+        assert_eq!(
+            summary_line(0, &table, Duration::ZERO),
+            "loaded 0 rows into db.t in 0.00s (0 rows/s)"
+        );
+    }
+
+    #[test]
+    fn failures_say_what_was_loaded() {
+        let input = Failure::Input(CliError::Usage("rows 11-20: bad".into()));
+        assert_eq!(
+            input.describe(10),
+            "rows 11-20: bad; the first 10 rows of the file were loaded"
+        );
+        assert_eq!(input.describe(0), "rows 11-20: bad; nothing was loaded");
+        let write = Failure::Write {
+            error: ClientError::Protocol("gone".into()),
+            rows: 5,
+        };
+        assert!(
+            write
+                .describe(7)
+                .contains("7 rows were loaded before the failure")
+        );
+    }
+
+    #[test]
+    fn bar_templates_parse() {
+        for template in [BYTES_TEMPLATE, ROWS_TEMPLATE] {
+            assert!(ProgressStyle::with_template(template).is_ok(), "{template}");
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! `mink server`: one node leading every bucket, served over Arrow Flight until Ctrl-C or
+//! SIGTERM.
+//!
+//! The first line on stdout is `mink node listening on HOST:PORT`, so scripts and tests
+//! that pass `--listen 127.0.0.1:0` learn the port. With `--demo` the node creates
+//! `demo.events` and keeps writing to it, so a new user has something to read at once.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use mink_client::MinkClient;
+use mink_core::options::TableOptions;
+use mink_core::table::{TableDescriptor, TablePath};
+use mink_node::log::LogConfig;
+use mink_node::server::serve;
+use mink_node::{Node, NodeConfig};
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+use crate::embedded::DEFAULT_DATA_DIR;
+use crate::error::CliError;
+
+/// Arguments of `mink server`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServerArgs {
+    /// Where tables, logs and the lake are stored.
+    #[arg(long, default_value = DEFAULT_DATA_DIR)]
+    data_dir: PathBuf,
+    /// Address of the node's Arrow Flight endpoint.
+    #[arg(long, default_value = "127.0.0.1:9123")]
+    listen: String,
+    /// Address of the Flight SQL endpoint (served once the SQL engine is built).
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    sql_listen: String,
+    /// Create demo tables and keep writing to them.
+    #[arg(long)]
+    demo: bool,
+    /// Acknowledge writes without fsync (faster; a machine crash can lose acknowledged
+    /// writes, a process crash cannot).
+    #[arg(long)]
+    no_sync: bool,
+}
+
+pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
+    let mut config = NodeConfig::new(&args.data_dir);
+    config.log = LogConfig {
+        sync: !args.no_sync,
+        ..LogConfig::default()
+    };
+    let node = Node::open(config)?;
+    let listener = TcpListener::bind(&args.listen)
+        .await
+        .map_err(CliError::io(format!("cannot listen on {}", args.listen)))?;
+    let handle = serve(Arc::clone(&node), listener)?;
+    let address = handle.addr();
+    println!("mink node listening on {address}");
+    info!(data_dir = %args.data_dir.display(), sql_listen = %args.sql_listen,
+        "Flight SQL is not served by this build; the SQL endpoint comes with the SQL engine");
+    let demo = if args.demo {
+        let client = MinkClient::connect(&address.to_string()).await?;
+        let table = create_demo_table(&client).await?;
+        println!("demo: writing to {} (try: mink read --connect {address} --table {} --mode tail)", table.path, table.path);
+        Some(tokio::spawn(write_demo_rows(client, table)))
+    } else {
+        None
+    };
+    wait_for_shutdown_signal().await;
+    info!("shutting down");
+    if let Some(demo) = demo {
+        demo.abort();
+    }
+    handle.shutdown().await?;
+    Ok(())
+}
+
+async fn wait_for_shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut terminate) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = terminate.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+}
+
+async fn create_demo_table(client: &MinkClient) -> Result<TableDescriptor, CliError> {
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
+        Field::new("kind", DataType::Utf8, true),
+        Field::new("value", DataType::Float64, true),
+    ]);
+    let options = TableOptions {
+        bucket_num: 4,
+        bucket_key: Some(vec!["id".into()]),
+        ..TableOptions::default()
+    };
+    let table = TableDescriptor::new(TablePath::new("demo", "events"), schema, vec![], vec![], options)?;
+    Ok(client.create_table(&table, true).await?)
+}
+
+/// Writes 100 events every half second until aborted.
+async fn write_demo_rows(client: MinkClient, table: TableDescriptor) {
+    const KINDS: [&str; 4] = ["click", "view", "purchase", "signup"];
+    let mut next_id = 0i64;
+    let mut ticks = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        ticks.tick().await;
+        let ids: Vec<i64> = (next_id..next_id + 100).collect();
+        next_id += 100;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(ids.clone())),
+            Arc::new(TimestampMicrosecondArray::from(vec![now; ids.len()]).with_timezone("UTC")),
+            Arc::new(StringArray::from_iter_values(ids.iter().map(|i| KINDS[(*i % 4) as usize]))),
+            Arc::new(Float64Array::from_iter_values(ids.iter().map(|i| (*i % 97) as f64 * 1.5))),
+        ];
+        let written = match RecordBatch::try_new(Arc::clone(table.schema()), columns) {
+            Ok(batch) => client.write(&table, &batch).await.map(|_| ()).map_err(CliError::from),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(error) = written {
+            warn!(%error, "demo write failed");
+        }
+    }
+}

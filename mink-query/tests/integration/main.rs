@@ -1,0 +1,15 @@
+//! Integration tests: the real node served on 127.0.0.1:0 (or the real `mink` binary),
+//! reached over its real Flight protocol by the real client.
+
+#![expect(
+    unused_crate_dependencies,
+    reason = "an integration test crate sees every dependency of the binary"
+)]
+
+mod bad_input;
+mod cli;
+mod crash;
+mod log_history;
+mod process;
+mod support;
+mod tail;

@@ -1,0 +1,61 @@
+//! The real `mink server` binary as a child process.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// A `mink server` process listening on a loopback port it chose.
+pub struct ServerProcess {
+    child: Child,
+    pub addr: String,
+}
+
+impl ServerProcess {
+    /// Starts `mink server --listen 127.0.0.1:0` over `data_dir` and waits for its
+    /// `listening on` line.
+    pub fn start(data_dir: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mink"))
+            .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start mink server");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("read the first line");
+        let addr = line
+            .trim()
+            .strip_prefix("mink node listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_string();
+        Self { child, addr }
+    }
+
+    /// `kill -9`.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reap");
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the `mink` binary to completion: `(success, stdout, stderr)`.
+pub fn run_mink(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_mink"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run mink");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

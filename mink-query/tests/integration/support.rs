@@ -1,0 +1,129 @@
+//! A node served on a loopback port over a temporary data directory, restartable.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use mink_client::MinkClient;
+use mink_core::options::TableOptions;
+use mink_core::table::{TableDescriptor, TablePath};
+use mink_node::log::LogConfig;
+use mink_node::server::{ServerHandle, serve};
+use mink_node::{Node, NodeConfig};
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+
+/// A running node and a client connected to it.
+pub struct TestNode {
+    pub dir: TempDir,
+    node: Option<Arc<Node>>,
+    pub client: MinkClient,
+    handle: Option<ServerHandle>,
+    log: LogConfig,
+}
+
+impl TestNode {
+    /// A node with fsync on and small segments, so tests cross segment boundaries.
+    pub async fn start() -> Self {
+        Self::start_with(LogConfig {
+            segment_bytes: 64 << 10,
+            cache_bytes: 128 << 10,
+            ..LogConfig::default()
+        })
+        .await
+    }
+
+    pub async fn start_with(log: LogConfig) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (node, handle, client) = open(dir.path(), &log).await;
+        Self {
+            dir,
+            node: Some(node),
+            client,
+            handle: Some(handle),
+            log,
+        }
+    }
+
+    /// Shuts the server down, drops the node and opens it again over the same files.
+    pub async fn restart(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            handle.shutdown().await.expect("clean shutdown");
+        }
+        // The old node (and its data-dir lock) must be gone before reopening.
+        let old = self.node.take().expect("running");
+        for _ in 0..500 {
+            if Arc::strong_count(&old) == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(Arc::strong_count(&old), 1, "the old node is still referenced");
+        drop(old);
+        let (node, handle, client) = open(self.dir.path(), &self.log).await;
+        self.node = Some(node);
+        self.handle = Some(handle);
+        self.client = client;
+    }
+
+    pub fn node(&self) -> &Arc<Node> {
+        self.node.as_ref().expect("running")
+    }
+
+    pub fn addr(&self) -> String {
+        self.handle.as_ref().expect("running").addr().to_string()
+    }
+}
+
+async fn open(dir: &Path, log: &LogConfig) -> (Arc<Node>, ServerHandle, MinkClient) {
+    let mut config = NodeConfig::new(dir);
+    config.log = log.clone();
+    let node = Node::open(config).expect("open node");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let handle = serve(Arc::clone(&node), listener).expect("serve");
+    let client = MinkClient::connect(&handle.addr().to_string())
+        .await
+        .expect("connect");
+    (node, handle, client)
+}
+
+/// `(id BIGINT NOT NULL, name STRING)`, bucketed by id.
+pub fn events_table(name: &str, buckets: u32, options: TableOptions) -> TableDescriptor {
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+    ]);
+    let options = TableOptions {
+        bucket_num: buckets,
+        bucket_key: Some(vec!["id".into()]),
+        ..options
+    };
+    TableDescriptor::new(TablePath::new("test", name), schema, vec![], vec![], options)
+        .expect("valid table")
+}
+
+/// A batch of `events_table` rows with the given ids.
+pub fn events(table: &TableDescriptor, ids: &[i64]) -> RecordBatch {
+    let names = ids.iter().map(|i| format!("event-{i}"));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(ids.to_vec())),
+        Arc::new(StringArray::from_iter_values(names)),
+    ];
+    RecordBatch::try_new(Arc::clone(table.schema()), columns).expect("batch")
+}
+
+/// A deterministic seed: `MINK_TEST_SEED` when set, else from the clock. Printed so a
+/// failure can be replayed.
+pub fn seed(test: &str) -> u64 {
+    let seed = std::env::var("MINK_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+    eprintln!("{test}: seed {seed} (replay with MINK_TEST_SEED={seed})");
+    seed
+}
