@@ -35,8 +35,9 @@ pub enum NodeError {
     /// A batch whose schema is not the table's.
     #[error("{0}")]
     SchemaMismatch(String),
-    /// The disk is full: the write was rolled back, nothing acknowledged is lost.
-    #[error("disk full while writing bucket {bucket}: {source}")]
+    /// No space for the write (disk full, quota or file size limit): the write was rolled
+    /// back, nothing acknowledged is lost.
+    #[error("no space to write bucket {bucket} (disk full?): {source}")]
     DiskFull {
         /// The bucket being written.
         bucket: String,

@@ -69,7 +69,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::{FieldRef, Schema};
+use arrow::datatypes::{DataType, FieldRef, Schema};
 use arrow::error::ArrowError;
 use futures::stream::{FuturesUnordered, StreamExt};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -318,7 +318,8 @@ fn open_source(
             start_bytes(bar, &file)?;
             let input = BufReader::with_capacity(READ_BUFFER_BYTES, Counted::new(file, bar));
             // Strict: a key the table has no column for is an error, not dropped.
-            let reader = arrow::json::ReaderBuilder::new(Arc::clone(table.schema()))
+            let fields: Vec<FieldRef> = table.schema().fields().iter().map(decodable).collect();
+            let reader = arrow::json::ReaderBuilder::new(Arc::new(Schema::new(fields)))
                 .with_batch_size(batch_rows)
                 .with_strict_mode(true)
                 .build(input)
@@ -418,7 +419,10 @@ fn pump(
                 }
                 routed
             }
-            Err(e) => Err(in_rows(rows_read, batch_rows, &e)),
+            Err(e) => Err(CliError::Usage(format!(
+                "reading the batch from row {}: {e}",
+                rows_read + 1
+            ))),
         };
         let failed = routed.is_err();
         if routed.as_ref().is_ok_and(|r| r.rows == 0) {
@@ -602,7 +606,8 @@ impl BucketQueues {
     }
 }
 
-/// The table schema in the CSV header's column order.
+/// The table schema in the CSV header's column order, as the decoder reads it (see
+/// [`decodable`]).
 ///
 /// # Errors
 /// See [`check_columns`].
@@ -610,14 +615,33 @@ fn csv_schema(header: &[&str], table: &Schema) -> Result<Schema, String> {
     check_columns(header, table)?;
     let fields: Vec<FieldRef> = header
         .iter()
-        .filter_map(|name| {
-            table
-                .fields()
-                .find(name)
-                .map(|(_, field)| Arc::clone(field))
-        })
+        .filter_map(|name| table.fields().find(name).map(|(_, field)| decodable(field)))
         .collect();
     Ok(Schema::new(fields))
+}
+
+/// The field a text decoder (CSV, JSON) reads a table column as.
+///
+/// Nullable: a missing value decodes to null, and [`normalize_batch`] then refuses a null
+/// in a `NOT NULL` column with an error naming the column (the decoders' own errors for
+/// it are obscure).
+///
+/// Arrow resolves a named time zone only with its `chrono-tz` feature, which the
+/// workspace does not enable, so a `Timestamp(_, "UTC")` column could not be decoded at
+/// all. It is decoded as `+00:00` instead (the same instants, and a value's own offset is
+/// still honoured), and [`normalize_batch`] relabels it to the table's type, a cast that
+/// keeps the values as they are.
+fn decodable(field: &FieldRef) -> FieldRef {
+    let field = field.as_ref().clone().with_nullable(true);
+    let data_type = match field.data_type() {
+        DataType::Timestamp(unit, Some(zone))
+            if zone.eq_ignore_ascii_case("UTC") || zone.as_ref() == "Z" =>
+        {
+            DataType::Timestamp(*unit, Some("+00:00".into()))
+        }
+        other => other.clone(),
+    };
+    Arc::new(field.with_data_type(data_type))
 }
 
 /// Checks the columns of a file against the table's schema.
@@ -726,8 +750,9 @@ fn summary_line(rows: u64, table: &TablePath, elapsed: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::{ArrayRef, Int32Array, Int64Array, StringArray};
-    use arrow::datatypes::{DataType, Field};
+    use arrow::array::{ArrayRef, AsArray, Int32Array, Int64Array, StringArray};
+    use arrow::datatypes::TimestampMicrosecondType;
+    use arrow::datatypes::{Field, TimeUnit};
 
     use super::*;
 
@@ -827,10 +852,41 @@ mod tests {
             fields,
             vec![
                 ("score", &DataType::Int64, true),
-                ("id", &DataType::Int64, false)
+                ("id", &DataType::Int64, true)
             ]
         );
         assert!(csv_schema(&["id", "nope"], &table_schema()).is_err());
+    }
+
+    #[test]
+    fn utc_timestamps_decode_with_an_offset_and_come_back_as_utc() {
+        let utc = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        let table = Arc::new(Schema::new(vec![Field::new("ts", utc.clone(), false)]));
+        let schema = csv_schema(&["ts"], &table).unwrap();
+        let offset = DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()));
+        assert_eq!(schema.field(0).data_type(), &offset);
+        assert!(schema.field(0).is_nullable(), "NOT NULL is checked after decoding");
+
+        let csv = "ts\n2024-01-01T00:00:01Z\n2024-01-01T02:00:01+02:00\n";
+        let mut reader = arrow::csv::ReaderBuilder::new(Arc::new(schema))
+            .with_header(true)
+            .build(csv.as_bytes())
+            .unwrap();
+        let decoded = reader.next().unwrap().unwrap();
+        let conformed = normalize_batch(&decoded, &table).unwrap();
+        assert_eq!(conformed.schema(), table);
+        let values = conformed
+            .column(0)
+            .as_primitive::<TimestampMicrosecondType>();
+        assert_eq!(
+            values.values(),
+            &[1_704_067_201_000_000, 1_704_067_201_000_000]
+        );
+        assert!(check_no_values_lost(&decoded, &conformed).is_ok());
+
+        let naive = DataType::Timestamp(TimeUnit::Second, None);
+        let field = decodable(&Arc::new(Field::new("t", naive.clone(), false)));
+        assert_eq!(field.as_ref(), &Field::new("t", naive, true));
     }
 
     #[test]

@@ -125,7 +125,7 @@ impl LogTablet {
     /// Opens (or creates) the log in `dir`, recovering it after a crash, and starts its
     /// appender task on the current tokio runtime.
     pub fn open(label: String, dir: &Path, config: LogConfig) -> Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        create_durable_dir(dir)?;
         let recovered = recover(&label, dir)?;
         let (watermark, _) = watch::channel(recovered.next_offset);
         let mut cache = LogCache::new(config.cache_bytes);
@@ -396,6 +396,23 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// Creates `dir` and its missing ancestors, fsyncing each parent that gained an entry, so
+/// a new tablet directory survives a machine crash.
+fn create_durable_dir(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_durable_dir(parent)?;
+        std::fs::create_dir(dir).or_else(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Ok(()),
+            _ => Err(e),
+        })?;
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)?.sync_all()?;
     Ok(())
@@ -637,7 +654,14 @@ impl Appender {
 
     fn classify(&self, error: NodeError) -> NodeError {
         match error {
-            NodeError::Io(source) if source.kind() == std::io::ErrorKind::StorageFull => {
+            NodeError::Io(source)
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::StorageFull
+                        | std::io::ErrorKind::FileTooLarge
+                        | std::io::ErrorKind::QuotaExceeded
+                ) =>
+            {
                 NodeError::DiskFull {
                     bucket: self.shared.label.clone(),
                     source,

@@ -90,3 +90,52 @@ async fn kill_9_during_writes_loses_nothing_acknowledged() {
     }
     server.kill();
 }
+
+/// A full disk, made real with a file size limit on the server process (`ulimit -f`, with
+/// SIGXFSZ ignored so the write fails with EFBIG instead of killing the process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_fails_the_write_and_keeps_everything_acknowledged() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start_limited(dir.path(), 1024);
+    let client = MinkClient::connect(&server.addr).await.expect("connect");
+    let table = client.create_table(&events_table("full", 1, TableOptions::default()), false).await.expect("create");
+    let bucket = BucketId::new(&table.path, 0);
+    let mut acked = Vec::new();
+    let error = loop {
+        let first = acked.len() as i64 * 1000;
+        let ids: Vec<i64> = (first..first + 1000).collect();
+        match client.append(&bucket, vec![events(&table, &ids)]).await {
+            Ok(acks) => acked.push(acks[0].clone()),
+            Err(error) => break error,
+        }
+        assert!(acked.len() < 10_000, "the size limit never hit");
+    };
+    assert_eq!(error.code(), Some(tonic::Code::ResourceExhausted), "{error}");
+    assert!(error.to_string().contains("no space"), "{error}");
+
+    // Still serving, with exactly the acknowledged rows.
+    let check = |client: MinkClient| {
+        let acked = acked.clone();
+        let bucket = bucket.clone();
+        async move {
+            let mut offset = 0;
+            let mut ids = Vec::new();
+            loop {
+                let answer = client.scan(&bucket, offset, 0, &[]).await.expect("scan");
+                for batch in &answer.batches {
+                    ids.extend_from_slice(batch.batch.column(0).as_primitive::<Int64Type>().values());
+                }
+                if answer.next_offset >= answer.high_watermark {
+                    break;
+                }
+                offset = answer.next_offset;
+            }
+            assert_eq!(ids, (0..acked.len() as i64 * 1000).collect::<Vec<_>>());
+            assert_eq!(acked.last().map(|a| a.last_offset + 1), Some(ids.len() as i64));
+        }
+    };
+    check(client.clone()).await;
+    server.kill();
+    let server = ServerProcess::start(dir.path());
+    check(MinkClient::connect(&server.addr).await.expect("reconnect")).await;
+}

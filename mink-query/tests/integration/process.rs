@@ -14,9 +14,23 @@ impl ServerProcess {
     /// Starts `mink server --listen 127.0.0.1:0` over `data_dir` and waits for its
     /// `listening on` line.
     pub fn start(data_dir: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mink"))
-            .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mink"));
+        command.args(["server", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data_dir);
+        Self::spawn(command)
+    }
+
+    /// Like [`ServerProcess::start`], with files limited to `kib` KiB (`ulimit -f`).
+    pub fn start_limited(data_dir: &Path, kib: u64) -> Self {
+        let mut command = Command::new("bash");
+        let script = format!("trap '' XFSZ; ulimit -f {kib}; exec \"$0\" \"$@\"");
+        command
+            .args(["-c", &script, env!("CARGO_BIN_EXE_mink"), "server", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir);
+        Self::spawn(command)
+    }
+
+    fn spawn(mut command: Command) -> Self {
+        let mut child = command
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .spawn()
