@@ -10,9 +10,9 @@ use arrow_flight::{Action, FlightClient, FlightDescriptor, Ticket};
 use bytes::Bytes;
 use futures::{TryStreamExt, stream};
 use mink_core::protocol::{
-    AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CreateTable, DropTable,
-    ListOffsets, ListTables, OffsetReply, ReadTicket, ScanRequest, TableDescriptorProto,
-    TableList, TableRef, WriteHeader, action, decode, list_offsets, read_ticket,
+    AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CreateTable, DropTable, ListOffsets,
+    ListTables, OffsetReply, ReadTicket, ScanRequest, TableDescriptorProto, TableList, TableRef,
+    WriteHeader, action, decode, list_offsets, read_ticket,
 };
 use mink_core::routing::split_by_bucket;
 use mink_core::table::{TableDescriptor, TablePath};
@@ -79,13 +79,19 @@ impl MinkClient {
     }
 
     /// Creates a table; returns it with its `table_id` and derived defaults.
-    pub async fn create_table(&self, table: &TableDescriptor, if_not_exists: bool) -> Result<TableDescriptor> {
+    pub async fn create_table(
+        &self,
+        table: &TableDescriptor,
+        if_not_exists: bool,
+    ) -> Result<TableDescriptor> {
         let request = CreateTable {
             table: Some(TableDescriptorProto::from(table)),
             if_not_exists,
         };
         let body = self.action(action::CREATE_TABLE, request).await?;
-        Ok(TableDescriptor::try_from(decode::<TableDescriptorProto>("table", &body)?)?)
+        Ok(TableDescriptor::try_from(decode::<TableDescriptorProto>(
+            "table", &body,
+        )?)?)
     }
 
     /// Drops a table and its log.
@@ -118,7 +124,9 @@ impl MinkClient {
             table: table.to_string(),
         };
         let body = self.action(action::DESCRIBE_TABLE, request).await?;
-        Ok(TableDescriptor::try_from(decode::<TableDescriptorProto>("table", &body)?)?)
+        Ok(TableDescriptor::try_from(decode::<TableDescriptorProto>(
+            "table", &body,
+        )?)?)
     }
 
     /// Adds a nullable column, creating a new schema version.
@@ -126,7 +134,9 @@ impl MinkClient {
         let body = self
             .action(action::ADD_COLUMN, AddColumn::new(table, field))
             .await?;
-        Ok(TableDescriptor::try_from(decode::<TableDescriptorProto>("table", &body)?)?)
+        Ok(TableDescriptor::try_from(decode::<TableDescriptorProto>(
+            "table", &body,
+        )?)?)
     }
 
     /// Every bucket of a table (of every partition created so far) with its offsets.
@@ -151,7 +161,11 @@ impl MinkClient {
 
     /// Appends batches to one bucket in one DoPut stream; returns one acknowledgement per
     /// batch, each sent by the node only once the batch is durable.
-    pub async fn append(&self, bucket: &BucketId, batches: Vec<RecordBatch>) -> Result<Vec<AppendAck>> {
+    pub async fn append(
+        &self,
+        bucket: &BucketId,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Vec<AppendAck>> {
         let expected = batches.len();
         let header = WriteHeader {
             bucket: Some(bucket.clone()),
@@ -166,7 +180,9 @@ impl MinkClient {
             .do_put(data)
             .await?
             .map_err(ClientError::from)
-            .and_then(|result| async move { Ok(decode::<AppendAck>("AppendAck", &result.app_metadata)?) })
+            .and_then(|result| async move {
+                Ok(decode::<AppendAck>("AppendAck", &result.app_metadata)?)
+            })
             .try_collect()
             .await?;
         if acks.len() != expected {
@@ -181,12 +197,18 @@ impl MinkClient {
     /// Writes a batch (in the table's current schema) to a table: rows are routed to
     /// their buckets and partitions, each bucket's rows appended in one DoPut. Returns the
     /// acknowledgement of each bucket written.
-    pub async fn write(&self, table: &TableDescriptor, batch: &RecordBatch) -> Result<Vec<(BucketId, AppendAck)>> {
+    pub async fn write(
+        &self,
+        table: &TableDescriptor,
+        batch: &RecordBatch,
+    ) -> Result<Vec<(BucketId, AppendAck)>> {
         let round_robin = self.round_robin.fetch_add(1, Ordering::Relaxed);
         let parts = split_by_bucket(table, batch, round_robin)?;
         let writes = parts.into_iter().map(|(bucket, part)| async move {
             let mut acks = self.append(&bucket, vec![part]).await?;
-            let ack = acks.pop().ok_or_else(|| ClientError::Protocol("no acknowledgement".into()))?;
+            let ack = acks
+                .pop()
+                .ok_or_else(|| ClientError::Protocol("no acknowledgement".into()))?;
             Ok::<_, ClientError>((bucket, ack))
         });
         futures::future::try_join_all(writes).await
@@ -195,7 +217,13 @@ impl MinkClient {
     /// Scan: log batches of a bucket from `offset` up to the high watermark, about
     /// `max_bytes` at most (0: the server's default), projected to `columns` (field indexes
     /// of the current schema; empty: all).
-    pub async fn scan(&self, bucket: &BucketId, offset: i64, max_bytes: u64, columns: &[u32]) -> Result<ReadAnswer> {
+    pub async fn scan(
+        &self,
+        bucket: &BucketId,
+        offset: i64,
+        max_bytes: u64,
+        columns: &[u32],
+    ) -> Result<ReadAnswer> {
         let ticket = ReadTicket {
             read: Some(read_ticket::Read::Scan(ScanRequest {
                 bucket: Some(bucket.clone()),

@@ -46,7 +46,10 @@ impl ReadAnswer {
 
 /// Reads one answer from `decoder`: up to the end of the stream, or up to the
 /// [`TailEnd`] that closes a Tail poll.
-pub(crate) async fn read_answer(decoder: &mut FlightDataDecoder, offset: i64) -> Result<ReadAnswer> {
+pub(crate) async fn read_answer(
+    decoder: &mut FlightDataDecoder,
+    offset: i64,
+) -> Result<ReadAnswer> {
     let mut schema: Option<SchemaRef> = None;
     let mut batches = Vec::new();
     let mut end: Option<TailEnd> = None;
@@ -70,7 +73,8 @@ pub(crate) async fn read_answer(decoder: &mut FlightDataDecoder, offset: i64) ->
             }
         }
     }
-    let schema = schema.ok_or_else(|| ClientError::Protocol("an answer without a schema".into()))?;
+    let schema =
+        schema.ok_or_else(|| ClientError::Protocol("an answer without a schema".into()))?;
     let last = batches.last().map(|b| &b.metadata);
     let (next_offset, high_watermark) = match (&end, last) {
         (Some(end), _) => (end.next_offset, end.high_watermark),
@@ -98,7 +102,12 @@ pub struct Tailer {
 impl Tailer {
     /// Waits up to `max_wait` for data at `offset` (at least `min_bytes` of it, if given)
     /// and returns what is there; an empty answer after the wait is normal.
-    pub async fn poll(&mut self, offset: i64, max_wait: Duration, min_bytes: u64) -> Result<ReadAnswer> {
+    pub async fn poll(
+        &mut self,
+        offset: i64,
+        max_wait: Duration,
+        min_bytes: u64,
+    ) -> Result<ReadAnswer> {
         let request = TailRequest {
             bucket: Some(self.bucket.clone()),
             offset,

@@ -103,7 +103,10 @@ impl TableOptions {
             map.insert("log.ttl".into(), format_duration(ttl));
         }
         map.insert("lake.enabled".into(), self.lake_enabled.to_string());
-        map.insert("lake.freshness".into(), format_duration(self.lake_freshness));
+        map.insert(
+            "lake.freshness".into(),
+            format_duration(self.lake_freshness),
+        );
         map
     }
 }
@@ -115,7 +118,9 @@ fn invalid(key: &str, value: &str, expected: &str) -> CoreError {
 /// Parses `500ms`, `30s`, `5m`, `12h`, `7d` (a bare number is seconds).
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let number: u64 = number.parse().ok()?;
     let millis_per_unit: u64 = match unit.trim() {
@@ -126,14 +131,21 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         "d" => 86_400_000,
         _ => return None,
     };
-    number.checked_mul(millis_per_unit).map(Duration::from_millis)
+    number
+        .checked_mul(millis_per_unit)
+        .map(Duration::from_millis)
 }
 
 /// Formats a duration in the largest unit that divides it exactly.
 pub fn format_duration(duration: Duration) -> String {
     let millis = duration.as_millis();
-    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-        if millis != 0 && millis % size == 0 {
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if millis != 0 && millis.is_multiple_of(size) {
             return format!("{}{unit}", millis / size);
         }
     }
@@ -145,7 +157,10 @@ mod tests {
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -182,7 +197,11 @@ mod tests {
         let err = TableOptions::from_map(&map(&[("bucket.num", "0")])).unwrap_err();
         assert!(err.to_string().contains("bucket.num"), "{err}");
         let err = TableOptions::from_map(&map(&[("bucket.nmu", "2")])).unwrap_err();
-        assert!(err.to_string().contains("unknown table option 'bucket.nmu'"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("unknown table option 'bucket.nmu'"),
+            "{err}"
+        );
         assert!(TableOptions::from_map(&map(&[("lake.enabled", "yes")])).is_err());
         assert!(TableOptions::from_map(&map(&[("lake.freshness", "0s")])).is_err());
     }

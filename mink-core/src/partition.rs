@@ -65,12 +65,20 @@ mod tests {
 
     #[test]
     fn names_per_row() {
-        let dt: ArrayRef = Arc::new(StringArray::from(vec![Some("2024-01-01"), Some("a/b=c%"), None]));
+        let dt: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("2024-01-01"),
+            Some("a/b=c%"),
+            None,
+        ]));
         let n: ArrayRef = Arc::new(Int32Array::from(vec![1, 2, 3]));
         let names = partition_names(&["dt".into(), "n".into()], &[dt, n]).unwrap();
         assert_eq!(
             names,
-            vec!["dt=2024-01-01/n=1", "dt=a%2Fb%3Dc%25/n=2", "dt=__null__/n=3"]
+            vec![
+                "dt=2024-01-01/n=1",
+                "dt=a%2Fb%3Dc%25/n=2",
+                "dt=__null__/n=3"
+            ]
         );
     }
 }

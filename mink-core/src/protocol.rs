@@ -544,17 +544,27 @@ mod tests {
     fn descriptor_round_trips_through_proto() {
         let schema = Schema::new(vec![
             Field::new("id", DataType::Int64, false),
-            Field::new("ts", DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into())), true),
+            Field::new(
+                "ts",
+                DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ),
         ]);
         let options = TableOptions {
             bucket_num: 8,
             log_ttl: Some(Duration::from_secs(3600)),
             ..TableOptions::default()
         };
-        let table = TableDescriptor::new(TablePath::new("db", "t"), schema, vec!["id".into()], vec![], options)
-            .unwrap()
-            .with_added_column(Field::new("v", DataType::Utf8, true))
-            .unwrap();
+        let table = TableDescriptor::new(
+            TablePath::new("db", "t"),
+            schema,
+            vec!["id".into()],
+            vec![],
+            options,
+        )
+        .unwrap()
+        .with_added_column(Field::new("v", DataType::Utf8, true))
+        .unwrap();
         let proto = TableDescriptorProto::from(&table);
         round_trip(proto.clone());
         assert_eq!(TableDescriptor::try_from(proto).unwrap(), table);
@@ -562,7 +572,10 @@ mod tests {
 
     #[test]
     fn add_column_carries_one_field() {
-        let request = AddColumn::new(&TablePath::new("db", "t"), Field::new("x", DataType::Int32, true));
+        let request = AddColumn::new(
+            &TablePath::new("db", "t"),
+            Field::new("x", DataType::Int32, true),
+        );
         assert_eq!(request.field().unwrap().name(), "x");
         let bad = AddColumn {
             table: "db.t".into(),

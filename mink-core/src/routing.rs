@@ -37,14 +37,23 @@ pub fn row_addresses(table: &TableDescriptor, batch: &RecordBatch) -> Result<Row
     let buckets = if table.bucket_key.is_empty() {
         None
     } else {
-        Some(bucket_of_rows(&columns_of(&table.bucket_key)?, table.bucket_num)?)
+        Some(bucket_of_rows(
+            &columns_of(&table.bucket_key)?,
+            table.bucket_num,
+        )?)
     };
     let partitions = if table.is_partitioned() {
-        Some(partition_names(&table.partition_keys, &columns_of(&table.partition_keys)?)?)
+        Some(partition_names(
+            &table.partition_keys,
+            &columns_of(&table.partition_keys)?,
+        )?)
     } else {
         None
     };
-    Ok(RowAddresses { buckets, partitions })
+    Ok(RowAddresses {
+        buckets,
+        partitions,
+    })
 }
 
 /// Splits `batch` into one batch per bucket (and partition). Rows of a round-robin table
@@ -62,7 +71,9 @@ pub fn split_by_bucket(
             .buckets
             .as_ref()
             .map_or(round_robin_bucket % table.bucket_num, |b| b[row]);
-        rows.entry((partition, bucket)).or_default().push(row as u32);
+        rows.entry((partition, bucket))
+            .or_default()
+            .push(row as u32);
     }
     let table_name = table.path.to_string();
     rows.into_iter()
@@ -112,7 +123,9 @@ mod tests {
 
     fn batch(table: &TableDescriptor, n: i64) -> RecordBatch {
         let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(0..n));
-        let dts: ArrayRef = Arc::new(StringArray::from_iter_values((0..n).map(|i| format!("d{}", i % 2))));
+        let dts: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..n).map(|i| format!("d{}", i % 2)),
+        ));
         RecordBatch::try_new(Arc::clone(table.schema()), vec![ids, dts]).unwrap()
     }
 
@@ -129,7 +142,13 @@ mod tests {
             let partition = id.partition.as_deref().unwrap();
             assert!(addresses.partitions.unwrap().iter().all(|p| p == partition));
         }
-        assert_eq!(parts.iter().filter(|(id, _)| id.partition.as_deref() == Some("dt=d0")).count(), 4);
+        assert_eq!(
+            parts
+                .iter()
+                .filter(|(id, _)| id.partition.as_deref() == Some("dt=d0"))
+                .count(),
+            4
+        );
     }
 
     #[test]

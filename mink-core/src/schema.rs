@@ -6,6 +6,8 @@
 //! does not name is dropped. This is how the client reads a log whose batches carry
 //! different `schema_id`s, and how the union read lines up lake and log rows.
 
+use std::sync::Arc;
+
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, new_null_array};
 use arrow::compute::cast;
 use arrow::datatypes::SchemaRef;
@@ -27,7 +29,7 @@ pub fn normalize_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<Record
         .fields()
         .iter()
         .map(|field| match batch.column_by_name(field.name()) {
-            Some(column) if column.data_type() == field.data_type() => Ok(column.clone()),
+            Some(column) if column.data_type() == field.data_type() => Ok(Arc::clone(column)),
             Some(column) => cast(column, field.data_type()).map_err(|e| {
                 CoreError::SchemaMismatch(format!(
                     "column '{}' of type {} cannot be read as {}: {e}",
@@ -44,13 +46,15 @@ pub fn normalize_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<Record
         })
         .collect::<Result<Vec<ArrayRef>>>()?;
     let options = RecordBatchOptions::new().with_row_count(Some(rows));
-    Ok(RecordBatch::try_new_with_options(target.clone(), columns, &options)?)
+    Ok(RecordBatch::try_new_with_options(
+        Arc::clone(target),
+        columns,
+        &options,
+    )?)
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use arrow::array::{AsArray, Int32Array, StringArray};
     use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 
@@ -60,7 +64,10 @@ mod tests {
     fn added_columns_are_null_and_promoted_types_cast() {
         let old = RecordBatch::try_from_iter(vec![
             ("a", Arc::new(Int32Array::from(vec![1, 2])) as ArrayRef),
-            ("gone", Arc::new(StringArray::from(vec!["x", "y"])) as ArrayRef),
+            (
+                "gone",
+                Arc::new(StringArray::from(vec!["x", "y"])) as ArrayRef,
+            ),
         ])
         .unwrap();
         let target = Arc::new(Schema::new(vec![
@@ -69,7 +76,10 @@ mod tests {
         ]));
         let normalized = normalize_batch(&old, &target).unwrap();
         assert_eq!(normalized.schema(), target);
-        assert_eq!(normalized.column(0).as_primitive::<Int64Type>().values(), &[1, 2]);
+        assert_eq!(
+            normalized.column(0).as_primitive::<Int64Type>().values(),
+            &[1, 2]
+        );
         assert_eq!(normalized.column(1).null_count(), 2);
     }
 

@@ -127,17 +127,23 @@ impl TableDescriptor {
         path.validate()?;
         check_unique_columns(&schema)?;
         if schema.fields().is_empty() {
-            return Err(CoreError::InvalidTable("a table needs at least one column".into()));
+            return Err(CoreError::InvalidTable(
+                "a table needs at least one column".into(),
+            ));
         }
-        for (what, columns) in [("primary key", &primary_key), ("partition key", &partition_keys)] {
+        for (what, columns) in [
+            ("primary key", &primary_key),
+            ("partition key", &partition_keys),
+        ] {
             check_columns_exist(&schema, what, columns)?;
         }
-        if !primary_key.is_empty() {
-            if let Some(missing) = partition_keys.iter().find(|c| !primary_key.contains(c)) {
-                return Err(CoreError::InvalidTable(format!(
-                    "partition key '{missing}' must be part of the primary key"
-                )));
-            }
+        if let Some(missing) = partition_keys
+            .iter()
+            .find(|c| !primary_key.is_empty() && !primary_key.contains(c))
+        {
+            return Err(CoreError::InvalidTable(format!(
+                "partition key '{missing}' must be part of the primary key"
+            )));
         }
         let bucket_key = match options.bucket_key {
             Some(key) => key,
@@ -406,7 +412,13 @@ mod tests {
         assert_eq!(t2.current().schema_id, 1);
         assert_eq!(t2.schema().fields().len(), 4);
         assert_eq!(t2.schema_version(0).unwrap().schema.fields().len(), 3);
-        assert!(t2.with_added_column(Field::new("w", DataType::Utf8, true)).is_err());
-        assert!(t2.with_added_column(Field::new("x", DataType::Utf8, false)).is_err());
+        assert!(
+            t2.with_added_column(Field::new("w", DataType::Utf8, true))
+                .is_err()
+        );
+        assert!(
+            t2.with_added_column(Field::new("x", DataType::Utf8, false))
+                .is_err()
+        );
     }
 }

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
-use arrow::ipc::writer::{CompressionContext, DictionaryTracker, IpcDataGenerator, IpcWriteOptions};
+use arrow::ipc::writer::{
+    CompressionContext, DictionaryTracker, IpcDataGenerator, IpcWriteOptions,
+};
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
@@ -29,9 +31,9 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
 use mink_core::protocol::{
-    AddColumn, BucketId, BucketList, CreateTable, DropTable, ListOffsets, ListTables,
-    OffsetReply, ReadTicket, ScanBatch, ScanRequest, TableDescriptorProto, TableList, TableRef,
-    TailEnd, TailRequest, WriteHeader, action, decode, read_ticket,
+    AddColumn, BucketId, BucketList, CreateTable, DropTable, ListOffsets, ListTables, OffsetReply,
+    ReadTicket, ScanBatch, ScanRequest, TableDescriptorProto, TableList, TableRef, TailEnd,
+    TailRequest, WriteHeader, action, decode, read_ticket,
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use prost::Message;
@@ -124,9 +126,18 @@ impl BatchEncoder {
         Ok(self.schema_message(&schema))
     }
 
-    fn encode(&mut self, batch: &LogBatch, high_watermark: i64) -> Result<Vec<FlightData>, NodeError> {
+    fn encode(
+        &mut self,
+        batch: &LogBatch,
+        high_watermark: i64,
+    ) -> Result<Vec<FlightData>, NodeError> {
         let width = batch.batch.num_columns();
-        let own: Vec<usize> = self.projection.iter().copied().filter(|&i| i < width).collect();
+        let own: Vec<usize> = self
+            .projection
+            .iter()
+            .copied()
+            .filter(|&i| i < width)
+            .collect();
         let projected = batch.batch.project(&own)?;
         let mut messages = Vec::new();
         if self.schema.as_ref() != Some(projected.schema_ref()) {
@@ -192,7 +203,9 @@ impl MinkFlightService {
             });
         }
         let max_wait = Duration::from_millis(request.max_wait_ms).min(MAX_TAIL_WAIT);
-        tablet.wait_for(request.offset, request.min_bytes, max_wait).await?;
+        tablet
+            .wait_for(request.offset, request.min_bytes, max_wait)
+            .await?;
         let max_bytes = non_zero_or(request.max_bytes, DEFAULT_MAX_BYTES);
         let batches = tablet.read(request.offset, max_bytes).await?;
         let (_, high_watermark) = tablet.offsets();
@@ -215,7 +228,8 @@ impl MinkFlightService {
                 let proto = request.table.ok_or_else(|| {
                     NodeError::InvalidArgument("create_table carries no table".into())
                 })?;
-                let created = node.create_table(TableDescriptor::try_from(proto)?, request.if_not_exists)?;
+                let created =
+                    node.create_table(TableDescriptor::try_from(proto)?, request.if_not_exists)?;
                 describe(&created)
             }
             action::DROP_TABLE => {
@@ -249,7 +263,9 @@ impl MinkFlightService {
             action::LIST_OFFSETS => {
                 let request: ListOffsets = decode("list_offsets", body)?;
                 let spec = request.spec.ok_or_else(|| {
-                    NodeError::InvalidArgument("list_offsets needs Earliest, Latest or Timestamp".into())
+                    NodeError::InvalidArgument(
+                        "list_offsets needs Earliest, Latest or Timestamp".into(),
+                    )
                 })?;
                 let bucket = required_bucket(request.bucket, "list_offsets")?;
                 OffsetReply {
@@ -258,7 +274,9 @@ impl MinkFlightService {
                 .encode_to_vec()
             }
             other => {
-                return Err(NodeError::InvalidArgument(format!("unknown action '{other}'")));
+                return Err(NodeError::InvalidArgument(format!(
+                    "unknown action '{other}'"
+                )));
             }
         })
     }
@@ -291,13 +309,28 @@ fn flight_error_to_status(error: FlightError) -> Status {
 }
 
 const ACTIONS: [(&str, &str); 7] = [
-    (action::CREATE_TABLE, "Create a table (CreateTable -> TableDescriptorProto)"),
+    (
+        action::CREATE_TABLE,
+        "Create a table (CreateTable -> TableDescriptorProto)",
+    ),
     (action::DROP_TABLE, "Drop a table and its log (DropTable)"),
     (action::LIST_TABLES, "List tables (ListTables -> TableList)"),
-    (action::DESCRIBE_TABLE, "Describe a table (TableRef -> TableDescriptorProto)"),
-    (action::ADD_COLUMN, "Add a nullable column (AddColumn -> TableDescriptorProto)"),
-    (action::LIST_BUCKETS, "Buckets and their offsets (TableRef -> BucketList)"),
-    (action::LIST_OFFSETS, "Earliest, latest or timestamp offset (ListOffsets -> OffsetReply)"),
+    (
+        action::DESCRIBE_TABLE,
+        "Describe a table (TableRef -> TableDescriptorProto)",
+    ),
+    (
+        action::ADD_COLUMN,
+        "Add a nullable column (AddColumn -> TableDescriptorProto)",
+    ),
+    (
+        action::LIST_BUCKETS,
+        "Buckets and their offsets (TableRef -> BucketList)",
+    ),
+    (
+        action::LIST_OFFSETS,
+        "Earliest, latest or timestamp offset (ListOffsets -> OffsetReply)",
+    ),
 ];
 
 #[tonic::async_trait]
@@ -321,14 +354,18 @@ impl FlightService for MinkFlightService {
         &self,
         _request: Request<Criteria>,
     ) -> Result<Response<Self::ListFlightsStream>, Status> {
-        Err(Status::unimplemented("list_flights: use the list_tables action"))
+        Err(Status::unimplemented(
+            "list_flights: use the list_tables action",
+        ))
     }
 
     async fn get_flight_info(
         &self,
         _request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        Err(Status::unimplemented("get_flight_info: build a Scan ticket directly"))
+        Err(Status::unimplemented(
+            "get_flight_info: build a Scan ticket directly",
+        ))
     }
 
     async fn poll_flight_info(
@@ -342,16 +379,24 @@ impl FlightService for MinkFlightService {
         &self,
         _request: Request<FlightDescriptor>,
     ) -> Result<Response<SchemaResult>, Status> {
-        Err(Status::unimplemented("get_schema: use the describe_table action"))
+        Err(Status::unimplemented(
+            "get_schema: use the describe_table action",
+        ))
     }
 
-    async fn do_get(&self, request: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
-        let ticket: ReadTicket = decode("ticket", &request.get_ref().ticket).map_err(NodeError::from)?;
+    async fn do_get(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<Response<Self::DoGetStream>, Status> {
+        let ticket: ReadTicket =
+            decode("ticket", &request.get_ref().ticket).map_err(NodeError::from)?;
         let messages = match ticket.read {
             Some(read_ticket::Read::Scan(scan)) => self.scan(scan).await?,
             None => return Err(Status::invalid_argument("the ticket names no read")),
         };
-        Ok(Response::new(stream::iter(messages.into_iter().map(Ok)).boxed()))
+        Ok(Response::new(
+            stream::iter(messages.into_iter().map(Ok)).boxed(),
+        ))
     }
 
     async fn do_put(
@@ -366,7 +411,8 @@ impl FlightService for MinkFlightService {
         let descriptor = first.flight_descriptor.clone().ok_or_else(|| {
             Status::invalid_argument("DoPut needs a FlightDescriptor carrying a WriteHeader")
         })?;
-        let header: WriteHeader = decode("write header", &descriptor.cmd).map_err(NodeError::from)?;
+        let header: WriteHeader =
+            decode("write header", &descriptor.cmd).map_err(NodeError::from)?;
         let bucket = Arc::new(required_bucket(header.bucket, "DoPut")?);
         self.node.check_write_address(&bucket)?;
         let data = stream::once(async { Ok(first) })

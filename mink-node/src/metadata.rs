@@ -180,8 +180,14 @@ mod tests {
 
     fn table(name: &str) -> TableDescriptor {
         let schema = Schema::new(vec![Field::new("a", DataType::Int32, true)]);
-        TableDescriptor::new(TablePath::new("db", name), schema, vec![], vec![], TableOptions::default())
-            .unwrap()
+        TableDescriptor::new(
+            TablePath::new("db", name),
+            schema,
+            vec![],
+            vec![],
+            TableOptions::default(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -191,11 +197,19 @@ mod tests {
         let created = {
             let metadata = Metadata::open(&path).unwrap();
             let created = metadata.create_table(&table("t")).unwrap();
-            assert!(matches!(metadata.create_table(&table("t")), Err(NodeError::TableExists(_))));
-            let evolved = created.with_added_column(Field::new("b", DataType::Utf8, true)).unwrap();
+            assert!(matches!(
+                metadata.create_table(&table("t")),
+                Err(NodeError::TableExists(_))
+            ));
+            let evolved = created
+                .with_added_column(Field::new("b", DataType::Utf8, true))
+                .unwrap();
             metadata.update_table(&evolved).unwrap();
             let p = metadata.ensure_partition(created.table_id, "dt=1").unwrap();
-            assert_eq!(metadata.ensure_partition(created.table_id, "dt=1").unwrap(), p);
+            assert_eq!(
+                metadata.ensure_partition(created.table_id, "dt=1").unwrap(),
+                p
+            );
             evolved
         };
         let metadata = Metadata::open(&path).unwrap();
@@ -204,6 +218,9 @@ mod tests {
         metadata.drop_table(&created.path).unwrap();
         assert!(metadata.load_tables().unwrap().is_empty());
         assert!(metadata.partitions(created.table_id).unwrap().is_empty());
-        assert!(matches!(metadata.drop_table(&created.path), Err(NodeError::TableNotFound(_))));
+        assert!(matches!(
+            metadata.drop_table(&created.path),
+            Err(NodeError::TableNotFound(_))
+        ));
     }
 }

@@ -72,7 +72,9 @@ impl TableState {
         Arc::clone(&self.descriptor.read().unwrap_or_else(|p| p.into_inner()))
     }
 
-    fn partitions(&self) -> std::sync::MutexGuard<'_, BTreeMap<Option<String>, Vec<Arc<LogTablet>>>> {
+    fn partitions(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<Option<String>, Vec<Arc<LogTablet>>>> {
         self.partitions.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -88,7 +90,9 @@ impl Node {
         std::fs::create_dir_all(config.data_dir.join("log"))?;
         let lock = File::create(config.data_dir.join("LOCK"))?;
         if lock.try_lock().is_err() {
-            return Err(NodeError::DataDirLocked(config.data_dir.display().to_string()));
+            return Err(NodeError::DataDirLocked(
+                config.data_dir.display().to_string(),
+            ));
         }
         let metadata = Metadata::open(&config.data_dir.join("meta.db"))?;
         let mut tables = BTreeMap::new();
@@ -96,8 +100,10 @@ impl Node {
             let mut partitions = BTreeMap::new();
             if descriptor.is_partitioned() {
                 for partition in metadata.partitions(descriptor.table_id)? {
-                    let dir = partition_dir(&config.data_dir, &descriptor, Some(partition.partition_id));
-                    let tablets = open_tablets(&descriptor, Some(&partition.name), &dir, &config.log)?;
+                    let dir =
+                        partition_dir(&config.data_dir, &descriptor, Some(partition.partition_id));
+                    let tablets =
+                        open_tablets(&descriptor, Some(&partition.name), &dir, &config.log)?;
                     partitions.insert(Some(partition.name), tablets);
                 }
             } else {
@@ -189,7 +195,11 @@ impl Node {
         tables.remove(path);
         let descriptor = state.descriptor();
         state.partitions().clear();
-        let dir = self.config.data_dir.join("log").join(format!("t{}", descriptor.table_id));
+        let dir = self
+            .config
+            .data_dir
+            .join("log")
+            .join(format!("t{}", descriptor.table_id));
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
             _ => {}
@@ -247,7 +257,10 @@ impl Node {
     }
 
     /// The table and tablet a write goes to, creating its partition on first write.
-    fn tablet_for_write(&self, bucket: &BucketId) -> Result<(Arc<TableDescriptor>, Arc<LogTablet>)> {
+    fn tablet_for_write(
+        &self,
+        bucket: &BucketId,
+    ) -> Result<(Arc<TableDescriptor>, Arc<LogTablet>)> {
         let state = self.table(&TablePath::parse(&bucket.table)?)?;
         let descriptor = state.descriptor();
         check_bucket_address(&descriptor, bucket)?;
@@ -258,7 +271,11 @@ impl Node {
                 .as_deref()
                 .ok_or_else(|| NodeError::BucketNotFound(bucket.to_string()))?;
             let record = self.metadata.ensure_partition(descriptor.table_id, name)?;
-            let dir = partition_dir(&self.config.data_dir, &descriptor, Some(record.partition_id));
+            let dir = partition_dir(
+                &self.config.data_dir,
+                &descriptor,
+                Some(record.partition_id),
+            );
             let tablets = open_tablets(&descriptor, Some(name), &dir, &self.config.log)?;
             info!(table = %descriptor.path, partition = name, "created partition");
             partitions.insert(bucket.partition.clone(), tablets);
@@ -325,7 +342,8 @@ impl Node {
             let Some(ttl) = state.descriptor().log_ttl else {
                 continue;
             };
-            let tablets: Vec<Arc<LogTablet>> = state.partitions().values().flatten().cloned().collect();
+            let tablets: Vec<Arc<LogTablet>> =
+                state.partitions().values().flatten().cloned().collect();
             for tablet in tablets {
                 removed += tablet.enforce_retention(ttl)?;
             }
@@ -350,7 +368,9 @@ fn open_tablets(
 ) -> Result<Vec<Arc<LogTablet>>> {
     let mut log_config = config.clone();
     if let Some(ttl) = table.log_ttl {
-        log_config.segment_max_age = log_config.segment_max_age.min(ttl.max(Duration::from_secs(1)));
+        log_config.segment_max_age = log_config
+            .segment_max_age
+            .min(ttl.max(Duration::from_secs(1)));
     }
     (0..table.bucket_num)
         .map(|bucket| {
@@ -360,7 +380,8 @@ fn open_tablets(
                 bucket,
             }
             .to_string();
-            let tablet = LogTablet::open(label, &dir.join(format!("b{bucket}")), log_config.clone())?;
+            let tablet =
+                LogTablet::open(label, &dir.join(format!("b{bucket}")), log_config.clone())?;
             Ok(Arc::new(tablet))
         })
         .collect()
@@ -424,27 +445,34 @@ fn conform_to_schema(table: &TableDescriptor, batch: RecordBatch) -> Result<Reco
             )));
         }
     }
-    Ok(RecordBatch::try_new(Arc::clone(expected), batch.columns().to_vec())?)
+    Ok(RecordBatch::try_new(
+        Arc::clone(expected),
+        batch.columns().to_vec(),
+    )?)
 }
 
 /// Checks that every row belongs to the addressed bucket and partition.
 fn check_routing(table: &TableDescriptor, bucket: &BucketId, batch: &RecordBatch) -> Result<()> {
     let addresses = row_addresses(table, batch)?;
-    if let Some(buckets) = &addresses.buckets {
-        if let Some((row, actual)) = buckets.iter().enumerate().find(|(_, b)| **b != bucket.bucket) {
-            return Err(NodeError::InvalidArgument(format!(
-                "row {row} belongs to bucket {actual} of table {}, not bucket {}",
-                table.path, bucket.bucket
-            )));
-        }
+    let misrouted = addresses
+        .buckets
+        .iter()
+        .flatten()
+        .enumerate()
+        .find(|(_, b)| **b != bucket.bucket);
+    if let Some((row, actual)) = misrouted {
+        return Err(NodeError::InvalidArgument(format!(
+            "row {row} belongs to bucket {actual} of table {}, not bucket {}",
+            table.path, bucket.bucket
+        )));
     }
-    if let (Some(names), Some(partition)) = (&addresses.partitions, &bucket.partition) {
-        if let Some((row, actual)) = names.iter().enumerate().find(|(_, n)| *n != partition) {
-            return Err(NodeError::InvalidArgument(format!(
-                "row {row} belongs to partition '{actual}' of table {}, not '{partition}'",
-                table.path
-            )));
-        }
+    if let (Some(names), Some(partition)) = (&addresses.partitions, &bucket.partition)
+        && let Some((row, actual)) = names.iter().enumerate().find(|(_, n)| *n != partition)
+    {
+        return Err(NodeError::InvalidArgument(format!(
+            "row {row} belongs to partition '{actual}' of table {}, not '{partition}'",
+            table.path
+        )));
     }
     Ok(())
 }

@@ -229,10 +229,7 @@ async fn load(
     let reader = {
         let table = table.clone();
         let bar = bar.clone();
-        let batch_rows = job.batch_rows;
-        tokio::task::spawn_blocking(move || {
-            pump(batches, &table, batch_rows, count_rows, &bar, &sender)
-        })
+        tokio::task::spawn_blocking(move || pump(batches, &table, count_rows, &bar, &sender))
     };
     let outcome = write_all(
         client,
@@ -337,8 +334,8 @@ fn open_source(
                 .collect();
             check_columns(&names, table.schema()).map_err(mismatch)?;
             let rows = builder.metadata().file_metadata().num_rows();
-            bar.set_length(u64::try_from(rows).unwrap_or(0));
             bar.set_style(bar_style(ROWS_TEMPLATE));
+            bar.set_length(u64::try_from(rows).unwrap_or(0));
             let reader = builder
                 .with_batch_size(batch_rows)
                 .build()
@@ -353,8 +350,8 @@ fn start_bytes(bar: &ProgressBar, file: &File) -> Result<(), CliError> {
     let metadata = file
         .metadata()
         .map_err(CliError::io("reading the file's size"))?;
-    bar.set_length(metadata.len());
     bar.set_style(bar_style(BYTES_TEMPLATE));
+    bar.set_length(metadata.len());
     Ok(())
 }
 
@@ -401,7 +398,6 @@ struct Routed {
 fn pump(
     batches: FileBatches,
     table: &TableDescriptor,
-    batch_rows: usize,
     count_rows: bool,
     bar: &ProgressBar,
     sender: &mpsc::Sender<Result<Routed, CliError>>,
@@ -411,8 +407,9 @@ fn pump(
         let routed = match batch {
             Ok(batch) => {
                 let rows = batch.num_rows();
-                let routed =
-                    route(&batch, table, round_robin).map_err(|e| in_rows(rows_read, rows, &e));
+                let routed = route(&batch, table, round_robin).map_err(|e| {
+                    CliError::Usage(format!("rows {}-{}: {e}", rows_read + 1, rows_read + rows))
+                });
                 rows_read += rows;
                 if count_rows {
                     bar.inc(rows as u64);
@@ -432,15 +429,6 @@ fn pump(
             return;
         }
     }
-}
-
-/// An error about the `rows` rows after the first `before` rows of the file.
-fn in_rows(before: usize, rows: usize, error: &dyn std::fmt::Display) -> CliError {
-    CliError::Usage(format!(
-        "rows {}-{}: {error}",
-        before + 1,
-        before + rows.max(1)
-    ))
 }
 
 /// Conforms a decoded batch to the table's schema and splits it by bucket.
@@ -865,7 +853,10 @@ mod tests {
         let schema = csv_schema(&["ts"], &table).unwrap();
         let offset = DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()));
         assert_eq!(schema.field(0).data_type(), &offset);
-        assert!(schema.field(0).is_nullable(), "NOT NULL is checked after decoding");
+        assert!(
+            schema.field(0).is_nullable(),
+            "NOT NULL is checked after decoding"
+        );
 
         let csv = "ts\n2024-01-01T00:00:01Z\n2024-01-01T02:00:01+02:00\n";
         let mut reader = arrow::csv::ReaderBuilder::new(Arc::new(schema))

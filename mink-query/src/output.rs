@@ -38,7 +38,8 @@ impl BatchPrinter {
         match self.format {
             Format::Table => {
                 if batch.num_rows() > 0 {
-                    let table = arrow::util::pretty::pretty_format_batches(std::slice::from_ref(batch))?;
+                    let table =
+                        arrow::util::pretty::pretty_format_batches(std::slice::from_ref(batch))?;
                     writeln!(stdout, "{table}").map_err(CliError::io("writing to stdout"))?;
                 }
             }

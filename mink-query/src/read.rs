@@ -65,7 +65,9 @@ pub(crate) struct ReadArgs {
 
 pub(crate) async fn run(args: ReadArgs) -> Result<(), CliError> {
     let client = MinkClient::connect(&args.connect).await?;
-    let table = client.describe_table(&TablePath::parse(&args.table)?).await?;
+    let table = client
+        .describe_table(&TablePath::parse(&args.table)?)
+        .await?;
     let columns: Vec<u32> = table
         .column_indices(&args.columns)?
         .into_iter()
@@ -94,13 +96,13 @@ async fn select_buckets(
     table: &TableDescriptor,
     args: &ReadArgs,
 ) -> Result<Vec<(BucketId, i64, i64)>, CliError> {
-    if let Some(bucket) = args.bucket {
-        if bucket >= table.bucket_num {
-            return Err(CliError::Usage(format!(
-                "table {} has {} buckets; there is no bucket {bucket}",
-                table.path, table.bucket_num
-            )));
-        }
+    if let Some(bucket) = args.bucket
+        && bucket >= table.bucket_num
+    {
+        return Err(CliError::Usage(format!(
+            "table {} has {} buckets; there is no bucket {bucket}",
+            table.path, table.bucket_num
+        )));
     }
     let selected: Vec<_> = client
         .list_buckets(&table.path)
@@ -140,7 +142,8 @@ async fn read_log(
             let batch = &read.batch;
             // The first batch may start before `from`; batches past `stop_at` are skipped.
             let skip = (offset - read.metadata.base_offset).max(0) as usize;
-            let keep = ((stop_at - read.metadata.base_offset).max(0) as usize).min(batch.num_rows());
+            let keep =
+                ((stop_at - read.metadata.base_offset).max(0) as usize).min(batch.num_rows());
             if keep > skip {
                 printer.print(&batch.slice(skip, keep - skip))?;
             }

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow::array::{
+    ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use mink_client::MinkClient;
 use mink_core::options::TableOptions;
@@ -62,7 +64,10 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     let demo = if args.demo {
         let client = MinkClient::connect(&address.to_string()).await?;
         let table = create_demo_table(&client).await?;
-        println!("demo: writing to {} (try: mink read --connect {address} --table {} --mode tail)", table.path, table.path);
+        println!(
+            "demo: writing to {} (try: mink read --connect {address} --table {} --mode tail)",
+            table.path, table.path
+        );
         Some(tokio::spawn(write_demo_rows(client, table)))
     } else {
         None
@@ -94,7 +99,11 @@ async fn wait_for_shutdown_signal() {
 async fn create_demo_table(client: &MinkClient) -> Result<TableDescriptor, CliError> {
     let schema = Schema::new(vec![
         Field::new("id", DataType::Int64, false),
-        Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
         Field::new("kind", DataType::Utf8, true),
         Field::new("value", DataType::Float64, true),
     ]);
@@ -103,7 +112,13 @@ async fn create_demo_table(client: &MinkClient) -> Result<TableDescriptor, CliEr
         bucket_key: Some(vec!["id".into()]),
         ..TableOptions::default()
     };
-    let table = TableDescriptor::new(TablePath::new("demo", "events"), schema, vec![], vec![], options)?;
+    let table = TableDescriptor::new(
+        TablePath::new("demo", "events"),
+        schema,
+        vec![],
+        vec![],
+        options,
+    )?;
     Ok(client.create_table(&table, true).await?)
 }
 
@@ -122,11 +137,19 @@ async fn write_demo_rows(client: MinkClient, table: TableDescriptor) {
         let columns: Vec<ArrayRef> = vec![
             Arc::new(Int64Array::from(ids.clone())),
             Arc::new(TimestampMicrosecondArray::from(vec![now; ids.len()]).with_timezone("UTC")),
-            Arc::new(StringArray::from_iter_values(ids.iter().map(|i| KINDS[(*i % 4) as usize]))),
-            Arc::new(Float64Array::from_iter_values(ids.iter().map(|i| (*i % 97) as f64 * 1.5))),
+            Arc::new(StringArray::from_iter_values(
+                ids.iter().map(|i| KINDS[(*i % 4) as usize]),
+            )),
+            Arc::new(Float64Array::from_iter_values(
+                ids.iter().map(|i| (*i % 97) as f64 * 1.5),
+            )),
         ];
         let written = match RecordBatch::try_new(Arc::clone(table.schema()), columns) {
-            Ok(batch) => client.write(&table, &batch).await.map(|_| ()).map_err(CliError::from),
+            Ok(batch) => client
+                .write(&table, &batch)
+                .await
+                .map(|_| ())
+                .map_err(CliError::from),
             Err(e) => Err(e.into()),
         };
         if let Err(error) = written {

@@ -37,8 +37,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 
 use self::cache::LogCache;
-use self::segment::{FrameHeader, HEADER_LEN};
 pub(crate) use self::segment::StoredBatch;
+use self::segment::{FrameHeader, HEADER_LEN};
 use crate::error::{NodeError, Result};
 
 /// How a tablet stores its log.
@@ -162,7 +162,9 @@ impl LogTablet {
         changes: Option<Vec<u8>>,
     ) -> Result<AppendAck> {
         if batch.num_rows() == 0 {
-            return Err(NodeError::InvalidArgument("an empty batch cannot be appended".into()));
+            return Err(NodeError::InvalidArgument(
+                "an empty batch cannot be appended".into(),
+            ));
         }
         let (reply, ack) = oneshot::channel();
         let request = AppendRequest {
@@ -206,7 +208,9 @@ impl LogTablet {
                 high_watermark: state.high_watermark,
             });
         }
-        let first = state.batches.partition_point(|(h, _)| h.last_offset() < offset);
+        let first = state
+            .batches
+            .partition_point(|(h, _)| h.last_offset() < offset);
         let mut plan = Vec::new();
         let mut bytes = 0u64;
         for (header, segment) in state.batches.range(first..) {
@@ -248,7 +252,9 @@ impl LogTablet {
 
     fn bytes_available(&self, offset: i64) -> u64 {
         let state = self.shared.read_state();
-        let first = state.batches.partition_point(|(h, _)| h.last_offset() < offset);
+        let first = state
+            .batches
+            .partition_point(|(h, _)| h.last_offset() < offset);
         state
             .batches
             .range(first..)
@@ -266,7 +272,9 @@ impl LogTablet {
         state
             .batches
             .get(index)
-            .map_or(state.high_watermark, |(h, _)| h.base_offset.max(state.log_start))
+            .map_or(state.high_watermark, |(h, _)| {
+                h.base_offset.max(state.log_start)
+            })
     }
 
     /// Deletes the sealed segments whose every batch is older than `ttl`; returns how many.
@@ -274,10 +282,7 @@ impl LogTablet {
         let cutoff = now_ms() - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let mut state = self.shared.write_state();
         let mut removed = 0;
-        loop {
-            let Some(&(_, segment)) = state.batches.front() else {
-                break;
-            };
+        while let Some(&(_, segment)) = state.batches.front() {
             if segment == state.active_segment {
                 break;
             }
@@ -305,11 +310,15 @@ impl LogTablet {
 
 impl Shared {
     fn read_state(&self) -> std::sync::RwLockReadGuard<'_, LogState> {
-        self.state.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn write_state(&self) -> std::sync::RwLockWriteGuard<'_, LogState> {
-        self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -381,7 +390,10 @@ fn read_planned(dir: &Path, label: &str, plan: Vec<PlannedBatch>) -> Result<Vec<
 }
 
 fn remove_segment_files(dir: &Path, base: i64) -> Result<()> {
-    for path in [segment::segment_path(dir, base), segment::index_path(dir, base)] {
+    for path in [
+        segment::segment_path(dir, base),
+        segment::index_path(dir, base),
+    ] {
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
             _ => {}
@@ -466,7 +478,9 @@ fn recover(label: &str, dir: &Path) -> Result<Recovered> {
             )));
         }
         let is_active = i + 1 == bases.len();
-        let sealed_index = (!is_active).then(|| segment::read_index(dir, base)).flatten();
+        let sealed_index = (!is_active)
+            .then(|| segment::read_index(dir, base))
+            .flatten();
         let frames = match sealed_index {
             Some(frames) => frames,
             None => {
@@ -479,7 +493,12 @@ fn recover(label: &str, dir: &Path) -> Result<Recovered> {
                             outcome.valid_len
                         )));
                     }
-                    warn!(bucket = label, segment = base, valid_len = outcome.valid_len, "truncating a torn log tail");
+                    warn!(
+                        bucket = label,
+                        segment = base,
+                        valid_len = outcome.valid_len,
+                        "truncating a torn log tail"
+                    );
                     let file = OpenOptions::new().write(true).open(&path)?;
                     file.set_len(outcome.valid_len)?;
                     file.sync_all()?;
@@ -503,7 +522,12 @@ fn recover(label: &str, dir: &Path) -> Result<Recovered> {
                 .map(|(f, _)| *f)
                 .collect();
             let _ = std::fs::remove_file(segment::index_path(dir, base));
-            ActiveSegment { base, file, len, frames }
+            ActiveSegment {
+                base,
+                file,
+                len,
+                frames,
+            }
         }
         None => ActiveSegment::create(dir, 0)?,
     };
@@ -642,7 +666,8 @@ impl Appender {
             return Ok(());
         };
         let age = now_ms() - first.commit_timestamp;
-        let too_old = age > i64::try_from(self.config.segment_max_age.as_millis()).unwrap_or(i64::MAX);
+        let too_old =
+            age > i64::try_from(self.config.segment_max_age.as_millis()).unwrap_or(i64::MAX);
         if self.active.len < self.config.segment_bytes && !too_old {
             return Ok(());
         }

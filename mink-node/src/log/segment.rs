@@ -105,12 +105,8 @@ pub(crate) fn encode_frame(header: &mut FrameHeader, stored: &StoredBatch) -> Re
 
 /// Decodes the payload of a frame whose header is known.
 pub(crate) fn decode_payload(header: &FrameHeader, payload: &[u8]) -> Result<StoredBatch> {
-    let corrupt = |what: &str| {
-        NodeError::Corrupt(format!(
-            "batch at offset {}: {what}",
-            header.base_offset
-        ))
-    };
+    let corrupt =
+        |what: &str| NodeError::Corrupt(format!("batch at offset {}: {what}", header.base_offset));
     let (changes, ipc) = if header.has_changes {
         let n = header.records as usize;
         if payload.len() < n {
@@ -120,8 +116,8 @@ pub(crate) fn decode_payload(header: &FrameHeader, payload: &[u8]) -> Result<Sto
     } else {
         (None, payload)
     };
-    let mut reader = StreamReader::try_new(ipc, None)
-        .map_err(|e| corrupt(&format!("Arrow IPC: {e}")))?;
+    let mut reader =
+        StreamReader::try_new(ipc, None).map_err(|e| corrupt(&format!("Arrow IPC: {e}")))?;
     let batch = reader
         .next()
         .ok_or_else(|| corrupt("no Arrow batch"))?
@@ -252,7 +248,9 @@ pub(crate) fn write_index(dir: &Path, base_offset: i64, frames: &[FrameHeader]) 
 /// against the segment's length (the caller scans the segment instead).
 pub(crate) fn read_index(dir: &Path, base_offset: i64) -> Option<Vec<FrameHeader>> {
     let bytes = std::fs::read(index_path(dir, base_offset)).ok()?;
-    let segment_len = std::fs::metadata(segment_path(dir, base_offset)).ok()?.len();
+    let segment_len = std::fs::metadata(segment_path(dir, base_offset))
+        .ok()?
+        .len();
     let (entries, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
     if entries.len() % INDEX_ENTRY_LEN != 0
         || crc32fast::hash(entries) != u32::from_le_bytes(crc.try_into().ok()?)
@@ -332,7 +330,8 @@ mod tests {
         assert!(!outcome.torn);
         let second = frames[1];
         let start = (second.position as usize) + HEADER_LEN;
-        let decoded = decode_payload(&second, &bytes[start..start + second.payload_len as usize]).unwrap();
+        let decoded =
+            decode_payload(&second, &bytes[start..start + second.payload_len as usize]).unwrap();
         assert_eq!(decoded.changes, Some(vec![0]));
         assert_eq!(decoded.batch.num_rows(), 1);
     }

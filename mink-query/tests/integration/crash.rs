@@ -28,11 +28,18 @@ async fn kill_9_during_writes_loses_nothing_acknowledged() {
     let acked: Arc<Mutex<Vec<(u32, AppendAck, i64)>>> = Arc::default();
     let mut writers = Vec::new();
     for writer in 0..2i64 {
-        let (client, table, sent, acked) = (client.clone(), table.clone(), Arc::clone(&sent), Arc::clone(&acked));
+        let (client, table, sent, acked) = (
+            client.clone(),
+            table.clone(),
+            Arc::clone(&sent),
+            Arc::clone(&acked),
+        );
         writers.push(tokio::spawn(async move {
             let bucket = writer as u32;
             for round in 0i64.. {
-                let firsts: Vec<i64> = (0..4).map(|k| (writer * 1_000_000_000) + (round * 4 + k) * 1000).collect();
+                let firsts: Vec<i64> = (0..4)
+                    .map(|k| (writer * 1_000_000_000) + (round * 4 + k) * 1000)
+                    .collect();
                 let batches: Vec<_> = firsts
                     .iter()
                     .map(|first| {
@@ -41,10 +48,17 @@ async fn kill_9_during_writes_loses_nothing_acknowledged() {
                         events(&table, &(*first..*first + len as i64).collect::<Vec<_>>())
                     })
                     .collect();
-                match client.append(&BucketId::new(&table.path, bucket), batches).await {
+                match client
+                    .append(&BucketId::new(&table.path, bucket), batches)
+                    .await
+                {
                     Ok(acks) => {
                         let mut acked = acked.lock().expect("lock");
-                        acked.extend(acks.into_iter().zip(firsts).map(|(ack, first)| (bucket, ack, first)));
+                        acked.extend(
+                            acks.into_iter()
+                                .zip(firsts)
+                                .map(|(ack, first)| (bucket, ack, first)),
+                        );
                     }
                     Err(_) => return,
                 }
@@ -57,7 +71,11 @@ async fn kill_9_during_writes_loses_nothing_acknowledged() {
         writer.await.expect("writer ends once the server is gone");
     }
     let acked = acked.lock().expect("lock").clone();
-    assert!(acked.len() > 10, "the writers got going before the kill ({} acks)", acked.len());
+    assert!(
+        acked.len() > 10,
+        "the writers got going before the kill ({} acks)",
+        acked.len()
+    );
 
     let server = ServerProcess::start(dir.path());
     let client = MinkClient::connect(&server.addr).await.expect("reconnect");
@@ -67,12 +85,28 @@ async fn kill_9_during_writes_loses_nothing_acknowledged() {
         let mut read: BTreeMap<i64, i64> = BTreeMap::new();
         let mut offset = 0;
         loop {
-            let answer = client.scan(&bucket_id, offset, 0, &[]).await.expect("scan after restart");
+            let answer = client
+                .scan(&bucket_id, offset, 0, &[])
+                .await
+                .expect("scan after restart");
             for batch in &answer.batches {
-                let ids = batch.batch.column(0).as_primitive::<Int64Type>().values().to_vec();
+                let ids = batch
+                    .batch
+                    .column(0)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec();
                 let first = ids[0];
-                assert_eq!(sent.get(&first), Some(&ids.len()), "batch at {} is a whole sent batch", batch.metadata.base_offset);
-                assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "batch rows are intact");
+                assert_eq!(
+                    sent.get(&first),
+                    Some(&ids.len()),
+                    "batch at {} is a whole sent batch",
+                    batch.metadata.base_offset
+                );
+                assert!(
+                    ids.windows(2).all(|w| w[1] == w[0] + 1),
+                    "batch rows are intact"
+                );
                 for (i, id) in ids.into_iter().enumerate() {
                     read.insert(batch.metadata.base_offset + i as i64, id);
                 }
@@ -84,7 +118,11 @@ async fn kill_9_during_writes_loses_nothing_acknowledged() {
         }
         for (_, ack, first) in acked.iter().filter(|(b, ..)| *b == bucket) {
             for (i, offset) in (ack.base_offset..=ack.last_offset).enumerate() {
-                assert_eq!(read.get(&offset), Some(&(first + i as i64)), "acknowledged offset {offset} of bucket {bucket}");
+                assert_eq!(
+                    read.get(&offset),
+                    Some(&(first + i as i64)),
+                    "acknowledged offset {offset} of bucket {bucket}"
+                );
             }
         }
     }
@@ -98,7 +136,10 @@ async fn a_full_disk_fails_the_write_and_keeps_everything_acknowledged() {
     let dir = tempfile::tempdir().expect("temp dir");
     let server = ServerProcess::start_limited(dir.path(), 1024);
     let client = MinkClient::connect(&server.addr).await.expect("connect");
-    let table = client.create_table(&events_table("full", 1, TableOptions::default()), false).await.expect("create");
+    let table = client
+        .create_table(&events_table("full", 1, TableOptions::default()), false)
+        .await
+        .expect("create");
     let bucket = BucketId::new(&table.path, 0);
     let mut acked = Vec::new();
     let error = loop {
@@ -110,7 +151,11 @@ async fn a_full_disk_fails_the_write_and_keeps_everything_acknowledged() {
         }
         assert!(acked.len() < 10_000, "the size limit never hit");
     };
-    assert_eq!(error.code(), Some(tonic::Code::ResourceExhausted), "{error}");
+    assert_eq!(
+        error.code(),
+        Some(tonic::Code::ResourceExhausted),
+        "{error}"
+    );
     assert!(error.to_string().contains("no space"), "{error}");
 
     // Still serving, with exactly the acknowledged rows.
@@ -123,7 +168,9 @@ async fn a_full_disk_fails_the_write_and_keeps_everything_acknowledged() {
             loop {
                 let answer = client.scan(&bucket, offset, 0, &[]).await.expect("scan");
                 for batch in &answer.batches {
-                    ids.extend_from_slice(batch.batch.column(0).as_primitive::<Int64Type>().values());
+                    ids.extend_from_slice(
+                        batch.batch.column(0).as_primitive::<Int64Type>().values(),
+                    );
                 }
                 if answer.next_offset >= answer.high_watermark {
                     break;
@@ -131,7 +178,10 @@ async fn a_full_disk_fails_the_write_and_keeps_everything_acknowledged() {
                 offset = answer.next_offset;
             }
             assert_eq!(ids, (0..acked.len() as i64 * 1000).collect::<Vec<_>>());
-            assert_eq!(acked.last().map(|a| a.last_offset + 1), Some(ids.len() as i64));
+            assert_eq!(
+                acked.last().map(|a| a.last_offset + 1),
+                Some(ids.len() as i64)
+            );
         }
     };
     check(client.clone()).await;

@@ -20,6 +20,9 @@ use crate::support::{TestNode, events, events_table, seed};
 /// One row as the model keeps it: id, name, and the column added mid-history.
 type Row = (i64, Option<String>, Option<i32>);
 
+/// An acknowledged batch: base offset, rows, and the wall-clock window of its append.
+type AckedBatch = (i64, Vec<Row>, i64, i64);
+
 /// What one bucket's log must contain.
 #[derive(Debug, Default)]
 struct BucketModel {
@@ -30,29 +33,46 @@ struct BucketModel {
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_millis() as i64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
 }
 
 fn batch_of(table: &TableDescriptor, rows: &[Row]) -> RecordBatch {
     let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0)));
-    let names: ArrayRef = Arc::new(StringArray::from(rows.iter().map(|r| r.1.clone()).collect::<Vec<_>>()));
+    let names: ArrayRef = Arc::new(StringArray::from(
+        rows.iter().map(|r| r.1.clone()).collect::<Vec<_>>(),
+    ));
     let mut columns = vec![ids, names];
     if table.schema().fields().len() == 3 {
-        columns.push(Arc::new(Int32Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())));
+        columns.push(Arc::new(Int32Array::from(
+            rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+        )));
     }
     RecordBatch::try_new(Arc::clone(table.schema()), columns).expect("batch")
 }
 
 fn rows_of(batch: &RecordBatch) -> Vec<Row> {
-    let ids = batch.column_by_name("id").map(|c| c.as_primitive::<Int64Type>().clone());
-    let names = batch.column_by_name("name").map(|c| c.as_string::<i32>().clone());
-    let scores = batch.column_by_name("score").map(|c| c.as_primitive::<Int32Type>().clone());
+    let ids = batch
+        .column_by_name("id")
+        .map(|c| c.as_primitive::<Int64Type>().clone());
+    let names = batch
+        .column_by_name("name")
+        .map(|c| c.as_string::<i32>().clone());
+    let scores = batch
+        .column_by_name("score")
+        .map(|c| c.as_primitive::<Int32Type>().clone());
     (0..batch.num_rows())
         .map(|i| {
             (
                 ids.as_ref().map_or(0, |c| c.value(i)),
-                names.as_ref().and_then(|c| c.is_valid(i).then(|| c.value(i).to_string())),
-                scores.as_ref().and_then(|c| c.is_valid(i).then(|| c.value(i))),
+                names
+                    .as_ref()
+                    .and_then(|c| c.is_valid(i).then(|| c.value(i).to_string())),
+                scores
+                    .as_ref()
+                    .and_then(|c| c.is_valid(i).then(|| c.value(i))),
             )
         })
         .collect()
@@ -63,7 +83,9 @@ fn random_rows(rng: &mut StdRng, next_id: &mut i64, with_score: bool) -> Vec<Row
     (0..n)
         .map(|_| {
             *next_id += 1;
-            let name = rng.random_bool(0.9).then(|| format!("n{}", rng.random_range(0..1_000_000)));
+            let name = rng
+                .random_bool(0.9)
+                .then(|| format!("n{}", rng.random_range(0..1_000_000)));
             let score = (with_score && rng.random_bool(0.8)).then(|| rng.random_range(-100..100));
             (*next_id, name, score)
         })
@@ -71,17 +93,32 @@ fn random_rows(rng: &mut StdRng, next_id: &mut i64, with_score: bool) -> Vec<Row
 }
 
 /// Reads `[from, high watermark)` of a bucket with the given projection and max_bytes.
-async fn read_range(client: &MinkClient, bucket: &BucketId, from: i64, max_bytes: u64, columns: &[u32]) -> (BTreeMap<i64, Row>, Vec<(i64, i64)>) {
+async fn read_range(
+    client: &MinkClient,
+    bucket: &BucketId,
+    from: i64,
+    max_bytes: u64,
+    columns: &[u32],
+) -> (BTreeMap<i64, Row>, Vec<(i64, i64)>) {
     let mut rows = BTreeMap::new();
     let mut batches = Vec::new();
     let mut offset = from;
     loop {
-        let answer = client.scan(bucket, offset, max_bytes, columns).await.expect("scan");
+        let answer = client
+            .scan(bucket, offset, max_bytes, columns)
+            .await
+            .expect("scan");
         for read in &answer.batches {
             let meta = &read.metadata;
             assert!(meta.base_offset <= offset.max(meta.base_offset));
-            assert_eq!(meta.last_offset - meta.base_offset + 1, read.batch.num_rows() as i64);
-            assert!(meta.last_offset < meta.high_watermark, "a row past the high watermark");
+            assert_eq!(
+                meta.last_offset - meta.base_offset + 1,
+                read.batch.num_rows() as i64
+            );
+            assert!(
+                meta.last_offset < meta.high_watermark,
+                "a row past the high watermark"
+            );
             assert_eq!(read.batch.schema(), answer.schema, "batches are normalized");
             batches.push((meta.base_offset, meta.commit_timestamp));
             for (i, row) in rows_of(&read.batch).into_iter().enumerate() {
@@ -109,23 +146,51 @@ fn project(row: &Row, columns: &[u32], width: usize) -> Row {
     )
 }
 
-async fn check(client: &MinkClient, table: &TableDescriptor, models: &[BucketModel], rng: &mut StdRng, step: usize) {
+async fn check(
+    client: &MinkClient,
+    table: &TableDescriptor,
+    models: &[BucketModel],
+    rng: &mut StdRng,
+    step: usize,
+) {
     let width = table.schema().fields().len();
     for (b, model) in models.iter().enumerate() {
         let bucket = BucketId::new(&table.path, b as u32);
-        let earliest = client.list_offsets(&bucket, Spec::Earliest(true)).await.expect("earliest");
-        let latest = client.list_offsets(&bucket, Spec::Latest(true)).await.expect("latest");
-        assert_eq!((earliest, latest), (0, model.high_watermark), "step {step} bucket {b} offsets");
+        let earliest = client
+            .list_offsets(&bucket, Spec::Earliest(true))
+            .await
+            .expect("earliest");
+        let latest = client
+            .list_offsets(&bucket, Spec::Latest(true))
+            .await
+            .expect("latest");
+        assert_eq!(
+            (earliest, latest),
+            (0, model.high_watermark),
+            "step {step} bucket {b} offsets"
+        );
 
         let (rows, batches) = read_range(client, &bucket, 0, 0, &[]).await;
-        assert_eq!(rows, model.rows, "step {step} bucket {b}: full scan differs from the model");
+        assert_eq!(
+            rows, model.rows,
+            "step {step} bucket {b}: full scan differs from the model"
+        );
         let bases: Vec<i64> = batches.iter().map(|(base, _)| *base).collect();
         let model_bases: Vec<i64> = model.batches.iter().map(|(base, _, _)| *base).collect();
-        assert_eq!(bases, model_bases, "step {step} bucket {b}: batch boundaries");
+        assert_eq!(
+            bases, model_bases,
+            "step {step} bucket {b}: batch boundaries"
+        );
         for ((_, ts), (base, earliest, latest)) in batches.iter().zip(&model.batches) {
-            assert!((*earliest..=*latest).contains(ts), "batch {base} committed at {ts}, outside [{earliest}, {latest}]");
+            assert!(
+                (*earliest..=*latest).contains(ts),
+                "batch {base} committed at {ts}, outside [{earliest}, {latest}]"
+            );
         }
-        assert!(batches.windows(2).all(|w| w[0].1 <= w[1].1), "commit timestamps are monotonic");
+        assert!(
+            batches.windows(2).all(|w| w[0].1 <= w[1].1),
+            "commit timestamps are monotonic"
+        );
 
         // A partial read: random start, small max_bytes, random projection.
         let from = rng.random_range(0..=model.high_watermark);
@@ -137,16 +202,32 @@ async fn check(client: &MinkClient, table: &TableDescriptor, models: &[BucketMod
         };
         let max_bytes = rng.random_range(1..20_000);
         let (rows, _) = read_range(client, &bucket, from, max_bytes, &columns).await;
-        let expected: BTreeMap<i64, Row> = model.rows.range(from..).map(|(o, r)| (*o, project(r, &columns, width))).collect();
-        assert_eq!(rows, expected, "step {step} bucket {b}: scan from {from} columns {columns:?}");
+        let expected: BTreeMap<i64, Row> = model
+            .rows
+            .range(from..)
+            .map(|(o, r)| (*o, project(r, &columns, width)))
+            .collect();
+        assert_eq!(
+            rows, expected,
+            "step {step} bucket {b}: scan from {from} columns {columns:?}"
+        );
 
         // list_offsets by timestamp against the batches' commit times.
         let mut probes: Vec<i64> = batches.iter().flat_map(|(_, ts)| [*ts, ts + 1]).collect();
         probes.extend([0, i64::MAX / 2]);
         for probe in probes {
-            let expected = batches.iter().find(|(_, ts)| *ts >= probe).map_or(model.high_watermark, |(base, _)| *base);
-            let found = client.list_offsets(&bucket, Spec::Timestamp(probe)).await.expect("timestamp");
-            assert_eq!(found, expected, "step {step} bucket {b}: offset at timestamp {probe}");
+            let expected = batches
+                .iter()
+                .find(|(_, ts)| *ts >= probe)
+                .map_or(model.high_watermark, |(base, _)| *base);
+            let found = client
+                .list_offsets(&bucket, Spec::Timestamp(probe))
+                .await
+                .expect("timestamp");
+            assert_eq!(
+                found, expected,
+                "step {step} bucket {b}: offset at timestamp {probe}"
+            );
         }
     }
 }
@@ -159,7 +240,11 @@ async fn random_histories_match_the_model() {
     let buckets = 3;
     let mut table = events_table("history", buckets, TableOptions::default());
     table.bucket_key.clear(); // round robin: the test chooses each batch's bucket
-    let mut table = node.client.create_table(&table, false).await.expect("create");
+    let mut table = node
+        .client
+        .create_table(&table, false)
+        .await
+        .expect("create");
     let mut models: Vec<BucketModel> = (0..buckets).map(|_| BucketModel::default()).collect();
     let mut next_id = 0;
     for step in 0..40 {
@@ -171,14 +256,20 @@ async fn random_histories_match_the_model() {
                 for _ in 0..writers {
                     let bucket = rng.random_range(0..buckets);
                     let batches: Vec<Vec<Row>> = (0..rng.random_range(1..=4))
-                        .map(|_| random_rows(&mut rng, &mut next_id, table.schema().fields().len() == 3))
+                        .map(|_| {
+                            random_rows(&mut rng, &mut next_id, table.schema().fields().len() == 3)
+                        })
                         .collect();
                     let client = node.client.clone();
                     let table = table.clone();
                     tasks.push(tokio::spawn(async move {
                         let before = now_ms();
-                        let arrow: Vec<RecordBatch> = batches.iter().map(|rows| batch_of(&table, rows)).collect();
-                        let acks = client.append(&BucketId::new(&table.path, bucket), arrow).await.expect("append");
+                        let arrow: Vec<RecordBatch> =
+                            batches.iter().map(|rows| batch_of(&table, rows)).collect();
+                        let acks = client
+                            .append(&BucketId::new(&table.path, bucket), arrow)
+                            .await
+                            .expect("append");
                         (bucket, batches, acks, before, now_ms())
                     }));
                 }
@@ -186,19 +277,30 @@ async fn random_histories_match_the_model() {
                 for task in tasks {
                     results.push(task.await.expect("writer"));
                 }
-                let mut by_bucket: BTreeMap<u32, Vec<(i64, Vec<Row>, i64, i64)>> = BTreeMap::new();
+                let mut by_bucket: BTreeMap<u32, Vec<AckedBatch>> = BTreeMap::new();
                 for (bucket, batches, acks, before, after) in results {
-                    assert!(acks.windows(2).all(|w| w[0].last_offset < w[1].base_offset), "one stream's acks are ordered");
+                    assert!(
+                        acks.windows(2).all(|w| w[0].last_offset < w[1].base_offset),
+                        "one stream's acks are ordered"
+                    );
                     for (rows, ack) in batches.into_iter().zip(acks) {
                         assert_eq!(ack.last_offset - ack.base_offset + 1, rows.len() as i64);
-                        by_bucket.entry(bucket).or_default().push((ack.base_offset, rows, before, after));
+                        by_bucket.entry(bucket).or_default().push((
+                            ack.base_offset,
+                            rows,
+                            before,
+                            after,
+                        ));
                     }
                 }
                 for (bucket, mut batches) in by_bucket {
                     batches.sort_by_key(|(base, ..)| *base);
                     let model = &mut models[bucket as usize];
                     for (base, rows, before, after) in batches {
-                        assert_eq!(base, model.high_watermark, "step {step}: acknowledged offsets are dense");
+                        assert_eq!(
+                            base, model.high_watermark,
+                            "step {step}: acknowledged offsets are dense"
+                        );
                         model.batches.push((base, before, after));
                         for (i, row) in rows.into_iter().enumerate() {
                             model.rows.insert(base + i as i64, row);
@@ -229,25 +331,55 @@ async fn retention_moves_log_start_past_expired_segments() {
         log_ttl: Some(Duration::from_secs(1)),
         ..TableOptions::default()
     };
-    let table = node.client.create_table(&events_table("ttl", 1, options), false).await.expect("create");
+    let table = node
+        .client
+        .create_table(&events_table("ttl", 1, options), false)
+        .await
+        .expect("create");
     let bucket = BucketId::new(&table.path, 0);
     for chunk in 0..5 {
         let ids: Vec<i64> = (chunk * 100..chunk * 100 + 100).collect();
-        node.client.append(&bucket, vec![events(&table, &ids)]).await.expect("append");
+        node.client
+            .append(&bucket, vec![events(&table, &ids)])
+            .await
+            .expect("append");
     }
     tokio::time::sleep(Duration::from_millis(1200)).await;
     // The active segment is now older than the TTL: this write starts a new segment.
-    let fresh = node.client.append(&bucket, vec![events(&table, &[1000, 1001])]).await.expect("append");
+    let fresh = node
+        .client
+        .append(&bucket, vec![events(&table, &[1000, 1001])])
+        .await
+        .expect("append");
     let removed = node.node().enforce_retention().expect("retention");
     assert!(removed >= 1, "expired segments are removed");
-    let earliest = node.client.list_offsets(&bucket, Spec::Earliest(true)).await.expect("earliest");
+    let earliest = node
+        .client
+        .list_offsets(&bucket, Spec::Earliest(true))
+        .await
+        .expect("earliest");
     assert_eq!(earliest, fresh[0].base_offset);
-    let err = node.client.scan(&bucket, 0, 0, &[]).await.expect_err("below log_start");
+    let err = node
+        .client
+        .scan(&bucket, 0, 0, &[])
+        .await
+        .expect_err("below log_start");
     assert_eq!(err.code(), Some(Code::OutOfRange), "{err}");
     assert!(err.to_string().contains("out of range"), "{err}");
-    let answer = node.client.scan(&bucket, earliest, 0, &[]).await.expect("scan");
-    let ids: Vec<i64> = answer.batches.iter().flat_map(|b| rows_of(&b.batch)).map(|r| r.0).collect();
+    let answer = node
+        .client
+        .scan(&bucket, earliest, 0, &[])
+        .await
+        .expect("scan");
+    let ids: Vec<i64> = answer
+        .batches
+        .iter()
+        .flat_map(|b| rows_of(&b.batch))
+        .map(|r| r.0)
+        .collect();
     assert_eq!(ids, vec![1000, 1001]);
-    let files = std::fs::read_dir(node.dir.path().join("log")).expect("log dir").count();
+    let files = std::fs::read_dir(node.dir.path().join("log"))
+        .expect("log dir")
+        .count();
     assert_eq!(files, 1, "one table directory");
 }

@@ -5,26 +5,36 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 /// A `mink server` process listening on a loopback port it chose.
-pub struct ServerProcess {
+pub(crate) struct ServerProcess {
     child: Child,
-    pub addr: String,
+    pub(crate) addr: String,
 }
 
 impl ServerProcess {
     /// Starts `mink server --listen 127.0.0.1:0` over `data_dir` and waits for its
     /// `listening on` line.
-    pub fn start(data_dir: &Path) -> Self {
+    pub(crate) fn start(data_dir: &Path) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_mink"));
-        command.args(["server", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data_dir);
+        command
+            .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir);
         Self::spawn(command)
     }
 
     /// Like [`ServerProcess::start`], with files limited to `kib` KiB (`ulimit -f`).
-    pub fn start_limited(data_dir: &Path, kib: u64) -> Self {
+    pub(crate) fn start_limited(data_dir: &Path, kib: u64) -> Self {
         let mut command = Command::new("bash");
         let script = format!("trap '' XFSZ; ulimit -f {kib}; exec \"$0\" \"$@\"");
         command
-            .args(["-c", &script, env!("CARGO_BIN_EXE_mink"), "server", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "-c",
+                &script,
+                env!("CARGO_BIN_EXE_mink"),
+                "server",
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(data_dir);
         Self::spawn(command)
     }
@@ -37,7 +47,9 @@ impl ServerProcess {
             .expect("start mink server");
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("read the first line");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the first line");
         let addr = line
             .trim()
             .strip_prefix("mink node listening on ")
@@ -47,7 +59,7 @@ impl ServerProcess {
     }
 
     /// `kill -9`.
-    pub fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         self.child.kill().expect("SIGKILL");
         self.child.wait().expect("reap");
     }
@@ -61,7 +73,7 @@ impl Drop for ServerProcess {
 }
 
 /// Runs the `mink` binary to completion: `(success, stdout, stderr)`.
-pub fn run_mink(args: &[&str]) -> (bool, String, String) {
+pub(crate) fn run_mink(args: &[&str]) -> (bool, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_mink"))
         .args(args)
         .env("RUST_LOG", "warn")

@@ -15,17 +15,17 @@ use tempfile::TempDir;
 use tokio::net::TcpListener;
 
 /// A running node and a client connected to it.
-pub struct TestNode {
-    pub dir: TempDir,
+pub(crate) struct TestNode {
+    pub(crate) dir: TempDir,
     node: Option<Arc<Node>>,
-    pub client: MinkClient,
+    pub(crate) client: MinkClient,
     handle: Option<ServerHandle>,
     log: LogConfig,
 }
 
 impl TestNode {
     /// A node with fsync on and small segments, so tests cross segment boundaries.
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         Self::start_with(LogConfig {
             segment_bytes: 64 << 10,
             cache_bytes: 128 << 10,
@@ -34,7 +34,7 @@ impl TestNode {
         .await
     }
 
-    pub async fn start_with(log: LogConfig) -> Self {
+    pub(crate) async fn start_with(log: LogConfig) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let (node, handle, client) = open(dir.path(), &log).await;
         Self {
@@ -47,7 +47,7 @@ impl TestNode {
     }
 
     /// Shuts the server down, drops the node and opens it again over the same files.
-    pub async fn restart(&mut self) {
+    pub(crate) async fn restart(&mut self) {
         if let Some(handle) = self.handle.take() {
             handle.shutdown().await.expect("clean shutdown");
         }
@@ -59,7 +59,11 @@ impl TestNode {
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        assert_eq!(Arc::strong_count(&old), 1, "the old node is still referenced");
+        assert_eq!(
+            Arc::strong_count(&old),
+            1,
+            "the old node is still referenced"
+        );
         drop(old);
         let (node, handle, client) = open(self.dir.path(), &self.log).await;
         self.node = Some(node);
@@ -67,11 +71,11 @@ impl TestNode {
         self.client = client;
     }
 
-    pub fn node(&self) -> &Arc<Node> {
+    pub(crate) fn node(&self) -> &Arc<Node> {
         self.node.as_ref().expect("running")
     }
 
-    pub fn addr(&self) -> String {
+    pub(crate) fn addr(&self) -> String {
         self.handle.as_ref().expect("running").addr().to_string()
     }
 }
@@ -89,7 +93,7 @@ async fn open(dir: &Path, log: &LogConfig) -> (Arc<Node>, ServerHandle, MinkClie
 }
 
 /// `(id BIGINT NOT NULL, name STRING)`, bucketed by id.
-pub fn events_table(name: &str, buckets: u32, options: TableOptions) -> TableDescriptor {
+pub(crate) fn events_table(name: &str, buckets: u32, options: TableOptions) -> TableDescriptor {
     let schema = Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("name", DataType::Utf8, true),
@@ -99,12 +103,18 @@ pub fn events_table(name: &str, buckets: u32, options: TableOptions) -> TableDes
         bucket_key: Some(vec!["id".into()]),
         ..options
     };
-    TableDescriptor::new(TablePath::new("test", name), schema, vec![], vec![], options)
-        .expect("valid table")
+    TableDescriptor::new(
+        TablePath::new("test", name),
+        schema,
+        vec![],
+        vec![],
+        options,
+    )
+    .expect("valid table")
 }
 
 /// A batch of `events_table` rows with the given ids.
-pub fn events(table: &TableDescriptor, ids: &[i64]) -> RecordBatch {
+pub(crate) fn events(table: &TableDescriptor, ids: &[i64]) -> RecordBatch {
     let names = ids.iter().map(|i| format!("event-{i}"));
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from(ids.to_vec())),
@@ -115,7 +125,7 @@ pub fn events(table: &TableDescriptor, ids: &[i64]) -> RecordBatch {
 
 /// A deterministic seed: `MINK_TEST_SEED` when set, else from the clock. Printed so a
 /// failure can be replayed.
-pub fn seed(test: &str) -> u64 {
+pub(crate) fn seed(test: &str) -> u64 {
     let seed = std::env::var("MINK_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
