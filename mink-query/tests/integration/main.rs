@@ -6,6 +6,7 @@
     reason = "an integration test crate sees every dependency of the binary"
 )]
 
+mod admin;
 mod bad_input;
 mod cli;
 mod crash;
