@@ -9,17 +9,23 @@
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, new_null_array};
-use arrow::compute::cast;
+use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::SchemaRef;
 
 use crate::{CoreError, Result};
+
+/// Casts fail instead of turning a value they cannot convert into null.
+const STRICT: CastOptions<'static> = CastOptions {
+    safe: false,
+    format_options: arrow::util::display::FormatOptions::new(),
+};
 
 /// Rewrites `batch` to `target`: columns by name, nulls for missing ones, casts for
 /// promoted types.
 ///
 /// # Errors
 /// [`CoreError::SchemaMismatch`] when a column is missing but not nullable in `target`,
-/// or when its type cannot be cast.
+/// or when a value cannot be cast (text that is not a number, an integer out of range).
 pub fn normalize_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
     if batch.schema_ref() == target {
         return Ok(batch.clone());
@@ -30,7 +36,7 @@ pub fn normalize_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<Record
         .iter()
         .map(|field| match batch.column_by_name(field.name()) {
             Some(column) if column.data_type() == field.data_type() => Ok(Arc::clone(column)),
-            Some(column) => cast(column, field.data_type()).map_err(|e| {
+            Some(column) => cast_with_options(column, field.data_type(), &STRICT).map_err(|e| {
                 CoreError::SchemaMismatch(format!(
                     "column '{}' of type {} cannot be read as {}: {e}",
                     field.name(),
@@ -81,6 +87,18 @@ mod tests {
             &[1, 2]
         );
         assert_eq!(normalized.column(1).null_count(), 2);
+    }
+
+    #[test]
+    fn a_value_that_does_not_fit_is_an_error_not_a_null() {
+        let text = RecordBatch::try_from_iter(vec![(
+            "a",
+            Arc::new(StringArray::from(vec!["1", "x"])) as ArrayRef,
+        )])
+        .unwrap();
+        let target = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
+        let err = normalize_batch(&text, &target).unwrap_err();
+        assert!(err.to_string().contains("column 'a'"), "{err}");
     }
 
     #[test]

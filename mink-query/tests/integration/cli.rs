@@ -94,3 +94,124 @@ async fn read_log_prints_every_bucket() {
     assert!(!ok);
     assert!(stderr.contains("--mode union"), "{stderr}");
 }
+
+/// Every id in the table, sorted.
+async fn all_ids(client: &MinkClient, table: &mink_core::table::TableDescriptor) -> Vec<i64> {
+    use arrow::array::AsArray;
+    let mut ids = Vec::new();
+    for status in client.list_buckets(&table.path).await.expect("buckets") {
+        let bucket = status.bucket.expect("id");
+        let mut offset = status.log_start;
+        while offset < status.high_watermark {
+            let answer = client.scan(&bucket, offset, 0, &[0]).await.expect("scan");
+            for read in &answer.batches {
+                let values = read
+                    .batch
+                    .column(0)
+                    .as_primitive::<arrow::datatypes::Int64Type>();
+                ids.extend_from_slice(values.values());
+            }
+            offset = answer.next_offset;
+        }
+    }
+    ids.sort_unstable();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_reads_csv_json_and_parquet() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = tempfile::tempdir().expect("input dir");
+    let server = ServerProcess::start(dir.path());
+    let client = MinkClient::connect(&server.addr).await.expect("connect");
+    let table = client
+        .create_table(&events_table("loaded", 4, TableOptions::default()), false)
+        .await
+        .expect("create");
+
+    let csv = data.path().join("events.csv");
+    let rows: String = (0..25_000).map(|i| format!("{i},event-{i}\n")).collect();
+    std::fs::write(&csv, format!("id,name\n{rows}")).expect("csv");
+    let json = data.path().join("events.jsonl");
+    let rows: String = (25_000..26_000)
+        .map(|i| format!("{{\"name\":\"j{i}\",\"id\":{i}}}\n"))
+        .collect();
+    std::fs::write(&json, rows).expect("json");
+    let parquet = data.path().join("events.parquet");
+    {
+        let batch = events(&table, &(26_000..30_000).collect::<Vec<i64>>());
+        let file = std::fs::File::create(&parquet).expect("parquet file");
+        let mut writer =
+            parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).expect("writer");
+        writer.write(&batch).expect("write");
+        writer.close().expect("close");
+    }
+    for file in [&csv, &json, &parquet] {
+        let file = file.to_str().expect("utf-8 path");
+        let (ok, stdout, stderr) = run_mink(&[
+            "load",
+            "--connect",
+            &server.addr,
+            "--table",
+            "test.loaded",
+            file,
+        ]);
+        assert!(ok, "{file}: {stderr}");
+        assert!(stdout.starts_with("loaded "), "{stdout}");
+    }
+    assert_eq!(
+        all_ids(&client, &table).await,
+        (0..30_000).collect::<Vec<i64>>()
+    );
+
+    // Bad input: a value that is not a number, an unknown column, a missing file, and an
+    // embedded node over a data directory the server holds.
+    let bad = data.path().join("bad.csv");
+    std::fs::write(&bad, "id,name\n1,a\nx,b\n").expect("csv");
+    let (ok, _, stderr) = run_mink(&[
+        "load",
+        "--connect",
+        &server.addr,
+        "--table",
+        "test.loaded",
+        bad.to_str().expect("path"),
+    ]);
+    assert!(!ok && stderr.contains("error"), "{stderr}");
+    let extra = data.path().join("extra.csv");
+    std::fs::write(&extra, "id,name,color\n1,a,red\n").expect("csv");
+    let (ok, _, stderr) = run_mink(&[
+        "load",
+        "--connect",
+        &server.addr,
+        "--table",
+        "test.loaded",
+        extra.to_str().expect("path"),
+    ]);
+    assert!(!ok && stderr.contains("'color'"), "{stderr}");
+    let (ok, _, stderr) = run_mink(&[
+        "load",
+        "--connect",
+        &server.addr,
+        "--table",
+        "test.loaded",
+        "/no/such/file.csv",
+    ]);
+    assert!(!ok && stderr.contains("/no/such/file.csv"), "{stderr}");
+    let (ok, _, stderr) = run_mink(&[
+        "load",
+        "--data-dir",
+        dir.path().to_str().expect("path"),
+        "--table",
+        "test.loaded",
+        csv.to_str().expect("path"),
+    ]);
+    assert!(
+        !ok && stderr.contains("in use by another mink process"),
+        "{stderr}"
+    );
+    assert_eq!(
+        all_ids(&client, &table).await,
+        (0..30_000).collect::<Vec<i64>>(),
+        "failed loads wrote nothing"
+    );
+}
