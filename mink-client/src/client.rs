@@ -10,17 +10,18 @@ use arrow_flight::{Action, FlightClient, FlightDescriptor, Ticket};
 use bytes::Bytes;
 use futures::{TryStreamExt, stream};
 use mink_core::protocol::{
-    AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CreateTable, DropTable, ListOffsets,
-    ListTables, OffsetReply, ReadTicket, ScanRequest, TableDescriptorProto, TableList, TableRef,
-    WriteHeader, action, decode, list_offsets, read_ticket,
+    AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CreateTable, DropTable,
+    LimitScanRequest, ListOffsets, ListTables, Lookup, LookupReply, OffsetReply, PrefixLookup,
+    ReadTicket, ScanRequest, SnapshotBatch, SnapshotRequest, TableDescriptorProto, TableList,
+    TableRef, WriteHeader, action, decode, decode_batch, encode_batch, list_offsets, read_ticket,
 };
-use mink_core::routing::split_by_bucket;
+use mink_core::routing::{split_by_bucket, split_rows_by_bucket};
 use mink_core::table::{TableDescriptor, TablePath};
 use prost::Message;
 use tonic::transport::Channel;
 
 use crate::error::{ClientError, Result};
-use crate::read::{ReadAnswer, Tailer, read_answer};
+use crate::read::{LookupResult, ReadAnswer, SnapshotAnswer, Tailer, read_answer, read_batches};
 
 /// Largest gRPC message the client accepts (one Arrow batch).
 const MAX_MESSAGE_BYTES: usize = 256 << 20;
@@ -159,16 +160,38 @@ impl MinkClient {
         Ok(decode::<OffsetReply>("offset", &body)?.offset)
     }
 
-    /// Appends batches to one bucket in one DoPut stream; returns one acknowledgement per
-    /// batch, each sent by the node only once the batch is durable.
+    /// Appends batches to one bucket in one DoPut stream (upserts them, for a
+    /// primary-key table); returns one acknowledgement per batch, each sent by the node
+    /// only once the batch is durable.
     pub async fn append(
         &self,
         bucket: &BucketId,
         batches: Vec<RecordBatch>,
     ) -> Result<Vec<AppendAck>> {
+        self.put(bucket, batches, false).await
+    }
+
+    /// Deletes rows of a primary-key table's bucket by key: each batch holds the
+    /// primary-key columns. An acknowledgement's offset range is empty when none of its
+    /// keys existed.
+    pub async fn delete_keys(
+        &self,
+        bucket: &BucketId,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Vec<AppendAck>> {
+        self.put(bucket, batches, true).await
+    }
+
+    async fn put(
+        &self,
+        bucket: &BucketId,
+        batches: Vec<RecordBatch>,
+        delete: bool,
+    ) -> Result<Vec<AppendAck>> {
         let expected = batches.len();
         let header = WriteHeader {
             bucket: Some(bucket.clone()),
+            delete,
         };
         let descriptor = FlightDescriptor::new_cmd(header.encode_to_vec());
         let data = FlightDataEncoderBuilder::new()
@@ -195,17 +218,36 @@ impl MinkClient {
     }
 
     /// Writes a batch (in the table's current schema) to a table: rows are routed to
-    /// their buckets and partitions, each bucket's rows appended in one DoPut. Returns the
-    /// acknowledgement of each bucket written.
+    /// their buckets and partitions, each bucket's rows appended (upserted, for a
+    /// primary-key table) in one DoPut. Returns the acknowledgement of each bucket written.
     pub async fn write(
         &self,
         table: &TableDescriptor,
         batch: &RecordBatch,
     ) -> Result<Vec<(BucketId, AppendAck)>> {
+        self.routed_put(table, batch, false).await
+    }
+
+    /// Deletes rows of a primary-key table by key (`keys` holds the primary-key columns),
+    /// routed to their buckets.
+    pub async fn delete(
+        &self,
+        table: &TableDescriptor,
+        keys: &RecordBatch,
+    ) -> Result<Vec<(BucketId, AppendAck)>> {
+        self.routed_put(table, keys, true).await
+    }
+
+    async fn routed_put(
+        &self,
+        table: &TableDescriptor,
+        batch: &RecordBatch,
+        delete: bool,
+    ) -> Result<Vec<(BucketId, AppendAck)>> {
         let round_robin = self.round_robin.fetch_add(1, Ordering::Relaxed);
         let parts = split_by_bucket(table, batch, round_robin)?;
         let writes = parts.into_iter().map(|(bucket, part)| async move {
-            let mut acks = self.append(&bucket, vec![part]).await?;
+            let mut acks = self.put(&bucket, vec![part], delete).await?;
             let ack = acks
                 .pop()
                 .ok_or_else(|| ClientError::Protocol("no acknowledgement".into()))?;
@@ -237,6 +279,126 @@ impl MinkClient {
             .do_get(Ticket::new(ticket.encode_to_vec()))
             .await?;
         read_answer(&mut stream.into_inner(), offset).await
+    }
+
+    /// Snapshot: every current row of a primary-key table's bucket in key order,
+    /// `batch_rows` per batch (0: the server default), with the changelog offset the rows
+    /// reflect. A Scan from that offset continues the snapshot exactly.
+    pub async fn snapshot(
+        &self,
+        bucket: &BucketId,
+        columns: &[u32],
+        batch_rows: u32,
+    ) -> Result<SnapshotAnswer> {
+        let read = read_ticket::Read::Snapshot(SnapshotRequest {
+            bucket: Some(bucket.clone()),
+            columns: columns.to_vec(),
+            batch_rows,
+        });
+        self.do_get_snapshot(read).await
+    }
+
+    /// LimitScan: the first `limit` rows of a primary-key table's bucket (in key order),
+    /// or the last `limit` rows of a log table's bucket.
+    pub async fn limit_scan(
+        &self,
+        bucket: &BucketId,
+        limit: u32,
+        columns: &[u32],
+    ) -> Result<Vec<RecordBatch>> {
+        let read = read_ticket::Read::LimitScan(LimitScanRequest {
+            bucket: Some(bucket.clone()),
+            limit,
+            columns: columns.to_vec(),
+        });
+        let ticket = ReadTicket { read: Some(read) };
+        let stream = self
+            .flight()
+            .do_get(Ticket::new(ticket.encode_to_vec()))
+            .await?;
+        Ok(read_batches(&mut stream.into_inner()).await?.batches)
+    }
+
+    async fn do_get_snapshot(&self, read: read_ticket::Read) -> Result<SnapshotAnswer> {
+        let ticket = ReadTicket { read: Some(read) };
+        let stream = self
+            .flight()
+            .do_get(Ticket::new(ticket.encode_to_vec()))
+            .await?;
+        let answer = read_batches(&mut stream.into_inner()).await?;
+        let end = answer.end.ok_or_else(|| {
+            ClientError::Protocol("a Snapshot without its closing SnapshotBatch".into())
+        })?;
+        let log_offset = decode::<SnapshotBatch>("SnapshotBatch", &end)?.log_offset;
+        Ok(SnapshotAnswer {
+            schema: answer.schema,
+            batches: answer.batches,
+            log_offset,
+        })
+    }
+
+    /// Rows of a primary-key table by key (`keys` holds the primary-key columns): one store
+    /// get per key, keys routed to their buckets. Returns the rows found (projected to
+    /// `columns`) and, for each, the index of its key in `keys`.
+    pub async fn lookup(
+        &self,
+        table: &TableDescriptor,
+        keys: &RecordBatch,
+        columns: &[u32],
+    ) -> Result<LookupResult> {
+        self.key_reads(table, keys, columns, false).await
+    }
+
+    /// Rows of a primary-key table whose key starts with a prefix: `prefixes` holds the
+    /// first key columns (partition keys, the bucket key, then possibly more), one range
+    /// scan per prefix. Returns the rows and, for each, the index of its prefix.
+    pub async fn prefix_lookup(
+        &self,
+        table: &TableDescriptor,
+        prefixes: &RecordBatch,
+        columns: &[u32],
+    ) -> Result<LookupResult> {
+        self.key_reads(table, prefixes, columns, true).await
+    }
+
+    async fn key_reads(
+        &self,
+        table: &TableDescriptor,
+        keys: &RecordBatch,
+        columns: &[u32],
+        prefix: bool,
+    ) -> Result<LookupResult> {
+        let parts = split_rows_by_bucket(table, keys, 0)?;
+        let reads = parts.into_iter().map(|part| async move {
+            let keys = encode_batch(&part.batch)?;
+            let bucket = Some(part.bucket);
+            let columns = columns.to_vec();
+            let body = if prefix {
+                let request = PrefixLookup {
+                    bucket,
+                    prefixes: keys,
+                    columns,
+                };
+                self.action(action::PREFIX_LOOKUP, request).await?
+            } else {
+                let request = Lookup {
+                    bucket,
+                    keys,
+                    columns,
+                };
+                self.action(action::LOOKUP, request).await?
+            };
+            let reply: LookupReply = decode("LookupReply", &body)?;
+            let rows = decode_batch("lookup rows", &reply.rows)?;
+            let key_indices: Vec<u32> = reply
+                .key_indices
+                .iter()
+                .map(|i| part.rows[*i as usize])
+                .collect();
+            Ok::<_, ClientError>((rows, key_indices))
+        });
+        let answers = futures::future::try_join_all(reads).await?;
+        LookupResult::concat(table, columns, answers)
     }
 
     /// Opens a Tail session on a bucket (a DoExchange stream); poll it with

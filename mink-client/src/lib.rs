@@ -26,4 +26,4 @@ mod read;
 
 pub use client::MinkClient;
 pub use error::{ClientError, Result};
-pub use read::{ReadAnswer, ReadBatch, Tailer};
+pub use read::{LookupResult, ReadAnswer, ReadBatch, SnapshotAnswer, Tailer};

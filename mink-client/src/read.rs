@@ -1,9 +1,11 @@
 //! Decoding read answers: batches with their [`ScanBatch`] metadata, normalized to the
 //! answer's schema.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::RecordBatch;
+use arrow::compute::concat_batches;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::FlightData;
 use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
@@ -11,6 +13,7 @@ use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use mink_core::protocol::{BucketId, ScanBatch, TailEnd, TailRequest, decode};
 use mink_core::schema::normalize_batch;
+use mink_core::table::TableDescriptor;
 use prost::Message;
 
 use crate::error::{ClientError, Result};
@@ -87,6 +90,92 @@ pub(crate) async fn read_answer(
         batches,
         next_offset,
         high_watermark,
+    })
+}
+
+/// The answer to a Snapshot.
+#[derive(Debug, Clone)]
+pub struct SnapshotAnswer {
+    /// The schema of every batch: the table's current schema, projected.
+    pub schema: SchemaRef,
+    /// The rows, in key order.
+    pub batches: Vec<RecordBatch>,
+    /// Every change below this offset is in the snapshot, none at or above it: a Scan
+    /// from here continues it.
+    pub log_offset: i64,
+}
+
+impl SnapshotAnswer {
+    /// Total rows of the answer.
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+}
+
+/// Rows found by a lookup or prefix lookup.
+#[derive(Debug, Clone)]
+pub struct LookupResult {
+    /// The rows found, projected.
+    pub rows: RecordBatch,
+    /// For each row, the index of the key (or prefix) in the request it answers.
+    pub key_indices: Vec<u32>,
+}
+
+impl LookupResult {
+    /// Concatenates the answers of several buckets.
+    pub(crate) fn concat(
+        table: &TableDescriptor,
+        columns: &[u32],
+        answers: Vec<(RecordBatch, Vec<u32>)>,
+    ) -> Result<Self> {
+        let indices: Vec<usize> = if columns.is_empty() {
+            (0..table.schema().fields().len()).collect()
+        } else {
+            columns.iter().map(|c| *c as usize).collect()
+        };
+        let schema = Arc::new(table.schema().project(&indices)?);
+        let batches: Vec<&RecordBatch> = answers.iter().map(|(rows, _)| rows).collect();
+        let rows = concat_batches(&schema, batches)?;
+        let key_indices = answers.into_iter().flat_map(|(_, keys)| keys).collect();
+        Ok(Self { rows, key_indices })
+    }
+}
+
+/// Every batch of a DoGet answer, normalized to its first schema, and the `app_metadata`
+/// of a closing metadata-only message, if any.
+#[derive(Debug)]
+pub(crate) struct Batches {
+    pub(crate) schema: SchemaRef,
+    pub(crate) batches: Vec<RecordBatch>,
+    pub(crate) end: Option<bytes::Bytes>,
+}
+
+/// Reads a whole DoGet answer.
+pub(crate) async fn read_batches(decoder: &mut FlightDataDecoder) -> Result<Batches> {
+    let mut schema: Option<SchemaRef> = None;
+    let mut batches = Vec::new();
+    let mut end = None;
+    while let Some(message) = decoder.next().await {
+        let message = message?;
+        match message.payload {
+            DecodedPayload::Schema(s) => {
+                schema.get_or_insert(s);
+            }
+            DecodedPayload::RecordBatch(batch) => {
+                let target = schema
+                    .as_ref()
+                    .ok_or_else(|| ClientError::Protocol("a batch before any schema".into()))?;
+                batches.push(normalize_batch(&batch, target)?);
+            }
+            DecodedPayload::None => end = Some(message.inner.app_metadata),
+        }
+    }
+    let schema =
+        schema.ok_or_else(|| ClientError::Protocol("an answer without a schema".into()))?;
+    Ok(Batches {
+        schema,
+        batches,
+        end,
     })
 }
 

@@ -4,6 +4,7 @@
 //! - [`table`]: table descriptors, schema versions and their options.
 //! - [`change`]: the change types of a primary-key changelog.
 //! - [`bucket`]: which bucket a row belongs to (Iceberg's bucket transform).
+//! - [`key`]: memcomparable keys and stored rows of primary-key tables.
 //! - [`partition`]: partition names built from partition-key values.
 //! - [`protocol`]: the wire messages of the bucket leader's Flight protocol.
 //! - [`routing`]: which bucket and partition each row of a batch belongs to.
@@ -15,6 +16,7 @@
 pub mod bucket;
 pub mod change;
 pub mod error;
+pub mod key;
 pub mod options;
 pub mod partition;
 pub mod protocol;

@@ -4,11 +4,11 @@
 //!
 //! | Flight call   | carries                                  | message                      |
 //! |---------------|------------------------------------------|------------------------------|
-//! | DoGet         | `Ticket.ticket`                          | [`ReadTicket`] (Scan)        |
+//! | DoGet         | `Ticket.ticket`                          | [`ReadTicket`]: Scan, Snapshot, LimitScan |
 //! | DoExchange    | first message's `app_metadata`           | [`TailRequest`], one per poll |
 //! | DoPut         | `FlightDescriptor.cmd`                   | [`WriteHeader`]              |
 //! | DoPut reply   | `PutResult.app_metadata`                 | [`AppendAck`], one per batch |
-//! | batch replies | `FlightData.app_metadata`                | [`ScanBatch`]                |
+//! | batch replies | `FlightData.app_metadata`                | [`ScanBatch`] / [`SnapshotBatch`] |
 //! | end of a poll | data-less `FlightData.app_metadata`      | [`TailEnd`]                  |
 //! | DoAction      | `Action.body` / `Result.body`            | see [`action`]               |
 //!
@@ -18,9 +18,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use arrow::array::RecordBatch;
 use arrow::datatypes::{Field, Schema};
 use arrow::ipc::convert::try_schema_from_flatbuffer_bytes;
-use arrow::ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteOptions};
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteOptions, StreamWriter};
 use prost::Message;
 
 use crate::table::{SchemaVersion, TableDescriptor, TablePath};
@@ -42,6 +44,10 @@ pub mod action {
     pub const LIST_BUCKETS: &str = "list_buckets";
     /// [`super::ListOffsets`] -> [`super::OffsetReply`].
     pub const LIST_OFFSETS: &str = "list_offsets";
+    /// [`super::Lookup`] -> [`super::LookupReply`].
+    pub const LOOKUP: &str = "lookup";
+    /// [`super::PrefixLookup`] -> [`super::LookupReply`].
+    pub const PREFIX_LOOKUP: &str = "prefix_lookup";
 }
 
 /// Decodes a protobuf message, naming it in the error.
@@ -87,7 +93,7 @@ impl std::fmt::Display for BucketId {
 #[derive(Clone, PartialEq, Message)]
 pub struct ReadTicket {
     /// The read to run.
-    #[prost(oneof = "read_ticket::Read", tags = "1")]
+    #[prost(oneof = "read_ticket::Read", tags = "1, 2, 3")]
     pub read: Option<read_ticket::Read>,
 }
 
@@ -99,6 +105,12 @@ pub mod read_ticket {
         /// Log batches from an offset.
         #[prost(message, tag = "1")]
         Scan(super::ScanRequest),
+        /// Every row of a primary-key table's KV store, in key order.
+        #[prost(message, tag = "2")]
+        Snapshot(super::SnapshotRequest),
+        /// The first rows of a KV store, or the last rows of a log table.
+        #[prost(message, tag = "3")]
+        LimitScan(super::LimitScanRequest),
     }
 }
 
@@ -118,6 +130,111 @@ pub struct ScanRequest {
     /// Field indexes of the current schema to return; empty means all.
     #[prost(uint32, repeated, tag = "4")]
     pub columns: Vec<u32>,
+}
+
+/// Snapshot { bucket, columns, batch_rows }: the KV store of a primary-key table's bucket
+/// in key order, `batch_rows` rows per batch, each with a [`SnapshotBatch`].
+#[derive(Clone, PartialEq, Message)]
+pub struct SnapshotRequest {
+    /// The bucket to read.
+    #[prost(message, optional, tag = "1")]
+    pub bucket: Option<BucketId>,
+    /// Field indexes of the current schema; empty means all.
+    #[prost(uint32, repeated, tag = "2")]
+    pub columns: Vec<u32>,
+    /// Rows per batch; 0 means the server default.
+    #[prost(uint32, tag = "3")]
+    pub batch_rows: u32,
+}
+
+/// LimitScan { bucket, limit, columns }: the first `limit` rows of a primary-key table's
+/// KV store (with [`SnapshotBatch`]), or the last `limit` rows of a log table's log (with
+/// [`ScanBatch`]).
+#[derive(Clone, PartialEq, Message)]
+pub struct LimitScanRequest {
+    /// The bucket to read.
+    #[prost(message, optional, tag = "1")]
+    pub bucket: Option<BucketId>,
+    /// How many rows.
+    #[prost(uint32, tag = "2")]
+    pub limit: u32,
+    /// Field indexes of the current schema; empty means all.
+    #[prost(uint32, repeated, tag = "3")]
+    pub columns: Vec<u32>,
+}
+
+/// The metadata of one Snapshot batch: the changelog offset the KV store had reached, so a
+/// Scan from there continues the snapshot with nothing missed and nothing doubled.
+#[derive(Clone, PartialEq, Message)]
+pub struct SnapshotBatch {
+    /// Every change below this offset is in the snapshot, none at or above it.
+    #[prost(int64, tag = "1")]
+    pub log_offset: i64,
+}
+
+/// `lookup`: rows by primary key, one store get per key.
+#[derive(Clone, PartialEq, Message)]
+pub struct Lookup {
+    /// The bucket the keys belong to.
+    #[prost(message, optional, tag = "1")]
+    pub bucket: Option<BucketId>,
+    /// An Arrow IPC stream of one batch holding the primary-key columns (by name).
+    #[prost(bytes = "vec", tag = "2")]
+    pub keys: Vec<u8>,
+    /// Field indexes of the current schema to return; empty means all.
+    #[prost(uint32, repeated, tag = "3")]
+    pub columns: Vec<u32>,
+}
+
+/// `prefix_lookup`: rows whose key starts with a prefix (partition keys plus the bucket key
+/// and possibly more key columns), one range scan per prefix.
+#[derive(Clone, PartialEq, Message)]
+pub struct PrefixLookup {
+    /// The bucket the prefixes belong to.
+    #[prost(message, optional, tag = "1")]
+    pub bucket: Option<BucketId>,
+    /// An Arrow IPC stream of one batch holding the prefix columns; their names must be
+    /// the first key columns (partition keys, bucket key, rest of the primary key).
+    #[prost(bytes = "vec", tag = "2")]
+    pub prefixes: Vec<u8>,
+    /// Field indexes of the current schema to return; empty means all.
+    #[prost(uint32, repeated, tag = "3")]
+    pub columns: Vec<u32>,
+}
+
+/// The answer of `lookup` and `prefix_lookup`.
+#[derive(Clone, PartialEq, Message)]
+pub struct LookupReply {
+    /// An Arrow IPC stream of one batch: the rows found, projected.
+    #[prost(bytes = "vec", tag = "1")]
+    pub rows: Vec<u8>,
+    /// For each row, the index of the request key (or prefix) it answers.
+    #[prost(uint32, repeated, tag = "2")]
+    pub key_indices: Vec<u32>,
+}
+
+/// Encodes one batch as an Arrow IPC stream.
+pub fn encode_batch(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let mut writer = StreamWriter::try_new(&mut bytes, batch.schema_ref())?;
+    writer.write(batch)?;
+    writer.finish()?;
+    drop(writer);
+    Ok(bytes)
+}
+
+/// Decodes an Arrow IPC stream of exactly one batch.
+pub fn decode_batch(what: &str, bytes: &[u8]) -> Result<RecordBatch> {
+    let malformed = |e: &dyn std::fmt::Display| {
+        CoreError::InvalidRequest(format!(
+            "malformed {what} (an Arrow IPC stream of one batch): {e}"
+        ))
+    };
+    let mut reader = StreamReader::try_new(bytes, None).map_err(|e| malformed(&e))?;
+    match reader.next() {
+        Some(batch) => batch.map_err(|e| malformed(&e)),
+        None => Err(malformed(&"no batch")),
+    }
 }
 
 /// Tail { bucket, offset, columns, max_wait_ms, min_bytes }: a Scan that waits up to
@@ -178,12 +295,19 @@ pub struct TailEnd {
     pub high_watermark: i64,
 }
 
-/// The DoPut descriptor: which bucket the following batches go to.
+/// The DoPut descriptor: which bucket the following batches go to, and how.
+///
+/// On a log table every batch is appended. On a primary-key table a batch is an upsert
+/// (whole rows), or with `delete` a batch of keys to delete (the primary-key columns;
+/// other columns are ignored).
 #[derive(Clone, PartialEq, Message)]
 pub struct WriteHeader {
     /// The target bucket.
     #[prost(message, optional, tag = "1")]
     pub bucket: Option<BucketId>,
+    /// The batches are keys to delete (primary-key tables only).
+    #[prost(bool, tag = "2")]
+    pub delete: bool,
 }
 
 /// The acknowledgement of one written batch, sent only once it is durable.
@@ -502,6 +626,36 @@ mod tests {
         });
         round_trip(WriteHeader {
             bucket: Some(BucketId::new(&TablePath::new("a", "b"), 0)),
+            delete: true,
+        });
+        round_trip(ReadTicket {
+            read: Some(read_ticket::Read::Snapshot(SnapshotRequest {
+                bucket: Some(bucket()),
+                columns: vec![1],
+                batch_rows: 1024,
+            })),
+        });
+        round_trip(ReadTicket {
+            read: Some(read_ticket::Read::LimitScan(LimitScanRequest {
+                bucket: Some(bucket()),
+                limit: 10,
+                columns: vec![],
+            })),
+        });
+        round_trip(SnapshotBatch { log_offset: 99 });
+        round_trip(Lookup {
+            bucket: Some(bucket()),
+            keys: vec![1, 2, 3],
+            columns: vec![0],
+        });
+        round_trip(PrefixLookup {
+            bucket: Some(bucket()),
+            prefixes: vec![4],
+            columns: vec![],
+        });
+        round_trip(LookupReply {
+            rows: vec![9],
+            key_indices: vec![0, 0, 2],
         });
         for spec in [
             list_offsets::Spec::Earliest(true),
@@ -582,6 +736,21 @@ mod tests {
             field: vec![1, 2, 3],
         };
         assert!(bad.field().is_err());
+    }
+
+    #[test]
+    fn batches_round_trip_as_ipc_streams() {
+        let batch = RecordBatch::try_from_iter(vec![(
+            "a",
+            Arc::new(arrow::array::Int32Array::from(vec![1, 2])) as arrow::array::ArrayRef,
+        )])
+        .unwrap();
+        assert_eq!(
+            decode_batch("keys", &encode_batch(&batch).unwrap()).unwrap(),
+            batch
+        );
+        let err = decode_batch("keys", &[1, 2, 3]).unwrap_err();
+        assert!(err.to_string().contains("malformed keys"), "{err}");
     }
 
     #[test]

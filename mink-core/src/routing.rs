@@ -9,11 +9,11 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
 
-use crate::Result;
 use crate::bucket::bucket_of_rows;
 use crate::partition::partition_names;
 use crate::protocol::BucketId;
 use crate::table::TableDescriptor;
+use crate::{CoreError, Result};
 
 /// Per row: its bucket (when the table has a bucket key) and its partition (when the
 /// table is partitioned).
@@ -25,14 +25,22 @@ pub struct RowAddresses {
     pub partitions: Option<Vec<String>>,
 }
 
-/// Computes where each row of `batch` (in the table's current schema) belongs.
+/// Computes where each row of `batch` belongs. The batch needs the bucket-key and
+/// partition-key columns (found by name), not necessarily every column: a batch of keys to
+/// delete or look up is routed the same way as whole rows.
 pub fn row_addresses(table: &TableDescriptor, batch: &RecordBatch) -> Result<RowAddresses> {
     let columns_of = |names: &[String]| -> Result<Vec<ArrayRef>> {
-        Ok(table
-            .column_indices(names)?
-            .into_iter()
-            .map(|i| Arc::clone(batch.column(i)))
-            .collect())
+        names
+            .iter()
+            .map(|name| {
+                batch.column_by_name(name).map(Arc::clone).ok_or_else(|| {
+                    CoreError::InvalidRequest(format!(
+                        "the batch has no column '{name}', which routes rows of table {}",
+                        table.path
+                    ))
+                })
+            })
+            .collect()
     };
     let buckets = if table.bucket_key.is_empty() {
         None
@@ -63,6 +71,30 @@ pub fn split_by_bucket(
     batch: &RecordBatch,
     round_robin_bucket: u32,
 ) -> Result<Vec<(BucketId, RecordBatch)>> {
+    Ok(split_rows_by_bucket(table, batch, round_robin_bucket)?
+        .into_iter()
+        .map(|part| (part.bucket, part.batch))
+        .collect())
+}
+
+/// The rows of a batch that go to one bucket.
+#[derive(Debug, Clone)]
+pub struct BucketPart {
+    /// The bucket.
+    pub bucket: BucketId,
+    /// Its rows.
+    pub batch: RecordBatch,
+    /// Where each of its rows was in the input batch.
+    pub rows: Vec<u32>,
+}
+
+/// Like [`split_by_bucket`], also telling where each row came from (to map lookup results
+/// back to the keys asked for).
+pub fn split_rows_by_bucket(
+    table: &TableDescriptor,
+    batch: &RecordBatch,
+    round_robin_bucket: u32,
+) -> Result<Vec<BucketPart>> {
     let addresses = row_addresses(table, batch)?;
     let mut rows: BTreeMap<(Option<&str>, u32), Vec<u32>> = BTreeMap::new();
     for row in 0..batch.num_rows() {
@@ -86,9 +118,13 @@ pub fn split_by_bucket(
             let part = if indices.len() == batch.num_rows() {
                 batch.clone()
             } else {
-                take_record_batch(batch, &UInt32Array::from(indices))?
+                take_record_batch(batch, &UInt32Array::from(indices.clone()))?
             };
-            Ok((id, part))
+            Ok(BucketPart {
+                bucket: id,
+                batch: part,
+                rows: indices,
+            })
         })
         .collect()
 }

@@ -50,6 +50,9 @@ pub enum NodeError {
     /// Stored data that does not decode.
     #[error("corrupt log: {0}")]
     Corrupt(String),
+    /// The KV store failed.
+    #[error("KV store: {0}")]
+    Kv(String),
     /// The metadata database failed.
     #[error("metadata store: {0}")]
     Metadata(#[from] rusqlite::Error),
@@ -92,7 +95,7 @@ impl NodeError {
             Self::ShuttingDown(_) => Code::Unavailable,
             Self::DataDirLocked(_) => Code::FailedPrecondition,
             Self::Corrupt(_) => Code::DataLoss,
-            Self::Io(_) | Self::Metadata(_) | Self::Arrow(_) => Code::Internal,
+            Self::Io(_) | Self::Metadata(_) | Self::Kv(_) | Self::Arrow(_) => Code::Internal,
         }
     }
 }

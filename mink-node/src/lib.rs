@@ -1,6 +1,7 @@
 //! The mink node: the leader of every bucket of every table in one process.
 //!
 //! - [`log`]: log tablets, the durable per-bucket log.
+//! - [`kv`]: KV tablets, the current rows of primary-key tables.
 //! - [`metadata`]: tables and partitions in SQLite.
 //! - [`node`]: tables, tablets, validated writes.
 //! - [`flight`]: the Arrow Flight service of `spec/reads.md`.
@@ -8,6 +9,7 @@
 
 pub mod error;
 pub mod flight;
+pub mod kv;
 pub mod log;
 pub mod metadata;
 pub mod node;

@@ -1,10 +1,11 @@
-//! The node: every table's metadata and every bucket's log tablet, in one process.
+//! The node: every table's metadata and every bucket's tablets, in one process.
 //!
 //! The node owns its data directory exclusively (a lock file keeps a second process out):
 //!
 //! ```text
 //! <data-dir>/LOCK                         held while the node runs
 //! <data-dir>/meta.db                      tables, schema versions, partitions (SQLite)
+//! <data-dir>/kv/                          KV tablets of primary-key tables (fjall)
 //! <data-dir>/log/t<table_id>/b<bucket>/   segments of an unpartitioned table's bucket
 //! <data-dir>/log/t<table_id>/p<partition_id>/b<bucket>/
 //! ```
@@ -28,8 +29,9 @@ use mink_core::table::{TableDescriptor, TablePath};
 use tracing::info;
 
 use crate::error::{NodeError, Result};
-use crate::log::{LogConfig, LogTablet};
-use crate::metadata::Metadata;
+use crate::kv::{Found, KvStore, KvTablet, KvWriter, lookup, prefix_lookup};
+use crate::log::{Changelog, LogConfig, LogTablet, Write, WriteOp};
+use crate::metadata::{Metadata, PartitionRecord};
 
 /// How a node is run.
 #[derive(Debug, Clone)]
@@ -53,10 +55,94 @@ impl NodeConfig {
 /// A mink node: leads every bucket of every table.
 #[derive(Debug)]
 pub struct Node {
-    config: NodeConfig,
+    storage: Storage,
     metadata: Metadata,
     tables: RwLock<BTreeMap<TablePath, Arc<TableState>>>,
     _lock: File,
+}
+
+/// One bucket: its log and, for a primary-key table, its KV store.
+#[derive(Debug)]
+pub struct Bucket {
+    /// The bucket's log (the changelog of a primary-key table).
+    pub log: LogTablet,
+    /// The current rows of a primary-key table's bucket.
+    pub kv: Option<KvTablet>,
+}
+
+/// Where tablets live, and how they are opened.
+#[derive(Debug)]
+struct Storage {
+    config: NodeConfig,
+    /// Opened with the first primary-key table: a node of log tables has no KV database.
+    kv: Mutex<Option<KvStore>>,
+}
+
+impl Storage {
+    fn kv(&self) -> Result<KvStore> {
+        let mut kv = self.kv.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(store) = &*kv {
+            return Ok(store.clone());
+        }
+        let store = KvStore::open(&self.config.data_dir.join("kv"))?;
+        *kv = Some(store.clone());
+        Ok(store)
+    }
+
+    /// Opens (creating or recovering) the buckets of one partition (`None`: of an
+    /// unpartitioned table).
+    fn open_partition(
+        &self,
+        table: &Arc<TableDescriptor>,
+        partition: Option<&PartitionRecord>,
+    ) -> Result<Vec<Arc<Bucket>>> {
+        let mut log_config = self.config.log.clone();
+        if let Some(ttl) = table.log_ttl {
+            log_config.segment_max_age = log_config
+                .segment_max_age
+                .min(ttl.max(Duration::from_secs(1)));
+        }
+        let mut dir = self.table_dir(table);
+        let mut kv_name = format!("t{}", table.table_id);
+        if let Some(partition) = partition {
+            dir.push(format!("p{}", partition.partition_id));
+            kv_name.push_str(&format!(".p{}", partition.partition_id));
+        }
+        (0..table.bucket_num)
+            .map(|bucket| {
+                let label = BucketId {
+                    table: table.path.to_string(),
+                    partition: partition.map(|p| p.name.clone()),
+                    bucket,
+                }
+                .to_string();
+                let kv = if table.has_primary_key() {
+                    Some(self.kv()?.tablet(&format!("{kv_name}.b{bucket}"))?)
+                } else {
+                    None
+                };
+                let changelog = match &kv {
+                    Some(kv) => Some(Box::new(KvWriter::new(kv.clone(), Arc::clone(table))?)
+                        as Box<dyn Changelog>),
+                    None => None,
+                };
+                let log = LogTablet::open(
+                    label,
+                    &dir.join(format!("b{bucket}")),
+                    log_config.clone(),
+                    changelog,
+                )?;
+                Ok(Arc::new(Bucket { log, kv }))
+            })
+            .collect()
+    }
+
+    fn table_dir(&self, table: &TableDescriptor) -> PathBuf {
+        self.config
+            .data_dir
+            .join("log")
+            .join(format!("t{}", table.table_id))
+    }
 }
 
 /// A table and its open tablets.
@@ -64,7 +150,7 @@ pub struct Node {
 struct TableState {
     descriptor: RwLock<Arc<TableDescriptor>>,
     /// Partition name (`None` when unpartitioned) -> that partition's tablets, by bucket.
-    partitions: Mutex<BTreeMap<Option<String>, Vec<Arc<LogTablet>>>>,
+    partitions: Mutex<BTreeMap<Option<String>, Vec<Arc<Bucket>>>>,
 }
 
 impl TableState {
@@ -72,9 +158,7 @@ impl TableState {
         Arc::clone(&self.descriptor.read().unwrap_or_else(|p| p.into_inner()))
     }
 
-    fn partitions(
-        &self,
-    ) -> std::sync::MutexGuard<'_, BTreeMap<Option<String>, Vec<Arc<LogTablet>>>> {
+    fn partitions(&self) -> std::sync::MutexGuard<'_, BTreeMap<Option<String>, Vec<Arc<Bucket>>>> {
         self.partitions.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -95,32 +179,33 @@ impl Node {
             ));
         }
         let metadata = Metadata::open(&config.data_dir.join("meta.db"))?;
+        let storage = Storage {
+            config,
+            kv: Mutex::new(None),
+        };
         let mut tables = BTreeMap::new();
         for descriptor in metadata.load_tables()? {
+            let descriptor = Arc::new(descriptor);
             let mut partitions = BTreeMap::new();
             if descriptor.is_partitioned() {
                 for partition in metadata.partitions(descriptor.table_id)? {
-                    let dir =
-                        partition_dir(&config.data_dir, &descriptor, Some(partition.partition_id));
-                    let tablets =
-                        open_tablets(&descriptor, Some(&partition.name), &dir, &config.log)?;
-                    partitions.insert(Some(partition.name), tablets);
+                    let buckets = storage.open_partition(&descriptor, Some(&partition))?;
+                    partitions.insert(Some(partition.name), buckets);
                 }
             } else {
-                let dir = partition_dir(&config.data_dir, &descriptor, None);
-                partitions.insert(None, open_tablets(&descriptor, None, &dir, &config.log)?);
+                partitions.insert(None, storage.open_partition(&descriptor, None)?);
             }
             info!(table = %descriptor.path, partitions = partitions.len(), "opened table");
             tables.insert(
                 descriptor.path.clone(),
                 Arc::new(TableState {
-                    descriptor: RwLock::new(Arc::new(descriptor)),
+                    descriptor: RwLock::new(descriptor),
                     partitions: Mutex::new(partitions),
                 }),
             );
         }
         Ok(Arc::new(Self {
-            config,
+            storage,
             metadata,
             tables: RwLock::new(tables),
             _lock: lock,
@@ -129,7 +214,7 @@ impl Node {
 
     /// The node's data directory.
     pub fn data_dir(&self) -> &Path {
-        &self.config.data_dir
+        &self.storage.config.data_dir
     }
 
     fn table(&self, path: &TablePath) -> Result<Arc<TableState>> {
@@ -164,21 +249,20 @@ impl Node {
                 Err(NodeError::TableExists(validated.path.to_string()))
             };
         }
-        let created = self.metadata.create_table(&validated)?;
+        let created = Arc::new(self.metadata.create_table(&validated)?);
         let mut partitions = BTreeMap::new();
         if !created.is_partitioned() {
-            let dir = partition_dir(&self.config.data_dir, &created, None);
-            partitions.insert(None, open_tablets(&created, None, &dir, &self.config.log)?);
+            partitions.insert(None, self.storage.open_partition(&created, None)?);
         }
         info!(table = %created.path, table_id = created.table_id, "created table");
         tables.insert(
             created.path.clone(),
             Arc::new(TableState {
-                descriptor: RwLock::new(Arc::new(created.clone())),
+                descriptor: RwLock::new(Arc::clone(&created)),
                 partitions: Mutex::new(partitions),
             }),
         );
-        Ok(created)
+        Ok(created.as_ref().clone())
     }
 
     /// Drops a table and deletes its log.
@@ -194,13 +278,16 @@ impl Node {
         self.metadata.drop_table(path)?;
         tables.remove(path);
         let descriptor = state.descriptor();
-        state.partitions().clear();
-        let dir = self
-            .config
-            .data_dir
-            .join("log")
-            .join(format!("t{}", descriptor.table_id));
-        match std::fs::remove_dir_all(&dir) {
+        let buckets: Vec<Arc<Bucket>> = std::mem::take(&mut *state.partitions())
+            .into_values()
+            .flatten()
+            .collect();
+        for bucket in buckets {
+            if let Some(kv) = &bucket.kv {
+                self.storage.kv()?.drop_tablet(kv.clone())?;
+            }
+        }
+        match std::fs::remove_dir_all(self.storage.table_dir(&descriptor)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
             _ => {}
         }
@@ -235,8 +322,8 @@ impl Node {
         Ok(evolved)
     }
 
-    /// The table and tablet of an existing bucket.
-    pub fn tablet(&self, bucket: &BucketId) -> Result<(Arc<TableDescriptor>, Arc<LogTablet>)> {
+    /// The table and an existing bucket.
+    pub fn bucket(&self, bucket: &BucketId) -> Result<(Arc<TableDescriptor>, Arc<Bucket>)> {
         let state = self.table(&TablePath::parse(&bucket.table)?)?;
         let descriptor = state.descriptor();
         check_bucket_address(&descriptor, bucket)?;
@@ -256,11 +343,8 @@ impl Node {
         check_bucket_address(&state.descriptor(), bucket)
     }
 
-    /// The table and tablet a write goes to, creating its partition on first write.
-    fn tablet_for_write(
-        &self,
-        bucket: &BucketId,
-    ) -> Result<(Arc<TableDescriptor>, Arc<LogTablet>)> {
+    /// The table and bucket a write goes to, creating its partition on first write.
+    fn bucket_for_write(&self, bucket: &BucketId) -> Result<(Arc<TableDescriptor>, Arc<Bucket>)> {
         let state = self.table(&TablePath::parse(&bucket.table)?)?;
         let descriptor = state.descriptor();
         check_bucket_address(&descriptor, bucket)?;
@@ -271,12 +355,7 @@ impl Node {
                 .as_deref()
                 .ok_or_else(|| NodeError::BucketNotFound(bucket.to_string()))?;
             let record = self.metadata.ensure_partition(descriptor.table_id, name)?;
-            let dir = partition_dir(
-                &self.config.data_dir,
-                &descriptor,
-                Some(record.partition_id),
-            );
-            let tablets = open_tablets(&descriptor, Some(name), &dir, &self.config.log)?;
+            let tablets = self.storage.open_partition(&descriptor, Some(&record))?;
             info!(table = %descriptor.path, partition = name, "created partition");
             partitions.insert(bucket.partition.clone(), tablets);
         }
@@ -284,15 +363,77 @@ impl Node {
         Ok((descriptor, tablet))
     }
 
-    /// Appends a batch to a bucket of a log table once it checks out against the table's
-    /// schema and the bucket's routing; resolves when it is durable.
-    pub async fn append(&self, bucket: &BucketId, batch: RecordBatch) -> Result<AppendAck> {
-        let (descriptor, tablet) = self.tablet_for_write(bucket)?;
-        let batch = conform_to_schema(&descriptor, batch)?;
-        check_routing(&descriptor, bucket, &batch)?;
-        tablet
-            .append(batch, descriptor.current().schema_id, None)
-            .await
+    /// Writes a batch to a bucket once it checks out against the table's schema and the
+    /// bucket's routing: appended to a log table, upserted into a primary-key table, or
+    /// (with `delete`) deleted from it by key. Resolves when the write is durable.
+    pub async fn write(
+        &self,
+        bucket: &BucketId,
+        batch: RecordBatch,
+        delete: bool,
+    ) -> Result<AppendAck> {
+        let (table, target) = self.bucket_for_write(bucket)?;
+        let op = match (table.has_primary_key(), delete) {
+            (false, false) => WriteOp::Append(conform_to_schema(&table, batch)?),
+            (false, true) => {
+                return Err(NodeError::InvalidArgument(format!(
+                    "table {} is a log table: it has no primary key to delete by",
+                    table.path
+                )));
+            }
+            (true, false) => WriteOp::Upsert(conform_to_schema(&table, batch)?),
+            (true, true) => WriteOp::Delete(conform_keys(&table, batch)?),
+        };
+        let (WriteOp::Append(rows) | WriteOp::Upsert(rows) | WriteOp::Delete(rows)) = &op;
+        check_routing(&table, bucket, rows)?;
+        target.log.write(Write { op, table }).await
+    }
+
+    /// The table and KV tablet of a primary-key table's bucket; `None` for a partition
+    /// that has no rows yet.
+    pub fn kv_bucket(&self, bucket: &BucketId) -> Result<(Arc<TableDescriptor>, Option<KvTablet>)> {
+        let state = self.table(&TablePath::parse(&bucket.table)?)?;
+        let table = state.descriptor();
+        check_bucket_address(&table, bucket)?;
+        if !table.has_primary_key() {
+            return Err(NodeError::InvalidArgument(format!(
+                "table {} is a log table: key reads need a primary key",
+                table.path
+            )));
+        }
+        let partitions = state.partitions();
+        let kv = partitions
+            .get(&bucket.partition)
+            .and_then(|buckets| buckets.get(bucket.bucket as usize))
+            .and_then(|b| b.kv.clone());
+        Ok((table, kv))
+    }
+
+    /// `lookup` (`prefix == false`) or `prefix_lookup` of a batch of keys or prefixes that
+    /// all belong to `bucket`.
+    pub async fn lookup(
+        &self,
+        bucket: &BucketId,
+        keys: RecordBatch,
+        prefix: bool,
+    ) -> Result<Found> {
+        let (table, kv) = self.kv_bucket(bucket)?;
+        check_routing(&table, bucket, &keys)?;
+        let Some(kv) = kv else {
+            return Ok(Found {
+                rows: RecordBatch::new_empty(Arc::clone(table.schema())),
+                key_indices: Vec::new(),
+            });
+        };
+        tokio::task::spawn_blocking(move || {
+            if prefix {
+                prefix_lookup(&table, &kv, &keys)
+            } else {
+                lookup(&table, &kv, &keys)
+            }
+        })
+        .await
+        .map_err(|e| NodeError::Io(std::io::Error::other(e)))?
     }
 
     /// Every bucket of a table created so far, with its offsets.
@@ -302,7 +443,7 @@ impl Node {
         let mut statuses = Vec::new();
         for (partition, tablets) in partitions.iter() {
             for (bucket, tablet) in tablets.iter().enumerate() {
-                let (log_start, high_watermark) = tablet.offsets();
+                let (log_start, high_watermark) = tablet.log.offsets();
                 statuses.push(BucketStatus {
                     bucket: Some(BucketId {
                         table: path.to_string(),
@@ -319,7 +460,8 @@ impl Node {
 
     /// `list_offsets`: Earliest, Latest or the first offset at a timestamp.
     pub fn list_offsets(&self, bucket: &BucketId, spec: &list_offsets::Spec) -> Result<i64> {
-        let (_, tablet) = self.tablet(bucket)?;
+        let (_, target) = self.bucket(bucket)?;
+        let tablet = &target.log;
         let (log_start, high_watermark) = tablet.offsets();
         Ok(match spec {
             list_offsets::Spec::Earliest(_) => log_start,
@@ -342,49 +484,14 @@ impl Node {
             let Some(ttl) = state.descriptor().log_ttl else {
                 continue;
             };
-            let tablets: Vec<Arc<LogTablet>> =
+            let tablets: Vec<Arc<Bucket>> =
                 state.partitions().values().flatten().cloned().collect();
             for tablet in tablets {
-                removed += tablet.enforce_retention(ttl)?;
+                removed += tablet.log.enforce_retention(ttl)?;
             }
         }
         Ok(removed)
     }
-}
-
-fn partition_dir(data_dir: &Path, table: &TableDescriptor, partition_id: Option<i64>) -> PathBuf {
-    let dir = data_dir.join("log").join(format!("t{}", table.table_id));
-    match partition_id {
-        Some(id) => dir.join(format!("p{id}")),
-        None => dir,
-    }
-}
-
-fn open_tablets(
-    table: &TableDescriptor,
-    partition: Option<&str>,
-    dir: &Path,
-    config: &LogConfig,
-) -> Result<Vec<Arc<LogTablet>>> {
-    let mut log_config = config.clone();
-    if let Some(ttl) = table.log_ttl {
-        log_config.segment_max_age = log_config
-            .segment_max_age
-            .min(ttl.max(Duration::from_secs(1)));
-    }
-    (0..table.bucket_num)
-        .map(|bucket| {
-            let label = BucketId {
-                table: table.path.to_string(),
-                partition: partition.map(str::to_string),
-                bucket,
-            }
-            .to_string();
-            let tablet =
-                LogTablet::open(label, &dir.join(format!("b{bucket}")), log_config.clone())?;
-            Ok(Arc::new(tablet))
-        })
-        .collect()
 }
 
 fn check_bucket_address(table: &TableDescriptor, bucket: &BucketId) -> Result<()> {
@@ -449,6 +556,41 @@ fn conform_to_schema(table: &TableDescriptor, batch: RecordBatch) -> Result<Reco
         Arc::clone(expected),
         batch.columns().to_vec(),
     )?)
+}
+
+/// Checks a batch of keys to delete: it must hold every primary-key column with the
+/// table's type and no nulls; other columns are ignored.
+fn conform_keys(table: &TableDescriptor, batch: RecordBatch) -> Result<RecordBatch> {
+    let schema = table.schema();
+    let mut fields = Vec::new();
+    let mut columns = Vec::new();
+    for name in &table.primary_key {
+        let expected = schema.field_with_name(name)?;
+        let column = batch.column_by_name(name).ok_or_else(|| {
+            NodeError::SchemaMismatch(format!(
+                "keys to delete from table {} need the primary-key column '{name}'",
+                table.path
+            ))
+        })?;
+        if column.data_type() != expected.data_type() {
+            return Err(NodeError::SchemaMismatch(format!(
+                "key column '{name}' of table {} is {}, not {}",
+                table.path,
+                expected.data_type(),
+                column.data_type()
+            )));
+        }
+        if column.null_count() > 0 {
+            return Err(NodeError::InvalidArgument(format!(
+                "key column '{name}' holds {} nulls; primary-key values cannot be null",
+                column.null_count()
+            )));
+        }
+        fields.push(expected.clone());
+        columns.push(Arc::clone(column));
+    }
+    let schema = Arc::new(arrow::datatypes::Schema::new(fields));
+    Ok(RecordBatch::try_new(schema, columns)?)
 }
 
 /// Checks that every row belongs to the addressed bucket and partition.

@@ -131,8 +131,9 @@ async fn run_log(args: LogArgs) -> Result<(), CliError> {
     // Room for the whole 1-bucket table, so its first scan is served from the cache.
     config.log.cache_bytes = 2 * data.memory_bytes() + (64 << 20);
     println!(
-        "mink bench log: {} rows in batches of {BATCH_ROWS}, fsync {}, log cache {} MB per bucket, dir {}",
+        "mink bench log: {} rows ({} MB in memory) in batches of {BATCH_ROWS}, fsync {}, log cache {} MB per bucket, dir {}",
         data.rows,
+        data.memory_bytes() / 1_000_000,
         if sync { "on" } else { "off" },
         config.log.cache_bytes >> 20,
         scratch.path.display()
@@ -335,7 +336,11 @@ async fn write_and_wait(
             match tokio::time::timeout(TAIL_TIMEOUT, receipts.recv()).await {
                 Ok(Some((offset, at))) if offset == ack.base_offset => break at,
                 Ok(Some(_earlier)) => {}
-                Ok(None) => return Err(CliError::Usage("the tail reader stopped".into())),
+                Ok(None) => {
+                    return Err(
+                        ClientError::Protocol("the tail reader stopped early".into()).into(),
+                    );
+                }
                 Err(_elapsed) => {
                     return Err(ClientError::Protocol(format!(
                         "the tail reader did not get offset {} within {TAIL_TIMEOUT:?}",

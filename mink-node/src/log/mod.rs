@@ -20,12 +20,13 @@
 //! * **Retention.** With a `log.ttl`, whole sealed segments older than the TTL are deleted
 //!   and `log_start` moves to the first remaining offset.
 
+mod appender;
 mod cache;
+mod recovery;
 mod segment;
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -33,10 +34,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arrow::array::RecordBatch;
 use mink_core::protocol::AppendAck;
+use mink_core::table::TableDescriptor;
 use tokio::sync::{mpsc, oneshot, watch};
-use tracing::{info, warn};
+use tracing::info;
 
+use self::appender::{Appender, WriteRequest};
 use self::cache::LogCache;
+use self::recovery::{create_durable_dir, recover};
 pub(crate) use self::segment::StoredBatch;
 use self::segment::{FrameHeader, HEADER_LEN};
 use crate::error::{NodeError, Result};
@@ -86,11 +90,52 @@ pub struct LogBatch {
     pub size: u64,
 }
 
+/// One write to a bucket, validated against its table.
+#[derive(Debug)]
+pub struct Write {
+    /// What to do.
+    pub op: WriteOp,
+    /// The table as the write was validated against (its current schema version).
+    pub table: Arc<TableDescriptor>,
+}
+
+/// The kinds of write.
+#[derive(Debug)]
+pub enum WriteOp {
+    /// Append rows to a log table.
+    Append(RecordBatch),
+    /// Upsert whole rows into a primary-key table.
+    Upsert(RecordBatch),
+    /// Delete rows of a primary-key table by key (the batch holds the key columns).
+    Delete(RecordBatch),
+}
+
+/// What turns a primary-key table's writes into its changelog, and keeps the state the
+/// changelog folds to (the KV store) in line with the log.
+///
+/// The appender calls [`Changelog::prepare`] for each write of a group (in the order they
+/// are logged), then, once the group is durable, [`Changelog::commit`] — or
+/// [`Changelog::abort`] when the group failed.
+pub(crate) trait Changelog: Send + std::fmt::Debug + 'static {
+    /// The changelog batch of one write, seeing every earlier write of the group;
+    /// `None` when the write changes nothing.
+    fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>>;
+    /// The prepared writes are durable up to `end_offset`: apply them.
+    fn commit(&mut self, end_offset: i64) -> Result<()>;
+    /// The prepared writes failed: forget them.
+    fn abort(&mut self);
+    /// The offset up to which the durable log has been applied.
+    fn applied_offset(&self) -> i64;
+    /// Applies a durable changelog batch (recovery replays the log from
+    /// [`Changelog::applied_offset`]); [`Changelog::commit`] follows the last one.
+    fn replay(&mut self, batch: &LogBatch) -> Result<()>;
+}
+
 /// The log of one bucket.
 #[derive(Debug)]
 pub struct LogTablet {
     shared: Arc<Shared>,
-    appends: mpsc::Sender<AppendRequest>,
+    writes: mpsc::Sender<WriteRequest>,
 }
 
 #[derive(Debug)]
@@ -111,22 +156,27 @@ struct LogState {
     cache: LogCache,
 }
 
-#[derive(Debug)]
-struct AppendRequest {
-    stored: StoredBatch,
-    schema_id: u32,
-    reply: oneshot::Sender<Result<AppendAck>>,
-}
-
-/// Most appends one group commit takes.
-const MAX_GROUP: usize = 256;
-
 impl LogTablet {
-    /// Opens (or creates) the log in `dir`, recovering it after a crash, and starts its
-    /// appender task on the current tokio runtime.
-    pub fn open(label: String, dir: &Path, config: LogConfig) -> Result<Self> {
+    /// Opens (or creates) the log in `dir`, recovering it after a crash, brings the
+    /// changelog hook (if any) in line with it, and starts its appender task on the
+    /// current tokio runtime.
+    pub(crate) fn open(
+        label: String,
+        dir: &Path,
+        config: LogConfig,
+        mut changelog: Option<Box<dyn Changelog>>,
+    ) -> Result<Self> {
         create_durable_dir(dir)?;
         let recovered = recover(&label, dir)?;
+        if let Some(changelog) = &mut changelog {
+            replay(
+                &label,
+                dir,
+                &recovered.batches,
+                recovered.next_offset,
+                changelog.as_mut(),
+            )?;
+        }
         let (watermark, _) = watch::channel(recovered.next_offset);
         let mut cache = LogCache::new(config.cache_bytes);
         cache.truncate_before(recovered.next_offset);
@@ -142,38 +192,35 @@ impl LogTablet {
             }),
             watermark,
         });
-        let (appends, requests) = mpsc::channel(1024);
+        let (writes, requests) = mpsc::channel(1024);
         let appender = Appender {
             shared: Arc::clone(&shared),
             config,
             active: recovered.active,
             next_offset: recovered.next_offset,
             last_timestamp: recovered.last_timestamp,
+            changelog,
+            broken: None,
         };
         tokio::spawn(appender.run(requests));
-        Ok(Self { shared, appends })
+        Ok(Self { shared, writes })
     }
 
-    /// Appends a batch; resolves once it is durable and visible, with its offsets.
-    pub async fn append(
-        &self,
-        batch: RecordBatch,
-        schema_id: u32,
-        changes: Option<Vec<u8>>,
-    ) -> Result<AppendAck> {
+    /// Writes to the log; resolves once the write is durable and visible, with its
+    /// offsets (an empty range when the write changed nothing).
+    pub async fn write(&self, write: Write) -> Result<AppendAck> {
+        let (WriteOp::Append(batch) | WriteOp::Upsert(batch) | WriteOp::Delete(batch)) = &write.op;
         if batch.num_rows() == 0 {
             return Err(NodeError::InvalidArgument(
-                "an empty batch cannot be appended".into(),
+                "an empty batch cannot be written".into(),
             ));
         }
         let (reply, ack) = oneshot::channel();
-        let request = AppendRequest {
-            stored: StoredBatch { batch, changes },
-            schema_id,
-            reply,
-        };
         let closed = || NodeError::ShuttingDown(format!("bucket {}", self.shared.label));
-        self.appends.send(request).await.map_err(|_| closed())?;
+        self.writes
+            .send(WriteRequest { write, reply })
+            .await
+            .map_err(|_| closed())?;
         ack.await.map_err(|_| closed())?
     }
 
@@ -196,6 +243,37 @@ impl LogTablet {
         tokio::task::spawn_blocking(move || read_planned(&dir, &label, plan))
             .await
             .map_err(|e| NodeError::Io(std::io::Error::other(e)))?
+    }
+
+    /// The last `rows` rows of the log (fewer when the log holds fewer).
+    pub async fn read_last(&self, rows: u64) -> Result<Vec<LogBatch>> {
+        let (start, end) = {
+            let state = self.shared.read_state();
+            let mut wanted = rows;
+            let mut start = state.high_watermark;
+            for (header, _) in state.batches.iter().rev() {
+                if wanted == 0 {
+                    break;
+                }
+                wanted = wanted.saturating_sub(u64::from(header.records));
+                start = header.base_offset;
+            }
+            (start, state.high_watermark)
+        };
+        let mut batches = self.read(start, u64::MAX).await?;
+        batches.retain(|b| b.base_offset < end);
+        let total: u64 = batches.iter().map(|b| b.batch.num_rows() as u64).sum();
+        if let Some(first) = batches.first_mut()
+            && total > rows
+        {
+            let skip = (total - rows) as usize;
+            first.base_offset += skip as i64;
+            first.batch = first.batch.slice(skip, first.batch.num_rows() - skip);
+            if let Some(changes) = &mut first.changes {
+                changes.drain(..skip);
+            }
+        }
+        Ok(batches)
     }
 
     fn plan_read(&self, offset: i64, max_bytes: u64) -> Result<Vec<PlannedBatch>> {
@@ -322,7 +400,10 @@ impl Shared {
     }
 }
 
-#[derive(Debug)]
+/// Batches read at once while replaying the log into a changelog hook.
+const REPLAY_CHUNK: usize = 64;
+
+#[derive(Debug, Clone)]
 struct PlannedBatch {
     header: FrameHeader,
     segment: i64,
@@ -389,6 +470,47 @@ fn read_planned(dir: &Path, label: &str, plan: Vec<PlannedBatch>) -> Result<Vec<
     Ok(result)
 }
 
+/// Replays the durable log from the changelog hook's applied offset into it.
+fn replay(
+    label: &str,
+    dir: &Path,
+    batches: &VecDeque<(FrameHeader, i64)>,
+    end: i64,
+    changelog: &mut dyn Changelog,
+) -> Result<()> {
+    let applied = changelog.applied_offset();
+    if applied == end {
+        return Ok(());
+    }
+    let first = batches.partition_point(|(h, _)| h.base_offset < applied);
+    if batches.get(first).map(|(h, _)| h.base_offset) != Some(applied) {
+        return Err(NodeError::Corrupt(format!(
+            "bucket {label}: the KV store is at offset {applied}, which is not a batch boundary of the retained log"
+        )));
+    }
+    let plan: Vec<PlannedBatch> = batches
+        .range(first..)
+        .map(|(header, segment)| PlannedBatch {
+            header: *header,
+            segment: *segment,
+            cached: None,
+        })
+        .collect();
+    info!(
+        bucket = label,
+        from = applied,
+        to = end,
+        "replaying the log into the KV store"
+    );
+    // A chunk at a time: a whole log rebuilt into an empty store never sits in memory.
+    for chunk in plan.chunks(REPLAY_CHUNK) {
+        for batch in read_planned(dir, label, chunk.to_vec())? {
+            changelog.replay(&batch)?;
+        }
+    }
+    changelog.commit(end)
+}
+
 fn remove_segment_files(dir: &Path, base: i64) -> Result<()> {
     for path in [
         segment::segment_path(dir, base),
@@ -402,297 +524,8 @@ fn remove_segment_files(dir: &Path, base: i64) -> Result<()> {
     Ok(())
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// Creates `dir` and its missing ancestors, fsyncing each parent that gained an entry, so
-/// a new tablet directory survives a machine crash.
-fn create_durable_dir(dir: &Path) -> Result<()> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    if let Some(parent) = dir.parent() {
-        create_durable_dir(parent)?;
-        std::fs::create_dir(dir).or_else(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => Ok(()),
-            _ => Err(e),
-        })?;
-        sync_dir(parent)?;
-    }
-    Ok(())
-}
-
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)?.sync_all()?;
-    Ok(())
-}
-
-/// The segment being appended to.
-#[derive(Debug)]
-struct ActiveSegment {
-    base: i64,
-    file: File,
-    len: u64,
-    frames: Vec<FrameHeader>,
-}
-
-impl ActiveSegment {
-    fn create(dir: &Path, base: i64) -> Result<Self> {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(segment::segment_path(dir, base))?;
-        sync_dir(dir)?;
-        Ok(Self {
-            base,
-            file,
-            len: 0,
-            frames: Vec::new(),
-        })
-    }
-}
-
-/// What recovery found on disk.
-#[derive(Debug)]
-struct Recovered {
-    batches: VecDeque<(FrameHeader, i64)>,
-    log_start: i64,
-    next_offset: i64,
-    last_timestamp: i64,
-    active: ActiveSegment,
-}
-
-fn recover(label: &str, dir: &Path) -> Result<Recovered> {
-    let bases = segment::list_segments(dir)?;
-    let mut batches = VecDeque::new();
-    let mut next_offset = bases.first().copied().unwrap_or(0);
-    let log_start = next_offset;
-    for (i, &base) in bases.iter().enumerate() {
-        if base != next_offset {
-            return Err(NodeError::Corrupt(format!(
-                "bucket {label}: segment {base} follows a log that ends at {next_offset}"
-            )));
-        }
-        let is_active = i + 1 == bases.len();
-        let sealed_index = (!is_active)
-            .then(|| segment::read_index(dir, base))
-            .flatten();
-        let frames = match sealed_index {
-            Some(frames) => frames,
-            None => {
-                let path = segment::segment_path(dir, base);
-                let outcome = segment::scan_frames(&path, base)?;
-                if outcome.torn {
-                    if !is_active {
-                        return Err(NodeError::Corrupt(format!(
-                            "bucket {label}: sealed segment {base} is damaged at byte {}",
-                            outcome.valid_len
-                        )));
-                    }
-                    warn!(
-                        bucket = label,
-                        segment = base,
-                        valid_len = outcome.valid_len,
-                        "truncating a torn log tail"
-                    );
-                    let file = OpenOptions::new().write(true).open(&path)?;
-                    file.set_len(outcome.valid_len)?;
-                    file.sync_all()?;
-                }
-                outcome.frames
-            }
-        };
-        if let Some(last) = frames.last() {
-            next_offset = last.last_offset() + 1;
-        }
-        batches.extend(frames.into_iter().map(|f| (f, base)));
-    }
-    let active = match bases.last() {
-        Some(&base) => {
-            let path = segment::segment_path(dir, base);
-            let file = OpenOptions::new().append(true).open(&path)?;
-            let len = file.metadata()?.len();
-            let frames = batches
-                .iter()
-                .filter(|(_, s)| *s == base)
-                .map(|(f, _)| *f)
-                .collect();
-            let _ = std::fs::remove_file(segment::index_path(dir, base));
-            ActiveSegment {
-                base,
-                file,
-                len,
-                frames,
-            }
-        }
-        None => ActiveSegment::create(dir, 0)?,
-    };
-    let last_timestamp = batches.back().map_or(0, |(h, _)| h.commit_timestamp);
-    Ok(Recovered {
-        batches,
-        log_start,
-        next_offset,
-        last_timestamp,
-        active,
-    })
-}
-
-/// The single writer of a tablet.
-#[derive(Debug)]
-struct Appender {
-    shared: Arc<Shared>,
-    config: LogConfig,
-    active: ActiveSegment,
-    next_offset: i64,
-    last_timestamp: i64,
-}
-
-impl Appender {
-    async fn run(mut self, mut requests: mpsc::Receiver<AppendRequest>) {
-        while let Some(first) = requests.recv().await {
-            let mut group = vec![first];
-            while group.len() < MAX_GROUP {
-                match requests.try_recv() {
-                    Ok(request) => group.push(request),
-                    Err(_) => break,
-                }
-            }
-            let joined = tokio::task::spawn_blocking(move || {
-                let outcome = self.commit(&group);
-                (self, group, outcome)
-            })
-            .await;
-            let (appender, group, outcome) = match joined {
-                Ok(done) => done,
-                Err(e) => {
-                    warn!(error = %e, "log appender stopped");
-                    return;
-                }
-            };
-            self = appender;
-            match outcome {
-                Ok(acks) => {
-                    for (request, ack) in group.into_iter().zip(acks) {
-                        let _ = request.reply.send(Ok(ack));
-                    }
-                }
-                Err(error) => {
-                    warn!(bucket = %self.shared.label, %error, "append failed and was rolled back");
-                    for request in group {
-                        let _ = request.reply.send(Err(error.for_another_waiter()));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Writes a group of appends, makes it durable, then publishes it. On an I/O error
-    /// the segment is cut back to where it was, so the log stays exactly as acknowledged.
-    fn commit(&mut self, group: &[AppendRequest]) -> Result<Vec<AppendAck>> {
-        self.roll_if_needed().map_err(|e| self.classify(e))?;
-        let (start_len, start_frames, start_offset) =
-            (self.active.len, self.active.frames.len(), self.next_offset);
-        let written = self.write_group(group);
-        let written = written.and_then(|written| {
-            if self.config.sync {
-                self.active.file.sync_data()?;
-            }
-            Ok(written)
-        });
-        let written = match written {
-            Ok(written) => written,
-            Err(error) => {
-                self.active.frames.truncate(start_frames);
-                self.active.len = start_len;
-                self.next_offset = start_offset;
-                if let Err(e) = self.active.file.set_len(start_len) {
-                    warn!(bucket = %self.shared.label, error = %e, "could not cut back a failed write");
-                }
-                return Err(self.classify(error));
-            }
-        };
-        let mut state = self.shared.write_state();
-        let mut acks = Vec::with_capacity(group.len());
-        for (header, request) in written.iter().zip(group) {
-            state.batches.push_back((*header, self.active.base));
-            let stored = Arc::new(request.stored.clone());
-            state
-                .cache
-                .insert(header.base_offset, stored, u64::from(header.payload_len));
-            acks.push(AppendAck {
-                base_offset: header.base_offset,
-                last_offset: header.last_offset(),
-                high_watermark: self.next_offset,
-            });
-        }
-        state.high_watermark = self.next_offset;
-        state.active_segment = self.active.base;
-        drop(state);
-        self.shared.watermark.send_replace(self.next_offset);
-        Ok(acks)
-    }
-
-    fn write_group(&mut self, group: &[AppendRequest]) -> Result<Vec<FrameHeader>> {
-        let mut written = Vec::with_capacity(group.len());
-        for request in group {
-            self.last_timestamp = self.last_timestamp.max(now_ms());
-            let mut header = FrameHeader {
-                base_offset: self.next_offset,
-                records: u32::try_from(request.stored.batch.num_rows()).map_err(|_| {
-                    NodeError::InvalidArgument("a batch of more than 2^32 rows".into())
-                })?,
-                commit_timestamp: self.last_timestamp,
-                schema_id: request.schema_id,
-                has_changes: false,
-                position: self.active.len,
-                payload_len: 0,
-            };
-            let frame = segment::encode_frame(&mut header, &request.stored)?;
-            self.active.file.write_all(&frame)?;
-            self.active.len += frame.len() as u64;
-            self.active.frames.push(header);
-            self.next_offset = header.last_offset() + 1;
-            written.push(header);
-        }
-        Ok(written)
-    }
-
-    fn roll_if_needed(&mut self) -> Result<()> {
-        let Some(first) = self.active.frames.first() else {
-            return Ok(());
-        };
-        let age = now_ms() - first.commit_timestamp;
-        let too_old =
-            age > i64::try_from(self.config.segment_max_age.as_millis()).unwrap_or(i64::MAX);
-        if self.active.len < self.config.segment_bytes && !too_old {
-            return Ok(());
-        }
-        self.active.file.sync_data()?;
-        segment::write_index(&self.shared.dir, self.active.base, &self.active.frames)?;
-        self.active = ActiveSegment::create(&self.shared.dir, self.next_offset)?;
-        Ok(())
-    }
-
-    fn classify(&self, error: NodeError) -> NodeError {
-        match error {
-            NodeError::Io(source)
-                if matches!(
-                    source.kind(),
-                    std::io::ErrorKind::StorageFull
-                        | std::io::ErrorKind::FileTooLarge
-                        | std::io::ErrorKind::QuotaExceeded
-                ) =>
-            {
-                NodeError::DiskFull {
-                    bucket: self.shared.label.clone(),
-                    source,
-                }
-            }
-            other => other,
-        }
-    }
 }

@@ -1,0 +1,146 @@
+//! Flight actions: table admin, offsets and key lookups.
+
+use arrow::array::RecordBatch;
+use arrow_flight::Action;
+use mink_core::protocol::{
+    AddColumn, BucketId, BucketList, CreateTable, DropTable, ListOffsets, ListTables, Lookup,
+    LookupReply, OffsetReply, PrefixLookup, TableDescriptorProto, TableList, TableRef, action,
+    decode, decode_batch, encode_batch,
+};
+use mink_core::table::{TableDescriptor, TablePath};
+use prost::Message;
+
+use super::{MinkFlightService, projection, required_bucket};
+use crate::error::NodeError;
+
+impl MinkFlightService {
+    /// Runs one action and returns its result body.
+    pub(super) async fn run_action(&self, action: &Action) -> Result<Vec<u8>, NodeError> {
+        let body = &action.body;
+        let node = &self.node;
+        let describe = |table: &TableDescriptor| TableDescriptorProto::from(table).encode_to_vec();
+        Ok(match action.r#type.as_str() {
+            action::CREATE_TABLE => {
+                let request: CreateTable = decode("create_table", body)?;
+                let proto = request.table.ok_or_else(|| {
+                    NodeError::InvalidArgument("create_table carries no table".into())
+                })?;
+                let created =
+                    node.create_table(TableDescriptor::try_from(proto)?, request.if_not_exists)?;
+                describe(&created)
+            }
+            action::DROP_TABLE => {
+                let request: DropTable = decode("drop_table", body)?;
+                node.drop_table(&TablePath::parse(&request.table)?, request.if_exists)?;
+                Vec::new()
+            }
+            action::LIST_TABLES => {
+                let request: ListTables = decode("list_tables", body)?;
+                let tables = node.list_tables(request.database.as_deref());
+                TableList {
+                    tables: tables.iter().map(ToString::to_string).collect(),
+                }
+                .encode_to_vec()
+            }
+            action::DESCRIBE_TABLE => {
+                let request: TableRef = decode("describe_table", body)?;
+                describe(&*node.describe(&TablePath::parse(&request.table)?)?)
+            }
+            action::ADD_COLUMN => {
+                let request: AddColumn = decode("add_column", body)?;
+                describe(&node.add_column(&TablePath::parse(&request.table)?, request.field()?)?)
+            }
+            action::LIST_BUCKETS => {
+                let request: TableRef = decode("list_buckets", body)?;
+                BucketList {
+                    buckets: node.list_buckets(&TablePath::parse(&request.table)?)?,
+                }
+                .encode_to_vec()
+            }
+            action::LIST_OFFSETS => {
+                let request: ListOffsets = decode("list_offsets", body)?;
+                let spec = request.spec.ok_or_else(|| {
+                    NodeError::InvalidArgument(
+                        "list_offsets needs Earliest, Latest or Timestamp".into(),
+                    )
+                })?;
+                let bucket = required_bucket(request.bucket, "list_offsets")?;
+                OffsetReply {
+                    offset: node.list_offsets(&bucket, &spec)?,
+                }
+                .encode_to_vec()
+            }
+            action::LOOKUP => {
+                let request: Lookup = decode("lookup", body)?;
+                let bucket = required_bucket(request.bucket, "lookup")?;
+                let keys = decode_batch("lookup keys", &request.keys)?;
+                self.key_reply(&bucket, keys, false, &request.columns)
+                    .await?
+            }
+            action::PREFIX_LOOKUP => {
+                let request: PrefixLookup = decode("prefix_lookup", body)?;
+                let bucket = required_bucket(request.bucket, "prefix_lookup")?;
+                let prefixes = decode_batch("lookup prefixes", &request.prefixes)?;
+                self.key_reply(&bucket, prefixes, true, &request.columns)
+                    .await?
+            }
+            other => {
+                return Err(NodeError::InvalidArgument(format!(
+                    "unknown action '{other}'"
+                )));
+            }
+        })
+    }
+
+    /// The encoded [`LookupReply`] of a lookup or prefix lookup.
+    async fn key_reply(
+        &self,
+        bucket: &BucketId,
+        keys: RecordBatch,
+        prefix: bool,
+        columns: &[u32],
+    ) -> Result<Vec<u8>, NodeError> {
+        let table = self.node.describe(&TablePath::parse(&bucket.table)?)?;
+        let projection = projection(&table, columns)?;
+        let found = self.node.lookup(bucket, keys, prefix).await?;
+        Ok(LookupReply {
+            rows: encode_batch(&found.rows.project(&projection)?)?,
+            key_indices: found.key_indices,
+        }
+        .encode_to_vec())
+    }
+}
+
+/// The actions `list_actions` describes.
+pub(super) const ACTIONS: [(&str, &str); 9] = [
+    (
+        action::CREATE_TABLE,
+        "Create a table (CreateTable -> TableDescriptorProto)",
+    ),
+    (action::DROP_TABLE, "Drop a table and its log (DropTable)"),
+    (action::LIST_TABLES, "List tables (ListTables -> TableList)"),
+    (
+        action::DESCRIBE_TABLE,
+        "Describe a table (TableRef -> TableDescriptorProto)",
+    ),
+    (
+        action::ADD_COLUMN,
+        "Add a nullable column (AddColumn -> TableDescriptorProto)",
+    ),
+    (
+        action::LIST_BUCKETS,
+        "Buckets and their offsets (TableRef -> BucketList)",
+    ),
+    (
+        action::LIST_OFFSETS,
+        "Earliest, latest or timestamp offset (ListOffsets -> OffsetReply)",
+    ),
+    (
+        action::LOOKUP,
+        "Rows by primary key (Lookup -> LookupReply)",
+    ),
+    (
+        action::PREFIX_LOOKUP,
+        "Rows by key prefix (PrefixLookup -> LookupReply)",
+    ),
+];

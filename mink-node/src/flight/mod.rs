@@ -1,0 +1,245 @@
+//! The Arrow Flight service of a bucket leader (`spec/reads.md`).
+//!
+//! | call       | request                          | answer                                    |
+//! |------------|----------------------------------|-------------------------------------------|
+//! | DoGet      | [`ReadTicket`] Scan              | schema, then batches with [`ScanBatch`]    |
+//! | DoGet      | Snapshot, LimitScan on PK tables | schema, batches with [`SnapshotBatch`], a closing [`SnapshotBatch`] |
+//! | DoGet      | LimitScan on log tables          | the last rows, as Scan                     |
+//! | DoExchange | one [`TailRequest`] per message  | per request: schema, batches, [`TailEnd`]  |
+//! | DoPut      | [`WriteHeader`] descriptor       | one [`AppendAck`] per batch, once durable (append, upsert or delete) |
+//! | DoAction   | see [`mink_core::protocol::action`] | one result                             |
+//!
+//! Projection happens here: `columns` are field indexes of the table's current schema, and
+//! each batch is cut to those columns before it is encoded. A batch written under an older
+//! schema version keeps its own columns (those it has of the projection); its
+//! `schema_id` in [`ScanBatch`] tells the client how to normalize it.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
+};
+use bytes::Bytes;
+use futures::stream::{self, BoxStream};
+use futures::{Stream, StreamExt, TryStreamExt};
+use mink_core::protocol::{BucketId, ReadTicket, WriteHeader, decode, read_ticket};
+use mink_core::table::TableDescriptor;
+use prost::Message;
+use tonic::{Request, Response, Status, Streaming};
+
+mod actions;
+mod encoder;
+mod reads;
+
+use crate::error::NodeError;
+use crate::node::Node;
+
+/// Bytes a Scan or Tail returns when the request does not say.
+pub const DEFAULT_MAX_BYTES: u64 = 8 << 20;
+/// The longest wait a Tail may ask for.
+pub const MAX_TAIL_WAIT: Duration = Duration::from_secs(60);
+/// Appends of one DoPut stream in flight at once (they are group-committed together).
+const PUT_PIPELINE: usize = 64;
+
+type FlightStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// The node's Flight service.
+#[derive(Debug, Clone)]
+pub struct MinkFlightService {
+    node: Arc<Node>,
+}
+
+impl MinkFlightService {
+    /// A service over `node`.
+    pub fn new(node: Arc<Node>) -> Self {
+        Self { node }
+    }
+}
+
+fn required_bucket(bucket: Option<BucketId>, what: &str) -> Result<BucketId, NodeError> {
+    bucket.ok_or_else(|| NodeError::InvalidArgument(format!("{what} names no bucket")))
+}
+
+/// Checks the projection against the current schema.
+fn projection(table: &TableDescriptor, columns: &[u32]) -> Result<Vec<usize>, NodeError> {
+    let width = table.schema().fields().len();
+    if columns.is_empty() {
+        return Ok((0..width).collect());
+    }
+    columns
+        .iter()
+        .map(|&c| {
+            let index = c as usize;
+            if index < width {
+                Ok(index)
+            } else {
+                Err(NodeError::InvalidArgument(format!(
+                    "column index {c} is out of range: table {} has {width} columns",
+                    table.path
+                )))
+            }
+        })
+        .collect()
+}
+
+fn non_zero_or(value: u64, default: u64) -> u64 {
+    if value == 0 { default } else { value }
+}
+
+fn flight_error_to_status(error: FlightError) -> Status {
+    match error {
+        FlightError::Tonic(status) => *status,
+        other => Status::invalid_argument(format!("malformed Flight data: {other}")),
+    }
+}
+
+#[tonic::async_trait]
+impl FlightService for MinkFlightService {
+    type HandshakeStream = FlightStream<HandshakeResponse>;
+    type ListFlightsStream = FlightStream<FlightInfo>;
+    type DoGetStream = FlightStream<FlightData>;
+    type DoPutStream = FlightStream<PutResult>;
+    type DoExchangeStream = FlightStream<FlightData>;
+    type DoActionStream = FlightStream<arrow_flight::Result>;
+    type ListActionsStream = FlightStream<ActionType>;
+
+    async fn handshake(
+        &self,
+        _request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        Err(Status::unimplemented("the node needs no handshake"))
+    }
+
+    async fn list_flights(
+        &self,
+        _request: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        Err(Status::unimplemented(
+            "list_flights: use the list_tables action",
+        ))
+    }
+
+    async fn get_flight_info(
+        &self,
+        _request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        Err(Status::unimplemented(
+            "get_flight_info: build a Scan ticket directly",
+        ))
+    }
+
+    async fn poll_flight_info(
+        &self,
+        _request: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
+        Err(Status::unimplemented("poll_flight_info is not supported"))
+    }
+
+    async fn get_schema(
+        &self,
+        _request: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        Err(Status::unimplemented(
+            "get_schema: use the describe_table action",
+        ))
+    }
+
+    async fn do_get(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<Response<Self::DoGetStream>, Status> {
+        let ticket: ReadTicket =
+            decode("ticket", &request.get_ref().ticket).map_err(NodeError::from)?;
+        let answer = match ticket.read {
+            Some(read_ticket::Read::Scan(scan)) => {
+                let messages = self.scan(scan).await?;
+                stream::iter(messages.into_iter().map(Ok)).boxed()
+            }
+            Some(read_ticket::Read::Snapshot(snapshot)) => self.snapshot(snapshot)?,
+            Some(read_ticket::Read::LimitScan(limit)) => self.limit_scan(limit).await?,
+            None => return Err(Status::invalid_argument("the ticket names no read")),
+        };
+        Ok(Response::new(answer))
+    }
+
+    async fn do_put(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        let mut input = request.into_inner();
+        let first = input
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("DoPut stream is empty"))?;
+        let descriptor = first.flight_descriptor.clone().ok_or_else(|| {
+            Status::invalid_argument("DoPut needs a FlightDescriptor carrying a WriteHeader")
+        })?;
+        let header: WriteHeader =
+            decode("write header", &descriptor.cmd).map_err(NodeError::from)?;
+        let delete = header.delete;
+        let bucket = Arc::new(required_bucket(header.bucket, "DoPut")?);
+        self.node.check_write_address(&bucket)?;
+        let data = stream::once(async { Ok(first) })
+            .chain(input.map_err(|status| FlightError::Tonic(Box::new(status))));
+        let node = Arc::clone(&self.node);
+        let acks = FlightRecordBatchStream::new_from_flight_data(data)
+            .map_err(flight_error_to_status)
+            .map(move |batch| {
+                let node = Arc::clone(&node);
+                let bucket = Arc::clone(&bucket);
+                async move {
+                    let ack = node.write(&bucket, batch?, delete).await?;
+                    Ok(PutResult {
+                        app_metadata: Bytes::from(ack.encode_to_vec()),
+                    })
+                }
+            })
+            .buffered(PUT_PIPELINE);
+        Ok(Response::new(acks.boxed()))
+    }
+
+    async fn do_exchange(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        let node = Arc::clone(&self.node);
+        let answers: BoxStream<'static, Result<FlightData, Status>> = request
+            .into_inner()
+            .and_then(move |message| {
+                let node = Arc::clone(&node);
+                async move { Ok(Self::tail(node, message).await?) }
+            })
+            .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
+            .try_flatten()
+            .boxed();
+        Ok(Response::new(answers))
+    }
+
+    async fn do_action(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
+        let body = self.run_action(request.get_ref()).await?;
+        let result = arrow_flight::Result { body: body.into() };
+        Ok(Response::new(stream::once(async { Ok(result) }).boxed()))
+    }
+
+    async fn list_actions(
+        &self,
+        _request: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
+        let actions = actions::ACTIONS.map(|(name, description)| {
+            Ok(ActionType {
+                r#type: name.to_string(),
+                description: description.to_string(),
+            })
+        });
+        Ok(Response::new(stream::iter(actions).boxed()))
+    }
+}

@@ -1,0 +1,152 @@
+//! The read tickets: Scan, Snapshot and LimitScan (DoGet) and Tail (DoExchange).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_flight::FlightData;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use mink_core::key::RowCodec;
+use mink_core::protocol::{
+    LimitScanRequest, ScanRequest, SnapshotBatch, SnapshotRequest, TailEnd, TailRequest, decode,
+};
+use mink_core::table::TableDescriptor;
+use prost::Message;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Status;
+
+use super::encoder::{BatchEncoder, metadata_only};
+use super::{
+    DEFAULT_MAX_BYTES, FlightStream, MAX_TAIL_WAIT, MinkFlightService, non_zero_or, projection,
+    required_bucket,
+};
+use crate::error::NodeError;
+use crate::kv::KvTablet;
+use crate::node::Node;
+
+/// Rows per Snapshot batch when the request does not say.
+const DEFAULT_SNAPSHOT_ROWS: u32 = 8192;
+
+impl MinkFlightService {
+    /// Scan: log batches from an offset, bounded by `max_bytes`.
+    pub(super) async fn scan(&self, request: ScanRequest) -> Result<Vec<FlightData>, NodeError> {
+        let bucket = required_bucket(request.bucket, "Scan")?;
+        let (table, target) = self.node.bucket(&bucket)?;
+        let mut encoder = BatchEncoder::new(projection(&table, &request.columns)?);
+        let max_bytes = non_zero_or(request.max_bytes, DEFAULT_MAX_BYTES);
+        let batches = target.log.read(request.offset, max_bytes).await?;
+        let (_, high_watermark) = target.log.offsets();
+        encoder.encode_all(&table, &batches, high_watermark)
+    }
+
+    /// Answers one Tail poll: waits, reads, and closes the answer with [`TailEnd`].
+    pub(super) async fn tail(
+        node: Arc<Node>,
+        message: FlightData,
+    ) -> Result<Vec<FlightData>, NodeError> {
+        let request: TailRequest = decode("Tail request", &message.app_metadata)?;
+        let bucket = required_bucket(request.bucket, "Tail")?;
+        let (table, target) = node.bucket(&bucket)?;
+        let tablet = &target.log;
+        let mut encoder = BatchEncoder::new(projection(&table, &request.columns)?);
+        let (log_start, high_watermark) = tablet.offsets();
+        if request.offset < log_start || request.offset > high_watermark {
+            return Err(NodeError::OffsetOutOfRange {
+                bucket: bucket.to_string(),
+                offset: request.offset,
+                log_start,
+                high_watermark,
+            });
+        }
+        let max_wait = Duration::from_millis(request.max_wait_ms).min(MAX_TAIL_WAIT);
+        tablet
+            .wait_for(request.offset, request.min_bytes, max_wait)
+            .await?;
+        let max_bytes = non_zero_or(request.max_bytes, DEFAULT_MAX_BYTES);
+        let batches = tablet.read(request.offset, max_bytes).await?;
+        let (_, high_watermark) = tablet.offsets();
+        let mut messages = encoder.encode_all(&table, &batches, high_watermark)?;
+        let end = TailEnd {
+            next_offset: batches.last().map_or(request.offset, |b| b.last_offset + 1),
+            high_watermark,
+        };
+        messages.push(metadata_only(end.encode_to_vec()));
+        Ok(messages)
+    }
+
+    /// Snapshot: every row of the bucket's KV store in key order.
+    pub(super) fn snapshot(
+        &self,
+        request: SnapshotRequest,
+    ) -> Result<FlightStream<FlightData>, NodeError> {
+        let bucket = required_bucket(request.bucket, "Snapshot")?;
+        let (table, kv) = self.node.kv_bucket(&bucket)?;
+        let projection = projection(&table, &request.columns)?;
+        let batch_rows = non_zero_or(
+            u64::from(request.batch_rows),
+            u64::from(DEFAULT_SNAPSHOT_ROWS),
+        );
+        stream_kv(table, kv, projection, batch_rows as usize, usize::MAX)
+    }
+
+    /// LimitScan: the first rows of a KV store, or the last rows of a log table's log.
+    pub(super) async fn limit_scan(
+        &self,
+        request: LimitScanRequest,
+    ) -> Result<FlightStream<FlightData>, NodeError> {
+        let bucket = required_bucket(request.bucket, "LimitScan")?;
+        let (table, target) = self.node.bucket(&bucket)?;
+        let projection = projection(&table, &request.columns)?;
+        let limit = request.limit as usize;
+        if table.has_primary_key() {
+            let rows = limit.clamp(1, DEFAULT_SNAPSHOT_ROWS as usize);
+            return stream_kv(table, target.kv.clone(), projection, rows, limit);
+        }
+        let mut encoder = BatchEncoder::new(projection);
+        let batches = target.log.read_last(limit as u64).await?;
+        let (_, high_watermark) = target.log.offsets();
+        let messages = encoder.encode_all(&table, &batches, high_watermark)?;
+        Ok(stream::iter(messages.into_iter().map(Ok)).boxed())
+    }
+}
+
+/// Streams a KV store in key order: the schema, batches of `batch_rows` rows (at most
+/// `limit` in all) each with [`SnapshotBatch`], and a closing metadata-only message with
+/// [`SnapshotBatch`] so even an empty store names its log offset. The store is read on a
+/// blocking thread, two batches ahead of the client at most.
+fn stream_kv(
+    table: Arc<TableDescriptor>,
+    kv: Option<KvTablet>,
+    projection: Vec<usize>,
+    batch_rows: usize,
+    limit: usize,
+) -> Result<FlightStream<FlightData>, NodeError> {
+    let mut encoder = BatchEncoder::new(projection);
+    let schema = encoder.start(&table)?;
+    let Some(kv) = kv else {
+        let end = metadata_only(SnapshotBatch { log_offset: 0 }.encode_to_vec());
+        return Ok(stream::iter([Ok(schema), Ok(end)]).boxed());
+    };
+    let reader = kv.snapshot()?;
+    let codec = RowCodec::new(&table)?;
+    let metadata = SnapshotBatch {
+        log_offset: reader.log_offset(),
+    }
+    .encode_to_vec();
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Vec<FlightData>, Status>>(2);
+    tokio::task::spawn_blocking(move || {
+        let read = reader.for_each_chunk(batch_rows, limit, |values| {
+            let batch = codec.decode(&values)?;
+            let messages = encoder.encode(&batch, metadata.clone())?;
+            Ok(sender.blocking_send(Ok(messages)).is_ok())
+        });
+        let last = match read {
+            Ok(()) => Ok(vec![metadata_only(metadata)]),
+            Err(error) => Err(Status::from(error)),
+        };
+        let _ = sender.blocking_send(last);
+    });
+    let batches = ReceiverStream::new(receiver)
+        .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
+        .try_flatten();
+    Ok(stream::once(async { Ok(schema) }).chain(batches).boxed())
+}

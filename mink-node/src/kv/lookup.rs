@@ -1,0 +1,58 @@
+//! Point and prefix reads of a KV tablet.
+
+use arrow::array::RecordBatch;
+use mink_core::key::{KeyCodec, PrefixCodec, RowCodec};
+use mink_core::table::TableDescriptor;
+
+use super::KvTablet;
+use crate::error::Result;
+
+/// Rows found for a lookup, and for each the index of the key (or prefix) it answers.
+#[derive(Debug)]
+pub struct Found {
+    /// The rows, in the table's current schema.
+    pub rows: RecordBatch,
+    /// `key_indices[i]` is the request key row `i` answers.
+    pub key_indices: Vec<u32>,
+}
+
+/// One store get per key of `keys` (a batch holding the primary-key columns).
+pub fn lookup(table: &TableDescriptor, kv: &KvTablet, keys: &RecordBatch) -> Result<Found> {
+    let encoded = KeyCodec::new(table)?.encode(keys)?;
+    let mut values = Vec::new();
+    let mut key_indices = Vec::new();
+    for (index, key) in encoded.iter().enumerate() {
+        if let Some(value) = kv.get(key.as_ref())? {
+            values.push(value);
+            key_indices.push(index as u32);
+        }
+    }
+    let rows = RowCodec::new(table)?.decode(&values)?;
+    Ok(Found { rows, key_indices })
+}
+
+/// One range scan per prefix of `prefixes` (a batch whose columns are the first key
+/// columns, by name, in key order).
+pub fn prefix_lookup(
+    table: &TableDescriptor,
+    kv: &KvTablet,
+    prefixes: &RecordBatch,
+) -> Result<Found> {
+    let names: Vec<String> = prefixes
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    let encoded = PrefixCodec::new(table, &names)?.encode(prefixes)?;
+    let mut values = Vec::new();
+    let mut key_indices = Vec::new();
+    for (index, prefix) in encoded.iter().enumerate() {
+        for value in kv.prefix(prefix.as_ref())? {
+            values.push(value);
+            key_indices.push(index as u32);
+        }
+    }
+    let rows = RowCodec::new(table)?.decode(&values)?;
+    Ok(Found { rows, key_indices })
+}
