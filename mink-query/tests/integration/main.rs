@@ -11,6 +11,8 @@ mod bad_input;
 mod cli;
 mod crash;
 mod log_history;
+mod pk_history;
+mod pk_support;
 mod process;
 mod support;
 mod tail;
