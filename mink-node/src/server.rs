@@ -68,7 +68,7 @@ pub fn serve(node: Arc<Node>, listener: TcpListener) -> Result<ServerHandle> {
     let server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(service)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            .serve_with_incoming_shutdown(incoming(listener), async {
                 let _ = shutdown_signal.await;
             }),
     );
@@ -79,6 +79,19 @@ pub fn serve(node: Arc<Node>, listener: TcpListener) -> Result<ServerHandle> {
         shutdown: Some(shutdown),
         server,
         background,
+    })
+}
+
+/// Accepted connections, with Nagle's algorithm off: small answers (acks, tail polls)
+/// would otherwise wait for the client's delayed ACK, about 40 ms each.
+fn incoming(
+    listener: TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use futures::StreamExt;
+    TcpListenerStream::new(listener).map(|stream| {
+        let stream = stream?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
     })
 }
 

@@ -6,8 +6,12 @@
 //! - `--mode tail` follows each bucket from `--from` (default: the high watermark) and
 //!   prints batches as they are written, until interrupted.
 //!
-//! `union`, `lake` and `snapshot` are part of the command's contract; they answer with an
-//! error until the lake and primary-key tables exist.
+//! - `--mode snapshot` prints the current rows of a primary-key table's buckets in key
+//!   order, and on stderr the changelog offset each snapshot reflects (a `--mode log
+//!   --from` there continues it).
+//!
+//! `union` and `lake` are part of the command's contract; they answer with an error until
+//! the lake exists.
 
 use std::time::Duration;
 
@@ -83,8 +87,24 @@ pub(crate) async fn run(args: ReadArgs) -> Result<(), CliError> {
             Ok(())
         }
         ReadMode::Tail => follow(&client, buckets, args.from, &columns, printer).await,
-        ReadMode::Union | ReadMode::Lake | ReadMode::Snapshot => Err(CliError::Usage(format!(
-            "--mode {:?} needs the lake and primary-key tables, which this build does not have yet; use --mode log or tail",
+        ReadMode::Snapshot => {
+            if !table.has_primary_key() {
+                return Err(CliError::Usage(format!(
+                    "table {} is a log table: --mode snapshot needs a primary key (use --mode log)",
+                    table.path
+                )));
+            }
+            for (bucket, _, _) in buckets {
+                let answer = client.snapshot(&bucket, &columns, 0).await?;
+                for batch in &answer.batches {
+                    printer.print(batch)?;
+                }
+                eprintln!("{bucket}: snapshot at log offset {}", answer.log_offset);
+            }
+            Ok(())
+        }
+        ReadMode::Union | ReadMode::Lake => Err(CliError::Usage(format!(
+            "--mode {:?} needs the lake, which this build does not have yet; use --mode log, snapshot or tail",
             args.mode
         ).to_lowercase())),
     }

@@ -215,3 +215,26 @@ async fn load_reads_csv_json_and_parquet() {
         "failed loads wrote nothing"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_snapshot_prints_current_rows_in_key_order() {
+    use crate::pk_support::{pk_keys, pk_rows, pk_table};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(dir.path());
+    let client = MinkClient::connect(&server.addr).await.expect("connect");
+    let mut table = pk_table("cli_pk", 1);
+    table.partition_keys.clear();
+    let table = client.create_table(&table, false).await.expect("create");
+    let rows: Vec<_> = [3, 1, 2].iter().map(|i| (("d".to_string(), *i, 0), Some(format!("v{i}")))).collect();
+    client.write(&table, &pk_rows(&table, &rows)).await.expect("upsert");
+    client.write(&table, &pk_rows(&table, &[(("d".to_string(), 2, 0), Some("new".into()))])).await.expect("update");
+    client.delete(&table, &pk_keys(&[("d".to_string(), 3, 0)])).await.expect("delete");
+
+    let (ok, stdout, stderr) = run_mink(&["read", "--connect", &server.addr, "--table", "test.cli_pk", "--mode", "snapshot", "--columns", "id,v", "--format", "csv"]);
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, "id,v\n1,v1\n2,new\n");
+    assert!(stderr.contains("snapshot at log offset 6"), "{stderr}");
+
+    let (ok, _, stderr) = run_mink(&["read", "--connect", &server.addr, "--table", "test.cli", "--mode", "snapshot"]);
+    assert!(!ok, "{stderr}");
+}
