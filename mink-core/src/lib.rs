@@ -5,6 +5,7 @@
 //! - [`change`]: the change types of a primary-key changelog.
 //! - [`bucket`]: which bucket a row belongs to (Iceberg's bucket transform).
 //! - [`key`]: memcomparable keys and stored rows of primary-key tables.
+//! - [`merge`]: the key merge of a union read (lake rows plus changelog tail).
 //! - [`partition`]: partition names built from partition-key values.
 //! - [`protocol`]: the wire messages of the bucket leader's Flight protocol.
 //! - [`routing`]: which bucket and partition each row of a batch belongs to.
@@ -17,6 +18,7 @@ pub mod bucket;
 pub mod change;
 pub mod error;
 pub mod key;
+pub mod merge;
 pub mod options;
 pub mod partition;
 pub mod protocol;
