@@ -134,6 +134,9 @@ mod tests {
     use crate::options::TableOptions;
     use crate::table::{TableDescriptor, TablePath};
 
+    /// One changelog batch of the test table: `(key, value)` rows and their change types.
+    type Change<'a> = (Vec<(i64, &'a str)>, Vec<u8>);
+
     const I: u8 = ChangeType::Insert as u8;
     const UB: u8 = ChangeType::UpdateBefore as u8;
     const UA: u8 = ChangeType::UpdateAfter as u8;
@@ -176,7 +179,7 @@ mod tests {
     fn union(
         table: &TableDescriptor,
         lake: &[(i64, &str)],
-        tail: Vec<(Vec<(i64, &str)>, Vec<u8>)>,
+        tail: Vec<Change<'_>>,
     ) -> Vec<(i64, String)> {
         let codec = KeyCodec::new(table).unwrap();
         let tail = tail
@@ -279,7 +282,7 @@ mod tests {
             }
             let lake: Vec<(i64, String)> = lake.unwrap().into_iter().collect();
             let lake_rows: Vec<(i64, &str)> = lake.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            let tail: Vec<(Vec<(i64, &str)>, Vec<u8>)> = tail
+            let tail: Vec<Change<'_>> = tail
                 .iter()
                 .map(|(rows, c): &(Vec<(i64, String)>, Vec<u8>)| {
                     (
