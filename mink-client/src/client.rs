@@ -316,7 +316,8 @@ impl MinkClient {
             .flight()
             .do_get(Ticket::new(ticket.encode_to_vec()))
             .await?;
-        Ok(read_batches(&mut stream.into_inner()).await?.batches)
+        let answer = read_batches(&mut stream.into_inner()).await?;
+        Ok(answer.batches.into_iter().map(|(batch, _)| batch).collect())
     }
 
     async fn do_get_snapshot(&self, read: read_ticket::Read) -> Result<SnapshotAnswer> {
@@ -332,7 +333,7 @@ impl MinkClient {
         let log_offset = decode::<SnapshotBatch>("SnapshotBatch", &end)?.log_offset;
         Ok(SnapshotAnswer {
             schema: answer.schema,
-            batches: answer.batches,
+            batches: answer.batches.into_iter().map(|(batch, _)| batch).collect(),
             log_offset,
         })
     }

@@ -47,37 +47,23 @@ impl ReadAnswer {
     }
 }
 
-/// Reads one answer from `decoder`: up to the end of the stream, or up to the
-/// [`TailEnd`] that closes a Tail poll.
+/// Reads one Scan answer, or one Tail poll's answer (up to its closing [`TailEnd`]).
 pub(crate) async fn read_answer(
     decoder: &mut FlightDataDecoder,
     offset: i64,
 ) -> Result<ReadAnswer> {
-    let mut schema: Option<SchemaRef> = None;
-    let mut batches = Vec::new();
-    let mut end: Option<TailEnd> = None;
-    while let Some(message) = decoder.next().await {
-        let message = message?;
-        match message.payload {
-            DecodedPayload::Schema(s) => {
-                schema.get_or_insert(s);
-            }
-            DecodedPayload::RecordBatch(batch) => {
-                let target = schema
-                    .as_ref()
-                    .ok_or_else(|| ClientError::Protocol("a batch before any schema".into()))?;
-                let metadata: ScanBatch = decode("ScanBatch", &message.inner.app_metadata)?;
-                let batch = normalize_batch(&batch, target)?;
-                batches.push(ReadBatch { metadata, batch });
-            }
-            DecodedPayload::None => {
-                end = Some(decode("TailEnd", &message.inner.app_metadata)?);
-                break;
-            }
-        }
-    }
-    let schema =
-        schema.ok_or_else(|| ClientError::Protocol("an answer without a schema".into()))?;
+    let answer = read_batches(decoder).await?;
+    let batches = answer
+        .batches
+        .into_iter()
+        .map(|(batch, metadata)| {
+            Ok(ReadBatch {
+                metadata: decode("ScanBatch", &metadata)?,
+                batch,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let end: Option<TailEnd> = answer.end.map(|end| decode("TailEnd", &end)).transpose()?;
     let last = batches.last().map(|b| &b.metadata);
     let (next_offset, high_watermark) = match (&end, last) {
         (Some(end), _) => (end.next_offset, end.high_watermark),
@@ -86,7 +72,7 @@ pub(crate) async fn read_answer(
         (None, None) => (offset, offset),
     };
     Ok(ReadAnswer {
-        schema,
+        schema: answer.schema,
         batches,
         next_offset,
         high_watermark,
@@ -141,16 +127,17 @@ impl LookupResult {
     }
 }
 
-/// Every batch of a DoGet answer, normalized to its first schema, and the `app_metadata`
-/// of a closing metadata-only message, if any.
+/// The batches of one answer, normalized to its first schema, each with its
+/// `app_metadata`, and the `app_metadata` of the metadata-only message that closed it.
 #[derive(Debug)]
 pub(crate) struct Batches {
     pub(crate) schema: SchemaRef,
-    pub(crate) batches: Vec<RecordBatch>,
+    pub(crate) batches: Vec<(RecordBatch, bytes::Bytes)>,
     pub(crate) end: Option<bytes::Bytes>,
 }
 
-/// Reads a whole DoGet answer.
+/// Reads one answer: up to the end of the stream, or up to a metadata-only message (which
+/// closes a Tail poll or a Snapshot).
 pub(crate) async fn read_batches(decoder: &mut FlightDataDecoder) -> Result<Batches> {
     let mut schema: Option<SchemaRef> = None;
     let mut batches = Vec::new();
@@ -165,9 +152,12 @@ pub(crate) async fn read_batches(decoder: &mut FlightDataDecoder) -> Result<Batc
                 let target = schema
                     .as_ref()
                     .ok_or_else(|| ClientError::Protocol("a batch before any schema".into()))?;
-                batches.push(normalize_batch(&batch, target)?);
+                batches.push((normalize_batch(&batch, target)?, message.inner.app_metadata));
             }
-            DecodedPayload::None => end = Some(message.inner.app_metadata),
+            DecodedPayload::None => {
+                end = Some(message.inner.app_metadata);
+                break;
+            }
         }
     }
     let schema =
