@@ -11,8 +11,9 @@
 //! figure includes the Flight protocol. The data is `--rows` rows (default 2 000 000) of
 //! `id i64, event_time timestamp(µs, UTC), name utf8 (20 chars), price f64, quantity i32`,
 //! generated deterministically in batches of 10 000 rows. Byte rates count the data's size
-//! as an Arrow IPC stream (the baseline file's length); 1 MB is 10^6 bytes. A ratio above
-//! 1 means mink is faster than its baseline.
+//! as an Arrow IPC stream (the baseline file's length); 1 MB is 10^6 bytes. A throughput
+//! ratio above 1 means mink is faster than its baseline; a latency ratio is mink's latency
+//! over the baseline's, above 1 when mink is slower.
 //!
 //! 1. **Append throughput**, 1 bucket and 8 buckets. Each bucket has one writer task that
 //!    sends its share of the batches (batch `i` goes to bucket `i % n`) four per
@@ -36,14 +37,52 @@
 //!    time), and *write -> tailer*, from just before `append` is called. Baseline for the
 //!    latter: writing each of the same batches to an IPC file followed by `sync_data`.
 //!
+//! # `mink bench kv`
+//!
+//! ```text
+//! cargo run --release -p mink-query -- bench kv [--keys 1000000] [--buckets 1] [--dir DIR] [--no-sync]
+//! ```
+//!
+//! Primary-key tables, on the same kind of node and with the same schema, in a table
+//! `bench.kv` with primary key `id` and `--buckets` buckets (default 1). Every upsert reads
+//! the stored row of each of its keys (one KV get per row) to log `+I`, or `-U` and `+U`,
+//! and updates the KV store (fjall) in the same group commit; the figures show what that
+//! costs, and what reading the store costs.
+//!
+//! 1. **Upsert throughput**, in two phases, through [`MinkClient::write`] with four
+//!    10 000-row batches in flight. *Load*: `--keys` keys (default 1 000 000; ids from 0,
+//!    every key new). Then *10% updates*: `--keys / 2` rows in which every tenth row
+//!    updates an existing key (distinct random keys, none updated twice, so the final rows
+//!    do not depend on the order the writes land in) and the others insert new keys.
+//!    Baseline of each phase: the same batches written the same way to a log table
+//!    `bench.kv_log` with the same schema and no primary key; the ratio is the cost of the
+//!    changelog and the KV store. The log table is written first, both phases, so its
+//!    writes never overlap the KV store's background flushes and compactions (the update
+//!    phase does pay for those the load leaves behind).
+//! 2. **Lookup latency**, p50 and p99, of 2000 [`MinkClient::lookup`] calls of 1 key and
+//!    500 calls of 100 keys (after 20 uncounted warm-up calls each), the keys drawn at
+//!    random from the `--keys` loaded ones, so all exist. Baseline: a Scan of one batch of
+//!    a small log table from the log cache, the cheapest round trip of the protocol: of a
+//!    1-row batch against the 1-key lookups, of a 100-row batch against the 100-key ones,
+//!    so both answers carry as many rows. Each lookup follows a baseline call, so both
+//!    see the same conditions (background compactions, other processes).
+//! 3. **Snapshot throughput**: [`MinkClient::snapshot`] of every bucket (all at once, in
+//!    batches of 10 000 rows). Baseline: a Scan, from the log cache, of a log table
+//!    `bench.kv_rows` holding exactly the snapshot's rows in the same batches (the first
+//!    snapshot's batches, appended to it bucket for bucket) — not of the changelog, which
+//!    also holds every overwritten version. Three rounds alternate a Scan and a Snapshot;
+//!    each figure is the median of its rounds.
+//!
+//! # Both
+//!
 //! Results go to stdout, progress to stderr. The default directory is a fresh one under the
 //! system temp directory, removed at the end; `--dir` must name an empty or new directory,
-//! which is kept.
+//! which is kept. `--no-sync` runs the node without fsync.
 
 use std::fmt;
 use std::fs::File;
 use std::future::Future;
-use std::io::BufWriter;
+use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -54,6 +93,8 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
+use futures::future::{self, try_join_all};
+use futures::stream::{self, StreamExt, TryStreamExt};
 use mink_client::{ClientError, MinkClient};
 use mink_core::options::TableOptions;
 use mink_core::protocol::BucketId;
@@ -77,6 +118,8 @@ pub(crate) struct BenchArgs {
 enum Bench {
     /// The log: append, scan and tail, against Arrow IPC files on the same disk.
     Log(LogArgs),
+    /// Primary-key tables: upsert, lookup and snapshot, against log tables and Scan.
+    Kv(KvArgs),
 }
 
 /// Arguments of `mink bench log`.
@@ -85,13 +128,58 @@ struct LogArgs {
     /// Rows to write, in batches of 10 000.
     #[arg(long, default_value_t = 2_000_000)]
     rows: usize,
+    #[command(flatten)]
+    node: NodeArgs,
+}
+
+/// Arguments of `mink bench kv`.
+#[derive(Debug, clap::Args)]
+struct KvArgs {
+    /// Keys to load, in batches of 10 000; half as many rows are upserted after.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: usize,
+    /// Buckets of every table.
+    #[arg(long, default_value_t = 1)]
+    buckets: u32,
+    #[command(flatten)]
+    node: NodeArgs,
+}
+
+/// Where and how the benchmark's node runs.
+#[derive(Debug, clap::Args)]
+struct NodeArgs {
     /// An empty or new directory to work in, kept afterwards (default: a fresh directory
     /// under the system temp directory, removed at the end).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Run mink without fsync, and compare with an IPC file that is never synced.
+    /// Run mink without fsync (and, for `bench log`, compare with an IPC file that is
+    /// never synced).
     #[arg(long)]
     no_sync: bool,
+}
+
+impl NodeArgs {
+    fn sync(&self) -> bool {
+        !self.no_sync
+    }
+
+    /// The node's configuration in `scratch`, with a log cache of `cache_bytes` per bucket.
+    fn config(&self, scratch: &Scratch, cache_bytes: u64) -> NodeConfig {
+        let mut config = NodeConfig::new(scratch.path.join("node"));
+        config.log.sync = self.sync();
+        config.log.cache_bytes = cache_bytes;
+        config
+    }
+
+    /// How the node runs, for the heading of the results.
+    fn describe(&self, config: &NodeConfig, scratch: &Scratch) -> String {
+        format!(
+            "fsync {}, log cache {} MB per bucket, dir {}",
+            if self.sync() { "on" } else { "off" },
+            config.log.cache_bytes >> 20,
+            scratch.path.display()
+        )
+    }
 }
 
 /// Rows per batch of the throughput figures.
@@ -110,11 +198,22 @@ const TAIL_ROWS: usize = 100;
 const TAIL_WAIT: Duration = Duration::from_secs(1);
 /// How long the writer waits for the tail reader to have its batch before giving up.
 const TAIL_TIMEOUT: Duration = Duration::from_secs(10);
+/// [`MinkClient::write`] calls in flight at once in the upsert figure.
+const WRITES_IN_FLIGHT: usize = 4;
+/// In the update phase, one row in this many updates an existing key.
+const UPDATE_EVERY: usize = 10;
+/// Lookup calls measured per lookup size: (keys per call, calls).
+const LOOKUPS: [(usize, usize); 2] = [(1, 2000), (100, 500)];
+/// Uncounted calls before each latency measurement of the lookup figure.
+const CALL_WARMUP: usize = 20;
+/// Rounds of the snapshot figure; each throughput is the median of its rounds.
+const ROUNDS: usize = 3;
 
 /// Runs the benchmark the arguments name.
 pub(crate) async fn run(args: BenchArgs) -> Result<(), CliError> {
     match args.bench {
         Bench::Log(args) => run_log(args).await,
+        Bench::Kv(args) => run_kv(args).await,
     }
 }
 
@@ -122,21 +221,19 @@ async fn run_log(args: LogArgs) -> Result<(), CliError> {
     if args.rows == 0 {
         return Err(CliError::Usage("--rows must be at least 1".into()));
     }
-    let sync = !args.no_sync;
-    let scratch = Scratch::new(args.dir)?;
+    let sync = args.node.sync();
+    let scratch = Scratch::new(args.node.dir.clone())?;
     eprintln!("bench: generating {} rows", args.rows);
     let data = Data::generate(args.rows)?;
-    let mut config = NodeConfig::new(scratch.path.join("node"));
-    config.log.sync = sync;
     // Room for the whole 1-bucket table, so its first scan is served from the cache.
-    config.log.cache_bytes = 2 * data.memory_bytes() + (64 << 20);
+    let config = args
+        .node
+        .config(&scratch, 2 * data.memory_bytes() + (64 << 20));
     println!(
-        "mink bench log: {} rows ({} MB in memory) in batches of {BATCH_ROWS}, fsync {}, log cache {} MB per bucket, dir {}",
+        "mink bench log: {} rows ({} MB in memory) in batches of {BATCH_ROWS}, {}",
         data.rows,
         data.memory_bytes() / 1_000_000,
-        if sync { "on" } else { "off" },
-        config.log.cache_bytes >> 20,
-        scratch.path.display()
+        args.node.describe(&config, &scratch)
     );
     let running = Running::start(config).await?;
     let ipc = append_figure(&running, &data, &scratch.path, sync).await?;
@@ -178,7 +275,7 @@ async fn append_figure(
             .await?
         };
         let figure = Throughput::new(data.rows, written.bytes, elapsed);
-        println!("baseline {:<22}: {figure}", mode.label());
+        report(&format!("baseline {}", mode.label()), figure, &[]);
         baselines.push((mode.label(), figure));
         file.get_or_insert(IpcFile {
             path,
@@ -187,8 +284,15 @@ async fn append_figure(
     }
     let file = file.ok_or_else(|| CliError::Usage("no baseline was written".into()))?;
     for buckets in APPEND_BUCKETS {
-        let table =
-            create_table(&running.client, &log_table(buckets), buckets, &data.schema).await?;
+        let table = create_table(
+            &running.client,
+            &log_table(buckets),
+            buckets,
+            &data.schema,
+            &[],
+        )
+        .await?
+        .path;
         let parts = split(&data.batches, buckets);
         let label = format!(
             "append {buckets} bucket{}",
@@ -200,7 +304,7 @@ async fn append_figure(
             .iter()
             .map(|(name, baseline)| format!("vs {name} {:.2}", figure.ratio_to(baseline)))
             .collect();
-        println!("{label:<31}: {figure}   ratio {}", ratios.join(", "));
+        report(&label, figure, &ratios);
     }
     Ok(file)
 }
@@ -213,7 +317,7 @@ async fn scan_figure(running: Running, data: &Data, ipc: &IpcFile) -> Result<Run
     let (rows, elapsed) = measure("read the IPC file", blocking(move || read_ipc(&path))).await?;
     check_rows("the IPC file", rows, data.rows)?;
     let baseline = Throughput::new(rows, ipc.bytes, elapsed);
-    println!("baseline {:<22}: {baseline}", "IPC read");
+    report("baseline IPC read", baseline, &[]);
     let (rows, elapsed) = measure(
         "scan from the log cache",
         scan_bucket(&running.client, &bucket),
@@ -221,21 +325,15 @@ async fn scan_figure(running: Running, data: &Data, ipc: &IpcFile) -> Result<Run
     .await?;
     check_rows("the cached scan", rows, data.rows)?;
     let figure = Throughput::new(rows, ipc.bytes, elapsed);
-    println!(
-        "{:<31}: {figure}   ratio vs IPC read {:.2}",
-        "scan log cache",
-        figure.ratio_to(&baseline)
-    );
+    let ratio = format!("vs IPC read {:.2}", figure.ratio_to(&baseline));
+    report("scan log cache", figure, &[ratio]);
     let (running, _) = measure("restart the node", running.restart()).await?;
     let (rows, elapsed) =
         measure("scan cold segments", scan_bucket(&running.client, &bucket)).await?;
     check_rows("the cold scan", rows, data.rows)?;
     let figure = Throughput::new(rows, ipc.bytes, elapsed);
-    println!(
-        "{:<31}: {figure}   ratio vs IPC read {:.2}",
-        "scan cold segments",
-        figure.ratio_to(&baseline)
-    );
+    let ratio = format!("vs IPC read {:.2}", figure.ratio_to(&baseline));
+    report("scan cold segments", figure, &[ratio]);
     Ok(running)
 }
 
@@ -247,8 +345,15 @@ async fn tail_figure(
     dir: &Path,
     sync: bool,
 ) -> Result<(), CliError> {
-    let table = create_table(&running.client, &TablePath::new("bench", "tail"), 1, schema).await?;
-    let bucket = BucketId::new(&table, 0);
+    let table = create_table(
+        &running.client,
+        &TablePath::new("bench", "tail"),
+        1,
+        schema,
+        &[],
+    )
+    .await?;
+    let bucket = BucketId::new(&table.path, 0);
     let mut rng = XorShift::new(0x7a11);
     let batches = (0..TAIL_WARMUP + TAIL_BATCHES)
         .map(|i| make_batch(schema, (i * TAIL_ROWS) as i64, TAIL_ROWS, &mut rng))
@@ -294,21 +399,14 @@ async fn tail_figure(
     let baseline = Latency::new(written.batch_ms.into_iter().skip(TAIL_WARMUP).collect());
     let write_to_tail = Latency::new(write_to_tail);
     let name = if sync { "IPC write+fsync" } else { "IPC write" };
-    println!(
-        "baseline {:<22}: {baseline}   (one {TAIL_ROWS}-row batch)",
-        name
+    report(
+        &format!("baseline {name}"),
+        format!("{baseline}   (one {TAIL_ROWS}-row batch)"),
+        &[],
     );
-    println!(
-        "{:<31}: {}",
-        "tail ack -> tailer",
-        Latency::new(ack_to_tail)
-    );
-    println!(
-        "{:<31}: {write_to_tail}   ratio vs {name} p50 {:.2}, p99 {:.2}",
-        "tail write -> tailer",
-        write_to_tail.p50 / baseline.p50,
-        write_to_tail.p99 / baseline.p99
-    );
+    report("tail ack -> tailer", Latency::new(ack_to_tail), &[]);
+    let ratio = format!("vs {name} {}", write_to_tail.ratio_to(&baseline));
+    report("tail write -> tailer", write_to_tail, &[ratio]);
     Ok(())
 }
 
@@ -353,6 +451,272 @@ async fn write_and_wait(
         samples.push((signed_ms(acked, received), signed_ms(start, received)));
     }
     Ok(samples)
+}
+
+async fn run_kv(args: KvArgs) -> Result<(), CliError> {
+    if args.keys == 0 {
+        return Err(CliError::Usage("--keys must be at least 1".into()));
+    }
+    if args.buckets == 0 {
+        return Err(CliError::Usage("--buckets must be at least 1".into()));
+    }
+    let scratch = Scratch::new(args.node.dir.clone())?;
+    eprintln!("bench: generating {} keys and their upserts", args.keys);
+    let data = KvData::generate(args.keys)?;
+    // Room for the largest log, so the Scan baselines are served from the cache.
+    let memory = data.load.memory_bytes() + data.upserts.memory_bytes();
+    let config = args.node.config(&scratch, 2 * memory + (64 << 20));
+    println!(
+        "mink bench kv: {} keys, then {} upserts ({} of existing keys) in batches of {BATCH_ROWS}, {} bucket{}, {}",
+        data.load.rows,
+        data.upserts.rows,
+        data.updates,
+        args.buckets,
+        if args.buckets == 1 { "" } else { "s" },
+        args.node.describe(&config, &scratch)
+    );
+    let running = Running::start(config).await?;
+    let table = upsert_figure(&running, &data, args.buckets).await?;
+    lookup_figure(&running, &table, data.load.rows).await?;
+    snapshot_figure(&running, &table, data.final_rows()).await?;
+    running.stop().await?;
+    Ok(())
+}
+
+/// Figure 1: upsert throughput, loading new keys and then with 10% updates, against
+/// writing the same batches to a log table. Returns the primary-key table, loaded.
+async fn upsert_figure(
+    running: &Running,
+    data: &KvData,
+    buckets: u32,
+) -> Result<TableDescriptor, CliError> {
+    let client = &running.client;
+    let schema = &data.load.schema;
+    let log_path = TablePath::new("bench", "kv_log");
+    let log = create_table(client, &log_path, buckets, schema, &[]).await?;
+    let kv_path = TablePath::new("bench", "kv");
+    let kv = create_table(client, &kv_path, buckets, schema, &["id"]).await?;
+    // Each phase with the rows of it that update a key: they log -U and +U, inserts +I.
+    let phases = [
+        ("load", "upsert load (all keys new)", &data.load, 0),
+        (
+            "10% updates",
+            "upsert 10% updates",
+            &data.upserts,
+            data.updates,
+        ),
+    ];
+    // The log table first, so its writes never share the machine with the KV store's
+    // background work.
+    let mut baselines = Vec::new();
+    for (phase, _, rows, _) in phases {
+        let write = write_batches(client, &log, &rows.batches);
+        let ((), elapsed) = measure(&format!("log write: {phase}"), write).await?;
+        baselines.push(Throughput::new(rows.rows, ipc_len(&rows.batches)?, elapsed));
+    }
+    check_logged(client, &log, data.load.rows + data.upserts.rows).await?;
+    let mut changelog_rows = 0;
+    for ((phase, label, rows, updates), baseline) in phases.into_iter().zip(baselines) {
+        let write = write_batches(client, &kv, &rows.batches);
+        let ((), elapsed) = measure(&format!("upsert: {phase}"), write).await?;
+        changelog_rows += rows.rows + updates;
+        check_logged(client, &kv, changelog_rows).await?;
+        let figure = Throughput::new(rows.rows, baseline.bytes, elapsed);
+        report(&format!("baseline log write: {phase}"), baseline, &[]);
+        let ratio = format!("vs log write {:.2}", figure.ratio_to(&baseline));
+        report(label, figure, &[ratio]);
+    }
+    Ok(kv)
+}
+
+/// Figure 2: lookup latency of 1 and of 100 random existing keys per call, against a Scan
+/// of one cached batch of as many rows.
+async fn lookup_figure(
+    running: &Running,
+    table: &TableDescriptor,
+    keys: usize,
+) -> Result<(), CliError> {
+    let client = &running.client;
+    let schema = table.schema();
+    let ping_path = TablePath::new("bench", "ping");
+    let ping = create_table(client, &ping_path, 1, schema, &[]).await?;
+    let bucket = &BucketId::new(&ping.path, 0);
+    let mut rng = XorShift::new(0x100c);
+    // One batch per lookup size, each at the offset its ack gives.
+    let batches = LOOKUPS
+        .iter()
+        .map(|&(rows, _)| make_batch(schema, 0, rows, &mut rng))
+        .collect::<Result<Vec<_>, _>>()?;
+    let acks = client.append(bucket, batches).await?;
+    let key_schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    for (&(per_call, calls), ack) in LOOKUPS.iter().zip(&acks) {
+        let offset = ack.base_offset;
+        // max_bytes 1: a Scan answers with at least one batch, and here with only that one.
+        let scan = move |_| async move {
+            Ok::<_, CliError>(client.scan(bucket, offset, 1, &[]).await?.num_rows())
+        };
+        let lookups = &(0..CALL_WARMUP + calls)
+            .map(|_| {
+                let ids = (0..per_call).map(|_| (rng.next_u64() % keys as u64) as i64);
+                let ids = Arc::new(Int64Array::from_iter_values(ids));
+                RecordBatch::try_new(Arc::clone(&key_schema), vec![ids])
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let lookup = move |i: usize| async move {
+            let found = client.lookup(table, &lookups[i], &[]).await?;
+            Ok::<_, CliError>(found.rows.num_rows())
+        };
+        let label = format!(
+            "lookup {per_call} key{}, {calls} calls",
+            if per_call == 1 { "" } else { "s" }
+        );
+        let (baseline, figure) = paired_latency(&label, calls, per_call, scan, lookup).await?;
+        report(
+            &format!("baseline scan {per_call}-row batch"),
+            baseline,
+            &[],
+        );
+        report(
+            &label,
+            figure,
+            &[format!("vs scan {}", figure.ratio_to(&baseline))],
+        );
+    }
+    Ok(())
+}
+
+/// Figure 3: Snapshot throughput, against a Scan of a log table holding the same rows.
+async fn snapshot_figure(
+    running: &Running,
+    table: &TableDescriptor,
+    rows: usize,
+) -> Result<(), CliError> {
+    let client = &running.client;
+    let snapshot = async || {
+        let snapshots = buckets_of(table)
+            .into_iter()
+            .map(|bucket| async move { client.snapshot(&bucket, &[], BATCH_ROWS as u32).await });
+        let (answers, elapsed) =
+            measure("snapshot", async { Ok(try_join_all(snapshots).await?) }).await?;
+        let snapshot_rows = answers.iter().map(|answer| answer.num_rows()).sum();
+        check_rows("the snapshot", snapshot_rows, rows)?;
+        Ok::<_, CliError>((answers, elapsed))
+    };
+    let (answers, elapsed) = snapshot().await?;
+    let mut snapshots = vec![elapsed];
+    let parts: Vec<Vec<RecordBatch>> = answers.into_iter().map(|a| a.batches).collect();
+    let bytes = ipc_len(parts.iter().flatten())?;
+    let copy_path = TablePath::new("bench", "kv_rows");
+    let copy = create_table(client, &copy_path, table.bucket_num, table.schema(), &[]).await?;
+    append_parts(client, &copy.path, parts).await?;
+    let scan = async || {
+        let scans = buckets_of(&copy)
+            .into_iter()
+            .map(|bucket| async move { scan_bucket(client, &bucket).await });
+        let (scanned, elapsed) = measure("scan the same rows", async {
+            Ok(try_join_all(scans).await?.into_iter().sum())
+        })
+        .await?;
+        check_rows("the scan of the snapshot's rows", scanned, rows)?;
+        Ok::<_, CliError>(elapsed)
+    };
+    // Alternate, so both see the same conditions.
+    let mut scans = Vec::new();
+    for round in 1..=ROUNDS {
+        scans.push(scan().await?);
+        if round < ROUNDS {
+            snapshots.push(snapshot().await?.1);
+        }
+    }
+    let figure = Throughput::new(rows, bytes, median(snapshots));
+    let baseline = Throughput::new(rows, bytes, median(scans));
+    report("baseline scan of the same rows", baseline, &[]);
+    let ratio = format!("vs scan {:.2}", figure.ratio_to(&baseline));
+    report("snapshot", figure, &[ratio]);
+    Ok(())
+}
+
+/// Writes `batches` to a table through [`MinkClient::write`], [`WRITES_IN_FLIGHT`] calls
+/// at a time.
+async fn write_batches(
+    client: &MinkClient,
+    table: &TableDescriptor,
+    batches: &[RecordBatch],
+) -> Result<(), CliError> {
+    stream::iter(batches)
+        .map(|batch| client.write(table, batch))
+        .buffer_unordered(WRITES_IN_FLIGHT)
+        .try_for_each(|_acks| future::ready(Ok(())))
+        .await?;
+    Ok(())
+}
+
+/// Checks that a table's buckets have logged `expected` rows in all.
+async fn check_logged(
+    client: &MinkClient,
+    table: &TableDescriptor,
+    expected: usize,
+) -> Result<(), CliError> {
+    let buckets = client.list_buckets(&table.path).await?;
+    let logged: i64 = buckets.iter().map(|b| b.high_watermark - b.log_start).sum();
+    check_rows(
+        &format!("the log of {}", table.path),
+        logged as usize,
+        expected,
+    )
+}
+
+/// Latencies of `calls` pairs of calls, a baseline call then a measured one, after
+/// [`CALL_WARMUP`] uncounted pairs; pairing lets both see the same conditions. Call `i`
+/// of either kind returns the rows it got, which must be `rows`.
+async fn paired_latency<B, BaselineCall, M, MeasuredCall>(
+    what: &str,
+    calls: usize,
+    rows: usize,
+    mut baseline: B,
+    mut measured: M,
+) -> Result<(Latency, Latency), CliError>
+where
+    B: FnMut(usize) -> BaselineCall,
+    BaselineCall: Future<Output = Result<usize, CliError>>,
+    M: FnMut(usize) -> MeasuredCall,
+    MeasuredCall: Future<Output = Result<usize, CliError>>,
+{
+    let pairs = async {
+        let mut samples = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+        for i in 0..CALL_WARMUP + calls {
+            let baseline_ms = timed_call(what, rows, baseline(i)).await?;
+            let measured_ms = timed_call(what, rows, measured(i)).await?;
+            if i >= CALL_WARMUP {
+                samples.0.push(baseline_ms);
+                samples.1.push(measured_ms);
+            }
+        }
+        Ok((Latency::new(samples.0), Latency::new(samples.1)))
+    };
+    Ok(measure(what, pairs).await?.0)
+}
+
+/// Makes one call of [`paired_latency`]; returns how long it took, in milliseconds.
+async fn timed_call(
+    what: &str,
+    rows: usize,
+    call: impl Future<Output = Result<usize, CliError>>,
+) -> Result<f64, CliError> {
+    let start = Instant::now();
+    let got = call.await?;
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    check_rows(what, got, rows)?;
+    Ok(ms)
+}
+
+/// The median of some durations (the upper one of an even count).
+fn median(mut durations: Vec<Duration>) -> Duration {
+    durations.sort();
+    durations
+        .get(durations.len() / 2)
+        .copied()
+        .unwrap_or_default()
 }
 
 /// Runs `work`, reporting it on stderr; returns its output and how long it took.
@@ -444,12 +808,14 @@ fn log_table(buckets: u32) -> TablePath {
     TablePath::new("bench", format!("log{buckets}"))
 }
 
+/// Creates a table: a log table when `primary_key` is empty.
 async fn create_table(
     client: &MinkClient,
     path: &TablePath,
     buckets: u32,
     schema: &SchemaRef,
-) -> Result<TablePath, CliError> {
+    primary_key: &[&str],
+) -> Result<TableDescriptor, CliError> {
     let options = TableOptions {
         bucket_num: buckets,
         ..TableOptions::default()
@@ -457,11 +823,18 @@ async fn create_table(
     let descriptor = TableDescriptor::new(
         path.clone(),
         schema.as_ref().clone(),
-        vec![],
+        primary_key.iter().map(|c| c.to_string()).collect(),
         vec![],
         options,
     )?;
-    Ok(client.create_table(&descriptor, false).await?.path)
+    Ok(client.create_table(&descriptor, false).await?)
+}
+
+/// Every bucket of an unpartitioned table.
+fn buckets_of(table: &TableDescriptor) -> Vec<BucketId> {
+    (0..table.bucket_num)
+        .map(|b| BucketId::new(&table.path, b))
+        .collect()
 }
 
 /// Batch `i` goes to part `i % buckets`.
@@ -643,9 +1016,29 @@ impl Latency {
     }
 }
 
+impl Latency {
+    /// `p50 x, p99 y`: how many times `baseline`'s latencies these are.
+    fn ratio_to(&self, baseline: &Self) -> String {
+        format!(
+            "p50 {:.2}, p99 {:.2}",
+            self.p50 / baseline.p50,
+            self.p99 / baseline.p99
+        )
+    }
+}
+
 impl fmt::Display for Latency {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "p50 {:>7.3} ms  p99 {:>7.3} ms", self.p50, self.p99)
+    }
+}
+
+/// Prints one result: its label, the figure, and its ratios to baselines, if any.
+fn report(label: &str, figure: impl fmt::Display, ratios: &[String]) {
+    if ratios.is_empty() {
+        println!("{label:<31}: {figure}");
+    } else {
+        println!("{label:<31}: {figure}   ratio {}", ratios.join(", "));
     }
 }
 
@@ -709,7 +1102,14 @@ struct Data {
 }
 
 impl Data {
+    /// `rows` rows with ids from 0.
     fn generate(rows: usize) -> Result<Self, CliError> {
+        let ids: Vec<i64> = (0..rows as i64).collect();
+        Self::with_ids(&ids, 0x5eed)
+    }
+
+    /// Rows with these ids, the other columns drawn from `seed`.
+    fn with_ids(ids: &[i64], seed: u64) -> Result<Self, CliError> {
         let schema = Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, false),
             Field::new(
@@ -721,22 +1121,15 @@ impl Data {
             Field::new("price", DataType::Float64, false),
             Field::new("quantity", DataType::Int32, false),
         ]));
-        let mut rng = XorShift::new(0x5eed);
-        let batches = (0..rows)
-            .step_by(BATCH_ROWS)
-            .map(|first| {
-                make_batch(
-                    &schema,
-                    first as i64,
-                    BATCH_ROWS.min(rows - first),
-                    &mut rng,
-                )
-            })
+        let mut rng = XorShift::new(seed);
+        let batches = ids
+            .chunks(BATCH_ROWS)
+            .map(|chunk| make_rows(&schema, Int64Array::from(chunk.to_vec()), &mut rng))
             .collect::<Result<_, _>>()?;
         Ok(Self {
             schema,
             batches,
-            rows,
+            rows: ids.len(),
         })
     }
 
@@ -749,6 +1142,83 @@ impl Data {
     }
 }
 
+/// The batches of the upsert figure.
+#[derive(Debug)]
+struct KvData {
+    /// The load: keys `0..keys`.
+    load: Data,
+    /// The update phase: every [`UPDATE_EVERY`]th row updates a key of the load (distinct
+    /// keys, drawn at random), the others insert new keys from `keys` up.
+    upserts: Data,
+    /// Rows of `upserts` that update a key.
+    updates: usize,
+}
+
+impl KvData {
+    fn generate(keys: usize) -> Result<Self, CliError> {
+        let load = Data::generate(keys)?;
+        let rows = (keys / 2).max(1);
+        let updates = rows.div_ceil(UPDATE_EVERY);
+        let mut rng = XorShift::new(0xda7a);
+        // A partial Fisher-Yates shuffle: the first `updates` keys become distinct random ones.
+        let mut existing: Vec<i64> = (0..keys as i64).collect();
+        for i in 0..updates {
+            let j = i + (rng.next_u64() % (keys - i) as u64) as usize;
+            existing.swap(i, j);
+        }
+        let mut next_new = keys as i64;
+        let ids: Vec<i64> = (0..rows)
+            .map(|row| {
+                if row % UPDATE_EVERY == 0 {
+                    existing[row / UPDATE_EVERY]
+                } else {
+                    next_new += 1;
+                    next_new - 1
+                }
+            })
+            .collect();
+        Ok(Self {
+            load,
+            upserts: Data::with_ids(&ids, rng.next_u64())?,
+            updates,
+        })
+    }
+
+    /// Rows of the primary-key table once both phases are written.
+    fn final_rows(&self) -> usize {
+        self.load.rows + self.upserts.rows - self.updates
+    }
+}
+
+/// Size of `batches` as one Arrow IPC stream, the byte count of the MB/s figures.
+fn ipc_len<'a>(batches: impl IntoIterator<Item = &'a RecordBatch>) -> Result<u64, CliError> {
+    let mut batches = batches.into_iter().peekable();
+    let Some(first) = batches.peek() else {
+        return Ok(0);
+    };
+    let mut writer = StreamWriter::try_new(ByteCount(0), &first.schema())?;
+    for batch in batches {
+        writer.write(batch)?;
+    }
+    writer.finish()?;
+    Ok(writer.get_ref().0)
+}
+
+/// A writer that only counts the bytes written to it.
+#[derive(Debug)]
+struct ByteCount(u64);
+
+impl io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// `rows` rows with ids from `first_id`.
 fn make_batch(
     schema: &SchemaRef,
@@ -756,9 +1226,19 @@ fn make_batch(
     rows: usize,
     rng: &mut XorShift,
 ) -> Result<RecordBatch, CliError> {
+    let ids = Int64Array::from_iter_values(first_id..first_id + rows as i64);
+    make_rows(schema, ids, rng)
+}
+
+/// Rows with these ids, the other columns drawn from `rng`.
+fn make_rows(
+    schema: &SchemaRef,
+    ids: Int64Array,
+    rng: &mut XorShift,
+) -> Result<RecordBatch, CliError> {
     /// 2025-01-01T00:00:00Z.
     const START_US: i64 = 1_735_689_600_000_000;
-    let ids = Int64Array::from_iter_values(first_id..first_id + rows as i64);
+    let rows = ids.len();
     let times = TimestampMicrosecondArray::from_iter_values(
         ids.values()
             .iter()

@@ -1,0 +1,200 @@
+//! The lake's catalog and object store.
+//!
+//! Embedded default: an Iceberg SQL catalog on SQLite at `<data-dir>/lake/catalog.db`
+//! (catalog name `mink`, namespace = mink database) and the warehouse
+//! `<data-dir>/lake/warehouse` on the local file system, both reached through one
+//! `object_store` store that also serves mink's Parquet reads.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::datatypes::Field;
+use iceberg::arrow::arrow_type_to_type;
+use iceberg::table::Table;
+use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, CatalogBuilder, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
+use iceberg_catalog_sql::{
+    SQL_CATALOG_PROP_BIND_STYLE, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE, SqlBindStyle,
+    SqlCatalog, SqlCatalogBuilder,
+};
+use mink_core::table::{TableDescriptor, TablePath};
+use object_store::ObjectStore;
+use object_store::local::LocalFileSystem;
+use tracing::info;
+
+use crate::error::{LakeError, Result};
+use crate::layout::{lake_schema, partition_spec};
+use crate::storage::{LakeStorage, LakeStorageFactory};
+
+/// The catalog name every mink lake table is registered under (pyiceberg finds tables
+/// by it).
+pub const CATALOG_NAME: &str = "mink";
+
+/// Where the lake lives.
+#[derive(Debug, Clone)]
+pub struct LakeConfig {
+    /// The SQL catalog's database URL (`sqlite:PATH?mode=rwc`).
+    pub catalog_uri: String,
+    /// The warehouse location (an absolute path, or a URL of the store).
+    pub warehouse: String,
+    /// The store holding the warehouse.
+    pub storage: LakeStorage,
+}
+
+impl LakeConfig {
+    /// The embedded lake of a data directory: `<data-dir>/lake/{catalog.db,warehouse}`.
+    pub fn embedded(data_dir: &Path) -> Result<Self> {
+        let lake_dir = std::path::absolute(data_dir.join("lake")).map_err(|e| {
+            LakeError::Config(format!("data directory {}: {e}", data_dir.display()))
+        })?;
+        let warehouse = lake_dir.join("warehouse");
+        std::fs::create_dir_all(&warehouse)
+            .map_err(|e| LakeError::Config(format!("creating {}: {e}", warehouse.display())))?;
+        let store: Arc<dyn ObjectStore> = Arc::new(LocalFileSystem::new());
+        Ok(Self {
+            catalog_uri: format!("sqlite:{}?mode=rwc", lake_dir.join("catalog.db").display()),
+            warehouse: warehouse.display().to_string(),
+            storage: LakeStorage::new(store, ""),
+        })
+    }
+}
+
+/// The lake: its catalog and store.
+#[derive(Clone)]
+pub struct Lake {
+    catalog: Arc<SqlCatalog>,
+    storage: LakeStorage,
+}
+
+impl std::fmt::Debug for Lake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lake")
+            .field("storage", &self.storage)
+            .finish_non_exhaustive()
+    }
+}
+
+fn ident(path: &TablePath) -> TableIdent {
+    TableIdent::new(
+        NamespaceIdent::new(path.database.clone()),
+        path.name.clone(),
+    )
+}
+
+impl Lake {
+    /// Opens the catalog (creating its tables if needed).
+    ///
+    /// # Errors
+    /// [`LakeError::Iceberg`] when the catalog cannot be reached or opened.
+    pub async fn open(config: LakeConfig) -> Result<Self> {
+        let factory = Arc::new(LakeStorageFactory(config.storage.clone()));
+        let catalog = SqlCatalogBuilder::default()
+            .with_storage_factory(factory)
+            .load(
+                CATALOG_NAME,
+                HashMap::from([
+                    (SQL_CATALOG_PROP_URI.to_string(), config.catalog_uri.clone()),
+                    (
+                        SQL_CATALOG_PROP_WAREHOUSE.to_string(),
+                        config.warehouse.clone(),
+                    ),
+                    (
+                        SQL_CATALOG_PROP_BIND_STYLE.to_string(),
+                        SqlBindStyle::QMark.to_string(),
+                    ),
+                ]),
+            )
+            .await?;
+        Ok(Self {
+            catalog: Arc::new(catalog),
+            storage: config.storage,
+        })
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &SqlCatalog {
+        &self.catalog
+    }
+
+    /// The object store of the warehouse.
+    pub fn store(&self) -> Result<Arc<dyn ObjectStore>> {
+        Ok(self.storage.store()?)
+    }
+
+    /// The lake storage (location -> store path).
+    pub fn storage(&self) -> &LakeStorage {
+        &self.storage
+    }
+
+    /// Creates the lake table of a mink table; an existing one is kept.
+    pub async fn create_table(&self, table: &TableDescriptor) -> Result<Table> {
+        let namespace = NamespaceIdent::new(table.path.database.clone());
+        if !self.catalog.namespace_exists(&namespace).await? {
+            match self
+                .catalog
+                .create_namespace(&namespace, HashMap::new())
+                .await
+            {
+                Err(e) if e.kind() != ErrorKind::NamespaceAlreadyExists => return Err(e.into()),
+                _ => {}
+            }
+        }
+        let ident = ident(&table.path);
+        if self.catalog.table_exists(&ident).await? {
+            return self.load(&table.path).await;
+        }
+        let schema = lake_schema(table)?;
+        let spec = partition_spec(table, &schema)?;
+        let creation = TableCreation::builder()
+            .name(table.path.name.clone())
+            .schema(schema)
+            .partition_spec(spec)
+            .properties(HashMap::from([(
+                // mink is the one writer of its lake tables and checks for conflicts itself.
+                "commit.retry.num-retries".to_string(),
+                "0".to_string(),
+            )]))
+            .build();
+        let created = self.catalog.create_table(&namespace, creation).await?;
+        info!(table = %table.path, location = created.metadata().location(), "created lake table");
+        Ok(created)
+    }
+
+    /// Loads a lake table.
+    pub async fn load(&self, path: &TablePath) -> Result<Table> {
+        Ok(self.catalog.load_table(&ident(path)).await?)
+    }
+
+    /// Whether the lake has a table for `path`.
+    pub async fn exists(&self, path: &TablePath) -> Result<bool> {
+        Ok(self.catalog.table_exists(&ident(path)).await?)
+    }
+
+    /// Drops a lake table from the catalog and deletes its files.
+    pub async fn drop_table(&self, path: &TablePath) -> Result<()> {
+        let ident = ident(path);
+        if !self.catalog.table_exists(&ident).await? {
+            return Ok(());
+        }
+        let table = self.catalog.load_table(&ident).await?;
+        self.catalog.drop_table(&ident).await?;
+        table
+            .file_io()
+            .delete_prefix(table.metadata().location())
+            .await?;
+        Ok(())
+    }
+
+    /// Adds a (nullable) column to a lake table, as ADD COLUMN does to the mink table.
+    pub async fn add_column(&self, path: &TablePath, field: &Field) -> Result<Table> {
+        let table = self.load(path).await?;
+        let lake_type = arrow_type_to_type(&crate::layout::lake_field_type(field.data_type()))?;
+        let tx = Transaction::new(&table);
+        let tx = tx
+            .update_schema()
+            .add_column(AddColumn::optional(field.name(), lake_type))
+            .apply(tx)?;
+        Ok(tx.commit(self.catalog.as_ref()).await?)
+    }
+}

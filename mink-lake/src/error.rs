@@ -1,0 +1,46 @@
+//! The lake's error type.
+
+/// What a lake operation can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum LakeError {
+    /// The Iceberg catalog or table layer failed (unreachable catalog, conflict, ...).
+    #[error("iceberg: {0}")]
+    Iceberg(#[from] iceberg::Error),
+    /// The object store failed (unreachable, missing file, ...).
+    #[error("object store: {0}")]
+    ObjectStore(#[from] object_store::Error),
+    /// A Parquet file could not be read.
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    /// An Arrow kernel failed.
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// The catalog database failed.
+    #[error("catalog database: {0}")]
+    Catalog(#[from] sqlx::Error),
+    /// A model-level error.
+    #[error(transparent)]
+    Core(#[from] mink_core::CoreError),
+    /// No such snapshot in the lake table.
+    #[error("lake table {table} has no snapshot {snapshot_id}")]
+    SnapshotNotFound {
+        /// The table.
+        table: String,
+        /// The snapshot asked for.
+        snapshot_id: i64,
+    },
+    /// The lake is configured wrongly.
+    #[error("lake configuration: {0}")]
+    Config(String),
+    /// A lake table's content does not fit what mink expects of it.
+    #[error("lake table {table}: {message}")]
+    Layout {
+        /// The table.
+        table: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Result with [`LakeError`].
+pub type Result<T, E = LakeError> = std::result::Result<T, E>;

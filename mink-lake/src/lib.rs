@@ -1,0 +1,24 @@
+//! mink's lake: the Iceberg side of mink, shared by the node (tiering, Union and Lake
+//! reads) and the SQL engine.
+//!
+//! - [`catalog`]: the SQL catalog and the object store, lake tables' lifecycle.
+//! - [`storage`]: Iceberg's FileIO over `object_store`, so one store serves everything.
+//! - [`layout`]: columns, partition spec and file layout of a lake table.
+//! - [`offsets`]: the per-bucket log offsets a snapshot was tiered up to.
+//! - [`writer`]: writing a tiering round's files and committing its snapshot.
+//! - [`reader`]: planning a bucket's split and streaming its Parquet files.
+
+pub mod catalog;
+pub mod error;
+pub mod layout;
+pub mod offsets;
+pub mod reader;
+pub mod storage;
+pub mod writer;
+
+pub use catalog::{Lake, LakeConfig};
+
+// Used by the integration tests only.
+pub use error::{LakeError, Result};
+#[cfg(test)]
+use tempfile as _;
