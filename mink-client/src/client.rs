@@ -10,10 +10,11 @@ use arrow_flight::{Action, FlightClient, FlightDescriptor, Ticket};
 use bytes::Bytes;
 use futures::{TryStreamExt, stream};
 use mink_core::protocol::{
-    AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CreateTable, DropTable,
+    AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CreateTable, DropTable, LakeRequest,
     LimitScanRequest, ListOffsets, ListTables, Lookup, LookupReply, OffsetReply, PrefixLookup,
     ReadTicket, ScanRequest, SnapshotBatch, SnapshotRequest, TableDescriptorProto, TableList,
-    TableRef, WriteHeader, action, decode, decode_batch, encode_batch, list_offsets, read_ticket,
+    TableRef, TierReply, UnionPlan, UnionRequest, WriteHeader, action, decode, decode_batch,
+    encode_batch, list_offsets, read_ticket,
 };
 use mink_core::routing::{split_by_bucket, split_rows_by_bucket};
 use mink_core::table::{TableDescriptor, TablePath};
@@ -21,7 +22,9 @@ use prost::Message;
 use tonic::transport::Channel;
 
 use crate::error::{ClientError, Result};
-use crate::read::{LookupResult, ReadAnswer, SnapshotAnswer, Tailer, read_answer, read_batches};
+use crate::read::{
+    LookupResult, ReadAnswer, SnapshotAnswer, Tailer, UnionAnswer, read_answer, read_batches,
+};
 
 /// Largest gRPC message the client accepts (one Arrow batch).
 const MAX_MESSAGE_BYTES: usize = 256 << 20;
@@ -311,22 +314,12 @@ impl MinkClient {
             limit,
             columns: columns.to_vec(),
         });
-        let ticket = ReadTicket { read: Some(read) };
-        let stream = self
-            .flight()
-            .do_get(Ticket::new(ticket.encode_to_vec()))
-            .await?;
-        let answer = read_batches(&mut stream.into_inner()).await?;
+        let answer = self.do_get_batches(read).await?;
         Ok(answer.batches.into_iter().map(|(batch, _)| batch).collect())
     }
 
     async fn do_get_snapshot(&self, read: read_ticket::Read) -> Result<SnapshotAnswer> {
-        let ticket = ReadTicket { read: Some(read) };
-        let stream = self
-            .flight()
-            .do_get(Ticket::new(ticket.encode_to_vec()))
-            .await?;
-        let answer = read_batches(&mut stream.into_inner()).await?;
+        let answer = self.do_get_batches(read).await?;
         let end = answer.end.ok_or_else(|| {
             ClientError::Protocol("a Snapshot without its closing SnapshotBatch".into())
         })?;
@@ -400,6 +393,61 @@ impl MinkClient {
         });
         let answers = futures::future::try_join_all(reads).await?;
         LookupResult::concat(table, columns, answers)
+    }
+
+    /// Union: the bucket as it is now, lake rows below the seam then the log up to the high
+    /// watermark at plan time (for a primary-key table, merged by key), with the plan.
+    pub async fn union(&self, bucket: &BucketId, columns: &[u32]) -> Result<UnionAnswer> {
+        let read = read_ticket::Read::Union(UnionRequest {
+            bucket: Some(bucket.clone()),
+            columns: columns.to_vec(),
+        });
+        let answer = self.do_get_batches(read).await?;
+        let end = answer
+            .end
+            .ok_or_else(|| ClientError::Protocol("a Union without its closing plan".into()))?;
+        Ok(UnionAnswer {
+            schema: answer.schema,
+            batches: answer.batches.into_iter().map(|(batch, _)| batch).collect(),
+            plan: decode::<UnionPlan>("UnionPlan", &end)?,
+        })
+    }
+
+    /// Lake: a snapshot of a table (or one partition) as the lake holds it; the latest
+    /// recorded snapshot when `snapshot_id` is `None`.
+    pub async fn lake(
+        &self,
+        table: &TablePath,
+        partition: Option<&str>,
+        snapshot_id: Option<i64>,
+        columns: &[u32],
+    ) -> Result<Vec<RecordBatch>> {
+        let read = read_ticket::Read::Lake(LakeRequest {
+            table: table.to_string(),
+            partition: partition.map(str::to_string),
+            snapshot_id,
+            columns: columns.to_vec(),
+        });
+        let answer = self.do_get_batches(read).await?;
+        Ok(answer.batches.into_iter().map(|(batch, _)| batch).collect())
+    }
+
+    /// Runs a tiering round of a table now.
+    pub async fn tier(&self, table: &TablePath) -> Result<TierReply> {
+        let request = TableRef {
+            table: table.to_string(),
+        };
+        let body = self.action(action::TIER_TABLE, request).await?;
+        Ok(decode("TierReply", &body)?)
+    }
+
+    async fn do_get_batches(&self, read: read_ticket::Read) -> Result<crate::read::Batches> {
+        let ticket = ReadTicket { read: Some(read) };
+        let stream = self
+            .flight()
+            .do_get(Ticket::new(ticket.encode_to_vec()))
+            .await?;
+        read_batches(&mut stream.into_inner()).await
     }
 
     /// Opens a Tail session on a bucket (a DoExchange stream); poll it with

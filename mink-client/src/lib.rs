@@ -26,4 +26,4 @@ mod read;
 
 pub use client::MinkClient;
 pub use error::{ClientError, Result};
-pub use read::{LookupResult, ReadAnswer, ReadBatch, SnapshotAnswer, Tailer};
+pub use read::{LookupResult, ReadAnswer, ReadBatch, SnapshotAnswer, Tailer, UnionAnswer};

@@ -98,6 +98,24 @@ impl SnapshotAnswer {
     }
 }
 
+/// The answer to a Union read.
+#[derive(Debug, Clone)]
+pub struct UnionAnswer {
+    /// The schema of every batch: the table's current schema, projected.
+    pub schema: SchemaRef,
+    /// Lake rows, then log rows (in log order).
+    pub batches: Vec<RecordBatch>,
+    /// The plan the node followed: snapshot, seam, log range.
+    pub plan: mink_core::protocol::UnionPlan,
+}
+
+impl UnionAnswer {
+    /// Total rows of the answer.
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+}
+
 /// Rows found by a lookup or prefix lookup.
 #[derive(Debug, Clone)]
 pub struct LookupResult {

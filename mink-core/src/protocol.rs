@@ -48,6 +48,8 @@ pub mod action {
     pub const LOOKUP: &str = "lookup";
     /// [`super::PrefixLookup`] -> [`super::LookupReply`].
     pub const PREFIX_LOOKUP: &str = "prefix_lookup";
+    /// [`super::TableRef`] -> [`super::TierReply`]: a tiering round now.
+    pub const TIER_TABLE: &str = "tier_table";
 }
 
 /// Decodes a protobuf message, naming it in the error.
@@ -93,7 +95,7 @@ impl std::fmt::Display for BucketId {
 #[derive(Clone, PartialEq, Message)]
 pub struct ReadTicket {
     /// The read to run.
-    #[prost(oneof = "read_ticket::Read", tags = "1, 2, 3")]
+    #[prost(oneof = "read_ticket::Read", tags = "1, 2, 3, 4, 5")]
     pub read: Option<read_ticket::Read>,
 }
 
@@ -111,6 +113,12 @@ pub mod read_ticket {
         /// The first rows of a KV store, or the last rows of a log table.
         #[prost(message, tag = "3")]
         LimitScan(super::LimitScanRequest),
+        /// Lake snapshot plus log tail of one bucket, merged.
+        #[prost(message, tag = "4")]
+        Union(super::UnionRequest),
+        /// One lake snapshot of a table or partition.
+        #[prost(message, tag = "5")]
+        Lake(super::LakeRequest),
     }
 }
 
@@ -235,6 +243,74 @@ pub fn decode_batch(what: &str, bytes: &[u8]) -> Result<RecordBatch> {
         Some(batch) => batch.map_err(|e| malformed(&e)),
         None => Err(malformed(&"no batch")),
     }
+}
+
+/// Union { bucket, columns }: the bucket as it is now, lake rows below the seam plus the
+/// log from the seam to the high watermark at plan time. The answer ends with a
+/// metadata-only [`UnionPlan`].
+#[derive(Clone, PartialEq, Message)]
+pub struct UnionRequest {
+    /// The bucket to read.
+    #[prost(message, optional, tag = "1")]
+    pub bucket: Option<BucketId>,
+    /// Field indexes of the current schema; empty means all.
+    #[prost(uint32, repeated, tag = "2")]
+    pub columns: Vec<u32>,
+}
+
+/// The plan a Union answer followed.
+#[derive(Clone, PartialEq, Message)]
+pub struct UnionPlan {
+    /// The lake snapshot read; absent when the table has no tiered snapshot.
+    #[prost(int64, optional, tag = "1")]
+    pub snapshot_id: Option<i64>,
+    /// The bucket's log_end_offset recorded with that snapshot (the seam).
+    #[prost(int64, tag = "2")]
+    pub lake_log_end_offset: i64,
+    /// First log offset read: max(lake_log_end_offset, log_start).
+    #[prost(int64, tag = "3")]
+    pub log_from: i64,
+    /// End of the log read (exclusive): the high watermark at plan time.
+    #[prost(int64, tag = "4")]
+    pub log_to: i64,
+    /// Lake data files read.
+    #[prost(uint64, tag = "5")]
+    pub lake_files: u64,
+}
+
+/// Lake { table, partition, snapshot_id, columns }: one Iceberg snapshot of a table (or of
+/// one partition), read by the node.
+#[derive(Clone, PartialEq, Message)]
+pub struct LakeRequest {
+    /// `database.name`.
+    #[prost(string, tag = "1")]
+    pub table: String,
+    /// Only this partition.
+    #[prost(string, optional, tag = "2")]
+    pub partition: Option<String>,
+    /// The snapshot; the latest recorded one when absent.
+    #[prost(int64, optional, tag = "3")]
+    pub snapshot_id: Option<i64>,
+    /// Field indexes of the current schema; empty means all.
+    #[prost(uint32, repeated, tag = "4")]
+    pub columns: Vec<u32>,
+}
+
+/// The answer of `tier_table`.
+#[derive(Clone, PartialEq, Message)]
+pub struct TierReply {
+    /// The snapshot committed; absent when there was nothing new.
+    #[prost(int64, optional, tag = "1")]
+    pub snapshot_id: Option<i64>,
+    /// Rows tiered.
+    #[prost(uint64, tag = "2")]
+    pub rows: u64,
+    /// Data files written.
+    #[prost(uint64, tag = "3")]
+    pub files: u64,
+    /// Whether a snapshot committed before a crash was recorded first.
+    #[prost(bool, tag = "4")]
+    pub repaired: bool,
 }
 
 /// Tail { bucket, offset, columns, max_wait_ms, min_bytes }: a Scan that waits up to
@@ -643,6 +719,33 @@ mod tests {
             })),
         });
         round_trip(SnapshotBatch { log_offset: 99 });
+        round_trip(ReadTicket {
+            read: Some(read_ticket::Read::Union(UnionRequest {
+                bucket: Some(bucket()),
+                columns: vec![0],
+            })),
+        });
+        round_trip(ReadTicket {
+            read: Some(read_ticket::Read::Lake(LakeRequest {
+                table: "db.t".into(),
+                partition: Some("dt=1".into()),
+                snapshot_id: Some(77),
+                columns: vec![],
+            })),
+        });
+        round_trip(UnionPlan {
+            snapshot_id: Some(5),
+            lake_log_end_offset: 10,
+            log_from: 10,
+            log_to: 20,
+            lake_files: 2,
+        });
+        round_trip(TierReply {
+            snapshot_id: None,
+            rows: 0,
+            files: 0,
+            repaired: true,
+        });
         round_trip(Lookup {
             bucket: Some(bucket()),
             keys: vec![1, 2, 3],

@@ -17,8 +17,10 @@ pub mod storage;
 pub mod writer;
 
 pub use catalog::{Lake, LakeConfig};
+pub use error::{LakeError, Result};
+/// Iceberg types that cross the crate's API.
+pub use iceberg::{spec::DataFile, table::Table as LakeTable};
 
 // Used by the integration tests only.
-pub use error::{LakeError, Result};
 #[cfg(test)]
 use tempfile as _;

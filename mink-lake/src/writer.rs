@@ -2,6 +2,7 @@
 //! snapshot for the whole round.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use iceberg::Catalog;
@@ -9,7 +10,7 @@ use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::spec::{DataFile, PartitionKey};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::base_writer::data_file_writer::{DataFileWriter, DataFileWriterBuilder};
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{FileNameGenerator, LocationGenerator};
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
@@ -29,7 +30,7 @@ const TARGET_FILE_BYTES: usize = 256 << 20;
 /// Data files are named by a fresh UUID: a per-process counter would let a second process
 /// overwrite committed files.
 #[derive(Debug, Clone)]
-struct UuidNames;
+pub struct UuidNames;
 
 impl FileNameGenerator for UuidNames {
     fn generate_file_name(&self) -> String {
@@ -39,7 +40,7 @@ impl FileNameGenerator for UuidNames {
 
 /// Every file of a bucket goes to the bucket's directory.
 #[derive(Debug, Clone)]
-struct BucketLocation(String);
+pub struct BucketLocation(String);
 
 impl LocationGenerator for BucketLocation {
     fn generate_location(&self, _partition: Option<&PartitionKey>, file_name: &str) -> String {
@@ -47,67 +48,102 @@ impl LocationGenerator for BucketLocation {
     }
 }
 
-/// Writes one bucket's lake batches as data files. They are invisible until
+/// Writes one bucket's lake batches of a round as data files, a batch at a time (the
+/// round's rows are never all in memory). The files are invisible until
 /// [`commit_round`] commits them.
-///
-/// # Errors
-/// [`LakeError::Layout`] when the rows fall in more than one lake partition (the lake's
-/// partitioning disagrees with mink's bucketing).
-pub async fn write_bucket(
-    table: &Table,
-    bucket: &BucketId,
-    batches: &[RecordBatch],
-) -> Result<Vec<DataFile>> {
-    let schema = table.metadata().current_schema();
-    let spec = table.metadata().default_partition_spec();
-    let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
-        std::sync::Arc::clone(schema),
-        std::sync::Arc::clone(spec),
-    )?;
-    let mut partition: Option<PartitionKey> = None;
-    let mut parts = Vec::with_capacity(batches.len());
-    for batch in batches {
-        for (key, part) in splitter.split(batch)? {
-            match &partition {
-                Some(seen) if seen.data() != key.data() => {
+pub struct BucketWriter {
+    table: Table,
+    bucket: BucketId,
+    splitter: RecordBatchPartitionSplitter,
+    open: Option<(
+        PartitionKey,
+        DataFileWriter<ParquetWriterBuilder, BucketLocation, UuidNames>,
+    )>,
+}
+
+impl std::fmt::Debug for BucketWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BucketWriter")
+            .field("bucket", &self.bucket)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BucketWriter {
+    /// A writer of `bucket`'s files into `table`.
+    pub fn new(table: &Table, bucket: &BucketId) -> Result<Self> {
+        let metadata = table.metadata();
+        let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
+            Arc::clone(metadata.current_schema()),
+            Arc::clone(metadata.default_partition_spec()),
+        )?;
+        Ok(Self {
+            table: table.clone(),
+            bucket: bucket.clone(),
+            splitter,
+            open: None,
+        })
+    }
+
+    /// Writes a lake batch (see [`crate::layout::lake_batch`]).
+    ///
+    /// # Errors
+    /// [`LakeError::Layout`] when the bucket's rows fall in more than one lake partition
+    /// (the lake's partitioning disagrees with mink's bucketing).
+    pub async fn write(&mut self, batch: RecordBatch) -> Result<()> {
+        for (key, part) in self.splitter.split(&batch)? {
+            let writer = match &mut self.open {
+                Some((seen, writer)) if seen.data() == key.data() => writer,
+                Some(_) => {
                     return Err(LakeError::Layout {
-                        table: table.identifier().to_string(),
+                        table: self.table.identifier().to_string(),
                         message: format!(
-                            "rows of bucket {bucket} fall in more than one lake partition"
+                            "rows of bucket {} fall in more than one lake partition",
+                            self.bucket
                         ),
                     });
                 }
-                Some(_) => {}
-                None => partition = Some(key),
-            }
-            parts.push(part);
+                None => {
+                    let writer = open_writer(&self.table, &self.bucket, key.clone()).await?;
+                    &mut self.open.insert((key, writer)).1
+                }
+            };
+            writer.write(part).await?;
+        }
+        Ok(())
+    }
+
+    /// Finishes the files; none when nothing was written.
+    pub async fn close(self) -> Result<Vec<DataFile>> {
+        match self.open {
+            Some((_, mut writer)) => Ok(writer.close().await?),
+            None => Ok(Vec::new()),
         }
     }
-    let Some(partition) = partition else {
-        return Ok(Vec::new());
-    };
+}
+
+/// Opens the data file writer of one bucket's partition. (A free function: the future
+/// must not borrow the [`BucketWriter`], whose open writer is not `Sync`.)
+async fn open_writer(
+    table: &Table,
+    bucket: &BucketId,
+    partition: PartitionKey,
+) -> Result<DataFileWriter<ParquetWriterBuilder, BucketLocation, UuidNames>> {
+    let metadata = table.metadata();
     let properties = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .build();
-    let location = BucketLocation(format!(
-        "{}/{}",
-        table.metadata().location(),
-        bucket_dir(bucket)
-    ));
+    let location = BucketLocation(format!("{}/{}", metadata.location(), bucket_dir(bucket)));
     let rolling = RollingFileWriterBuilder::new(
-        ParquetWriterBuilder::new(properties, std::sync::Arc::clone(schema)),
+        ParquetWriterBuilder::new(properties, Arc::clone(metadata.current_schema())),
         TARGET_FILE_BYTES,
         table.file_io().clone(),
         location,
         UuidNames,
     );
-    let mut writer = DataFileWriterBuilder::new(rolling)
+    Ok(DataFileWriterBuilder::new(rolling)
         .build(Some(partition))
-        .await?;
-    for part in parts {
-        writer.write(part).await?;
-    }
-    Ok(writer.close().await?)
+        .await?)
 }
 
 /// Commits a round: its data files in one Iceberg snapshot whose summary carries the

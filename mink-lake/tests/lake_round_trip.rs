@@ -18,7 +18,7 @@ use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::layout::{lake_arrow_schema, lake_batch};
 use mink_lake::offsets::{BUCKET_OFFSETS_PROPERTY, BucketOffsets};
 use mink_lake::reader::{SplitScope, plan_split, read_split};
-use mink_lake::writer::{commit_round, write_bucket};
+use mink_lake::writer::{BucketWriter, commit_round};
 use mink_lake::{Lake, LakeConfig, LakeError};
 
 fn table() -> TableDescriptor {
@@ -63,11 +63,9 @@ async fn tier(
     for (bucket, part) in split_by_bucket(table, batch, 0).unwrap() {
         let base = offsets.get(&bucket);
         let lake_rows = lake_batch(&arrow, &part, bucket.bucket, base, 1_700_000_000_000).unwrap();
-        files.extend(
-            write_bucket(&lake_table, &bucket, &[lake_rows])
-                .await
-                .unwrap(),
-        );
+        let mut writer = BucketWriter::new(&lake_table, &bucket).unwrap();
+        writer.write(lake_rows).await.unwrap();
+        files.extend(writer.close().await.unwrap());
         offsets.set(&bucket, base + part.num_rows() as i64);
     }
     let parent = lake_table.metadata().current_snapshot_id();

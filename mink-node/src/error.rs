@@ -62,6 +62,12 @@ pub enum NodeError {
     /// The node is shutting down or the bucket is closed.
     #[error("{0} is shutting down")]
     ShuttingDown(String),
+    /// The lake (catalog, object store, Iceberg metadata) failed.
+    #[error("lake: {0}")]
+    Lake(#[from] mink_lake::LakeError),
+    /// The table has no lake (Union/Lake reads of its lake, tiering).
+    #[error("table {0} has no lake: create it with 'lake.enabled' = 'true'")]
+    NoLake(String),
     /// Another process holds the data directory.
     #[error("data directory {0} is in use by another mink process")]
     DataDirLocked(String),
@@ -93,7 +99,8 @@ impl NodeError {
             Self::InvalidArgument(_) | Self::SchemaMismatch(_) => Code::InvalidArgument,
             Self::DiskFull { .. } => Code::ResourceExhausted,
             Self::ShuttingDown(_) => Code::Unavailable,
-            Self::DataDirLocked(_) => Code::FailedPrecondition,
+            Self::DataDirLocked(_) | Self::NoLake(_) => Code::FailedPrecondition,
+            Self::Lake(error) => lake_code(error),
             Self::Corrupt(_) => Code::DataLoss,
             Self::Io(_) | Self::Metadata(_) | Self::Kv(_) | Self::Arrow(_) => Code::Internal,
         }
@@ -111,6 +118,20 @@ impl NodeError {
             },
             other => Self::Io(std::io::Error::other(other.to_string())),
         }
+    }
+}
+
+fn lake_code(error: &mink_lake::LakeError) -> Code {
+    use mink_lake::LakeError;
+    match error {
+        LakeError::SnapshotNotFound { .. } => Code::NotFound,
+        LakeError::Core(_) => Code::InvalidArgument,
+        LakeError::Config(_) | LakeError::Layout { .. } => Code::FailedPrecondition,
+        // The catalog or the object store could not be reached or answered an error.
+        LakeError::Iceberg(_) | LakeError::ObjectStore(_) | LakeError::Catalog(_) => {
+            Code::Unavailable
+        }
+        LakeError::Parquet(_) | LakeError::Arrow(_) => Code::Internal,
     }
 }
 

@@ -5,6 +5,8 @@
 //! - [`metadata`]: tables and partitions in SQLite.
 //! - [`node`]: tables, tablets, validated writes.
 //! - [`flight`]: the Arrow Flight service of `spec/reads.md`.
+//! - [`tiering`]: copying logs into the Iceberg lake, exactly once.
+//! - [`union`]: planning Union and Lake reads.
 //! - [`server`]: serving the node on a socket.
 
 pub mod error;
@@ -14,6 +16,8 @@ pub mod log;
 pub mod metadata;
 pub mod node;
 pub mod server;
+pub mod tiering;
+pub mod union;
 
 pub use error::{NodeError, Result};
 pub use node::{Node, NodeConfig};

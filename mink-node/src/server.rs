@@ -1,5 +1,5 @@
 //! Serving a [`Node`] over Arrow Flight on a TCP socket, with its background work
-//! (retention).
+//! (retention, tiering).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use tracing::{info, warn};
 use crate::error::{NodeError, Result};
 use crate::flight::MinkFlightService;
 use crate::node::Node;
+use crate::tiering::run_tiering;
 
 /// Largest gRPC message accepted or sent (one Arrow batch).
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
@@ -27,7 +28,7 @@ pub struct ServerHandle {
     addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
-    background: JoinHandle<()>,
+    background: Vec<JoinHandle<()>>,
 }
 
 impl ServerHandle {
@@ -41,7 +42,9 @@ impl ServerHandle {
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }
-        self.background.abort();
+        for task in &self.background {
+            task.abort();
+        }
         match (&mut self.server).await {
             Ok(result) => result.map_err(|e| NodeError::Io(std::io::Error::other(e))),
             Err(e) => Err(NodeError::Io(std::io::Error::other(e))),
@@ -54,7 +57,9 @@ impl Drop for ServerHandle {
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }
-        self.background.abort();
+        for task in &self.background {
+            task.abort();
+        }
     }
 }
 
@@ -72,7 +77,10 @@ pub fn serve(node: Arc<Node>, listener: TcpListener) -> Result<ServerHandle> {
                 let _ = shutdown_signal.await;
             }),
     );
-    let background = tokio::spawn(run_retention(node));
+    let background = vec![
+        tokio::spawn(run_retention(Arc::clone(&node))),
+        tokio::spawn(run_tiering(node)),
+    ];
     info!(%addr, "mink node serving Arrow Flight");
     Ok(ServerHandle {
         addr,

@@ -10,8 +10,10 @@
 //!   order, and on stderr the changelog offset each snapshot reflects (a `--mode log
 //!   --from` there continues it).
 //!
-//! `union` and `lake` are part of the command's contract; they answer with an error until
-//! the lake exists.
+//! - `--mode union` reads each bucket as it is now: its lake rows below the seam, then its
+//!   log up to the high watermark (for a primary-key table, folded by key); the plan of
+//!   each bucket (snapshot, seam, log range) goes to stderr.
+//! - `--mode lake` reads the table's latest recorded lake snapshot (or `--partition`).
 
 use std::time::Duration;
 
@@ -82,7 +84,14 @@ pub(crate) async fn run(args: ReadArgs) -> Result<(), CliError> {
     match args.mode {
         ReadMode::Log => {
             for (bucket, log_start, _) in buckets {
-                read_log(&client, &bucket, args.from.unwrap_or(log_start), &columns, &mut printer).await?;
+                read_log(
+                    &client,
+                    &bucket,
+                    args.from.unwrap_or(log_start),
+                    &columns,
+                    &mut printer,
+                )
+                .await?;
             }
             Ok(())
         }
@@ -103,10 +112,34 @@ pub(crate) async fn run(args: ReadArgs) -> Result<(), CliError> {
             }
             Ok(())
         }
-        ReadMode::Union | ReadMode::Lake => Err(CliError::Usage(format!(
-            "--mode {:?} needs the lake, which this build does not have yet; use --mode log, snapshot or tail",
-            args.mode
-        ).to_lowercase())),
+        ReadMode::Union => {
+            for (bucket, _, _) in buckets {
+                let answer = client.union(&bucket, &columns).await?;
+                for batch in &answer.batches {
+                    printer.print(batch)?;
+                }
+                let plan = &answer.plan;
+                eprintln!(
+                    "{bucket}: lake snapshot {} up to offset {} ({} files), log [{}, {})",
+                    plan.snapshot_id
+                        .map_or("none".to_string(), |s| s.to_string()),
+                    plan.lake_log_end_offset,
+                    plan.lake_files,
+                    plan.log_from,
+                    plan.log_to
+                );
+            }
+            Ok(())
+        }
+        ReadMode::Lake => {
+            let batches = client
+                .lake(&table.path, args.partition.as_deref(), None, &columns)
+                .await?;
+            for batch in &batches {
+                printer.print(batch)?;
+            }
+            Ok(())
+        }
     }
 }
 

@@ -17,6 +17,7 @@ use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_node::log::LogConfig;
+use mink_node::node::Failpoint;
 use mink_node::server::serve;
 use mink_node::{Node, NodeConfig};
 use tokio::net::TcpListener;
@@ -52,6 +53,11 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         sync: !args.no_sync,
         ..LogConfig::default()
     };
+    if let Ok(failpoint) = std::env::var("MINK_FAILPOINT") {
+        config.failpoint = Some(Failpoint::parse(&failpoint).ok_or_else(|| {
+            CliError::Usage(format!("unknown MINK_FAILPOINT '{failpoint}' (known: abort-before-lake-commit, abort-after-lake-commit)"))
+        })?);
+    }
     let node = Node::open(config)?;
     let listener = TcpListener::bind(&args.listen)
         .await

@@ -4,14 +4,15 @@ use arrow::array::RecordBatch;
 use arrow_flight::Action;
 use mink_core::protocol::{
     AddColumn, BucketId, BucketList, CreateTable, DropTable, ListOffsets, ListTables, Lookup,
-    LookupReply, OffsetReply, PrefixLookup, TableDescriptorProto, TableList, TableRef, action,
-    decode, decode_batch, encode_batch,
+    LookupReply, OffsetReply, PrefixLookup, TableDescriptorProto, TableList, TableRef, TierReply,
+    action, decode, decode_batch, encode_batch,
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use prost::Message;
 
 use super::{MinkFlightService, projection, required_bucket};
 use crate::error::NodeError;
+use crate::tiering::tier_table;
 
 impl MinkFlightService {
     /// Runs one action and returns its result body.
@@ -25,13 +26,15 @@ impl MinkFlightService {
                 let proto = request.table.ok_or_else(|| {
                     NodeError::InvalidArgument("create_table carries no table".into())
                 })?;
-                let created =
-                    node.create_table(TableDescriptor::try_from(proto)?, request.if_not_exists)?;
+                let created = node
+                    .create_table(TableDescriptor::try_from(proto)?, request.if_not_exists)
+                    .await?;
                 describe(&created)
             }
             action::DROP_TABLE => {
                 let request: DropTable = decode("drop_table", body)?;
-                node.drop_table(&TablePath::parse(&request.table)?, request.if_exists)?;
+                node.drop_table(&TablePath::parse(&request.table)?, request.if_exists)
+                    .await?;
                 Vec::new()
             }
             action::LIST_TABLES => {
@@ -48,7 +51,11 @@ impl MinkFlightService {
             }
             action::ADD_COLUMN => {
                 let request: AddColumn = decode("add_column", body)?;
-                describe(&node.add_column(&TablePath::parse(&request.table)?, request.field()?)?)
+                describe(
+                    &node
+                        .add_column(&TablePath::parse(&request.table)?, request.field()?)
+                        .await?,
+                )
             }
             action::LIST_BUCKETS => {
                 let request: TableRef = decode("list_buckets", body)?;
@@ -67,6 +74,17 @@ impl MinkFlightService {
                 let bucket = required_bucket(request.bucket, "list_offsets")?;
                 OffsetReply {
                     offset: node.list_offsets(&bucket, &spec)?,
+                }
+                .encode_to_vec()
+            }
+            action::TIER_TABLE => {
+                let request: TableRef = decode("tier_table", body)?;
+                let report = tier_table(node, &TablePath::parse(&request.table)?).await?;
+                TierReply {
+                    snapshot_id: report.snapshot_id,
+                    rows: report.rows,
+                    files: report.files,
+                    repaired: report.repaired,
                 }
                 .encode_to_vec()
             }
@@ -112,7 +130,11 @@ impl MinkFlightService {
 }
 
 /// The actions `list_actions` describes.
-pub(super) const ACTIONS: [(&str, &str); 9] = [
+pub(super) const ACTIONS: [(&str, &str); 10] = [
+    (
+        action::TIER_TABLE,
+        "Run a tiering round of a table now (TableRef -> TierReply)",
+    ),
     (
         action::CREATE_TABLE,
         "Create a table (CreateTable -> TableDescriptorProto)",

@@ -5,6 +5,8 @@
 //! | DoGet      | [`ReadTicket`] Scan              | schema, then batches with [`ScanBatch`]    |
 //! | DoGet      | Snapshot, LimitScan on PK tables | schema, batches with [`SnapshotBatch`], a closing [`SnapshotBatch`] |
 //! | DoGet      | LimitScan on log tables          | the last rows, as Scan                     |
+//! | DoGet      | Union                            | schema, lake batches, log batches with [`ScanBatch`], a closing [`UnionPlan`] |
+//! | DoGet      | Lake                             | schema, the snapshot's batches             |
 //! | DoExchange | one [`TailRequest`] per message  | per request: schema, batches, [`TailEnd`]  |
 //! | DoPut      | [`WriteHeader`] descriptor       | one [`AppendAck`] per batch, once durable (append, upsert or delete) |
 //! | DoAction   | see [`mink_core::protocol::action`] | one result                             |
@@ -163,6 +165,8 @@ impl FlightService for MinkFlightService {
             }
             Some(read_ticket::Read::Snapshot(snapshot)) => self.snapshot(snapshot)?,
             Some(read_ticket::Read::LimitScan(limit)) => self.limit_scan(limit).await?,
+            Some(read_ticket::Read::Union(union)) => self.union(union).await?,
+            Some(read_ticket::Read::Lake(lake)) => self.lake(lake).await?,
             None => return Err(Status::invalid_argument("the ticket names no read")),
         };
         Ok(Response::new(answer))

@@ -4,12 +4,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_flight::FlightData;
-use futures::stream::{self, StreamExt, TryStreamExt};
-use mink_core::key::RowCodec;
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use mink_core::key::{KeyCodec, RowCodec};
+use mink_core::merge::TailIndex;
 use mink_core::protocol::{
-    LimitScanRequest, ScanRequest, SnapshotBatch, SnapshotRequest, TailEnd, TailRequest, decode,
+    LakeRequest, LimitScanRequest, ScanRequest, SnapshotBatch, SnapshotRequest, TailEnd,
+    TailRequest, UnionRequest, decode,
 };
-use mink_core::table::TableDescriptor;
+use mink_core::schema::normalize_batch;
+use mink_core::table::{TableDescriptor, TablePath};
+use mink_lake::reader::{LakeSplit, read_split};
 use prost::Message;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
@@ -21,7 +25,9 @@ use super::{
 };
 use crate::error::NodeError;
 use crate::kv::KvTablet;
+use crate::log::LogBatch;
 use crate::node::Node;
+use crate::union::log_range;
 
 /// Rows per Snapshot batch when the request does not say.
 const DEFAULT_SNAPSHOT_ROWS: u32 = 8192;
@@ -106,6 +112,97 @@ impl MinkFlightService {
         let (_, high_watermark) = target.log.offsets();
         let messages = encoder.encode_all(&table, &batches, high_watermark)?;
         Ok(stream::iter(messages.into_iter().map(Ok)).boxed())
+    }
+}
+
+impl MinkFlightService {
+    /// Union: the bucket's lake rows below the seam, then its log up to the high
+    /// watermark at plan time (for a primary-key table, folded by key), then the plan.
+    pub(super) async fn union(
+        &self,
+        request: UnionRequest,
+    ) -> Result<FlightStream<FlightData>, NodeError> {
+        let bucket = required_bucket(request.bucket, "Union")?;
+        let planned = self.node.plan_union(&bucket).await?;
+        let projection = projection(&planned.table, &request.columns)?;
+        let end = metadata_only(planned.plan.encode_to_vec());
+        let (log_from, log_to) = (planned.plan.log_from, planned.plan.log_to);
+        let log = log_range(Arc::clone(&planned.bucket), log_from, log_to);
+        if planned.table.has_primary_key() {
+            // Without a lake: the whole changelog, folded to its live rows.
+            let batches: Vec<LogBatch> = log.try_collect().await?;
+            let table = &planned.table;
+            let tail = batches
+                .into_iter()
+                .map(|b| {
+                    let changes = b.changes.unwrap_or_default();
+                    Ok((normalize_batch(&b.batch, table.schema())?, changes))
+                })
+                .collect::<Result<Vec<_>, NodeError>>()?;
+            let index = TailIndex::new(&KeyCodec::new(table)?, tail)?;
+            let mut encoder = BatchEncoder::new(projection);
+            let mut messages = vec![encoder.start(table)?];
+            for rows in index.live_rows()? {
+                messages.extend(encoder.encode(&rows, Vec::new())?);
+            }
+            messages.push(end);
+            return Ok(stream::iter(messages.into_iter().map(Ok)).boxed());
+        }
+        let mut log_encoder = BatchEncoder::new(projection.clone());
+        let schema = log_encoder.start(&planned.table)?;
+        let lake = self
+            .lake_batches(&planned.table, planned.split, &projection)
+            .await?;
+        let log = log.map(move |batch| Ok(log_encoder.encode_log(&batch?, log_to)?));
+        let answer = stream::once(async { Ok(vec![schema]) })
+            .chain(lake)
+            .chain(log)
+            .chain(stream::once(async { Ok(vec![end]) }))
+            .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
+            .try_flatten();
+        Ok(answer.boxed())
+    }
+
+    /// Lake: one snapshot of a table or partition.
+    pub(super) async fn lake(
+        &self,
+        request: LakeRequest,
+    ) -> Result<FlightStream<FlightData>, NodeError> {
+        let path = TablePath::parse(&request.table)?;
+        let (table, split) = self
+            .node
+            .plan_lake(&path, request.partition, request.snapshot_id)
+            .await?;
+        let projection = projection(&table, &request.columns)?;
+        let schema = BatchEncoder::new(projection.clone()).start(&table)?;
+        let lake = self.lake_batches(&table, split, &projection).await?;
+        let answer = stream::once(async { Ok(vec![schema]) })
+            .chain(lake)
+            .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
+            .try_flatten();
+        Ok(answer.boxed())
+    }
+
+    /// The encoded rows of a lake split, projected (read from Parquet column by column).
+    async fn lake_batches(
+        &self,
+        table: &TableDescriptor,
+        split: LakeSplit,
+        projection: &[usize],
+    ) -> Result<BoxStream<'static, Result<Vec<FlightData>, Status>>, NodeError> {
+        if split.files.is_empty() {
+            return Ok(stream::empty().boxed());
+        }
+        let read_schema = Arc::new(table.schema().project(projection)?);
+        let width = read_schema.fields().len();
+        let mut encoder = BatchEncoder::new((0..width).collect());
+        let storage = self.node.lake().await?.storage().clone();
+        Ok(read_split(&storage, split, read_schema)
+            .map(move |batch| {
+                let batch = batch.map_err(NodeError::from)?;
+                Ok(encoder.encode(&batch, Vec::new())?)
+            })
+            .boxed())
     }
 }
 

@@ -10,6 +10,7 @@ mod admin;
 mod bad_input;
 mod cli;
 mod crash;
+mod lake_history;
 mod log_history;
 mod pk_history;
 mod pk_support;

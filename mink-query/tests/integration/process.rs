@@ -14,11 +14,22 @@ impl ServerProcess {
     /// Starts `mink server --listen 127.0.0.1:0` over `data_dir` and waits for its
     /// `listening on` line.
     pub(crate) fn start(data_dir: &Path) -> Self {
+        Self::start_with_env(data_dir, &[])
+    }
+
+    /// Like [`ServerProcess::start`], with extra environment variables.
+    pub(crate) fn start_with_env(data_dir: &Path, env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_mink"));
         command
             .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir);
+            .arg(data_dir)
+            .envs(env.iter().copied());
         Self::spawn(command)
+    }
+
+    /// Waits for the process to end by itself (an abort at a failpoint).
+    pub(crate) fn wait_for_exit(mut self) {
+        self.child.wait().expect("wait");
     }
 
     /// Like [`ServerProcess::start`], with files limited to `kib` KiB (`ulimit -f`).

@@ -32,6 +32,7 @@ use crate::error::{NodeError, Result};
 use crate::kv::{Found, KvStore, KvTablet, KvWriter, lookup, prefix_lookup};
 use crate::log::{Changelog, LogConfig, LogTablet, Write, WriteOp};
 use crate::metadata::{Metadata, PartitionRecord};
+use mink_lake::{Lake, LakeConfig};
 
 /// How a node is run.
 #[derive(Debug, Clone)]
@@ -40,6 +41,31 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// How logs are stored.
     pub log: LogConfig,
+    /// Where the lake is; `None`: the embedded lake in `<data-dir>/lake`.
+    pub lake: Option<LakeConfig>,
+    /// A deliberate crash point, for crash tests (`MINK_FAILPOINT`).
+    pub failpoint: Option<Failpoint>,
+}
+
+/// Where a node deliberately crashes, so tests can check what recovery makes of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failpoint {
+    /// Abort the process once a tiering round's files are written, before its commit.
+    AbortBeforeLakeCommit,
+    /// Abort the process after a tiering round's Iceberg commit, before mink records it.
+    AbortAfterLakeCommit,
+}
+
+impl Failpoint {
+    /// Parses `MINK_FAILPOINT` values (`abort-before-lake-commit`,
+    /// `abort-after-lake-commit`).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "abort-before-lake-commit" => Some(Self::AbortBeforeLakeCommit),
+            "abort-after-lake-commit" => Some(Self::AbortAfterLakeCommit),
+            _ => None,
+        }
+    }
 }
 
 impl NodeConfig {
@@ -48,6 +74,8 @@ impl NodeConfig {
         Self {
             data_dir: data_dir.into(),
             log: LogConfig::default(),
+            lake: None,
+            failpoint: None,
         }
     }
 }
@@ -56,8 +84,12 @@ impl NodeConfig {
 #[derive(Debug)]
 pub struct Node {
     storage: Storage,
-    metadata: Metadata,
+    pub(crate) metadata: Metadata,
     tables: RwLock<BTreeMap<TablePath, Arc<TableState>>>,
+    /// Opened on first use: a node whose tables have no lake never touches it.
+    lake: tokio::sync::OnceCell<Lake>,
+    /// One tiering round at a time (mink is the only writer of its lake tables).
+    pub(crate) tiering: tokio::sync::Mutex<()>,
     _lock: File,
 }
 
@@ -208,8 +240,28 @@ impl Node {
             storage,
             metadata,
             tables: RwLock::new(tables),
+            lake: tokio::sync::OnceCell::new(),
+            tiering: tokio::sync::Mutex::new(()),
             _lock: lock,
         }))
+    }
+
+    /// The lake, opened on first use.
+    pub async fn lake(&self) -> Result<&Lake> {
+        self.lake
+            .get_or_try_init(|| async {
+                let config = match &self.storage.config.lake {
+                    Some(config) => config.clone(),
+                    None => LakeConfig::embedded(&self.storage.config.data_dir)?,
+                };
+                Ok(Lake::open(config).await?)
+            })
+            .await
+    }
+
+    /// The configured failpoint.
+    pub(crate) fn failpoint(&self) -> Option<Failpoint> {
+        self.storage.config.failpoint
     }
 
     /// The node's data directory.
@@ -226,8 +278,27 @@ impl Node {
             .ok_or_else(|| NodeError::TableNotFound(path.to_string()))
     }
 
-    /// Creates a table; with `if_not_exists`, an existing table of that name is returned.
-    pub fn create_table(
+    /// Creates a table (and its lake table when `lake.enabled`); with `if_not_exists`, an
+    /// existing table of that name is returned.
+    pub async fn create_table(
+        &self,
+        descriptor: TableDescriptor,
+        if_not_exists: bool,
+    ) -> Result<TableDescriptor> {
+        if descriptor.lake_enabled && descriptor.has_primary_key() {
+            return Err(NodeError::InvalidArgument(format!(
+                "table {}: the lake of primary-key tables is not built yet; create it without 'lake.enabled'",
+                descriptor.path
+            )));
+        }
+        let created = self.create_table_metadata(descriptor, if_not_exists)?;
+        if created.lake_enabled {
+            self.lake().await?.create_table(&created).await?;
+        }
+        Ok(created)
+    }
+
+    fn create_table_metadata(
         &self,
         descriptor: TableDescriptor,
         if_not_exists: bool,
@@ -265,8 +336,17 @@ impl Node {
         Ok(created.as_ref().clone())
     }
 
-    /// Drops a table and deletes its log.
-    pub fn drop_table(&self, path: &TablePath, if_exists: bool) -> Result<()> {
+    /// Drops a table: its log, its KV store and its lake table.
+    pub async fn drop_table(&self, path: &TablePath, if_exists: bool) -> Result<()> {
+        let lake_enabled = self.table(path).map(|t| t.descriptor().lake_enabled);
+        self.drop_table_storage(path, if_exists)?;
+        if let Ok(true) = lake_enabled {
+            self.lake().await?.drop_table(path).await?;
+        }
+        Ok(())
+    }
+
+    fn drop_table_storage(&self, path: &TablePath, if_exists: bool) -> Result<()> {
         let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());
         let Some(state) = tables.get(path).cloned() else {
             return if if_exists {
@@ -311,8 +391,17 @@ impl Node {
         Ok(self.table(path)?.descriptor())
     }
 
-    /// Adds a nullable column; older batches keep their schema_id.
-    pub fn add_column(&self, path: &TablePath, field: Field) -> Result<TableDescriptor> {
+    /// Adds a nullable column; older batches keep their schema_id. The lake table, if any,
+    /// gets the column too.
+    pub async fn add_column(&self, path: &TablePath, field: Field) -> Result<TableDescriptor> {
+        let evolved = self.add_column_metadata(path, field.clone())?;
+        if evolved.lake_enabled {
+            self.lake().await?.add_column(path, &field).await?;
+        }
+        Ok(evolved)
+    }
+
+    fn add_column_metadata(&self, path: &TablePath, field: Field) -> Result<TableDescriptor> {
         let state = self.table(path)?;
         let mut descriptor = state.descriptor.write().unwrap_or_else(|p| p.into_inner());
         let evolved = descriptor.with_added_column(field)?;
