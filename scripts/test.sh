@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# Runs every test of mink: unit tests, integration tests against the real server and
-# binary, doc tests, and clippy with warnings as errors. Needs only a Rust toolchain.
+# Runs every test of mink: clippy with warnings as errors, unit tests, and integration
+# tests against the real server and binary, including pyiceberg reading the lake.
+# Installs what the tests need (pyiceberg into ./.venv) itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import pyiceberg' 2>/dev/null; then
+  echo "installing pyiceberg into .venv" >&2
+  python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check 'pyiceberg[sql-sqlite,pyarrow]==0.12.0'
+fi
+export MINK_PYTHON="$PWD/.venv/bin/python"
 
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

@@ -15,5 +15,6 @@ mod log_history;
 mod pk_history;
 mod pk_support;
 mod process;
+mod python;
 mod support;
 mod tail;
