@@ -2,8 +2,9 @@
 //!
 //! Embedded default: an Iceberg SQL catalog on SQLite at `<data-dir>/lake/catalog.db`
 //! (catalog name `mink`, namespace = mink database) and the warehouse
-//! `<data-dir>/lake/warehouse` on the local file system, both reached through one
-//! `object_store` store that also serves mink's Parquet reads.
+//! `<data-dir>/lake/warehouse` on the local file system. Production: the warehouse on S3
+//! ([`LakeConfig::s3`]). Either way one `object_store` store serves Iceberg's metadata and
+//! data files and mink's own Parquet reads.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -20,6 +21,7 @@ use iceberg_catalog_sql::{
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use object_store::ObjectStore;
+use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use tracing::info;
 
@@ -56,6 +58,60 @@ impl LakeConfig {
             catalog_uri: format!("sqlite:{}?mode=rwc", lake_dir.join("catalog.db").display()),
             warehouse: warehouse.display().to_string(),
             storage: LakeStorage::new(store, ""),
+        })
+    }
+}
+
+/// How to reach an S3 (or S3-compatible) warehouse. Unset fields come from the
+/// environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+/// `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, ...), as the AWS tools read them.
+#[derive(Debug, Clone, Default)]
+pub struct S3Options {
+    /// The endpoint of an S3-compatible server (`http://127.0.0.1:9000`).
+    pub endpoint: Option<String>,
+    /// The region.
+    pub region: Option<String>,
+    /// The access key id.
+    pub access_key_id: Option<String>,
+    /// The secret access key.
+    pub secret_access_key: Option<String>,
+}
+
+impl LakeConfig {
+    /// A warehouse on S3 (`s3://bucket/prefix`) with the SQL catalog at `catalog_uri`.
+    ///
+    /// # Errors
+    /// [`LakeError::Config`] for a warehouse that is not an `s3://bucket/...` URL.
+    pub fn s3(warehouse: &str, catalog_uri: String, options: S3Options) -> Result<Self> {
+        let bucket = warehouse
+            .strip_prefix("s3://")
+            .and_then(|rest| rest.split('/').next())
+            .filter(|bucket| !bucket.is_empty())
+            .ok_or_else(|| {
+                LakeError::Config(format!(
+                    "warehouse '{warehouse}' is not an s3://bucket/... URL"
+                ))
+            })?;
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        if let Some(endpoint) = options.endpoint {
+            builder = builder
+                .with_allow_http(endpoint.starts_with("http://"))
+                .with_endpoint(endpoint);
+        }
+        if let Some(region) = options.region {
+            builder = builder.with_region(region);
+        }
+        if let Some(key) = options.access_key_id {
+            builder = builder.with_access_key_id(key);
+        }
+        if let Some(secret) = options.secret_access_key {
+            builder = builder.with_secret_access_key(secret);
+        }
+        let store: Arc<dyn ObjectStore> = Arc::new(builder.build()?);
+        Ok(Self {
+            catalog_uri,
+            warehouse: warehouse.trim_end_matches('/').to_string(),
+            storage: LakeStorage::new(store, format!("s3://{bucket}/")),
         })
     }
 }

@@ -16,7 +16,7 @@ pub mod reader;
 pub mod storage;
 pub mod writer;
 
-pub use catalog::{Lake, LakeConfig};
+pub use catalog::{Lake, LakeConfig, S3Options};
 pub use error::{LakeError, Result};
 /// Iceberg types that cross the crate's API.
 pub use iceberg::{spec::DataFile, table::Table as LakeTable};

@@ -16,6 +16,7 @@ use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::table::{TableDescriptor, TablePath};
+use mink_lake::{LakeConfig, S3Options};
 use mink_node::log::LogConfig;
 use mink_node::node::Failpoint;
 use mink_node::server::serve;
@@ -41,6 +42,13 @@ pub(crate) struct ServerArgs {
     /// Create demo tables and keep writing to them.
     #[arg(long)]
     demo: bool,
+    /// Where the lake's warehouse is: `s3://bucket/prefix` for S3 (credentials, region and
+    /// endpoint from the AWS_* environment variables); default `<data-dir>/lake/warehouse`.
+    #[arg(long)]
+    lake_warehouse: Option<String>,
+    /// The lake's Iceberg SQL catalog (default `sqlite:<data-dir>/lake/catalog.db?mode=rwc`).
+    #[arg(long)]
+    lake_catalog: Option<String>,
     /// Acknowledge writes without fsync (faster; a machine crash can lose acknowledged
     /// writes, a process crash cannot).
     #[arg(long)]
@@ -53,6 +61,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         sync: !args.no_sync,
         ..LogConfig::default()
     };
+    config.lake = lake_config(&args)?;
     if let Ok(failpoint) = std::env::var("MINK_FAILPOINT") {
         config.failpoint = Some(Failpoint::parse(&failpoint).ok_or_else(|| {
             CliError::Usage(format!("unknown MINK_FAILPOINT '{failpoint}' (known: abort-before-lake-commit, abort-after-lake-commit)"))
@@ -85,6 +94,34 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     }
     handle.shutdown().await?;
     Ok(())
+}
+
+/// The lake the flags name; `None` for the embedded default.
+fn lake_config(args: &ServerArgs) -> Result<Option<LakeConfig>, CliError> {
+    let lake_error = |e: mink_lake::LakeError| CliError::Usage(e.to_string());
+    let mut config = match args.lake_warehouse.as_deref() {
+        None => {
+            if args.lake_catalog.is_none() {
+                return Ok(None);
+            }
+            LakeConfig::embedded(&args.data_dir).map_err(lake_error)?
+        }
+        Some(warehouse) if warehouse.starts_with("s3://") => {
+            let catalog = LakeConfig::embedded(&args.data_dir)
+                .map_err(lake_error)?
+                .catalog_uri;
+            LakeConfig::s3(warehouse, catalog, S3Options::default()).map_err(lake_error)?
+        }
+        Some(other) => {
+            return Err(CliError::Usage(format!(
+                "--lake-warehouse '{other}': give an s3://bucket/prefix URL (the local warehouse is <data-dir>/lake/warehouse)"
+            )));
+        }
+    };
+    if let Some(catalog) = &args.lake_catalog {
+        config.catalog_uri.clone_from(catalog);
+    }
+    Ok(Some(config))
 }
 
 async fn wait_for_shutdown_signal() {

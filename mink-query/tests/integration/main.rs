@@ -16,5 +16,6 @@ mod pk_history;
 mod pk_support;
 mod process;
 mod python;
+mod s3;
 mod support;
 mod tail;

@@ -11,7 +11,7 @@ use crate::support::{TestNode, events, events_table};
 
 /// The Python with pyiceberg: `MINK_PYTHON`, else the `.venv` that `scripts/test.sh`
 /// creates at the workspace root.
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     if let Ok(python) = std::env::var("MINK_PYTHON") {
         return PathBuf::from(python);
     }

@@ -1,0 +1,171 @@
+//! The lake on S3: tiering and union reads against a local S3-compatible server (moto,
+//! installed by the test command next to pyiceberg).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mink_client::MinkClient;
+use mink_core::options::TableOptions;
+use mink_core::protocol::BucketId;
+use mink_lake::{LakeConfig, S3Options};
+use mink_node::{Node, NodeConfig};
+
+use crate::python::python;
+use crate::support::{events, events_table};
+
+/// A moto S3 server on a free loopback port, stopped on drop.
+struct Moto {
+    child: Child,
+    endpoint: String,
+}
+
+impl Moto {
+    fn start() -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .expect("free port")
+            .local_addr()
+            .expect("addr")
+            .port();
+        let server: PathBuf = python().with_file_name("moto_server");
+        let child = Command::new(&server)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "start {}: {e} (scripts/test.sh installs moto)",
+                    server.display()
+                )
+            });
+        let moto = Self {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return moto;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("moto did not start on port {port}");
+    }
+
+    fn create_bucket(&self, bucket: &str) {
+        let script = format!(
+            "import boto3; boto3.client('s3', endpoint_url='{}', region_name='us-east-1', \
+             aws_access_key_id='testing', aws_secret_access_key='testing').create_bucket(Bucket='{bucket}')",
+            self.endpoint
+        );
+        let status = Command::new(python())
+            .args(["-c", &script])
+            .status()
+            .expect("boto3");
+        assert!(status.success(), "creating bucket {bucket}");
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiering_and_union_reads_on_s3() {
+    let moto = Moto::start();
+    moto.create_bucket("mink-lake");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let options = S3Options {
+        endpoint: Some(moto.endpoint.clone()),
+        region: Some("us-east-1".into()),
+        access_key_id: Some("testing".into()),
+        secret_access_key: Some("testing".into()),
+    };
+    let catalog = format!("sqlite:{}/catalog.db?mode=rwc", dir.path().display());
+    let lake = LakeConfig::s3("s3://mink-lake/warehouse", catalog, options).expect("s3 config");
+    let store = lake.storage.store().expect("store");
+    let mut config = NodeConfig::new(dir.path());
+    config.lake = Some(lake);
+    let node = Node::open(config).expect("open");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let handle = mink_node::server::serve(Arc::clone(&node), listener).expect("serve");
+    let client = MinkClient::connect(&handle.addr().to_string())
+        .await
+        .expect("connect");
+
+    let table_options = TableOptions {
+        lake_enabled: true,
+        lake_freshness: Duration::from_secs(3600),
+        ..TableOptions::default()
+    };
+    let table = client
+        .create_table(&events_table("on_s3", 2, table_options), false)
+        .await
+        .expect("create");
+    client
+        .write(&table, &events(&table, &(0..300).collect::<Vec<_>>()))
+        .await
+        .expect("write");
+    let report = client.tier(&table.path).await.expect("tier");
+    assert_eq!(report.rows, 300);
+    client
+        .write(&table, &events(&table, &(300..350).collect::<Vec<_>>()))
+        .await
+        .expect("write");
+
+    let mut ids = Vec::new();
+    for bucket in 0..2 {
+        let answer = client
+            .union(&BucketId::new(&table.path, bucket), &[0])
+            .await
+            .expect("union");
+        assert!(
+            answer.plan.lake_files > 0,
+            "bucket {bucket} reads lake files from S3"
+        );
+        for batch in &answer.batches {
+            let column = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::Int64Array>()
+                .expect("ids");
+            ids.extend_from_slice(column.values());
+        }
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, (0..350).collect::<Vec<i64>>());
+    let lake_rows: usize = client
+        .lake(&table.path, None, None, &[0])
+        .await
+        .expect("lake")
+        .iter()
+        .map(|b| b.num_rows())
+        .sum();
+    assert_eq!(lake_rows, 300);
+
+    // The data and metadata files really are in the bucket.
+    use futures::TryStreamExt;
+    let prefix = object_store::path::Path::from("warehouse");
+    let objects: Vec<_> = store.list(Some(&prefix)).try_collect().await.expect("list");
+    let names: Vec<String> = objects.iter().map(|o| o.location.to_string()).collect();
+    assert!(names.iter().any(|n| n.ends_with(".parquet")), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.ends_with(".metadata.json")),
+        "{names:?}"
+    );
+
+    client.drop_table(&table.path, false).await.expect("drop");
+    let left: Vec<_> = store.list(Some(&prefix)).try_collect().await.expect("list");
+    assert!(
+        left.is_empty(),
+        "dropping the table deletes its lake files: {left:?}"
+    );
+    handle.shutdown().await.expect("shutdown");
+}
