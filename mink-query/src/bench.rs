@@ -567,18 +567,6 @@ async fn lookup_figure(
             if per_call == 1 { "" } else { "s" }
         );
         let (baseline, figure) = paired_latency(&label, calls, per_call, scan, lookup).await?;
-        for rep in 0..3 {
-            let mut v = Vec::new();
-            for i in 0..calls {
-                let t = Instant::now();
-                let got = lookup(i).await?;
-                let _ = got;
-                v.push((i, t.elapsed().as_secs_f64() * 1e3));
-            }
-            v.sort_by(|a, b| b.1.total_cmp(&a.1));
-            let slow: Vec<String> = v[..10].iter().map(|(i, ms)| format!("#{i}:{ms:.1}")).collect();
-            eprintln!("DEBUG {per_call} rep {rep}: {}", slow.join(" "));
-        }
         let ratio = format!("vs scan {}", figure.ratio_to(&baseline));
         let name = format!("baseline scan {per_call}-row batch");
         report(&name, baseline, &[]);
