@@ -175,35 +175,25 @@ async fn load_reads_csv_json_and_parquet() {
     // embedded node over a data directory the server holds.
     let bad = data.path().join("bad.csv");
     std::fs::write(&bad, "id,name\n1,a\nx,b\n").expect("csv");
-    let (ok, _, stderr) = run_mink(&[
-        "load",
-        "--connect",
-        &server.addr,
-        "--table",
-        "test.loaded",
-        bad.to_str().expect("path"),
-    ]);
-    assert!(!ok && stderr.contains("error"), "{stderr}");
     let extra = data.path().join("extra.csv");
     std::fs::write(&extra, "id,name,color\n1,a,red\n").expect("csv");
-    let (ok, _, stderr) = run_mink(&[
-        "load",
-        "--connect",
-        &server.addr,
-        "--table",
-        "test.loaded",
-        extra.to_str().expect("path"),
-    ]);
-    assert!(!ok && stderr.contains("'color'"), "{stderr}");
-    let (ok, _, stderr) = run_mink(&[
-        "load",
-        "--connect",
-        &server.addr,
-        "--table",
-        "test.loaded",
-        "/no/such/file.csv",
-    ]);
-    assert!(!ok && stderr.contains("/no/such/file.csv"), "{stderr}");
+    let missing = std::path::PathBuf::from("/no/such/file.csv");
+    for (file, complaint) in [
+        (&bad, "error"),
+        (&extra, "'color'"),
+        (&missing, "/no/such/file.csv"),
+    ] {
+        let file = file.to_str().expect("path");
+        let (ok, _, stderr) = run_mink(&[
+            "load",
+            "--connect",
+            &server.addr,
+            "--table",
+            "test.loaded",
+            file,
+        ]);
+        assert!(!ok && stderr.contains(complaint), "{file}: {stderr}");
+    }
     let (ok, _, stderr) = run_mink(&[
         "load",
         "--data-dir",
