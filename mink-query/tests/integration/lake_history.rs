@@ -6,8 +6,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use arrow::array::AsArray;
-use arrow::datatypes::Int64Type;
 use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::protocol::BucketId;
@@ -17,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use tonic::Code;
 
 use crate::process::ServerProcess;
-use crate::support::{TestNode, events, events_table, seed};
+use crate::support::{TestNode, events, events_table, first_column_ids, seed};
 
 fn lake_options() -> TableOptions {
     TableOptions {
@@ -29,10 +27,7 @@ fn lake_options() -> TableOptions {
 }
 
 fn ids(batches: &[arrow::array::RecordBatch]) -> Vec<i64> {
-    let mut ids: Vec<i64> = batches
-        .iter()
-        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
-        .collect();
+    let mut ids = first_column_ids(batches);
     ids.sort_unstable();
     ids
 }

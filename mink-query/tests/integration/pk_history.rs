@@ -14,7 +14,7 @@ use tonic::Code;
 
 use crate::pk_support::{Key, Model, fold_changelog, pk_keys, pk_rows, pk_table, values};
 use crate::process::ServerProcess;
-use crate::support::{TestNode, events, events_table, seed};
+use crate::support::{TestNode, events, events_table, first_column_ids, seed};
 
 const DATES: [&str; 2] = ["2024-01-01", "2024-01-02"];
 
@@ -302,17 +302,7 @@ async fn limit_scan_reads_the_first_keys_or_the_last_log_rows() {
         .limit_scan(&BucketId::new(&pk.path, 0), 5, &[1])
         .await
         .expect("limit scan");
-    let ids: Vec<i64> = first
-        .iter()
-        .flat_map(|b| {
-            b.column(0)
-                .as_any()
-                .downcast_ref::<arrow::array::Int64Array>()
-                .expect("ids")
-                .values()
-                .to_vec()
-        })
-        .collect();
+    let ids = first_column_ids(&first);
     assert_eq!(ids, vec![0, 1, 2, 3, 4], "the first keys in key order");
 
     let log = node
@@ -336,17 +326,7 @@ async fn limit_scan_reads_the_first_keys_or_the_last_log_rows() {
         .limit_scan(&bucket, 15, &[0])
         .await
         .expect("limit scan");
-    let ids: Vec<i64> = last
-        .iter()
-        .flat_map(|b| {
-            b.column(0)
-                .as_any()
-                .downcast_ref::<arrow::array::Int64Array>()
-                .expect("ids")
-                .values()
-                .to_vec()
-        })
-        .collect();
+    let ids = first_column_ids(&last);
     assert_eq!(
         ids,
         (25..40).collect::<Vec<i64>>(),

@@ -137,3 +137,17 @@ pub(crate) fn seed(test: &str) -> u64 {
     eprintln!("{test}: seed {seed} (replay with MINK_TEST_SEED={seed})");
     seed
 }
+
+/// The values of each batch's first column (an `Int64` id), in order.
+pub(crate) fn first_column_ids(batches: &[RecordBatch]) -> Vec<i64> {
+    use arrow::array::AsArray;
+    batches
+        .iter()
+        .flat_map(|b| {
+            b.column(0)
+                .as_primitive::<arrow::datatypes::Int64Type>()
+                .values()
+                .to_vec()
+        })
+        .collect()
+}
