@@ -22,8 +22,6 @@
 //! predicate resurrect. Predicates apply to the lake stream (any predicate is exact there,
 //! since lake rows are dropped only by key) and to the rows [`TailIndex::live_rows`] emits.
 
-use std::collections::HashMap;
-
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::row::Rows;
@@ -39,7 +37,7 @@ pub struct TailIndex {
     changes: Vec<Vec<u8>>,
     keys: Vec<Rows>,
     /// key -> (batch, row) of its last change.
-    last: HashMap<Box<[u8]>, (u32, u32)>,
+    last: ahash::HashMap<Box<[u8]>, (u32, u32)>,
 }
 
 impl TailIndex {
@@ -50,7 +48,7 @@ impl TailIndex {
             batches: Vec::with_capacity(tail.len()),
             changes: Vec::with_capacity(tail.len()),
             keys: Vec::with_capacity(tail.len()),
-            last: HashMap::new(),
+            last: ahash::HashMap::default(),
         };
         for (b, (batch, changes)) in tail.into_iter().enumerate() {
             if changes.len() != batch.num_rows() {

@@ -6,7 +6,6 @@
 //! other through an overlay that is applied to the store, with the applied offset, in one
 //! atomic batch once the log has the group durably.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::compute::interleave_record_batch;
@@ -18,6 +17,9 @@ use super::{KvTablet, kv_error};
 use crate::error::{NodeError, Result};
 use crate::log::{Changelog, LogBatch, StoredBatch, Write, WriteOp};
 
+/// Keys and rows by key bytes; a fast hasher, since every written row goes through it.
+type KeyMap = ahash::HashMap<Vec<u8>, Option<Vec<u8>>>;
+
 /// The [`Changelog`] of a primary-key bucket.
 #[derive(Debug)]
 pub(crate) struct KvWriter {
@@ -26,7 +28,7 @@ pub(crate) struct KvWriter {
     keys: KeyCodec,
     rows: RowCodec,
     /// key -> row (`None`: deleted) for writes prepared but not yet committed.
-    overlay: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    overlay: KeyMap,
     applied: i64,
 }
 
@@ -47,7 +49,7 @@ impl KvWriter {
             applied: tablet.applied_offset()?,
             tablet,
             table,
-            overlay: HashMap::new(),
+            overlay: KeyMap::default(),
         })
     }
 
@@ -63,7 +65,7 @@ impl KvWriter {
     /// The row stored under `key`, as the group sees it so far.
     fn current(
         &self,
-        staged: &HashMap<Vec<u8>, Option<Vec<u8>>>,
+        staged: &KeyMap,
         key: &[u8],
     ) -> Result<Option<Vec<u8>>> {
         if let Some(row) = staged.get(key).or_else(|| self.overlay.get(key)) {
@@ -85,12 +87,12 @@ impl KvWriter {
             }
         };
         let keys = self.keys.encode(batch)?;
-        let new_rows = if upsert {
+        let mut new_rows = if upsert {
             self.rows.encode(batch, self.table.current().schema_id)?
         } else {
             Vec::new()
         };
-        let mut staged: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
+        let mut staged = KeyMap::default();
         let mut old_rows: Vec<Vec<u8>> = Vec::new();
         let mut sources = Vec::new();
         let mut changes = Vec::new();
@@ -118,7 +120,7 @@ impl KvWriter {
                 }
                 (None, false) => continue,
             }
-            let value = upsert.then(|| new_rows[row].clone());
+            let value = upsert.then(|| std::mem::take(&mut new_rows[row]));
             staged.insert(key.to_vec(), value);
         }
         if changes.is_empty() {
