@@ -2,9 +2,10 @@
 //!
 //! ```text
 //! mink server [--data-dir DIR] [--listen 127.0.0.1:9123] [--sql-listen 127.0.0.1:50051] [--demo]
-//! mink read --connect HOST:PORT --table T [--bucket N] --mode log|tail [--from OFFSET] [--columns a,b]
+//! mink read --connect HOST:PORT --table T [--bucket N] --mode union|log|lake|snapshot|tail
+//!           [--from OFFSET] [--columns a,b]
 //! mink load [--connect HOST:PORT | --data-dir DIR] --table T FILE
-//! mink bench log
+//! mink bench log|kv|lake
 //! ```
 
 #![cfg_attr(
