@@ -3,7 +3,8 @@
 //!
 //! The first line on stdout is `mink node listening on HOST:PORT`, so scripts and tests
 //! that pass `--listen 127.0.0.1:0` learn the port. With `--demo` the node creates
-//! `demo.events` and keeps writing to it, so a new user has something to read at once.
+//! `demo.events` (tiered into the lake every 10 s) and keeps writing to it, so a new user
+//! has something to read at once, from the log and from the lake.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -80,7 +81,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         let client = MinkClient::connect(&address.to_string()).await?;
         let table = create_demo_table(&client).await?;
         println!(
-            "demo: writing to {} (try: mink read --connect {address} --table {} --mode tail)",
+            "demo: writing to {} (try: mink read --connect {address} --table {} --mode union)",
             table.path, table.path
         );
         Some(tokio::spawn(write_demo_rows(client, table)))
@@ -153,6 +154,8 @@ async fn create_demo_table(client: &MinkClient) -> Result<TableDescriptor, CliEr
     let options = TableOptions {
         bucket_num: 4,
         bucket_key: Some(vec!["id".into()]),
+        lake_enabled: true,
+        lake_freshness: Duration::from_secs(10),
         ..TableOptions::default()
     };
     let table = TableDescriptor::new(
