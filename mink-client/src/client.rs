@@ -9,6 +9,7 @@ use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{Action, FlightClient, FlightDescriptor, Ticket};
 use bytes::Bytes;
 use futures::{TryStreamExt, stream};
+use mink_core::filter::ColumnFilter;
 use mink_core::protocol::{
     AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CreateTable, DropTable, LakeRequest,
     LimitScanRequest, ListOffsets, ListTables, Lookup, LookupReply, OffsetReply, PrefixLookup,
@@ -397,10 +398,17 @@ impl MinkClient {
 
     /// Union: the bucket as it is now, lake rows below the seam then the log up to the high
     /// watermark at plan time (for a primary-key table, merged by key), with the plan.
-    pub async fn union(&self, bucket: &BucketId, columns: &[u32]) -> Result<UnionAnswer> {
+    /// Only rows matching every filter come back (lake files are pruned by them).
+    pub async fn union(
+        &self,
+        bucket: &BucketId,
+        columns: &[u32],
+        filters: &[ColumnFilter],
+    ) -> Result<UnionAnswer> {
         let read = read_ticket::Read::Union(UnionRequest {
             bucket: Some(bucket.clone()),
             columns: columns.to_vec(),
+            filters: filters.to_vec(),
         });
         let answer = self.do_get_batches(read).await?;
         let end = answer
@@ -414,19 +422,22 @@ impl MinkClient {
     }
 
     /// Lake: a snapshot of a table (or one partition) as the lake holds it; the latest
-    /// recorded snapshot when `snapshot_id` is `None`.
+    /// recorded snapshot when `snapshot_id` is `None`. Only rows matching every filter come
+    /// back (files are pruned by them).
     pub async fn lake(
         &self,
         table: &TablePath,
         partition: Option<&str>,
         snapshot_id: Option<i64>,
         columns: &[u32],
+        filters: &[ColumnFilter],
     ) -> Result<Vec<RecordBatch>> {
         let read = read_ticket::Read::Lake(LakeRequest {
             table: table.to_string(),
             partition: partition.map(str::to_string),
             snapshot_id,
             columns: columns.to_vec(),
+            filters: filters.to_vec(),
         });
         let answer = self.do_get_batches(read).await?;
         Ok(answer.batches.into_iter().map(|(batch, _)| batch).collect())

@@ -4,6 +4,7 @@
 //! - [`table`]: table descriptors, schema versions and their options.
 //! - [`change`]: the change types of a primary-key changelog.
 //! - [`bucket`]: which bucket a row belongs to (Iceberg's bucket transform).
+//! - [`filter`]: column filters pushed down into reads.
 //! - [`key`]: memcomparable keys and stored rows of primary-key tables.
 //! - [`merge`]: the key merge of a union read (lake rows plus changelog tail).
 //! - [`partition`]: partition names built from partition-key values.
@@ -17,6 +18,7 @@
 pub mod bucket;
 pub mod change;
 pub mod error;
+pub mod filter;
 pub mod key;
 pub mod merge;
 pub mod options;

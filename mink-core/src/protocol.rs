@@ -25,6 +25,7 @@ use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteOptions, StreamWriter};
 use prost::Message;
 
+use crate::filter::ColumnFilter;
 use crate::table::{SchemaVersion, TableDescriptor, TablePath};
 use crate::{CoreError, Result};
 
@@ -256,6 +257,9 @@ pub struct UnionRequest {
     /// Field indexes of the current schema; empty means all.
     #[prost(uint32, repeated, tag = "2")]
     pub columns: Vec<u32>,
+    /// Only rows matching every filter (pushed into the lake scan, applied to every row).
+    #[prost(message, repeated, tag = "3")]
+    pub filters: Vec<ColumnFilter>,
 }
 
 /// The plan a Union answer followed.
@@ -294,6 +298,9 @@ pub struct LakeRequest {
     /// Field indexes of the current schema; empty means all.
     #[prost(uint32, repeated, tag = "4")]
     pub columns: Vec<u32>,
+    /// Only rows matching every filter (pushed into the lake scan, applied to every row).
+    #[prost(message, repeated, tag = "5")]
+    pub filters: Vec<ColumnFilter>,
 }
 
 /// The answer of `tier_table`.
@@ -723,6 +730,7 @@ mod tests {
             read: Some(read_ticket::Read::Union(UnionRequest {
                 bucket: Some(bucket()),
                 columns: vec![0],
+                filters: vec![ColumnFilter::new("id", crate::filter::FilterOp::Gt, Some("3"))],
             })),
         });
         round_trip(ReadTicket {
@@ -731,6 +739,7 @@ mod tests {
                 partition: Some("dt=1".into()),
                 snapshot_id: Some(77),
                 columns: vec![],
+                filters: vec![],
             })),
         });
         round_trip(UnionPlan {

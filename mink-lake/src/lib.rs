@@ -4,6 +4,7 @@
 //! - [`catalog`]: the SQL catalog and the object store, lake tables' lifecycle.
 //! - [`storage`]: Iceberg's FileIO over `object_store`, so one store serves everything.
 //! - [`layout`]: columns, partition spec and file layout of a lake table.
+//! - [`predicate`]: column filters as an Iceberg predicate (file pruning).
 //! - [`offsets`]: the per-bucket log offsets a snapshot was tiered up to.
 //! - [`writer`]: writing a tiering round's files and committing its snapshot.
 //! - [`reader`]: planning a bucket's split and streaming its Parquet files.
@@ -12,6 +13,7 @@ pub mod catalog;
 pub mod error;
 pub mod layout;
 pub mod offsets;
+pub mod predicate;
 pub mod reader;
 pub mod storage;
 pub mod writer;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use iceberg::expr::Predicate;
 use iceberg::table::Table;
 use mink_core::protocol::BucketId;
 use mink_core::schema::normalize_batch;
@@ -60,11 +61,17 @@ pub enum SplitScope {
     Bucket(BucketId),
 }
 
-/// Plans a split of `snapshot_id`.
+/// Plans a split of `snapshot_id`; with a predicate, files that cannot hold a matching row
+/// (by partition values and column statistics) are left out.
 ///
 /// # Errors
 /// [`LakeError::SnapshotNotFound`] when the table has no such snapshot.
-pub async fn plan_split(table: &Table, snapshot_id: i64, scope: &SplitScope) -> Result<LakeSplit> {
+pub async fn plan_split(
+    table: &Table,
+    snapshot_id: i64,
+    scope: &SplitScope,
+    predicate: Option<Predicate>,
+) -> Result<LakeSplit> {
     if table.metadata().snapshot_by_id(snapshot_id).is_none() {
         return Err(LakeError::SnapshotNotFound {
             table: table.identifier().to_string(),
@@ -77,7 +84,11 @@ pub async fn plan_split(table: &Table, snapshot_id: i64, scope: &SplitScope) -> 
         SplitScope::Partition(partition) => format!("{location}/data/{partition}/"),
         SplitScope::Bucket(bucket) => format!("{location}/{}/", bucket_dir(bucket)),
     };
-    let scan = table.scan().snapshot_id(snapshot_id).select_all().build()?;
+    let mut scan = table.scan().snapshot_id(snapshot_id).select_all();
+    if let Some(predicate) = predicate {
+        scan = scan.with_filter(predicate);
+    }
+    let scan = scan.build()?;
     let tasks: Vec<_> = scan.plan_files().await?.try_collect().await?;
     let files = tasks
         .into_iter()

@@ -84,7 +84,9 @@ async fn bucket_ids(
 ) -> Vec<i64> {
     let lake_table = lake.load(&table.path).await.unwrap();
     let scope = SplitScope::Bucket(BucketId::new(&table.path, bucket));
-    let split = plan_split(&lake_table, snapshot, &scope).await.unwrap();
+    let split = plan_split(&lake_table, snapshot, &scope, None)
+        .await
+        .unwrap();
     let batches: Vec<RecordBatch> = read_split(lake.storage(), split, schema)
         .try_collect()
         .await
@@ -138,7 +140,7 @@ async fn tiered_rounds_read_back_per_bucket() {
     assert_eq!(all.len(), 150);
     // The first snapshot still reads as it was.
     let older: usize = {
-        let split = plan_split(&lake_table, first, &SplitScope::Table)
+        let split = plan_split(&lake_table, first, &SplitScope::Table, None)
             .await
             .unwrap();
         assert_eq!(split.record_count(), 100);
@@ -149,7 +151,7 @@ async fn tiered_rounds_read_back_per_bucket() {
         batches.iter().map(RecordBatch::num_rows).sum()
     };
     assert_eq!(older, 100);
-    let err = plan_split(&lake_table, 42, &SplitScope::Table)
+    let err = plan_split(&lake_table, 42, &SplitScope::Table, None)
         .await
         .unwrap_err();
     assert!(
@@ -175,6 +177,7 @@ async fn tiered_rounds_read_back_per_bucket() {
         &lake.load(&table.path).await.unwrap(),
         second,
         &SplitScope::Table,
+        None,
     )
     .await
     .unwrap();

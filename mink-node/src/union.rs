@@ -7,8 +7,10 @@
 
 use std::sync::Arc;
 
+use mink_core::filter::{ColumnFilter, matches};
 use mink_core::protocol::{BucketId, UnionPlan};
 use mink_core::table::{TableDescriptor, TablePath};
+use mink_lake::predicate::to_predicate;
 use mink_lake::reader::{LakeSplit, SplitScope, plan_split};
 
 use crate::error::{NodeError, Result};
@@ -29,9 +31,14 @@ pub struct PlannedUnion {
 }
 
 impl Node {
-    /// Plans a Union read of `bucket`.
-    pub async fn plan_union(&self, bucket_id: &BucketId) -> Result<PlannedUnion> {
+    /// Plans a Union read of `bucket`; `filters` prune the lake files read.
+    pub async fn plan_union(
+        &self,
+        bucket_id: &BucketId,
+        filters: &[ColumnFilter],
+    ) -> Result<PlannedUnion> {
         let (table, bucket) = self.bucket(bucket_id)?;
+        check_filters(&table, filters)?;
         let record = self.metadata.latest_lake_snapshot(table.table_id)?;
         let (snapshot_id, lake_end, split) = match record.filter(|_| table.lake_enabled) {
             Some(record) => {
@@ -39,7 +46,8 @@ impl Node {
                 let split = if lake_end > 0 {
                     let lake_table = self.lake().await?.load(&table.path).await?;
                     let scope = SplitScope::Bucket(bucket_id.clone());
-                    plan_split(&lake_table, record.snapshot_id, &scope).await?
+                    let predicate = to_predicate(filters, table.schema());
+                    plan_split(&lake_table, record.snapshot_id, &scope, predicate).await?
                 } else {
                     LakeSplit::default()
                 };
@@ -70,11 +78,13 @@ impl Node {
         path: &TablePath,
         partition: Option<String>,
         snapshot_id: Option<i64>,
+        filters: &[ColumnFilter],
     ) -> Result<(Arc<TableDescriptor>, LakeSplit)> {
         let table = self.describe(path)?;
         if !table.lake_enabled {
             return Err(NodeError::NoLake(path.to_string()));
         }
+        check_filters(&table, filters)?;
         let recorded = self.metadata.latest_lake_snapshot(table.table_id)?;
         let Some(snapshot_id) = snapshot_id.or(recorded.map(|r| r.snapshot_id)) else {
             return Ok((table, LakeSplit::default()));
@@ -84,9 +94,17 @@ impl Node {
             Some(partition) => SplitScope::Partition(partition),
             None => SplitScope::Table,
         };
-        let split = plan_split(&lake_table, snapshot_id, &scope).await?;
+        let predicate = to_predicate(filters, table.schema());
+        let split = plan_split(&lake_table, snapshot_id, &scope, predicate).await?;
         Ok((table, split))
     }
+}
+
+/// Checks that filters name columns of the table and values of their types.
+fn check_filters(table: &TableDescriptor, filters: &[ColumnFilter]) -> Result<()> {
+    let empty = arrow::array::RecordBatch::new_empty(Arc::clone(table.schema()));
+    matches(filters, &empty)?;
+    Ok(())
 }
 
 /// The log batches of `[from, to)`, trimmed to the range, read lazily.

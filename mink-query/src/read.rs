@@ -114,7 +114,7 @@ pub(crate) async fn run(args: ReadArgs) -> Result<(), CliError> {
         }
         ReadMode::Union => {
             for (bucket, _, _) in buckets {
-                let answer = client.union(&bucket, &columns).await?;
+                let answer = client.union(&bucket, &columns, &[]).await?;
                 for batch in &answer.batches {
                     printer.print(batch)?;
                 }
@@ -133,7 +133,7 @@ pub(crate) async fn run(args: ReadArgs) -> Result<(), CliError> {
         }
         ReadMode::Lake => {
             let batches = client
-                .lake(&table.path, args.partition.as_deref(), None, &columns)
+                .lake(&table.path, args.partition.as_deref(), None, &columns, &[])
                 .await?;
             for batch in &batches {
                 printer.print(batch)?;

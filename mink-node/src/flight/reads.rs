@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use arrow_flight::FlightData;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use mink_core::filter::{ColumnFilter, filter_batch};
 use mink_core::key::{KeyCodec, RowCodec};
 use mink_core::merge::TailIndex;
 use mink_core::protocol::{
@@ -123,7 +124,8 @@ impl MinkFlightService {
         request: UnionRequest,
     ) -> Result<FlightStream<FlightData>, NodeError> {
         let bucket = required_bucket(request.bucket, "Union")?;
-        let planned = self.node.plan_union(&bucket).await?;
+        let filters = request.filters;
+        let planned = self.node.plan_union(&bucket, &filters).await?;
         let projection = projection(&planned.table, &request.columns)?;
         let end = metadata_only(planned.plan.encode_to_vec());
         let (log_from, log_to) = (planned.plan.log_from, planned.plan.log_to);
@@ -142,7 +144,9 @@ impl MinkFlightService {
             let index = TailIndex::new(&KeyCodec::new(table)?, tail)?;
             let mut encoder = BatchEncoder::new(projection);
             let mut messages = vec![encoder.start(table)?];
+            // The index is built from the unfiltered tail; filters apply to what it emits.
             for rows in index.live_rows()? {
+                let rows = filter_batch(&filters, &rows)?;
                 messages.extend(encoder.encode(&rows, Vec::new())?);
             }
             messages.push(end);
@@ -151,9 +155,15 @@ impl MinkFlightService {
         let mut log_encoder = BatchEncoder::new(projection.clone());
         let schema = log_encoder.start(&planned.table)?;
         let lake = self
-            .lake_batches(&planned.table, planned.split, &projection)
+            .lake_batches(&planned.table, planned.split, &projection, &filters)
             .await?;
-        let log = log.map(move |batch| Ok(log_encoder.encode_log(&batch?, log_to)?));
+        let table = Arc::clone(&planned.table);
+        let log = log.map(move |batch| {
+            let current =
+                normalize_batch(&batch?.batch, table.schema()).map_err(NodeError::from)?;
+            let rows = filter_batch(&filters, &current).map_err(NodeError::from)?;
+            Ok(log_encoder.encode(&rows, Vec::new())?)
+        });
         let answer = stream::once(async { Ok(vec![schema]) })
             .chain(lake)
             .chain(log)
@@ -171,11 +181,18 @@ impl MinkFlightService {
         let path = TablePath::parse(&request.table)?;
         let (table, split) = self
             .node
-            .plan_lake(&path, request.partition, request.snapshot_id)
+            .plan_lake(
+                &path,
+                request.partition,
+                request.snapshot_id,
+                &request.filters,
+            )
             .await?;
         let projection = projection(&table, &request.columns)?;
         let schema = BatchEncoder::new(projection.clone()).start(&table)?;
-        let lake = self.lake_batches(&table, split, &projection).await?;
+        let lake = self
+            .lake_batches(&table, split, &projection, &request.filters)
+            .await?;
         let answer = stream::once(async { Ok(vec![schema]) })
             .chain(lake)
             .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
@@ -183,24 +200,34 @@ impl MinkFlightService {
         Ok(answer.boxed())
     }
 
-    /// The encoded rows of a lake split, projected (read from Parquet column by column).
+    /// The encoded rows of a lake split that match `filters`, projected. Only the projected
+    /// and filtered columns are read from Parquet.
     async fn lake_batches(
         &self,
         table: &TableDescriptor,
         split: LakeSplit,
         projection: &[usize],
+        filters: &[ColumnFilter],
     ) -> Result<BoxStream<'static, Result<Vec<FlightData>, Status>>, NodeError> {
         if split.files.is_empty() {
             return Ok(stream::empty().boxed());
         }
-        let read_schema = Arc::new(table.schema().project(projection)?);
-        let width = read_schema.fields().len();
-        let mut encoder = BatchEncoder::new((0..width).collect());
+        let mut read = projection.to_vec();
+        for filter in filters {
+            let index = table.schema().index_of(&filter.column)?;
+            if !read.contains(&index) {
+                read.push(index);
+            }
+        }
+        let read_schema = Arc::new(table.schema().project(&read)?);
+        let mut encoder = BatchEncoder::new((0..projection.len()).collect());
+        let filters = filters.to_vec();
         let storage = self.node.lake().await?.storage().clone();
         Ok(read_split(&storage, split, read_schema)
             .map(move |batch| {
                 let batch = batch.map_err(NodeError::from)?;
-                Ok(encoder.encode(&batch, Vec::new())?)
+                let rows = filter_batch(&filters, &batch).map_err(NodeError::from)?;
+                Ok(encoder.encode(&rows, Vec::new())?)
             })
             .boxed())
     }

@@ -44,7 +44,7 @@ async fn check(
     for bucket in 0..table.bucket_num {
         let rows = written.get(&bucket).cloned().unwrap_or_default();
         let answer = client
-            .union(&BucketId::new(&table.path, bucket), &[0])
+            .union(&BucketId::new(&table.path, bucket), &[0], &[])
             .await
             .expect("union");
         let mut expected: Vec<i64> = rows.iter().map(|(_, id)| *id).collect();
@@ -72,7 +72,7 @@ async fn check(
     }
     lake_expected.sort_unstable();
     let lake = client
-        .lake(&table.path, None, None, &[0])
+        .lake(&table.path, None, None, &[0], &[])
         .await
         .expect("lake");
     assert_eq!(
@@ -135,7 +135,7 @@ async fn random_histories_with_tiering_match_the_model() {
     for bucket in 0..table.bucket_num {
         let plan = node
             .client
-            .union(&BucketId::new(&table.path, bucket), &[])
+            .union(&BucketId::new(&table.path, bucket), &[], &[])
             .await
             .expect("union")
             .plan;
@@ -228,7 +228,7 @@ async fn a_crash_on_either_side_of_the_lake_commit_tiers_nothing_twice() {
         let mut union = Vec::new();
         for bucket in 0..2 {
             let answer = client
-                .union(&BucketId::new(&table.path, bucket), &[0])
+                .union(&BucketId::new(&table.path, bucket), &[0], &[])
                 .await
                 .expect("union");
             assert_eq!(
@@ -240,20 +240,20 @@ async fn a_crash_on_either_side_of_the_lake_commit_tiers_nothing_twice() {
         all.sort_unstable();
         assert_eq!(ids(&union), all, "{failpoint}: union = every row once");
         let lake = client
-            .lake(&table.path, None, None, &[0])
+            .lake(&table.path, None, None, &[0], &[])
             .await
             .expect("lake");
         assert_eq!(ids(&lake), all, "{failpoint}: the lake = every row once");
         if failpoint == "abort-before-lake-commit" {
             // The orphaned files of the aborted round are gone; only the committed round's remain.
             let lake_files: u64 = client
-                .union(&BucketId::new(&table.path, 0), &[])
+                .union(&BucketId::new(&table.path, 0), &[], &[])
                 .await
                 .expect("union")
                 .plan
                 .lake_files
                 + client
-                    .union(&BucketId::new(&table.path, 1), &[])
+                    .union(&BucketId::new(&table.path, 1), &[], &[])
                     .await
                     .expect("union")
                     .plan
@@ -298,7 +298,7 @@ async fn a_union_read_is_a_point_in_time_result_under_writers() {
         })
     };
     for _ in 0..10 {
-        let answer = node.client.union(&bucket, &[0]).await.expect("union");
+        let answer = node.client.union(&bucket, &[0], &[]).await.expect("union");
         let got = ids(&answer.batches);
         assert_eq!(
             got.len() as i64,
@@ -323,7 +323,7 @@ async fn bad_lake_requests_are_named() {
         .expect("create");
     let err = node
         .client
-        .lake(&plain.path, None, None, &[])
+        .lake(&plain.path, None, None, &[], &[])
         .await
         .expect_err("no lake");
     assert_eq!(err.code(), Some(Code::FailedPrecondition), "{err}");
@@ -346,14 +346,14 @@ async fn bad_lake_requests_are_named() {
     node.client.tier(&tiered.path).await.expect("tier");
     let err = node
         .client
-        .lake(&tiered.path, None, Some(12345), &[])
+        .lake(&tiered.path, None, Some(12345), &[], &[])
         .await
         .expect_err("no such snapshot");
     assert_eq!(err.code(), Some(Code::NotFound), "{err}");
     assert!(err.to_string().contains("12345"), "{err}");
     let err = node
         .client
-        .lake(&TablePath::new("test", "nope"), None, None, &[])
+        .lake(&TablePath::new("test", "nope"), None, None, &[], &[])
         .await
         .expect_err("no table");
     assert_eq!(err.code(), Some(Code::NotFound), "{err}");
@@ -394,4 +394,92 @@ async fn an_unreachable_catalog_is_a_clear_error() {
         .create_table(&events_table("fine", 1, TableOptions::default()), false)
         .await
         .expect("plain table");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_prune_lake_files_and_apply_to_every_row() {
+    use mink_core::filter::{ColumnFilter, FilterOp};
+    let node = TestNode::start().await;
+    // Bucketed by id: the lake is partitioned by bucket[3](id).
+    let table = node
+        .client
+        .create_table(&events_table("filtered", 3, lake_options()), false)
+        .await
+        .expect("create");
+    node.client
+        .write(&table, &events(&table, &(0..300).collect::<Vec<_>>()))
+        .await
+        .expect("write");
+    node.client.tier(&table.path).await.expect("tier");
+    node.client
+        .write(&table, &events(&table, &(300..330).collect::<Vec<_>>()))
+        .await
+        .expect("write");
+
+    // A range on id, filtering on a column the read does not return.
+    let range = [
+        ColumnFilter::new("id", FilterOp::GtEq, Some("100")),
+        ColumnFilter::new("id", FilterOp::Lt, Some("310")),
+    ];
+    let lake = node
+        .client
+        .lake(&table.path, None, None, &[1], &range)
+        .await
+        .expect("lake");
+    assert_eq!(
+        lake.iter().map(|b| b.num_rows()).sum::<usize>(),
+        200,
+        "lake rows 100..300"
+    );
+    assert!(lake.iter().all(|b| b.num_columns() == 1));
+    let mut union = Vec::new();
+    for bucket in 0..3 {
+        union.extend(
+            node.client
+                .union(&BucketId::new(&table.path, bucket), &[0], &range)
+                .await
+                .expect("union")
+                .batches,
+        );
+    }
+    assert_eq!(
+        ids(&union),
+        (100..310).collect::<Vec<i64>>(),
+        "lake and log rows are filtered alike"
+    );
+
+    // An equality on the bucket key prunes every other bucket's lake files.
+    let one = [ColumnFilter::new("id", FilterOp::Eq, Some("5"))];
+    let mut found = Vec::new();
+    let mut files = Vec::new();
+    for bucket in 0..3 {
+        let answer = node
+            .client
+            .union(&BucketId::new(&table.path, bucket), &[0], &one)
+            .await
+            .expect("union");
+        files.push(answer.plan.lake_files);
+        found.extend(answer.batches);
+    }
+    assert_eq!(ids(&found), vec![5]);
+    assert_eq!(
+        files.iter().filter(|f| **f > 0).count(),
+        1,
+        "only the bucket of id 5 reads lake files: {files:?}"
+    );
+
+    let bad = [ColumnFilter::new("nope", FilterOp::Eq, Some("1"))];
+    let err = node
+        .client
+        .lake(&table.path, None, None, &[], &bad)
+        .await
+        .expect_err("unknown column");
+    assert_eq!(err.code(), Some(Code::InvalidArgument), "{err}");
+    let bad = [ColumnFilter::new("id", FilterOp::Eq, Some("five"))];
+    let err = node
+        .client
+        .union(&BucketId::new(&table.path, 0), &[], &bad)
+        .await
+        .expect_err("bad value");
+    assert!(err.to_string().contains("'five'"), "{err}");
 }

@@ -75,7 +75,7 @@ async fn pyiceberg_reads_exactly_the_last_round() {
     for bucket in 0..3 {
         union_rows += node
             .client
-            .union(&BucketId::new(&table.path, bucket), &[0])
+            .union(&BucketId::new(&table.path, bucket), &[0], &[])
             .await
             .expect("union")
             .num_rows();

@@ -123,7 +123,7 @@ async fn tiering_and_union_reads_on_s3() {
     let mut ids = Vec::new();
     for bucket in 0..2 {
         let answer = client
-            .union(&BucketId::new(&table.path, bucket), &[0])
+            .union(&BucketId::new(&table.path, bucket), &[0], &[])
             .await
             .expect("union");
         assert!(
@@ -142,7 +142,7 @@ async fn tiering_and_union_reads_on_s3() {
     ids.sort_unstable();
     assert_eq!(ids, (0..350).collect::<Vec<i64>>());
     let lake_rows: usize = client
-        .lake(&table.path, None, None, &[0])
+        .lake(&table.path, None, None, &[0], &[])
         .await
         .expect("lake")
         .iter()
