@@ -169,3 +169,41 @@ async fn tiering_and_union_reads_on_s3() {
     );
     handle.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_object_store_is_a_clear_error() {
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .expect("port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let options = S3Options {
+        endpoint: Some(format!("http://127.0.0.1:{closed}")),
+        region: Some("us-east-1".into()),
+        access_key_id: Some("testing".into()),
+        secret_access_key: Some("testing".into()),
+    };
+    let catalog = format!("sqlite:{}/catalog.db?mode=rwc", dir.path().display());
+    let mut config = NodeConfig::new(dir.path());
+    config.lake = Some(LakeConfig::s3("s3://nowhere/warehouse", catalog, options).expect("config"));
+    let node = Node::open(config).expect("open");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let handle = mink_node::server::serve(node, listener).expect("serve");
+    let client = MinkClient::connect(&handle.addr().to_string())
+        .await
+        .expect("connect");
+    let table_options = TableOptions {
+        lake_enabled: true,
+        ..TableOptions::default()
+    };
+    let err = client
+        .create_table(&events_table("nowhere", 1, table_options), false)
+        .await
+        .expect_err("the store is unreachable");
+    assert_eq!(err.code(), Some(tonic::Code::Unavailable), "{err}");
+    assert!(err.to_string().contains("lake"), "{err}");
+    handle.shutdown().await.expect("shutdown");
+}
