@@ -777,9 +777,9 @@ async fn tier_figure(
     let files: Vec<Vec<PathBuf>> = parts
         .iter()
         .enumerate()
-        .map(|(b, part)| match part.is_empty() {
-            true => vec![],
-            false => vec![dir.join(format!("baseline-bucket{b}.parquet"))],
+        .map(|(b, part)| {
+            let path = dir.join(format!("baseline-bucket{b}.parquet"));
+            if part.is_empty() { vec![] } else { vec![path] }
         })
         .collect();
     let write = {

@@ -8,6 +8,7 @@
 //! <data-dir>/kv/                          KV tablets of primary-key tables (fjall)
 //! <data-dir>/log/t<table_id>/b<bucket>/   segments of an unpartitioned table's bucket
 //! <data-dir>/log/t<table_id>/p<partition_id>/b<bucket>/
+//! <data-dir>/lake/                        the embedded Iceberg lake (catalog.db, warehouse/)
 //! ```
 //!
 //! Writes are validated here: the batch must carry the table's current schema, and every
@@ -26,13 +27,13 @@ use arrow::datatypes::Field;
 use mink_core::protocol::{AppendAck, BucketId, BucketStatus, list_offsets};
 use mink_core::routing::row_addresses;
 use mink_core::table::{TableDescriptor, TablePath};
+use mink_lake::{Lake, LakeConfig};
 use tracing::info;
 
 use crate::error::{NodeError, Result};
 use crate::kv::{Found, KvStore, KvTablet, KvWriter, lookup, prefix_lookup};
 use crate::log::{Changelog, LogConfig, LogTablet, Write, WriteOp};
 use crate::metadata::{Metadata, PartitionRecord};
-use mink_lake::{Lake, LakeConfig};
 
 /// How a node is run.
 #[derive(Debug, Clone)]
