@@ -33,6 +33,9 @@ use crate::log::now_ms;
 use crate::metadata::{LakeSnapshotRecord, PendingRound};
 use crate::node::{Failpoint, Node};
 
+/// How often the service looks for tables due for a round.
+const CHECK_EVERY: Duration = Duration::from_millis(500);
+
 /// Bytes of log read at a time while tiering a bucket.
 const READ_BYTES: u64 = 16 << 20;
 
@@ -248,7 +251,7 @@ async fn tier_bucket(
 /// (the first one freshness interval after the node starts or the table is created).
 pub async fn run_tiering(node: Arc<Node>) {
     let mut last_round: std::collections::HashMap<u64, Instant> = std::collections::HashMap::new();
-    let mut ticks = tokio::time::interval(Duration::from_millis(500));
+    let mut ticks = tokio::time::interval(CHECK_EVERY);
     loop {
         ticks.tick().await;
         for path in node.list_tables(None) {

@@ -76,7 +76,8 @@
 //! # `mink bench lake`
 //!
 //! ```text
-//! cargo run --release -p mink-query -- bench lake [--rows 2000000] [--buckets 4] [--write-rate 20000] [--dir DIR] [--no-sync]
+//! cargo run --release -p mink-query -- bench lake [--rows 2000000] [--buckets 4]
+//!     [--write-rate 20000] [--dir DIR] [--no-sync]
 //! ```
 //!
 //! The lake tier of log tables, on the same kind of node and with the same schema; the
@@ -113,14 +114,15 @@
 //!    [`MinkClient::list_offsets`]. After the writes, the seam of each bucket at each
 //!    sample's time is taken from the lake's snapshot history: the latest Iceberg snapshot
 //!    whose timestamp is not after the sample, and its `mink.bucket-offsets`. The lake lag
-//!    of a bucket is its high watermark minus its seam, in rows, and in seconds of writing
-//!    (rows over the bucket's share of the achieved write rate); printed are its p50, p99
-//!    and max over every sample of every bucket (samples from the start of the writes,
-//!    before the first round included), and the ratio of the p99 to the configured
-//!    freshness. An Iceberg snapshot's timestamp is taken before its metadata file and
-//!    the catalog commit are written and before the node records the round, so mink's reads
-//!    see a round a little (milliseconds) after its timestamp, and the lag is understated
-//!    by as much.
+//!    of a bucket is its high watermark minus its seam, in rows (in steps of 1 000: a
+//!    bucket gets whole batches), and in seconds of writing (rows over the bucket's share
+//!    of the achieved write rate); printed are its p50, p99 and max over every sample of
+//!    every bucket (samples from the start of the writes, before the first round
+//!    included), the ratio of the p99 to the configured freshness, and the rounds
+//!    committed while writing with the intervals between them. An Iceberg snapshot's
+//!    timestamp is taken before its metadata file and the catalog commit are written and
+//!    before the node records the round, so mink's reads see a round a little
+//!    (milliseconds) after its timestamp, and the lag is understated by as much.
 //!
 //! # Every benchmark
 //!
@@ -832,9 +834,10 @@ async fn union_figure(
     let tail_rows: usize = tail.iter().flatten().map(RecordBatch::num_rows).sum();
     append_parts(client, &table.path, tail.clone()).await?;
     for ((b, part), paths) in tail.iter().enumerate().zip(&mut files) {
-        if let Some(batch) = part.first() {
+        if !part.is_empty() {
             let path = dir.join(format!("baseline-bucket{b}-tail.parquet"));
-            write_parquet(&path, std::slice::from_ref(batch))?;
+            let (file, part) = (path.clone(), part.clone());
+            blocking(move || write_parquet(&file, &part)).await?;
             paths.push(path);
         }
     }
@@ -940,9 +943,10 @@ async fn freshness_figure(
     report(
         "writes",
         format!(
-            "{:.1}k rows/s for {:.1} s in {FRESH_BATCH_ROWS}-row batches, lake.freshness {FRESHNESS:?}",
+            "{:.1}k rows/s for {:.1} s in {FRESH_BATCH_ROWS}-row batches, lake.freshness {} s",
             rate / 1e3,
-            writes.elapsed.as_secs_f64()
+            writes.elapsed.as_secs_f64(),
+            FRESHNESS.as_secs_f64()
         ),
         &[],
     );
@@ -958,10 +962,10 @@ async fn freshness_figure(
     );
     let rows = Spread::new(lags);
     report(
-        &format!("lake lag, rows per bucket ({} samples)", rows.count),
+        "lake lag, rows per bucket",
         format!(
-            "p50 {:>7.0}  p99 {:>7.0}  max {:>7.0}",
-            rows.p50, rows.p99, rows.max
+            "p50 {:>7.0}    p99 {:>7.0}    max {:>7.0}     ({} samples)",
+            rows.p50, rows.p99, rows.max, rows.count
         ),
         &[],
     );
