@@ -87,7 +87,7 @@ async fn bucket_ids(
     let split = plan_split(&lake_table, snapshot, &scope, None)
         .await
         .unwrap();
-    let batches: Vec<RecordBatch> = read_split(lake.storage(), split, schema)
+    let batches: Vec<RecordBatch> = read_split(lake.storage(), split, schema, Vec::new())
         .try_collect()
         .await
         .unwrap();
@@ -144,10 +144,11 @@ async fn tiered_rounds_read_back_per_bucket() {
             .await
             .unwrap();
         assert_eq!(split.record_count(), 100);
-        let batches: Vec<RecordBatch> = read_split(lake.storage(), split, Arc::clone(&projected))
-            .try_collect()
-            .await
-            .unwrap();
+        let batches: Vec<RecordBatch> =
+            read_split(lake.storage(), split, Arc::clone(&projected), Vec::new())
+                .try_collect()
+                .await
+                .unwrap();
         batches.iter().map(RecordBatch::num_rows).sum()
     };
     assert_eq!(older, 100);
@@ -181,7 +182,7 @@ async fn tiered_rounds_read_back_per_bucket() {
     )
     .await
     .unwrap();
-    let batches: Vec<RecordBatch> = read_split(lake.storage(), split, evolved)
+    let batches: Vec<RecordBatch> = read_split(lake.storage(), split, evolved, Vec::new())
         .try_collect()
         .await
         .unwrap();

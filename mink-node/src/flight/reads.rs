@@ -223,7 +223,7 @@ impl MinkFlightService {
         let mut encoder = BatchEncoder::new((0..projection.len()).collect());
         let filters = filters.to_vec();
         let storage = self.node.lake().await?.storage().clone();
-        Ok(read_split(&storage, split, read_schema)
+        Ok(read_split(&storage, split, read_schema, filters.clone())
             .map(move |batch| {
                 let batch = batch.map_err(NodeError::from)?;
                 let rows = filter_batch(&filters, &batch).map_err(NodeError::from)?;
