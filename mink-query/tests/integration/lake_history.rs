@@ -86,27 +86,29 @@ async fn check(
 async fn random_histories_with_tiering_match_the_model() {
     let seed = seed("random_histories_with_tiering_match_the_model");
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut node = TestNode::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut server = ServerProcess::start(dir.path());
+    let mut client = MinkClient::connect(&server.addr).await.expect("connect");
     let mut table = events_table("tiered", 3, lake_options());
     table.bucket_key.clear(); // round robin: the test picks each batch's bucket
-    let table = node
-        .client
-        .create_table(&table, false)
-        .await
-        .expect("create");
+    let table = client.create_table(&table, false).await.expect("create");
     // bucket -> (offset, id) of every acknowledged row.
     let mut written: BTreeMap<u32, Vec<(i64, i64)>> = BTreeMap::new();
     let mut next_id = 0;
-    let mut rounds = 0;
     for step in 0..25 {
-        match rng.random_range(0..100) {
+        // Every history crashes at least once on each side of the lake commit.
+        let action = match step {
+            8 => 90,
+            16 => 95,
+            _ => rng.random_range(0..100),
+        };
+        match action {
             0..55 => {
                 let bucket = rng.random_range(0..table.bucket_num);
                 let n = rng.random_range(1..200);
                 let batch_ids: Vec<i64> = (next_id..next_id + n).collect();
                 next_id += n;
-                let acks = node
-                    .client
+                let acks = client
                     .append(
                         &BucketId::new(&table.path, bucket),
                         vec![events(&table, &batch_ids)],
@@ -121,20 +123,43 @@ async fn random_histories_with_tiering_match_the_model() {
                         .map(|(i, id)| (acks[0].base_offset + i as i64, *id)),
                 );
             }
-            55..85 => {
-                let report = node.client.tier(&table.path).await.expect("tier");
-                rounds += u32::from(report.snapshot_id.is_some());
+            55..80 => {
+                client.tier(&table.path).await.expect("tier");
             }
-            _ => node.restart().await,
+            80..88 => {
+                // kill -9 and restart.
+                server.kill();
+                server = ServerProcess::start(dir.path());
+                client = MinkClient::connect(&server.addr).await.expect("reconnect");
+            }
+            _ => {
+                // A tiering round that crashes before or after its Iceberg commit.
+                let failpoint = if action < 94 {
+                    "abort-before-lake-commit"
+                } else {
+                    "abort-after-lake-commit"
+                };
+                server.kill();
+                let crashing =
+                    ServerProcess::start_with_env(dir.path(), &[("MINK_FAILPOINT", failpoint)]);
+                let crashing_client = MinkClient::connect(&crashing.addr).await.expect("connect");
+                // With nothing new to tier, the round commits nothing and does not crash.
+                if crashing_client.tier(&table.path).await.is_err() {
+                    crashing.wait_for_exit();
+                } else {
+                    crashing.kill();
+                }
+                server = ServerProcess::start(dir.path());
+                client = MinkClient::connect(&server.addr).await.expect("reconnect");
+            }
         }
-        check(&node.client, &table, &written, step).await;
+        check(&client, &table, &written, step).await;
     }
     // One last round: the lake then holds everything and the tails are empty.
-    node.client.tier(&table.path).await.expect("tier");
-    check(&node.client, &table, &written, 99).await;
+    client.tier(&table.path).await.expect("tier");
+    check(&client, &table, &written, 99).await;
     for bucket in 0..table.bucket_num {
-        let plan = node
-            .client
+        let plan = client
             .union(&BucketId::new(&table.path, bucket), &[], &[])
             .await
             .expect("union")
@@ -144,7 +169,7 @@ async fn random_histories_with_tiering_match_the_model() {
             "bucket {bucket} is fully tiered"
         );
     }
-    eprintln!("{rounds} rounds with data");
+    server.kill();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
