@@ -17,7 +17,7 @@ mod writer;
 
 use std::path::Path;
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 
 pub use self::lookup::{Found, lookup, prefix_lookup};
 pub use self::reader::SnapshotReader;
@@ -67,11 +67,6 @@ impl KvStore {
             .map_err(kv_error)?;
         self.db.delete_keyspace(tablet.rows).map_err(kv_error)
     }
-
-    /// Flushes the journal to disk (at shutdown; not needed for correctness).
-    pub fn persist(&self) -> Result<()> {
-        self.db.persist(PersistMode::SyncAll).map_err(kv_error)
-    }
 }
 
 /// The KV store of one bucket. Cheap to clone.
@@ -106,7 +101,7 @@ impl KvTablet {
         self.rows.get(key).map_err(kv_error)
     }
 
-    /// Every `(key, row)` whose key starts with `prefix`, in key order.
+    /// The rows whose key starts with `prefix`, in key order.
     pub fn prefix(&self, prefix: &[u8]) -> Result<Vec<fjall::UserValue>> {
         self.rows
             .prefix(prefix)
