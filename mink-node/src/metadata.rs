@@ -216,23 +216,6 @@ impl Metadata {
         Ok(())
     }
 
-    /// Every recorded lake snapshot of a table, oldest first.
-    pub fn lake_snapshots(&self, table_id: u64) -> Result<Vec<LakeSnapshotRecord>> {
-        let connection = self.connection();
-        let mut statement = connection.prepare(
-            "SELECT snapshot_id, offsets, committed_at FROM lake_snapshots
-             WHERE table_id = ?1 ORDER BY rowid",
-        )?;
-        let rows = statement.query_map([table_id as i64], |row| {
-            Ok(LakeSnapshotRecord {
-                snapshot_id: row.get(0)?,
-                offsets: row.get(1)?,
-                committed_at: row.get(2)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
     /// The latest recorded lake snapshot of a table.
     pub fn latest_lake_snapshot(&self, table_id: u64) -> Result<Option<LakeSnapshotRecord>> {
         Ok(self

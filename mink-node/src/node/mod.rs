@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -263,11 +263,6 @@ impl Node {
     /// The configured failpoint.
     pub(crate) fn failpoint(&self) -> Option<Failpoint> {
         self.storage.config.failpoint
-    }
-
-    /// The node's data directory.
-    pub fn data_dir(&self) -> &Path {
-        &self.storage.config.data_dir
     }
 
     fn table(&self, path: &TablePath) -> Result<Arc<TableState>> {
