@@ -313,18 +313,23 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), CliError> {
     }
 }
 
+/// The scratch directory, the generated rows and a node configuration whose log cache
+/// holds them all.
+fn prepare(node: &NodeArgs, rows: usize) -> Result<(Scratch, Data, NodeConfig), CliError> {
+    let scratch = Scratch::new(node.dir.clone())?;
+    eprintln!("bench: generating {rows} rows");
+    let data = Data::generate(rows)?;
+    let config = node.config(&scratch, 2 * data.memory_bytes() + (64 << 20));
+    Ok((scratch, data, config))
+}
+
 async fn run_log(args: LogArgs) -> Result<(), CliError> {
     if args.rows == 0 {
         return Err(CliError::Usage("--rows must be at least 1".into()));
     }
     let sync = args.node.sync();
-    let scratch = Scratch::new(args.node.dir.clone())?;
-    eprintln!("bench: generating {} rows", args.rows);
-    let data = Data::generate(args.rows)?;
-    // Room for the whole 1-bucket table, so its first scan is served from the cache.
-    let config = args
-        .node
-        .config(&scratch, 2 * data.memory_bytes() + (64 << 20));
+    // The cache holds the whole 1-bucket table, so its first scan is served from it.
+    let (scratch, data, config) = prepare(&args.node, args.rows)?;
     println!(
         "mink bench log: {} rows ({} MB in memory) in batches of {BATCH_ROWS}, {}",
         data.rows,
@@ -732,13 +737,8 @@ async fn run_lake(args: LakeArgs) -> Result<(), CliError> {
     if args.write_rate == 0 {
         return Err(CliError::Usage("--write-rate must be at least 1".into()));
     }
-    let scratch = Scratch::new(args.node.dir.clone())?;
-    eprintln!("bench: generating {} rows", args.rows);
-    let data = Data::generate(args.rows)?;
-    // Room for every bucket's log, so tiering and union reads find it in the cache.
-    let config = args
-        .node
-        .config(&scratch, 2 * data.memory_bytes() + (64 << 20));
+    // The cache holds every bucket's log, so tiering and union reads find it there.
+    let (scratch, data, config) = prepare(&args.node, args.rows)?;
     println!(
         "mink bench lake: {} rows ({} MB in memory) in batches of {BATCH_ROWS}, {} bucket{}, {}",
         data.rows,
