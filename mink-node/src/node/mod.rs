@@ -457,6 +457,23 @@ impl Node {
         batch: RecordBatch,
         delete: bool,
     ) -> Result<AppendAck> {
+        let missing_partition = || {
+            bucket.partition.is_some()
+                && matches!(self.bucket(bucket), Err(NodeError::BucketNotFound(_)))
+        };
+        if delete && missing_partition() {
+            // Deleting from a partition that has no rows changes nothing: it is not created.
+            let table = self.describe(&TablePath::parse(&bucket.table)?)?;
+            if table.has_primary_key() {
+                let keys = conform_keys(&table, batch)?;
+                check_routing(&table, bucket, &keys)?;
+                return Ok(AppendAck {
+                    base_offset: 0,
+                    last_offset: -1,
+                    high_watermark: 0,
+                });
+            }
+        }
         let (table, target) = self.bucket_for_write(bucket)?;
         let op = match (table.has_primary_key(), delete) {
             (false, false) => WriteOp::Append(conform_to_schema(&table, batch)?),

@@ -415,6 +415,26 @@ async fn bad_key_requests_are_named() {
         .await
         .expect_err("short prefix");
     assert!(err.to_string().contains("'id'"), "{err}");
+    // Deleting from a partition with no rows changes nothing and does not create it.
+    let acks = client
+        .delete(&table, &pk_keys(&[("2031-01-01".into(), 1, 0)]))
+        .await
+        .expect("delete from an empty partition");
+    assert!(
+        acks.iter()
+            .all(|(_, ack)| ack.last_offset < ack.base_offset)
+    );
+    let partitions: Vec<_> = client
+        .list_buckets(&table.path)
+        .await
+        .expect("buckets")
+        .into_iter()
+        .filter_map(|s| s.bucket?.partition)
+        .collect();
+    assert!(
+        !partitions.iter().any(|p| p.contains("2031")),
+        "{partitions:?}"
+    );
     // An upsert into a partitioned table is routed; a lookup of a partition with no rows
     // finds nothing.
     let found = client
