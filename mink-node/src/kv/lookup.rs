@@ -1,6 +1,7 @@
 //! Point and prefix reads of a KV tablet.
 
 use arrow::array::RecordBatch;
+use arrow::row::Rows;
 use mink_core::key::{KeyCodec, PrefixCodec, RowCodec};
 use mink_core::table::TableDescriptor;
 
@@ -18,7 +19,7 @@ pub struct Found {
 
 /// One store get per key of `keys` (a batch holding the primary-key columns).
 pub fn lookup(table: &TableDescriptor, kv: &KvTablet, keys: &RecordBatch) -> Result<Found> {
-    let encoded = KeyCodec::new(table)?.encode(keys)?;
+    let encoded = encode_keys(table, keys, false)?;
     let mut values = Vec::new();
     let mut key_indices = Vec::new();
     for (index, key) in encoded.iter().enumerate() {
@@ -38,13 +39,7 @@ pub fn prefix_lookup(
     kv: &KvTablet,
     prefixes: &RecordBatch,
 ) -> Result<Found> {
-    let names: Vec<String> = prefixes
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    let encoded = PrefixCodec::new(table, &names)?.encode(prefixes)?;
+    let encoded = encode_keys(table, prefixes, true)?;
     let mut values = Vec::new();
     let mut key_indices = Vec::new();
     for (index, prefix) in encoded.iter().enumerate() {
@@ -55,4 +50,22 @@ pub fn prefix_lookup(
     }
     let rows = RowCodec::new(table)?.decode(&values)?;
     Ok(Found { rows, key_indices })
+}
+
+/// Encodes the keys of a lookup, or the prefixes of a prefix lookup (whose columns, by
+/// name, must be the first key columns).
+///
+/// # Errors
+/// A missing or null key column, or prefix columns that are not a key prefix.
+pub fn encode_keys(table: &TableDescriptor, keys: &RecordBatch, prefix: bool) -> Result<Rows> {
+    if !prefix {
+        return Ok(KeyCodec::new(table)?.encode(keys)?);
+    }
+    let names: Vec<String> = keys
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    Ok(PrefixCodec::new(table, &names)?.encode(keys)?)
 }

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 
-pub use self::lookup::{Found, lookup, prefix_lookup};
+pub use self::lookup::{Found, encode_keys, lookup, prefix_lookup};
 pub use self::reader::SnapshotReader;
 pub(crate) use self::writer::KvWriter;
 use crate::error::{NodeError, Result};

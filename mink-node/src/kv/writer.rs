@@ -63,11 +63,7 @@ impl KvWriter {
     }
 
     /// The row stored under `key`, as the group sees it so far.
-    fn current(
-        &self,
-        staged: &KeyMap,
-        key: &[u8],
-    ) -> Result<Option<Vec<u8>>> {
+    fn current(&self, staged: &KeyMap, key: &[u8]) -> Result<Option<Vec<u8>>> {
         if let Some(row) = staged.get(key).or_else(|| self.overlay.get(key)) {
             return Ok(row.clone());
         }

@@ -31,7 +31,7 @@ use mink_lake::{Lake, LakeConfig};
 use tracing::info;
 
 use crate::error::{NodeError, Result};
-use crate::kv::{Found, KvStore, KvTablet, KvWriter, lookup, prefix_lookup};
+use crate::kv::{Found, KvStore, KvTablet, KvWriter, encode_keys, lookup, prefix_lookup};
 use crate::log::{Changelog, LogConfig, LogTablet, Write, WriteOp};
 use crate::metadata::{Metadata, PartitionRecord};
 
@@ -428,8 +428,8 @@ impl Node {
         check_bucket_address(&state.descriptor(), bucket)
     }
 
-    /// The table and bucket a write goes to, creating its partition on first write.
-    fn bucket_for_write(&self, bucket: &BucketId) -> Result<(Arc<TableDescriptor>, Arc<Bucket>)> {
+    /// The bucket a write goes to, creating its partition on first write.
+    fn bucket_for_write(&self, bucket: &BucketId) -> Result<Arc<Bucket>> {
         let state = self.table(&TablePath::parse(&bucket.table)?)?;
         let descriptor = state.descriptor();
         check_bucket_address(&descriptor, bucket)?;
@@ -444,8 +444,9 @@ impl Node {
             info!(table = %descriptor.path, partition = name, "created partition");
             partitions.insert(bucket.partition.clone(), tablets);
         }
-        let tablet = Arc::clone(&partitions[&bucket.partition][bucket.bucket as usize]);
-        Ok((descriptor, tablet))
+        Ok(Arc::clone(
+            &partitions[&bucket.partition][bucket.bucket as usize],
+        ))
     }
 
     /// Writes a batch to a bucket once it checks out against the table's schema and the
@@ -457,24 +458,8 @@ impl Node {
         batch: RecordBatch,
         delete: bool,
     ) -> Result<AppendAck> {
-        let missing_partition = || {
-            bucket.partition.is_some()
-                && matches!(self.bucket(bucket), Err(NodeError::BucketNotFound(_)))
-        };
-        if delete && missing_partition() {
-            // Deleting from a partition that has no rows changes nothing: it is not created.
-            let table = self.describe(&TablePath::parse(&bucket.table)?)?;
-            if table.has_primary_key() {
-                let keys = conform_keys(&table, batch)?;
-                check_routing(&table, bucket, &keys)?;
-                return Ok(AppendAck {
-                    base_offset: 0,
-                    last_offset: -1,
-                    high_watermark: 0,
-                });
-            }
-        }
-        let (table, target) = self.bucket_for_write(bucket)?;
+        let table = self.describe(&TablePath::parse(&bucket.table)?)?;
+        check_bucket_address(&table, bucket)?;
         let op = match (table.has_primary_key(), delete) {
             (false, false) => WriteOp::Append(conform_to_schema(&table, batch)?),
             (false, true) => {
@@ -488,6 +473,19 @@ impl Node {
         };
         let (WriteOp::Append(rows) | WriteOp::Upsert(rows) | WriteOp::Delete(rows)) = &op;
         check_routing(&table, bucket, rows)?;
+        // Only a valid write creates a partition, and a delete never does: deleting from a
+        // partition with no rows changes nothing.
+        if delete
+            && bucket.partition.is_some()
+            && matches!(self.bucket(bucket), Err(NodeError::BucketNotFound(_)))
+        {
+            return Ok(AppendAck {
+                base_offset: 0,
+                last_offset: -1,
+                high_watermark: 0,
+            });
+        }
+        let target = self.bucket_for_write(bucket)?;
         target.log.write(Write { op, table }).await
     }
 
@@ -522,6 +520,8 @@ impl Node {
         let (table, kv) = self.kv_bucket(bucket)?;
         check_routing(&table, bucket, &keys)?;
         let Some(kv) = kv else {
+            // A partition with no rows yet: nothing to find, the keys checked all the same.
+            encode_keys(&table, &keys, prefix)?;
             return Ok(Found {
                 rows: RecordBatch::new_empty(Arc::clone(table.schema())),
                 key_indices: Vec::new(),
