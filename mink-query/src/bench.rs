@@ -1601,16 +1601,14 @@ struct Latency {
 }
 
 impl Latency {
-    fn new(mut samples: Vec<f64>) -> Self {
-        samples.sort_by(f64::total_cmp);
+    fn new(samples: Vec<f64>) -> Self {
+        let spread = Spread::new(samples);
         Self {
-            p50: nearest_rank(&samples, 0.50),
-            p99: nearest_rank(&samples, 0.99),
+            p50: spread.p50,
+            p99: spread.p99,
         }
     }
-}
 
-impl Latency {
     /// `p50 x, p99 y`: how many times `baseline`'s latencies these are.
     fn ratio_to(&self, baseline: &Self) -> String {
         format!(

@@ -429,10 +429,12 @@ impl Node {
     }
 
     /// The bucket a write goes to, creating its partition on first write.
-    fn bucket_for_write(&self, bucket: &BucketId) -> Result<Arc<Bucket>> {
-        let state = self.table(&TablePath::parse(&bucket.table)?)?;
-        let descriptor = state.descriptor();
-        check_bucket_address(&descriptor, bucket)?;
+    fn bucket_for_write(
+        &self,
+        state: &TableState,
+        descriptor: &Arc<TableDescriptor>,
+        bucket: &BucketId,
+    ) -> Result<Arc<Bucket>> {
         let mut partitions = state.partitions();
         if !partitions.contains_key(&bucket.partition) {
             let name = bucket
@@ -440,7 +442,7 @@ impl Node {
                 .as_deref()
                 .ok_or_else(|| NodeError::BucketNotFound(bucket.to_string()))?;
             let record = self.metadata.ensure_partition(descriptor.table_id, name)?;
-            let tablets = self.storage.open_partition(&descriptor, Some(&record))?;
+            let tablets = self.storage.open_partition(descriptor, Some(&record))?;
             info!(table = %descriptor.path, partition = name, "created partition");
             partitions.insert(bucket.partition.clone(), tablets);
         }
@@ -458,7 +460,8 @@ impl Node {
         batch: RecordBatch,
         delete: bool,
     ) -> Result<AppendAck> {
-        let table = self.describe(&TablePath::parse(&bucket.table)?)?;
+        let state = self.table(&TablePath::parse(&bucket.table)?)?;
+        let table = state.descriptor();
         check_bucket_address(&table, bucket)?;
         let op = match (table.has_primary_key(), delete) {
             (false, false) => WriteOp::Append(conform_to_schema(&table, batch)?),
@@ -475,17 +478,14 @@ impl Node {
         check_routing(&table, bucket, rows)?;
         // Only a valid write creates a partition, and a delete never does: deleting from a
         // partition with no rows changes nothing.
-        if delete
-            && bucket.partition.is_some()
-            && matches!(self.bucket(bucket), Err(NodeError::BucketNotFound(_)))
-        {
+        if delete && !state.partitions().contains_key(&bucket.partition) {
             return Ok(AppendAck {
                 base_offset: 0,
                 last_offset: -1,
                 high_watermark: 0,
             });
         }
-        let target = self.bucket_for_write(bucket)?;
+        let target = self.bucket_for_write(&state, &table, bucket)?;
         target.log.write(Write { op, table }).await
     }
 
