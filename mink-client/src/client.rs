@@ -11,11 +11,11 @@ use bytes::Bytes;
 use futures::{TryStreamExt, stream};
 use mink_core::filter::ColumnFilter;
 use mink_core::protocol::{
-    AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CreateTable, DropTable, LakeRequest,
-    LimitScanRequest, ListOffsets, ListTables, Lookup, LookupReply, OffsetReply, PrefixLookup,
-    ReadTicket, ScanRequest, SnapshotBatch, SnapshotRequest, TableDescriptorProto, TableList,
-    TableRef, TierReply, UnionPlan, UnionRequest, WriteHeader, action, decode, decode_batch,
-    encode_batch, list_offsets, read_ticket,
+    AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CompactReply, CreateTable, DropTable,
+    LakeRequest, LimitScanRequest, ListOffsets, ListTables, Lookup, LookupReply, OffsetReply,
+    PrefixLookup, ReadTicket, ScanRequest, SnapshotBatch, SnapshotRequest, TableDescriptorProto,
+    TableList, TableRef, TierReply, UnionPlan, UnionRequest, WriteHeader, action, decode,
+    decode_batch, encode_batch, list_offsets, read_ticket,
 };
 use mink_core::routing::{split_by_bucket, split_rows_by_bucket};
 use mink_core::table::{TableDescriptor, TablePath};
@@ -450,6 +450,16 @@ impl MinkClient {
         };
         let body = self.action(action::TIER_TABLE, request).await?;
         Ok(decode("TierReply", &body)?)
+    }
+
+    /// Compacts a table's lake now: every bucket with more than one file or any deleted
+    /// rows is rewritten in one `replace` snapshot.
+    pub async fn compact(&self, table: &TablePath) -> Result<CompactReply> {
+        let request = TableRef {
+            table: table.to_string(),
+        };
+        let body = self.action(action::COMPACT_TABLE, request).await?;
+        Ok(decode("CompactReply", &body)?)
     }
 
     async fn do_get_batches(&self, read: read_ticket::Read) -> Result<crate::read::Batches> {

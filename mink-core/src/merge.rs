@@ -82,6 +82,11 @@ impl TailIndex {
         self.last.len()
     }
 
+    /// The keys the tail changed (encoded by the index's [`KeyCodec`]), in no order.
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.last.keys().map(AsRef::as_ref)
+    }
+
     /// Step 2: the rows of a lake batch whose key the tail did not change.
     pub fn filter_lake(&self, codec: &KeyCodec, lake: &RecordBatch) -> Result<RecordBatch> {
         if self.is_empty() {

@@ -51,6 +51,9 @@ pub mod action {
     pub const PREFIX_LOOKUP: &str = "prefix_lookup";
     /// [`super::TableRef`] -> [`super::TierReply`]: a tiering round now.
     pub const TIER_TABLE: &str = "tier_table";
+    /// [`super::TableRef`] -> [`super::CompactReply`]: compacts every bucket of a table's
+    /// lake that has more than one file or any deleted rows.
+    pub const COMPACT_TABLE: &str = "compact_table";
 }
 
 /// Decodes a protobuf message, naming it in the error.
@@ -318,6 +321,32 @@ pub struct TierReply {
     /// Whether a snapshot committed before a crash was recorded first.
     #[prost(bool, tag = "4")]
     pub repaired: bool,
+    /// Lake rows deleted (replaced or removed keys of a primary-key table).
+    #[prost(uint64, tag = "5")]
+    pub deleted_rows: u64,
+    /// Delete files written.
+    #[prost(uint64, tag = "6")]
+    pub delete_files: u64,
+}
+
+/// The answer of `compact_table`.
+#[derive(Clone, PartialEq, Message)]
+pub struct CompactReply {
+    /// The `replace` snapshot committed; absent when no bucket needed compacting.
+    #[prost(int64, optional, tag = "1")]
+    pub snapshot_id: Option<i64>,
+    /// Buckets compacted.
+    #[prost(uint64, tag = "2")]
+    pub buckets: u64,
+    /// Data and delete files the snapshot removed.
+    #[prost(uint64, tag = "3")]
+    pub files_removed: u64,
+    /// Data files written.
+    #[prost(uint64, tag = "4")]
+    pub files_written: u64,
+    /// Live rows rewritten.
+    #[prost(uint64, tag = "5")]
+    pub rows: u64,
 }
 
 /// Tail { bucket, offset, columns, max_wait_ms, min_bytes }: a Scan that waits up to
@@ -730,7 +759,11 @@ mod tests {
             read: Some(read_ticket::Read::Union(UnionRequest {
                 bucket: Some(bucket()),
                 columns: vec![0],
-                filters: vec![ColumnFilter::new("id", crate::filter::FilterOp::Gt, Some("3"))],
+                filters: vec![ColumnFilter::new(
+                    "id",
+                    crate::filter::FilterOp::Gt,
+                    Some("3"),
+                )],
             })),
         });
         round_trip(ReadTicket {
@@ -754,6 +787,15 @@ mod tests {
             rows: 0,
             files: 0,
             repaired: true,
+            deleted_rows: 3,
+            delete_files: 1,
+        });
+        round_trip(CompactReply {
+            snapshot_id: Some(9),
+            buckets: 2,
+            files_removed: 7,
+            files_written: 2,
+            rows: 100,
         });
         round_trip(Lookup {
             bucket: Some(bucket()),

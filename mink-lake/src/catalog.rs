@@ -23,6 +23,7 @@ use mink_core::table::{TableDescriptor, TablePath};
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
+use sqlx::SqlitePool;
 use tracing::info;
 
 use crate::error::{LakeError, Result};
@@ -116,10 +117,12 @@ impl LakeConfig {
     }
 }
 
-/// The lake: its catalog and store.
+/// The lake: its catalog, the catalog's database (for [`crate::commit`]'s own
+/// compare-and-swap) and the store.
 #[derive(Clone)]
 pub struct Lake {
     catalog: Arc<SqlCatalog>,
+    database: SqlitePool,
     storage: LakeStorage,
 }
 
@@ -142,8 +145,16 @@ impl Lake {
     /// Opens the catalog (creating its tables if needed).
     ///
     /// # Errors
-    /// [`LakeError::Iceberg`] when the catalog cannot be reached or opened.
+    /// [`LakeError::Iceberg`] when the catalog cannot be reached or opened,
+    /// [`LakeError::Catalog`] when its database cannot be opened for commits, and
+    /// [`LakeError::Config`] for a catalog URI that is not `sqlite:...`.
     pub async fn open(config: LakeConfig) -> Result<Self> {
+        if !config.catalog_uri.starts_with("sqlite:") {
+            return Err(LakeError::Config(format!(
+                "catalog '{}': only a SQLite catalog (sqlite:PATH?mode=rwc) is supported",
+                config.catalog_uri
+            )));
+        }
         let factory = Arc::new(LakeStorageFactory(config.storage.clone()));
         let catalog = SqlCatalogBuilder::default()
             .with_storage_factory(factory)
@@ -162,8 +173,12 @@ impl Lake {
                 ]),
             )
             .await?;
+        // Metadata-layer commits swap `iceberg_tables.metadata_location` themselves: the
+        // catalog's `update_table` only takes iceberg's own (crate-private) table commits.
+        let database = SqlitePool::connect(&config.catalog_uri).await?;
         Ok(Self {
             catalog: Arc::new(catalog),
+            database,
             storage: config.storage,
         })
     }
@@ -171,6 +186,11 @@ impl Lake {
     /// The catalog.
     pub fn catalog(&self) -> &SqlCatalog {
         &self.catalog
+    }
+
+    /// The catalog's database.
+    pub(crate) fn database(&self) -> &SqlitePool {
+        &self.database
     }
 
     /// The object store of the warehouse.

@@ -32,6 +32,16 @@ pub enum LakeError {
     /// The lake is configured wrongly.
     #[error("lake configuration: {0}")]
     Config(String),
+    /// A commit was planned on a snapshot that is no longer the table's current one (or
+    /// lost the race to swap the table's metadata). Nothing was committed; the caller plans
+    /// again on the new state.
+    #[error("lake table {table}: commit conflict: {message}")]
+    CommitConflict {
+        /// The table.
+        table: String,
+        /// What moved.
+        message: String,
+    },
     /// A lake table's content does not fit what mink expects of it.
     #[error("lake table {table}: {message}")]
     Layout {

@@ -133,6 +133,21 @@ pub fn lake_batch(
     base_offset: i64,
     commit_timestamp_ms: i64,
 ) -> Result<RecordBatch> {
+    let rows = batch.num_rows() as i64;
+    let offsets = Int64Array::from_iter_values(base_offset..base_offset + rows);
+    let timestamps = Int64Array::from(vec![commit_timestamp_ms; batch.num_rows()]);
+    lake_rows(lake_schema, batch, bucket, &offsets, &timestamps)
+}
+
+/// Rows of one bucket as lake rows, each with its own log offset and commit time (ms):
+/// the newest versions of a primary-key table's keys come from many log batches.
+pub fn lake_rows(
+    lake_schema: &SchemaRef,
+    batch: &RecordBatch,
+    bucket: u32,
+    offsets: &Int64Array,
+    commit_timestamps_ms: &Int64Array,
+) -> Result<RecordBatch> {
     let rows = batch.num_rows();
     let bucket =
         i32::try_from(bucket).map_err(|_| LakeError::Config("bucket beyond i32".into()))?;
@@ -146,17 +161,16 @@ pub fn lake_batch(
     fields.push(Field::new(BUCKET_COLUMN, DataType::Int32, false));
     columns.push(Arc::new(Int32Array::from(vec![bucket; rows])));
     fields.push(Field::new(OFFSET_COLUMN, DataType::Int64, false));
-    columns.push(Arc::new(Int64Array::from_iter_values(
-        (0..rows as i64).map(|i| base_offset + i),
-    )));
+    columns.push(Arc::new(offsets.clone()));
     fields.push(Field::new(
         TIMESTAMP_COLUMN,
         DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())),
         false,
     ));
-    columns.push(Arc::new(
-        TimestampMicrosecondArray::from(vec![commit_timestamp_ms * 1000; rows]).with_timezone(UTC),
-    ));
+    let micros = TimestampMicrosecondArray::from_iter_values(
+        commit_timestamps_ms.values().iter().map(|ms| ms * 1000),
+    );
+    columns.push(Arc::new(micros.with_timezone(UTC)));
     let extended = RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), columns)?;
     Ok(normalize_batch(&extended, lake_schema)?)
 }

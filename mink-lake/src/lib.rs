@@ -7,9 +7,14 @@
 //! - [`predicate`]: column filters as an Iceberg predicate (file pruning).
 //! - [`offsets`]: the per-bucket log offsets a snapshot was tiered up to.
 //! - [`writer`]: writing a tiering round's files and committing its snapshot.
+//! - [`commit`]: committing a snapshot at Iceberg's metadata layer, with our own
+//!   compare-and-swap (adds, deletes and replaces; conflicts are never rebased).
+//! - [`deletes`]: position and equality delete files.
 //! - [`reader`]: planning a bucket's split and streaming its Parquet files.
 
 pub mod catalog;
+pub mod commit;
+pub mod deletes;
 pub mod error;
 pub mod layout;
 pub mod offsets;
@@ -21,7 +26,8 @@ pub mod writer;
 pub use catalog::{Lake, LakeConfig, S3Options};
 pub use error::{LakeError, Result};
 /// Iceberg types that cross the crate's API.
-pub use iceberg::{spec::DataFile, table::Table as LakeTable};
+pub use iceberg::spec::{DataFile, Operation, Struct};
+pub use iceberg::table::Table as LakeTable;
 
 // Used by the integration tests only.
 #[cfg(test)]

@@ -5,11 +5,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use iceberg::Catalog;
 use iceberg::arrow::RecordBatchPartitionSplitter;
-use iceberg::spec::{DataFile, PartitionKey};
+use iceberg::spec::{DataFile, Operation, PartitionKey};
 use iceberg::table::Table;
-use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::{DataFileWriter, DataFileWriterBuilder};
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{FileNameGenerator, LocationGenerator};
@@ -20,12 +18,13 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use crate::catalog::Lake;
+use crate::commit::{SnapshotChanges, commit_snapshot};
 use crate::error::{LakeError, Result};
 use crate::layout::bucket_dir;
 use crate::offsets::{BUCKET_OFFSETS_PROPERTY, BucketOffsets};
 
 /// Target size of one data file.
-const TARGET_FILE_BYTES: usize = 256 << 20;
+pub(crate) const TARGET_FILE_BYTES: usize = 256 << 20;
 
 /// Data files are named by a fresh UUID: a per-process counter would let a second process
 /// overwrite committed files.
@@ -41,6 +40,13 @@ impl FileNameGenerator for UuidNames {
 /// Every file of a bucket goes to the bucket's directory.
 #[derive(Debug, Clone)]
 pub struct BucketLocation(String);
+
+impl BucketLocation {
+    /// Files go to `directory` (a location).
+    pub fn new(directory: String) -> Self {
+        Self(directory)
+    }
+}
 
 impl LocationGenerator for BucketLocation {
     fn generate_location(&self, _partition: Option<&PartitionKey>, file_name: &str) -> String {
@@ -149,7 +155,13 @@ async fn open_writer(
 /// Commits a round: its data files in one Iceberg snapshot whose summary carries the
 /// complete bucket offsets. `parent` is the snapshot the round was planned on: if the
 /// table moved on since, nothing is committed (mink is the only writer of its lake tables;
-/// anything else is a conflict to surface, not to rebase over).
+/// anything else is a conflict to surface, not to rebase over). The snapshot is committed
+/// at the metadata layer by [`commit_snapshot`], never by iceberg's `fast_append` (which
+/// silently rebases onto whatever the table holds at commit time).
+///
+/// # Errors
+/// [`LakeError::CommitConflict`] when the table is no longer at `parent`; the errors of
+/// [`commit_snapshot`] otherwise.
 pub async fn commit_round(
     lake: &Lake,
     table: &Table,
@@ -157,25 +169,12 @@ pub async fn commit_round(
     files: Vec<DataFile>,
     offsets: &BucketOffsets,
 ) -> Result<Table> {
-    let current = lake.catalog().load_table(table.identifier()).await?;
-    let current_id = current.metadata().current_snapshot_id();
-    if current_id != parent {
-        return Err(LakeError::Layout {
-            table: table.identifier().to_string(),
-            message: format!(
-                "the lake table moved from snapshot {parent:?} to {current_id:?} during the round; the round is retried"
-            ),
-        });
-    }
-    let properties = HashMap::from([(BUCKET_OFFSETS_PROPERTY.to_string(), offsets.to_json())]);
-    let tx = Transaction::new(&current);
-    let tx = tx
-        .fast_append()
-        .with_check_duplicate(false)
-        .add_data_files(files)
-        .set_snapshot_properties(properties)
-        .apply(tx)?;
-    Ok(tx.commit(lake.catalog()).await?)
+    let changes = SnapshotChanges {
+        added_data_files: files,
+        properties: HashMap::from([(BUCKET_OFFSETS_PROPERTY.to_string(), offsets.to_json())]),
+        ..SnapshotChanges::default()
+    };
+    commit_snapshot(lake, table, parent, Operation::Append, changes).await
 }
 
 /// Deletes files written by a round that was never committed.

@@ -127,6 +127,8 @@ fn lake_code(error: &mink_lake::LakeError) -> Code {
         LakeError::SnapshotNotFound { .. } => Code::NotFound,
         LakeError::Core(_) => Code::InvalidArgument,
         LakeError::Config(_) | LakeError::Layout { .. } => Code::FailedPrecondition,
+        // Another commit moved the table: the operation can be retried.
+        LakeError::CommitConflict { .. } => Code::Aborted,
         // The catalog or the object store could not be reached or answered an error.
         LakeError::Iceberg(_) | LakeError::ObjectStore(_) | LakeError::Catalog(_) => {
             Code::Unavailable

@@ -3,16 +3,16 @@
 use arrow::array::RecordBatch;
 use arrow_flight::Action;
 use mink_core::protocol::{
-    AddColumn, BucketId, BucketList, CreateTable, DropTable, ListOffsets, ListTables, Lookup,
-    LookupReply, OffsetReply, PrefixLookup, TableDescriptorProto, TableList, TableRef, TierReply,
-    action, decode, decode_batch, encode_batch,
+    AddColumn, BucketId, BucketList, CompactReply, CreateTable, DropTable, ListOffsets, ListTables,
+    Lookup, LookupReply, OffsetReply, PrefixLookup, TableDescriptorProto, TableList, TableRef,
+    TierReply, action, decode, decode_batch, encode_batch,
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use prost::Message;
 
 use super::{MinkFlightService, projection, required_bucket};
 use crate::error::NodeError;
-use crate::tiering::tier_table;
+use crate::tiering::{compact_table, tier_table};
 
 impl MinkFlightService {
     /// Runs one action and returns its result body.
@@ -85,6 +85,20 @@ impl MinkFlightService {
                     rows: report.rows,
                     files: report.files,
                     repaired: report.repaired,
+                    deleted_rows: report.deleted_rows,
+                    delete_files: report.delete_files,
+                }
+                .encode_to_vec()
+            }
+            action::COMPACT_TABLE => {
+                let request: TableRef = decode("compact_table", body)?;
+                let report = compact_table(node, &TablePath::parse(&request.table)?).await?;
+                CompactReply {
+                    snapshot_id: report.snapshot_id,
+                    buckets: report.buckets,
+                    files_removed: report.files_removed,
+                    files_written: report.files_written,
+                    rows: report.rows,
                 }
                 .encode_to_vec()
             }

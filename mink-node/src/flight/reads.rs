@@ -131,31 +131,14 @@ impl MinkFlightService {
         let (log_from, log_to) = (planned.plan.log_from, planned.plan.log_to);
         let log = log_range(Arc::clone(&planned.bucket), log_from, log_to);
         if planned.table.has_primary_key() {
-            // Without a lake: the whole changelog, folded to its live rows.
-            let batches: Vec<LogBatch> = log.try_collect().await?;
-            let table = &planned.table;
-            let tail = batches
-                .into_iter()
-                .map(|b| {
-                    let changes = b.changes.unwrap_or_default();
-                    Ok((normalize_batch(&b.batch, table.schema())?, changes))
-                })
-                .collect::<Result<Vec<_>, NodeError>>()?;
-            let index = TailIndex::new(&KeyCodec::new(table)?, tail)?;
-            let mut encoder = BatchEncoder::new(projection);
-            let mut messages = vec![encoder.start(table)?];
-            // The index is built from the unfiltered tail; filters apply to what it emits.
-            for rows in index.live_rows()? {
-                let rows = filter_batch(&filters, &rows)?;
-                messages.extend(encoder.encode(&rows, Vec::new())?);
-            }
-            messages.push(end);
-            return Ok(stream::iter(messages.into_iter().map(Ok)).boxed());
+            return self
+                .merged_union(planned.table, planned.split, log, projection, filters, end)
+                .await;
         }
         let mut log_encoder = BatchEncoder::new(projection.clone());
         let schema = log_encoder.start(&planned.table)?;
         let lake = self
-            .lake_batches(&planned.table, planned.split, &projection, &filters)
+            .lake_batches(&planned.table, planned.split, &projection, &filters, None)
             .await?;
         let table = Arc::clone(&planned.table);
         let log = log.map(move |batch| {
@@ -191,7 +174,7 @@ impl MinkFlightService {
         let projection = projection(&table, &request.columns)?;
         let schema = BatchEncoder::new(projection.clone()).start(&table)?;
         let lake = self
-            .lake_batches(&table, split, &projection, &request.filters)
+            .lake_batches(&table, split, &projection, &request.filters, None)
             .await?;
         let answer = stream::once(async { Ok(vec![schema]) })
             .chain(lake)
@@ -200,21 +183,77 @@ impl MinkFlightService {
         Ok(answer.boxed())
     }
 
+    /// The key merge of a primary-key table's union (`spec/union-read.md`): the tail is
+    /// folded by key in memory, the lake is streamed without the rows whose key the tail
+    /// changed, then the tail's live rows follow in log order.
+    async fn merged_union(
+        &self,
+        table: Arc<TableDescriptor>,
+        split: LakeSplit,
+        log: BoxStream<'static, Result<LogBatch, NodeError>>,
+        projection: Vec<usize>,
+        filters: Vec<ColumnFilter>,
+        end: FlightData,
+    ) -> Result<FlightStream<FlightData>, NodeError> {
+        let batches: Vec<LogBatch> = log.try_collect().await?;
+        let tail = batches
+            .into_iter()
+            .map(|b| {
+                let changes = b.changes.unwrap_or_default();
+                Ok((normalize_batch(&b.batch, table.schema())?, changes))
+            })
+            .collect::<Result<Vec<_>, NodeError>>()?;
+        let codec = KeyCodec::new(&table)?;
+        let merge = Arc::new(KeyMerge {
+            index: TailIndex::new(&codec, tail)?,
+            codec,
+        });
+        let mut encoder = BatchEncoder::new(projection.clone());
+        let schema = encoder.start(&table)?;
+        let lake = self
+            .lake_batches(
+                &table,
+                split,
+                &projection,
+                &filters,
+                Some(Arc::clone(&merge)),
+            )
+            .await?;
+        // The index is built from the unfiltered tail; filters apply to what it emits.
+        let mut live = Vec::new();
+        for rows in merge.index.live_rows()? {
+            live.extend(encoder.encode(&filter_batch(&filters, &rows)?, Vec::new())?);
+        }
+        live.push(end);
+        let answer = stream::once(async { Ok(vec![schema]) })
+            .chain(lake)
+            .chain(stream::once(async { Ok(live) }))
+            .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
+            .try_flatten();
+        Ok(answer.boxed())
+    }
+
     /// The encoded rows of a lake split that match `filters`, projected. Only the projected
-    /// and filtered columns are read from Parquet.
+    /// and filtered columns (and, for a key merge, the key columns) are read from Parquet;
+    /// `merge` drops the rows whose key the tail changed.
     async fn lake_batches(
         &self,
         table: &TableDescriptor,
         split: LakeSplit,
         projection: &[usize],
         filters: &[ColumnFilter],
+        merge: Option<Arc<KeyMerge>>,
     ) -> Result<BoxStream<'static, Result<Vec<FlightData>, Status>>, NodeError> {
         if split.files.is_empty() {
             return Ok(stream::empty().boxed());
         }
         let mut read = projection.to_vec();
-        for filter in filters {
-            let index = table.schema().index_of(&filter.column)?;
+        let filter_columns = filters.iter().map(|f| f.column.as_str());
+        let key_columns = merge
+            .iter()
+            .flat_map(|m| m.codec.columns().iter().map(String::as_str));
+        for column in filter_columns.chain(key_columns) {
+            let index = table.schema().index_of(column)?;
             if !read.contains(&index) {
                 read.push(index);
             }
@@ -225,12 +264,25 @@ impl MinkFlightService {
         let storage = self.node.lake().await?.storage().clone();
         Ok(read_split(&storage, split, read_schema, filters.clone())
             .map(move |batch| {
-                let batch = batch.map_err(NodeError::from)?;
+                let mut batch = batch.map_err(NodeError::from)?;
+                if let Some(merge) = &merge {
+                    batch = merge
+                        .index
+                        .filter_lake(&merge.codec, &batch)
+                        .map_err(NodeError::from)?;
+                }
                 let rows = filter_batch(&filters, &batch).map_err(NodeError::from)?;
                 Ok(encoder.encode(&rows, Vec::new())?)
             })
             .boxed())
     }
+}
+
+/// A primary-key union's tail, folded by key, and the codec of its keys.
+#[derive(Debug)]
+struct KeyMerge {
+    index: TailIndex,
+    codec: KeyCodec,
 }
 
 /// Streams a KV store in key order: the schema, batches of `batch_rows` rows (at most

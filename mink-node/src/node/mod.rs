@@ -55,15 +55,21 @@ pub enum Failpoint {
     AbortBeforeLakeCommit,
     /// Abort the process after a tiering round's Iceberg commit, before mink records it.
     AbortAfterLakeCommit,
+    /// Abort the process once a compaction's files are written, before its commit.
+    AbortMidCompaction,
+    /// Abort the process after a compaction's Iceberg commit, before mink records it.
+    AbortAfterCompactionCommit,
 }
 
 impl Failpoint {
     /// Parses `MINK_FAILPOINT` values (`abort-before-lake-commit`,
-    /// `abort-after-lake-commit`).
+    /// `abort-after-lake-commit`, `abort-mid-compaction`, `abort-after-compaction-commit`).
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "abort-before-lake-commit" => Some(Self::AbortBeforeLakeCommit),
             "abort-after-lake-commit" => Some(Self::AbortAfterLakeCommit),
+            "abort-mid-compaction" => Some(Self::AbortMidCompaction),
+            "abort-after-compaction-commit" => Some(Self::AbortAfterCompactionCommit),
             _ => None,
         }
     }
@@ -89,8 +95,9 @@ pub struct Node {
     tables: RwLock<BTreeMap<TablePath, Arc<TableState>>>,
     /// Opened on first use: a node whose tables have no lake never touches it.
     lake: tokio::sync::OnceCell<Lake>,
-    /// One tiering round at a time (mink is the only writer of its lake tables).
-    pub(crate) tiering: tokio::sync::Mutex<()>,
+    /// One tiering round or compaction at a time (mink is the only writer of its lake
+    /// tables); the lock holds the lake indexes of primary-key tables.
+    pub(crate) tiering: tokio::sync::Mutex<crate::tiering::LakeIndexes>,
     _lock: File,
 }
 
@@ -242,7 +249,7 @@ impl Node {
             metadata,
             tables: RwLock::new(tables),
             lake: tokio::sync::OnceCell::new(),
-            tiering: tokio::sync::Mutex::new(()),
+            tiering: tokio::sync::Mutex::default(),
             _lock: lock,
         }))
     }
@@ -281,12 +288,6 @@ impl Node {
         descriptor: TableDescriptor,
         if_not_exists: bool,
     ) -> Result<TableDescriptor> {
-        if descriptor.lake_enabled && descriptor.has_primary_key() {
-            return Err(NodeError::InvalidArgument(format!(
-                "table {}: the lake of primary-key tables is not built yet; create it without 'lake.enabled'",
-                descriptor.path
-            )));
-        }
         let created = self.create_table_metadata(descriptor, if_not_exists)?;
         if created.lake_enabled {
             self.lake().await?.create_table(&created).await?;
@@ -334,9 +335,14 @@ impl Node {
 
     /// Drops a table: its log, its KV store and its lake table.
     pub async fn drop_table(&self, path: &TablePath, if_exists: bool) -> Result<()> {
-        let lake_enabled = self.table(path).map(|t| t.descriptor().lake_enabled);
+        let dropped = self.table(path).map(|t| t.descriptor());
         self.drop_table_storage(path, if_exists)?;
-        if let Ok(true) = lake_enabled {
+        if let Ok(table) = dropped
+            && table.lake_enabled
+        {
+            // Under the tiering lock: no round writes the lake table while it goes.
+            let mut lake_indexes = self.tiering.lock().await;
+            lake_indexes.remove(&table.table_id);
             self.lake().await?.drop_table(path).await?;
         }
         Ok(())

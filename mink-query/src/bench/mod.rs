@@ -124,6 +124,10 @@
 //!    before the node records the round, so mink's reads see a round a little
 //!    (milliseconds) after its timestamp, and the lag is understated by as much.
 //!
+//! # `mink bench pk-lake`
+//!
+//! The lake of primary-key tables: see the `pk_lake` module.
+//!
 //! # Every benchmark
 //!
 //! Results go to stdout, progress to stderr. The default directory is a fresh one under the
@@ -166,6 +170,8 @@ use tokio::time::MissedTickBehavior;
 use crate::embedded;
 use crate::error::CliError;
 
+mod pk_lake;
+
 /// Arguments of `mink bench`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct BenchArgs {
@@ -183,6 +189,9 @@ enum Bench {
     /// The lake tier of log tables: tiering, union reads and freshness, against Parquet
     /// files and the configured freshness.
     Lake(LakeArgs),
+    /// The lake of primary-key tables: tiering changed keys, reads with position deletes
+    /// and union reads with a changed tail, against Parquet files.
+    PkLake(pk_lake::PkLakeArgs),
 }
 
 /// Arguments of `mink bench log`.
@@ -310,6 +319,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), CliError> {
         Bench::Log(args) => run_log(args).await,
         Bench::Kv(args) => run_kv(args).await,
         Bench::Lake(args) => run_lake(args).await,
+        Bench::PkLake(args) => pk_lake::run(args).await,
     }
 }
 

@@ -1,0 +1,453 @@
+//! Reading the lake: a bucket's split of a snapshot, streamed from Parquet with its
+//! deletes applied.
+//!
+//! The read path is mink's own (iceberg's scan is single-partition and holds whole files
+//! per task): plan the snapshot's files with Iceberg, keep the bucket's (they share its
+//! directory, see [`crate::layout`]), and stream each file from the object store with the
+//! projection pushed into the Parquet reader. Nothing beyond one row group's batches, and
+//! the split's delete files, is in memory. The node's Union and Lake tickets, the lake
+//! index of the tiering service and the SQL engine share it.
+//!
+//! # Deletes
+//!
+//! Iceberg's planning attaches to each data file the delete files that apply to it (by
+//! partition and sequence number); [`plan_split`] keeps them in [`LakeFile::deletes`].
+//! [`read_split`] applies them exactly, in time linear in the rows read:
+//!
+//! - **Position deletes** (`file_path`, `pos`) become a Parquet row selection: the deleted
+//!   positions of the data file, over the row groups its statistics keep, turn into
+//!   select/skip runs, so deleted rows are never decoded. Positions the read does not
+//!   cover (a pruned row group, past the end of the file) are ignored.
+//! - **Equality deletes** (rows of the equality columns) become a hash set of keys
+//!   encoded with arrow-row; the data file is read with the equality columns added to
+//!   the projection, rows whose key is in the set are filtered out, then the batch is
+//!   normalized to the requested schema (which drops the added columns). Nulls are equal
+//!   to nulls, as Iceberg specifies.
+//!
+//! Each delete file is read once per read of a split, however many data files it covers.
+//!
+//! iceberg's own reader turns equality deletes into a predicate tree (`NOT (k = v1) AND
+//! NOT (k = v2) ...`) evaluated on every row: O(rows x deleted keys), and deep trees for
+//! the thousands of keys a tiering round of a primary-key table deletes. A hash probe
+//! per row and a row selection keep the read O(rows).
+//!
+//! # Positions
+//!
+//! [`read_split_positioned`] also returns the position in its data file of every live
+//! row (from the row selection and the row groups read), which is what a key -> (file,
+//! row) index of the lake needs to write position deletes. [`read_split`] is the same
+//! stream without them.
+
+mod delete_files;
+mod selection;
+
+use std::sync::Arc;
+
+use arrow::array::{AsArray, BooleanArray, RecordBatch, Scalar, UInt64Array};
+use arrow::compute::kernels::cmp;
+use arrow::compute::{and, filter, filter_record_batch};
+use arrow::datatypes::{Schema, SchemaRef, UInt64Type};
+use futures::future;
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use iceberg::expr::Predicate;
+use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
+use iceberg::spec::{DataContentType, Struct};
+use iceberg::table::Table;
+use mink_core::filter::{ColumnFilter, FilterOp};
+use mink_core::protocol::BucketId;
+use mink_core::schema::normalize_batch;
+use parquet::arrow::ParquetRecordBatchStreamBuilder;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
+use parquet::arrow::async_reader::ParquetObjectReader;
+use parquet::errors::ParquetError;
+use parquet::file::metadata::ParquetMetaData;
+
+use self::delete_files::SplitDeletes;
+use self::selection::{LivePositions, row_group_spans, select_rows};
+use crate::error::{LakeError, Result};
+use crate::layout::bucket_dir;
+use crate::storage::LakeStorage;
+
+/// One data file of a split, with the delete files that apply to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LakeFile {
+    /// Its location.
+    pub path: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its row count, when the manifest says.
+    pub record_count: Option<u64>,
+    /// Its partition values (in the order of the partition spec's fields).
+    pub partition: Option<Struct>,
+    /// The delete files that apply to it.
+    pub deletes: Vec<LakeDeleteFile>,
+}
+
+/// A delete file that applies to a data file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LakeDeleteFile {
+    /// Its location.
+    pub path: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// What it deletes.
+    pub kind: DeleteKind,
+}
+
+/// What a delete file deletes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeleteKind {
+    /// Rows by position: the file holds (`file_path`, `pos`) pairs.
+    Positions,
+    /// Rows by value: the file holds values of `columns`; a data row whose values of
+    /// those columns equal one of the file's rows is gone.
+    Equality {
+        /// The equality columns, by name in the planned snapshot's schema.
+        columns: Vec<String>,
+    },
+}
+
+/// The lake files a read covers, in one snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LakeSplit {
+    /// The snapshot planned on.
+    pub snapshot_id: Option<i64>,
+    /// Its data files.
+    pub files: Vec<LakeFile>,
+}
+
+impl LakeSplit {
+    /// Rows in the split before deletes, as far as the manifests say.
+    pub fn record_count(&self) -> u64 {
+        self.files.iter().filter_map(|f| f.record_count).sum()
+    }
+
+    /// How many distinct delete files apply to the split's data files.
+    pub fn delete_file_count(&self) -> usize {
+        let mut paths: Vec<&str> = self
+            .files
+            .iter()
+            .flat_map(|f| f.deletes.iter().map(|d| d.path.as_str()))
+            .collect();
+        paths.sort_unstable();
+        paths.dedup();
+        paths.len()
+    }
+}
+
+/// Which files of a snapshot a split takes.
+#[derive(Debug, Clone)]
+pub enum SplitScope {
+    /// Every file.
+    Table,
+    /// The files of one partition of a partitioned table.
+    Partition(String),
+    /// The files of one bucket.
+    Bucket(BucketId),
+}
+
+/// Plans a split of `snapshot_id`; with a predicate, files that cannot hold a matching row
+/// (by partition values and column statistics) are left out. Each data file comes with
+/// the delete files that apply to it.
+///
+/// # Errors
+/// [`LakeError::SnapshotNotFound`] when the table has no such snapshot;
+/// [`LakeError::Layout`] when a delete file is not one mink can apply (an equality
+/// delete naming a field the snapshot's schema lacks).
+pub async fn plan_split(
+    table: &Table,
+    snapshot_id: i64,
+    scope: &SplitScope,
+    predicate: Option<Predicate>,
+) -> Result<LakeSplit> {
+    if table.metadata().snapshot_by_id(snapshot_id).is_none() {
+        return Err(LakeError::SnapshotNotFound {
+            table: table.identifier().to_string(),
+            snapshot_id,
+        });
+    }
+    let location = table.metadata().location();
+    let prefix = match scope {
+        SplitScope::Table => format!("{location}/"),
+        SplitScope::Partition(partition) => format!("{location}/data/{partition}/"),
+        SplitScope::Bucket(bucket) => format!("{location}/{}/", bucket_dir(bucket)),
+    };
+    let mut scan = table.scan().snapshot_id(snapshot_id).select_all();
+    if let Some(predicate) = predicate {
+        scan = scan.with_filter(predicate);
+    }
+    let scan = scan.build()?;
+    let tasks: Vec<_> = scan.plan_files().await?.try_collect().await?;
+    let table_name = table.identifier().to_string();
+    let files = tasks
+        .into_iter()
+        .filter(|task| task.data_file_path.starts_with(&prefix))
+        .map(|task| lake_file(task, &table_name))
+        .collect::<Result<_>>()?;
+    Ok(LakeSplit {
+        snapshot_id: Some(snapshot_id),
+        files,
+    })
+}
+
+/// A planned task as a split's file; equality ids are resolved through the task's
+/// schema (the planned snapshot's).
+fn lake_file(task: FileScanTask, table: &str) -> Result<LakeFile> {
+    let deletes = task
+        .deletes
+        .into_iter()
+        .map(|delete| lake_delete_file(&task.schema, delete, table))
+        .collect::<Result<_>>()?;
+    Ok(LakeFile {
+        path: task.data_file_path,
+        size: task.file_size_in_bytes,
+        record_count: task.record_count,
+        partition: task.partition,
+        deletes,
+    })
+}
+
+fn lake_delete_file(
+    schema: &iceberg::spec::Schema,
+    delete: FileScanTaskDeleteFile,
+    table: &str,
+) -> Result<LakeDeleteFile> {
+    let layout = |message: String| LakeError::Layout {
+        table: table.to_string(),
+        message,
+    };
+    let kind = match delete.file_type {
+        DataContentType::PositionDeletes => DeleteKind::Positions,
+        DataContentType::EqualityDeletes => {
+            let ids = delete.equality_ids.unwrap_or_default();
+            if ids.is_empty() {
+                return Err(layout(format!(
+                    "equality-delete file {} names no equality field",
+                    delete.file_path
+                )));
+            }
+            let columns = ids
+                .iter()
+                .map(|&id| match schema.field_by_id(id) {
+                    Some(field) => Ok(field.name.clone()),
+                    None => Err(layout(format!(
+                        "equality-delete file {} names field id {id}, which the snapshot's \
+                         schema lacks",
+                        delete.file_path
+                    ))),
+                })
+                .collect::<Result<_>>()?;
+            DeleteKind::Equality { columns }
+        }
+        DataContentType::Data => {
+            return Err(layout(format!(
+                "data file {} planned as a delete file",
+                delete.file_path
+            )));
+        }
+    };
+    Ok(LakeDeleteFile {
+        path: delete.file_path,
+        size: delete.file_size_in_bytes,
+        kind,
+    })
+}
+
+/// Live rows of a data file, with the position in the file of each.
+#[derive(Debug, Clone)]
+pub struct PositionedBatch {
+    /// The data file's location ([`LakeFile::path`]).
+    pub file: Arc<str>,
+    /// The position in the data file of each row of `batch` (0-based, ascending).
+    pub positions: UInt64Array,
+    /// The rows, in the requested schema.
+    pub batch: RecordBatch,
+}
+
+/// Streams a split's live rows in `schema` (columns by name: a column a file lacks, added
+/// to the table after the file was written, reads as null; columns not in `schema` are
+/// not returned). Deleted rows are left out (see the [module docs](self)). Row groups
+/// whose statistics rule out `filters` are skipped; the rows read are not filtered here
+/// (the caller applies the filters exactly).
+///
+/// Nothing is read before the stream is polled.
+pub fn read_split(
+    storage: &LakeStorage,
+    split: LakeSplit,
+    schema: SchemaRef,
+    filters: Vec<ColumnFilter>,
+) -> BoxStream<'static, Result<RecordBatch>> {
+    read_split_positioned(storage, split, schema, filters)
+        .map_ok(|positioned| positioned.batch)
+        .boxed()
+}
+
+/// [`read_split`], each batch with the data file it comes from and the positions of its
+/// rows in that file. A batch never spans two files; empty batches are not returned.
+pub fn read_split_positioned(
+    storage: &LakeStorage,
+    split: LakeSplit,
+    schema: SchemaRef,
+    filters: Vec<ColumnFilter>,
+) -> BoxStream<'static, Result<PositionedBatch>> {
+    let deletes = Arc::new(SplitDeletes::new(storage.clone(), &split.files));
+    let storage = storage.clone();
+    let filters = Arc::new(filters);
+    stream::iter(split.files)
+        .then(move |file| {
+            let storage = storage.clone();
+            let schema = Arc::clone(&schema);
+            let filters = Arc::clone(&filters);
+            let deletes = Arc::clone(&deletes);
+            async move { open_file(&storage, file, schema, &filters, &deletes).await }
+        })
+        .try_flatten()
+        .boxed()
+}
+
+/// The row groups of a file that may hold rows matching every filter, judged by their
+/// min/max statistics. A filter that cannot be judged (no statistics, `<>`, nulls) keeps
+/// every row group.
+pub fn row_groups_to_read(
+    metadata: &ParquetMetaData,
+    arrow_schema: &Schema,
+    filters: &[ColumnFilter],
+) -> Vec<usize> {
+    let row_groups = metadata.row_groups();
+    let mut keep = vec![true; row_groups.len()];
+    for filter in filters {
+        let may_match = row_groups_may_match(metadata, arrow_schema, filter);
+        for (keep, may) in keep.iter_mut().zip(may_match.iter()) {
+            *keep &= may.unwrap_or(true);
+        }
+    }
+    keep.iter()
+        .enumerate()
+        .filter(|(_, k)| **k)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+fn row_groups_may_match(
+    metadata: &ParquetMetaData,
+    arrow_schema: &Schema,
+    filter: &ColumnFilter,
+) -> BooleanArray {
+    let unknown = || BooleanArray::from(vec![None; metadata.num_row_groups()]);
+    let judged = || -> Option<BooleanArray> {
+        let op = filter.operator().ok()?;
+        let field = arrow_schema.field_with_name(&filter.column).ok()?;
+        let converter = StatisticsConverter::try_new(
+            &filter.column,
+            arrow_schema,
+            metadata.file_metadata().schema_descr(),
+        )
+        .ok()?;
+        let mins = converter.row_group_mins(metadata.row_groups()).ok()?;
+        let maxes = converter.row_group_maxes(metadata.row_groups()).ok()?;
+        let value = Scalar::new(filter.typed_value(field.data_type()).ok()?);
+        let may = match op {
+            FilterOp::Eq => and(
+                &cmp::lt_eq(&mins, &value).ok()?,
+                &cmp::gt_eq(&maxes, &value).ok()?,
+            )
+            .ok()?,
+            FilterOp::Lt => cmp::lt(&mins, &value).ok()?,
+            FilterOp::LtEq => cmp::lt_eq(&mins, &value).ok()?,
+            FilterOp::Gt => cmp::gt(&maxes, &value).ok()?,
+            FilterOp::GtEq => cmp::gt_eq(&maxes, &value).ok()?,
+            FilterOp::NotEq | FilterOp::IsNull | FilterOp::IsNotNull => return None,
+        };
+        Some(may)
+    };
+    judged().unwrap_or_else(unknown)
+}
+
+async fn open_parquet(
+    storage: &LakeStorage,
+    path: &str,
+    size: u64,
+) -> Result<ParquetRecordBatchStreamBuilder<ParquetObjectReader>> {
+    let reader =
+        ParquetObjectReader::new(storage.store()?, storage.path(path)?).with_file_size(size);
+    Ok(ParquetRecordBatchStreamBuilder::new(reader).await?)
+}
+
+/// Opens one data file of a split: prunes its row groups, loads its deletes, and streams
+/// its live rows with their positions.
+async fn open_file(
+    storage: &LakeStorage,
+    file: LakeFile,
+    schema: SchemaRef,
+    filters: &[ColumnFilter],
+    deletes: &SplitDeletes,
+) -> Result<BoxStream<'static, Result<PositionedBatch>>> {
+    let builder = open_parquet(storage, &file.path, file.size).await?;
+    let metadata = Arc::clone(builder.metadata());
+    let kept = row_groups_to_read(&metadata, builder.schema(), filters);
+    if kept.is_empty() {
+        return Ok(stream::empty().boxed());
+    }
+    let file_deletes = deletes.for_file(&file).await?;
+    let row_counts: Vec<u64> = metadata
+        .row_groups()
+        .iter()
+        .map(|group| u64::try_from(group.num_rows()).unwrap_or(0))
+        .collect();
+    let selection = select_rows(
+        &row_group_spans(&row_counts, &kept),
+        &file_deletes.positions,
+    );
+    if selection.row_count() == 0 {
+        return Ok(stream::empty().boxed());
+    }
+    let equality_columns: Vec<&str> = file_deletes.equality_columns().collect();
+    let wanted: Vec<usize> = builder
+        .schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| {
+            schema.field_with_name(f.name()).is_ok()
+                || equality_columns.contains(&f.name().as_str())
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let mask = ProjectionMask::roots(builder.parquet_schema(), wanted);
+    let mut builder = builder.with_row_groups(kept).with_projection(mask);
+    if let Some(row_selection) = selection.selection {
+        builder = builder.with_row_selection(row_selection);
+    }
+    let batches = builder.build()?;
+    let path: Arc<str> = file.path.into();
+    let mut positions = LivePositions::new(selection.live);
+    Ok(batches
+        .map(move |batch| {
+            let batch = batch?;
+            let batch_positions = positions.take(batch.num_rows()).ok_or_else(|| {
+                ParquetError::General(format!(
+                    "{path}: the reader returned more rows than were selected"
+                ))
+            })?;
+            let (batch, batch_positions) = match file_deletes.equality_live(&batch)? {
+                Some(live) => (
+                    filter_record_batch(&batch, &live)?,
+                    filter(&batch_positions, &live)?
+                        .as_primitive::<UInt64Type>()
+                        .clone(),
+                ),
+                None => (batch, batch_positions),
+            };
+            Ok(PositionedBatch {
+                file: Arc::clone(&path),
+                positions: batch_positions,
+                batch: normalize_batch(&batch, &schema)?,
+            })
+        })
+        .try_filter(|positioned| future::ready(positioned.batch.num_rows() > 0))
+        .boxed())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,257 @@
+//! The lake index of a primary-key table: for every key in the lake, where its live row is.
+//!
+//! A tiering round of a primary-key table writes the newest version of each changed key
+//! and must delete the lake row that version replaces. Iceberg position deletes name that
+//! row by (data file, position); the index finds it without reading the lake:
+//!
+//! ```text
+//!   bucket 3:  key k17 ──► (file 0, row 41)     files[0] = data/bucket=3/0192…a.parquet
+//!              key k90 ──► (file 1, row 2)      files[1] = data/bucket=3/0193…f.parquet
+//! ```
+//!
+//! The index lives in memory under the tiering lock and describes exactly one lake
+//! snapshot. It is built by reading the key columns of that snapshot (deletes applied)
+//! the first time a round needs it, moved forward by each round and compaction that
+//! commits, and thrown away when a commit fails or the lake moved on without it (a crash,
+//! another engine's commit). Since it is only ever rebuilt from a committed snapshot, it
+//! cannot disagree with the lake.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::datatypes::Schema;
+use futures::TryStreamExt;
+use mink_core::key::KeyCodec;
+use mink_core::protocol::BucketId;
+use mink_core::table::TableDescriptor;
+use mink_lake::layout::bucket_dir;
+use mink_lake::reader::{LakeSplit, SplitScope, plan_split, read_split_positioned};
+use mink_lake::{DataFile, Struct};
+use mink_lake::{LakeTable, storage::LakeStorage};
+
+use crate::error::{NodeError, Result};
+
+/// The lake index of one table, as of one snapshot.
+#[derive(Debug, Default)]
+pub(crate) struct LakeIndex {
+    /// The snapshot the index describes (`None`: an empty lake).
+    pub(crate) snapshot_id: Option<i64>,
+    buckets: HashMap<BucketId, BucketIndex>,
+}
+
+/// One bucket's files and where each of its live keys is.
+#[derive(Debug, Default)]
+pub(crate) struct BucketIndex {
+    files: Vec<IndexedFile>,
+    rows: ahash::HashMap<Box<[u8]>, RowLocation>,
+}
+
+/// A data file of a bucket.
+#[derive(Debug, Clone)]
+pub(crate) struct IndexedFile {
+    /// Its location.
+    pub(crate) path: Arc<str>,
+    /// Its lake partition (every file of a bucket has the same).
+    pub(crate) partition: Struct,
+    /// Rows written to it.
+    pub(crate) rows: u64,
+    /// Rows of it still live (not position-deleted).
+    pub(crate) live: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RowLocation {
+    file: u32,
+    row: u32,
+}
+
+impl LakeIndex {
+    /// The index of `table`'s lake at `snapshot_id`, read from the lake (one scan plan,
+    /// then the key columns of every live row).
+    pub(crate) async fn build(
+        storage: &LakeStorage,
+        lake_table: &LakeTable,
+        table: &TableDescriptor,
+        snapshot_id: Option<i64>,
+    ) -> Result<Self> {
+        let mut index = Self {
+            snapshot_id,
+            buckets: HashMap::new(),
+        };
+        let Some(snapshot_id) = snapshot_id else {
+            return Ok(index);
+        };
+        let codec = KeyCodec::new(table)?;
+        let key_schema = key_schema(table, &codec)?;
+        let split = plan_split(lake_table, snapshot_id, &SplitScope::Table, None).await?;
+        let location = lake_table.metadata().location();
+        for (bucket, split) in split_by_bucket_dir(location, split, table) {
+            let bucket_index = index.buckets.entry(bucket).or_default();
+            let mut file_ids = HashMap::new();
+            for file in &split.files {
+                file_ids.insert(file.path.clone(), bucket_index.files.len() as u32);
+                bucket_index.files.push(IndexedFile {
+                    path: file.path.as_str().into(),
+                    partition: file.partition.clone().unwrap_or_else(Struct::empty),
+                    rows: file.record_count.unwrap_or(0),
+                    live: 0,
+                });
+            }
+            let mut batches =
+                read_split_positioned(storage, split, Arc::clone(&key_schema), Vec::new());
+            while let Some(positioned) = batches.try_next().await? {
+                let file = *file_ids.get(&*positioned.file).ok_or_else(|| {
+                    NodeError::Corrupt(format!("lake rows of unplanned file {}", positioned.file))
+                })?;
+                let keys = codec.encode(&positioned.batch)?;
+                for (key, row) in keys.iter().zip(positioned.positions.values().iter()) {
+                    bucket_index.insert(key.as_ref().into(), file, row_number(*row)?);
+                }
+            }
+        }
+        Ok(index)
+    }
+
+    /// The index of a bucket (empty when the lake has none of its rows yet).
+    pub(crate) fn bucket_mut(&mut self, bucket: &BucketId) -> &mut BucketIndex {
+        self.buckets.entry(bucket.clone()).or_default()
+    }
+
+    /// The buckets due for compaction: many files, or many deleted rows.
+    pub(crate) fn buckets_to_compact(&self) -> Vec<BucketId> {
+        self.buckets
+            .iter()
+            .filter(|(_, index)| index.needs_compaction())
+            .map(|(bucket, _)| bucket.clone())
+            .collect()
+    }
+}
+
+/// A bucket compacts when it has more files than this...
+pub(super) const MAX_FILES: usize = 8;
+/// ...or when at least this share of its rows is deleted.
+const MAX_DELETED_SHARE: f64 = 0.2;
+
+impl BucketIndex {
+    /// Forgets a key; returns the lake row to delete for it, `(data file, position)`.
+    pub(crate) fn remove(&mut self, key: &[u8]) -> Option<(Arc<str>, i64)> {
+        let location = self.rows.remove(key)?;
+        let file = &mut self.files[location.file as usize];
+        file.live -= 1;
+        Some((Arc::clone(&file.path), i64::from(location.row)))
+    }
+
+    /// Adds the files a round or compaction wrote, with the keys of their rows in the
+    /// order they were written (files in order, then rows).
+    pub(crate) fn add_files(
+        &mut self,
+        files: &[DataFile],
+        keys: impl IntoIterator<Item = Box<[u8]>>,
+    ) -> Result<()> {
+        let first = self.files.len() as u32;
+        for file in files {
+            self.files.push(IndexedFile {
+                path: file.file_path().into(),
+                partition: file.partition().clone(),
+                rows: file.record_count(),
+                live: 0,
+            });
+        }
+        let mut keys = keys.into_iter();
+        for (offset, file) in files.iter().enumerate() {
+            for row in 0..file.record_count() {
+                let key = keys.next().ok_or_else(|| {
+                    NodeError::Corrupt("a lake file holds more rows than were written".into())
+                })?;
+                self.insert(key, first + offset as u32, row_number(row)?);
+            }
+        }
+        if keys.next().is_some() {
+            return Err(NodeError::Corrupt(
+                "rows were written that no lake file holds".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The bucket's lake partition, known once it has a file.
+    pub(crate) fn partition(&self) -> Option<&Struct> {
+        self.files.first().map(|f| &f.partition)
+    }
+
+    fn insert(&mut self, key: Box<[u8]>, file: u32, row: u32) {
+        self.files[file as usize].live += 1;
+        if let Some(old) = self.rows.insert(key, RowLocation { file, row }) {
+            // Only a lake already holding a key twice gets here: keep the counts honest.
+            self.files[old.file as usize].live -= 1;
+        }
+    }
+
+    fn needs_compaction(&self) -> bool {
+        let rows: u64 = self.files.iter().map(|f| f.rows).sum();
+        let live: u64 = self.files.iter().map(|f| f.live).sum();
+        let dead_files = self.files.iter().filter(|f| f.live == 0).count();
+        self.files.len() - dead_files > MAX_FILES
+            || (rows > 0 && (rows - live) as f64 >= MAX_DELETED_SHARE * rows as f64)
+    }
+}
+
+fn row_number(row: u64) -> Result<u32> {
+    u32::try_from(row)
+        .map_err(|_| NodeError::Corrupt(format!("lake file row {row} beyond the index's range")))
+}
+
+/// The key columns of a table, in the table's types.
+fn key_schema(table: &TableDescriptor, codec: &KeyCodec) -> Result<Arc<Schema>> {
+    let indices = codec
+        .columns()
+        .iter()
+        .map(|c| table.schema().index_of(c))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Arc::new(table.schema().project(&indices)?))
+}
+
+/// A whole-table split grouped by the bucket directory of each file.
+pub(super) fn split_by_bucket_dir(
+    location: &str,
+    split: LakeSplit,
+    table: &TableDescriptor,
+) -> HashMap<BucketId, LakeSplit> {
+    let mut by_dir: HashMap<String, LakeSplit> = HashMap::new();
+    for file in split.files {
+        let Some(dir) = file.path.rsplit_once('/').map(|(dir, _)| dir.to_string()) else {
+            continue;
+        };
+        by_dir
+            .entry(dir)
+            .or_insert_with(|| LakeSplit {
+                snapshot_id: split.snapshot_id,
+                files: Vec::new(),
+            })
+            .files
+            .push(file);
+    }
+    by_dir
+        .into_iter()
+        .filter_map(|(dir, split)| {
+            let relative = dir.strip_prefix(location)?.trim_start_matches('/');
+            Some((bucket_of_dir(table, relative)?, split))
+        })
+        .collect()
+}
+
+/// The bucket whose directory is `dir` (see [`bucket_dir`]).
+fn bucket_of_dir(table: &TableDescriptor, dir: &str) -> Option<BucketId> {
+    let rest = dir.strip_prefix("data/")?;
+    let (partition, bucket) = match rest.rsplit_once('/') {
+        Some((partition, bucket)) => (Some(partition.to_string()), bucket),
+        None => (None, rest),
+    };
+    let bucket: u32 = bucket.strip_prefix("bucket=")?.parse().ok()?;
+    let id = BucketId {
+        table: table.path.to_string(),
+        partition,
+        bucket,
+    };
+    (bucket_dir(&id) == dir).then_some(id)
+}

@@ -1,0 +1,365 @@
+//! The tiering service: copies each lake-enabled table's log into its Iceberg table.
+//!
+//! A round, for one table:
+//!
+//! ```text
+//!  1. reconcile   the lake's latest snapshot vs mink's record of it (repair a crash)
+//!  2. per bucket  read the log [tiered offset, high watermark) -> Parquet data files:
+//!                 a log table's rows as they are (`append`); for a primary-key table the
+//!                 newest live version of each changed key, plus position deletes of the
+//!                 lake rows those keys replace or remove, found through the table's
+//!                 lake index (`upsert`, `lake_index`)
+//!  3. pending     note the round's files in metadata (orphans are cleaned after a crash)
+//!  4. commit      one Iceberg snapshot, summary `mink.bucket-offsets` = every bucket's end
+//!  5. record      CommitLakeSnapshot in metadata, then forget the pending round
+//! ```
+//!
+//! **Exactly once.** A crash before step 4 leaves files no snapshot references: step 1 of
+//! the next round deletes them. A crash between 4 and 5 leaves a snapshot mink did not
+//! record: step 1 finds it (mink is the only writer of the table, so a newer snapshot is
+//! its own) and records it from its summary. Either way nothing is tiered twice and
+//! nothing is skipped. Rounds run one at a time per node. The same steps commit a
+//! compaction (`compaction`), whose `replace` snapshot carries the offsets forward.
+//!
+//! Iceberg 0.10 cannot commit delete files or replace files, so every snapshot is built
+//! at the metadata layer and swapped in on the catalog ([`mink_lake::commit`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mink_core::table::{TableDescriptor, TablePath};
+use mink_lake::Operation;
+use mink_lake::commit::{SnapshotChanges, commit_snapshot};
+use mink_lake::layout::lake_arrow_schema;
+use mink_lake::offsets::{BUCKET_OFFSETS_PROPERTY, BucketOffsets};
+use mink_lake::writer::delete_files;
+use mink_lake::{Lake, LakeError, LakeTable as Table};
+use tracing::{info, warn};
+
+use crate::error::{NodeError, Result};
+use crate::log::now_ms;
+use crate::metadata::{LakeSnapshotRecord, PendingRound};
+use crate::node::{Failpoint, Node};
+
+mod append;
+mod compaction;
+mod lake_index;
+mod upsert;
+
+pub use compaction::{CompactReport, compact_table};
+use lake_index::LakeIndex;
+
+/// The lake indexes of primary-key tables by table id, kept under the tiering lock.
+pub(crate) type LakeIndexes = HashMap<u64, LakeIndex>;
+
+/// How often the service looks for tables due for a round.
+const CHECK_EVERY: Duration = Duration::from_millis(500);
+
+/// What a round did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TierReport {
+    /// The snapshot the round committed; `None` when there was nothing new to tier.
+    pub snapshot_id: Option<i64>,
+    /// Rows tiered.
+    pub rows: u64,
+    /// Data files written.
+    pub files: u64,
+    /// Lake rows deleted: the old versions of a primary-key table's changed keys.
+    pub deleted_rows: u64,
+    /// Position-delete files written.
+    pub delete_files: u64,
+    /// Whether a snapshot left unrecorded by a crash was recorded first.
+    pub repaired: bool,
+}
+
+/// Runs one tiering round of a table now.
+///
+/// # Errors
+/// [`NodeError::NoLake`] for a table without a lake; lake and log errors otherwise (the
+/// round is then not recorded, and the next one starts over from the recorded offsets).
+pub async fn tier_table(node: &Node, path: &TablePath) -> Result<TierReport> {
+    let mut indexes = node.tiering.lock().await;
+    let (table, lake, lake_table) = open_lake_table(node, path).await?;
+    let mut report = TierReport {
+        repaired: reconcile(node, &table, &lake_table).await?,
+        ..TierReport::default()
+    };
+    let mut index = match table.has_primary_key() {
+        true => Some(current_index(&mut indexes, lake, &table, &lake_table).await?),
+        false => None,
+    };
+    let mut offsets = recorded_offsets(node, &table)?;
+    let arrow_schema = lake_arrow_schema(lake_table.metadata().current_schema())?;
+    let mut changes = SnapshotChanges::default();
+    let mut advanced = false;
+    let round = async {
+        for status in node.list_buckets(path)? {
+            let bucket_id = status.bucket.clone().ok_or_else(|| {
+                NodeError::InvalidArgument("a bucket status without its bucket".into())
+            })?;
+            let tiered = offsets.get(&bucket_id);
+            if tiered < status.log_start {
+                warn!(bucket = %bucket_id, tiered, log_start = status.log_start,
+                    "log retention removed rows before they were tiered; the lake misses them");
+            }
+            let (from, to) = (tiered.max(status.log_start), status.high_watermark);
+            if from >= to {
+                continue;
+            }
+            let (_, bucket) = node.bucket(&bucket_id)?;
+            let part = match index.as_mut() {
+                Some(index) => {
+                    let bucket_index = index.bucket_mut(&bucket_id);
+                    upsert::tier_bucket(
+                        &table,
+                        &lake_table,
+                        &arrow_schema,
+                        &bucket_id,
+                        &bucket,
+                        from,
+                        to,
+                        bucket_index,
+                    )
+                    .await?
+                }
+                None => {
+                    append::tier_bucket(
+                        &table,
+                        &lake_table,
+                        &arrow_schema,
+                        &bucket_id,
+                        &bucket,
+                        from,
+                        to,
+                    )
+                    .await?
+                }
+            };
+            report.rows += part.rows;
+            report.deleted_rows += part.deleted_rows;
+            changes.added_data_files.extend(part.data_files);
+            changes.added_delete_files.extend(part.delete_files);
+            offsets.set(&bucket_id, to);
+            advanced = true;
+        }
+        Ok::<_, NodeError>(())
+    };
+    if let Err(error) = round.await {
+        delete_files(&lake_table, &written_paths(&changes)).await?;
+        return Err(error);
+    }
+    if !advanced {
+        indexes.extend(index.map(|index| (table.table_id, index)));
+        return Ok(report);
+    }
+    report.files = changes.added_data_files.len() as u64;
+    report.delete_files = changes.added_delete_files.len() as u64;
+    let operation = match changes.added_delete_files.is_empty() {
+        true => Operation::Append,
+        false => Operation::Overwrite,
+    };
+    let snapshot_id = commit_and_record(
+        node,
+        &table,
+        &lake_table,
+        operation,
+        changes,
+        &offsets,
+        [
+            Failpoint::AbortBeforeLakeCommit,
+            Failpoint::AbortAfterLakeCommit,
+        ],
+    )
+    .await?;
+    if let Some(mut index) = index {
+        index.snapshot_id = Some(snapshot_id);
+        indexes.insert(table.table_id, index);
+    }
+    info!(table = %path, snapshot_id, rows = report.rows, files = report.files,
+        deleted_rows = report.deleted_rows, "tiered");
+    report.snapshot_id = Some(snapshot_id);
+    Ok(report)
+}
+
+/// A lake-enabled table, its lake and its lake table (created if missing).
+async fn open_lake_table<'a>(
+    node: &'a Node,
+    path: &TablePath,
+) -> Result<(Arc<TableDescriptor>, &'a Lake, Table)> {
+    let table = node.describe(path)?;
+    if !table.lake_enabled {
+        return Err(NodeError::NoLake(path.to_string()));
+    }
+    let lake = node.lake().await?;
+    let lake_table = lake.create_table(&table).await?;
+    Ok((table, lake, lake_table))
+}
+
+/// The lake index of a primary-key table as of the lake's current snapshot: the one
+/// kept from the last commit when it still describes that snapshot, else rebuilt.
+async fn current_index(
+    indexes: &mut LakeIndexes,
+    lake: &Lake,
+    table: &TableDescriptor,
+    lake_table: &Table,
+) -> Result<LakeIndex> {
+    let current = lake_table.metadata().current_snapshot_id();
+    match indexes.remove(&table.table_id) {
+        Some(index) if index.snapshot_id == current => Ok(index),
+        _ => LakeIndex::build(lake.storage(), lake_table, table, current).await,
+    }
+}
+
+/// Every file a snapshot would add.
+fn written_paths(changes: &SnapshotChanges) -> Vec<String> {
+    changes
+        .added_data_files
+        .iter()
+        .chain(&changes.added_delete_files)
+        .map(|file| file.file_path().to_string())
+        .collect()
+}
+
+/// Steps 3 to 5 of a round (and of a compaction): note the new files as pending, commit
+/// the snapshot on top of the one planned on, record it. `crash_points` are the
+/// failpoints before and after the commit.
+async fn commit_and_record(
+    node: &Node,
+    table: &TableDescriptor,
+    lake_table: &Table,
+    operation: Operation,
+    mut changes: SnapshotChanges,
+    offsets: &BucketOffsets,
+    crash_points: [Failpoint; 2],
+) -> Result<i64> {
+    let written = written_paths(&changes);
+    let parent = lake_table.metadata().current_snapshot_id();
+    node.metadata.set_pending_round(
+        table.table_id,
+        &PendingRound {
+            parent_snapshot: parent,
+            files: written.clone(),
+        },
+    )?;
+    crash_at(node, crash_points[0]);
+    changes
+        .properties
+        .insert(BUCKET_OFFSETS_PROPERTY.to_string(), offsets.to_json());
+    let lake = node.lake().await?;
+    let committed = match commit_snapshot(lake, lake_table, parent, operation, changes).await {
+        Ok(committed) => committed,
+        Err(error @ LakeError::CommitConflict { .. }) => {
+            // Certainly not committed: the files can go now.
+            delete_files(lake_table, &written).await?;
+            node.metadata.clear_pending_round(table.table_id)?;
+            return Err(error.into());
+        }
+        // Maybe committed: the next round's reconcile finds out, and keeps or deletes
+        // the pending files accordingly.
+        Err(error) => return Err(error.into()),
+    };
+    crash_at(node, crash_points[1]);
+    let snapshot_id = committed
+        .metadata()
+        .current_snapshot_id()
+        .ok_or_else(|| NodeError::Corrupt("a committed snapshot that is not current".into()))?;
+    node.metadata.record_lake_snapshot(
+        table.table_id,
+        &LakeSnapshotRecord {
+            snapshot_id,
+            offsets: offsets.to_json(),
+            committed_at: now_ms(),
+        },
+    )?;
+    node.metadata.clear_pending_round(table.table_id)?;
+    Ok(snapshot_id)
+}
+
+/// Aborts the process at `point` when the node is configured to (crash tests).
+fn crash_at(node: &Node, point: Failpoint) {
+    if node.failpoint() == Some(point) {
+        warn!(?point, "failpoint: aborting the process");
+        std::process::abort();
+    }
+}
+
+/// The offsets of the latest recorded snapshot (all zero before the first round).
+pub(crate) fn recorded_offsets(node: &Node, table: &TableDescriptor) -> Result<BucketOffsets> {
+    match node.metadata.latest_lake_snapshot(table.table_id)? {
+        Some(record) => Ok(BucketOffsets::from_json(&record.offsets)?),
+        None => Ok(BucketOffsets::default()),
+    }
+}
+
+/// Step 1: brings mink's record in line with the lake after a crash. Returns whether a
+/// committed but unrecorded snapshot was recorded.
+async fn reconcile(node: &Node, table: &TableDescriptor, lake_table: &Table) -> Result<bool> {
+    let current = lake_table.metadata().current_snapshot();
+    if let Some(pending) = node.metadata.pending_round(table.table_id)? {
+        let committed = current.map(|s| s.snapshot_id()) != pending.parent_snapshot;
+        if !committed {
+            warn!(table = %table.path, files = pending.files.len(), "deleting the files of a round that was never committed");
+            delete_files(lake_table, &pending.files).await?;
+        }
+        node.metadata.clear_pending_round(table.table_id)?;
+    }
+    let Some(current) = current else {
+        return Ok(false);
+    };
+    let recorded = node.metadata.latest_lake_snapshot(table.table_id)?;
+    if recorded.as_ref().map(|r| r.snapshot_id) == Some(current.snapshot_id()) {
+        return Ok(false);
+    }
+    let Some(offsets) = current
+        .summary()
+        .additional_properties
+        .get(BUCKET_OFFSETS_PROPERTY)
+    else {
+        return Ok(false);
+    };
+    BucketOffsets::from_json(offsets)?;
+    warn!(table = %table.path, snapshot_id = current.snapshot_id(), "recording a lake snapshot committed before a crash");
+    node.metadata.record_lake_snapshot(
+        table.table_id,
+        &LakeSnapshotRecord {
+            snapshot_id: current.snapshot_id(),
+            offsets: offsets.to_string(),
+            committed_at: current.timestamp_ms(),
+        },
+    )?;
+    Ok(true)
+}
+
+/// Runs due tiering rounds forever: each lake-enabled table every `lake.freshness`
+/// (the first one freshness interval after the node starts or the table is created).
+pub async fn run_tiering(node: Arc<Node>) {
+    let mut last_round: HashMap<u64, Instant> = HashMap::new();
+    let mut ticks = tokio::time::interval(CHECK_EVERY);
+    loop {
+        ticks.tick().await;
+        for path in node.list_tables(None) {
+            let Ok(table) = node.describe(&path) else {
+                continue;
+            };
+            if !table.lake_enabled {
+                continue;
+            }
+            // A table's first round comes one freshness interval after the node sees it.
+            let since = last_round
+                .entry(table.table_id)
+                .or_insert_with(Instant::now);
+            if since.elapsed() < table.lake_freshness {
+                continue;
+            }
+            last_round.insert(table.table_id, Instant::now());
+            if let Err(error) = tier_table(&node, &path).await {
+                warn!(table = %path, %error, "tiering round failed; it is retried next time");
+                continue;
+            }
+            if let Err(error) = compaction::compact_due(&node, &path).await {
+                warn!(table = %path, %error, "compaction failed; it is retried after the next round");
+            }
+        }
+    }
+}
