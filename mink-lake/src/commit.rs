@@ -132,6 +132,7 @@ async fn commit_on(
 ) -> Result<Table> {
     let name = current.identifier().to_string();
     let runtime = Runtime::try_current()?;
+    let expected = current.metadata_location_result()?;
     let mut attempt = Attempt::new(current)?;
     let staged = match attempt.stage(operation, changes).await {
         Ok(staged) => staged,
@@ -158,7 +159,6 @@ async fn commit_on(
             return Err(error.into());
         }
     };
-    let expected = current.metadata_location_result()?;
     match swap(lake, current, expected, &new_location).await {
         Ok(true) => {}
         Ok(false) => {
@@ -406,10 +406,8 @@ impl<'a> Attempt<'a> {
                 .iter()
                 .any(|e| e.is_alive() && removed.contains(e.file_path()));
             if touched {
-                let rewritten = self.rewrite(manifest, removed, &mut found, metrics).await?;
-                if has_live_files(&rewritten) || rewritten.has_deleted_files() {
-                    manifests.push(rewritten);
-                }
+                // Kept even with no live file left: its DELETED entries record the removal.
+                manifests.push(self.rewrite(manifest, removed, &mut found, metrics).await?);
             } else if has_live_files(&file) {
                 manifests.push(file);
             }

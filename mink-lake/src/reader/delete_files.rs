@@ -101,7 +101,7 @@ impl SplitDeletes {
                 _ => {
                     return Err(malformed(
                         &delete.path,
-                        "listed as two different kinds of delete file",
+                        "listed twice with different kinds or equality columns",
                     ));
                 }
             }

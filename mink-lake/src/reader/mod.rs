@@ -267,9 +267,9 @@ pub struct PositionedBatch {
 
 /// Streams a split's live rows in `schema` (columns by name: a column a file lacks, added
 /// to the table after the file was written, reads as null; columns not in `schema` are
-/// not returned). Deleted rows are left out (see the [module docs](self)). Row groups
-/// whose statistics rule out `filters` are skipped; the rows read are not filtered here
-/// (the caller applies the filters exactly).
+/// not returned). Deleted rows are left out (see the [module docs](crate::reader)). Row
+/// groups whose statistics rule out `filters` are skipped; the rows read are not filtered
+/// here (the caller applies the filters exactly).
 ///
 /// Nothing is read before the stream is polled.
 pub fn read_split(
