@@ -355,6 +355,9 @@ async fn bad_lake_requests_are_named() {
     assert!(err.to_string().contains("has no lake"), "{err}");
     let err = node.client.tier(&plain.path).await.expect_err("no lake");
     assert_eq!(err.code(), Some(Code::FailedPrecondition), "{err}");
+    let err = node.client.compact(&plain.path).await.expect_err("no lake");
+    assert_eq!(err.code(), Some(Code::FailedPrecondition), "{err}");
+    assert!(err.to_string().contains("has no lake"), "{err}");
 
     let tiered = node
         .client
@@ -382,15 +385,6 @@ async fn bad_lake_requests_are_named() {
         .await
         .expect_err("no table");
     assert_eq!(err.code(), Some(Code::NotFound), "{err}");
-
-    let mut pk = crate::pk_support::pk_table("pk_lake", 1);
-    pk.lake_enabled = true;
-    let err = node
-        .client
-        .create_table(&pk, false)
-        .await
-        .expect_err("pk lake");
-    assert!(err.to_string().contains("not built yet"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,9 @@
-//! A primary-key table for tests, its rows as plain values, and folding a changelog.
+//! A primary-key table for tests, its rows as plain values, and folding a changelog; the
+//! same table with a lake and a second non-key column.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema};
@@ -39,6 +41,66 @@ pub(crate) fn pk_table(name: &str, buckets: u32) -> TableDescriptor {
         options,
     )
     .expect("table")
+}
+
+/// The non-key columns of [`pk_lake_table`]: `(v, n)`.
+pub(crate) type Cells = (Option<String>, Option<i64>);
+/// The state of a [`pk_lake_table`]: key -> non-key columns.
+pub(crate) type State = BTreeMap<Key, Cells>;
+
+/// `pk(dt STRING, id BIGINT, seq INT, v STRING, n BIGINT, PRIMARY KEY (dt, id, seq))`,
+/// partitioned by dt, bucketed by id, with a lake whose rounds the test runs (the
+/// service's first one would come in an hour).
+pub(crate) fn pk_lake_table(name: &str, buckets: u32) -> TableDescriptor {
+    let schema = Schema::new(vec![
+        Field::new("dt", DataType::Utf8, false),
+        Field::new("id", DataType::Int64, false),
+        Field::new("seq", DataType::Int32, false),
+        Field::new("v", DataType::Utf8, true),
+        Field::new("n", DataType::Int64, true),
+    ]);
+    let options = TableOptions {
+        bucket_num: buckets,
+        bucket_key: Some(vec!["id".into()]),
+        lake_enabled: true,
+        lake_freshness: Duration::from_secs(3600),
+        ..TableOptions::default()
+    };
+    let key = ["dt", "id", "seq"].map(String::from).to_vec();
+    TableDescriptor::new(
+        TablePath::new("test", name),
+        schema,
+        key,
+        vec!["dt".into()],
+        options,
+    )
+    .expect("table")
+}
+
+/// Whole rows of a [`pk_lake_table`].
+pub(crate) fn lake_rows(table: &TableDescriptor, rows: &[(Key, Cells)]) -> RecordBatch {
+    let keyed: Vec<(Key, Option<String>)> = rows
+        .iter()
+        .map(|(key, (v, _))| (key.clone(), v.clone()))
+        .collect();
+    let mut columns = pk_rows(&pk_table("shape", 1), &keyed).columns().to_vec();
+    columns.push(Arc::new(Int64Array::from(
+        rows.iter().map(|(_, (_, n))| *n).collect::<Vec<_>>(),
+    )));
+    RecordBatch::try_new(Arc::clone(table.schema()), columns).expect("rows")
+}
+
+/// The rows of a batch of a [`pk_lake_table`]'s columns.
+pub(crate) fn lake_values(batch: &RecordBatch) -> Vec<(Key, Cells)> {
+    let n = batch
+        .column_by_name("n")
+        .expect("n")
+        .as_primitive::<Int64Type>();
+    values(batch)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (key, v))| (key, (v, n.is_valid(i).then(|| n.value(i)))))
+        .collect()
 }
 
 /// Whole rows in the table's schema.

@@ -1,0 +1,161 @@
+//! A primary-key table's lake changed by another engine: an Iceberg `delete` snapshot of
+//! equality deletes (written with mink-lake's `delete_equality`, as Spark or Flink would
+//! write one) is honoured by mink's lake reads, and the next tiering round builds on it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use mink_client::MinkClient;
+use mink_core::options::TableOptions;
+use mink_core::protocol::BucketId;
+use mink_core::table::{TableDescriptor, TablePath};
+use mink_lake::deletes::delete_equality;
+
+use crate::support::TestNode;
+
+/// `(id BIGINT, name STRING, PRIMARY KEY (id))` in two buckets, with a lake tiered on
+/// demand.
+fn table() -> TableDescriptor {
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+    ]);
+    let options = TableOptions {
+        bucket_num: 2,
+        lake_enabled: true,
+        lake_freshness: Duration::from_secs(3600),
+        ..TableOptions::default()
+    };
+    TableDescriptor::new(
+        TablePath::new("test", "foreign"),
+        schema,
+        vec!["id".into()],
+        vec![],
+        options,
+    )
+    .expect("table")
+}
+
+fn rows(table: &TableDescriptor, rows: &[(i64, &str)]) -> RecordBatch {
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
+    ];
+    RecordBatch::try_new(Arc::clone(table.schema()), columns).expect("batch")
+}
+
+fn contents(batches: &[RecordBatch]) -> BTreeMap<i64, String> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            let ids = b.column(0).as_primitive::<Int64Type>().clone();
+            let names = b.column(1).as_string::<i32>().clone();
+            (0..b.num_rows()).map(move |i| (ids.value(i), names.value(i).to_string()))
+        })
+        .collect()
+}
+
+/// Every bucket's union read.
+async fn union(client: &MinkClient, path: &TablePath) -> BTreeMap<i64, String> {
+    let mut all = Vec::new();
+    for bucket in 0..2 {
+        let answer = client
+            .union(&BucketId::new(path, bucket), &[], &[])
+            .await
+            .expect("union");
+        all.extend(answer.batches);
+    }
+    contents(&all)
+}
+
+/// The lake at a snapshot (default: the last recorded round), checking no key is there
+/// twice.
+async fn read_lake(
+    client: &MinkClient,
+    path: &TablePath,
+    snapshot: Option<i64>,
+) -> BTreeMap<i64, String> {
+    let batches = client
+        .lake(path, None, snapshot, &[], &[])
+        .await
+        .expect("lake read");
+    let rows = contents(&batches);
+    assert_eq!(
+        batches.iter().map(RecordBatch::num_rows).sum::<usize>(),
+        rows.len(),
+        "no key twice"
+    );
+    rows
+}
+
+fn expected(rows: impl IntoIterator<Item = (i64, String)>) -> BTreeMap<i64, String> {
+    rows.into_iter().collect()
+}
+
+#[tokio::test]
+async fn equality_deletes_of_another_engine_are_honoured() {
+    let node = TestNode::start().await;
+    let client = &node.client;
+    let table = client.create_table(&table(), false).await.expect("create");
+    let initial: Vec<(i64, String)> = (0..20).map(|id| (id, format!("v{id}"))).collect();
+    let batch: Vec<(i64, &str)> = initial.iter().map(|(i, n)| (*i, n.as_str())).collect();
+    client
+        .write(&table, &rows(&table, &batch))
+        .await
+        .expect("write");
+    let first = client.tier(&table.path).await.expect("tier");
+    let first_snapshot = first.snapshot_id.expect("a snapshot");
+
+    // Another engine deletes keys 3 and 7 from the lake, in one `delete` snapshot.
+    let lake = node.node().lake().await.expect("lake");
+    let lake_table = lake.load(&table.path).await.expect("lake table");
+    let keys = RecordBatch::try_new(
+        Arc::new(table.schema().project(&[0]).expect("id")),
+        vec![Arc::new(Int64Array::from(vec![3, 7]))],
+    )
+    .expect("keys");
+    let deleted = delete_equality(lake, &lake_table, &keys, &["id"])
+        .await
+        .expect("equality delete");
+    let foreign_snapshot = deleted
+        .metadata()
+        .current_snapshot_id()
+        .expect("a snapshot");
+
+    // Read at that snapshot: the keys are gone; at mink's round they are not.
+    let without =
+        |gone: &[i64]| expected(initial.iter().filter(|(id, _)| !gone.contains(id)).cloned());
+    let path = &table.path;
+    assert_eq!(
+        read_lake(client, path, Some(foreign_snapshot)).await,
+        without(&[3, 7])
+    );
+    assert_eq!(
+        read_lake(client, path, Some(first_snapshot)).await,
+        without(&[])
+    );
+
+    // The next round commits on top of the foreign snapshot: its lake index is rebuilt
+    // with the equality deletes applied, so updating key 5 and re-inserting key 7 leave
+    // exactly one row per key.
+    client
+        .write(&table, &rows(&table, &[(5, "five"), (7, "seven")]))
+        .await
+        .expect("upsert");
+    let second = client.tier(&table.path).await.expect("tier");
+    assert_eq!(second.deleted_rows, 1, "only key 5's lake row is deleted");
+    let mut now = without(&[3]);
+    now.insert(5, "five".into());
+    now.insert(7, "seven".into());
+    assert_eq!(read_lake(client, path, None).await, now);
+
+    // The union read agrees, and so does it after a compaction folds the deletes.
+    assert_eq!(union(client, path).await, now);
+    let compacted = client.compact(path).await.expect("compact");
+    assert!(compacted.files_removed > 0, "{compacted:?}");
+    assert_eq!(union(client, path).await, now);
+    assert_eq!(read_lake(client, path, None).await, now);
+}

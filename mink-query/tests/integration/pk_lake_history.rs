@@ -1,0 +1,845 @@
+//! The lake of primary-key tables: random histories of upserts, updates, deletes,
+//! re-inserts, tiering rounds, compactions, `kill -9` restarts and crashes on either side
+//! of a round's and of a compaction's Iceberg commit, run against the real `mink` binary
+//! and checked after every step against a BTreeMap model:
+//!
+//! - every bucket's union read is exactly the model's rows of that bucket, whole and
+//!   filtered on a non-key column that updates move rows into and out of (a tail filtered
+//!   before the key merge would resurrect the lake's older version);
+//! - the lake alone (all of it, one partition, filtered) is the table as of the last
+//!   recorded round, and every older snapshot still reads as it was.
+//!
+//! Then a deterministic history: compaction folds a bucket's files and deletes into one
+//! file without changing a row, and the snapshots before it stay readable.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use mink_client::MinkClient;
+use mink_core::filter::{ColumnFilter, FilterOp};
+use mink_core::protocol::BucketId;
+use mink_core::routing::split_by_bucket;
+use mink_core::table::TableDescriptor;
+use rand::rngs::StdRng;
+use rand::seq::{IndexedRandom, IteratorRandom};
+use rand::{Rng, SeedableRng};
+
+use crate::pk_support::{Cells, Key, State, lake_rows, lake_values, pk_keys, pk_lake_table};
+use crate::process::ServerProcess;
+use crate::support::{TestNode, seed};
+
+const DATES: [&str; 2] = ["2024-01-01", "2024-01-02"];
+
+/// Steps of a random history.
+const STEPS: usize = 50;
+
+/// A crash point of the server, as `MINK_FAILPOINT` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failpoint {
+    BeforeLakeCommit,
+    AfterLakeCommit,
+    MidCompaction,
+    AfterCompactionCommit,
+}
+
+impl Failpoint {
+    const ALL: [Self; 4] = [
+        Self::BeforeLakeCommit,
+        Self::AfterLakeCommit,
+        Self::MidCompaction,
+        Self::AfterCompactionCommit,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::BeforeLakeCommit => "abort-before-lake-commit",
+            Self::AfterLakeCommit => "abort-after-lake-commit",
+            Self::MidCompaction => "abort-mid-compaction",
+            Self::AfterCompactionCommit => "abort-after-compaction-commit",
+        }
+    }
+
+    /// Whether a tiering round (else a compaction) reaches it.
+    fn in_round(self) -> bool {
+        matches!(self, Self::BeforeLakeCommit | Self::AfterLakeCommit)
+    }
+
+    /// Whether the Iceberg snapshot is committed when the process dies.
+    fn after_commit(self) -> bool {
+        matches!(self, Self::AfterLakeCommit | Self::AfterCompactionCommit)
+    }
+}
+
+/// The filtered reads: `n < 50`, and `n >= 50 AND v IS NOT NULL`. Updates move `n` across
+/// 50, so rows leave and enter both.
+fn filters() -> [Vec<ColumnFilter>; 2] {
+    [
+        vec![ColumnFilter::new("n", FilterOp::Lt, Some("50"))],
+        vec![
+            ColumnFilter::new("n", FilterOp::GtEq, Some("50")),
+            ColumnFilter::new("v", FilterOp::IsNotNull, None),
+        ],
+    ]
+}
+
+/// What [`filters`]`()[which]` keeps of a state.
+fn filtered(rows: &[(Key, Cells)], which: usize) -> Vec<(Key, Cells)> {
+    rows.iter()
+        .filter(|(_, (v, n))| match which {
+            0 => n.is_some_and(|n| n < 50),
+            _ => n.is_some_and(|n| n >= 50) && v.is_some(),
+        })
+        .cloned()
+        .collect()
+}
+
+fn rows_of(state: &State) -> Vec<(Key, Cells)> {
+    state.iter().map(|(k, c)| (k.clone(), c.clone())).collect()
+}
+
+/// Rows read back, sorted by key (a row read twice stays twice).
+fn sorted_rows(batches: &[arrow::array::RecordBatch]) -> Vec<(Key, Cells)> {
+    let mut rows: Vec<(Key, Cells)> = batches.iter().flat_map(lake_values).collect();
+    rows.sort();
+    rows
+}
+
+/// The model's rows of each bucket, routed as the client routes writes.
+fn by_bucket(table: &TableDescriptor, state: &State) -> BTreeMap<BucketId, Vec<(Key, Cells)>> {
+    if state.is_empty() {
+        return BTreeMap::new();
+    }
+    split_by_bucket(table, &lake_rows(table, &rows_of(state)), 0)
+        .expect("route")
+        .into_iter()
+        .map(|(bucket, batch)| {
+            let mut rows = lake_values(&batch);
+            rows.sort();
+            (bucket, rows)
+        })
+        .collect()
+}
+
+/// The table as the test wrote it, and what the lake should hold.
+#[derive(Debug, Default)]
+struct Model {
+    /// The table now.
+    now: State,
+    /// The lake as mink recorded it: the table as of the last recorded snapshot.
+    lake: State,
+    /// A snapshot committed to Iceberg by a process that died before recording it, and
+    /// the table as of it. The next round or compaction records it first.
+    unrecorded: Option<State>,
+    /// Keys written, and existing keys deleted, since the last committed round.
+    touched: BTreeSet<Key>,
+    /// Whether the log moved since the last committed round.
+    dirty: bool,
+    /// Keys deleted and not written since (candidates for re-inserts).
+    deleted: BTreeSet<Key>,
+    /// Committed snapshots whose id the test knows, and the table as of each.
+    snapshots: Vec<(i64, State)>,
+    /// The recorded snapshot, when the test knows it.
+    recorded: Option<Option<i64>>,
+    /// Whether the recorded snapshot is compacted: at most one file per bucket.
+    compacted: bool,
+}
+
+impl Model {
+    fn new() -> Self {
+        Self {
+            recorded: Some(None),
+            compacted: true,
+            ..Self::default()
+        }
+    }
+
+    fn upserted(&mut self, rows: &[(Key, Cells)], logged: bool) {
+        assert!(logged, "an upsert is always logged");
+        for (key, cells) in rows {
+            self.now.insert(key.clone(), cells.clone());
+            self.deleted.remove(key);
+            self.touched.insert(key.clone());
+        }
+        self.dirty = true;
+    }
+
+    fn deleted(&mut self, keys: &[Key], logged: bool) {
+        let mut existed = false;
+        for key in keys {
+            if self.now.remove(key).is_some() {
+                existed = true;
+                self.touched.insert(key.clone());
+                self.deleted.insert(key.clone());
+            }
+        }
+        assert_eq!(logged, existed, "a delete is logged iff a key existed");
+        self.dirty |= logged;
+    }
+
+    /// A round or a compaction started: it records a snapshot left unrecorded first.
+    /// Returns whether there was one.
+    fn reconciled(&mut self) -> bool {
+        match self.unrecorded.take() {
+            Some(state) => {
+                self.lake = state;
+                self.recorded = None;
+                self.compacted = false;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A round committed (and recorded, when `snapshot_id` is known).
+    fn round_committed(&mut self, snapshot_id: Option<i64>) {
+        self.lake = self.now.clone();
+        self.touched.clear();
+        self.dirty = false;
+        self.compacted = false;
+        self.recorded = snapshot_id.map(Some);
+        if let Some(id) = snapshot_id {
+            self.snapshots.push((id, self.now.clone()));
+        }
+    }
+
+    /// What the next round must write: `(rows, deleted_rows)`.
+    fn round_size(&self) -> (u64, u64) {
+        let live = self.touched.iter().filter(|k| self.now.contains_key(*k));
+        let replaced = self.touched.iter().filter(|k| self.lake.contains_key(*k));
+        (live.count() as u64, replaced.count() as u64)
+    }
+}
+
+/// The server under test and a client of it.
+struct Server {
+    dir: tempfile::TempDir,
+    process: Option<ServerProcess>,
+    client: MinkClient,
+}
+
+impl Server {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let process = ServerProcess::start(dir.path());
+        let client = MinkClient::connect(&process.addr).await.expect("connect");
+        Self {
+            dir,
+            process: Some(process),
+            client,
+        }
+    }
+
+    /// `kill -9`, then a normal start over the same files.
+    async fn restart(&mut self) {
+        if let Some(process) = self.process.take() {
+            process.kill();
+        }
+        let process = ServerProcess::start(self.dir.path());
+        self.client = MinkClient::connect(&process.addr).await.expect("reconnect");
+        self.process = Some(process);
+    }
+
+    /// Stops the server, starts one that aborts at `failpoint`, runs a round (or a
+    /// compaction) on it, then starts a normal one. Returns whether the process aborted.
+    async fn crash_at(&mut self, failpoint: Failpoint, table: &TableDescriptor) -> bool {
+        if let Some(process) = self.process.take() {
+            process.kill();
+        }
+        let crashing =
+            ServerProcess::start_with_env(self.dir.path(), &[("MINK_FAILPOINT", failpoint.name())]);
+        let client = MinkClient::connect(&crashing.addr).await.expect("connect");
+        let result = match failpoint.in_round() {
+            true => client.tier(&table.path).await.map(|r| r.snapshot_id),
+            false => client.compact(&table.path).await.map(|r| r.snapshot_id),
+        };
+        let crashed = match result {
+            Ok(snapshot_id) => {
+                // Only a call with nothing to commit passes the failpoint.
+                assert_eq!(
+                    snapshot_id,
+                    None,
+                    "{}: committed without aborting",
+                    failpoint.name()
+                );
+                crashing.kill();
+                false
+            }
+            Err(error) => {
+                let alive = match MinkClient::connect(&crashing.addr).await {
+                    Ok(probe) => probe.list_tables(None).await.is_ok(),
+                    Err(_) => false,
+                };
+                assert!(
+                    !alive,
+                    "{}: the call failed but the server did not abort: {error}",
+                    failpoint.name()
+                );
+                crashing.wait_for_exit();
+                true
+            }
+        };
+        self.restart().await;
+        crashed
+    }
+}
+
+fn random_cells(rng: &mut StdRng) -> Cells {
+    (
+        rng.random_bool(0.8)
+            .then(|| format!("v{}", rng.random_range(0..1000))),
+        rng.random_bool(0.9).then(|| rng.random_range(0..100)),
+    )
+}
+
+fn random_key(rng: &mut StdRng) -> Key {
+    let dt = DATES.choose(rng).expect("dates").to_string();
+    (dt, rng.random_range(0..20), rng.random_range(0..2))
+}
+
+/// Upserts of new keys, of existing ones (with new values) and of deleted ones.
+fn random_upserts(rng: &mut StdRng, model: &Model) -> Vec<(Key, Cells)> {
+    (0..rng.random_range(1..15))
+        .map(|_| {
+            let key = match rng.random_range(0..10) {
+                0..4 => model.now.keys().choose(rng).cloned(),
+                4..6 => model.deleted.iter().choose(rng).cloned(),
+                _ => None,
+            };
+            (key.unwrap_or_else(|| random_key(rng)), random_cells(rng))
+        })
+        .collect()
+}
+
+/// Updates of keys the lake holds (else of any key) that move `n` across 50, and keep
+/// `v` or change it.
+fn crossing_updates(rng: &mut StdRng, model: &Model) -> Vec<(Key, Cells)> {
+    let in_lake: Vec<&Key> = model
+        .now
+        .keys()
+        .filter(|k| model.lake.contains_key(*k))
+        .collect();
+    let pool: Vec<&Key> = match in_lake.is_empty() {
+        true => model.now.keys().collect(),
+        false => in_lake,
+    };
+    pool.choose_multiple(rng, 6)
+        .map(|key| {
+            let (v, n) = model.now[*key].clone();
+            let n = match n {
+                Some(n) if n < 50 => rng.random_range(50..100),
+                _ => rng.random_range(0..50),
+            };
+            let v = match rng.random_bool(0.5) {
+                true => v,
+                false => Some(format!("w{}", rng.random_range(0..1000))),
+            };
+            ((*key).clone(), (v, Some(n)))
+        })
+        .collect()
+}
+
+/// Some existing keys, at least one when there is any, and a few random ones.
+fn random_deletes(rng: &mut StdRng, model: &Model) -> Vec<Key> {
+    let mut keys: Vec<Key> = model
+        .now
+        .keys()
+        .filter(|_| rng.random_bool(0.25))
+        .cloned()
+        .collect();
+    if keys.is_empty() {
+        keys.extend(model.now.keys().choose(rng).cloned());
+    }
+    keys.extend((0..2).map(|_| random_key(rng)));
+    keys
+}
+
+async fn upsert(
+    client: &MinkClient,
+    table: &TableDescriptor,
+    model: &mut Model,
+    rows: &[(Key, Cells)],
+) {
+    if rows.is_empty() {
+        return;
+    }
+    let acks = client
+        .write(table, &lake_rows(table, rows))
+        .await
+        .expect("upsert");
+    let logged = acks.iter().any(|(_, a)| a.last_offset >= a.base_offset);
+    model.upserted(rows, logged);
+}
+
+async fn delete(client: &MinkClient, table: &TableDescriptor, model: &mut Model, keys: &[Key]) {
+    let acks = client.delete(table, &pk_keys(keys)).await.expect("delete");
+    let logged = acks.iter().any(|(_, a)| a.last_offset >= a.base_offset);
+    model.deleted(keys, logged);
+}
+
+/// A tiering round, checked against what the model says it must write.
+async fn tier(client: &MinkClient, table: &TableDescriptor, model: &mut Model, step: usize) {
+    let repair = model.reconciled();
+    let (rows, deleted_rows) = model.round_size();
+    let dirty = model.dirty;
+    let reply = client.tier(&table.path).await.expect("tier");
+    assert_eq!(
+        reply.repaired, repair,
+        "step {step}: a round records an unrecorded snapshot first: {reply:?}"
+    );
+    if !dirty {
+        assert_eq!(
+            reply.snapshot_id, None,
+            "step {step}: nothing to tier: {reply:?}"
+        );
+        return;
+    }
+    assert!(reply.snapshot_id.is_some(), "step {step}: {reply:?}");
+    assert_eq!(
+        (reply.rows, reply.deleted_rows),
+        (rows, deleted_rows),
+        "step {step}: a round writes every changed live key and deletes the lake rows of \
+         every changed key: {reply:?}"
+    );
+    assert_eq!(reply.files > 0, rows > 0, "step {step}: {reply:?}");
+    assert_eq!(
+        reply.delete_files > 0,
+        deleted_rows > 0,
+        "step {step}: {reply:?}"
+    );
+    model.round_committed(reply.snapshot_id);
+}
+
+/// A compaction: the rows do not change, only the files.
+async fn compact(client: &MinkClient, table: &TableDescriptor, model: &mut Model, step: usize) {
+    model.reconciled();
+    let reply = client.compact(&table.path).await.expect("compact");
+    if let Some(id) = reply.snapshot_id {
+        assert!(
+            reply.buckets > 0 && reply.files_removed > reply.files_written,
+            "step {step}: a compaction folds files: {reply:?}"
+        );
+        assert!(
+            reply.rows <= model.lake.len() as u64,
+            "step {step}: a compaction rewrites live rows only: {reply:?}"
+        );
+        model.snapshots.push((id, model.lake.clone()));
+        model.recorded = Some(Some(id));
+    }
+    model.compacted = true;
+}
+
+/// Two rounds over the same new keys, so the lake has a bucket with two data files and
+/// position deletes: a compaction then has work.
+async fn make_compaction_work(
+    client: &MinkClient,
+    table: &TableDescriptor,
+    model: &mut Model,
+    rng: &mut StdRng,
+    step: usize,
+) {
+    let rows: Vec<(Key, Cells)> = (0..6)
+        .map(|_| (random_key(rng), random_cells(rng)))
+        .collect();
+    upsert(client, table, model, &rows).await;
+    tier(client, table, model, step).await;
+    let updated: Vec<(Key, Cells)> = rows
+        .into_iter()
+        .map(|(key, _)| (key, random_cells(rng)))
+        .collect();
+    upsert(client, table, model, &updated).await;
+    tier(client, table, model, step).await;
+}
+
+/// Checks every bucket's union read and the lake against the model.
+async fn check(
+    client: &MinkClient,
+    table: &TableDescriptor,
+    model: &Model,
+    rng: &mut StdRng,
+    step: usize,
+) {
+    let which = step % 2;
+    let filter = &filters()[which];
+    let mut expected = by_bucket(table, &model.now);
+    let statuses = client.list_buckets(&table.path).await.expect("buckets");
+    for status in statuses {
+        let bucket = status.bucket.expect("bucket id");
+        let want = expected.remove(&bucket).unwrap_or_default();
+        let answer = client.union(&bucket, &[], &[]).await.expect("union");
+        assert_eq!(
+            sorted_rows(&answer.batches),
+            want,
+            "step {step}: the union of {bucket} = the model's rows of it"
+        );
+        let plan = &answer.plan;
+        assert_eq!(
+            (plan.log_from, plan.log_to),
+            (plan.lake_log_end_offset, status.high_watermark),
+            "step {step}: {bucket} reads the log from the seam to the high watermark"
+        );
+        if let Some(recorded) = model.recorded {
+            assert_eq!(
+                plan.snapshot_id, recorded,
+                "step {step}: {bucket} reads the recorded snapshot"
+            );
+        }
+        if model.compacted {
+            assert!(
+                plan.lake_files <= 1,
+                "step {step}: {bucket} is compacted: {plan:?}"
+            );
+        }
+        let answer = client.union(&bucket, &[], filter).await.expect("union");
+        assert_eq!(
+            sorted_rows(&answer.batches),
+            filtered(&want, which),
+            "step {step}: the union of {bucket} filtered by {filter:?}"
+        );
+    }
+    assert!(
+        expected.is_empty(),
+        "step {step}: buckets with rows that are not listed: {expected:?}"
+    );
+
+    // The lake alone: the recorded snapshot (or, once recovered, one committed before a
+    // crash).
+    let lake = sorted_rows(
+        &client
+            .lake(&table.path, None, None, &[], &[])
+            .await
+            .expect("lake"),
+    );
+    let mut lake_state = &model.lake;
+    if let Some(unrecorded) = &model.unrecorded
+        && lake != rows_of(&model.lake)
+    {
+        lake_state = unrecorded;
+    }
+    assert_eq!(
+        lake,
+        rows_of(lake_state),
+        "step {step}: the lake = the table as of the last round"
+    );
+    let lake = sorted_rows(
+        &client
+            .lake(&table.path, None, None, &[], filter)
+            .await
+            .expect("lake"),
+    );
+    assert_eq!(
+        lake,
+        filtered(&rows_of(lake_state), which),
+        "step {step}: the lake filtered by {filter:?}"
+    );
+    let dt = DATES[step / 2 % 2];
+    let lake = sorted_rows(
+        &client
+            .lake(&table.path, Some(&format!("dt={dt}")), None, &[], &[])
+            .await
+            .expect("lake partition"),
+    );
+    let partition: Vec<(Key, Cells)> = rows_of(lake_state)
+        .into_iter()
+        .filter(|(k, _)| k.0 == dt)
+        .collect();
+    assert_eq!(lake, partition, "step {step}: the lake partition dt={dt}");
+
+    // An older snapshot reads as it was.
+    if let Some((id, state)) = model.snapshots.choose(rng) {
+        let lake = sorted_rows(
+            &client
+                .lake(&table.path, None, Some(*id), &[], &[])
+                .await
+                .expect("older snapshot"),
+        );
+        assert_eq!(lake, rows_of(state), "step {step}: snapshot {id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_pk_lake_histories_match_the_model() {
+    let seed = seed("random_pk_lake_histories_match_the_model");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut server = Server::start().await;
+    let table = server
+        .client
+        .create_table(&pk_lake_table("pk_lake", 2), false)
+        .await
+        .expect("create");
+    let mut model = Model::new();
+    for step in 0..STEPS {
+        // Every history crashes at each failpoint at least once.
+        let forced = match step {
+            8 => Some(Failpoint::BeforeLakeCommit),
+            18 => Some(Failpoint::AfterLakeCommit),
+            28 => Some(Failpoint::MidCompaction),
+            38 => Some(Failpoint::AfterCompactionCommit),
+            _ => None,
+        };
+        let client = server.client.clone();
+        let action = match forced {
+            Some(_) => 100,
+            None => rng.random_range(0..100),
+        };
+        match action {
+            0..30 => {
+                let rows = random_upserts(&mut rng, &model);
+                upsert(&client, &table, &mut model, &rows).await;
+            }
+            30..42 => {
+                let rows = crossing_updates(&mut rng, &model);
+                upsert(&client, &table, &mut model, &rows).await;
+            }
+            42..54 => {
+                let keys = random_deletes(&mut rng, &model);
+                delete(&client, &table, &mut model, &keys).await;
+            }
+            54..70 => tier(&client, &table, &mut model, step).await,
+            70..77 => compact(&client, &table, &mut model, step).await,
+            77..84 => server.restart().await,
+            _ => {
+                let failpoint =
+                    forced.unwrap_or_else(|| *Failpoint::ALL.choose(&mut rng).expect("failpoints"));
+                if forced.is_some() {
+                    // Make sure the crash happens: something to tier, or to compact.
+                    match failpoint.in_round() {
+                        true => {
+                            let rows = random_upserts(&mut rng, &model);
+                            upsert(&client, &table, &mut model, &rows).await;
+                        }
+                        false => {
+                            make_compaction_work(&client, &table, &mut model, &mut rng, step).await;
+                        }
+                    }
+                }
+                let dirty = model.dirty;
+                let crashed = server.crash_at(failpoint, &table).await;
+                eprintln!("step {step}: {} crashed: {crashed}", failpoint.name());
+                // The call recorded a snapshot left unrecorded before it failed.
+                model.reconciled();
+                if forced.is_some() || failpoint.in_round() {
+                    let expected = forced.is_some() || dirty;
+                    assert_eq!(
+                        crashed,
+                        expected,
+                        "step {step}: {} aborts iff there is something to commit",
+                        failpoint.name()
+                    );
+                }
+                if crashed {
+                    model.recorded = None;
+                    model.compacted = false;
+                    match (failpoint.in_round(), failpoint.after_commit()) {
+                        (true, true) => {
+                            model.unrecorded = Some(model.now.clone());
+                            model.touched.clear();
+                            model.dirty = false;
+                        }
+                        (false, true) => model.unrecorded = Some(model.lake.clone()),
+                        (_, false) => {}
+                    }
+                } else if !failpoint.in_round() {
+                    model.compacted = true;
+                }
+            }
+        }
+        check(&server.client, &table, &model, &mut rng, step).await;
+    }
+    // A last round and compaction: the lake then holds the whole table.
+    let client = server.client.clone();
+    tier(&client, &table, &mut model, STEPS).await;
+    compact(&client, &table, &mut model, STEPS).await;
+    check(&client, &table, &model, &mut rng, STEPS).await;
+    assert_eq!(model.lake, model.now);
+    for status in client.list_buckets(&table.path).await.expect("buckets") {
+        let bucket = status.bucket.expect("bucket id");
+        let plan = client.union(&bucket, &[], &[]).await.expect("union").plan;
+        assert_eq!(plan.log_from, plan.log_to, "{bucket} is fully tiered");
+    }
+}
+
+/// Every bucket's union rows, sorted.
+async fn union_rows(client: &MinkClient, table: &TableDescriptor) -> Vec<(Key, Cells)> {
+    let mut rows = Vec::new();
+    for status in client.list_buckets(&table.path).await.expect("buckets") {
+        let bucket = status.bucket.expect("bucket id");
+        rows.extend(
+            client
+                .union(&bucket, &[], &[])
+                .await
+                .expect("union")
+                .batches
+                .iter()
+                .flat_map(lake_values),
+        );
+    }
+    rows.sort();
+    rows
+}
+
+/// The lake files of every bucket's union read.
+async fn lake_files(client: &MinkClient, table: &TableDescriptor) -> Vec<u64> {
+    let mut files = Vec::new();
+    for status in client.list_buckets(&table.path).await.expect("buckets") {
+        let bucket = status.bucket.expect("bucket id");
+        files.push(
+            client
+                .union(&bucket, &[], &[])
+                .await
+                .expect("union")
+                .plan
+                .lake_files,
+        );
+    }
+    files
+}
+
+async fn lake_at(
+    client: &MinkClient,
+    table: &TableDescriptor,
+    snapshot: Option<i64>,
+) -> Vec<(Key, Cells)> {
+    sorted_rows(
+        &client
+            .lake(&table.path, None, snapshot, &[], &[])
+            .await
+            .expect("lake"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_folds_files_and_keeps_older_snapshots_readable() {
+    let mut node = TestNode::start().await;
+    let table = node
+        .client
+        .create_table(&pk_lake_table("folded", 2), false)
+        .await
+        .expect("create");
+    let mut model = Model::new();
+    let keys: Vec<Key> = DATES
+        .iter()
+        .flat_map(|dt| (0..15).flat_map(move |id| (0..2).map(move |seq| (dt.to_string(), id, seq))))
+        .collect();
+    let cells = |round: i64, i: usize| -> Cells {
+        (
+            Some(format!("r{round}-{i}")),
+            Some((i as i64 * 7 + round * 31) % 100),
+        )
+    };
+
+    // Round 1: every key.
+    let client = node.client.clone();
+    let rows: Vec<(Key, Cells)> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.clone(), cells(1, i)))
+        .collect();
+    upsert(&client, &table, &mut model, &rows).await;
+    tier(&client, &table, &mut model, 1).await;
+    let first = model.snapshots.last().expect("round 1").clone();
+    // Round 2: every third key updated, every fifth deleted.
+    let rows: Vec<(Key, Cells)> = keys
+        .iter()
+        .enumerate()
+        .step_by(3)
+        .map(|(i, k)| (k.clone(), cells(2, i)))
+        .collect();
+    upsert(&client, &table, &mut model, &rows).await;
+    let gone: Vec<Key> = keys.iter().step_by(5).cloned().collect();
+    delete(&client, &table, &mut model, &gone).await;
+    tier(&client, &table, &mut model, 2).await;
+    // Round 3: some keys updated again, the deleted ones back, new keys inserted and
+    // deleted within the round.
+    let mut rows: Vec<(Key, Cells)> = keys
+        .iter()
+        .enumerate()
+        .step_by(4)
+        .map(|(i, k)| (k.clone(), cells(3, i)))
+        .collect();
+    rows.extend(
+        gone.iter()
+            .enumerate()
+            .map(|(i, k)| (k.clone(), cells(4, i))),
+    );
+    let fleeting: Vec<Key> = (100..104).map(|id| (DATES[0].to_string(), id, 0)).collect();
+    rows.extend(fleeting.iter().map(|k| (k.clone(), (None, None))));
+    upsert(&client, &table, &mut model, &rows).await;
+    delete(&client, &table, &mut model, &fleeting).await;
+    tier(&client, &table, &mut model, 3).await;
+    let before = model.snapshots.last().expect("round 3").clone();
+
+    let files_before = lake_files(&client, &table).await;
+    assert!(
+        files_before.iter().all(|f| *f >= 3),
+        "three rounds wrote three data files per bucket: {files_before:?}"
+    );
+    let union_before = union_rows(&client, &table).await;
+    assert_eq!(union_before, rows_of(&model.now));
+    assert_eq!(lake_at(&client, &table, None).await, rows_of(&model.now));
+
+    let reply = client.compact(&table.path).await.expect("compact");
+    let compacted = reply.snapshot_id.expect("a compaction snapshot");
+    assert_eq!(reply.buckets, files_before.len() as u64, "{reply:?}");
+    assert!(reply.files_removed > 0, "{reply:?}");
+    assert!(
+        reply.files_removed >= files_before.iter().sum::<u64>()
+            && reply.files_written < reply.files_removed,
+        "every data file and delete file goes, fewer come: {reply:?}"
+    );
+    assert_eq!(reply.rows, model.now.len() as u64, "{reply:?}");
+    model.snapshots.push((compacted, model.lake.clone()));
+    model.recorded = Some(Some(compacted));
+    model.compacted = true;
+
+    let files_after = lake_files(&client, &table).await;
+    assert!(files_after.iter().all(|f| *f == 1), "{files_after:?}");
+    assert_eq!(
+        union_rows(&client, &table).await,
+        union_before,
+        "compaction changes no row"
+    );
+    assert_eq!(lake_at(&client, &table, None).await, rows_of(&model.now));
+    assert_eq!(
+        lake_at(&client, &table, Some(before.0)).await,
+        rows_of(&before.1),
+        "the snapshot before the compaction still reads (its files are kept)"
+    );
+    assert_eq!(
+        lake_at(&client, &table, Some(first.0)).await,
+        rows_of(&first.1)
+    );
+    let mut rng = StdRng::seed_from_u64(7);
+    check(&client, &table, &model, &mut rng, 0).await;
+
+    // Nothing left to fold.
+    let again = client.compact(&table.path).await.expect("compact");
+    assert_eq!(again.snapshot_id, None, "{again:?}");
+
+    // A round after the compaction deletes rows of the compacted files; then the same
+    // after a restart (the lake index is rebuilt from the lake).
+    for round in 5..7 {
+        let client = node.client.clone();
+        let rows: Vec<(Key, Cells)> = keys
+            .iter()
+            .enumerate()
+            .skip(round as usize)
+            .step_by(6)
+            .map(|(i, k)| (k.clone(), cells(round, i)))
+            .collect();
+        upsert(&client, &table, &mut model, &rows).await;
+        let gone: Vec<Key> = keys
+            .iter()
+            .skip(round as usize + 1)
+            .step_by(7)
+            .cloned()
+            .collect();
+        delete(&client, &table, &mut model, &gone).await;
+        tier(&client, &table, &mut model, round as usize).await;
+        check(&client, &table, &model, &mut rng, round as usize).await;
+        node.restart().await;
+        let client = node.client.clone();
+        check(&client, &table, &model, &mut rng, round as usize).await;
+    }
+    let client = node.client.clone();
+    compact(&client, &table, &mut model, 9).await;
+    check(&client, &table, &model, &mut rng, 9).await;
+}
