@@ -39,8 +39,22 @@ impl std::fmt::Debug for KvStore {
 
 impl KvStore {
     /// Opens (creating if needed) the database at `path`.
+    ///
+    /// The node holds its data directory's lock, so a database found locked can only be
+    /// this process's previous node of the directory, whose bucket tasks are still letting
+    /// go of it (a node reopened in process): that is waited for, briefly.
     pub fn open(path: &Path) -> Result<Self> {
-        let db = Database::builder(path).open().map_err(kv_error)?;
+        /// How long a previous node of this process gets to release the database.
+        const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+        let deadline = std::time::Instant::now() + RELEASE_WAIT;
+        let db = loop {
+            match Database::builder(path).open() {
+                Err(fjall::Error::Locked) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                opened => break opened.map_err(kv_error)?,
+            }
+        };
         let applied = db
             .keyspace("applied", KeyspaceCreateOptions::default)
             .map_err(kv_error)?;
