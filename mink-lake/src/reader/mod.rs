@@ -415,7 +415,10 @@ async fn open_file(
         .map(|(i, _)| i)
         .collect();
     let mask = ProjectionMask::roots(builder.parquet_schema(), wanted);
-    let mut builder = builder.with_row_groups(kept).with_projection(mask);
+    let mut builder = builder
+        .with_row_groups(kept)
+        .with_projection(mask)
+        .with_batch_size(READ_BATCH_ROWS);
     if let Some(row_selection) = selection.selection {
         builder = builder.with_row_selection(row_selection);
     }
@@ -448,6 +451,10 @@ async fn open_file(
         .try_filter(|positioned| future::ready(positioned.batch.num_rows() > 0))
         .boxed())
 }
+
+/// Rows per batch read from a lake file: Parquet's default of 1024 makes many small
+/// messages downstream (Flight answers, merges).
+const READ_BATCH_ROWS: usize = 8192;
 
 #[cfg(test)]
 mod tests;

@@ -66,12 +66,12 @@ struct RowLocation {
 }
 
 impl LakeIndex {
-    /// The index of `table`'s lake at `snapshot_id`, read from the lake (one scan plan,
-    /// then the key columns of every live row).
+    /// The index of `table`'s lake at `snapshot_id`, read from the lake: one scan plan,
+    /// then the key columns of every live row, the buckets in parallel.
     pub(crate) async fn build(
         storage: &LakeStorage,
         lake_table: &LakeTable,
-        table: &TableDescriptor,
+        table: &Arc<TableDescriptor>,
         snapshot_id: Option<i64>,
     ) -> Result<Self> {
         let mut index = Self {
@@ -81,33 +81,19 @@ impl LakeIndex {
         let Some(snapshot_id) = snapshot_id else {
             return Ok(index);
         };
-        let codec = KeyCodec::new(table)?;
-        let key_schema = key_schema(table, &codec)?;
         let split = plan_split(lake_table, snapshot_id, &SplitScope::Table, None).await?;
-        let location = lake_table.metadata().location();
-        for (bucket, split) in split_by_bucket_dir(location, split, table) {
-            let bucket_index = index.buckets.entry(bucket).or_default();
-            let mut file_ids = HashMap::new();
-            for file in &split.files {
-                file_ids.insert(file.path.clone(), bucket_index.files.len() as u32);
-                bucket_index.files.push(IndexedFile {
-                    path: file.path.as_str().into(),
-                    partition: file.partition.clone().unwrap_or_else(Struct::empty),
-                    rows: file.record_count.unwrap_or(0),
-                    live: 0,
-                });
-            }
-            let mut batches =
-                read_split_positioned(storage, split, Arc::clone(&key_schema), Vec::new());
-            while let Some(positioned) = batches.try_next().await? {
-                let file = *file_ids.get(&*positioned.file).ok_or_else(|| {
-                    NodeError::Corrupt(format!("lake rows of unplanned file {}", positioned.file))
-                })?;
-                let keys = codec.encode(&positioned.batch)?;
-                for (key, row) in keys.iter().zip(positioned.positions.values().iter()) {
-                    bucket_index.insert(key.as_ref().into(), file, row_number(*row)?);
-                }
-            }
+        let mut builds = tokio::task::JoinSet::new();
+        for (bucket, split) in split_by_bucket_dir(lake_table.metadata().location(), split, table) {
+            let (storage, table) = (storage.clone(), Arc::clone(table));
+            builds.spawn(async move {
+                let bucket_index = BucketIndex::build(&storage, &table, split).await?;
+                Ok::<_, NodeError>((bucket, bucket_index))
+            });
+        }
+        while let Some(built) = builds.join_next().await {
+            let (bucket, bucket_index) = built
+                .map_err(|e| NodeError::Corrupt(format!("building a lake index failed: {e}")))??;
+            index.buckets.insert(bucket, bucket_index);
         }
         Ok(index)
     }
@@ -133,6 +119,38 @@ pub(super) const MAX_FILES: usize = 8;
 const MAX_DELETED_SHARE: f64 = 0.2;
 
 impl BucketIndex {
+    /// The index of one bucket's split: the key columns of every live row.
+    async fn build(
+        storage: &LakeStorage,
+        table: &TableDescriptor,
+        split: LakeSplit,
+    ) -> Result<Self> {
+        let codec = KeyCodec::new(table)?;
+        let mut index = Self::default();
+        let mut file_ids = HashMap::new();
+        for file in &split.files {
+            file_ids.insert(file.path.clone(), index.files.len() as u32);
+            index.files.push(IndexedFile {
+                path: file.path.as_str().into(),
+                partition: file.partition.clone().unwrap_or_else(Struct::empty),
+                rows: file.record_count.unwrap_or(0),
+                live: 0,
+            });
+        }
+        let key_schema = key_schema(table, &codec)?;
+        let mut batches = read_split_positioned(storage, split, key_schema, Vec::new());
+        while let Some(positioned) = batches.try_next().await? {
+            let file = *file_ids.get(&*positioned.file).ok_or_else(|| {
+                NodeError::Corrupt(format!("lake rows of unplanned file {}", positioned.file))
+            })?;
+            let keys = codec.encode(&positioned.batch)?;
+            for (key, row) in keys.iter().zip(positioned.positions.values().iter()) {
+                index.insert(key.as_ref().into(), file, row_number(*row)?);
+            }
+        }
+        Ok(index)
+    }
+
     /// Forgets a key; returns the lake row to delete for it, `(data file, position)`.
     pub(crate) fn remove(&mut self, key: &[u8]) -> Option<(Arc<str>, i64)> {
         let location = self.rows.remove(key)?;

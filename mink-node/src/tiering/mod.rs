@@ -90,7 +90,11 @@ pub async fn tier_table(node: &Node, path: &TablePath) -> Result<TierReport> {
         false => None,
     };
     let mut offsets = recorded_offsets(node, &table)?;
-    let arrow_schema = lake_arrow_schema(lake_table.metadata().current_schema())?;
+    let target = RoundTarget {
+        table: &table,
+        lake_table: &lake_table,
+        lake_schema: lake_arrow_schema(lake_table.metadata().current_schema())?,
+    };
     let mut changes = SnapshotChanges::default();
     let mut advanced = false;
     let round = async {
@@ -111,30 +115,10 @@ pub async fn tier_table(node: &Node, path: &TablePath) -> Result<TierReport> {
             let part = match index.as_mut() {
                 Some(index) => {
                     let bucket_index = index.bucket_mut(&bucket_id);
-                    upsert::tier_bucket(
-                        &table,
-                        &lake_table,
-                        &arrow_schema,
-                        &bucket_id,
-                        &bucket,
-                        from,
-                        to,
-                        bucket_index,
-                    )
-                    .await?
+                    upsert::tier_bucket(&target, &bucket_id, &bucket, from..to, bucket_index)
+                        .await?
                 }
-                None => {
-                    append::tier_bucket(
-                        &table,
-                        &lake_table,
-                        &arrow_schema,
-                        &bucket_id,
-                        &bucket,
-                        from,
-                        to,
-                    )
-                    .await?
-                }
+                None => append::tier_bucket(&target, &bucket_id, &bucket, from..to).await?,
             };
             report.rows += part.rows;
             report.deleted_rows += part.deleted_rows;
@@ -182,6 +166,14 @@ pub async fn tier_table(node: &Node, path: &TablePath) -> Result<TierReport> {
     Ok(report)
 }
 
+/// What a round writes to: the table, its lake table and the Arrow schema of lake rows.
+#[derive(Debug)]
+struct RoundTarget<'a> {
+    table: &'a TableDescriptor,
+    lake_table: &'a Table,
+    lake_schema: arrow::datatypes::SchemaRef,
+}
+
 /// A lake-enabled table, its lake and its lake table (created if missing).
 async fn open_lake_table<'a>(
     node: &'a Node,
@@ -201,7 +193,7 @@ async fn open_lake_table<'a>(
 async fn current_index(
     indexes: &mut LakeIndexes,
     lake: &Lake,
-    table: &TableDescriptor,
+    table: &Arc<TableDescriptor>,
     lake_table: &Table,
 ) -> Result<LakeIndex> {
     let current = lake_table.metadata().current_snapshot_id();

@@ -12,21 +12,23 @@
 //! After the round's snapshot the lake alone holds exactly the bucket's rows as of `to`,
 //! so any Iceberg engine reads it correctly without a key merge.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch};
-use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use futures::TryStreamExt;
 use mink_core::key::KeyCodec;
 use mink_core::merge::TailIndex;
 use mink_core::protocol::BucketId;
 use mink_core::schema::normalize_batch;
 use mink_core::table::TableDescriptor;
+use mink_lake::DataFile;
 use mink_lake::deletes::write_position_deletes;
 use mink_lake::layout::lake_rows;
 use mink_lake::writer::BucketWriter;
-use mink_lake::{DataFile, LakeTable};
 
+use super::RoundTarget;
 use super::lake_index::BucketIndex;
 use crate::error::{NodeError, Result};
 use crate::log::LogBatch;
@@ -42,24 +44,18 @@ pub(super) struct BucketRound {
     pub(super) deleted_rows: u64,
 }
 
-/// Tiers the changes of `[from, to)` of a primary-key table's bucket; `index` is moved
+/// Tiers the changes in `range` of a primary-key table's bucket log; `index` is moved
 /// forward to the lake as it will be once the round commits.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one round's context, passed through"
-)]
 pub(super) async fn tier_bucket(
-    table: &TableDescriptor,
-    lake_table: &LakeTable,
-    arrow_schema: &SchemaRef,
+    target: &RoundTarget<'_>,
     bucket_id: &BucketId,
     bucket: &Arc<Bucket>,
-    from: i64,
-    to: i64,
+    range: Range<i64>,
     index: &mut BucketIndex,
 ) -> Result<BucketRound> {
+    let (table, lake_table) = (target.table, target.lake_table);
     let codec = KeyCodec::new(table)?;
-    let tail: Vec<LogBatch> = log_range(Arc::clone(bucket), from, to)
+    let tail: Vec<LogBatch> = log_range(Arc::clone(bucket), range.start, range.end)
         .try_collect()
         .await?;
     let tail = tail
@@ -82,7 +78,13 @@ pub(super) async fn tier_bucket(
         let rows = live.project(&(0..columns).collect::<Vec<_>>())?;
         let offsets = live.column(columns).as_primitive::<Int64Type>();
         let commit_ms = live.column(columns + 1).as_primitive::<Int64Type>();
-        let lake = lake_rows(arrow_schema, &rows, bucket_id.bucket, offsets, commit_ms)?;
+        let lake = lake_rows(
+            &target.lake_schema,
+            &rows,
+            bucket_id.bucket,
+            offsets,
+            commit_ms,
+        )?;
         writer.write(lake).await?;
         written_keys.extend(codec.encode(&rows)?.iter().map(|key| key.as_ref().into()));
         round.rows += rows.num_rows() as u64;
