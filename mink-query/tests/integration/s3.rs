@@ -13,6 +13,7 @@ use mink_core::protocol::BucketId;
 use mink_lake::{LakeConfig, S3Options};
 use mink_node::{Node, NodeConfig};
 
+use crate::pk_support::{lake_rows, lake_values, pk_keys, pk_lake_table};
 use crate::python::python;
 use crate::support::{events, events_table};
 
@@ -141,14 +142,14 @@ async fn tiering_and_union_reads_on_s3() {
     }
     ids.sort_unstable();
     assert_eq!(ids, (0..350).collect::<Vec<i64>>());
-    let lake_rows: usize = client
+    let lake_count: usize = client
         .lake(&table.path, None, None, &[0], &[])
         .await
         .expect("lake")
         .iter()
         .map(|b| b.num_rows())
         .sum();
-    assert_eq!(lake_rows, 300);
+    assert_eq!(lake_count, 300);
 
     // The data and metadata files really are in the bucket.
     use futures::TryStreamExt;
@@ -160,6 +161,50 @@ async fn tiering_and_union_reads_on_s3() {
         names.iter().any(|n| n.ends_with(".metadata.json")),
         "{names:?}"
     );
+
+    // A primary-key table: its round's position deletes live on S3 too.
+    let pk = client
+        .create_table(&pk_lake_table("pk_on_s3", 2), false)
+        .await
+        .expect("create");
+    let key = |id: i64| ("d".to_string(), id, 0);
+    let first: Vec<_> = (0..20)
+        .map(|id| (key(id), (Some(format!("v{id}")), Some(id))))
+        .collect();
+    client
+        .write(&pk, &lake_rows(&pk, &first))
+        .await
+        .expect("write");
+    client.tier(&pk.path).await.expect("tier");
+    let updates: Vec<_> = (0..5)
+        .map(|id| (key(id), (Some("new".to_string()), None)))
+        .collect();
+    client
+        .write(&pk, &lake_rows(&pk, &updates))
+        .await
+        .expect("upsert");
+    client
+        .delete(&pk, &pk_keys(&[key(19)]))
+        .await
+        .expect("delete");
+    let round = client.tier(&pk.path).await.expect("tier");
+    assert_eq!((round.rows, round.deleted_rows), (5, 6), "{round:?}");
+    let mut expected: Vec<_> = first[5..19].to_vec();
+    expected.extend(updates);
+    expected.sort();
+    let mut read: Vec<_> = client
+        .lake(&pk.path, None, None, &[], &[])
+        .await
+        .expect("lake")
+        .iter()
+        .flat_map(lake_values)
+        .collect();
+    read.sort();
+    assert_eq!(
+        read, expected,
+        "the lake on S3 applies its position deletes"
+    );
+    client.drop_table(&pk.path, false).await.expect("drop");
 
     client.drop_table(&table.path, false).await.expect("drop");
     let left: Vec<_> = store.list(Some(&prefix)).try_collect().await.expect("list");
