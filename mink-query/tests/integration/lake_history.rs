@@ -502,3 +502,64 @@ async fn filters_prune_lake_files_and_apply_to_every_row() {
         .expect_err("bad value");
     assert!(err.to_string().contains("'five'"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_merges_a_log_tables_small_files() {
+    let node = TestNode::start().await;
+    let client = &node.client;
+    let table = client
+        .create_table(&events_table("compacted", 2, lake_options()), false)
+        .await
+        .expect("create");
+    for round in 0..3 {
+        let ids: Vec<i64> = (round * 100..round * 100 + 100).collect();
+        client
+            .write(&table, &events(&table, &ids))
+            .await
+            .expect("write");
+        client.tier(&table.path).await.expect("tier");
+    }
+    client
+        .write(&table, &events(&table, &(300..320).collect::<Vec<_>>()))
+        .await
+        .expect("write");
+    let union_ids = || async {
+        let mut all = Vec::new();
+        let mut files = Vec::new();
+        for bucket in 0..2 {
+            let answer = client
+                .union(&BucketId::new(&table.path, bucket), &[0], &[])
+                .await
+                .expect("union");
+            all.extend(answer.batches);
+            files.push(answer.plan.lake_files);
+        }
+        (ids(&all), files)
+    };
+    let (before, files) = union_ids().await;
+    assert_eq!(before, (0..320).collect::<Vec<i64>>());
+    assert_eq!(files, vec![3, 3], "one file per bucket and round");
+    let old = client
+        .tier(&table.path)
+        .await
+        .expect("nothing new")
+        .snapshot_id;
+    assert_eq!(old, Some(old.expect("the tail was tiered")));
+
+    let reply = client.compact(&table.path).await.expect("compact");
+    assert_eq!(
+        (reply.buckets, reply.files_removed, reply.files_written),
+        (2, 8, 2)
+    );
+    assert_eq!(reply.rows, 320);
+    let (after, files) = union_ids().await;
+    assert_eq!(after, before, "compaction changes no row");
+    assert_eq!(files, vec![1, 1]);
+    let at_old = client
+        .lake(&table.path, None, old, &[0], &[])
+        .await
+        .expect("the older snapshot still reads");
+    assert_eq!(ids(&at_old), before);
+    let again = client.compact(&table.path).await.expect("compact");
+    assert_eq!(again.snapshot_id, None, "nothing left to compact");
+}

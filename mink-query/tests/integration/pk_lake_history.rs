@@ -13,6 +13,7 @@
 //! file without changing a row, and the snapshots before it stay readable.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 
 use mink_client::MinkClient;
 use mink_core::filter::{ColumnFilter, FilterOp};
@@ -842,4 +843,58 @@ async fn compaction_folds_files_and_keeps_older_snapshots_readable() {
     let client = node.client.clone();
     compact(&client, &table, &mut model, 9).await;
     check(&client, &table, &model, &mut rng, 9).await;
+}
+
+/// Polls `done` every 100 ms until it holds; fails after `what` took 30 s.
+async fn eventually<F: Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !done().await {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_tiers_and_compacts_on_its_own() {
+    let node = TestNode::start().await;
+    let client = &node.client;
+    let mut table = pk_lake_table("auto", 1);
+    table.lake_freshness = std::time::Duration::from_secs(1);
+    let table = client.create_table(&table, false).await.expect("create");
+    let key = |id: i64| ("d".to_string(), id, 0);
+    let mut state: State = (0..10)
+        .map(|id| (key(id), (Some(format!("v{id}")), Some(id))))
+        .collect();
+    client
+        .write(&table, &lake_rows(&table, &rows_of(&state)))
+        .await
+        .expect("write");
+    let expected = rows_of(&state);
+    eventually("the first round", || async {
+        lake_at(client, &table, None).await == expected
+    })
+    .await;
+
+    // Half the lake rows are replaced: after that round the service compacts the bucket.
+    let updates: Vec<(Key, Cells)> = (0..5)
+        .map(|id| (key(id), (Some("new".to_string()), None)))
+        .collect();
+    client
+        .write(&table, &lake_rows(&table, &updates))
+        .await
+        .expect("upsert");
+    state.extend(updates);
+    let expected = rows_of(&state);
+    let lake = node.node().lake().await.expect("lake");
+    eventually("a compaction by the service", || async {
+        let lake_table = lake.load(&table.path).await.expect("lake table");
+        let compacted = lake_table
+            .metadata()
+            .snapshots()
+            .any(|s| s.summary().operation == mink_lake::Operation::Replace);
+        compacted && lake_at(client, &table, None).await == expected
+    })
+    .await;
+    assert_eq!(union_rows(client, &table).await, expected);
+    assert_eq!(lake_files(client, &table).await, vec![1], "one file left");
 }
