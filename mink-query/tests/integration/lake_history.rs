@@ -539,12 +539,8 @@ async fn compaction_merges_a_log_tables_small_files() {
     let (before, files) = union_ids().await;
     assert_eq!(before, (0..320).collect::<Vec<i64>>());
     assert_eq!(files, vec![3, 3], "one file per bucket and round");
-    let old = client
-        .tier(&table.path)
-        .await
-        .expect("nothing new")
-        .snapshot_id;
-    assert_eq!(old, Some(old.expect("the tail was tiered")));
+    let old = client.tier(&table.path).await.expect("tier").snapshot_id;
+    assert!(old.is_some(), "the tail was tiered");
 
     let reply = client.compact(&table.path).await.expect("compact");
     assert_eq!(
