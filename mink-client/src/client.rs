@@ -14,8 +14,8 @@ use mink_core::protocol::{
     AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CompactReply, CreateTable, DropTable,
     LakeRequest, LimitScanRequest, ListOffsets, ListTables, Lookup, LookupReply, OffsetReply,
     PrefixLookup, ReadTicket, ScanRequest, SnapshotBatch, SnapshotRequest, TableDescriptorProto,
-    TableList, TableRef, TierReply, UnionPlan, UnionRequest, WriteHeader, action, decode,
-    decode_batch, encode_batch, list_offsets, read_ticket,
+    TableList, TableRef, TierReply, UnionPlan, UnionRequest, UnionSplit, WriteHeader, action,
+    decode, decode_batch, encode_batch, list_offsets, read_ticket,
 };
 use mink_core::routing::{split_by_bucket, split_rows_by_bucket};
 use mink_core::table::{TableDescriptor, TablePath};
@@ -450,6 +450,23 @@ impl MinkClient {
         };
         let body = self.action(action::TIER_TABLE, request).await?;
         Ok(decode("TierReply", &body)?)
+    }
+
+    /// A bucket's Union plan and the lake files it covers (pruned by `filters`), for a
+    /// reader of the lake itself: it reads the files from the object store and the log
+    /// `[log_from, log_to)` with [`Self::scan`].
+    pub async fn plan_union(
+        &self,
+        bucket: &BucketId,
+        filters: &[ColumnFilter],
+    ) -> Result<UnionSplit> {
+        let request = UnionRequest {
+            bucket: Some(bucket.clone()),
+            columns: Vec::new(),
+            filters: filters.to_vec(),
+        };
+        let body = self.action(action::PLAN_UNION, request).await?;
+        Ok(decode("UnionSplit", &body)?)
     }
 
     /// Compacts a table's lake now: every bucket with more than one file or any deleted

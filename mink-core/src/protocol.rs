@@ -54,6 +54,9 @@ pub mod action {
     /// [`super::TableRef`] -> [`super::CompactReply`]: compacts every bucket of a table's
     /// lake that has more than one file or any deleted rows.
     pub const COMPACT_TABLE: &str = "compact_table";
+    /// [`super::UnionRequest`] -> [`super::UnionSplit`]: a bucket's Union plan and the
+    /// lake files it covers, for an engine that reads the lake and the tail itself.
+    pub const PLAN_UNION: &str = "plan_union";
 }
 
 /// Decodes a protobuf message, naming it in the error.
@@ -283,6 +286,49 @@ pub struct UnionPlan {
     /// Lake data files read.
     #[prost(uint64, tag = "5")]
     pub lake_files: u64,
+}
+
+/// A bucket's Union plan and its split: the lake files below the seam (pruned by the
+/// request's filters), each with the delete files that apply to it.
+#[derive(Clone, PartialEq, Message)]
+pub struct UnionSplit {
+    /// The plan.
+    #[prost(message, optional, tag = "1")]
+    pub plan: Option<UnionPlan>,
+    /// The lake data files to read.
+    #[prost(message, repeated, tag = "2")]
+    pub files: Vec<LakeFileRef>,
+}
+
+/// A lake data file of a split.
+#[derive(Clone, PartialEq, Message)]
+pub struct LakeFileRef {
+    /// Its location in the warehouse.
+    #[prost(string, tag = "1")]
+    pub path: String,
+    /// Its size in bytes.
+    #[prost(uint64, tag = "2")]
+    pub size: u64,
+    /// Its row count (before deletes), when known.
+    #[prost(uint64, optional, tag = "3")]
+    pub record_count: Option<u64>,
+    /// The delete files that apply to it.
+    #[prost(message, repeated, tag = "4")]
+    pub deletes: Vec<LakeDeleteRef>,
+}
+
+/// A delete file applying to a lake data file.
+#[derive(Clone, PartialEq, Message)]
+pub struct LakeDeleteRef {
+    /// Its location in the warehouse.
+    #[prost(string, tag = "1")]
+    pub path: String,
+    /// Its size in bytes.
+    #[prost(uint64, tag = "2")]
+    pub size: u64,
+    /// The columns of an equality-delete file; empty for a position-delete file.
+    #[prost(string, repeated, tag = "3")]
+    pub equality_columns: Vec<String>,
 }
 
 /// Lake { table, partition, snapshot_id, columns }: one Iceberg snapshot of a table (or of
@@ -789,6 +835,25 @@ mod tests {
             repaired: true,
             deleted_rows: 3,
             delete_files: 1,
+        });
+        round_trip(UnionSplit {
+            plan: Some(UnionPlan {
+                snapshot_id: Some(5),
+                lake_log_end_offset: 10,
+                log_from: 10,
+                log_to: 20,
+                lake_files: 1,
+            }),
+            files: vec![LakeFileRef {
+                path: "s3://w/t/data/bucket=0/a.parquet".into(),
+                size: 100,
+                record_count: Some(7),
+                deletes: vec![LakeDeleteRef {
+                    path: "s3://w/t/data/bucket=0/d.parquet".into(),
+                    size: 10,
+                    equality_columns: vec!["id".into()],
+                }],
+            }],
         });
         round_trip(CompactReply {
             snapshot_id: Some(9),

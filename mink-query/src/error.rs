@@ -32,6 +32,9 @@ pub(crate) enum CliError {
     /// A model-level error (a bad table name).
     #[error(transparent)]
     Core(#[from] mink_core::CoreError),
+    /// A SQL statement failed (planning or execution).
+    #[error("{0}")]
+    Sql(#[from] datafusion::error::DataFusionError),
 }
 
 impl CliError {

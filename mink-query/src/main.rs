@@ -23,6 +23,7 @@ mod load;
 mod output;
 mod read;
 mod server;
+mod sql;
 
 use std::process::ExitCode;
 
@@ -46,6 +47,8 @@ enum Command {
     Read(read::ReadArgs),
     /// Bulk-load a CSV, Parquet or newline-delimited JSON file into a table.
     Load(load::LoadArgs),
+    /// Run SQL against a node (queries; DDL and DML through SQL are coming).
+    Sql(sql::SqlArgs),
     /// Measure mink against a baseline in the same process and print the ratios.
     Bench(bench::BenchArgs),
 }
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
             Command::Server(args) => server::run(args).await,
             Command::Read(args) => read::run(args).await,
             Command::Load(args) => load::run(args).await,
+            Command::Sql(args) => sql::run(args).await,
             Command::Bench(args) => bench::run(args).await,
         }
     });

@@ -40,6 +40,7 @@
 
 mod delete_files;
 mod selection;
+mod wire;
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@ use arrow_flight::Action;
 use mink_core::protocol::{
     AddColumn, BucketId, BucketList, CompactReply, CreateTable, DropTable, ListOffsets, ListTables,
     Lookup, LookupReply, OffsetReply, PrefixLookup, TableDescriptorProto, TableList, TableRef,
-    TierReply, action, decode, decode_batch, encode_batch,
+    TierReply, UnionRequest, UnionSplit, action, decode, decode_batch, encode_batch,
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use prost::Message;
@@ -99,6 +99,16 @@ impl MinkFlightService {
                     files_removed: report.files_removed,
                     files_written: report.files_written,
                     rows: report.rows,
+                }
+                .encode_to_vec()
+            }
+            action::PLAN_UNION => {
+                let request: UnionRequest = decode("plan_union", body)?;
+                let bucket = required_bucket(request.bucket, "plan_union")?;
+                let planned = node.plan_union(&bucket, &request.filters).await?;
+                UnionSplit {
+                    files: planned.split.to_wire(),
+                    plan: Some(planned.plan),
                 }
                 .encode_to_vec()
             }

@@ -1,0 +1,102 @@
+//! `MinkCatalog`: every mink database as a DataFusion schema, every table in it as a
+//! [`MinkTable`].
+//!
+//! The catalog is a view of the node taken when it is loaded: the table names are listed
+//! then (DataFusion asks for them synchronously), and a table's descriptor is fetched
+//! when a query names it. Load it again to see tables created since.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
+use datafusion::error::Result;
+use mink_client::{ClientError, MinkClient};
+use mink_core::table::TablePath;
+use mink_lake::storage::LakeStorage;
+
+use crate::split::external;
+use crate::table::MinkTable;
+
+/// The catalog of one mink node.
+#[derive(Debug)]
+pub struct MinkCatalog {
+    databases: BTreeMap<String, Arc<MinkDatabase>>,
+}
+
+impl MinkCatalog {
+    /// Lists the node's tables; lake files are read from `storage`.
+    ///
+    /// # Errors
+    /// The node could not be reached.
+    pub async fn load(client: MinkClient, storage: LakeStorage) -> Result<Self, ClientError> {
+        let mut databases: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for path in client.list_tables(None).await? {
+            databases.entry(path.database).or_default().push(path.name);
+        }
+        let databases = databases
+            .into_iter()
+            .map(|(name, tables)| {
+                let database = MinkDatabase {
+                    name: name.clone(),
+                    tables,
+                    client: client.clone(),
+                    storage: storage.clone(),
+                };
+                (name, Arc::new(database))
+            })
+            .collect();
+        Ok(Self { databases })
+    }
+}
+
+impl CatalogProvider for MinkCatalog {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema_names(&self) -> Vec<String> {
+        self.databases.keys().cloned().collect()
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        self.databases
+            .get(name)
+            .map(|database| Arc::clone(database) as Arc<dyn SchemaProvider>)
+    }
+}
+
+/// One mink database.
+#[derive(Debug)]
+struct MinkDatabase {
+    name: String,
+    tables: Vec<String>,
+    client: MinkClient,
+    storage: LakeStorage,
+}
+
+#[async_trait]
+impl SchemaProvider for MinkDatabase {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        self.tables.clone()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if !self.table_exist(name) {
+            return Ok(None);
+        }
+        let path = TablePath::new(&self.name, name);
+        let table = self.client.describe_table(&path).await.map_err(external)?;
+        let provider = MinkTable::new(table, self.client.clone(), self.storage.clone());
+        Ok(Some(Arc::new(provider)))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.tables.iter().any(|table| table == name)
+    }
+}

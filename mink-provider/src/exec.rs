@@ -1,0 +1,158 @@
+//! `MinkUnionExec`: a scan of a mink table, one partition per bucket (a union split).
+//!
+//! The splits are planned when the scan is (each bucket's recorded lake snapshot and seam,
+//! its high watermark, its lake files pruned by the pushed filters), so a query reads a
+//! consistent point in time of every bucket. `execute` does no I/O: each partition's
+//! stream opens its split on its first poll (see [`crate::split`]).
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use datafusion::error::Result;
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    SendableRecordBatchStream,
+};
+
+use crate::split::{SplitMetrics, SplitReader, UnionSplit};
+
+/// A union read of a mink table: partition `i` is split `i`.
+#[derive(Debug)]
+pub struct MinkUnionExec {
+    reader: Arc<SplitReader>,
+    splits: Vec<UnionSplit>,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl MinkUnionExec {
+    pub(crate) fn try_new(reader: SplitReader, splits: Vec<UnionSplit>) -> Result<Self> {
+        let projection: Vec<usize> = (0..reader.output_columns).collect();
+        let schema = Arc::new(reader.read_schema.project(&projection)?);
+        // Our own bucketing is not DataFusion's hash partitioning: declare none.
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            Partitioning::UnknownPartitioning(splits.len().max(1)),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        Ok(Self {
+            reader: Arc::new(reader),
+            splits,
+            schema,
+            properties: Arc::new(properties),
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+}
+
+impl DisplayAs for MinkUnionExec {
+    fn fmt_as(&self, format: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let reader = &self.reader;
+        write!(f, "MinkUnionExec: table={}", reader.table.path)?;
+        if !reader.filters.is_empty() {
+            let filters: Vec<String> = reader.filters.iter().map(describe_filter).collect();
+            write!(f, ", filters=[{}]", filters.join(" AND "))?;
+        }
+        if matches!(format, DisplayFormatType::TreeRender) {
+            return write!(f, ", splits={}", self.splits.len());
+        }
+        let splits: Vec<String> = self
+            .splits
+            .iter()
+            .map(|split| {
+                let plan = &split.plan;
+                let snapshot = plan
+                    .snapshot_id
+                    .map_or_else(|| "none".to_string(), |id| id.to_string());
+                format!(
+                    "{}: snapshot={snapshot} lake_files={} log=[{}, {})",
+                    split.bucket,
+                    split.lake.files.len(),
+                    plan.log_from,
+                    plan.log_to
+                )
+            })
+            .collect();
+        write!(f, ", splits=[{}]", splits.join("; "))
+    }
+}
+
+fn describe_filter(filter: &mink_core::filter::ColumnFilter) -> String {
+    use mink_core::filter::FilterOp;
+    let op = match filter.operator() {
+        Ok(FilterOp::Eq) => "=",
+        Ok(FilterOp::NotEq) => "<>",
+        Ok(FilterOp::Lt) => "<",
+        Ok(FilterOp::LtEq) => "<=",
+        Ok(FilterOp::Gt) => ">",
+        Ok(FilterOp::GtEq) => ">=",
+        Ok(FilterOp::IsNull) => "IS NULL",
+        Ok(FilterOp::IsNotNull) => "IS NOT NULL",
+        Err(_) => "?",
+    };
+    match &filter.value {
+        Some(value) => format!("{} {op} {value}", filter.column),
+        None => format!("{} {op}", filter.column),
+    }
+}
+
+impl ExecutionPlan for MinkUnionExec {
+    fn name(&self) -> &str {
+        "MinkUnionExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let metrics = SplitMetrics {
+            lake_files: MetricBuilder::new(&self.metrics).counter("lake_files", partition),
+            lake_rows: MetricBuilder::new(&self.metrics).counter("lake_rows", partition),
+            tail_rows: MetricBuilder::new(&self.metrics).counter("tail_rows", partition),
+            merge_dropped: MetricBuilder::new(&self.metrics)
+                .counter("lake_rows_dropped_by_merge", partition),
+        };
+        let stream = match self.splits.get(partition) {
+            Some(split) => Arc::clone(&self.reader).read(split.clone(), metrics),
+            // A table without buckets is planned as one empty partition.
+            None => Box::pin(futures::stream::empty()),
+        };
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            stream,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}

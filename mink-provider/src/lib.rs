@@ -1,0 +1,21 @@
+//! mink in DataFusion: a catalog of mink tables whose scans are union splits.
+//!
+//! - [`catalog`]: every mink database as a schema, every table as a [`MinkTable`].
+//! - [`table`]: planning a scan: one union split per bucket, filters pushed down.
+//! - [`exec`]: [`MinkUnionExec`], one partition per split.
+//! - `split`: reading a split: lake Parquet from the object store, the tail from the
+//!   bucket leader over Flight, merged by key.
+//! - `filters`: DataFusion filters as mink column filters.
+//!
+//! A query reads each bucket as it is when the query is planned: the lake below the
+//! bucket's seam plus every change after it, exactly once (`spec/union-read.md`).
+
+pub mod catalog;
+pub mod exec;
+mod filters;
+mod split;
+pub mod table;
+
+pub use catalog::MinkCatalog;
+pub use exec::MinkUnionExec;
+pub use table::MinkTable;
