@@ -24,7 +24,7 @@ use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use sqlx::SqlitePool;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::error::{LakeError, Result};
 use crate::layout::{lake_schema, partition_spec};
@@ -33,6 +33,9 @@ use crate::storage::{LakeStorage, LakeStorageFactory};
 /// The catalog name every mink lake table is registered under (pyiceberg finds tables
 /// by it).
 pub const CATALOG_NAME: &str = "mink";
+
+/// The lake table property naming the mink table (by id) that owns it.
+pub const TABLE_ID_PROPERTY: &str = "mink.table-id";
 
 /// Where the lake lives.
 #[derive(Debug, Clone)]
@@ -203,7 +206,8 @@ impl Lake {
         &self.storage
     }
 
-    /// Creates the lake table of a mink table; an existing one is kept.
+    /// Creates the lake table of a mink table. One of the same table is kept; one left by an
+    /// earlier, dropped table of that name (`mink.table-id` differs) is dropped first.
     pub async fn create_table(&self, table: &TableDescriptor) -> Result<Table> {
         let namespace = NamespaceIdent::new(table.path.database.clone());
         if !self.catalog.namespace_exists(&namespace).await? {
@@ -218,7 +222,17 @@ impl Lake {
         }
         let ident = ident(&table.path);
         if self.catalog.table_exists(&ident).await? {
-            return self.load(&table.path).await;
+            let existing = self.load(&table.path).await?;
+            let owner = existing.metadata().properties().get(TABLE_ID_PROPERTY);
+            match owner {
+                // Left by a dropped mink table of the same name (a crash between dropping
+                // the table and its lake): its snapshots are not this table's.
+                Some(owner) if *owner != table.table_id.to_string() => {
+                    warn!(table = %table.path, owner, "dropping the lake table of an earlier table of this name");
+                    self.drop_table(&table.path).await?;
+                }
+                _ => return Ok(existing),
+            }
         }
         let schema = lake_schema(table)?;
         let spec = partition_spec(table, &schema)?;
@@ -226,11 +240,11 @@ impl Lake {
             .name(table.path.name.clone())
             .schema(schema)
             .partition_spec(spec)
-            .properties(HashMap::from([(
+            .properties(HashMap::from([
                 // mink is the one writer of its lake tables and checks for conflicts itself.
-                "commit.retry.num-retries".to_string(),
-                "0".to_string(),
-            )]))
+                ("commit.retry.num-retries".to_string(), "0".to_string()),
+                (TABLE_ID_PROPERTY.to_string(), table.table_id.to_string()),
+            ]))
             .build();
         let created = self.catalog.create_table(&namespace, creation).await?;
         info!(table = %table.path, location = created.metadata().location(), "created lake table");
