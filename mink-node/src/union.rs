@@ -139,6 +139,27 @@ pub fn log_range(
     .boxed()
 }
 
+/// A primary-key table's changelog batch in the table's current schema, with its change
+/// vector.
+///
+/// # Errors
+/// [`NodeError::Corrupt`] for a batch without change types.
+pub fn changelog_rows(
+    table: &TableDescriptor,
+    batch: crate::log::LogBatch,
+) -> Result<(arrow::array::RecordBatch, Vec<u8>)> {
+    let changes = batch.changes.ok_or_else(|| {
+        NodeError::Corrupt(format!(
+            "a batch of primary-key table {} without change types",
+            table.path
+        ))
+    })?;
+    Ok((
+        mink_core::schema::normalize_batch(&batch.batch, table.schema())?,
+        changes,
+    ))
+}
+
 /// The part of a log batch inside `[from, to)`.
 fn trim(mut batch: crate::log::LogBatch, from: i64, to: i64) -> Option<crate::log::LogBatch> {
     let start = (from - batch.base_offset).max(0) as usize;

@@ -28,7 +28,7 @@ use crate::error::NodeError;
 use crate::kv::KvTablet;
 use crate::log::LogBatch;
 use crate::node::Node;
-use crate::union::log_range;
+use crate::union::{changelog_rows, log_range};
 
 /// Rows per Snapshot batch when the request does not say.
 const DEFAULT_SNAPSHOT_ROWS: u32 = 8192;
@@ -198,10 +198,7 @@ impl MinkFlightService {
         let batches: Vec<LogBatch> = log.try_collect().await?;
         let tail = batches
             .into_iter()
-            .map(|b| {
-                let changes = b.changes.unwrap_or_default();
-                Ok((normalize_batch(&b.batch, table.schema())?, changes))
-            })
+            .map(|batch| changelog_rows(&table, batch))
             .collect::<Result<Vec<_>, NodeError>>()?;
         let codec = KeyCodec::new(&table)?;
         let merge = Arc::new(KeyMerge {

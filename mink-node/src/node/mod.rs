@@ -56,19 +56,19 @@ pub enum Failpoint {
     /// Abort the process after a tiering round's Iceberg commit, before mink records it.
     AbortAfterLakeCommit,
     /// Abort the process once a compaction's files are written, before its commit.
-    AbortMidCompaction,
+    AbortBeforeCompactionCommit,
     /// Abort the process after a compaction's Iceberg commit, before mink records it.
     AbortAfterCompactionCommit,
 }
 
 impl Failpoint {
     /// Parses `MINK_FAILPOINT` values (`abort-before-lake-commit`,
-    /// `abort-after-lake-commit`, `abort-mid-compaction`, `abort-after-compaction-commit`).
+    /// `abort-after-lake-commit`, `abort-before-compaction-commit`, `abort-after-compaction-commit`).
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "abort-before-lake-commit" => Some(Self::AbortBeforeLakeCommit),
             "abort-after-lake-commit" => Some(Self::AbortAfterLakeCommit),
-            "abort-mid-compaction" => Some(Self::AbortMidCompaction),
+            "abort-before-compaction-commit" => Some(Self::AbortBeforeCompactionCommit),
             "abort-after-compaction-commit" => Some(Self::AbortAfterCompactionCommit),
             _ => None,
         }

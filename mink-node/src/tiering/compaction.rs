@@ -26,7 +26,7 @@ use mink_core::schema::normalize_batch;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::Operation;
 use mink_lake::commit::SnapshotChanges;
-use mink_lake::layout::lake_arrow_schema;
+use mink_lake::layout::{BUCKET_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN, lake_arrow_schema};
 use mink_lake::reader::{LakeSplit, SplitScope, plan_split, read_split};
 use mink_lake::writer::{BucketWriter, delete_files};
 use mink_lake::{DataFile, LakeTable};
@@ -96,7 +96,7 @@ async fn compact(node: &Node, path: &TablePath, selection: Selection) -> Result<
     }
     let split = plan_split(&lake_table, snapshot_id, &SplitScope::Table, None).await?;
     let chosen: Vec<(BucketId, LakeSplit)> =
-        split_by_bucket_dir(lake_table.metadata().location(), split, &table)
+        split_by_bucket_dir(lake_table.metadata().location(), split, &table)?
             .into_iter()
             .filter(|(bucket, split)| match (selection, &due) {
                 (Selection::All, _) => {
@@ -149,7 +149,7 @@ async fn compact(node: &Node, path: &TablePath, selection: Selection) -> Result<
         changes,
         &offsets,
         [
-            Failpoint::AbortMidCompaction,
+            Failpoint::AbortBeforeCompactionCommit,
             Failpoint::AbortAfterCompactionCommit,
         ],
     )
@@ -179,8 +179,10 @@ impl<'a> Rewrite<'a> {
     fn new(table: &'a TableDescriptor, lake_table: &'a LakeTable) -> Result<Self> {
         let lake_schema = lake_arrow_schema(lake_table.metadata().current_schema())?;
         let mut fields = table.schema().fields().to_vec();
-        let columns = lake_schema.fields().len();
-        fields.extend(lake_schema.fields()[columns - 3..].iter().cloned());
+        // By name: columns added to the table come after them in the lake.
+        for column in [BUCKET_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN] {
+            fields.push(Arc::new(lake_schema.field_with_name(column)?.clone()));
+        }
         Ok(Self {
             lake_table,
             lake_schema,

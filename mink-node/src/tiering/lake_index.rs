@@ -59,6 +59,7 @@ pub(crate) struct IndexedFile {
     pub(crate) live: u64,
 }
 
+/// Where a live lake row is: a file of the bucket's list, and the row's position in it.
 #[derive(Debug, Clone, Copy)]
 struct RowLocation {
     file: u32,
@@ -83,7 +84,8 @@ impl LakeIndex {
         };
         let split = plan_split(lake_table, snapshot_id, &SplitScope::Table, None).await?;
         let mut builds = tokio::task::JoinSet::new();
-        for (bucket, split) in split_by_bucket_dir(lake_table.metadata().location(), split, table) {
+        for (bucket, split) in split_by_bucket_dir(lake_table.metadata().location(), split, table)?
+        {
             let (storage, table) = (storage.clone(), Arc::clone(table));
             builds.spawn(async move {
                 let bucket_index = BucketIndex::build(&storage, &table, split).await?;
@@ -210,7 +212,7 @@ impl BucketIndex {
         let live: u64 = self.files.iter().map(|f| f.live).sum();
         let dead_files = self.files.iter().filter(|f| f.live == 0).count();
         self.files.len() - dead_files > MAX_FILES
-            || (rows > 0 && (rows - live) as f64 >= MAX_DELETED_SHARE * rows as f64)
+            || (rows > 0 && rows.saturating_sub(live) as f64 >= MAX_DELETED_SHARE * rows as f64)
     }
 }
 
@@ -229,19 +231,31 @@ fn key_schema(table: &TableDescriptor, codec: &KeyCodec) -> Result<Arc<Schema>> 
     Ok(Arc::new(table.schema().project(&indices)?))
 }
 
-/// A whole-table split grouped by the bucket directory of each file.
+/// A whole-table split grouped by bucket, by the directory of each file.
+///
+/// # Errors
+/// [`NodeError::Corrupt`] for a data file outside every bucket directory (written by
+/// another engine): mink could not keep its rows' deletes, so it refuses to go on.
 pub(super) fn split_by_bucket_dir(
     location: &str,
     split: LakeSplit,
     table: &TableDescriptor,
-) -> HashMap<BucketId, LakeSplit> {
-    let mut by_dir: HashMap<String, LakeSplit> = HashMap::new();
+) -> Result<HashMap<BucketId, LakeSplit>> {
+    let mut by_bucket: HashMap<BucketId, LakeSplit> = HashMap::new();
     for file in split.files {
-        let Some(dir) = file.path.rsplit_once('/').map(|(dir, _)| dir.to_string()) else {
-            continue;
-        };
-        by_dir
-            .entry(dir)
+        let bucket = file
+            .path
+            .rsplit_once('/')
+            .and_then(|(dir, _)| dir.strip_prefix(location))
+            .and_then(|dir| bucket_of_dir(table, dir.trim_start_matches('/')))
+            .ok_or_else(|| {
+                NodeError::Corrupt(format!(
+                    "lake file {} of {} is in no bucket directory of mink's",
+                    file.path, table.path
+                ))
+            })?;
+        by_bucket
+            .entry(bucket)
             .or_insert_with(|| LakeSplit {
                 snapshot_id: split.snapshot_id,
                 files: Vec::new(),
@@ -249,13 +263,7 @@ pub(super) fn split_by_bucket_dir(
             .files
             .push(file);
     }
-    by_dir
-        .into_iter()
-        .filter_map(|(dir, split)| {
-            let relative = dir.strip_prefix(location)?.trim_start_matches('/');
-            Some((bucket_of_dir(table, relative)?, split))
-        })
-        .collect()
+    Ok(by_bucket)
 }
 
 /// The bucket whose directory is `dir` (see [`bucket_dir`]).

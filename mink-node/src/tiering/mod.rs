@@ -16,8 +16,8 @@
 //!
 //! **Exactly once.** A crash before step 4 leaves files no snapshot references: step 1 of
 //! the next round deletes them. A crash between 4 and 5 leaves a snapshot mink did not
-//! record: step 1 finds it (mink is the only writer of the table, so a newer snapshot is
-//! its own) and records it from its summary. Either way nothing is tiered twice and
+//! record: step 1 finds it (the newest snapshot carrying `mink.bucket-offsets` is mink's,
+//! even when another engine committed on top of it) and records it from its summary. Either way nothing is tiered twice and
 //! nothing is skipped. Rounds run one at a time per node. The same steps commit a
 //! compaction (`compaction`), whose `replace` snapshot carries the offsets forward.
 //!
@@ -287,40 +287,72 @@ pub(crate) fn recorded_offsets(node: &Node, table: &TableDescriptor) -> Result<B
 /// Step 1: brings mink's record in line with the lake after a crash. Returns whether a
 /// committed but unrecorded snapshot was recorded.
 async fn reconcile(node: &Node, table: &TableDescriptor, lake_table: &Table) -> Result<bool> {
-    let current = lake_table.metadata().current_snapshot();
+    let newest = newest_mink_snapshot(lake_table);
     if let Some(pending) = node.metadata.pending_round(table.table_id)? {
-        let committed = current.map(|s| s.snapshot_id()) != pending.parent_snapshot;
+        // The pending round committed iff mink's newest snapshot is its commit: the one
+        // made on top of the snapshot the round was planned on.
+        let committed = newest.as_ref().is_some_and(|snapshot| {
+            snapshot.parent == pending.parent_snapshot
+                && Some(snapshot.id) != pending.parent_snapshot
+        });
         if !committed {
             warn!(table = %table.path, files = pending.files.len(), "deleting the files of a round that was never committed");
             delete_files(lake_table, &pending.files).await?;
         }
         node.metadata.clear_pending_round(table.table_id)?;
     }
-    let Some(current) = current else {
+    let Some(newest) = newest else {
         return Ok(false);
     };
     let recorded = node.metadata.latest_lake_snapshot(table.table_id)?;
-    if recorded.as_ref().map(|r| r.snapshot_id) == Some(current.snapshot_id()) {
+    if recorded.as_ref().map(|r| r.snapshot_id) == Some(newest.id) {
         return Ok(false);
     }
-    let Some(offsets) = current
-        .summary()
-        .additional_properties
-        .get(BUCKET_OFFSETS_PROPERTY)
-    else {
-        return Ok(false);
-    };
-    BucketOffsets::from_json(offsets)?;
-    warn!(table = %table.path, snapshot_id = current.snapshot_id(), "recording a lake snapshot committed before a crash");
+    BucketOffsets::from_json(&newest.offsets)?;
+    warn!(table = %table.path, snapshot_id = newest.id, "recording a lake snapshot committed before a crash");
     node.metadata.record_lake_snapshot(
         table.table_id,
         &LakeSnapshotRecord {
-            snapshot_id: current.snapshot_id(),
-            offsets: offsets.to_string(),
-            committed_at: current.timestamp_ms(),
+            snapshot_id: newest.id,
+            offsets: newest.offsets,
+            committed_at: newest.timestamp_ms,
         },
     )?;
     Ok(true)
+}
+
+/// A snapshot mink committed (it carries `mink.bucket-offsets`).
+#[derive(Debug)]
+struct MinkSnapshot {
+    id: i64,
+    parent: Option<i64>,
+    offsets: String,
+    timestamp_ms: i64,
+}
+
+/// The newest snapshot mink committed: the current one or, when other engines committed
+/// on top of it, the first of its ancestors that carries `mink.bucket-offsets`.
+fn newest_mink_snapshot(lake_table: &Table) -> Option<MinkSnapshot> {
+    let metadata = lake_table.metadata();
+    let mut snapshot = metadata.current_snapshot();
+    while let Some(current) = snapshot {
+        if let Some(offsets) = current
+            .summary()
+            .additional_properties
+            .get(BUCKET_OFFSETS_PROPERTY)
+        {
+            return Some(MinkSnapshot {
+                id: current.snapshot_id(),
+                parent: current.parent_snapshot_id(),
+                offsets: offsets.clone(),
+                timestamp_ms: current.timestamp_ms(),
+            });
+        }
+        snapshot = current
+            .parent_snapshot_id()
+            .and_then(|parent| metadata.snapshot_by_id(parent));
+    }
+    None
 }
 
 /// Runs due tiering rounds forever: each lake-enabled table every `lake.freshness`
@@ -345,9 +377,14 @@ pub async fn run_tiering(node: Arc<Node>) {
                 continue;
             }
             last_round.insert(table.table_id, Instant::now());
-            if let Err(error) = tier_table(&node, &path).await {
-                warn!(table = %path, %error, "tiering round failed; it is retried next time");
-                continue;
+            match tier_table(&node, &path).await {
+                Err(error) => {
+                    warn!(table = %path, %error, "tiering round failed; it is retried next time");
+                    continue;
+                }
+                // Nothing new: nothing new to compact either.
+                Ok(report) if report.snapshot_id.is_none() => continue,
+                Ok(_) => {}
             }
             if let Err(error) = compaction::compact_due(&node, &path).await {
                 warn!(table = %path, %error, "compaction failed; it is retried after the next round");

@@ -21,7 +21,6 @@ use futures::TryStreamExt;
 use mink_core::key::KeyCodec;
 use mink_core::merge::TailIndex;
 use mink_core::protocol::BucketId;
-use mink_core::schema::normalize_batch;
 use mink_core::table::TableDescriptor;
 use mink_lake::DataFile;
 use mink_lake::deletes::write_position_deletes;
@@ -33,7 +32,7 @@ use super::lake_index::BucketIndex;
 use crate::error::{NodeError, Result};
 use crate::log::LogBatch;
 use crate::node::Bucket;
-use crate::union::log_range;
+use crate::union::{changelog_rows, log_range};
 
 /// What one bucket adds to a round.
 #[derive(Debug, Default)]
@@ -109,21 +108,13 @@ pub(super) async fn tier_bucket(
 /// A changelog batch in the table's current schema, with each row's log offset and
 /// commit time as two extra columns (the lake keeps both), and its change vector.
 fn with_origins(table: &TableDescriptor, batch: LogBatch) -> Result<(RecordBatch, Vec<u8>)> {
-    let changes = batch.changes.ok_or_else(|| {
-        NodeError::Corrupt(format!(
-            "a batch of primary-key table {} without change types",
-            table.path
-        ))
-    })?;
-    let rows = normalize_batch(&batch.batch, table.schema())?;
+    let (base_offset, commit_ms) = (batch.base_offset, batch.commit_timestamp);
+    let (rows, changes) = changelog_rows(table, batch)?;
     let count = rows.num_rows() as i64;
     let offsets: ArrayRef = Arc::new(Int64Array::from_iter_values(
-        batch.base_offset..batch.base_offset + count,
+        base_offset..base_offset + count,
     ));
-    let commit_ms: ArrayRef = Arc::new(Int64Array::from(vec![
-        batch.commit_timestamp;
-        rows.num_rows()
-    ]));
+    let commit_ms: ArrayRef = Arc::new(Int64Array::from(vec![commit_ms; rows.num_rows()]));
     let mut fields = rows.schema().fields().to_vec();
     fields.push(Arc::new(Field::new("__log_offset", DataType::Int64, false)));
     fields.push(Arc::new(Field::new("__commit_ms", DataType::Int64, false)));

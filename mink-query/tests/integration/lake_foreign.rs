@@ -14,6 +14,8 @@ use mink_core::protocol::BucketId;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::deletes::delete_equality;
 
+use crate::lake_history::lake_options;
+use crate::process::ServerProcess;
 use crate::support::TestNode;
 
 /// `(id BIGINT, name STRING, PRIMARY KEY (id))` in two buckets, with a lake tiered on
@@ -158,4 +160,69 @@ async fn equality_deletes_of_another_engine_are_honoured() {
     assert!(compacted.files_removed > 0, "{compacted:?}");
     assert_eq!(union(client, path).await, now);
     assert_eq!(read_lake(client, path, None).await, now);
+}
+
+/// A round commits and the node crashes before recording it; then another engine
+/// commits on top. On restart mink finds its own snapshot behind the foreign one, records
+/// it, and tiers nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_round_under_a_foreign_snapshot_is_recorded() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let events = crate::support::events_table("under_foreign", 2, lake_options());
+    let crashing =
+        ServerProcess::start_with_env(dir.path(), &[("MINK_FAILPOINT", "abort-after-lake-commit")]);
+    let client = MinkClient::connect(&crashing.addr).await.expect("connect");
+    let table = client.create_table(&events, false).await.expect("create");
+    let ids: Vec<i64> = (0..40).collect();
+    client
+        .write(&table, &crate::support::events(&table, &ids))
+        .await
+        .expect("write");
+    client
+        .tier(&table.path)
+        .await
+        .expect_err("the node aborts after the commit");
+    crashing.wait_for_exit();
+
+    // Another engine deletes id 7 on top of mink's unrecorded snapshot.
+    let lake = mink_lake::Lake::open(mink_lake::LakeConfig::embedded(dir.path()).expect("config"))
+        .await
+        .expect("lake");
+    let lake_table = lake.load(&table.path).await.expect("lake table");
+    let keys = RecordBatch::try_new(
+        Arc::new(table.schema().project(&[0]).expect("id")),
+        vec![Arc::new(Int64Array::from(vec![7]))],
+    )
+    .expect("keys");
+    delete_equality(&lake, &lake_table, &keys, &["id"])
+        .await
+        .expect("equality delete");
+    drop(lake);
+
+    let server = ServerProcess::start(dir.path());
+    let client = MinkClient::connect(&server.addr).await.expect("connect");
+    let report = client.tier(&table.path).await.expect("tier");
+    assert!(
+        report.repaired,
+        "mink's snapshot behind the foreign one is recorded"
+    );
+    assert_eq!(report.rows, 0, "nothing is tiered twice: {report:?}");
+    let mut union = Vec::new();
+    for bucket in 0..2 {
+        let answer = client
+            .union(&BucketId::new(&table.path, bucket), &[0], &[])
+            .await
+            .expect("union");
+        assert_eq!(
+            answer.plan.log_from, answer.plan.log_to,
+            "the seam is the crashed round's"
+        );
+        union.extend(crate::support::first_column_ids(&answer.batches));
+    }
+    union.sort_unstable();
+    assert_eq!(
+        union, ids,
+        "the recorded snapshot is mink's own, below the foreign delete"
+    );
+    server.kill();
 }

@@ -17,7 +17,7 @@ use tonic::Code;
 use crate::process::ServerProcess;
 use crate::support::{TestNode, events, events_table, first_column_ids, seed};
 
-fn lake_options() -> TableOptions {
+pub(crate) fn lake_options() -> TableOptions {
     TableOptions {
         lake_enabled: true,
         // Rounds are run by the test (the service's first round would come in an hour).

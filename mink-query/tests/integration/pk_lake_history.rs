@@ -33,40 +33,41 @@ const DATES: [&str; 2] = ["2024-01-01", "2024-01-02"];
 /// Steps of a random history.
 const STEPS: usize = 50;
 
-/// A crash point of the server, as `MINK_FAILPOINT` names it.
+/// A crash point of the server (before or after a round's or a compaction's commit), as
+/// `MINK_FAILPOINT` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Failpoint {
-    BeforeLakeCommit,
-    AfterLakeCommit,
-    MidCompaction,
-    AfterCompactionCommit,
+    BeforeRound,
+    AfterRound,
+    BeforeCompaction,
+    AfterCompaction,
 }
 
 impl Failpoint {
     const ALL: [Self; 4] = [
-        Self::BeforeLakeCommit,
-        Self::AfterLakeCommit,
-        Self::MidCompaction,
-        Self::AfterCompactionCommit,
+        Self::BeforeRound,
+        Self::AfterRound,
+        Self::BeforeCompaction,
+        Self::AfterCompaction,
     ];
 
     fn name(self) -> &'static str {
         match self {
-            Self::BeforeLakeCommit => "abort-before-lake-commit",
-            Self::AfterLakeCommit => "abort-after-lake-commit",
-            Self::MidCompaction => "abort-mid-compaction",
-            Self::AfterCompactionCommit => "abort-after-compaction-commit",
+            Self::BeforeRound => "abort-before-lake-commit",
+            Self::AfterRound => "abort-after-lake-commit",
+            Self::BeforeCompaction => "abort-before-compaction-commit",
+            Self::AfterCompaction => "abort-after-compaction-commit",
         }
     }
 
     /// Whether a tiering round (else a compaction) reaches it.
     fn in_round(self) -> bool {
-        matches!(self, Self::BeforeLakeCommit | Self::AfterLakeCommit)
+        matches!(self, Self::BeforeRound | Self::AfterRound)
     }
 
     /// Whether the Iceberg snapshot is committed when the process dies.
     fn after_commit(self) -> bool {
-        matches!(self, Self::AfterLakeCommit | Self::AfterCompactionCommit)
+        matches!(self, Self::AfterRound | Self::AfterCompaction)
     }
 }
 
@@ -570,10 +571,10 @@ async fn random_pk_lake_histories_match_the_model() {
     for step in 0..STEPS {
         // Every history crashes at each failpoint at least once.
         let forced = match step {
-            8 => Some(Failpoint::BeforeLakeCommit),
-            18 => Some(Failpoint::AfterLakeCommit),
-            28 => Some(Failpoint::MidCompaction),
-            38 => Some(Failpoint::AfterCompactionCommit),
+            8 => Some(Failpoint::BeforeRound),
+            18 => Some(Failpoint::AfterRound),
+            28 => Some(Failpoint::BeforeCompaction),
+            38 => Some(Failpoint::AfterCompaction),
             _ => None,
         };
         let client = server.client.clone();
@@ -897,4 +898,37 @@ async fn the_service_tiers_and_compacts_on_its_own() {
     .await;
     assert_eq!(union_rows(client, &table).await, expected);
     assert_eq!(lake_files(client, &table).await, vec![1], "one file left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_after_add_column() {
+    let node = TestNode::start().await;
+    let client = &node.client;
+    let table = client
+        .create_table(&pk_lake_table("evolved", 1), false)
+        .await
+        .expect("create");
+    let key = |id: i64| ("d".to_string(), id, 0);
+    let mut state = State::new();
+    for round in 0..2 {
+        let rows: Vec<(Key, Cells)> = (0..6)
+            .map(|id| (key(id), (Some(format!("r{round}")), Some(id))))
+            .collect();
+        client
+            .write(&table, &lake_rows(&table, &rows))
+            .await
+            .expect("write");
+        state.extend(rows);
+        client.tier(&table.path).await.expect("tier");
+    }
+    let field = arrow::datatypes::Field::new("extra", arrow::datatypes::DataType::Utf8, true);
+    client
+        .add_column(&table.path, field)
+        .await
+        .expect("add column");
+    // The lake's own columns now come before `extra`: compaction finds them by name.
+    let reply = client.compact(&table.path).await.expect("compact");
+    assert!(reply.files_removed > 0, "{reply:?}");
+    assert_eq!(lake_at(client, &table, None).await, rows_of(&state));
+    assert_eq!(union_rows(client, &table).await, rows_of(&state));
 }
