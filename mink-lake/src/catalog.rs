@@ -121,7 +121,7 @@ impl LakeConfig {
 }
 
 /// The lake: its catalog, the catalog's database (for [`crate::commit`]'s own
-/// compare-and-swap) and the store.
+/// compare-and-swap of a table's metadata location) and the store.
 #[derive(Clone)]
 pub struct Lake {
     catalog: Arc<SqlCatalog>,
@@ -189,11 +189,6 @@ impl Lake {
     /// The catalog.
     pub fn catalog(&self) -> &SqlCatalog {
         &self.catalog
-    }
-
-    /// The catalog's database.
-    pub(crate) fn database(&self) -> &SqlitePool {
-        &self.database
     }
 
     /// The object store of the warehouse.
@@ -276,6 +271,59 @@ impl Lake {
         Ok(())
     }
 
+    /// Swaps a table's metadata location in the catalog's database from `expected` to
+    /// `new` (the commit point of [`crate::commit`]); false when it was no longer
+    /// `expected`.
+    ///
+    /// This and [`Lake::metadata_location`] encode the schema of iceberg-catalog-sql's
+    /// `iceberg_tables` table, and select a table's row as its own `update_table` does:
+    /// by catalog, namespace (joined by `.`) and name, of record type (`iceberg_type`)
+    /// `TABLE` or none (rows written before the column existed).
+    ///
+    /// # Errors
+    /// [`LakeError::Catalog`] when the database fails; the swap may then have happened or
+    /// not (see [`Lake::metadata_location`]).
+    pub(crate) async fn swap_metadata_location(
+        &self,
+        table: &TableIdent,
+        expected: &str,
+        new: &str,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
+             WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? \
+             AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL) \
+             AND metadata_location = ?",
+        )
+        .bind(new)
+        .bind(expected)
+        .bind(CATALOG_NAME)
+        .bind(table.namespace().join("."))
+        .bind(table.name())
+        .bind(expected)
+        .execute(&self.database)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// A table's metadata location in the catalog's database (None: no such table), read
+    /// from the row [`Lake::swap_metadata_location`] swaps.
+    ///
+    /// # Errors
+    /// [`LakeError::Catalog`] when the database fails.
+    pub(crate) async fn metadata_location(&self, table: &TableIdent) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT metadata_location FROM iceberg_tables \
+             WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? \
+             AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)",
+        )
+        .bind(CATALOG_NAME)
+        .bind(table.namespace().join("."))
+        .bind(table.name())
+        .fetch_optional(&self.database)
+        .await?)
+    }
+
     /// Adds a (nullable) column to a lake table, as ADD COLUMN does to the mink table.
     pub async fn add_column(&self, path: &TablePath, field: &Field) -> Result<Table> {
         let table = self.load(path).await?;
@@ -286,5 +334,39 @@ impl Lake {
             .add_column(AddColumn::optional(field.name(), lake_type))
             .apply(tx)?;
         Ok(tx.commit(self.catalog.as_ref()).await?)
+    }
+}
+
+/// A lake and one lake table in a temporary directory, for the crate's unit tests.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use arrow::datatypes::{DataType, Field, Schema};
+    use mink_core::options::TableOptions;
+    use mink_core::table::{TableDescriptor, TablePath};
+
+    use super::{Lake, LakeConfig, Table};
+
+    /// The embedded lake of `dir` with the lake table of `db.t` (`id BIGINT NOT NULL`,
+    /// two buckets by `id`).
+    pub(crate) async fn lake_table(dir: &std::path::Path) -> (Lake, TableDescriptor, Table) {
+        let lake = Lake::open(LakeConfig::embedded(dir).unwrap())
+            .await
+            .unwrap();
+        let options = TableOptions {
+            bucket_num: 2,
+            bucket_key: Some(vec!["id".into()]),
+            lake_enabled: true,
+            ..TableOptions::default()
+        };
+        let descriptor = TableDescriptor::new(
+            TablePath::new("db", "t"),
+            Schema::new(vec![Field::new("id", DataType::Int64, false)]),
+            vec![],
+            vec![],
+            options,
+        )
+        .unwrap();
+        let table = lake.create_table(&descriptor).await.unwrap();
+        (lake, descriptor, table)
     }
 }

@@ -41,28 +41,14 @@ use iceberg::{Error as IcebergError, ErrorKind};
 use mink_core::partition::partition_names;
 use mink_core::protocol::BucketId;
 use mink_core::schema::normalize_batch;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
-use tracing::warn;
 
 use crate::catalog::Lake;
 use crate::commit::{SnapshotChanges, commit_snapshot};
 use crate::error::{LakeError, Result};
 use crate::layout::{BUCKET_COLUMN, bucket_dir};
-use crate::writer::{BucketLocation, TARGET_FILE_BYTES, UuidNames};
-
-fn writer_properties() -> WriterProperties {
-    WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .build()
-}
-
-fn layout_error(table: &Table, message: String) -> LakeError {
-    LakeError::Layout {
-        table: table.identifier().to_string(),
-        message,
-    }
-}
+use crate::writer::{
+    BucketLocation, TARGET_FILE_BYTES, UuidNames, delete_files, writer_properties,
+};
 
 /// The schema of a position delete file: `file_path` and `pos` with their reserved ids.
 fn position_delete_schema() -> Result<SchemaRef> {
@@ -94,11 +80,14 @@ pub async fn write_position_deletes(
     deletes.sort_unstable();
     deletes.dedup();
     let (Some((first, _)), Some((last, _))) = (deletes.first(), deletes.last()) else {
-        return Err(layout_error(table, "no position deletes to write".into()));
+        return Err(LakeError::layout(
+            table.identifier(),
+            "no position deletes to write",
+        ));
     };
     if let Some((path, pos)) = deletes.iter().find(|(_, pos)| *pos < 0) {
-        return Err(layout_error(
-            table,
+        return Err(LakeError::layout(
+            table.identifier(),
             format!("negative position {pos} in {path}"),
         ));
     }
@@ -129,8 +118,8 @@ pub async fn write_position_deletes(
         .await?;
     writer.write(&batch).await?;
     let mut builder = writer.close().await?.pop().ok_or_else(|| {
-        layout_error(
-            table,
+        LakeError::layout(
+            table.identifier(),
             format!("position delete file {location} came out empty"),
         )
     })?;
@@ -170,9 +159,9 @@ pub async fn write_equality_deletes(
     let metadata = table.metadata();
     let table_schema = metadata.current_schema();
     if equality_columns.is_empty() {
-        return Err(layout_error(
-            table,
-            "equality deletes need equality columns".into(),
+        return Err(LakeError::layout(
+            table.identifier(),
+            "equality deletes need equality columns",
         ));
     }
     // The keys' own schema: the table's fields of those names, with their ids.
@@ -185,7 +174,9 @@ pub async fn write_equality_deletes(
                 .as_struct()
                 .field_by_name(f.name())
                 .map(Arc::clone)
-                .ok_or_else(|| layout_error(table, format!("no lake column '{}'", f.name())))
+                .ok_or_else(|| {
+                    LakeError::layout(table.identifier(), format!("no lake column '{}'", f.name()))
+                })
         })
         .collect::<Result<Vec<NestedFieldRef>>>()?;
     let id_of = |name: &str| fields.iter().find(|f| f.name == name).map(|f| f.id);
@@ -193,7 +184,10 @@ pub async fn write_equality_deletes(
         .iter()
         .map(|name| {
             id_of(name).ok_or_else(|| {
-                layout_error(table, format!("the keys lack equality column '{name}'"))
+                LakeError::layout(
+                    table.identifier(),
+                    format!("the keys lack equality column '{name}'"),
+                )
             })
         })
         .collect::<Result<Vec<i32>>>()?;
@@ -203,8 +197,8 @@ pub async fn write_equality_deletes(
             let source = table_schema
                 .name_by_field_id(field.source_id)
                 .unwrap_or("?");
-            return Err(layout_error(
-                table,
+            return Err(LakeError::layout(
+                table.identifier(),
                 format!(
                     "the keys lack column '{source}', the source of partition field '{}'",
                     field.name
@@ -325,11 +319,8 @@ pub async fn delete_equality(
         Ok(committed) => Ok(committed),
         Err(error) => {
             if !matches!(error, LakeError::Catalog(_)) {
-                for path in &paths {
-                    if let Err(e) = table.file_io().delete(path).await {
-                        warn!(%path, error = %e, "could not delete an uncommitted delete file");
-                    }
-                }
+                // The commit's error is the one to report; cleanup failures are logged.
+                let _ = delete_files(table, &paths).await;
             }
             Err(error)
         }

@@ -52,5 +52,15 @@ pub enum LakeError {
     },
 }
 
+impl LakeError {
+    /// A [`LakeError::Layout`]: `table`'s content does not fit what mink expects of it.
+    pub fn layout(table: &(impl std::fmt::Display + ?Sized), message: impl Into<String>) -> Self {
+        Self::Layout {
+            table: table.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
 /// Result with [`LakeError`].
 pub type Result<T, E = LakeError> = std::result::Result<T, E>;

@@ -66,10 +66,7 @@ pub fn lake_schema(table: &TableDescriptor) -> Result<Schema> {
         DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())),
         false,
     ));
-    let layout_error = |e: iceberg::Error| LakeError::Layout {
-        table: table.path.to_string(),
-        message: e.to_string(),
-    };
+    let layout_error = |e: iceberg::Error| LakeError::layout(&table.path, e.to_string());
     let schema =
         arrow_schema_to_schema_auto_assign_ids(&ArrowSchema::new(fields)).map_err(layout_error)?;
     if table.primary_key.is_empty() {
@@ -79,12 +76,12 @@ pub fn lake_schema(table: &TableDescriptor) -> Result<Schema> {
         .primary_key
         .iter()
         .map(|name| {
-            schema
-                .field_id_by_name(name)
-                .ok_or_else(|| LakeError::Layout {
-                    table: table.path.to_string(),
-                    message: format!("no lake column for key column '{name}'"),
-                })
+            schema.field_id_by_name(name).ok_or_else(|| {
+                LakeError::layout(
+                    &table.path,
+                    format!("no lake column for key column '{name}'"),
+                )
+            })
         })
         .collect::<Result<Vec<_>>>()?;
     schema
@@ -99,10 +96,7 @@ pub fn partition_spec(table: &TableDescriptor, schema: &Schema) -> Result<Unboun
     let id_of = |name: &str| {
         schema
             .field_id_by_name(name)
-            .ok_or_else(|| LakeError::Layout {
-                table: table.path.to_string(),
-                message: format!("no lake column '{name}'"),
-            })
+            .ok_or_else(|| LakeError::layout(&table.path, format!("no lake column '{name}'")))
     };
     let mut spec = UnboundPartitionSpec::builder();
     for key in &table.partition_keys {

@@ -16,6 +16,7 @@ use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use mink_core::protocol::BucketId;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use tracing::warn;
 
 use crate::catalog::Lake;
 use crate::commit::{SnapshotChanges, commit_snapshot};
@@ -101,13 +102,13 @@ impl BucketWriter {
             let writer = match &mut self.open {
                 Some((seen, writer)) if seen.data() == key.data() => writer,
                 Some(_) => {
-                    return Err(LakeError::Layout {
-                        table: self.table.identifier().to_string(),
-                        message: format!(
+                    return Err(LakeError::layout(
+                        self.table.identifier(),
+                        format!(
                             "rows of bucket {} fall in more than one lake partition",
                             self.bucket
                         ),
-                    });
+                    ));
                 }
                 None => {
                     let writer = open_writer(&self.table, &self.bucket, key.clone()).await?;
@@ -128,6 +129,14 @@ impl BucketWriter {
     }
 }
 
+/// The Parquet writer properties of every file mink writes to the lake (data and delete
+/// files): zstd compression, the rest as Parquet's defaults.
+pub(crate) fn writer_properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .build()
+}
+
 /// Opens the data file writer of one bucket's partition. (A free function: the future
 /// must not borrow the [`BucketWriter`], whose open writer is not `Sync`.)
 async fn open_writer(
@@ -136,12 +145,9 @@ async fn open_writer(
     partition: PartitionKey,
 ) -> Result<DataFileWriter<ParquetWriterBuilder, BucketLocation, UuidNames>> {
     let metadata = table.metadata();
-    let properties = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .build();
     let location = BucketLocation(format!("{}/{}", metadata.location(), bucket_dir(bucket)));
     let rolling = RollingFileWriterBuilder::new(
-        ParquetWriterBuilder::new(properties, Arc::clone(metadata.current_schema())),
+        ParquetWriterBuilder::new(writer_properties(), Arc::clone(metadata.current_schema())),
         TARGET_FILE_BYTES,
         table.file_io().clone(),
         location,
@@ -177,10 +183,68 @@ pub async fn commit_round(
     commit_snapshot(lake, table, parent, Operation::Append, changes).await
 }
 
-/// Deletes files written by a round that was never committed.
+/// Deletes lake files that were written but never committed (a round's data files, a
+/// failed commit's delete files, manifests and metadata), best effort: every path is tried,
+/// each failure is logged with `warn!`, and the first one is returned after all were tried.
+///
+/// A caller that is already failing with another error keeps its own error: it drops
+/// this result (the failures are logged here), it never `?`s it over the original error.
+/// An orphaned file is harmless; a deleted committed file is not, so only call this with
+/// files no committed snapshot can reference.
+///
+/// # Errors
+/// [`LakeError::Iceberg`] of the first file that could not be deleted (a file that is
+/// already gone is no error).
 pub async fn delete_files(table: &Table, paths: &[String]) -> Result<()> {
+    let mut first = None;
     for path in paths {
-        table.file_io().delete(path).await?;
+        if let Err(error) = table.file_io().delete(path).await {
+            warn!(table = %table.identifier(), %path, %error, "could not delete an uncommitted lake file");
+            first.get_or_insert(error);
+        }
     }
-    Ok(())
+    first.map_or(Ok(()), |error| Err(error.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::catalog::fixture::lake_table;
+
+    #[tokio::test]
+    async fn deleting_files_tries_every_path_and_reports_the_first_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_lake, _descriptor, table) = lake_table(dir.path()).await;
+        let file_io = table.file_io();
+        let location = table.metadata().location();
+        let written: Vec<String> = ["a", "b"]
+            .iter()
+            .map(|name| format!("{location}/data/{name}.parquet"))
+            .collect();
+        for path in &written {
+            file_io
+                .new_output(path)
+                .unwrap()
+                .write(Bytes::from_static(b"x"))
+                .await
+                .unwrap();
+        }
+        // Not an absolute path: the store cannot delete it.
+        let paths = [
+            vec!["not/absolute".to_string()],
+            written.clone(),
+            vec!["also/not/absolute".to_string()],
+        ]
+        .concat();
+        let err = delete_files(&table, &paths).await.unwrap_err();
+        assert!(err.to_string().contains("not/absolute"), "{err}");
+        assert!(!err.to_string().contains("also/not/absolute"), "{err}");
+        for path in &written {
+            assert!(!file_io.exists(path).await.unwrap(), "{path} is left");
+        }
+        // Files already gone are no failure.
+        delete_files(&table, &written).await.unwrap();
+    }
 }

@@ -16,6 +16,6 @@ mod filters;
 mod split;
 pub mod table;
 
-pub use catalog::MinkCatalog;
+pub use catalog::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog, session};
 pub use exec::MinkUnionExec;
 pub use table::MinkTable;

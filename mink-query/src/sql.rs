@@ -15,20 +15,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::SessionContext;
 use futures::TryStreamExt;
 use mink_lake::storage::LakeStorage;
-use mink_provider::MinkCatalog;
 use object_store::local::LocalFileSystem;
 
 use crate::embedded::NodeArgs;
 use crate::error::CliError;
 use crate::output::{BatchPrinter, Format};
-
-/// The catalog name mink's tables are under.
-pub(crate) const CATALOG: &str = "mink";
-/// The database of a table named without one.
-pub(crate) const DEFAULT_DATABASE: &str = "default";
 
 /// Arguments of `mink sql`.
 #[derive(Debug, clap::Args)]
@@ -72,16 +66,10 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), CliError> {
 }
 
 /// A session over the node's tables.
-pub(crate) async fn session(client: &mink_client::MinkClient) -> Result<SessionContext, CliError> {
+async fn session(client: &mink_client::MinkClient) -> Result<SessionContext, CliError> {
     // Lake locations are absolute paths of the node's file system (embedded lake) or URLs.
     let storage = LakeStorage::new(Arc::new(LocalFileSystem::new()), "");
-    let catalog = MinkCatalog::load(client.clone(), storage).await?;
-    let config = SessionConfig::new()
-        .with_default_catalog_and_schema(CATALOG, DEFAULT_DATABASE)
-        .with_information_schema(true);
-    let session = SessionContext::new_with_config(config);
-    session.register_catalog(CATALOG, Arc::new(catalog));
-    Ok(session)
+    Ok(mink_provider::session(client.clone(), storage).await?)
 }
 
 /// Runs one statement, printing its rows.

@@ -214,38 +214,40 @@ fn lake_delete_file(
     delete: FileScanTaskDeleteFile,
     table: &str,
 ) -> Result<LakeDeleteFile> {
-    let layout = |message: String| LakeError::Layout {
-        table: table.to_string(),
-        message,
-    };
     let kind = match delete.file_type {
         DataContentType::PositionDeletes => DeleteKind::Positions,
         DataContentType::EqualityDeletes => {
             let ids = delete.equality_ids.unwrap_or_default();
             if ids.is_empty() {
-                return Err(layout(format!(
-                    "equality-delete file {} names no equality field",
-                    delete.file_path
-                )));
+                return Err(LakeError::layout(
+                    table,
+                    format!(
+                        "equality-delete file {} names no equality field",
+                        delete.file_path
+                    ),
+                ));
             }
             let columns = ids
                 .iter()
                 .map(|&id| match schema.field_by_id(id) {
                     Some(field) => Ok(field.name.clone()),
-                    None => Err(layout(format!(
-                        "equality-delete file {} names field id {id}, which the snapshot's \
+                    None => Err(LakeError::layout(
+                        table,
+                        format!(
+                            "equality-delete file {} names field id {id}, which the snapshot's \
                          schema lacks",
-                        delete.file_path
-                    ))),
+                            delete.file_path
+                        ),
+                    )),
                 })
                 .collect::<Result<_>>()?;
             DeleteKind::Equality { columns }
         }
         DataContentType::Data => {
-            return Err(layout(format!(
-                "data file {} planned as a delete file",
-                delete.file_path
-            )));
+            return Err(LakeError::layout(
+                table,
+                format!("data file {} planned as a delete file", delete.file_path),
+            ));
         }
     };
     Ok(LakeDeleteFile {

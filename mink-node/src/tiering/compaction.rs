@@ -135,7 +135,8 @@ async fn compact(node: &Node, path: &TablePath, selection: Selection) -> Result<
         Ok::<_, NodeError>(())
     };
     if let Err(error) = work.await {
-        delete_files(&lake_table, &super::written_paths(&changes)).await?;
+        // Best effort (failures are logged): the error to report is the work's.
+        let _ = delete_files(&lake_table, &super::written_paths(&changes)).await;
         return Err(error);
     }
     report.files_removed = changes.removed_files.len() as u64;

@@ -130,7 +130,8 @@ pub async fn tier_table(node: &Node, path: &TablePath) -> Result<TierReport> {
         Ok::<_, NodeError>(())
     };
     if let Err(error) = round.await {
-        delete_files(&lake_table, &written_paths(&changes)).await?;
+        // Best effort (failures are logged): the error to report is the round's.
+        let _ = delete_files(&lake_table, &written_paths(&changes)).await;
         return Err(error);
     }
     if !advanced {
@@ -243,7 +244,8 @@ async fn commit_and_record(
         Ok(committed) => committed,
         Err(error @ LakeError::CommitConflict { .. }) => {
             // Certainly not committed: the files can go now.
-            delete_files(lake_table, &written).await?;
+            // Best effort (failures are logged): the error to report is the conflict.
+            let _ = delete_files(lake_table, &written).await;
             node.metadata.clear_pending_round(table.table_id)?;
             return Err(error.into());
         }

@@ -19,5 +19,6 @@ mod pk_support;
 mod process;
 mod python;
 mod s3;
+mod sql_reads;
 mod support;
 mod tail;

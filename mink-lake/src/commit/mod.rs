@@ -1,0 +1,430 @@
+//! Committing a lake snapshot at Iceberg's metadata layer.
+//!
+//! An Iceberg snapshot is a tree of immutable files; committing one writes the new files
+//! bottom-up and then swaps one pointer:
+//!
+//! ```text
+//!  iceberg_tables.metadata_location ──swap──▶ 00042-<uuid>.metadata.json   (new snapshot, main ref)
+//!                                                    │
+//!                                   snap-<id>-0-<uuid>.avro                 (manifest list, v2)
+//!                     ┌──────────────┬───────────────┼───────────────────┐
+//!              carried forward   rewritten      new data manifest   new delete manifest
+//!               (unchanged)    (EXISTING +        (ADDED data)        (ADDED deletes)
+//!                              DELETED entries)
+//! ```
+//!
+//! iceberg 0.10's `Transaction` can only `fast_append` data files, and it silently rebases
+//! a commit onto whatever the table holds when it commits. mink needs more (position and
+//! equality delete files, compaction's replace) and needs less forgiveness: a commit is
+//! planned on a snapshot (the `parent`), and if the table moved on since, that is a
+//! conflict the caller must see, never something to paper over. So [`commit_snapshot`]
+//! builds the snapshot itself:
+//!
+//! 1. Reload the table; its current snapshot must still be `parent`.
+//! 2. Carry forward every manifest of the parent that holds none of the removed files;
+//!    rewrite each one that does (its other live entries as EXISTING with their snapshot id
+//!    and sequence numbers, the removed ones as DELETED). Manifests left with no live file
+//!    are dropped, as Java's Iceberg does.
+//! 3. Write the added data files and the added delete files to one new manifest each (of
+//!    the table's default partition spec).
+//! 4. Compute the summary (the `added-*`/`deleted-*`/`removed-*` counts of this snapshot
+//!    and the parent's `total-*` plus or minus them), write the manifest list and the new
+//!    table metadata (AddSnapshot + main ref).
+//! 5. Compare-and-swap `iceberg_tables.metadata_location` in the catalog's database
+//!    (`Lake::swap_metadata_location`). A lost swap deletes every file the attempt wrote
+//!    and is a [`LakeError::CommitConflict`].
+//!
+//! Every file is named with a fresh UUID, so concurrent or repeated attempts never
+//! overwrite one another's files.
+//!
+//! The parts:
+//!
+//! - this module: [`SnapshotChanges`], [`commit_snapshot`] (steps 1 and 5) and the staging
+//!   of one attempt, which remembers every file it writes so a failed attempt can delete
+//!   them again (steps 3 and 4);
+//! - `validate`: checking the added files against the table before anything is written;
+//! - `manifests`: carrying the parent's manifests forward and rewriting those that hold
+//!   removed files (step 2), and the writer of every new manifest;
+//! - `summary`: the snapshot summary's counts and totals (pure).
+
+mod manifests;
+mod summary;
+mod validate;
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use iceberg::spec::{
+    DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestListWriter, Operation,
+    Snapshot, SnapshotReference, SnapshotRetention, TableMetadata,
+};
+use iceberg::table::Table;
+use iceberg::{Catalog, MetadataLocation, Runtime};
+use tracing::debug;
+use uuid::Uuid;
+
+use self::summary::{Metrics, summarize};
+use self::validate::validate_added;
+use crate::catalog::Lake;
+use crate::error::{LakeError, Result};
+use crate::writer::delete_files;
+
+/// What one snapshot changes.
+#[derive(Debug, Default)]
+pub struct SnapshotChanges {
+    /// Data files the snapshot adds.
+    pub added_data_files: Vec<DataFile>,
+    /// Position or equality delete files the snapshot adds.
+    pub added_delete_files: Vec<DataFile>,
+    /// Locations of live data or delete files the snapshot removes (compaction's replace).
+    pub removed_files: HashSet<String>,
+    /// Summary properties (`mink.bucket-offsets` etc.). The computed counts and totals
+    /// override properties of the same name.
+    pub properties: HashMap<String, String>,
+}
+
+/// Commits one snapshot on top of `parent` (the snapshot the caller planned on); a table
+/// that moved on is a conflict, never rebased. Returns the table as committed (its
+/// current snapshot is the new one).
+///
+/// An empty [`SnapshotChanges`] is allowed: it commits a snapshot with the parent's files
+/// and new properties.
+///
+/// # Errors
+/// - [`LakeError::CommitConflict`] when the table's current snapshot is not `parent` (or
+///   the table was dropped and created again), or another commit swapped the table's
+///   metadata between the check and the swap. Nothing was committed, and the files this
+///   attempt wrote are deleted.
+/// - [`LakeError::Layout`] when the changes do not fit the table: an added file of the
+///   wrong content or with a partition value that does not fit the table's default partition
+///   spec (added files are taken to be of that spec), a file both added
+///   and removed, a removed file that is not live in `parent`, a table that is not format
+///   version 2.
+/// - [`LakeError::Iceberg`] when a manifest or metadata file cannot be read or written,
+///   [`LakeError::Catalog`] when the catalog's database fails. Every error means nothing
+///   was committed, except a [`LakeError::Catalog`] from the swap whose outcome could not
+///   be checked: the snapshot may then be committed, and its files are left in place.
+pub async fn commit_snapshot(
+    lake: &Lake,
+    table: &Table,
+    parent: Option<i64>,
+    operation: Operation,
+    changes: SnapshotChanges,
+) -> Result<Table> {
+    let name = table.identifier().to_string();
+    let current = lake.catalog().load_table(table.identifier()).await?;
+    if current.metadata().uuid() != table.metadata().uuid() {
+        return Err(LakeError::CommitConflict {
+            table: name,
+            message: "the table was dropped and created again since the commit was planned".into(),
+        });
+    }
+    let current_id = current.metadata().current_snapshot_id();
+    if current_id != parent {
+        return Err(LakeError::CommitConflict {
+            table: name,
+            message: format!(
+                "the commit was planned on snapshot {} but the table is now at snapshot {}",
+                show_snapshot(parent),
+                show_snapshot(current_id)
+            ),
+        });
+    }
+    commit_on(lake, &current, operation, changes).await
+}
+
+/// Commits on `current`, freshly loaded and checked to be at the planned parent.
+async fn commit_on(
+    lake: &Lake,
+    current: &Table,
+    operation: Operation,
+    changes: SnapshotChanges,
+) -> Result<Table> {
+    let name = current.identifier().to_string();
+    let runtime = Runtime::try_current()?;
+    let expected = current.metadata_location_result()?;
+    let mut attempt = Attempt::new(current)?;
+    let staged = match attempt.stage(operation, changes).await {
+        Ok(staged) => staged,
+        Err(error) => {
+            attempt.discard().await;
+            return Err(error);
+        }
+    };
+    let new_location = staged.location.to_string();
+    // The table as it will be swapped in, built before the swap so that nothing can fail
+    // once the commit is in (a caller that cleans up on error must not see a committed
+    // snapshot as failed; a reload could also show a later commit).
+    let committed = match Table::builder()
+        .file_io(current.file_io().clone())
+        .identifier(current.identifier().clone())
+        .metadata_location(new_location.clone())
+        .metadata(staged.metadata)
+        .runtime(runtime)
+        .build()
+    {
+        Ok(committed) => committed,
+        Err(error) => {
+            attempt.discard().await;
+            return Err(error.into());
+        }
+    };
+    let ident = current.identifier();
+    match lake
+        .swap_metadata_location(ident, expected, &new_location)
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => {
+            attempt.discard().await;
+            return Err(LakeError::CommitConflict {
+                table: name,
+                message: "another commit replaced the table's metadata first".into(),
+            });
+        }
+        Err(error) => match lake.metadata_location(ident).await {
+            // The swap went through after all.
+            Ok(Some(location)) if location == new_location => {}
+            Ok(_) => {
+                attempt.discard().await;
+                return Err(error);
+            }
+            // Unknown outcome: the files may be committed, so they stay (an orphan is
+            // harmless, a missing file is not).
+            Err(_) => return Err(error),
+        },
+    }
+    debug!(table = %name, snapshot_id = staged.snapshot_id, location = %new_location, "committed lake snapshot");
+    Ok(committed)
+}
+
+fn show_snapshot(id: Option<i64>) -> String {
+    id.map_or_else(|| "none".to_string(), |id| id.to_string())
+}
+
+/// A staged snapshot: its files are written, the table does not point to them yet.
+struct Staged {
+    snapshot_id: i64,
+    metadata: TableMetadata,
+    location: MetadataLocation,
+}
+
+/// One commit attempt and the files it wrote (deleted again if it fails).
+struct Attempt<'a> {
+    table: &'a Table,
+    name: String,
+    snapshot_id: i64,
+    sequence_number: i64,
+    commit_uuid: Uuid,
+    manifests: u32,
+    written: Vec<String>,
+}
+
+impl<'a> Attempt<'a> {
+    fn new(table: &'a Table) -> Result<Self> {
+        let metadata = table.metadata();
+        let name = table.identifier().to_string();
+        if metadata.format_version() != FormatVersion::V2 {
+            return Err(LakeError::layout(
+                &name,
+                format!(
+                    "metadata-layer commits support format version 2, the table has {}",
+                    metadata.format_version()
+                ),
+            ));
+        }
+        Ok(Self {
+            table,
+            name,
+            snapshot_id: new_snapshot_id(metadata),
+            sequence_number: metadata.next_sequence_number(),
+            commit_uuid: Uuid::now_v7(),
+            manifests: 0,
+            written: Vec::new(),
+        })
+    }
+
+    /// Writes the snapshot's manifests, manifest list and table metadata.
+    async fn stage(&mut self, operation: Operation, changes: SnapshotChanges) -> Result<Staged> {
+        let table = self.table;
+        let metadata = table.metadata();
+        validate_added(metadata, &changes).map_err(|m| LakeError::layout(&self.name, m))?;
+        let SnapshotChanges {
+            added_data_files,
+            added_delete_files,
+            removed_files,
+            properties,
+        } = changes;
+
+        let mut metrics = Metrics::default();
+        let parent = metadata.current_snapshot();
+        let mut manifests = match parent {
+            Some(parent) => {
+                self.carry_forward(parent, &removed_files, &mut metrics)
+                    .await?
+            }
+            None if removed_files.is_empty() => Vec::new(),
+            None => {
+                return Err(LakeError::layout(
+                    &self.name,
+                    format!(
+                        "cannot remove files from a table without a snapshot: {}",
+                        sorted(removed_files.iter()).join(", ")
+                    ),
+                ));
+            }
+        };
+        // iceberg 0.10 keeps a DataFile's partition spec id crate-private, so added files
+        // are taken to be of the default spec (their partition values are checked to fit it).
+        let spec = metadata.default_partition_spec().as_ref().clone();
+        for (content, files) in [
+            (ManifestContentType::Data, added_data_files),
+            (ManifestContentType::Deletes, added_delete_files),
+        ] {
+            if files.is_empty() {
+                continue;
+            }
+            let mut writer =
+                self.manifest_writer(content, Arc::clone(metadata.current_schema()), spec.clone())?;
+            for file in files {
+                metrics.add(&file);
+                writer.add_file(file, self.sequence_number)?;
+            }
+            manifests.push(writer.write_manifest_file().await?);
+        }
+
+        let summary = summarize(operation, properties, &metrics, parent.map(|p| p.summary()));
+        let list_path = format!(
+            "{}/metadata/snap-{}-0-{}.avro",
+            metadata.location(),
+            self.snapshot_id,
+            self.commit_uuid
+        );
+        let output = table.file_io().new_output(&list_path)?;
+        self.written.push(list_path.clone());
+        let mut list = ManifestListWriter::v2(
+            output.writer().await?,
+            self.snapshot_id,
+            metadata.current_snapshot_id(),
+            self.sequence_number,
+        );
+        list.add_manifests(manifests.into_iter())?;
+        list.close().await?;
+
+        let snapshot = Snapshot::builder()
+            .with_snapshot_id(self.snapshot_id)
+            .with_parent_snapshot_id(metadata.current_snapshot_id())
+            .with_sequence_number(self.sequence_number)
+            .with_timestamp_ms(now_ms())
+            .with_manifest_list(list_path)
+            .with_summary(summary)
+            .with_schema_id(metadata.current_schema_id())
+            .build();
+        let current_location = table.metadata_location_result()?;
+        let new_metadata = metadata
+            .clone()
+            .into_builder(Some(current_location.to_string()))
+            .add_snapshot(snapshot)?
+            .set_ref(
+                MAIN_BRANCH,
+                SnapshotReference::new(
+                    self.snapshot_id,
+                    SnapshotRetention::branch(None, None, None),
+                ),
+            )?
+            .build()?
+            .metadata;
+        let location = MetadataLocation::from_str(current_location)?
+            .with_next_version()
+            .with_new_metadata(&new_metadata);
+        self.written.push(location.to_string());
+        new_metadata.write_to(table.file_io(), &location).await?;
+        Ok(Staged {
+            snapshot_id: self.snapshot_id,
+            metadata: new_metadata,
+            location,
+        })
+    }
+
+    /// Deletes the files this attempt wrote. Best effort: the caller keeps the error
+    /// that failed the attempt (an orphan is harmless; the failures are logged).
+    async fn discard(&mut self) {
+        let written = std::mem::take(&mut self.written);
+        let _ = delete_files(self.table, &written).await;
+    }
+}
+
+/// The paths, sorted (for stable error messages).
+fn sorted<'a>(paths: impl Iterator<Item = &'a String>) -> Vec<&'a str> {
+    let mut paths: Vec<&str> = paths.map(String::as_str).collect();
+    paths.sort_unstable();
+    paths
+}
+
+/// A positive snapshot id no snapshot of the table has.
+fn new_snapshot_id(metadata: &TableMetadata) -> i64 {
+    loop {
+        let (high, low) = Uuid::now_v7().as_u64_pair();
+        let id = ((high ^ low) & i64::MAX as u64) as i64;
+        if id != 0 && metadata.snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use super::*;
+    use crate::catalog::fixture::lake_table;
+
+    fn listing(dir: &Path) -> BTreeSet<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    }
+
+    fn with_property(value: &str) -> SnapshotChanges {
+        SnapshotChanges {
+            properties: HashMap::from([("k".to_string(), value.to_string())]),
+            ..SnapshotChanges::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lost_swap_is_a_conflict_and_leaves_no_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, descriptor, stale) = lake_table(dir.path()).await;
+        // A snapshot of properties only, on a table without one.
+        let moved = commit_snapshot(&lake, &stale, None, Operation::Append, with_property("1"))
+            .await
+            .unwrap();
+        let moved_id = moved.metadata().current_snapshot_id();
+        assert!(moved_id.is_some());
+        let metadata = Path::new(stale.metadata().location()).join("metadata");
+        let before = listing(&metadata);
+
+        // As if the other commit landed right after the parent check: the swap loses.
+        let err = commit_on(&lake, &stale, Operation::Append, with_property("2"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LakeError::CommitConflict { .. }), "{err}");
+        assert_eq!(listing(&metadata), before);
+        let current = lake.load(&descriptor.path).await.unwrap();
+        assert_eq!(current.metadata().current_snapshot_id(), moved_id);
+        let summary = current.metadata().current_snapshot().unwrap().summary();
+        assert_eq!(summary.additional_properties["k"], "1");
+        assert_eq!(summary.additional_properties["total-records"], "0");
+    }
+}
