@@ -6,11 +6,13 @@
 //! - `split`: reading a split: lake Parquet from the object store, the tail from the
 //!   bucket leader over Flight, merged by key.
 //! - `filters`: DataFusion filters as mink column filters.
+//! - `dml`: `INSERT`, `DELETE` and `UPDATE` as plans ending in a mink sink.
 //!
 //! A query reads each bucket as it is when the query is planned: the lake below the
 //! bucket's seam plus every change after it, exactly once (`spec/union-read.md`).
 
 pub mod catalog;
+mod dml;
 pub mod exec;
 mod filters;
 mod split;

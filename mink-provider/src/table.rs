@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::future::try_join_all;
@@ -21,6 +22,7 @@ use mink_core::table::TableDescriptor;
 use mink_lake::reader::LakeSplit;
 use mink_lake::storage::LakeStorage;
 
+use crate::dml;
 use crate::exec::MinkUnionExec;
 use crate::filters::to_column_filter;
 use crate::split::{SplitReader, UnionSplit, external};
@@ -137,5 +139,52 @@ impl TableProvider for MinkTable {
             filters,
         };
         Ok(Arc::new(MinkUnionExec::try_new(reader, splits)?))
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(DataFusionError::NotImplemented(format!(
+                "INSERT {insert_op} into {}: only INSERT INTO (append or upsert by key)",
+                self.table.path
+            )));
+        }
+        dml::insert(Arc::clone(&self.table), self.client.clone(), input)
+    }
+
+    async fn delete_from(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let scan = self.scan(state, None, &filters, None).await?;
+        dml::delete(
+            state,
+            Arc::clone(&self.table),
+            self.client.clone(),
+            scan,
+            filters,
+        )
+    }
+
+    async fn update(
+        &self,
+        state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let scan = self.scan(state, None, &filters, None).await?;
+        dml::update(
+            state,
+            Arc::clone(&self.table),
+            self.client.clone(),
+            scan,
+            assignments,
+            filters,
+        )
     }
 }

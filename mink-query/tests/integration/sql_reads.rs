@@ -42,6 +42,34 @@ fn rows(batches: &[RecordBatch]) -> Vec<(Key, Cells)> {
     rows
 }
 
+const DATES: [&str; 2] = ["2024-01-01", "2024-01-02"];
+
+fn random_key(rng: &mut StdRng) -> Key {
+    let dt = DATES[rng.random_range(0..2)];
+    (
+        dt.to_string(),
+        rng.random_range(0..20),
+        rng.random_range(0..2),
+    )
+}
+
+/// A row as SQL `VALUES` text.
+fn sql_row(((dt, id, seq), (v, n)): &(Key, Cells)) -> String {
+    let v = v.as_ref().map_or("NULL".to_string(), |v| format!("'{v}'"));
+    let n = n.map_or("NULL".to_string(), |n| n.to_string());
+    format!("('{dt}', {id}, {seq}, {v}, {n})")
+}
+
+/// The count a DML statement answers.
+fn count(batches: &[RecordBatch]) -> usize {
+    let column = batches[0].column(0);
+    let counts = column
+        .as_any()
+        .downcast_ref::<arrow::array::UInt64Array>()
+        .unwrap_or_else(|| panic!("a count, not {:?}", column.data_type()));
+    counts.value(0) as usize
+}
+
 fn random_cells(rng: &mut StdRng) -> Cells {
     let v = (!rng.random_ratio(1, 5)).then(|| format!("v{}", rng.random_range(0..10)));
     (v, Some(rng.random_range(0..100)))
@@ -58,19 +86,12 @@ async fn random_histories_through_sql_match_the_model() {
         .await
         .expect("create");
     let mut model = State::new();
+    let session = session(client).await;
     for step in 0..STEPS {
-        match rng.random_range(0..10) {
-            0..=4 => {
+        match rng.random_range(0..14) {
+            0..=2 => {
                 let upserts: Vec<(Key, Cells)> = (0..rng.random_range(1..8))
-                    .map(|_| {
-                        let dt = ["2024-01-01", "2024-01-02"][rng.random_range(0..2)];
-                        let key = (
-                            dt.to_string(),
-                            rng.random_range(0..20),
-                            rng.random_range(0..2),
-                        );
-                        (key, random_cells(&mut rng))
-                    })
+                    .map(|_| (random_key(&mut rng), random_cells(&mut rng)))
                     .collect();
                 // The last write of a key in a batch wins, as in the model.
                 client
@@ -79,7 +100,44 @@ async fn random_histories_through_sql_match_the_model() {
                     .expect("upsert");
                 model.extend(upserts);
             }
+            3 | 4 => {
+                let upserts: Vec<(Key, Cells)> = (0..rng.random_range(1..5))
+                    .map(|_| (random_key(&mut rng), random_cells(&mut rng)))
+                    .collect();
+                let values: Vec<String> = upserts.iter().map(sql_row).collect();
+                let sql = format!("INSERT INTO test.sql VALUES {}", values.join(", "));
+                assert_eq!(count(&query(&session, &sql).await), upserts.len());
+                model.extend(upserts);
+            }
             5 | 6 => {
+                // Moves rows across the n < 50 boundary of the checks below.
+                let (id, n) = (rng.random_range(0..20), rng.random_range(0..100));
+                let sql = format!("UPDATE test.sql SET n = {n}, v = 'u' WHERE id = {id}");
+                let changed = count(&query(&session, &sql).await);
+                let mut expected = 0;
+                for ((_, key_id, _), cells) in model.iter_mut() {
+                    if *key_id == id {
+                        *cells = (Some("u".into()), Some(n));
+                        expected += 1;
+                    }
+                }
+                assert_eq!(changed, expected, "seed {seed} step {step}: {sql}");
+            }
+            7 => {
+                let (dt, n) = (DATES[rng.random_range(0..2)], rng.random_range(0..100));
+                let sql = format!("DELETE FROM test.sql WHERE dt = '{dt}' AND n >= {n}");
+                let deleted = count(&query(&session, &sql).await);
+                let before = model.len();
+                model.retain(|(key_dt, _, _), (_, key_n)| {
+                    !(key_dt == dt && key_n.is_some_and(|k| k >= n))
+                });
+                assert_eq!(
+                    deleted,
+                    before - model.len(),
+                    "seed {seed} step {step}: {sql}"
+                );
+            }
+            8 => {
                 let keys: Vec<Key> = model
                     .keys()
                     .filter(|_| rng.random_ratio(1, 4))
@@ -95,14 +153,13 @@ async fn random_histories_through_sql_match_the_model() {
                     }
                 }
             }
-            7 | 8 => {
+            9..=11 => {
                 client.tier(&table.path).await.expect("tier");
             }
             _ => {
                 client.compact(&table.path).await.expect("compact");
             }
         }
-        let session = session(client).await;
         let all: Vec<(Key, Cells)> = model.clone().into_iter().collect();
         let context = format!("seed {seed} step {step}");
         assert_eq!(
@@ -206,4 +263,62 @@ async fn explain_shows_the_splits_and_the_pushed_filters() {
         unknown.is_err_and(|e| e.to_string().contains("nope")),
         "an unknown table is named"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_writes_through_sql_are_clear_errors() {
+    let node = TestNode::start().await;
+    let client = &node.client;
+    client
+        .create_table(&pk_lake_table("guarded", 1), false)
+        .await
+        .expect("create");
+    let log = crate::support::events_table("appended", 1, Default::default());
+    client.create_table(&log, false).await.expect("create");
+    let session = session(client).await;
+    let error = |sql: &'static str| {
+        let session = session.clone();
+        async move {
+            let result = match session.sql(sql).await {
+                Ok(frame) => frame.collect().await.map(|_| ()),
+                Err(error) => Err(error),
+            };
+            result.expect_err(sql).to_string()
+        }
+    };
+    let message = error("UPDATE test.guarded SET id = 3 WHERE n = 1").await;
+    assert!(message.contains("primary key"), "{message}");
+    let message = error("DELETE FROM test.appended WHERE id = 1").await;
+    assert!(message.contains("log table"), "{message}");
+    let message = error("UPDATE test.appended SET name = 'x'").await;
+    assert!(message.contains("log table"), "{message}");
+    let message = error("INSERT INTO test.guarded VALUES ('d', 'not a number', 0, 'v', 1)").await;
+    assert!(message.to_lowercase().contains("cast"), "{message}");
+    let message = error("INSERT INTO test.guarded VALUES (NULL, 1, 0, 'v', 1)").await;
+    assert!(
+        message.contains("null") || message.contains("NULL"),
+        "{message}"
+    );
+    let message = error("SELEC 1").await;
+    assert!(message.contains("SELEC"), "{message}");
+
+    // Appending to the log table works, and the rows read back.
+    let inserted = query(
+        &session,
+        "INSERT INTO test.appended VALUES (1, 'a'), (2, NULL)",
+    )
+    .await;
+    assert_eq!(count(&inserted), 2);
+    let read = query(
+        &session,
+        "SELECT count(*) FROM test.appended WHERE name IS NULL",
+    )
+    .await;
+    let nulls = read[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::Int64Array>()
+        .expect("count")
+        .value(0);
+    assert_eq!(nulls, 1);
 }

@@ -1,0 +1,228 @@
+//! Writes through SQL: `INSERT`, and `DELETE` / `UPDATE` on primary-key tables.
+//!
+//! ```text
+//!   INSERT INTO t ...        input rows ─────────────────────────────► MinkSink(write)
+//!   DELETE FROM t WHERE p    union scan of t ─► filter p ────────────► MinkSink(delete by key)
+//!   UPDATE t SET c = e ...   union scan of t ─► filter p ─► c := e ──► MinkSink(write)
+//! ```
+//!
+//! Every plan ends in DataFusion's `DataSinkExec`, which answers one row with the count.
+//! `INSERT` appends to a log table and upserts into a primary-key table; an `UPDATE` is an
+//! upsert of the changed rows (so it cannot change key columns). The rows are routed to
+//! their buckets by the client and each write is acknowledged once durable; a statement
+//! is not atomic across buckets (a failure can leave earlier batches written).
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::DFSchema;
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, cast, col};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
+use futures::TryStreamExt;
+use mink_client::MinkClient;
+use mink_core::key::key_columns;
+use mink_core::table::TableDescriptor;
+
+use crate::split::external;
+
+/// What a sink does with its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SinkOp {
+    /// Append (log table) or upsert (primary-key table).
+    Write,
+    /// Delete by key (primary-key table).
+    Delete,
+}
+
+/// Writes a statement's rows to a mink table.
+#[derive(Debug)]
+struct MinkSink {
+    table: Arc<TableDescriptor>,
+    client: MinkClient,
+    op: SinkOp,
+    /// The rows it takes: the table's, or its key columns' for a delete.
+    schema: SchemaRef,
+}
+
+impl MinkSink {
+    fn new(table: Arc<TableDescriptor>, client: MinkClient, op: SinkOp) -> Result<Self> {
+        let schema = match op {
+            SinkOp::Write => Arc::clone(table.schema()),
+            SinkOp::Delete => {
+                let keys = key_columns(&table)
+                    .iter()
+                    .map(|column| table.schema().index_of(column))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Arc::new(table.schema().project(&keys)?)
+            }
+        };
+        Ok(Self {
+            table,
+            client,
+            op,
+            schema,
+        })
+    }
+}
+
+impl DisplayAs for MinkSink {
+    fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let op = match self.op {
+            SinkOp::Write if self.table.has_primary_key() => "upsert",
+            SinkOp::Write => "append",
+            SinkOp::Delete => "delete",
+        };
+        write!(f, "MinkSink: {op} into {}", self.table.path)
+    }
+}
+
+#[async_trait]
+impl DataSink for MinkSink {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn write_all(
+        &self,
+        mut data: SendableRecordBatchStream,
+        _context: &Arc<TaskContext>,
+    ) -> Result<u64> {
+        let mut rows = 0u64;
+        while let Some(batch) = data.try_next().await? {
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            let written = match self.op {
+                SinkOp::Write => self.client.write(&self.table, &batch).await,
+                SinkOp::Delete => self.client.delete(&self.table, &batch).await,
+            };
+            written.map_err(external)?;
+            rows += batch.num_rows() as u64;
+        }
+        Ok(rows)
+    }
+}
+
+/// The plan of `INSERT INTO table <input>`.
+pub(crate) fn insert(
+    table: Arc<TableDescriptor>,
+    client: MinkClient,
+    input: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let sink = MinkSink::new(table, client, SinkOp::Write)?;
+    Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+}
+
+/// The plan of `DELETE FROM table WHERE filters`: the keys of the matching rows, deleted.
+pub(crate) fn delete(
+    state: &dyn Session,
+    table: Arc<TableDescriptor>,
+    client: MinkClient,
+    scan: Arc<dyn ExecutionPlan>,
+    filters: Vec<Expr>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    require_primary_key(&table, "DELETE")?;
+    let matching = filtered(state, &table, scan, filters)?;
+    let keys: Vec<Expr> = key_columns(&table).into_iter().map(col).collect();
+    let keys = project(state, &table, matching, keys)?;
+    let sink = MinkSink::new(table, client, SinkOp::Delete)?;
+    Ok(Arc::new(DataSinkExec::new(keys, Arc::new(sink), None)))
+}
+
+/// The plan of `UPDATE table SET assignments WHERE filters`: the matching rows with the
+/// assignments applied, upserted.
+pub(crate) fn update(
+    state: &dyn Session,
+    table: Arc<TableDescriptor>,
+    client: MinkClient,
+    scan: Arc<dyn ExecutionPlan>,
+    assignments: Vec<(String, Expr)>,
+    filters: Vec<Expr>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    require_primary_key(&table, "UPDATE")?;
+    let keys = key_columns(&table);
+    if let Some((column, _)) = assignments.iter().find(|(c, _)| keys.contains(c)) {
+        return Err(DataFusionError::Plan(format!(
+            "UPDATE cannot change '{column}': it is part of the primary key of {}",
+            table.path
+        )));
+    }
+    let matching = filtered(state, &table, scan, filters)?;
+    let columns: Vec<Expr> = table
+        .schema()
+        .fields()
+        .iter()
+        .map(|field| {
+            let name = field.name();
+            match assignments.iter().find(|(column, _)| column == name) {
+                Some((_, value)) => cast(value.clone(), field.data_type().clone()),
+                None => col(name),
+            }
+            .alias(name)
+        })
+        .collect();
+    let updated = project(state, &table, matching, columns)?;
+    let sink = MinkSink::new(table, client, SinkOp::Write)?;
+    Ok(Arc::new(DataSinkExec::new(updated, Arc::new(sink), None)))
+}
+
+fn require_primary_key(table: &TableDescriptor, statement: &str) -> Result<()> {
+    if table.has_primary_key() {
+        return Ok(());
+    }
+    Err(DataFusionError::Plan(format!(
+        "{statement} needs a primary key: {} is a log table (append-only)",
+        table.path
+    )))
+}
+
+fn df_schema(table: &TableDescriptor) -> Result<DFSchema> {
+    DFSchema::try_from(table.schema().as_ref().clone())
+}
+
+/// The rows of `scan` (all columns of the table) that match every filter.
+fn filtered(
+    state: &dyn Session,
+    table: &TableDescriptor,
+    scan: Arc<dyn ExecutionPlan>,
+    filters: Vec<Expr>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let Some(predicate) = conjunction(filters) else {
+        return Ok(scan);
+    };
+    let predicate = state.create_physical_expr(predicate, &df_schema(table)?)?;
+    Ok(Arc::new(FilterExec::try_new(predicate, scan)?))
+}
+
+/// `input` (in the table's schema) projected to named expressions.
+fn project(
+    state: &dyn Session,
+    table: &TableDescriptor,
+    input: Arc<dyn ExecutionPlan>,
+    exprs: Vec<Expr>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let schema = df_schema(table)?;
+    let physical: Vec<(Arc<dyn PhysicalExpr>, String)> = exprs
+        .into_iter()
+        .map(|expr| {
+            let name = expr.schema_name().to_string();
+            Ok((state.create_physical_expr(expr, &schema)?, name))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Arc::new(ProjectionExec::try_new(physical, input)?))
+}
