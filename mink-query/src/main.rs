@@ -47,7 +47,7 @@ enum Command {
     Read(read::ReadArgs),
     /// Bulk-load a CSV, Parquet or newline-delimited JSON file into a table.
     Load(load::LoadArgs),
-    /// Run SQL against a node (queries; DDL and DML through SQL are coming).
+    /// Run SQL against a node: queries, INSERT, UPDATE, DELETE (DDL through SQL is coming).
     Sql(sql::SqlArgs),
     /// Measure mink against a baseline in the same process and print the ratios.
     Bench(bench::BenchArgs),

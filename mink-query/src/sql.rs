@@ -9,8 +9,9 @@
 //! `t`, `db.t` or `mink.db.t`. Every table is read by union splits (see `mink-provider`),
 //! so a query sees each bucket as it is when the query is planned.
 //!
-//! This first version runs queries (`SELECT`, `EXPLAIN`, `SHOW TABLES`, ...); DDL and DML
-//! through SQL come with the session's statement handling.
+//! This first version runs queries (`SELECT`, `EXPLAIN`, `SHOW TABLES`, ...) and writes
+//! (`INSERT`, `UPDATE`, `DELETE`); DDL through SQL comes with the session's statement
+//! handling.
 
 use std::path::PathBuf;
 use std::sync::Arc;
