@@ -12,7 +12,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::Result;
-use datafusion::prelude::{SessionConfig, SessionContext};
 use mink_client::{ClientError, MinkClient};
 use mink_core::table::TablePath;
 use mink_lake::storage::LakeStorage;
@@ -24,24 +23,6 @@ use crate::table::MinkTable;
 pub const CATALOG_NAME: &str = "mink";
 /// The database of a table named without one.
 pub const DEFAULT_DATABASE: &str = "default";
-
-/// A DataFusion session over the node's tables: catalog `mink` (the default), default
-/// schema `default`, with `information_schema` (`SHOW TABLES`, `SHOW COLUMNS`).
-///
-/// # Errors
-/// The node could not be reached.
-pub async fn session(
-    client: MinkClient,
-    storage: LakeStorage,
-) -> Result<SessionContext, ClientError> {
-    let catalog = MinkCatalog::load(client, storage).await?;
-    let config = SessionConfig::new()
-        .with_default_catalog_and_schema(CATALOG_NAME, DEFAULT_DATABASE)
-        .with_information_schema(true);
-    let session = SessionContext::new_with_config(config);
-    session.register_catalog(CATALOG_NAME, Arc::new(catalog));
-    Ok(session)
-}
 
 /// The catalog of one mink node.
 #[derive(Debug)]

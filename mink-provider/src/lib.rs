@@ -18,6 +18,6 @@ mod filters;
 mod split;
 pub mod table;
 
-pub use catalog::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog, session};
+pub use catalog::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog};
 pub use exec::MinkUnionExec;
 pub use table::MinkTable;

@@ -16,6 +16,9 @@
     )
 )]
 
+// The SQL session lives in the library, which uses it.
+use mink_provider as _;
+
 mod bench;
 mod embedded;
 mod error;

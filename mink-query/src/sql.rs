@@ -9,16 +9,15 @@
 //! `t`, `db.t` or `mink.db.t`. Every table is read by union splits (see `mink-provider`),
 //! so a query sees each bucket as it is when the query is planned.
 //!
-//! This first version runs queries (`SELECT`, `EXPLAIN`, `SHOW TABLES`, ...) and writes
-//! (`INSERT`, `UPDATE`, `DELETE`); DDL through SQL comes with the session's statement
-//! handling.
+//! Statements are run by [`MinkSession`]: queries and DML by DataFusion, DDL and `CALL`
+//! by mink.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use datafusion::prelude::SessionContext;
 use futures::TryStreamExt;
 use mink_lake::storage::LakeStorage;
+use mink_query::session::MinkSession;
 use object_store::local::LocalFileSystem;
 
 use crate::embedded::NodeArgs;
@@ -67,15 +66,15 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), CliError> {
 }
 
 /// A session over the node's tables.
-async fn session(client: &mink_client::MinkClient) -> Result<SessionContext, CliError> {
+async fn session(client: &mink_client::MinkClient) -> Result<MinkSession, CliError> {
     // Lake locations are absolute paths of the node's file system (embedded lake) or URLs.
     let storage = LakeStorage::new(Arc::new(LocalFileSystem::new()), "");
-    Ok(mink_provider::session(client.clone(), storage).await?)
+    Ok(MinkSession::connect(client.clone(), storage).await?)
 }
 
 /// Runs one statement, printing its rows.
 async fn run_statement(
-    session: &SessionContext,
+    session: &MinkSession,
     statement: &str,
     format: Format,
 ) -> Result<(), CliError> {

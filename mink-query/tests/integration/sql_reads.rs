@@ -7,9 +7,9 @@
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use datafusion::prelude::SessionContext;
 use mink_client::MinkClient;
 use mink_lake::storage::LakeStorage;
+use mink_query::session::MinkSession;
 use object_store::local::LocalFileSystem;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -19,14 +19,14 @@ use crate::support::{TestNode, seed};
 
 const STEPS: usize = 40;
 
-async fn session(client: &MinkClient) -> SessionContext {
+pub(crate) async fn session(client: &MinkClient) -> MinkSession {
     let storage = LakeStorage::new(Arc::new(LocalFileSystem::new()), "");
-    mink_provider::session(client.clone(), storage)
+    MinkSession::connect(client.clone(), storage)
         .await
         .expect("session")
 }
 
-async fn query(session: &SessionContext, sql: &str) -> Vec<RecordBatch> {
+pub(crate) async fn query(session: &MinkSession, sql: &str) -> Vec<RecordBatch> {
     session
         .sql(sql)
         .await
@@ -61,7 +61,7 @@ fn sql_row(((dt, id, seq), (v, n)): &(Key, Cells)) -> String {
 }
 
 /// The count a DML statement answers.
-fn count(batches: &[RecordBatch]) -> usize {
+pub(crate) fn count(batches: &[RecordBatch]) -> usize {
     let column = batches[0].column(0);
     let counts = column
         .as_any()
@@ -276,15 +276,13 @@ async fn bad_writes_through_sql_are_clear_errors() {
     let log = crate::support::events_table("appended", 1, Default::default());
     client.create_table(&log, false).await.expect("create");
     let session = session(client).await;
-    let error = |sql: &'static str| {
-        let session = session.clone();
-        async move {
-            let result = match session.sql(sql).await {
-                Ok(frame) => frame.collect().await.map(|_| ()),
-                Err(error) => Err(error),
-            };
-            result.expect_err(sql).to_string()
-        }
+    let session = &session;
+    let error = |sql: &'static str| async move {
+        let result = match session.sql(sql).await {
+            Ok(frame) => frame.collect().await.map(|_| ()),
+            Err(error) => Err(error),
+        };
+        result.expect_err(sql).to_string()
     };
     let message = error("UPDATE test.guarded SET id = 3 WHERE n = 1").await;
     assert!(message.contains("primary key"), "{message}");
@@ -304,13 +302,13 @@ async fn bad_writes_through_sql_are_clear_errors() {
 
     // Appending to the log table works, and the rows read back.
     let inserted = query(
-        &session,
+        session,
         "INSERT INTO test.appended VALUES (1, 'a'), (2, NULL)",
     )
     .await;
     assert_eq!(count(&inserted), 2);
     let read = query(
-        &session,
+        session,
         "SELECT count(*) FROM test.appended WHERE name IS NULL",
     )
     .await;

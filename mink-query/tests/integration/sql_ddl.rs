@@ -1,0 +1,156 @@
+//! Tables made, changed and dropped through SQL, and the `CALL` procedures.
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Int64Type, UInt64Type};
+use mink_core::table::TablePath;
+
+use crate::sql_reads::{count, query, session};
+use crate::support::TestNode;
+
+fn column_u64(batches: &[RecordBatch], name: &str) -> u64 {
+    batches[0]
+        .column_by_name(name)
+        .unwrap_or_else(|| panic!("no column {name}"))
+        .as_primitive::<UInt64Type>()
+        .value(0)
+}
+
+fn int64s(batches: &[RecordBatch], column: usize) -> Vec<i64> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            b.column(column)
+                .as_primitive::<Int64Type>()
+                .values()
+                .to_vec()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_lives_and_dies_through_sql() {
+    let node = TestNode::start().await;
+    let session = session(&node.client).await;
+    query(
+        &session,
+        "CREATE TABLE shop.orders (day VARCHAR NOT NULL, id BIGINT NOT NULL, item VARCHAR, \
+         qty INT, PRIMARY KEY (day, id)) PARTITIONED BY (day) \
+         WITH ('bucket.num' = '3', 'bucket.key' = 'id', 'lake.enabled' = 'true', \
+         'lake.freshness' = '1h')",
+    )
+    .await;
+    let table = node
+        .client
+        .describe_table(&TablePath::new("shop", "orders"))
+        .await
+        .expect("described");
+    assert_eq!(table.primary_key, vec!["day", "id"]);
+    assert_eq!(table.partition_keys, vec!["day"]);
+    assert_eq!(table.bucket_num, 3);
+    assert!(table.lake_enabled);
+    assert_eq!(
+        table.schema().field_with_name("item").unwrap().data_type(),
+        &DataType::Utf8
+    );
+    assert!(!table.schema().field_with_name("id").unwrap().is_nullable());
+    let listed = query(&session, "SHOW TABLES").await;
+    let names: Vec<String> = listed
+        .iter()
+        .flat_map(|b| {
+            let column = b
+                .column_by_name("table_name")
+                .expect("table_name")
+                .as_string::<i32>();
+            (0..b.num_rows()).map(move |i| column.value(i).to_string())
+        })
+        .collect();
+    assert!(names.contains(&"orders".to_string()), "{names:?}");
+
+    let inserted = query(
+        &session,
+        "INSERT INTO shop.orders VALUES ('mon', 1, 'tea', 2), ('mon', 2, 'jam', 1), \
+         ('tue', 1, 'tea', 5)",
+    )
+    .await;
+    assert_eq!(count(&inserted), 3);
+    let tiered = query(&session, "CALL system.tier('shop.orders')").await;
+    assert_eq!(column_u64(&tiered, "rows"), 3);
+    query(
+        &session,
+        "UPDATE shop.orders SET qty = 9 WHERE item = 'tea'",
+    )
+    .await;
+    let tiered = query(&session, "CALL system.tier('shop.orders')").await;
+    assert_eq!(
+        column_u64(&tiered, "deleted_rows"),
+        2,
+        "two tea rows replaced"
+    );
+    let compacted = query(&session, "CALL system.compact('shop.orders')").await;
+    assert!(column_u64(&compacted, "files_removed") > 0);
+
+    query(&session, "ALTER TABLE shop.orders ADD COLUMN note VARCHAR").await;
+    query(
+        &session,
+        "INSERT INTO shop.orders VALUES ('wed', 7, 'oil', 1, 'late')",
+    )
+    .await;
+    let rows = query(
+        &session,
+        "SELECT id, qty, note FROM shop.orders ORDER BY day, id",
+    )
+    .await;
+    assert_eq!(int64s(&rows, 0), vec![1, 2, 1, 7]);
+    let notes: Vec<Option<String>> = rows
+        .iter()
+        .flat_map(|b| {
+            let column = b.column(2).as_string::<i32>();
+            (0..b.num_rows()).map(move |i| column.is_valid(i).then(|| column.value(i).to_string()))
+        })
+        .collect();
+    assert_eq!(notes, vec![None, None, None, Some("late".to_string())]);
+
+    query(&session, "DROP TABLE shop.orders").await;
+    let gone = session.sql("SELECT * FROM shop.orders").await;
+    assert!(gone.is_err(), "a dropped table is gone");
+    query(&session, "DROP TABLE IF EXISTS shop.orders").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_ddl_and_calls_are_clear_errors() {
+    let node = TestNode::start().await;
+    let session = session(&node.client).await;
+    let session = &session;
+    let error = |sql: &'static str| async move {
+        let result = match session.sql(sql).await {
+            Ok(frame) => frame.collect().await.map(|_| ()),
+            Err(error) => Err(error),
+        };
+        result.expect_err(sql).to_string()
+    };
+    let message = error("CREATE TABLE t (a INT) WITH ('bucket.nmu' = '3')").await;
+    assert!(message.contains("bucket.nmu"), "{message}");
+    let message = error("CREATE TABLE t (a INT) PARTITIONED BY (b)").await;
+    assert!(message.contains('b'), "{message}");
+    let message = error("CREATE TABLE t (a INT, PRIMARY KEY (z))").await;
+    assert!(message.contains('z'), "{message}");
+    let message = error("CREATE TABLE t AS SELECT 1").await;
+    assert!(message.contains("INSERT INTO"), "{message}");
+    let message = error("DROP TABLE nope").await;
+    assert!(message.contains("nope"), "{message}");
+    let message = error("CALL system.nope('t')").await;
+    assert!(message.contains("system.tier"), "{message}");
+    let message = error("CALL system.tier()").await;
+    assert!(message.contains("one table name"), "{message}");
+    let message = error("CALL system.tier('missing')").await;
+    assert!(message.contains("missing"), "{message}");
+    let message = error("ALTER TABLE nope ADD COLUMN b INT").await;
+    assert!(message.contains("nope"), "{message}");
+
+    query(session, "CREATE TABLE t (a BIGINT NOT NULL)").await;
+    query(session, "CREATE TABLE IF NOT EXISTS t (a BIGINT NOT NULL)").await;
+    let message = error("CREATE TABLE t (a BIGINT NOT NULL)").await;
+    assert!(message.contains("exists"), "{message}");
+    let message = error("ALTER TABLE t DROP COLUMN a").await;
+    assert!(message.contains("ADD COLUMN"), "{message}");
+}
