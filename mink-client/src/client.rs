@@ -1,5 +1,6 @@
 //! [`MinkClient`]: admin, writes and reads against one node.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use arrow::array::RecordBatch;
@@ -12,10 +13,10 @@ use futures::{TryStreamExt, stream};
 use mink_core::filter::ColumnFilter;
 use mink_core::protocol::{
     AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CompactReply, CreateTable, DropTable,
-    LakeRequest, LimitScanRequest, ListOffsets, ListTables, Lookup, LookupReply, OffsetReply,
-    PrefixLookup, ReadTicket, ScanRequest, SnapshotBatch, SnapshotRequest, TableDescriptorProto,
-    TableList, TableRef, TierReply, UnionPlan, UnionRequest, UnionSplit, WriteHeader, action,
-    decode, decode_batch, encode_batch, list_offsets, read_ticket,
+    LakeRequest, LakeSnapshotInfo, LakeSnapshotList, LimitScanRequest, ListOffsets, ListTables,
+    Lookup, LookupReply, OffsetReply, PrefixLookup, ReadTicket, ScanRequest, SnapshotBatch,
+    SnapshotRequest, TableDescriptorProto, TableList, TableRef, TierReply, UnionPlan, UnionRequest,
+    UnionSplit, WriteHeader, action, decode, decode_batch, encode_batch, list_offsets, read_ticket,
 };
 use mink_core::routing::{split_by_bucket, split_rows_by_bucket};
 use mink_core::table::{TableDescriptor, TablePath};
@@ -35,6 +36,7 @@ const MAX_MESSAGE_BYTES: usize = 256 << 20;
 pub struct MinkClient {
     inner: FlightServiceClient<Channel>,
     round_robin: AtomicU32,
+    address: Arc<str>,
 }
 
 impl Clone for MinkClient {
@@ -42,6 +44,7 @@ impl Clone for MinkClient {
         Self {
             inner: self.inner.clone(),
             round_robin: AtomicU32::new(self.round_robin.load(Ordering::Relaxed)),
+            address: Arc::clone(&self.address),
         }
     }
 }
@@ -69,6 +72,7 @@ impl MinkClient {
         Ok(Self {
             inner,
             round_robin: AtomicU32::new(0),
+            address: address.into(),
         })
     }
 
@@ -107,6 +111,11 @@ impl MinkClient {
         };
         self.action(action::DROP_TABLE, request).await?;
         Ok(())
+    }
+
+    /// The address the client connected to (the node leading every bucket).
+    pub fn address(&self) -> &str {
+        &self.address
     }
 
     /// The tables, of one database or all.
@@ -467,6 +476,16 @@ impl MinkClient {
         };
         let body = self.action(action::PLAN_UNION, request).await?;
         Ok(decode("UnionSplit", &body)?)
+    }
+
+    /// The lake snapshots mink recorded for a table (rounds and compactions), oldest
+    /// first, with each bucket's seam.
+    pub async fn lake_snapshots(&self, table: &TablePath) -> Result<Vec<LakeSnapshotInfo>> {
+        let request = TableRef {
+            table: table.to_string(),
+        };
+        let body = self.action(action::LIST_LAKE_SNAPSHOTS, request).await?;
+        Ok(decode::<LakeSnapshotList>("LakeSnapshotList", &body)?.snapshots)
     }
 
     /// Compacts a table's lake now: every bucket with more than one file or any deleted

@@ -57,6 +57,9 @@ pub mod action {
     /// [`super::UnionRequest`] -> [`super::UnionSplit`]: a bucket's Union plan and the
     /// lake files it covers, for an engine that reads the lake and the tail itself.
     pub const PLAN_UNION: &str = "plan_union";
+    /// [`super::TableRef`] -> [`super::LakeSnapshotList`]: the lake snapshots mink
+    /// recorded for a table, oldest first.
+    pub const LIST_LAKE_SNAPSHOTS: &str = "list_lake_snapshots";
 }
 
 /// Decodes a protobuf message, naming it in the error.
@@ -373,6 +376,42 @@ pub struct TierReply {
     /// Delete files written.
     #[prost(uint64, tag = "6")]
     pub delete_files: u64,
+}
+
+/// The answer of `list_lake_snapshots`.
+#[derive(Clone, PartialEq, Message)]
+pub struct LakeSnapshotList {
+    /// Oldest first.
+    #[prost(message, repeated, tag = "1")]
+    pub snapshots: Vec<LakeSnapshotInfo>,
+}
+
+/// A lake snapshot mink recorded: a tiering round or a compaction.
+#[derive(Clone, PartialEq, Message)]
+pub struct LakeSnapshotInfo {
+    /// The Iceberg snapshot.
+    #[prost(int64, tag = "1")]
+    pub snapshot_id: i64,
+    /// When mink recorded it, ms since the epoch.
+    #[prost(int64, tag = "2")]
+    pub committed_at: i64,
+    /// Each bucket's log offset it holds the rows below.
+    #[prost(message, repeated, tag = "3")]
+    pub buckets: Vec<BucketSeam>,
+}
+
+/// A bucket's seam in a lake snapshot.
+#[derive(Clone, PartialEq, Message)]
+pub struct BucketSeam {
+    /// The partition name; absent for unpartitioned tables.
+    #[prost(string, optional, tag = "1")]
+    pub partition: Option<String>,
+    /// The bucket.
+    #[prost(uint32, tag = "2")]
+    pub bucket: u32,
+    /// The log offset tiered up to (exclusive).
+    #[prost(int64, tag = "3")]
+    pub log_end_offset: i64,
 }
 
 /// The answer of `compact_table`.
@@ -697,6 +736,12 @@ pub struct BucketStatus {
     /// The offset after the last durable row.
     #[prost(int64, tag = "3")]
     pub high_watermark: i64,
+    /// The log offset the bucket is tiered up to (the seam; 0 before any round).
+    #[prost(int64, tag = "4")]
+    pub lake_log_end_offset: i64,
+    /// The recorded lake snapshot holding that seam; absent before any round.
+    #[prost(int64, optional, tag = "5")]
+    pub lake_snapshot_id: Option<i64>,
 }
 
 /// The answer of `list_buckets`: every bucket of every partition created so far.

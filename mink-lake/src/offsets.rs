@@ -44,6 +44,18 @@ impl BucketOffsets {
         self.0.iter().map(|(k, v)| (k.as_str(), *v))
     }
 
+    /// Every bucket's seam: `(partition, bucket, offset)`; keys that name no bucket are
+    /// skipped.
+    pub fn seams(&self) -> impl Iterator<Item = (Option<&str>, u32, i64)> {
+        self.0.iter().filter_map(|(key, offset)| {
+            let (partition, bucket) = match key.rsplit_once('/') {
+                Some((partition, bucket)) => (Some(partition), bucket),
+                None => (None, key.as_str()),
+            };
+            Some((partition, bucket.parse().ok()?, *offset))
+        })
+    }
+
     /// The JSON form stored in a snapshot summary.
     pub fn to_json(&self) -> String {
         serde_json::to_string(&self.0).expect("a map of strings to integers serializes")
@@ -68,6 +80,18 @@ mod tests {
     use mink_core::table::TablePath;
 
     use super::*;
+
+    #[test]
+    fn seams_name_their_buckets() {
+        let mut offsets = BucketOffsets::default();
+        let table = mink_core::table::TablePath::new("db", "t");
+        offsets.set(&BucketId::new(&table, 2), 7);
+        let mut partitioned = BucketId::new(&table, 1);
+        partitioned.partition = Some("dt=2024-01-01".into());
+        offsets.set(&partitioned, 9);
+        let seams: Vec<_> = offsets.seams().collect();
+        assert_eq!(seams, vec![(None, 2, 7), (Some("dt=2024-01-01"), 1, 9)]);
+    }
 
     #[test]
     fn round_trips_through_json() {

@@ -235,6 +235,25 @@ impl Metadata {
             .optional()?)
     }
 
+    /// Every lake snapshot recorded for a table, oldest first.
+    pub fn lake_snapshots(&self, table_id: u64) -> Result<Vec<LakeSnapshotRecord>> {
+        let connection = self.connection();
+        let mut statement = connection.prepare(
+            "SELECT snapshot_id, offsets, committed_at FROM lake_snapshots
+             WHERE table_id = ?1 ORDER BY rowid",
+        )?;
+        let records = statement
+            .query_map([table_id as i64], |row| {
+                Ok(LakeSnapshotRecord {
+                    snapshot_id: row.get(0)?,
+                    offsets: row.get(1)?,
+                    committed_at: row.get(2)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(records)
+    }
+
     /// Notes a round's files before its commit, so a crash leaves nothing unaccounted.
     pub fn set_pending_round(&self, table_id: u64, round: &PendingRound) -> Result<()> {
         let files = round.files.join("\n");

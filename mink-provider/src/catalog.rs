@@ -1,5 +1,5 @@
 //! `MinkCatalog`: every mink database as a DataFusion schema, every table in it as a
-//! [`MinkTable`].
+//! [`MinkTable`], and the `system` schema of the node's state.
 //!
 //! The catalog is a view of the node taken when it is loaded: the table names are listed
 //! then (DataFusion asks for them synchronously), and a table's descriptor is fetched
@@ -17,6 +17,7 @@ use mink_core::table::TablePath;
 use mink_lake::storage::LakeStorage;
 
 use crate::split::external;
+use crate::system::{SYSTEM_SCHEMA, SystemSchema};
 use crate::table::MinkTable;
 
 /// The name mink's catalog is registered under.
@@ -28,6 +29,7 @@ pub const DEFAULT_DATABASE: &str = "default";
 #[derive(Debug)]
 pub struct MinkCatalog {
     databases: BTreeMap<String, Arc<MinkDatabase>>,
+    system: Arc<SystemSchema>,
 }
 
 impl MinkCatalog {
@@ -40,6 +42,7 @@ impl MinkCatalog {
         for path in client.list_tables(None).await? {
             databases.entry(path.database).or_default().push(path.name);
         }
+        let system = Arc::new(SystemSchema::new(client.clone()));
         let databases = databases
             .into_iter()
             .map(|(name, tables)| {
@@ -52,7 +55,7 @@ impl MinkCatalog {
                 (name, Arc::new(database))
             })
             .collect();
-        Ok(Self { databases })
+        Ok(Self { databases, system })
     }
 }
 
@@ -62,10 +65,15 @@ impl CatalogProvider for MinkCatalog {
     }
 
     fn schema_names(&self) -> Vec<String> {
-        self.databases.keys().cloned().collect()
+        let mut names: Vec<String> = self.databases.keys().cloned().collect();
+        names.push(SYSTEM_SCHEMA.to_string());
+        names
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        if name == SYSTEM_SCHEMA {
+            return Some(Arc::clone(&self.system) as Arc<dyn SchemaProvider>);
+        }
         self.databases
             .get(name)
             .map(|database| Arc::clone(database) as Arc<dyn SchemaProvider>)

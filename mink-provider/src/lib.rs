@@ -6,6 +6,7 @@
 //! - `split`: reading a split: lake Parquet from the object store, the tail from the
 //!   bucket leader over Flight, merged by key.
 //! - `filters`: DataFusion filters as mink column filters.
+//! - [`system`]: `system.buckets` and `system.lake_snapshots`.
 //! - `dml`: `INSERT`, `DELETE` and `UPDATE` as plans ending in a mink sink.
 //!
 //! A query reads each bucket as it is when the query is planned: the lake below the
@@ -16,6 +17,7 @@ mod dml;
 pub mod exec;
 mod filters;
 mod split;
+pub mod system;
 pub mod table;
 
 pub use catalog::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog};

@@ -3,9 +3,10 @@
 use arrow::array::RecordBatch;
 use arrow_flight::Action;
 use mink_core::protocol::{
-    AddColumn, BucketId, BucketList, CompactReply, CreateTable, DropTable, ListOffsets, ListTables,
-    Lookup, LookupReply, OffsetReply, PrefixLookup, TableDescriptorProto, TableList, TableRef,
-    TierReply, UnionRequest, UnionSplit, action, decode, decode_batch, encode_batch,
+    AddColumn, BucketId, BucketList, CompactReply, CreateTable, DropTable, LakeSnapshotList,
+    ListOffsets, ListTables, Lookup, LookupReply, OffsetReply, PrefixLookup, TableDescriptorProto,
+    TableList, TableRef, TierReply, UnionRequest, UnionSplit, action, decode, decode_batch,
+    encode_batch,
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use prost::Message;
@@ -99,6 +100,13 @@ impl MinkFlightService {
                     files_removed: report.files_removed,
                     files_written: report.files_written,
                     rows: report.rows,
+                }
+                .encode_to_vec()
+            }
+            action::LIST_LAKE_SNAPSHOTS => {
+                let request: TableRef = decode("list_lake_snapshots", body)?;
+                LakeSnapshotList {
+                    snapshots: node.lake_snapshots(&TablePath::parse(&request.table)?)?,
                 }
                 .encode_to_vec()
             }

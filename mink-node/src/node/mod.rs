@@ -24,7 +24,9 @@ use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::Field;
-use mink_core::protocol::{AppendAck, BucketId, BucketStatus, list_offsets};
+use mink_core::protocol::{
+    AppendAck, BucketId, BucketSeam, BucketStatus, LakeSnapshotInfo, list_offsets,
+};
 use mink_core::routing::row_addresses;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::{Lake, LakeConfig};
@@ -547,23 +549,53 @@ impl Node {
     /// Every bucket of a table created so far, with its offsets.
     pub fn list_buckets(&self, path: &TablePath) -> Result<Vec<BucketStatus>> {
         let state = self.table(path)?;
+        let table = state.descriptor();
+        let recorded = self.metadata.latest_lake_snapshot(table.table_id)?;
+        let seams = crate::tiering::recorded_offsets(self, &table)?;
         let partitions = state.partitions();
         let mut statuses = Vec::new();
         for (partition, tablets) in partitions.iter() {
             for (bucket, tablet) in tablets.iter().enumerate() {
                 let (log_start, high_watermark) = tablet.log.offsets();
+                let bucket = BucketId {
+                    table: path.to_string(),
+                    partition: partition.clone(),
+                    bucket: bucket as u32,
+                };
                 statuses.push(BucketStatus {
-                    bucket: Some(BucketId {
-                        table: path.to_string(),
-                        partition: partition.clone(),
-                        bucket: bucket as u32,
-                    }),
+                    lake_log_end_offset: seams.get(&bucket),
+                    lake_snapshot_id: recorded.as_ref().map(|r| r.snapshot_id),
+                    bucket: Some(bucket),
                     log_start,
                     high_watermark,
                 });
             }
         }
         Ok(statuses)
+    }
+
+    /// The lake snapshots mink recorded for a table (rounds and compactions), oldest first.
+    pub fn lake_snapshots(&self, path: &TablePath) -> Result<Vec<LakeSnapshotInfo>> {
+        let table = self.describe(path)?;
+        self.metadata
+            .lake_snapshots(table.table_id)?
+            .into_iter()
+            .map(|record| {
+                let offsets = mink_lake::offsets::BucketOffsets::from_json(&record.offsets)?;
+                Ok(LakeSnapshotInfo {
+                    snapshot_id: record.snapshot_id,
+                    committed_at: record.committed_at,
+                    buckets: offsets
+                        .seams()
+                        .map(|(partition, bucket, log_end_offset)| BucketSeam {
+                            partition: partition.map(str::to_string),
+                            bucket,
+                            log_end_offset,
+                        })
+                        .collect(),
+                })
+            })
+            .collect()
     }
 
     /// `list_offsets`: Earliest, Latest or the first offset at a timestamp.

@@ -89,6 +89,31 @@ async fn a_table_lives_and_dies_through_sql() {
     let compacted = query(&session, "CALL system.compact('shop.orders')").await;
     assert!(column_u64(&compacted, "files_removed") > 0);
 
+    // Two rounds and a compaction, as the system tables show them.
+    let snapshots = query(
+        &session,
+        "SELECT count(DISTINCT snapshot_id) AS n FROM system.lake_snapshots \
+         WHERE table_name = 'shop.orders'",
+    )
+    .await;
+    assert_eq!(int64s(&snapshots, 0), vec![3]);
+    let buckets = query(
+        &session,
+        "SELECT sum(high_watermark) AS hw, sum(lake_log_end_offset) AS seam, \
+         count(DISTINCT lake_snapshot_id) AS snapshots, count(*) AS buckets \
+         FROM system.buckets WHERE table_name = 'shop.orders'",
+    )
+    .await;
+    // 3 inserts, then 2 updates logged as -U/+U: everything is tiered.
+    assert_eq!(int64s(&buckets, 0), vec![7]);
+    assert_eq!(int64s(&buckets, 1), vec![7]);
+    assert_eq!(int64s(&buckets, 2), vec![1]);
+    assert_eq!(
+        int64s(&buckets, 3),
+        vec![6],
+        "3 buckets in each of 2 partitions"
+    );
+
     query(&session, "ALTER TABLE shop.orders ADD COLUMN note VARCHAR").await;
     query(
         &session,

@@ -1,0 +1,237 @@
+//! The `system` schema: the node's state as tables, read fresh by every query.
+//!
+//! ```sql
+//! SELECT * FROM system.buckets;         -- table_name, partition, bucket, leader, log_start,
+//!                                       -- high_watermark, lake_log_end_offset, lake_snapshot_id
+//! SELECT * FROM system.lake_snapshots;  -- table_name, snapshot_id, partition, bucket,
+//!                                       -- log_end_offset, committed_at
+//! ```
+//!
+//! `lake_snapshots` has one row per bucket of every snapshot mink recorded (tiering rounds
+//! and compactions), oldest first; its snapshot ids are those `table_changes` and
+//! Iceberg engines take.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray, UInt32Array,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use async_trait::async_trait;
+use datafusion::catalog::{SchemaProvider, Session, TableProvider};
+use datafusion::datasource::TableType;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::error::Result;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+use mink_client::MinkClient;
+
+use crate::split::external;
+
+/// The name of the schema.
+pub const SYSTEM_SCHEMA: &str = "system";
+
+/// The `system` schema of one node.
+#[derive(Debug)]
+pub(crate) struct SystemSchema {
+    client: MinkClient,
+}
+
+impl SystemSchema {
+    pub(crate) fn new(client: MinkClient) -> Self {
+        Self { client }
+    }
+}
+
+/// The tables of the schema.
+#[derive(Debug, Clone, Copy)]
+enum SystemTable {
+    Buckets,
+    LakeSnapshots,
+}
+
+impl SystemTable {
+    const ALL: [Self; 2] = [Self::Buckets, Self::LakeSnapshots];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Buckets => "buckets",
+            Self::LakeSnapshots => "lake_snapshots",
+        }
+    }
+
+    fn schema(self) -> SchemaRef {
+        let text = |name: &str, nullable| Field::new(name, DataType::Utf8, nullable);
+        let int = |name: &str, nullable| Field::new(name, DataType::Int64, nullable);
+        let fields = match self {
+            Self::Buckets => vec![
+                text("table_name", false),
+                text("partition", true),
+                Field::new("bucket", DataType::UInt32, false),
+                text("leader", false),
+                int("log_start", false),
+                int("high_watermark", false),
+                int("lake_log_end_offset", false),
+                int("lake_snapshot_id", true),
+            ],
+            Self::LakeSnapshots => vec![
+                text("table_name", false),
+                int("snapshot_id", false),
+                text("partition", true),
+                Field::new("bucket", DataType::UInt32, false),
+                int("log_end_offset", false),
+                Field::new(
+                    "committed_at",
+                    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+                    false,
+                ),
+            ],
+        };
+        Arc::new(Schema::new(fields))
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for SystemSchema {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        SystemTable::ALL
+            .iter()
+            .map(|t| t.name().to_string())
+            .collect()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        Ok(SystemTable::ALL
+            .into_iter()
+            .find(|table| table.name() == name)
+            .map(|table| {
+                Arc::new(SystemTableProvider {
+                    table,
+                    client: self.client.clone(),
+                }) as Arc<dyn TableProvider>
+            }))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        SystemTable::ALL.iter().any(|table| table.name() == name)
+    }
+}
+
+/// One system table: its rows are fetched from the node when it is scanned.
+#[derive(Debug)]
+struct SystemTableProvider {
+    table: SystemTable,
+    client: MinkClient,
+}
+
+#[async_trait]
+impl TableProvider for SystemTableProvider {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.table.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let batch = match self.table {
+            SystemTable::Buckets => self.buckets().await?,
+            SystemTable::LakeSnapshots => self.lake_snapshots().await?,
+        };
+        Ok(MemorySourceConfig::try_new_exec(
+            &[vec![batch]],
+            self.schema(),
+            projection.cloned(),
+        )?)
+    }
+}
+
+impl SystemTableProvider {
+    async fn buckets(&self) -> Result<RecordBatch> {
+        let leader = self.client.address().to_string();
+        let mut rows = Vec::new();
+        for table in self.client.list_tables(None).await.map_err(external)? {
+            for status in self.client.list_buckets(&table).await.map_err(external)? {
+                rows.push((table.to_string(), status));
+            }
+        }
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|(t, _)| t))),
+            Arc::new(StringArray::from_iter(rows.iter().map(|(_, s)| {
+                s.bucket.as_ref().and_then(|b| b.partition.clone())
+            }))),
+            Arc::new(UInt32Array::from_iter_values(
+                rows.iter()
+                    .map(|(_, s)| s.bucket.as_ref().map_or(0, |b| b.bucket)),
+            )),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|_| &leader))),
+            Arc::new(Int64Array::from_iter_values(
+                rows.iter().map(|(_, s)| s.log_start),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                rows.iter().map(|(_, s)| s.high_watermark),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                rows.iter().map(|(_, s)| s.lake_log_end_offset),
+            )),
+            Arc::new(Int64Array::from_iter(
+                rows.iter().map(|(_, s)| s.lake_snapshot_id),
+            )),
+        ];
+        Ok(RecordBatch::try_new(self.schema(), columns)?)
+    }
+
+    async fn lake_snapshots(&self) -> Result<RecordBatch> {
+        let mut rows = Vec::new();
+        for table in self.client.list_tables(None).await.map_err(external)? {
+            let described = self.client.describe_table(&table).await.map_err(external)?;
+            if !described.lake_enabled {
+                continue;
+            }
+            for snapshot in self.client.lake_snapshots(&table).await.map_err(external)? {
+                for seam in &snapshot.buckets {
+                    rows.push((
+                        table.to_string(),
+                        snapshot.snapshot_id,
+                        seam.clone(),
+                        snapshot.committed_at,
+                    ));
+                }
+            }
+        }
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.0))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| r.2.partition.clone()),
+            )),
+            Arc::new(UInt32Array::from_iter_values(
+                rows.iter().map(|r| r.2.bucket),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                rows.iter().map(|r| r.2.log_end_offset),
+            )),
+            Arc::new(
+                TimestampMillisecondArray::from_iter_values(rows.iter().map(|r| r.3))
+                    .with_timezone("UTC"),
+            ),
+        ];
+        Ok(RecordBatch::try_new(self.schema(), columns)?)
+    }
+}
