@@ -11,14 +11,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use mink_client::{ClientError, MinkClient};
 use mink_core::table::TablePath;
 use mink_lake::storage::LakeStorage;
 
 use crate::split::external;
 use crate::system::{SYSTEM_SCHEMA, SystemSchema};
-use crate::table::MinkTable;
+use crate::table::{MinkTable, ReadKind};
 
 /// The name mink's catalog is registered under.
 pub const CATALOG_NAME: &str = "mink";
@@ -100,16 +100,25 @@ impl SchemaProvider for MinkDatabase {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        if !self.table_exist(name) {
+        let Some((table, kind)) = ReadKind::of_name(name) else {
+            return Ok(None);
+        };
+        if !self.tables.iter().any(|t| t == table) {
             return Ok(None);
         }
-        let path = TablePath::new(&self.name, name);
+        let path = TablePath::new(&self.name, table);
         let table = self.client.describe_table(&path).await.map_err(external)?;
-        let provider = MinkTable::new(table, self.client.clone(), self.storage.clone());
+        if kind == ReadKind::Lake && !table.lake_enabled {
+            return Err(DataFusionError::Plan(format!(
+                "{path}$lake: table {path} has no lake ('lake.enabled' is off)"
+            )));
+        }
+        let provider = MinkTable::new(table, kind, self.client.clone(), self.storage.clone());
         Ok(Some(Arc::new(provider)))
     }
 
+    /// `t`, `t$lake` and `t$changelog` for every table `t`.
     fn table_exist(&self, name: &str) -> bool {
-        self.tables.iter().any(|table| table == name)
+        ReadKind::of_name(name).is_some_and(|(table, _)| self.tables.iter().any(|t| t == table))
     }
 }

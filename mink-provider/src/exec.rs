@@ -21,7 +21,7 @@ use datafusion::physical_plan::{
     SendableRecordBatchStream,
 };
 
-use crate::split::{SplitMetrics, SplitReader, UnionSplit};
+use crate::split::{SplitMetrics, SplitReader, UnionSplit, changelog_schema};
 
 /// A union read of a mink table: partition `i` is split `i`.
 #[derive(Debug)]
@@ -35,8 +35,11 @@ pub struct MinkUnionExec {
 
 impl MinkUnionExec {
     pub(crate) fn try_new(reader: SplitReader, splits: Vec<UnionSplit>) -> Result<Self> {
-        let projection: Vec<usize> = (0..reader.output_columns).collect();
-        let schema = Arc::new(reader.read_schema.project(&projection)?);
+        let emitted = match reader.changelog {
+            true => Arc::new(changelog_schema(&reader.read_schema)),
+            false => Arc::clone(&reader.read_schema),
+        };
+        let schema = Arc::new(emitted.project(&reader.output)?);
         // Our own bucketing is not DataFusion's hash partitioning: declare none.
         let properties = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
@@ -58,6 +61,9 @@ impl DisplayAs for MinkUnionExec {
     fn fmt_as(&self, format: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let reader = &self.reader;
         write!(f, "MinkUnionExec: table={}", reader.table.path)?;
+        if reader.changelog {
+            write!(f, ", changelog")?;
+        }
         if !reader.filters.is_empty() {
             let filters: Vec<String> = reader.filters.iter().map(describe_filter).collect();
             write!(f, ", filters=[{}]", filters.join(" AND "))?;

@@ -22,4 +22,5 @@ pub mod table;
 
 pub use catalog::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog};
 pub use exec::MinkUnionExec;
-pub use table::MinkTable;
+pub use split::CHANGELOG_COLUMNS;
+pub use table::{MinkTable, ReadKind};

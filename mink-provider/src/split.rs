@@ -16,12 +16,13 @@
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_plan::metrics::Count;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_client::MinkClient;
+use mink_core::change::ChangeType;
 use mink_core::filter::{ColumnFilter, filter_batch};
 use mink_core::key::KeyCodec;
 use mink_core::merge::TailIndex;
@@ -58,9 +59,39 @@ pub(crate) struct SplitReader {
     pub(crate) storage: LakeStorage,
     /// Columns read: the projection first, then filter and key columns.
     pub(crate) read_schema: SchemaRef,
-    /// How many leading columns of the read schema are output.
-    pub(crate) output_columns: usize,
+    /// The columns output, by index in the rows emitted (the read schema, or for a
+    /// changelog the read schema and [`CHANGELOG_COLUMNS`]).
+    pub(crate) output: Vec<usize>,
     pub(crate) filters: Vec<ColumnFilter>,
+    /// Read the log with its change columns instead of the table's rows (`t$changelog`).
+    pub(crate) changelog: bool,
+}
+
+/// The columns a changelog read adds to the table's: each row's change type (`+I`, `-U`,
+/// `+U`, `-D`; `+I` for a log table's rows), log offset and commit time.
+pub const CHANGELOG_COLUMNS: [&str; 3] = ["_change_type", "_log_offset", "_commit_timestamp"];
+
+/// `schema` with the changelog columns after it.
+pub(crate) fn changelog_schema(schema: &Schema) -> Schema {
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new(CHANGELOG_COLUMNS[0], DataType::Utf8, false));
+    fields.push(Field::new(CHANGELOG_COLUMNS[1], DataType::Int64, false));
+    fields.push(Field::new(
+        CHANGELOG_COLUMNS[2],
+        DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+        false,
+    ));
+    Schema::new(fields)
+}
+
+/// A batch of the log tail, trimmed to the planned range.
+#[derive(Debug)]
+struct TailBatch {
+    rows: RecordBatch,
+    /// The change vector; empty for a log table.
+    changes: Vec<u8>,
+    base_offset: i64,
+    commit_timestamp: i64,
 }
 
 impl SplitReader {
@@ -80,6 +111,16 @@ impl SplitReader {
         split: UnionSplit,
         metrics: SplitMetrics,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        if self.changelog {
+            let reader = Arc::clone(&self);
+            let tail = self.tail(split.bucket, split.plan.log_from, split.plan.log_to);
+            return Ok(tail
+                .and_then(move |batch| {
+                    metrics.tail_rows.add(batch.rows.num_rows());
+                    std::future::ready(reader.emit_changes(batch))
+                })
+                .boxed());
+        }
         metrics.lake_files.add(split.lake.files.len());
         let lake = read_split(
             &self.storage,
@@ -96,16 +137,19 @@ impl SplitReader {
                 lake_rows.add(batch.num_rows());
                 batch
             });
-            let tail = tail.map_ok(move |(batch, _)| {
-                tail_rows.add(batch.num_rows());
-                batch
+            let tail = tail.map_ok(move |batch| {
+                tail_rows.add(batch.rows.num_rows());
+                batch.rows
             });
             return Ok(lake
                 .chain(tail)
                 .and_then(move |batch| std::future::ready(reader.emit(&batch)))
                 .boxed());
         }
-        let tail: Vec<(RecordBatch, Vec<u8>)> = tail.try_collect().await?;
+        let tail: Vec<(RecordBatch, Vec<u8>)> = tail
+            .map_ok(|batch| (batch.rows, batch.changes))
+            .try_collect()
+            .await?;
         metrics
             .tail_rows
             .add(tail.iter().map(|(b, _)| b.num_rows()).sum());
@@ -131,17 +175,41 @@ impl SplitReader {
     /// A batch in the read schema, filtered and projected to the output.
     fn emit(&self, batch: &RecordBatch) -> Result<RecordBatch> {
         let rows = filter_batch(&self.filters, batch).map_err(external)?;
-        Ok(rows.project(&(0..self.output_columns).collect::<Vec<_>>())?)
+        Ok(rows.project(&self.output)?)
+    }
+
+    /// A tail batch with its change columns, projected to the output.
+    fn emit_changes(&self, batch: TailBatch) -> Result<RecordBatch> {
+        let count = batch.rows.num_rows();
+        let change_types: StringArray = match batch.changes.is_empty() {
+            true => (0..count).map(|_| Some("+I")).collect(),
+            false => batch
+                .changes
+                .iter()
+                .map(|&byte| {
+                    ChangeType::from_byte(byte)
+                        .map(|change| Some(change.short_string()))
+                        .map_err(external)
+                })
+                .collect::<Result<_>>()?,
+        };
+        let offsets =
+            Int64Array::from_iter_values(batch.base_offset..batch.base_offset + count as i64);
+        let times = TimestampMillisecondArray::from(vec![batch.commit_timestamp; count])
+            .with_timezone("UTC");
+        let mut columns = batch.rows.columns().to_vec();
+        columns.extend([
+            Arc::new(change_types) as ArrayRef,
+            Arc::new(offsets),
+            Arc::new(times),
+        ]);
+        let schema = Arc::new(changelog_schema(batch.rows.schema_ref()));
+        Ok(RecordBatch::try_new(schema, columns)?.project(&self.output)?)
     }
 
     /// The log `[from, to)` in the read schema, with each batch's change vector (empty
     /// for a log table), read with Scans of the bucket leader.
-    fn tail(
-        &self,
-        bucket: BucketId,
-        from: i64,
-        to: i64,
-    ) -> BoxStream<'static, Result<(RecordBatch, Vec<u8>)>> {
+    fn tail(&self, bucket: BucketId, from: i64, to: i64) -> BoxStream<'static, Result<TailBatch>> {
         let client = self.client.clone();
         let columns: Vec<u32> = self
             .read_schema
@@ -167,7 +235,7 @@ impl SplitReader {
                     )));
                 }
                 let next = answer.next_offset;
-                let batches: Vec<Result<(RecordBatch, Vec<u8>)>> = answer
+                let batches: Vec<Result<TailBatch>> = answer
                     .batches
                     .into_iter()
                     .filter_map(|read| trim(read, offset, to))
@@ -182,7 +250,7 @@ impl SplitReader {
 }
 
 /// The rows of a Scan batch inside `[from, to)`, with their change types.
-fn trim(read: mink_client::ReadBatch, from: i64, to: i64) -> Option<(RecordBatch, Vec<u8>)> {
+fn trim(read: mink_client::ReadBatch, from: i64, to: i64) -> Option<TailBatch> {
     let base = read.metadata.base_offset;
     let rows = read.batch.num_rows();
     let start = (from - base).clamp(0, rows as i64) as usize;
@@ -196,7 +264,12 @@ fn trim(read: mink_client::ReadBatch, from: i64, to: i64) -> Option<(RecordBatch
         .changes
         .and_then(|changes| changes.get(start..end).map(<[u8]>::to_vec))
         .unwrap_or_default();
-    Some((read.batch.slice(start, end - start), changes))
+    Some(TailBatch {
+        rows: read.batch.slice(start, end - start),
+        changes,
+        base_offset: base + start as i64,
+        commit_timestamp: read.metadata.commit_timestamp,
+    })
 }
 
 /// Any error of mink's crates, as DataFusion's.

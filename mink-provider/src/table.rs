@@ -18,6 +18,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use futures::future::try_join_all;
 use mink_client::MinkClient;
 use mink_core::key::key_columns;
+use mink_core::protocol::UnionPlan;
 use mink_core::table::TableDescriptor;
 use mink_lake::reader::LakeSplit;
 use mink_lake::storage::LakeStorage;
@@ -25,12 +26,38 @@ use mink_lake::storage::LakeStorage;
 use crate::dml;
 use crate::exec::MinkUnionExec;
 use crate::filters::to_column_filter;
-use crate::split::{SplitReader, UnionSplit, external};
+use crate::split::{SplitReader, UnionSplit, changelog_schema, external};
 
-/// A mink table: its union read, bucket by bucket.
+/// What a scan of a mink table reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadKind {
+    /// `t`: the table as it is now (lake below each seam, log after it).
+    Union,
+    /// `t$lake`: the last tiering round only, as any Iceberg engine sees it.
+    Lake,
+    /// `t$changelog`: the log, with each row's change type, offset and commit time.
+    Changelog,
+}
+
+impl ReadKind {
+    /// The kind a table name asks for, and the table's own name: `t`, `t$lake` or
+    /// `t$changelog`.
+    pub fn of_name(name: &str) -> Option<(&str, Self)> {
+        match name.rsplit_once('$') {
+            None => Some((name, Self::Union)),
+            Some((table, "lake")) => Some((table, Self::Lake)),
+            Some((table, "changelog")) => Some((table, Self::Changelog)),
+            Some(_) => None,
+        }
+    }
+}
+
+/// A mink table: its union read, bucket by bucket (or its lake, or its changelog).
 #[derive(Debug)]
 pub struct MinkTable {
     table: Arc<TableDescriptor>,
+    kind: ReadKind,
+    schema: SchemaRef,
     client: MinkClient,
     storage: LakeStorage,
 }
@@ -38,9 +65,20 @@ pub struct MinkTable {
 impl MinkTable {
     /// The table `table` of the node `client` talks to, whose lake files are read from
     /// `storage`.
-    pub fn new(table: TableDescriptor, client: MinkClient, storage: LakeStorage) -> Self {
+    pub fn new(
+        table: TableDescriptor,
+        kind: ReadKind,
+        client: MinkClient,
+        storage: LakeStorage,
+    ) -> Self {
+        let schema = match kind {
+            ReadKind::Changelog => Arc::new(changelog_schema(table.schema())),
+            ReadKind::Union | ReadKind::Lake => Arc::clone(table.schema()),
+        };
         Self {
             table: Arc::new(table),
+            kind,
+            schema,
             client,
             storage,
         }
@@ -54,7 +92,7 @@ impl TableProvider for MinkTable {
     }
 
     fn schema(&self) -> SchemaRef {
-        Arc::clone(self.table.schema())
+        Arc::clone(&self.schema)
     }
 
     fn table_type(&self) -> TableType {
@@ -65,6 +103,12 @@ impl TableProvider for MinkTable {
         &self,
         filters: &[&Expr],
     ) -> Result<Vec<TableProviderFilterPushDown>> {
+        if self.kind == ReadKind::Changelog {
+            return Ok(vec![
+                TableProviderFilterPushDown::Unsupported;
+                filters.len()
+            ]);
+        }
         Ok(filters
             .iter()
             .map(|expr| match to_column_filter(expr, self.table.schema()) {
@@ -81,6 +125,9 @@ impl TableProvider for MinkTable {
         filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if self.kind == ReadKind::Changelog {
+            return self.scan_changelog(projection).await;
+        }
         let schema = self.table.schema();
         let filters: Vec<_> = filters
             .iter()
@@ -119,9 +166,12 @@ impl TableProvider for MinkTable {
                     .plan_union(&bucket, filters)
                     .await
                     .map_err(external)?;
-                let plan = planned
+                let mut plan = planned
                     .plan
                     .ok_or_else(|| DataFusionError::Internal(format!("no plan for {bucket}")))?;
+                if self.kind == ReadKind::Lake {
+                    plan.log_to = plan.log_from;
+                }
                 Ok::<_, DataFusionError>(UnionSplit {
                     lake: LakeSplit::from_wire(plan.snapshot_id, planned.files),
                     bucket,
@@ -135,8 +185,9 @@ impl TableProvider for MinkTable {
             client: self.client.clone(),
             storage: self.storage.clone(),
             read_schema: Arc::new(schema.project(&read)?),
-            output_columns: output.len(),
+            output: (0..output.len()).collect(),
             filters,
+            changelog: false,
         };
         Ok(Arc::new(MinkUnionExec::try_new(reader, splits)?))
     }
@@ -147,6 +198,7 @@ impl TableProvider for MinkTable {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.require_writable()?;
         if insert_op != InsertOp::Append {
             return Err(DataFusionError::NotImplemented(format!(
                 "INSERT {insert_op} into {}: only INSERT INTO (append or upsert by key)",
@@ -161,6 +213,7 @@ impl TableProvider for MinkTable {
         state: &dyn Session,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.require_writable()?;
         let scan = self.scan(state, None, &filters, None).await?;
         dml::delete(
             state,
@@ -177,6 +230,7 @@ impl TableProvider for MinkTable {
         assignments: Vec<(String, Expr)>,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.require_writable()?;
         let scan = self.scan(state, None, &filters, None).await?;
         dml::update(
             state,
@@ -186,5 +240,65 @@ impl TableProvider for MinkTable {
             assignments,
             filters,
         )
+    }
+}
+
+impl MinkTable {
+    /// Writes go to the table itself, never to its `$lake` or `$changelog`.
+    fn require_writable(&self) -> Result<()> {
+        let suffix = match self.kind {
+            ReadKind::Union => return Ok(()),
+            ReadKind::Lake => "lake",
+            ReadKind::Changelog => "changelog",
+        };
+        Err(DataFusionError::Plan(format!(
+            "{}${suffix} is read-only: write to {} itself",
+            self.table.path, self.table.path
+        )))
+    }
+
+    /// `t$changelog`: every bucket's log from log_start to the high watermark now.
+    async fn scan_changelog(
+        &self,
+        projection: Option<&Vec<usize>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let buckets = self
+            .client
+            .list_buckets(&self.table.path)
+            .await
+            .map_err(external)?;
+        let splits = buckets
+            .into_iter()
+            .map(|status| {
+                let bucket = status
+                    .bucket
+                    .ok_or_else(|| DataFusionError::Internal("a bucket without its id".into()))?;
+                let plan = UnionPlan {
+                    snapshot_id: None,
+                    lake_log_end_offset: 0,
+                    log_from: status.log_start,
+                    log_to: status.high_watermark,
+                    lake_files: 0,
+                };
+                Ok(UnionSplit {
+                    bucket,
+                    plan,
+                    lake: LakeSplit::default(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let reader = SplitReader {
+            table: Arc::clone(&self.table),
+            client: self.client.clone(),
+            storage: self.storage.clone(),
+            read_schema: Arc::clone(self.table.schema()),
+            output: match projection {
+                Some(projection) => projection.clone(),
+                None => (0..self.schema.fields().len()).collect(),
+            },
+            filters: Vec::new(),
+            changelog: true,
+        };
+        Ok(Arc::new(MinkUnionExec::try_new(reader, splits)?))
     }
 }

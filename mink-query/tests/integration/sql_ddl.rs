@@ -179,3 +179,79 @@ async fn bad_ddl_and_calls_are_clear_errors() {
     let message = error("ALTER TABLE t DROP COLUMN a").await;
     assert!(message.contains("ADD COLUMN"), "{message}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lake_and_changelog_views() {
+    let node = TestNode::start().await;
+    let session = session(&node.client).await;
+    query(
+        &session,
+        "CREATE TABLE kv (id BIGINT NOT NULL, v VARCHAR, PRIMARY KEY (id)) \
+         WITH ('bucket.num' = '2', 'lake.enabled' = 'true', 'lake.freshness' = '1h')",
+    )
+    .await;
+    query(
+        &session,
+        "INSERT INTO kv VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+    )
+    .await;
+    query(&session, "CALL system.tier('kv')").await;
+    query(&session, "UPDATE kv SET v = 'B' WHERE id = 2").await;
+    query(&session, "DELETE FROM kv WHERE id = 3").await;
+
+    // The lake is the last round's state; the table is now's.
+    let lake = query(&session, "SELECT id, v FROM \"kv$lake\" ORDER BY id").await;
+    assert_eq!(int64s(&lake, 0), vec![1, 2, 3]);
+    let now = query(&session, "SELECT id, v FROM kv ORDER BY id").await;
+    assert_eq!(int64s(&now, 0), vec![1, 2]);
+
+    // The changelog: every change with its type, offset and commit time, per bucket.
+    let changes = query(
+        &session,
+        "SELECT id, _change_type, v FROM \"kv$changelog\" ORDER BY id, _log_offset",
+    )
+    .await;
+    let rows: Vec<(i64, String, Option<String>)> = changes
+        .iter()
+        .flat_map(|b| {
+            let ids = b.column(0).as_primitive::<Int64Type>().clone();
+            let types = b.column(1).as_string::<i32>().clone();
+            let values = b.column(2).as_string::<i32>().clone();
+            (0..b.num_rows()).map(move |i| {
+                let value = values.is_valid(i).then(|| values.value(i).to_string());
+                (ids.value(i), types.value(i).to_string(), value)
+            })
+        })
+        .collect();
+    let expected = [
+        (1, "+I", "a"),
+        (2, "+I", "b"),
+        (2, "-U", "b"),
+        (2, "+U", "B"),
+        (3, "+I", "c"),
+        (3, "-D", "c"),
+    ];
+    let expected: Vec<(i64, String, Option<String>)> = expected
+        .iter()
+        .map(|(id, change, v)| (*id, change.to_string(), Some(v.to_string())))
+        .collect();
+    assert_eq!(rows, expected);
+    let stamped = query(
+        &session,
+        "SELECT count(*) FROM \"kv$changelog\" WHERE _commit_timestamp > TIMESTAMP '2020-01-01T00:00:00Z'",
+    )
+    .await;
+    assert_eq!(int64s(&stamped, 0), vec![6]);
+
+    for sql in [
+        "INSERT INTO \"kv$lake\" VALUES (9, 'x')",
+        "DELETE FROM \"kv$changelog\" WHERE id = 1",
+    ] {
+        let result = match session.sql(sql).await {
+            Ok(frame) => frame.collect().await.map(|_| ()),
+            Err(error) => Err(error),
+        };
+        let message = result.expect_err(sql).to_string();
+        assert!(message.contains("read-only"), "{sql}: {message}");
+    }
+}
