@@ -25,6 +25,7 @@ mod error;
 mod load;
 mod output;
 mod read;
+mod repl;
 mod server;
 mod sql;
 

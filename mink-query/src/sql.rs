@@ -2,16 +2,19 @@
 //!
 //! ```text
 //! mink sql [--connect HOST:PORT | --data-dir DIR] [-e SQL]... [-f FILE] [--format table|csv|json]
+//! mink sql --connect HOST:PORT          # an interactive shell
 //! ```
 //!
-//! Each `-e` statement (then the statements of `-f`, separated by `;`) runs in order in
-//! one session whose default catalog is `mink` and default schema `default`: tables are
+//! With neither `-e` nor `-f`, statements are read from the interactive shell (see
+//! [`crate::repl`]), or from stdin when it is not a terminal. Each `-e` statement (then
+//! the statements of `-f`, separated by `;`) runs in order in one session whose default catalog is `mink` and default schema `default`: tables are
 //! `t`, `db.t` or `mink.db.t`. Every table is read by union splits (see `mink-provider`),
 //! so a query sees each bucket as it is when the query is planned.
 //!
 //! Statements are run by [`MinkSession`]: queries and DML by DataFusion, DDL and `CALL`
 //! by mink.
 
+use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -47,14 +50,20 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), CliError> {
             .map_err(CliError::io(format!("reading {}", file.display())))?;
         statements.extend(split_statements(&text));
     }
-    if statements.is_empty() {
-        return Err(CliError::Usage(
-            "nothing to run: give statements with -e or -f".into(),
-        ));
+    let interactive = statements.is_empty() && std::io::stdin().is_terminal();
+    if statements.is_empty() && !interactive {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(CliError::io("reading statements from stdin"))?;
+        statements.extend(split_statements(&text));
     }
     let connection = args.node.connect().await?;
     let result = async {
         let session = session(&connection.client).await?;
+        if interactive {
+            return crate::repl::run(&session, args.format).await;
+        }
         for statement in &statements {
             run_statement(&session, statement, args.format).await?;
         }
@@ -72,24 +81,44 @@ async fn session(client: &mink_client::MinkClient) -> Result<MinkSession, CliErr
     Ok(MinkSession::connect(client.clone(), storage).await?)
 }
 
-/// Runs one statement, printing its rows.
-async fn run_statement(
+/// Runs one statement, printing its rows; returns how many.
+pub(crate) async fn run_statement(
     session: &MinkSession,
     statement: &str,
     format: Format,
-) -> Result<(), CliError> {
+) -> Result<usize, CliError> {
     let frame = session.sql(statement).await?;
     let mut batches = frame.execute_stream().await?;
     let mut printer = BatchPrinter::new(format);
+    let mut rows = 0;
     while let Some(batch) = batches.try_next().await? {
+        rows += batch.num_rows();
         printer.print(&batch)?;
     }
-    Ok(())
+    Ok(rows)
+}
+
+/// Whether `text` ends with a `;` outside quotes (a statement typed in the shell is
+/// complete).
+pub(crate) fn ends_statement(text: &str) -> bool {
+    let mut quote: Option<char> = None;
+    let mut last = None;
+    for c in text.chars() {
+        match (quote, c) {
+            (None, '\'' | '"') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            _ => {}
+        }
+        if !c.is_whitespace() {
+            last = Some((c, quote.is_none()));
+        }
+    }
+    last == Some((';', true))
 }
 
 /// The non-empty statements of a script separated by `;` (a `;` inside quotes does not
 /// separate).
-fn split_statements(text: &str) -> Vec<String> {
+pub(crate) fn split_statements(text: &str) -> Vec<String> {
     let mut statements = Vec::new();
     let mut current = String::new();
     let mut quote: Option<char> = None;
@@ -124,5 +153,14 @@ mod tests {
             vec!["SELECT 1", "SELECT ';'", "SELECT \"a;b\" FROM t"]
         );
         assert!(split_statements(" ; ;").is_empty());
+    }
+
+    #[test]
+    fn a_statement_ends_with_a_semicolon_outside_quotes() {
+        assert!(ends_statement("SELECT 1;\n"));
+        assert!(ends_statement("SELECT\n 1 ;  "));
+        assert!(!ends_statement("SELECT ';"));
+        assert!(!ends_statement("SELECT 1"));
+        assert!(ends_statement("SELECT ';';"));
     }
 }
