@@ -58,6 +58,8 @@ impl MinkUnionExec {
 }
 
 impl DisplayAs for MinkUnionExec {
+    /// `EXPLAIN` shows the table, the pushed filters and totals over the splits (stable
+    /// across runs); `EXPLAIN VERBOSE` each split with its lake snapshot.
     fn fmt_as(&self, format: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let reader = &self.reader;
         write!(f, "MinkUnionExec: table={}", reader.table.path)?;
@@ -68,8 +70,18 @@ impl DisplayAs for MinkUnionExec {
             let filters: Vec<String> = reader.filters.iter().map(describe_filter).collect();
             write!(f, ", filters=[{}]", filters.join(" AND "))?;
         }
-        if matches!(format, DisplayFormatType::TreeRender) {
-            return write!(f, ", splits={}", self.splits.len());
+        if !matches!(format, DisplayFormatType::Verbose) {
+            let lake_files: usize = self.splits.iter().map(|s| s.lake.files.len()).sum();
+            let log_rows: i64 = self
+                .splits
+                .iter()
+                .map(|s| s.plan.log_to - s.plan.log_from)
+                .sum();
+            return write!(
+                f,
+                ", splits={}, lake_files={lake_files}, log_rows={log_rows}",
+                self.splits.len()
+            );
         }
         let splits: Vec<String> = self
             .splits

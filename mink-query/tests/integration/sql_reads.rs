@@ -253,7 +253,7 @@ async fn explain_shows_the_splits_and_the_pushed_filters() {
         "{text}"
     );
     assert!(text.contains("filters=[n > 3]"), "{text}");
-    assert!(text.contains("lake_files=1"), "{text}");
+    assert!(text.contains("splits=2, lake_files=1"), "{text}");
     assert!(
         text.contains("FilterExec"),
         "the other filter stays above the scan: {text}"

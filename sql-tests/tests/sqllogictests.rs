@@ -1,0 +1,281 @@
+//! Runs every `slt/*.slt` file against a fresh mink node served on 127.0.0.1:0 in this
+//! process, through a [`MinkSession`] (the session `mink sql` uses), one node per file.
+//!
+//! ```text
+//! cargo test -p sql-tests                          # run every file
+//! cargo test -p sql-tests -- ddl                   # the files whose name contains "ddl"
+//! cargo test -p sql-tests -- --complete            # rewrite the expected results
+//! ```
+//!
+//! Results are compared as text: NULL is `NULL`, an empty string `(empty)`, every other
+//! value as Arrow displays it. Column types are `I` (integers), `R` (floating point and
+//! decimals) and `T` (everything else). A DML statement's count is its statement count
+//! (`statement count 3`).
+
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate sees every dependency of the package"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, UInt64Type};
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use async_trait::async_trait;
+use mink_lake::storage::LakeStorage;
+use mink_node::server::{ServerHandle, serve};
+use mink_node::{Node, NodeConfig};
+use mink_query::session::MinkSession;
+use object_store::local::LocalFileSystem;
+use sqllogictest::{DBOutput, DefaultColumnType, Runner};
+
+/// A session of one node, as sqllogictest drives it.
+struct MinkDb {
+    session: Arc<MinkSession>,
+}
+
+/// A statement's failure: its message is what `statement error <regex>` matches.
+#[derive(Debug)]
+struct SqlError(String);
+
+impl std::fmt::Display for SqlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SqlError {}
+
+#[async_trait]
+impl sqllogictest::AsyncDB for MinkDb {
+    type Error = SqlError;
+    type ColumnType = DefaultColumnType;
+
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, SqlError> {
+        let error = |e: datafusion::error::DataFusionError| SqlError(e.to_string());
+        let frame = self.session.sql(sql).await.map_err(error)?;
+        let schema = Arc::clone(frame.schema().inner());
+        let batches = frame.collect().await.map_err(error)?;
+        if schema.fields().is_empty() {
+            return Ok(DBOutput::StatementComplete(0));
+        }
+        if let Some(count) = dml_count(&batches) {
+            return Ok(DBOutput::StatementComplete(count));
+        }
+        let types = schema
+            .fields()
+            .iter()
+            .map(|field| column_type(field.data_type()))
+            .collect();
+        let mut rows = Vec::new();
+        for batch in &batches {
+            rows.extend(format_rows(batch).map_err(|e| SqlError(e.to_string()))?);
+        }
+        if is_plan(&schema) {
+            rows = plan_lines(rows);
+        }
+        Ok(DBOutput::Rows { types, rows })
+    }
+
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        "mink"
+    }
+
+    async fn sleep(duration: std::time::Duration) {
+        tokio::time::sleep(duration).await;
+    }
+}
+
+/// The count a DML statement answers (one `count` row of type UInt64).
+fn dml_count(batches: &[RecordBatch]) -> Option<u64> {
+    let [batch] = batches else { return None };
+    let field = batch.schema_ref().fields().first()?;
+    if batch.num_columns() != 1 || field.name() != "count" || batch.num_rows() != 1 {
+        return None;
+    }
+    let counts = batch.column(0).as_primitive_opt::<UInt64Type>()?;
+    Some(counts.value(0))
+}
+
+/// Whether the result is an `EXPLAIN` (`plan_type`, `plan`).
+fn is_plan(schema: &arrow::datatypes::Schema) -> bool {
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    names == ["plan_type", "plan"]
+}
+
+/// An `EXPLAIN` result one plan line per row, as DataFusion's own slt files show plans: the
+/// plan type alone, then `01)`, `02)`, ... with the indentation as dashes. A one-line plan
+/// stays on the plan type's row.
+fn plan_lines(rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
+    let mut lines = Vec::new();
+    for row in rows {
+        let [plan_type, plan] = row.as_slice() else {
+            lines.push(row);
+            continue;
+        };
+        let plan_rows: Vec<&str> = plan.lines().collect();
+        if plan_rows.len() == 1 {
+            lines.push(row);
+            continue;
+        }
+        lines.push(vec![plan_type.clone()]);
+        for (i, line) in plan_rows.iter().enumerate() {
+            let indent = line.len() - line.trim_start().len();
+            lines.push(vec![format!(
+                "{:02}){}{}",
+                i + 1,
+                "-".repeat(indent),
+                line.trim_start()
+            )]);
+        }
+    }
+    lines
+}
+
+fn column_type(data_type: &DataType) -> DefaultColumnType {
+    if data_type.is_integer() {
+        DefaultColumnType::Integer
+    } else if data_type.is_floating()
+        || matches!(
+            data_type,
+            DataType::Decimal128(..) | DataType::Decimal256(..)
+        )
+    {
+        DefaultColumnType::FloatingPoint
+    } else {
+        DefaultColumnType::Text
+    }
+}
+
+fn format_rows(batch: &RecordBatch) -> Result<Vec<Vec<String>>, arrow::error::ArrowError> {
+    let options = FormatOptions::default().with_null("NULL");
+    let formatters = batch
+        .columns()
+        .iter()
+        .map(|column| ArrayFormatter::try_new(column.as_ref(), &options))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((0..batch.num_rows())
+        .map(|row| {
+            formatters
+                .iter()
+                .zip(batch.columns())
+                .map(|(formatter, column)| {
+                    let text = formatter.value(row).to_string();
+                    match text.is_empty() && column.is_valid(row) {
+                        true => "(empty)".to_string(),
+                        false => text,
+                    }
+                })
+                .collect()
+        })
+        .collect())
+}
+
+/// A node over a fresh directory, served on a loopback port.
+struct TestNode {
+    _dir: tempfile::TempDir,
+    handle: ServerHandle,
+    session: Arc<MinkSession>,
+}
+
+impl TestNode {
+    async fn start() -> Result<Self, Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let node = Node::open(NodeConfig::new(dir.path()))?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let handle = serve(node, listener)?;
+        let client = mink_client::MinkClient::connect(&handle.addr().to_string()).await?;
+        let storage = LakeStorage::new(Arc::new(LocalFileSystem::new()), "");
+        let session = Arc::new(MinkSession::connect(client, storage).await?);
+        Ok(Self {
+            _dir: dir,
+            handle,
+            session,
+        })
+    }
+}
+
+/// The `.slt` files, sorted, whose names contain every name filter given.
+fn slt_files(filters: &[String]) -> std::io::Result<Vec<PathBuf>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("slt");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)?
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    files.retain(|path| {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        name.ends_with(".slt") && filters.iter().all(|filter| name.contains(filter.as_str()))
+    });
+    files.sort();
+    Ok(files)
+}
+
+async fn run_file(path: &Path, complete: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let node = TestNode::start().await?;
+    let session = Arc::clone(&node.session);
+    let mut runner = Runner::new(move || {
+        let session = Arc::clone(&session);
+        async move { Ok(MinkDb { session }) }
+    });
+    let result = match complete {
+        true => {
+            runner
+                .update_test_file(
+                    path,
+                    " ",
+                    sqllogictest::default_validator,
+                    sqllogictest::default_normalizer,
+                    sqllogictest::strict_column_validator,
+                )
+                .await
+        }
+        false => runner.run_file_async(path).await.map_err(Into::into),
+    };
+    node.handle.shutdown().await?;
+    result
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let complete = args.iter().any(|arg| arg == "--complete");
+    // libtest's own flags (--nocapture, --test-threads=...) are not name filters.
+    let filters: Vec<String> = args
+        .into_iter()
+        .filter(|arg| !arg.starts_with("--"))
+        .collect();
+    let files = match slt_files(&filters) {
+        Ok(files) => files,
+        Err(error) => {
+            eprintln!("cannot list the slt files: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut failed = 0;
+    for file in &files {
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        match run_file(file, complete).await {
+            Ok(()) => println!("slt {name} ... ok"),
+            Err(error) => {
+                failed += 1;
+                println!("slt {name} ... FAILED\n{error}");
+            }
+        }
+    }
+    println!("slt: {} files, {failed} failed", files.len());
+    if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
