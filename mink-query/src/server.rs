@@ -3,7 +3,8 @@
 //!
 //! The first line on stdout is `mink node listening on HOST:PORT`, so scripts and tests
 //! that pass `--listen 127.0.0.1:0` learn the port. With `--demo` the node creates
-//! `demo.events` (tiered into the lake every 10 s) and keeps writing to it, so a new user
+//! `demo.events` (a log table) and `demo.accounts` (a primary-key table), both tiered into
+//! the lake every 10 s, and keeps writing to them, so a new user
 //! has something to read at once, from the log and from the lake.
 
 use std::path::PathBuf;
@@ -79,12 +80,13 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         "Flight SQL is not served by this build; the SQL endpoint comes with the SQL engine");
     let demo = if args.demo {
         let client = MinkClient::connect(&address.to_string()).await?;
-        let table = create_demo_table(&client).await?;
+        let events = create_demo_table(&client).await?;
+        let accounts = create_demo_accounts(&client).await?;
         println!(
-            "demo: writing to {} (try: mink read --connect {address} --table {} --mode union)",
-            table.path, table.path
+            "demo: writing to {} and {} (try: mink sql --connect {address} -e \"SELECT count(*) FROM {}\")",
+            events.path, accounts.path, events.path
         );
-        Some(tokio::spawn(write_demo_rows(client, table)))
+        Some(tokio::spawn(write_demo_rows(client, events, accounts)))
     } else {
         None
     };
@@ -168,13 +170,70 @@ async fn create_demo_table(client: &MinkClient) -> Result<TableDescriptor, CliEr
     Ok(client.create_table(&table, true).await?)
 }
 
-/// Writes 100 events every half second until aborted.
-async fn write_demo_rows(client: MinkClient, table: TableDescriptor) {
+/// `demo.accounts`: a primary-key table whose balances keep changing.
+async fn create_demo_accounts(client: &MinkClient) -> Result<TableDescriptor, CliError> {
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("owner", DataType::Utf8, true),
+        Field::new("balance", DataType::Float64, true),
+    ]);
+    let options = TableOptions {
+        bucket_num: 4,
+        lake_enabled: true,
+        lake_freshness: Duration::from_secs(10),
+        ..TableOptions::default()
+    };
+    let table = TableDescriptor::new(
+        TablePath::new("demo", "accounts"),
+        schema,
+        vec!["id".into()],
+        vec![],
+        options,
+    )?;
+    Ok(client.create_table(&table, true).await?)
+}
+
+/// Accounts of the demo: updates land on these ids.
+const DEMO_ACCOUNTS: i64 = 1000;
+
+/// The balances of 50 accounts after the `round`-th half second.
+fn demo_balances(table: &TableDescriptor, round: i64) -> Result<RecordBatch, CliError> {
+    let ids: Vec<i64> = (0..50)
+        .map(|i| (round * 37 + i * 19) % DEMO_ACCOUNTS)
+        .collect();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(ids.clone())),
+        Arc::new(StringArray::from_iter_values(
+            ids.iter().map(|id| format!("owner{id}")),
+        )),
+        Arc::new(Float64Array::from_iter_values(
+            ids.iter()
+                .map(|id| ((id * 31 + round * 7) % 10_000) as f64 / 100.0),
+        )),
+    ];
+    Ok(RecordBatch::try_new(Arc::clone(table.schema()), columns)?)
+}
+
+/// Every half second until aborted: 100 new events, and 50 account balances upserted.
+async fn write_demo_rows(client: MinkClient, table: TableDescriptor, accounts: TableDescriptor) {
     const KINDS: [&str; 4] = ["click", "view", "purchase", "signup"];
     let mut next_id = 0i64;
+    let mut round = 0i64;
     let mut ticks = tokio::time::interval(Duration::from_millis(500));
     loop {
         ticks.tick().await;
+        round += 1;
+        let upserted = match demo_balances(&accounts, round) {
+            Ok(batch) => client
+                .write(&accounts, &batch)
+                .await
+                .map(|_| ())
+                .map_err(CliError::from),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = upserted {
+            warn!(%error, "demo upsert failed");
+        }
         let ids: Vec<i64> = (next_id..next_id + 100).collect();
         next_id += 100;
         let now = std::time::SystemTime::now()
