@@ -4,7 +4,7 @@ use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Int64Type, UInt64Type};
 use mink_core::table::TablePath;
 
-use crate::sql_reads::{count, query, session};
+use crate::sql_reads::{count, error, query, session};
 use crate::support::TestNode;
 
 fn column_u64(batches: &[RecordBatch], name: &str) -> u64 {
@@ -136,8 +136,11 @@ async fn a_table_lives_and_dies_through_sql() {
     assert_eq!(notes, vec![None, None, None, Some("late".to_string())]);
 
     query(&session, "DROP TABLE shop.orders").await;
-    let gone = session.sql("SELECT * FROM shop.orders").await;
-    assert!(gone.is_err(), "a dropped table is gone");
+    let gone = error(&session, "SELECT * FROM shop.orders").await;
+    assert!(
+        gone.contains("not found"),
+        "a dropped table is gone: {gone}"
+    );
     query(&session, "DROP TABLE IF EXISTS shop.orders").await;
 }
 
@@ -146,37 +149,30 @@ async fn bad_ddl_and_calls_are_clear_errors() {
     let node = TestNode::start().await;
     let session = session(&node.client).await;
     let session = &session;
-    let error = |sql: &'static str| async move {
-        let result = match session.sql(sql).await {
-            Ok(frame) => frame.collect().await.map(|_| ()),
-            Err(error) => Err(error),
-        };
-        result.expect_err(sql).to_string()
-    };
-    let message = error("CREATE TABLE t (a INT) WITH ('bucket.nmu' = '3')").await;
+    let message = error(session, "CREATE TABLE t (a INT) WITH ('bucket.nmu' = '3')").await;
     assert!(message.contains("bucket.nmu"), "{message}");
-    let message = error("CREATE TABLE t (a INT) PARTITIONED BY (b)").await;
+    let message = error(session, "CREATE TABLE t (a INT) PARTITIONED BY (b)").await;
     assert!(message.contains('b'), "{message}");
-    let message = error("CREATE TABLE t (a INT, PRIMARY KEY (z))").await;
+    let message = error(session, "CREATE TABLE t (a INT, PRIMARY KEY (z))").await;
     assert!(message.contains('z'), "{message}");
-    let message = error("CREATE TABLE t AS SELECT 1").await;
+    let message = error(session, "CREATE TABLE t AS SELECT 1").await;
     assert!(message.contains("INSERT INTO"), "{message}");
-    let message = error("DROP TABLE nope").await;
+    let message = error(session, "DROP TABLE nope").await;
     assert!(message.contains("nope"), "{message}");
-    let message = error("CALL system.nope('t')").await;
+    let message = error(session, "CALL system.nope('t')").await;
     assert!(message.contains("system.tier"), "{message}");
-    let message = error("CALL system.tier()").await;
+    let message = error(session, "CALL system.tier()").await;
     assert!(message.contains("one table name"), "{message}");
-    let message = error("CALL system.tier('missing')").await;
+    let message = error(session, "CALL system.tier('missing')").await;
     assert!(message.contains("missing"), "{message}");
-    let message = error("ALTER TABLE nope ADD COLUMN b INT").await;
+    let message = error(session, "ALTER TABLE nope ADD COLUMN b INT").await;
     assert!(message.contains("nope"), "{message}");
 
     query(session, "CREATE TABLE t (a BIGINT NOT NULL)").await;
     query(session, "CREATE TABLE IF NOT EXISTS t (a BIGINT NOT NULL)").await;
-    let message = error("CREATE TABLE t (a BIGINT NOT NULL)").await;
+    let message = error(session, "CREATE TABLE t (a BIGINT NOT NULL)").await;
     assert!(message.contains("exists"), "{message}");
-    let message = error("ALTER TABLE t DROP COLUMN a").await;
+    let message = error(session, "ALTER TABLE t DROP COLUMN a").await;
     assert!(message.contains("ADD COLUMN"), "{message}");
 }
 
@@ -247,11 +243,7 @@ async fn lake_and_changelog_views() {
         "INSERT INTO \"kv$lake\" VALUES (9, 'x')",
         "DELETE FROM \"kv$changelog\" WHERE id = 1",
     ] {
-        let result = match session.sql(sql).await {
-            Ok(frame) => frame.collect().await.map(|_| ()),
-            Err(error) => Err(error),
-        };
-        let message = result.expect_err(sql).to_string();
+        let message = error(&session, sql).await;
         assert!(message.contains("read-only"), "{sql}: {message}");
     }
 }

@@ -26,6 +26,15 @@ pub(crate) async fn session(client: &MinkClient) -> MinkSession {
         .expect("session")
 }
 
+/// The message of a statement that must fail (planning or running).
+pub(crate) async fn error(session: &MinkSession, sql: &str) -> String {
+    let result = match session.sql(sql).await {
+        Ok(frame) => frame.collect().await.map(|_| ()),
+        Err(error) => Err(error),
+    };
+    result.expect_err(sql).to_string()
+}
+
 pub(crate) async fn query(session: &MinkSession, sql: &str) -> Vec<RecordBatch> {
     session
         .sql(sql)
@@ -253,7 +262,7 @@ async fn explain_shows_the_splits_and_the_pushed_filters() {
         "{text}"
     );
     assert!(text.contains("filters=[n > 3]"), "{text}");
-    assert!(text.contains("splits=2, lake_files=1"), "{text}");
+    assert!(text.contains("splits=2, lake_files=2, log_rows=0"), "{text}");
     assert!(
         text.contains("FilterExec"),
         "the other filter stays above the scan: {text}"
@@ -277,27 +286,28 @@ async fn bad_writes_through_sql_are_clear_errors() {
     client.create_table(&log, false).await.expect("create");
     let session = session(client).await;
     let session = &session;
-    let error = |sql: &'static str| async move {
-        let result = match session.sql(sql).await {
-            Ok(frame) => frame.collect().await.map(|_| ()),
-            Err(error) => Err(error),
-        };
-        result.expect_err(sql).to_string()
-    };
-    let message = error("UPDATE test.guarded SET id = 3 WHERE n = 1").await;
+    let message = error(session, "UPDATE test.guarded SET id = 3 WHERE n = 1").await;
     assert!(message.contains("primary key"), "{message}");
-    let message = error("DELETE FROM test.appended WHERE id = 1").await;
+    let message = error(session, "DELETE FROM test.appended WHERE id = 1").await;
     assert!(message.contains("log table"), "{message}");
-    let message = error("UPDATE test.appended SET name = 'x'").await;
+    let message = error(session, "UPDATE test.appended SET name = 'x'").await;
     assert!(message.contains("log table"), "{message}");
-    let message = error("INSERT INTO test.guarded VALUES ('d', 'not a number', 0, 'v', 1)").await;
+    let message = error(
+        session,
+        "INSERT INTO test.guarded VALUES ('d', 'not a number', 0, 'v', 1)",
+    )
+    .await;
     assert!(message.to_lowercase().contains("cast"), "{message}");
-    let message = error("INSERT INTO test.guarded VALUES (NULL, 1, 0, 'v', 1)").await;
+    let message = error(
+        session,
+        "INSERT INTO test.guarded VALUES (NULL, 1, 0, 'v', 1)",
+    )
+    .await;
     assert!(
         message.contains("null") || message.contains("NULL"),
         "{message}"
     );
-    let message = error("SELEC 1").await;
+    let message = error(session, "SELEC 1").await;
     assert!(message.contains("SELEC"), "{message}");
 
     // Appending to the log table works, and the rows read back.
