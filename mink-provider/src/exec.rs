@@ -70,6 +70,10 @@ impl DisplayAs for MinkUnionExec {
             let filters: Vec<String> = reader.filters.iter().map(describe_filter).collect();
             write!(f, ", filters=[{}]", filters.join(" AND "))?;
         }
+        if reader.kv_snapshot {
+            // Each bucket's current rows: no lake files, no log range.
+            return write!(f, ", kv snapshot, splits={}", self.splits.len());
+        }
         if !matches!(format, DisplayFormatType::Verbose) {
             let lake_files: usize = self.splits.iter().map(|s| s.lake.files.len()).sum();
             let log_rows: i64 = self
@@ -153,6 +157,7 @@ impl ExecutionPlan for MinkUnionExec {
         _context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let metrics = SplitMetrics {
+            kv_rows: MetricBuilder::new(&self.metrics).counter("kv_rows", partition),
             lake_files: MetricBuilder::new(&self.metrics).counter("lake_files", partition),
             lake_rows: MetricBuilder::new(&self.metrics).counter("lake_rows", partition),
             tail_rows: MetricBuilder::new(&self.metrics).counter("tail_rows", partition),

@@ -45,6 +45,7 @@ pub(crate) struct UnionSplit {
 /// Counters of a split's read, reported on the plan node.
 #[derive(Debug, Clone)]
 pub(crate) struct SplitMetrics {
+    pub(crate) kv_rows: Count,
     pub(crate) lake_files: Count,
     pub(crate) lake_rows: Count,
     pub(crate) tail_rows: Count,
@@ -65,6 +66,9 @@ pub(crate) struct SplitReader {
     pub(crate) filters: Vec<ColumnFilter>,
     /// Read the log with its change columns instead of the table's rows (`t$changelog`).
     pub(crate) changelog: bool,
+    /// Read each bucket's KV snapshot (a primary-key table without a lake: its current
+    /// rows, instead of folding its whole changelog).
+    pub(crate) kv_snapshot: bool,
 }
 
 /// The columns a changelog read adds to the table's: each row's change type (`+I`, `-U`,
@@ -121,6 +125,20 @@ impl SplitReader {
                 })
                 .boxed());
         }
+        if self.kv_snapshot {
+            let answer = self
+                .client
+                .snapshot(&split.bucket, &self.read_columns(), 0)
+                .await
+                .map_err(external)?;
+            let reader = Arc::clone(&self);
+            return Ok(stream::iter(answer.batches)
+                .map(move |batch| {
+                    metrics.kv_rows.add(batch.num_rows());
+                    reader.emit(&batch)
+                })
+                .boxed());
+        }
         metrics.lake_files.add(split.lake.files.len());
         let lake = read_split(
             &self.storage,
@@ -172,6 +190,16 @@ impl SplitReader {
         Ok(lake.chain(live).boxed())
     }
 
+    /// The read schema's columns, by index in the table (what Scan and Snapshot ask for).
+    fn read_columns(&self) -> Vec<u32> {
+        self.read_schema
+            .fields()
+            .iter()
+            .filter_map(|f| self.table.schema().index_of(f.name()).ok())
+            .map(|i| i as u32)
+            .collect()
+    }
+
     /// A batch in the read schema, filtered and projected to the output.
     fn emit(&self, batch: &RecordBatch) -> Result<RecordBatch> {
         let rows = filter_batch(&self.filters, batch).map_err(external)?;
@@ -211,13 +239,7 @@ impl SplitReader {
     /// for a log table), read with Scans of the bucket leader.
     fn tail(&self, bucket: BucketId, from: i64, to: i64) -> BoxStream<'static, Result<TailBatch>> {
         let client = self.client.clone();
-        let columns: Vec<u32> = self
-            .read_schema
-            .fields()
-            .iter()
-            .filter_map(|f| self.table.schema().index_of(f.name()).ok())
-            .map(|i| i as u32)
-            .collect();
+        let columns = self.read_columns();
         stream::try_unfold(from, move |offset| {
             let (client, bucket, columns) = (client.clone(), bucket.clone(), columns.clone());
             async move {

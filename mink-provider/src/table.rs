@@ -188,6 +188,10 @@ impl TableProvider for MinkTable {
             output: (0..output.len()).collect(),
             filters,
             changelog: false,
+            // Without a lake the KV store holds the current rows: no changelog to fold.
+            kv_snapshot: self.kind == ReadKind::Union
+                && self.table.has_primary_key()
+                && !self.table.lake_enabled,
         };
         Ok(Arc::new(MinkUnionExec::try_new(reader, splits)?))
     }
@@ -298,6 +302,7 @@ impl MinkTable {
             },
             filters: Vec::new(),
             changelog: true,
+            kv_snapshot: false,
         };
         Ok(Arc::new(MinkUnionExec::try_new(reader, splits)?))
     }

@@ -262,7 +262,10 @@ async fn explain_shows_the_splits_and_the_pushed_filters() {
         "{text}"
     );
     assert!(text.contains("filters=[n > 3]"), "{text}");
-    assert!(text.contains("splits=2, lake_files=2, log_rows=0"), "{text}");
+    assert!(
+        text.contains("splits=2, lake_files=2, log_rows=0"),
+        "{text}"
+    );
     assert!(
         text.contains("FilterExec"),
         "the other filter stays above the scan: {text}"
