@@ -133,11 +133,9 @@ pub(crate) fn delete(
     state: &dyn Session,
     table: Arc<TableDescriptor>,
     client: MinkClient,
-    scan: Arc<dyn ExecutionPlan>,
-    filters: Vec<Expr>,
+    matching: Arc<dyn ExecutionPlan>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     require_primary_key(&table, "DELETE")?;
-    let matching = filtered(state, &table, scan, filters)?;
     let keys: Vec<Expr> = key_columns(&table).into_iter().map(col).collect();
     let keys = project(state, &table, matching, keys)?;
     let sink = MinkSink::new(table, client, SinkOp::Delete)?;
@@ -150,9 +148,8 @@ pub(crate) fn update(
     state: &dyn Session,
     table: Arc<TableDescriptor>,
     client: MinkClient,
-    scan: Arc<dyn ExecutionPlan>,
+    matching: Arc<dyn ExecutionPlan>,
     assignments: Vec<(String, Expr)>,
-    filters: Vec<Expr>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     require_primary_key(&table, "UPDATE")?;
     let keys = key_columns(&table);
@@ -162,7 +159,6 @@ pub(crate) fn update(
             table.path
         )));
     }
-    let matching = filtered(state, &table, scan, filters)?;
     let columns: Vec<Expr> = table
         .schema()
         .fields()
@@ -196,7 +192,7 @@ fn df_schema(table: &TableDescriptor) -> Result<DFSchema> {
 }
 
 /// The rows of `scan` (all columns of the table) that match every filter.
-fn filtered(
+pub(crate) fn filtered(
     state: &dyn Session,
     table: &TableDescriptor,
     scan: Arc<dyn ExecutionPlan>,

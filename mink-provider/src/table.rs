@@ -217,14 +217,12 @@ impl TableProvider for MinkTable {
         state: &dyn Session,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.require_writable()?;
-        let scan = self.scan(state, None, &filters, None).await?;
+        let matching = self.matching_rows(state, filters).await?;
         dml::delete(
             state,
             Arc::clone(&self.table),
             self.client.clone(),
-            scan,
-            filters,
+            matching,
         )
     }
 
@@ -234,20 +232,34 @@ impl TableProvider for MinkTable {
         assignments: Vec<(String, Expr)>,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.require_writable()?;
-        let scan = self.scan(state, None, &filters, None).await?;
+        let matching = self.matching_rows(state, filters).await?;
         dml::update(
             state,
             Arc::clone(&self.table),
             self.client.clone(),
-            scan,
+            matching,
             assignments,
-            filters,
         )
     }
 }
 
 impl MinkTable {
+    /// The rows an `UPDATE` or `DELETE` changes: the scan applies the filters it takes
+    /// (exactly), a DataFusion filter above it the others.
+    async fn matching_rows(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.require_writable()?;
+        let scan = self.scan(state, None, &filters, None).await?;
+        let rest = filters
+            .into_iter()
+            .filter(|expr| to_column_filter(expr, self.table.schema()).is_none())
+            .collect();
+        dml::filtered(state, &self.table, scan, rest)
+    }
+
     /// Writes go to the table itself, never to its `$lake` or `$changelog`.
     fn require_writable(&self) -> Result<()> {
         let suffix = match self.kind {
