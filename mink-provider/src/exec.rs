@@ -1,4 +1,4 @@
-//! `MinkUnionExec`: a scan of a mink table, one partition per bucket (a union split).
+//! `MinkUnionExec`: a scan of a mink table, one partition per bucket (a split).
 //!
 //! The splits are planned when the scan is (each bucket's recorded lake snapshot and seam,
 //! its high watermark, its lake files pruned by the pushed filters), so a query reads a
@@ -21,20 +21,20 @@ use datafusion::physical_plan::{
     SendableRecordBatchStream,
 };
 
-use crate::split::{SplitMetrics, SplitReader, UnionSplit, changelog_schema};
+use crate::split::{Split, SplitMetrics, SplitReader, SplitSource, changelog_schema};
 
 /// A union read of a mink table: partition `i` is split `i`.
 #[derive(Debug)]
 pub struct MinkUnionExec {
     reader: Arc<SplitReader>,
-    splits: Vec<UnionSplit>,
+    splits: Vec<Split>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
 
 impl MinkUnionExec {
-    pub(crate) fn try_new(reader: SplitReader, splits: Vec<UnionSplit>) -> Result<Self> {
+    pub(crate) fn try_new(reader: SplitReader, splits: Vec<Split>) -> Result<Self> {
         let emitted = match reader.changelog {
             true => Arc::new(changelog_schema(&reader.read_schema)),
             false => Arc::clone(&reader.read_schema),
@@ -58,8 +58,8 @@ impl MinkUnionExec {
 }
 
 impl DisplayAs for MinkUnionExec {
-    /// `EXPLAIN` shows the table, the pushed filters and totals over the splits (stable
-    /// across runs); `EXPLAIN VERBOSE` each split with its lake snapshot.
+    /// `EXPLAIN` shows the table, the pushed filters and what the splits read in total
+    /// (stable across runs); `EXPLAIN VERBOSE` each split, with its lake snapshot.
     fn fmt_as(&self, format: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let reader = &self.reader;
         write!(f, "MinkUnionExec: table={}", reader.table.path)?;
@@ -70,41 +70,58 @@ impl DisplayAs for MinkUnionExec {
             let filters: Vec<String> = reader.filters.iter().map(describe_filter).collect();
             write!(f, ", filters=[{}]", filters.join(" AND "))?;
         }
-        if reader.kv_snapshot {
-            // Each bucket's current rows: no lake files, no log range.
-            return write!(f, ", kv snapshot, splits={}", self.splits.len());
+        if matches!(format, DisplayFormatType::Verbose) {
+            let splits: Vec<String> = self.splits.iter().map(describe_split).collect();
+            return write!(f, ", splits=[{}]", splits.join("; "));
         }
-        if !matches!(format, DisplayFormatType::Verbose) {
-            let lake_files: usize = self.splits.iter().map(|s| s.lake.files.len()).sum();
-            let log_rows: i64 = self
-                .splits
-                .iter()
-                .map(|s| s.plan.log_to - s.plan.log_from)
-                .sum();
-            return write!(
-                f,
-                ", splits={}, lake_files={lake_files}, log_rows={log_rows}",
-                self.splits.len()
-            );
+        write!(f, ", {}", describe_totals(&self.splits))
+    }
+}
+
+/// What the splits of one scan read, summed (they all read the same way).
+fn describe_totals(splits: &[Split]) -> String {
+    let count = splits.len();
+    let (mut lake_files, mut log_rows, mut keys) = (0, 0, 0);
+    for split in splits {
+        match &split.source {
+            SplitSource::Union { plan, lake } => {
+                lake_files += lake.files.len();
+                log_rows += plan.log_to - plan.log_from;
+            }
+            SplitSource::Changelog { from, to } => log_rows += to - from,
+            SplitSource::Lookup { keys: batch } => keys += batch.num_rows(),
+            SplitSource::KvSnapshot | SplitSource::LimitScan { .. } => {}
         }
-        let splits: Vec<String> = self
-            .splits
-            .iter()
-            .map(|split| {
-                let plan = &split.plan;
-                let snapshot = plan
-                    .snapshot_id
-                    .map_or_else(|| "none".to_string(), |id| id.to_string());
-                format!(
-                    "{}: snapshot={snapshot} lake_files={} log=[{}, {})",
-                    split.bucket,
-                    split.lake.files.len(),
-                    plan.log_from,
-                    plan.log_to
-                )
-            })
-            .collect();
-        write!(f, ", splits=[{}]", splits.join("; "))
+    }
+    match splits.first().map(|split| &split.source) {
+        Some(SplitSource::KvSnapshot) => format!("kv snapshot, splits={count}"),
+        Some(SplitSource::LimitScan { limit }) => format!("limit scan={limit}, splits={count}"),
+        Some(SplitSource::Lookup { .. }) => format!("lookup keys={keys}, splits={count}"),
+        Some(SplitSource::Changelog { .. }) => format!("splits={count}, log_rows={log_rows}"),
+        Some(SplitSource::Union { .. }) | None => {
+            format!("splits={count}, lake_files={lake_files}, log_rows={log_rows}")
+        }
+    }
+}
+
+fn describe_split(split: &Split) -> String {
+    let bucket = &split.bucket;
+    match &split.source {
+        SplitSource::Union { plan, lake } => {
+            let snapshot = plan
+                .snapshot_id
+                .map_or_else(|| "none".to_string(), |id| id.to_string());
+            format!(
+                "{bucket}: snapshot={snapshot} lake_files={} log=[{}, {})",
+                lake.files.len(),
+                plan.log_from,
+                plan.log_to
+            )
+        }
+        SplitSource::KvSnapshot => format!("{bucket}: kv snapshot"),
+        SplitSource::LimitScan { limit } => format!("{bucket}: limit scan={limit}"),
+        SplitSource::Lookup { keys } => format!("{bucket}: lookup keys={}", keys.num_rows()),
+        SplitSource::Changelog { from, to } => format!("{bucket}: log=[{from}, {to})"),
     }
 }
 

@@ -1,6 +1,10 @@
-//! Reading one union split in the engine: the bucket's lake files straight from the
-//! object store, its log tail `[log_from, log_to)` from the bucket leader over Flight,
-//! merged by key for a primary-key table (`spec/union-read.md`).
+//! Reading one split (one bucket) of a scan in the engine.
+//!
+//! Most splits are union splits: the bucket's lake files straight from the object store,
+//! its log tail `[log_from, log_to)` from the bucket leader over Flight, merged by key for
+//! a primary-key table (`spec/union-read.md`). A primary-key table's KV store answers
+//! the reads it can do better: the whole bucket when there is no lake (Snapshot), a bare
+//! `LIMIT` (LimitScan), and predicates that fix the whole primary key (lookup).
 //!
 //! ```text
 //!   lake files (object store) ──► deletes applied ──► drop keys the tail changed ──┐
@@ -34,12 +38,26 @@ use mink_lake::storage::LakeStorage;
 /// Bytes of log asked for per Scan of the tail.
 const TAIL_SCAN_BYTES: u64 = 8 << 20;
 
-/// One bucket's union split, planned.
+/// One bucket's part of a scan, planned.
 #[derive(Debug, Clone)]
-pub(crate) struct UnionSplit {
+pub(crate) struct Split {
     pub(crate) bucket: BucketId,
-    pub(crate) plan: UnionPlan,
-    pub(crate) lake: LakeSplit,
+    pub(crate) source: SplitSource,
+}
+
+/// What a split reads from its bucket.
+#[derive(Debug, Clone)]
+pub(crate) enum SplitSource {
+    /// The lake below the seam, then the log tail, merged by key.
+    Union { plan: UnionPlan, lake: LakeSplit },
+    /// Every row of the KV store (a primary-key table without a lake).
+    KvSnapshot,
+    /// The first rows of the KV store, in key order (a bare `LIMIT`).
+    LimitScan { limit: u32 },
+    /// The rows of these primary keys, one KV get each.
+    Lookup { keys: RecordBatch },
+    /// The log `[from, to)` with its change columns (`t$changelog`).
+    Changelog { from: i64, to: i64 },
 }
 
 /// Counters of a split's read, reported on the plan node.
@@ -64,11 +82,8 @@ pub(crate) struct SplitReader {
     /// changelog the read schema and [`CHANGELOG_COLUMNS`]).
     pub(crate) output: Vec<usize>,
     pub(crate) filters: Vec<ColumnFilter>,
-    /// Read the log with its change columns instead of the table's rows (`t$changelog`).
+    /// Emit the log's change columns after the table's (`t$changelog`).
     pub(crate) changelog: bool,
-    /// Read each bucket's KV snapshot (a primary-key table without a lake: its current
-    /// rows, instead of folding its whole changelog).
-    pub(crate) kv_snapshot: bool,
 }
 
 /// The columns a changelog read adds to the table's: each row's change type (`+I`, `-U`,
@@ -102,7 +117,7 @@ impl SplitReader {
     /// The split's rows, projected; no I/O before the first poll.
     pub(crate) fn read(
         self: Arc<Self>,
-        split: UnionSplit,
+        split: Split,
         metrics: SplitMetrics,
     ) -> BoxStream<'static, Result<RecordBatch>> {
         stream::once(async move { self.open(split, metrics).await })
@@ -112,42 +127,63 @@ impl SplitReader {
 
     async fn open(
         self: Arc<Self>,
-        split: UnionSplit,
+        split: Split,
         metrics: SplitMetrics,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
-        if self.changelog {
-            let reader = Arc::clone(&self);
-            let tail = self.tail(split.bucket, split.plan.log_from, split.plan.log_to);
-            return Ok(tail
-                .and_then(move |batch| {
-                    metrics.tail_rows.add(batch.rows.num_rows());
-                    std::future::ready(reader.emit_changes(batch))
-                })
-                .boxed());
-        }
-        if self.kv_snapshot {
-            let answer = self
-                .client
-                .snapshot(&split.bucket, &self.read_columns(), 0)
-                .await
-                .map_err(external)?;
-            let reader = Arc::clone(&self);
-            return Ok(stream::iter(answer.batches)
-                .map(move |batch| {
-                    metrics.kv_rows.add(batch.num_rows());
-                    reader.emit(&batch)
-                })
-                .boxed());
-        }
-        metrics.lake_files.add(split.lake.files.len());
+        let columns = self.read_columns();
+        let kv_rows = match split.source {
+            SplitSource::Union { plan, lake } => {
+                return self.union(split.bucket, plan, lake, metrics).await;
+            }
+            SplitSource::Changelog { from, to } => {
+                let reader = Arc::clone(&self);
+                return Ok(self
+                    .tail(split.bucket, from, to)
+                    .and_then(move |batch| {
+                        metrics.tail_rows.add(batch.rows.num_rows());
+                        std::future::ready(reader.emit_changes(batch))
+                    })
+                    .boxed());
+            }
+            SplitSource::KvSnapshot => {
+                let answer = self.client.snapshot(&split.bucket, &columns, 0).await;
+                answer.map_err(external)?.batches
+            }
+            SplitSource::LimitScan { limit } => {
+                let answer = self.client.limit_scan(&split.bucket, limit, &columns).await;
+                answer.map_err(external)?
+            }
+            SplitSource::Lookup { keys } => {
+                let answer = self.client.lookup(&self.table, &keys, &columns).await;
+                vec![answer.map_err(external)?.rows]
+            }
+        };
+        let reader = Arc::clone(&self);
+        Ok(stream::iter(kv_rows)
+            .map(move |batch| {
+                metrics.kv_rows.add(batch.num_rows());
+                reader.emit(&batch)
+            })
+            .boxed())
+    }
+
+    /// A union split: lake rows the tail did not change, then the tail's live rows.
+    async fn union(
+        self: Arc<Self>,
+        bucket: BucketId,
+        plan: UnionPlan,
+        lake: LakeSplit,
+        metrics: SplitMetrics,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        metrics.lake_files.add(lake.files.len());
         let lake = read_split(
             &self.storage,
-            split.lake,
+            lake,
             Arc::clone(&self.read_schema),
             self.filters.clone(),
         )
         .map_err(external);
-        let tail = self.tail(split.bucket, split.plan.log_from, split.plan.log_to);
+        let tail = self.tail(bucket, plan.log_from, plan.log_to);
         if !self.table.has_primary_key() {
             let reader = Arc::clone(&self);
             let (lake_rows, tail_rows) = (metrics.lake_rows.clone(), metrics.tail_rows.clone());

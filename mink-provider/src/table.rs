@@ -1,13 +1,17 @@
 //! `MinkTable`: a mink table as a DataFusion table.
 //!
-//! A scan plans one union split per bucket through the bucket leader's `plan_union`
-//! action (the recorded lake snapshot and seam, the high watermark now, the lake files
-//! pruned by the pushed filters) and returns a [`MinkUnionExec`] reading them.
+//! A scan plans one split per bucket and returns a [`MinkUnionExec`] reading them. A
+//! union split is planned by the bucket leader's `plan_union` action (the recorded lake
+//! snapshot and seam, the high watermark now, the lake files pruned by the pushed
+//! filters); a primary-key table's point queries, bare `LIMIT`s and (without a lake)
+//! full scans read its KV stores instead (`MinkTable::plan_splits`).
 
 use std::any::Any;
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::compute::cast;
+use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::datasource::{TableProvider, TableType};
@@ -17,8 +21,10 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::future::try_join_all;
 use mink_client::MinkClient;
+use mink_core::filter::{ColumnFilter, FilterOp};
 use mink_core::key::key_columns;
-use mink_core::protocol::UnionPlan;
+use mink_core::protocol::{BucketId, BucketStatus};
+use mink_core::routing::split_rows_by_bucket;
 use mink_core::table::TableDescriptor;
 use mink_lake::reader::LakeSplit;
 use mink_lake::storage::LakeStorage;
@@ -26,7 +32,7 @@ use mink_lake::storage::LakeStorage;
 use crate::dml;
 use crate::exec::MinkUnionExec;
 use crate::filters::to_column_filter;
-use crate::split::{SplitReader, UnionSplit, changelog_schema, external};
+use crate::split::{Split, SplitReader, SplitSource, changelog_schema, external};
 
 /// What a scan of a mink table reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,7 +129,7 @@ impl TableProvider for MinkTable {
         _state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
-        _limit: Option<usize>,
+        limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         if self.kind == ReadKind::Changelog {
             return self.scan_changelog(projection).await;
@@ -150,36 +156,7 @@ impl TableProvider for MinkTable {
                 read.push(index);
             }
         }
-        let buckets = self
-            .client
-            .list_buckets(&self.table.path)
-            .await
-            .map_err(external)?;
-        let plans = buckets.into_iter().map(|status| {
-            let filters = &filters;
-            async move {
-                let bucket = status
-                    .bucket
-                    .ok_or_else(|| DataFusionError::Internal("a bucket without its id".into()))?;
-                let planned = self
-                    .client
-                    .plan_union(&bucket, filters)
-                    .await
-                    .map_err(external)?;
-                let mut plan = planned
-                    .plan
-                    .ok_or_else(|| DataFusionError::Internal(format!("no plan for {bucket}")))?;
-                if self.kind == ReadKind::Lake {
-                    plan.log_to = plan.log_from;
-                }
-                Ok::<_, DataFusionError>(UnionSplit {
-                    lake: LakeSplit::from_wire(plan.snapshot_id, planned.files),
-                    bucket,
-                    plan,
-                })
-            }
-        });
-        let splits = try_join_all(plans).await?;
+        let splits = self.plan_splits(&filters, limit).await?;
         let reader = SplitReader {
             table: Arc::clone(&self.table),
             client: self.client.clone(),
@@ -188,10 +165,6 @@ impl TableProvider for MinkTable {
             output: (0..output.len()).collect(),
             filters,
             changelog: false,
-            // Without a lake the KV store holds the current rows: no changelog to fold.
-            kv_snapshot: self.kind == ReadKind::Union
-                && self.table.has_primary_key()
-                && !self.table.lake_enabled,
         };
         Ok(Arc::new(MinkUnionExec::try_new(reader, splits)?))
     }
@@ -278,31 +251,12 @@ impl MinkTable {
         &self,
         projection: Option<&Vec<usize>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let buckets = self
-            .client
-            .list_buckets(&self.table.path)
-            .await
-            .map_err(external)?;
-        let splits = buckets
-            .into_iter()
-            .map(|status| {
-                let bucket = status
-                    .bucket
-                    .ok_or_else(|| DataFusionError::Internal("a bucket without its id".into()))?;
-                let plan = UnionPlan {
-                    snapshot_id: None,
-                    lake_log_end_offset: 0,
-                    log_from: status.log_start,
-                    log_to: status.high_watermark,
-                    lake_files: 0,
-                };
-                Ok(UnionSplit {
-                    bucket,
-                    plan,
-                    lake: LakeSplit::default(),
-                })
+        let splits = self
+            .bucket_splits(|status| SplitSource::Changelog {
+                from: status.log_start,
+                to: status.high_watermark,
             })
-            .collect::<Result<Vec<_>>>()?;
+            .await?;
         let reader = SplitReader {
             table: Arc::clone(&self.table),
             client: self.client.clone(),
@@ -314,8 +268,125 @@ impl MinkTable {
             },
             filters: Vec::new(),
             changelog: true,
-            kv_snapshot: false,
         };
         Ok(Arc::new(MinkUnionExec::try_new(reader, splits)?))
     }
+
+    /// One split per bucket, each read the cheapest way that gives the statement its
+    /// rows. A primary-key table's KV store holds its current rows, so it answers
+    /// predicates fixing the whole key (lookups), a bare `LIMIT` (its first rows) and,
+    /// without a lake, the whole table (Snapshot); anything else is a union read.
+    async fn plan_splits(
+        &self,
+        filters: &[ColumnFilter],
+        limit: Option<usize>,
+    ) -> Result<Vec<Split>> {
+        if self.kind == ReadKind::Union && self.table.has_primary_key() {
+            if let Some(keys) = point_key(&self.table, filters)? {
+                return lookup_splits(&self.table, &keys);
+            }
+            let bare_limit = limit.filter(|_| filters.is_empty());
+            if let Some(limit) = bare_limit.and_then(|limit| u32::try_from(limit).ok()) {
+                return self
+                    .bucket_splits(|_| SplitSource::LimitScan { limit })
+                    .await;
+            }
+            if !self.table.lake_enabled {
+                return self.bucket_splits(|_| SplitSource::KvSnapshot).await;
+            }
+        }
+        self.union_splits(filters).await
+    }
+
+    /// Every bucket's split, reading what `source` says.
+    async fn bucket_splits(
+        &self,
+        source: impl Fn(&BucketStatus) -> SplitSource,
+    ) -> Result<Vec<Split>> {
+        let buckets = self.buckets().await?;
+        Ok(buckets
+            .into_iter()
+            .map(|(bucket, status)| Split {
+                bucket,
+                source: source(&status),
+            })
+            .collect())
+    }
+
+    /// Every bucket of the table created so far, with its offsets now.
+    async fn buckets(&self) -> Result<Vec<(BucketId, BucketStatus)>> {
+        let buckets = self
+            .client
+            .list_buckets(&self.table.path)
+            .await
+            .map_err(external)?;
+        buckets
+            .into_iter()
+            .map(|status| {
+                let bucket = status
+                    .bucket
+                    .clone()
+                    .ok_or_else(|| DataFusionError::Internal("a bucket without its id".into()))?;
+                Ok((bucket, status))
+            })
+            .collect()
+    }
+
+    /// Every bucket's union split, planned by its leader (`t$lake`: the lake alone).
+    async fn union_splits(&self, filters: &[ColumnFilter]) -> Result<Vec<Split>> {
+        let buckets = self.buckets().await?;
+        let plans = buckets.into_iter().map(|(bucket, _)| async move {
+            let planned = self
+                .client
+                .plan_union(&bucket, filters)
+                .await
+                .map_err(external)?;
+            let mut plan = planned
+                .plan
+                .ok_or_else(|| DataFusionError::Internal(format!("no plan for {bucket}")))?;
+            if self.kind == ReadKind::Lake {
+                plan.log_to = plan.log_from;
+            }
+            let lake = LakeSplit::from_wire(plan.snapshot_id, planned.files);
+            Ok::<_, DataFusionError>(Split {
+                bucket,
+                source: SplitSource::Union { plan, lake },
+            })
+        });
+        try_join_all(plans).await
+    }
+}
+
+/// The primary key `filters` fix, when they fix all of it (`k = v` for every key column),
+/// as a one-row batch of the key columns.
+fn point_key(table: &TableDescriptor, filters: &[ColumnFilter]) -> Result<Option<RecordBatch>> {
+    let mut fields = Vec::new();
+    let mut values: Vec<ArrayRef> = Vec::new();
+    for column in &table.primary_key {
+        let equal = filters
+            .iter()
+            .find(|f| f.column == *column && matches!(f.operator(), Ok(FilterOp::Eq)));
+        let Some(text) = equal.and_then(|f| f.value.as_deref()) else {
+            return Ok(None);
+        };
+        let field = table.schema().field_with_name(column)?;
+        values.push(cast(&StringArray::from(vec![text]), field.data_type())?);
+        fields.push(field.clone());
+    }
+    Ok(Some(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        values,
+    )?))
+}
+
+/// The lookup splits of `keys`: one per bucket they fall in.
+fn lookup_splits(table: &TableDescriptor, keys: &RecordBatch) -> Result<Vec<Split>> {
+    let parts = split_rows_by_bucket(table, keys, 0).map_err(external)?;
+    Ok(parts
+        .into_iter()
+        .map(|part| Split {
+            bucket: part.bucket,
+            source: SplitSource::Lookup { keys: part.batch },
+        })
+        .collect())
 }

@@ -146,6 +146,16 @@ async fn random_histories_through_sql_match_the_model() {
                     "seed {seed} step {step}: {sql}"
                 );
             }
+            8 if rng.random_bool(0.5) => {
+                // The whole key: the rows to delete are found by lookup.
+                let key = random_key(&mut rng);
+                let (dt, id, seq) = &key;
+                let sql =
+                    format!("DELETE FROM test.sql WHERE dt = '{dt}' AND id = {id} AND seq = {seq}");
+                let deleted = count(&query(&session, &sql).await);
+                let expected = usize::from(model.remove(&key).is_some());
+                assert_eq!(deleted, expected, "seed {seed} step {step}: {sql}");
+            }
             8 => {
                 let keys: Vec<Key> = model
                     .keys()
@@ -204,6 +214,23 @@ async fn random_histories_through_sql_match_the_model() {
             ),
             named,
             "{context}: a partition, a null check and a flipped comparison"
+        );
+        let key = random_key(&mut rng);
+        let (dt, id, seq) = &key;
+        let point = model.get(&key).map(|cells| (key.clone(), cells.clone()));
+        let sql = format!("SELECT * FROM test.sql WHERE dt = '{dt}' AND id = {id} AND seq = {seq}");
+        assert_eq!(
+            rows(&query(&session, &sql).await),
+            Vec::from_iter(point),
+            "{context}: {sql} (a lookup)"
+        );
+        let limit = rng.random_range(1..30);
+        let sql = format!("SELECT * FROM test.sql LIMIT {limit}");
+        let limited = rows(&query(&session, &sql).await);
+        assert_eq!(limited.len(), all.len().min(limit), "{context}: {sql}");
+        assert!(
+            limited.iter().all(|row| all.contains(row)),
+            "{context}: {sql} returned a row that is not current: {limited:?}"
         );
         let counted = query(
             &session,
