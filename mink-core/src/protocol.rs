@@ -60,6 +60,10 @@ pub mod action {
     /// [`super::TableRef`] -> [`super::LakeSnapshotList`]: the lake snapshots mink
     /// recorded for a table, oldest first.
     pub const LIST_LAKE_SNAPSHOTS: &str = "list_lake_snapshots";
+    /// [`super::TableChangesRequest`] -> [`super::TableChangesPlan`]: what the lake
+    /// snapshots between two snapshots of a table changed, and the files to read it from,
+    /// for an engine that reads the changed rows itself.
+    pub const PLAN_TABLE_CHANGES: &str = "plan_table_changes";
 }
 
 /// Decodes a protobuf message, naming it in the error.
@@ -332,6 +336,59 @@ pub struct LakeDeleteRef {
     /// The columns of an equality-delete file; empty for a position-delete file.
     #[prost(string, repeated, tag = "3")]
     pub equality_columns: Vec<String>,
+}
+
+/// PlanTableChanges { table, from_snapshot_id, to_snapshot_id }: the changes of a
+/// table's lake from one snapshot (excluded) to a newer one of its lineage (included).
+#[derive(Clone, PartialEq, Message)]
+pub struct TableChangesRequest {
+    /// `database.name`.
+    #[prost(string, tag = "1")]
+    pub table: String,
+    /// The snapshot the changes start after.
+    #[prost(int64, tag = "2")]
+    pub from_snapshot_id: i64,
+    /// The snapshot they end at.
+    #[prost(int64, tag = "3")]
+    pub to_snapshot_id: i64,
+}
+
+/// The answer of `plan_table_changes`: every snapshot of the range, oldest first, with
+/// the files it added. Empty when `from == to`.
+#[derive(Clone, PartialEq, Message)]
+pub struct TableChangesPlan {
+    /// The snapshot the changes start after.
+    #[prost(int64, tag = "1")]
+    pub from_snapshot_id: i64,
+    /// The snapshot they end at.
+    #[prost(int64, tag = "2")]
+    pub to_snapshot_id: i64,
+    /// The snapshots, oldest first.
+    #[prost(message, repeated, tag = "3")]
+    pub snapshots: Vec<LakeSnapshotChanges>,
+}
+
+/// What one lake snapshot changed.
+#[derive(Clone, PartialEq, Message)]
+pub struct LakeSnapshotChanges {
+    /// The snapshot.
+    #[prost(int64, tag = "1")]
+    pub snapshot_id: i64,
+    /// Its Iceberg operation: `append`, `overwrite`, `delete` or `replace`.
+    #[prost(string, tag = "2")]
+    pub operation: String,
+    /// The data files it added (their rows are inserts); none for a `replace`. Their
+    /// `deletes` are empty.
+    #[prost(message, repeated, tag = "3")]
+    pub data_files: Vec<LakeFileRef>,
+    /// The delete files it added (the rows they remove are deletes); none for a
+    /// `replace`.
+    #[prost(message, repeated, tag = "4")]
+    pub delete_files: Vec<LakeDeleteRef>,
+    /// How many files it removed (not counted for a `replace`): when not zero, no delta
+    /// expresses the range and the reader reads `to_snapshot_id` in full.
+    #[prost(uint64, tag = "5")]
+    pub removed_files: u64,
 }
 
 /// Lake { table, partition, snapshot_id, columns }: one Iceberg snapshot of a table (or of
@@ -898,6 +955,31 @@ mod tests {
                     size: 10,
                     equality_columns: vec!["id".into()],
                 }],
+            }],
+        });
+        round_trip(TableChangesRequest {
+            table: "db.t".into(),
+            from_snapshot_id: 3,
+            to_snapshot_id: 5,
+        });
+        round_trip(TableChangesPlan {
+            from_snapshot_id: 3,
+            to_snapshot_id: 5,
+            snapshots: vec![LakeSnapshotChanges {
+                snapshot_id: 5,
+                operation: "overwrite".into(),
+                data_files: vec![LakeFileRef {
+                    path: "s3://w/t/data/bucket=0/b.parquet".into(),
+                    size: 50,
+                    record_count: Some(2),
+                    deletes: vec![],
+                }],
+                delete_files: vec![LakeDeleteRef {
+                    path: "s3://w/t/data/bucket=0/p.parquet".into(),
+                    size: 10,
+                    equality_columns: vec![],
+                }],
+                removed_files: 0,
             }],
         });
         round_trip(CompactReply {

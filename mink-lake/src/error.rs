@@ -29,6 +29,36 @@ pub enum LakeError {
         /// The snapshot asked for.
         snapshot_id: i64,
     },
+    /// An incremental read between two snapshots where the first is not an ancestor of
+    /// the second: no lineage leads from one to the other.
+    #[error(
+        "lake table {table}: snapshot {from} is not an ancestor of snapshot {to}: \
+         changes are read from an older snapshot to a newer one of the same lineage"
+    )]
+    NotAncestor {
+        /// The table.
+        table: String,
+        /// The snapshot the changes would start after.
+        from: i64,
+        /// The snapshot they would end at.
+        to: i64,
+    },
+    /// An incremental read of a range no delta can express: a snapshot in it removed
+    /// files outside a `replace`. The consumer reads snapshot `to` in full instead.
+    #[error(
+        "snapshot {snapshot_id} ({operation}) removed {removed_files} files: the changes up \
+         to snapshot {to} cannot be read as a delta, read that snapshot in full instead"
+    )]
+    FullReloadNeeded {
+        /// The first snapshot of the range that removed files.
+        snapshot_id: i64,
+        /// Its operation.
+        operation: String,
+        /// How many files it removed.
+        removed_files: u64,
+        /// The end of the range.
+        to: i64,
+    },
     /// The lake is configured wrongly.
     #[error("lake configuration: {0}")]
     Config(String),

@@ -11,10 +11,12 @@
 //!   compare-and-swap (adds, deletes and replaces; conflicts are never rebased).
 //! - [`deletes`]: position and equality delete files.
 //! - [`reader`]: planning a bucket's split and streaming its Parquet files.
+//! - [`delta`]: the rows changed between two snapshots (incremental reads).
 
 pub mod catalog;
 pub mod commit;
 pub mod deletes;
+pub mod delta;
 pub mod error;
 pub mod layout;
 pub mod offsets;

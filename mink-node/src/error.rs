@@ -125,8 +125,10 @@ fn lake_code(error: &mink_lake::LakeError) -> Code {
     use mink_lake::LakeError;
     match error {
         LakeError::SnapshotNotFound { .. } => Code::NotFound,
-        LakeError::Core(_) => Code::InvalidArgument,
-        LakeError::Config(_) | LakeError::Layout { .. } => Code::FailedPrecondition,
+        LakeError::Core(_) | LakeError::NotAncestor { .. } => Code::InvalidArgument,
+        LakeError::Config(_) | LakeError::Layout { .. } | LakeError::FullReloadNeeded { .. } => {
+            Code::FailedPrecondition
+        }
         // Another commit moved the table: the operation can be retried.
         LakeError::CommitConflict { .. } => Code::Aborted,
         // The catalog or the object store could not be reached or answered an error.

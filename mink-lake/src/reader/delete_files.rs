@@ -126,7 +126,10 @@ impl SplitDeletes {
                 self.loads.fetch_add(1, Ordering::Relaxed);
                 let loaded = match &delete.kind {
                     DeleteKind::Positions => Loaded::Positions(
-                        load_positions(&self.storage, delete, &self.data_files).await?,
+                        load_positions(&self.storage, delete, |path| {
+                            self.data_files.contains(path)
+                        })
+                        .await?,
                     ),
                     DeleteKind::Equality { columns } => Loaded::Equality(Arc::new(
                         EqualityDeletes::load(&self.storage, delete, columns).await?,
@@ -156,14 +159,14 @@ fn column_index(schema: &Schema, field_id: i32, name: &str) -> Option<usize> {
         .or_else(|| schema.index_of(name).ok())
 }
 
-/// Reads a position-delete file: the deleted positions of each data file in
-/// `data_files`.
-async fn load_positions(
+/// Reads a position-delete file: the deleted positions (ascending, without duplicates) of
+/// each data file `keep` accepts.
+pub(crate) async fn load_positions(
     storage: &LakeStorage,
     delete: &LakeDeleteFile,
-    data_files: &HashSet<String>,
+    keep: impl Fn(&str) -> bool,
 ) -> Result<HashMap<String, Vec<u64>>> {
-    let builder = open_parquet(storage, &delete.path, delete.size).await?;
+    let builder = open_parquet(storage, &delete.path, Some(delete.size)).await?;
     let schema = Arc::clone(builder.schema());
     let (Some(path_column), Some(pos_column)) = (
         column_index(&schema, FILE_PATH_FIELD_ID, "file_path"),
@@ -200,7 +203,7 @@ async fn load_positions(
             while end < batch.num_rows() && paths.is_valid(end).then(|| paths.value(end)) == path {
                 end += 1;
             }
-            if let Some(path) = path.filter(|p| data_files.contains(*p)) {
+            if let Some(path) = path.filter(|p| keep(p)) {
                 // Negative positions name no row.
                 let run = (row..end)
                     .filter(|&i| positions.is_valid(i))
@@ -242,7 +245,7 @@ impl EqualityDeletes {
         delete: &LakeDeleteFile,
         columns: &[String],
     ) -> Result<Self> {
-        let builder = open_parquet(storage, &delete.path, delete.size).await?;
+        let builder = open_parquet(storage, &delete.path, Some(delete.size)).await?;
         let schema = Arc::clone(builder.schema());
         let indexes = columns
             .iter()

@@ -65,6 +65,8 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
 
 use self::delete_files::SplitDeletes;
+pub(crate) use self::delete_files::load_positions;
+pub(crate) use self::selection::pick_rows;
 use self::selection::{LivePositions, row_group_spans, select_rows};
 use crate::error::{LakeError, Result};
 use crate::layout::bucket_dir;
@@ -216,33 +218,14 @@ fn lake_delete_file(
 ) -> Result<LakeDeleteFile> {
     let kind = match delete.file_type {
         DataContentType::PositionDeletes => DeleteKind::Positions,
-        DataContentType::EqualityDeletes => {
-            let ids = delete.equality_ids.unwrap_or_default();
-            if ids.is_empty() {
-                return Err(LakeError::layout(
-                    table,
-                    format!(
-                        "equality-delete file {} names no equality field",
-                        delete.file_path
-                    ),
-                ));
-            }
-            let columns = ids
-                .iter()
-                .map(|&id| match schema.field_by_id(id) {
-                    Some(field) => Ok(field.name.clone()),
-                    None => Err(LakeError::layout(
-                        table,
-                        format!(
-                            "equality-delete file {} names field id {id}, which the snapshot's \
-                         schema lacks",
-                            delete.file_path
-                        ),
-                    )),
-                })
-                .collect::<Result<_>>()?;
-            DeleteKind::Equality { columns }
-        }
+        DataContentType::EqualityDeletes => DeleteKind::Equality {
+            columns: equality_columns(
+                schema,
+                &delete.equality_ids.unwrap_or_default(),
+                &delete.file_path,
+                table,
+            )?,
+        },
         DataContentType::Data => {
             return Err(LakeError::layout(
                 table,
@@ -255,6 +238,36 @@ fn lake_delete_file(
         size: delete.file_size_in_bytes,
         kind,
     })
+}
+
+/// The names in `schema` of the equality field `ids` of the equality-delete file `path`.
+///
+/// # Errors
+/// [`LakeError::Layout`] when there are none or `schema` lacks one.
+pub(crate) fn equality_columns(
+    schema: &iceberg::spec::Schema,
+    ids: &[i32],
+    path: &str,
+    table: &str,
+) -> Result<Vec<String>> {
+    if ids.is_empty() {
+        return Err(LakeError::layout(
+            table,
+            format!("equality-delete file {path} names no equality field"),
+        ));
+    }
+    ids.iter()
+        .map(|&id| match schema.field_by_id(id) {
+            Some(field) => Ok(field.name.clone()),
+            None => Err(LakeError::layout(
+                table,
+                format!(
+                    "equality-delete file {path} names field id {id}, which the snapshot's \
+                     schema lacks"
+                ),
+            )),
+        })
+        .collect()
 }
 
 /// Live rows of a data file, with the position in the file of each.
@@ -367,13 +380,16 @@ fn row_groups_may_match(
     judged().unwrap_or_else(unknown)
 }
 
-async fn open_parquet(
+/// Opens a Parquet file of the lake; its size, when known, saves a request.
+pub(crate) async fn open_parquet(
     storage: &LakeStorage,
     path: &str,
-    size: u64,
+    size: Option<u64>,
 ) -> Result<ParquetRecordBatchStreamBuilder<ParquetObjectReader>> {
-    let reader =
-        ParquetObjectReader::new(storage.store()?, storage.path(path)?).with_file_size(size);
+    let mut reader = ParquetObjectReader::new(storage.store()?, storage.path(path)?);
+    if let Some(size) = size {
+        reader = reader.with_file_size(size);
+    }
     Ok(ParquetRecordBatchStreamBuilder::new(reader).await?)
 }
 
@@ -386,7 +402,7 @@ async fn open_file(
     filters: &[ColumnFilter],
     deletes: &SplitDeletes,
 ) -> Result<BoxStream<'static, Result<PositionedBatch>>> {
-    let builder = open_parquet(storage, &file.path, file.size).await?;
+    let builder = open_parquet(storage, &file.path, Some(file.size)).await?;
     let metadata = Arc::clone(builder.metadata());
     let kept = row_groups_to_read(&metadata, builder.schema(), filters);
     if kept.is_empty() {
@@ -406,18 +422,9 @@ async fn open_file(
         return Ok(stream::empty().boxed());
     }
     let equality_columns: Vec<&str> = file_deletes.equality_columns().collect();
-    let wanted: Vec<usize> = builder
-        .schema()
-        .fields()
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| {
-            schema.field_with_name(f.name()).is_ok()
-                || equality_columns.contains(&f.name().as_str())
-        })
-        .map(|(i, _)| i)
-        .collect();
-    let mask = ProjectionMask::roots(builder.parquet_schema(), wanted);
+    let mask = columns_mask(&builder, |name| {
+        schema.field_with_name(name).is_ok() || equality_columns.contains(&name)
+    });
     let mut builder = builder
         .with_row_groups(kept)
         .with_projection(mask)
@@ -455,9 +462,24 @@ async fn open_file(
         .boxed())
 }
 
+/// The projection of a file's columns whose names `wanted` accepts.
+pub(crate) fn columns_mask(
+    builder: &ParquetRecordBatchStreamBuilder<ParquetObjectReader>,
+    wanted: impl Fn(&str) -> bool,
+) -> ProjectionMask {
+    let indexes = builder
+        .schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| wanted(f.name()))
+        .map(|(i, _)| i);
+    ProjectionMask::roots(builder.parquet_schema(), indexes)
+}
+
 /// Rows per batch read from a lake file: Parquet's default of 1024 makes many small
 /// messages downstream (Flight answers, merges).
-const READ_BATCH_ROWS: usize = 8192;
+pub(crate) const READ_BATCH_ROWS: usize = 8192;
 
 #[cfg(test)]
 mod tests;

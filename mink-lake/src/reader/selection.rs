@@ -19,6 +19,10 @@
 //! Deleted positions outside the kept row groups (in a pruned group, past the end of the
 //! file, negative in the delete file) name no row the read returns and are ignored: a
 //! position delete only ever removes rows, it never makes a read fail.
+//!
+//! The other way round, [`pick_rows`] selects only the rows at some positions (the rows
+//! a position-delete file removes, read back by an incremental read): the row groups
+//! holding none of them are not read at all.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -109,6 +113,54 @@ pub(super) fn select_rows(kept: &[RowGroupSpan], deleted: &[u64]) -> FileSelecti
 
 fn run(rows: u64) -> usize {
     usize::try_from(rows).unwrap_or(usize::MAX)
+}
+
+/// The rows at some positions of a file: the row groups to read and the selection over
+/// their rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PickedRows {
+    /// The row groups holding a wanted position, ascending.
+    pub(crate) row_groups: Vec<usize>,
+    /// The selection over those row groups' rows, concatenated.
+    pub(crate) selection: RowSelection,
+    /// The positions selected, ascending: the wanted ones the file has.
+    pub(crate) positions: Vec<u64>,
+}
+
+/// Selects the rows at `wanted` (ascending; duplicates allowed) of a file whose row
+/// groups have `row_counts` rows. Positions past the end of the file are ignored.
+pub(crate) fn pick_rows(row_counts: &[u64], wanted: &[u64]) -> PickedRows {
+    let (mut row_groups, mut positions, mut selectors) = (Vec::new(), Vec::new(), Vec::new());
+    let mut start = 0;
+    for (index, &rows) in row_counts.iter().enumerate() {
+        let end = start + rows;
+        let from = wanted.partition_point(|&p| p < start);
+        let to = wanted.partition_point(|&p| p < end);
+        if from < to {
+            row_groups.push(index);
+            let mut cursor = start;
+            for &position in &wanted[from..to] {
+                if position < cursor {
+                    continue; // a duplicate
+                }
+                if position > cursor {
+                    selectors.push(RowSelector::skip(run(position - cursor)));
+                }
+                selectors.push(RowSelector::select(1));
+                positions.push(position);
+                cursor = position + 1;
+            }
+            if cursor < end {
+                selectors.push(RowSelector::skip(run(end - cursor)));
+            }
+        }
+        start = end;
+    }
+    PickedRows {
+        row_groups,
+        selection: RowSelection::from(selectors),
+        positions,
+    }
 }
 
 /// Hands out the live positions of a file in order, as the reader returns its rows.
@@ -248,6 +300,34 @@ mod tests {
         let s = select_rows(&[], &[1, 2, 3]);
         assert_eq!(s.selection, None);
         assert!(s.live.is_empty());
+    }
+
+    #[test]
+    fn picking_reads_only_the_groups_of_the_wanted_rows() {
+        let picked = pick_rows(&[10, 10, 10], &[3, 3, 4, 25, 29, 30, 99]);
+        assert_eq!(picked.row_groups, vec![0, 2]);
+        assert_eq!(picked.positions, vec![3, 4, 25, 29]);
+        let runs: Vec<(bool, usize)> = picked
+            .selection
+            .iter()
+            .map(|s| (s.skip, s.row_count))
+            .collect();
+        // Group 0: skip 3, take 3 and 4, skip 5 to its end; group 2 (from 20): skip 5
+        // (merged with the run before), take 25, skip 3, take 29.
+        assert_eq!(
+            runs,
+            vec![
+                (true, 3),
+                (false, 2),
+                (true, 10),
+                (false, 1),
+                (true, 3),
+                (false, 1)
+            ]
+        );
+        assert_eq!(picked.selection.row_count(), 4);
+        let none = pick_rows(&[10], &[10, 11]);
+        assert!(none.row_groups.is_empty() && none.positions.is_empty());
     }
 
     #[test]

@@ -1,0 +1,236 @@
+//! Streaming a [`DeltaPlan`]'s changed rows.
+//!
+//! Per snapshot, oldest first:
+//!
+//! 1. its position-delete files are loaded (they are small): the positions naming data
+//!    files of *other* snapshots are deletes; those naming its own data files net out
+//!    rows it added and never showed;
+//! 2. the rows at those positions are read from their data files, only the row groups
+//!    holding them, only the selected rows decoded: the `delete` rows;
+//! 3. the rows of its equality-delete files: `delete` rows too;
+//! 4. its data files, through [`read_split`] with its own position deletes applied: the
+//!    `insert` rows.
+//!
+//! Nothing is read before the stream is polled, and nothing beyond one batch and one
+//! snapshot's delete positions is held.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use mink_core::schema::normalize_batch;
+use parquet::arrow::ParquetRecordBatchStreamBuilder;
+use parquet::arrow::async_reader::ParquetObjectReader;
+
+use super::{DeltaPlan, SnapshotDelta};
+use crate::error::{LakeError, Result};
+use crate::reader::{
+    DeleteKind, LakeDeleteFile, LakeFile, LakeSplit, READ_BATCH_ROWS, columns_mask, load_positions,
+    open_parquet, pick_rows, read_split,
+};
+use crate::storage::LakeStorage;
+
+/// The column holding a changed row's change type: [`INSERT`] or [`DELETE`].
+pub const CHANGE_TYPE_COLUMN: &str = "_change_type";
+/// The column holding the snapshot that made a change.
+pub const SNAPSHOT_ID_COLUMN: &str = "_snapshot_id";
+/// The change type of an inserted row.
+pub const INSERT: &str = "insert";
+/// The change type of a deleted row.
+pub const DELETE: &str = "delete";
+
+/// The schema of [`read_delta`]'s batches: `columns`, every one nullable (an equality
+/// delete knows only its equality columns), then [`CHANGE_TYPE_COLUMN`] and
+/// [`SNAPSHOT_ID_COLUMN`].
+pub fn delta_schema(columns: &Schema) -> SchemaRef {
+    let mut fields: Vec<Field> = columns
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    fields.push(Field::new(CHANGE_TYPE_COLUMN, DataType::Utf8, false));
+    fields.push(Field::new(SNAPSHOT_ID_COLUMN, DataType::Int64, false));
+    Arc::new(Schema::new(fields))
+}
+
+/// Streams the rows `plan` changed, in [`delta_schema`]`(columns)`: the table's
+/// `columns` read by name (a column a file lacks reads as null), oldest snapshot first,
+/// each snapshot's deletes before its inserts (see the [module docs](super)).
+///
+/// Nothing is read before the stream is polled.
+///
+/// # Errors
+/// The stream fails with [`LakeError::FullReloadNeeded`] when
+/// [`DeltaPlan::needs_full_reload`], and with the errors of reading the files.
+pub fn read_delta(
+    storage: &LakeStorage,
+    plan: DeltaPlan,
+    columns: &Schema,
+) -> BoxStream<'static, Result<RecordBatch>> {
+    if let Some(cause) = plan.full_reload_cause() {
+        let error = LakeError::FullReloadNeeded {
+            snapshot_id: cause.snapshot_id,
+            operation: cause.operation.as_str().to_string(),
+            removed_files: cause.removed_files,
+            to: plan.to_snapshot_id,
+        };
+        return stream::once(async { Err(error) }).boxed();
+    }
+    let output = delta_schema(columns);
+    let read_schema = Arc::new(Schema::new(
+        output.fields()[..columns.fields().len()].to_vec(),
+    ));
+    let storage = storage.clone();
+    stream::iter(plan.snapshots)
+        .flat_map(move |snapshot| {
+            snapshot_rows(
+                storage.clone(),
+                snapshot,
+                Arc::clone(&read_schema),
+                Arc::clone(&output),
+            )
+        })
+        .boxed()
+}
+
+/// The changed rows of one snapshot, tagged.
+fn snapshot_rows(
+    storage: LakeStorage,
+    snapshot: SnapshotDelta,
+    read_schema: SchemaRef,
+    output: SchemaRef,
+) -> BoxStream<'static, Result<RecordBatch>> {
+    stream::once(async move {
+        let snapshot_id = snapshot.snapshot_id;
+        let added: HashSet<&str> = snapshot
+            .added_files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect();
+        // Step 1: other snapshots' rows deleted, and the delete files netting out own rows.
+        let mut deleted: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        let mut own_deletes: HashMap<String, Vec<LakeDeleteFile>> = HashMap::new();
+        let mut equality = Vec::new();
+        for delete in &snapshot.delete_files {
+            if let DeleteKind::Equality { .. } = delete.kind {
+                equality.push(delete.clone());
+                continue;
+            }
+            for (file, positions) in load_positions(&storage, delete, |_| true).await? {
+                match added.contains(file.as_str()) {
+                    true => own_deletes.entry(file).or_default().push(delete.clone()),
+                    false => deleted.entry(file).or_default().extend(positions),
+                }
+            }
+        }
+        for positions in deleted.values_mut() {
+            positions.sort_unstable();
+            positions.dedup();
+        }
+        // Steps 2 and 3.
+        let (positioned, by_value) = (storage.clone(), storage.clone());
+        let schema = Arc::clone(&read_schema);
+        let position_deletes = stream::iter(deleted)
+            .then(move |(file, positions)| {
+                picked_rows(positioned.clone(), file, positions, Arc::clone(&schema))
+            })
+            .try_flatten();
+        let schema = Arc::clone(&read_schema);
+        let equality_deletes = stream::iter(equality)
+            .then(move |delete| equality_rows(by_value.clone(), delete, Arc::clone(&schema)))
+            .try_flatten();
+        // Step 4.
+        let split = LakeSplit {
+            snapshot_id: Some(snapshot_id),
+            files: snapshot
+                .added_files
+                .iter()
+                .map(|file| LakeFile {
+                    path: file.path.clone(),
+                    size: file.size,
+                    record_count: Some(file.record_count),
+                    partition: None,
+                    deletes: own_deletes.remove(&file.path).unwrap_or_default(),
+                })
+                .collect(),
+        };
+        let inserts = read_split(&storage, split, read_schema, Vec::new());
+        let deletes_output = Arc::clone(&output);
+        let deletes = position_deletes
+            .chain(equality_deletes)
+            .map(move |batch| tagged(&batch?, DELETE, snapshot_id, &deletes_output));
+        let inserts = inserts.map(move |batch| tagged(&batch?, INSERT, snapshot_id, &output));
+        Ok::<_, LakeError>(deletes.chain(inserts))
+    })
+    .try_flatten()
+    .boxed()
+}
+
+/// The rows at `positions` (ascending) of the data file `path`, in `schema`.
+async fn picked_rows(
+    storage: LakeStorage,
+    path: String,
+    positions: Vec<u64>,
+    schema: SchemaRef,
+) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    let builder = open_parquet(&storage, &path, None).await?;
+    let row_counts: Vec<u64> = builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|group| u64::try_from(group.num_rows()).unwrap_or(0))
+        .collect();
+    let picked = pick_rows(&row_counts, &positions);
+    if picked.positions.is_empty() {
+        return Ok(stream::empty().boxed());
+    }
+    let builder = builder
+        .with_row_groups(picked.row_groups)
+        .with_row_selection(picked.selection);
+    rows_in(builder, schema)
+}
+
+/// The rows of an equality-delete file, in `schema` (the columns it lacks are null).
+async fn equality_rows(
+    storage: LakeStorage,
+    delete: LakeDeleteFile,
+    schema: SchemaRef,
+) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    let builder = open_parquet(&storage, &delete.path, Some(delete.size)).await?;
+    rows_in(builder, schema)
+}
+
+/// The rows `builder` reads, in `schema`: its columns by name, those the file lacks null.
+fn rows_in(
+    builder: ParquetRecordBatchStreamBuilder<ParquetObjectReader>,
+    schema: SchemaRef,
+) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    let mask = columns_mask(&builder, |name| schema.field_with_name(name).is_ok());
+    let batches = builder
+        .with_projection(mask)
+        .with_batch_size(READ_BATCH_ROWS)
+        .build()?;
+    Ok(batches
+        .map(move |batch| Ok(normalize_batch(&batch?, &schema)?))
+        .boxed())
+}
+
+/// `batch` with its change type and snapshot as the last two columns of `output`.
+fn tagged(
+    batch: &RecordBatch,
+    change: &str,
+    snapshot_id: i64,
+    output: &SchemaRef,
+) -> Result<RecordBatch> {
+    let rows = batch.num_rows();
+    let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+    columns.push(Arc::new(StringArray::from(vec![change; rows])));
+    columns.push(Arc::new(Int64Array::from(vec![snapshot_id; rows])));
+    Ok(RecordBatch::try_new_with_options(
+        Arc::clone(output),
+        columns,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows)),
+    )?)
+}
