@@ -171,6 +171,7 @@ use crate::embedded;
 use crate::error::CliError;
 
 mod pk_lake;
+mod sql;
 
 /// Arguments of `mink bench`.
 #[derive(Debug, clap::Args)]
@@ -192,6 +193,9 @@ enum Bench {
     /// The lake of primary-key tables: tiering changed keys, reads with position deletes
     /// and union reads with a changed tail, against Parquet files.
     PkLake(pk_lake::PkLakeArgs),
+    /// SQL over a primary-key table with a lake and a changed tail: the union read
+    /// against DataFusion and DuckDB over Parquet and the naive plan; point queries.
+    Sql(sql::SqlArgs),
 }
 
 /// Arguments of `mink bench log`.
@@ -320,6 +324,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), CliError> {
         Bench::Kv(args) => run_kv(args).await,
         Bench::Lake(args) => run_lake(args).await,
         Bench::PkLake(args) => pk_lake::run(args).await,
+        Bench::Sql(args) => sql::run(args).await,
     }
 }
 

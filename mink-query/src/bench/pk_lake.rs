@@ -120,14 +120,14 @@ pub(super) async fn run(args: PkLakeArgs) -> Result<(), CliError> {
 
 /// Distinct keys in a random order, handed out a share at a time.
 #[derive(Debug)]
-struct Changes {
+pub(super) struct Changes {
     keys: Vec<i64>,
     next: usize,
     rng: XorShift,
 }
 
 impl Changes {
-    fn new(keys: usize) -> Self {
+    pub(super) fn new(keys: usize) -> Self {
         let mut rng = XorShift::new(0xc4a9);
         let mut ids: Vec<i64> = (0..keys as i64).collect();
         for i in (1..ids.len()).rev() {
@@ -141,7 +141,7 @@ impl Changes {
     }
 
     /// New values for the next `count` keys.
-    fn next(&mut self, count: usize) -> Result<Data, CliError> {
+    pub(super) fn next(&mut self, count: usize) -> Result<Data, CliError> {
         let ids = &self.keys[self.next..self.next + count];
         self.next += count;
         Data::with_ids(ids, self.rng.next_u64())
@@ -149,7 +149,7 @@ impl Changes {
 }
 
 /// Upserts batches, a few calls in flight.
-async fn upsert(
+pub(super) async fn upsert(
     running: &Running,
     table: &TableDescriptor,
     batches: &[RecordBatch],
@@ -163,7 +163,7 @@ async fn upsert(
 }
 
 /// One tiering round.
-async fn tier(running: &Running, path: &TablePath) -> Result<(), CliError> {
+pub(super) async fn tier(running: &Running, path: &TablePath) -> Result<(), CliError> {
     running.client.tier(path).await?;
     Ok(())
 }

@@ -10,8 +10,8 @@
 //! | `CALL system.tier('t')`, `CALL system.compact('t')`              | mink: a round / a compaction now |
 //!
 //! Column types are mapped by DataFusion's own planner, as in queries (strings as `Utf8`).
-//! After a statement that changes the tables the catalog is loaded again, so the next
-//! statement sees them.
+//! Every statement starts by loading the table list again, so it sees the tables as they
+//! are now, whichever client created, dropped or altered them.
 
 mod create;
 
@@ -84,6 +84,7 @@ impl MinkSession {
     /// # Errors
     /// The statement does not parse, plan or run; the message says why.
     pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
+        self.reload().await?;
         if is_create_table(sql) {
             return self.create_table(sql).await;
         }
@@ -117,7 +118,6 @@ impl MinkSession {
                         .await
                         .map_err(external)?;
                 }
-                self.reload().await?;
                 self.context.read_empty()
             }
             Statement::Call(function) => {
@@ -130,7 +130,7 @@ impl MinkSession {
         }
     }
 
-    /// Loads the catalog again (after tables were created, dropped or changed).
+    /// Loads the table list again.
     async fn reload(&self) -> Result<()> {
         let catalog = MinkCatalog::load(self.client.clone(), self.storage.clone())
             .await
@@ -193,7 +193,6 @@ impl MinkSession {
             .create_table(&descriptor, create.if_not_exists)
             .await
             .map_err(external)?;
-        self.reload().await?;
         self.context.read_empty()
     }
 
@@ -204,7 +203,6 @@ impl MinkSession {
                 .await
                 .map_err(external)?;
         }
-        self.reload().await?;
         self.context.read_empty()
     }
 

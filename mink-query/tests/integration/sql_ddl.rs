@@ -247,3 +247,31 @@ async fn lake_and_changelog_views() {
         assert!(message.contains("read-only"), "{sql}: {message}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_sees_tables_other_clients_change() {
+    let node = TestNode::start().await;
+    let (mine, theirs) = (session(&node.client).await, session(&node.client).await);
+    query(
+        &theirs,
+        "CREATE TABLE shared (id BIGINT NOT NULL, PRIMARY KEY (id))",
+    )
+    .await;
+    query(&theirs, "INSERT INTO shared VALUES (1), (2)").await;
+    assert_eq!(
+        int64s(&query(&mine, "SELECT count(*) FROM shared").await, 0),
+        [2]
+    );
+    query(&theirs, "ALTER TABLE shared ADD COLUMN note VARCHAR").await;
+    query(&theirs, "INSERT INTO shared VALUES (3, 'new')").await;
+    assert_eq!(
+        int64s(
+            &query(&mine, "SELECT id FROM shared WHERE note = 'new'").await,
+            0
+        ),
+        [3]
+    );
+    query(&theirs, "DROP TABLE shared").await;
+    let message = error(&mine, "SELECT * FROM shared").await;
+    assert!(message.contains("shared"), "{message}");
+}

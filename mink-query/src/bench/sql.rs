@@ -1,0 +1,408 @@
+//! `mink bench sql`: SQL over a primary-key table with a lake and a changed tail.
+//!
+//! ```text
+//! cargo run --release -p mink-query -- bench sql [--keys 2000000] [--buckets 4]
+//!     [--lookups 200] [--dir DIR] [--no-sync]
+//! ```
+//!
+//! One primary-key table (`id`) of `--keys` rows of the `bench log` schema with a lake:
+//! every key loaded and tiered, then 1% of the keys (distinct, at random) upserted with
+//! new values, so they are in the log tail only. Every engine answers the same query,
+//! which reads every column and returns one row ([`AGGREGATE`]); the answers must agree.
+//!
+//! 1. **Union read through SQL**: the query on the table in a [`MinkSession`] (one split
+//!    per bucket: the lake's Parquet read from the object store, the tail over Flight,
+//!    merged by key), the median of [`ROUNDS`], planning included. Baselines, each the
+//!    median of as many rounds:
+//!    - *DataFusion over Parquet*: the same final rows (read once through mink) written as
+//!      `--buckets` Parquet files, queried by a plain DataFusion `SessionContext`;
+//!    - *the naive plan*: what a user would write without mink's merge, in the same
+//!      session: the lake (`t$lake`) anti-joined with the live tail, union the live tail.
+//!      The tail is handed to it as a memory table for free (a user would have to read
+//!      it from `t$changelog` first), so the naive plan is timed at its best;
+//!    - *DuckDB* over the same Parquet files, through the Python package (`MINK_PYTHON`,
+//!      else `python3`, with `duckdb` installed: `pip install duckdb`); skipped with a
+//!      note when there is none. DuckDB's time is measured inside its process.
+//! 2. **Point query**: `SELECT * FROM t WHERE id = k` for `--lookups` random keys (after
+//!    [`CALL_WARMUP`] uncounted ones), p50 and p99 through SQL, planning included: the
+//!    whole primary key is fixed, so it is a KV lookup. Baseline: the same query written
+//!    `id + 0 = k`, which no scan can take, so it is a full union read filtered above
+//!    (median of [`ROUNDS`]).
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow::util::display::array_value_to_string;
+use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider};
+use datafusion::datasource::MemTable;
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use mink_core::options::TableOptions;
+use mink_core::table::TablePath;
+
+use super::pk_lake::{Changes, tier, upsert};
+use super::{
+    CALL_WARMUP, Latency, NodeArgs, ON_DEMAND_FRESHNESS, ROUNDS, Running, Throughput, XorShift,
+    blocking, create_table_with, ipc_len, measure, median, prepare, report, write_parquet,
+};
+use crate::error::CliError;
+use mink_query::session::MinkSession;
+
+/// Arguments of `mink bench sql`.
+#[derive(Debug, clap::Args)]
+pub(super) struct SqlArgs {
+    /// Keys of the table, loaded in batches of 10 000.
+    #[arg(long, default_value_t = 2_000_000)]
+    keys: usize,
+    /// Buckets of the table (and Parquet files of the baselines).
+    #[arg(long, default_value_t = 4)]
+    buckets: u32,
+    /// Point queries measured.
+    #[arg(long, default_value_t = 200)]
+    lookups: usize,
+    #[command(flatten)]
+    node: NodeArgs,
+}
+
+/// The query every engine answers, over a table `{t}`: every column read, one row out.
+const AGGREGATE: &str = "SELECT count(*) AS row_count, sum(quantity) AS quantity, \
+     max(name) AS name, max(event_time) AS last_event, sum(price) AS price FROM {t}";
+
+/// The columns of the table, in order.
+const COLUMNS: &str = "id, event_time, name, price, quantity";
+
+/// The DuckDB side: runs a query `rounds` times, prints each time in seconds and then
+/// the answer's first row, one value per line.
+const DUCKDB_SCRIPT: &str = r#"
+import sys, time, duckdb
+query, rounds = sys.argv[1], int(sys.argv[2])
+connection = duckdb.connect()
+for _ in range(rounds):
+    start = time.perf_counter()
+    row = connection.execute(query).fetchone()
+    print(time.perf_counter() - start)
+for value in row:
+    print(value)
+"#;
+
+pub(super) async fn run(args: SqlArgs) -> Result<(), CliError> {
+    if args.keys < 100 {
+        return Err(CliError::Usage("--keys must be at least 100".into()));
+    }
+    if args.buckets == 0 || args.lookups == 0 {
+        return Err(CliError::Usage(
+            "--buckets and --lookups must be at least 1".into(),
+        ));
+    }
+    let (scratch, data, config) = prepare(&args.node, args.keys)?;
+    println!(
+        "mink bench sql: {} keys, {} bucket{}, 1% of the keys changed in the tail, {}",
+        data.rows,
+        args.buckets,
+        if args.buckets == 1 { "" } else { "s" },
+        args.node.describe(&config, &scratch)
+    );
+    let running = Running::start(config).await?;
+    let options = TableOptions {
+        bucket_num: args.buckets,
+        lake_enabled: true,
+        lake_freshness: ON_DEMAND_FRESHNESS,
+        ..TableOptions::default()
+    };
+    let path = TablePath::new("bench", "sql");
+    let table = create_table_with(&running.client, &path, &data.schema, &["id"], options).await?;
+    measure("upsert the keys", upsert(&running, &table, &data.batches)).await?;
+    measure("tier the load", tier(&running, &path)).await?;
+    let tail = Changes::new(args.keys).next(args.keys / 100)?;
+    measure(
+        "upsert 1% of the keys",
+        upsert(&running, &table, &tail.batches),
+    )
+    .await?;
+
+    let storage = running.node.lake().await?.storage().clone();
+    let session = MinkSession::connect(running.client.clone(), storage).await?;
+    let union = TableName(&path).to_string();
+    let union_query = aggregate(&union);
+    let (rows, union_time) =
+        timed_rounds("union read through SQL", || query(&session, &union_query)).await?;
+    let final_rows = collect(&session, &format!("SELECT * FROM {union}")).await?;
+    let bytes = ipc_len(&final_rows)?;
+    let figure = |elapsed| Throughput::new(data.rows, bytes, elapsed);
+
+    let parquet_dir = scratch.path.join("baseline-parquet");
+    write_files(&parquet_dir, &final_rows, args.buckets as usize).await?;
+    let datafusion = SessionContext::new();
+    let directory = parquet_dir.to_string_lossy().to_string();
+    datafusion
+        .register_parquet("t", &directory, ParquetReadOptions::default())
+        .await?;
+    let (parquet_rows, parquet_time) = timed_rounds("DataFusion over Parquet", || async {
+        let answer = datafusion.sql(&aggregate("t")).await?.collect().await?;
+        first_row(&answer)
+    })
+    .await?;
+    same_answer("DataFusion over Parquet", &parquet_rows, &rows)?;
+
+    register_tail(&session, tail.schema.clone(), tail.batches.clone())?;
+    let naive = naive_plan(&path);
+    let (naive_rows, naive_time) =
+        timed_rounds("the naive plan", || query(&session, &naive)).await?;
+    same_answer("the naive plan", &naive_rows, &rows)?;
+
+    let union_figure = figure(union_time);
+    report("DataFusion over Parquet", figure(parquet_time), &[]);
+    report("naive plan (anti-join)", figure(naive_time), &[]);
+    let mut ratios = vec![
+        format!(
+            "vs DataFusion Parquet {:.2}",
+            union_figure.ratio_to(&figure(parquet_time))
+        ),
+        format!(
+            "vs naive plan {:.2}",
+            union_figure.ratio_to(&figure(naive_time))
+        ),
+    ];
+    match duckdb(&parquet_dir) {
+        Ok((duck_rows, duck_time)) => {
+            same_answer("DuckDB", &duck_rows, &rows)?;
+            report("DuckDB over Parquet", figure(duck_time), &[]);
+            ratios.push(format!(
+                "vs DuckDB {:.2}",
+                union_figure.ratio_to(&figure(duck_time))
+            ));
+        }
+        Err(why) => report("DuckDB over Parquet", format!("skipped: {why}"), &[]),
+    }
+    report(
+        &format!("union read, {} changes in tail", tail.rows),
+        union_figure,
+        &ratios,
+    );
+
+    point_figure(&session, &path, data.rows, args.lookups).await?;
+    running.stop().await?;
+    Ok(())
+}
+
+/// Figure 2: point queries by lookup against the same query as a full scan.
+async fn point_figure(
+    session: &MinkSession,
+    path: &TablePath,
+    keys: usize,
+    lookups: usize,
+) -> Result<(), CliError> {
+    let table = TableName(path);
+    let mut rng = XorShift::new(0x9017);
+    let mut samples = Vec::with_capacity(lookups);
+    let points = async {
+        for i in 0..CALL_WARMUP + lookups {
+            let key = rng.next_u64() % keys as u64;
+            let sql = format!("SELECT * FROM {table} WHERE id = {key}");
+            let start = Instant::now();
+            let found = collect(session, &sql).await?;
+            let elapsed = start.elapsed();
+            check_one_row(&sql, &found)?;
+            if i >= CALL_WARMUP {
+                samples.push(elapsed.as_secs_f64() * 1e3);
+            }
+        }
+        Ok(())
+    };
+    measure("point queries", points).await?;
+    let lookup = Latency::new(samples);
+    let key = keys / 2;
+    let sql = format!("SELECT * FROM {table} WHERE id + 0 = {key}");
+    let (_, scan_time) = timed_rounds("a point query as a full scan", || async {
+        let found = collect(session, &sql).await?;
+        check_one_row(&sql, &found)
+    })
+    .await?;
+    let scan_ms = scan_time.as_secs_f64() * 1e3;
+    report("point query, full scan", format!("{scan_ms:.3} ms"), &[]);
+    report(
+        "point query, lookup",
+        lookup,
+        &[format!(
+            "p50 {:.4}, p99 {:.4} of the full scan",
+            lookup.p50 / scan_ms,
+            lookup.p99 / scan_ms
+        )],
+    );
+    Ok(())
+}
+
+/// `bench.sql` as SQL names it.
+struct TableName<'a>(&'a TablePath);
+
+impl std::fmt::Display for TableName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.0.database, self.0.name)
+    }
+}
+
+fn aggregate(table: &str) -> String {
+    AGGREGATE.replace("{t}", table)
+}
+
+/// The aggregate over the lake anti-joined with the tail, union the tail.
+fn naive_plan(path: &TablePath) -> String {
+    let lake = format!("{}.\"{}$lake\"", path.database, path.name);
+    aggregate(&format!(
+        "(SELECT {COLUMNS} FROM {lake} AS l \
+           WHERE NOT EXISTS (SELECT 1 FROM scratch.public.tail AS t WHERE t.id = l.id) \
+         UNION ALL SELECT {COLUMNS} FROM scratch.public.tail)"
+    ))
+}
+
+/// Registers the live tail as `scratch.public.tail`, the naive plan's input.
+fn register_tail(
+    session: &MinkSession,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<(), CliError> {
+    let catalog = Arc::new(MemoryCatalogProvider::new());
+    let schema_provider = Arc::new(MemorySchemaProvider::new());
+    catalog.register_schema("public", schema_provider)?;
+    session.context().register_catalog("scratch", catalog);
+    let tail = MemTable::try_new(schema, vec![batches])?;
+    session
+        .context()
+        .register_table("scratch.public.tail", Arc::new(tail))?;
+    Ok(())
+}
+
+/// Runs `round` [`ROUNDS`] times; returns its last answer and the median time.
+async fn timed_rounds<T, F, Round>(what: &str, mut round: Round) -> Result<(T, Duration), CliError>
+where
+    Round: FnMut() -> F,
+    F: Future<Output = Result<T, CliError>>,
+{
+    let mut times = Vec::with_capacity(ROUNDS);
+    let mut answer = None;
+    for _ in 0..ROUNDS {
+        let (output, elapsed) = measure(what, round()).await?;
+        times.push(elapsed);
+        answer = Some(output);
+    }
+    let answer = answer.ok_or_else(|| CliError::Usage("no rounds".into()))?;
+    Ok((answer, median(times)))
+}
+
+async fn collect(session: &MinkSession, sql: &str) -> Result<Vec<RecordBatch>, CliError> {
+    Ok(session.sql(sql).await?.collect().await?)
+}
+
+/// The first row of a query's answer, as text.
+async fn query(session: &MinkSession, sql: &str) -> Result<Vec<String>, CliError> {
+    first_row(&collect(session, sql).await?)
+}
+
+fn first_row(batches: &[RecordBatch]) -> Result<Vec<String>, CliError> {
+    let batch = batches
+        .iter()
+        .find(|b| b.num_rows() > 0)
+        .ok_or_else(|| CliError::Usage("the query returned no row".into()))?;
+    batch
+        .columns()
+        .iter()
+        .map(|column| Ok(array_value_to_string(column, 0)?))
+        .collect()
+}
+
+fn check_one_row(sql: &str, batches: &[RecordBatch]) -> Result<(), CliError> {
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    match rows {
+        1 => Ok(()),
+        rows => Err(CliError::Usage(format!("{sql} returned {rows} rows"))),
+    }
+}
+
+/// Checks an engine's answer against mink's: count, integer sum, maxima exactly, the
+/// floating-point sum to a relative 1e-9 (engines add in different orders).
+fn same_answer(engine: &str, got: &[String], expected: &[String]) -> Result<(), CliError> {
+    let exact = got.len() == expected.len()
+        && got[..4] == expected[..4]
+        && relative_difference(&got[4], &expected[4]).is_some_and(|d| d < 1e-9);
+    if exact {
+        return Ok(());
+    }
+    Err(CliError::Usage(format!(
+        "{engine} answered {got:?}, mink {expected:?}"
+    )))
+}
+
+fn relative_difference(a: &str, b: &str) -> Option<f64> {
+    let (a, b): (f64, f64) = (a.parse().ok()?, b.parse().ok()?);
+    Some((a - b).abs() / a.abs().max(b.abs()).max(f64::MIN_POSITIVE))
+}
+
+/// Writes the rows as `files` Parquet files in `dir`, batches dealt round robin.
+async fn write_files(dir: &Path, batches: &[RecordBatch], files: usize) -> Result<(), CliError> {
+    std::fs::create_dir_all(dir).map_err(CliError::io(format!("creating {}", dir.display())))?;
+    for file in 0..files {
+        let part: Vec<RecordBatch> = batches.iter().skip(file).step_by(files).cloned().collect();
+        if part.is_empty() {
+            continue;
+        }
+        let path = dir.join(format!("part-{file}.parquet"));
+        blocking(move || write_parquet(&path, &part)).await?;
+    }
+    Ok(())
+}
+
+/// DuckDB's answer over the Parquet files in `dir` and its median time, or why it could
+/// not run.
+fn duckdb(dir: &Path) -> Result<(Vec<String>, Duration), String> {
+    let python = std::env::var("MINK_PYTHON").unwrap_or_else(|_| "python3".into());
+    let files = format!("read_parquet('{}/*.parquet')", dir.display());
+    // DuckDB prints timestamps without a zone and sums as Decimal/float text: normalize
+    // in SQL so the answers compare as text.
+    let sql = aggregate(&files).replace(
+        "max(event_time) AS last_event",
+        "strftime(max(event_time), '%Y-%m-%dT%H:%M:%S.%fZ') AS last_event",
+    );
+    let output = Command::new(&python)
+        .args(["-c", DUCKDB_SCRIPT, &sql, &ROUNDS.to_string()])
+        .output()
+        .map_err(|e| format!("cannot run {python}: {e}"))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr.lines().last().unwrap_or_default();
+        return Err(format!(
+            "{python} with duckdb failed ({last}); set MINK_PYTHON to a Python with `pip install duckdb`"
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let (times, row) = lines.split_at(ROUNDS.min(lines.len()));
+    let times = times
+        .iter()
+        .map(|t| t.parse::<f64>().map(Duration::from_secs_f64))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("DuckDB's output: {e}"))?;
+    Ok((row.iter().map(|v| v.to_string()).collect(), median(times)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_agree_exactly_except_the_float_sum() {
+        let mink: Vec<String> = ["10", "55", "z", "t", "1.0000000001"]
+            .map(String::from)
+            .to_vec();
+        let close: Vec<String> = ["10", "55", "z", "t", "1.0000000002"]
+            .map(String::from)
+            .to_vec();
+        assert!(same_answer("x", &close, &mink).is_ok());
+        let off: Vec<String> = ["10", "56", "z", "t", "1.0000000001"]
+            .map(String::from)
+            .to_vec();
+        assert!(same_answer("x", &off, &mink).is_err());
+    }
+}
