@@ -23,3 +23,4 @@ mod sql_ddl;
 mod sql_reads;
 mod support;
 mod tail;
+mod tpch;
