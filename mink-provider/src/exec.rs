@@ -1,8 +1,8 @@
-//! `MinkUnionExec`: a scan of a mink table, one partition per bucket (a split).
+//! `MinkScanExec`: a scan of a mink table, one partition per bucket (a split).
 //!
-//! The splits are planned when the scan is (each bucket's recorded lake snapshot and seam,
-//! its high watermark, its lake files pruned by the pushed filters), so a query reads a
-//! consistent point in time of every bucket. `execute` does no I/O: each partition's
+//! The splits are planned when the scan is (for a union read: each bucket's recorded lake
+//! snapshot and seam, its high watermark, its lake files pruned by the pushed filters), so
+//! a query reads a consistent point in time of every bucket. `execute` does no I/O: each partition's
 //! stream opens its split on its first poll (see [`crate::split`]).
 
 use std::any::Any;
@@ -25,7 +25,7 @@ use crate::split::{Split, SplitMetrics, SplitReader, SplitSource, changelog_sche
 
 /// A union read of a mink table: partition `i` is split `i`.
 #[derive(Debug)]
-pub struct MinkUnionExec {
+pub struct MinkScanExec {
     reader: Arc<SplitReader>,
     splits: Vec<Split>,
     schema: SchemaRef,
@@ -33,7 +33,7 @@ pub struct MinkUnionExec {
     metrics: ExecutionPlanMetricsSet,
 }
 
-impl MinkUnionExec {
+impl MinkScanExec {
     pub(crate) fn try_new(reader: SplitReader, splits: Vec<Split>) -> Result<Self> {
         let emitted = match reader.changelog {
             true => Arc::new(changelog_schema(&reader.read_schema)),
@@ -57,12 +57,12 @@ impl MinkUnionExec {
     }
 }
 
-impl DisplayAs for MinkUnionExec {
+impl DisplayAs for MinkScanExec {
     /// `EXPLAIN` shows the table, the pushed filters and what the splits read in total
     /// (stable across runs); `EXPLAIN VERBOSE` each split, with its lake snapshot.
     fn fmt_as(&self, format: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let reader = &self.reader;
-        write!(f, "MinkUnionExec: table={}", reader.table.path)?;
+        write!(f, "MinkScanExec: table={}", reader.table.path)?;
         if reader.changelog {
             write!(f, ", changelog")?;
         }
@@ -144,9 +144,9 @@ fn describe_filter(filter: &mink_core::filter::ColumnFilter) -> String {
     }
 }
 
-impl ExecutionPlan for MinkUnionExec {
+impl ExecutionPlan for MinkScanExec {
     fn name(&self) -> &str {
-        "MinkUnionExec"
+        "MinkScanExec"
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -15,6 +15,7 @@ use arrow::array::{Array, StringArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Schema};
 use datafusion::common::ScalarValue;
+use datafusion::logical_expr::expr::InList;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use mink_core::filter::{ColumnFilter, FilterOp};
 
@@ -35,6 +36,51 @@ pub(crate) fn to_column_filter(expr: &Expr, schema: &Schema) -> Option<ColumnFil
         Expr::IsNull(inner) => null_check(inner, FilterOp::IsNull, schema),
         Expr::IsNotNull(inner) => null_check(inner, FilterOp::IsNotNull, schema),
         _ => None,
+    }
+}
+
+/// The values a filter allows a column, when it is `column IN (literal, ...)` (not
+/// `NOT IN`) or `column = literal OR column = literal ...` (what DataFusion makes of a
+/// short `IN` list), as text that reads back as the same values of the column's type:
+/// a lookup takes them when the column is part of the primary key. `None` for anything
+/// else, or when any value would not survive the trip.
+pub(crate) fn in_list_values(expr: &Expr, schema: &Schema) -> Option<(String, Vec<String>)> {
+    match expr {
+        Expr::InList(InList {
+            expr,
+            list,
+            negated: false,
+        }) => {
+            let Expr::Column(column) = expr.as_ref() else {
+                return None;
+            };
+            let field = schema.field_with_name(&column.name).ok()?;
+            let values = list
+                .iter()
+                .map(|item| match item {
+                    Expr::Literal(value, _) => exact_text(value, field.data_type()),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()?;
+            Some((column.name.clone(), values))
+        }
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Or,
+            right,
+        }) => {
+            let (column, mut values) = in_list_values(left, schema)?;
+            let (other, more) = in_list_values(right, schema)?;
+            (column == other).then(|| {
+                values.extend(more);
+                (column, values)
+            })
+        }
+        _ => {
+            let filter = to_column_filter(expr, schema)?;
+            let is_equality = matches!(filter.operator(), Ok(FilterOp::Eq));
+            Some((filter.column, vec![filter.value?])).filter(|_| is_equality)
+        }
     }
 }
 
@@ -133,6 +179,27 @@ mod tests {
             ),
             Field::new("tags", DataType::new_list(DataType::Utf8, true), true),
         ])
+    }
+
+    #[test]
+    fn in_lists_of_literals_give_their_values() {
+        let values = |expr: Expr| in_list_values(&expr, &schema());
+        assert_eq!(
+            values(col("id").in_list(vec![lit(1i64), lit(2i32)], false)),
+            Some(("id".to_string(), vec!["1".to_string(), "2".to_string()]))
+        );
+        assert_eq!(values(col("id").in_list(vec![lit(1i64)], true)), None);
+        assert_eq!(values(col("id").in_list(vec![lit(1.5)], false)), None);
+        assert_eq!(values(col("id").in_list(vec![col("id")], false)), None);
+        assert_eq!(
+            values(col("id").eq(lit(1i64)).or(col("id").eq(lit(3i64)))),
+            Some(("id".to_string(), vec!["1".to_string(), "3".to_string()]))
+        );
+        assert_eq!(
+            values(col("id").eq(lit(1i64)).or(col("price").eq(lit(3.0)))),
+            None
+        );
+        assert_eq!(values(col("id").gt(lit(1i64)).or(col("id").eq(lit(3i64)))), None);
     }
 
     fn filter(expr: Expr) -> Option<(String, FilterOp, Option<String>)> {

@@ -2,7 +2,7 @@
 //!
 //! - [`catalog`]: every mink database as a schema, every table as a [`MinkTable`].
 //! - [`table`]: planning a scan: one union split per bucket, filters pushed down.
-//! - [`exec`]: [`MinkUnionExec`], one partition per split.
+//! - [`exec`]: [`MinkScanExec`], one partition per split.
 //! - `split`: reading a split: lake Parquet from the object store, the tail from the
 //!   bucket leader over Flight, merged by key.
 //! - `filters`: DataFusion filters as mink column filters.
@@ -21,6 +21,6 @@ pub mod system;
 pub mod table;
 
 pub use catalog::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog};
-pub use exec::MinkUnionExec;
+pub use exec::MinkScanExec;
 pub use split::CHANGELOG_COLUMNS;
 pub use table::{MinkTable, ReadKind};

@@ -1,6 +1,6 @@
 //! `MinkTable`: a mink table as a DataFusion table.
 //!
-//! A scan plans one split per bucket and returns a [`MinkUnionExec`] reading them. A
+//! A scan plans one split per bucket and returns a [`MinkScanExec`] reading them. A
 //! union split is planned by the bucket leader's `plan_union` action (the recorded lake
 //! snapshot and seam, the high watermark now, the lake files pruned by the pushed
 //! filters); a primary-key table's point queries, bare `LIMIT`s and (without a lake)
@@ -30,9 +30,12 @@ use mink_lake::reader::LakeSplit;
 use mink_lake::storage::LakeStorage;
 
 use crate::dml;
-use crate::exec::MinkUnionExec;
-use crate::filters::to_column_filter;
+use crate::exec::MinkScanExec;
+use crate::filters::{in_list_values, to_column_filter};
 use crate::split::{Split, SplitReader, SplitSource, changelog_schema, external};
+
+/// Most keys one lookup read takes; a statement naming more is a union read.
+const MAX_LOOKUP_KEYS: usize = 1024;
 
 /// What a scan of a mink table reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,11 +118,18 @@ impl TableProvider for MinkTable {
                 filters.len()
             ]);
         }
+        let schema = self.table.schema();
         Ok(filters
             .iter()
-            .map(|expr| match to_column_filter(expr, self.table.schema()) {
-                Some(_) => TableProviderFilterPushDown::Exact,
-                None => TableProviderFilterPushDown::Unsupported,
+            .map(|expr| {
+                if to_column_filter(expr, schema).is_some() {
+                    TableProviderFilterPushDown::Exact
+                } else if self.key_in_list(expr).is_some() {
+                    // Used for a lookup, applied again by DataFusion.
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
             })
             .collect())
     }
@@ -135,6 +145,10 @@ impl TableProvider for MinkTable {
             return self.scan_changelog(projection).await;
         }
         let schema = self.table.schema();
+        let key_lists: Vec<_> = filters
+            .iter()
+            .filter_map(|expr| self.key_in_list(expr))
+            .collect();
         let filters: Vec<_> = filters
             .iter()
             .filter_map(|expr| to_column_filter(expr, schema))
@@ -156,7 +170,7 @@ impl TableProvider for MinkTable {
                 read.push(index);
             }
         }
-        let splits = self.plan_splits(&filters, limit).await?;
+        let splits = self.plan_splits(&filters, &key_lists, limit).await?;
         let reader = SplitReader {
             table: Arc::clone(&self.table),
             client: self.client.clone(),
@@ -166,7 +180,7 @@ impl TableProvider for MinkTable {
             filters,
             changelog: false,
         };
-        Ok(Arc::new(MinkUnionExec::try_new(reader, splits)?))
+        Ok(Arc::new(MinkScanExec::try_new(reader, splits)?))
     }
 
     async fn insert_into(
@@ -217,6 +231,14 @@ impl TableProvider for MinkTable {
 }
 
 impl MinkTable {
+    /// `key IN (literal, ...)` on a primary-key column of a union read: the column and
+    /// its values, for a lookup.
+    fn key_in_list(&self, expr: &Expr) -> Option<(String, Vec<String>)> {
+        let readable_by_key = self.kind == ReadKind::Union && self.table.has_primary_key();
+        in_list_values(expr, self.table.schema())
+            .filter(|(column, _)| readable_by_key && self.table.primary_key.contains(column))
+    }
+
     /// The rows an `UPDATE` or `DELETE` changes: the scan applies the filters it takes
     /// (exactly), a DataFusion filter above it the others.
     async fn matching_rows(
@@ -269,7 +291,7 @@ impl MinkTable {
             filters: Vec::new(),
             changelog: true,
         };
-        Ok(Arc::new(MinkUnionExec::try_new(reader, splits)?))
+        Ok(Arc::new(MinkScanExec::try_new(reader, splits)?))
     }
 
     /// One split per bucket, each read the cheapest way that gives the statement its
@@ -279,10 +301,11 @@ impl MinkTable {
     async fn plan_splits(
         &self,
         filters: &[ColumnFilter],
+        key_lists: &[(String, Vec<String>)],
         limit: Option<usize>,
     ) -> Result<Vec<Split>> {
         if self.kind == ReadKind::Union && self.table.has_primary_key() {
-            if let Some(keys) = point_key(&self.table, filters)? {
+            if let Some(keys) = point_keys(&self.table, filters, key_lists)? {
                 return lookup_splits(&self.table, &keys);
             }
             let bare_limit = limit.filter(|_| filters.is_empty());
@@ -357,25 +380,56 @@ impl MinkTable {
     }
 }
 
-/// The primary key `filters` fix, when they fix all of it (`k = v` for every key column),
-/// as a one-row batch of the key columns.
-fn point_key(table: &TableDescriptor, filters: &[ColumnFilter]) -> Result<Option<RecordBatch>> {
-    let mut fields = Vec::new();
-    let mut values: Vec<ArrayRef> = Vec::new();
+/// The primary keys the filters fix, when they fix every key column (`k = v` or
+/// `k IN (v, ...)`) to at most [`MAX_LOOKUP_KEYS`] keys in all, as a batch of the key
+/// columns.
+fn point_keys(
+    table: &TableDescriptor,
+    filters: &[ColumnFilter],
+    key_lists: &[(String, Vec<String>)],
+) -> Result<Option<RecordBatch>> {
+    // Every combination of the key columns' values, as text.
+    let mut keys: Vec<Vec<&str>> = vec![Vec::new()];
     for column in &table.primary_key {
         let equal = filters
             .iter()
-            .find(|f| f.column == *column && matches!(f.operator(), Ok(FilterOp::Eq)));
-        let Some(text) = equal.and_then(|f| f.value.as_deref()) else {
-            return Ok(None);
+            .find(|f| f.column == *column && matches!(f.operator(), Ok(FilterOp::Eq)))
+            .and_then(|f| f.value.as_deref());
+        let values: Vec<&str> = match equal {
+            Some(value) => vec![value],
+            None => match key_lists.iter().find(|(name, _)| name == column) {
+                Some((_, values)) => values.iter().map(String::as_str).collect(),
+                None => return Ok(None),
+            },
         };
+        if keys.len() * values.len() > MAX_LOOKUP_KEYS {
+            return Ok(None);
+        }
+        keys = keys
+            .into_iter()
+            .flat_map(|key| {
+                values.iter().map(move |value| {
+                    let mut key = key.clone();
+                    key.push(*value);
+                    key
+                })
+            })
+            .collect();
+    }
+    // `k IN (1, 1)` names one key: read it once.
+    keys.sort_unstable();
+    keys.dedup();
+    let mut fields = Vec::new();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for (i, column) in table.primary_key.iter().enumerate() {
         let field = table.schema().field_with_name(column)?;
-        values.push(cast(&StringArray::from(vec![text]), field.data_type())?);
+        let text = StringArray::from_iter_values(keys.iter().map(|key| key[i]));
+        columns.push(cast(&text, field.data_type())?);
         fields.push(field.clone());
     }
     Ok(Some(RecordBatch::try_new(
         Arc::new(Schema::new(fields)),
-        values,
+        columns,
     )?))
 }
 

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use futures::TryStreamExt;
 use mink_lake::storage::LakeStorage;
+use mink_lake::{LakeConfig, S3Options};
 use mink_query::session::MinkSession;
 use object_store::local::LocalFileSystem;
 
@@ -41,6 +42,12 @@ pub(crate) struct SqlArgs {
     /// How results are printed.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+    /// The server's lake warehouse when it is on S3 (`s3://bucket/prefix`, as given to
+    /// `mink server --lake-warehouse`): queries read lake files from it directly, with
+    /// credentials, region and endpoint from the AWS_* environment variables. Without it
+    /// lake files are read from this machine's file system (the server's embedded lake).
+    #[arg(long)]
+    lake_warehouse: Option<String>,
 }
 
 pub(crate) async fn run(args: SqlArgs) -> Result<(), CliError> {
@@ -60,7 +67,8 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), CliError> {
     }
     let connection = args.node.connect().await?;
     let result = async {
-        let session = session(&connection.client).await?;
+        let storage = lake_storage(args.lake_warehouse.as_deref())?;
+        let session = MinkSession::connect(connection.client.clone(), storage).await?;
         if interactive {
             return crate::repl::run(&session, args.format).await;
         }
@@ -74,11 +82,16 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), CliError> {
     result
 }
 
-/// A session over the node's tables.
-async fn session(client: &mink_client::MinkClient) -> Result<MinkSession, CliError> {
-    // Lake locations are absolute paths of the node's file system (embedded lake) or URLs.
-    let storage = LakeStorage::new(Arc::new(LocalFileSystem::new()), "");
-    Ok(MinkSession::connect(client.clone(), storage).await?)
+/// Where the session reads lake files: the S3 warehouse, or the local file system (lake
+/// locations are then absolute paths).
+fn lake_storage(warehouse: Option<&str>) -> Result<LakeStorage, CliError> {
+    let Some(warehouse) = warehouse else {
+        return Ok(LakeStorage::new(Arc::new(LocalFileSystem::new()), ""));
+    };
+    // The catalog stays on the server: only the store is used here.
+    let config = LakeConfig::s3(warehouse, String::new(), S3Options::default())
+        .map_err(|e| CliError::Usage(format!("--lake-warehouse: {e}")))?;
+    Ok(config.storage)
 }
 
 /// Runs one statement, printing its rows; returns how many.

@@ -147,7 +147,7 @@ pub(super) async fn run(args: SqlArgs) -> Result<(), CliError> {
     .await?;
     same_answer("DataFusion over Parquet", &parquet_rows, &rows)?;
 
-    register_tail(&session, tail.schema.clone(), tail.batches.clone())?;
+    register_tail(&session, Arc::clone(&tail.schema), tail.batches.clone())?;
     let naive = naive_plan(&path);
     let (naive_rows, naive_time) =
         timed_rounds("the naive plan", || query(&session, &naive)).await?;

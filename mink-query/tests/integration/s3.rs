@@ -162,6 +162,40 @@ async fn tiering_and_union_reads_on_s3() {
         "{names:?}"
     );
 
+    // `mink sql --connect` reads the lake files from S3 itself, given the warehouse.
+    let address = handle.addr().to_string();
+    let sql = |lake_args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mink"));
+        command.args(["sql", "--connect", &address, "--format", "csv"]);
+        command.args(lake_args);
+        command.args(["-e", "SELECT count(*) AS n FROM test.on_s3"]);
+        for (name, value) in [
+            ("AWS_ENDPOINT", moto.endpoint.as_str()),
+            ("AWS_ALLOW_HTTP", "true"),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+            ("RUST_LOG", "warn"),
+        ] {
+            command.env(name, value);
+        }
+        command.output().expect("run mink sql")
+    };
+    let output = sql(&["--lake-warehouse", "s3://mink-lake/warehouse"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.lines().any(|line| line == "350"),
+        "{stdout} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let output = sql(&[]);
+    assert!(
+        !output.status.success(),
+        "without the warehouse the lake files cannot be read"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("s3://mink-lake"), "{stderr}");
+
     // A primary-key table: its round's position deletes live on S3 too.
     let pk = client
         .create_table(&pk_lake_table("pk_on_s3", 2), false)

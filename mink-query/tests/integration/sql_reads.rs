@@ -285,7 +285,7 @@ async fn explain_shows_the_splits_and_the_pushed_filters() {
         .expect("format")
         .to_string();
     assert!(
-        text.contains("MinkUnionExec: table=test.explained"),
+        text.contains("MinkScanExec: table=test.explained"),
         "{text}"
     );
     assert!(text.contains("filters=[n > 3]"), "{text}");
