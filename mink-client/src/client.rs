@@ -15,8 +15,9 @@ use mink_core::protocol::{
     AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CompactReply, CreateTable, DropTable,
     LakeRequest, LakeSnapshotInfo, LakeSnapshotList, LimitScanRequest, ListOffsets, ListTables,
     Lookup, LookupReply, OffsetReply, PrefixLookup, ReadTicket, ScanRequest, SnapshotBatch,
-    SnapshotRequest, TableDescriptorProto, TableList, TableRef, TierReply, UnionPlan, UnionRequest,
-    UnionSplit, WriteHeader, action, decode, decode_batch, encode_batch, list_offsets, read_ticket,
+    SnapshotRequest, TableChangesPlan, TableChangesRequest, TableDescriptorProto, TableList,
+    TableRef, TierReply, UnionPlan, UnionRequest, UnionSplit, WriteHeader, action, decode,
+    decode_batch, encode_batch, list_offsets, read_ticket,
 };
 use mink_core::routing::{split_by_bucket, split_rows_by_bucket};
 use mink_core::table::{TableDescriptor, TablePath};
@@ -486,6 +487,24 @@ impl MinkClient {
         };
         let body = self.action(action::LIST_LAKE_SNAPSHOTS, request).await?;
         Ok(decode::<LakeSnapshotList>("LakeSnapshotList", &body)?.snapshots)
+    }
+
+    /// Plans the changes of a table's lake from snapshot `from` (excluded) to `to`
+    /// (included): every snapshot in between, oldest first, with the data and delete
+    /// files it added, for a reader of the changed rows (`mink_lake::delta`).
+    pub async fn plan_table_changes(
+        &self,
+        table: &TablePath,
+        from: i64,
+        to: i64,
+    ) -> Result<TableChangesPlan> {
+        let request = TableChangesRequest {
+            table: table.to_string(),
+            from_snapshot_id: from,
+            to_snapshot_id: to,
+        };
+        let body = self.action(action::PLAN_TABLE_CHANGES, request).await?;
+        Ok(decode("TableChangesPlan", &body)?)
     }
 
     /// Compacts a table's lake now: every bucket with more than one file or any deleted

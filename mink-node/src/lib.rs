@@ -6,7 +6,7 @@
 //! - [`node`]: tables, tablets, validated writes.
 //! - [`flight`]: the Arrow Flight service of `spec/reads.md`.
 //! - [`tiering`]: copying logs into the Iceberg lake, exactly once.
-//! - [`union`]: planning Union and Lake reads.
+//! - [`union`]: planning Union and Lake reads, and changes between lake snapshots.
 //! - [`server`]: serving the node on a socket.
 
 pub mod error;

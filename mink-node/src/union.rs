@@ -1,4 +1,5 @@
-//! Planning Union and Lake reads (`spec/union-read.md`).
+//! Planning Union and Lake reads (`spec/union-read.md`), and incremental reads of the
+//! lake between two of its snapshots ([`mink_lake::delta`]).
 //!
 //! A Union plan is made per bucket at request time: the lake snapshot and the bucket's
 //! `log_end_offset` from the latest recorded CommitLakeSnapshot, `log_from =
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use mink_core::filter::{ColumnFilter, matches};
 use mink_core::protocol::{BucketId, UnionPlan};
 use mink_core::table::{TableDescriptor, TablePath};
+use mink_lake::delta::{DeltaPlan, plan_delta};
 use mink_lake::predicate::to_predicate;
 use mink_lake::reader::{LakeSplit, SplitScope, plan_split};
 
@@ -97,6 +99,24 @@ impl Node {
         let predicate = to_predicate(filters, table.schema());
         let split = plan_split(&lake_table, snapshot_id, &scope, predicate).await?;
         Ok((table, split))
+    }
+}
+
+impl Node {
+    /// Plans the changes of a table's lake from snapshot `from` (excluded) to `to`
+    /// (included), both snapshots of its lake table (`list_lake_snapshots` lists those
+    /// mink committed).
+    ///
+    /// # Errors
+    /// [`NodeError::NoLake`] for a table without a lake; [`mink_lake::LakeError`]'s
+    /// `SnapshotNotFound` and `NotAncestor` for ids that do not make a range.
+    pub async fn plan_changes(&self, path: &TablePath, from: i64, to: i64) -> Result<DeltaPlan> {
+        let table = self.describe(path)?;
+        if !table.lake_enabled {
+            return Err(NodeError::NoLake(path.to_string()));
+        }
+        let lake_table = self.lake().await?.load(path).await?;
+        Ok(plan_delta(&lake_table, from, to).await?)
     }
 }
 

@@ -8,11 +8,14 @@
 //! - `filters`: DataFusion filters as mink column filters.
 //! - [`system`]: `system.buckets` and `system.lake_snapshots`.
 //! - `dml`: `INSERT`, `DELETE` and `UPDATE` as plans ending in a mink sink.
+//! - [`changes`]: `table_changes('t', from, to)`, the rows changed between two lake
+//!   snapshots.
 //!
 //! A query reads each bucket as it is when the query is planned: the lake below the
 //! bucket's seam plus every change after it, exactly once (`spec/union-read.md`).
 
 pub mod catalog;
+pub mod changes;
 mod dml;
 pub mod exec;
 mod filters;
@@ -21,6 +24,7 @@ pub mod system;
 pub mod table;
 
 pub use catalog::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog};
+pub use changes::{TABLE_CHANGES, TableChanges};
 pub use exec::MinkScanExec;
 pub use split::CHANGELOG_COLUMNS;
 pub use table::{MinkTable, ReadKind};

@@ -4,9 +4,9 @@ use arrow::array::RecordBatch;
 use arrow_flight::Action;
 use mink_core::protocol::{
     AddColumn, BucketId, BucketList, CompactReply, CreateTable, DropTable, LakeSnapshotList,
-    ListOffsets, ListTables, Lookup, LookupReply, OffsetReply, PrefixLookup, TableDescriptorProto,
-    TableList, TableRef, TierReply, UnionRequest, UnionSplit, action, decode, decode_batch,
-    encode_batch,
+    ListOffsets, ListTables, Lookup, LookupReply, OffsetReply, PrefixLookup, TableChangesRequest,
+    TableDescriptorProto, TableList, TableRef, TierReply, UnionRequest, UnionSplit, action, decode,
+    decode_batch, encode_batch,
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use prost::Message;
@@ -120,6 +120,17 @@ impl MinkFlightService {
                 }
                 .encode_to_vec()
             }
+            action::PLAN_TABLE_CHANGES => {
+                let request: TableChangesRequest = decode("plan_table_changes", body)?;
+                node.plan_changes(
+                    &TablePath::parse(&request.table)?,
+                    request.from_snapshot_id,
+                    request.to_snapshot_id,
+                )
+                .await?
+                .to_wire()
+                .encode_to_vec()
+            }
             action::LOOKUP => {
                 let request: Lookup = decode("lookup", body)?;
                 let bucket = required_bucket(request.bucket, "lookup")?;
@@ -162,7 +173,7 @@ impl MinkFlightService {
 }
 
 /// The actions `list_actions` describes.
-pub(super) const ACTIONS: [(&str, &str); 10] = [
+pub(super) const ACTIONS: [(&str, &str); 11] = [
     (
         action::TIER_TABLE,
         "Run a tiering round of a table now (TableRef -> TierReply)",
@@ -196,5 +207,10 @@ pub(super) const ACTIONS: [(&str, &str); 10] = [
     (
         action::PREFIX_LOOKUP,
         "Rows by key prefix (PrefixLookup -> LookupReply)",
+    ),
+    (
+        action::PLAN_TABLE_CHANGES,
+        "The lake files changed between two lake snapshots \
+         (TableChangesRequest -> TableChangesPlan)",
     ),
 ];

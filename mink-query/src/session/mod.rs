@@ -8,6 +8,7 @@
 //! | `DROP TABLE [IF EXISTS] t`                                        | mink: `drop_table`     |
 //! | `ALTER TABLE t ADD COLUMN c TYPE`                                 | mink: `add_column`     |
 //! | `CALL system.tier('t')`, `CALL system.compact('t')`              | mink: a round / a compaction now |
+//! | `SELECT ... FROM table_changes('t', from, to)`                     | DataFusion, the tables named looked up first |
 //!
 //! Column types are mapped by DataFusion's own planner, as in queries (strings as `Utf8`).
 //! Every statement starts by loading the table list again, so it sees the tables as they
@@ -34,7 +35,7 @@ use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::storage::LakeStorage;
-use mink_provider::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog};
+use mink_provider::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog, TABLE_CHANGES, TableChanges};
 
 use create::{is_create_table, split_create_table};
 
@@ -43,6 +44,7 @@ pub struct MinkSession {
     client: MinkClient,
     storage: LakeStorage,
     context: SessionContext,
+    changes: Arc<TableChanges>,
 }
 
 impl std::fmt::Debug for MinkSession {
@@ -64,10 +66,14 @@ impl MinkSession {
             .with_information_schema(true);
         // mink's columns (and its lake) use Utf8, not views.
         config.options_mut().sql_parser.map_string_types_to_utf8view = false;
+        let context = SessionContext::new_with_config(config);
+        let changes = Arc::new(TableChanges::new(client.clone(), storage.clone()));
+        context.register_udtf(TABLE_CHANGES, Arc::clone(&changes) as _);
         let session = Self {
             client,
             storage,
-            context: SessionContext::new_with_config(config),
+            context,
+            changes,
         };
         session.reload().await?;
         Ok(session)
@@ -84,6 +90,7 @@ impl MinkSession {
     /// # Errors
     /// The statement does not parse, plan or run; the message says why.
     pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
+        self.changes.prepare(sql).await?;
         self.reload().await?;
         if is_create_table(sql) {
             return self.create_table(sql).await;

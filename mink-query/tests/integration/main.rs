@@ -22,5 +22,6 @@ mod s3;
 mod sql_ddl;
 mod sql_reads;
 mod support;
+mod table_changes;
 mod tail;
 mod tpch;

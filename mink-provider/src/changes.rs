@@ -1,0 +1,335 @@
+//! `table_changes('t', from_snapshot_id, to_snapshot_id)`: the rows a table's lake
+//! snapshots changed after `from` up to `to`, as a DataFusion table function.
+//!
+//! Like a scan of the table, the read is split between the node and the engine: the
+//! node plans it (`plan_table_changes`: the snapshots of the range and the files each
+//! added, see [`mink_lake::delta`]), the engine reads the changed rows straight from
+//! object storage with [`read_delta`]. The columns are the table's (every one nullable:
+//! an equality delete carries only its equality columns), then `_change_type`
+//! (`insert` or `delete`) and `_snapshot_id`. Rows come oldest snapshot first, each
+//! snapshot's deletes before its inserts, in one partition: applied in that order to the
+//! table as of `from`, they give the table as of `to`.
+//!
+//! DataFusion calls a table function synchronously, but the function's schema is the
+//! table's, which only the node knows. So a session calls [`TableChanges::prepare`]
+//! with each statement first: it looks up the tables the statement's `table_changes`
+//! calls name, and the call finds them there.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arrow::datatypes::{Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableFunctionImpl};
+use datafusion::common::ScalarValue;
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::sql::sqlparser::ast::{
+    Expr as SqlExpr, FunctionArg, FunctionArgExpr, TableFactor, Value, Visit, Visitor,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use futures::StreamExt;
+use mink_client::MinkClient;
+use mink_core::table::{TableDescriptor, TablePath};
+use mink_lake::delta::{
+    CHANGE_TYPE_COLUMN, DeltaPlan, SNAPSHOT_ID_COLUMN, delta_schema, read_delta,
+};
+use mink_lake::storage::LakeStorage;
+
+/// The function's name in SQL.
+pub const TABLE_CHANGES: &str = "table_changes";
+
+const USAGE: &str = "table_changes('table', from_snapshot_id, to_snapshot_id)";
+
+/// The `table_changes` table function of one session.
+#[derive(Debug)]
+pub struct TableChanges {
+    client: MinkClient,
+    storage: LakeStorage,
+    /// The tables `prepare` looked up, for `call`.
+    tables: Mutex<HashMap<TablePath, Arc<TableDescriptor>>>,
+}
+
+impl TableChanges {
+    /// The function over the node `client` talks to; lake files are read from `storage`.
+    pub fn new(client: MinkClient, storage: LakeStorage) -> Self {
+        Self {
+            client,
+            storage,
+            tables: Mutex::default(),
+        }
+    }
+
+    /// Looks up the tables `sql`'s `table_changes` calls name (as they are now), so the
+    /// calls can be planned. SQL that does not parse is left to the planner to report.
+    ///
+    /// # Errors
+    /// A named table does not exist, or the node cannot be reached.
+    pub async fn prepare(&self, sql: &str) -> Result<()> {
+        if !sql.to_ascii_lowercase().contains(TABLE_CHANGES) {
+            return Ok(());
+        }
+        let Ok(statements) = Parser::parse_sql(&GenericDialect {}, sql) else {
+            return Ok(());
+        };
+        let mut calls = TableNames::default();
+        let _ = statements.visit(&mut calls);
+        for name in calls.0 {
+            let Ok(path) = TablePath::parse(&name) else {
+                continue; // the call reports it
+            };
+            let table = self.client.describe_table(&path).await.map_err(|e| {
+                DataFusionError::Plan(format!("{TABLE_CHANGES}('{name}', ...): {e}"))
+            })?;
+            self.tables
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(path, Arc::new(table));
+        }
+        Ok(())
+    }
+}
+
+/// The first arguments of the `table_changes` calls of a statement, when strings.
+#[derive(Default)]
+struct TableNames(Vec<String>);
+
+impl Visitor for TableNames {
+    type Break = ();
+
+    fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<()> {
+        if let TableFactor::Table {
+            name,
+            args: Some(args),
+            ..
+        } = factor
+            && name.to_string().eq_ignore_ascii_case(TABLE_CHANGES)
+            && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Value(value)))) =
+                args.args.first()
+            && let Value::SingleQuotedString(table) = &value.value
+        {
+            self.0.push(table.clone());
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+impl TableFunctionImpl for TableChanges {
+    fn call(&self, args: &[Expr]) -> Result<Arc<dyn TableProvider>> {
+        let [table, from, to] = args else {
+            return Err(usage(format!("takes 3 arguments, not {}", args.len())));
+        };
+        let name = string_argument(table)?;
+        let path = TablePath::parse(&name)
+            .map_err(|e| usage(format!("'{name}' is not a table name: {e}")))?;
+        let from = snapshot_argument("from_snapshot_id", from)?;
+        let to = snapshot_argument("to_snapshot_id", to)?;
+        let table = self
+            .tables
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&path)
+            .cloned()
+            .ok_or_else(|| {
+                DataFusionError::Plan(format!(
+                    "{TABLE_CHANGES}: table {path} was not looked up before planning \
+                     (run the statement through a mink session)"
+                ))
+            })?;
+        if !table.lake_enabled {
+            return Err(DataFusionError::Plan(format!(
+                "{TABLE_CHANGES}: table {path} has no lake ('lake.enabled' is off)"
+            )));
+        }
+        for column in [CHANGE_TYPE_COLUMN, SNAPSHOT_ID_COLUMN] {
+            if table.schema().field_with_name(column).is_ok() {
+                return Err(DataFusionError::Plan(format!(
+                    "{TABLE_CHANGES}: table {path} has a column named {column}, which the \
+                     function adds itself"
+                )));
+            }
+        }
+        Ok(Arc::new(ChangesTable {
+            schema: delta_schema(table.schema()),
+            table,
+            from,
+            to,
+            client: self.client.clone(),
+            storage: self.storage.clone(),
+        }))
+    }
+}
+
+fn usage(message: String) -> DataFusionError {
+    DataFusionError::Plan(format!("{USAGE}: {message}"))
+}
+
+fn string_argument(arg: &Expr) -> Result<String> {
+    match arg {
+        Expr::Literal(
+            ScalarValue::Utf8(Some(text))
+            | ScalarValue::LargeUtf8(Some(text))
+            | ScalarValue::Utf8View(Some(text)),
+            _,
+        ) => Ok(text.clone()),
+        other => Err(usage(format!(
+            "the table is named by a string literal, not {other}"
+        ))),
+    }
+}
+
+fn snapshot_argument(what: &str, arg: &Expr) -> Result<i64> {
+    let not_an_id = || usage(format!("{what} is an integer snapshot id, not {arg}"));
+    let Expr::Literal(value, _) = arg else {
+        return Err(not_an_id());
+    };
+    if !value.data_type().is_integer() || value.is_null() {
+        return Err(not_an_id());
+    }
+    match value.cast_to(&arrow::datatypes::DataType::Int64) {
+        Ok(ScalarValue::Int64(Some(id))) => Ok(id),
+        _ => Err(not_an_id()),
+    }
+}
+
+/// One `table_changes` call: the changes of `table` after `from` up to `to`.
+#[derive(Debug)]
+struct ChangesTable {
+    table: Arc<TableDescriptor>,
+    from: i64,
+    to: i64,
+    schema: SchemaRef,
+    client: MinkClient,
+    storage: LakeStorage,
+}
+
+#[async_trait]
+impl TableProvider for ChangesTable {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Temporary
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let wire = self
+            .client
+            .plan_table_changes(&self.table.path, self.from, self.to)
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let plan =
+            DeltaPlan::from_wire(wire).map_err(|e| DataFusionError::External(Box::new(e)))?;
+        if let Some(cause) = plan.full_reload_cause() {
+            return Err(DataFusionError::Plan(format!(
+                "{TABLE_CHANGES}('{}', {}, {}): snapshot {} ({}) removed {} files, which no \
+                 delta expresses: read the table as of snapshot {} in full instead",
+                self.table.path,
+                self.from,
+                self.to,
+                cause.snapshot_id,
+                cause.operation.as_str(),
+                cause.removed_files,
+                self.to
+            )));
+        }
+        let partition =
+            ChangesPartition::new(plan, self.table.schema(), projection, self.storage.clone())?;
+        let schema = Arc::clone(partition.schema());
+        Ok(Arc::new(StreamingTableExec::try_new(
+            schema,
+            vec![Arc::new(partition)],
+            None,
+            Vec::new(),
+            false,
+            limit,
+        )?))
+    }
+}
+
+/// The changed rows, in one partition.
+#[derive(Debug)]
+struct ChangesPartition {
+    plan: DeltaPlan,
+    /// The table columns read (those the projection names).
+    columns: Schema,
+    /// The columns of [`delta_schema`]`(columns)` the projection asks for, in its order.
+    output: Vec<usize>,
+    schema: SchemaRef,
+    storage: LakeStorage,
+}
+
+impl ChangesPartition {
+    fn new(
+        plan: DeltaPlan,
+        table: &SchemaRef,
+        projection: Option<&Vec<usize>>,
+        storage: LakeStorage,
+    ) -> Result<Self> {
+        let width = table.fields().len();
+        let projection: Vec<usize> = match projection {
+            Some(projection) => projection.clone(),
+            None => (0..width + 2).collect(),
+        };
+        // Table columns in the projection's order, then the two change columns.
+        let mut read: Vec<usize> = Vec::new();
+        for &i in &projection {
+            if i < width && !read.contains(&i) {
+                read.push(i);
+            }
+        }
+        let columns = table.project(&read)?;
+        let output = projection
+            .iter()
+            .map(|&i| match read.iter().position(|&r| r == i) {
+                Some(at) => at,
+                None => read.len() + (i - width),
+            })
+            .collect::<Vec<_>>();
+        let schema = Arc::new(delta_schema(&columns).project(&output)?);
+        Ok(Self {
+            plan,
+            columns,
+            output,
+            schema,
+            storage,
+        })
+    }
+}
+
+impl PartitionStream for ChangesPartition {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let output = self.output.clone();
+        let rows = read_delta(&self.storage, self.plan.clone(), &self.columns).map(move |batch| {
+            let batch = batch.map_err(|e| DataFusionError::External(Box::new(e)))?;
+            Ok(batch.project(&output)?)
+        });
+        Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            rows,
+        ))
+    }
+}
