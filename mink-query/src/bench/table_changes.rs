@@ -1,0 +1,180 @@
+//! `mink bench table-changes`: the incremental read of a primary-key table's lake.
+//!
+//! ```text
+//! cargo run --release -p mink-query -- bench table-changes [--keys 2000000] [--buckets 4]
+//!     [--dir DIR] [--no-sync]
+//! ```
+//!
+//! One primary-key table (`id`) of `--keys` rows with a lake, loaded and tiered (snapshot
+//! `from`); then 1% of its keys, drawn at random, get new values and are tiered in one
+//! round (snapshot `to`: per bucket a data file of the new versions and a position-delete
+//! file of the old ones). The figure: the changes from `from` to `to` (planned from the
+//! manifests, the old versions read back from the rows the position deletes name, the new
+//! versions; two rows per changed key) against a full read of `to` (planned, every data
+//! file read with its deletes applied). Both run in process through mink's lake reader
+//! (`mink_lake::delta` and `mink_lake::reader`), planning included, all columns; each is
+//! the median of three reads, alternating. The files were just written, so both read from
+//! the operating system's page cache.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use futures::TryStreamExt;
+use mink_core::options::TableOptions;
+use mink_core::table::TablePath;
+use mink_lake::delta::{plan_delta, read_delta};
+use mink_lake::reader::{SplitScope, plan_split, read_split};
+use mink_lake::storage::LakeStorage;
+use mink_lake::{LakeError, LakeTable};
+use mink_node::NodeError;
+
+use super::pk_lake::{Changes, upsert};
+use super::{
+    NodeArgs, ON_DEMAND_FRESHNESS, ROUNDS, Running, Throughput, check_rows, create_table_with,
+    ipc_len, measure, median, prepare, report,
+};
+use crate::error::CliError;
+
+/// Arguments of `mink bench table-changes`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct TableChangesArgs {
+    /// Keys of the table, loaded in batches of 10 000.
+    #[arg(long, default_value_t = 2_000_000)]
+    keys: usize,
+    /// Buckets of the table.
+    #[arg(long, default_value_t = 4)]
+    buckets: u32,
+    #[command(flatten)]
+    node: NodeArgs,
+}
+
+pub(crate) async fn run(args: TableChangesArgs) -> Result<(), CliError> {
+    if args.keys < 100 {
+        return Err(CliError::Usage("--keys must be at least 100".into()));
+    }
+    if args.buckets == 0 {
+        return Err(CliError::Usage("--buckets must be at least 1".into()));
+    }
+    let (scratch, data, config) = prepare(&args.node, args.keys)?;
+    println!(
+        "mink bench table-changes: {} keys ({} MB in memory), {} bucket{}, {}",
+        data.rows,
+        data.memory_bytes() / 1_000_000,
+        args.buckets,
+        if args.buckets == 1 { "" } else { "s" },
+        args.node.describe(&config, &scratch)
+    );
+    let running = Running::start(config).await?;
+    let options = TableOptions {
+        bucket_num: args.buckets,
+        lake_enabled: true,
+        lake_freshness: ON_DEMAND_FRESHNESS,
+        ..TableOptions::default()
+    };
+    let path = TablePath::new("bench", "table_changes");
+    let table = create_table_with(&running.client, &path, &data.schema, &["id"], options).await?;
+
+    measure("upsert the keys", upsert(&running, &table, &data.batches)).await?;
+    let (from, _) = measure("tier the load", tier(&running, &path)).await?;
+    let changed = Changes::new(args.keys).next(args.keys / 100)?;
+    upsert(&running, &table, &changed.batches).await?;
+    let (to, _) = measure("tier 1% changed keys", tier(&running, &path)).await?;
+
+    let lake = running.node.lake().await?;
+    let lake_table = lake.load(&path).await.map_err(NodeError::from)?;
+    let columns = Arc::clone(running.node.describe(&path)?.schema());
+    let (mut deltas, mut fulls) = (Vec::new(), Vec::new());
+    let (mut delta_bytes, mut full_bytes) = (0, 0);
+    let delta_rows = 2 * changed.rows;
+    for _ in 0..ROUNDS {
+        let (batches, elapsed) = measure(
+            "read the changes of the round",
+            lake_read(delta(&lake_table, lake.storage(), &columns, from, to)),
+        )
+        .await?;
+        check_rows("the changes", rows(&batches), delta_rows)?;
+        delta_bytes = ipc_len(&batches)?;
+        deltas.push(elapsed);
+        let (batches, elapsed) = measure(
+            "read the lake as of the round",
+            lake_read(full(&lake_table, lake.storage(), &columns, to)),
+        )
+        .await?;
+        check_rows("the full read", rows(&batches), data.rows)?;
+        full_bytes = ipc_len(&batches)?;
+        fulls.push(elapsed);
+    }
+    let (delta_time, full_time) = (median(deltas), median(fulls));
+    let full_figure = Throughput::new(data.rows, full_bytes, full_time);
+    report(
+        "full lake read of the round",
+        format!("{:.3} s   {full_figure}", full_time.as_secs_f64()),
+        &[],
+    );
+    report(
+        &format!("changes of {} keys", changed.rows),
+        format!(
+            "{:.3} s   {}   ({delta_rows} rows, {:.2}% of the table's)",
+            delta_time.as_secs_f64(),
+            Throughput::new(delta_rows, delta_bytes, delta_time),
+            100.0 * delta_rows as f64 / data.rows as f64
+        ),
+        &[format!("vs full read {}", times(full_time, delta_time))],
+    );
+    running.stop().await?;
+    Ok(())
+}
+
+/// One tiering round; its snapshot.
+async fn tier(running: &Running, path: &TablePath) -> Result<i64, CliError> {
+    let reply = running.client.tier(path).await?;
+    reply
+        .snapshot_id
+        .ok_or_else(|| NodeError::Corrupt(format!("a round of {path} committed nothing")).into())
+}
+
+/// The changes from `from` to `to`, planned and read.
+async fn delta(
+    table: &LakeTable,
+    storage: &LakeStorage,
+    columns: &SchemaRef,
+    from: i64,
+    to: i64,
+) -> Result<Vec<RecordBatch>, LakeError> {
+    let plan = plan_delta(table, from, to).await?;
+    read_delta(storage, plan, columns).try_collect().await
+}
+
+/// Every row of snapshot `to`, planned and read.
+async fn full(
+    table: &LakeTable,
+    storage: &LakeStorage,
+    columns: &SchemaRef,
+    to: i64,
+) -> Result<Vec<RecordBatch>, LakeError> {
+    let split = plan_split(table, to, &SplitScope::Table, None).await?;
+    read_split(storage, split, Arc::clone(columns), Vec::new())
+        .try_collect()
+        .await
+}
+
+async fn lake_read(
+    read: impl Future<Output = Result<Vec<RecordBatch>, LakeError>>,
+) -> Result<Vec<RecordBatch>, CliError> {
+    Ok(read.await.map_err(NodeError::from)?)
+}
+
+fn rows(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(RecordBatch::num_rows).sum()
+}
+
+/// `N.NNx faster` (or slower): how many times less time `figure` took than `baseline`.
+fn times(baseline: Duration, figure: Duration) -> String {
+    let ratio = baseline.as_secs_f64() / figure.as_secs_f64();
+    match ratio >= 1.0 {
+        true => format!("{ratio:.1}x faster"),
+        false => format!("{:.1}x slower", 1.0 / ratio),
+    }
+}
