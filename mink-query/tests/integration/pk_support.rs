@@ -214,3 +214,25 @@ pub(crate) async fn fold_changelog(
         offset = answer.next_offset;
     }
 }
+
+/// Deletes about a quarter of `state`'s keys, drawn with `rng`, from the table and from
+/// `state`.
+pub(crate) async fn delete_some_keys(
+    client: &MinkClient,
+    table: &TableDescriptor,
+    state: &mut State,
+    rng: &mut impl rand::Rng,
+) {
+    let keys: Vec<Key> = state
+        .keys()
+        .filter(|_| rng.random_ratio(1, 4))
+        .cloned()
+        .collect();
+    if keys.is_empty() {
+        return;
+    }
+    client.delete(table, &pk_keys(&keys)).await.expect("delete");
+    for key in &keys {
+        state.remove(key);
+    }
+}

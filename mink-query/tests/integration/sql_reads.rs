@@ -14,7 +14,9 @@ use object_store::local::LocalFileSystem;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::pk_support::{Cells, Key, State, lake_rows, lake_values, pk_keys, pk_lake_table};
+use crate::pk_support::{
+    Cells, Key, State, delete_some_keys, lake_rows, lake_values, pk_lake_table,
+};
 use crate::support::{TestNode, seed};
 
 const STEPS: usize = 40;
@@ -157,20 +159,7 @@ async fn random_histories_through_sql_match_the_model() {
                 assert_eq!(deleted, expected, "seed {seed} step {step}: {sql}");
             }
             8 => {
-                let keys: Vec<Key> = model
-                    .keys()
-                    .filter(|_| rng.random_ratio(1, 4))
-                    .cloned()
-                    .collect();
-                if !keys.is_empty() {
-                    client
-                        .delete(&table, &pk_keys(&keys))
-                        .await
-                        .expect("delete");
-                    for key in &keys {
-                        model.remove(key);
-                    }
-                }
+                delete_some_keys(client, &table, &mut model, &mut rng).await;
             }
             9..=11 => {
                 client.tier(&table.path).await.expect("tier");

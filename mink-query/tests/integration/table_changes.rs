@@ -12,7 +12,9 @@ use arrow::datatypes::Int64Type;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::pk_support::{Cells, Key, State, lake_rows, lake_values, pk_keys, pk_lake_table};
+use crate::pk_support::{
+    Cells, Key, State, delete_some_keys, lake_rows, lake_values, pk_lake_table,
+};
 use mink_query::session::MinkSession;
 
 use crate::sql_reads::{error, query, session};
@@ -112,20 +114,7 @@ async fn changes_between_snapshots_take_the_table_from_one_to_the_other() {
                 now.extend(upserts);
             }
             4 | 5 => {
-                let keys: Vec<Key> = now
-                    .keys()
-                    .filter(|_| rng.random_ratio(1, 4))
-                    .cloned()
-                    .collect();
-                if !keys.is_empty() {
-                    client
-                        .delete(&table, &pk_keys(&keys))
-                        .await
-                        .expect("delete");
-                    for key in &keys {
-                        now.remove(key);
-                    }
-                }
+                delete_some_keys(client, &table, &mut now, &mut rng).await;
             }
             6..=8 => {
                 let report = client.tier(&table.path).await.expect("tier");
