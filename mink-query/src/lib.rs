@@ -6,4 +6,5 @@
     reason = "the library is the session; the binary's other dependencies show up here too"
 )]
 
+pub mod flight_sql;
 pub mod session;

@@ -16,8 +16,12 @@
     )
 )]
 
-// The SQL session lives in the library, which uses it.
+// The SQL session and the Flight SQL service live in the library, which uses these.
+use base64 as _;
 use mink_provider as _;
+use prost as _;
+use rand as _;
+use tokio_stream as _;
 
 mod bench;
 mod embedded;

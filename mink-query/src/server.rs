@@ -1,8 +1,11 @@
 //! `mink server`: one node leading every bucket, served over Arrow Flight until Ctrl-C or
 //! SIGTERM.
 //!
-//! The first line on stdout is `mink node listening on HOST:PORT`, so scripts and tests
-//! that pass `--listen 127.0.0.1:0` learn the port. With `--demo` the node creates
+//! The first line on stdout is `mink node listening on HOST:PORT`, the second `mink
+//! Flight SQL listening on HOST:PORT`, so scripts and tests that pass `--listen
+//! 127.0.0.1:0 --sql-listen 127.0.0.1:0` learn the ports. Flight SQL clients log in with
+//! `--sql-user` and MINK_SQL_PASSWORD when they are set; without them the endpoint
+//! accepts every call and must listen on a loopback address (see `mink_query::flight_sql`). With `--demo` the node creates
 //! `demo.events` (a log table) and `demo.accounts` (a primary-key table), both tiered into
 //! the lake every 10 s, and keeps writing to them, so a new user
 //! has something to read at once, from the log and from the lake.
@@ -23,11 +26,13 @@ use mink_node::log::LogConfig;
 use mink_node::node::Failpoint;
 use mink_node::server::serve;
 use mink_node::{Node, NodeConfig};
+use mink_query::flight_sql::{self, Credentials, FlightSqlConfig, FlightSqlHandle, TlsIdentity};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
 use crate::embedded::DEFAULT_DATA_DIR;
 use crate::error::CliError;
+use crate::sql::lake_storage;
 
 /// Arguments of `mink server`.
 #[derive(Debug, clap::Args)]
@@ -38,9 +43,24 @@ pub(crate) struct ServerArgs {
     /// Address of the node's Arrow Flight endpoint.
     #[arg(long, default_value = "127.0.0.1:9123")]
     listen: String,
-    /// Address of the Flight SQL endpoint (served once the SQL engine is built).
+    /// Address of the Flight SQL endpoint (ADBC, JDBC, BI tools). Without `--sql-user`
+    /// it must be a loopback address.
     #[arg(long, default_value = "127.0.0.1:50051")]
     sql_listen: String,
+    /// The user Flight SQL clients log in as; with it, every call must authenticate
+    /// (password from `--sql-password` or the MINK_SQL_PASSWORD environment variable).
+    #[arg(long)]
+    sql_user: Option<String>,
+    /// The password of `--sql-user` (prefer MINK_SQL_PASSWORD: arguments are visible to
+    /// other users of the machine).
+    #[arg(long)]
+    sql_password: Option<String>,
+    /// A PEM certificate (chain): serve Flight SQL over TLS (with `--sql-tls-key`).
+    #[arg(long, requires = "sql_tls_key")]
+    sql_tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--sql-tls-cert`.
+    #[arg(long, requires = "sql_tls_cert")]
+    sql_tls_key: Option<PathBuf>,
     /// Create demo tables and keep writing to them.
     #[arg(long)]
     demo: bool,
@@ -75,9 +95,12 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         .map_err(CliError::io(format!("cannot listen on {}", args.listen)))?;
     let handle = serve(Arc::clone(&node), listener)?;
     let address = handle.addr();
-    println!("mink node listening on {address}");
-    info!(data_dir = %args.data_dir.display(), sql_listen = %args.sql_listen,
-        "Flight SQL is not served by this build; the SQL endpoint comes with the SQL engine");
+    let sql = serve_flight_sql(&args, &address.to_string()).await?;
+    // One write, so a reader that stops after the first line never misses the second.
+    print!(
+        "mink node listening on {address}\nmink Flight SQL listening on {}\n",
+        sql.addr()
+    );
     let demo = if args.demo {
         let client = MinkClient::connect(&address.to_string()).await?;
         let events = create_demo_table(&client).await?;
@@ -95,8 +118,67 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     if let Some(demo) = demo {
         demo.abort();
     }
+    sql.shutdown().await.map_err(flight_sql_error)?;
     handle.shutdown().await?;
     Ok(())
+}
+
+/// Serves Flight SQL on `--sql-listen` for the node at `node_address`.
+async fn serve_flight_sql(
+    args: &ServerArgs,
+    node_address: &str,
+) -> Result<FlightSqlHandle, CliError> {
+    let credentials = match (&args.sql_user, sql_password(args)) {
+        (Some(user), Some(password)) => Some(Credentials::new(user, password)),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(CliError::Usage(
+                "--sql-user needs a password: set MINK_SQL_PASSWORD (or --sql-password)".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(CliError::Usage(
+                "a Flight SQL password needs --sql-user".into(),
+            ));
+        }
+    };
+    let tls = match (&args.sql_tls_cert, &args.sql_tls_key) {
+        (Some(certificate), Some(key)) => {
+            let read = |path: &PathBuf| {
+                std::fs::read(path).map_err(CliError::io(format!("reading {}", path.display())))
+            };
+            Some(TlsIdentity {
+                certificate_pem: read(certificate)?,
+                key_pem: read(key)?,
+            })
+        }
+        _ => None,
+    };
+    let config = FlightSqlConfig {
+        client: MinkClient::connect(node_address).await?,
+        storage: lake_storage(args.lake_warehouse.as_deref())?,
+        credentials,
+        tls,
+    };
+    let listener = TcpListener::bind(&args.sql_listen)
+        .await
+        .map_err(CliError::io(format!(
+            "cannot listen on {}",
+            args.sql_listen
+        )))?;
+    flight_sql::serve(config, listener).map_err(flight_sql_error)
+}
+
+/// `--sql-password`, else MINK_SQL_PASSWORD.
+fn sql_password(args: &ServerArgs) -> Option<String> {
+    args.sql_password
+        .clone()
+        .or_else(|| std::env::var("MINK_SQL_PASSWORD").ok())
+        .filter(|password| !password.is_empty())
+}
+
+fn flight_sql_error(error: flight_sql::ServeError) -> CliError {
+    CliError::Usage(error.to_string())
 }
 
 /// The lake the flags name; `None` for the embedded default.

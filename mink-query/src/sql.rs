@@ -84,7 +84,7 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), CliError> {
 
 /// Where the session reads lake files: the S3 warehouse, or the local file system (lake
 /// locations are then absolute paths).
-fn lake_storage(warehouse: Option<&str>) -> Result<LakeStorage, CliError> {
+pub(crate) fn lake_storage(warehouse: Option<&str>) -> Result<LakeStorage, CliError> {
     let Some(warehouse) = warehouse else {
         return Ok(LakeStorage::new(Arc::new(LocalFileSystem::new()), ""));
     };

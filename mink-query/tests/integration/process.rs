@@ -4,10 +4,12 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-/// A `mink server` process listening on a loopback port it chose.
+/// A `mink server` process listening on loopback ports it chose.
 pub(crate) struct ServerProcess {
     child: Child,
     pub(crate) addr: String,
+    /// The address of its Flight SQL endpoint.
+    pub(crate) sql_addr: String,
 }
 
 impl ServerProcess {
@@ -21,7 +23,14 @@ impl ServerProcess {
     pub(crate) fn start_with_env(data_dir: &Path, env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_mink"));
         command
-            .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "server",
+                "--listen",
+                "127.0.0.1:0",
+                "--sql-listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--data-dir")
             .arg(data_dir)
             .envs(env.iter().copied());
         Self::spawn(command)
@@ -44,6 +53,8 @@ impl ServerProcess {
                 "server",
                 "--listen",
                 "127.0.0.1:0",
+                "--sql-listen",
+                "127.0.0.1:0",
                 "--data-dir",
             ])
             .arg(data_dir);
@@ -56,17 +67,22 @@ impl ServerProcess {
             .stdout(Stdio::piped())
             .spawn()
             .expect("start mink server");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read the first line");
-        let addr = line
-            .trim()
-            .strip_prefix("mink node listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-            .to_string();
-        Self { child, addr }
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut address = |prefix: &str| {
+            let mut line = String::new();
+            stdout.read_line(&mut line).expect("read a line");
+            line.trim()
+                .strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("expected '{prefix}...', got {line:?}"))
+                .to_string()
+        };
+        let addr = address("mink node listening on ");
+        let sql_addr = address("mink Flight SQL listening on ");
+        Self {
+            child,
+            addr,
+            sql_addr,
+        }
     }
 
     /// `kill -9`.

@@ -1,0 +1,218 @@
+//! Bulk ingestion (`CommandStatementIngest`): what ADBC's `adbc_ingest` and the pandas
+//! and polars loaders send.
+//!
+//! The client streams Arrow batches in one `DoPut`; each batch is conformed to the
+//! table's current schema (columns matched by name, types cast, missing nullable columns
+//! null) and written through [`MinkClient::write`] as it arrives: appended to a log table,
+//! upserted into a primary-key table. Memory holds one batch at a time. The answer is the
+//! number of rows written.
+//!
+//! The table definition options say what to do about the table:
+//!
+//! | table    | option (ADBC mode)                         | action                          |
+//! |----------|--------------------------------------------|---------------------------------|
+//! | exists   | append or unspecified (`append`, `create_append`) | write into it            |
+//! | exists   | replace (`replace`)                        | drop it, create it, write       |
+//! | exists   | fail (`create`)                            | `AlreadyExists`                 |
+//! | missing  | create (`create`, `create_append`, `replace`) | create a log table of the stream's schema, write |
+//! | missing  | fail or unspecified (`append`)             | `NotFound`                      |
+//!
+//! A created table is a log table in the default bucket layout; create a primary-key or
+//! lake-tiered table with `CREATE TABLE` first, then ingest into it.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow_flight::FlightData;
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use arrow_flight::sql::{CommandStatementIngest, TableExistsOption, TableNotExistOption};
+use futures::{Stream, TryStreamExt};
+use mink_client::{ClientError, MinkClient};
+use mink_core::options::TableOptions;
+use mink_core::schema::normalize_batch;
+use mink_core::table::{TableDescriptor, TablePath};
+use mink_provider::{CATALOG_NAME, DEFAULT_DATABASE};
+use tonic::{Code, Status};
+
+use crate::flight_sql::error::{client_status, invalid};
+
+/// Writes the streamed batches into the table `command` names; answers the rows written.
+pub(crate) async fn ingest(
+    client: &MinkClient,
+    command: &CommandStatementIngest,
+    data: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
+) -> Result<i64, Status> {
+    if command.temporary {
+        return Err(Status::unimplemented("mink has no temporary tables"));
+    }
+    if command.transaction_id.is_some() {
+        return Err(Status::unimplemented("mink has no transactions"));
+    }
+    let path = table_path(command)?;
+    let mut batches =
+        FlightRecordBatchStream::new_from_flight_data(data.map_err(FlightError::from));
+    let first = batches.try_next().await.map_err(flight_status)?;
+    let Some(schema) = batches.schema().cloned() else {
+        return Err(invalid("the ingest stream has no schema"));
+    };
+    let table = target_table(client, command, &path, &schema).await?;
+    let mut rows = 0;
+    let mut next = first;
+    while let Some(batch) = next {
+        rows += write(client, &table, &batch).await?;
+        next = batches.try_next().await.map_err(flight_status)?;
+    }
+    Ok(rows)
+}
+
+/// The table named by the command: `mink.db.t`, `db.t` or `t`.
+fn table_path(command: &CommandStatementIngest) -> Result<TablePath, Status> {
+    if let Some(catalog) = command.catalog.as_deref().filter(|c| *c != CATALOG_NAME) {
+        return Err(Status::not_found(format!(
+            "catalog '{catalog}' does not exist (mink's catalog is '{CATALOG_NAME}')"
+        )));
+    }
+    let database = command.schema.as_deref().unwrap_or(DEFAULT_DATABASE);
+    Ok(TablePath::new(database, command.table.as_str()))
+}
+
+/// The table to write, created (or replaced) as the options say.
+async fn target_table(
+    client: &MinkClient,
+    command: &CommandStatementIngest,
+    path: &TablePath,
+    stream_schema: &Schema,
+) -> Result<TableDescriptor, Status> {
+    let options = command.table_definition_options.unwrap_or_default();
+    let existing = match client.describe_table(path).await {
+        Ok(table) => Some(table),
+        Err(error) if error.code() == Some(Code::NotFound) => None,
+        Err(error) => return Err(client_status(error)),
+    };
+    match (existing, options.if_exists(), options.if_not_exist()) {
+        (Some(table), TableExistsOption::Append | TableExistsOption::Unspecified, _) => Ok(table),
+        (Some(_), TableExistsOption::Fail, _) => Err(Status::already_exists(format!(
+            "table '{path}' already exists (ingest in append mode to add rows to it)"
+        ))),
+        (Some(_), TableExistsOption::Replace, _) => {
+            client
+                .drop_table(path, false)
+                .await
+                .map_err(client_status)?;
+            create(client, path, stream_schema).await
+        }
+        (None, _, TableNotExistOption::Create) => create(client, path, stream_schema).await,
+        (None, _, TableNotExistOption::Fail | TableNotExistOption::Unspecified) => {
+            Err(Status::not_found(format!(
+                "table '{path}' does not exist (ingest in create mode, or CREATE TABLE it first)"
+            )))
+        }
+    }
+}
+
+/// Creates a log table with the stream's columns.
+async fn create(
+    client: &MinkClient,
+    path: &TablePath,
+    stream_schema: &Schema,
+) -> Result<TableDescriptor, Status> {
+    let fields: Vec<Field> = stream_schema
+        .fields()
+        .iter()
+        .map(|f| Field::new(f.name(), storable(f.data_type()), f.is_nullable()))
+        .collect();
+    let table = TableDescriptor::new(
+        path.clone(),
+        Schema::new(fields),
+        vec![],
+        vec![],
+        TableOptions::default(),
+    )
+    .map_err(invalid)?;
+    client
+        .create_table(&table, false)
+        .await
+        .map_err(client_status)
+}
+
+/// The type a created table stores a stream column as: mink stores strings and binaries
+/// in their plain Arrow layout.
+fn storable(data_type: &DataType) -> DataType {
+    match data_type {
+        DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
+        DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
+        other => other.clone(),
+    }
+}
+
+/// Conforms a batch to the table's schema and writes it; answers its rows.
+async fn write(
+    client: &MinkClient,
+    table: &TableDescriptor,
+    batch: &RecordBatch,
+) -> Result<i64, Status> {
+    if batch.num_rows() == 0 {
+        return Ok(0);
+    }
+    let target = table.schema();
+    if let Some(extra) = batch
+        .schema()
+        .fields()
+        .iter()
+        .find(|f| target.field_with_name(f.name()).is_err())
+    {
+        return Err(invalid(format!(
+            "table '{}' has no column '{}'",
+            table.path,
+            extra.name()
+        )));
+    }
+    let conformed = normalize_batch(batch, &Arc::clone(target)).map_err(invalid)?;
+    client
+        .write(table, &conformed)
+        .await
+        .map_err(client_status)?;
+    Ok(i64::try_from(batch.num_rows()).unwrap_or(i64::MAX))
+}
+
+fn flight_status(error: FlightError) -> Status {
+    client_status(ClientError::from(error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_are_named_in_mink_or_without_a_catalog() {
+        let command = |catalog: Option<&str>, schema: Option<&str>| CommandStatementIngest {
+            table: "t".into(),
+            catalog: catalog.map(Into::into),
+            schema: schema.map(Into::into),
+            ..Default::default()
+        };
+        assert_eq!(
+            table_path(&command(None, None)).unwrap(),
+            TablePath::new(DEFAULT_DATABASE, "t")
+        );
+        assert_eq!(
+            table_path(&command(Some("mink"), Some("db"))).unwrap(),
+            TablePath::new("db", "t")
+        );
+        assert_eq!(
+            table_path(&command(Some("other"), None))
+                .unwrap_err()
+                .code(),
+            Code::NotFound
+        );
+    }
+
+    #[test]
+    fn created_tables_store_plain_strings() {
+        assert_eq!(storable(&DataType::LargeUtf8), DataType::Utf8);
+        assert_eq!(storable(&DataType::Utf8View), DataType::Utf8);
+        assert_eq!(storable(&DataType::Int32), DataType::Int32);
+    }
+}

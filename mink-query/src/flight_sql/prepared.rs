@@ -1,0 +1,104 @@
+//! Prepared statements: `?` placeholders numbered, and parameter batches read from the
+//! client's `DoPut`.
+//!
+//! JDBC and ODBC write parameters as `?`; DataFusion numbers them `$1, $2, ...`. A
+//! statement is prepared with each `?` outside quotes and comments rewritten to the next
+//! `$n` (found by sqlparser's tokenizer, so `'?'` and `"?"` stay as they are). The
+//! handle then carries that SQL and, once bound, the parameters (see
+//! [`super::handle`]).
+
+use std::collections::HashSet;
+
+use arrow::array::RecordBatch;
+use arrow::compute::concat_batches;
+use arrow_flight::FlightData;
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use futures::{Stream, TryStreamExt};
+use tonic::Status;
+
+use crate::flight_sql::error::{arrow_status, invalid};
+
+/// `sql` with its `?` placeholders numbered `$1, $2, ...`; SQL that does not tokenize is
+/// left as it is (planning reports the error).
+pub(crate) fn positional(sql: &str) -> String {
+    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize_with_location() else {
+        return sql.to_string();
+    };
+    let marks: HashSet<(u64, u64)> = tokens
+        .iter()
+        .filter(|t| matches!(&t.token, Token::Placeholder(p) if p == "?"))
+        .map(|t| (t.span.start.line, t.span.start.column))
+        .collect();
+    if marks.is_empty() {
+        return sql.to_string();
+    }
+    let mut out = String::with_capacity(sql.len() + marks.len() * 2);
+    let (mut line, mut column, mut number) = (1, 1, 0);
+    for c in sql.chars() {
+        if c == '?' && marks.contains(&(line, column)) {
+            number += 1;
+            out.push_str(&format!("${number}"));
+        } else {
+            out.push(c);
+        }
+        if c == '\n' {
+            (line, column) = (line + 1, 1);
+        } else {
+            column += 1;
+        }
+    }
+    out
+}
+
+/// The parameters a client binds: the batches of its `DoPut` as one batch, `None`
+/// when it sent no rows.
+///
+/// # Errors
+/// `InvalidArgument` when the stream is not Arrow data.
+pub(crate) async fn parameters(
+    data: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
+) -> Result<Option<RecordBatch>, Status> {
+    let mut stream = FlightRecordBatchStream::new_from_flight_data(data.map_err(FlightError::from));
+    let mut batches = Vec::new();
+    while let Some(batch) = stream
+        .try_next()
+        .await
+        .map_err(|e| invalid(format!("bad parameter data: {e}")))?
+    {
+        batches.push(batch);
+    }
+    let Some(first) = batches.first() else {
+        return Ok(None);
+    };
+    let batch = concat_batches(first.schema_ref(), &batches).map_err(arrow_status)?;
+    Ok((batch.num_rows() > 0).then_some(batch))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn question_marks_are_numbered_outside_quotes_and_comments() {
+        assert_eq!(
+            positional("SELECT * FROM t WHERE a = ? AND b IN (?, ?)"),
+            "SELECT * FROM t WHERE a = $1 AND b IN ($2, $3)"
+        );
+        assert_eq!(
+            positional("SELECT '?', \"?\" -- why?\n, ? /* ? */ FROM t WHERE x = ?"),
+            "SELECT '?', \"?\" -- why?\n, $1 /* ? */ FROM t WHERE x = $2"
+        );
+        assert_eq!(positional("SELECT 'é', ?"), "SELECT 'é', $1");
+        assert_eq!(
+            positional("INSERT INTO t VALUES ($1, $2)"),
+            "INSERT INTO t VALUES ($1, $2)"
+        );
+        assert_eq!(
+            positional("SELECT 'unterminated ?"),
+            "SELECT 'unterminated ?"
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! `GetSqlInfo`: what the server tells a client about itself and its SQL dialect.
+//!
+//! JDBC's `DatabaseMetaData` and BI tools read these on connect: the server's name and
+//! version, how identifiers are quoted, the keywords (sqlparser's list, the parser mink
+//! uses) and the functions by kind, taken from DataFusion's function registry and the
+//! documentation section of each function, so the lists are exactly what a query can
+//! call.
+
+use std::collections::BTreeSet;
+
+use arrow_flight::error::FlightError;
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::{
+    SqlInfo, SqlNullOrdering, SqlSupportedCaseSensitivity, SqlSupportedTransaction,
+    SupportedSqlGrammar,
+};
+use datafusion::execution::SessionState;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::keywords::ALL_KEYWORDS;
+
+/// The server's answers (built once, when the server starts).
+///
+/// # Errors
+/// A value does not have its spec type (a bug).
+pub(crate) fn sql_info() -> Result<SqlInfoData, FlightError> {
+    let state = SessionContext::new().state();
+    let functions = Functions::of(&state);
+    let mut info = SqlInfoDataBuilder::new();
+    info.append(SqlInfo::FlightSqlServerName, "mink");
+    info.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
+    info.append(SqlInfo::FlightSqlServerArrowVersion, "58");
+    info.append(SqlInfo::FlightSqlServerReadOnly, false);
+    info.append(SqlInfo::FlightSqlServerSql, true);
+    info.append(SqlInfo::FlightSqlServerSubstrait, false);
+    info.append(
+        SqlInfo::FlightSqlServerTransaction,
+        SqlSupportedTransaction::None as i32,
+    );
+    info.append(SqlInfo::FlightSqlServerCancel, false);
+    info.append(SqlInfo::FlightSqlServerBulkIngestion, true);
+    info.append(SqlInfo::FlightSqlServerIngestTransactionsSupported, false);
+    info.append(SqlInfo::FlightSqlServerStatementTimeout, 0i32);
+    info.append(SqlInfo::FlightSqlServerTransactionTimeout, 0i32);
+    info.append(SqlInfo::SqlDdlCatalog, false);
+    info.append(SqlInfo::SqlDdlSchema, false);
+    info.append(SqlInfo::SqlDdlTable, true);
+    info.append(
+        SqlInfo::SqlIdentifierCase,
+        SqlSupportedCaseSensitivity::SqlCaseSensitivityLowercase as i32,
+    );
+    info.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
+    info.append(
+        SqlInfo::SqlQuotedIdentifierCase,
+        SqlSupportedCaseSensitivity::SqlCaseSensitivityCaseInsensitive as i32,
+    );
+    info.append(SqlInfo::SqlAllTablesAreSelectable, true);
+    info.append(
+        SqlInfo::SqlNullOrdering,
+        SqlNullOrdering::SqlNullsSortedHigh as i32,
+    );
+    let keywords: Vec<String> = ALL_KEYWORDS.iter().map(|k| k.to_string()).collect();
+    info.append(SqlInfo::SqlKeywords, keywords);
+    info.append(SqlInfo::SqlNumericFunctions, functions.numeric);
+    info.append(SqlInfo::SqlStringFunctions, functions.string);
+    info.append(SqlInfo::SqlDatetimeFunctions, functions.datetime);
+    info.append(SqlInfo::SqlSystemFunctions, functions.system);
+    info.append(SqlInfo::SqlSearchStringEscape, "\\");
+    info.append(SqlInfo::SqlExtraNameCharacters, "$");
+    info.append(SqlInfo::SqlSupportsColumnAliasing, true);
+    info.append(SqlInfo::SqlNullPlusNullIsNull, true);
+    info.append(SqlInfo::SqlSupportsTableCorrelationNames, true);
+    info.append(SqlInfo::SqlSupportsDifferentTableCorrelationNames, false);
+    info.append(SqlInfo::SqlSupportsExpressionsInOrderBy, true);
+    info.append(SqlInfo::SqlSupportsOrderByUnrelated, true);
+    info.append(SqlInfo::SqlSupportsLikeEscapeClause, false);
+    info.append(SqlInfo::SqlSupportsNonNullableColumns, true);
+    info.append(
+        SqlInfo::SqlSupportedGrammar,
+        SupportedSqlGrammar::SqlCoreGrammar as i32,
+    );
+    info.append(SqlInfo::SqlSchemaTerm, "database");
+    info.append(SqlInfo::SqlProcedureTerm, "procedure");
+    info.append(SqlInfo::SqlCatalogTerm, "catalog");
+    info.append(SqlInfo::SqlCatalogAtStart, true);
+    info.append(SqlInfo::SqlSelectForUpdateSupported, false);
+    info.append(SqlInfo::SqlStoredProceduresSupported, false);
+    info.append(SqlInfo::SqlCorrelatedSubqueriesSupported, true);
+    info.append(SqlInfo::SqlMaxColumnNameLength, 0i64);
+    info.append(SqlInfo::SqlMaxColumnsInSelect, 0i64);
+    info.build()
+}
+
+/// DataFusion's functions by the kind JDBC distinguishes, sorted.
+#[derive(Debug, Default)]
+struct Functions {
+    numeric: Vec<String>,
+    string: Vec<String>,
+    datetime: Vec<String>,
+    system: Vec<String>,
+}
+
+impl Functions {
+    fn of(state: &SessionState) -> Self {
+        let mut kinds: [BTreeSet<String>; 4] = Default::default();
+        for (name, function) in state.scalar_functions() {
+            let section = function.documentation().map(|d| d.doc_section.label);
+            let kind = match section {
+                Some("Math Functions") => 0,
+                Some(
+                    "String Functions" | "Binary String Functions" | "Regular Expression Functions",
+                ) => 1,
+                Some("Time and Date Functions") => 2,
+                _ => 3,
+            };
+            kinds[kind].insert(name.clone());
+        }
+        kinds[3].extend(state.aggregate_functions().keys().cloned());
+        kinds[3].extend(state.window_functions().keys().cloned());
+        let [numeric, string, datetime, system] = kinds.map(|names| names.into_iter().collect());
+        Self {
+            numeric,
+            string,
+            datetime,
+            system,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::AsArray;
+
+    use super::*;
+
+    #[test]
+    fn functions_are_sorted_by_kind() {
+        let functions = Functions::of(&SessionContext::new().state());
+        assert!(functions.numeric.contains(&"abs".to_string()));
+        assert!(functions.string.contains(&"upper".to_string()));
+        assert!(functions.datetime.contains(&"date_trunc".to_string()));
+        assert!(functions.system.contains(&"count".to_string()));
+    }
+
+    #[test]
+    fn the_server_names_itself() {
+        let batch = sql_info()
+            .unwrap()
+            .record_batch([SqlInfo::FlightSqlServerName as u32])
+            .unwrap();
+        assert_eq!(batch.num_rows(), 1);
+        let value = batch.column(1).as_union().value(0);
+        assert_eq!(value.as_string::<i32>().value(0), "mink");
+    }
+}

@@ -1,0 +1,310 @@
+//! Running statements for Flight SQL: one [`MinkSession`] per call, planned when the
+//! client asks for a FlightInfo and run when it asks for the rows.
+//!
+//! A Flight SQL query takes two calls: `GetFlightInfo` answers the result's schema and a
+//! ticket, `DoGet` with the ticket streams the rows. Statements differ in when they act:
+//!
+//! | kind      | statements                                     | GetFlightInfo         | DoGet            |
+//! |-----------|------------------------------------------------|-----------------------|------------------|
+//! | `Query`   | `SELECT`, `EXPLAIN`, `SHOW`, `DESCRIBE`          | plans (the schema)    | plans again, runs |
+//! | `Update`  | `INSERT`, `UPDATE`, `DELETE`, `COPY`             | plans (`count`)       | plans again, runs |
+//! | `Command` | DDL, `CALL`, `SET`, and whatever does not parse | runs it, keeps the result in the ticket | streams the result |
+//!
+//! Planning a query or DML statement does nothing, so planning it twice is harmless and
+//! the ticket needs only the SQL. A command acts as it is planned (that is how
+//! [`MinkSession`] and DataFusion run DDL), so it runs once, at `GetFlightInfo`, and its
+//! small result travels in the ticket. The FlightInfo schema is the planned schema
+//! in both cases, and it is the schema `DoGet` streams.
+//!
+//! Rows are streamed from DataFusion's `execute_stream`, so a result of any size is
+//! produced as the client reads it; when the client goes away, tonic drops the stream and
+//! with it the query.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
+use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::dataframe::DataFrame;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::sql::parser::{DFParser, Statement as DFStatement};
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use futures::TryStreamExt;
+use mink_client::MinkClient;
+use mink_lake::storage::LakeStorage;
+
+use crate::flight_sql::handle::{StatementHandle, Ticket};
+use crate::session::MinkSession;
+
+/// When a statement acts (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StatementKind {
+    /// Answers rows; changes nothing.
+    Query,
+    /// Changes rows when run; answers a `count`.
+    Update,
+    /// Acts as it is planned.
+    Command,
+}
+
+/// The kind of `sql`. SQL DataFusion's parser does not take (mink's `CREATE TABLE ...
+/// WITH (...)`, or an error) is a command: the session runs it or reports why not.
+pub(crate) fn classify(sql: &str) -> StatementKind {
+    let Ok(mut statements) = DFParser::parse_sql_with_dialect(sql, &GenericDialect {}) else {
+        return StatementKind::Command;
+    };
+    // Several statements (or none): the session reports it.
+    let (Some(statement), None) = (statements.pop_front(), statements.pop_front()) else {
+        return StatementKind::Command;
+    };
+    match statement {
+        DFStatement::Statement(statement) => match *statement {
+            Statement::Query(_)
+            | Statement::Explain { .. }
+            | Statement::ExplainTable { .. }
+            | Statement::ShowTables { .. }
+            | Statement::ShowColumns { .. }
+            | Statement::ShowVariable { .. }
+            | Statement::ShowFunctions { .. }
+            | Statement::ShowSchemas { .. }
+            | Statement::ShowDatabases { .. }
+            | Statement::ShowViews { .. }
+            | Statement::ShowCreate { .. } => StatementKind::Query,
+            Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
+                StatementKind::Update
+            }
+            _ => StatementKind::Command,
+        },
+        DFStatement::Explain(_) => StatementKind::Query,
+        DFStatement::CopyTo(_) => StatementKind::Update,
+        DFStatement::CreateExternalTable(_) | DFStatement::Reset(_) => StatementKind::Command,
+    }
+}
+
+/// Runs statements over one node; every call gets a session of its own, so a `SET` or a
+/// failed statement of one client never affects another.
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    client: MinkClient,
+    storage: LakeStorage,
+}
+
+impl Statements {
+    pub(crate) fn new(client: MinkClient, storage: LakeStorage) -> Self {
+        Self { client, storage }
+    }
+
+    /// The node's client.
+    pub(crate) fn client(&self) -> &MinkClient {
+        &self.client
+    }
+
+    /// A new session (it loads the table list).
+    pub(crate) async fn session(&self) -> Result<MinkSession> {
+        MinkSession::connect(self.client.clone(), self.storage.clone()).await
+    }
+
+    /// Plans `handle` for a FlightInfo: the schema of its result and the ticket that
+    /// streams it. A command runs now (see the module docs).
+    pub(crate) async fn plan(&self, handle: StatementHandle) -> Result<(SchemaRef, Ticket)> {
+        let frame = self.frame(&handle).await?;
+        let schema = arrow_schema(&frame);
+        match classify(&handle.sql) {
+            StatementKind::Query | StatementKind::Update => Ok((schema, Ticket::Run(handle))),
+            StatementKind::Command => {
+                let batches = frame.collect().await?;
+                Ok((Arc::clone(&schema), Ticket::Computed(schema, batches)))
+            }
+        }
+    }
+
+    /// The result schema and parameter schema of a statement being prepared. Nothing
+    /// runs: a command answers no rows (JDBC then runs it as an update) and no parameters.
+    pub(crate) async fn prepare(&self, sql: &str) -> Result<(Schema, Schema)> {
+        let answers_rows = match classify(sql) {
+            StatementKind::Query => true,
+            StatementKind::Update => false,
+            StatementKind::Command => return Ok((Schema::empty(), Schema::empty())),
+        };
+        let frame = self.session().await?.sql(sql).await?;
+        let dataset = if answers_rows {
+            arrow_schema(&frame).as_ref().clone()
+        } else {
+            Schema::empty()
+        };
+        Ok((dataset, parameter_schema(&frame)?))
+    }
+
+    /// The rows a ticket names, as a stream that runs the statement while it is polled.
+    pub(crate) async fn stream(&self, ticket: Ticket) -> Result<SendableRecordBatchStream> {
+        match ticket {
+            Ticket::Run(handle) => self.frame(&handle).await?.execute_stream().await,
+            Ticket::Computed(schema, batches) => Ok(Box::pin(RecordBatchStreamAdapter::new(
+                schema,
+                futures::stream::iter(batches.into_iter().map(Ok)),
+            ))),
+        }
+    }
+
+    /// Runs a statement once per row of its parameters (once without parameters) and
+    /// answers the rows changed: the `count` of DML, otherwise the rows answered.
+    pub(crate) async fn update(&self, handle: &StatementHandle) -> Result<i64> {
+        let session = self.session().await?;
+        let mut changed = 0;
+        for values in parameter_rows(handle.parameters.as_ref())? {
+            let mut frame = session.sql(&handle.sql).await?;
+            if let Some(values) = values {
+                frame = frame.with_param_values(values)?;
+            }
+            let mut batches = frame.execute_stream().await?;
+            while let Some(batch) = batches.try_next().await? {
+                changed += rows_changed(&batch);
+            }
+        }
+        Ok(i64::try_from(changed).unwrap_or(i64::MAX))
+    }
+
+    /// The statement planned in a new session, its parameters bound. A query binds one
+    /// row of parameters.
+    async fn frame(&self, handle: &StatementHandle) -> Result<DataFrame> {
+        let frame = self.session().await?.sql(&handle.sql).await?;
+        let rows = parameter_rows(handle.parameters.as_ref())?;
+        match <[Option<ParamValues>; 1]>::try_from(rows) {
+            Ok([None]) => Ok(frame),
+            Ok([Some(values)]) => frame.with_param_values(values),
+            Err(rows) => Err(DataFusionError::Plan(format!(
+                "a query binds one row of parameters, not {}",
+                rows.len()
+            ))),
+        }
+    }
+}
+
+/// The Arrow schema of a planned statement.
+fn arrow_schema(frame: &DataFrame) -> SchemaRef {
+    Arc::new(frame.schema().as_arrow().clone())
+}
+
+/// The parameters of a planned statement, `$1, $2, ...` in order, typed where the planner
+/// could tell (`Null` where it could not).
+fn parameter_schema(frame: &DataFrame) -> Result<Schema> {
+    let mut parameters: Vec<(usize, String, DataType)> = frame
+        .logical_plan()
+        .get_parameter_types()?
+        .into_iter()
+        .map(|(name, data_type)| {
+            let position = name
+                .strip_prefix('$')
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(usize::MAX);
+            (position, name, data_type.unwrap_or(DataType::Null))
+        })
+        .collect();
+    parameters.sort();
+    Ok(Schema::new(
+        parameters
+            .into_iter()
+            .map(|(_, name, data_type)| Field::new(name, data_type, true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// The parameter values of each execution: one per row of `parameters` (column `i` is
+/// `$(i + 1)`), or a single execution with none.
+fn parameter_rows(parameters: Option<&RecordBatch>) -> Result<Vec<Option<ParamValues>>> {
+    let Some(batch) = parameters else {
+        return Ok(vec![None]);
+    };
+    (0..batch.num_rows())
+        .map(|row| {
+            let values = batch
+                .columns()
+                .iter()
+                .map(|column| ScalarValue::try_from_array(column, row))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Some(ParamValues::from(values)))
+        })
+        .collect()
+}
+
+/// The rows a batch of a statement's result stands for: a DML `count`, or its rows.
+fn rows_changed(batch: &RecordBatch) -> u64 {
+    let schema = batch.schema();
+    match (schema.fields().as_ref(), batch.columns()) {
+        ([field], [counts])
+            if field.name() == "count" && counts.data_type() == &DataType::UInt64 =>
+        {
+            counts.as_primitive::<UInt64Type>().iter().flatten().sum()
+        }
+        _ => batch.num_rows() as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Int64Array, StringArray, UInt64Array};
+
+    use super::*;
+
+    #[test]
+    fn statements_are_classified_by_when_they_act() {
+        use StatementKind::{Command, Query, Update};
+        for (sql, kind) in [
+            ("SELECT * FROM t WHERE id = $1", Query),
+            ("WITH x AS (SELECT 1) SELECT * FROM x", Query),
+            ("EXPLAIN SELECT 1", Query),
+            ("SHOW TABLES", Query),
+            ("DESCRIBE t", Query),
+            ("INSERT INTO t VALUES (1, 'a')", Update),
+            ("UPDATE t SET v = 1 WHERE id = 2", Update),
+            ("DELETE FROM t WHERE id = 2", Update),
+            (
+                "CREATE TABLE t (id BIGINT, PRIMARY KEY (id)) WITH ('bucket.num' = '2')",
+                Command,
+            ),
+            ("CREATE TABLE t (id BIGINT)", Command),
+            ("DROP TABLE t", Command),
+            ("ALTER TABLE t ADD COLUMN c INT", Command),
+            ("CALL system.tier('t')", Command),
+            ("SET datafusion.execution.batch_size = 10", Command),
+            ("SELECT 1; SELECT 2", Command),
+            ("SELEC oops", Command),
+        ] {
+            assert_eq!(classify(sql), kind, "{sql}");
+        }
+    }
+
+    #[test]
+    fn parameters_bind_row_by_row() {
+        let batch = RecordBatch::try_from_iter(vec![
+            ("a", Arc::new(Int64Array::from(vec![1, 2])) as _),
+            ("b", Arc::new(StringArray::from(vec![Some("x"), None])) as _),
+        ])
+        .unwrap();
+        let rows = parameter_rows(Some(&batch)).unwrap();
+        assert_eq!(rows.len(), 2);
+        let Some(ParamValues::List(second)) = &rows[1] else {
+            panic!("positional values: {rows:?}");
+        };
+        assert_eq!(second[0].value, ScalarValue::Int64(Some(2)));
+        assert_eq!(second[1].value, ScalarValue::Utf8(None));
+        assert_eq!(parameter_rows(None).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_dml_result_counts_its_rows_and_anything_else_its_rows() {
+        let count =
+            RecordBatch::try_from_iter(vec![("count", Arc::new(UInt64Array::from(vec![42])) as _)])
+                .unwrap();
+        assert_eq!(rows_changed(&count), 42);
+        let rows = RecordBatch::try_from_iter(vec![(
+            "count",
+            Arc::new(Int64Array::from(vec![5, 6])) as _,
+        )])
+        .unwrap();
+        assert_eq!(rows_changed(&rows), 2);
+    }
+}
