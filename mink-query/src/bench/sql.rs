@@ -15,7 +15,9 @@
 //!    merged by key), the median of [`ROUNDS`], planning included. Baselines, each the
 //!    median of as many rounds:
 //!    - *DataFusion over Parquet*: the same final rows (read once through mink) written as
-//!      `--buckets` Parquet files, queried by a plain DataFusion `SessionContext`;
+//!      `--buckets` Parquet files, queried by a plain DataFusion `SessionContext`: with
+//!      its defaults, which read strings as `Utf8View` (no copy of the string bytes), and
+//!      with strings read as `Utf8`, as mink's tables type them;
 //!    - *the naive plan*: what a user would write without mink's merge, in the same
 //!      session: the lake (`t$lake`) anti-joined with the live tail, union the live tail.
 //!      The tail is handed to it as a memory table for free (a user would have to read
@@ -39,7 +41,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::util::display::array_value_to_string;
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider};
 use datafusion::datasource::MemTable;
-use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use mink_core::options::TableOptions;
 use mink_core::table::TablePath;
 
@@ -135,17 +137,7 @@ pub(super) async fn run(args: SqlArgs) -> Result<(), CliError> {
 
     let parquet_dir = scratch.path.join("baseline-parquet");
     write_files(&parquet_dir, &final_rows, args.buckets as usize).await?;
-    let datafusion = SessionContext::new();
-    let directory = parquet_dir.to_string_lossy().to_string();
-    datafusion
-        .register_parquet("t", &directory, ParquetReadOptions::default())
-        .await?;
-    let (parquet_rows, parquet_time) = timed_rounds("DataFusion over Parquet", || async {
-        let answer = datafusion.sql(&aggregate("t")).await?.collect().await?;
-        first_row(&answer)
-    })
-    .await?;
-    same_answer("DataFusion over Parquet", &parquet_rows, &rows)?;
+    let (parquet_time, utf8_time) = datafusion_figures(&parquet_dir, &rows).await?;
 
     register_tail(&session, Arc::clone(&tail.schema), tail.batches.clone())?;
     let naive = naive_plan(&path);
@@ -155,11 +147,16 @@ pub(super) async fn run(args: SqlArgs) -> Result<(), CliError> {
 
     let union_figure = figure(union_time);
     report("DataFusion over Parquet", figure(parquet_time), &[]);
+    report("DataFusion, strings as Utf8", figure(utf8_time), &[]);
     report("naive plan (anti-join)", figure(naive_time), &[]);
     let mut ratios = vec![
         format!(
             "vs DataFusion Parquet {:.2}",
             union_figure.ratio_to(&figure(parquet_time))
+        ),
+        format!(
+            "vs DataFusion Utf8 {:.2}",
+            union_figure.ratio_to(&figure(utf8_time))
         ),
         format!(
             "vs naive plan {:.2}",
@@ -186,6 +183,37 @@ pub(super) async fn run(args: SqlArgs) -> Result<(), CliError> {
     point_figure(&session, &path, data.rows, args.lookups).await?;
     running.stop().await?;
     Ok(())
+}
+
+/// The baseline DataFusion times over the Parquet files in `dir`: with its default
+/// configuration (strings read as `Utf8View`), and with strings read as `Utf8`, the type
+/// mink's tables give them. Each answer must be `expected`.
+async fn datafusion_figures(
+    dir: &Path,
+    expected: &[String],
+) -> Result<(Duration, Duration), CliError> {
+    let directory = dir.to_string_lossy().to_string();
+    let mut times = Vec::new();
+    for views in [true, false] {
+        let mut config = SessionConfig::new();
+        config.options_mut().execution.parquet.schema_force_view_types = views;
+        let datafusion = SessionContext::new_with_config(config);
+        datafusion
+            .register_parquet("t", &directory, ParquetReadOptions::default())
+            .await?;
+        let what = match views {
+            true => "DataFusion over Parquet",
+            false => "DataFusion over Parquet, strings as Utf8",
+        };
+        let (answer, elapsed) = timed_rounds(what, || async {
+            let answer = datafusion.sql(&aggregate("t")).await?.collect().await?;
+            first_row(&answer)
+        })
+        .await?;
+        same_answer(what, &answer, expected)?;
+        times.push(elapsed);
+    }
+    Ok((times[0], times[1]))
 }
 
 /// Figure 2: point queries by lookup against the same query as a full scan.
