@@ -22,6 +22,7 @@ use mink_provider as _;
 use prost as _;
 use rand as _;
 use tokio_stream as _;
+use tonic as _;
 
 mod bench;
 mod embedded;
@@ -55,7 +56,7 @@ enum Command {
     Read(read::ReadArgs),
     /// Bulk-load a CSV, Parquet or newline-delimited JSON file into a table.
     Load(load::LoadArgs),
-    /// Run SQL against a node: queries, INSERT, UPDATE, DELETE (DDL through SQL is coming).
+    /// Run SQL against a node (or a Flight SQL endpoint): queries, DML, DDL, CALL.
     Sql(sql::SqlArgs),
     /// Measure mink against a baseline in the same process and print the ratios.
     Bench(bench::BenchArgs),

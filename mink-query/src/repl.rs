@@ -10,14 +10,13 @@ use rustyline::error::ReadlineError;
 
 use crate::error::CliError;
 use crate::output::Format;
-use crate::sql::{ends_statement, run_statement, split_statements};
-use mink_query::session::MinkSession;
+use crate::sql::{SqlTarget, ends_statement, run_statement, split_statements};
 
 const PROMPT: &str = "mink> ";
 const CONTINUATION: &str = "   -> ";
 
 /// Runs the shell until the user quits. Errors of a statement are printed, not returned.
-pub(crate) async fn run(session: &MinkSession, format: Format) -> Result<(), CliError> {
+pub(crate) async fn run(target: &SqlTarget, format: Format) -> Result<(), CliError> {
     let mut editor = DefaultEditor::new().map_err(shell_error)?;
     let history = history_path();
     if let Some(path) = &history {
@@ -46,7 +45,7 @@ pub(crate) async fn run(session: &MinkSession, format: Format) -> Result<(), Cli
                 let _ = editor.add_history_entry(buffer.trim());
                 for statement in split_statements(&std::mem::take(&mut buffer)) {
                     let start = Instant::now();
-                    match run_statement(session, &statement, format).await {
+                    match run_statement(target, &statement, format).await {
                         Ok(rows) => {
                             eprintln!("({rows} rows, {:.3} s)", start.elapsed().as_secs_f64())
                         }

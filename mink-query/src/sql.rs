@@ -3,7 +3,14 @@
 //! ```text
 //! mink sql [--connect HOST:PORT | --data-dir DIR] [-e SQL]... [-f FILE] [--format table|csv|json]
 //! mink sql --connect HOST:PORT          # an interactive shell
+//! mink sql --flight-sql [grpc://|grpc+tls://]HOST:PORT [--user U] [--tls-ca FILE] [-e SQL]...
 //! ```
+//!
+//! `--connect` reaches a node over its own protocol (port 9123) and plans the statements
+//! in this process; `--flight-sql` sends them to a Flight SQL endpoint (a `mink server`'s
+//! `--sql-listen`, port 50051, or any Flight SQL server), which plans and runs them: the
+//! same path ADBC and JDBC clients take. With `--user`, the password comes from
+//! MINK_SQL_PASSWORD.
 //!
 //! With neither `-e` nor `-f`, statements are read from the interactive shell (see
 //! [`crate::repl`]), or from stdin when it is not a terminal. Each `-e` statement (then
@@ -18,9 +25,15 @@ use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use futures::TryStreamExt;
+use arrow::array::RecordBatch;
+use arrow_flight::error::FlightError;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use mink_client::ClientError;
 use mink_lake::storage::LakeStorage;
 use mink_lake::{LakeConfig, S3Options};
+use mink_query::flight_sql::Credentials;
+use mink_query::flight_sql::client::FlightSqlConnection;
 use mink_query::session::MinkSession;
 use object_store::local::LocalFileSystem;
 
@@ -42,6 +55,17 @@ pub(crate) struct SqlArgs {
     /// How results are printed.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+    /// A Flight SQL endpoint to send the statements to instead (`host:port`,
+    /// `grpc://host:port`, or `grpc+tls://host:port`).
+    #[arg(long, conflicts_with_all = ["connect", "data_dir", "lake_warehouse"])]
+    flight_sql: Option<String>,
+    /// The user to log in to the Flight SQL endpoint as (password from MINK_SQL_PASSWORD).
+    #[arg(long, requires = "flight_sql")]
+    user: Option<String>,
+    /// The PEM certificate authority a `grpc+tls://` endpoint's certificate is checked
+    /// against.
+    #[arg(long, requires = "flight_sql")]
+    tls_ca: Option<PathBuf>,
     /// The server's lake warehouse when it is on S3 (`s3://bucket/prefix`, as given to
     /// `mink server --lake-warehouse`): queries read lake files from it directly, with
     /// credentials, region and endpoint from the AWS_* environment variables. Without it
@@ -65,21 +89,101 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), CliError> {
             .map_err(CliError::io("reading statements from stdin"))?;
         statements.extend(split_statements(&text));
     }
+    if let Some(address) = &args.flight_sql {
+        let target = SqlTarget::FlightSql(connect_flight_sql(address, &args).await?);
+        return run_all(&target, &statements, interactive, args.format).await;
+    }
     let connection = args.node.connect().await?;
     let result = async {
         let storage = lake_storage(args.lake_warehouse.as_deref())?;
         let session = MinkSession::connect(connection.client.clone(), storage).await?;
-        if interactive {
-            return crate::repl::run(&session, args.format).await;
-        }
-        for statement in &statements {
-            run_statement(&session, statement, args.format).await?;
-        }
-        Ok(())
+        run_all(
+            &SqlTarget::Session(Box::new(session)),
+            &statements,
+            interactive,
+            args.format,
+        )
+        .await
     }
     .await;
     connection.close().await?;
     result
+}
+
+/// Where statements run.
+#[derive(Debug)]
+pub(crate) enum SqlTarget {
+    /// Planned and run in this process, over a node.
+    Session(Box<MinkSession>),
+    /// Sent to a Flight SQL endpoint.
+    FlightSql(FlightSqlConnection),
+}
+
+impl SqlTarget {
+    /// The rows of a statement, as they are produced.
+    async fn rows(
+        &self,
+        statement: &str,
+    ) -> Result<BoxStream<'static, Result<RecordBatch, CliError>>, CliError> {
+        Ok(match self {
+            Self::Session(session) => session
+                .sql(statement)
+                .await?
+                .execute_stream()
+                .await?
+                .map_err(CliError::from)
+                .boxed(),
+            Self::FlightSql(connection) => {
+                let (_, rows) = connection.execute(statement).await.map_err(flight_error)?;
+                rows.map_err(flight_error).boxed()
+            }
+        })
+    }
+}
+
+/// Runs the statements in order, or the interactive shell.
+async fn run_all(
+    target: &SqlTarget,
+    statements: &[String],
+    interactive: bool,
+    format: Format,
+) -> Result<(), CliError> {
+    if interactive {
+        return crate::repl::run(target, format).await;
+    }
+    for statement in statements {
+        run_statement(target, statement, format).await?;
+    }
+    Ok(())
+}
+
+async fn connect_flight_sql(
+    address: &str,
+    args: &SqlArgs,
+) -> Result<FlightSqlConnection, CliError> {
+    let credentials = match &args.user {
+        Some(user) => {
+            let password = std::env::var("MINK_SQL_PASSWORD").map_err(|_| {
+                CliError::Usage("--user needs the password in MINK_SQL_PASSWORD".into())
+            })?;
+            Some(Credentials::new(user, password))
+        }
+        None => None,
+    };
+    let tls_ca = match &args.tls_ca {
+        Some(path) => {
+            Some(std::fs::read(path).map_err(CliError::io(format!("reading {}", path.display())))?)
+        }
+        None => None,
+    };
+    FlightSqlConnection::connect(address, credentials.as_ref(), tls_ca.as_deref())
+        .await
+        .map_err(flight_error)
+}
+
+/// A Flight SQL failure, as the server's status (`InvalidArgument: ...`) when it is one.
+fn flight_error(error: FlightError) -> CliError {
+    CliError::Client(ClientError::from(error))
 }
 
 /// Where the session reads lake files: the S3 warehouse, or the local file system (lake
@@ -96,12 +200,11 @@ pub(crate) fn lake_storage(warehouse: Option<&str>) -> Result<LakeStorage, CliEr
 
 /// Runs one statement, printing its rows; returns how many.
 pub(crate) async fn run_statement(
-    session: &MinkSession,
+    target: &SqlTarget,
     statement: &str,
     format: Format,
 ) -> Result<usize, CliError> {
-    let frame = session.sql(statement).await?;
-    let mut batches = frame.execute_stream().await?;
+    let mut batches = target.rows(statement).await?;
     let mut printer = BatchPrinter::new(format);
     let mut rows = 0;
     while let Some(batch) = batches.try_next().await? {

@@ -35,8 +35,8 @@ const AUTHORIZATION: &str = "authorization";
 /// The user and password a client must present.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
-    user: String,
-    password: String,
+    pub(crate) user: String,
+    pub(crate) password: String,
 }
 
 impl std::fmt::Debug for Credentials {

@@ -25,7 +25,6 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow_flight::FlightData;
-use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::sql::{CommandStatementIngest, TableExistsOption, TableNotExistOption};
 use futures::{Stream, TryStreamExt};
@@ -37,6 +36,7 @@ use mink_provider::{CATALOG_NAME, DEFAULT_DATABASE};
 use tonic::{Code, Status};
 
 use crate::flight_sql::error::{client_status, invalid};
+use crate::flight_sql::prepared::record_batches;
 
 /// Writes the streamed batches into the table `command` names; answers the rows written.
 pub(crate) async fn ingest(
@@ -51,8 +51,7 @@ pub(crate) async fn ingest(
         return Err(Status::unimplemented("mink has no transactions"));
     }
     let path = table_path(command)?;
-    let mut batches =
-        FlightRecordBatchStream::new_from_flight_data(data.map_err(FlightError::from));
+    let mut batches = record_batches(data);
     let first = batches.try_next().await.map_err(flight_status)?;
     let Some(schema) = batches.schema().cloned() else {
         return Err(invalid("the ingest stream has no schema"));

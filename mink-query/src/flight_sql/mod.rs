@@ -25,11 +25,13 @@
 //! - **Authentication** with a user and password exchanged for a bearer token, and TLS
 //!   ([`auth`], [`FlightSqlConfig`]).
 //!
-//! Errors are gRPC statuses carrying the SQL error's text ([`error`]).
+//! Errors are gRPC statuses carrying the SQL error's text ([`error`]). [`client`] is the
+//! other side, for `mink sql --flight-sql`.
 //!
 //! [Flight SQL]: https://arrow.apache.org/docs/format/FlightSql.html
 
 mod auth;
+pub mod client;
 mod error;
 mod handle;
 mod ingest;

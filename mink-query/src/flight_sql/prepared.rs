@@ -61,7 +61,7 @@ pub(crate) fn positional(sql: &str) -> String {
 pub(crate) async fn parameters(
     data: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
 ) -> Result<Option<RecordBatch>, Status> {
-    let mut stream = FlightRecordBatchStream::new_from_flight_data(data.map_err(FlightError::from));
+    let mut stream = record_batches(data);
     let mut batches = Vec::new();
     while let Some(batch) = stream
         .try_next()
@@ -75,6 +75,17 @@ pub(crate) async fn parameters(
     };
     let batch = concat_batches(first.schema_ref(), &batches).map_err(arrow_status)?;
     Ok((batch.num_rows() > 0).then_some(batch))
+}
+
+/// The record batches of a client's `DoPut` stream. Messages without an Arrow header
+/// (a first message carrying only the command) are skipped.
+pub(crate) fn record_batches(
+    data: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
+) -> FlightRecordBatchStream {
+    let data = data
+        .try_filter(|message| std::future::ready(!message.data_header.is_empty()))
+        .map_err(FlightError::from);
+    FlightRecordBatchStream::new_from_flight_data(data)
 }
 
 #[cfg(test)]

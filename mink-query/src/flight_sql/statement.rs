@@ -115,7 +115,9 @@ impl Statements {
         match classify(&handle.sql) {
             StatementKind::Query | StatementKind::Update => Ok((schema, Ticket::Run(handle))),
             StatementKind::Command => {
-                let batches = frame.collect().await?;
+                let mut batches = frame.collect().await?;
+                // DDL answers a row of no columns; a client expects no rows.
+                batches.retain(|batch| batch.num_columns() > 0);
                 Ok((Arc::clone(&schema), Ticket::Computed(schema, batches)))
             }
         }
@@ -230,10 +232,12 @@ fn parameter_rows(parameters: Option<&RecordBatch>) -> Result<Vec<Option<ParamVa
         .collect()
 }
 
-/// The rows a batch of a statement's result stands for: a DML `count`, or its rows.
+/// The rows a batch of a statement's result stands for: a DML `count`, or its rows (none
+/// for the empty answer of DDL).
 fn rows_changed(batch: &RecordBatch) -> u64 {
     let schema = batch.schema();
     match (schema.fields().as_ref(), batch.columns()) {
+        ([], _) => 0,
         ([field], [counts])
             if field.name() == "count" && counts.data_type() == &DataType::UInt64 =>
         {
@@ -306,5 +310,12 @@ mod tests {
         )])
         .unwrap();
         assert_eq!(rows_changed(&rows), 2);
+        let ddl = RecordBatch::try_new_with_options(
+            Arc::new(Schema::empty()),
+            vec![],
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(1)),
+        )
+        .unwrap();
+        assert_eq!(rows_changed(&ddl), 0);
     }
 }

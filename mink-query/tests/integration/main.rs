@@ -10,6 +10,7 @@ mod admin;
 mod bad_input;
 mod cli;
 mod crash;
+mod flight_sql;
 mod lake_foreign;
 mod lake_history;
 mod log_history;

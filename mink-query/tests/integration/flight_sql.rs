@@ -1,0 +1,470 @@
+//! The Flight SQL endpoint, served on a loopback port over a real node and reached by
+//! arrow-flight's Flight SQL client: statements through the query and update paths,
+//! prepared statements whose handles any server answers, ingestion, metadata, error
+//! codes and authentication. `mink sql --flight-sql` runs against the real binary.
+
+use std::sync::Arc;
+
+use arrow::array::{AsArray, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Int64Type, Schema, UInt64Type};
+use arrow_flight::error::FlightError;
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use arrow_flight::sql::{
+    CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetTables, CommandPreparedStatementQuery,
+    CommandStatementIngest, ProstMessageExt, SqlInfo, TableDefinitionOptions, TableExistsOption,
+    TableNotExistOption,
+};
+use arrow_flight::{FlightDescriptor, FlightInfo};
+use futures::TryStreamExt;
+use mink_lake::storage::LakeStorage;
+use mink_query::flight_sql::{Credentials, FlightSqlConfig, FlightSqlHandle, ServeError, serve};
+use object_store::local::LocalFileSystem;
+use prost::Message;
+use tokio::net::TcpListener;
+use tonic::Code;
+use tonic::transport::Channel;
+
+use crate::process::{ServerProcess, run_mink};
+use crate::support::TestNode;
+
+type Client = FlightSqlServiceClient<Channel>;
+
+const CREATE_KV: &str = "CREATE TABLE kv (id BIGINT NOT NULL, v VARCHAR, PRIMARY KEY (id)) \
+                         WITH ('bucket.num' = '2', 'lake.enabled' = 'true')";
+
+/// A node and a Flight SQL endpoint over it.
+async fn start(credentials: Option<Credentials>) -> (TestNode, FlightSqlHandle) {
+    let node = TestNode::start().await;
+    let handle = serve_on(&node, credentials, "127.0.0.1:0")
+        .await
+        .expect("serve");
+    (node, handle)
+}
+
+async fn serve_on(
+    node: &TestNode,
+    credentials: Option<Credentials>,
+    address: &str,
+) -> Result<FlightSqlHandle, ServeError> {
+    let config = FlightSqlConfig {
+        client: node.client.clone(),
+        storage: LakeStorage::new(Arc::new(LocalFileSystem::new()), ""),
+        credentials,
+        tls: None,
+    };
+    serve(config, TcpListener::bind(address).await.expect("bind"))
+}
+
+async fn client(handle: &FlightSqlHandle) -> Client {
+    let channel = Channel::from_shared(format!("http://{}", handle.addr()))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    FlightSqlServiceClient::new(channel)
+}
+
+/// Every batch of every endpoint of `info`, checked against the schema it announced.
+async fn fetch(
+    client: &mut Client,
+    info: FlightInfo,
+) -> Result<(Schema, Vec<RecordBatch>), FlightError> {
+    let schema = info.clone().try_decode_schema()?;
+    let mut batches = Vec::new();
+    for endpoint in info.endpoint {
+        assert!(
+            endpoint.location.is_empty(),
+            "fetched from the server asked"
+        );
+        let ticket = endpoint.ticket.expect("ticket");
+        batches.extend(client.do_get(ticket).await?.try_collect::<Vec<_>>().await?);
+    }
+    for batch in &batches {
+        assert_eq!(batch.schema().as_ref(), &schema, "streamed as announced");
+    }
+    Ok((schema, batches))
+}
+
+/// Runs `sql` through the query path: the announced schema and the rows.
+async fn run(client: &mut Client, sql: &str) -> Result<(Schema, Vec<RecordBatch>), FlightError> {
+    let info = client.execute(sql.to_string(), None).await?;
+    fetch(client, info).await
+}
+
+async fn rows(client: &mut Client, sql: &str) -> Vec<RecordBatch> {
+    run(client, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .1
+}
+
+fn ids(batches: &[RecordBatch]) -> Vec<i64> {
+    batches
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect()
+}
+
+fn status(error: FlightError) -> (Code, String) {
+    match error {
+        FlightError::Tonic(status) => (status.code(), status.message().to_string()),
+        other => panic!("not a status: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_statement_kind_runs_through_both_paths() {
+    let (_node, handle) = start(None).await;
+    let client = &mut client(&handle).await;
+
+    // DDL through the query path answers an empty result, and runs once.
+    let (schema, batches) = run(client, CREATE_KV).await.expect("create");
+    assert!(schema.fields().is_empty());
+    assert!(batches.iter().all(|b| b.num_rows() == 0));
+
+    // DML through the query path answers its count; through the update path, a count.
+    let inserted = rows(client, "INSERT INTO kv VALUES (1, 'a'), (2, 'b'), (3, 'c')").await;
+    assert_eq!(
+        inserted[0].column(0).as_primitive::<UInt64Type>().value(0),
+        3
+    );
+    let updated = client.execute_update("UPDATE kv SET v = 'z' WHERE id >= 2".into(), None);
+    assert_eq!(updated.await.expect("update"), 2);
+    let deleted = client.execute_update("DELETE FROM kv WHERE id = 3".into(), None);
+    assert_eq!(deleted.await.expect("delete"), 1);
+
+    // CALL answers its row through the query path; the union read sees lake and log.
+    let tiered = rows(client, "CALL system.tier('kv')").await;
+    assert_eq!(tiered[0].num_rows(), 1);
+    client
+        .execute_update("INSERT INTO kv VALUES (4, 'd')".into(), None)
+        .await
+        .expect("insert after tiering");
+    assert_eq!(
+        ids(&rows(client, "SELECT id, v FROM kv ORDER BY id").await),
+        vec![1, 2, 4]
+    );
+    assert_eq!(
+        ids(&rows(client, "SELECT id FROM \"kv$lake\" ORDER BY id").await),
+        vec![1, 2]
+    );
+
+    // DDL through the update path.
+    let altered = client
+        .execute_update("ALTER TABLE kv ADD COLUMN n INT".into(), None)
+        .await;
+    assert_eq!(altered.expect("alter"), 0);
+    let (schema, _) = run(client, "SELECT * FROM kv").await.expect("select");
+    assert_eq!(schema.field(2).name(), "n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_carry_their_parameters_to_any_server() {
+    let (node, first) = start(None).await;
+    let second = serve_on(&node, None, "127.0.0.1:0")
+        .await
+        .expect("second server");
+    let client = &mut client(&first).await;
+    rows(client, CREATE_KV).await;
+
+    // An update bound row by row: JDBC's `?` placeholders.
+    let mut insert = client
+        .prepare("INSERT INTO kv VALUES (?, ?)".into(), None)
+        .await
+        .expect("prepare insert");
+    assert!(insert.dataset_schema().expect("schema").fields().is_empty());
+    let parameters = RecordBatch::try_from_iter(vec![
+        ("0", Arc::new(Int64Array::from(vec![10, 11, 12])) as _),
+        ("1", Arc::new(StringArray::from(vec!["x", "y", "z"])) as _),
+    ])
+    .expect("batch");
+    insert.set_parameters(parameters).expect("bind");
+    assert_eq!(insert.execute_update().await.expect("insert"), 3);
+
+    // A query prepared on one server, its parameters bound there, run on another.
+    let mut select = client
+        .prepare(
+            "SELECT id, v FROM kv WHERE id > $1 ORDER BY id".into(),
+            None,
+        )
+        .await
+        .expect("prepare select");
+    assert_eq!(
+        select
+            .parameter_schema()
+            .expect("parameters")
+            .field(0)
+            .data_type(),
+        &DataType::Int64
+    );
+    assert_eq!(select.dataset_schema().expect("schema").fields().len(), 2);
+    let bound = RecordBatch::try_from_iter(vec![("0", Arc::new(Int64Array::from(vec![10])) as _)])
+        .expect("batch");
+    select.set_parameters(bound).expect("bind");
+    let info = select.execute().await.expect("execute");
+    let other = &mut self::client(&second).await;
+    let (_, batches) = fetch(other, info)
+        .await
+        .expect("rows from the second server");
+    assert_eq!(ids(&batches), vec![11, 12]);
+    select.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingestion_appends_or_upserts_by_the_table_kind_and_creates_when_asked() {
+    let (_node, handle) = start(None).await;
+    let client = &mut client(&handle).await;
+    rows(client, CREATE_KV).await;
+    let batch = |from: i64, to: i64, tag: &str| {
+        let ids: Vec<i64> = (from..to).collect();
+        let values: Vec<String> = ids.iter().map(|i| format!("{tag}{i}")).collect();
+        RecordBatch::try_from_iter(vec![
+            ("id", Arc::new(Int64Array::from(ids)) as _),
+            ("v", Arc::new(StringArray::from(values)) as _),
+        ])
+        .expect("batch")
+    };
+    let ingest = |table: &str, options: Option<TableDefinitionOptions>| CommandStatementIngest {
+        table: table.into(),
+        table_definition_options: options,
+        ..Default::default()
+    };
+    // Two batches into the primary-key table: the second upserts half of the first.
+    let batches = vec![Ok(batch(0, 100, "a")), Ok(batch(50, 150, "b"))];
+    let written = client
+        .execute_ingest(ingest("kv", None), futures::stream::iter(batches))
+        .await
+        .expect("ingest");
+    assert_eq!(written, 200);
+    let counted = rows(
+        client,
+        "SELECT count(*), count(*) FILTER (WHERE v LIKE 'b%') FROM kv",
+    )
+    .await;
+    assert_eq!(
+        counted[0].column(0).as_primitive::<Int64Type>().value(0),
+        150
+    );
+    assert_eq!(
+        counted[0].column(1).as_primitive::<Int64Type>().value(0),
+        100
+    );
+
+    // A missing table: refused in append mode, created in create mode (a log table).
+    let append = TableDefinitionOptions {
+        if_not_exist: TableNotExistOption::Fail.into(),
+        if_exists: TableExistsOption::Append.into(),
+    };
+    let refused = client
+        .execute_ingest(
+            ingest("fresh", Some(append)),
+            futures::stream::iter(vec![Ok(batch(0, 5, "c"))]),
+        )
+        .await
+        .expect_err("no such table");
+    assert!(format!("{refused}").contains("does not exist"), "{refused}");
+    let create = TableDefinitionOptions {
+        if_not_exist: TableNotExistOption::Create.into(),
+        if_exists: TableExistsOption::Fail.into(),
+    };
+    let stream = futures::stream::iter(vec![Ok(batch(0, 5, "c")), Ok(batch(0, 5, "d"))]);
+    let created = client
+        .execute_ingest(ingest("fresh", Some(create)), stream)
+        .await;
+    assert_eq!(created.expect("created"), 10);
+    let counted = rows(client, "SELECT count(*) FROM fresh").await;
+    assert_eq!(
+        counted[0].column(0).as_primitive::<Int64Type>().value(0),
+        10,
+        "a log table appends"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_calls_describe_the_tables() {
+    let (_node, handle) = start(None).await;
+    let client = &mut client(&handle).await;
+    rows(client, CREATE_KV).await;
+
+    let info = client
+        .get_sql_info(vec![SqlInfo::FlightSqlServerName, SqlInfo::SqlKeywords])
+        .await;
+    let (_, batches) = fetch(client, info.expect("sql info"))
+        .await
+        .expect("sql info rows");
+    assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 2);
+
+    let info = client.get_catalogs().await.expect("catalogs");
+    let (_, catalogs) = fetch(client, info).await.expect("catalogs");
+    assert_eq!(catalogs[0].column(0).as_string::<i32>().value(0), "mink");
+
+    let info = client.get_db_schemas(CommandGetDbSchemas::default()).await;
+    let (_, databases) = fetch(client, info.expect("schemas"))
+        .await
+        .expect("schemas");
+    let names: Vec<&str> = databases[0]
+        .column(1)
+        .as_string::<i32>()
+        .iter()
+        .flatten()
+        .collect();
+    assert!(
+        names.contains(&"default") && names.contains(&"system"),
+        "{names:?}"
+    );
+
+    let tables = CommandGetTables {
+        db_schema_filter_pattern: Some("def%".into()),
+        include_schema: true,
+        ..Default::default()
+    };
+    let info = client.get_tables(tables).await.expect("tables");
+    let (_, tables) = fetch(client, info).await.expect("tables");
+    assert_eq!(tables[0].num_rows(), 1);
+    assert_eq!(tables[0].column(2).as_string::<i32>().value(0), "kv");
+    assert_eq!(tables[0].column(3).as_string::<i32>().value(0), "TABLE");
+    let schema_bytes = tables[0].column(4).as_binary::<i32>().value(0);
+    let schema = arrow::ipc::convert::try_schema_from_ipc_buffer(schema_bytes).expect("schema");
+    assert_eq!(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect::<Vec<_>>(),
+        vec!["id", "v"]
+    );
+
+    let info = client.get_table_types().await.expect("table types");
+    assert!(fetch(client, info).await.expect("table types").1[0].num_rows() >= 1);
+
+    let keys = CommandGetPrimaryKeys {
+        table: "kv".into(),
+        ..Default::default()
+    };
+    let info = client.get_primary_keys(keys).await.expect("primary keys");
+    let (_, keys) = fetch(client, info).await.expect("primary keys");
+    assert_eq!(keys[0].column(3).as_string::<i32>().value(0), "id");
+
+    let info = client
+        .get_xdbc_type_info(Default::default())
+        .await
+        .expect("types");
+    assert!(fetch(client, info).await.expect("types").1[0].num_rows() > 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_answers_the_right_code_and_the_sql_error() {
+    let (_node, handle) = start(None).await;
+    let client = &mut client(&handle).await;
+
+    let (code, message) = status(run(client, "SELEC 1").await.expect_err("bad sql"));
+    assert_eq!(code, Code::InvalidArgument);
+    assert!(message.contains("SELEC"), "{message}");
+    let (code, message) = status(
+        run(client, "SELECT * FROM nope")
+            .await
+            .expect_err("no table"),
+    );
+    assert_eq!(code, Code::NotFound);
+    assert!(message.contains("nope"), "{message}");
+    let (code, _) = status(
+        run(client, "SELECT no_such_function(1)")
+            .await
+            .expect_err("plan"),
+    );
+    assert_eq!(code, Code::InvalidArgument);
+
+    // A handle the server never issued, and a command that is not Flight SQL at all.
+    let unknown = CommandPreparedStatementQuery {
+        prepared_statement_handle: b"not a handle".to_vec().into(),
+    };
+    let mut flight = client.inner().clone();
+    let descriptor = FlightDescriptor::new_cmd(unknown.as_any().encode_to_vec());
+    let error = flight
+        .get_flight_info(descriptor)
+        .await
+        .expect_err("unknown handle");
+    assert_eq!(error.code(), Code::InvalidArgument);
+    assert!(
+        error.message().contains("unknown statement handle"),
+        "{error}"
+    );
+    let garbage = FlightDescriptor::new_cmd(vec![0xff, 0x01, 0x02]);
+    let error = flight
+        .get_flight_info(garbage)
+        .await
+        .expect_err("malformed");
+    assert_eq!(error.code(), Code::InvalidArgument);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_credentials_calls_need_the_token_of_a_handshake() {
+    let credentials = Credentials::new("analyst", "s3cret");
+    let (_node, handle) = start(Some(credentials)).await;
+    let client = &mut client(&handle).await;
+
+    let (code, _) = status(run(client, "SELECT 1").await.expect_err("no token"));
+    assert_eq!(code, Code::Unauthenticated);
+    let refused = client
+        .handshake("analyst", "wrong")
+        .await
+        .expect_err("wrong password");
+    assert!(
+        format!("{refused}").contains("wrong user or password"),
+        "{refused}"
+    );
+
+    client
+        .handshake("analyst", "s3cret")
+        .await
+        .expect("handshake");
+    assert!(client.token().is_some());
+    assert_eq!(
+        ids(&rows(client, "SELECT CAST(7 AS BIGINT)").await),
+        vec![7]
+    );
+    client.set_token("forged".into());
+    let (code, _) = status(run(client, "SELECT 1").await.expect_err("forged token"));
+    assert_eq!(code, Code::Unauthenticated);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_credentials_only_loopback_is_served() {
+    let node = TestNode::start().await;
+    let error = serve_on(&node, None, "0.0.0.0:0")
+        .await
+        .expect_err("open to the network");
+    assert!(matches!(error, ServeError::OpenToTheNetwork(_)), "{error}");
+    let credentials = Credentials::new("analyst", "s3cret");
+    serve_on(&node, Some(credentials), "0.0.0.0:0")
+        .await
+        .expect("with credentials any address");
+}
+
+#[test]
+fn mink_sql_speaks_flight_sql_to_a_running_server() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(dir.path());
+    let address = format!("grpc://{}", server.sql_addr);
+    let sql = |statements: &[&str]| {
+        let mut args = vec!["sql", "--flight-sql", address.as_str(), "--format", "csv"];
+        for statement in statements {
+            args.extend(["-e", statement]);
+        }
+        run_mink(&args)
+    };
+    let (ok, _, stderr) = sql(&[
+        "CREATE TABLE t (id BIGINT NOT NULL, name VARCHAR)",
+        "INSERT INTO t VALUES (1, 'one'), (2, 'two')",
+    ]);
+    assert!(ok, "{stderr}");
+    let (ok, stdout, stderr) = sql(&["SELECT id, name FROM t ORDER BY id"]);
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, "id,name\n1,one\n2,two\n");
+    let (ok, _, stderr) = sql(&["SELECT * FROM missing"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("NotFound") || stderr.contains("not found"),
+        "{stderr}"
+    );
+}
