@@ -172,6 +172,7 @@ use crate::error::CliError;
 
 mod pk_lake;
 mod sql;
+mod table_changes;
 
 /// Arguments of `mink bench`.
 #[derive(Debug, clap::Args)]
@@ -196,6 +197,9 @@ enum Bench {
     /// SQL over a primary-key table with a lake and a changed tail: the union read
     /// against DataFusion and DuckDB over Parquet and the naive plan; point queries.
     Sql(sql::SqlArgs),
+    /// The incremental read of a primary-key table's lake: the changes of one tiering
+    /// round against a full read of the lake as of it.
+    TableChanges(table_changes::TableChangesArgs),
 }
 
 /// Arguments of `mink bench log`.
@@ -325,6 +329,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), CliError> {
         Bench::Lake(args) => run_lake(args).await,
         Bench::PkLake(args) => pk_lake::run(args).await,
         Bench::Sql(args) => sql::run(args).await,
+        Bench::TableChanges(args) => table_changes::run(args).await,
     }
 }
 
@@ -1445,6 +1450,35 @@ async fn create_table_with(
         options,
     )?;
     Ok(client.create_table(&descriptor, false).await?)
+}
+
+/// The keys and buckets of a benchmark's primary-key table, checked.
+fn check_pk_table_args(keys: usize, buckets: u32) -> Result<(), CliError> {
+    if keys < 100 {
+        return Err(CliError::Usage("--keys must be at least 100".into()));
+    }
+    if buckets == 0 {
+        return Err(CliError::Usage("--buckets must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// Creates `bench.<name>`: a primary-key table (`id`) of `data`'s schema in `buckets`
+/// buckets with a lake tiered only on demand.
+async fn create_pk_lake_table(
+    running: &Running,
+    name: &str,
+    data: &Data,
+    buckets: u32,
+) -> Result<TableDescriptor, CliError> {
+    let options = TableOptions {
+        bucket_num: buckets,
+        lake_enabled: true,
+        lake_freshness: ON_DEMAND_FRESHNESS,
+        ..TableOptions::default()
+    };
+    let path = TablePath::new("bench", name);
+    create_table_with(&running.client, &path, &data.schema, &["id"], options).await
 }
 
 /// Every bucket of an unpartitioned table.

@@ -30,15 +30,14 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use futures::stream::{self, StreamExt, TryStreamExt};
-use mink_core::options::TableOptions;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::reader::{LakeSplit, SplitScope, plan_split, read_split};
 use mink_lake::storage::LakeStorage;
 use mink_node::NodeError;
 
 use super::{
-    Data, NodeArgs, ON_DEMAND_FRESHNESS, ROUNDS, Running, Throughput, WRITES_IN_FLIGHT, XorShift,
-    blocking, buckets_of, check_rows, create_table_with, ipc_len, measure, median, megabytes,
+    Data, NodeArgs, ROUNDS, Running, Throughput, WRITES_IN_FLIGHT, XorShift, blocking, buckets_of,
+    check_pk_table_args, check_rows, create_pk_lake_table, ipc_len, measure, median, megabytes,
     prepare, read_parquet_buckets, report, write_parquet,
 };
 use crate::error::CliError;
@@ -60,12 +59,7 @@ pub(super) struct PkLakeArgs {
 }
 
 pub(super) async fn run(args: PkLakeArgs) -> Result<(), CliError> {
-    if args.keys < 100 {
-        return Err(CliError::Usage("--keys must be at least 100".into()));
-    }
-    if args.buckets == 0 {
-        return Err(CliError::Usage("--buckets must be at least 1".into()));
-    }
+    check_pk_table_args(args.keys, args.buckets)?;
     let one_percent = args.keys / 100;
     if args.deleted > args.keys - 3 * one_percent {
         return Err(CliError::Usage(
@@ -82,14 +76,8 @@ pub(super) async fn run(args: PkLakeArgs) -> Result<(), CliError> {
         args.node.describe(&config, &scratch)
     );
     let mut running = Running::start(config).await?;
-    let options = TableOptions {
-        bucket_num: args.buckets,
-        lake_enabled: true,
-        lake_freshness: ON_DEMAND_FRESHNESS,
-        ..TableOptions::default()
-    };
-    let path = TablePath::new("bench", "pk_lake");
-    let table = create_table_with(&running.client, &path, &data.schema, &["id"], options).await?;
+    let table = create_pk_lake_table(&running, "pk_lake", &data, args.buckets).await?;
+    let path = table.path.clone();
     let mut changes = Changes::new(args.keys);
 
     measure("upsert the keys", upsert(&running, &table, &data.batches)).await?;
@@ -162,10 +150,12 @@ pub(super) async fn upsert(
     Ok(())
 }
 
-/// One tiering round.
-pub(super) async fn tier(running: &Running, path: &TablePath) -> Result<(), CliError> {
-    running.client.tier(path).await?;
-    Ok(())
+/// One tiering round that must commit; its snapshot.
+pub(super) async fn tier(running: &Running, path: &TablePath) -> Result<i64, CliError> {
+    let reply = running.client.tier(path).await?;
+    reply
+        .snapshot_id
+        .ok_or_else(|| NodeError::Corrupt(format!("a round of {path} committed nothing")).into())
 }
 
 /// Figure 1, from the rounds' times: against writing the changed rows and against

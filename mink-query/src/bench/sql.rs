@@ -42,13 +42,13 @@ use arrow::util::display::array_value_to_string;
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
-use mink_core::options::TableOptions;
 use mink_core::table::TablePath;
 
 use super::pk_lake::{Changes, tier, upsert};
 use super::{
-    CALL_WARMUP, Latency, NodeArgs, ON_DEMAND_FRESHNESS, ROUNDS, Running, Throughput, XorShift,
-    blocking, create_table_with, ipc_len, measure, median, prepare, report, write_parquet,
+    CALL_WARMUP, Latency, NodeArgs, ROUNDS, Running, Throughput, XorShift, blocking,
+    check_pk_table_args, create_pk_lake_table, ipc_len, measure, median, prepare, report,
+    write_parquet,
 };
 use crate::error::CliError;
 use mink_query::session::MinkSession;
@@ -91,13 +91,9 @@ for value in row:
 "#;
 
 pub(super) async fn run(args: SqlArgs) -> Result<(), CliError> {
-    if args.keys < 100 {
-        return Err(CliError::Usage("--keys must be at least 100".into()));
-    }
-    if args.buckets == 0 || args.lookups == 0 {
-        return Err(CliError::Usage(
-            "--buckets and --lookups must be at least 1".into(),
-        ));
+    check_pk_table_args(args.keys, args.buckets)?;
+    if args.lookups == 0 {
+        return Err(CliError::Usage("--lookups must be at least 1".into()));
     }
     let (scratch, data, config) = prepare(&args.node, args.keys)?;
     println!(
@@ -108,14 +104,8 @@ pub(super) async fn run(args: SqlArgs) -> Result<(), CliError> {
         args.node.describe(&config, &scratch)
     );
     let running = Running::start(config).await?;
-    let options = TableOptions {
-        bucket_num: args.buckets,
-        lake_enabled: true,
-        lake_freshness: ON_DEMAND_FRESHNESS,
-        ..TableOptions::default()
-    };
-    let path = TablePath::new("bench", "sql");
-    let table = create_table_with(&running.client, &path, &data.schema, &["id"], options).await?;
+    let table = create_pk_lake_table(&running, "sql", &data, args.buckets).await?;
+    let path = table.path.clone();
     measure("upsert the keys", upsert(&running, &table, &data.batches)).await?;
     measure("tier the load", tier(&running, &path)).await?;
     let tail = Changes::new(args.keys).next(args.keys / 100)?;
@@ -196,7 +186,11 @@ async fn datafusion_figures(
     let mut times = Vec::new();
     for views in [true, false] {
         let mut config = SessionConfig::new();
-        config.options_mut().execution.parquet.schema_force_view_types = views;
+        config
+            .options_mut()
+            .execution
+            .parquet
+            .schema_force_view_types = views;
         let datafusion = SessionContext::new_with_config(config);
         datafusion
             .register_parquet("t", &directory, ParquetReadOptions::default())

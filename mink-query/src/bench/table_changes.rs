@@ -22,17 +22,15 @@ use std::time::Duration;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use futures::TryStreamExt;
-use mink_core::options::TableOptions;
-use mink_core::table::TablePath;
 use mink_lake::delta::{plan_delta, read_delta};
 use mink_lake::reader::{SplitScope, plan_split, read_split};
 use mink_lake::storage::LakeStorage;
 use mink_lake::{LakeError, LakeTable};
 use mink_node::NodeError;
 
-use super::pk_lake::{Changes, upsert};
+use super::pk_lake::{Changes, tier, upsert};
 use super::{
-    NodeArgs, ON_DEMAND_FRESHNESS, ROUNDS, Running, Throughput, check_rows, create_table_with,
+    NodeArgs, ROUNDS, Running, Throughput, check_pk_table_args, check_rows, create_pk_lake_table,
     ipc_len, measure, median, prepare, report,
 };
 use crate::error::CliError;
@@ -51,12 +49,7 @@ pub(crate) struct TableChangesArgs {
 }
 
 pub(crate) async fn run(args: TableChangesArgs) -> Result<(), CliError> {
-    if args.keys < 100 {
-        return Err(CliError::Usage("--keys must be at least 100".into()));
-    }
-    if args.buckets == 0 {
-        return Err(CliError::Usage("--buckets must be at least 1".into()));
-    }
+    check_pk_table_args(args.keys, args.buckets)?;
     let (scratch, data, config) = prepare(&args.node, args.keys)?;
     println!(
         "mink bench table-changes: {} keys ({} MB in memory), {} bucket{}, {}",
@@ -67,14 +60,8 @@ pub(crate) async fn run(args: TableChangesArgs) -> Result<(), CliError> {
         args.node.describe(&config, &scratch)
     );
     let running = Running::start(config).await?;
-    let options = TableOptions {
-        bucket_num: args.buckets,
-        lake_enabled: true,
-        lake_freshness: ON_DEMAND_FRESHNESS,
-        ..TableOptions::default()
-    };
-    let path = TablePath::new("bench", "table_changes");
-    let table = create_table_with(&running.client, &path, &data.schema, &["id"], options).await?;
+    let table = create_pk_lake_table(&running, "table_changes", &data, args.buckets).await?;
+    let path = table.path.clone();
 
     measure("upsert the keys", upsert(&running, &table, &data.batches)).await?;
     let (from, _) = measure("tier the load", tier(&running, &path)).await?;
@@ -125,14 +112,6 @@ pub(crate) async fn run(args: TableChangesArgs) -> Result<(), CliError> {
     );
     running.stop().await?;
     Ok(())
-}
-
-/// One tiering round; its snapshot.
-async fn tier(running: &Running, path: &TablePath) -> Result<i64, CliError> {
-    let reply = running.client.tier(path).await?;
-    reply
-        .snapshot_id
-        .ok_or_else(|| NodeError::Corrupt(format!("a round of {path} committed nothing")).into())
 }
 
 /// The changes from `from` to `to`, planned and read.
