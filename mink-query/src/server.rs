@@ -47,8 +47,8 @@ pub(crate) struct ServerArgs {
     /// it must be a loopback address.
     #[arg(long, default_value = "127.0.0.1:50051")]
     sql_listen: String,
-    /// The user Flight SQL clients log in as; with it, every call must authenticate
-    /// (password from `--sql-password` or the MINK_SQL_PASSWORD environment variable).
+    /// The user Flight SQL clients log in as (or MINK_SQL_USER); with it, every call must
+    /// authenticate (password from `--sql-password` or MINK_SQL_PASSWORD).
     #[arg(long)]
     sql_user: Option<String>,
     /// The password of `--sql-user` (prefer MINK_SQL_PASSWORD: arguments are visible to
@@ -128,7 +128,11 @@ async fn serve_flight_sql(
     args: &ServerArgs,
     node_address: &str,
 ) -> Result<FlightSqlHandle, CliError> {
-    let credentials = match (&args.sql_user, sql_password(args)) {
+    let user = args
+        .sql_user
+        .clone()
+        .or_else(|| std::env::var("MINK_SQL_USER").ok());
+    let credentials = match (user, sql_password(args)) {
         (Some(user), Some(password)) => Some(Credentials::new(user, password)),
         (None, None) => None,
         (Some(_), None) => {
@@ -138,7 +142,7 @@ async fn serve_flight_sql(
         }
         (None, Some(_)) => {
             return Err(CliError::Usage(
-                "a Flight SQL password needs --sql-user".into(),
+                "a Flight SQL password needs --sql-user (or MINK_SQL_USER)".into(),
             ));
         }
     };

@@ -23,7 +23,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use base64::prelude::BASE64_STANDARD;
+use base64::alphabet::STANDARD;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
 
@@ -31,6 +32,13 @@ use tonic::{Request, Status};
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 
 const AUTHORIZATION: &str = "authorization";
+
+/// Base64 with or without padding: the Go Flight client (ADBC's driver) sends
+/// credentials unpadded, the Rust and Java ones padded.
+const BASE64: GeneralPurpose = GeneralPurpose::new(
+    &STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
 
 /// The user and password a client must present.
 #[derive(Clone, PartialEq, Eq)]
@@ -158,9 +166,7 @@ fn authorization(metadata: &MetadataMap) -> Result<Authorization, Status> {
         return Ok(Authorization::Bearer(token.trim().to_string()));
     }
     let encoded = value.strip_prefix("Basic ").ok_or_else(malformed)?;
-    let decoded = BASE64_STANDARD
-        .decode(encoded.trim())
-        .map_err(|_| malformed())?;
+    let decoded = BASE64.decode(encoded.trim()).map_err(|_| malformed())?;
     let text = String::from_utf8(decoded).map_err(|_| malformed())?;
     let (user, password) = text.split_once(':').ok_or_else(malformed)?;
     Ok(Authorization::Basic(Credentials::new(user, password)))
@@ -193,10 +199,7 @@ mod tests {
     }
 
     fn basic(user: &str, password: &str) -> String {
-        format!(
-            "Basic {}",
-            BASE64_STANDARD.encode(format!("{user}:{password}"))
-        )
+        format!("Basic {}", BASE64.encode(format!("{user}:{password}")))
     }
 
     #[test]
@@ -208,9 +211,12 @@ mod tests {
 
     #[test]
     fn a_handshake_with_the_credentials_issues_a_token_the_calls_then_carry() {
-        let auth = Auth::new(Some(Credentials::new("ann", "s3cret:x")));
-        let good = basic("ann", "s3cret:x");
+        let auth = Auth::new(Some(Credentials::new("ann", "s3cret:x1")));
+        let good = basic("ann", "s3cret:x1");
         assert!(auth.check(request(Some(&good))).is_ok());
+        let unpadded = good.trim_end_matches('=');
+        assert_ne!(unpadded, good);
+        assert!(auth.check(request(Some(unpadded))).is_ok());
         let token = auth
             .handshake(request(Some(&good)).metadata())
             .unwrap()
@@ -224,7 +230,7 @@ mod tests {
         for refused in [
             None,
             Some(basic("ann", "wrong")),
-            Some(basic("bob", "s3cret:x")),
+            Some(basic("bob", "s3cret:x1")),
             Some("Bearer nope".to_string()),
             Some("Digest x".to_string()),
             Some("Basic !!!".to_string()),

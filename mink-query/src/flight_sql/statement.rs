@@ -140,10 +140,18 @@ impl Statements {
         Ok((dataset, parameter_schema(&frame)?))
     }
 
-    /// The rows a ticket names, as a stream that runs the statement while it is polled.
+    /// The rows a ticket names, as a stream that runs the statement while it is polled;
+    /// its schema is the planned one, which the FlightInfo announced.
     pub(crate) async fn stream(&self, ticket: Ticket) -> Result<SendableRecordBatchStream> {
         match ticket {
-            Ticket::Run(handle) => self.frame(&handle).await?.execute_stream().await,
+            Ticket::Run(handle) => {
+                let frame = self.frame(&handle).await?;
+                // The planned schema, as announced (a physical plan may know a column
+                // has no nulls where the plan said nullable).
+                let schema = arrow_schema(&frame);
+                let rows = frame.execute_stream().await?;
+                Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rows)))
+            }
             Ticket::Computed(schema, batches) => Ok(Box::pin(RecordBatchStreamAdapter::new(
                 schema,
                 futures::stream::iter(batches.into_iter().map(Ok)),

@@ -1,7 +1,8 @@
 //! The Flight SQL endpoint, served on a loopback port over a real node and reached by
 //! arrow-flight's Flight SQL client: statements through the query and update paths,
 //! prepared statements whose handles any server answers, ingestion, metadata, error
-//! codes and authentication. `mink sql --flight-sql` runs against the real binary.
+//! codes and authentication. `mink sql --flight-sql` and the ADBC Python driver
+//! (`tests/python/flight_sql_adbc.py`) run against the real binary.
 
 use std::sync::Arc;
 
@@ -25,6 +26,7 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use crate::process::{ServerProcess, run_mink};
+use crate::python::python;
 use crate::support::TestNode;
 
 type Client = FlightSqlServiceClient<Channel>;
@@ -467,4 +469,30 @@ fn mink_sql_speaks_flight_sql_to_a_running_server() {
         stderr.contains("NotFound") || stderr.contains("not found"),
         "{stderr}"
     );
+}
+
+#[test]
+fn the_adbc_python_driver_works_end_to_end() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start_with_env(
+        dir.path(),
+        &[
+            ("MINK_SQL_USER", "analyst"),
+            ("MINK_SQL_PASSWORD", "s3cret"),
+        ],
+    );
+    let output = std::process::Command::new(python())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/python/flight_sql_adbc.py"
+        ))
+        .arg(format!("grpc://{}", server.sql_addr))
+        .args(["analyst", "s3cret"])
+        .output()
+        .expect("run python");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the ADBC client failed: {stderr}");
+    let figures = String::from_utf8_lossy(&output.stdout);
+    eprintln!("ADBC figures: {figures}");
+    assert!(figures.contains("large_result_mb"), "{figures}");
 }
