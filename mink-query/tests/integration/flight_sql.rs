@@ -18,7 +18,10 @@ use arrow_flight::sql::{
 use arrow_flight::{FlightDescriptor, FlightInfo};
 use futures::TryStreamExt;
 use mink_lake::storage::LakeStorage;
-use mink_query::flight_sql::{Credentials, FlightSqlConfig, FlightSqlHandle, ServeError, serve};
+use mink_query::flight_sql::client::FlightSqlConnection;
+use mink_query::flight_sql::{
+    Credentials, FlightSqlConfig, FlightSqlHandle, ServeError, TlsIdentity, serve,
+};
 use object_store::local::LocalFileSystem;
 use prost::Message;
 use tokio::net::TcpListener;
@@ -43,18 +46,23 @@ async fn start(credentials: Option<Credentials>) -> (TestNode, FlightSqlHandle) 
     (node, handle)
 }
 
+/// The endpoint's configuration over `node`: plaintext, with `credentials` if any.
+fn config(node: &TestNode, credentials: Option<Credentials>) -> FlightSqlConfig {
+    FlightSqlConfig {
+        client: node.client.clone(),
+        storage: LakeStorage::new(Arc::new(LocalFileSystem::new()), ""),
+        credentials,
+        tls: None,
+    }
+}
+
 async fn serve_on(
     node: &TestNode,
     credentials: Option<Credentials>,
     address: &str,
 ) -> Result<FlightSqlHandle, ServeError> {
-    let config = FlightSqlConfig {
-        client: node.client.clone(),
-        storage: LakeStorage::new(Arc::new(LocalFileSystem::new()), ""),
-        credentials,
-        tls: None,
-    };
-    serve(config, TcpListener::bind(address).await.expect("bind"))
+    let listener = TcpListener::bind(address).await.expect("bind");
+    serve(config(node, credentials), listener)
 }
 
 async fn client(handle: &FlightSqlHandle) -> Client {
@@ -495,4 +503,36 @@ fn the_adbc_python_driver_works_end_to_end() {
     let figures = String::from_utf8_lossy(&output.stdout);
     eprintln!("ADBC figures: {figures}");
     assert!(figures.contains("large_result_mb"), "{figures}");
+}
+
+/// `tests/tls`: a test certificate authority and a certificate it signed for
+/// `localhost` and 127.0.0.1 (valid for a century; never use them elsewhere).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_is_served_when_given_a_certificate() {
+    let node = TestNode::start().await;
+    let mut config = config(&node, None);
+    config.tls = Some(TlsIdentity {
+        certificate_pem: include_bytes!("../tls/server.pem").to_vec(),
+        key_pem: include_bytes!("../tls/server.key").to_vec(),
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let handle = serve(config, listener).expect("serve tls");
+    let port = handle.addr().port();
+
+    let ca = include_bytes!("../tls/ca.pem");
+    let secure = format!("grpc+tls://localhost:{port}");
+    let connection = FlightSqlConnection::connect(&secure, None, Some(ca))
+        .await
+        .expect("tls connect");
+    let (_, rows) = connection.execute("SELECT 1 AS one").await.expect("query");
+    let batches: Vec<RecordBatch> = rows.try_collect().await.expect("rows");
+    assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 1);
+
+    // A plaintext client gets nowhere.
+    let plain = format!("grpc://127.0.0.1:{port}");
+    let refused = match FlightSqlConnection::connect(&plain, None, None).await {
+        Ok(connection) => connection.execute("SELECT 1").await.map(|_| ()),
+        Err(error) => Err(error),
+    };
+    assert!(refused.is_err(), "plaintext is refused");
 }
