@@ -1,9 +1,11 @@
 //! `MinkScanExec`: a scan of a mink table, one partition per bucket (a split).
 //!
-//! The splits are planned when the scan is (for a union read: each bucket's recorded lake
-//! snapshot and seam, its high watermark, its lake files pruned by the pushed filters), so
-//! a query reads a consistent point in time of every bucket. `execute` does no I/O: each partition's
-//! stream opens its split on its first poll (see [`crate::split`]).
+//! A union split is planned when the scan is (each bucket's recorded lake snapshot and
+//! seam, its high watermark, its lake files pruned by the pushed filters), so a union read
+//! sees a consistent point in time of every bucket, whenever its partitions run. The KV
+//! reads of a primary-key table (Snapshot, LimitScan, lookups) see each bucket's store as
+//! it is when their partition first polls. `execute` does no I/O: each partition's stream
+//! opens its split on its first poll (see [`crate::split`]).
 
 use std::any::Any;
 use std::fmt;
@@ -23,7 +25,7 @@ use datafusion::physical_plan::{
 
 use crate::split::{Split, SplitMetrics, SplitReader, SplitSource, changelog_schema};
 
-/// A union read of a mink table: partition `i` is split `i`.
+/// A scan of a mink table: partition `i` reads split `i`.
 #[derive(Debug)]
 pub struct MinkScanExec {
     reader: Arc<SplitReader>,

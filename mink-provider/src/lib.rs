@@ -1,7 +1,8 @@
 //! mink in DataFusion: a catalog of mink tables whose scans are union splits.
 //!
 //! - [`catalog`]: every mink database as a schema, every table as a [`MinkTable`].
-//! - [`table`]: planning a scan: one union split per bucket, filters pushed down.
+//! - [`table`]: planning a scan: one split per bucket (a union read, or a read of the
+//!   KV store), filters pushed down.
 //! - [`exec`]: [`MinkScanExec`], one partition per split.
 //! - `split`: reading a split: lake Parquet from the object store, the tail from the
 //!   bucket leader over Flight, merged by key.

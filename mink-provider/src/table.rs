@@ -308,7 +308,7 @@ impl MinkTable {
             if let Some(keys) = point_keys(&self.table, filters, key_lists)? {
                 return lookup_splits(&self.table, &keys);
             }
-            let bare_limit = limit.filter(|_| filters.is_empty());
+            let bare_limit = limit.filter(|_| filters.is_empty() && key_lists.is_empty());
             if let Some(limit) = bare_limit.and_then(|limit| u32::try_from(limit).ok()) {
                 return self
                     .bucket_splits(|_| SplitSource::LimitScan { limit })

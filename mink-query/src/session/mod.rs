@@ -17,6 +17,7 @@
 mod create;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt64Array};
 use arrow::datatypes::{Field, Schema};
@@ -45,6 +46,8 @@ pub struct MinkSession {
     storage: LakeStorage,
     context: SessionContext,
     changes: Arc<TableChanges>,
+    /// The table list was just loaded by `connect`: the first statement need not again.
+    fresh: AtomicBool,
 }
 
 impl std::fmt::Debug for MinkSession {
@@ -74,6 +77,7 @@ impl MinkSession {
             storage,
             context,
             changes,
+            fresh: AtomicBool::new(true),
         };
         session.reload().await?;
         Ok(session)
@@ -91,7 +95,9 @@ impl MinkSession {
     /// The statement does not parse, plan or run; the message says why.
     pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
         self.changes.prepare(sql).await?;
-        self.reload().await?;
+        if !self.fresh.swap(false, Ordering::Relaxed) {
+            self.reload().await?;
+        }
         if is_create_table(sql) {
             return self.create_table(sql).await;
         }
