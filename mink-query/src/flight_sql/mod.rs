@@ -45,10 +45,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
+use futures::{Stream, StreamExt};
 use mink_client::MinkClient;
 use mink_lake::storage::LakeStorage;
 use mink_node::server::MAX_MESSAGE_BYTES;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -139,6 +140,16 @@ impl FlightSqlHandle {
     }
 }
 
+/// Accepted connections with Nagle's algorithm off: a small answer (a FlightInfo, a
+/// one-row result) would otherwise wait for the client's delayed ACK, about 40 ms a call.
+fn incoming(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>> {
+    TcpListenerStream::new(listener).map(|stream| {
+        let stream = stream?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    })
+}
+
 impl Drop for FlightSqlHandle {
     fn drop(&mut self) {
         if let Some(shutdown) = self.shutdown.take() {
@@ -201,7 +212,7 @@ pub fn serve(
     }
     let (shutdown, shutdown_signal) = oneshot::channel::<()>();
     let server = tokio::spawn(builder.add_service(service).serve_with_incoming_shutdown(
-        TcpListenerStream::new(listener),
+        incoming(listener),
         async {
             let _ = shutdown_signal.await;
         },

@@ -1,0 +1,281 @@
+//! `mink bench flight-sql`: the Flight SQL endpoint against the same queries run in
+//! process.
+//!
+//! ```text
+//! cargo run --release -p mink-query -- bench flight-sql [--keys 100000] [--queries 2000]
+//!     [--large-rows 3000000] [--dir DIR] [--no-sync]
+//! ```
+//!
+//! An embedded node is served on a loopback port with the Flight SQL endpoint beside it
+//! (plaintext, no authentication), over a primary-key table `bench.kv (id BIGINT, v
+//! VARCHAR)` of `--keys` rows in 4 buckets. Two figures, each measured three ways:
+//!
+//! - *in process*: a [`MinkSession`] in this process plans and runs the statement
+//!   (`sql` then `execute_stream`, one session for all statements, as `mink sql` does);
+//! - *Flight SQL*: arrow-flight's Rust client in this process, `GetFlightInfo` then
+//!   `DoGet`, over loopback TCP (every call of the endpoint loads the table list in a new
+//!   session, plans the statement, and `DoGet` plans it again);
+//! - *ADBC*: the ADBC Flight SQL driver from Python (`MINK_PYTHON`, else `python3`, with
+//!   `pip install adbc-driver-flightsql pyarrow`), `cursor.execute` then
+//!   `fetch_arrow_table`, timed in the Python process; skipped with a note when it cannot
+//!   run.
+//!
+//! 1. **One-row query latency**, p50 and p99 of `--queries` point queries
+//!    `SELECT id, v FROM bench.kv WHERE id = K` (a KV lookup; K varies) after 50 uncounted
+//!    ones. Ratios: each client's latency over the in-process one.
+//! 2. **Large result throughput**: `SELECT value AS id, repeat('x', 100) AS pad FROM
+//!    generate_series(1, N)` with N = `--large-rows` (default 3 000 000, about 324 MB of
+//!    values: 108 bytes a row, the size MB/s counts), produced by DataFusion and read batch
+//!    by batch. Ratios: each client's rate over the in-process one.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use futures::TryStreamExt;
+use mink_core::table::TablePath;
+use mink_lake::storage::LakeStorage;
+use mink_query::flight_sql::{FlightSqlConfig, serve};
+use mink_query::session::MinkSession;
+use object_store::local::LocalFileSystem;
+use tokio::net::TcpListener;
+use tonic::transport::Channel;
+
+use super::{Latency, NodeArgs, Running, Scratch, Throughput, create_table, report};
+use crate::error::CliError;
+
+/// Arguments of `mink bench flight-sql`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct FlightSqlArgs {
+    /// Rows of the table the point queries read.
+    #[arg(long, default_value_t = 100_000)]
+    keys: usize,
+    /// Point queries measured per client.
+    #[arg(long, default_value_t = 2000)]
+    queries: usize,
+    /// Rows of the large result.
+    #[arg(long, default_value_t = 3_000_000)]
+    large_rows: usize,
+    #[command(flatten)]
+    node: NodeArgs,
+}
+
+/// Uncounted point queries before each latency measurement.
+const WARMUP: usize = 50;
+/// Buckets of the table.
+const BUCKETS: u32 = 4;
+/// Bytes of one row of the large result: an 8-byte id and a 100-byte string.
+const LARGE_ROW_BYTES: u64 = 108;
+/// The point query; `{key}` is replaced by a key.
+const POINT_QUERY: &str = "SELECT id, v FROM bench.kv WHERE id = {key}";
+
+pub(crate) async fn run(args: FlightSqlArgs) -> Result<(), CliError> {
+    if args.keys == 0 || args.queries == 0 {
+        return Err(CliError::Usage(
+            "--keys and --queries must be positive".into(),
+        ));
+    }
+    let scratch = Scratch::new(args.node.dir.clone())?;
+    let config = args.node.config(&scratch, 64 << 20);
+    println!(
+        "mink bench flight-sql: {} keys in {BUCKETS} buckets, {} point queries, {} rows of large result, {}",
+        args.keys,
+        args.queries,
+        args.large_rows,
+        args.node.describe(&config, &scratch)
+    );
+    let running = Running::start(config).await?;
+    load(&running, args.keys).await?;
+    let storage = LakeStorage::new(Arc::new(LocalFileSystem::new()), "");
+    let endpoint = serve(
+        FlightSqlConfig {
+            client: running.client.clone(),
+            storage: storage.clone(),
+            credentials: None,
+            tls: None,
+        },
+        TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(CliError::io("binding a loopback port"))?,
+    )
+    .map_err(|e| CliError::Usage(e.to_string()))?;
+    let session = MinkSession::connect(running.client.clone(), storage).await?;
+    let channel = Channel::from_shared(format!("http://{}", endpoint.addr()))
+        .map_err(|e| CliError::Usage(e.to_string()))?
+        .connect()
+        .await
+        .map_err(|e| CliError::Usage(format!("connecting to Flight SQL: {e}")))?;
+    let mut client = FlightSqlServiceClient::new(channel);
+    let large = format!(
+        "SELECT value AS id, repeat('x', 100) AS pad FROM generate_series(1, {})",
+        args.large_rows
+    );
+
+    let point = |i: usize| POINT_QUERY.replace("{key}", &(i * 7919 % args.keys).to_string());
+    let mut local = Vec::new();
+    let mut remote = Vec::new();
+    for i in 0..WARMUP + args.queries {
+        let (in_process, flight) = (
+            timed(in_process(&session, &point(i))).await?,
+            timed(flight_sql(&mut client, &point(i))).await?,
+        );
+        if i >= WARMUP {
+            local.push(in_process.1);
+            remote.push(flight.1);
+        }
+    }
+    let local = Latency::new(local);
+    let remote = Latency::new(remote);
+    let (rows, elapsed) = timed(in_process(&session, &large)).await?;
+    let large_local = Throughput::new(rows, rows as u64 * LARGE_ROW_BYTES, duration(elapsed));
+    let (rows, elapsed) = timed(flight_sql(&mut client, &large)).await?;
+    let large_remote = Throughput::new(rows, rows as u64 * LARGE_ROW_BYTES, duration(elapsed));
+    let adbc = adbc(&format!("grpc://{}", endpoint.addr()), &args, &large);
+
+    println!("One-row query (point lookup) latency:");
+    report("  in process", local, &[]);
+    report(
+        "  Flight SQL (Rust client)",
+        remote,
+        &[remote.ratio_to(&local)],
+    );
+    println!(
+        "Large result ({} MB):",
+        args.large_rows as u64 * LARGE_ROW_BYTES / 1_000_000
+    );
+    report("  in process", large_local, &[]);
+    let ratio = |t: &Throughput| format!("{:.2}", t.ratio_to(&large_local));
+    report(
+        "  Flight SQL (Rust client)",
+        large_remote,
+        &[ratio(&large_remote)],
+    );
+    match adbc {
+        Ok((latency, large)) => {
+            report(
+                "  ADBC (Python) latency",
+                latency,
+                &[latency.ratio_to(&local)],
+            );
+            report("  ADBC (Python) large result", large, &[ratio(&large)]);
+        }
+        Err(why) => println!("  ADBC (Python): skipped: {why}"),
+    }
+    endpoint
+        .shutdown()
+        .await
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    running.stop().await?;
+    Ok(())
+}
+
+/// `bench.kv` with `keys` rows.
+async fn load(running: &Running, keys: usize) -> Result<(), CliError> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("v", DataType::Utf8, true),
+    ]));
+    let path = TablePath::new("bench", "kv");
+    let table = create_table(&running.client, &path, BUCKETS, &schema, &["id"]).await?;
+    for start in (0..keys).step_by(10_000) {
+        let ids: Vec<i64> = (start..keys.min(start + 10_000))
+            .map(|i| i as i64)
+            .collect();
+        let values = ids.iter().map(|i| format!("value-{i}"));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int64Array::from(ids.clone())),
+                Arc::new(StringArray::from_iter_values(values)),
+            ],
+        )?;
+        running.client.write(&table, &batch).await?;
+    }
+    Ok(())
+}
+
+/// Runs `work`: its output and the milliseconds it took.
+async fn timed<T>(work: impl Future<Output = Result<T, CliError>>) -> Result<(T, f64), CliError> {
+    let start = Instant::now();
+    let output = work.await?;
+    Ok((output, start.elapsed().as_secs_f64() * 1e3))
+}
+
+fn duration(ms: f64) -> Duration {
+    Duration::from_secs_f64(ms / 1e3)
+}
+
+/// Plans and runs `sql` in process; its rows.
+async fn in_process(session: &MinkSession, sql: &str) -> Result<usize, CliError> {
+    let mut batches = session.sql(sql).await?.execute_stream().await?;
+    let mut rows = 0;
+    while let Some(batch) = batches.try_next().await? {
+        rows += batch.num_rows();
+    }
+    Ok(rows)
+}
+
+/// Runs `sql` through the Flight SQL endpoint; its rows.
+async fn flight_sql(
+    client: &mut FlightSqlServiceClient<Channel>,
+    sql: &str,
+) -> Result<usize, CliError> {
+    let flight = |e: arrow_flight::error::FlightError| CliError::Client(e.into());
+    let info = client
+        .execute(sql.to_string(), None)
+        .await
+        .map_err(flight)?;
+    let mut rows = 0;
+    for endpoint in info.endpoint {
+        let Some(ticket) = endpoint.ticket else {
+            continue;
+        };
+        let mut batches = client.do_get(ticket).await.map_err(flight)?;
+        while let Some(batch) = batches.try_next().await.map_err(flight)? {
+            rows += batch.num_rows();
+        }
+    }
+    Ok(rows)
+}
+
+/// The ADBC figures, from the Python driver; why not when it cannot run.
+fn adbc(uri: &str, args: &FlightSqlArgs, large: &str) -> Result<(Latency, Throughput), String> {
+    let python = std::env::var("MINK_PYTHON").unwrap_or_else(|_| "python3".into());
+    let output = Command::new(&python)
+        .args(["-c", include_str!("flight_sql_adbc.py"), uri, POINT_QUERY])
+        .args([args.keys, args.queries, WARMUP].map(|n| n.to_string()))
+        .arg(large)
+        .output()
+        .map_err(|e| format!("cannot run {python}: {e}"))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr.lines().last().unwrap_or_default().to_string();
+        return Err(format!(
+            "{python} failed ({last}); set MINK_PYTHON to a Python with `pip install adbc-driver-flightsql pyarrow`"
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut lines = stdout.lines();
+    let bad = || format!("unexpected output of the ADBC script: {stdout}");
+    let large_line: Vec<&str> = lines.next().ok_or_else(bad)?.split(' ').collect();
+    let (rows, seconds) = match large_line.as_slice() {
+        ["large", rows, seconds] => (
+            rows.parse::<usize>().map_err(|_| bad())?,
+            seconds.parse::<f64>().map_err(|_| bad())?,
+        ),
+        _ => return Err(bad()),
+    };
+    let latencies = lines
+        .map(str::parse::<f64>)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| bad())?;
+    let large = Throughput::new(
+        rows,
+        rows as u64 * LARGE_ROW_BYTES,
+        Duration::from_secs_f64(seconds),
+    );
+    Ok((Latency::new(latencies), large))
+}
