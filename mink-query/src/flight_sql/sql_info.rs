@@ -4,15 +4,18 @@
 //! version, how identifiers are quoted, the keywords (sqlparser's list, the parser mink
 //! uses) and the functions by kind, taken from DataFusion's function registry and the
 //! documentation section of each function, so the lists are exactly what a query can
-//! call.
+//! call. Every `SqlInfo` the spec defines is answered (the JDBC driver's `DatabaseMetaData`
+//! fails on a missing one); a test checks.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use arrow_flight::error::FlightError;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
 use arrow_flight::sql::{
-    SqlInfo, SqlNullOrdering, SqlSupportedCaseSensitivity, SqlSupportedTransaction,
-    SupportedSqlGrammar,
+    SqlInfo, SqlNullOrdering, SqlOuterJoinsSupportLevel, SqlSupportedCaseSensitivity,
+    SqlSupportedGroupBy, SqlSupportedResultSetConcurrency, SqlSupportedResultSetType,
+    SqlSupportedSubqueries, SqlSupportedTransaction, SqlSupportedUnions,
+    SqlTransactionIsolationLevel, SupportedSqlGrammar,
 };
 use datafusion::execution::SessionState;
 use datafusion::prelude::SessionContext;
@@ -32,6 +35,9 @@ pub(crate) fn sql_info() -> Result<SqlInfoData, FlightError> {
     info.append(SqlInfo::FlightSqlServerReadOnly, false);
     info.append(SqlInfo::FlightSqlServerSql, true);
     info.append(SqlInfo::FlightSqlServerSubstrait, false);
+    // No Substrait: no versions.
+    info.append(SqlInfo::FlightSqlServerSubstraitMinVersion, "");
+    info.append(SqlInfo::FlightSqlServerSubstraitMaxVersion, "");
     info.append(
         SqlInfo::FlightSqlServerTransaction,
         SqlSupportedTransaction::None as i32,
@@ -76,8 +82,100 @@ pub(crate) fn sql_info() -> Result<SqlInfoData, FlightError> {
     info.append(SqlInfo::SqlSupportsNonNullableColumns, true);
     info.append(
         SqlInfo::SqlSupportedGrammar,
-        SupportedSqlGrammar::SqlCoreGrammar as i32,
+        bits(&[
+            SupportedSqlGrammar::SqlMinimumGrammar as i32,
+            SupportedSqlGrammar::SqlCoreGrammar as i32,
+        ]),
     );
+    info.append(SqlInfo::SqlAnsi92SupportedLevel, bits(&[ANSI92_ENTRY_SQL]));
+    info.append(SqlInfo::SqlSupportsIntegrityEnhancementFacility, false);
+    info.append(
+        SqlInfo::SqlSupportedGroupBy,
+        bits(&[
+            SqlSupportedGroupBy::SqlGroupByUnrelated as i32,
+            SqlSupportedGroupBy::SqlGroupByBeyondSelect as i32,
+        ]),
+    );
+    info.append(
+        SqlInfo::SqlOuterJoinsSupportLevel,
+        SqlOuterJoinsSupportLevel::SqlFullOuterJoins as i32,
+    );
+    info.append(
+        SqlInfo::SqlSupportedSubqueries,
+        bits(&[
+            SqlSupportedSubqueries::SqlSubqueriesInComparisons as i32,
+            SqlSupportedSubqueries::SqlSubqueriesInExists as i32,
+            SqlSupportedSubqueries::SqlSubqueriesInIns as i32,
+        ]),
+    );
+    info.append(
+        SqlInfo::SqlSupportedUnions,
+        bits(&[
+            SqlSupportedUnions::SqlUnion as i32,
+            SqlSupportedUnions::SqlUnionAll as i32,
+        ]),
+    );
+    info.append(
+        SqlInfo::SqlSupportsConvert,
+        BTreeMap::<i32, Vec<i32>>::new(),
+    );
+    info.append(SqlInfo::SqlSupportedPositionedCommands, 0i32);
+    info.append(SqlInfo::SqlSchemasSupportedActions, 0i32);
+    info.append(SqlInfo::SqlCatalogsSupportedActions, 0i32);
+    // No transactions: every statement commits when it answers.
+    info.append(SqlInfo::SqlTransactionsSupported, false);
+    info.append(
+        SqlInfo::SqlDefaultTransactionIsolation,
+        SqlTransactionIsolationLevel::SqlTransactionNone as i32,
+    );
+    info.append(SqlInfo::SqlSupportedTransactionsIsolationLevels, 0i32);
+    info.append(SqlInfo::SqlDataDefinitionCausesTransactionCommit, false);
+    info.append(SqlInfo::SqlDataDefinitionsInTransactionsIgnored, false);
+    info.append(
+        SqlInfo::SqlSupportedResultSetTypes,
+        bits(&[SqlSupportedResultSetType::SqlResultSetTypeForwardOnly as i32]),
+    );
+    let read_only =
+        bits(&[SqlSupportedResultSetConcurrency::SqlResultSetConcurrencyReadOnly as i32]);
+    for concurrencies in [
+        SqlInfo::SqlSupportedConcurrenciesForResultSetUnspecified,
+        SqlInfo::SqlSupportedConcurrenciesForResultSetForwardOnly,
+        SqlInfo::SqlSupportedConcurrenciesForResultSetScrollSensitive,
+        SqlInfo::SqlSupportedConcurrenciesForResultSetScrollInsensitive,
+    ] {
+        info.append(concurrencies, read_only);
+    }
+    info.append(SqlInfo::SqlBatchUpdatesSupported, true);
+    info.append(SqlInfo::SqlSavepointsSupported, false);
+    info.append(SqlInfo::SqlNamedParametersSupported, false);
+    info.append(SqlInfo::SqlLocatorsUpdateCopy, false);
+    info.append(SqlInfo::SqlStoredFunctionsUsingCallSyntaxSupported, false);
+    info.append(SqlInfo::SqlMaxRowSizeIncludesBlobs, true);
+    // Limits: 0 means none (or unknown).
+    for limit in [
+        SqlInfo::SqlMaxBinaryLiteralLength,
+        SqlInfo::SqlMaxCharLiteralLength,
+        SqlInfo::SqlMaxColumnNameLength,
+        SqlInfo::SqlMaxColumnsInGroupBy,
+        SqlInfo::SqlMaxColumnsInIndex,
+        SqlInfo::SqlMaxColumnsInOrderBy,
+        SqlInfo::SqlMaxColumnsInSelect,
+        SqlInfo::SqlMaxColumnsInTable,
+        SqlInfo::SqlMaxConnections,
+        SqlInfo::SqlMaxCursorNameLength,
+        SqlInfo::SqlMaxIndexLength,
+        SqlInfo::SqlDbSchemaNameLength,
+        SqlInfo::SqlMaxProcedureNameLength,
+        SqlInfo::SqlMaxCatalogNameLength,
+        SqlInfo::SqlMaxRowSize,
+        SqlInfo::SqlMaxStatementLength,
+        SqlInfo::SqlMaxStatements,
+        SqlInfo::SqlMaxTableNameLength,
+        SqlInfo::SqlMaxTablesInSelect,
+        SqlInfo::SqlMaxUsernameLength,
+    ] {
+        info.append(limit, 0i64);
+    }
     info.append(SqlInfo::SqlSchemaTerm, "database");
     info.append(SqlInfo::SqlProcedureTerm, "procedure");
     info.append(SqlInfo::SqlCatalogTerm, "catalog");
@@ -85,9 +183,16 @@ pub(crate) fn sql_info() -> Result<SqlInfoData, FlightError> {
     info.append(SqlInfo::SqlSelectForUpdateSupported, false);
     info.append(SqlInfo::SqlStoredProceduresSupported, false);
     info.append(SqlInfo::SqlCorrelatedSubqueriesSupported, true);
-    info.append(SqlInfo::SqlMaxColumnNameLength, 0i64);
-    info.append(SqlInfo::SqlMaxColumnsInSelect, 0i64);
     info.build()
+}
+
+/// `SupportedAnsi92SqlGrammarLevel::ANSI92_ENTRY_SQL` (arrow-flight does not export the
+/// enum).
+const ANSI92_ENTRY_SQL: i32 = 0;
+
+/// The bitmask of some enum values: bit `v` set for each value `v`.
+fn bits(values: &[i32]) -> i32 {
+    values.iter().fold(0, |mask, value| mask | (1 << value))
 }
 
 /// DataFusion's functions by the kind JDBC distinguishes, sorted.
@@ -139,6 +244,23 @@ mod tests {
         assert!(functions.string.contains(&"upper".to_string()));
         assert!(functions.datetime.contains(&"date_trunc".to_string()));
         assert!(functions.system.contains(&"count".to_string()));
+    }
+
+    #[test]
+    fn bitmasks_set_one_bit_per_value() {
+        assert_eq!(bits(&[0, 1]), 3);
+        assert_eq!(bits(&[1]), 2);
+        assert_eq!(bits(&[]), 0);
+    }
+
+    #[test]
+    fn every_sql_info_is_answered() {
+        let info = sql_info().unwrap();
+        let missing: Vec<SqlInfo> = (0..=1000)
+            .filter_map(|id| SqlInfo::try_from(id).ok())
+            .filter(|name| info.record_batch([*name as u32]).unwrap().num_rows() == 0)
+            .collect();
+        assert!(missing.is_empty(), "{missing:?}");
     }
 
     #[test]
