@@ -1,5 +1,7 @@
 //! Runs every `slt/*.slt` file against a fresh mink node served on 127.0.0.1:0 in this
-//! process, through a [`MinkSession`] (the session `mink sql` uses), one node per file.
+//! process, one node per file, twice: through a [`MinkSession`] (the session `mink sql`
+//! uses), then through the node's Flight SQL endpoint (what ADBC and JDBC clients use),
+//! with the same expectations.
 //!
 //! ```text
 //! cargo test -p sql-tests                          # run every file
@@ -10,7 +12,7 @@
 //! Results are compared as text: NULL is `NULL`, an empty string `(empty)`, every other
 //! value as Arrow displays it. Column types are `I` (integers), `R` (floating point and
 //! decimals) and `T` (everything else). A DML statement's count is its statement count
-//! (`statement count 3`).
+//! (`statement count 3`). `--complete` rewrites the files from the embedded run.
 
 #![expect(
     unused_crate_dependencies,
@@ -22,19 +24,49 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{DataType, UInt64Type};
+use arrow::datatypes::{DataType, SchemaRef, UInt64Type};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use async_trait::async_trait;
 use mink_lake::storage::LakeStorage;
 use mink_node::server::{ServerHandle, serve};
 use mink_node::{Node, NodeConfig};
+use mink_query::flight_sql::client::FlightSqlConnection;
+use mink_query::flight_sql::{self, FlightSqlConfig, FlightSqlHandle};
 use mink_query::session::MinkSession;
 use object_store::local::LocalFileSystem;
 use sqllogictest::{DBOutput, DefaultColumnType, Runner};
 
-/// A session of one node, as sqllogictest drives it.
+/// How statements reach the node.
+#[derive(Clone)]
+enum Backend {
+    /// A session in this process.
+    Embedded(Arc<MinkSession>),
+    /// The Flight SQL endpoint, through the query path (as ADBC's `cursor.execute`).
+    FlightSql(FlightSqlConnection),
+}
+
+impl Backend {
+    /// A statement's result schema and batches, or its error message.
+    async fn run(&self, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>), SqlError> {
+        match self {
+            Self::Embedded(session) => {
+                let error = |e: datafusion::error::DataFusionError| SqlError(e.to_string());
+                let frame = session.sql(sql).await.map_err(error)?;
+                let schema = Arc::clone(frame.schema().inner());
+                Ok((schema, frame.collect().await.map_err(error)?))
+            }
+            Self::FlightSql(connection) => {
+                // The server's status message: the same SQL error text.
+                let error = |e| SqlError(mink_client::ClientError::from(e).to_string());
+                connection.query(sql).await.map_err(error)
+            }
+        }
+    }
+}
+
+/// A node, as sqllogictest drives it.
 struct MinkDb {
-    session: Arc<MinkSession>,
+    backend: Backend,
 }
 
 /// A statement's failure: its message is what `statement error <regex>` matches.
@@ -55,10 +87,7 @@ impl sqllogictest::AsyncDB for MinkDb {
     type ColumnType = DefaultColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, SqlError> {
-        let error = |e: datafusion::error::DataFusionError| SqlError(e.to_string());
-        let frame = self.session.sql(sql).await.map_err(error)?;
-        let schema = Arc::clone(frame.schema().inner());
-        let batches = frame.collect().await.map_err(error)?;
+        let (schema, batches) = self.backend.run(sql).await?;
         if schema.fields().is_empty() {
             return Ok(DBOutput::StatementComplete(0));
         }
@@ -176,11 +205,13 @@ fn format_rows(batch: &RecordBatch) -> Result<Vec<Vec<String>>, arrow::error::Ar
         .collect())
 }
 
-/// A node over a fresh directory, served on a loopback port.
+/// A node over a fresh directory, served on a loopback port, with its Flight SQL
+/// endpoint on another.
 struct TestNode {
     _dir: tempfile::TempDir,
     handle: ServerHandle,
-    session: Arc<MinkSession>,
+    flight_sql: FlightSqlHandle,
+    client: mink_client::MinkClient,
 }
 
 impl TestNode {
@@ -190,14 +221,43 @@ impl TestNode {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let handle = serve(node, listener)?;
         let client = mink_client::MinkClient::connect(&handle.addr().to_string()).await?;
-        let storage = LakeStorage::new(Arc::new(LocalFileSystem::new()), "");
-        let session = Arc::new(MinkSession::connect(client, storage).await?);
+        let config = FlightSqlConfig {
+            client: client.clone(),
+            storage: storage(),
+            credentials: None,
+            tls: None,
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let flight_sql = flight_sql::serve(config, listener)?;
         Ok(Self {
             _dir: dir,
             handle,
-            session,
+            flight_sql,
+            client,
         })
     }
+
+    /// How statements of one file reach this node.
+    async fn backend(&self, flight_sql: bool) -> Result<Backend, Box<dyn std::error::Error>> {
+        if flight_sql {
+            let address = self.flight_sql.addr().to_string();
+            let connection = FlightSqlConnection::connect(&address, None, None).await?;
+            return Ok(Backend::FlightSql(connection));
+        }
+        let session = MinkSession::connect(self.client.clone(), storage()).await?;
+        Ok(Backend::Embedded(Arc::new(session)))
+    }
+
+    async fn shutdown(self) -> Result<(), Box<dyn std::error::Error>> {
+        self.flight_sql.shutdown().await?;
+        self.handle.shutdown().await?;
+        Ok(())
+    }
+}
+
+/// Lake files are read from this machine's file system.
+fn storage() -> LakeStorage {
+    LakeStorage::new(Arc::new(LocalFileSystem::new()), "")
 }
 
 /// The `.slt` files, sorted, whose names contain every name filter given.
@@ -217,12 +277,17 @@ fn slt_files(filters: &[String]) -> std::io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-async fn run_file(path: &Path, complete: bool) -> Result<(), Box<dyn std::error::Error>> {
+/// Runs one file against a fresh node, through Flight SQL or embedded.
+async fn run_file(
+    path: &Path,
+    complete: bool,
+    flight_sql: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
     let node = TestNode::start().await?;
-    let session = Arc::clone(&node.session);
+    let backend = node.backend(flight_sql).await?;
     let mut runner = Runner::new(move || {
-        let session = Arc::clone(&session);
-        async move { Ok(MinkDb { session }) }
+        let backend = backend.clone();
+        async move { Ok(MinkDb { backend }) }
     });
     let result = match complete {
         true => {
@@ -238,7 +303,7 @@ async fn run_file(path: &Path, complete: bool) -> Result<(), Box<dyn std::error:
         }
         false => runner.run_file_async(path).await.map_err(Into::into),
     };
-    node.handle.shutdown().await?;
+    node.shutdown().await?;
     result
 }
 
@@ -259,20 +324,29 @@ async fn main() -> ExitCode {
         }
     };
     let mut failed = 0;
+    // Expectations are written from the embedded run only.
+    let backends: &[bool] = if complete { &[false] } else { &[false, true] };
     for file in &files {
         let name = file
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_default();
-        match run_file(file, complete).await {
-            Ok(()) => println!("slt {name} ... ok"),
-            Err(error) => {
-                failed += 1;
-                println!("slt {name} ... FAILED\n{error}");
+        for &flight_sql in backends {
+            let through = if flight_sql { " (Flight SQL)" } else { "" };
+            match run_file(file, complete, flight_sql).await {
+                Ok(()) => println!("slt {name}{through} ... ok"),
+                Err(error) => {
+                    failed += 1;
+                    println!("slt {name}{through} ... FAILED\n{error}");
+                }
             }
         }
     }
-    println!("slt: {} files, {failed} failed", files.len());
+    println!(
+        "slt: {} files, {} runs, {failed} failed",
+        files.len(),
+        files.len() * backends.len()
+    );
     if failed > 0 {
         ExitCode::FAILURE
     } else {

@@ -90,6 +90,16 @@ impl FlightSqlConnection {
         Ok((schema, Box::pin(rows)))
     }
 
+    /// Runs `sql` like [`FlightSqlConnection::execute`] and collects its whole result
+    /// (for small results: tests, scripts).
+    ///
+    /// # Errors
+    /// The server refused the statement, or failed while streaming it.
+    pub async fn query(&self, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>), FlightError> {
+        let (schema, rows) = self.execute(sql).await?;
+        Ok((schema, rows.try_collect().await?))
+    }
+
     fn client(&self) -> FlightSqlServiceClient<Channel> {
         let mut client = FlightSqlServiceClient::new(self.channel.clone());
         if let Some(token) = &self.token {
