@@ -160,7 +160,8 @@ impl TableProvider for MinkTable {
         // The projection, then what the filters and the key merge need besides.
         let mut read = output.clone();
         let filter_columns = filters.iter().map(|f| f.column.clone());
-        let merge_columns = match self.table.has_primary_key() {
+        // `t$lake` has no tail to merge.
+        let merge_columns = match self.kind == ReadKind::Union && self.table.has_primary_key() {
             true => key_columns(&self.table),
             false => Vec::new(),
         };

@@ -17,7 +17,6 @@
 mod create;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt64Array};
 use arrow::datatypes::{Field, Schema};
@@ -46,8 +45,6 @@ pub struct MinkSession {
     storage: LakeStorage,
     context: SessionContext,
     changes: Arc<TableChanges>,
-    /// The table list was just loaded by `connect`: the first statement need not again.
-    fresh: AtomicBool,
 }
 
 impl std::fmt::Debug for MinkSession {
@@ -77,7 +74,6 @@ impl MinkSession {
             storage,
             context,
             changes,
-            fresh: AtomicBool::new(true),
         };
         session.reload().await?;
         Ok(session)
@@ -95,9 +91,7 @@ impl MinkSession {
     /// The statement does not parse, plan or run; the message says why.
     pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
         self.changes.prepare(sql).await?;
-        if !self.fresh.swap(false, Ordering::Relaxed) {
-            self.reload().await?;
-        }
+        self.reload().await?;
         if is_create_table(sql) {
             return self.create_table(sql).await;
         }
