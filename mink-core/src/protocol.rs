@@ -389,6 +389,9 @@ pub struct LakeSnapshotChanges {
     /// expresses the range and the reader reads `to_snapshot_id` in full.
     #[prost(uint64, tag = "5")]
     pub removed_files: u64,
+    /// Its Iceberg sequence number: grows with commit order, unlike snapshot ids.
+    #[prost(int64, tag = "6")]
+    pub sequence_number: i64,
 }
 
 /// Lake { table, partition, snapshot_id, columns }: one Iceberg snapshot of a table (or of
@@ -980,6 +983,7 @@ mod tests {
                     equality_columns: vec![],
                 }],
                 removed_files: 0,
+                sequence_number: 4,
             }],
         });
         round_trip(CompactReply {

@@ -6,9 +6,12 @@
 //! added, see [`mink_lake::delta`]), the engine reads the changed rows straight from
 //! object storage with [`read_delta`]. The columns are the table's (every one nullable:
 //! an equality delete carries only its equality columns), then `_change_type`
-//! (`insert` or `delete`) and `_snapshot_id`. Rows come oldest snapshot first, each
-//! snapshot's deletes before its inserts, in one partition: applied in that order to the
-//! table as of `from`, they give the table as of `to`.
+//! (`insert` or `delete`), `_snapshot_id` and `_sequence_number` (the snapshot's, which
+//! grows with commit order). Applied in the order of `_sequence_number, _change_type`
+//! (deletes before inserts) to the table as of `from`, the rows give the table as of
+//! `to`. They are read in that order, in one partition, and the scan declares it, so
+//! DataFusion skips an `ORDER BY _sequence_number, _change_type` (it still needs one:
+//! a filter or a join may reorder the rows).
 //!
 //! DataFusion calls a table function synchronously, but the function's schema is the
 //! table's, which only the node knows. So a session calls [`TableChanges::prepare`]
@@ -20,6 +23,7 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use arrow::compute::SortOptions;
 use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableFunctionImpl};
@@ -28,21 +32,26 @@ use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::expressions::Column;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::sql::parser::{CopyToSource, DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{
-    Expr as SqlExpr, FunctionArg, FunctionArgExpr, TableFactor, Value, Visit, Visitor,
+    Expr as SqlExpr, FunctionArg, FunctionArgExpr, ObjectName, TableFactor, Visit, Visitor,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 use futures::StreamExt;
 use mink_client::MinkClient;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::delta::{
-    CHANGE_TYPE_COLUMN, DeltaPlan, SNAPSHOT_ID_COLUMN, delta_schema, read_delta,
+    CHANGE_TYPE_COLUMN, DeltaPlan, SEQUENCE_NUMBER_COLUMN, SNAPSHOT_ID_COLUMN, delta_schema,
+    read_delta,
 };
 use mink_lake::storage::LakeStorage;
+
+use crate::split::external;
 
 /// The function's name in SQL.
 pub const TABLE_CHANGES: &str = "table_changes";
@@ -54,7 +63,7 @@ const USAGE: &str = "table_changes('table', from_snapshot_id, to_snapshot_id)";
 pub struct TableChanges {
     client: MinkClient,
     storage: LakeStorage,
-    /// The tables `prepare` looked up, for `call`.
+    /// The tables `prepare` looked up for the statement being planned, for `call`.
     tables: Mutex<HashMap<TablePath, Arc<TableDescriptor>>>,
 }
 
@@ -69,19 +78,26 @@ impl TableChanges {
     }
 
     /// Looks up the tables `sql`'s `table_changes` calls name (as they are now), so the
-    /// calls can be planned. SQL that does not parse is left to the planner to report.
+    /// calls can be planned; forgets those of the statement before. `sql` is parsed as
+    /// the session parses it; SQL that does not parse is left to the planner to report.
     ///
     /// # Errors
     /// A named table does not exist, or the node cannot be reached.
     pub async fn prepare(&self, sql: &str) -> Result<()> {
+        self.tables
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         if !sql.to_ascii_lowercase().contains(TABLE_CHANGES) {
             return Ok(());
         }
-        let Ok(statements) = Parser::parse_sql(&GenericDialect {}, sql) else {
+        let Ok(statements) = DFParser::parse_sql_with_dialect(sql, &GenericDialect {}) else {
             return Ok(());
         };
         let mut calls = TableNames::default();
-        let _ = statements.visit(&mut calls);
+        for statement in &statements {
+            calls.statement(statement);
+        }
         for name in calls.0 {
             let Ok(path) = TablePath::parse(&name) else {
                 continue; // the call reports it
@@ -102,6 +118,33 @@ impl TableChanges {
 #[derive(Default)]
 struct TableNames(Vec<String>);
 
+impl TableNames {
+    fn statement(&mut self, statement: &DFStatement) {
+        match statement {
+            DFStatement::Statement(statement) => {
+                let _ = statement.visit(self);
+            }
+            DFStatement::Explain(explain) => self.statement(&explain.statement),
+            DFStatement::CopyTo(copy) => match &copy.source {
+                CopyToSource::Query(query) => {
+                    let _ = query.visit(self);
+                }
+                CopyToSource::Relation(_) => {}
+            },
+            DFStatement::CreateExternalTable(_) | DFStatement::Reset(_) => {}
+        }
+    }
+}
+
+/// Whether DataFusion's planner takes `name(...)` in a FROM clause for the function: it
+/// looks table functions up by the first part of the name, as written.
+fn names_table_changes(name: &ObjectName) -> bool {
+    name.0
+        .first()
+        .and_then(|part| part.as_ident())
+        .is_some_and(|ident| ident.to_string() == TABLE_CHANGES)
+}
+
 impl Visitor for TableNames {
     type Break = ();
 
@@ -111,12 +154,12 @@ impl Visitor for TableNames {
             args: Some(args),
             ..
         } = factor
-            && name.to_string().eq_ignore_ascii_case(TABLE_CHANGES)
+            && names_table_changes(name)
             && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Value(value)))) =
                 args.args.first()
-            && let Value::SingleQuotedString(table) = &value.value
+            && let Some(table) = value.value.clone().into_string()
         {
-            self.0.push(table.clone());
+            self.0.push(table);
         }
         ControlFlow::Continue(())
     }
@@ -140,8 +183,8 @@ impl TableFunctionImpl for TableChanges {
             .cloned()
             .ok_or_else(|| {
                 DataFusionError::Plan(format!(
-                    "{TABLE_CHANGES}: table {path} was not looked up before planning \
-                     (run the statement through a mink session)"
+                    "{TABLE_CHANGES}: table {path} was not looked up for this statement \
+                     (plan it with MinkSession::sql, which calls TableChanges::prepare)"
                 ))
             })?;
         if !table.lake_enabled {
@@ -149,7 +192,11 @@ impl TableFunctionImpl for TableChanges {
                 "{TABLE_CHANGES}: table {path} has no lake ('lake.enabled' is off)"
             )));
         }
-        for column in [CHANGE_TYPE_COLUMN, SNAPSHOT_ID_COLUMN] {
+        for column in [
+            CHANGE_TYPE_COLUMN,
+            SNAPSHOT_ID_COLUMN,
+            SEQUENCE_NUMBER_COLUMN,
+        ] {
             if table.schema().field_with_name(column).is_ok() {
                 return Err(DataFusionError::Plan(format!(
                     "{TABLE_CHANGES}: table {path} has a column named {column}, which the \
@@ -236,9 +283,8 @@ impl TableProvider for ChangesTable {
             .client
             .plan_table_changes(&self.table.path, self.from, self.to)
             .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let plan =
-            DeltaPlan::from_wire(wire).map_err(|e| DataFusionError::External(Box::new(e)))?;
+            .map_err(external)?;
+        let plan = DeltaPlan::from_wire(wire).map_err(external)?;
         if let Some(cause) = plan.full_reload_cause() {
             return Err(DataFusionError::Plan(format!(
                 "{TABLE_CHANGES}('{}', {}, {}): snapshot {} ({}) removed {} files, which no \
@@ -255,15 +301,36 @@ impl TableProvider for ChangesTable {
         let partition =
             ChangesPartition::new(plan, self.table.schema(), projection, self.storage.clone())?;
         let schema = Arc::clone(partition.schema());
+        let ordering = apply_order(&schema);
         Ok(Arc::new(StreamingTableExec::try_new(
             schema,
             vec![Arc::new(partition)],
             None,
-            Vec::new(),
+            ordering,
             false,
             limit,
         )?))
     }
+}
+
+/// The order the rows come in, `_sequence_number, _change_type` ('delete' before
+/// 'insert'), as far as `schema` (the projected columns) shows it.
+fn apply_order(schema: &SchemaRef) -> Option<LexOrdering> {
+    let ascending = SortOptions {
+        descending: false,
+        nulls_first: false,
+    };
+    let mut order = Vec::new();
+    for name in [SEQUENCE_NUMBER_COLUMN, CHANGE_TYPE_COLUMN] {
+        let Some((index, _)) = schema.column_with_name(name) else {
+            break; // later columns are ordered only within it
+        };
+        order.push(PhysicalSortExpr::new(
+            Arc::new(Column::new(name, index)),
+            ascending,
+        ));
+    }
+    LexOrdering::new(order)
 }
 
 /// The changed rows, in one partition.
@@ -288,9 +355,9 @@ impl ChangesPartition {
         let width = table.fields().len();
         let projection: Vec<usize> = match projection {
             Some(projection) => projection.clone(),
-            None => (0..width + 2).collect(),
+            None => (0..width + 3).collect(),
         };
-        // Table columns in the projection's order, then the two change columns.
+        // Table columns in the projection's order, then the three change columns.
         let mut read: Vec<usize> = Vec::new();
         for &i in &projection {
             if i < width && !read.contains(&i) {
@@ -324,7 +391,7 @@ impl PartitionStream for ChangesPartition {
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let output = self.output.clone();
         let rows = read_delta(&self.storage, self.plan.clone(), &self.columns).map(move |batch| {
-            let batch = batch.map_err(|e| DataFusionError::External(Box::new(e)))?;
+            let batch = batch.map_err(external)?;
             Ok(batch.project(&output)?)
         });
         Box::pin(RecordBatchStreamAdapter::new(

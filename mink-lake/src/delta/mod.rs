@@ -34,11 +34,16 @@
 //!
 //! # Applying a delta
 //!
-//! Snapshot by snapshot, oldest first: its deletes, then its inserts. A delete removes
-//! the rows it identifies: for a primary-key table the row with its key; for an
-//! equality delete the rows equal to it on its equality columns (the columns the file
-//! holds); otherwise the row equal to it. A tiering round of a primary-key table writes
-//! the new version of every changed key and position-deletes the old one:
+//! Snapshot by snapshot, oldest first: its deletes, then its inserts. [`read_delta`]
+//! streams the rows in that order, each with its snapshot's sequence number (it grows
+//! with commit order, ids do not): a reader that reorders them (an engine running in
+//! parallel) restores the order by sequence number, then change type (`delete` <
+//! `insert`).
+//!
+//! A delete removes the rows it identifies: for a primary-key table the row with its
+//! key; for an equality delete the rows equal to it on its equality columns (the columns
+//! the file holds); otherwise the row equal to it. A tiering round of a primary-key table
+//! writes the new version of every changed key and position-deletes the old one:
 //!
 //! ```text
 //!  lake at from     round S (overwrite)                    delta of S       state at S
@@ -76,7 +81,8 @@ use iceberg::table::Table;
 use iceberg::util::snapshot::ancestors_between;
 
 pub use self::read::{
-    CHANGE_TYPE_COLUMN, DELETE, INSERT, SNAPSHOT_ID_COLUMN, delta_schema, read_delta,
+    CHANGE_TYPE_COLUMN, DELETE, INSERT, SEQUENCE_NUMBER_COLUMN, SNAPSHOT_ID_COLUMN, delta_schema,
+    read_delta,
 };
 use crate::error::{LakeError, Result};
 use crate::reader::{DeleteKind, LakeDeleteFile, equality_columns};
@@ -101,6 +107,8 @@ pub struct DeltaPlan {
 pub struct SnapshotDelta {
     /// The snapshot.
     pub snapshot_id: i64,
+    /// Its Iceberg sequence number: grows with commit order, unlike snapshot ids.
+    pub sequence_number: i64,
     /// Its operation.
     pub operation: Operation,
     /// The data files it added (their rows are inserts); none for a `replace`.
@@ -163,7 +171,8 @@ impl SnapshotDelta {
 /// (included); see the [module docs](self). Only manifests are read.
 ///
 /// # Errors
-/// [`LakeError::SnapshotNotFound`] when the table has no snapshot `from` or `to`;
+/// [`LakeError::SnapshotNotFound`] when the table has no snapshot `from` or `to`, or
+/// no longer has one between them (expired);
 /// [`LakeError::NotAncestor`] when `from` is not an ancestor of `to`;
 /// [`LakeError::Iceberg`] when a manifest cannot be read; [`LakeError::Layout`] for an
 /// equality-delete file naming a field its snapshot's schema lacks.
@@ -179,16 +188,24 @@ pub async fn plan_delta(table: &Table, from: i64, to: i64) -> Result<DeltaPlan> 
         }
     }
     let mut lineage: Vec<SnapshotRef> = ancestors_between(&metadata, to, Some(from)).collect();
-    // The walk ends at `from` when it is an ancestor, else at the root.
-    if lineage
-        .last()
-        .is_some_and(|oldest| oldest.parent_snapshot_id() != Some(from))
-    {
-        return Err(LakeError::NotAncestor {
-            table: name,
-            from,
-            to,
-        });
+    // The walk ends at `from` when it is an ancestor, else at the root or at a parent
+    // that was expired.
+    match lineage.last().map(|oldest| oldest.parent_snapshot_id()) {
+        None => {}
+        Some(Some(parent)) if parent == from => {}
+        Some(Some(parent)) if metadata.snapshot_by_id(parent).is_none() => {
+            return Err(LakeError::SnapshotNotFound {
+                table: name,
+                snapshot_id: parent,
+            });
+        }
+        Some(_) => {
+            return Err(LakeError::NotAncestor {
+                table: name,
+                from,
+                to,
+            });
+        }
     }
     lineage.reverse();
     let snapshots = stream::iter(lineage)
@@ -208,6 +225,7 @@ async fn snapshot_delta(table: &Table, snapshot: SnapshotRef) -> Result<Snapshot
     let snapshot_id = snapshot.snapshot_id();
     let mut delta = SnapshotDelta {
         snapshot_id,
+        sequence_number: snapshot.sequence_number(),
         operation: snapshot.summary().operation.clone(),
         added_files: Vec::new(),
         delete_files: Vec::new(),

@@ -36,14 +36,18 @@ use crate::storage::LakeStorage;
 pub const CHANGE_TYPE_COLUMN: &str = "_change_type";
 /// The column holding the snapshot that made a change.
 pub const SNAPSHOT_ID_COLUMN: &str = "_snapshot_id";
+/// The column holding that snapshot's Iceberg sequence number, which grows with commit
+/// order (snapshot ids do not): ordered by it, then by [`CHANGE_TYPE_COLUMN`]
+/// ([`DELETE`] < [`INSERT`]), the rows are in the order to apply them.
+pub const SEQUENCE_NUMBER_COLUMN: &str = "_sequence_number";
 /// The change type of an inserted row.
 pub const INSERT: &str = "insert";
 /// The change type of a deleted row.
 pub const DELETE: &str = "delete";
 
 /// The schema of [`read_delta`]'s batches: `columns`, every one nullable (an equality
-/// delete knows only its equality columns), then [`CHANGE_TYPE_COLUMN`] and
-/// [`SNAPSHOT_ID_COLUMN`].
+/// delete knows only its equality columns), then [`CHANGE_TYPE_COLUMN`],
+/// [`SNAPSHOT_ID_COLUMN`] and [`SEQUENCE_NUMBER_COLUMN`].
 pub fn delta_schema(columns: &Schema) -> SchemaRef {
     let mut fields: Vec<Field> = columns
         .fields()
@@ -52,6 +56,7 @@ pub fn delta_schema(columns: &Schema) -> SchemaRef {
         .collect();
     fields.push(Field::new(CHANGE_TYPE_COLUMN, DataType::Utf8, false));
     fields.push(Field::new(SNAPSHOT_ID_COLUMN, DataType::Int64, false));
+    fields.push(Field::new(SEQUENCE_NUMBER_COLUMN, DataType::Int64, false));
     Arc::new(Schema::new(fields))
 }
 
@@ -103,7 +108,10 @@ fn snapshot_rows(
     output: SchemaRef,
 ) -> BoxStream<'static, Result<RecordBatch>> {
     stream::once(async move {
-        let snapshot_id = snapshot.snapshot_id;
+        let tag = Tag {
+            snapshot_id: snapshot.snapshot_id,
+            sequence_number: snapshot.sequence_number,
+        };
         let added: HashSet<&str> = snapshot
             .added_files
             .iter()
@@ -143,7 +151,7 @@ fn snapshot_rows(
             .try_flatten();
         // Step 4.
         let split = LakeSplit {
-            snapshot_id: Some(snapshot_id),
+            snapshot_id: Some(tag.snapshot_id),
             files: snapshot
                 .added_files
                 .iter()
@@ -160,8 +168,8 @@ fn snapshot_rows(
         let deletes_output = Arc::clone(&output);
         let deletes = position_deletes
             .chain(equality_deletes)
-            .map(move |batch| tagged(&batch?, DELETE, snapshot_id, &deletes_output));
-        let inserts = inserts.map(move |batch| tagged(&batch?, INSERT, snapshot_id, &output));
+            .map(move |batch| tagged(&batch?, DELETE, tag, &deletes_output));
+        let inserts = inserts.map(move |batch| tagged(&batch?, INSERT, tag, &output));
         Ok::<_, LakeError>(deletes.chain(inserts))
     })
     .try_flatten()
@@ -217,17 +225,21 @@ fn rows_in(
         .boxed())
 }
 
-/// `batch` with its change type and snapshot as the last two columns of `output`.
-fn tagged(
-    batch: &RecordBatch,
-    change: &str,
+/// The snapshot a changed row is tagged with.
+#[derive(Debug, Clone, Copy)]
+struct Tag {
     snapshot_id: i64,
-    output: &SchemaRef,
-) -> Result<RecordBatch> {
+    sequence_number: i64,
+}
+
+/// `batch` with its change type, snapshot and sequence number as the last three columns
+/// of `output`.
+fn tagged(batch: &RecordBatch, change: &str, tag: Tag, output: &SchemaRef) -> Result<RecordBatch> {
     let rows = batch.num_rows();
     let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
     columns.push(Arc::new(StringArray::from(vec![change; rows])));
-    columns.push(Arc::new(Int64Array::from(vec![snapshot_id; rows])));
+    columns.push(Arc::new(Int64Array::from(vec![tag.snapshot_id; rows])));
+    columns.push(Arc::new(Int64Array::from(vec![tag.sequence_number; rows])));
     Ok(RecordBatch::try_new_with_options(
         Arc::clone(output),
         columns,

@@ -206,10 +206,23 @@ impl Fixture {
     }
 
     async fn changes(&self, plan: DeltaPlan) -> Vec<Change> {
+        let sequence: HashMap<i64, i64> = plan
+            .snapshots
+            .iter()
+            .map(|s| (s.snapshot_id, s.sequence_number))
+            .collect();
         let batches: Vec<RecordBatch> = read_delta(self.lake.storage(), plan, &columns())
             .try_collect()
             .await
             .unwrap();
+        // Every row carries its snapshot's sequence number.
+        for batch in &batches {
+            let snapshots = batch.column(3).as_primitive::<Int64Type>();
+            let numbers = batch.column(4).as_primitive::<Int64Type>();
+            for row in 0..batch.num_rows() {
+                assert_eq!(numbers.value(row), sequence[&snapshots.value(row)]);
+            }
+        }
         changes(&batches)
     }
 }
@@ -309,6 +322,43 @@ async fn a_delta_spans_several_snapshots_oldest_first() {
         .map(|(_, snapshot, id, _)| (snapshot, id))
         .collect();
     assert_eq!(ids, vec![(b, 3), (b, 4), (c, 5), (c, 6)]);
+}
+
+#[tokio::test]
+async fn sequence_numbers_grow_with_commit_order() {
+    let f = fixture().await;
+    let a = f.append(&[(1, "a")]).await;
+    let b = f.round(&[(1, "a2")], &[]).await;
+    let c = f.round(&[(2, "b")], &[1]).await;
+
+    let plan = f.plan(a, c).await;
+    let numbers: Vec<i64> = plan.snapshots.iter().map(|s| s.sequence_number).collect();
+    assert!(
+        numbers.is_sorted() && numbers[0] < numbers[1],
+        "{numbers:?}"
+    );
+    // Sorted by (sequence number, change type), the rows keep the order they come in.
+    let batches: Vec<RecordBatch> = read_delta(f.lake.storage(), plan, &columns())
+        .try_collect()
+        .await
+        .unwrap();
+    let order: Vec<(i64, String)> = batches
+        .iter()
+        .flat_map(|batch| {
+            let kinds = batch.column(2).as_string::<i32>().clone();
+            let numbers = batch.column(4).as_primitive::<Int64Type>().clone();
+            (0..batch.num_rows()).map(move |row| (numbers.value(row), kinds.value(row).into()))
+        })
+        .collect();
+    assert!(order.is_sorted(), "{order:?}");
+    assert_eq!(
+        order
+            .iter()
+            .map(|(_, kind)| kind.as_str())
+            .collect::<Vec<_>>(),
+        [DELETE, INSERT, DELETE, INSERT],
+        "{b} then {c}"
+    );
 }
 
 #[tokio::test]
@@ -418,6 +468,35 @@ async fn from_off_the_lineage_is_an_error() {
         ),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn an_expired_snapshot_between_is_not_found() {
+    let f = fixture().await;
+    let a = f.append(&[(1, "a")]).await;
+    let b = f.append(&[(2, "b")]).await;
+    let c = f.append(&[(3, "c")]).await;
+    let table = f.current().await;
+    let expired =
+        iceberg::spec::TableMetadataBuilder::new_from_metadata(table.metadata().clone(), None)
+            .remove_snapshots(&[b])
+            .build()
+            .unwrap()
+            .metadata;
+    let table = Table::builder()
+        .metadata(expired)
+        .identifier(table.identifier().clone())
+        .file_io(table.file_io().clone())
+        .runtime(iceberg::Runtime::try_current().unwrap())
+        .readonly(true)
+        .build()
+        .unwrap();
+    let err = plan_delta(&table, a, c).await.unwrap_err();
+    assert!(
+        matches!(err, LakeError::SnapshotNotFound { snapshot_id, .. } if snapshot_id == b),
+        "{err}"
+    );
+    assert!(err.to_string().contains(&b.to_string()), "{err}");
 }
 
 #[tokio::test]

@@ -38,6 +38,7 @@ impl DeltaPlan {
                         .map(LakeDeleteRef::from)
                         .collect(),
                     removed_files: snapshot.removed_files,
+                    sequence_number: snapshot.sequence_number,
                 })
                 .collect(),
         }
@@ -54,6 +55,7 @@ impl DeltaPlan {
             .map(|snapshot| {
                 Ok(SnapshotDelta {
                     snapshot_id: snapshot.snapshot_id,
+                    sequence_number: snapshot.sequence_number,
                     operation: operation(&snapshot.operation)?,
                     added_files: snapshot
                         .data_files
@@ -109,6 +111,7 @@ mod tests {
             snapshots: vec![
                 SnapshotDelta {
                     snapshot_id: 2,
+                    sequence_number: 2,
                     operation: Operation::Overwrite,
                     added_files: vec![AddedFile {
                         path: "/w/t/data/bucket=0/a.parquet".into(),
@@ -133,6 +136,7 @@ mod tests {
                 },
                 SnapshotDelta {
                     snapshot_id: 3,
+                    sequence_number: 3,
                     operation: Operation::Replace,
                     added_files: vec![],
                     delete_files: vec![],

@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::Int64Type;
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{Int32Type, Int64Type};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -199,6 +199,10 @@ async fn changes_between_snapshots_take_the_table_from_one_to_the_other() {
     }
 }
 
+/// `users (id, name)`: a primary-key table with a lake, in two buckets.
+const CREATE_USERS: &str = "CREATE TABLE users (id BIGINT NOT NULL, name STRING, PRIMARY KEY (id)) \
+    WITH ('bucket.num' = '2', 'lake.enabled' = 'true', 'lake.freshness' = '1h')";
+
 async fn tier(session: &MinkSession, table: &str) -> i64 {
     let reply = query(session, &format!("CALL system.tier('{table}')")).await;
     reply[0].column(0).as_primitive::<Int64Type>().value(0)
@@ -210,8 +214,7 @@ async fn table_changes_in_sql_and_its_errors() {
     let session = session(&node.client).await;
     let session = &session;
     for sql in [
-        "CREATE TABLE users (id BIGINT NOT NULL, name STRING, PRIMARY KEY (id)) \
-         WITH ('bucket.num' = '2', 'lake.enabled' = 'true', 'lake.freshness' = '1h')",
+        CREATE_USERS,
         "CREATE TABLE plain (id BIGINT NOT NULL, PRIMARY KEY (id))",
         "INSERT INTO users VALUES (1, 'ann'), (2, 'bob'), (3, 'cy')",
     ] {
@@ -266,6 +269,26 @@ async fn table_changes_in_sql_and_its_errors() {
     )
     .await;
     assert_eq!(caught_up.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
+    // The statement is parsed as DataFusion parses it (EXPLAIN FORMAT is its own).
+    let explained = query(
+        session,
+        &format!("EXPLAIN FORMAT indent SELECT * FROM table_changes('users', {first}, {second})"),
+    )
+    .await;
+    assert!(!explained.is_empty());
+    // A statement finds only the tables looked up for it, never those of one before.
+    query(session, "SELECT 1").await;
+    let unprepared = format!("SELECT * FROM table_changes('users', {first}, {second})");
+    let message = match session.context().sql(&unprepared).await {
+        Ok(frame) => frame.collect().await.map(|_| ()),
+        Err(error) => Err(error),
+    }
+    .expect_err(&unprepared)
+    .to_string();
+    assert!(
+        message.contains("not looked up for this statement"),
+        "{message}"
+    );
 
     for (sql, wanted) in [
         (
@@ -304,4 +327,164 @@ async fn table_changes_in_sql_and_its_errors() {
         let message = error(session, &sql).await;
         assert!(message.contains(wanted), "{sql}: {message}");
     }
+}
+
+/// Rows of `id BIGINT, name STRING` by id.
+type Rows = BTreeMap<i64, String>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_by_sequence_number_restores_the_apply_order() {
+    let node = TestNode::start().await;
+    let session = session(&node.client).await;
+    let session = &session;
+    // More than one partition, so that a filter can run in parallel and reorder rows.
+    let partitions = session.context().state().config().target_partitions();
+    assert!(partitions > 1, "target_partitions {partitions}");
+    query(session, CREATE_USERS).await;
+    let mut now: Rows = (1..=40).map(|id| (id, format!("a{id}"))).collect();
+    let values = |rows: &Rows| {
+        rows.iter()
+            .map(|(id, name)| format!("({id}, '{name}')"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    query(
+        session,
+        &format!("INSERT INTO users VALUES {}", values(&now)),
+    )
+    .await;
+    // Every round changes keys of the one before: applied out of order, the rows would
+    // delete versions not there yet.
+    let mut snapshots = vec![(tier(session, "users").await, now.clone())];
+    for round in 1..=4 {
+        let upserts: Rows = (round * 5..round * 5 + 20)
+            .map(|id| (id, format!("r{round}")))
+            .collect();
+        query(
+            session,
+            &format!("INSERT INTO users VALUES {}", values(&upserts)),
+        )
+        .await;
+        now.extend(upserts);
+        query(session, &format!("DELETE FROM users WHERE id = {round}")).await;
+        now.remove(&round);
+        snapshots.push((tier(session, "users").await, now.clone()));
+    }
+    let (from, first) = &snapshots[0];
+    let (to, last) = &snapshots[snapshots.len() - 1];
+
+    let ordered = format!(
+        "SELECT id, name, _change_type, _snapshot_id, _sequence_number \
+         FROM table_changes('users', {from}, {to}) WHERE id > 0 \
+         ORDER BY _sequence_number, _change_type"
+    );
+    let batches = query(session, &ordered).await;
+    let mut state = first.clone();
+    let mut order = Vec::new();
+    for batch in &batches {
+        let ids = batch.column(0).as_primitive::<Int64Type>();
+        let names = batch.column(1).as_string::<i32>();
+        let kinds = batch.column(2).as_string::<i32>();
+        let snapshot_ids = batch.column(3).as_primitive::<Int64Type>();
+        let numbers = batch.column(4).as_primitive::<Int64Type>();
+        for row in 0..batch.num_rows() {
+            let (id, name) = (ids.value(row), names.value(row).to_string());
+            match kinds.value(row) {
+                "delete" => assert_eq!(state.remove(&id), Some(name), "delete of {id}"),
+                "insert" => assert_eq!(state.insert(id, name), None, "insert of {id}"),
+                other => panic!("change type {other}"),
+            }
+            let step = (numbers.value(row), snapshot_ids.value(row));
+            if order.last() != Some(&step) {
+                order.push(step);
+            }
+        }
+    }
+    assert_eq!(&state, last, "{ordered}");
+    // Sequence numbers grow with commit order; snapshot ids do not have to.
+    assert!(order.is_sorted(), "{order:?}");
+    let committed: Vec<i64> = snapshots[1..].iter().map(|(id, _)| *id).collect();
+    assert_eq!(
+        order.iter().map(|(_, id)| *id).collect::<Vec<_>>(),
+        committed
+    );
+
+    // The scan declares the order: the filter runs in parallel keeping it, and ORDER BY
+    // merges the partitions instead of sorting.
+    let plan = query(session, &format!("EXPLAIN {ordered}")).await;
+    let plan = arrow::util::pretty::pretty_format_batches(&plan)
+        .unwrap()
+        .to_string();
+    assert!(plan.contains("SortPreservingMergeExec"), "{plan}");
+    assert!(!plan.contains("SortExec:"), "{plan}");
+
+    // No column at all: only the rows are counted.
+    let count = query(
+        session,
+        &format!("SELECT count(*) FROM table_changes('users', {from}, {to})"),
+    )
+    .await;
+    let all = query(
+        session,
+        &format!("SELECT * FROM table_changes('users', {from}, {to})"),
+    )
+    .await;
+    let rows: usize = all.iter().map(|b| b.num_rows()).sum();
+    assert!(rows > 0);
+    assert_eq!(
+        count[0].column(0).as_primitive::<Int64Type>().value(0),
+        i64::try_from(rows).unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_added_between_snapshots_reads_null_in_older_files() {
+    let node = TestNode::start().await;
+    let session = session(&node.client).await;
+    let session = &session;
+    query(session, CREATE_USERS).await;
+    query(session, "INSERT INTO users VALUES (1, 'ann'), (2, 'bob')").await;
+    let first = tier(session, "users").await;
+    query(session, "INSERT INTO users VALUES (3, 'cy')").await;
+    let second = tier(session, "users").await;
+    query(session, "ALTER TABLE users ADD COLUMN age INT").await;
+    query(session, "INSERT INTO users VALUES (4, 'dee', 40)").await;
+    query(session, "UPDATE users SET age = 10 WHERE id = 1").await;
+    let third = tier(session, "users").await;
+
+    let batches = query(
+        session,
+        &format!(
+            "SELECT id, name, age, _change_type, _snapshot_id \
+             FROM table_changes('users', {first}, {third}) \
+             ORDER BY _sequence_number, _change_type, id"
+        ),
+    )
+    .await;
+    let mut changed = Vec::new();
+    for batch in &batches {
+        let ids = batch.column(0).as_primitive::<Int64Type>();
+        let names = batch.column(1).as_string::<i32>();
+        let ages = batch.column(2).as_primitive::<Int32Type>();
+        let kinds = batch.column(3).as_string::<i32>();
+        let snapshots = batch.column(4).as_primitive::<Int64Type>();
+        for row in 0..batch.num_rows() {
+            changed.push((
+                snapshots.value(row),
+                kinds.value(row).to_string(),
+                ids.value(row),
+                names.value(row).to_string(),
+                ages.is_valid(row).then(|| ages.value(row)),
+            ));
+        }
+    }
+    let expected = [
+        (second, "insert", 3, "cy", None),
+        // The old version, from a file written before the column was added.
+        (third, "delete", 1, "ann", None),
+        (third, "insert", 1, "ann", Some(10)),
+        (third, "insert", 4, "dee", Some(40)),
+    ]
+    .map(|(snapshot, kind, id, name, age)| (snapshot, kind.to_string(), id, name.to_string(), age));
+    assert_eq!(changed, expected);
 }
