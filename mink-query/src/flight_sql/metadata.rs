@@ -69,10 +69,12 @@ pub(crate) async fn tables(
             continue;
         };
         for table in schema.table_names() {
-            let table_schema = match schema.table(&table).await.map_err(status)? {
-                Some(provider) if include_schema => provider.schema(),
-                _ => Arc::new(Schema::empty()),
+            // A table's schema costs a call to the node: only when asked for.
+            let provider = match include_schema {
+                true => schema.table(&table).await.map_err(status)?,
+                false => None,
             };
+            let table_schema = provider.map_or_else(|| Arc::new(Schema::empty()), |p| p.schema());
             builder.append(
                 &catalog_name,
                 &database,
