@@ -46,8 +46,8 @@ use futures::StreamExt;
 use mink_client::MinkClient;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::delta::{
-    CHANGE_TYPE_COLUMN, DeltaPlan, SEQUENCE_NUMBER_COLUMN, SNAPSHOT_ID_COLUMN, delta_schema,
-    read_delta,
+    CHANGE_TYPE_COLUMN, DeletedRows, DeltaPlan, SEQUENCE_NUMBER_COLUMN, SNAPSHOT_ID_COLUMN,
+    delta_schema, read_delta,
 };
 use mink_lake::storage::LakeStorage;
 
@@ -390,7 +390,13 @@ impl PartitionStream for ChangesPartition {
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let output = self.output.clone();
-        let rows = read_delta(&self.storage, self.plan.clone(), &self.columns).map(move |batch| {
+        let rows = read_delta(
+            &self.storage,
+            self.plan.clone(),
+            &self.columns,
+            DeletedRows::Whole,
+        )
+        .map(move |batch| {
             let batch = batch.map_err(external)?;
             Ok(batch.project(&output)?)
         });

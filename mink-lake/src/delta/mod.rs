@@ -81,8 +81,8 @@ use iceberg::table::Table;
 use iceberg::util::snapshot::ancestors_between;
 
 pub use self::read::{
-    CHANGE_TYPE_COLUMN, DELETE, INSERT, SEQUENCE_NUMBER_COLUMN, SNAPSHOT_ID_COLUMN, delta_schema,
-    read_delta,
+    CHANGE_TYPE_COLUMN, DELETE, DeletedRows, INSERT, SEQUENCE_NUMBER_COLUMN, SNAPSHOT_ID_COLUMN,
+    delta_schema, read_delta,
 };
 use crate::error::{LakeError, Result};
 use crate::reader::{DeleteKind, LakeDeleteFile, equality_columns};

@@ -60,9 +60,21 @@ pub fn delta_schema(columns: &Schema) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
+/// What a row deleted by position carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeletedRows<'a> {
+    /// Every column read: the row as it was (its data file's rows decoded at its
+    /// position, which touches most pages of a file when the deletes are spread).
+    Whole,
+    /// Only these columns (the table's identity, e.g. its primary key), the others null:
+    /// enough to apply the delete by key, and only those columns are decoded.
+    Identity(&'a [String]),
+}
+
 /// Streams the rows `plan` changed, in [`delta_schema`]`(columns)`: the table's
 /// `columns` read by name (a column a file lacks reads as null), oldest snapshot first,
-/// each snapshot's deletes before its inserts (see the [module docs](super)).
+/// each snapshot's deletes before its inserts (see the [module docs](super)). Rows
+/// deleted by position carry what `deleted` says.
 ///
 /// Nothing is read before the stream is polled.
 ///
@@ -73,6 +85,7 @@ pub fn read_delta(
     storage: &LakeStorage,
     plan: DeltaPlan,
     columns: &Schema,
+    deleted: DeletedRows<'_>,
 ) -> BoxStream<'static, Result<RecordBatch>> {
     if let Some(cause) = plan.full_reload_cause() {
         let error = LakeError::FullReloadNeeded {
@@ -87,26 +100,49 @@ pub fn read_delta(
     let read_schema = Arc::new(Schema::new(
         output.fields()[..columns.fields().len()].to_vec(),
     ));
+    let identity_schema = match deleted {
+        DeletedRows::Whole => Arc::clone(&read_schema),
+        DeletedRows::Identity(names) => {
+            let fields = read_schema.fields().iter();
+            let kept = fields.filter(|f| names.contains(f.name())).cloned();
+            Arc::new(Schema::new(kept.collect::<Vec<_>>()))
+        }
+    };
     let storage = storage.clone();
     stream::iter(plan.snapshots)
         .flat_map(move |snapshot| {
-            snapshot_rows(
-                storage.clone(),
-                snapshot,
-                Arc::clone(&read_schema),
-                Arc::clone(&output),
-            )
+            let schemas = Schemas {
+                read: Arc::clone(&read_schema),
+                identity: Arc::clone(&identity_schema),
+                output: Arc::clone(&output),
+            };
+            snapshot_rows(storage.clone(), snapshot, schemas)
         })
         .boxed()
+}
+
+/// The schemas a delta is read in.
+#[derive(Debug, Clone)]
+struct Schemas {
+    /// The table's columns asked for.
+    read: SchemaRef,
+    /// Those of them a row deleted by position is read with.
+    identity: SchemaRef,
+    /// `read` and the change columns.
+    output: SchemaRef,
 }
 
 /// The changed rows of one snapshot, tagged.
 fn snapshot_rows(
     storage: LakeStorage,
     snapshot: SnapshotDelta,
-    read_schema: SchemaRef,
-    output: SchemaRef,
+    schemas: Schemas,
 ) -> BoxStream<'static, Result<RecordBatch>> {
+    let Schemas {
+        read: read_schema,
+        identity,
+        output,
+    } = schemas;
     stream::once(async move {
         let tag = Tag {
             snapshot_id: snapshot.snapshot_id,
@@ -139,10 +175,17 @@ fn snapshot_rows(
         }
         // Steps 2 and 3.
         let (positioned, by_value) = (storage.clone(), storage.clone());
-        let schema = Arc::clone(&read_schema);
+        let (schema, picked) = (Arc::clone(&read_schema), Arc::clone(&identity));
         let position_deletes = stream::iter(deleted)
             .then(move |(file, positions)| {
-                picked_rows(positioned.clone(), file, positions, Arc::clone(&schema))
+                let rows = picked_rows(positioned.clone(), file, positions, Arc::clone(&picked));
+                let schema = Arc::clone(&schema);
+                async move {
+                    let rows = rows.await?;
+                    Ok::<_, LakeError>(
+                        rows.map(move |batch| Ok(normalize_batch(&batch?, &schema)?)),
+                    )
+                }
             })
             .try_flatten();
         let schema = Arc::clone(&read_schema);

@@ -206,12 +206,16 @@ impl Fixture {
     }
 
     async fn changes(&self, plan: DeltaPlan) -> Vec<Change> {
+        self.changes_with(plan, DeletedRows::Whole).await
+    }
+
+    async fn changes_with(&self, plan: DeltaPlan, deleted: DeletedRows<'_>) -> Vec<Change> {
         let sequence: HashMap<i64, i64> = plan
             .snapshots
             .iter()
             .map(|s| (s.snapshot_id, s.sequence_number))
             .collect();
-        let batches: Vec<RecordBatch> = read_delta(self.lake.storage(), plan, &columns())
+        let batches: Vec<RecordBatch> = read_delta(self.lake.storage(), plan, &columns(), deleted)
             .try_collect()
             .await
             .unwrap();
@@ -338,10 +342,11 @@ async fn sequence_numbers_grow_with_commit_order() {
         "{numbers:?}"
     );
     // Sorted by (sequence number, change type), the rows keep the order they come in.
-    let batches: Vec<RecordBatch> = read_delta(f.lake.storage(), plan, &columns())
-        .try_collect()
-        .await
-        .unwrap();
+    let batches: Vec<RecordBatch> =
+        read_delta(f.lake.storage(), plan, &columns(), DeletedRows::Whole)
+            .try_collect()
+            .await
+            .unwrap();
     let order: Vec<(i64, String)> = batches
         .iter()
         .flat_map(|batch| {
@@ -410,6 +415,18 @@ async fn position_deletes_resolve_to_the_rows_they_delete() {
         vec![
             change(DELETE, b, 2, Some("b")),
             change(DELETE, b, 3, Some("c")),
+            change(INSERT, b, 2, Some("b2")),
+            change(INSERT, b, 5, Some("e")),
+        ]
+    );
+    // Identified by their key, deleted rows come without their other columns.
+    let key = ["id".to_string()];
+    assert_eq!(
+        f.changes_with(f.plan(a, b).await, DeletedRows::Identity(&key))
+            .await,
+        vec![
+            change(DELETE, b, 2, None),
+            change(DELETE, b, 3, None),
             change(INSERT, b, 2, Some("b2")),
             change(INSERT, b, 5, Some("e")),
         ]
@@ -518,7 +535,7 @@ async fn an_overwrite_removing_files_needs_a_full_reload() {
     assert_eq!((cause.snapshot_id, cause.removed_files), (c, 2));
     // Up to the snapshot before, a delta still works.
     assert!(!f.plan(a, b).await.needs_full_reload());
-    let err = read_delta(f.lake.storage(), plan, &columns())
+    let err = read_delta(f.lake.storage(), plan, &columns(), DeletedRows::Whole)
         .try_collect::<Vec<_>>()
         .await
         .unwrap_err();

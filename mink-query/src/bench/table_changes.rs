@@ -8,12 +8,13 @@
 //! One primary-key table (`id`) of `--keys` rows with a lake, loaded and tiered (snapshot
 //! `from`); then 1% of its keys, drawn at random, get new values and are tiered in one
 //! round (snapshot `to`: per bucket a data file of the new versions and a position-delete
-//! file of the old ones). The figure: the changes from `from` to `to` (planned from the
+//! file of the old ones). The figures: the changes from `from` to `to` (planned from the
 //! manifests, the old versions read back from the rows the position deletes name, the new
-//! versions; two rows per changed key) against a full read of `to` (planned, every data
-//! file read with its deletes applied). Both run in process through mink's lake reader
-//! (`mink_lake::delta` and `mink_lake::reader`), planning included, all columns; each is
-//! the median of three reads, alternating. The files were just written, so both read from
+//! versions; two rows per changed key), with the deleted rows whole (every column decoded
+//! at their positions) and by key (only `id` decoded), each against a full read of `to`
+//! (planned, every data file read with its deletes applied). All run in process through
+//! mink's lake reader (`mink_lake::delta` and `mink_lake::reader`), planning included,
+//! all columns; each is the median of three reads, alternating. The files were just written, so both read from
 //! the operating system's page cache.
 
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use std::time::Duration;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use futures::TryStreamExt;
-use mink_lake::delta::{plan_delta, read_delta};
+use mink_lake::delta::{DeletedRows, plan_delta, read_delta};
 use mink_lake::reader::{SplitScope, plan_split, read_split};
 use mink_lake::storage::LakeStorage;
 use mink_lake::{LakeError, LakeTable};
@@ -72,44 +73,54 @@ pub(crate) async fn run(args: TableChangesArgs) -> Result<(), CliError> {
     let lake = running.node.lake().await?;
     let lake_table = lake.load(&path).await.map_err(NodeError::from)?;
     let columns = Arc::clone(running.node.describe(&path)?.schema());
-    let (mut deltas, mut fulls) = (Vec::new(), Vec::new());
-    let (mut delta_bytes, mut full_bytes) = (0, 0);
     let delta_rows = 2 * changed.rows;
+    let key = table.primary_key.clone();
+    let reads = [
+        ("the changes, deleted rows whole", DeletedRows::Whole),
+        (
+            "the changes, deleted rows by key",
+            DeletedRows::Identity(&key),
+        ),
+    ];
+    let mut times = vec![Vec::new(); reads.len() + 1];
+    let mut bytes = vec![0; reads.len() + 1];
     for _ in 0..ROUNDS {
-        let (batches, elapsed) = measure(
-            "read the changes of the round",
-            lake_read(delta(&lake_table, lake.storage(), &columns, from, to)),
-        )
-        .await?;
-        check_rows("the changes", rows(&batches), delta_rows)?;
-        delta_bytes = ipc_len(&batches)?;
-        deltas.push(elapsed);
+        for (i, (what, deleted)) in reads.iter().enumerate() {
+            let read = delta(&lake_table, lake.storage(), &columns, (from, to), *deleted);
+            let (batches, elapsed) = measure(what, lake_read(read)).await?;
+            check_rows(what, rows(&batches), delta_rows)?;
+            bytes[i] = ipc_len(&batches)?;
+            times[i].push(elapsed);
+        }
         let (batches, elapsed) = measure(
             "read the lake as of the round",
             lake_read(full(&lake_table, lake.storage(), &columns, to)),
         )
         .await?;
         check_rows("the full read", rows(&batches), data.rows)?;
-        full_bytes = ipc_len(&batches)?;
-        fulls.push(elapsed);
+        bytes[reads.len()] = ipc_len(&batches)?;
+        times[reads.len()].push(elapsed);
     }
-    let (delta_time, full_time) = (median(deltas), median(fulls));
-    let full_figure = Throughput::new(data.rows, full_bytes, full_time);
+    let times: Vec<Duration> = times.into_iter().map(median).collect();
+    let full_time = times[reads.len()];
+    let full_figure = Throughput::new(data.rows, bytes[reads.len()], full_time);
     report(
         "full lake read of the round",
         format!("{:.3} s   {full_figure}", full_time.as_secs_f64()),
         &[],
     );
-    report(
-        &format!("changes of {} keys", changed.rows),
-        format!(
-            "{:.3} s   {}   ({delta_rows} rows, {:.2}% of the table's)",
-            delta_time.as_secs_f64(),
-            Throughput::new(delta_rows, delta_bytes, delta_time),
-            100.0 * delta_rows as f64 / data.rows as f64
-        ),
-        &[format!("vs full read {}", times(full_time, delta_time))],
-    );
+    for (i, (what, _)) in reads.iter().enumerate() {
+        report(
+            what,
+            format!(
+                "{:.3} s   {}   ({delta_rows} rows for {} keys)",
+                times[i].as_secs_f64(),
+                Throughput::new(delta_rows, bytes[i], times[i]),
+                changed.rows
+            ),
+            &[format!("vs full read {}", self::times(full_time, times[i]))],
+        );
+    }
     running.stop().await?;
     Ok(())
 }
@@ -119,11 +130,13 @@ async fn delta(
     table: &LakeTable,
     storage: &LakeStorage,
     columns: &SchemaRef,
-    from: i64,
-    to: i64,
+    (from, to): (i64, i64),
+    deleted: DeletedRows<'_>,
 ) -> Result<Vec<RecordBatch>, LakeError> {
     let plan = plan_delta(table, from, to).await?;
-    read_delta(storage, plan, columns).try_collect().await
+    read_delta(storage, plan, columns, deleted)
+        .try_collect()
+        .await
 }
 
 /// Every row of snapshot `to`, planned and read.
