@@ -536,3 +536,23 @@ async fn tls_is_served_when_given_a_certificate() {
     };
     assert!(refused.is_err(), "plaintext is refused");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_stops_when_its_client_goes_away() {
+    let (_node, handle) = start(None).await;
+    let mut client = client(&handle).await;
+    // Ten billion rows: it ends only if it is cancelled.
+    let endless = "SELECT a.value * b.value AS x FROM generate_series(1, 100000) a \
+                   CROSS JOIN generate_series(1, 100000) b";
+    let info = client.execute(endless.into(), None).await.expect("plan");
+    let ticket = info.endpoint[0].ticket.clone().expect("ticket");
+    let mut rows = client.do_get(ticket).await.expect("do_get");
+    rows.try_next().await.expect("a batch").expect("rows");
+    drop(rows);
+    drop(client);
+    // A graceful shutdown waits for running calls: it returns only if the query stopped.
+    tokio::time::timeout(std::time::Duration::from_secs(30), handle.shutdown())
+        .await
+        .expect("the abandoned query stopped")
+        .expect("clean shutdown");
+}
