@@ -170,6 +170,7 @@ use tokio::time::MissedTickBehavior;
 use crate::embedded;
 use crate::error::CliError;
 
+mod flight_sql;
 mod pk_lake;
 mod sql;
 mod table_changes;
@@ -200,6 +201,9 @@ enum Bench {
     /// The incremental read of a primary-key table's lake: the changes of one tiering
     /// round against a full read of the lake as of it.
     TableChanges(table_changes::TableChangesArgs),
+    /// The Flight SQL endpoint: one-row query latency and large-result throughput
+    /// through arrow-flight's client and ADBC, against the same queries in process.
+    FlightSql(flight_sql::FlightSqlArgs),
 }
 
 /// Arguments of `mink bench log`.
@@ -330,6 +334,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), CliError> {
         Bench::PkLake(args) => pk_lake::run(args).await,
         Bench::Sql(args) => sql::run(args).await,
         Bench::TableChanges(args) => table_changes::run(args).await,
+        Bench::FlightSql(args) => flight_sql::run(args).await,
     }
 }
 
