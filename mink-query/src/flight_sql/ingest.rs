@@ -95,14 +95,25 @@ async fn target_table(
         (Some(_), TableExistsOption::Fail, _) => Err(Status::already_exists(format!(
             "table '{path}' already exists (ingest in append mode to add rows to it)"
         ))),
-        (Some(_), TableExistsOption::Replace, _) => {
+        (Some(table), TableExistsOption::Replace, _) => {
+            if table.has_primary_key() || table.lake_enabled {
+                return Err(Status::failed_precondition(format!(
+                    "table '{path}' has a primary key or a lake, which replacing it with a \
+                     log table of the stream's columns would lose: DROP it first, or ingest \
+                     in append mode"
+                )));
+            }
+            // The replacement is checked before the table it replaces is dropped.
+            let replacement = log_table(path, stream_schema)?;
             client
                 .drop_table(path, false)
                 .await
                 .map_err(client_status)?;
-            create(client, path, stream_schema).await
+            create(client, &replacement).await
         }
-        (None, _, TableNotExistOption::Create) => create(client, path, stream_schema).await,
+        (None, _, TableNotExistOption::Create) => {
+            create(client, &log_table(path, stream_schema)?).await
+        }
         (None, _, TableNotExistOption::Fail | TableNotExistOption::Unspecified) => {
             Err(Status::not_found(format!(
                 "table '{path}' does not exist (ingest in create mode, or CREATE TABLE it first)"
@@ -111,27 +122,27 @@ async fn target_table(
     }
 }
 
-/// Creates a log table with the stream's columns.
-async fn create(
-    client: &MinkClient,
-    path: &TablePath,
-    stream_schema: &Schema,
-) -> Result<TableDescriptor, Status> {
+/// A log table of the stream's columns.
+fn log_table(path: &TablePath, stream_schema: &Schema) -> Result<TableDescriptor, Status> {
     let fields: Vec<Field> = stream_schema
         .fields()
         .iter()
         .map(|f| Field::new(f.name(), storable(f.data_type()), f.is_nullable()))
         .collect();
-    let table = TableDescriptor::new(
+    TableDescriptor::new(
         path.clone(),
         Schema::new(fields),
         vec![],
         vec![],
         TableOptions::default(),
     )
-    .map_err(invalid)?;
+    .map_err(invalid)
+}
+
+/// Creates `table` on the node.
+async fn create(client: &MinkClient, table: &TableDescriptor) -> Result<TableDescriptor, Status> {
     client
-        .create_table(&table, false)
+        .create_table(table, false)
         .await
         .map_err(client_status)
 }

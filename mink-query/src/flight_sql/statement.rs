@@ -7,7 +7,7 @@
 //! | kind      | statements                                     | GetFlightInfo         | DoGet            |
 //! |-----------|------------------------------------------------|-----------------------|------------------|
 //! | `Query`   | `SELECT`, `EXPLAIN`, `SHOW`, `DESCRIBE`          | plans (the schema)    | plans again, runs |
-//! | `Update`  | `INSERT`, `UPDATE`, `DELETE`, `COPY`             | plans (`count`)       | plans again, runs |
+//! | `Update`  | `INSERT`, `UPDATE`, `DELETE`                     | plans (`count`)       | plans again, runs |
 //! | `Command` | DDL, `CALL`, `SET`, and whatever does not parse | runs it, keeps the result in the ticket | streams the result |
 //!
 //! Planning a query or DML statement does nothing, so planning it twice is harmless and
@@ -84,6 +84,29 @@ pub(crate) fn classify(sql: &str) -> StatementKind {
     }
 }
 
+/// Refuses the statements that read or write files on the server's own file system
+/// (`COPY ... TO`, `CREATE EXTERNAL TABLE`): a SQL client must not reach beyond mink's
+/// tables.
+fn refuse_server_files(sql: &str) -> Result<()> {
+    let Ok(statements) = DFParser::parse_sql_with_dialect(sql, &GenericDialect {}) else {
+        return Ok(()); // the session reports why it does not parse
+    };
+    let touches_files = statements.iter().any(|statement| {
+        matches!(
+            statement,
+            DFStatement::CopyTo(_) | DFStatement::CreateExternalTable(_)
+        )
+    });
+    match touches_files {
+        true => Err(DataFusionError::Plan(
+            "COPY and CREATE EXTERNAL TABLE are not served over Flight SQL: they would read \
+             or write files on the server"
+                .into(),
+        )),
+        false => Ok(()),
+    }
+}
+
 /// Runs statements over one node; every call gets a session of its own, so a `SET` or a
 /// failed statement of one client never affects another.
 #[derive(Debug, Clone)]
@@ -131,6 +154,7 @@ impl Statements {
             StatementKind::Update => false,
             StatementKind::Command => return Ok((Schema::empty(), Schema::empty())),
         };
+        refuse_server_files(sql)?;
         let frame = self.session().await?.sql(sql).await?;
         let dataset = if answers_rows {
             arrow_schema(&frame).as_ref().clone()
@@ -162,6 +186,7 @@ impl Statements {
     /// Runs a statement once per row of its parameters (once without parameters) and
     /// answers the rows changed: the `count` of DML, otherwise the rows answered.
     pub(crate) async fn update(&self, handle: &StatementHandle) -> Result<i64> {
+        refuse_server_files(&handle.sql)?;
         let session = self.session().await?;
         let mut changed = 0;
         for values in parameter_rows(handle.parameters.as_ref())? {
@@ -180,6 +205,7 @@ impl Statements {
     /// The statement planned in a new session, its parameters bound. A query binds one
     /// row of parameters.
     async fn frame(&self, handle: &StatementHandle) -> Result<DataFrame> {
+        refuse_server_files(&handle.sql)?;
         let frame = self.session().await?.sql(&handle.sql).await?;
         let rows = parameter_rows(handle.parameters.as_ref())?;
         match <[Option<ParamValues>; 1]>::try_from(rows) {

@@ -288,6 +288,25 @@ async fn ingestion_appends_or_upserts_by_the_table_kind_and_creates_when_asked()
         10,
         "a log table appends"
     );
+
+    // Replacing a primary-key table would lose its key: refused, the table kept.
+    let replace = TableDefinitionOptions {
+        if_not_exist: TableNotExistOption::Fail.into(),
+        if_exists: TableExistsOption::Replace.into(),
+    };
+    let refused = client
+        .execute_ingest(
+            ingest("kv", Some(replace)),
+            futures::stream::iter(vec![Ok(batch(0, 5, "r"))]),
+        )
+        .await
+        .expect_err("replace a primary-key table");
+    assert!(format!("{refused}").contains("primary key"), "{refused}");
+    let counted = rows(client, "SELECT count(*) FROM kv").await;
+    assert_eq!(
+        counted[0].column(0).as_primitive::<Int64Type>().value(0),
+        150
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -383,6 +402,29 @@ async fn bad_input_answers_the_right_code_and_the_sql_error() {
             .expect_err("plan"),
     );
     assert_eq!(code, Code::InvalidArgument);
+
+    // Nothing reaches the server's own files, on either path.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let target = dir.path().join("stolen.csv");
+    let copy = format!("COPY (SELECT 1) TO '{}' STORED AS CSV", target.display());
+    let (code, message) = status(run(client, &copy).await.expect_err("copy"));
+    assert_eq!(code, Code::InvalidArgument);
+    assert!(message.contains("files on the server"), "{message}");
+    let error = client
+        .execute_update(copy, None)
+        .await
+        .expect_err("copy as an update");
+    assert!(
+        format!("{error}").contains("files on the server"),
+        "{error}"
+    );
+    let external = format!(
+        "CREATE EXTERNAL TABLE leak STORED AS CSV LOCATION '{}'",
+        dir.path().display()
+    );
+    let (_, message) = status(run(client, &external).await.expect_err("external table"));
+    assert!(message.contains("files on the server"), "{message}");
+    assert!(!target.exists(), "COPY wrote {}", target.display());
 
     // A handle the server never issued, and a command that is not Flight SQL at all.
     let unknown = CommandPreparedStatementQuery {
