@@ -24,6 +24,8 @@ use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use prost::Message;
 
+use crate::flight_sql::ipc_guard::check_stream;
+
 /// The bytes every mink handle starts with (`1` is the format version).
 const MAGIC: &[u8; 4] = b"mkh1";
 
@@ -154,6 +156,7 @@ fn ipc_bytes(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>, Arr
 }
 
 fn ipc_batches(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>), ArrowError> {
+    check_stream(bytes).map_err(ArrowError::IpcError)?;
     let reader = StreamReader::try_new(Cursor::new(bytes), None)?;
     let schema = Arc::clone(&reader.schema());
     let batches = reader.collect::<Result<_, _>>()?;

@@ -35,6 +35,7 @@ pub mod client;
 mod error;
 mod handle;
 mod ingest;
+mod ipc_guard;
 mod metadata;
 mod prepared;
 mod service;

@@ -20,6 +20,7 @@ use futures::{Stream, TryStreamExt};
 use tonic::Status;
 
 use crate::flight_sql::error::{arrow_status, invalid};
+use crate::flight_sql::ipc_guard::check_header;
 
 /// `sql` with its `?` placeholders numbered `$1, $2, ...`; SQL that does not tokenize is
 /// left as it is (planning reports the error).
@@ -84,6 +85,10 @@ pub(crate) fn record_batches(
 ) -> FlightRecordBatchStream {
     let data = data
         .try_filter(|message| std::future::ready(!message.data_header.is_empty()))
+        .and_then(|message| {
+            let checked = check_header(&message.data_header).map(|()| message);
+            std::future::ready(checked.map_err(invalid))
+        })
         .map_err(FlightError::from);
     FlightRecordBatchStream::new_from_flight_data(data)
 }
