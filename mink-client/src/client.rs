@@ -366,6 +366,22 @@ impl MinkClient {
         self.key_reads(table, prefixes, columns, true).await
     }
 
+    /// [`lookup`](Self::lookup) of keys that all fall in `bucket`, as
+    /// [`split_rows_by_bucket`] routes them: one request, no routing here (the node
+    /// refuses a key of another bucket).
+    pub async fn lookup_in_bucket(
+        &self,
+        table: &TableDescriptor,
+        bucket: &BucketId,
+        keys: &RecordBatch,
+        columns: &[u32],
+    ) -> Result<LookupResult> {
+        let answer = self
+            .bucket_key_reads(bucket.clone(), keys, columns, false)
+            .await?;
+        LookupResult::concat(table, columns, vec![answer])
+    }
+
     async fn key_reads(
         &self,
         table: &TableDescriptor,
@@ -375,35 +391,46 @@ impl MinkClient {
     ) -> Result<LookupResult> {
         let parts = split_rows_by_bucket(table, keys, 0)?;
         let reads = parts.into_iter().map(|part| async move {
-            let keys = encode_batch(&part.batch)?;
-            let bucket = Some(part.bucket);
-            let columns = columns.to_vec();
-            let body = if prefix {
-                let request = PrefixLookup {
-                    bucket,
-                    prefixes: keys,
-                    columns,
-                };
-                self.action(action::PREFIX_LOOKUP, request).await?
-            } else {
-                let request = Lookup {
-                    bucket,
-                    keys,
-                    columns,
-                };
-                self.action(action::LOOKUP, request).await?
-            };
-            let reply: LookupReply = decode("LookupReply", &body)?;
-            let rows = decode_batch("lookup rows", &reply.rows)?;
-            let key_indices: Vec<u32> = reply
-                .key_indices
-                .iter()
-                .map(|i| part.rows[*i as usize])
-                .collect();
+            let (rows, indices) = self
+                .bucket_key_reads(part.bucket, &part.batch, columns, prefix)
+                .await?;
+            let key_indices: Vec<u32> = indices.iter().map(|i| part.rows[*i as usize]).collect();
             Ok::<_, ClientError>((rows, key_indices))
         });
         let answers = futures::future::try_join_all(reads).await?;
         LookupResult::concat(table, columns, answers)
+    }
+
+    /// One bucket's lookup or prefix lookup: the rows found and, for each, the index of
+    /// its key (or prefix) in `keys`.
+    async fn bucket_key_reads(
+        &self,
+        bucket: BucketId,
+        keys: &RecordBatch,
+        columns: &[u32],
+        prefix: bool,
+    ) -> Result<(RecordBatch, Vec<u32>)> {
+        let keys = encode_batch(keys)?;
+        let bucket = Some(bucket);
+        let columns = columns.to_vec();
+        let body = if prefix {
+            let request = PrefixLookup {
+                bucket,
+                prefixes: keys,
+                columns,
+            };
+            self.action(action::PREFIX_LOOKUP, request).await?
+        } else {
+            let request = Lookup {
+                bucket,
+                keys,
+                columns,
+            };
+            self.action(action::LOOKUP, request).await?
+        };
+        let reply: LookupReply = decode("LookupReply", &body)?;
+        let rows = decode_batch("lookup rows", &reply.rows)?;
+        Ok((rows, reply.key_indices))
     }
 
     /// Union: the bucket as it is now, lake rows below the seam then the log up to the high

@@ -154,8 +154,9 @@ impl SplitReader {
                 answer.map_err(external)?
             }
             SplitSource::Lookup { keys } => {
-                let answer = self.client.lookup(&self.table, &keys, &columns).await;
-                vec![answer.map_err(external)?.rows]
+                let client = &self.client;
+                let answer = client.lookup_in_bucket(&self.table, &split.bucket, &keys, &columns);
+                vec![answer.await.map_err(external)?.rows]
             }
         };
         let reader = Arc::clone(&self);
