@@ -4,13 +4,17 @@
 //! | error                                             | code               |
 //! |---------------------------------------------------|--------------------|
 //! | SQL that does not parse, plan or type-check       | `InvalidArgument`  |
+//! | a value the statement cannot compute (a cast that fails, division by zero, overflow) | `InvalidArgument` |
+//! | malformed Arrow data from the client              | `InvalidArgument`  |
 //! | a table (or table function) that does not exist   | `NotFound`         |
 //! | a feature mink does not have                      | `Unimplemented`    |
 //! | an error of the node, with the node's own code    | the node's code    |
-//! | the node cannot be reached                        | `Unavailable`      |
+//! | the node or the lake's object store cannot be reached | `Unavailable`  |
 //! | memory or disk exhausted                          | `ResourceExhausted`|
 //! | anything else (I/O, internal errors)              | `Internal`         |
 
+use arrow::error::ArrowError;
+use arrow_flight::error::FlightError;
 use datafusion::error::DataFusionError;
 use mink_client::ClientError;
 use tonic::{Code, Status};
@@ -35,8 +39,17 @@ pub(crate) fn client_status(error: ClientError) -> Status {
 }
 
 /// An Arrow error while encoding or decoding batches at the wire.
-pub(crate) fn arrow_status(error: arrow::error::ArrowError) -> Status {
+pub(crate) fn arrow_status(error: ArrowError) -> Status {
     status(DataFusionError::ArrowError(Box::new(error), None))
+}
+
+/// A failure reading a client's `DoPut` stream: the client's own status when the
+/// transport failed, otherwise Arrow data the server cannot decode.
+pub(crate) fn put_stream_status(error: FlightError) -> Status {
+    match error {
+        FlightError::Tonic(status) => *status,
+        other => invalid(format!("malformed Arrow data in the DoPut stream: {other}")),
+    }
 }
 
 fn code(error: &DataFusionError) -> Code {
@@ -46,23 +59,44 @@ fn code(error: &DataFusionError) -> Code {
         DataFusionError::Plan(_) | DataFusionError::Configuration(_) => Code::InvalidArgument,
         DataFusionError::NotImplemented(_) | DataFusionError::Substrait(_) => Code::Unimplemented,
         DataFusionError::ResourcesExhausted(_) => Code::ResourceExhausted,
-        DataFusionError::ArrowError(..) | DataFusionError::Execution(_) => Code::InvalidArgument,
+        DataFusionError::ArrowError(error, _) => arrow_code(error),
+        // DataFusion reports values a function cannot compute as execution errors.
+        DataFusionError::Execution(_) => Code::InvalidArgument,
+        DataFusionError::ObjectStore(_) => Code::Unavailable,
         DataFusionError::ParquetError(_)
-        | DataFusionError::ObjectStore(_)
         | DataFusionError::IoError(_)
         | DataFusionError::Internal(_)
         | DataFusionError::ExecutionJoin(_)
         | DataFusionError::Ffi(_) => Code::Internal,
-        DataFusionError::External(source) => match source.downcast_ref::<ClientError>() {
-            Some(client) => client_code(client),
-            None => match source.downcast_ref::<DataFusionError>() {
-                Some(inner) => code(inner),
-                None => Code::Internal,
-            },
-        },
+        DataFusionError::External(source) => external_code(source.as_ref()),
         DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => code(inner),
         DataFusionError::Shared(inner) => code(inner),
         DataFusionError::Collection(errors) => errors.first().map_or(Code::Internal, code),
+    }
+}
+
+/// Arrow errors are about the data a statement computes, except failures of the machine.
+fn arrow_code(error: &ArrowError) -> Code {
+    match error {
+        ArrowError::NotYetImplemented(_) => Code::Unimplemented,
+        ArrowError::MemoryError(_) => Code::ResourceExhausted,
+        ArrowError::IoError(..) => Code::Internal,
+        ArrowError::ExternalError(source) => external_code(source.as_ref()),
+        _ => Code::InvalidArgument,
+    }
+}
+
+/// The code of an error DataFusion or Arrow carries from elsewhere: the node's, or the
+/// one of the DataFusion or Arrow error inside.
+fn external_code(source: &(dyn std::error::Error + Send + Sync + 'static)) -> Code {
+    if let Some(client) = source.downcast_ref::<ClientError>() {
+        client_code(client)
+    } else if let Some(inner) = source.downcast_ref::<DataFusionError>() {
+        code(inner)
+    } else if let Some(inner) = source.downcast_ref::<ArrowError>() {
+        arrow_code(inner)
+    } else {
+        Code::Internal
     }
 }
 
@@ -117,6 +151,41 @@ mod tests {
             code(&DataFusionError::NotImplemented("UNIQUE".into())),
             Code::Unimplemented
         );
+    }
+
+    #[test]
+    fn computation_errors_are_the_statement_s_and_machine_errors_the_server_s() {
+        let arrow = |e| DataFusionError::ArrowError(Box::new(e), None);
+        assert_eq!(
+            code(&arrow(ArrowError::DivideByZero)),
+            Code::InvalidArgument
+        );
+        assert_eq!(
+            code(&arrow(ArrowError::CastError("'x' is not a number".into()))),
+            Code::InvalidArgument
+        );
+        assert_eq!(
+            code(&arrow(ArrowError::MemoryError("1 TB".into()))),
+            Code::ResourceExhausted
+        );
+        let io = std::io::Error::other("disk gone");
+        assert_eq!(
+            code(&arrow(ArrowError::IoError("reading".into(), io))),
+            Code::Internal
+        );
+        let node = ClientError::from(Status::unavailable("node stopping"));
+        assert_eq!(
+            code(&arrow(ArrowError::ExternalError(Box::new(node)))),
+            Code::Unavailable
+        );
+    }
+
+    #[test]
+    fn malformed_client_data_is_an_invalid_argument() {
+        let malformed = FlightError::DecodeError("no schema before the first batch".into());
+        assert_eq!(put_stream_status(malformed).code(), Code::InvalidArgument);
+        let gone = FlightError::Tonic(Box::new(Status::cancelled("client went away")));
+        assert_eq!(put_stream_status(gone).code(), Code::Cancelled);
     }
 
     #[test]

@@ -4,11 +4,17 @@
 //! bound them, its parameters. Binding parameters answers a new handle carrying them
 //! (Flight SQL's `DoPutPreparedStatementResult`), so the server keeps nothing between
 //! calls and closing a prepared statement frees nothing. The ticket of a statement's
-//! FlightInfo is built the same way; for a statement that ran while it was planned (DDL,
-//! `CALL`) it carries the statement's result instead, so the statement runs exactly once.
+//! FlightInfo is built the same way, plus the schema the FlightInfo announced: the
+//! statement is planned again when the ticket is redeemed, and if a table changed in
+//! between so that the rows would not have that schema, the ticket is refused rather
+//! than streaming something else. For a statement that ran while it was planned (DDL,
+//! `CALL`) the ticket carries the statement's result instead, so the statement runs
+//! exactly once.
 //!
 //! ```text
-//! handle = "mkh1" ++ protobuf { 1: sql, 2: parameters (Arrow IPC stream), 3: result (Arrow IPC stream) }
+//! handle = "mkh1" ++ protobuf { 1: sql, 2: parameters (Arrow IPC stream) }
+//! ticket = "mkh1" ++ protobuf { 1: sql, 2: parameters, 4: announced schema (Arrow IPC stream) }
+//!        | "mkh1" ++ protobuf { 3: result (Arrow IPC stream) }
 //! ```
 //!
 //! The magic prefix tells a mink handle from any other bytes: a handle that does not
@@ -42,8 +48,8 @@ pub(crate) struct StatementHandle {
 /// What a ticket of a statement's FlightInfo asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Ticket {
-    /// Run the statement and stream its rows.
-    Run(StatementHandle),
+    /// Run the statement and stream its rows, which have the announced schema.
+    Run(StatementHandle, SchemaRef),
     /// Stream a result computed when the statement was planned.
     Computed(SchemaRef, Vec<RecordBatch>),
 }
@@ -56,6 +62,8 @@ struct HandleProto {
     parameters: Vec<u8>,
     #[prost(bytes = "vec", tag = "3")]
     result: Vec<u8>,
+    #[prost(bytes = "vec", tag = "4")]
+    schema: Vec<u8>,
 }
 
 impl StatementHandle {
@@ -72,7 +80,7 @@ impl StatementHandle {
     /// # Errors
     /// The parameters cannot be IPC-encoded.
     pub(crate) fn encode(&self) -> Result<Vec<u8>, ArrowError> {
-        Ticket::Run(self.clone()).encode()
+        encode(&self.proto()?)
     }
 
     /// The statement a handle names.
@@ -80,10 +88,38 @@ impl StatementHandle {
     /// # Errors
     /// The bytes are not a mink statement handle.
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
-        match Ticket::decode(bytes)? {
-            Ticket::Run(handle) => Ok(handle),
-            Ticket::Computed(..) => Err("a result ticket is not a prepared statement".into()),
+        let proto = decode(bytes)?;
+        if !proto.result.is_empty() || !proto.schema.is_empty() {
+            return Err(unknown(bytes, &"a ticket is not a prepared statement"));
         }
+        Self::from_proto(bytes, proto)
+    }
+
+    fn proto(&self) -> Result<HandleProto, ArrowError> {
+        Ok(HandleProto {
+            sql: self.sql.clone(),
+            parameters: match &self.parameters {
+                Some(batch) => ipc_bytes(batch.schema_ref(), std::slice::from_ref(batch))?,
+                None => Vec::new(),
+            },
+            ..HandleProto::default()
+        })
+    }
+
+    fn from_proto(bytes: &[u8], proto: HandleProto) -> Result<Self, String> {
+        let parameters = if proto.parameters.is_empty() {
+            None
+        } else {
+            let (_, batches) = ipc_batches(&proto.parameters).map_err(|e| unknown(bytes, &e))?;
+            match <[RecordBatch; 1]>::try_from(batches) {
+                Ok([batch]) => Some(batch),
+                Err(_) => return Err(unknown(bytes, &"parameters are not one batch")),
+            }
+        };
+        Ok(Self {
+            sql: proto.sql,
+            parameters,
+        })
     }
 }
 
@@ -94,25 +130,16 @@ impl Ticket {
     /// The parameters or the result cannot be IPC-encoded.
     pub(crate) fn encode(&self) -> Result<Vec<u8>, ArrowError> {
         let proto = match self {
-            Self::Run(handle) => HandleProto {
-                sql: handle.sql.clone(),
-                parameters: match &handle.parameters {
-                    Some(batch) => ipc_bytes(batch.schema_ref(), std::slice::from_ref(batch))?,
-                    None => Vec::new(),
-                },
-                result: Vec::new(),
+            Self::Run(handle, schema) => HandleProto {
+                schema: ipc_bytes(schema, &[])?,
+                ..handle.proto()?
             },
             Self::Computed(schema, batches) => HandleProto {
-                sql: String::new(),
-                parameters: Vec::new(),
                 result: ipc_bytes(schema, batches)?,
+                ..HandleProto::default()
             },
         };
-        let mut bytes = MAGIC.to_vec();
-        proto
-            .encode(&mut bytes)
-            .map_err(|e| ArrowError::IpcError(e.to_string()))?;
-        Ok(bytes)
+        encode(&proto)
     }
 
     /// The ticket `bytes` encode.
@@ -120,31 +147,39 @@ impl Ticket {
     /// # Errors
     /// The bytes are not a mink ticket (a message saying so).
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
-        let unknown = |why: &dyn std::fmt::Display| {
-            format!("unknown statement handle ({} bytes): {why}", bytes.len())
-        };
-        let proto = bytes
-            .strip_prefix(MAGIC)
-            .ok_or_else(|| unknown(&"not issued by a mink server"))
-            .and_then(|rest| HandleProto::decode(rest).map_err(|e| unknown(&e)))?;
+        let proto = decode(bytes)?;
         if !proto.result.is_empty() {
-            let (schema, batches) = ipc_batches(&proto.result).map_err(|e| unknown(&e))?;
+            let (schema, batches) = ipc_batches(&proto.result).map_err(|e| unknown(bytes, &e))?;
             return Ok(Self::Computed(schema, batches));
         }
-        let parameters = if proto.parameters.is_empty() {
-            None
-        } else {
-            let (_, batches) = ipc_batches(&proto.parameters).map_err(|e| unknown(&e))?;
-            match <[RecordBatch; 1]>::try_from(batches) {
-                Ok([batch]) => Some(batch),
-                Err(_) => return Err(unknown(&"parameters are not one batch")),
-            }
-        };
-        Ok(Self::Run(StatementHandle {
-            sql: proto.sql,
-            parameters,
-        }))
+        if proto.schema.is_empty() {
+            return Err(unknown(bytes, &"a prepared statement is not a ticket"));
+        }
+        let (schema, _) = ipc_batches(&proto.schema).map_err(|e| unknown(bytes, &e))?;
+        Ok(Self::Run(
+            StatementHandle::from_proto(bytes, proto)?,
+            schema,
+        ))
     }
+}
+
+fn encode(proto: &HandleProto) -> Result<Vec<u8>, ArrowError> {
+    let mut bytes = MAGIC.to_vec();
+    proto
+        .encode(&mut bytes)
+        .map_err(|e| ArrowError::IpcError(e.to_string()))?;
+    Ok(bytes)
+}
+
+fn decode(bytes: &[u8]) -> Result<HandleProto, String> {
+    bytes
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| unknown(bytes, &"not issued by a mink server"))
+        .and_then(|rest| HandleProto::decode(rest).map_err(|e| unknown(bytes, &e)))
+}
+
+fn unknown(bytes: &[u8], why: &dyn std::fmt::Display) -> String {
+    format!("unknown statement handle ({} bytes): {why}", bytes.len())
 }
 
 fn ipc_bytes(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>, ArrowError> {
@@ -193,6 +228,20 @@ mod tests {
             StatementHandle::decode(&bound.encode().unwrap()).unwrap(),
             bound
         );
+    }
+
+    #[test]
+    fn a_run_ticket_carries_its_statement_and_announced_schema() {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let statement = StatementHandle {
+            sql: "SELECT id FROM t WHERE name = $2 OR id = $1".into(),
+            parameters: Some(parameters()),
+        };
+        let ticket = Ticket::Run(statement.clone(), schema);
+        let bytes = ticket.encode().unwrap();
+        assert_eq!(Ticket::decode(&bytes).unwrap(), ticket);
+        assert!(StatementHandle::decode(&bytes).is_err());
+        assert!(Ticket::decode(&statement.encode().unwrap()).is_err());
     }
 
     #[test]

@@ -25,20 +25,23 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow_flight::FlightData;
-use arrow_flight::error::FlightError;
 use arrow_flight::sql::{CommandStatementIngest, TableExistsOption, TableNotExistOption};
 use futures::{Stream, TryStreamExt};
-use mink_client::{ClientError, MinkClient};
+use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::schema::normalize_batch;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_provider::{CATALOG_NAME, DEFAULT_DATABASE};
 use tonic::{Code, Status};
 
-use crate::flight_sql::error::{client_status, invalid};
+use crate::flight_sql::error::{client_status, invalid, put_stream_status};
 use crate::flight_sql::prepared::record_batches;
 
 /// Writes the streamed batches into the table `command` names; answers the rows written.
+///
+/// A failure midway keeps the rows already written (each write is durable when it is
+/// acknowledged) and says how many they are; a table this ingest created is dropped
+/// again instead, so a failed `create` leaves nothing behind.
 pub(crate) async fn ingest(
     client: &MinkClient,
     command: &CommandStatementIngest,
@@ -52,18 +55,49 @@ pub(crate) async fn ingest(
     }
     let path = table_path(command)?;
     let mut batches = record_batches(data);
-    let first = batches.try_next().await.map_err(flight_status)?;
+    let first = batches.try_next().await.map_err(put_stream_status)?;
     let Some(schema) = batches.schema().cloned() else {
         return Err(invalid("the ingest stream has no schema"));
     };
-    let table = target_table(client, command, &path, &schema).await?;
+    let target = target_table(client, command, &path, &schema).await?;
     let mut rows = 0;
     let mut next = first;
-    while let Some(batch) = next {
-        rows += write(client, &table, &batch).await?;
-        next = batches.try_next().await.map_err(flight_status)?;
+    let written = async {
+        while let Some(batch) = next {
+            rows += write(client, &target.table, &batch).await?;
+            next = batches.try_next().await.map_err(put_stream_status)?;
+        }
+        Ok::<_, Status>(())
     }
-    Ok(rows)
+    .await;
+    match written {
+        Ok(()) => Ok(rows),
+        Err(failure) if target.created => Err(drop_created(client, &path, failure).await),
+        Err(failure) => Err(Status::new(
+            failure.code(),
+            format!(
+                "{} ({rows} rows were written before the failure and stay in '{path}')",
+                failure.message()
+            ),
+        )),
+    }
+}
+
+/// Drops the table a failed ingest created; answers the failure, saying so.
+async fn drop_created(client: &MinkClient, path: &TablePath, failure: Status) -> Status {
+    let outcome = match client.drop_table(path, true).await {
+        Ok(()) => format!("table '{path}', created by this ingest, was dropped again"),
+        Err(error) => {
+            format!("table '{path}', created by this ingest, could not be dropped: {error}")
+        }
+    };
+    Status::new(failure.code(), format!("{} ({outcome})", failure.message()))
+}
+
+/// The table an ingest writes, and whether the ingest created it.
+struct Target {
+    table: TableDescriptor,
+    created: bool,
 }
 
 /// The table named by the command: `mink.db.t`, `db.t` or `t`.
@@ -83,7 +117,7 @@ async fn target_table(
     command: &CommandStatementIngest,
     path: &TablePath,
     stream_schema: &Schema,
-) -> Result<TableDescriptor, Status> {
+) -> Result<Target, Status> {
     let options = command.table_definition_options.unwrap_or_default();
     let existing = match client.describe_table(path).await {
         Ok(table) => Some(table),
@@ -91,7 +125,12 @@ async fn target_table(
         Err(error) => return Err(client_status(error)),
     };
     match (existing, options.if_exists(), options.if_not_exist()) {
-        (Some(table), TableExistsOption::Append | TableExistsOption::Unspecified, _) => Ok(table),
+        (Some(table), TableExistsOption::Append | TableExistsOption::Unspecified, _) => {
+            Ok(Target {
+                table,
+                created: false,
+            })
+        }
         (Some(_), TableExistsOption::Fail, _) => Err(Status::already_exists(format!(
             "table '{path}' already exists (ingest in append mode to add rows to it)"
         ))),
@@ -109,11 +148,15 @@ async fn target_table(
                 .drop_table(path, false)
                 .await
                 .map_err(client_status)?;
-            create(client, &replacement).await
+            Ok(Target {
+                table: create(client, &replacement).await?,
+                created: false,
+            })
         }
-        (None, _, TableNotExistOption::Create) => {
-            create(client, &log_table(path, stream_schema)?).await
-        }
+        (None, _, TableNotExistOption::Create) => Ok(Target {
+            table: create(client, &log_table(path, stream_schema)?).await?,
+            created: true,
+        }),
         (None, _, TableNotExistOption::Fail | TableNotExistOption::Unspecified) => {
             Err(Status::not_found(format!(
                 "table '{path}' does not exist (ingest in create mode, or CREATE TABLE it first)"
@@ -185,10 +228,6 @@ async fn write(
         .await
         .map_err(client_status)?;
     Ok(i64::try_from(batch.num_rows()).unwrap_or(i64::MAX))
-}
-
-fn flight_status(error: FlightError) -> Status {
-    client_status(ClientError::from(error))
 }
 
 #[cfg(test)]

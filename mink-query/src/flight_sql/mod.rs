@@ -21,6 +21,8 @@
 //!   ([`ingest`]).
 //! - **Metadata**: SQL info, catalogs, databases, tables with schemas, table types,
 //!   primary keys, foreign keys (none), XDBC types ([`metadata`], [`sql_info`]).
+//! - **`GetSchema` and `PollFlightInfo`**, which arrow-flight's dispatch leaves out
+//!   ([`endpoint`]).
 //! - **Sessions**: `SetSessionOptions` and `CloseSession` are accepted; nothing is kept.
 //! - **Authentication** with a user and password exchanged for a bearer token, and TLS
 //!   ([`auth`], [`FlightSqlConfig`]).
@@ -32,6 +34,7 @@
 
 mod auth;
 pub mod client;
+mod endpoint;
 mod error;
 mod handle;
 mod ingest;
@@ -44,6 +47,7 @@ mod statement;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
 use futures::{Stream, StreamExt};
@@ -60,8 +64,12 @@ use tracing::{info, warn};
 pub use auth::{Credentials, TOKEN_LIFETIME};
 
 use auth::Auth;
+use endpoint::FlightSqlEndpoint;
 use service::MinkFlightSql;
 use statement::Statements;
+
+/// How long a shutdown waits for running calls.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// What the Flight SQL service serves, and how.
 #[derive(Debug, Clone)]
@@ -126,7 +134,9 @@ impl FlightSqlHandle {
         self.addr
     }
 
-    /// Stops accepting calls and waits for running ones to finish.
+    /// Stops accepting calls and waits for running ones to finish, for at most
+    /// [`SHUTDOWN_GRACE`]; calls still running then (a client reading a large result
+    /// slowly) are cut off.
     ///
     /// # Errors
     /// The server failed.
@@ -134,7 +144,15 @@ impl FlightSqlHandle {
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }
-        match (&mut self.server).await {
+        let finished = match tokio::time::timeout(SHUTDOWN_GRACE, &mut self.server).await {
+            Ok(finished) => finished,
+            Err(_) => {
+                warn!(grace = ?SHUTDOWN_GRACE, "Flight SQL calls still running at shutdown are cut off");
+                self.server.abort();
+                return Ok(());
+            }
+        };
+        match finished {
             Ok(result) => Ok(result?),
             Err(e) => Err(ServeError::Io(std::io::Error::other(e))),
         }
@@ -200,7 +218,7 @@ pub fn serve(
         sql_info::sql_info()?,
         metadata::xdbc_types()?,
     );
-    let service = FlightServiceServer::new(service)
+    let service = FlightServiceServer::new(FlightSqlEndpoint::new(service))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let service = tonic::service::interceptor::InterceptedService::new(service, move |request| {

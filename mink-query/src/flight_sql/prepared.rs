@@ -19,7 +19,7 @@ use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use futures::{Stream, TryStreamExt};
 use tonic::Status;
 
-use crate::flight_sql::error::{arrow_status, invalid};
+use crate::flight_sql::error::{arrow_status, invalid, put_stream_status};
 use crate::flight_sql::ipc_guard::check_header;
 
 /// `sql` with its `?` placeholders numbered `$1, $2, ...`; SQL that does not tokenize is
@@ -54,28 +54,30 @@ pub(crate) fn positional(sql: &str) -> String {
     out
 }
 
-/// The parameters a client binds: the batches of its `DoPut` as one batch, `None`
-/// when it sent no rows.
+/// The parameters a client binds to a query: the batches of its `DoPut` as one batch,
+/// `None` when it sent no rows.
 ///
 /// # Errors
 /// `InvalidArgument` when the stream is not Arrow data.
 pub(crate) async fn parameters(
     data: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
 ) -> Result<Option<RecordBatch>, Status> {
-    let mut stream = record_batches(data);
-    let mut batches = Vec::new();
-    while let Some(batch) = stream
-        .try_next()
-        .await
-        .map_err(|e| invalid(format!("bad parameter data: {e}")))?
-    {
-        batches.push(batch);
-    }
+    let batches: Vec<RecordBatch> = parameter_batches(data).try_collect().await?;
     let Some(first) = batches.first() else {
         return Ok(None);
     };
     let batch = concat_batches(first.schema_ref(), &batches).map_err(arrow_status)?;
-    Ok((batch.num_rows() > 0).then_some(batch))
+    Ok(Some(batch))
+}
+
+/// The parameter rows of a client's `DoPut`, batch by batch as they arrive (empty
+/// batches skipped).
+pub(crate) fn parameter_batches(
+    data: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
+) -> impl Stream<Item = Result<RecordBatch, Status>> + Send + Unpin + 'static {
+    record_batches(data)
+        .map_err(put_stream_status)
+        .try_filter(|batch| std::future::ready(batch.num_rows() > 0))
 }
 
 /// The record batches of a client's `DoPut` stream. Messages without an Arrow header

@@ -97,7 +97,13 @@ impl MinkFlightSql {
         let ticket = TicketStatementQuery {
             statement_handle: ticket.encode().map_err(arrow_status)?.into(),
         };
-        info(&schema, ticket.as_any(), descriptor)
+        info(&streamed_schema(schema).await?, ticket.as_any(), descriptor)
+    }
+
+    /// The schema a statement's rows will stream in, found without running it.
+    pub(crate) async fn statement_schema(&self, handle: StatementHandle) -> Result<Schema, Status> {
+        let schema = self.statements.schema(&handle).await.map_err(status)?;
+        streamed_schema(schema).await
     }
 
     async fn session(&self) -> Result<crate::session::MinkSession, Status> {
@@ -131,6 +137,20 @@ fn metadata_info(
     info(schema, command.as_any(), request.into_inner())
 }
 
+/// The schema rows of `schema` stream in: [`flight_stream`] sends dictionary-encoded
+/// columns as their values, so that is what a FlightInfo must announce. Found by encoding
+/// the schema the way the rows are encoded.
+async fn streamed_schema(schema: SchemaRef) -> Result<Schema, Status> {
+    let mut encoded = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .build(futures::stream::empty());
+    let message = encoded
+        .try_next()
+        .await?
+        .ok_or_else(|| Status::internal("the encoder sent no schema"))?;
+    Schema::try_from(&message).map_err(arrow_status)
+}
+
 /// Streams record batches as Flight data, encoding as the client reads.
 fn flight_stream(rows: SendableRecordBatchStream) -> Response<DoGetStream> {
     let schema = rows.schema();
@@ -151,14 +171,14 @@ fn batch_stream(batch: RecordBatch) -> Response<DoGetStream> {
     )))
 }
 
-fn schema_bytes(schema: &Schema) -> Result<prost::bytes::Bytes, Status> {
+pub(crate) fn schema_bytes(schema: &Schema) -> Result<prost::bytes::Bytes, Status> {
     let IpcMessage(bytes) = SchemaAsIpc::new(schema, &IpcWriteOptions::default())
         .try_into()
         .map_err(arrow_status)?;
     Ok(bytes)
 }
 
-fn decode_handle(bytes: &[u8]) -> Result<StatementHandle, Status> {
+pub(crate) fn decode_handle(bytes: &[u8]) -> Result<StatementHandle, Status> {
     StatementHandle::decode(bytes).map_err(invalid)
 }
 
@@ -298,7 +318,7 @@ impl FlightSqlService for MinkFlightSql {
         _request: Request<FlightTicket>,
     ) -> Result<Response<DoGetStream>, Status> {
         let ticket = Ticket::decode(&ticket.statement_handle).map_err(invalid)?;
-        let rows = self.statements.stream(ticket).await.map_err(status)?;
+        let rows = self.statements.stream(ticket).await?;
         Ok(flight_stream(rows))
     }
 
@@ -410,7 +430,9 @@ impl FlightSqlService for MinkFlightSql {
         _request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         let handle = StatementHandle::new(command.query);
-        self.statements.update(&handle).await.map_err(status)
+        self.statements
+            .update(&handle, futures::stream::empty())
+            .await
     }
 
     async fn do_put_statement_ingest(
@@ -438,11 +460,9 @@ impl FlightSqlService for MinkFlightSql {
         query: CommandPreparedStatementUpdate,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let mut handle = decode_handle(&query.prepared_statement_handle)?;
-        if let Some(parameters) = prepared::parameters(request.into_inner()).await? {
-            handle.parameters = Some(parameters);
-        }
-        self.statements.update(&handle).await.map_err(status)
+        let handle = decode_handle(&query.prepared_statement_handle)?;
+        let parameters = prepared::parameter_batches(request.into_inner());
+        self.statements.update(&handle, parameters).await
     }
 
     async fn do_put_fallback(
@@ -469,7 +489,7 @@ impl FlightSqlService for MinkFlightSql {
         let handle = StatementHandle::new(sql).encode().map_err(arrow_status)?;
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into(),
-            dataset_schema: schema_bytes(&dataset)?,
+            dataset_schema: schema_bytes(&streamed_schema(Arc::new(dataset)).await?)?,
             parameter_schema: schema_bytes(&parameters)?,
         })
     }

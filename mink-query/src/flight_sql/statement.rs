@@ -14,12 +14,15 @@
 //! the ticket needs only the SQL. A command acts as it is planned (that is how
 //! [`MinkSession`] and DataFusion run DDL), so it runs once, at `GetFlightInfo`, and its
 //! small result travels in the ticket. The FlightInfo schema is the planned schema
-//! in both cases, and it is the schema `DoGet` streams.
+//! in both cases, and it is the schema `DoGet` streams: the ticket carries it, and a
+//! statement planned again to a different schema (a table altered in between) is
+//! refused.
 //!
 //! Rows are streamed from DataFusion's `execute_stream`, so a result of any size is
 //! produced as the client reads it; when the client goes away, tonic drops the stream and
 //! with it the query.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, RecordBatch};
@@ -32,10 +35,12 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::parser::{DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
-use futures::TryStreamExt;
+use futures::stream::{self, Stream, StreamExt, TryStreamExt};
 use mink_client::MinkClient;
 use mink_lake::storage::LakeStorage;
+use tonic::Status;
 
+use crate::flight_sql::error::status;
 use crate::flight_sql::handle::{StatementHandle, Ticket};
 use crate::session::MinkSession;
 
@@ -125,9 +130,14 @@ impl Statements {
         &self.client
     }
 
-    /// A new session (it loads the table list).
+    /// A new session with the table list loaded (for metadata calls).
     pub(crate) async fn session(&self) -> Result<MinkSession> {
         MinkSession::connect(self.client.clone(), self.storage.clone()).await
+    }
+
+    /// A new session to run statements in: [`MinkSession::sql`] loads the table list.
+    fn statement_session(&self) -> MinkSession {
+        MinkSession::new(self.client.clone(), self.storage.clone())
     }
 
     /// Plans `handle` for a FlightInfo: the schema of its result and the ticket that
@@ -136,13 +146,26 @@ impl Statements {
         let frame = self.frame(&handle).await?;
         let schema = arrow_schema(&frame);
         match classify(&handle.sql) {
-            StatementKind::Query | StatementKind::Update => Ok((schema, Ticket::Run(handle))),
+            StatementKind::Query | StatementKind::Update => {
+                Ok((Arc::clone(&schema), Ticket::Run(handle, schema)))
+            }
             StatementKind::Command => {
                 let mut batches = frame.collect().await?;
                 // DDL answers a row of no columns; a client expects no rows.
                 batches.retain(|batch| batch.num_columns() > 0);
                 Ok((Arc::clone(&schema), Ticket::Computed(schema, batches)))
             }
+        }
+    }
+
+    /// The schema of a statement's result, found without running it: a command (which
+    /// would act as it is planned) answers no columns.
+    pub(crate) async fn schema(&self, handle: &StatementHandle) -> Result<SchemaRef> {
+        match classify(&handle.sql) {
+            StatementKind::Query | StatementKind::Update => {
+                Ok(arrow_schema(&self.frame(handle).await?))
+            }
+            StatementKind::Command => Ok(Arc::new(Schema::empty())),
         }
     }
 
@@ -155,7 +178,7 @@ impl Statements {
             StatementKind::Command => return Ok((Schema::empty(), Schema::empty())),
         };
         refuse_server_files(sql)?;
-        let frame = self.session().await?.sql(sql).await?;
+        let frame = self.statement_session().sql(sql).await?;
         let dataset = if answers_rows {
             arrow_schema(&frame).as_ref().clone()
         } else {
@@ -166,14 +189,26 @@ impl Statements {
 
     /// The rows a ticket names, as a stream that runs the statement while it is polled;
     /// its schema is the planned one, which the FlightInfo announced.
-    pub(crate) async fn stream(&self, ticket: Ticket) -> Result<SendableRecordBatchStream> {
+    ///
+    /// # Errors
+    /// `FailedPrecondition` when the statement, planned again, no longer has the
+    /// announced schema (a table changed in between).
+    pub(crate) async fn stream(&self, ticket: Ticket) -> Result<SendableRecordBatchStream, Status> {
         match ticket {
-            Ticket::Run(handle) => {
-                let frame = self.frame(&handle).await?;
+            Ticket::Run(handle, announced) => {
+                let frame = self.frame(&handle).await.map_err(status)?;
                 // The planned schema, as announced (a physical plan may know a column
                 // has no nulls where the plan said nullable).
                 let schema = arrow_schema(&frame);
-                let rows = frame.execute_stream().await?;
+                if schema != announced {
+                    return Err(Status::failed_precondition(format!(
+                        "the statement's result changed since it was planned (a table was \
+                         altered or replaced): its columns were {}, now {}; run it again",
+                        columns(&announced),
+                        columns(&schema)
+                    )));
+                }
+                let rows = frame.execute_stream().await.map_err(status)?;
                 Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rows)))
             }
             Ticket::Computed(schema, batches) => Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -183,34 +218,58 @@ impl Statements {
         }
     }
 
-    /// Runs a statement once per row of its parameters (once without parameters) and
-    /// answers the rows changed: the `count` of DML, otherwise the rows answered.
-    pub(crate) async fn update(&self, handle: &StatementHandle) -> Result<i64> {
-        refuse_server_files(&handle.sql)?;
-        let session = self.session().await?;
-        let mut changed = 0;
-        for values in parameter_rows(handle.parameters.as_ref())? {
-            let mut frame = session.sql(&handle.sql).await?;
-            if let Some(values) = values {
-                frame = frame.with_param_values(values)?;
+    /// Runs an update and answers the rows it changed: the `count` of DML, otherwise the
+    /// rows answered.
+    ///
+    /// The statement is planned once, then run once per parameter row: the rows the
+    /// client streams (`streamed`, taken as they arrive), or else those bound in the
+    /// handle, or once without parameters. A failure midway says how many executions
+    /// ran before it and what they changed; those changes stay.
+    pub(crate) async fn update(
+        &self,
+        handle: &StatementHandle,
+        streamed: impl Stream<Item = Result<RecordBatch, Status>> + Send + Unpin,
+    ) -> Result<i64, Status> {
+        refuse_server_files(&handle.sql).map_err(status)?;
+        let session = self.statement_session();
+        let planned = session.sql(&handle.sql).await.map_err(status)?;
+        let mut streamed = streamed.peekable();
+        let mut parameters = match Pin::new(&mut streamed).peek().await {
+            Some(_) => streamed.boxed(),
+            None => stream::iter(handle.parameters.clone().map(Ok)).boxed(),
+        };
+        let mut progress = UpdateProgress::default();
+        let ran = async {
+            let mut bound = false;
+            while let Some(batch) = parameters.try_next().await? {
+                bound = true;
+                for values in parameter_rows(&batch).map_err(status)? {
+                    let frame = planned.clone().with_param_values(values);
+                    progress.record(run_update(frame).await.map_err(status)?);
+                }
             }
-            let mut batches = frame.execute_stream().await?;
-            while let Some(batch) = batches.try_next().await? {
-                changed += rows_changed(&batch);
+            if !bound {
+                progress.record(run_update(Ok(planned)).await.map_err(status)?);
             }
+            Ok(())
         }
-        Ok(i64::try_from(changed).unwrap_or(i64::MAX))
+        .await;
+        match ran {
+            Ok(()) => Ok(i64::try_from(progress.changed).unwrap_or(i64::MAX)),
+            Err(failure) => Err(progress.annotate(failure)),
+        }
     }
 
     /// The statement planned in a new session, its parameters bound. A query binds one
     /// row of parameters.
     async fn frame(&self, handle: &StatementHandle) -> Result<DataFrame> {
         refuse_server_files(&handle.sql)?;
-        let frame = self.session().await?.sql(&handle.sql).await?;
-        let rows = parameter_rows(handle.parameters.as_ref())?;
-        match <[Option<ParamValues>; 1]>::try_from(rows) {
-            Ok([None]) => Ok(frame),
-            Ok([Some(values)]) => frame.with_param_values(values),
+        let frame = self.statement_session().sql(&handle.sql).await?;
+        let Some(parameters) = &handle.parameters else {
+            return Ok(frame);
+        };
+        match <[ParamValues; 1]>::try_from(parameter_rows(parameters)?) {
+            Ok([values]) => frame.with_param_values(values),
             Err(rows) => Err(DataFusionError::Plan(format!(
                 "a query binds one row of parameters, not {}",
                 rows.len()
@@ -222,6 +281,16 @@ impl Statements {
 /// The Arrow schema of a planned statement.
 fn arrow_schema(frame: &DataFrame) -> SchemaRef {
     Arc::new(frame.schema().as_arrow().clone())
+}
+
+/// A schema's columns for a message: `(id Int64, name Utf8)`.
+fn columns(schema: &Schema) -> String {
+    let columns: Vec<String> = schema
+        .fields()
+        .iter()
+        .map(|f| format!("{} {}", f.name(), f.data_type()))
+        .collect();
+    format!("({})", columns.join(", "))
 }
 
 /// The parameters of a planned statement, `$1, $2, ...` in order, typed where the planner
@@ -249,21 +318,58 @@ fn parameter_schema(frame: &DataFrame) -> Result<Schema> {
 }
 
 /// The parameter values of each execution: one per row of `parameters` (column `i` is
-/// `$(i + 1)`), or a single execution with none.
-fn parameter_rows(parameters: Option<&RecordBatch>) -> Result<Vec<Option<ParamValues>>> {
-    let Some(batch) = parameters else {
-        return Ok(vec![None]);
-    };
-    (0..batch.num_rows())
+/// `$(i + 1)`).
+fn parameter_rows(parameters: &RecordBatch) -> Result<Vec<ParamValues>> {
+    (0..parameters.num_rows())
         .map(|row| {
-            let values = batch
+            let values = parameters
                 .columns()
                 .iter()
                 .map(|column| ScalarValue::try_from_array(column, row))
                 .collect::<Result<Vec<_>>>()?;
-            Ok(Some(ParamValues::from(values)))
+            Ok(ParamValues::from(values))
         })
         .collect()
+}
+
+/// Runs one execution of an update; answers the rows it changed.
+async fn run_update(frame: Result<DataFrame>) -> Result<u64> {
+    let mut batches = frame?.execute_stream().await?;
+    let mut changed = 0;
+    while let Some(batch) = batches.try_next().await? {
+        changed += rows_changed(&batch);
+    }
+    Ok(changed)
+}
+
+/// What the executions of an update have done so far.
+#[derive(Debug, Default)]
+struct UpdateProgress {
+    executions: u64,
+    changed: u64,
+}
+
+impl UpdateProgress {
+    fn record(&mut self, changed: u64) {
+        self.executions += 1;
+        self.changed += changed;
+    }
+
+    /// A failure, saying what earlier executions changed (nothing to say after none).
+    fn annotate(&self, failure: Status) -> Status {
+        if self.executions == 0 {
+            return failure;
+        }
+        Status::new(
+            failure.code(),
+            format!(
+                "{} (after {} executions that changed {} rows; their changes stay)",
+                failure.message(),
+                self.executions,
+                self.changed
+            ),
+        )
+    }
 }
 
 /// The rows a batch of a statement's result stands for: a DML `count`, or its rows (none
@@ -322,14 +428,13 @@ mod tests {
             ("b", Arc::new(StringArray::from(vec![Some("x"), None])) as _),
         ])
         .unwrap();
-        let rows = parameter_rows(Some(&batch)).unwrap();
+        let rows = parameter_rows(&batch).unwrap();
         assert_eq!(rows.len(), 2);
-        let Some(ParamValues::List(second)) = &rows[1] else {
+        let ParamValues::List(second) = &rows[1] else {
             panic!("positional values: {rows:?}");
         };
         assert_eq!(second[0].value, ScalarValue::Int64(Some(2)));
         assert_eq!(second[1].value, ScalarValue::Utf8(None));
-        assert_eq!(parameter_rows(None).unwrap().len(), 1);
     }
 
     #[test]

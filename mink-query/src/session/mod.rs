@@ -61,6 +61,15 @@ impl MinkSession {
     /// # Errors
     /// The node could not be reached.
     pub async fn connect(client: MinkClient, storage: LakeStorage) -> Result<Self> {
+        let session = Self::new(client, storage);
+        session.reload().await?;
+        Ok(session)
+    }
+
+    /// A session whose table list is not loaded yet: every [`MinkSession::sql`] loads it,
+    /// so a session made to run statements need not load it first (until then,
+    /// [`MinkSession::context`] knows no tables).
+    pub fn new(client: MinkClient, storage: LakeStorage) -> Self {
         let mut config = SessionConfig::new()
             .with_default_catalog_and_schema(CATALOG_NAME, DEFAULT_DATABASE)
             .with_information_schema(true);
@@ -69,14 +78,12 @@ impl MinkSession {
         let context = SessionContext::new_with_config(config);
         let changes = Arc::new(TableChanges::new(client.clone(), storage.clone()));
         context.register_udtf(TABLE_CHANGES, Arc::clone(&changes) as _);
-        let session = Self {
+        Self {
             client,
             storage,
             context,
             changes,
-        };
-        session.reload().await?;
-        Ok(session)
+        }
     }
 
     /// The DataFusion context (for registering more, or for inspection).
