@@ -1,20 +1,30 @@
 //! A small Flight SQL client: runs statements on a Flight SQL server (mink's or any
-//! other) and streams their results. `mink sql --flight-sql` uses it.
+//! other) and streams their results. `mink sql --connect` uses it.
 //!
 //! Addresses are `host:port` or `grpc://host:port` (plaintext) and `grpc+tls://host:port`
 //! (TLS, trusting the certificate authority given). With credentials, the client
-//! handshakes once and sends the bearer token it gets on every call.
+//! handshakes once and sends the bearer token it gets on every call. A connection that
+//! cannot be made within [`CONNECT_TIMEOUT`] fails.
 
 use std::pin::Pin;
+use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use arrow_flight::HandshakeRequest;
 use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::sql::SqlInfo;
 use arrow_flight::sql::client::FlightSqlServiceClient;
+use base64::Engine;
+use base64::prelude::BASE64_STANDARD;
 use futures::{Stream, StreamExt, TryStreamExt};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::flight_sql::Credentials;
+
+/// How long opening a connection (TCP, and TLS when asked) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The rows of a statement, batch by batch, as the server streams them.
 pub type RowStream = Pin<Box<dyn Stream<Item = Result<RecordBatch, FlightError>> + Send>>;
@@ -47,7 +57,9 @@ impl FlightSqlConnection {
             }
             None => (format!("http://{address}"), false),
         };
-        let mut endpoint = Endpoint::from_shared(uri).map_err(transport_error)?;
+        let mut endpoint = Endpoint::from_shared(uri)
+            .map_err(transport_error)?
+            .connect_timeout(CONNECT_TIMEOUT);
         if tls {
             let mut config = ClientTlsConfig::new();
             if let Some(ca) = tls_ca {
@@ -61,13 +73,50 @@ impl FlightSqlConnection {
             token: None,
         };
         if let Some(credentials) = credentials {
-            let mut client = connection.client();
-            client
-                .handshake(&credentials.user, &credentials.password)
-                .await?;
-            connection.token = client.token().cloned();
+            connection.token = connection.handshake(credentials).await?;
         }
         Ok(connection)
+    }
+
+    /// Logs in: a `Handshake` carrying `authorization: Basic base64(user:password)`,
+    /// answered with `authorization: Bearer <token>` (see [`crate::flight_sql::auth`]).
+    /// Done here rather than by arrow-flight's `handshake`, which turns a refusal's
+    /// status (`Unauthenticated: wrong user or password`) into text.
+    async fn handshake(&self, credentials: &Credentials) -> Result<Option<String>, FlightError> {
+        let basic =
+            BASE64_STANDARD.encode(format!("{}:{}", credentials.user, credentials.password));
+        let value = format!("Basic {basic}")
+            .parse()
+            .map_err(|_| FlightError::protocol("the user and password do not fit in a header"))?;
+        let mut request = tonic::Request::new(futures::stream::iter([HandshakeRequest::default()]));
+        request.metadata_mut().insert("authorization", value);
+        let mut client = FlightServiceClient::new(self.channel.clone());
+        let response = client.handshake(request).await?;
+        let token = response
+            .metadata()
+            .get("authorization")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(|token| token.trim().to_string());
+        // A refusal may also come in the stream.
+        let _payloads: Vec<_> = response.into_inner().try_collect().await?;
+        Ok(token)
+    }
+
+    /// Asks for the `FlightInfo` of the server's SQL info (`GetFlightInfo` with
+    /// `CommandGetSqlInfo`; no rows are fetched): the cheapest call that only a Flight SQL
+    /// server answers. A plain Flight server, such as a mink node's own endpoint, answers
+    /// `Unimplemented`; a Flight SQL server that requires a login and was given none
+    /// answers `Unauthenticated`.
+    ///
+    /// # Errors
+    /// The server's status, or the transport's failure.
+    pub async fn ping(&self) -> Result<(), FlightError> {
+        let mut client = self.client();
+        client
+            .get_sql_info(vec![SqlInfo::FlightSqlServerName])
+            .await?;
+        Ok(())
     }
 
     /// Runs `sql` through the query path (as ADBC does for every statement): its
