@@ -12,6 +12,15 @@ pub(crate) enum CliError {
     /// The embedded node failed.
     #[error(transparent)]
     Node(#[from] NodeError),
+    /// The address given could not be reached, or did not answer as a mink node or a
+    /// Flight SQL endpoint.
+    #[error("{address}: {reason}")]
+    Endpoint {
+        /// The address dialled.
+        address: String,
+        /// What went wrong, with the underlying error's whole chain.
+        reason: String,
+    },
     /// A bad argument or input.
     #[error("{0}")]
     Usage(String),

@@ -1,31 +1,53 @@
-//! `mink sql`: SQL over mink tables, against a running node or an embedded one.
+//! `mink sql`: SQL over mink tables, through a running server or an embedded node.
 //!
 //! ```text
-//! mink sql [--connect HOST:PORT | --data-dir DIR] [-e SQL]... [-f FILE] [--format table|csv|json]
-//! mink sql --connect HOST:PORT          # an interactive shell
-//! mink sql --flight-sql [grpc://|grpc+tls://]HOST:PORT [--user U] [--tls-ca FILE] [-e SQL]...
+//! mink sql [--connect ADDRESS | --data-dir DIR] [-e SQL]... [-f FILE] [--format table|csv|json]
+//!          [--user U] [--tls-ca FILE] [--lake-warehouse s3://bucket/prefix]
+//! mink sql --connect ADDRESS            # an interactive shell
 //! ```
 //!
-//! `--connect` reaches a node over its own protocol (port 9123) and plans the statements
-//! in this process; `--flight-sql` sends them to a Flight SQL endpoint (a `mink server`'s
-//! `--sql-listen`, port 50051, or any Flight SQL server), which plans and runs them: the
-//! same path ADBC and JDBC clients take. With `--user`, the password comes from
-//! MINK_SQL_PASSWORD.
+//! `--connect` takes either endpoint of a running `mink server`:
+//!
+//! - its **Flight SQL endpoint** (`--sql-listen`, port 50051), or any Flight SQL server:
+//!   the statements are sent there and the server plans and runs them, the path ADBC and
+//!   JDBC clients take. `--user` logs in (the password comes from MINK_SQL_PASSWORD);
+//!   `--tls-ca` is the PEM authority a `grpc+tls://` server's certificate is checked
+//!   against.
+//! - the **node** itself (`--listen`, port 9123), over mink's own Flight protocol: the
+//!   statements are planned and run in this process by [`MinkSession`], which reads lake
+//!   files itself (from `--lake-warehouse` on S3, else from this machine's file system).
+//!
+//! `grpc://host:port` and `grpc+tls://host:port` name a Flight SQL endpoint, and so does
+//! any address given with `--user` or `--tls-ca`. A plain `host:port` is asked once:
+//!
+//! ```text
+//! GetFlightInfo(CommandGetSqlInfo) -> answered                 Flight SQL
+//!                                  -> Unauthenticated          Flight SQL, needs --user: an error saying so
+//!                                  -> Unimplemented            the node (its Flight service has no GetFlightInfo)
+//!                                  -> anything else, or no     an error naming the address
+//!                                     answer within 10 s
+//! ```
+//!
+//! `--flight-sql ADDRESS` is an alias of `--connect` that takes the address as a Flight
+//! SQL endpoint without asking. `--lake-warehouse` goes with a node only: a Flight SQL
+//! endpoint's server reads its own lake, so with one it is a usage error.
 //!
 //! With neither `-e` nor `-f`, statements are read from the interactive shell (see
 //! [`crate::repl`]), or from stdin when it is not a terminal. Each `-e` statement (then
-//! the statements of `-f`, separated by `;`) runs in order in one session whose default catalog is `mink` and default schema `default`: tables are
-//! `t`, `db.t` or `mink.db.t`. Every table is read by union splits (see `mink-provider`),
-//! so a query sees each bucket as it is when the query is planned.
-//!
-//! Statements are run by [`MinkSession`]: queries and DML by DataFusion, DDL and `CALL`
-//! by mink.
+//! the statements of `-f`, separated by `;`) runs in order. Against a node they run in
+//! one session whose default catalog is `mink` and default schema `default`: tables are
+//! `t`, `db.t` or `mink.db.t`, and every table is read by union splits (see
+//! `mink-provider`), so a query sees each bucket as it is when the query is planned.
+//! [`MinkSession`] runs them: queries and DML by DataFusion, DDL and `CALL` by mink. A
+//! Flight SQL server runs each statement in a session of its own.
 
 use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
+use std::time::Duration;
+
 use arrow_flight::error::FlightError;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
@@ -36,16 +58,28 @@ use mink_query::flight_sql::Credentials;
 use mink_query::flight_sql::client::FlightSqlConnection;
 use mink_query::session::MinkSession;
 use object_store::local::LocalFileSystem;
+use tonic::Code;
 
 use crate::embedded::NodeArgs;
 use crate::error::CliError;
 use crate::output::{BatchPrinter, Format};
 
+/// How long the probe of a plain `--connect host:port` may take, connection included.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Arguments of `mink sql`.
 #[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("endpoint").args(["connect", "flight_sql"]))]
 pub(crate) struct SqlArgs {
-    #[command(flatten)]
-    node: NodeArgs,
+    /// A running server to send the statements to: its Flight SQL endpoint (port 50051;
+    /// or any Flight SQL server) or its node (port 9123), told apart by one probe.
+    /// `grpc://host:port` and `grpc+tls://host:port` are Flight SQL without a probe, as is
+    /// any address given with `--user` or `--tls-ca`.
+    #[arg(long, value_name = "ADDRESS", conflicts_with = "data_dir")]
+    connect: Option<String>,
+    /// Data directory of a node to run inside this command (default ./mink-data).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
     /// A statement to run (repeatable; they run in order).
     #[arg(short = 'e', long = "execute")]
     statements: Vec<String>,
@@ -55,21 +89,24 @@ pub(crate) struct SqlArgs {
     /// How results are printed.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
-    /// A Flight SQL endpoint to send the statements to instead (`host:port`,
-    /// `grpc://host:port`, or `grpc+tls://host:port`).
-    #[arg(long, conflicts_with_all = ["connect", "data_dir", "lake_warehouse"])]
+    /// Alias of `--connect` that takes the address as a Flight SQL endpoint, without a
+    /// probe (`host:port`, `grpc://host:port`, or `grpc+tls://host:port`).
+    #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["connect", "data_dir", "lake_warehouse"])]
     flight_sql: Option<String>,
-    /// The user to log in to the Flight SQL endpoint as (password from MINK_SQL_PASSWORD).
-    #[arg(long, requires = "flight_sql")]
+    /// The user to log in to the Flight SQL endpoint as (password from MINK_SQL_PASSWORD);
+    /// the address is then a Flight SQL endpoint.
+    #[arg(long, requires = "endpoint")]
     user: Option<String>,
     /// The PEM certificate authority a `grpc+tls://` endpoint's certificate is checked
-    /// against.
-    #[arg(long, requires = "flight_sql")]
+    /// against; the address is then a Flight SQL endpoint.
+    #[arg(long, requires = "endpoint")]
     tls_ca: Option<PathBuf>,
-    /// The server's lake warehouse when it is on S3 (`s3://bucket/prefix`, as given to
-    /// `mink server --lake-warehouse`): queries read lake files from it directly, with
-    /// credentials, region and endpoint from the AWS_* environment variables. Without it
-    /// lake files are read from this machine's file system (the server's embedded lake).
+    /// With a node's address or `--data-dir` only: the server's lake warehouse when it is
+    /// on S3 (`s3://bucket/prefix`, as given to `mink server --lake-warehouse`). Queries
+    /// read lake files from it directly, with credentials, region and endpoint from the
+    /// AWS_* environment variables. Without it lake files are read from this machine's
+    /// file system (the server's embedded lake). A Flight SQL endpoint's server reads its
+    /// own lake.
     #[arg(long)]
     lake_warehouse: Option<String>,
 }
@@ -89,11 +126,14 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), CliError> {
             .map_err(CliError::io("reading statements from stdin"))?;
         statements.extend(split_statements(&text));
     }
-    if let Some(address) = &args.flight_sql {
-        let target = SqlTarget::FlightSql(connect_flight_sql(address, &args).await?);
-        return run_all(&target, &statements, interactive, args.format).await;
-    }
-    let connection = args.node.connect().await?;
+    let node = match endpoint(&args).await? {
+        Endpoint::FlightSql(connection) => {
+            let target = SqlTarget::FlightSql(connection);
+            return run_all(&target, &statements, interactive, args.format).await;
+        }
+        Endpoint::Node(node) => node,
+    };
+    let connection = node.connect().await?;
     let result = async {
         let storage = lake_storage(args.lake_warehouse.as_deref())?;
         let session = MinkSession::connect(connection.client.clone(), storage).await?;
@@ -157,6 +197,158 @@ async fn run_all(
     Ok(())
 }
 
+/// Where the statements go, once the arguments are understood.
+#[derive(Debug)]
+enum Endpoint {
+    /// A Flight SQL endpoint, connected (and logged in to, with `--user`).
+    FlightSql(FlightSqlConnection),
+    /// A node at an address, or embedded over a data directory.
+    Node(NodeArgs),
+}
+
+/// How `--connect ADDRESS` is reached, decided before anything is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// A Flight SQL endpoint: a `grpc://` family scheme, or `--user` or `--tls-ca` given.
+    FlightSql,
+    /// The node's own protocol: a URL of another scheme (`http://host:port`).
+    Node,
+    /// A plain `host:port`: one probe tells.
+    Probe,
+}
+
+/// How `address` is reached; `flight_sql_options` is whether `--user` or `--tls-ca` was
+/// given (only a Flight SQL endpoint takes them).
+fn route(address: &str, flight_sql_options: bool) -> Route {
+    if flight_sql_options {
+        return Route::FlightSql;
+    }
+    match address.split_once("://") {
+        Some(("grpc" | "grpc+tcp" | "grpc+tls", _)) => Route::FlightSql,
+        Some(_) => Route::Node,
+        None => Route::Probe,
+    }
+}
+
+/// The endpoint the arguments name: `--flight-sql`, `--connect` (probed when it is a
+/// plain `host:port`), or the embedded node over `--data-dir`.
+async fn endpoint(args: &SqlArgs) -> Result<Endpoint, CliError> {
+    if let Some(address) = &args.flight_sql {
+        return Ok(Endpoint::FlightSql(
+            connect_flight_sql(address, args).await?,
+        ));
+    }
+    let node = |connect: Option<&String>| {
+        Endpoint::Node(NodeArgs {
+            connect: connect.cloned(),
+            data_dir: args.data_dir.clone(),
+        })
+    };
+    let Some(address) = &args.connect else {
+        return Ok(node(None));
+    };
+    let connection = match route(address, args.user.is_some() || args.tls_ca.is_some()) {
+        Route::Node => return Ok(node(Some(address))),
+        Route::FlightSql => {
+            refuse_lake_warehouse(address, args)?;
+            connect_flight_sql(address, args).await?
+        }
+        Route::Probe => match probe(address).await? {
+            Probed::Node => return Ok(node(Some(address))),
+            Probed::FlightSql(connection) => {
+                refuse_lake_warehouse(address, args)?;
+                connection
+            }
+            Probed::NeedsLogin => {
+                refuse_lake_warehouse(address, args)?;
+                return Err(CliError::Endpoint {
+                    address: address.clone(),
+                    reason: "a Flight SQL endpoint that requires a login: pass --user USER, \
+                             with the password in MINK_SQL_PASSWORD"
+                        .into(),
+                });
+            }
+        },
+    };
+    Ok(Endpoint::FlightSql(connection))
+}
+
+/// `--lake-warehouse` is for a node's address: a Flight SQL endpoint's server reads its
+/// own lake.
+fn refuse_lake_warehouse(address: &str, args: &SqlArgs) -> Result<(), CliError> {
+    match &args.lake_warehouse {
+        Some(_) => Err(CliError::Usage(format!(
+            "--lake-warehouse goes with a node's address, and {address} is a Flight SQL \
+             endpoint: its server plans the statements and reads its own lake (drop \
+             --lake-warehouse, or --connect to the node's address, port 9123 by default)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// What answered the probe of a plain `host:port`.
+#[derive(Debug)]
+enum Probed {
+    /// A Flight SQL endpoint, connected without a login.
+    FlightSql(FlightSqlConnection),
+    /// A Flight SQL endpoint that requires a login.
+    NeedsLogin,
+    /// A plain Flight service that does not know Flight SQL: a mink node.
+    Node,
+}
+
+/// Asks `address` once what it is (see [`FlightSqlConnection::ping`]), within
+/// [`PROBE_TIMEOUT`].
+async fn probe(address: &str) -> Result<Probed, CliError> {
+    let ask = async {
+        let connection = FlightSqlConnection::connect(address, None, None).await?;
+        connection.ping().await.map(|()| connection)
+    };
+    let failure = |reason: String| CliError::Endpoint {
+        address: address.to_string(),
+        reason,
+    };
+    let Ok(answer) = tokio::time::timeout(PROBE_TIMEOUT, ask).await else {
+        return Err(failure(format!(
+            "no answer within {} s (is it a mink server's address?)",
+            PROBE_TIMEOUT.as_secs()
+        )));
+    };
+    match answer {
+        Ok(connection) => Ok(Probed::FlightSql(connection)),
+        Err(FlightError::Tonic(status)) => match status.code() {
+            Code::Unimplemented => Ok(Probed::Node),
+            Code::Unauthenticated => Ok(Probed::NeedsLogin),
+            // Whatever else it is, it is neither endpoint this command speaks to.
+            code => Err(failure(format!(
+                "answers neither as a Flight SQL endpoint nor as a mink node: {code}: {}",
+                status.message()
+            ))),
+        },
+        Err(error) => Err(failure(connect_failure(&error))),
+    }
+}
+
+/// Why a connection could not be made, with the transport error's whole chain
+/// (`transport error: tcp connect error: Connection refused (os error 111)`).
+fn connect_failure(error: &FlightError) -> String {
+    let FlightError::ExternalError(source) = error else {
+        return format!("cannot connect: {error}");
+    };
+    let mut reason = format!("cannot connect: {source}");
+    let mut cause = std::error::Error::source(source.as_ref());
+    while let Some(error) = cause {
+        // hyper and tonic wrap an error in one that says the same.
+        let text = error.to_string();
+        if !reason.ends_with(&text) {
+            reason.push_str(": ");
+            reason.push_str(&text);
+        }
+        cause = error.source();
+    }
+    reason
+}
+
 async fn connect_flight_sql(
     address: &str,
     args: &SqlArgs,
@@ -178,7 +370,18 @@ async fn connect_flight_sql(
     };
     FlightSqlConnection::connect(address, credentials.as_ref(), tls_ca.as_deref())
         .await
-        .map_err(flight_error)
+        .map_err(|error| match error {
+            // The server answered: a refused login.
+            FlightError::Tonic(_) => flight_error(error),
+            FlightError::ExternalError(_)
+            | FlightError::ProtocolError(_)
+            | FlightError::Arrow(_)
+            | FlightError::NotYetImplemented(_)
+            | FlightError::DecodeError(_) => CliError::Endpoint {
+                address: address.to_string(),
+                reason: connect_failure(&error),
+            },
+        })
 }
 
 /// A Flight SQL failure, as the server's status (`InvalidArgument: ...`) when it is one.
@@ -261,6 +464,44 @@ pub(crate) fn split_statements(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_address_is_probed_and_a_scheme_or_a_login_decides() {
+        assert_eq!(route("127.0.0.1:50051", false), Route::Probe);
+        assert_eq!(route("db.example.com:9123", false), Route::Probe);
+        assert_eq!(route("127.0.0.1:50051", true), Route::FlightSql);
+        assert_eq!(route("grpc://127.0.0.1:50051", false), Route::FlightSql);
+        assert_eq!(route("grpc+tcp://127.0.0.1:50051", false), Route::FlightSql);
+        assert_eq!(
+            route("grpc+tls://db.example.com:50051", false),
+            Route::FlightSql
+        );
+        assert_eq!(route("http://127.0.0.1:9123", false), Route::Node);
+        // With --user or --tls-ca the endpoint is Flight SQL, and its client refuses a
+        // scheme it does not know.
+        assert_eq!(route("http://127.0.0.1:9123", true), Route::FlightSql);
+    }
+
+    #[test]
+    fn a_connect_failure_carries_the_transport_chain() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("{0}")]
+        struct Wrapper(&'static str, #[source] Option<Box<Wrapper>>);
+        let refused = Wrapper("connection refused", None);
+        let connect = Wrapper("tcp connect error", Some(Box::new(refused)));
+        let again = Wrapper("tcp connect error", Some(Box::new(connect)));
+        let transport = Wrapper("transport error", Some(Box::new(again)));
+        let error = FlightError::ExternalError(Box::new(transport));
+        assert_eq!(
+            connect_failure(&error),
+            "cannot connect: transport error: tcp connect error: connection refused"
+        );
+        let error = FlightError::ProtocolError("unknown scheme http://".into());
+        assert_eq!(
+            connect_failure(&error),
+            "cannot connect: Protocol error: unknown scheme http://"
+        );
+    }
 
     #[test]
     fn scripts_split_on_semicolons_outside_quotes() {

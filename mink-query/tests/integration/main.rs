@@ -20,6 +20,7 @@ mod pk_support;
 mod process;
 mod python;
 mod s3;
+mod sql_connect;
 mod sql_ddl;
 mod sql_reads;
 mod support;
