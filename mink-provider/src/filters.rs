@@ -199,7 +199,10 @@ mod tests {
             values(col("id").eq(lit(1i64)).or(col("price").eq(lit(3.0)))),
             None
         );
-        assert_eq!(values(col("id").gt(lit(1i64)).or(col("id").eq(lit(3i64)))), None);
+        assert_eq!(
+            values(col("id").gt(lit(1i64)).or(col("id").eq(lit(3i64)))),
+            None
+        );
     }
 
     fn filter(expr: Expr) -> Option<(String, FilterOp, Option<String>)> {
