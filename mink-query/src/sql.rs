@@ -12,7 +12,7 @@
 //!   the statements are sent there and the server plans and runs them, the path ADBC and
 //!   JDBC clients take. `--user` logs in (the password comes from MINK_SQL_PASSWORD);
 //!   `--tls-ca` is the PEM authority a `grpc+tls://` server's certificate is checked
-//!   against.
+//!   against (without it, the system's trusted roots).
 //! - the **node** itself (`--listen`, port 9123), over mink's own Flight protocol: the
 //!   statements are planned and run in this process by [`MinkSession`], which reads lake
 //!   files itself (from `--lake-warehouse` on S3, else from this machine's file system).
@@ -98,7 +98,8 @@ pub(crate) struct SqlArgs {
     #[arg(long, requires = "endpoint")]
     user: Option<String>,
     /// The PEM certificate authority a `grpc+tls://` endpoint's certificate is checked
-    /// against; the address is then a Flight SQL endpoint.
+    /// against (default: the system's trusted roots); the address is then a Flight SQL
+    /// endpoint.
     #[arg(long, requires = "endpoint")]
     tls_ca: Option<PathBuf>,
     /// With a node's address or `--data-dir` only: the server's lake warehouse when it is

@@ -37,8 +37,9 @@ pub struct FlightSqlConnection {
 }
 
 impl FlightSqlConnection {
-    /// Connects to `address`, logging in with `credentials` if given; `tls_ca` is the PEM
-    /// certificate authority a `grpc+tls://` server's certificate is checked against.
+    /// Connects to `address`, logging in with `credentials` if given. A `grpc+tls://`
+    /// server's certificate is checked against `tls_ca` (a PEM certificate authority)
+    /// when given, otherwise against the system's trusted roots.
     ///
     /// # Errors
     /// A malformed address, a server that cannot be reached, or refused credentials.
@@ -61,10 +62,10 @@ impl FlightSqlConnection {
             .map_err(transport_error)?
             .connect_timeout(CONNECT_TIMEOUT);
         if tls {
-            let mut config = ClientTlsConfig::new();
-            if let Some(ca) = tls_ca {
-                config = config.ca_certificate(Certificate::from_pem(ca));
-            }
+            let config = match tls_ca {
+                Some(ca) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)),
+                None => ClientTlsConfig::new().with_native_roots(),
+            };
             endpoint = endpoint.tls_config(config).map_err(transport_error)?;
         }
         let channel = endpoint.connect().await.map_err(transport_error)?;
