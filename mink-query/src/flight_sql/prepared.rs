@@ -6,14 +6,25 @@
 //! `$n` (found by sqlparser's tokenizer, so `'?'` and `"?"` stay as they are). The
 //! handle then carries that SQL and, once bound, the parameters (see
 //! [`super::handle`]).
+//!
+//! An update runs once per parameter row, except the common case of a batch insert
+//! (JDBC's `executeBatch`, ADBC's `executemany` of `INSERT INTO t VALUES (?, ?)`):
+//! when the statement's only parameters are the values of its one `VALUES` row,
+//! [`bind_rows`] binds a whole batch of parameter rows as the rows of that `VALUES`,
+//! and the batch is written in one execution.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
 use arrow_flight::FlightData;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
+use datafusion::common::ParamValues;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::{Expr, LogicalPlan, Values, WriteOp};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use futures::{Stream, TryStreamExt};
@@ -95,9 +106,146 @@ pub(crate) fn record_batches(
     FlightRecordBatchStream::new_from_flight_data(data)
 }
 
+/// `planned` with every row of `rows` bound, as the rows of its `VALUES`, when it is an
+/// `INSERT` whose parameters all sit in the one row of one `VALUES`; `None` otherwise
+/// (the statement then runs once per row). Each row is bound by DataFusion's own
+/// parameter binding, so values are checked and typed as they would be one at a time.
+pub(crate) fn bind_rows(
+    planned: &LogicalPlan,
+    rows: &[ParamValues],
+) -> Option<Result<LogicalPlan>> {
+    let template = parameterized_values(planned)?;
+    Some(bind_values(planned, &template, rows))
+}
+
+/// The `VALUES` holding every parameter of an `INSERT`, if they are all there, in its
+/// only row.
+fn parameterized_values(planned: &LogicalPlan) -> Option<Values> {
+    let LogicalPlan::Dml(dml) = planned else {
+        return None;
+    };
+    if !matches!(dml.op, WriteOp::Insert(_)) {
+        return None;
+    }
+    let mut found = Vec::new();
+    let mut elsewhere = false;
+    let _ = planned.apply_with_subqueries(|node| {
+        let parameterized = node.expressions().iter().any(has_placeholder);
+        match node {
+            LogicalPlan::Values(values) if parameterized && values.values.len() == 1 => {
+                found.push(values.clone());
+            }
+            _ => elsewhere |= parameterized,
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    match <[Values; 1]>::try_from(found) {
+        Ok([values]) if !elsewhere => Some(values),
+        _ => None,
+    }
+}
+
+fn has_placeholder(expr: &Expr) -> bool {
+    expr.exists(|e| Ok(matches!(e, Expr::Placeholder(_))))
+        .unwrap_or(true)
+}
+
+fn bind_values(
+    planned: &LogicalPlan,
+    template: &Values,
+    rows: &[ParamValues],
+) -> Result<LogicalPlan> {
+    let mut bound = Vec::with_capacity(rows.len());
+    let mut schema = Arc::clone(&template.schema);
+    for values in rows {
+        let LogicalPlan::Values(row) =
+            LogicalPlan::Values(template.clone()).replace_params_with_values(values)?
+        else {
+            return Err(DataFusionError::Internal("binding changed VALUES".into()));
+        };
+        schema = row.schema;
+        bound.extend(row.values);
+    }
+    let mut bound = Some(Values {
+        schema,
+        values: bound,
+    });
+    let plan = planned
+        .clone()
+        .transform_up_with_subqueries(|node| match node {
+            LogicalPlan::Values(values) if values == *template => match bound.take() {
+                Some(all) => Ok(Transformed::yes(LogicalPlan::Values(all))),
+                None => Ok(Transformed::no(LogicalPlan::Values(values))),
+            },
+            other => Ok(Transformed::no(other)),
+        })?;
+    Ok(plan.data)
+}
+
 #[cfg(test)]
 mod tests {
+    use datafusion::common::ScalarValue;
+    use datafusion::prelude::SessionContext;
+
     use super::*;
+
+    async fn planned(sql: &str) -> LogicalPlan {
+        let context = SessionContext::new();
+        context
+            .sql("CREATE TABLE t (id BIGINT, v VARCHAR)")
+            .await
+            .expect("create");
+        let frame = context
+            .sql(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        frame.logical_plan().clone()
+    }
+
+    fn rows(n: i64) -> Vec<ParamValues> {
+        (0..n)
+            .map(|i| {
+                ParamValues::from(vec![
+                    ScalarValue::Int64(Some(i)),
+                    ScalarValue::Utf8(Some(format!("v{i}"))),
+                ])
+            })
+            .collect()
+    }
+
+    fn values_rows(plan: &LogicalPlan) -> Vec<usize> {
+        let mut rows = Vec::new();
+        plan.apply_with_subqueries(|node| {
+            if let LogicalPlan::Values(values) = node {
+                rows.push(values.values.len());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .expect("walk");
+        rows
+    }
+
+    #[tokio::test]
+    async fn a_batch_insert_binds_every_row_into_its_values() {
+        let plan = planned("INSERT INTO t VALUES ($1, $2)").await;
+        let bound = bind_rows(&plan, &rows(3))
+            .expect("a batch insert")
+            .expect("bound");
+        assert_eq!(values_rows(&bound), [3]);
+        assert!(!bound.expressions().iter().any(has_placeholder));
+        let mixed = bind_rows(
+            &planned("INSERT INTO t VALUES ($1, $2), (9, 'x')").await,
+            &rows(2),
+        );
+        assert!(mixed.is_none(), "a second VALUES row: one row at a time");
+        for sql in [
+            "INSERT INTO t SELECT $1, $2",
+            "INSERT INTO t SELECT column1, column2 FROM (VALUES ($1, $2)) WHERE $1 > 0",
+            "SELECT * FROM (VALUES ($1, $2))",
+        ] {
+            assert!(bind_rows(&planned(sql).await, &rows(2)).is_none(), "{sql}");
+        }
+    }
 
     #[test]
     fn question_marks_are_numbered_outside_quotes_and_comments() {

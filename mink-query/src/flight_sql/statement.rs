@@ -42,6 +42,7 @@ use tonic::Status;
 
 use crate::flight_sql::error::status;
 use crate::flight_sql::handle::{StatementHandle, Ticket};
+use crate::flight_sql::prepared;
 use crate::session::MinkSession;
 
 /// When a statement acts (see the module docs).
@@ -221,10 +222,11 @@ impl Statements {
     /// Runs an update and answers the rows it changed: the `count` of DML, otherwise the
     /// rows answered.
     ///
-    /// The statement is planned once, then run once per parameter row: the rows the
+    /// The statement is planned once, then run for each parameter row: the rows the
     /// client streams (`streamed`, taken as they arrive), or else those bound in the
-    /// handle, or once without parameters. A failure midway says how many executions
-    /// ran before it and what they changed; those changes stay.
+    /// handle, or once without parameters. A batch insert runs once per batch of rows
+    /// (see [`prepared::bind_rows`]). A failure midway says how many parameter rows ran
+    /// before it and what they changed; those changes stay.
     pub(crate) async fn update(
         &self,
         handle: &StatementHandle,
@@ -243,13 +245,21 @@ impl Statements {
             let mut bound = false;
             while let Some(batch) = parameters.try_next().await? {
                 bound = true;
-                for values in parameter_rows(&batch).map_err(status)? {
+                let rows = parameter_rows(&batch).map_err(status)?;
+                if let Some(plan) = prepared::bind_rows(planned.logical_plan(), &rows) {
+                    let state = planned.clone().into_parts().0;
+                    let frame = plan.map(|plan| DataFrame::new(state, plan));
+                    let changed = run_update(frame).await.map_err(status)?;
+                    progress.record(rows.len(), changed);
+                    continue;
+                }
+                for values in rows {
                     let frame = planned.clone().with_param_values(values);
-                    progress.record(run_update(frame).await.map_err(status)?);
+                    progress.record(1, run_update(frame).await.map_err(status)?);
                 }
             }
             if !bound {
-                progress.record(run_update(Ok(planned)).await.map_err(status)?);
+                progress.record(0, run_update(Ok(planned)).await.map_err(status)?);
             }
             Ok(())
         }
@@ -345,27 +355,29 @@ async fn run_update(frame: Result<DataFrame>) -> Result<u64> {
 /// What the executions of an update have done so far.
 #[derive(Debug, Default)]
 struct UpdateProgress {
-    executions: u64,
+    parameter_rows: usize,
     changed: u64,
 }
 
 impl UpdateProgress {
-    fn record(&mut self, changed: u64) {
-        self.executions += 1;
+    /// An execution for `parameter_rows` rows of parameters changed `changed` rows.
+    fn record(&mut self, parameter_rows: usize, changed: u64) {
+        self.parameter_rows += parameter_rows;
         self.changed += changed;
     }
 
-    /// A failure, saying what earlier executions changed (nothing to say after none).
+    /// A failure, saying what the parameter rows run before it changed (nothing to say
+    /// before the first).
     fn annotate(&self, failure: Status) -> Status {
-        if self.executions == 0 {
+        if self.parameter_rows == 0 {
             return failure;
         }
         Status::new(
             failure.code(),
             format!(
-                "{} (after {} executions that changed {} rows; their changes stay)",
+                "{} (after {} parameter rows that changed {} rows; their changes stay)",
                 failure.message(),
-                self.executions,
+                self.parameter_rows,
                 self.changed
             ),
         )

@@ -12,11 +12,12 @@ use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::sql::{
+    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
     CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetTables, CommandPreparedStatementQuery,
-    CommandStatementIngest, CommandStatementQuery, ProstMessageExt, SqlInfo,
-    TableDefinitionOptions, TableExistsOption, TableNotExistOption,
+    CommandPreparedStatementUpdate, CommandStatementIngest, CommandStatementQuery, ProstMessageExt,
+    SqlInfo, TableDefinitionOptions, TableExistsOption, TableNotExistOption,
 };
-use arrow_flight::{FlightData, FlightDescriptor, FlightInfo};
+use arrow_flight::{Action, FlightData, FlightDescriptor, FlightInfo};
 use futures::TryStreamExt;
 use mink_lake::storage::LakeStorage;
 use mink_query::flight_sql::client::FlightSqlConnection;
@@ -606,11 +607,12 @@ async fn a_prepared_update_runs_every_parameter_row_and_says_how_far_a_failure_g
     let (_node, handle) = start(None).await;
     let client = &mut client(&handle).await;
     rows(client, CREATE_KV).await;
+    // Row `i` binds `v{i}`; one nullable schema for every batch.
     let parameters = |ids: Vec<Option<i64>>| {
         let values: Vec<String> = (0..ids.len()).map(|i| format!("v{i}")).collect();
-        RecordBatch::try_from_iter(vec![
-            ("0", Arc::new(Int64Array::from(ids)) as _),
-            ("1", Arc::new(StringArray::from(values)) as _),
+        RecordBatch::try_from_iter_with_nullable(vec![
+            ("0", Arc::new(Int64Array::from(ids)) as _, true),
+            ("1", Arc::new(StringArray::from(values)) as _, true),
         ])
         .expect("batch")
     };
@@ -624,17 +626,56 @@ async fn a_prepared_update_runs_every_parameter_row_and_says_how_far_a_failure_g
     assert_eq!(insert.execute_update().await.expect("400 rows"), 400);
     assert_eq!(count(client, "kv").await, 400);
 
-    // The sixth row has no key: the five before it are written, and the error says so.
-    let mut ids: Vec<Option<i64>> = (1000..1010).map(Some).collect();
-    ids[5] = None;
-    insert.set_parameters(parameters(ids)).expect("bind");
-    let error = insert.execute_update().await.expect_err("a NULL key");
-    let (_, message) = status(error);
+    // Rows of one batch that share a key: the last one wins, as one at a time.
+    insert
+        .set_parameters(parameters(vec![Some(900), Some(900)]))
+        .expect("bind");
+    assert_eq!(insert.execute_update().await.expect("two rows"), 2);
+    let v = rows(client, "SELECT v FROM kv WHERE id = 900").await;
+    assert_eq!(v[0].column(0).as_string::<i32>().value(0), "v1");
+
+    // A batch insert streamed in two batches; the second has a row without a key: the
+    // first batch stays, and the error says so.
+    let handle = CommandPreparedStatementUpdate {
+        prepared_statement_handle: prepared_handle(client, "INSERT INTO kv VALUES (?, ?)").await,
+    };
+    let mut messages = encode(parameters((1000..1005).map(Some).collect())).await;
+    let keyless = parameters(vec![Some(1005), None]);
+    messages.extend(encode(keyless).await.split_off(1));
+    let error = put(client, handle, messages).await.expect_err("a NULL key");
     assert!(
-        message.contains("after 5 executions that changed 5 rows"),
+        error
+            .message()
+            .contains("after 5 parameter rows that changed 5 rows"),
+        "{error}"
+    );
+    assert_eq!(count(client, "kv").await, 406);
+
+    // Statements that are not a batch insert run once per row, and say how far they got.
+    let mut by_row = client
+        .prepare("INSERT INTO kv SELECT $1, $2".into(), None)
+        .await
+        .expect("prepare");
+    let mut ids: Vec<Option<i64>> = (2000..2010).map(Some).collect();
+    ids[5] = None;
+    by_row.set_parameters(parameters(ids)).expect("bind");
+    let (_, message) = status(by_row.execute_update().await.expect_err("a NULL key"));
+    assert!(
+        message.contains("after 5 parameter rows that changed 5 rows"),
         "{message}"
     );
-    assert_eq!(count(client, "kv").await, 405);
+    assert_eq!(count(client, "kv").await, 411);
+    let mut update = client
+        .prepare("UPDATE kv SET v = $2 WHERE id = $1".into(), None)
+        .await
+        .expect("prepare");
+    update
+        .set_parameters(parameters(vec![Some(1), Some(0), Some(77_777)]))
+        .expect("bind");
+    assert_eq!(update.execute_update().await.expect("update"), 2);
+    let v = rows(client, "SELECT v FROM kv WHERE id IN (0, 1) ORDER BY id").await;
+    let v = v[0].column(0).as_string::<i32>();
+    assert_eq!((v.value(0), v.value(1)), ("v1", "v0"), "the values swapped");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -800,6 +841,26 @@ async fn get_schema_runs_nothing_and_poll_flight_info_is_complete_at_once() {
     );
     let (_, batches) = fetch(client, poll.info.expect("info")).await.expect("rows");
     assert_eq!(ids(&batches), vec![7]);
+}
+
+/// The handle of a statement prepared by hand (arrow-flight's client keeps its own).
+async fn prepared_handle(client: &Client, sql: &str) -> prost::bytes::Bytes {
+    let request = ActionCreatePreparedStatementRequest {
+        query: sql.into(),
+        transaction_id: None,
+    };
+    let action = Action::new("CreatePreparedStatement", request.as_any().encode_to_vec());
+    let mut flight = client.inner().clone();
+    let mut results = flight
+        .do_action(action)
+        .await
+        .expect("prepare")
+        .into_inner();
+    let result = results.message().await.expect("answer").expect("a result");
+    let any = Any::decode(result.body).expect("Any");
+    let prepared: ActionCreatePreparedStatementResult =
+        any.unpack().expect("unpack").expect("a prepared statement");
+    prepared.prepared_statement_handle
 }
 
 /// A batch as Flight data: its schema message, then the batch.
