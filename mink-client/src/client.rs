@@ -109,6 +109,19 @@ impl MinkClient {
         let request = DropTable {
             table: table.to_string(),
             if_exists,
+            table_id: None,
+        };
+        self.action(action::DROP_TABLE, request).await?;
+        Ok(())
+    }
+
+    /// Drops `table` if it still exists and is still that table: one dropped and created
+    /// again under its name is left alone (`FailedPrecondition`).
+    pub async fn drop_table_instance(&self, table: &TableDescriptor) -> Result<()> {
+        let request = DropTable {
+            table: table.path.to_string(),
+            if_exists: true,
+            table_id: Some(table.table_id),
         };
         self.action(action::DROP_TABLE, request).await?;
         Ok(())

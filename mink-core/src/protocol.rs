@@ -726,6 +726,10 @@ pub struct DropTable {
     /// Succeed when no such table exists.
     #[prost(bool, tag = "2")]
     pub if_exists: bool,
+    /// Drop it only while it is still this table (its `table_id`): a table dropped and
+    /// created again under the same name is left alone.
+    #[prost(uint64, optional, tag = "3")]
+    pub table_id: Option<u64>,
 }
 
 /// `list_tables`.

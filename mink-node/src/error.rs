@@ -9,6 +9,10 @@ pub enum NodeError {
     /// No table of that name.
     #[error("table '{0}' does not exist")]
     TableNotFound(String),
+    /// The table of that name is not the one the request meant (it was dropped and
+    /// created again).
+    #[error("{0}")]
+    TableReplaced(String),
     /// A table of that name exists already.
     #[error("table '{0}' already exists")]
     TableExists(String),
@@ -95,6 +99,7 @@ impl NodeError {
         match self {
             Self::TableNotFound(_) | Self::BucketNotFound(_) => Code::NotFound,
             Self::TableExists(_) => Code::AlreadyExists,
+            Self::TableReplaced(_) => Code::FailedPrecondition,
             Self::OffsetOutOfRange { .. } => Code::OutOfRange,
             Self::InvalidArgument(_) | Self::SchemaMismatch(_) => Code::InvalidArgument,
             Self::DiskFull { .. } => Code::ResourceExhausted,

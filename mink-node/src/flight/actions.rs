@@ -34,7 +34,8 @@ impl MinkFlightService {
             }
             action::DROP_TABLE => {
                 let request: DropTable = decode("drop_table", body)?;
-                node.drop_table(&TablePath::parse(&request.table)?, request.if_exists)
+                let path = TablePath::parse(&request.table)?;
+                node.drop_table(&path, request.if_exists, request.table_id)
                     .await?;
                 Vec::new()
             }

@@ -335,10 +335,16 @@ impl Node {
         Ok(created.as_ref().clone())
     }
 
-    /// Drops a table: its log, its KV store and its lake table.
-    pub async fn drop_table(&self, path: &TablePath, if_exists: bool) -> Result<()> {
+    /// Drops a table: its log, its KV store and its lake table. With `table_id`, only
+    /// while the table of that name is still that table.
+    pub async fn drop_table(
+        &self,
+        path: &TablePath,
+        if_exists: bool,
+        table_id: Option<u64>,
+    ) -> Result<()> {
         let dropped = self.table(path).map(|t| t.descriptor());
-        self.drop_table_storage(path, if_exists)?;
+        self.drop_table_storage(path, if_exists, table_id)?;
         if let Ok(table) = dropped
             && table.lake_enabled
         {
@@ -350,7 +356,12 @@ impl Node {
         Ok(())
     }
 
-    fn drop_table_storage(&self, path: &TablePath, if_exists: bool) -> Result<()> {
+    fn drop_table_storage(
+        &self,
+        path: &TablePath,
+        if_exists: bool,
+        table_id: Option<u64>,
+    ) -> Result<()> {
         let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());
         let Some(state) = tables.get(path).cloned() else {
             return if if_exists {
@@ -359,6 +370,13 @@ impl Node {
                 Err(NodeError::TableNotFound(path.to_string()))
             };
         };
+        if let Some(expected) = table_id
+            && state.descriptor().table_id != expected
+        {
+            return Err(NodeError::TableReplaced(format!(
+                "table '{path}' is no longer table {expected}: it was dropped and created again"
+            )));
+        }
         self.metadata.drop_table(path)?;
         tables.remove(path);
         let descriptor = state.descriptor();

@@ -74,7 +74,14 @@ impl FlightSqlConnection {
             token: None,
         };
         if let Some(credentials) = credentials {
-            connection.token = connection.handshake(credentials).await?;
+            let login = connection.handshake(credentials);
+            connection.token = tokio::time::timeout(CONNECT_TIMEOUT, login)
+                .await
+                .map_err(|_| {
+                    FlightError::protocol(format!(
+                        "no answer to the login within {CONNECT_TIMEOUT:?}"
+                    ))
+                })??;
         }
         Ok(connection)
     }
@@ -99,8 +106,9 @@ impl FlightSqlConnection {
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.strip_prefix("Bearer "))
             .map(|token| token.trim().to_string());
-        // A refusal may also come in the stream.
-        let _payloads: Vec<_> = response.into_inner().try_collect().await?;
+        // A refusal may also come in the stream; its payload (the token again) is not
+        // needed.
+        response.into_inner().message().await?;
         Ok(token)
     }
 

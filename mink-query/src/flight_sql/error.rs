@@ -10,6 +10,7 @@
 //! | a feature mink does not have                      | `Unimplemented`    |
 //! | an error of the node, with the node's own code    | the node's code    |
 //! | the node or the lake's object store cannot be reached | `Unavailable`  |
+//! | Arrow data of the node or lake the server cannot read | `Internal`    |
 //! | memory or disk exhausted                          | `ResourceExhausted`|
 //! | anything else (I/O, internal errors)              | `Internal`         |
 
@@ -62,7 +63,7 @@ fn code(error: &DataFusionError) -> Code {
         DataFusionError::ArrowError(error, _) => arrow_code(error),
         // DataFusion reports values a function cannot compute as execution errors.
         DataFusionError::Execution(_) => Code::InvalidArgument,
-        DataFusionError::ObjectStore(_) => Code::Unavailable,
+        DataFusionError::ObjectStore(error) => object_store_code(error),
         DataFusionError::ParquetError(_)
         | DataFusionError::IoError(_)
         | DataFusionError::Internal(_)
@@ -75,14 +76,40 @@ fn code(error: &DataFusionError) -> Code {
     }
 }
 
-/// Arrow errors are about the data a statement computes, except failures of the machine.
+/// Arrow errors computing a statement's values are the statement's; errors reading or
+/// writing Arrow data (the node's, the lake's, or the server's own answers) are the
+/// server's.
 fn arrow_code(error: &ArrowError) -> Code {
     match error {
+        ArrowError::CastError(_)
+        | ArrowError::ParseError(_)
+        | ArrowError::ComputeError(_)
+        | ArrowError::DivideByZero
+        | ArrowError::ArithmeticOverflow(_)
+        | ArrowError::InvalidArgumentError(_)
+        | ArrowError::SchemaError(_)
+        | ArrowError::CsvError(_)
+        | ArrowError::JsonError(_)
+        | ArrowError::AvroError(_) => Code::InvalidArgument,
         ArrowError::NotYetImplemented(_) => Code::Unimplemented,
         ArrowError::MemoryError(_) => Code::ResourceExhausted,
-        ArrowError::IoError(..) => Code::Internal,
         ArrowError::ExternalError(source) => external_code(source.as_ref()),
-        _ => Code::InvalidArgument,
+        ArrowError::IoError(..)
+        | ArrowError::IpcError(_)
+        | ArrowError::ParquetError(_)
+        | ArrowError::CDataInterface(_)
+        | ArrowError::DictionaryKeyOverflowError
+        | ArrowError::RunEndIndexOverflowError
+        | ArrowError::OffsetOverflowError(_) => Code::Internal,
+    }
+}
+
+/// An object store that does not answer may answer later; anything else it says (a
+/// missing file, refused credentials) is the server's lake or configuration at fault.
+fn object_store_code(error: &object_store::Error) -> Code {
+    match error {
+        object_store::Error::Generic { .. } => Code::Unavailable,
+        _ => Code::Internal,
     }
 }
 
@@ -95,6 +122,8 @@ fn external_code(source: &(dyn std::error::Error + Send + Sync + 'static)) -> Co
         code(inner)
     } else if let Some(inner) = source.downcast_ref::<ArrowError>() {
         arrow_code(inner)
+    } else if let Some(inner) = source.downcast_ref::<object_store::Error>() {
+        object_store_code(inner)
     } else {
         Code::Internal
     }

@@ -19,6 +19,10 @@
 //!
 //! A created table is a log table in the default bucket layout; create a primary-key or
 //! lake-tiered table with `CREATE TABLE` first, then ingest into it.
+//!
+//! There are no transactions: an ingest that fails midway keeps the batches it wrote
+//! and says how many rows they held, except that a table it created is dropped again
+//! (also when the client goes away).
 
 use std::sync::Arc;
 
@@ -32,7 +36,9 @@ use mink_core::options::TableOptions;
 use mink_core::schema::normalize_batch;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_provider::{CATALOG_NAME, DEFAULT_DATABASE};
+use tokio::runtime::Handle;
 use tonic::{Code, Status};
+use tracing::{info, warn};
 
 use crate::flight_sql::error::{client_status, invalid, put_stream_status};
 use crate::flight_sql::prepared::record_batches;
@@ -41,7 +47,8 @@ use crate::flight_sql::prepared::record_batches;
 ///
 /// A failure midway keeps the rows already written (each write is durable when it is
 /// acknowledged) and says how many they are; a table this ingest created is dropped
-/// again instead, so a failed `create` leaves nothing behind.
+/// again instead, also when the call is abandoned (the client goes away), so a failed
+/// `create` leaves nothing behind.
 pub(crate) async fn ingest(
     client: &MinkClient,
     command: &CommandStatementIngest,
@@ -59,45 +66,101 @@ pub(crate) async fn ingest(
     let Some(schema) = batches.schema().cloned() else {
         return Err(invalid("the ingest stream has no schema"));
     };
-    let target = target_table(client, command, &path, &schema).await?;
+    let (table, origin) = target_table(client, command, &path, &schema).await?;
+    let created = (origin == Origin::Created).then(|| CreatedTable {
+        client: client.clone(),
+        table: Some(table.clone()),
+    });
     let mut rows = 0;
     let mut next = first;
     let written = async {
         while let Some(batch) = next {
-            rows += write(client, &target.table, &batch).await?;
+            rows += write(client, &table, &batch).await?;
             next = batches.try_next().await.map_err(put_stream_status)?;
         }
         Ok::<_, Status>(())
     }
     .await;
-    match written {
-        Ok(()) => Ok(rows),
-        Err(failure) if target.created => Err(drop_created(client, &path, failure).await),
-        Err(failure) => Err(Status::new(
-            failure.code(),
-            format!(
-                "{} ({rows} rows were written before the failure and stay in '{path}')",
-                failure.message()
-            ),
-        )),
+    let failure = match (written, created) {
+        (Ok(()), created) => {
+            if let Some(created) = created {
+                created.keep();
+            }
+            return Ok(rows);
+        }
+        (Err(failure), Some(created)) => return Err(created.drop_after(failure).await),
+        (Err(failure), None) => failure,
+    };
+    let kept = match origin {
+        Origin::Replaced => {
+            format!("'{path}' was replaced: it holds the {rows} rows written before the failure")
+        }
+        _ => format!("{rows} rows were written before the failure and stay in '{path}'"),
+    };
+    Err(Status::new(
+        failure.code(),
+        format!("{} ({kept})", failure.message()),
+    ))
+}
+
+/// How the table an ingest writes came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// It was there.
+    Existing,
+    /// This ingest created it.
+    Created,
+    /// This ingest dropped the table of that name and created it anew.
+    Replaced,
+}
+
+/// A table this ingest created: dropped again unless the ingest keeps it, also when the
+/// ingest is abandoned midway. Only that very table is dropped, never one created again
+/// under its name in the meantime.
+struct CreatedTable {
+    client: MinkClient,
+    table: Option<TableDescriptor>,
+}
+
+impl CreatedTable {
+    /// The ingest succeeded.
+    fn keep(mut self) {
+        self.table = None;
+    }
+
+    /// Drops the table after the ingest failed; answers the failure, saying so.
+    async fn drop_after(mut self, failure: Status) -> Status {
+        let Some(table) = self.table.take() else {
+            return failure;
+        };
+        let path = &table.path;
+        let outcome = match self.client.drop_table_instance(&table).await {
+            Ok(()) => format!("table '{path}', created by this ingest, was dropped again"),
+            Err(error) => {
+                format!("table '{path}', created by this ingest, could not be dropped: {error}")
+            }
+        };
+        Status::new(failure.code(), format!("{} ({outcome})", failure.message()))
     }
 }
 
-/// Drops the table a failed ingest created; answers the failure, saying so.
-async fn drop_created(client: &MinkClient, path: &TablePath, failure: Status) -> Status {
-    let outcome = match client.drop_table(path, true).await {
-        Ok(()) => format!("table '{path}', created by this ingest, was dropped again"),
-        Err(error) => {
-            format!("table '{path}', created by this ingest, could not be dropped: {error}")
-        }
-    };
-    Status::new(failure.code(), format!("{} ({outcome})", failure.message()))
-}
-
-/// The table an ingest writes, and whether the ingest created it.
-struct Target {
-    table: TableDescriptor,
-    created: bool,
+impl Drop for CreatedTable {
+    fn drop(&mut self) {
+        let (Some(table), Ok(runtime)) = (self.table.take(), Handle::try_current()) else {
+            return;
+        };
+        let client = self.client.clone();
+        runtime.spawn(async move {
+            match client.drop_table_instance(&table).await {
+                Ok(()) => info!(table = %table.path, "dropped the table of an abandoned ingest"),
+                Err(error) => warn!(
+                    table = %table.path,
+                    %error,
+                    "could not drop the table of an abandoned ingest"
+                ),
+            }
+        });
+    }
 }
 
 /// The table named by the command: `mink.db.t`, `db.t` or `t`.
@@ -117,7 +180,7 @@ async fn target_table(
     command: &CommandStatementIngest,
     path: &TablePath,
     stream_schema: &Schema,
-) -> Result<Target, Status> {
+) -> Result<(TableDescriptor, Origin), Status> {
     let options = command.table_definition_options.unwrap_or_default();
     let existing = match client.describe_table(path).await {
         Ok(table) => Some(table),
@@ -126,10 +189,7 @@ async fn target_table(
     };
     match (existing, options.if_exists(), options.if_not_exist()) {
         (Some(table), TableExistsOption::Append | TableExistsOption::Unspecified, _) => {
-            Ok(Target {
-                table,
-                created: false,
-            })
+            Ok((table, Origin::Existing))
         }
         (Some(_), TableExistsOption::Fail, _) => Err(Status::already_exists(format!(
             "table '{path}' already exists (ingest in append mode to add rows to it)"
@@ -148,15 +208,12 @@ async fn target_table(
                 .drop_table(path, false)
                 .await
                 .map_err(client_status)?;
-            Ok(Target {
-                table: create(client, &replacement).await?,
-                created: false,
-            })
+            Ok((create(client, &replacement).await?, Origin::Replaced))
         }
-        (None, _, TableNotExistOption::Create) => Ok(Target {
-            table: create(client, &log_table(path, stream_schema)?).await?,
-            created: true,
-        }),
+        (None, _, TableNotExistOption::Create) => Ok((
+            create(client, &log_table(path, stream_schema)?).await?,
+            Origin::Created,
+        )),
         (None, _, TableNotExistOption::Fail | TableNotExistOption::Unspecified) => {
             Err(Status::not_found(format!(
                 "table '{path}' does not exist (ingest in create mode, or CREATE TABLE it first)"

@@ -41,6 +41,7 @@ mod ingest;
 mod ipc_guard;
 mod metadata;
 mod prepared;
+mod running;
 mod service;
 mod sql_info;
 mod statement;
@@ -65,6 +66,7 @@ pub use auth::{Credentials, TOKEN_LIFETIME};
 
 use auth::Auth;
 use endpoint::FlightSqlEndpoint;
+use running::Stopper;
 use service::MinkFlightSql;
 use statement::Statements;
 
@@ -125,6 +127,7 @@ pub enum ServeError {
 pub struct FlightSqlHandle {
     addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
+    stopper: Stopper,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
 }
 
@@ -134,22 +137,49 @@ impl FlightSqlHandle {
         self.addr
     }
 
-    /// Stops accepting calls and waits for running ones to finish, for at most
-    /// [`SHUTDOWN_GRACE`]; calls still running then (a client reading a large result
-    /// slowly) are cut off.
+    /// The calls running a statement now (streaming a result, updating, ingesting).
+    pub fn running_statements(&self) -> usize {
+        self.stopper.count()
+    }
+
+    /// [`FlightSqlHandle::shutdown_within`] [`SHUTDOWN_GRACE`].
     ///
     /// # Errors
     /// The server failed.
-    pub async fn shutdown(mut self) -> Result<(), ServeError> {
+    pub async fn shutdown(self) -> Result<(), ServeError> {
+        self.shutdown_within(SHUTDOWN_GRACE).await
+    }
+
+    /// Stops accepting calls and lets running ones finish for `grace`; then stops the
+    /// statements still running (a result still being read ends with `Unavailable`) and
+    /// waits for the server to close for another `grace`. A client that stopped
+    /// reading holds its stream open until its connection goes: after the second wait
+    /// the server stops waiting for such connections (their statements are stopped).
+    ///
+    /// # Errors
+    /// The server failed.
+    pub async fn shutdown_within(mut self, grace: Duration) -> Result<(), ServeError> {
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }
-        let finished = match tokio::time::timeout(SHUTDOWN_GRACE, &mut self.server).await {
+        let finished = match tokio::time::timeout(grace, &mut self.server).await {
             Ok(finished) => finished,
             Err(_) => {
-                warn!(grace = ?SHUTDOWN_GRACE, "Flight SQL calls still running at shutdown are cut off");
-                self.server.abort();
-                return Ok(());
+                let running = self.stopper.count();
+                warn!(
+                    running,
+                    ?grace,
+                    "stopping the Flight SQL statements still running"
+                );
+                self.stopper.stop();
+                match tokio::time::timeout(grace, &mut self.server).await {
+                    Ok(finished) => finished,
+                    Err(_) => {
+                        warn!("Flight SQL connections still open at shutdown are left behind");
+                        self.server.abort();
+                        return Ok(());
+                    }
+                }
             }
         };
         match finished {
@@ -212,8 +242,10 @@ pub fn serve(
     if !authenticated && !addr.ip().is_loopback() {
         return Err(ServeError::OpenToTheNetwork(addr));
     }
+    let (running, stopper) = running::running();
     let service = MinkFlightSql::new(
         Statements::new(config.client, config.storage),
+        running,
         Arc::clone(&auth),
         sql_info::sql_info()?,
         metadata::xdbc_types()?,
@@ -245,6 +277,7 @@ pub fn serve(
     Ok(FlightSqlHandle {
         addr,
         shutdown: Some(shutdown),
+        stopper,
         server,
     })
 }

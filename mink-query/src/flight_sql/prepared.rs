@@ -28,6 +28,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, Values, WriteOp};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use futures::{Stream, TryStreamExt};
+use mink_node::server::MAX_MESSAGE_BYTES;
 use tonic::Status;
 
 use crate::flight_sql::error::{arrow_status, invalid, put_stream_status};
@@ -69,11 +70,24 @@ pub(crate) fn positional(sql: &str) -> String {
 /// `None` when it sent no rows.
 ///
 /// # Errors
-/// `InvalidArgument` when the stream is not Arrow data.
+/// `InvalidArgument` when the stream is not Arrow data; `ResourceExhausted` past
+/// [`MAX_MESSAGE_BYTES`], since the parameters travel back in the handle, one message.
 pub(crate) async fn parameters(
     data: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
 ) -> Result<Option<RecordBatch>, Status> {
-    let batches: Vec<RecordBatch> = parameter_batches(data).try_collect().await?;
+    let mut stream = parameter_batches(data);
+    let (mut batches, mut bytes) = (Vec::new(), 0);
+    while let Some(batch) = stream.try_next().await? {
+        bytes += batch.get_array_memory_size();
+        if bytes > MAX_MESSAGE_BYTES {
+            return Err(Status::resource_exhausted(format!(
+                "parameters bound to a query are limited to {} MB, since they travel in \
+                 the statement handle: bind fewer rows",
+                MAX_MESSAGE_BYTES >> 20
+            )));
+        }
+        batches.push(batch);
+    }
     let Some(first) = batches.first() else {
         return Ok(None);
     };

@@ -40,6 +40,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::flight_sql::auth::{Auth, attach_token};
 use crate::flight_sql::error::{arrow_status, invalid, status};
 use crate::flight_sql::handle::{StatementHandle, Ticket};
+use crate::flight_sql::running::{DataStream, Running};
 use crate::flight_sql::statement::Statements;
 use crate::flight_sql::{ingest, metadata, prepared};
 
@@ -58,6 +59,7 @@ type HandshakeStream = Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Statu
 /// mink's Flight SQL service.
 pub(crate) struct MinkFlightSql {
     statements: Statements,
+    running: Running,
     auth: Arc<Auth>,
     sql_info: SqlInfoData,
     xdbc_types: XdbcTypeInfoData,
@@ -75,12 +77,14 @@ impl std::fmt::Debug for MinkFlightSql {
 impl MinkFlightSql {
     pub(crate) fn new(
         statements: Statements,
+        running: Running,
         auth: Arc<Auth>,
         sql_info: SqlInfoData,
         xdbc_types: XdbcTypeInfoData,
     ) -> Self {
         Self {
             statements,
+            running,
             auth,
             sql_info,
             xdbc_types,
@@ -93,17 +97,22 @@ impl MinkFlightSql {
         handle: StatementHandle,
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
-        let (schema, ticket) = self.statements.plan(handle).await.map_err(status)?;
+        // A command (DDL, `CALL`) runs while it is planned.
+        let planned = self.statements.plan(handle);
+        let (schema, ticket) = self
+            .running
+            .call(async { planned.await.map_err(status) })
+            .await?;
         let ticket = TicketStatementQuery {
             statement_handle: ticket.encode().map_err(arrow_status)?.into(),
         };
-        info(&streamed_schema(schema).await?, ticket.as_any(), descriptor)
+        info(&streamed_schema(schema)?, ticket.as_any(), descriptor)
     }
 
     /// The schema a statement's rows will stream in, found without running it.
     pub(crate) async fn statement_schema(&self, handle: StatementHandle) -> Result<Schema, Status> {
         let schema = self.statements.schema(&handle).await.map_err(status)?;
-        streamed_schema(schema).await
+        streamed_schema(schema)
     }
 
     async fn session(&self) -> Result<crate::session::MinkSession, Status> {
@@ -138,37 +147,36 @@ fn metadata_info(
 }
 
 /// The schema rows of `schema` stream in: [`flight_stream`] sends dictionary-encoded
-/// columns as their values, so that is what a FlightInfo must announce. Found by encoding
-/// the schema the way the rows are encoded.
-async fn streamed_schema(schema: SchemaRef) -> Result<Schema, Status> {
-    let mut encoded = FlightDataEncoderBuilder::new()
+/// columns as their values, so that is what a FlightInfo must announce. It is the
+/// schema the encoder would send.
+fn streamed_schema(schema: SchemaRef) -> Result<Schema, Status> {
+    let encoder = FlightDataEncoderBuilder::new()
         .with_schema(schema)
         .build(futures::stream::empty());
-    let message = encoded
-        .try_next()
-        .await?
-        .ok_or_else(|| Status::internal("the encoder sent no schema"))?;
-    Schema::try_from(&message).map_err(arrow_status)
+    let schema = encoder
+        .known_schema()
+        .ok_or_else(|| Status::internal("the encoder knows no schema"))?;
+    Ok(schema.as_ref().clone())
 }
 
-/// Streams record batches as Flight data, encoding as the client reads.
-fn flight_stream(rows: SendableRecordBatchStream) -> Response<DoGetStream> {
+/// Record batches as Flight data, encoded as the client reads.
+fn flight_stream(rows: SendableRecordBatchStream) -> DataStream {
     let schema = rows.schema();
     let rows = rows.map_err(|e| FlightError::Tonic(Box::new(status(e))));
     let data = FlightDataEncoderBuilder::new()
         .with_schema(schema)
         .build(rows)
         .map_err(Status::from);
-    Response::new(Box::pin(data))
+    Box::pin(data)
 }
 
 /// Streams one computed batch.
 fn batch_stream(batch: RecordBatch) -> Response<DoGetStream> {
     let schema: SchemaRef = batch.schema();
-    flight_stream(Box::pin(RecordBatchStreamAdapter::new(
+    Response::new(flight_stream(Box::pin(RecordBatchStreamAdapter::new(
         schema,
         futures::stream::iter([Ok(batch)]),
-    )))
+    ))))
 }
 
 pub(crate) fn schema_bytes(schema: &Schema) -> Result<prost::bytes::Bytes, Status> {
@@ -319,7 +327,7 @@ impl FlightSqlService for MinkFlightSql {
     ) -> Result<Response<DoGetStream>, Status> {
         let ticket = Ticket::decode(&ticket.statement_handle).map_err(invalid)?;
         let rows = self.statements.stream(ticket).await?;
-        Ok(flight_stream(rows))
+        Ok(Response::new(self.running.stream(flight_stream(rows))))
     }
 
     async fn do_get_catalogs(
@@ -430,9 +438,8 @@ impl FlightSqlService for MinkFlightSql {
         _request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         let handle = StatementHandle::new(command.query);
-        self.statements
-            .update(&handle, futures::stream::empty())
-            .await
+        let update = self.statements.update(&handle, futures::stream::empty());
+        self.running.call(update).await
     }
 
     async fn do_put_statement_ingest(
@@ -440,7 +447,8 @@ impl FlightSqlService for MinkFlightSql {
         command: CommandStatementIngest,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        ingest::ingest(self.statements.client(), &command, request.into_inner()).await
+        let ingest = ingest::ingest(self.statements.client(), &command, request.into_inner());
+        self.running.call(ingest).await
     }
 
     async fn do_put_prepared_statement_query(
@@ -462,7 +470,8 @@ impl FlightSqlService for MinkFlightSql {
     ) -> Result<i64, Status> {
         let handle = decode_handle(&query.prepared_statement_handle)?;
         let parameters = prepared::parameter_batches(request.into_inner());
-        self.statements.update(&handle, parameters).await
+        let update = self.statements.update(&handle, parameters);
+        self.running.call(update).await
     }
 
     async fn do_put_fallback(
@@ -489,7 +498,7 @@ impl FlightSqlService for MinkFlightSql {
         let handle = StatementHandle::new(sql).encode().map_err(arrow_status)?;
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into(),
-            dataset_schema: schema_bytes(&streamed_schema(Arc::new(dataset)).await?)?,
+            dataset_schema: schema_bytes(&streamed_schema(Arc::new(dataset))?)?,
             parameter_schema: schema_bytes(&parameters)?,
         })
     }

@@ -43,7 +43,7 @@ use tonic::Status;
 use crate::flight_sql::error::status;
 use crate::flight_sql::handle::{StatementHandle, Ticket};
 use crate::flight_sql::prepared;
-use crate::session::MinkSession;
+use crate::session::{MinkSession, is_create_table};
 
 /// When a statement acts (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +87,19 @@ pub(crate) fn classify(sql: &str) -> StatementKind {
         DFStatement::Explain(_) => StatementKind::Query,
         DFStatement::CopyTo(_) => StatementKind::Update,
         DFStatement::CreateExternalTable(_) | DFStatement::Reset(_) => StatementKind::Command,
+    }
+}
+
+/// Checks that `sql` is one statement mink's parser takes, without planning it.
+fn check_parses(sql: &str) -> Result<()> {
+    if is_create_table(sql) {
+        return Ok(()); // mink's own syntax: the session parses it when it runs
+    }
+    match DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?.len() {
+        1 => Ok(()),
+        n => Err(DataFusionError::Plan(format!(
+            "one statement at a time, not {n}"
+        ))),
     }
 }
 
@@ -160,13 +173,17 @@ impl Statements {
     }
 
     /// The schema of a statement's result, found without running it: a command (which
-    /// would act as it is planned) answers no columns.
+    /// would act as it is planned) answers no columns, though `CALL` answers a row when
+    /// it runs. SQL that does not parse is an error.
     pub(crate) async fn schema(&self, handle: &StatementHandle) -> Result<SchemaRef> {
         match classify(&handle.sql) {
             StatementKind::Query | StatementKind::Update => {
                 Ok(arrow_schema(&self.frame(handle).await?))
             }
-            StatementKind::Command => Ok(Arc::new(Schema::empty())),
+            StatementKind::Command => {
+                check_parses(&handle.sql)?;
+                Ok(Arc::new(Schema::empty()))
+            }
         }
     }
 

@@ -37,7 +37,8 @@ use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::storage::LakeStorage;
 use mink_provider::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog, TABLE_CHANGES, TableChanges};
 
-use create::{is_create_table, split_create_table};
+pub(crate) use create::is_create_table;
+use create::split_create_table;
 
 /// A SQL session over one mink node.
 pub struct MinkSession {

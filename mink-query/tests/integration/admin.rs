@@ -235,6 +235,13 @@ async fn create_list_describe_add_column_drop() {
         .await
         .expect("recreate");
     assert_ne!(recreated.table_id, a.table_id);
+    // A drop meant for the first table leaves the new one alone.
+    let stale = client
+        .drop_table_instance(&a)
+        .await
+        .expect_err("another table now");
+    assert_eq!(stale.code(), Some(Code::FailedPrecondition));
+    client.describe_table(&a.path).await.expect("still there");
     for status in client.list_buckets(&a.path).await.expect("buckets") {
         assert_eq!(
             (status.log_start, status.high_watermark),

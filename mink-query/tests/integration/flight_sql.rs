@@ -19,10 +19,11 @@ use arrow_flight::sql::{
 };
 use arrow_flight::{Action, FlightData, FlightDescriptor, FlightInfo};
 use futures::TryStreamExt;
+use mink_core::table::TablePath;
 use mink_lake::storage::LakeStorage;
 use mink_query::flight_sql::client::FlightSqlConnection;
 use mink_query::flight_sql::{
-    Credentials, FlightSqlConfig, FlightSqlHandle, SHUTDOWN_GRACE, ServeError, TlsIdentity, serve,
+    Credentials, FlightSqlConfig, FlightSqlHandle, ServeError, TlsIdentity, serve,
 };
 use object_store::local::LocalFileSystem;
 use prost::Message;
@@ -581,24 +582,68 @@ async fn tls_is_served_when_given_a_certificate() {
     assert!(refused.is_err(), "plaintext is refused");
 }
 
+/// Ten billion rows: a query that ends only if it is stopped.
+const ENDLESS: &str = "SELECT a.value * b.value AS x FROM generate_series(1, 100000) a \
+                       CROSS JOIN generate_series(1, 100000) b";
+
+/// Waits until the server runs no statement.
+async fn until_idle(handle: &FlightSqlHandle) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while handle.running_statements() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} statements still running",
+            handle.running_statements()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_stops_when_its_client_goes_away() {
     let (_node, handle) = start(None).await;
     let mut client = client(&handle).await;
-    // Ten billion rows: it ends only if it is cancelled.
-    let endless = "SELECT a.value * b.value AS x FROM generate_series(1, 100000) a \
-                   CROSS JOIN generate_series(1, 100000) b";
-    let info = client.execute(endless.into(), None).await.expect("plan");
+    let info = client.execute(ENDLESS.into(), None).await.expect("plan");
     let ticket = info.endpoint[0].ticket.clone().expect("ticket");
     let mut rows = client.do_get(ticket).await.expect("do_get");
     rows.try_next().await.expect("a batch").expect("rows");
+    assert_eq!(handle.running_statements(), 1);
     drop(rows);
     drop(client);
-    // A graceful shutdown waits for running calls (up to its grace period, then cuts
-    // them off): returning well within the grace period shows the query stopped.
-    tokio::time::timeout(SHUTDOWN_GRACE / 2, handle.shutdown())
+    until_idle(&handle).await;
+    handle.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_a_statement_still_running_after_the_grace_period() {
+    let (_node, handle) = start(None).await;
+    let mut client = client(&handle).await;
+    let info = client.execute(ENDLESS.into(), None).await.expect("plan");
+    let ticket = info.endpoint[0].ticket.clone().expect("ticket");
+    let mut rows = client.do_get(ticket).await.expect("do_get");
+    rows.try_next().await.expect("a batch").expect("rows");
+    let grace = std::time::Duration::from_millis(300);
+    let shutdown = tokio::spawn(handle.shutdown_within(grace));
+    // The client keeps reading: the rows end with the server's refusal, not silently.
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            match rows.try_next().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("the endless result ended without an error"),
+                Err(error) => break status(error),
+            }
+        }
+    })
+    .await
+    .expect("stopped within the grace period");
+    assert_eq!(ended.0, Code::Unavailable, "{}", ended.1);
+    assert!(ended.1.contains("shutting down"), "{}", ended.1);
+    drop(rows);
+    drop(client);
+    tokio::time::timeout(std::time::Duration::from_secs(30), shutdown)
         .await
-        .expect("the abandoned query stopped")
+        .expect("shut down")
+        .expect("joined")
         .expect("clean shutdown");
 }
 
@@ -742,6 +787,46 @@ async fn a_failed_ingest_says_what_it_wrote_and_drops_a_table_it_created() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_ingest_drops_the_table_it_created() {
+    let (node, handle) = start(None).await;
+    let client = client(&handle).await;
+    let batch = RecordBatch::try_from_iter(vec![("id", Arc::new(Int64Array::from(vec![1])) as _)])
+        .expect("batch");
+    let mut messages = encode(batch).await;
+    let command = CommandStatementIngest {
+        table: "fresh".into(),
+        table_definition_options: Some(TableDefinitionOptions {
+            if_not_exist: TableNotExistOption::Create.into(),
+            if_exists: TableExistsOption::Fail.into(),
+        }),
+        ..Default::default()
+    };
+    messages[0].flight_descriptor =
+        Some(FlightDescriptor::new_cmd(command.as_any().encode_to_vec()));
+    // The client sends a batch, keeps its stream open, then goes away.
+    let (sender, receiver) = futures::channel::mpsc::unbounded::<FlightData>();
+    for message in messages {
+        sender.unbounded_send(message).expect("queued");
+    }
+    let mut flight = client.inner().clone();
+    let call = tokio::spawn(async move { flight.do_put(receiver).await });
+    let fresh = TablePath::new("default", "fresh");
+    let exists = async |expected: bool| {
+        for _ in 0..1500 {
+            if node.client.describe_table(&fresh).await.is_ok() == expected {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("table 'fresh' never came to exist: {expected}");
+    };
+    exists(true).await;
+    call.abort();
+    drop(sender);
+    exists(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_arrow_data_in_a_put_is_an_invalid_argument() {
     let (_node, handle) = start(None).await;
     let client = &mut client(&handle).await;
@@ -809,18 +894,35 @@ async fn get_schema_runs_nothing_and_poll_flight_info_is_complete_at_once() {
         };
         FlightDescriptor::new_cmd(command.as_any().encode_to_vec())
     };
-    let schema = flight
-        .get_schema(statement("SELECT v, id FROM kv"))
-        .await
-        .expect("schema")
-        .into_inner();
-    let schema = Schema::try_from(schema).expect("IPC schema");
-    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-    assert_eq!(names, ["v", "id"]);
+    let mut schema_of = async |descriptor: FlightDescriptor| {
+        let answer = flight.get_schema(descriptor).await?.into_inner();
+        let schema = Schema::try_from(answer).expect("IPC schema");
+        Ok::<_, tonic::Status>(
+            schema
+                .fields()
+                .iter()
+                .map(|f| (f.name().clone(), f.data_type().clone()))
+                .collect::<Vec<_>>(),
+        )
+    };
+    // Dictionaries as they stream: their values.
+    let sql = "SELECT arrow_cast(v, 'Dictionary(Int32, Utf8)') AS d, id FROM kv";
+    assert_eq!(
+        schema_of(statement(sql)).await.expect("schema"),
+        [("d".into(), DataType::Utf8), ("id".into(), DataType::Int64)]
+    );
+    let prepared = CommandPreparedStatementQuery {
+        prepared_statement_handle: prepared_handle(client, "SELECT v FROM kv WHERE id = ?").await,
+    };
+    let descriptor = FlightDescriptor::new_cmd(prepared.as_any().encode_to_vec());
+    assert_eq!(
+        schema_of(descriptor).await.expect("prepared"),
+        [("v".into(), DataType::Utf8)]
+    );
     let ddl = "CREATE TABLE never (id BIGINT)";
-    let schema = flight.get_schema(statement(ddl)).await.expect("schema");
-    let schema = Schema::try_from(schema.into_inner()).expect("IPC schema");
-    assert!(schema.fields().is_empty());
+    assert_eq!(schema_of(statement(ddl)).await.expect("DDL"), []);
+    let bad = schema_of(statement("SELEC 1")).await.expect_err("bad SQL");
+    assert_eq!(bad.code(), Code::InvalidArgument);
     let (code, _) = status(
         run(client, "SELECT * FROM never")
             .await
