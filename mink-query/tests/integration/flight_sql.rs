@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use arrow::array::{AsArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Int64Type, Schema, UInt64Type};
+use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::sql::client::FlightSqlServiceClient;
@@ -599,14 +600,20 @@ async fn until_idle(handle: &FlightSqlHandle) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_query_stops_when_its_client_goes_away() {
-    let (_node, handle) = start(None).await;
-    let mut client = client(&handle).await;
+/// A client reading the [`ENDLESS`] query, its first batch read.
+async fn endless_rows(handle: &FlightSqlHandle) -> (Client, FlightRecordBatchStream) {
+    let mut client = client(handle).await;
     let info = client.execute(ENDLESS.into(), None).await.expect("plan");
     let ticket = info.endpoint[0].ticket.clone().expect("ticket");
     let mut rows = client.do_get(ticket).await.expect("do_get");
     rows.try_next().await.expect("a batch").expect("rows");
+    (client, rows)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_stops_when_its_client_goes_away() {
+    let (_node, handle) = start(None).await;
+    let (client, mut rows) = endless_rows(&handle).await;
     assert_eq!(handle.running_statements(), 1);
     drop(rows);
     drop(client);
@@ -617,11 +624,7 @@ async fn a_query_stops_when_its_client_goes_away() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_a_statement_still_running_after_the_grace_period() {
     let (_node, handle) = start(None).await;
-    let mut client = client(&handle).await;
-    let info = client.execute(ENDLESS.into(), None).await.expect("plan");
-    let ticket = info.endpoint[0].ticket.clone().expect("ticket");
-    let mut rows = client.do_get(ticket).await.expect("do_get");
-    rows.try_next().await.expect("a batch").expect("rows");
+    let (client, mut rows) = endless_rows(&handle).await;
     let grace = std::time::Duration::from_millis(300);
     let shutdown = tokio::spawn(handle.shutdown_within(grace));
     // The client keeps reading: the rows end with the server's refusal, not silently.
