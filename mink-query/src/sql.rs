@@ -44,10 +44,9 @@
 use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
 use std::sync::Arc;
-
-use arrow::array::RecordBatch;
 use std::time::Duration;
 
+use arrow::array::RecordBatch;
 use arrow_flight::error::FlightError;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
