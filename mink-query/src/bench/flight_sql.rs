@@ -28,6 +28,11 @@
 //!    about 324 MB of values: 108 bytes a row, the size MB/s counts; every string computed
 //!    row by row), produced by DataFusion and read batch by batch. Ratios: each client's
 //!    rate over the in-process one.
+//!
+//! ADBC also writes `--keys` rows (an id and a 16-byte string) into a new primary-key
+//! table twice: by `cursor.executemany("INSERT INTO t VALUES (?, ?)", rows)` (a prepared
+//! batch insert, what JDBC's `executeBatch` sends too) and by `adbc_ingest` (bulk
+//! ingestion). Ratio: executemany's rate over the ingest's.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -70,6 +75,8 @@ const WARMUP: usize = 50;
 const BUCKETS: u32 = 4;
 /// Bytes of one row of the large result: an 8-byte id and a 100-byte string.
 const LARGE_ROW_BYTES: u64 = 108;
+/// Bytes of a row the ADBC script inserts, about: an 8-byte id and a 16-byte string.
+const INSERTED_ROW_BYTES: u64 = 24;
 /// The point query; `{key}` is replaced by a key.
 const POINT_QUERY: &str = "SELECT id, v FROM bench.kv WHERE id = {key}";
 
@@ -156,13 +163,22 @@ pub(crate) async fn run(args: FlightSqlArgs) -> Result<(), CliError> {
         &[ratio(&large_remote)],
     );
     match adbc {
-        Ok((latency, large)) => {
+        Ok(adbc) => {
             report(
                 "  ADBC (Python) latency",
-                latency,
-                &[latency.ratio_to(&local)],
+                adbc.latency,
+                &[adbc.latency.ratio_to(&local)],
             );
-            report("  ADBC (Python) large result", large, &[ratio(&large)]);
+            report(
+                "  ADBC (Python) large result",
+                adbc.large,
+                &[ratio(&adbc.large)],
+            );
+            println!("Writing {} rows through ADBC:", args.keys);
+            report("  adbc_ingest", adbc.ingest, &[]);
+            let executemany = adbc.executemany;
+            let ratio = format!("{:.2}", executemany.ratio_to(&adbc.ingest));
+            report("  executemany (batch insert)", executemany, &[ratio]);
         }
         Err(why) => println!("  ADBC (Python): skipped: {why}"),
     }
@@ -243,8 +259,16 @@ async fn flight_sql(
     Ok(rows)
 }
 
+/// What the ADBC driver measured.
+struct AdbcFigures {
+    latency: Latency,
+    large: Throughput,
+    executemany: Throughput,
+    ingest: Throughput,
+}
+
 /// The ADBC figures, from the Python driver; why not when it cannot run.
-fn adbc(uri: &str, args: &FlightSqlArgs, large: &str) -> Result<(Latency, Throughput), String> {
+fn adbc(uri: &str, args: &FlightSqlArgs, large: &str) -> Result<AdbcFigures, String> {
     let python = std::env::var("MINK_PYTHON").unwrap_or_else(|_| "python3".into());
     let output = Command::new(&python)
         .args(["-c", include_str!("flight_sql_adbc.py"), uri, POINT_QUERY])
@@ -270,14 +294,34 @@ fn adbc(uri: &str, args: &FlightSqlArgs, large: &str) -> Result<(Latency, Throug
         ),
         _ => return Err(bad()),
     };
+    let insert_line: Vec<&str> = lines.next().ok_or_else(bad)?.split(' ').collect();
+    let (inserted, executemany, ingest) = match insert_line.as_slice() {
+        ["insert", rows, executemany, ingest] => (
+            rows.parse::<usize>().map_err(|_| bad())?,
+            executemany.parse::<f64>().map_err(|_| bad())?,
+            ingest.parse::<f64>().map_err(|_| bad())?,
+        ),
+        _ => return Err(bad()),
+    };
     let latencies = lines
         .map(str::parse::<f64>)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| bad())?;
-    let large = Throughput::new(
-        rows,
-        rows as u64 * LARGE_ROW_BYTES,
-        Duration::from_secs_f64(seconds),
-    );
-    Ok((Latency::new(latencies), large))
+    let written = |seconds: f64| {
+        Throughput::new(
+            inserted,
+            inserted as u64 * INSERTED_ROW_BYTES,
+            Duration::from_secs_f64(seconds),
+        )
+    };
+    Ok(AdbcFigures {
+        latency: Latency::new(latencies),
+        large: Throughput::new(
+            rows,
+            rows as u64 * LARGE_ROW_BYTES,
+            Duration::from_secs_f64(seconds),
+        ),
+        executemany: written(executemany),
+        ingest: written(ingest),
+    })
 }
