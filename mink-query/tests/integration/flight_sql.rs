@@ -613,7 +613,7 @@ async fn endless_rows(handle: &FlightSqlHandle) -> (Client, FlightRecordBatchStr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_stops_when_its_client_goes_away() {
     let (_node, handle) = start(None).await;
-    let (client, mut rows) = endless_rows(&handle).await;
+    let (client, rows) = endless_rows(&handle).await;
     assert_eq!(handle.running_statements(), 1);
     drop(rows);
     drop(client);
