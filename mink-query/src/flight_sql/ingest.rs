@@ -31,12 +31,13 @@ use arrow::datatypes::{DataType, Field, Schema};
 use arrow_flight::FlightData;
 use arrow_flight::sql::{CommandStatementIngest, TableExistsOption, TableNotExistOption};
 use futures::{Stream, TryStreamExt};
-use mink_client::MinkClient;
+use mink_client::{ClientError, MinkClient};
 use mink_core::options::TableOptions;
 use mink_core::schema::normalize_batch;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_provider::{CATALOG_NAME, DEFAULT_DATABASE};
 use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 use tonic::{Code, Status};
 use tracing::{info, warn};
 
@@ -133,12 +134,13 @@ impl CreatedTable {
         let Some(table) = self.table.take() else {
             return failure;
         };
-        let path = &table.path;
-        let outcome = match self.client.drop_table_instance(&table).await {
-            Ok(()) => format!("table '{path}', created by this ingest, was dropped again"),
-            Err(error) => {
+        let path = table.path.clone();
+        let outcome = match drop_table(self.client.clone(), table).await {
+            Ok(Ok(())) => format!("table '{path}', created by this ingest, was dropped again"),
+            Ok(Err(error)) => {
                 format!("table '{path}', created by this ingest, could not be dropped: {error}")
             }
+            Err(error) => format!("dropping table '{path}', created by this ingest: {error}"),
         };
         Status::new(failure.code(), format!("{} ({outcome})", failure.message()))
     }
@@ -146,21 +148,33 @@ impl CreatedTable {
 
 impl Drop for CreatedTable {
     fn drop(&mut self) {
-        let (Some(table), Ok(runtime)) = (self.table.take(), Handle::try_current()) else {
+        let Some(table) = self.table.take() else {
             return;
         };
-        let client = self.client.clone();
-        runtime.spawn(async move {
-            match client.drop_table_instance(&table).await {
-                Ok(()) => info!(table = %table.path, "dropped the table of an abandoned ingest"),
-                Err(error) => warn!(
-                    table = %table.path,
+        let path = table.path.clone();
+        if Handle::try_current().is_err() {
+            warn!(table = %path, "the table of an abandoned ingest is left: no runtime");
+            return;
+        }
+        let dropping = drop_table(self.client.clone(), table);
+        drop(tokio::spawn(async move {
+            match dropping.await {
+                Ok(Ok(())) => info!(table = %path, "dropped the table of an abandoned ingest"),
+                Ok(Err(error)) => warn!(
+                    table = %path,
                     %error,
                     "could not drop the table of an abandoned ingest"
                 ),
+                Err(error) => warn!(table = %path, %error, "dropping an abandoned ingest's table"),
             }
-        });
+        }));
     }
+}
+
+/// Drops `table` in a task of its own, so that the drop completes even when the call
+/// waiting for it is abandoned (a client that goes away abandons its call at once).
+fn drop_table(client: MinkClient, table: TableDescriptor) -> JoinHandle<Result<(), ClientError>> {
+    tokio::spawn(async move { client.drop_table_instance(&table).await })
 }
 
 /// The table named by the command: `mink.db.t`, `db.t` or `t`.

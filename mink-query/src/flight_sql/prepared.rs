@@ -10,21 +10,25 @@
 //! An update runs once per parameter row, except the common case of a batch insert
 //! (JDBC's `executeBatch`, ADBC's `executemany` of `INSERT INTO t VALUES (?, ?)`):
 //! when the statement's only parameters are the values of its one `VALUES` row,
-//! [`bind_rows`] binds a whole batch of parameter rows as the rows of that `VALUES`,
-//! and the batch is written in one execution.
+//! [`bind_rows`] reads a whole batch of parameter rows in place of that `VALUES`, and
+//! the batch is written in one execution.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
+use arrow::datatypes::{Field, Schema};
 use arrow_flight::FlightData;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
-use datafusion::common::ParamValues;
+use datafusion::catalog::MemTable;
+use datafusion::common::Column;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::datasource::provider_as_source;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::logical_expr::{Expr, LogicalPlan, Values, WriteOp};
+use datafusion::logical_expr::expr::Placeholder;
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, Values, WriteOp, cast};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use futures::{Stream, TryStreamExt};
@@ -120,16 +124,20 @@ pub(crate) fn record_batches(
     FlightRecordBatchStream::new_from_flight_data(data)
 }
 
-/// `planned` with every row of `rows` bound, as the rows of its `VALUES`, when it is an
+/// `planned` reading its `VALUES` row once per row of `parameters`, when it is an
 /// `INSERT` whose parameters all sit in the one row of one `VALUES`; `None` otherwise
-/// (the statement then runs once per row). Each row is bound by DataFusion's own
-/// parameter binding, so values are checked and typed as they would be one at a time.
+/// (the statement then runs once per row).
+///
+/// The `VALUES` is replaced by a projection over the parameter batch: each `$n` becomes
+/// column `n` of the batch, cast to the type the planner gave the parameter, and each
+/// value is cast to its `VALUES` column's type. The rows are thus written column by
+/// column, as an ingest writes them, not bound one at a time.
 pub(crate) fn bind_rows(
     planned: &LogicalPlan,
-    rows: &[ParamValues],
+    parameters: &RecordBatch,
 ) -> Option<Result<LogicalPlan>> {
     let template = parameterized_values(planned)?;
-    Some(bind_values(planned, &template, rows))
+    Some(read_parameters(planned, &template, parameters))
 }
 
 /// The `VALUES` holding every parameter of an `INSERT`, if they are all there, in its
@@ -164,31 +172,49 @@ fn has_placeholder(expr: &Expr) -> bool {
         .unwrap_or(true)
 }
 
-fn bind_values(
+/// The relation the parameters are read from.
+const PARAMETERS: &str = "parameters";
+
+fn read_parameters(
     planned: &LogicalPlan,
     template: &Values,
-    rows: &[ParamValues],
+    parameters: &RecordBatch,
 ) -> Result<LogicalPlan> {
-    let mut bound = Vec::with_capacity(rows.len());
-    let mut schema = Arc::clone(&template.schema);
-    for values in rows {
-        let LogicalPlan::Values(row) =
-            LogicalPlan::Values(template.clone()).replace_params_with_values(values)?
-        else {
-            return Err(DataFusionError::Internal("binding changed VALUES".into()));
-        };
-        schema = row.schema;
-        bound.extend(row.values);
-    }
-    let mut bound = Some(Values {
-        schema,
-        values: bound,
-    });
+    // The parameter batch as a table whose column `$n` is named `pn`.
+    let fields: Vec<Field> = (1..)
+        .zip(parameters.schema().fields())
+        .map(|(n, field)| Field::new(format!("p{n}"), field.data_type().clone(), true))
+        .collect();
+    let schema = Arc::new(Schema::new(fields));
+    let batch = RecordBatch::try_new(Arc::clone(&schema), parameters.columns().to_vec())?;
+    let table = MemTable::try_new(schema, vec![vec![batch]])?;
+    let scan = LogicalPlanBuilder::scan(PARAMETERS, provider_as_source(Arc::new(table)), None)?;
+    let [row] = template.values.as_slice() else {
+        return Err(DataFusionError::Internal(
+            "a parameterized VALUES of one row".into(),
+        ));
+    };
+    let columns = row
+        .iter()
+        .zip(template.schema.fields())
+        .map(|(value, field)| {
+            let read = value.clone().transform(|expr| match expr {
+                Expr::Placeholder(placeholder) => Ok(Transformed::yes(parameter_column(
+                    &placeholder,
+                    parameters,
+                )?)),
+                other => Ok(Transformed::no(other)),
+            })?;
+            Ok(cast(read.data, field.data_type().clone()).alias(field.name()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let rows = scan.project(columns)?.build()?;
+    let mut rows = Some(rows);
     let plan = planned
         .clone()
         .transform_up_with_subqueries(|node| match node {
-            LogicalPlan::Values(values) if values == *template => match bound.take() {
-                Some(all) => Ok(Transformed::yes(LogicalPlan::Values(all))),
+            LogicalPlan::Values(values) if values == *template => match rows.take() {
+                Some(rows) => Ok(Transformed::yes(rows)),
                 None => Ok(Transformed::no(LogicalPlan::Values(values))),
             },
             other => Ok(Transformed::no(other)),
@@ -196,19 +222,46 @@ fn bind_values(
     Ok(plan.data)
 }
 
+/// The column of the parameter batch a placeholder `$n` reads, as the parameter's type.
+fn parameter_column(placeholder: &Placeholder, parameters: &RecordBatch) -> Result<Expr> {
+    let n: usize = placeholder
+        .id
+        .strip_prefix('$')
+        .and_then(|n| n.parse().ok())
+        .filter(|n| (1..=parameters.num_columns()).contains(n))
+        .ok_or_else(|| {
+            DataFusionError::Plan(format!(
+                "parameter {} is not bound: {} parameters were sent",
+                placeholder.id,
+                parameters.num_columns()
+            ))
+        })?;
+    let column = Expr::Column(Column::new(Some(PARAMETERS), format!("p{n}")));
+    Ok(match &placeholder.field {
+        Some(field) => cast(column, field.data_type().clone()),
+        None => column,
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use datafusion::common::ScalarValue;
+    use arrow::array::{AsArray, Int32Array, StringArray};
+    use arrow::datatypes::{Int64Type, UInt64Type};
+    use datafusion::dataframe::DataFrame;
     use datafusion::prelude::SessionContext;
 
     use super::*;
 
-    async fn planned(sql: &str) -> LogicalPlan {
+    async fn context() -> SessionContext {
         let context = SessionContext::new();
         context
             .sql("CREATE TABLE t (id BIGINT, v VARCHAR)")
             .await
             .expect("create");
+        context
+    }
+
+    async fn planned(context: &SessionContext, sql: &str) -> LogicalPlan {
         let frame = context
             .sql(sql)
             .await
@@ -216,49 +269,64 @@ mod tests {
         frame.logical_plan().clone()
     }
 
-    fn rows(n: i64) -> Vec<ParamValues> {
-        (0..n)
-            .map(|i| {
-                ParamValues::from(vec![
-                    ScalarValue::Int64(Some(i)),
-                    ScalarValue::Utf8(Some(format!("v{i}"))),
-                ])
-            })
-            .collect()
-    }
-
-    fn values_rows(plan: &LogicalPlan) -> Vec<usize> {
-        let mut rows = Vec::new();
-        plan.apply_with_subqueries(|node| {
-            if let LogicalPlan::Values(values) = node {
-                rows.push(values.values.len());
-            }
-            Ok(TreeNodeRecursion::Continue)
-        })
-        .expect("walk");
-        rows
+    /// Three rows of parameters: ids 0, 1, 2 as Int32 (the table's column is BIGINT).
+    fn parameters() -> RecordBatch {
+        RecordBatch::try_from_iter(vec![
+            ("0", Arc::new(Int32Array::from(vec![0, 1, 2])) as _),
+            ("1", Arc::new(StringArray::from(vec!["a", "b", "c"])) as _),
+        ])
+        .expect("batch")
     }
 
     #[tokio::test]
-    async fn a_batch_insert_binds_every_row_into_its_values() {
-        let plan = planned("INSERT INTO t VALUES ($1, $2)").await;
-        let bound = bind_rows(&plan, &rows(3))
+    async fn a_batch_insert_reads_every_parameter_row() {
+        let context = context().await;
+        let sql = "INSERT INTO t VALUES ($1, upper($2)), ($1 + 10, 'x')";
+        let mixed = bind_rows(&planned(&context, sql).await, &parameters());
+        assert!(mixed.is_none(), "a second VALUES row: one row at a time");
+
+        let plan = planned(&context, "INSERT INTO t VALUES ($1 * 10, upper($2))").await;
+        let bound = bind_rows(&plan, &parameters())
             .expect("a batch insert")
             .expect("bound");
-        assert_eq!(values_rows(&bound), [3]);
-        assert!(!bound.expressions().iter().any(has_placeholder));
-        let mixed = bind_rows(
-            &planned("INSERT INTO t VALUES ($1, $2), (9, 'x')").await,
-            &rows(2),
+        let inserted = DataFrame::new(context.state(), bound)
+            .collect()
+            .await
+            .expect("insert");
+        assert_eq!(
+            inserted[0].column(0).as_primitive::<UInt64Type>().value(0),
+            3
         );
-        assert!(mixed.is_none(), "a second VALUES row: one row at a time");
+        let rows = context
+            .sql("SELECT id, arrow_cast(v, 'Utf8') FROM t ORDER BY id")
+            .await
+            .expect("select")
+            .collect()
+            .await
+            .expect("rows");
+        let ids = rows[0].column(0).as_primitive::<Int64Type>();
+        let values = rows[0].column(1).as_string::<i32>();
+        assert_eq!(ids.values(), &[0, 10, 20]);
+        assert_eq!(values.iter().flatten().collect::<Vec<_>>(), ["A", "B", "C"]);
+
         for sql in [
             "INSERT INTO t SELECT $1, $2",
             "INSERT INTO t SELECT column1, column2 FROM (VALUES ($1, $2)) WHERE $1 > 0",
             "SELECT * FROM (VALUES ($1, $2))",
         ] {
-            assert!(bind_rows(&planned(sql).await, &rows(2)).is_none(), "{sql}");
+            let plan = planned(&context, sql).await;
+            assert!(bind_rows(&plan, &parameters()).is_none(), "{sql}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_parameter_the_batch_lacks_is_an_error() {
+        let context = context().await;
+        let plan = planned(&context, "INSERT INTO t VALUES ($1, $3)").await;
+        let error = bind_rows(&plan, &parameters())
+            .expect("a batch insert")
+            .expect_err("no $3");
+        assert!(error.to_string().contains("$3 is not bound"), "{error}");
     }
 
     #[test]

@@ -262,15 +262,14 @@ impl Statements {
             let mut bound = false;
             while let Some(batch) = parameters.try_next().await? {
                 bound = true;
-                let rows = parameter_rows(&batch).map_err(status)?;
-                if let Some(plan) = prepared::bind_rows(planned.logical_plan(), &rows) {
+                if let Some(plan) = prepared::bind_rows(planned.logical_plan(), &batch) {
                     let state = planned.clone().into_parts().0;
                     let frame = plan.map(|plan| DataFrame::new(state, plan));
                     let changed = run_update(frame).await.map_err(status)?;
-                    progress.record(rows.len(), changed);
+                    progress.record(batch.num_rows(), changed);
                     continue;
                 }
-                for values in rows {
+                for values in parameter_rows(&batch).map_err(status)? {
                     let frame = planned.clone().with_param_values(values);
                     progress.record(1, run_update(frame).await.map_err(status)?);
                 }

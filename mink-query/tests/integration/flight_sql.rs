@@ -789,44 +789,47 @@ async fn a_failed_ingest_says_what_it_wrote_and_drops_a_table_it_created() {
     assert_eq!(code, Code::NotFound);
 }
 
+/// An ADBC client that ingests one batch into a new table `fresh`, then waits.
+const STALLED_INGEST: &str = r#"
+import sys, time
+import adbc_driver_flightsql.dbapi as flight_sql
+import pyarrow as pa
+
+schema = pa.schema([("id", pa.int64())])
+def batches():
+    yield pa.record_batch([pa.array([1])], schema=schema)
+    time.sleep(600)
+reader = pa.RecordBatchReader.from_batches(schema, batches())
+with flight_sql.connect(sys.argv[1], autocommit=True) as conn, conn.cursor() as cursor:
+    cursor.adbc_ingest("fresh", reader, mode="create")
+"#;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandoned_ingest_drops_the_table_it_created() {
     let (node, handle) = start(None).await;
-    let client = client(&handle).await;
-    let batch = RecordBatch::try_from_iter(vec![("id", Arc::new(Int64Array::from(vec![1])) as _)])
-        .expect("batch");
-    let mut messages = encode(batch).await;
-    let command = CommandStatementIngest {
-        table: "fresh".into(),
-        table_definition_options: Some(TableDefinitionOptions {
-            if_not_exist: TableNotExistOption::Create.into(),
-            if_exists: TableExistsOption::Fail.into(),
-        }),
-        ..Default::default()
-    };
-    messages[0].flight_descriptor =
-        Some(FlightDescriptor::new_cmd(command.as_any().encode_to_vec()));
-    // The client sends a batch, keeps its stream open, then goes away.
-    let (sender, receiver) = futures::channel::mpsc::unbounded::<FlightData>();
-    for message in messages {
-        sender.unbounded_send(message).expect("queued");
-    }
-    let mut flight = client.inner().clone();
-    let call = tokio::spawn(async move { flight.do_put(receiver).await });
+    let mut client = std::process::Command::new(python())
+        .args(["-c", STALLED_INGEST, &format!("grpc://{}", handle.addr())])
+        .spawn()
+        .expect("python");
     let fresh = TablePath::new("default", "fresh");
-    let exists = async |expected: bool| {
-        for _ in 0..1500 {
-            if node.client.describe_table(&fresh).await.is_ok() == expected {
+    let wait_until = async |what: &str, done: &dyn Fn(Option<i64>) -> bool| {
+        for _ in 0..3000 {
+            let rows = match node.client.list_buckets(&fresh).await {
+                Ok(buckets) => Some(buckets.iter().map(|b| b.high_watermark).sum()),
+                Err(_) => None,
+            };
+            if done(rows) {
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        panic!("table 'fresh' never came to exist: {expected}");
+        panic!("table 'fresh' never {what}");
     };
-    exists(true).await;
-    call.abort();
-    drop(sender);
-    exists(false).await;
+    // Created and written to: the ingest is under way. Then the client dies.
+    wait_until("held the batch", &|rows| rows == Some(1)).await;
+    client.kill().expect("kill");
+    client.wait().expect("reaped");
+    wait_until("went away", &|rows| rows.is_none()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
