@@ -25,7 +25,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_plan::metrics::Count;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
-use mink_client::MinkClient;
+use mink_client::{ClientError, MinkClient};
 use mink_core::change::ChangeType;
 use mink_core::filter::{ColumnFilter, filter_batch};
 use mink_core::key::KeyCodec;
@@ -288,10 +288,11 @@ impl SplitReader {
                     .await
                     .map_err(external)?;
                 if answer.batches.is_empty() {
-                    return Err(DataFusionError::Execution(format!(
+                    // The node's answer breaks the read's plan: not the statement's fault.
+                    return Err(external(ClientError::Protocol(format!(
                         "the log of {bucket} ends at {} before the planned {to}",
                         answer.next_offset
-                    )));
+                    ))));
                 }
                 let next = answer.next_offset;
                 let batches: Vec<Result<TailBatch>> = answer
