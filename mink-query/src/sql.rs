@@ -371,6 +371,16 @@ async fn connect_flight_sql(
     FlightSqlConnection::connect(address, credentials.as_ref(), tls_ca.as_deref())
         .await
         .map_err(|error| match error {
+            // A mink node answers the login's handshake `Unimplemented`.
+            FlightError::Tonic(status) if status.code() == Code::Unimplemented => {
+                CliError::Endpoint {
+                    address: address.to_string(),
+                    reason: "a mink node, not a Flight SQL endpoint: connect to the server's \
+                             --sql-listen address (port 50051 by default), or to this one \
+                             without --user, --tls-ca or a grpc:// scheme"
+                        .into(),
+                }
+            }
             // The server answered: a refused login.
             FlightError::Tonic(_) => flight_error(error),
             FlightError::ExternalError(_)

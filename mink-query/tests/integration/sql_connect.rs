@@ -249,4 +249,17 @@ fn a_server_with_a_login_asks_for_user() {
     );
     assert!(ok, "{stderr}");
     assert_eq!(stdout, "n\n2\n");
+    // A login sent to the node's address: it is not a Flight SQL endpoint, and says so.
+    let (ok, _, stderr) = mink_sql(
+        &with_statements(
+            &["--connect", &server.addr, "--user", "analyst"],
+            &["SELECT 1"],
+        ),
+        &[("MINK_SQL_PASSWORD", "s3cret")],
+    );
+    assert!(!ok);
+    assert!(
+        stderr.contains("a mink node, not a Flight SQL endpoint"),
+        "{stderr}"
+    );
 }
