@@ -13,12 +13,14 @@
 //!
 //! ```text
 //! handle = "mkh1" ++ protobuf { 1: sql, 2: parameters (Arrow IPC stream) }
-//! ticket = "mkh1" ++ protobuf { 1: sql, 2: parameters, 4: announced schema (Arrow IPC stream) }
+//! ticket = "mkh1" ++ protobuf { 1: sql, 2: parameters, 4: announced schema (Arrow IPC stream), 5: nonce }
 //!        | "mkh1" ++ protobuf { 3: result (Arrow IPC stream) }
 //! ```
 //!
 //! The magic prefix tells a mink handle from any other bytes: a handle that does not
-//! decode is answered `InvalidArgument`.
+//! decode is answered `InvalidArgument`. The random nonce makes every `Run` ticket
+//! unique, so that cancelling one client's query (which names its ticket) never
+//! cancels another client's run of the same SQL.
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -64,6 +66,8 @@ struct HandleProto {
     result: Vec<u8>,
     #[prost(bytes = "vec", tag = "4")]
     schema: Vec<u8>,
+    #[prost(uint64, tag = "5")]
+    nonce: u64,
 }
 
 impl StatementHandle {
@@ -132,6 +136,7 @@ impl Ticket {
         let proto = match self {
             Self::Run(handle, schema) => HandleProto {
                 schema: ipc_bytes(schema, &[])?,
+                nonce: rand::random(),
                 ..handle.proto()?
             },
             Self::Computed(schema, batches) => HandleProto {
@@ -240,6 +245,7 @@ mod tests {
         let ticket = Ticket::Run(statement.clone(), schema);
         let bytes = ticket.encode().unwrap();
         assert_eq!(Ticket::decode(&bytes).unwrap(), ticket);
+        assert_ne!(ticket.encode().unwrap(), bytes, "every ticket is unique");
         assert!(StatementHandle::decode(&bytes).is_err());
         assert!(Ticket::decode(&statement.encode().unwrap()).is_err());
     }

@@ -22,7 +22,8 @@
 //! - **Metadata**: SQL info, catalogs, databases, tables with schemas, table types,
 //!   primary keys, foreign keys (none), XDBC types ([`metadata`], [`sql_info`]).
 //! - **`GetSchema` and `PollFlightInfo`**, which arrow-flight's dispatch leaves out
-//!   ([`endpoint`]).
+//!   ([`endpoint`]); **`CancelFlightInfo`** and `CancelQuery`, which stop the result
+//!   streams of a FlightInfo ([`running`]).
 //! - **Sessions**: `SetSessionOptions` and `CloseSession` are accepted; nothing is kept.
 //! - **Authentication** with a user and password exchanged for a bearer token, and TLS
 //!   ([`auth`], [`FlightSqlConfig`]).

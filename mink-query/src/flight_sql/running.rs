@@ -1,15 +1,20 @@
-//! Calls that run statements: counted while they run, and stopped when the server shuts
-//! down. A shutdown first lets them finish for a grace period; then a result stream ends
-//! with `Unavailable` ("the server is shutting down") and an update or ingest is
-//! abandoned, so the node is never shut down under a statement still using it.
+//! Calls that run statements: counted while they run, stopped when the server shuts
+//! down, and result streams cancelled by ticket. A shutdown first lets them finish for a
+//! grace period; then a result stream ends with `Unavailable` ("the server is shutting
+//! down") and an update or ingest is abandoned, so the node is never shut down under a
+//! statement still using it. A client's `CancelFlightInfo` ends the streams of the
+//! tickets its FlightInfo names with `Cancelled` (every FlightInfo's ticket is unique,
+//! see [`super::handle`], so no other client's stream is touched).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arrow_flight::FlightData;
 use futures::{Stream, StreamExt};
+use prost::bytes::Bytes;
 use tokio::sync::watch;
 use tonic::Status;
 
@@ -21,6 +26,32 @@ pub(crate) type DataStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status
 pub(crate) struct Running {
     count: Arc<AtomicUsize>,
     stop: watch::Receiver<bool>,
+    streams: Arc<Streams>,
+}
+
+/// The result streams running, by a number of their own: their ticket and the switch
+/// that cancels them.
+#[derive(Debug, Default)]
+struct Streams {
+    next: AtomicU64,
+    running: Mutex<HashMap<u64, (Bytes, watch::Sender<bool>)>>,
+}
+
+/// One registered result stream, unregistered when dropped.
+#[derive(Debug)]
+struct Registered {
+    streams: Arc<Streams>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.streams
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
 }
 
 /// The handle's side: counts the running calls and stops them. Dropping it stops them
@@ -38,6 +69,7 @@ pub(crate) fn running() -> (Running, Stopper) {
     let running = Running {
         count: Arc::clone(&count),
         stop: stopped,
+        streams: Arc::default(),
     };
     (running, Stopper { count, stop })
 }
@@ -56,23 +88,54 @@ impl Running {
         }
     }
 
-    /// `data`, counted as long as it lives and ended with `Unavailable` if the server
-    /// stops first.
-    pub(crate) fn stream(&self, data: DataStream) -> DataStream {
-        let state = (data, self.stop.clone(), Counted::enter(&self.count), false);
+    /// `data`, the rows of `ticket`: counted as long as it lives, ended with
+    /// `Unavailable` if the server stops first and with `Cancelled` if a client cancels
+    /// the ticket.
+    pub(crate) fn stream(&self, ticket: Bytes, data: DataStream) -> DataStream {
+        let (cancel, cancelled) = watch::channel(false);
+        let id = self.streams.next.fetch_add(1, Ordering::Relaxed);
+        self.streams
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, (ticket, cancel));
+        let registered = Registered {
+            streams: Arc::clone(&self.streams),
+            id,
+        };
+        let guards = (Counted::enter(&self.count), registered);
+        let state = (data, self.stop.clone(), cancelled, guards, false);
         Box::pin(futures::stream::unfold(
             state,
-            |(mut data, mut stop, counted, stopped)| async move {
-                if stopped {
+            |(mut data, mut stop, mut cancelled, guards, ended)| async move {
+                if ended {
                     return None;
                 }
-                let (next, stopped) = tokio::select! {
+                let (next, ended) = tokio::select! {
                     item = data.next() => (item, false),
                     _ = stop.wait_for(|stopped| *stopped) => (Some(Err(stopping())), true),
+                    _ = cancelled.wait_for(|cancelled| *cancelled) => {
+                        (Some(Err(Status::cancelled("the query was cancelled"))), true)
+                    }
                 };
-                next.map(|item| (item, (data, stop, counted, stopped)))
+                next.map(|item| (item, (data, stop, cancelled, guards, ended)))
             },
         ))
+    }
+
+    /// Cancels the running streams of `ticket`; answers how many there were.
+    pub(crate) fn cancel(&self, ticket: &[u8]) -> usize {
+        let running = self
+            .streams
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut cancelled = 0;
+        for (_, cancel) in running.values().filter(|(t, _)| t.as_ref() == ticket) {
+            cancel.send_replace(true);
+            cancelled += 1;
+        }
+        cancelled
     }
 }
 
@@ -116,10 +179,27 @@ mod tests {
     use super::*;
 
     #[tokio::test]
+    async fn a_cancel_ends_the_streams_of_its_ticket_only() {
+        let (running, stopper) = running();
+        let endless = || -> DataStream { Box::pin(futures::stream::pending()) };
+        let mut first = running.stream(Bytes::from_static(b"a"), endless());
+        let mut other = running.stream(Bytes::from_static(b"b"), endless());
+        assert_eq!(running.cancel(b"a"), 1);
+        let ended = first.next().await.expect("an item").expect_err("cancelled");
+        assert_eq!(ended.code(), tonic::Code::Cancelled);
+        assert!(first.next().await.is_none());
+        drop(first);
+        assert_eq!(running.cancel(b"a"), 0, "unregistered once dropped");
+        let pending = tokio::time::timeout(Duration::from_millis(50), other.next()).await;
+        assert!(pending.is_err(), "the other ticket's stream runs on");
+        assert_eq!(stopper.count(), 1);
+    }
+
+    #[tokio::test]
     async fn calls_are_counted_and_stopped() {
         let (running, stopper) = running();
         let endless: DataStream = Box::pin(futures::stream::pending());
-        let mut stream = running.stream(endless);
+        let mut stream = running.stream(Bytes::from_static(b"t"), endless);
         let call = tokio::spawn({
             let running = running.clone();
             async move {

@@ -19,17 +19,19 @@ use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::metadata::{SqlInfoData, XdbcTypeInfoData};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
-    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
-    ActionCreatePreparedStatementResult, Any, Command, CommandGetCatalogs,
-    CommandGetCrossReference, CommandGetDbSchemas, CommandGetExportedKeys, CommandGetImportedKeys,
-    CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
-    CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
-    CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate,
-    DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
+    ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
+    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any, Command,
+    CommandGetCatalogs, CommandGetCrossReference, CommandGetDbSchemas, CommandGetExportedKeys,
+    CommandGetImportedKeys, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes,
+    CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery,
+    CommandPreparedStatementUpdate, CommandStatementIngest, CommandStatementQuery,
+    CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
+    TicketStatementQuery,
 };
 use arrow_flight::{
-    Action, ActionType, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest,
-    HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket as FlightTicket,
+    Action, ActionType, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus,
+    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
+    SchemaAsIpc, Ticket as FlightTicket,
 };
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -49,6 +51,8 @@ use crate::flight_sql::{ingest, metadata, prepared};
 const SET_SESSION_OPTIONS: &str = "SetSessionOptions";
 const GET_SESSION_OPTIONS: &str = "GetSessionOptions";
 const CLOSE_SESSION: &str = "CloseSession";
+/// Flight's cancellation of a FlightInfo's streams.
+const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
 /// `CloseSessionResult { status: CLOSED }`.
 const SESSION_CLOSED: [u8; 2] = [0x08, 0x01];
 
@@ -113,6 +117,25 @@ impl MinkFlightSql {
     pub(crate) async fn statement_schema(&self, handle: StatementHandle) -> Result<Schema, Status> {
         let schema = self.statements.schema(&handle).await.map_err(status)?;
         streamed_schema(schema)
+    }
+
+    /// Cancels the running result streams of the tickets `info` names.
+    ///
+    /// # Errors
+    /// `NotFound` when none of them is running (never run, finished, or cancelled).
+    fn cancel(&self, info: &FlightInfo) -> Result<CancelStatus, Status> {
+        let cancelled: usize = info
+            .endpoint
+            .iter()
+            .filter_map(|endpoint| endpoint.ticket.as_ref())
+            .map(|ticket| self.running.cancel(&ticket.ticket))
+            .sum();
+        match cancelled {
+            0 => Err(Status::not_found(
+                "no result of that FlightInfo is being read (finished, or never fetched)",
+            )),
+            _ => Ok(CancelStatus::Cancelled),
+        }
     }
 
     async fn session(&self) -> Result<crate::session::MinkSession, Status> {
@@ -323,11 +346,14 @@ impl FlightSqlService for MinkFlightSql {
     async fn do_get_statement(
         &self,
         ticket: TicketStatementQuery,
-        _request: Request<FlightTicket>,
+        request: Request<FlightTicket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let ticket = Ticket::decode(&ticket.statement_handle).map_err(invalid)?;
-        let rows = self.statements.stream(ticket).await?;
-        Ok(Response::new(self.running.stream(flight_stream(rows))))
+        let statement = Ticket::decode(&ticket.statement_handle).map_err(invalid)?;
+        let rows = self.statements.stream(statement).await?;
+        let ticket = request.into_inner().ticket;
+        Ok(Response::new(
+            self.running.stream(ticket, flight_stream(rows)),
+        ))
     }
 
     async fn do_get_catalogs(
@@ -519,6 +545,12 @@ impl FlightSqlService for MinkFlightSql {
         let body = match request.get_ref().r#type.as_str() {
             SET_SESSION_OPTIONS | GET_SESSION_OPTIONS => Vec::new(),
             CLOSE_SESSION => SESSION_CLOSED.to_vec(),
+            CANCEL_FLIGHT_INFO => {
+                let cancel = CancelFlightInfoRequest::decode(request.get_ref().body.as_ref())
+                    .map_err(invalid)?;
+                let info = cancel.info.unwrap_or_default();
+                CancelFlightInfoResult::new(self.cancel(&info)?).encode_to_vec()
+            }
             other => return Err(invalid(format!("unknown action {other}"))),
         };
         let result = arrow_flight::Result { body: body.into() };
@@ -536,7 +568,23 @@ impl FlightSqlService for MinkFlightSql {
             action(SET_SESSION_OPTIONS, "Accepted; every call is independent"),
             action(GET_SESSION_OPTIONS, "No options are kept"),
             action(CLOSE_SESSION, "Closes nothing: no session is kept"),
+            action(
+                CANCEL_FLIGHT_INFO,
+                "Stops the result streams of a FlightInfo",
+            ),
         ])
+    }
+
+    async fn do_action_cancel_query(
+        &self,
+        query: ActionCancelQueryRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionCancelQueryResult, Status> {
+        let info = FlightInfo::decode(query.info).map_err(invalid)?;
+        // `CANCEL_RESULT_CANCELLED` is 1 like `CancelStatus::Cancelled` (arrow-flight does
+        // not export the deprecated action's enum).
+        let result = self.cancel(&info)? as i32;
+        Ok(ActionCancelQueryResult { result })
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}

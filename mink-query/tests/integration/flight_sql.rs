@@ -18,7 +18,10 @@ use arrow_flight::sql::{
     CommandPreparedStatementUpdate, CommandStatementIngest, CommandStatementQuery, ProstMessageExt,
     SqlInfo, TableDefinitionOptions, TableExistsOption, TableNotExistOption,
 };
-use arrow_flight::{Action, FlightData, FlightDescriptor, FlightInfo};
+use arrow_flight::{
+    Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightData,
+    FlightDescriptor, FlightInfo,
+};
 use futures::TryStreamExt;
 use mink_core::table::TablePath;
 use mink_lake::storage::LakeStorage;
@@ -600,20 +603,70 @@ async fn until_idle(handle: &FlightSqlHandle) {
     }
 }
 
-/// A client reading the [`ENDLESS`] query, its first batch read.
-async fn endless_rows(handle: &FlightSqlHandle) -> (Client, FlightRecordBatchStream) {
+/// A client reading the [`ENDLESS`] query, its first batch read, and the query's
+/// FlightInfo.
+async fn endless_rows(handle: &FlightSqlHandle) -> (Client, FlightRecordBatchStream, FlightInfo) {
     let mut client = client(handle).await;
     let info = client.execute(ENDLESS.into(), None).await.expect("plan");
     let ticket = info.endpoint[0].ticket.clone().expect("ticket");
     let mut rows = client.do_get(ticket).await.expect("do_get");
     rows.try_next().await.expect("a batch").expect("rows");
-    (client, rows)
+    (client, rows, info)
+}
+
+/// Reads an endless result to its end, which must be an error: its code and message.
+async fn ending(rows: &mut FlightRecordBatchStream) -> (Code, String) {
+    loop {
+        match rows.try_next().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the endless result ended without an error"),
+            Err(error) => break status(error),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_flight_info_stops_that_query_only() {
+    let (_node, handle) = start(None).await;
+    let (client, mut cancelled, info) = endless_rows(&handle).await;
+    let (_other_client, mut other, _) = endless_rows(&handle).await;
+    let cancel = |info: FlightInfo| {
+        Action::new(
+            "CancelFlightInfo",
+            CancelFlightInfoRequest::new(info).encode_to_vec(),
+        )
+    };
+    let mut flight = client.inner().clone();
+    let mut answers = flight
+        .do_action(cancel(info.clone()))
+        .await
+        .expect("cancel")
+        .into_inner();
+    let answer = answers.message().await.expect("answer").expect("a result");
+    let result = CancelFlightInfoResult::decode(answer.body).expect("result");
+    assert_eq!(result.status(), CancelStatus::Cancelled);
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(60), ending(&mut cancelled))
+        .await
+        .expect("cancelled promptly");
+    assert_eq!(ended.0, Code::Cancelled, "{}", ended.1);
+    // The same SQL run by another client has a ticket of its own and runs on.
+    other
+        .try_next()
+        .await
+        .expect("still running")
+        .expect("rows");
+    drop(cancelled);
+    let again = flight
+        .do_action(cancel(info))
+        .await
+        .expect_err("nothing left");
+    assert_eq!(again.code(), Code::NotFound);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_stops_when_its_client_goes_away() {
     let (_node, handle) = start(None).await;
-    let (client, rows) = endless_rows(&handle).await;
+    let (client, rows, _) = endless_rows(&handle).await;
     assert_eq!(handle.running_statements(), 1);
     drop(rows);
     drop(client);
@@ -624,21 +677,13 @@ async fn a_query_stops_when_its_client_goes_away() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_a_statement_still_running_after_the_grace_period() {
     let (_node, handle) = start(None).await;
-    let (client, mut rows) = endless_rows(&handle).await;
+    let (client, mut rows, _) = endless_rows(&handle).await;
     let grace = std::time::Duration::from_millis(300);
     let shutdown = tokio::spawn(handle.shutdown_within(grace));
     // The client keeps reading: the rows end with the server's refusal, not silently.
-    let ended = tokio::time::timeout(std::time::Duration::from_secs(60), async {
-        loop {
-            match rows.try_next().await {
-                Ok(Some(_)) => continue,
-                Ok(None) => panic!("the endless result ended without an error"),
-                Err(error) => break status(error),
-            }
-        }
-    })
-    .await
-    .expect("stopped within the grace period");
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(60), ending(&mut rows))
+        .await
+        .expect("stopped within the grace period");
     assert_eq!(ended.0, Code::Unavailable, "{}", ended.1);
     assert!(ended.1.contains("shutting down"), "{}", ended.1);
     drop(rows);
