@@ -156,16 +156,15 @@ impl Drop for CreatedTable {
             warn!(table = %path, "the table of an abandoned ingest is left: no runtime");
             return;
         }
-        let dropping = drop_table(self.client.clone(), table);
+        let client = self.client.clone();
         drop(tokio::spawn(async move {
-            match dropping.await {
-                Ok(Ok(())) => info!(table = %path, "dropped the table of an abandoned ingest"),
-                Ok(Err(error)) => warn!(
+            match client.drop_table_instance(&table).await {
+                Ok(()) => info!(table = %path, "dropped the table of an abandoned ingest"),
+                Err(error) => warn!(
                     table = %path,
                     %error,
                     "could not drop the table of an abandoned ingest"
                 ),
-                Err(error) => warn!(table = %path, %error, "dropping an abandoned ingest's table"),
             }
         }));
     }

@@ -10,7 +10,7 @@
 //! An update runs once per parameter row, except the common case of a batch insert
 //! (JDBC's `executeBatch`, ADBC's `executemany` of `INSERT INTO t VALUES (?, ?)`):
 //! when the statement's only parameters are the values of its one `VALUES` row,
-//! [`bind_rows`] reads a whole batch of parameter rows in place of that `VALUES`, and
+//! [`BatchInsert`] reads a whole batch of parameter rows in place of that `VALUES`, and
 //! the batch is written in one execution.
 
 use std::collections::HashSet;
@@ -124,20 +124,31 @@ pub(crate) fn record_batches(
     FlightRecordBatchStream::new_from_flight_data(data)
 }
 
-/// `planned` reading its `VALUES` row once per row of `parameters`, when it is an
-/// `INSERT` whose parameters all sit in the one row of one `VALUES`; `None` otherwise
-/// (the statement then runs once per row).
+/// An `INSERT` whose parameters all sit in the one row of one `VALUES`: it can read a
+/// whole batch of parameter rows at once, in place of that `VALUES`.
 ///
 /// The `VALUES` is replaced by a projection over the parameter batch: each `$n` becomes
 /// column `n` of the batch, cast to the type the planner gave the parameter, and each
 /// value is cast to its `VALUES` column's type. The rows are thus written column by
 /// column, as an ingest writes them, not bound one at a time.
-pub(crate) fn bind_rows(
-    planned: &LogicalPlan,
-    parameters: &RecordBatch,
-) -> Option<Result<LogicalPlan>> {
-    let template = parameterized_values(planned)?;
-    Some(read_parameters(planned, &template, parameters))
+#[derive(Debug)]
+pub(crate) struct BatchInsert<'a> {
+    planned: &'a LogicalPlan,
+    template: Values,
+}
+
+impl<'a> BatchInsert<'a> {
+    /// `planned` as a batch insert; `None` when it is not one (the statement then runs
+    /// once per parameter row).
+    pub(crate) fn of(planned: &'a LogicalPlan) -> Option<Self> {
+        let template = parameterized_values(planned)?;
+        Some(Self { planned, template })
+    }
+
+    /// The statement reading every row of `parameters`.
+    pub(crate) fn reading(&self, parameters: &RecordBatch) -> Result<LogicalPlan> {
+        read_parameters(self.planned, &self.template, parameters)
+    }
 }
 
 /// The `VALUES` holding every parameter of an `INSERT`, if they are all there, in its
@@ -282,12 +293,16 @@ mod tests {
     async fn a_batch_insert_reads_every_parameter_row() {
         let context = context().await;
         let sql = "INSERT INTO t VALUES ($1, upper($2)), ($1 + 10, 'x')";
-        let mixed = bind_rows(&planned(&context, sql).await, &parameters());
-        assert!(mixed.is_none(), "a second VALUES row: one row at a time");
+        let mixed = planned(&context, sql).await;
+        assert!(
+            BatchInsert::of(&mixed).is_none(),
+            "a second VALUES row: one row at a time"
+        );
 
         let plan = planned(&context, "INSERT INTO t VALUES ($1 * 10, upper($2))").await;
-        let bound = bind_rows(&plan, &parameters())
+        let bound = BatchInsert::of(&plan)
             .expect("a batch insert")
+            .reading(&parameters())
             .expect("bound");
         let inserted = DataFrame::new(context.state(), bound)
             .collect()
@@ -315,7 +330,7 @@ mod tests {
             "SELECT * FROM (VALUES ($1, $2))",
         ] {
             let plan = planned(&context, sql).await;
-            assert!(bind_rows(&plan, &parameters()).is_none(), "{sql}");
+            assert!(BatchInsert::of(&plan).is_none(), "{sql}");
         }
     }
 
@@ -323,8 +338,9 @@ mod tests {
     async fn a_parameter_the_batch_lacks_is_an_error() {
         let context = context().await;
         let plan = planned(&context, "INSERT INTO t VALUES ($1, $3)").await;
-        let error = bind_rows(&plan, &parameters())
+        let error = BatchInsert::of(&plan)
             .expect("a batch insert")
+            .reading(&parameters())
             .expect_err("no $3");
         assert!(error.to_string().contains("$3 is not bound"), "{error}");
     }

@@ -42,7 +42,7 @@ use tonic::Status;
 
 use crate::flight_sql::error::status;
 use crate::flight_sql::handle::{StatementHandle, Ticket};
-use crate::flight_sql::prepared;
+use crate::flight_sql::prepared::BatchInsert;
 use crate::session::{MinkSession, is_create_table};
 
 /// When a statement acts (see the module docs).
@@ -242,7 +242,7 @@ impl Statements {
     /// The statement is planned once, then run for each parameter row: the rows the
     /// client streams (`streamed`, taken as they arrive), or else those bound in the
     /// handle, or once without parameters. A batch insert runs once per batch of rows
-    /// (see [`prepared::bind_rows`]). A failure midway says how many parameter rows ran
+    /// (see [`BatchInsert`]). A failure midway says how many parameter rows ran
     /// before it and what they changed; those changes stay.
     pub(crate) async fn update(
         &self,
@@ -257,14 +257,17 @@ impl Statements {
             Some(_) => streamed.boxed(),
             None => stream::iter(handle.parameters.clone().map(Ok)).boxed(),
         };
+        let batch_insert = BatchInsert::of(planned.logical_plan());
         let mut progress = UpdateProgress::default();
         let ran = async {
             let mut bound = false;
             while let Some(batch) = parameters.try_next().await? {
                 bound = true;
-                if let Some(plan) = prepared::bind_rows(planned.logical_plan(), &batch) {
-                    let state = planned.clone().into_parts().0;
-                    let frame = plan.map(|plan| DataFrame::new(state, plan));
+                if let Some(insert) = &batch_insert {
+                    let state = session.context().state();
+                    let frame = insert
+                        .reading(&batch)
+                        .map(|plan| DataFrame::new(state, plan));
                     let changed = run_update(frame).await.map_err(status)?;
                     progress.record(batch.num_rows(), changed);
                     continue;
@@ -275,7 +278,7 @@ impl Statements {
                 }
             }
             if !bound {
-                progress.record(0, run_update(Ok(planned)).await.map_err(status)?);
+                progress.record(0, run_update(Ok(planned.clone())).await.map_err(status)?);
             }
             Ok(())
         }
