@@ -1,0 +1,290 @@
+//! `mink-bench kv`: primary-key tables, against log tables and Scan.
+//!
+//! ```text
+//! cargo run --release -p mink-bench -- kv [--keys 1000000] [--buckets 1] [--dir DIR] [--no-sync]
+//! ```
+//!
+//! Primary-key tables, on the same kind of node and with the same schema as `log`'s, in a table
+//! `bench.kv` with primary key `id` and `--buckets` buckets (default 1). Every upsert reads
+//! the stored row of each of its keys (one KV get per row) to log `+I`, or `-U` and `+U`,
+//! and updates the KV store (fjall) in the same group commit; the figures show what that
+//! costs, and what reading the store costs.
+//!
+//! 1. **Upsert throughput**, in two phases, through [`MinkClient::write`] with four
+//!    10 000-row batches in flight. *Load*: `--keys` keys (default 1 000 000; ids from 0,
+//!    every key new). Then *10% updates*: `--keys / 2` rows in which every tenth row
+//!    updates an existing key (distinct random keys, none updated twice, so the final rows
+//!    do not depend on the order the writes land in) and the others insert new keys.
+//!    Baseline of each phase: the same batches written the same way to a log table
+//!    `bench.kv_log` with the same schema and no primary key; the ratio is the cost of the
+//!    changelog and the KV store. The log table is written first, both phases, so its
+//!    writes never overlap the KV store's background flushes and compactions (the update
+//!    phase does pay for those the load leaves behind).
+//! 2. **Lookup latency**, p50 and p99, of 2000 [`MinkClient::lookup`] calls of 1 key and
+//!    500 calls of 100 keys (after 20 uncounted warm-up calls each), the keys drawn at
+//!    random from the `--keys` loaded ones, so all exist. Baseline: a Scan of one batch of
+//!    a small log table from the log cache, the cheapest round trip of the protocol: of a
+//!    1-row batch against the 1-key lookups, of a 100-row batch against the 100-key ones,
+//!    so both answers carry as many rows. Each lookup follows a baseline call, so both
+//!    see the same conditions (background compactions, other processes).
+//! 3. **Snapshot throughput**: [`MinkClient::snapshot`] of every bucket (all at once, in
+//!    batches of 10 000 rows). Baseline: a Scan, from the log cache, of a log table
+//!    `bench.kv_rows` holding exactly the snapshot's rows in the same batches (the first
+//!    snapshot's batches, appended to it bucket for bucket) — not of the changelog, which
+//!    also holds every overwritten version. Three rounds alternate a Scan and a Snapshot;
+//!    each figure is the median of its rounds.
+
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+use futures::future::try_join_all;
+use mink_core::protocol::BucketId;
+use mink_core::table::{TableDescriptor, TablePath};
+use rand::Rng;
+use rand::seq::SliceRandom;
+
+use crate::data::{BATCH_ROWS, Data, ipc_len, make_batch, seeded};
+use crate::error::BenchError;
+use crate::harness::{
+    CALL_WARMUP, NodeArgs, ROUNDS, Running, Scratch, Throughput, append_parts, buckets_of,
+    check_logged, check_rows, create_table, measure, median, paired_latency, report, scan_bucket,
+    write_batches,
+};
+
+/// Arguments of `mink-bench kv`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct KvArgs {
+    /// Keys to load, in batches of 10 000; half as many rows are upserted after.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: usize,
+    /// Buckets of every table.
+    #[arg(long, default_value_t = 1)]
+    buckets: u32,
+    #[command(flatten)]
+    node: NodeArgs,
+}
+
+/// In the update phase, one row in this many updates an existing key.
+const UPDATE_EVERY: usize = 10;
+/// Lookup calls measured per lookup size: (keys per call, calls).
+const LOOKUPS: [(usize, usize); 2] = [(1, 2000), (100, 500)];
+
+pub(crate) async fn run(args: KvArgs) -> Result<(), BenchError> {
+    if args.keys == 0 {
+        return Err(BenchError::Usage("--keys must be at least 1".into()));
+    }
+    if args.buckets == 0 {
+        return Err(BenchError::Usage("--buckets must be at least 1".into()));
+    }
+    let scratch = Scratch::new(args.node.dir.clone())?;
+    eprintln!("bench: generating {} keys and their upserts", args.keys);
+    let data = KvData::generate(args.keys)?;
+    // Room for the largest log, so the Scan baselines are served from the cache.
+    let memory = data.load.memory_bytes() + data.upserts.memory_bytes();
+    let config = args.node.config(&scratch, 2 * memory + (64 << 20));
+    println!(
+        "mink-bench kv: {} keys, then {} upserts ({} of existing keys) in batches of {BATCH_ROWS}, {} bucket{}, {}",
+        data.load.rows,
+        data.upserts.rows,
+        data.updates,
+        args.buckets,
+        if args.buckets == 1 { "" } else { "s" },
+        args.node.describe(&config, &scratch)
+    );
+    let running = Running::start(config).await?;
+    let table = upsert_figure(&running, &data, args.buckets).await?;
+    lookup_figure(&running, &table, data.load.rows).await?;
+    snapshot_figure(&running, &table, data.final_rows()).await?;
+    running.stop().await?;
+    Ok(())
+}
+
+/// Figure 1: upsert throughput, loading new keys and then with 10% updates, against
+/// writing the same batches to a log table. Returns the primary-key table, loaded.
+async fn upsert_figure(
+    running: &Running,
+    data: &KvData,
+    buckets: u32,
+) -> Result<TableDescriptor, BenchError> {
+    let client = &running.client;
+    let schema = &data.load.schema;
+    let log_path = TablePath::new("bench", "kv_log");
+    let log = create_table(client, &log_path, buckets, schema, &[]).await?;
+    let kv_path = TablePath::new("bench", "kv");
+    let kv = create_table(client, &kv_path, buckets, schema, &["id"]).await?;
+    // Each phase with the rows of it that update a key: they log -U and +U, inserts +I.
+    let (load, upserts) = (&data.load, &data.upserts);
+    let phases = [
+        ("load", "upsert load (all keys new)", load, 0),
+        ("10% updates", "upsert 10% updates", upserts, data.updates),
+    ];
+    // The log table first, so its writes never share the machine with the KV store's
+    // background work.
+    let mut baselines = Vec::new();
+    for (phase, _, rows, _) in phases {
+        let write = write_batches(client, &log, &rows.batches);
+        let ((), elapsed) = measure(&format!("log write: {phase}"), write).await?;
+        baselines.push(Throughput::new(rows.rows, ipc_len(&rows.batches)?, elapsed));
+    }
+    check_logged(client, &log, data.load.rows + data.upserts.rows).await?;
+    let mut changelog_rows = 0;
+    for ((phase, label, rows, updates), baseline) in phases.into_iter().zip(baselines) {
+        let write = write_batches(client, &kv, &rows.batches);
+        let ((), elapsed) = measure(&format!("upsert: {phase}"), write).await?;
+        changelog_rows += rows.rows + updates;
+        check_logged(client, &kv, changelog_rows).await?;
+        let figure = Throughput::new(rows.rows, baseline.bytes, elapsed);
+        report(&format!("baseline log write: {phase}"), baseline, &[]);
+        let ratio = format!("vs log write {:.2}", figure.ratio_to(&baseline));
+        report(label, figure, &[ratio]);
+    }
+    Ok(kv)
+}
+
+/// Figure 2: lookup latency of 1 and of 100 random existing keys per call, against a Scan
+/// of one cached batch of as many rows.
+async fn lookup_figure(
+    running: &Running,
+    table: &TableDescriptor,
+    keys: usize,
+) -> Result<(), BenchError> {
+    let client = &running.client;
+    let schema = table.schema();
+    let ping_path = TablePath::new("bench", "ping");
+    let ping = create_table(client, &ping_path, 1, schema, &[]).await?;
+    let bucket = &BucketId::new(&ping.path, 0);
+    let mut rng = seeded(0x100c);
+    // One batch per lookup size, each at the offset its ack gives.
+    let batches = LOOKUPS
+        .iter()
+        .map(|&(rows, _)| make_batch(schema, 0, rows, &mut rng))
+        .collect::<Result<Vec<_>, _>>()?;
+    let acks = client.append(bucket, batches).await?;
+    let key_schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    for (&(per_call, calls), ack) in LOOKUPS.iter().zip(&acks) {
+        let offset = ack.base_offset;
+        // max_bytes 1: a Scan answers with at least one batch, and here with only that one.
+        let scan = move |_| async move {
+            Ok::<_, BenchError>(client.scan(bucket, offset, 1, &[]).await?.num_rows())
+        };
+        let lookups = &(0..CALL_WARMUP + calls)
+            .map(|_| {
+                let ids = (0..per_call).map(|_| rng.random_range(0..keys as i64));
+                let ids = Arc::new(Int64Array::from_iter_values(ids));
+                RecordBatch::try_new(Arc::clone(&key_schema), vec![ids])
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let lookup = move |i: usize| async move {
+            let found = client.lookup(table, &lookups[i], &[]).await?;
+            Ok::<_, BenchError>(found.rows.num_rows())
+        };
+        let label = format!(
+            "lookup {per_call} key{}, {calls} calls",
+            if per_call == 1 { "" } else { "s" }
+        );
+        let (baseline, figure) =
+            paired_latency(&label, CALL_WARMUP, calls, per_call, scan, lookup).await?;
+        let ratio = format!("vs scan {}", figure.ratio_to(&baseline));
+        let name = format!("baseline scan {per_call}-row batch");
+        report(&name, baseline, &[]);
+        report(&label, figure, &[ratio]);
+    }
+    Ok(())
+}
+
+/// Figure 3: Snapshot throughput, against a Scan of a log table holding the same rows.
+async fn snapshot_figure(
+    running: &Running,
+    table: &TableDescriptor,
+    rows: usize,
+) -> Result<(), BenchError> {
+    let client = &running.client;
+    let snapshot = async || {
+        let snapshots = buckets_of(table)
+            .into_iter()
+            .map(|bucket| async move { client.snapshot(&bucket, &[], BATCH_ROWS as u32).await });
+        let (answers, elapsed) =
+            measure("snapshot", async { Ok(try_join_all(snapshots).await?) }).await?;
+        let snapshot_rows = answers.iter().map(|answer| answer.num_rows()).sum();
+        check_rows("the snapshot", snapshot_rows, rows)?;
+        Ok::<_, BenchError>((answers, elapsed))
+    };
+    let (answers, elapsed) = snapshot().await?;
+    let mut snapshots = vec![elapsed];
+    let parts: Vec<Vec<RecordBatch>> = answers.into_iter().map(|a| a.batches).collect();
+    let bytes = ipc_len(parts.iter().flatten())?;
+    let copy_path = TablePath::new("bench", "kv_rows");
+    let copy = create_table(client, &copy_path, table.bucket_num, table.schema(), &[]).await?;
+    append_parts(client, &copy.path, parts).await?;
+    let scan = async || {
+        let scans = buckets_of(&copy)
+            .into_iter()
+            .map(|bucket| async move { scan_bucket(client, &bucket).await });
+        let (scanned, elapsed) = measure("scan the same rows", async {
+            Ok(try_join_all(scans).await?.into_iter().sum())
+        })
+        .await?;
+        check_rows("the scan of the snapshot's rows", scanned, rows)?;
+        Ok::<_, BenchError>(elapsed)
+    };
+    // Alternate, so both see the same conditions.
+    let mut scans = Vec::new();
+    for round in 1..=ROUNDS {
+        scans.push(scan().await?);
+        if round < ROUNDS {
+            snapshots.push(snapshot().await?.1);
+        }
+    }
+    let figure = Throughput::new(rows, bytes, median(snapshots));
+    let baseline = Throughput::new(rows, bytes, median(scans));
+    report("baseline scan of the same rows", baseline, &[]);
+    let ratio = format!("vs scan {:.2}", figure.ratio_to(&baseline));
+    report("snapshot", figure, &[ratio]);
+    Ok(())
+}
+
+/// The batches of the upsert figure.
+#[derive(Debug)]
+struct KvData {
+    /// The load: keys `0..keys`.
+    load: Data,
+    /// The update phase: every [`UPDATE_EVERY`]th row updates a key of the load (distinct
+    /// keys, drawn at random), the others insert new keys from `keys` up.
+    upserts: Data,
+    /// Rows of `upserts` that update a key.
+    updates: usize,
+}
+
+impl KvData {
+    fn generate(keys: usize) -> Result<Self, BenchError> {
+        let load = Data::generate(keys)?;
+        let rows = (keys / 2).max(1);
+        let updates = rows.div_ceil(UPDATE_EVERY);
+        let mut rng = seeded(0xda7a);
+        // A partial Fisher-Yates shuffle: `updates` distinct random keys.
+        let mut keys_loaded: Vec<i64> = (0..keys as i64).collect();
+        let (existing, _) = keys_loaded.partial_shuffle(&mut rng, updates);
+        let mut next_new = keys as i64;
+        let ids: Vec<i64> = (0..rows)
+            .map(|row| {
+                if row % UPDATE_EVERY == 0 {
+                    existing[row / UPDATE_EVERY]
+                } else {
+                    next_new += 1;
+                    next_new - 1
+                }
+            })
+            .collect();
+        Ok(Self {
+            load,
+            upserts: Data::with_ids(&ids, rng.random())?,
+            updates,
+        })
+    }
+
+    /// Rows of the primary-key table once both phases are written.
+    fn final_rows(&self) -> usize {
+        self.load.rows + self.upserts.rows - self.updates
+    }
+}

@@ -1,0 +1,120 @@
+//! `mink-bench`: benchmark programs that print mink's figures as ratios against a baseline
+//! measured in the same process, on the same disk, with the same data.
+//!
+//! ```text
+//! cargo run --release -p mink-bench -- <suite> [flags]
+//! ```
+//!
+//! The benchmarks are a binary of their own, not part of the production `mink` binary.
+//! Each suite is a module, and all of them measure with one [`harness`] (timing, medians,
+//! warm-up and paired latencies, quantiles, reporting, the scratch directory and the node
+//! in this process) and write the rows of [`data`] (random, from fixed seeds):
+//!
+//! | suite | module | measures, against |
+//! |---|---|---|
+//! | `log` | [`log`] | append, scan and tail, against Arrow IPC files |
+//! | `kv` | [`kv`] | upsert, lookup and snapshot of primary-key tables, against log tables and Scan |
+//! | `lake` | [`lake`] | tiering, union reads and freshness of log tables, against Parquet files |
+//! | `pk-lake` | [`pk_lake`] | the lake of primary-key tables, against Parquet files |
+//! | `sql` | [`sql`] | SQL union reads and point queries, against DataFusion, DuckDB and the naive plan |
+//! | `table-changes` | [`table_changes`] | a round's changes, against a full lake read |
+//! | `flight-sql` | [`flight_sql`] | the Flight SQL endpoint, against the same queries in process |
+//!
+//! # Every benchmark
+//!
+//! Results go to stdout, progress to stderr. The default directory is a fresh one under the
+//! system temp directory, removed at the end; `--dir` must name an empty or new directory,
+//! which is kept. `--no-sync` runs the node without fsync. A throughput ratio above 1
+//! means mink is faster than its baseline; a latency ratio is mink's latency over the
+//! baseline's, above 1 when mink is slower. 1 MB is 10^6 bytes.
+
+mod data;
+mod error;
+mod flight_sql;
+mod harness;
+mod kv;
+mod lake;
+mod log;
+mod pk_lake;
+mod sql;
+mod table_changes;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::error::BenchError;
+
+/// mink-bench: mink's benchmarks, each figure with its ratio to a baseline measured in
+/// the same run.
+#[derive(Debug, Parser)]
+#[command(name = "mink-bench", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+/// The benchmarks.
+#[derive(Debug, clap::Subcommand)]
+enum Bench {
+    /// The log: append, scan and tail, against Arrow IPC files on the same disk.
+    Log(log::LogArgs),
+    /// Primary-key tables: upsert, lookup and snapshot, against log tables and Scan.
+    Kv(kv::KvArgs),
+    /// The lake tier of log tables: tiering, union reads and freshness, against Parquet
+    /// files and the configured freshness.
+    Lake(lake::LakeArgs),
+    /// The lake of primary-key tables: tiering changed keys, reads with position deletes
+    /// and union reads with a changed tail, against Parquet files.
+    PkLake(pk_lake::PkLakeArgs),
+    /// SQL over a primary-key table with a lake and a changed tail: the union read
+    /// against DataFusion and DuckDB over Parquet and the naive plan; point queries.
+    Sql(sql::SqlArgs),
+    /// The incremental read of a primary-key table's lake: the changes of one tiering
+    /// round against a full read of the lake as of it.
+    TableChanges(table_changes::TableChangesArgs),
+    /// The Flight SQL endpoint: one-row query latency and large-result throughput
+    /// through arrow-flight's client and ADBC, against the same queries in process.
+    FlightSql(flight_sql::FlightSqlArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.bench)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the benchmark the arguments name.
+async fn run(bench: Bench) -> Result<(), BenchError> {
+    match bench {
+        Bench::Log(args) => log::run(args).await,
+        Bench::Kv(args) => kv::run(args).await,
+        Bench::Lake(args) => lake::run(args).await,
+        Bench::PkLake(args) => pk_lake::run(args).await,
+        Bench::Sql(args) => sql::run(args).await,
+        Bench::TableChanges(args) => table_changes::run(args).await,
+        Bench::FlightSql(args) => flight_sql::run(args).await,
+    }
+}

@@ -1,0 +1,394 @@
+//! `mink-bench sql`: SQL over a primary-key table with a lake and a changed tail.
+//!
+//! ```text
+//! cargo run --release -p mink-bench -- sql [--keys 2000000] [--buckets 4]
+//!     [--lookups 200] [--dir DIR] [--no-sync]
+//! ```
+//!
+//! One primary-key table (`id`) of `--keys` rows of the `log` suite's schema with a lake:
+//! every key loaded and tiered, then 1% of the keys (distinct, at random) upserted with
+//! new values, so they are in the log tail only. Every engine answers the same query,
+//! which reads every column and returns one row ([`AGGREGATE`]); the answers must agree.
+//!
+//! 1. **Union read through SQL**: the query on the table in a [`MinkSession`] (one split
+//!    per bucket: the lake's Parquet read from the object store, the tail over Flight,
+//!    merged by key), the median of [`ROUNDS`], planning included. Baselines, each the
+//!    median of as many rounds:
+//!    - *DataFusion over Parquet*: the same final rows (read once through mink) written as
+//!      `--buckets` Parquet files, queried by a plain DataFusion `SessionContext`: with
+//!      its defaults, which read strings as `Utf8View` (no copy of the string bytes), and
+//!      with strings read as `Utf8`, as mink's tables type them;
+//!    - *the naive plan*: what a user would write without mink's merge, in the same
+//!      session: the lake (`t$lake`) anti-joined with the live tail, union the live tail.
+//!      The tail is handed to it as a memory table for free (a user would have to read
+//!      it from `t$changelog` first), so the naive plan is timed at its best;
+//!    - *DuckDB* over the same Parquet files, through the Python package (`MINK_PYTHON`,
+//!      else `python3`, with `duckdb` installed: `pip install duckdb`); skipped with a
+//!      note when there is none. DuckDB's time is measured inside its process.
+//! 2. **Point query**: `SELECT * FROM t WHERE id = k` for `--lookups` random keys (after
+//!    [`CALL_WARMUP`] uncounted ones), p50 and p99 through SQL, planning included: the
+//!    whole primary key is fixed, so it is a KV lookup. Baseline: the same query written
+//!    `id + 0 = k`, which no scan can take, so it is a full union read filtered above
+//!    (median of [`ROUNDS`]).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow::util::display::array_value_to_string;
+use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider};
+use datafusion::datasource::MemTable;
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use mink_core::table::TablePath;
+
+use mink_sql::session::MinkSession;
+use rand::Rng;
+
+use crate::data::{Changes, ipc_len, seeded};
+use crate::error::BenchError;
+use crate::harness::{
+    CALL_WARMUP, NodeArgs, ROUNDS, Running, Throughput, blocking, check_pk_table_args,
+    create_pk_lake_table, latency, measure, median, prepare, python, report, row_count, split,
+    tier, timed_rounds, write_batches, write_parquet,
+};
+
+/// Arguments of `mink-bench sql`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct SqlArgs {
+    /// Keys of the table, loaded in batches of 10 000.
+    #[arg(long, default_value_t = 2_000_000)]
+    keys: usize,
+    /// Buckets of the table (and Parquet files of the baselines).
+    #[arg(long, default_value_t = 4)]
+    buckets: u32,
+    /// Point queries measured.
+    #[arg(long, default_value_t = 200)]
+    lookups: usize,
+    #[command(flatten)]
+    node: NodeArgs,
+}
+
+/// The query every engine answers, over a table `{t}`: every column read, one row out.
+const AGGREGATE: &str = "SELECT count(*) AS row_count, sum(quantity) AS quantity, \
+     max(name) AS name, max(event_time) AS last_event, sum(price) AS price FROM {t}";
+
+/// The columns of the table, in order.
+const COLUMNS: &str = "id, event_time, name, price, quantity";
+
+/// The DuckDB side: runs a query `rounds` times, prints each time in seconds and then
+/// the answer's first row, one value per line.
+const DUCKDB_SCRIPT: &str = r#"
+import sys, time, duckdb
+query, rounds = sys.argv[1], int(sys.argv[2])
+connection = duckdb.connect()
+for _ in range(rounds):
+    start = time.perf_counter()
+    row = connection.execute(query).fetchone()
+    print(time.perf_counter() - start)
+for value in row:
+    print(value)
+"#;
+
+pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
+    check_pk_table_args(args.keys, args.buckets)?;
+    if args.lookups == 0 {
+        return Err(BenchError::Usage("--lookups must be at least 1".into()));
+    }
+    let (scratch, data, config) = prepare(&args.node, args.keys)?;
+    println!(
+        "mink-bench sql: {} keys, {} bucket{}, 1% of the keys changed in the tail, {}",
+        data.rows,
+        args.buckets,
+        if args.buckets == 1 { "" } else { "s" },
+        args.node.describe(&config, &scratch)
+    );
+    let running = Running::start(config).await?;
+    let table = create_pk_lake_table(&running, "sql", &data, args.buckets).await?;
+    let path = table.path.clone();
+    measure(
+        "upsert the keys",
+        write_batches(&running.client, &table, &data.batches),
+    )
+    .await?;
+    measure("tier the load", tier(&running, &path)).await?;
+    let tail = Changes::new(args.keys).next(args.keys / 100)?;
+    measure(
+        "upsert 1% of the keys",
+        write_batches(&running.client, &table, &tail.batches),
+    )
+    .await?;
+
+    let storage = running.node.lake().await?.storage().clone();
+    let session = MinkSession::connect(running.client.clone(), storage).await?;
+    let union = TableName(&path).to_string();
+    let union_query = aggregate(&union);
+    let (rows, union_time) =
+        timed_rounds("union read through SQL", || query(&session, &union_query)).await?;
+    let final_rows = collect(&session, &format!("SELECT * FROM {union}")).await?;
+    let bytes = ipc_len(&final_rows)?;
+    let figure = |elapsed| Throughput::new(data.rows, bytes, elapsed);
+
+    let parquet_dir = scratch.path.join("baseline-parquet");
+    write_files(&parquet_dir, &final_rows, args.buckets).await?;
+    let (parquet_time, utf8_time) = datafusion_figures(&parquet_dir, &rows).await?;
+
+    register_tail(&session, Arc::clone(&tail.schema), tail.batches.clone())?;
+    let naive = naive_plan(&path);
+    let (naive_rows, naive_time) =
+        timed_rounds("the naive plan", || query(&session, &naive)).await?;
+    same_answer("the naive plan", &naive_rows, &rows)?;
+
+    let union_figure = figure(union_time);
+    report("DataFusion over Parquet", figure(parquet_time), &[]);
+    report("DataFusion, strings as Utf8", figure(utf8_time), &[]);
+    report("naive plan (anti-join)", figure(naive_time), &[]);
+    let mut ratios = vec![
+        format!(
+            "vs DataFusion Parquet {:.2}",
+            union_figure.ratio_to(&figure(parquet_time))
+        ),
+        format!(
+            "vs DataFusion Utf8 {:.2}",
+            union_figure.ratio_to(&figure(utf8_time))
+        ),
+        format!(
+            "vs naive plan {:.2}",
+            union_figure.ratio_to(&figure(naive_time))
+        ),
+    ];
+    match duckdb(&parquet_dir) {
+        Ok((duck_rows, duck_time)) => {
+            same_answer("DuckDB", &duck_rows, &rows)?;
+            report("DuckDB over Parquet", figure(duck_time), &[]);
+            ratios.push(format!(
+                "vs DuckDB {:.2}",
+                union_figure.ratio_to(&figure(duck_time))
+            ));
+        }
+        Err(why) => report("DuckDB over Parquet", format!("skipped: {why}"), &[]),
+    }
+    report(
+        &format!("union read, {} changes in tail", tail.rows),
+        union_figure,
+        &ratios,
+    );
+
+    point_figure(&session, &path, data.rows, args.lookups).await?;
+    running.stop().await?;
+    Ok(())
+}
+
+/// The baseline DataFusion times over the Parquet files in `dir`: with its default
+/// configuration (strings read as `Utf8View`), and with strings read as `Utf8`, the type
+/// mink's tables give them. Each answer must be `expected`.
+async fn datafusion_figures(
+    dir: &Path,
+    expected: &[String],
+) -> Result<(Duration, Duration), BenchError> {
+    let directory = dir.to_string_lossy().to_string();
+    let mut times = Vec::new();
+    for views in [true, false] {
+        let mut config = SessionConfig::new();
+        config
+            .options_mut()
+            .execution
+            .parquet
+            .schema_force_view_types = views;
+        let datafusion = SessionContext::new_with_config(config);
+        datafusion
+            .register_parquet("t", &directory, ParquetReadOptions::default())
+            .await?;
+        let what = match views {
+            true => "DataFusion over Parquet",
+            false => "DataFusion over Parquet, strings as Utf8",
+        };
+        let (answer, elapsed) = timed_rounds(what, || async {
+            let answer = datafusion.sql(&aggregate("t")).await?.collect().await?;
+            first_row(&answer)
+        })
+        .await?;
+        same_answer(what, &answer, expected)?;
+        times.push(elapsed);
+    }
+    Ok((times[0], times[1]))
+}
+
+/// Figure 2: point queries by lookup against the same query as a full scan.
+async fn point_figure(
+    session: &MinkSession,
+    path: &TablePath,
+    keys: usize,
+    lookups: usize,
+) -> Result<(), BenchError> {
+    let table = TableName(path);
+    let mut rng = seeded(0x9017);
+    let point = |_: usize| {
+        let key = rng.random_range(0..keys as u64);
+        let sql = format!("SELECT * FROM {table} WHERE id = {key}");
+        async move { Ok(row_count(&collect(session, &sql).await?)) }
+    };
+    let lookup = latency("point queries", CALL_WARMUP, lookups, 1, point).await?;
+    let key = keys / 2;
+    let sql = format!("SELECT * FROM {table} WHERE id + 0 = {key}");
+    let (_, scan_time) = timed_rounds("a point query as a full scan", || async {
+        let found = collect(session, &sql).await?;
+        check_one_row(&sql, &found)
+    })
+    .await?;
+    let scan_ms = scan_time.as_secs_f64() * 1e3;
+    report("point query, full scan", format!("{scan_ms:.3} ms"), &[]);
+    report(
+        "point query, lookup",
+        lookup,
+        &[format!(
+            "p50 {:.4}, p99 {:.4} of the full scan",
+            lookup.p50 / scan_ms,
+            lookup.p99 / scan_ms
+        )],
+    );
+    Ok(())
+}
+
+/// `bench.sql` as SQL names it.
+struct TableName<'a>(&'a TablePath);
+
+impl std::fmt::Display for TableName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.0.database, self.0.name)
+    }
+}
+
+fn aggregate(table: &str) -> String {
+    AGGREGATE.replace("{t}", table)
+}
+
+/// The aggregate over the lake anti-joined with the tail, union the tail.
+fn naive_plan(path: &TablePath) -> String {
+    let lake = format!("{}.\"{}$lake\"", path.database, path.name);
+    aggregate(&format!(
+        "(SELECT {COLUMNS} FROM {lake} AS l \
+           WHERE NOT EXISTS (SELECT 1 FROM scratch.public.tail AS t WHERE t.id = l.id) \
+         UNION ALL SELECT {COLUMNS} FROM scratch.public.tail)"
+    ))
+}
+
+/// Registers the live tail as `scratch.public.tail`, the naive plan's input.
+fn register_tail(
+    session: &MinkSession,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<(), BenchError> {
+    let catalog = Arc::new(MemoryCatalogProvider::new());
+    let schema_provider = Arc::new(MemorySchemaProvider::new());
+    catalog.register_schema("public", schema_provider)?;
+    session.context().register_catalog("scratch", catalog);
+    let tail = MemTable::try_new(schema, vec![batches])?;
+    session
+        .context()
+        .register_table("scratch.public.tail", Arc::new(tail))?;
+    Ok(())
+}
+
+async fn collect(session: &MinkSession, sql: &str) -> Result<Vec<RecordBatch>, BenchError> {
+    Ok(session.sql(sql).await?.collect().await?)
+}
+
+/// The first row of a query's answer, as text.
+async fn query(session: &MinkSession, sql: &str) -> Result<Vec<String>, BenchError> {
+    first_row(&collect(session, sql).await?)
+}
+
+fn first_row(batches: &[RecordBatch]) -> Result<Vec<String>, BenchError> {
+    let batch = batches
+        .iter()
+        .find(|b| b.num_rows() > 0)
+        .ok_or_else(|| BenchError::Usage("the query returned no row".into()))?;
+    batch
+        .columns()
+        .iter()
+        .map(|column| Ok(array_value_to_string(column, 0)?))
+        .collect()
+}
+
+fn check_one_row(sql: &str, batches: &[RecordBatch]) -> Result<(), BenchError> {
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    match rows {
+        1 => Ok(()),
+        rows => Err(BenchError::Usage(format!("{sql} returned {rows} rows"))),
+    }
+}
+
+/// Checks an engine's answer against mink's: count, integer sum, maxima exactly, the
+/// floating-point sum to a relative 1e-9 (engines add in different orders).
+fn same_answer(engine: &str, got: &[String], expected: &[String]) -> Result<(), BenchError> {
+    let exact = got.len() == expected.len()
+        && got[..4] == expected[..4]
+        && relative_difference(&got[4], &expected[4]).is_some_and(|d| d < 1e-9);
+    if exact {
+        return Ok(());
+    }
+    Err(BenchError::Usage(format!(
+        "{engine} answered {got:?}, mink {expected:?}"
+    )))
+}
+
+fn relative_difference(a: &str, b: &str) -> Option<f64> {
+    let (a, b): (f64, f64) = (a.parse().ok()?, b.parse().ok()?);
+    Some((a - b).abs() / a.abs().max(b.abs()).max(f64::MIN_POSITIVE))
+}
+
+/// Writes the rows as `files` Parquet files in `dir`, batches dealt round robin.
+async fn write_files(dir: &Path, batches: &[RecordBatch], files: u32) -> Result<(), BenchError> {
+    std::fs::create_dir_all(dir).map_err(BenchError::io(format!("creating {}", dir.display())))?;
+    for (file, part) in split(batches, files).into_iter().enumerate() {
+        if part.is_empty() {
+            continue;
+        }
+        let path = dir.join(format!("part-{file}.parquet"));
+        blocking(move || write_parquet(&path, &part)).await?;
+    }
+    Ok(())
+}
+
+/// DuckDB's answer over the Parquet files in `dir` and its median time, or why it could
+/// not run.
+fn duckdb(dir: &Path) -> Result<(Vec<String>, Duration), String> {
+    let files = format!("read_parquet('{}/*.parquet')", dir.display());
+    // DuckDB prints timestamps without a zone and sums as Decimal/float text: normalize
+    // in SQL so the answers compare as text.
+    let sql = aggregate(&files).replace(
+        "max(event_time) AS last_event",
+        "strftime(max(event_time), '%Y-%m-%dT%H:%M:%S.%fZ') AS last_event",
+    );
+    let stdout = python(DUCKDB_SCRIPT, &[sql, ROUNDS.to_string()], "duckdb")?;
+    let lines: Vec<&str> = stdout.lines().collect();
+    let (times, row) = lines.split_at(ROUNDS.min(lines.len()));
+    let times = times
+        .iter()
+        .map(|t| t.parse::<f64>().map(Duration::from_secs_f64))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("DuckDB's output: {e}"))?;
+    Ok((row.iter().map(|v| v.to_string()).collect(), median(times)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_agree_exactly_except_the_float_sum() {
+        let mink: Vec<String> = ["10", "55", "z", "t", "1.0000000001"]
+            .map(String::from)
+            .to_vec();
+        let close: Vec<String> = ["10", "55", "z", "t", "1.0000000002"]
+            .map(String::from)
+            .to_vec();
+        assert!(same_answer("x", &close, &mink).is_ok());
+        let off: Vec<String> = ["10", "56", "z", "t", "1.0000000001"]
+            .map(String::from)
+            .to_vec();
+        assert!(same_answer("x", &off, &mink).is_err());
+    }
+}
