@@ -28,6 +28,7 @@ use mink_lake::Operation;
 use mink_lake::commit::SnapshotChanges;
 use mink_lake::layout::{BUCKET_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN, lake_arrow_schema};
 use mink_lake::reader::{LakeSplit, SplitScope, plan_split, read_split};
+use mink_lake::storage::LakeStorage;
 use mink_lake::writer::{BucketWriter, delete_files};
 use mink_lake::{DataFile, LakeTable};
 use tracing::info;
@@ -98,13 +99,7 @@ async fn compact(node: &Node, path: &TablePath, selection: Selection) -> Result<
     let chosen: Vec<(BucketId, LakeSplit)> =
         split_by_bucket_dir(lake_table.metadata().location(), split, &table)?
             .into_iter()
-            .filter(|(bucket, split)| match (selection, &due) {
-                (Selection::All, _) => {
-                    split.files.len() > 1 || split.files.iter().any(|f| !f.deletes.is_empty())
-                }
-                (Selection::Due, Some(due)) => due.contains(bucket),
-                (Selection::Due, None) => split.files.len() > MAX_FILES,
-            })
+            .filter(|(bucket, split)| selected(selection, due.as_ref(), bucket, split))
             .collect();
     if chosen.is_empty() {
         indexes.extend(index.map(|index| (table.table_id, index)));
@@ -122,7 +117,8 @@ async fn compact(node: &Node, path: &TablePath, selection: Selection) -> Result<
                     .removed_files
                     .extend(file.deletes.iter().map(|d| d.path.clone()));
             }
-            let (files, keys, rows) = rewrite.bucket(node, &bucket, split).await?;
+            let storage = node.lake().await?.storage();
+            let (files, keys, rows) = rewrite.bucket(storage, &bucket, split).await?;
             if let Some(index) = index.as_mut() {
                 let mut bucket_index = BucketIndex::default();
                 bucket_index.add_files(&files, keys)?;
@@ -165,6 +161,23 @@ async fn compact(node: &Node, path: &TablePath, selection: Selection) -> Result<
     Ok(report)
 }
 
+/// Whether a bucket with the files of `split` is compacted. `due` is the buckets the lake
+/// index of a primary-key table finds due ([`BucketIndex`]); a log table has none.
+fn selected(
+    selection: Selection,
+    due: Option<&HashSet<BucketId>>,
+    bucket: &BucketId,
+    split: &LakeSplit,
+) -> bool {
+    match (selection, due) {
+        (Selection::All, _) => {
+            split.files.len() > 1 || split.files.iter().any(|f| !f.deletes.is_empty())
+        }
+        (Selection::Due, Some(due)) => due.contains(bucket),
+        (Selection::Due, None) => split.files.len() > MAX_FILES,
+    }
+}
+
 /// Rewrites buckets of one table.
 struct Rewrite<'a> {
     lake_table: &'a LakeTable,
@@ -199,11 +212,10 @@ impl<'a> Rewrite<'a> {
     /// (primary-key tables) and the row count.
     async fn bucket(
         &self,
-        node: &Node,
+        storage: &LakeStorage,
         bucket: &BucketId,
         split: LakeSplit,
     ) -> Result<(Vec<DataFile>, Vec<Box<[u8]>>, u64)> {
-        let storage = node.lake().await?.storage();
         let mut writer = BucketWriter::new(self.lake_table, bucket)?;
         let mut keys = Vec::new();
         let mut rows = 0;
@@ -218,5 +230,273 @@ impl<'a> Rewrite<'a> {
                 .await?;
         }
         Ok((writer.close().await?, keys, rows))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mink_lake::reader::{DeleteKind, LakeDeleteFile, LakeFile};
+
+    use super::super::lake_index::LakeIndex;
+    use super::super::tests::{D, log_batch};
+    use super::super::tests::{TestLake, bucket, indexed, keys, located, table, two_rounds};
+    use super::*;
+
+    /// A data file of `rows` rows with `deletes` delete files.
+    fn lake_file(number: usize, deletes: usize) -> LakeFile {
+        LakeFile {
+            path: format!("/wh/data/bucket=0/{number}.parquet"),
+            size: 100,
+            record_count: Some(10),
+            partition: None,
+            deletes: (0..deletes)
+                .map(|d| LakeDeleteFile {
+                    path: format!("/wh/data/bucket=0/{number}-del-{d}.parquet"),
+                    size: 10,
+                    kind: DeleteKind::Positions,
+                })
+                .collect(),
+        }
+    }
+
+    /// A bucket's split of `files` data files, the first `with_deletes` of them with a
+    /// delete file.
+    fn split(files: usize, with_deletes: usize) -> LakeSplit {
+        LakeSplit {
+            snapshot_id: Some(1),
+            files: (0..files)
+                .map(|n| lake_file(n, usize::from(n < with_deletes)))
+                .collect(),
+        }
+    }
+
+    fn all(split: &LakeSplit) -> bool {
+        selected(Selection::All, None, &bucket(&table(), 0), split)
+    }
+
+    #[test]
+    fn compacting_all_leaves_a_bucket_of_one_file_without_deletes_alone() {
+        assert!(!all(&split(1, 0)));
+        assert!(!all(&split(0, 0)));
+    }
+
+    #[test]
+    fn compacting_all_takes_a_bucket_of_several_files() {
+        assert!(all(&split(2, 0)));
+        assert!(all(&split(3, 0)));
+    }
+
+    #[test]
+    fn compacting_all_takes_a_bucket_whose_only_file_has_deletes() {
+        assert!(all(&split(1, 1)));
+    }
+
+    #[test]
+    fn compacting_due_takes_exactly_the_buckets_the_lake_index_finds_due() {
+        let t = table();
+        let due = HashSet::from([bucket(&t, 1)]);
+        let due_of = |number, split: &LakeSplit| {
+            selected(Selection::Due, Some(&due), &bucket(&t, number), split)
+        };
+        assert!(
+            due_of(1, &split(1, 0)),
+            "the index's word, whatever the split"
+        );
+        assert!(
+            !due_of(0, &split(20, 20)),
+            "the index's word, whatever the split"
+        );
+        assert!(!due_of(2, &split(MAX_FILES + 1, 0)));
+    }
+
+    #[test]
+    fn compacting_due_takes_a_log_tables_bucket_of_more_than_eight_files() {
+        // A log table has no lake index: its deletes do not exist, only files count.
+        let due = |split: &LakeSplit| selected(Selection::Due, None, &bucket(&table(), 0), split);
+        assert_eq!(MAX_FILES, 8);
+        assert!(!due(&split(8, 0)));
+        assert!(due(&split(9, 0)));
+        assert!(!due(&split(1, 1)));
+    }
+
+    /// A lake index of one table: bucket `n` holds `files[n]`, each `(rows, deleted)`:
+    /// a file of `rows` keys of which the first `deleted` were removed.
+    fn index_of(buckets: &[&[(u64, u64)]]) -> LakeIndex {
+        let t = table();
+        let mut index = LakeIndex::default();
+        let mut id = 0;
+        for (number, files) in buckets.iter().enumerate() {
+            let bucket_index = index.bucket_mut(&bucket(&t, number as u32));
+            for (f, &(rows, deleted)) in files.iter().enumerate() {
+                let ids: Vec<i64> = (id..id + rows as i64).collect();
+                id += rows as i64;
+                let path = format!("b{number}-f{f}");
+                bucket_index
+                    .add(vec![indexed(&path, rows)], keys(&t, &ids))
+                    .unwrap();
+                for key in keys(&t, &ids[..deleted as usize]) {
+                    assert!(bucket_index.remove(&key).is_some());
+                }
+            }
+        }
+        index
+    }
+
+    /// The numbers of the buckets an index finds due, sorted.
+    fn due(index: &LakeIndex) -> Vec<u32> {
+        let mut due: Vec<u32> = index
+            .buckets_to_compact()
+            .into_iter()
+            .map(|b| b.bucket)
+            .collect();
+        due.sort_unstable();
+        due
+    }
+
+    #[test]
+    fn a_bucket_of_one_file_without_deletes_is_not_due() {
+        assert_eq!(due(&index_of(&[&[(10, 0)]])), Vec::<u32>::new());
+        assert_eq!(due(&index_of(&[&[]])), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn a_bucket_is_due_beyond_eight_files_with_live_rows() {
+        let eight = [(10, 0); 8];
+        let nine = [(10, 0); 9];
+        assert_eq!(due(&index_of(&[&eight, &nine])), [1]);
+    }
+
+    #[test]
+    fn a_file_whose_rows_are_all_deleted_does_not_count_toward_the_file_limit() {
+        // 9 files, one of them dead: 8 that count; 1 of 81 rows deleted is under a fifth.
+        let mut files = vec![(10, 0); 8];
+        files.push((1, 1));
+        assert_eq!(due(&index_of(&[&files])), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn a_bucket_is_due_once_a_fifth_of_its_rows_are_deleted() {
+        let index = index_of(&[
+            &[(10, 1)],
+            &[(10, 2)],
+            &[(5, 0), (5, 2)],
+            &[(4, 4)],
+            &[(100, 19)],
+            &[(100, 20)],
+        ]);
+        assert_eq!(due(&index), [1, 2, 3, 5]);
+    }
+
+    #[test]
+    fn an_index_of_no_buckets_finds_none_due() {
+        assert!(LakeIndex::default().buckets_to_compact().is_empty());
+    }
+    /// The data and delete files of a split, as a compaction removes them.
+    fn old_files(split: &LakeSplit) -> HashSet<String> {
+        let files = split.files.iter();
+        files
+            .flat_map(|f| std::iter::once(&f.path).chain(f.deletes.iter().map(|d| &d.path)))
+            .cloned()
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_compacted_bucket_is_one_file_indexed_as_the_rebuilt_index_and_left_alone_next_time()
+    {
+        let mut lake = TestLake::open().await;
+        let mut index = BucketIndex::default();
+        two_rounds(&mut lake, &mut index).await;
+        let t = Arc::clone(&lake.table);
+        let bucket_id = bucket(&t, 0);
+
+        let split = lake.bucket_split().await;
+        assert_eq!(split.files.len(), 2);
+        assert!(selected(Selection::All, None, &bucket_id, &split));
+        let old = old_files(&split);
+        assert_eq!(
+            old.len(),
+            3,
+            "two data files and the second round's delete file"
+        );
+
+        let rewrite = Rewrite::new(&t, &lake.lake_table).unwrap();
+        let (files, written_keys, rows) = rewrite
+            .bucket(lake.lake.storage(), &bucket_id, split)
+            .await
+            .unwrap();
+        assert_eq!((files.len(), rows), (1, 4));
+        let mut compacted = BucketIndex::default();
+        compacted.add_files(&files, written_keys).unwrap();
+        let new_file = files[0].file_path().to_string();
+        lake.commit(
+            Operation::Replace,
+            SnapshotChanges {
+                added_data_files: files,
+                removed_files: old,
+                ..SnapshotChanges::default()
+            },
+        )
+        .await;
+
+        let mut rebuilt = lake.rebuilt().await;
+        let rebuilt = rebuilt.bucket_mut(&bucket_id);
+        assert_eq!(rebuilt.locations(), compacted.locations());
+        let live = located(&t, &compacted, 1..=6);
+        assert_eq!(live.keys().copied().collect::<Vec<_>>(), [1, 2, 3, 5]);
+        assert!(live.values().all(|(file, _)| *file == new_file));
+        let mut rows: Vec<u32> = live.values().map(|(_, row)| *row).collect();
+        rows.sort_unstable();
+        assert_eq!(rows, [0, 1, 2, 3]);
+        assert_eq!(
+            compacted
+                .files()
+                .iter()
+                .map(|f| (f.rows, f.live))
+                .collect::<Vec<_>>(),
+            [(4, 4)]
+        );
+
+        let split = lake.bucket_split().await;
+        assert_eq!(split.files.len(), 1);
+        assert!(split.files[0].deletes.is_empty());
+        assert!(!selected(Selection::All, None, &bucket_id, &split));
+    }
+
+    #[tokio::test]
+    async fn a_round_after_a_compaction_deletes_from_the_compacted_file() {
+        let mut lake = TestLake::open().await;
+        let mut index = BucketIndex::default();
+        two_rounds(&mut lake, &mut index).await;
+        let t = Arc::clone(&lake.table);
+        let bucket_id = bucket(&t, 0);
+        let split = lake.bucket_split().await;
+        let old = old_files(&split);
+        let rewrite = Rewrite::new(&t, &lake.lake_table).unwrap();
+        let (files, written_keys, _) = rewrite
+            .bucket(lake.lake.storage(), &bucket_id, split)
+            .await
+            .unwrap();
+        let mut index = BucketIndex::default();
+        index.add_files(&files, written_keys).unwrap();
+        let compacted = files[0].file_path().to_string();
+        lake.commit(
+            Operation::Replace,
+            SnapshotChanges {
+                added_data_files: files,
+                removed_files: old,
+                ..SnapshotChanges::default()
+            },
+        )
+        .await;
+
+        let round = vec![log_batch(&t, 8, 3_000, &[(D, 3, "c")])];
+        let (deleted, written) = lake.tier(&mut index, round).await;
+        assert_eq!((deleted, written.len()), (1, 1), "a delete file only");
+        let mut rebuilt = lake.rebuilt().await;
+        let rebuilt = rebuilt.bucket_mut(&bucket_id);
+        assert_eq!(rebuilt.locations(), index.locations());
+        let live = located(&t, rebuilt, 1..=6);
+        assert_eq!(live.keys().copied().collect::<Vec<_>>(), [1, 2, 5]);
+        assert!(live.values().all(|(file, _)| *file == compacted));
     }
 }

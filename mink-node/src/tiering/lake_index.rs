@@ -168,22 +168,30 @@ impl BucketIndex {
         files: &[DataFile],
         keys: impl IntoIterator<Item = Box<[u8]>>,
     ) -> Result<()> {
+        let files = files.iter().map(|file| IndexedFile {
+            path: file.file_path().into(),
+            partition: file.partition().clone(),
+            rows: file.record_count(),
+            live: 0,
+        });
+        self.add(files.collect(), keys)
+    }
+
+    /// [`Self::add_files`], of files described by their path, partition and row count.
+    pub(super) fn add(
+        &mut self,
+        files: Vec<IndexedFile>,
+        keys: impl IntoIterator<Item = Box<[u8]>>,
+    ) -> Result<()> {
         let first = self.files.len() as u32;
-        for file in files {
-            self.files.push(IndexedFile {
-                path: file.file_path().into(),
-                partition: file.partition().clone(),
-                rows: file.record_count(),
-                live: 0,
-            });
-        }
+        self.files.extend(files);
         let mut keys = keys.into_iter();
-        for (offset, file) in files.iter().enumerate() {
-            for row in 0..file.record_count() {
+        for file in first..self.files.len() as u32 {
+            for row in 0..self.files[file as usize].rows {
                 let key = keys.next().ok_or_else(|| {
                     NodeError::Corrupt("a lake file holds more rows than were written".into())
                 })?;
-                self.insert(key, first + offset as u32, row_number(row)?);
+                self.insert(key, file, row_number(row)?);
             }
         }
         if keys.next().is_some() {
@@ -197,6 +205,24 @@ impl BucketIndex {
     /// The bucket's lake partition, known once it has a file.
     pub(crate) fn partition(&self) -> Option<&Struct> {
         self.files.first().map(|f| &f.partition)
+    }
+
+    /// Every indexed key and where its row is, `(file path, position)`.
+    #[cfg(test)]
+    pub(super) fn locations(&self) -> std::collections::BTreeMap<Box<[u8]>, (Arc<str>, u32)> {
+        self.rows
+            .iter()
+            .map(|(key, at)| {
+                let path = Arc::clone(&self.files[at.file as usize].path);
+                (key.clone(), (path, at.row))
+            })
+            .collect()
+    }
+
+    /// The bucket's files, in the order they were added.
+    #[cfg(test)]
+    pub(super) fn files(&self) -> &[IndexedFile] {
+        &self.files
     }
 
     fn insert(&mut self, key: Box<[u8]>, file: u32, row: u32) {
@@ -280,4 +306,247 @@ fn bucket_of_dir(table: &TableDescriptor, dir: &str) -> Option<BucketId> {
         bucket,
     };
     (bucket_dir(&id) == dir).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use mink_lake::reader::{LakeFile, LakeSplit};
+
+    use super::super::tests::{bucket, indexed, key, keys, table};
+    use super::*;
+
+    /// An index of bucket files `(path, ids of its rows in order)`.
+    fn index_of(files: &[(&str, &[i64])]) -> BucketIndex {
+        let t = table();
+        let mut index = BucketIndex::default();
+        for (path, ids) in files {
+            index
+                .add(vec![indexed(path, ids.len() as u64)], keys(&t, ids))
+                .unwrap();
+        }
+        index
+    }
+
+    /// `(path, rows, live)` of every file.
+    fn counts(index: &BucketIndex) -> Vec<(String, u64, u64)> {
+        let files = index.files().iter();
+        files
+            .map(|f| (f.path.to_string(), f.rows, f.live))
+            .collect()
+    }
+
+    fn remove(index: &mut BucketIndex, id: i64) -> Option<(String, i64)> {
+        let (file, row) = index.remove(&key(&table(), id))?;
+        Some((file.to_string(), row))
+    }
+
+    fn at(path: &str, row: i64) -> Option<(String, i64)> {
+        Some((path.to_string(), row))
+    }
+
+    #[test]
+    fn every_row_is_found_at_its_file_and_position() {
+        let mut index = index_of(&[("f0", &[10, 11, 12]), ("f1", &[20, 21])]);
+        assert_eq!(remove(&mut index, 12), at("f0", 2));
+        assert_eq!(remove(&mut index, 20), at("f1", 0));
+        assert_eq!(remove(&mut index, 10), at("f0", 0));
+        assert_eq!(remove(&mut index, 21), at("f1", 1));
+        assert_eq!(remove(&mut index, 11), at("f0", 1));
+        assert!(index.locations().is_empty());
+    }
+
+    #[test]
+    fn files_added_together_number_their_rows_file_by_file() {
+        let t = table();
+        let mut index = BucketIndex::default();
+        index
+            .add(
+                vec![indexed("f0", 2), indexed("f1", 1)],
+                keys(&t, &[1, 2, 3]),
+            )
+            .unwrap();
+        assert_eq!(remove(&mut index, 2), at("f0", 1));
+        assert_eq!(remove(&mut index, 3), at("f1", 0));
+    }
+
+    #[test]
+    fn a_removed_key_is_forgotten_and_its_file_loses_a_live_row() {
+        let mut index = index_of(&[("f0", &[1, 2])]);
+        assert_eq!(remove(&mut index, 1), at("f0", 0));
+        assert_eq!(remove(&mut index, 1), None);
+        assert_eq!(counts(&index), [("f0".into(), 2, 1)]);
+    }
+
+    #[test]
+    fn a_key_not_in_the_lake_has_nothing_to_remove() {
+        let mut index = index_of(&[("f0", &[1])]);
+        assert_eq!(remove(&mut index, 7), None);
+        assert_eq!(counts(&index), [("f0".into(), 1, 1)]);
+    }
+
+    #[test]
+    fn a_replaced_key_points_at_its_new_file() {
+        // What a round does: remove the changed key, then add the file of its new version.
+        let mut index = index_of(&[("f0", &[1, 2])]);
+        assert_eq!(remove(&mut index, 1), at("f0", 0));
+        index
+            .add(vec![indexed("f1", 1)], keys(&table(), &[1]))
+            .unwrap();
+        assert_eq!(counts(&index), [("f0".into(), 2, 1), ("f1".into(), 1, 1)]);
+        assert_eq!(remove(&mut index, 1), at("f1", 0));
+        assert_eq!(remove(&mut index, 2), at("f0", 1));
+    }
+
+    #[test]
+    fn a_key_indexed_twice_keeps_its_last_row_and_honest_live_counts() {
+        // Only a lake holding a key twice does this: the later row wins, the earlier one
+        // stops counting as live.
+        let mut index = index_of(&[("f0", &[1, 2]), ("f1", &[1])]);
+        assert_eq!(counts(&index), [("f0".into(), 2, 1), ("f1".into(), 1, 1)]);
+        assert_eq!(remove(&mut index, 1), at("f1", 0));
+        assert_eq!(counts(&index), [("f0".into(), 2, 1), ("f1".into(), 1, 0)]);
+    }
+
+    #[test]
+    fn more_rows_than_keys_is_corrupt() {
+        let mut index = BucketIndex::default();
+        let error = index
+            .add(vec![indexed("f0", 3)], keys(&table(), &[1, 2]))
+            .unwrap_err();
+        assert!(
+            matches!(&error, NodeError::Corrupt(m) if m == "a lake file holds more rows than were written"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn more_keys_than_rows_is_corrupt() {
+        let mut index = BucketIndex::default();
+        let error = index
+            .add(vec![indexed("f0", 1)], keys(&table(), &[1, 2]))
+            .unwrap_err();
+        assert!(
+            matches!(&error, NodeError::Corrupt(m) if m == "rows were written that no lake file holds"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_partition_is_known_once_the_bucket_has_a_file() {
+        let mut index = BucketIndex::default();
+        assert!(index.partition().is_none());
+        index.add(vec![indexed("f0", 0)], Vec::new()).unwrap();
+        assert_eq!(index.partition(), Some(&Struct::empty()));
+    }
+
+    #[test]
+    fn an_index_knows_only_the_buckets_asked_for() {
+        let t = table();
+        let mut index = LakeIndex::default();
+        index
+            .bucket_mut(&bucket(&t, 2))
+            .add(vec![indexed("f0", 1)], keys(&t, &[1]))
+            .unwrap();
+        assert_eq!(index.bucket_mut(&bucket(&t, 2)).locations().len(), 1);
+        assert!(index.bucket_mut(&bucket(&t, 3)).locations().is_empty());
+        assert_eq!(index.buckets.len(), 2);
+    }
+
+    fn lake_file(path: &str) -> LakeFile {
+        LakeFile {
+            path: path.into(),
+            size: 100,
+            record_count: Some(1),
+            partition: None,
+            deletes: Vec::new(),
+        }
+    }
+
+    fn split_of(paths: &[&str]) -> LakeSplit {
+        LakeSplit {
+            snapshot_id: Some(7),
+            files: paths.iter().map(|p| lake_file(p)).collect(),
+        }
+    }
+
+    fn partitioned(partition: &str, number: u32) -> BucketId {
+        BucketId {
+            partition: Some(partition.into()),
+            ..bucket(&table(), number)
+        }
+    }
+
+    #[test]
+    fn files_are_grouped_by_their_bucket_directory() {
+        let split = split_of(&[
+            "s3://wh/db/users/data/bucket=0/a.parquet",
+            "s3://wh/db/users/data/bucket=1/b.parquet",
+            "s3://wh/db/users/data/bucket=0/c.parquet",
+            "s3://wh/db/users/data/dt=2024-01-01/bucket=0/d.parquet",
+            "s3://wh/db/users/data/dt=2024-01-01/region=eu/bucket=4/e.parquet",
+        ]);
+        let t = table();
+        let by_bucket = split_by_bucket_dir("s3://wh/db/users", split, &t).unwrap();
+        let files = |bucket: &BucketId| -> Vec<String> {
+            let split = &by_bucket[bucket];
+            assert_eq!(split.snapshot_id, Some(7));
+            let names = split
+                .files
+                .iter()
+                .map(|f| f.path.rsplit('/').next().unwrap());
+            names.map(str::to_string).collect()
+        };
+        assert_eq!(by_bucket.len(), 4);
+        assert_eq!(files(&bucket(&t, 0)), ["a.parquet", "c.parquet"]);
+        assert_eq!(files(&bucket(&t, 1)), ["b.parquet"]);
+        assert_eq!(files(&partitioned("dt=2024-01-01", 0)), ["d.parquet"]);
+        assert_eq!(
+            files(&partitioned("dt=2024-01-01/region=eu", 4)),
+            ["e.parquet"]
+        );
+    }
+
+    #[test]
+    fn a_location_with_a_trailing_slash_groups_the_same() {
+        let split = split_of(&["/wh/db/users/data/bucket=5/a.parquet"]);
+        let t = table();
+        let by_bucket = split_by_bucket_dir("/wh/db/users/", split, &t).unwrap();
+        assert_eq!(by_bucket.keys().collect::<Vec<_>>(), [&bucket(&t, 5)]);
+    }
+
+    #[test]
+    fn a_file_outside_every_bucket_directory_is_corrupt() {
+        for path in [
+            "/wh/db/users/data/a.parquet",
+            "/wh/db/users/other/bucket=0/a.parquet",
+            "/wh/db/users/data/bucket=x/a.parquet",
+            "/wh/db/users/data/bucket=01/a.parquet",
+            "/wh/db/users/data/bucket=-1/a.parquet",
+            "/wh/db/users2/data/bucket=0/a.parquet",
+            "/elsewhere/data/bucket=0/a.parquet",
+            "a.parquet",
+        ] {
+            let split = split_of(&["/wh/db/users/data/bucket=0/ok.parquet", path]);
+            let error = split_by_bucket_dir("/wh/db/users", split, &table()).unwrap_err();
+            assert!(
+                matches!(&error, NodeError::Corrupt(m) if m.contains(path)),
+                "{path}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_split_has_no_buckets() {
+        let by_bucket = split_by_bucket_dir("/wh", split_of(&[]), &table()).unwrap();
+        assert!(by_bucket.is_empty());
+    }
+
+    #[test]
+    fn row_numbers_beyond_u32_are_corrupt() {
+        assert_eq!(row_number(u64::from(u32::MAX)).unwrap(), u32::MAX);
+        assert!(matches!(
+            row_number(u64::from(u32::MAX) + 1),
+            Err(NodeError::Corrupt(_))
+        ));
+    }
 }

@@ -45,6 +45,8 @@ use crate::node::{Failpoint, Node};
 mod append;
 mod compaction;
 mod lake_index;
+#[cfg(test)]
+mod tests;
 mod upsert;
 
 pub use compaction::{CompactReport, compact_table};

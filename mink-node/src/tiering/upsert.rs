@@ -16,7 +16,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch};
-use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use futures::TryStreamExt;
 use mink_core::key::KeyCodec;
 use mink_core::merge::TailIndex;
@@ -52,44 +52,41 @@ pub(super) async fn tier_bucket(
     range: Range<i64>,
     index: &mut BucketIndex,
 ) -> Result<BucketRound> {
-    let (table, lake_table) = (target.table, target.lake_table);
-    let codec = KeyCodec::new(table)?;
     let tail: Vec<LogBatch> = log_range(Arc::clone(bucket), range.start, range.end)
         .try_collect()
         .await?;
-    let tail = tail
-        .into_iter()
-        .map(|batch| with_origins(table, batch))
-        .collect::<Result<Vec<_>>>()?;
-    let tail = TailIndex::new(&codec, tail)?;
+    tier_tail(target, bucket_id, tail, index).await
+}
 
-    let deletes: Vec<(String, i64)> = tail
-        .keys()
-        .filter_map(|key| index.remove(key))
-        .map(|(file, row)| (file.to_string(), row))
-        .collect();
+/// Tiers a bucket's log tail (its batches in log order): writes the fold's rows and
+/// deletes, and moves `index` forward to the lake as it will be once the round commits.
+pub(super) async fn tier_tail(
+    target: &RoundTarget<'_>,
+    bucket_id: &BucketId,
+    tail: Vec<LogBatch>,
+    index: &mut BucketIndex,
+) -> Result<BucketRound> {
+    let lake_table = target.lake_table;
+    let Fold {
+        rows,
+        keys,
+        deletes,
+    } = fold(
+        target.table,
+        &target.lake_schema,
+        bucket_id.bucket,
+        tail,
+        index,
+    )?;
 
-    let columns = table.schema().fields().len();
     let mut writer = BucketWriter::new(lake_table, bucket_id)?;
-    let mut written_keys = Vec::new();
     let mut round = BucketRound::default();
-    for live in tail.live_rows()? {
-        let rows = live.project(&(0..columns).collect::<Vec<_>>())?;
-        let offsets = live.column(columns).as_primitive::<Int64Type>();
-        let commit_ms = live.column(columns + 1).as_primitive::<Int64Type>();
-        let lake = lake_rows(
-            &target.lake_schema,
-            &rows,
-            bucket_id.bucket,
-            offsets,
-            commit_ms,
-        )?;
+    for lake in rows {
+        round.rows += lake.num_rows() as u64;
         writer.write(lake).await?;
-        written_keys.extend(codec.encode(&rows)?.iter().map(|key| key.as_ref().into()));
-        round.rows += rows.num_rows() as u64;
     }
     round.data_files = writer.close().await?;
-    index.add_files(&round.data_files, written_keys)?;
+    index.add_files(&round.data_files, keys)?;
 
     if !deletes.is_empty() {
         let partition = index.partition().cloned().ok_or_else(|| {
@@ -103,6 +100,59 @@ pub(super) async fn tier_bucket(
             .push(write_position_deletes(lake_table, bucket_id, &partition, deletes).await?);
     }
     Ok(round)
+}
+
+/// What a bucket's log tail folds to, before any lake I/O.
+#[derive(Debug)]
+struct Fold {
+    /// The newest version of each changed key that is live, as lake rows of the bucket,
+    /// in log order.
+    rows: Vec<RecordBatch>,
+    /// The key of each of those rows, in the same order.
+    keys: Vec<Box<[u8]>>,
+    /// The lake rows of every changed key, `(data file, position)`, in no order.
+    deletes: Vec<(String, i64)>,
+}
+
+/// Folds a tail by key: the last change of each key, when it is live, as lake rows
+/// (`lake_schema`, with each row's log offset and commit time), and the lake rows of every
+/// changed key, which are taken out of `index`.
+fn fold(
+    table: &TableDescriptor,
+    lake_schema: &SchemaRef,
+    bucket: u32,
+    tail: Vec<LogBatch>,
+    index: &mut BucketIndex,
+) -> Result<Fold> {
+    let codec = KeyCodec::new(table)?;
+    let tail = tail
+        .into_iter()
+        .map(|batch| with_origins(table, batch))
+        .collect::<Result<Vec<_>>>()?;
+    let tail = TailIndex::new(&codec, tail)?;
+
+    let deletes: Vec<(String, i64)> = tail
+        .keys()
+        .filter_map(|key| index.remove(key))
+        .map(|(file, row)| (file.to_string(), row))
+        .collect();
+
+    let columns = table.schema().fields().len();
+    let mut fold = Fold {
+        rows: Vec::new(),
+        keys: Vec::new(),
+        deletes,
+    };
+    for live in tail.live_rows()? {
+        let rows = live.project(&(0..columns).collect::<Vec<_>>())?;
+        let offsets = live.column(columns).as_primitive::<Int64Type>();
+        let commit_ms = live.column(columns + 1).as_primitive::<Int64Type>();
+        fold.rows
+            .push(lake_rows(lake_schema, &rows, bucket, offsets, commit_ms)?);
+        fold.keys
+            .extend(codec.encode(&rows)?.iter().map(|key| key.as_ref().into()));
+    }
+    Ok(fold)
 }
 
 /// A changelog batch in the table's current schema, with each row's log offset and
@@ -124,4 +174,279 @@ fn with_origins(table: &TableDescriptor, batch: LogBatch) -> Result<(RecordBatch
         RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?,
         changes,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use mink_lake::layout::{lake_arrow_schema, lake_schema};
+
+    use super::super::tests::{
+        D, I, LakeRow, UA, UB, indexed, key, keys, lake_values, log_batch, table,
+    };
+    use super::*;
+
+    /// Folds `tail` into bucket 3 against `index`; returns the lake rows, the ids the keys
+    /// name (in order) and the deletes (sorted).
+    fn fold_tail(
+        index: &mut BucketIndex,
+        tail: Vec<LogBatch>,
+    ) -> (Vec<LakeRow>, Vec<Box<[u8]>>, Vec<(String, i64)>) {
+        let t = table();
+        let lake_schema = lake_arrow_schema(&lake_schema(&t).unwrap()).unwrap();
+        let mut fold = fold(&t, &lake_schema, 3, tail, index).unwrap();
+        fold.deletes.sort_unstable();
+        (lake_values(&fold.rows), fold.keys, fold.deletes)
+    }
+
+    /// A lake row of bucket 3 at `offset`, committed at `ms`.
+    fn row(id: i64, name: &str, offset: i64, ms: i64) -> LakeRow {
+        (id, Some(name.into()), 3, offset, ms * 1000)
+    }
+
+    fn at(path: &str, row: i64) -> (String, i64) {
+        (path.to_string(), row)
+    }
+
+    /// An index with one file `f0` holding `ids` in order.
+    fn lake_of(ids: &[i64]) -> BucketIndex {
+        let mut index = BucketIndex::default();
+        index
+            .add(vec![indexed("f0", ids.len() as u64)], keys(&table(), ids))
+            .unwrap();
+        index
+    }
+
+    #[test]
+    fn an_insert_then_an_update_of_a_new_key_tiers_only_the_newest_version() {
+        let t = table();
+        let mut index = BucketIndex::default();
+        let tail = vec![
+            log_batch(&t, 10, 1_000, &[(I, 1, "a")]),
+            log_batch(&t, 11, 2_000, &[(UB, 1, "a"), (UA, 1, "b")]),
+        ];
+        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        assert_eq!(rows, [row(1, "b", 12, 2_000)]);
+        assert_eq!(written, keys(&t, &[1]));
+        assert!(deletes.is_empty());
+    }
+
+    #[test]
+    fn an_update_of_a_lake_key_writes_it_and_deletes_its_lake_row() {
+        let t = table();
+        let mut index = lake_of(&[1, 2]);
+        let tail = vec![log_batch(&t, 0, 5, &[(UB, 2, "b"), (UA, 2, "b2")])];
+        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        assert_eq!(rows, [row(2, "b2", 1, 5)]);
+        assert_eq!(written, keys(&t, &[2]));
+        assert_eq!(deletes, [at("f0", 1)]);
+        assert_eq!(index.remove(&key(&t, 2)), None, "taken out of the index");
+        assert_eq!(
+            index.remove(&key(&t, 1)),
+            Some(("f0".into(), 0)),
+            "untouched"
+        );
+    }
+
+    #[test]
+    fn a_deleted_lake_key_deletes_its_lake_row_and_writes_nothing() {
+        let t = table();
+        let mut index = lake_of(&[1, 2]);
+        let tail = vec![log_batch(&t, 0, 5, &[(D, 1, "a")])];
+        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        assert_eq!((rows, written), (vec![], vec![]));
+        assert_eq!(deletes, [at("f0", 0)]);
+        assert_eq!(index.locations().len(), 1);
+    }
+
+    #[test]
+    fn a_lake_key_inserted_again_and_deleted_deletes_its_lake_row_once() {
+        let t = table();
+        let mut index = lake_of(&[1]);
+        let tail = vec![
+            log_batch(&t, 0, 5, &[(D, 1, "a"), (I, 1, "a2")]),
+            log_batch(&t, 2, 6, &[(D, 1, "a2")]),
+        ];
+        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        assert_eq!((rows, written), (vec![], vec![]));
+        assert_eq!(deletes, [at("f0", 0)]);
+    }
+
+    #[test]
+    fn a_new_key_inserted_then_deleted_gives_nothing() {
+        let t = table();
+        let mut index = lake_of(&[1]);
+        let tail = vec![
+            log_batch(&t, 0, 5, &[(I, 9, "x")]),
+            log_batch(&t, 1, 6, &[(D, 9, "x")]),
+        ];
+        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        assert_eq!((rows, written, deletes), (vec![], vec![], vec![]));
+        assert_eq!(index.locations().len(), 1, "the lake key is left alone");
+    }
+
+    #[test]
+    fn a_delete_of_a_key_never_in_the_lake_gives_nothing() {
+        let t = table();
+        let mut index = BucketIndex::default();
+        let tail = vec![log_batch(&t, 0, 5, &[(D, 9, "x")])];
+        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        assert_eq!((rows, written, deletes), (vec![], vec![], vec![]));
+    }
+
+    #[test]
+    fn a_key_changed_many_times_is_one_row_of_its_last_change() {
+        let t = table();
+        let mut index = lake_of(&[1]);
+        let tail = vec![log_batch(
+            &t,
+            20,
+            5,
+            &[(UB, 1, "a"), (UA, 1, "b"), (UB, 1, "b"), (UA, 1, "c")],
+        )];
+        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        assert_eq!(rows, [row(1, "c", 23, 5)]);
+        assert_eq!(written, keys(&t, &[1]));
+        assert_eq!(deletes, [at("f0", 0)]);
+    }
+
+    #[test]
+    fn update_befores_are_superseded_by_their_update_afters() {
+        // -U rows carry the old values: the +U after them is what is tiered.
+        let t = table();
+        let mut index = lake_of(&[1, 2]);
+        let tail = vec![log_batch(
+            &t,
+            0,
+            5,
+            &[(UB, 1, "a"), (UB, 2, "b"), (UA, 1, "a2"), (UA, 2, "b2")],
+        )];
+        let (rows, _, deletes) = fold_tail(&mut index, tail);
+        assert_eq!(rows, [row(1, "a2", 2, 5), row(2, "b2", 3, 5)]);
+        assert_eq!(deletes, [at("f0", 0), at("f0", 1)]);
+    }
+
+    #[test]
+    fn an_update_before_as_a_keys_last_change_removes_the_key() {
+        // A -U is not live: when nothing follows it (a log cut between -U and +U, which
+        // the leader never writes), the key's lake row goes and nothing replaces it.
+        let t = table();
+        let mut index = lake_of(&[1]);
+        let tail = vec![log_batch(&t, 0, 5, &[(UB, 1, "a")])];
+        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        assert_eq!((rows, written), (vec![], vec![]));
+        assert_eq!(deletes, [at("f0", 0)]);
+    }
+
+    #[test]
+    fn interleaved_keys_are_tiered_in_the_log_order_of_their_last_change() {
+        let t = table();
+        let mut index = BucketIndex::default();
+        let tail = vec![
+            log_batch(&t, 0, 1_000, &[(I, 1, "a"), (I, 2, "b"), (I, 3, "c")]),
+            log_batch(
+                &t,
+                3,
+                2_000,
+                &[(UB, 1, "a"), (UA, 1, "a2"), (D, 2, "b"), (I, 4, "d")],
+            ),
+            log_batch(&t, 7, 3_000, &[(UB, 3, "c"), (UA, 3, "c2")]),
+        ];
+        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        assert_eq!(
+            rows,
+            [
+                row(1, "a2", 4, 2_000),
+                row(4, "d", 6, 2_000),
+                row(3, "c2", 8, 3_000),
+            ]
+        );
+        assert_eq!(written, keys(&t, &[1, 4, 3]));
+        assert!(deletes.is_empty());
+    }
+
+    #[test]
+    fn untouched_keys_of_a_batch_keep_their_own_offsets() {
+        let t = table();
+        let mut index = BucketIndex::default();
+        let tail = vec![
+            log_batch(&t, 100, 1_000, &[(I, 1, "a"), (I, 2, "b"), (I, 3, "c")]),
+            log_batch(&t, 103, 2_000, &[(UB, 2, "b"), (UA, 2, "b2")]),
+        ];
+        let (rows, written, _) = fold_tail(&mut index, tail);
+        assert_eq!(
+            rows,
+            [
+                row(1, "a", 100, 1_000),
+                row(3, "c", 102, 1_000),
+                row(2, "b2", 104, 2_000),
+            ]
+        );
+        assert_eq!(written, keys(&t, &[1, 3, 2]));
+    }
+
+    #[test]
+    fn changes_of_many_keys_delete_each_lake_row_they_replace_or_remove() {
+        let t = table();
+        let mut index = BucketIndex::default();
+        index
+            .add(vec![indexed("f0", 3)], keys(&t, &[1, 2, 3]))
+            .unwrap();
+        index
+            .add(vec![indexed("f1", 2)], keys(&t, &[4, 5]))
+            .unwrap();
+        let tail = vec![log_batch(
+            &t,
+            50,
+            9,
+            &[
+                (D, 5, "e"),
+                (UB, 1, "a"),
+                (UA, 1, "a2"),
+                (I, 6, "f"),
+                (D, 3, "c"),
+            ],
+        )];
+        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        assert_eq!(rows, [row(1, "a2", 52, 9), row(6, "f", 53, 9)]);
+        assert_eq!(written, keys(&t, &[1, 6]));
+        assert_eq!(deletes, [at("f0", 0), at("f0", 2), at("f1", 1)]);
+        let left: Vec<(String, u32)> = index
+            .locations()
+            .into_values()
+            .map(|(file, row)| (file.to_string(), row))
+            .collect();
+        assert_eq!(left, [("f0".to_string(), 1), ("f1".to_string(), 0)]);
+    }
+
+    #[test]
+    fn a_batch_of_an_older_schema_is_tiered_in_the_current_one() {
+        // Written before `name` was added: the lake row has it null.
+        let t = table();
+        let old = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let ids: ArrayRef = Arc::new(Int64Array::from(vec![7]));
+        let mut batch = log_batch(&t, 4, 5, &[(I, 7, "")]);
+        batch.batch = RecordBatch::try_new(old, vec![ids]).unwrap();
+        let (rows, written, _) = fold_tail(&mut BucketIndex::default(), vec![batch]);
+        assert_eq!(rows, [(7, None, 3, 4, 5_000)]);
+        assert_eq!(written, keys(&t, &[7]));
+    }
+
+    #[test]
+    fn a_batch_without_change_types_is_corrupt() {
+        let t = table();
+        let lake_schema = lake_arrow_schema(&lake_schema(&t).unwrap()).unwrap();
+        let mut batch = log_batch(&t, 0, 5, &[(I, 1, "a")]);
+        batch.changes = None;
+        let mut index = lake_of(&[1]);
+        let error = fold(&t, &lake_schema, 0, vec![batch], &mut index).unwrap_err();
+        assert!(matches!(error, NodeError::Corrupt(_)), "{error}");
+        assert_eq!(index.locations().len(), 1, "the index is left as it was");
+    }
+
+    #[test]
+    fn an_empty_tail_folds_to_nothing() {
+        let mut index = lake_of(&[1]);
+        let (rows, written, deletes) = fold_tail(&mut index, Vec::new());
+        assert_eq!((rows, written, deletes), (vec![], vec![], vec![]));
+    }
 }
