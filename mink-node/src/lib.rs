@@ -6,12 +6,14 @@
 //! - [`node`]: tables, tablets, validated writes.
 //! - [`flight`]: the Arrow Flight service of `spec/reads.md`.
 //! - [`tiering`]: copying logs into the Iceberg lake, exactly once.
-//! - [`union`]: planning Union and Lake reads, and changes between lake snapshots.
+//! - [`union`]: planning Union reads (the lake below the seam, then the log).
+//! - [`lake_plan`]: planning Lake reads and the changes between two lake snapshots.
 //! - [`server`]: serving the node on a socket.
 
 pub mod error;
 pub mod flight;
 pub mod kv;
+pub mod lake_plan;
 pub mod log;
 pub mod metadata;
 pub mod node;

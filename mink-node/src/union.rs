@@ -1,5 +1,4 @@
-//! Planning Union and Lake reads (`spec/union-read.md`), and incremental reads of the
-//! lake between two of its snapshots ([`mink_lake::delta`]).
+//! Planning Union reads (`spec/union-read.md`).
 //!
 //! A Union plan is made per bucket at request time: the lake snapshot and the bucket's
 //! `log_end_offset` from the latest recorded CommitLakeSnapshot, `log_from =
@@ -10,8 +9,7 @@ use std::sync::Arc;
 
 use mink_core::filter::{ColumnFilter, matches};
 use mink_core::protocol::{BucketId, UnionPlan};
-use mink_core::table::{TableDescriptor, TablePath};
-use mink_lake::delta::{DeltaPlan, plan_delta};
+use mink_core::table::TableDescriptor;
 use mink_lake::predicate::to_predicate;
 use mink_lake::reader::{LakeSplit, SplitScope, plan_split};
 
@@ -72,56 +70,10 @@ impl Node {
             split,
         })
     }
-
-    /// Plans a Lake read: `snapshot_id` (default: the latest recorded) of a table or of one
-    /// of its partitions. `None` when the table has no tiered snapshot yet.
-    pub async fn plan_lake(
-        &self,
-        path: &TablePath,
-        partition: Option<String>,
-        snapshot_id: Option<i64>,
-        filters: &[ColumnFilter],
-    ) -> Result<(Arc<TableDescriptor>, LakeSplit)> {
-        let table = self.describe(path)?;
-        if !table.lake_enabled {
-            return Err(NodeError::NoLake(path.to_string()));
-        }
-        check_filters(&table, filters)?;
-        let recorded = self.metadata.latest_lake_snapshot(table.table_id)?;
-        let Some(snapshot_id) = snapshot_id.or(recorded.map(|r| r.snapshot_id)) else {
-            return Ok((table, LakeSplit::default()));
-        };
-        let lake_table = self.lake().await?.load(path).await?;
-        let scope = match partition {
-            Some(partition) => SplitScope::Partition(partition),
-            None => SplitScope::Table,
-        };
-        let predicate = to_predicate(filters, table.schema());
-        let split = plan_split(&lake_table, snapshot_id, &scope, predicate).await?;
-        Ok((table, split))
-    }
-}
-
-impl Node {
-    /// Plans the changes of a table's lake from snapshot `from` (excluded) to `to`
-    /// (included), both snapshots of its lake table (`list_lake_snapshots` lists those
-    /// mink committed).
-    ///
-    /// # Errors
-    /// [`NodeError::NoLake`] for a table without a lake; [`mink_lake::LakeError`]'s
-    /// `SnapshotNotFound` and `NotAncestor` for ids that do not make a range.
-    pub async fn plan_changes(&self, path: &TablePath, from: i64, to: i64) -> Result<DeltaPlan> {
-        let table = self.describe(path)?;
-        if !table.lake_enabled {
-            return Err(NodeError::NoLake(path.to_string()));
-        }
-        let lake_table = self.lake().await?.load(path).await?;
-        Ok(plan_delta(&lake_table, from, to).await?)
-    }
 }
 
 /// Checks that filters name columns of the table and values of their types.
-fn check_filters(table: &TableDescriptor, filters: &[ColumnFilter]) -> Result<()> {
+pub(crate) fn check_filters(table: &TableDescriptor, filters: &[ColumnFilter]) -> Result<()> {
     let empty = arrow::array::RecordBatch::new_empty(Arc::clone(table.schema()));
     matches(filters, &empty)?;
     Ok(())

@@ -30,9 +30,9 @@ use async_trait::async_trait;
 use mink_lake::storage::LakeStorage;
 use mink_node::server::{ServerHandle, serve};
 use mink_node::{Node, NodeConfig};
-use mink_query::flight_sql::client::FlightSqlConnection;
-use mink_query::flight_sql::{self, FlightSqlConfig, FlightSqlHandle};
-use mink_query::session::MinkSession;
+use mink_flight_sql::client::FlightSqlConnection;
+use mink_flight_sql::{FlightSqlConfig, FlightSqlHandle};
+use mink_sql::session::MinkSession;
 use object_store::local::LocalFileSystem;
 use sqllogictest::{DBOutput, DefaultColumnType, Runner};
 
@@ -228,7 +228,7 @@ impl TestNode {
             tls: None,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let flight_sql = flight_sql::serve(config, listener)?;
+        let flight_sql = mink_flight_sql::serve(config, listener)?;
         Ok(Self {
             _dir: dir,
             handle,

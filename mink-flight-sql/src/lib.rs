@@ -1,0 +1,284 @@
+//! The Flight SQL endpoint: mink's SQL for ADBC and JDBC clients and BI tools.
+//!
+//! [Flight SQL] is SQL over Arrow Flight: a client sends a statement in a
+//! `GetFlightInfo` call, gets back the result's schema and a ticket, and fetches the
+//! rows, as Arrow record batches, with `DoGet`. The ADBC Flight SQL driver (Python, Go,
+//! C, R, Java), the Arrow Flight SQL JDBC driver and the tools built on them (DBeaver,
+//! BI tools through JDBC) speak it. [`serve`] runs the service on a TCP listener; `mink
+//! server` serves it on `--sql-listen`.
+//!
+//! What it answers:
+//!
+//! - **Statements**, through both the query path (`GetFlightInfo` + `DoGet`, which ADBC's
+//!   `cursor.execute` uses for every statement) and the update path (`DoPut`, answering
+//!   a row count). Every statement [`MinkSession`](mink_sql::session::MinkSession) runs
+//!   works through both: queries, DML, DDL, `CALL`. See [`statement`] for when each kind
+//!   runs, and how results stream with bounded memory.
+//! - **Prepared statements** with `?` or `$n` parameters and stateless handles: the SQL
+//!   and the bound parameters travel in the handle, so any server answers any call
+//!   ([`handle`], [`prepared`]).
+//! - **Bulk ingestion** into a table, appended or upserted by the table's kind
+//!   ([`ingest`]).
+//! - **Metadata**: SQL info, catalogs, databases, tables with schemas, table types,
+//!   primary keys, foreign keys (none), XDBC types ([`metadata`], [`sql_info`]).
+//! - **`GetSchema` and `PollFlightInfo`**, which arrow-flight's dispatch leaves out
+//!   ([`endpoint`]); **`CancelFlightInfo`** and `CancelQuery`, which stop the result
+//!   streams of a FlightInfo ([`running`]).
+//! - **Sessions**: `SetSessionOptions` and `CloseSession` are accepted; nothing is kept.
+//! - **Authentication** with a user and password exchanged for a bearer token, and TLS
+//!   ([`auth`], [`FlightSqlConfig`]).
+//!
+//! Errors are gRPC statuses carrying the SQL error's text ([`error`]). [`client`] is the
+//! other side, for `mink sql --flight-sql`.
+//!
+//! [Flight SQL]: https://arrow.apache.org/docs/format/FlightSql.html
+
+mod auth;
+pub mod client;
+mod endpoint;
+mod error;
+mod handle;
+mod ingest;
+mod ipc_guard;
+mod metadata;
+mod prepared;
+mod running;
+mod service;
+mod sql_info;
+mod statement;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_flight::flight_service_server::FlightServiceServer;
+use futures::{Stream, StreamExt};
+use mink_client::MinkClient;
+use mink_lake::storage::LakeStorage;
+use mink_node::server::MAX_MESSAGE_BYTES;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::{Identity, Server, ServerTlsConfig};
+use tracing::{info, warn};
+
+pub use auth::{Credentials, TOKEN_LIFETIME};
+
+use auth::Auth;
+use endpoint::FlightSqlEndpoint;
+use running::Stopper;
+use service::MinkFlightSql;
+use statement::Statements;
+
+/// How long a shutdown waits for running calls.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// What the Flight SQL service serves, and how.
+#[derive(Debug, Clone)]
+pub struct FlightSqlConfig {
+    /// The node whose tables are served.
+    pub client: MinkClient,
+    /// Where the lake's files are read.
+    pub storage: LakeStorage,
+    /// The user and password clients must present; `None` turns authentication off,
+    /// and then only a loopback address may be served.
+    pub credentials: Option<Credentials>,
+    /// A PEM certificate (chain) and private key: serve TLS instead of plaintext.
+    pub tls: Option<TlsIdentity>,
+}
+
+/// A server certificate and its key, PEM-encoded.
+#[derive(Clone)]
+pub struct TlsIdentity {
+    /// The certificate chain.
+    pub certificate_pem: Vec<u8>,
+    /// The private key.
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsIdentity").finish_non_exhaustive()
+    }
+}
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Authentication is off and the address is reachable from other machines.
+    #[error(
+        "Flight SQL on {0} would be open to the network without authentication: \
+         listen on a loopback address (127.0.0.1) or configure a user and password"
+    )]
+    OpenToTheNetwork(SocketAddr),
+    /// The listener's address could not be read.
+    #[error("the Flight SQL listener: {0}")]
+    Io(#[from] std::io::Error),
+    /// The TLS certificate or key was refused.
+    #[error("Flight SQL TLS: {0}")]
+    Tls(#[from] tonic::transport::Error),
+    /// The server's metadata answers could not be built (a bug).
+    #[error("Flight SQL metadata: {0}")]
+    Metadata(#[from] arrow_flight::error::FlightError),
+}
+
+/// A running Flight SQL service. Dropping it stops the service.
+#[derive(Debug)]
+pub struct FlightSqlHandle {
+    addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    stopper: Stopper,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl FlightSqlHandle {
+    /// The address the service listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The calls running a statement now (streaming a result, updating, ingesting).
+    pub fn running_statements(&self) -> usize {
+        self.stopper.count()
+    }
+
+    /// [`FlightSqlHandle::shutdown_within`] [`SHUTDOWN_GRACE`].
+    ///
+    /// # Errors
+    /// The server failed.
+    pub async fn shutdown(self) -> Result<(), ServeError> {
+        self.shutdown_within(SHUTDOWN_GRACE).await
+    }
+
+    /// Stops accepting calls and lets running ones finish for `grace`; then stops the
+    /// statements still running (a result still being read ends with `Unavailable`) and
+    /// waits for the server to close for another `grace`. A client that stopped
+    /// reading holds its stream open until its connection goes: after the second wait
+    /// the server stops waiting for such connections (their statements are stopped).
+    ///
+    /// # Errors
+    /// The server failed.
+    pub async fn shutdown_within(mut self, grace: Duration) -> Result<(), ServeError> {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        let finished = match tokio::time::timeout(grace, &mut self.server).await {
+            Ok(finished) => finished,
+            Err(_) => {
+                let running = self.stopper.count();
+                warn!(
+                    running,
+                    ?grace,
+                    "stopping the Flight SQL statements still running"
+                );
+                self.stopper.stop();
+                match tokio::time::timeout(grace, &mut self.server).await {
+                    Ok(finished) => finished,
+                    Err(_) => {
+                        warn!("Flight SQL connections still open at shutdown are left behind");
+                        self.server.abort();
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        match finished {
+            Ok(result) => Ok(result?),
+            Err(e) => Err(ServeError::Io(std::io::Error::other(e))),
+        }
+    }
+}
+
+/// Accepted connections with Nagle's algorithm off: a small answer (a FlightInfo, a
+/// one-row result) would otherwise wait for the client's delayed ACK, about 40 ms a call.
+fn incoming(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>> {
+    TcpListenerStream::new(listener).map(|stream| {
+        let stream = stream?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    })
+}
+
+impl Drop for FlightSqlHandle {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+/// Serves Flight SQL on `listener` until the handle is shut down or dropped.
+///
+/// # Errors
+/// See [`ServeError`]: notably, without credentials the listener must be on a loopback
+/// address.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example(client: mink_client::MinkClient, storage: mink_lake::storage::LakeStorage)
+/// # -> Result<(), Box<dyn std::error::Error>> {
+/// use mink_flight_sql::{Credentials, FlightSqlConfig, serve};
+///
+/// let listener = tokio::net::TcpListener::bind("0.0.0.0:50051").await?;
+/// let config = FlightSqlConfig {
+///     client,
+///     storage,
+///     credentials: Some(Credentials::new("analyst", "s3cret")),
+///     tls: None,
+/// };
+/// let handle = serve(config, listener)?;
+/// println!("Flight SQL on {}", handle.addr());
+/// # Ok(())
+/// # }
+/// ```
+pub fn serve(
+    config: FlightSqlConfig,
+    listener: TcpListener,
+) -> Result<FlightSqlHandle, ServeError> {
+    let addr = listener.local_addr()?;
+    let auth = Arc::new(Auth::new(config.credentials));
+    let authenticated = auth.is_enabled();
+    if !authenticated && !addr.ip().is_loopback() {
+        return Err(ServeError::OpenToTheNetwork(addr));
+    }
+    let (running, stopper) = running::running();
+    let service = MinkFlightSql::new(
+        Statements::new(config.client, config.storage),
+        running,
+        Arc::clone(&auth),
+        sql_info::sql_info()?,
+        metadata::xdbc_types()?,
+    );
+    let service = FlightServiceServer::new(FlightSqlEndpoint::new(service))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let service = tonic::service::interceptor::InterceptedService::new(service, move |request| {
+        auth.check(request)
+    });
+    let mut builder = Server::builder();
+    if let Some(tls) = &config.tls {
+        let identity = Identity::from_pem(&tls.certificate_pem, &tls.key_pem);
+        builder = builder.tls_config(ServerTlsConfig::new().identity(identity))?;
+    }
+    let (shutdown, shutdown_signal) = oneshot::channel::<()>();
+    let server = tokio::spawn(builder.add_service(service).serve_with_incoming_shutdown(
+        incoming(listener),
+        async {
+            let _ = shutdown_signal.await;
+        },
+    ));
+    let tls = config.tls.is_some();
+    if authenticated {
+        info!(%addr, tls, "serving Flight SQL; clients authenticate with a user and password");
+    } else {
+        warn!(%addr, tls, "serving Flight SQL without authentication (loopback only)");
+    }
+    Ok(FlightSqlHandle {
+        addr,
+        shutdown: Some(shutdown),
+        stopper,
+        server,
+    })
+}

@@ -1,0 +1,491 @@
+//! Running statements for Flight SQL: one [`MinkSession`] per call, planned when the
+//! client asks for a FlightInfo and run when it asks for the rows.
+//!
+//! A Flight SQL query takes two calls: `GetFlightInfo` answers the result's schema and a
+//! ticket, `DoGet` with the ticket streams the rows. Statements differ in when they act:
+//!
+//! | kind      | statements                                     | GetFlightInfo         | DoGet            |
+//! |-----------|------------------------------------------------|-----------------------|------------------|
+//! | `Query`   | `SELECT`, `EXPLAIN`, `SHOW`, `DESCRIBE`          | plans (the schema)    | plans again, runs |
+//! | `Update`  | `INSERT`, `UPDATE`, `DELETE`                     | plans (`count`)       | plans again, runs |
+//! | `Command` | DDL, `CALL`, `SET`, and whatever does not parse | runs it, keeps the result in the ticket | streams the result |
+//!
+//! Planning a query or DML statement does nothing, so planning it twice is harmless and
+//! the ticket needs only the SQL. A command acts as it is planned (that is how
+//! [`MinkSession`] and DataFusion run DDL), so it runs once, at `GetFlightInfo`, and its
+//! small result travels in the ticket. The FlightInfo schema is the planned schema
+//! in both cases, and it is the schema `DoGet` streams: the ticket carries it, and a
+//! statement planned again to a different schema (a table altered in between) is
+//! refused.
+//!
+//! Rows are streamed from DataFusion's `execute_stream`, so a result of any size is
+//! produced as the client reads it; when the client goes away, tonic drops the stream and
+//! with it the query.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
+use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::dataframe::DataFrame;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::sql::parser::{DFParser, Statement as DFStatement};
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use futures::stream::{self, Stream, StreamExt, TryStreamExt};
+use mink_client::MinkClient;
+use mink_lake::storage::LakeStorage;
+use tonic::Status;
+
+use crate::error::status;
+use crate::handle::{StatementHandle, Ticket};
+use crate::prepared::BatchInsert;
+use mink_sql::session::{MinkSession, is_create_table};
+
+/// When a statement acts (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StatementKind {
+    /// Answers rows; changes nothing.
+    Query,
+    /// Changes rows when run; answers a `count`.
+    Update,
+    /// Acts as it is planned.
+    Command,
+}
+
+/// The kind of `sql`. SQL DataFusion's parser does not take (mink's `CREATE TABLE ...
+/// WITH (...)`, or an error) is a command: the session runs it or reports why not.
+pub(crate) fn classify(sql: &str) -> StatementKind {
+    let Ok(mut statements) = DFParser::parse_sql_with_dialect(sql, &GenericDialect {}) else {
+        return StatementKind::Command;
+    };
+    // Several statements (or none): the session reports it.
+    let (Some(statement), None) = (statements.pop_front(), statements.pop_front()) else {
+        return StatementKind::Command;
+    };
+    match statement {
+        DFStatement::Statement(statement) => match *statement {
+            Statement::Query(_)
+            | Statement::Explain { .. }
+            | Statement::ExplainTable { .. }
+            | Statement::ShowTables { .. }
+            | Statement::ShowColumns { .. }
+            | Statement::ShowVariable { .. }
+            | Statement::ShowFunctions { .. }
+            | Statement::ShowSchemas { .. }
+            | Statement::ShowDatabases { .. }
+            | Statement::ShowViews { .. }
+            | Statement::ShowCreate { .. } => StatementKind::Query,
+            Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
+                StatementKind::Update
+            }
+            _ => StatementKind::Command,
+        },
+        DFStatement::Explain(_) => StatementKind::Query,
+        DFStatement::CopyTo(_) => StatementKind::Update,
+        DFStatement::CreateExternalTable(_) | DFStatement::Reset(_) => StatementKind::Command,
+    }
+}
+
+/// Checks that `sql` is one statement mink's parser takes, without planning it.
+fn check_parses(sql: &str) -> Result<()> {
+    if is_create_table(sql) {
+        return Ok(()); // mink's own syntax: the session parses it when it runs
+    }
+    match DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?.len() {
+        1 => Ok(()),
+        n => Err(DataFusionError::Plan(format!(
+            "one statement at a time, not {n}"
+        ))),
+    }
+}
+
+/// Refuses the statements that read or write files on the server's own file system
+/// (`COPY ... TO`, `CREATE EXTERNAL TABLE`): a SQL client must not reach beyond mink's
+/// tables.
+fn refuse_server_files(sql: &str) -> Result<()> {
+    let Ok(statements) = DFParser::parse_sql_with_dialect(sql, &GenericDialect {}) else {
+        return Ok(()); // the session reports why it does not parse
+    };
+    let touches_files = statements.iter().any(|statement| {
+        matches!(
+            statement,
+            DFStatement::CopyTo(_) | DFStatement::CreateExternalTable(_)
+        )
+    });
+    match touches_files {
+        true => Err(DataFusionError::Plan(
+            "COPY and CREATE EXTERNAL TABLE are not served over Flight SQL: they would read \
+             or write files on the server"
+                .into(),
+        )),
+        false => Ok(()),
+    }
+}
+
+/// Runs statements over one node; every call gets a session of its own, so a `SET` or a
+/// failed statement of one client never affects another.
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    client: MinkClient,
+    storage: LakeStorage,
+}
+
+impl Statements {
+    pub(crate) fn new(client: MinkClient, storage: LakeStorage) -> Self {
+        Self { client, storage }
+    }
+
+    /// The node's client.
+    pub(crate) fn client(&self) -> &MinkClient {
+        &self.client
+    }
+
+    /// A new session with the table list loaded (for metadata calls).
+    pub(crate) async fn session(&self) -> Result<MinkSession> {
+        MinkSession::connect(self.client.clone(), self.storage.clone()).await
+    }
+
+    /// A new session to run statements in: [`MinkSession::sql`] loads the table list.
+    fn statement_session(&self) -> MinkSession {
+        MinkSession::new(self.client.clone(), self.storage.clone())
+    }
+
+    /// Plans `handle` for a FlightInfo: the schema of its result and the ticket that
+    /// streams it. A command runs now (see the module docs).
+    pub(crate) async fn plan(&self, handle: StatementHandle) -> Result<(SchemaRef, Ticket)> {
+        let frame = self.frame(&handle).await?;
+        let schema = arrow_schema(&frame);
+        match classify(&handle.sql) {
+            StatementKind::Query | StatementKind::Update => {
+                Ok((Arc::clone(&schema), Ticket::Run(handle, schema)))
+            }
+            StatementKind::Command => {
+                let mut batches = frame.collect().await?;
+                // DDL answers a row of no columns; a client expects no rows.
+                batches.retain(|batch| batch.num_columns() > 0);
+                Ok((Arc::clone(&schema), Ticket::Computed(schema, batches)))
+            }
+        }
+    }
+
+    /// The schema of a statement's result, found without running it: a command (which
+    /// would act as it is planned) answers no columns, though `CALL` answers a row when
+    /// it runs. SQL that does not parse is an error.
+    pub(crate) async fn schema(&self, handle: &StatementHandle) -> Result<SchemaRef> {
+        match classify(&handle.sql) {
+            StatementKind::Query | StatementKind::Update => {
+                Ok(arrow_schema(&self.frame(handle).await?))
+            }
+            StatementKind::Command => {
+                check_parses(&handle.sql)?;
+                Ok(Arc::new(Schema::empty()))
+            }
+        }
+    }
+
+    /// The result schema and parameter schema of a statement being prepared. Nothing
+    /// runs: a command answers no rows (JDBC then runs it as an update) and no parameters.
+    pub(crate) async fn prepare(&self, sql: &str) -> Result<(Schema, Schema)> {
+        let answers_rows = match classify(sql) {
+            StatementKind::Query => true,
+            StatementKind::Update => false,
+            StatementKind::Command => return Ok((Schema::empty(), Schema::empty())),
+        };
+        refuse_server_files(sql)?;
+        let frame = self.statement_session().sql(sql).await?;
+        let dataset = if answers_rows {
+            arrow_schema(&frame).as_ref().clone()
+        } else {
+            Schema::empty()
+        };
+        Ok((dataset, parameter_schema(&frame)?))
+    }
+
+    /// The rows a ticket names, as a stream that runs the statement while it is polled;
+    /// its schema is the planned one, which the FlightInfo announced.
+    ///
+    /// # Errors
+    /// `FailedPrecondition` when the statement, planned again, no longer has the
+    /// announced schema (a table changed in between).
+    pub(crate) async fn stream(&self, ticket: Ticket) -> Result<SendableRecordBatchStream, Status> {
+        match ticket {
+            Ticket::Run(handle, announced) => {
+                let frame = self.frame(&handle).await.map_err(status)?;
+                // The planned schema, as announced (a physical plan may know a column
+                // has no nulls where the plan said nullable).
+                let schema = arrow_schema(&frame);
+                if schema != announced {
+                    return Err(Status::failed_precondition(format!(
+                        "the statement's result changed since it was planned (a table was \
+                         altered or replaced): its columns were {}, now {}; run it again",
+                        columns(&announced),
+                        columns(&schema)
+                    )));
+                }
+                let rows = frame.execute_stream().await.map_err(status)?;
+                Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rows)))
+            }
+            Ticket::Computed(schema, batches) => Ok(Box::pin(RecordBatchStreamAdapter::new(
+                schema,
+                futures::stream::iter(batches.into_iter().map(Ok)),
+            ))),
+        }
+    }
+
+    /// Runs an update and answers the rows it changed: the `count` of DML, otherwise the
+    /// rows answered.
+    ///
+    /// The statement is planned once, then run for each parameter row: the rows the
+    /// client streams (`streamed`, taken as they arrive), or else those bound in the
+    /// handle, or once without parameters. A batch insert runs once per batch of rows
+    /// (see [`BatchInsert`]). A failure midway says how many parameter rows ran
+    /// before it and what they changed; those changes stay.
+    pub(crate) async fn update(
+        &self,
+        handle: &StatementHandle,
+        streamed: impl Stream<Item = Result<RecordBatch, Status>> + Send + Unpin,
+    ) -> Result<i64, Status> {
+        refuse_server_files(&handle.sql).map_err(status)?;
+        let session = self.statement_session();
+        let planned = session.sql(&handle.sql).await.map_err(status)?;
+        let mut streamed = streamed.peekable();
+        let mut parameters = match Pin::new(&mut streamed).peek().await {
+            Some(_) => streamed.boxed(),
+            None => stream::iter(handle.parameters.clone().map(Ok)).boxed(),
+        };
+        let batch_insert = BatchInsert::of(planned.logical_plan());
+        let mut progress = UpdateProgress::default();
+        let ran = async {
+            let mut bound = false;
+            while let Some(batch) = parameters.try_next().await? {
+                bound = true;
+                if let Some(insert) = &batch_insert {
+                    let state = session.context().state();
+                    let frame = insert
+                        .reading(&batch)
+                        .map(|plan| DataFrame::new(state, plan));
+                    let changed = run_update(frame).await.map_err(status)?;
+                    progress.record(batch.num_rows(), changed);
+                    continue;
+                }
+                for values in parameter_rows(&batch).map_err(status)? {
+                    let frame = planned.clone().with_param_values(values);
+                    progress.record(1, run_update(frame).await.map_err(status)?);
+                }
+            }
+            if !bound {
+                progress.record(0, run_update(Ok(planned.clone())).await.map_err(status)?);
+            }
+            Ok(())
+        }
+        .await;
+        match ran {
+            Ok(()) => Ok(i64::try_from(progress.changed).unwrap_or(i64::MAX)),
+            Err(failure) => Err(progress.annotate(failure)),
+        }
+    }
+
+    /// The statement planned in a new session, its parameters bound. A query binds one
+    /// row of parameters.
+    async fn frame(&self, handle: &StatementHandle) -> Result<DataFrame> {
+        refuse_server_files(&handle.sql)?;
+        let frame = self.statement_session().sql(&handle.sql).await?;
+        let Some(parameters) = &handle.parameters else {
+            return Ok(frame);
+        };
+        match <[ParamValues; 1]>::try_from(parameter_rows(parameters)?) {
+            Ok([values]) => frame.with_param_values(values),
+            Err(rows) => Err(DataFusionError::Plan(format!(
+                "a query binds one row of parameters, not {}",
+                rows.len()
+            ))),
+        }
+    }
+}
+
+/// The Arrow schema of a planned statement.
+fn arrow_schema(frame: &DataFrame) -> SchemaRef {
+    Arc::new(frame.schema().as_arrow().clone())
+}
+
+/// A schema's columns for a message: `(id Int64, name Utf8)`.
+fn columns(schema: &Schema) -> String {
+    let columns: Vec<String> = schema
+        .fields()
+        .iter()
+        .map(|f| format!("{} {}", f.name(), f.data_type()))
+        .collect();
+    format!("({})", columns.join(", "))
+}
+
+/// The parameters of a planned statement, `$1, $2, ...` in order, typed where the planner
+/// could tell (`Null` where it could not).
+fn parameter_schema(frame: &DataFrame) -> Result<Schema> {
+    let mut parameters: Vec<(usize, String, DataType)> = frame
+        .logical_plan()
+        .get_parameter_types()?
+        .into_iter()
+        .map(|(name, data_type)| {
+            let position = name
+                .strip_prefix('$')
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(usize::MAX);
+            (position, name, data_type.unwrap_or(DataType::Null))
+        })
+        .collect();
+    parameters.sort();
+    Ok(Schema::new(
+        parameters
+            .into_iter()
+            .map(|(_, name, data_type)| Field::new(name, data_type, true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// The parameter values of each execution: one per row of `parameters` (column `i` is
+/// `$(i + 1)`).
+fn parameter_rows(parameters: &RecordBatch) -> Result<Vec<ParamValues>> {
+    (0..parameters.num_rows())
+        .map(|row| {
+            let values = parameters
+                .columns()
+                .iter()
+                .map(|column| ScalarValue::try_from_array(column, row))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(ParamValues::from(values))
+        })
+        .collect()
+}
+
+/// Runs one execution of an update; answers the rows it changed.
+async fn run_update(frame: Result<DataFrame>) -> Result<u64> {
+    let mut batches = frame?.execute_stream().await?;
+    let mut changed = 0;
+    while let Some(batch) = batches.try_next().await? {
+        changed += rows_changed(&batch);
+    }
+    Ok(changed)
+}
+
+/// What the executions of an update have done so far.
+#[derive(Debug, Default)]
+struct UpdateProgress {
+    parameter_rows: usize,
+    changed: u64,
+}
+
+impl UpdateProgress {
+    /// An execution for `parameter_rows` rows of parameters changed `changed` rows.
+    fn record(&mut self, parameter_rows: usize, changed: u64) {
+        self.parameter_rows += parameter_rows;
+        self.changed += changed;
+    }
+
+    /// A failure, saying what the parameter rows run before it changed (nothing to say
+    /// before the first).
+    fn annotate(&self, failure: Status) -> Status {
+        if self.parameter_rows == 0 {
+            return failure;
+        }
+        Status::new(
+            failure.code(),
+            format!(
+                "{} (after {} parameter rows that changed {} rows; their changes stay)",
+                failure.message(),
+                self.parameter_rows,
+                self.changed
+            ),
+        )
+    }
+}
+
+/// The rows a batch of a statement's result stands for: a DML `count`, or its rows (none
+/// for the empty answer of DDL).
+fn rows_changed(batch: &RecordBatch) -> u64 {
+    let schema = batch.schema();
+    match (schema.fields().as_ref(), batch.columns()) {
+        ([], _) => 0,
+        ([field], [counts])
+            if field.name() == "count" && counts.data_type() == &DataType::UInt64 =>
+        {
+            counts.as_primitive::<UInt64Type>().iter().flatten().sum()
+        }
+        _ => batch.num_rows() as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Int64Array, StringArray, UInt64Array};
+
+    use super::*;
+
+    #[test]
+    fn statements_are_classified_by_when_they_act() {
+        use StatementKind::{Command, Query, Update};
+        for (sql, kind) in [
+            ("SELECT * FROM t WHERE id = $1", Query),
+            ("WITH x AS (SELECT 1) SELECT * FROM x", Query),
+            ("EXPLAIN SELECT 1", Query),
+            ("SHOW TABLES", Query),
+            ("DESCRIBE t", Query),
+            ("INSERT INTO t VALUES (1, 'a')", Update),
+            ("UPDATE t SET v = 1 WHERE id = 2", Update),
+            ("DELETE FROM t WHERE id = 2", Update),
+            (
+                "CREATE TABLE t (id BIGINT, PRIMARY KEY (id)) WITH ('bucket.num' = '2')",
+                Command,
+            ),
+            ("CREATE TABLE t (id BIGINT)", Command),
+            ("DROP TABLE t", Command),
+            ("ALTER TABLE t ADD COLUMN c INT", Command),
+            ("CALL system.tier('t')", Command),
+            ("SET datafusion.execution.batch_size = 10", Command),
+            ("SELECT 1; SELECT 2", Command),
+            ("SELEC oops", Command),
+        ] {
+            assert_eq!(classify(sql), kind, "{sql}");
+        }
+    }
+
+    #[test]
+    fn parameters_bind_row_by_row() {
+        let batch = RecordBatch::try_from_iter(vec![
+            ("a", Arc::new(Int64Array::from(vec![1, 2])) as _),
+            ("b", Arc::new(StringArray::from(vec![Some("x"), None])) as _),
+        ])
+        .unwrap();
+        let rows = parameter_rows(&batch).unwrap();
+        assert_eq!(rows.len(), 2);
+        let ParamValues::List(second) = &rows[1] else {
+            panic!("positional values: {rows:?}");
+        };
+        assert_eq!(second[0].value, ScalarValue::Int64(Some(2)));
+        assert_eq!(second[1].value, ScalarValue::Utf8(None));
+    }
+
+    #[test]
+    fn a_dml_result_counts_its_rows_and_anything_else_its_rows() {
+        let count =
+            RecordBatch::try_from_iter(vec![("count", Arc::new(UInt64Array::from(vec![42])) as _)])
+                .unwrap();
+        assert_eq!(rows_changed(&count), 42);
+        let rows = RecordBatch::try_from_iter(vec![(
+            "count",
+            Arc::new(Int64Array::from(vec![5, 6])) as _,
+        )])
+        .unwrap();
+        assert_eq!(rows_changed(&rows), 2);
+        let ddl = RecordBatch::try_new_with_options(
+            Arc::new(Schema::empty()),
+            vec![],
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(1)),
+        )
+        .unwrap();
+        assert_eq!(rows_changed(&ddl), 0);
+    }
+}

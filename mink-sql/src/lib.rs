@@ -1,0 +1,36 @@
+//! mink's SQL engine: DataFusion over a catalog of mink tables whose scans are union
+//! splits, and the [`session`] that runs every statement kind (queries, DML, DDL, `CALL`).
+//!
+//! - [`session`]: [`MinkSession`], one SQL session over a mink node; mink's own DDL
+//!   (`CREATE TABLE ... WITH`, `DROP`, `ALTER ... ADD COLUMN`) and `CALL system.*`.
+//! - [`catalog`]: every mink database as a schema, every table as a [`MinkTable`].
+//! - [`table`]: planning a scan: one split per bucket (a union read, or a read of the
+//!   KV store), filters pushed down.
+//! - [`exec`]: [`MinkScanExec`], one partition per split.
+//! - `split`: reading a split: lake Parquet from the object store, the tail from the
+//!   bucket leader over Flight, merged by key.
+//! - `filters`: DataFusion filters as mink column filters.
+//! - [`system`]: `system.buckets` and `system.lake_snapshots`.
+//! - `dml`: `INSERT`, `DELETE` and `UPDATE` as plans ending in a mink sink.
+//! - [`changes`]: `table_changes('t', from, to)`, the rows changed between two lake
+//!   snapshots.
+//!
+//! A query reads each bucket as it is when the query is planned: the lake below the
+//! bucket's seam plus every change after it, exactly once (`spec/union-read.md`).
+
+pub mod catalog;
+pub mod changes;
+mod dml;
+pub mod exec;
+mod filters;
+pub mod session;
+mod split;
+pub mod system;
+pub mod table;
+
+pub use catalog::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog};
+pub use changes::{TABLE_CHANGES, TableChanges};
+pub use exec::MinkScanExec;
+pub use session::MinkSession;
+pub use split::CHANGELOG_COLUMNS;
+pub use table::{MinkTable, ReadKind};

@@ -1,0 +1,348 @@
+//! The SQL session: statements over a mink node, run by DataFusion or by mink.
+//!
+//! | statement                                                         | run by                 |
+//! |-------------------------------------------------------------------|------------------------|
+//! | queries, `EXPLAIN`, `SHOW TABLES`, `DESCRIBE t`                    | DataFusion             |
+//! | `INSERT`, `UPDATE`, `DELETE`                                      | DataFusion, into mink ([`crate::dml`]) |
+//! | `CREATE TABLE ... PRIMARY KEY ... PARTITIONED BY ... WITH (...)`  | mink: `create_table`   |
+//! | `DROP TABLE [IF EXISTS] t`                                        | mink: `drop_table`     |
+//! | `ALTER TABLE t ADD COLUMN c TYPE`                                 | mink: `add_column`     |
+//! | `CALL system.tier('t')`, `CALL system.compact('t')`              | mink: a round / a compaction now |
+//! | `SELECT ... FROM table_changes('t', from, to)`                     | DataFusion, the tables named looked up first |
+//!
+//! Column types are mapped by DataFusion's own planner, as in queries (strings as `Utf8`).
+//! Every statement starts by loading the table list again, so it sees the tables as they
+//! are now, whichever client created, dropped or altered them.
+
+mod create;
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt64Array};
+use arrow::datatypes::{Field, Schema};
+use datafusion::common::TableReference;
+use datafusion::dataframe::DataFrame;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::{DFParser, Statement as DFStatement};
+use datafusion::sql::sqlparser::ast::{
+    AlterTableOperation, Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments,
+    ObjectName, ObjectType, Statement, Value,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use mink_client::MinkClient;
+use mink_core::options::TableOptions;
+use mink_core::table::{TableDescriptor, TablePath};
+use mink_lake::storage::LakeStorage;
+use crate::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog, TABLE_CHANGES, TableChanges};
+
+pub use create::is_create_table;
+use create::split_create_table;
+
+/// A SQL session over one mink node.
+pub struct MinkSession {
+    client: MinkClient,
+    storage: LakeStorage,
+    context: SessionContext,
+    changes: Arc<TableChanges>,
+}
+
+impl std::fmt::Debug for MinkSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MinkSession")
+            .field("session_id", &self.context.session_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MinkSession {
+    /// A session over the node `client` talks to; lake files are read from `storage`.
+    ///
+    /// # Errors
+    /// The node could not be reached.
+    pub async fn connect(client: MinkClient, storage: LakeStorage) -> Result<Self> {
+        let session = Self::new(client, storage);
+        session.reload().await?;
+        Ok(session)
+    }
+
+    /// A session whose table list is not loaded yet: every [`MinkSession::sql`] loads it,
+    /// so a session made to run statements need not load it first (until then,
+    /// [`MinkSession::context`] knows no tables).
+    pub fn new(client: MinkClient, storage: LakeStorage) -> Self {
+        let mut config = SessionConfig::new()
+            .with_default_catalog_and_schema(CATALOG_NAME, DEFAULT_DATABASE)
+            .with_information_schema(true);
+        // mink's columns (and its lake) use Utf8, not views.
+        config.options_mut().sql_parser.map_string_types_to_utf8view = false;
+        let context = SessionContext::new_with_config(config);
+        let changes = Arc::new(TableChanges::new(client.clone(), storage.clone()));
+        context.register_udtf(TABLE_CHANGES, Arc::clone(&changes) as _);
+        Self {
+            client,
+            storage,
+            context,
+            changes,
+        }
+    }
+
+    /// The DataFusion context (for registering more, or for inspection).
+    pub fn context(&self) -> &SessionContext {
+        &self.context
+    }
+
+    /// Plans one statement; rows are produced when the frame is executed (statements mink
+    /// runs itself have run by then, and answer a frame of their result).
+    ///
+    /// # Errors
+    /// The statement does not parse, plan or run; the message says why.
+    pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
+        self.changes.prepare(sql).await?;
+        self.reload().await?;
+        if is_create_table(sql) {
+            return self.create_table(sql).await;
+        }
+        let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?;
+        if statements.len() > 1 {
+            return Err(DataFusionError::Plan(
+                "one statement at a time (split scripts on ';')".into(),
+            ));
+        }
+        let Some(DFStatement::Statement(statement)) = statements.pop_front() else {
+            return self.context.sql(sql).await;
+        };
+        match *statement {
+            Statement::Drop {
+                object_type: ObjectType::Table,
+                if_exists,
+                names,
+                ..
+            } => self.drop_tables(&names, if_exists).await,
+            Statement::AlterTable(alter) => {
+                let path = table_path(&alter.name)?;
+                for operation in alter.operations {
+                    let AlterTableOperation::AddColumn { column_def, .. } = operation else {
+                        return Err(DataFusionError::NotImplemented(
+                            "ALTER TABLE supports ADD COLUMN only".into(),
+                        ));
+                    };
+                    let field = self.column_field(&column_def.to_string()).await?;
+                    self.client
+                        .add_column(&path, field.with_nullable(true))
+                        .await
+                        .map_err(external)?;
+                }
+                self.context.read_empty()
+            }
+            Statement::Call(function) => {
+                let name = function.name.to_string().to_lowercase();
+                let argument = single_string_argument(&name, &function.args)?;
+                let path = TablePath::parse(&argument).map_err(external)?;
+                self.call(&name, &path).await
+            }
+            _ => self.context.sql(sql).await,
+        }
+    }
+
+    /// Loads the table list again.
+    async fn reload(&self) -> Result<()> {
+        let catalog = MinkCatalog::load(self.client.clone(), self.storage.clone())
+            .await
+            .map_err(external)?;
+        self.context
+            .register_catalog(CATALOG_NAME, Arc::new(catalog));
+        Ok(())
+    }
+
+    async fn create_table(&self, sql: &str) -> Result<DataFrame> {
+        let split = split_create_table(sql)?;
+        let plan = self
+            .context
+            .state()
+            .create_logical_plan(&split.standard)
+            .await?;
+        let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) = plan else {
+            return Err(DataFusionError::NotImplemented(
+                "this form of CREATE TABLE (only CREATE TABLE t (columns ...))".into(),
+            ));
+        };
+        if !matches!(create.input.as_ref(), LogicalPlan::EmptyRelation(_)) {
+            return Err(DataFusionError::NotImplemented(
+                "CREATE TABLE ... AS SELECT: create the table, then INSERT INTO it".into(),
+            ));
+        }
+        let schema = create.input.schema().as_arrow().clone();
+        let mut primary_key = Vec::new();
+        for constraint in create.constraints.iter() {
+            match constraint {
+                datafusion::common::Constraint::PrimaryKey(indices) => {
+                    primary_key.extend(indices.iter().map(|&i| schema.field(i).name().clone()));
+                }
+                datafusion::common::Constraint::Unique(_) => {
+                    return Err(DataFusionError::NotImplemented(
+                        "UNIQUE constraints: mink tables have a PRIMARY KEY only".into(),
+                    ));
+                }
+            }
+        }
+        // Key columns never hold nulls.
+        let fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let nullable = f.is_nullable() && !primary_key.contains(f.name());
+                f.as_ref().clone().with_nullable(nullable)
+            })
+            .collect();
+        let options = TableOptions::from_map(&split.options).map_err(external)?;
+        let descriptor = TableDescriptor::new(
+            reference_path(&create.name)?,
+            Schema::new(fields),
+            primary_key,
+            split.partitioned_by,
+            options,
+        )
+        .map_err(external)?;
+        self.client
+            .create_table(&descriptor, create.if_not_exists)
+            .await
+            .map_err(external)?;
+        self.context.read_empty()
+    }
+
+    async fn drop_tables(&self, names: &[ObjectName], if_exists: bool) -> Result<DataFrame> {
+        for name in names {
+            self.client
+                .drop_table(&table_path(name)?, if_exists)
+                .await
+                .map_err(external)?;
+        }
+        self.context.read_empty()
+    }
+
+    /// The Arrow field of a column definition, typed by DataFusion's planner.
+    async fn column_field(&self, column_def: &str) -> Result<Field> {
+        let sql = format!("CREATE TABLE mink_column ({column_def})");
+        let plan = self.context.state().create_logical_plan(&sql).await?;
+        let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) = plan else {
+            return Err(DataFusionError::Plan(format!("not a column: {column_def}")));
+        };
+        Ok(create.input.schema().field(0).as_ref().clone())
+    }
+
+    /// `CALL system.tier('t')` and `CALL system.compact('t')`.
+    async fn call(&self, procedure: &str, path: &TablePath) -> Result<DataFrame> {
+        let (columns, values): (Vec<&str>, Vec<ArrayRef>) = match procedure {
+            "system.tier" => {
+                let reply = self.client.tier(path).await.map_err(external)?;
+                (
+                    vec!["snapshot_id", "rows", "files", "deleted_rows", "repaired"],
+                    vec![
+                        Arc::new(Int64Array::from(vec![reply.snapshot_id])),
+                        Arc::new(UInt64Array::from(vec![reply.rows])),
+                        Arc::new(UInt64Array::from(vec![reply.files])),
+                        Arc::new(UInt64Array::from(vec![reply.deleted_rows])),
+                        Arc::new(BooleanArray::from(vec![reply.repaired])),
+                    ],
+                )
+            }
+            "system.compact" => {
+                let reply = self.client.compact(path).await.map_err(external)?;
+                (
+                    vec![
+                        "snapshot_id",
+                        "buckets",
+                        "files_removed",
+                        "files_written",
+                        "rows",
+                    ],
+                    vec![
+                        Arc::new(Int64Array::from(vec![reply.snapshot_id])),
+                        Arc::new(UInt64Array::from(vec![reply.buckets])),
+                        Arc::new(UInt64Array::from(vec![reply.files_removed])),
+                        Arc::new(UInt64Array::from(vec![reply.files_written])),
+                        Arc::new(UInt64Array::from(vec![reply.rows])),
+                    ],
+                )
+            }
+            other => {
+                return Err(DataFusionError::Plan(format!(
+                    "unknown procedure {other}: mink has system.tier('t') and system.compact('t')"
+                )));
+            }
+        };
+        let fields: Vec<Field> = columns
+            .iter()
+            .zip(&values)
+            .map(|(name, array)| Field::new(*name, array.data_type().clone(), true))
+            .collect();
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), values)?;
+        self.context.read_batch(batch)
+    }
+}
+
+/// The only argument of a procedure call, a string literal.
+fn single_string_argument(procedure: &str, args: &FunctionArguments) -> Result<String> {
+    let usage = || {
+        DataFusionError::Plan(format!(
+            "{procedure} takes one table name: CALL {procedure}('t')"
+        ))
+    };
+    let FunctionArguments::List(list) = args else {
+        return Err(usage());
+    };
+    match list.args.as_slice() {
+        [FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Value(value)))] => {
+            match &value.value {
+                Value::SingleQuotedString(text) => Ok(text.clone()),
+                _ => Err(usage()),
+            }
+        }
+        _ => Err(usage()),
+    }
+}
+
+/// A table named in SQL: `t`, `db.t` or `mink.db.t`.
+fn table_path(name: &ObjectName) -> Result<TablePath> {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|part| {
+            part.as_ident()
+                .map(|ident| ident.value.clone())
+                .ok_or_else(|| DataFusionError::Plan(format!("not a table name: {name}")))
+        })
+        .collect::<Result<_>>()?;
+    path_of(&parts.iter().map(String::as_str).collect::<Vec<_>>(), name)
+}
+
+/// A table named by DataFusion's planner.
+fn reference_path(reference: &TableReference) -> Result<TablePath> {
+    match reference {
+        TableReference::Bare { table } => path_of(&[table], reference),
+        TableReference::Partial { schema, table } => path_of(&[schema, table], reference),
+        TableReference::Full {
+            catalog,
+            schema,
+            table,
+        } => path_of(&[catalog, schema, table], reference),
+    }
+}
+
+fn path_of(parts: &[&str], shown: &dyn std::fmt::Display) -> Result<TablePath> {
+    match parts {
+        [table] => Ok(TablePath::new(DEFAULT_DATABASE, *table)),
+        [database, table] => Ok(TablePath::new(*database, *table)),
+        [catalog, database, table] if *catalog == CATALOG_NAME => {
+            Ok(TablePath::new(*database, *table))
+        }
+        _ => Err(DataFusionError::Plan(format!(
+            "table {shown}: name it t, db.t or {CATALOG_NAME}.db.t"
+        ))),
+    }
+}
+
+fn external(error: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
+    DataFusionError::External(Box::new(error))
+}

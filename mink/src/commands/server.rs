@@ -1,0 +1,350 @@
+//! `mink server`: one node leading every bucket, served over Arrow Flight until Ctrl-C or
+//! SIGTERM.
+//!
+//! The first line on stdout is `mink node listening on HOST:PORT`, the second `mink
+//! Flight SQL listening on HOST:PORT`, so scripts and tests that pass `--listen
+//! 127.0.0.1:0 --sql-listen 127.0.0.1:0` learn the ports. Flight SQL clients log in with
+//! `--sql-user` and MINK_SQL_PASSWORD when they are set; without them the endpoint
+//! accepts every call and must listen on a loopback address (see `mink_flight_sql`).
+//! With `--demo` the node creates `demo.events` (a log table) and `demo.accounts` (a
+//! primary-key table), both tiered into the lake every 10 s, and keeps writing to them,
+//! so a new user has something to read at once, from the log and from the lake.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{
+    ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use mink_client::MinkClient;
+use mink_core::options::TableOptions;
+use mink_core::table::{TableDescriptor, TablePath};
+use mink_lake::{LakeConfig, S3Options};
+use mink_node::log::LogConfig;
+use mink_node::node::Failpoint;
+use mink_node::server::serve;
+use mink_node::{Node, NodeConfig};
+use mink_flight_sql::{Credentials, FlightSqlConfig, FlightSqlHandle, ServeError, TlsIdentity};
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+use crate::embedded::DEFAULT_DATA_DIR;
+use crate::error::CliError;
+use crate::commands::sql::lake_storage;
+
+/// Arguments of `mink server`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServerArgs {
+    /// Where tables, logs and the lake are stored.
+    #[arg(long, default_value = DEFAULT_DATA_DIR)]
+    data_dir: PathBuf,
+    /// Address of the node's Arrow Flight endpoint.
+    #[arg(long, default_value = "127.0.0.1:9123")]
+    listen: String,
+    /// Address of the Flight SQL endpoint (ADBC, JDBC, BI tools). Without `--sql-user`
+    /// it must be a loopback address.
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    sql_listen: String,
+    /// The user Flight SQL clients log in as (or MINK_SQL_USER); with it, every call must
+    /// authenticate (password from `--sql-password` or MINK_SQL_PASSWORD).
+    #[arg(long)]
+    sql_user: Option<String>,
+    /// The password of `--sql-user` (prefer MINK_SQL_PASSWORD: arguments are visible to
+    /// other users of the machine).
+    #[arg(long)]
+    sql_password: Option<String>,
+    /// A PEM certificate (chain): serve Flight SQL over TLS (with `--sql-tls-key`).
+    #[arg(long, requires = "sql_tls_key")]
+    sql_tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--sql-tls-cert`.
+    #[arg(long, requires = "sql_tls_cert")]
+    sql_tls_key: Option<PathBuf>,
+    /// Create demo tables and keep writing to them.
+    #[arg(long)]
+    demo: bool,
+    /// Where the lake's warehouse is: `s3://bucket/prefix` for S3 (credentials, region and
+    /// endpoint from the AWS_* environment variables); default `<data-dir>/lake/warehouse`.
+    #[arg(long)]
+    lake_warehouse: Option<String>,
+    /// The lake's Iceberg SQL catalog (default `sqlite:<data-dir>/lake/catalog.db?mode=rwc`).
+    #[arg(long)]
+    lake_catalog: Option<String>,
+    /// Acknowledge writes without fsync (faster; a machine crash can lose acknowledged
+    /// writes, a process crash cannot).
+    #[arg(long)]
+    no_sync: bool,
+}
+
+pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
+    let mut config = NodeConfig::new(&args.data_dir);
+    config.log = LogConfig {
+        sync: !args.no_sync,
+        ..LogConfig::default()
+    };
+    config.lake = lake_config(&args)?;
+    if let Ok(failpoint) = std::env::var("MINK_FAILPOINT") {
+        config.failpoint = Some(Failpoint::parse(&failpoint).ok_or_else(|| {
+            CliError::Usage(format!("unknown MINK_FAILPOINT '{failpoint}' (known: abort-before-lake-commit, abort-after-lake-commit)"))
+        })?);
+    }
+    let node = Node::open(config)?;
+    let listener = TcpListener::bind(&args.listen)
+        .await
+        .map_err(CliError::io(format!("cannot listen on {}", args.listen)))?;
+    let handle = serve(Arc::clone(&node), listener)?;
+    let address = handle.addr();
+    let sql = serve_flight_sql(&args, &address.to_string()).await?;
+    // One write, so a reader that stops after the first line never misses the second.
+    print!(
+        "mink node listening on {address}\nmink Flight SQL listening on {}\n",
+        sql.addr()
+    );
+    let demo = if args.demo {
+        let client = MinkClient::connect(&address.to_string()).await?;
+        let events = create_demo_table(&client).await?;
+        let accounts = create_demo_accounts(&client).await?;
+        println!(
+            "demo: writing to {} and {} (try: mink sql --connect {address} -e \"SELECT count(*) FROM {}\")",
+            events.path, accounts.path, events.path
+        );
+        Some(tokio::spawn(write_demo_rows(client, events, accounts)))
+    } else {
+        None
+    };
+    wait_for_shutdown_signal().await;
+    info!("shutting down");
+    if let Some(demo) = demo {
+        demo.abort();
+    }
+    sql.shutdown().await.map_err(flight_sql_error)?;
+    handle.shutdown().await?;
+    Ok(())
+}
+
+/// Serves Flight SQL on `--sql-listen` for the node at `node_address`.
+async fn serve_flight_sql(
+    args: &ServerArgs,
+    node_address: &str,
+) -> Result<FlightSqlHandle, CliError> {
+    let user = args
+        .sql_user
+        .clone()
+        .or_else(|| std::env::var("MINK_SQL_USER").ok());
+    let credentials = match (user, sql_password(args)) {
+        (Some(user), Some(password)) => Some(Credentials::new(user, password)),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(CliError::Usage(
+                "--sql-user needs a password: set MINK_SQL_PASSWORD (or --sql-password)".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(CliError::Usage(
+                "a Flight SQL password needs --sql-user (or MINK_SQL_USER)".into(),
+            ));
+        }
+    };
+    let tls = match (&args.sql_tls_cert, &args.sql_tls_key) {
+        (Some(certificate), Some(key)) => {
+            let read = |path: &PathBuf| {
+                std::fs::read(path).map_err(CliError::io(format!("reading {}", path.display())))
+            };
+            Some(TlsIdentity {
+                certificate_pem: read(certificate)?,
+                key_pem: read(key)?,
+            })
+        }
+        _ => None,
+    };
+    let config = FlightSqlConfig {
+        client: MinkClient::connect(node_address).await?,
+        storage: lake_storage(args.lake_warehouse.as_deref())?,
+        credentials,
+        tls,
+    };
+    let listener = TcpListener::bind(&args.sql_listen)
+        .await
+        .map_err(CliError::io(format!(
+            "cannot listen on {}",
+            args.sql_listen
+        )))?;
+    mink_flight_sql::serve(config, listener).map_err(flight_sql_error)
+}
+
+/// `--sql-password`, else MINK_SQL_PASSWORD.
+fn sql_password(args: &ServerArgs) -> Option<String> {
+    args.sql_password
+        .clone()
+        .or_else(|| std::env::var("MINK_SQL_PASSWORD").ok())
+        .filter(|password| !password.is_empty())
+}
+
+fn flight_sql_error(error: ServeError) -> CliError {
+    CliError::Usage(error.to_string())
+}
+
+/// The lake the flags name; `None` for the embedded default.
+fn lake_config(args: &ServerArgs) -> Result<Option<LakeConfig>, CliError> {
+    let lake_error = |e: mink_lake::LakeError| CliError::Usage(e.to_string());
+    let mut config = match args.lake_warehouse.as_deref() {
+        None => {
+            if args.lake_catalog.is_none() {
+                return Ok(None);
+            }
+            LakeConfig::embedded(&args.data_dir).map_err(lake_error)?
+        }
+        Some(warehouse) if warehouse.starts_with("s3://") => {
+            let catalog = LakeConfig::embedded(&args.data_dir)
+                .map_err(lake_error)?
+                .catalog_uri;
+            LakeConfig::s3(warehouse, catalog, S3Options::default()).map_err(lake_error)?
+        }
+        Some(other) => {
+            return Err(CliError::Usage(format!(
+                "--lake-warehouse '{other}': give an s3://bucket/prefix URL (the local warehouse is <data-dir>/lake/warehouse)"
+            )));
+        }
+    };
+    if let Some(catalog) = &args.lake_catalog {
+        config.catalog_uri.clone_from(catalog);
+    }
+    Ok(Some(config))
+}
+
+async fn wait_for_shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut terminate) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = terminate.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+}
+
+async fn create_demo_table(client: &MinkClient) -> Result<TableDescriptor, CliError> {
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+        Field::new("kind", DataType::Utf8, true),
+        Field::new("value", DataType::Float64, true),
+    ]);
+    let options = TableOptions {
+        bucket_num: 4,
+        bucket_key: Some(vec!["id".into()]),
+        lake_enabled: true,
+        lake_freshness: Duration::from_secs(10),
+        ..TableOptions::default()
+    };
+    let table = TableDescriptor::new(
+        TablePath::new("demo", "events"),
+        schema,
+        vec![],
+        vec![],
+        options,
+    )?;
+    Ok(client.create_table(&table, true).await?)
+}
+
+/// `demo.accounts`: a primary-key table whose balances keep changing.
+async fn create_demo_accounts(client: &MinkClient) -> Result<TableDescriptor, CliError> {
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("owner", DataType::Utf8, true),
+        Field::new("balance", DataType::Float64, true),
+    ]);
+    let options = TableOptions {
+        bucket_num: 4,
+        lake_enabled: true,
+        lake_freshness: Duration::from_secs(10),
+        ..TableOptions::default()
+    };
+    let table = TableDescriptor::new(
+        TablePath::new("demo", "accounts"),
+        schema,
+        vec!["id".into()],
+        vec![],
+        options,
+    )?;
+    Ok(client.create_table(&table, true).await?)
+}
+
+/// Accounts of the demo: updates land on these ids.
+const DEMO_ACCOUNTS: i64 = 1000;
+
+/// The balances of 50 accounts after the `round`-th half second.
+fn demo_balances(table: &TableDescriptor, round: i64) -> Result<RecordBatch, CliError> {
+    let ids: Vec<i64> = (0..50)
+        .map(|i| (round * 37 + i * 19) % DEMO_ACCOUNTS)
+        .collect();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(ids.clone())),
+        Arc::new(StringArray::from_iter_values(
+            ids.iter().map(|id| format!("owner{id}")),
+        )),
+        Arc::new(Float64Array::from_iter_values(
+            ids.iter()
+                .map(|id| ((id * 31 + round * 7) % 10_000) as f64 / 100.0),
+        )),
+    ];
+    Ok(RecordBatch::try_new(Arc::clone(table.schema()), columns)?)
+}
+
+/// Every half second until aborted: 100 new events, and 50 account balances upserted.
+async fn write_demo_rows(client: MinkClient, table: TableDescriptor, accounts: TableDescriptor) {
+    const KINDS: [&str; 4] = ["click", "view", "purchase", "signup"];
+    let mut next_id = 0i64;
+    let mut round = 0i64;
+    let mut ticks = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        ticks.tick().await;
+        round += 1;
+        let upserted = match demo_balances(&accounts, round) {
+            Ok(batch) => client
+                .write(&accounts, &batch)
+                .await
+                .map(|_| ())
+                .map_err(CliError::from),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = upserted {
+            warn!(%error, "demo upsert failed");
+        }
+        let ids: Vec<i64> = (next_id..next_id + 100).collect();
+        next_id += 100;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(ids.clone())),
+            Arc::new(TimestampMicrosecondArray::from(vec![now; ids.len()]).with_timezone("UTC")),
+            Arc::new(StringArray::from_iter_values(
+                ids.iter().map(|i| KINDS[(*i % 4) as usize]),
+            )),
+            Arc::new(Float64Array::from_iter_values(
+                ids.iter().map(|i| (*i % 97) as f64 * 1.5),
+            )),
+        ];
+        let written = match RecordBatch::try_new(Arc::clone(table.schema()), columns) {
+            Ok(batch) => client
+                .write(&table, &batch)
+                .await
+                .map(|_| ())
+                .map_err(CliError::from),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(error) = written {
+            warn!(%error, "demo write failed");
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! `mink`: run a node, query it, read a bucket, load a file.
+//!
+//! ```text
+//! mink server [--data-dir DIR] [--listen 127.0.0.1:9123] [--sql-listen 127.0.0.1:50051] [--demo]
+//! mink sql [--connect HOST:PORT | --data-dir DIR] [-e SQL]... [-f FILE] [--format table|csv|json]
+//! mink read --connect HOST:PORT --table T [--bucket N] --mode union|log|lake|snapshot|tail
+//!           [--from OFFSET] [--columns a,b]
+//! mink load [--connect HOST:PORT | --data-dir DIR] --table T FILE
+//! ```
+//!
+//! Each subcommand is a module of [`commands`]; [`repl`] is `mink sql`'s interactive loop,
+//! [`output`] prints batches as tables, CSV or JSON, and [`embedded`] runs a node inside
+//! the command over a data directory. The benchmarks are a binary of their own
+//! (`mink-bench`, crate `mink-bench`).
+
+#![cfg_attr(
+    test,
+    expect(
+        unused_crate_dependencies,
+        reason = "dev-dependencies serve the integration tests, not the unit tests"
+    )
+)]
+
+mod commands;
+mod embedded;
+mod error;
+mod output;
+mod repl;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::commands::{load, read, server, sql};
+use crate::error::CliError;
+
+/// mink: a streaming table store with a lakehouse tier.
+#[derive(Debug, Parser)]
+#[command(name = "mink", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a node: every bucket of every table, served over Arrow Flight.
+    Server(server::ServerArgs),
+    /// Read one bucket (or every bucket) of a table.
+    Read(read::ReadArgs),
+    /// Bulk-load a CSV, Parquet or newline-delimited JSON file into a table.
+    Load(load::LoadArgs),
+    /// Run SQL against a node (or a Flight SQL endpoint): queries, DML, DDL, CALL.
+    Sql(sql::SqlArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result: Result<(), CliError> = runtime.block_on(async {
+        match cli.command {
+            Command::Server(args) => server::run(args).await,
+            Command::Read(args) => read::run(args).await,
+            Command::Load(args) => load::run(args).await,
+            Command::Sql(args) => sql::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
