@@ -199,3 +199,368 @@ impl Changelog for KvWriter {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use mink_core::options::TableOptions;
+    use mink_core::table::TablePath;
+
+    use super::*;
+    use crate::kv::KvStore;
+
+    /// A changelog row as the tests read it: change type, key, value.
+    type Row = (&'static str, i64, Option<String>);
+
+    /// `id BIGINT PRIMARY KEY, v TEXT`.
+    fn table() -> Arc<TableDescriptor> {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("v", DataType::Utf8, true),
+        ]);
+        let table = TableDescriptor::new(
+            TablePath::new("db", "t"),
+            schema,
+            vec!["id".into()],
+            vec![],
+            TableOptions::default(),
+        );
+        Arc::new(table.unwrap())
+    }
+
+    /// A store in a temporary directory and the writer of its one tablet.
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        tablet: KvTablet,
+        writer: KvWriter,
+        table: Arc<TableDescriptor>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let tablet = KvStore::open(dir.path()).unwrap().tablet("b0").unwrap();
+            let table = table();
+            let writer = KvWriter::new(tablet.clone(), Arc::clone(&table)).unwrap();
+            Self {
+                _dir: dir,
+                tablet,
+                writer,
+                table,
+            }
+        }
+
+        fn upsert(&mut self, rows: &[(i64, Option<&str>)]) -> Vec<Row> {
+            let batch = whole_rows(&self.table, rows);
+            self.prepare(WriteOp::Upsert(batch))
+        }
+
+        fn delete(&mut self, ids: &[i64]) -> Vec<Row> {
+            self.prepare(WriteOp::Delete(keys(ids)))
+        }
+
+        /// The changelog of one write (empty when the write changes nothing).
+        fn prepare(&mut self, op: WriteOp) -> Vec<Row> {
+            let write = Write {
+                op,
+                table: Arc::clone(&self.table),
+            };
+            self.writer
+                .prepare(&write)
+                .unwrap()
+                .map_or_else(Vec::new, |stored| changelog_rows(&stored))
+        }
+
+        /// Every stored row, decoded, in key order.
+        fn stored(&self) -> Vec<(i64, Option<String>)> {
+            let values = self.tablet.prefix(&[]).unwrap();
+            let batch = RowCodec::new(&self.table).unwrap().decode(&values).unwrap();
+            id_and_value(&batch)
+        }
+    }
+
+    fn whole_rows(table: &TableDescriptor, rows: &[(i64, Option<&str>)]) -> RecordBatch {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| r.1))),
+        ];
+        RecordBatch::try_new(Arc::clone(table.schema()), columns).unwrap()
+    }
+
+    /// A delete batch: the key column only, as the node conforms a delete.
+    fn keys(ids: &[i64]) -> RecordBatch {
+        let id: ArrayRef = Arc::new(Int64Array::from(ids.to_vec()));
+        RecordBatch::try_from_iter(vec![("id", id)]).unwrap()
+    }
+
+    fn id_and_value(batch: &RecordBatch) -> Vec<(i64, Option<String>)> {
+        let ids = batch
+            .column_by_name("id")
+            .unwrap()
+            .as_primitive::<Int64Type>();
+        let values = batch.column_by_name("v").unwrap().as_string::<i32>();
+        (0..batch.num_rows())
+            .map(|i| {
+                (
+                    ids.value(i),
+                    values.is_valid(i).then(|| values.value(i).into()),
+                )
+            })
+            .collect()
+    }
+
+    fn changelog_rows(stored: &StoredBatch) -> Vec<Row> {
+        let changes = stored.changes.as_deref().expect("a change vector");
+        assert_eq!(changes.len(), stored.batch.num_rows(), "one change per row");
+        ChangeType::decode_vector(changes)
+            .unwrap()
+            .into_iter()
+            .zip(id_and_value(&stored.batch))
+            .map(|(change, (id, v))| (change.short_string(), id, v))
+            .collect()
+    }
+
+    fn s(value: &str) -> Option<String> {
+        Some(value.into())
+    }
+
+    #[test]
+    fn upsert_of_new_keys_gives_one_insert_per_row_in_batch_order() {
+        let mut f = Fixture::new();
+        let log = f.upsert(&[(2, Some("b")), (1, Some("a")), (3, None)]);
+        assert_eq!(log, [("+I", 2, s("b")), ("+I", 1, s("a")), ("+I", 3, None)]);
+    }
+
+    #[test]
+    fn upsert_of_stored_keys_gives_the_old_row_then_the_new_row() {
+        let mut f = Fixture::new();
+        f.upsert(&[(1, Some("a")), (2, Some("b"))]);
+        f.writer.commit(2).unwrap();
+        let log = f.upsert(&[(2, Some("B")), (3, Some("c")), (1, None)]);
+        assert_eq!(
+            log,
+            [
+                ("-U", 2, s("b")),
+                ("+U", 2, s("B")),
+                ("+I", 3, s("c")),
+                ("-U", 1, s("a")),
+                ("+U", 1, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn upsert_of_an_identical_row_is_still_an_update_pair() {
+        let mut f = Fixture::new();
+        f.upsert(&[(1, Some("a"))]);
+        f.writer.commit(1).unwrap();
+        assert_eq!(
+            f.upsert(&[(1, Some("a"))]),
+            [("-U", 1, s("a")), ("+U", 1, s("a"))]
+        );
+    }
+
+    #[test]
+    fn delete_of_a_stored_key_carries_the_whole_old_row() {
+        let mut f = Fixture::new();
+        f.upsert(&[(1, Some("a")), (2, Some("b")), (3, None)]);
+        f.writer.commit(3).unwrap();
+        let log = f.delete(&[3, 1]);
+        assert_eq!(log, [("-D", 3, None), ("-D", 1, s("a"))]);
+    }
+
+    #[test]
+    fn delete_of_missing_keys_changes_nothing() {
+        let mut f = Fixture::new();
+        assert!(f.delete(&[7, 8]).is_empty());
+        f.upsert(&[(1, Some("a"))]);
+        f.writer.commit(1).unwrap();
+        assert!(f.delete(&[9]).is_empty());
+        assert_eq!(
+            f.delete(&[9, 1, 10]),
+            [("-D", 1, s("a"))],
+            "missing keys skipped"
+        );
+    }
+
+    #[test]
+    fn rows_of_one_batch_see_the_rows_before_them() {
+        let mut f = Fixture::new();
+        let log = f.upsert(&[(1, Some("a")), (1, Some("b")), (1, Some("c"))]);
+        assert_eq!(
+            log,
+            [
+                ("+I", 1, s("a")),
+                ("-U", 1, s("a")),
+                ("+U", 1, s("b")),
+                ("-U", 1, s("b")),
+                ("+U", 1, s("c")),
+            ]
+        );
+        f.writer.commit(5).unwrap();
+        assert_eq!(f.stored(), [(1, s("c"))]);
+    }
+
+    #[test]
+    fn a_key_deleted_twice_in_one_batch_is_deleted_once() {
+        let mut f = Fixture::new();
+        f.upsert(&[(1, Some("a"))]);
+        f.writer.commit(1).unwrap();
+        assert_eq!(f.delete(&[1, 1]), [("-D", 1, s("a"))]);
+    }
+
+    #[test]
+    fn writes_of_one_group_see_each_other_before_the_commit() {
+        let mut f = Fixture::new();
+        assert_eq!(f.upsert(&[(1, Some("a"))]), [("+I", 1, s("a"))]);
+        assert_eq!(
+            f.upsert(&[(1, Some("b"))]),
+            [("-U", 1, s("a")), ("+U", 1, s("b"))]
+        );
+        assert_eq!(f.delete(&[1]), [("-D", 1, s("b"))]);
+        assert_eq!(f.upsert(&[(1, Some("c"))]), [("+I", 1, s("c"))], "deleted");
+        assert!(
+            f.stored().is_empty(),
+            "nothing reaches the store before the commit"
+        );
+        f.writer.commit(6).unwrap();
+        assert_eq!(f.stored(), [(1, s("c"))]);
+    }
+
+    #[test]
+    fn commit_applies_the_group_and_its_offset_atomically() {
+        let mut f = Fixture::new();
+        f.upsert(&[(1, Some("a")), (2, Some("b")), (3, Some("c"))]);
+        f.writer.commit(3).unwrap();
+        f.delete(&[2]);
+        f.upsert(&[(3, Some("C"))]);
+        f.writer.commit(6).unwrap();
+        assert_eq!(f.stored(), [(1, s("a")), (3, s("C"))]);
+        assert_eq!(f.writer.applied_offset(), 6);
+        assert_eq!(f.tablet.applied_offset().unwrap(), 6);
+    }
+
+    #[test]
+    fn abort_forgets_the_prepared_group() {
+        let mut f = Fixture::new();
+        f.upsert(&[(1, Some("a"))]);
+        f.writer.commit(1).unwrap();
+        f.upsert(&[(1, Some("b")), (2, Some("x"))]);
+        f.delete(&[1]);
+        f.writer.abort();
+        assert_eq!(
+            f.upsert(&[(1, Some("c")), (2, Some("y"))]),
+            [("-U", 1, s("a")), ("+U", 1, s("c")), ("+I", 2, s("y"))]
+        );
+        assert_eq!(f.writer.applied_offset(), 1);
+        assert_eq!(f.tablet.applied_offset().unwrap(), 1);
+    }
+
+    #[test]
+    fn an_append_to_a_primary_key_table_is_refused() {
+        let mut f = Fixture::new();
+        let write = Write {
+            op: WriteOp::Append(whole_rows(&f.table, &[(1, Some("a"))])),
+            table: Arc::clone(&f.table),
+        };
+        let error = f.writer.prepare(&write).unwrap_err();
+        assert!(
+            matches!(&error, NodeError::InvalidArgument(m) if m.contains("has a primary key")),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_row_stored_before_a_column_was_added_updates_with_the_column_null() {
+        let mut f = Fixture::new();
+        f.upsert(&[(1, Some("a"))]);
+        f.writer.commit(1).unwrap();
+        f.table = Arc::new(
+            f.table
+                .with_added_column(Field::new("n", DataType::Int64, true))
+                .unwrap(),
+        );
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![1, 2])),
+            Arc::new(StringArray::from(vec!["b", "c"])),
+            Arc::new(Int64Array::from(vec![10, 20])),
+        ];
+        let batch = RecordBatch::try_new(Arc::clone(f.table.schema()), columns).unwrap();
+        let write = Write {
+            op: WriteOp::Upsert(batch),
+            table: Arc::clone(&f.table),
+        };
+        let stored = f.writer.prepare(&write).unwrap().unwrap();
+        assert_eq!(stored.batch.schema(), *f.table.schema());
+        assert_eq!(
+            changelog_rows(&stored),
+            [("-U", 1, s("a")), ("+U", 1, s("b")), ("+I", 2, s("c"))]
+        );
+        let n = stored.batch.column(2).as_primitive::<Int64Type>();
+        assert_eq!(
+            n.iter().collect::<Vec<_>>(),
+            [None, Some(10), Some(20)],
+            "the old row has no value for the added column"
+        );
+    }
+
+    #[test]
+    fn replaying_a_changelog_rebuilds_the_store_it_came_from() {
+        let mut source = Fixture::new();
+        let mut replica = Fixture::new();
+        let writes = [
+            WriteOp::Upsert(whole_rows(&source.table, &[(1, Some("a")), (2, Some("b"))])),
+            WriteOp::Upsert(whole_rows(&source.table, &[(2, Some("B")), (3, None)])),
+            WriteOp::Delete(keys(&[1, 4])),
+            WriteOp::Upsert(whole_rows(&source.table, &[(1, Some("again"))])),
+        ];
+        let mut offset = 0;
+        for op in writes {
+            let write = Write {
+                op,
+                table: Arc::clone(&source.table),
+            };
+            let stored = source.writer.prepare(&write).unwrap().unwrap();
+            let rows = stored.batch.num_rows() as i64;
+            replica
+                .writer
+                .replay(&LogBatch {
+                    base_offset: offset,
+                    last_offset: offset + rows - 1,
+                    commit_timestamp: 0,
+                    schema_id: 0,
+                    batch: stored.batch,
+                    changes: stored.changes,
+                    size: 0,
+                })
+                .unwrap();
+            offset += rows;
+        }
+        source.writer.commit(offset).unwrap();
+        replica.writer.commit(offset).unwrap();
+        let expected = [(1, s("again")), (2, s("B")), (3, None)];
+        assert_eq!(source.stored(), expected);
+        assert_eq!(replica.stored(), expected);
+        assert_eq!(replica.tablet.applied_offset().unwrap(), offset);
+    }
+
+    #[test]
+    fn replay_of_a_batch_without_a_change_vector_is_corrupt() {
+        let mut f = Fixture::new();
+        let batch = LogBatch {
+            base_offset: 5,
+            last_offset: 5,
+            commit_timestamp: 0,
+            schema_id: 0,
+            batch: whole_rows(&f.table, &[(1, Some("a"))]),
+            changes: None,
+            size: 0,
+        };
+        let error = f.writer.replay(&batch).unwrap_err();
+        assert!(
+            matches!(&error, NodeError::Corrupt(m) if m.contains("offset 5")),
+            "{error}"
+        );
+    }
+}

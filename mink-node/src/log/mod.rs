@@ -529,3 +529,176 @@ pub(crate) fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Array, ArrayRef, AsArray, Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use mink_core::key::RowCodec;
+    use mink_core::options::TableOptions;
+    use mink_core::table::TablePath;
+
+    use super::*;
+    use crate::kv::{KvStore, KvWriter};
+
+    /// Rolls to a new segment before every write that finds the active one non-empty.
+    fn one_write_per_segment() -> LogConfig {
+        LogConfig {
+            sync: false,
+            segment_bytes: 1,
+            ..LogConfig::default()
+        }
+    }
+
+    fn table(primary_key: &[&str]) -> Arc<TableDescriptor> {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("v", DataType::Utf8, true),
+        ]);
+        let table = TableDescriptor::new(
+            TablePath::new("db", "t"),
+            schema,
+            primary_key.iter().map(|c| c.to_string()).collect(),
+            vec![],
+            TableOptions::default(),
+        );
+        Arc::new(table.unwrap())
+    }
+
+    fn rows(table: &TableDescriptor, ids: &[i64], v: &str) -> RecordBatch {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(ids.to_vec())),
+            Arc::new(StringArray::from_iter_values(ids.iter().map(|_| v))),
+        ];
+        RecordBatch::try_new(Arc::clone(table.schema()), columns).unwrap()
+    }
+
+    fn ids(batches: &[LogBatch]) -> Vec<Vec<i64>> {
+        let ids = |b: &LogBatch| {
+            b.batch
+                .column(0)
+                .as_primitive::<Int64Type>()
+                .values()
+                .to_vec()
+        };
+        batches.iter().map(ids).collect()
+    }
+
+    async fn write(log: &LogTablet, table: &Arc<TableDescriptor>, op: WriteOp) -> AppendAck {
+        let table = Arc::clone(table);
+        log.write(Write { op, table }).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_reopened_log_reads_back_every_batch_across_rolled_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = table(&[]);
+        let log = LogTablet::open("t".into(), dir.path(), one_write_per_segment(), None).unwrap();
+        for batch in [&[1, 2, 3][..], &[4], &[5, 6], &[7, 8]] {
+            write(&log, &table, WriteOp::Append(rows(&table, batch, "x"))).await;
+        }
+        drop(log);
+        assert_eq!(segment::list_segments(dir.path()).unwrap(), [0, 3, 4, 6]);
+        // A missing index and a torn tail, as a crash leaves them.
+        std::fs::remove_file(segment::index_path(dir.path(), 3)).unwrap();
+        let mut active = std::fs::OpenOptions::new()
+            .append(true)
+            .open(segment::segment_path(dir.path(), 6))
+            .unwrap();
+        std::io::Write::write_all(&mut active, &[7; 20]).unwrap();
+
+        let log = LogTablet::open("t".into(), dir.path(), one_write_per_segment(), None).unwrap();
+        assert_eq!(log.offsets(), (0, 8));
+        let read = log.read(0, u64::MAX).await.unwrap();
+        assert_eq!(ids(&read), [&[1, 2, 3][..], &[4], &[5, 6], &[7, 8]]);
+        let offsets: Vec<(i64, i64)> = read
+            .iter()
+            .map(|b| (b.base_offset, b.last_offset))
+            .collect();
+        assert_eq!(offsets, [(0, 2), (3, 3), (4, 5), (6, 7)]);
+        let ack = write(&log, &table, WriteOp::Append(rows(&table, &[9], "x"))).await;
+        assert_eq!((ack.base_offset, ack.last_offset), (8, 8));
+        assert_eq!(ids(&log.read(8, u64::MAX).await.unwrap()), [[9]]);
+    }
+
+    /// Every stored row of a KV tablet as `(id, v)`, in key order.
+    fn kv_rows(table: &TableDescriptor, kv: &crate::kv::KvTablet) -> Vec<(i64, String)> {
+        let batch = RowCodec::new(table)
+            .unwrap()
+            .decode(&kv.prefix(&[]).unwrap())
+            .unwrap();
+        let id = batch.column(0).as_primitive::<Int64Type>();
+        let v = batch.column(1).as_string::<i32>();
+        assert_eq!(v.null_count(), 0);
+        (0..batch.num_rows())
+            .map(|i| (id.value(i), v.value(i).to_string()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn opening_replays_the_log_into_a_kv_store_that_is_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = table(&["id"]);
+        let kv = KvStore::open(&dir.path().join("kv")).unwrap();
+        let writer = KvWriter::new(kv.tablet("up_to_date").unwrap(), Arc::clone(&table)).unwrap();
+        let log_dir = dir.path().join("log");
+        let log = LogTablet::open(
+            "t".into(),
+            &log_dir,
+            one_write_per_segment(),
+            Some(Box::new(writer)),
+        )
+        .unwrap();
+        write(&log, &table, WriteOp::Upsert(rows(&table, &[1, 2, 3], "a"))).await;
+        write(&log, &table, WriteOp::Upsert(rows(&table, &[2], "b"))).await;
+        let ack = write(&log, &table, WriteOp::Delete(rows(&table, &[3, 4], "-"))).await;
+        assert_eq!((ack.base_offset, ack.last_offset), (5, 5), "-D of 3 only");
+        drop(log);
+
+        let behind = kv.tablet("behind").unwrap();
+        let writer = KvWriter::new(behind.clone(), Arc::clone(&table)).unwrap();
+        let log = LogTablet::open(
+            "t".into(),
+            &log_dir,
+            one_write_per_segment(),
+            Some(Box::new(writer)),
+        )
+        .unwrap();
+        assert_eq!(behind.applied_offset().unwrap(), 6);
+        let expected = [(1, "a".to_string()), (2, "b".to_string())];
+        assert_eq!(kv_rows(&table, &behind), expected);
+        assert_eq!(kv_rows(&table, &kv.tablet("up_to_date").unwrap()), expected);
+        let changes: Vec<Vec<u8>> = log
+            .read(0, u64::MAX)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|b| b.changes.unwrap())
+            .collect();
+        assert_eq!(changes, [vec![0, 0, 0], vec![1, 2], vec![3]]);
+    }
+
+    #[tokio::test]
+    async fn a_kv_store_inside_a_batch_of_the_log_is_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = table(&["id"]);
+        let kv = KvStore::open(&dir.path().join("kv")).unwrap();
+        let log_dir = dir.path().join("log");
+        let log = LogTablet::open("t".into(), &log_dir, LogConfig::default(), None).unwrap();
+        write(&log, &table, WriteOp::Append(rows(&table, &[1, 2, 3], "a"))).await;
+        drop(log);
+        let mut writer = KvWriter::new(kv.tablet("b").unwrap(), Arc::clone(&table)).unwrap();
+        writer.commit(1).unwrap();
+        let error = LogTablet::open(
+            "t".into(),
+            &log_dir,
+            LogConfig::default(),
+            Some(Box::new(writer)),
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "corrupt log: bucket t: the KV store is at offset 1, which is not a batch boundary of the retained log"
+        );
+    }
+}
