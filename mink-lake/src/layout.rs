@@ -19,7 +19,7 @@ use iceberg::arrow::{arrow_schema_to_schema_auto_assign_ids, schema_to_arrow_sch
 use iceberg::spec::{Schema, Transform, UnboundPartitionSpec};
 use mink_core::protocol::BucketId;
 use mink_core::schema::normalize_batch;
-use mink_core::table::TableDescriptor;
+use mink_core::table::{TableDescriptor, TablePath};
 
 use crate::error::{LakeError, Result};
 
@@ -177,12 +177,53 @@ pub fn bucket_dir(bucket: &BucketId) -> String {
     }
 }
 
+/// The location of `table`'s lake table in `warehouse`: `<warehouse>/<database>/<table>`
+/// (where the lake's SQL catalog creates it).
+pub fn table_location(warehouse: &str, table: &TablePath) -> String {
+    format!(
+        "{}/{}/{}",
+        warehouse.trim_end_matches('/'),
+        table.database,
+        table.name
+    )
+}
+
+/// Checks that the lake file `file` lies inside its table's location `table_location`: a
+/// file a manifest (or a node's split) names elsewhere, or with a `.`/`..` step or an
+/// empty one, is refused before anything reads or commits it. A local location matches
+/// with or without its `file:` scheme.
+///
+/// # Errors
+/// [`LakeError::Layout`] naming the file and the location.
+pub fn check_table_file(table: &TablePath, table_location: &str, file: &str) -> Result<()> {
+    let location = without_file_scheme(table_location).trim_end_matches('/');
+    let inside = without_file_scheme(file)
+        .strip_prefix(location)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|rest| rest.split('/').all(|step| !matches!(step, "" | "." | "..")));
+    match inside && !location.is_empty() {
+        true => Ok(()),
+        false => Err(LakeError::layout(
+            table,
+            format!("lake file {file} is outside the table's location {table_location}"),
+        )),
+    }
+}
+
+/// A local location as a path: `file:///a/b` and `file:/a/b` are `/a/b`; other locations
+/// are kept.
+fn without_file_scheme(location: &str) -> &str {
+    location
+        .strip_prefix("file://")
+        .or_else(|| location.strip_prefix("file:"))
+        .unwrap_or(location)
+}
+
 #[cfg(test)]
 mod tests {
     use arrow::array::{AsArray, StringArray, TimestampMillisecondArray};
     use arrow::datatypes::{Int64Type, TimestampMicrosecondType};
     use mink_core::options::TableOptions;
-    use mink_core::table::TablePath;
 
     use super::*;
 
@@ -266,6 +307,42 @@ mod tests {
             .unwrap()
             .as_primitive::<TimestampMicrosecondType>();
         assert_eq!(committed.value(1), 7000);
+    }
+
+    #[test]
+    fn lake_files_stay_inside_their_table() {
+        let t = TablePath::new("db", "t");
+        let location = table_location("/w/", &t);
+        assert_eq!(location, "/w/db/t");
+        for inside in [
+            "/w/db/t/data/bucket=1/a.parquet",
+            "file:///w/db/t/data/a.parquet",
+            "file:/w/db/t/metadata/v1.json",
+        ] {
+            assert!(check_table_file(&t, &location, inside).is_ok(), "{inside}");
+        }
+        assert!(check_table_file(&t, "file:///w/db/t/", "/w/db/t/data/a.parquet").is_ok());
+        for outside in [
+            "/etc/passwd",
+            "/w/db/t",
+            "/w/db/t/",
+            "/w/db/t2/data/a.parquet",
+            "/w/db/t/../u/data/a.parquet",
+            "/w/db/t/data/./a.parquet",
+            "/w/db/t//etc/passwd",
+            "s3://bucket/w/db/t/data/a.parquet",
+            "",
+        ] {
+            let error = check_table_file(&t, &location, outside).expect_err(outside);
+            assert!(
+                error.to_string().contains("outside the table's location"),
+                "{error}"
+            );
+        }
+        assert!(check_table_file(&t, "", "/a").is_err());
+        let s3 = table_location("s3://bucket/w", &t);
+        assert!(check_table_file(&t, &s3, "s3://bucket/w/db/t/data/a.parquet").is_ok());
+        assert!(check_table_file(&t, &s3, "s3://other/w/db/t/data/a.parquet").is_err());
     }
 
     #[test]
