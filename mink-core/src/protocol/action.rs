@@ -1,0 +1,35 @@
+//! Names of the Flight actions and the messages they take and return.
+
+/// [`super::CreateTable`] -> [`super::TableDescriptorProto`].
+pub const CREATE_TABLE: &str = "create_table";
+/// [`super::DropTable`] -> nothing.
+pub const DROP_TABLE: &str = "drop_table";
+/// [`super::ListTables`] -> [`super::TableList`].
+pub const LIST_TABLES: &str = "list_tables";
+/// [`super::TableRef`] -> [`super::TableDescriptorProto`].
+pub const DESCRIBE_TABLE: &str = "describe_table";
+/// [`super::AddColumn`] -> [`super::TableDescriptorProto`].
+pub const ADD_COLUMN: &str = "add_column";
+/// [`super::TableRef`] -> [`super::BucketList`].
+pub const LIST_BUCKETS: &str = "list_buckets";
+/// [`super::ListOffsets`] -> [`super::OffsetReply`].
+pub const LIST_OFFSETS: &str = "list_offsets";
+/// [`super::Lookup`] -> [`super::LookupReply`].
+pub const LOOKUP: &str = "lookup";
+/// [`super::PrefixLookup`] -> [`super::LookupReply`].
+pub const PREFIX_LOOKUP: &str = "prefix_lookup";
+/// [`super::TableRef`] -> [`super::TierReply`]: a tiering round now.
+pub const TIER_TABLE: &str = "tier_table";
+/// [`super::TableRef`] -> [`super::CompactReply`]: compacts every bucket of a table's
+/// lake that has more than one file or any deleted rows.
+pub const COMPACT_TABLE: &str = "compact_table";
+/// [`super::UnionRequest`] -> [`super::UnionSplit`]: a bucket's Union plan and the
+/// lake files it covers, for an engine that reads the lake and the tail itself.
+pub const PLAN_UNION: &str = "plan_union";
+/// [`super::TableRef`] -> [`super::LakeSnapshotList`]: the lake snapshots mink
+/// recorded for a table, oldest first.
+pub const LIST_LAKE_SNAPSHOTS: &str = "list_lake_snapshots";
+/// [`super::TableChangesRequest`] -> [`super::TableChangesPlan`]: what the lake
+/// snapshots between two snapshots of a table changed, and the files to read it from,
+/// for an engine that reads the changed rows itself.
+pub const PLAN_TABLE_CHANGES: &str = "plan_table_changes";
