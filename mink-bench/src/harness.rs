@@ -511,14 +511,20 @@ pub(crate) async fn create_pk_lake_table(
     data: &Data,
     buckets: u32,
 ) -> Result<TableDescriptor, BenchError> {
-    let options = TableOptions {
-        bucket_num: buckets,
-        lake_enabled: true,
-        lake_freshness: ON_DEMAND_FRESHNESS,
-        ..TableOptions::default()
-    };
+    let options = lake_options(buckets, ON_DEMAND_FRESHNESS);
     let path = TablePath::new("bench", name);
     create_table_with(&running.client, &path, &data.schema, &["id"], options).await
+}
+
+/// The options of a table in `buckets` buckets with a lake, tiered every `freshness` by
+/// the node's service.
+pub(crate) fn lake_options(buckets: u32, freshness: Duration) -> TableOptions {
+    TableOptions {
+        bucket_num: buckets,
+        lake_enabled: true,
+        lake_freshness: freshness,
+        ..TableOptions::default()
+    }
 }
 
 /// One tiering round that must commit; its snapshot.
@@ -614,15 +620,25 @@ pub(crate) async fn check_logged(
     )
 }
 
-/// Writes batches as one Parquet file with the lake writer's properties (zstd at its
-/// default level), without fsync; returns the file's length.
-pub(crate) fn write_parquet(path: &Path, batches: &[RecordBatch]) -> Result<u64, BenchError> {
-    let context = || format!("writing {}", path.display());
+/// Creates the baseline file `path` for `batches`; returns their schema (the first
+/// batch's) and the file.
+pub(crate) fn create_file_for(
+    path: &Path,
+    batches: &[RecordBatch],
+) -> Result<(SchemaRef, File), BenchError> {
     let schema = batches
         .first()
         .map(RecordBatch::schema)
         .ok_or_else(|| BenchError::Usage("nothing to write".into()))?;
-    let file = File::create(path).map_err(BenchError::io(context()))?;
+    let file = File::create(path).map_err(BenchError::io(format!("writing {}", path.display())))?;
+    Ok((schema, file))
+}
+
+/// Writes batches as one Parquet file with the lake writer's properties (zstd at its
+/// default level), without fsync; returns the file's length.
+pub(crate) fn write_parquet(path: &Path, batches: &[RecordBatch]) -> Result<u64, BenchError> {
+    let context = || format!("writing {}", path.display());
+    let (schema, file) = create_file_for(path, batches)?;
     let properties = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .build();

@@ -33,6 +33,10 @@
 //!    snapshot's batches, appended to it bucket for bucket) — not of the changelog, which
 //!    also holds every overwritten version. Three rounds alternate a Scan and a Snapshot;
 //!    each figure is the median of its rounds.
+//!
+//! [`MinkClient::write`]: mink_client::MinkClient::write
+//! [`MinkClient::lookup`]: mink_client::MinkClient::lookup
+//! [`MinkClient::snapshot`]: mink_client::MinkClient::snapshot
 
 use std::sync::Arc;
 

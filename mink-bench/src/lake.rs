@@ -58,7 +58,6 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use futures::future::{self, try_join_all};
 use mink_client::MinkClient;
-use mink_core::options::TableOptions;
 use mink_core::protocol::list_offsets::Spec;
 use mink_core::protocol::{BucketId, UnionPlan};
 use mink_core::table::{TableDescriptor, TablePath};
@@ -70,8 +69,8 @@ use crate::data::{BATCH_ROWS, Data, ipc_len, make_batch, seeded};
 use crate::error::BenchError;
 use crate::harness::{
     NodeArgs, ON_DEMAND_FRESHNESS, ROUNDS, Running, Spread, Throughput, append_parts, blocking,
-    buckets_of, check_logged, check_rows, create_table_with, measure, median, megabytes, prepare,
-    read_parquet_buckets, report, split, write_parquet,
+    buckets_of, check_logged, check_rows, create_table_with, lake_options, measure, median,
+    megabytes, prepare, read_parquet_buckets, report, split, write_parquet,
 };
 
 /// Arguments of `mink-bench lake`.
@@ -539,11 +538,6 @@ async fn create_lake_table(
     schema: &SchemaRef,
     freshness: Duration,
 ) -> Result<TableDescriptor, BenchError> {
-    let options = TableOptions {
-        bucket_num: buckets,
-        lake_enabled: true,
-        lake_freshness: freshness,
-        ..TableOptions::default()
-    };
+    let options = lake_options(buckets, freshness);
     create_table_with(client, path, schema, &[], options).await
 }

@@ -52,8 +52,8 @@ use tokio::task::JoinSet;
 use crate::data::{BATCH_ROWS, Data, make_batch, seeded};
 use crate::error::BenchError;
 use crate::harness::{
-    Latency, NodeArgs, Running, Throughput, append_parts, blocking, check_rows, create_table,
-    measure, prepare, report, scan_bucket, split,
+    Latency, NodeArgs, Running, Throughput, append_parts, blocking, check_rows, create_file_for,
+    create_table, measure, prepare, report, scan_bucket, split,
 };
 
 /// Arguments of `mink-bench log`.
@@ -342,11 +342,7 @@ struct IpcWritten {
 /// Writes `batches` as one Arrow IPC stream to `path`.
 fn write_ipc(path: &Path, batches: &[RecordBatch], fsync: Fsync) -> Result<IpcWritten, BenchError> {
     let context = || format!("writing {}", path.display());
-    let schema = batches
-        .first()
-        .map(RecordBatch::schema)
-        .ok_or_else(|| BenchError::Usage("nothing to write".into()))?;
-    let file = File::create(path).map_err(BenchError::io(context()))?;
+    let (schema, file) = create_file_for(path, batches)?;
     let mut writer = StreamWriter::try_new(BufWriter::new(file), &schema)?;
     let mut batch_ms = Vec::with_capacity(batches.len());
     for batch in batches {
