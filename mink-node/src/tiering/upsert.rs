@@ -185,12 +185,12 @@ mod tests {
     };
     use super::*;
 
-    /// Folds `tail` into bucket 3 against `index`; returns the lake rows, the ids the keys
-    /// name (in order) and the deletes (sorted).
-    fn fold_tail(
-        index: &mut BucketIndex,
-        tail: Vec<LogBatch>,
-    ) -> (Vec<LakeRow>, Vec<Box<[u8]>>, Vec<(String, i64)>) {
+    /// A fold's lake rows, the keys of those rows and its deletes.
+    type Folded = (Vec<LakeRow>, Vec<Box<[u8]>>, Vec<(String, i64)>);
+
+    /// Folds `tail` into bucket 3 against `index`; returns the lake rows, their keys (in
+    /// order) and the deletes (sorted).
+    fn fold_tail(index: &mut BucketIndex, tail: Vec<LogBatch>) -> Folded {
         let t = table();
         let lake_schema = lake_arrow_schema(&lake_schema(&t).unwrap()).unwrap();
         let mut fold = fold(&t, &lake_schema, 3, tail, index).unwrap();
