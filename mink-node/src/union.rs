@@ -10,12 +10,12 @@ use std::sync::Arc;
 use mink_core::filter::{ColumnFilter, matches};
 use mink_core::protocol::{BucketId, UnionPlan};
 use mink_core::table::TableDescriptor;
+use mink_lake::offsets::BucketOffsets;
 use mink_lake::predicate::to_predicate;
 use mink_lake::reader::{LakeSplit, SplitScope, plan_split};
 
 use crate::error::{NodeError, Result};
 use crate::node::{Bucket, Node};
-use crate::tiering::recorded_offsets;
 
 /// A bucket's Union plan and the split of lake files it reads.
 #[derive(Debug)]
@@ -39,10 +39,12 @@ impl Node {
     ) -> Result<PlannedUnion> {
         let (table, bucket) = self.bucket(bucket_id)?;
         check_filters(&table, filters)?;
+        // The snapshot and its seam come from one record: read apart, a tiering round
+        // recorded in between would pair one snapshot's files with the next one's seam.
         let record = self.metadata.latest_lake_snapshot(table.table_id)?;
         let (snapshot_id, lake_end, split) = match record.filter(|_| table.lake_enabled) {
             Some(record) => {
-                let lake_end = recorded_offsets(self, &table)?.get(bucket_id);
+                let lake_end = BucketOffsets::from_json(&record.offsets)?.get(bucket_id);
                 let split = if lake_end > 0 {
                     let lake_table = self.lake().await?.load(&table.path).await?;
                     let scope = SplitScope::Bucket(bucket_id.clone());
