@@ -1,0 +1,145 @@
+//! One login for every port of a mink server: the node's Flight service (`--listen`) and
+//! the Flight SQL endpoint (`--sql-listen`) take the same user and password, exchanged
+//! for a bearer token, and the same TLS certificate.
+//!
+//! ```text
+//! client                                   server
+//!   Handshake   authorization: Basic base64(user:password)
+//!                                      ->  checks the credentials
+//!               authorization: Bearer T <- a new random token T (also the payload)
+//!   any call    authorization: Bearer T ->  checks T
+//! ```
+//!
+//! - [`Auth`] is the server side: [`Auth::check`] is the tonic interceptor every call
+//!   passes through, [`Auth::handshake_response`] answers `Handshake` with a token.
+//! - [`login`] and [`basic_header`] are the client side: a handshake with basic
+//!   credentials, answered by the bearer token every later call carries.
+//! - [`server_tls`] and [`client_tls`] build tonic's TLS configuration from PEM files.
+//! - [`check_listen`] is the rule for a server without credentials: it listens on a
+//!   loopback address only, so nothing on the network reaches it unauthenticated.
+//!
+//! This is what the ADBC Flight SQL driver (`username` / `password` options) and the
+//! Flight SQL JDBC driver (`user` / `password` properties) do, so both ports answer them.
+
+mod client;
+mod server;
+mod tls;
+
+use std::net::SocketAddr;
+
+pub use client::{AUTHORIZATION, basic_header, bearer_header, login};
+pub use server::{Auth, HandshakeStream, TOKEN_LIFETIME, attach_token};
+pub use tls::{TlsIdentity, client_tls, server_tls};
+
+/// The user and password a client must present.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    user: String,
+    password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Credentials {
+    /// A user and its password.
+    pub fn new(user: impl Into<String>, password: impl Into<String>) -> Self {
+        Self {
+            user: user.into(),
+            password: password.into(),
+        }
+    }
+
+    /// The user.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// The password.
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// Whether `given` are these credentials. The comparison does not stop at the first
+    /// byte that differs, so its time does not tell a guesser how much of a guess was
+    /// right (only the lengths show).
+    fn accept(&self, given: &Credentials) -> bool {
+        same_bytes(self.user.as_bytes(), given.user.as_bytes())
+            & same_bytes(self.password.as_bytes(), given.password.as_bytes())
+    }
+}
+
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+/// A server that would be reachable from the network without a login.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{service} on {addr} would be open to the network without authentication: listen on a \
+     loopback address (127.0.0.1) or configure a user and password (--sql-user with \
+     MINK_SQL_PASSWORD)"
+)]
+pub struct OpenToTheNetwork {
+    /// What would be served (`the node`, `Flight SQL`).
+    pub service: &'static str,
+    /// The address asked for.
+    pub addr: SocketAddr,
+}
+
+/// The loopback rule: without credentials, `addr` must be a loopback address.
+///
+/// # Errors
+/// [`OpenToTheNetwork`] for a non-loopback address (`0.0.0.0`, a LAN address) without
+/// credentials.
+///
+/// # Examples
+///
+/// ```
+/// use mink_auth::{Credentials, check_listen};
+///
+/// let any = "0.0.0.0:9123".parse().unwrap();
+/// assert!(check_listen("the node", any, None).is_err());
+/// assert!(check_listen("the node", any, Some(&Credentials::new("ann", "pw"))).is_ok());
+/// assert!(check_listen("the node", "127.0.0.1:9123".parse().unwrap(), None).is_ok());
+/// ```
+pub fn check_listen(
+    service: &'static str,
+    addr: SocketAddr,
+    credentials: Option<&Credentials>,
+) -> Result<(), OpenToTheNetwork> {
+    if credentials.is_none() && !addr.ip().is_loopback() {
+        return Err(OpenToTheNetwork { service, addr });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_never_print_the_password() {
+        let shown = format!("{:?}", Credentials::new("ann", "s3cret"));
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    fn without_credentials_only_loopback_is_served() {
+        let login = Credentials::new("ann", "pw");
+        for open in ["0.0.0.0:1", "[::]:1", "192.168.1.2:1"] {
+            let addr = open.parse().unwrap();
+            let refused = check_listen("the node", addr, None).unwrap_err();
+            assert!(refused.to_string().contains(open), "{refused}");
+            assert!(check_listen("the node", addr, Some(&login)).is_ok());
+        }
+        for loopback in ["127.0.0.1:1", "[::1]:1"] {
+            assert!(check_listen("the node", loopback.parse().unwrap(), None).is_ok());
+        }
+    }
+}
