@@ -4,6 +4,7 @@
 //! | error                                             | code               |
 //! |---------------------------------------------------|--------------------|
 //! | SQL that does not parse, plan or type-check       | `InvalidArgument`  |
+//! | a statement refused because it would touch the server's files (`COPY`, `CREATE EXTERNAL TABLE`, ...: a plan error) | `InvalidArgument` |
 //! | a value the statement cannot compute (a cast that fails, division by zero, overflow) | `InvalidArgument` |
 //! | malformed Arrow data from the client              | `InvalidArgument`  |
 //! | a table (or table function) that does not exist   | `NotFound`         |
@@ -11,7 +12,7 @@
 //! | an error of the node, with the node's own code    | the node's code    |
 //! | the node or the lake's object store cannot be reached | `Unavailable`  |
 //! | Arrow data of the node or lake the server cannot read | `Internal`    |
-//! | memory or disk exhausted                          | `ResourceExhausted`|
+//! | memory or disk exhausted (a statement over the server's SQL memory pool: DataFusion's `ResourcesExhausted`, however deeply wrapped) | `ResourceExhausted`|
 //! | anything else (I/O, internal errors)              | `Internal`         |
 
 use arrow::error::ArrowError;
@@ -207,6 +208,20 @@ mod tests {
             code(&arrow(ArrowError::ExternalError(Box::new(node)))),
             Code::Unavailable
         );
+    }
+
+    #[test]
+    fn an_exhausted_memory_pool_is_resource_exhausted_however_wrapped() {
+        let exhausted = || DataFusionError::ResourcesExhausted("Failed to allocate 1 MB".into());
+        assert_eq!(status(exhausted()).code(), Code::ResourceExhausted);
+        let shared = DataFusionError::Shared(std::sync::Arc::new(exhausted()));
+        assert_eq!(code(&shared.context("sorting")), Code::ResourceExhausted);
+        let in_arrow = ArrowError::ExternalError(Box::new(exhausted()));
+        let external = DataFusionError::External(Box::new(in_arrow));
+        assert_eq!(code(&external), Code::ResourceExhausted);
+        let collected =
+            DataFusionError::Collection(vec![exhausted(), DataFusionError::Internal("x".into())]);
+        assert_eq!(code(&collected), Code::ResourceExhausted);
     }
 
     #[test]

@@ -56,6 +56,7 @@ use futures::{Stream, StreamExt};
 use mink_client::MinkClient;
 use mink_lake::storage::LakeStorage;
 use mink_node::server::MAX_MESSAGE_BYTES;
+use mink_sql::session::{SqlRuntime, default_memory_limit};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -88,20 +89,8 @@ pub struct FlightSqlConfig {
     pub tls: Option<TlsIdentity>,
 }
 
-/// A server certificate and its key, PEM-encoded.
-#[derive(Clone)]
-pub struct TlsIdentity {
-    /// The certificate chain.
-    pub certificate_pem: Vec<u8>,
-    /// The private key.
-    pub key_pem: Vec<u8>,
-}
-
-impl std::fmt::Debug for TlsIdentity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsIdentity").finish_non_exhaustive()
-    }
-}
+/// A server certificate and its key, PEM-encoded (the node's port takes the same).
+pub use mink_auth::TlsIdentity;
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +110,9 @@ pub enum ServeError {
     /// The server's metadata answers could not be built (a bug).
     #[error("Flight SQL metadata: {0}")]
     Metadata(#[from] arrow_flight::error::FlightError),
+    /// The SQL runtime (its memory pool, its object stores) could not be built.
+    #[error("Flight SQL runtime: {0}")]
+    Runtime(#[from] datafusion::error::DataFusionError),
 }
 
 /// A running Flight SQL service. Dropping it stops the service.
@@ -237,6 +229,21 @@ pub fn serve(
     config: FlightSqlConfig,
     listener: TcpListener,
 ) -> Result<FlightSqlHandle, ServeError> {
+    let runtime = SqlRuntime::server(default_memory_limit(), &config.storage)?;
+    serve_in(config, runtime, listener)
+}
+
+/// [`serve`], every statement's session in `runtime`: its memory pool is the limit of
+/// all the service's statements together (`mink server --sql-memory-limit`), and it
+/// refuses statements that touch files unless it is a local runtime.
+///
+/// # Errors
+/// See [`ServeError`].
+pub fn serve_in(
+    config: FlightSqlConfig,
+    runtime: SqlRuntime,
+    listener: TcpListener,
+) -> Result<FlightSqlHandle, ServeError> {
     let addr = listener.local_addr()?;
     let auth = Arc::new(Auth::new(config.credentials));
     let authenticated = auth.is_enabled();
@@ -245,7 +252,7 @@ pub fn serve(
     }
     let (running, stopper) = running::running();
     let service = MinkFlightSql::new(
-        Statements::new(config.client, config.storage),
+        Statements::new(config.client, config.storage, runtime),
         running,
         Arc::clone(&auth),
         sql_info::sql_info()?,

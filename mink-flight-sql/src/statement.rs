@@ -43,7 +43,7 @@ use tonic::Status;
 use crate::error::status;
 use crate::handle::{StatementHandle, Ticket};
 use crate::prepared::BatchInsert;
-use mink_sql::session::{MinkSession, is_create_table};
+use mink_sql::session::{MinkSession, SqlRuntime, is_create_table};
 
 /// When a statement acts (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,40 +103,25 @@ fn check_parses(sql: &str) -> Result<()> {
     }
 }
 
-/// Refuses the statements that read or write files on the server's own file system
-/// (`COPY ... TO`, `CREATE EXTERNAL TABLE`): a SQL client must not reach beyond mink's
-/// tables.
-fn refuse_server_files(sql: &str) -> Result<()> {
-    let Ok(statements) = DFParser::parse_sql_with_dialect(sql, &GenericDialect {}) else {
-        return Ok(()); // the session reports why it does not parse
-    };
-    let touches_files = statements.iter().any(|statement| {
-        matches!(
-            statement,
-            DFStatement::CopyTo(_) | DFStatement::CreateExternalTable(_)
-        )
-    });
-    match touches_files {
-        true => Err(DataFusionError::Plan(
-            "COPY and CREATE EXTERNAL TABLE are not served over Flight SQL: they would read \
-             or write files on the server"
-                .into(),
-        )),
-        false => Ok(()),
-    }
-}
-
 /// Runs statements over one node; every call gets a session of its own, so a `SET` or a
-/// failed statement of one client never affects another.
+/// failed statement of one client never affects another. The sessions share one
+/// runtime: one memory pool for all of them, and the refusal of statements that would
+/// touch the server's files (`COPY`, `CREATE EXTERNAL TABLE`, under any wrapper), which
+/// [`MinkSession`] checks on every statement's plan, whichever path it comes by.
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
     client: MinkClient,
     storage: LakeStorage,
+    runtime: SqlRuntime,
 }
 
 impl Statements {
-    pub(crate) fn new(client: MinkClient, storage: LakeStorage) -> Self {
-        Self { client, storage }
+    pub(crate) fn new(client: MinkClient, storage: LakeStorage, runtime: SqlRuntime) -> Self {
+        Self {
+            client,
+            storage,
+            runtime,
+        }
     }
 
     /// The node's client.
@@ -146,12 +131,12 @@ impl Statements {
 
     /// A new session with the table list loaded (for metadata calls).
     pub(crate) async fn session(&self) -> Result<MinkSession> {
-        MinkSession::connect(self.client.clone(), self.storage.clone()).await
+        MinkSession::connect_in(self.client.clone(), self.storage.clone(), &self.runtime).await
     }
 
     /// A new session to run statements in: [`MinkSession::sql`] loads the table list.
     fn statement_session(&self) -> MinkSession {
-        MinkSession::new(self.client.clone(), self.storage.clone())
+        MinkSession::new(self.client.clone(), self.storage.clone(), &self.runtime)
     }
 
     /// Plans `handle` for a FlightInfo: the schema of its result and the ticket that
@@ -195,7 +180,6 @@ impl Statements {
             StatementKind::Update => false,
             StatementKind::Command => return Ok((Schema::empty(), Schema::empty())),
         };
-        refuse_server_files(sql)?;
         let frame = self.statement_session().sql(sql).await?;
         let dataset = if answers_rows {
             arrow_schema(&frame).as_ref().clone()
@@ -249,7 +233,6 @@ impl Statements {
         handle: &StatementHandle,
         streamed: impl Stream<Item = Result<RecordBatch, Status>> + Send + Unpin,
     ) -> Result<i64, Status> {
-        refuse_server_files(&handle.sql).map_err(status)?;
         let session = self.statement_session();
         let planned = session.sql(&handle.sql).await.map_err(status)?;
         let mut streamed = streamed.peekable();
@@ -292,7 +275,6 @@ impl Statements {
     /// The statement planned in a new session, its parameters bound. A query binds one
     /// row of parameters.
     async fn frame(&self, handle: &StatementHandle) -> Result<DataFrame> {
-        refuse_server_files(&handle.sql)?;
         let frame = self.statement_session().sql(&handle.sql).await?;
         let Some(parameters) = &handle.parameters else {
             return Ok(frame);

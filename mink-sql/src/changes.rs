@@ -249,7 +249,7 @@ fn snapshot_argument(what: &str, arg: &Expr) -> Result<i64> {
 
 /// One `table_changes` call: the changes of `table` after `from` up to `to`.
 #[derive(Debug)]
-struct ChangesTable {
+pub(crate) struct ChangesTable {
     table: Arc<TableDescriptor>,
     from: i64,
     to: i64,
@@ -285,6 +285,16 @@ impl TableProvider for ChangesTable {
             .await
             .map_err(external)?;
         let plan = DeltaPlan::from_wire(wire).map_err(external)?;
+        // The node names the files; none outside the table's location is read.
+        for snapshot in &plan.snapshots {
+            let added = snapshot.added_files.iter().map(|f| f.path.as_str());
+            let deletes = snapshot.delete_files.iter().map(|f| f.path.as_str());
+            for path in added.chain(deletes) {
+                self.storage
+                    .check_table_file(&self.table.path, path)
+                    .map_err(external)?;
+            }
+        }
         if let Some(cause) = plan.full_reload_cause() {
             return Err(DataFusionError::Plan(format!(
                 "{TABLE_CHANGES}('{}', {}, {}): snapshot {} ({}) removed {} files, which no \

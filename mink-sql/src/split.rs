@@ -177,6 +177,15 @@ impl SplitReader {
         metrics: SplitMetrics,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
         metrics.lake_files.add(lake.files.len());
+        // The node names the files; none outside the table's location is read.
+        for file in &lake.files {
+            let deletes = file.deletes.iter().map(|d| d.path.as_str());
+            for path in std::iter::once(file.path.as_str()).chain(deletes) {
+                self.storage
+                    .check_table_file(&self.table.path, path)
+                    .map_err(external)?;
+            }
+        }
         let lake = read_split(
             &self.storage,
             lake,

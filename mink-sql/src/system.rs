@@ -124,7 +124,7 @@ impl SchemaProvider for SystemSchema {
 
 /// One system table: its rows are fetched from the node when it is scanned.
 #[derive(Debug)]
-struct SystemTableProvider {
+pub(crate) struct SystemTableProvider {
     table: SystemTable,
     client: MinkClient,
 }

@@ -13,11 +13,20 @@
 //! Column types are mapped by DataFusion's own planner, as in queries (strings as `Utf8`).
 //! Every statement starts by loading the table list again, so it sees the tables as they
 //! are now, whichever client created, dropped or altered them.
+//!
+//! Every statement DataFusion runs is planned first and its plan checked before it runs:
+//! nothing reads or writes the server's files (`COPY`, `CREATE EXTERNAL TABLE`, scans of
+//! anything but mink's tables, under any `EXPLAIN`, CTE or subquery; see [`guard`]),
+//! unless the session's [`SqlRuntime`] is a local `mink sql`'s. The sessions of a server
+//! share one runtime, and with it one memory pool ([`runtime`]).
 
 mod create;
+pub mod guard;
+pub mod runtime;
 
 use std::sync::Arc;
 
+use crate::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog, TABLE_CHANGES, TableChanges};
 use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt64Array};
 use arrow::datatypes::{Field, Schema};
 use datafusion::common::TableReference;
@@ -35,10 +44,11 @@ use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::storage::LakeStorage;
-use crate::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog, TABLE_CHANGES, TableChanges};
 
 pub use create::is_create_table;
 use create::split_create_table;
+pub use guard::{FileAccess, refuse_server_files};
+pub use runtime::{SqlRuntime, default_memory_limit, parse_size};
 
 /// A SQL session over one mink node.
 pub struct MinkSession {
@@ -46,6 +56,7 @@ pub struct MinkSession {
     storage: LakeStorage,
     context: SessionContext,
     changes: Arc<TableChanges>,
+    files: FileAccess,
 }
 
 impl std::fmt::Debug for MinkSession {
@@ -58,25 +69,41 @@ impl std::fmt::Debug for MinkSession {
 
 impl MinkSession {
     /// A session over the node `client` talks to; lake files are read from `storage`.
+    /// It runs in a runtime of its own, as a server's session does ([`SqlRuntime::server`]
+    /// with the [`default_memory_limit`]): statements that touch files are refused.
     ///
     /// # Errors
     /// The node could not be reached.
     pub async fn connect(client: MinkClient, storage: LakeStorage) -> Result<Self> {
-        let session = Self::new(client, storage);
+        let runtime = SqlRuntime::server(default_memory_limit(), &storage)?;
+        Self::connect_in(client, storage, &runtime).await
+    }
+
+    /// [`MinkSession::connect`] in `runtime`, shared with other sessions.
+    ///
+    /// # Errors
+    /// The node could not be reached.
+    pub async fn connect_in(
+        client: MinkClient,
+        storage: LakeStorage,
+        runtime: &SqlRuntime,
+    ) -> Result<Self> {
+        let session = Self::new(client, storage, runtime);
         session.reload().await?;
         Ok(session)
     }
 
-    /// A session whose table list is not loaded yet: every [`MinkSession::sql`] loads it,
-    /// so a session made to run statements need not load it first (until then,
-    /// [`MinkSession::context`] knows no tables).
-    pub fn new(client: MinkClient, storage: LakeStorage) -> Self {
+    /// A session in `runtime` whose table list is not loaded yet: every
+    /// [`MinkSession::sql`] loads it, so a session made to run statements need not load
+    /// it first (until then, [`MinkSession::context`] knows no tables).
+    pub fn new(client: MinkClient, storage: LakeStorage, runtime: &SqlRuntime) -> Self {
         let mut config = SessionConfig::new()
             .with_default_catalog_and_schema(CATALOG_NAME, DEFAULT_DATABASE)
             .with_information_schema(true);
         // mink's columns (and its lake) use Utf8, not views.
         config.options_mut().sql_parser.map_string_types_to_utf8view = false;
-        let context = SessionContext::new_with_config(config);
+        // No URL tables (`SELECT * FROM '/etc/passwd'`): `enable_url_table` is never called.
+        let context = SessionContext::new_with_config_rt(config, Arc::clone(runtime.runtime_env()));
         let changes = Arc::new(TableChanges::new(client.clone(), storage.clone()));
         context.register_udtf(TABLE_CHANGES, Arc::clone(&changes) as _);
         Self {
@@ -84,6 +111,7 @@ impl MinkSession {
             storage,
             context,
             changes,
+            files: runtime.file_access(),
         }
     }
 
@@ -110,7 +138,7 @@ impl MinkSession {
             ));
         }
         let Some(DFStatement::Statement(statement)) = statements.pop_front() else {
-            return self.context.sql(sql).await;
+            return self.run(sql).await;
         };
         match *statement {
             Statement::Drop {
@@ -141,8 +169,18 @@ impl MinkSession {
                 let path = TablePath::parse(&argument).map_err(external)?;
                 self.call(&name, &path).await
             }
-            _ => self.context.sql(sql).await,
+            _ => self.run(sql).await,
         }
+    }
+
+    /// Plans a statement DataFusion runs, checks the plan (see [`guard`]), then runs it
+    /// (DDL and `SET` act now, queries when the frame is executed).
+    async fn run(&self, sql: &str) -> Result<DataFrame> {
+        let plan = self.context.state().create_logical_plan(sql).await?;
+        if self.files == FileAccess::Refused {
+            refuse_server_files(&plan)?;
+        }
+        self.context.execute_logical_plan(plan).await
     }
 
     /// Loads the table list again.

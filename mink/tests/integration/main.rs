@@ -11,6 +11,7 @@ mod bad_input;
 mod cli;
 mod crash;
 mod flight_sql;
+mod hostile_sql;
 mod lake_foreign;
 mod lake_history;
 mod log_history;

@@ -1,0 +1,325 @@
+//! Hostile SQL against the real `mink server`: statements that would read or write the
+//! server's files are refused under every wrapper, over Flight SQL with the ADBC Python
+//! driver and over `mink sql --connect`, and nothing is written; a statement over
+//! `--sql-memory-limit` fails alone with RESOURCE_EXHAUSTED while a concurrent one
+//! answers. After each, the server still answers `SELECT 1`.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use crate::python::python;
+
+/// A `mink server` on loopback ports it chose, with extra arguments.
+struct Server {
+    child: Child,
+    sql_addr: String,
+}
+
+impl Server {
+    fn start(data_dir: &Path, extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mink"))
+            .args([
+                "server",
+                "--listen",
+                "127.0.0.1:0",
+                "--sql-listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .env_remove("MINK_SQL_USER")
+            .env_remove("MINK_SQL_PASSWORD")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start mink server");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        let mut next = |prefix: &str| {
+            line.clear();
+            stdout.read_line(&mut line).expect("read a line");
+            line.trim()
+                .strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("expected '{prefix}...', got {line:?}"))
+                .to_string()
+        };
+        next("mink node listening on ");
+        let sql_addr = next("mink Flight SQL listening on ");
+        Self { child, sql_addr }
+    }
+
+    fn uri(&self) -> String {
+        format!("grpc://{}", self.sql_addr)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs each statement (argv[2:]) over ADBC, `PREPARE:` ones as prepared statements, and
+/// `SELECT 1` after each; prints one line per statement: `ok|error <TAB> after <TAB>
+/// message`.
+const HOSTILE: &str = r#"
+import sys
+import adbc_driver_manager
+import adbc_driver_flightsql.dbapi as flight_sql
+
+with flight_sql.connect(sys.argv[1], autocommit=True) as conn:
+    for sql in sys.argv[2:]:
+        with conn.cursor() as cursor:
+            try:
+                if sql.startswith("PREPARE:"):
+                    cursor.adbc_prepare(sql[len("PREPARE:"):])
+                    cursor.execute(sql[len("PREPARE:"):])
+                else:
+                    cursor.execute(sql)
+                cursor.fetchall()
+                outcome, message = "ok", ""
+            except adbc_driver_manager.Error as error:
+                outcome, message = "error", str(error).replace("\n", " ")
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            after = cursor.fetchall()[0][0]
+        print(f"{outcome}\t{after}\t{message}", flush=True)
+"#;
+
+/// Runs [`HOSTILE`]: per statement, `(refused, message)`, having checked that the server
+/// answered `SELECT 1` after it.
+fn over_adbc(server: &Server, statements: &[String]) -> Vec<(bool, String)> {
+    let output = Command::new(python())
+        .args(["-c", HOSTILE, &server.uri()])
+        .args(statements)
+        .output()
+        .expect("python");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), statements.len(), "{stdout}");
+    lines
+        .iter()
+        .zip(statements)
+        .map(|(line, sql)| {
+            let mut fields = line.splitn(3, '\t');
+            let outcome = fields.next().unwrap_or_default();
+            assert_eq!(fields.next(), Some("1"), "SELECT 1 after {sql}: {line}");
+            (
+                outcome == "error",
+                fields.next().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `mink sql --connect ADDRESS -e SQL`: `(success, stdout, stderr)`.
+fn over_mink_sql(address: &str, sql: &str) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_mink"))
+        .args(["sql", "--connect", address, "--format", "csv", "-e", sql])
+        .env("RUST_LOG", "warn")
+        .env_remove("MINK_SQL_PASSWORD")
+        .output()
+        .expect("run mink sql");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn sql_never_reaches_the_server_s_files() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = tempfile::tempdir().expect("output dir");
+    let server = Server::start(dir.path(), &[]);
+    let target = |name: &str| out.path().join(name);
+    let csv = out.path().join("readable.csv");
+    std::fs::write(&csv, "a\nsecret\n").expect("csv");
+    let statements: Vec<(String, &str)> = vec![
+        (
+            format!(
+                "EXPLAIN ANALYZE COPY (SELECT 'x' AS a) TO '{}' STORED AS CSV",
+                target("analyze.csv").display()
+            ),
+            "COPY",
+        ),
+        (
+            format!(
+                "EXPLAIN COPY (SELECT 'x' AS a) TO '{}' STORED AS CSV",
+                target("explain.csv").display()
+            ),
+            "COPY",
+        ),
+        (
+            format!(
+                "COPY (WITH x AS (SELECT 'x' AS a) SELECT * FROM x) TO '{}' STORED AS CSV",
+                target("cte.csv").display()
+            ),
+            "COPY",
+        ),
+        (
+            format!(
+                "PREPARE:COPY (SELECT 'x' AS a) TO '{}' STORED AS CSV",
+                target("prepared.csv").display()
+            ),
+            "COPY",
+        ),
+        (
+            "CREATE EXTERNAL TABLE leak STORED AS CSV LOCATION '/etc'".into(),
+            "CREATE EXTERNAL TABLE",
+        ),
+        (
+            format!(
+                "CREATE EXTERNAL TABLE leak STORED AS CSV LOCATION '{}'",
+                csv.display()
+            ),
+            "CREATE EXTERNAL TABLE",
+        ),
+        (
+            format!(
+                "SET datafusion.runtime.temp_directory = '{}'",
+                out.path().display()
+            ),
+            "SET datafusion.runtime",
+        ),
+        ("SELECT * FROM '/etc/passwd'".into(), "not found"),
+        (format!("SELECT * FROM '{}'", csv.display()), "not found"),
+        (
+            "SELECT 1 WHERE EXISTS (SELECT * FROM '/etc/passwd')".into(),
+            "not found",
+        ),
+    ];
+    let sql: Vec<String> = statements.iter().map(|(sql, _)| sql.clone()).collect();
+    for ((refused, message), (sql, names)) in over_adbc(&server, &sql).iter().zip(&statements) {
+        assert!(*refused, "ADBC ran {sql}");
+        assert!(message.contains(names), "{sql}: {message}");
+        assert!(
+            !message.contains("root:") && !message.contains("secret"),
+            "{message}"
+        );
+        if *names != "not found" {
+            assert!(
+                message.contains("INVALID_ARGUMENT") || message.contains("InvalidArgument"),
+                "{sql}: {message}"
+            );
+            assert!(message.contains("files on the server"), "{sql}: {message}");
+        }
+    }
+
+    // The same through `mink sql --connect` (Flight SQL, the server plans).
+    for (sql, names) in &statements {
+        let sql = sql.strip_prefix("PREPARE:").unwrap_or(sql);
+        let (ok, _, stderr) = over_mink_sql(&server.sql_addr, sql);
+        assert!(!ok, "mink sql ran {sql}");
+        assert!(stderr.contains(names), "{sql}: {stderr}");
+    }
+    let (ok, stdout, stderr) = over_mink_sql(&server.sql_addr, "SELECT 1 AS one");
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, "one\n1\n");
+
+    for name in ["analyze.csv", "explain.csv", "cte.csv", "prepared.csv"] {
+        assert!(!target(name).exists(), "{name} was written");
+    }
+    let written: Vec<_> = std::fs::read_dir(out.path())
+        .expect("list")
+        .map(|entry| entry.expect("entry").file_name())
+        .collect();
+    assert_eq!(written, vec!["readable.csv"], "files written: {written:?}");
+}
+
+/// On two connections at once: a statement over the memory limit, and small ones until
+/// it has failed; then prints `big <TAB> message` and `small <TAB> answers`.
+const MEMORY: &str = r#"
+import sys, threading
+import adbc_driver_manager
+import adbc_driver_flightsql.dbapi as flight_sql
+
+uri, big_sql = sys.argv[1], sys.argv[2]
+done = threading.Event()
+result = {}
+
+def big():
+    with flight_sql.connect(uri, autocommit=True) as conn, conn.cursor() as cursor:
+        try:
+            cursor.execute(big_sql)
+            result["big"] = "ok " + str(cursor.fetchall())
+        except adbc_driver_manager.Error as error:
+            result["big"] = str(error).replace("\n", " ")
+        finally:
+            done.set()
+
+thread = threading.Thread(target=big)
+thread.start()
+answers = 0
+with flight_sql.connect(uri, autocommit=True) as conn:
+    while True:
+        finished = done.is_set()
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM generate_series(1, 1000) t(i)")
+            assert cursor.fetchall()[0][0] == 1000
+            answers += 1
+        if finished:
+            break
+thread.join()
+print(f"big\t{result['big']}")
+print(f"small\t{answers}")
+"#;
+
+#[test]
+fn a_statement_over_the_memory_limit_fails_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(dir.path(), &["--sql-memory-limit", "16MiB"]);
+    let big = "SELECT array_length(array_agg(i)) FROM generate_series(1, 20000000) t(i)";
+    let output = Command::new(python())
+        .args(["-c", MEMORY, &server.uri(), big])
+        .output()
+        .expect("python");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let field = |name: &str| {
+        stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}\t")))
+            .unwrap_or_else(|| panic!("no {name} line: {stdout}"))
+            .to_string()
+    };
+    let big_outcome = field("big");
+    assert!(
+        big_outcome.contains("RESOURCE_EXHAUSTED") || big_outcome.contains("ResourceExhausted"),
+        "{big_outcome}"
+    );
+    assert!(big_outcome.contains("Resources exhausted"), "{big_outcome}");
+    let answers: u32 = field("small").parse().expect("a count");
+    assert!(answers >= 1, "{stdout}");
+
+    // Over `mink sql --connect` too, and the server goes on.
+    let (ok, _, stderr) = over_mink_sql(&server.sql_addr, big);
+    assert!(!ok);
+    assert!(stderr.contains("Resources exhausted"), "{stderr}");
+    let (ok, stdout, stderr) = over_mink_sql(&server.sql_addr, "SELECT 1 AS one");
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, "one\n1\n");
+
+    // A bad size is a usage error naming it.
+    let (ok, _, stderr) = crate::process::run_mink(&[
+        "server",
+        "--sql-memory-limit",
+        "lots",
+        "--data-dir",
+        &dir.path().join("unused").display().to_string(),
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("'lots' is not a size"), "{stderr}");
+}
