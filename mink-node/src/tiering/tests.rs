@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema, TimestampMicrosecondType};
+use futures::TryStreamExt;
 use mink_core::change::ChangeType;
 use mink_core::key::KeyCodec;
 use mink_core::options::TableOptions;
@@ -16,7 +17,7 @@ use mink_core::protocol::BucketId;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::commit::{SnapshotChanges, commit_snapshot};
 use mink_lake::layout::lake_arrow_schema;
-use mink_lake::reader::{SplitScope, plan_split};
+use mink_lake::reader::{SplitScope, plan_split, read_split};
 use mink_lake::{Lake, LakeConfig, LakeTable, Operation, Struct};
 
 use super::RoundTarget;
@@ -35,6 +36,15 @@ pub(super) const D: u8 = ChangeType::Delete as u8;
 
 /// `db.users (id BIGINT PRIMARY KEY, name TEXT)`, lake enabled, one bucket.
 pub(super) fn table() -> TableDescriptor {
+    users_table(vec!["id".into()])
+}
+
+/// `db.users (id BIGINT, name TEXT)` without a primary key (a log table).
+pub(super) fn log_table() -> TableDescriptor {
+    users_table(Vec::new())
+}
+
+fn users_table(primary_key: Vec<String>) -> TableDescriptor {
     let schema = Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("name", DataType::Utf8, true),
@@ -47,7 +57,7 @@ pub(super) fn table() -> TableDescriptor {
     TableDescriptor::new(
         TablePath::new("db", "users"),
         schema,
-        vec!["id".into()],
+        primary_key,
         vec![],
         options,
     )
@@ -164,11 +174,15 @@ pub(super) struct TestLake {
 
 impl TestLake {
     pub(super) async fn open() -> Self {
+        Self::open_with(table()).await
+    }
+
+    pub(super) async fn open_with(table: TableDescriptor) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let lake = Lake::open(LakeConfig::embedded(dir.path()).unwrap())
             .await
             .unwrap();
-        let table = Arc::new(table());
+        let table = Arc::new(table);
         let lake_table = lake.create_table(&table).await.unwrap();
         Self {
             _dir: dir,
@@ -241,6 +255,19 @@ impl TestLake {
             split_by_bucket_dir(self.lake_table.metadata().location(), split, &self.table).unwrap();
         assert_eq!(by_bucket.len(), 1, "only bucket 0 has files");
         by_bucket.remove(&bucket(&self.table, 0)).unwrap()
+    }
+
+    /// Every live row of bucket 0, sorted.
+    pub(super) async fn rows(&self) -> Vec<LakeRow> {
+        let split = self.bucket_split().await;
+        let schema = lake_arrow_schema(self.lake_table.metadata().current_schema()).unwrap();
+        let batches: Vec<RecordBatch> = read_split(self.lake.storage(), split, schema, Vec::new())
+            .try_collect()
+            .await
+            .unwrap();
+        let mut rows = lake_values(&batches);
+        rows.sort_unstable();
+        rows
     }
 }
 
@@ -341,16 +368,7 @@ async fn tiered_rows_carry_their_log_offset_and_commit_time_into_the_lake() {
     let mut lake = TestLake::open().await;
     let mut index = BucketIndex::default();
     two_rounds(&mut lake, &mut index).await;
-    let split = lake.bucket_split().await;
-    let storage = lake.lake.storage().clone();
-    let schema = lake_arrow_schema(lake.lake_table.metadata().current_schema()).unwrap();
-    let batches: Vec<RecordBatch> = futures::TryStreamExt::try_collect(
-        mink_lake::reader::read_split(&storage, split, schema, Vec::new()),
-    )
-    .await
-    .unwrap();
-    let mut rows = lake_values(&batches);
-    rows.sort_unstable();
+    let rows = lake.rows().await;
     let s = |text: &str| Some(text.to_string());
     assert_eq!(
         rows,
