@@ -1,4 +1,6 @@
-//! Planning Union reads (`spec/union-read.md`).
+//! Planning Union reads (`spec/union-read.md`), and reading the log part of one: a
+//! bucket's log from an offset to another ([`log_range`]), and a primary-key table's
+//! changelog rows ([`changelog_rows`]), which tiering reads the same way.
 //!
 //! A Union plan is made per bucket at request time: the lake snapshot and the bucket's
 //! `log_end_offset` from the latest recorded CommitLakeSnapshot, `log_from =
