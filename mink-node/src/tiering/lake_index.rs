@@ -272,8 +272,9 @@ pub(super) fn split_by_bucket_dir(
         let bucket = file
             .path
             .rsplit_once('/')
-            .and_then(|(dir, _)| dir.strip_prefix(location))
-            .and_then(|dir| bucket_of_dir(table, dir.trim_start_matches('/')))
+            .and_then(|(dir, _)| dir.strip_prefix(location.trim_end_matches('/')))
+            .and_then(|dir| dir.strip_prefix('/'))
+            .and_then(|dir| bucket_of_dir(table, dir))
             .ok_or_else(|| {
                 NodeError::Corrupt(format!(
                     "lake file {} of {} is in no bucket directory of mink's",
@@ -299,6 +300,9 @@ fn bucket_of_dir(table: &TableDescriptor, dir: &str) -> Option<BucketId> {
         Some((partition, bucket)) => (Some(partition.to_string()), bucket),
         None => (None, rest),
     };
+    if partition.is_some() == table.partition_keys.is_empty() {
+        return None;
+    }
     let bucket: u32 = bucket.strip_prefix("bucket=")?.parse().ok()?;
     let id = BucketId {
         table: table.path.to_string(),
@@ -478,16 +482,8 @@ mod tests {
 
     #[test]
     fn files_are_grouped_by_their_bucket_directory() {
-        let split = split_of(&[
-            "s3://wh/db/users/data/bucket=0/a.parquet",
-            "s3://wh/db/users/data/bucket=1/b.parquet",
-            "s3://wh/db/users/data/bucket=0/c.parquet",
-            "s3://wh/db/users/data/dt=2024-01-01/bucket=0/d.parquet",
-            "s3://wh/db/users/data/dt=2024-01-01/region=eu/bucket=4/e.parquet",
-        ]);
-        let t = table();
-        let by_bucket = split_by_bucket_dir("s3://wh/db/users", split, &t).unwrap();
-        let files = |bucket: &BucketId| -> Vec<String> {
+        /// The file names of `bucket`'s split.
+        fn names(by_bucket: &HashMap<BucketId, LakeSplit>, bucket: &BucketId) -> Vec<String> {
             let split = &by_bucket[bucket];
             assert_eq!(split.snapshot_id, Some(7));
             let names = split
@@ -495,15 +491,41 @@ mod tests {
                 .iter()
                 .map(|f| f.path.rsplit('/').next().unwrap());
             names.map(str::to_string).collect()
-        };
-        assert_eq!(by_bucket.len(), 4);
-        assert_eq!(files(&bucket(&t, 0)), ["a.parquet", "c.parquet"]);
-        assert_eq!(files(&bucket(&t, 1)), ["b.parquet"]);
-        assert_eq!(files(&partitioned("dt=2024-01-01", 0)), ["d.parquet"]);
+        }
+        let t = table();
+        let split = split_of(&[
+            "s3://wh/db/users/data/bucket=0/a.parquet",
+            "s3://wh/db/users/data/bucket=1/b.parquet",
+            "s3://wh/db/users/data/bucket=0/c.parquet",
+        ]);
+        let by_bucket = split_by_bucket_dir("s3://wh/db/users", split, &t).unwrap();
+        assert_eq!(by_bucket.len(), 2);
         assert_eq!(
-            files(&partitioned("dt=2024-01-01/region=eu", 4)),
+            names(&by_bucket, &bucket(&t, 0)),
+            ["a.parquet", "c.parquet"]
+        );
+        assert_eq!(names(&by_bucket, &bucket(&t, 1)), ["b.parquet"]);
+
+        let mut t = table();
+        t.partition_keys = vec!["dt".into()];
+        let split = split_of(&[
+            "s3://wh/db/users/data/dt=2024-01-01/bucket=0/d.parquet",
+            "s3://wh/db/users/data/dt=2024-01-01/region=eu/bucket=4/e.parquet",
+        ]);
+        let by_bucket = split_by_bucket_dir("s3://wh/db/users", split, &t).unwrap();
+        assert_eq!(by_bucket.len(), 2);
+        assert_eq!(
+            names(&by_bucket, &partitioned("dt=2024-01-01", 0)),
+            ["d.parquet"]
+        );
+        assert_eq!(
+            names(&by_bucket, &partitioned("dt=2024-01-01/region=eu", 4)),
             ["e.parquet"]
         );
+        // An unpartitioned table's files are never in a partition directory, and a
+        // partitioned table's always are.
+        let split = split_of(&["s3://wh/db/users/data/bucket=0/a.parquet"]);
+        assert!(split_by_bucket_dir("s3://wh/db/users", split, &t).is_err());
     }
 
     #[test]
@@ -523,6 +545,8 @@ mod tests {
             "/wh/db/users/data/bucket=01/a.parquet",
             "/wh/db/users/data/bucket=-1/a.parquet",
             "/wh/db/users2/data/bucket=0/a.parquet",
+            "/wh/db/usersdata/data/bucket=0/a.parquet",
+            "/wh/db/users/data/nopart/bucket=0/a.parquet",
             "/elsewhere/data/bucket=0/a.parquet",
             "a.parquet",
         ] {
