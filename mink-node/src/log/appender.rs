@@ -2,21 +2,30 @@
 //!
 //! The appender takes every pending write, turns each into the batch the log stores (for
 //! a primary-key table, its changelog: see [`Changelog`]), writes the frames, fsyncs
-//! once, lets the changelog hook make the writes visible (the KV store), and only then
-//! moves the high watermark and acknowledges. A failed write or fsync cuts the segment
-//! back to where it was and aborts the hook, so the log and the KV store stay exactly as
-//! acknowledged.
+//! once, moves the high watermark, lets the changelog hook apply the writes (the KV
+//! store), and only then acknowledges. The high watermark moves first so that the KV
+//! store's applied offset, which a Snapshot names, is never above it.
+//!
+//! Frames are written at explicit positions (`pwrite` at the segment's known length),
+//! never through the file cursor. A failed write or fsync cuts the segment back to its
+//! length before the group (`set_len`) and aborts the hook, so the segment is byte for
+//! byte what it was and the next group lands right after the last good frame: no hole of
+//! zeros that recovery would take for a torn tail. A cut that fails itself is retried
+//! before the next group writes anything.
 
-use std::io::Write as _;
-use std::sync::Arc;
+use std::io;
+use std::os::unix::fs::FileExt as _;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
 
 use mink_core::protocol::AppendAck;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{error, warn};
 
-use super::recovery::ActiveSegment;
+use super::cache::LogCache;
+use super::recovery::{ActiveSegment, create_durable_dir, recover};
 use super::segment::{self, FrameHeader, StoredBatch};
-use super::{Changelog, LogConfig, Shared, Write, WriteOp, now_ms};
+use super::{Changelog, LogConfig, LogState, Shared, Write, WriteOp, now_ms, replay};
 use crate::error::{NodeError, Result};
 
 /// Most writes one group commit takes.
@@ -52,9 +61,76 @@ pub(super) struct Appender {
     /// Set when the KV store could not be updated after a durable write: the bucket
     /// refuses writes until a restart replays the log into the store.
     pub(super) broken: Option<String>,
+    /// Set when a failed group could not be cut back: the segment may hold bytes past
+    /// `active.len`, and no group is written until the cut succeeds.
+    pub(super) uncut: bool,
+    /// Injected I/O failures (unit tests).
+    #[cfg(test)]
+    pub(super) faults: Faults,
+}
+
+/// I/O failures a unit test injects into the appender, as a full disk produces them.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(super) struct Faults {
+    /// The active segment cannot grow past this length: a write across it stores the part
+    /// that fits, then fails with `StorageFull`.
+    pub(super) space: Option<u64>,
+    /// Every fsync fails.
+    pub(super) fail_sync: bool,
+    /// Cutting a segment back fails this many more times.
+    pub(super) fail_cuts: u32,
 }
 
 impl Appender {
+    /// Recovers the log in `dir` (creating it if needed) and brings the changelog hook,
+    /// if any, in line with it: the appender of that log, not yet running.
+    pub(super) fn recover(
+        label: String,
+        dir: &Path,
+        config: LogConfig,
+        mut changelog: Option<Box<dyn Changelog>>,
+    ) -> Result<Self> {
+        create_durable_dir(dir)?;
+        let recovered = recover(&label, dir)?;
+        if let Some(changelog) = &mut changelog {
+            replay(
+                &label,
+                dir,
+                &recovered.batches,
+                recovered.next_offset,
+                changelog.as_mut(),
+            )?;
+        }
+        let (watermark, _) = watch::channel(recovered.next_offset);
+        let mut cache = LogCache::new(config.cache_bytes);
+        cache.truncate_before(recovered.next_offset);
+        let shared = Arc::new(Shared {
+            label,
+            dir: dir.to_path_buf(),
+            state: RwLock::new(LogState {
+                log_start: recovered.log_start,
+                high_watermark: recovered.next_offset,
+                active_segment: recovered.active.base,
+                batches: recovered.batches,
+                cache,
+            }),
+            watermark,
+        });
+        Ok(Self {
+            shared,
+            config,
+            active: recovered.active,
+            next_offset: recovered.next_offset,
+            last_timestamp: recovered.last_timestamp,
+            changelog,
+            broken: None,
+            uncut: false,
+            #[cfg(test)]
+            faults: Faults::default(),
+        })
+    }
+
     pub(super) async fn run(mut self, mut requests: mpsc::Receiver<WriteRequest>) {
         while let Some(first) = requests.recv().await {
             let mut group = vec![first];
@@ -102,12 +178,15 @@ impl Appender {
                 self.shared.label
             )));
         }
+        if self.uncut {
+            self.cut_back().map_err(|e| self.classify(e.into()))?;
+        }
         self.roll_if_needed().map_err(|e| self.classify(e))?;
         let (start_len, start_frames, start_offset) =
             (self.active.len, self.active.frames.len(), self.next_offset);
         let written = self.write_group(group).and_then(|outcomes| {
             if self.config.sync {
-                self.active.file.sync_data()?;
+                self.sync()?;
             }
             Ok(outcomes)
         });
@@ -120,21 +199,62 @@ impl Appender {
                 self.active.frames.truncate(start_frames);
                 self.active.len = start_len;
                 self.next_offset = start_offset;
-                if let Err(e) = self.active.file.set_len(start_len) {
-                    warn!(bucket = %self.shared.label, error = %e, "could not cut back a failed write");
+                if let Err(e) = self.cut_back() {
+                    warn!(bucket = %self.shared.label, error = %e, "could not cut back a failed write; retried before the next one");
                 }
                 return Err(self.classify(error));
             }
         };
+        let end_offset = self.next_offset;
+        let acks = self.publish(outcomes);
         if let Some(changelog) = &mut self.changelog
-            && let Err(error) = changelog.commit(self.next_offset)
+            && let Err(error) = changelog.commit(end_offset)
         {
             // The log is durable, the KV store is behind it: a restart replays the log.
             error!(bucket = %self.shared.label, %error, "KV store update failed after a durable write");
             self.broken = Some(error.to_string());
             return Err(error);
         }
-        Ok(self.publish(outcomes))
+        Ok(acks)
+    }
+
+    /// Cuts the active segment back to its last good frame (`active.len`) and makes the
+    /// cut durable; on failure `uncut` stays set.
+    fn cut_back(&mut self) -> io::Result<()> {
+        self.uncut = true;
+        #[cfg(test)]
+        if self.faults.fail_cuts > 0 {
+            self.faults.fail_cuts -= 1;
+            return Err(io::Error::other("injected: the cut fails"));
+        }
+        self.active.file.set_len(self.active.len)?;
+        if self.config.sync {
+            self.sync()?;
+        }
+        self.uncut = false;
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        #[cfg(test)]
+        if self.faults.fail_sync {
+            return Err(io::Error::other("injected: fsync fails"));
+        }
+        self.active.file.sync_data()
+    }
+
+    /// Writes one frame at the end of the active segment's good frames.
+    fn write_frame(&self, frame: &[u8]) -> io::Result<()> {
+        #[cfg(test)]
+        if let Some(space) = self.faults.space {
+            let room = space.saturating_sub(self.active.len);
+            if room < frame.len() as u64 {
+                let fits = &frame[..room as usize];
+                self.active.file.write_all_at(fits, self.active.len)?;
+                return Err(io::ErrorKind::StorageFull.into());
+            }
+        }
+        self.active.file.write_all_at(frame, self.active.len)
     }
 
     /// Makes written frames visible to readers and returns the acknowledgements.
@@ -202,7 +322,7 @@ impl Appender {
                 payload_len: 0,
             };
             let frame = segment::encode_frame(&mut header, &stored)?;
-            self.active.file.write_all(&frame)?;
+            self.write_frame(&frame)?;
             self.active.len += frame.len() as u64;
             self.active.frames.push(header);
             self.next_offset = header.last_offset() + 1;
@@ -261,5 +381,223 @@ impl Appender {
             }
             other => other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use mink_core::options::TableOptions;
+    use mink_core::table::{TableDescriptor, TablePath};
+
+    use super::*;
+    use crate::log::segment::{encode_frame, scan_frames, segment_path};
+    use crate::log::{LogBatch, PlannedBatch, read_planned};
+
+    fn table() -> Arc<TableDescriptor> {
+        let schema = Schema::new(vec![Field::new("id", DataType::Int64, false)]);
+        let path = TablePath::new("db", "t");
+        let table = TableDescriptor::new(path, schema, vec![], vec![], TableOptions::default());
+        Arc::new(table.unwrap())
+    }
+
+    /// A group of one append per slice of ids.
+    fn group(table: &Arc<TableDescriptor>, batches: &[&[i64]]) -> Vec<WriteRequest> {
+        let request = |ids: &&[i64]| {
+            let column: ArrayRef = Arc::new(Int64Array::from(ids.to_vec()));
+            let batch = RecordBatch::try_new(Arc::clone(table.schema()), vec![column]).unwrap();
+            let write = Write {
+                op: WriteOp::Append(batch),
+                table: Arc::clone(table),
+            };
+            WriteRequest {
+                write,
+                reply: oneshot::channel().0,
+            }
+        };
+        batches.iter().map(request).collect()
+    }
+
+    fn open(dir: &Path) -> Appender {
+        let config = LogConfig {
+            sync: true,
+            ..LogConfig::default()
+        };
+        Appender::recover("t".into(), dir, config, None).unwrap()
+    }
+
+    /// `(base_offset, last_offset)` of every acknowledged write of a group.
+    fn acked(acks: Vec<Result<AppendAck>>) -> Vec<(i64, i64)> {
+        let ack = |a: Result<AppendAck>| a.map(|a| (a.base_offset, a.last_offset)).unwrap();
+        acks.into_iter().map(ack).collect()
+    }
+
+    fn segment_bytes(dir: &Path) -> Vec<u8> {
+        std::fs::read(segment_path(dir, 0)).unwrap()
+    }
+
+    #[test]
+    fn a_failed_group_leaves_the_segment_as_it_was_and_the_next_lands_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = table();
+        let mut appender = open(dir.path());
+        let first = appender.commit(&group(&table, &[&[1, 2], &[3]])).unwrap();
+        assert_eq!(acked(first), [(0, 1), (2, 2)]);
+        let good = segment_bytes(dir.path());
+
+        let failing = || group(&table, &[&[4, 5, 6], &[7]]);
+        let first_frame = {
+            let WriteOp::Append(batch) = &failing()[0].write.op else {
+                unreachable!()
+            };
+            let mut header = appender.active.frames[0];
+            let stored = StoredBatch {
+                batch: batch.clone(),
+                changes: None,
+            };
+            encode_frame(&mut header, &stored).unwrap().len() as u64
+        };
+        let len = good.len() as u64;
+        let failures = [
+            (
+                "the disk fills in the first frame's header",
+                Some(len + 10),
+                false,
+            ),
+            (
+                "the disk fills mid-frame",
+                Some(len + first_frame / 2),
+                false,
+            ),
+            (
+                "the disk fills in the second frame",
+                Some(len + first_frame + 20),
+                false,
+            ),
+            ("fsync fails after whole frames", None, true),
+        ];
+        for (what, space, fail_sync) in failures {
+            appender.faults.space = space;
+            appender.faults.fail_sync = fail_sync;
+            let error = appender.commit(&failing()).unwrap_err();
+            assert!(
+                !what.contains("disk fills") || matches!(error, NodeError::DiskFull { .. }),
+                "{what}: {error}"
+            );
+            assert_eq!(segment_bytes(dir.path()), good, "{what}: byte for byte");
+            assert_eq!(appender.shared.read_state().high_watermark, 3, "{what}");
+            assert_eq!(appender.active.frames.len(), 2, "{what}");
+            appender.faults = Faults::default();
+            if appender.uncut {
+                // The failed fsync failed the cut's fsync too: the next group retries it.
+                appender.cut_back().unwrap();
+            }
+        }
+
+        // A cut that fails is retried before the next group writes.
+        appender.faults.space = Some(good.len() as u64 + 40);
+        appender.faults.fail_cuts = 1;
+        appender.commit(&group(&table, &[&[4]])).unwrap_err();
+        assert!(appender.uncut);
+        assert!(
+            segment_bytes(dir.path()).len() > good.len(),
+            "the cut failed"
+        );
+        appender.faults = Faults::default();
+
+        let next = appender.commit(&group(&table, &[&[8, 9]])).unwrap();
+        assert_eq!(
+            acked(next),
+            [(3, 4)],
+            "offsets continue after the last good frame"
+        );
+        assert!(!appender.uncut);
+        let bytes = segment_bytes(dir.path());
+        assert_eq!(bytes[..good.len()], good[..]);
+        let scanned = scan_frames(&segment_path(dir.path(), 0), 0).unwrap();
+        assert!(!scanned.torn, "no hole, no tail");
+        assert_eq!(scanned.frames[2].position, good.len() as u64);
+        assert_eq!(scanned.valid_len, bytes.len() as u64);
+        drop(appender);
+
+        // What recovery makes of it: every acknowledged row, once.
+        let appender = open(dir.path());
+        assert_eq!(appender.next_offset, 5);
+        let batches = appender.shared.read_state().batches.clone();
+        let plan = batches
+            .iter()
+            .map(|(header, segment)| PlannedBatch {
+                header: *header,
+                segment: *segment,
+                cached: None,
+            })
+            .collect();
+        let read = read_planned(dir.path(), "t", plan).unwrap();
+        let ids: Vec<i64> = read
+            .iter()
+            .flat_map(|b| {
+                b.batch
+                    .column(0)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(ids, [1, 2, 3, 8, 9]);
+    }
+
+    #[test]
+    fn a_snapshot_never_names_an_offset_above_the_high_watermark() {
+        /// A changelog that records the high watermark it sees when it commits.
+        #[derive(Debug)]
+        struct Probe {
+            shared: Option<Arc<Shared>>,
+            seen: Arc<std::sync::Mutex<Vec<(i64, i64)>>>,
+        }
+        impl Changelog for Probe {
+            fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>> {
+                let WriteOp::Append(batch) = &write.op else {
+                    unreachable!("the test appends")
+                };
+                Ok(Some(StoredBatch {
+                    batch: batch.clone(),
+                    changes: None,
+                }))
+            }
+            fn commit(&mut self, end_offset: i64) -> Result<()> {
+                if let Some(shared) = &self.shared {
+                    let high_watermark = shared.read_state().high_watermark;
+                    self.seen.lock().unwrap().push((end_offset, high_watermark));
+                }
+                Ok(())
+            }
+            fn abort(&mut self) {}
+            fn applied_offset(&self) -> i64 {
+                0
+            }
+            fn replay(&mut self, _: &LogBatch) -> Result<()> {
+                Ok(())
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let table = table();
+        let seen = Arc::default();
+        let probe = Probe {
+            shared: None,
+            seen: Arc::clone(&seen),
+        };
+        let config = LogConfig::default();
+        let mut appender =
+            Appender::recover("t".into(), dir.path(), config, Some(Box::new(probe))).unwrap();
+        let shared = Arc::clone(&appender.shared);
+        appender.changelog = Some(Box::new(Probe {
+            shared: Some(shared),
+            seen: Arc::clone(&seen),
+        }));
+        appender.commit(&group(&table, &[&[1, 2]])).unwrap();
+        appender.commit(&group(&table, &[&[3]])).unwrap();
+        // The store applies a group only once the high watermark covers it.
+        assert_eq!(*seen.lock().unwrap(), [(2, 2), (3, 3)]);
     }
 }

@@ -40,7 +40,6 @@ use tracing::info;
 
 use self::appender::{Appender, WriteRequest};
 use self::cache::LogCache;
-use self::recovery::{create_durable_dir, recover};
 pub(crate) use self::segment::StoredBatch;
 use self::segment::{FrameHeader, HEADER_LEN};
 use crate::error::{NodeError, Result};
@@ -164,44 +163,11 @@ impl LogTablet {
         label: String,
         dir: &Path,
         config: LogConfig,
-        mut changelog: Option<Box<dyn Changelog>>,
+        changelog: Option<Box<dyn Changelog>>,
     ) -> Result<Self> {
-        create_durable_dir(dir)?;
-        let recovered = recover(&label, dir)?;
-        if let Some(changelog) = &mut changelog {
-            replay(
-                &label,
-                dir,
-                &recovered.batches,
-                recovered.next_offset,
-                changelog.as_mut(),
-            )?;
-        }
-        let (watermark, _) = watch::channel(recovered.next_offset);
-        let mut cache = LogCache::new(config.cache_bytes);
-        cache.truncate_before(recovered.next_offset);
-        let shared = Arc::new(Shared {
-            label,
-            dir: dir.to_path_buf(),
-            state: RwLock::new(LogState {
-                log_start: recovered.log_start,
-                high_watermark: recovered.next_offset,
-                active_segment: recovered.active.base,
-                batches: recovered.batches,
-                cache,
-            }),
-            watermark,
-        });
+        let appender = Appender::recover(label, dir, config, changelog)?;
+        let shared = Arc::clone(&appender.shared);
         let (writes, requests) = mpsc::channel(1024);
-        let appender = Appender {
-            shared: Arc::clone(&shared),
-            config,
-            active: recovered.active,
-            next_offset: recovered.next_offset,
-            last_timestamp: recovered.last_timestamp,
-            changelog,
-            broken: None,
-        };
         tokio::spawn(appender.run(requests));
         Ok(Self { shared, writes })
     }

@@ -116,7 +116,8 @@ pub(super) fn recover(label: &str, dir: &Path) -> Result<Recovered> {
     let active = match bases.last() {
         Some(&base) => {
             let path = segment::segment_path(dir, base);
-            let file = OpenOptions::new().append(true).open(&path)?;
+            // Not `append`: the appender writes at explicit positions.
+            let file = OpenOptions::new().write(true).open(&path)?;
             let len = file.metadata()?.len();
             let frames = batches
                 .iter()
@@ -305,10 +306,11 @@ mod tests {
     }
 
     /// A hole of zeros followed by whole frames, as a crash can leave when a later write
-    /// reached the disk before an earlier one. TODAY recovery reads the hole as a torn tail
-    /// (a zero header has no records) and truncates there, so the valid frames after the
-    /// hole are dropped. That is the current behaviour, asserted here on purpose; a later
-    /// issue changes the appender so holes cannot occur.
+    /// reached the disk before an earlier one. Recovery reads the hole as a torn tail (a
+    /// zero header has no records) and truncates there, so the valid frames after the
+    /// hole are dropped. That is the behaviour, asserted here on purpose; the appender
+    /// never writes past its last good frame, so a failed write leaves no such hole (see
+    /// `appender::tests`).
     #[test]
     fn a_hole_of_zeros_mid_segment_is_truncated_as_a_torn_tail_today() {
         let dir = tempfile::tempdir().unwrap();
