@@ -3,6 +3,10 @@
 //!
 //! Descriptors are stored as their protobuf encoding ([`TableDescriptorProto`]), the same
 //! bytes the Flight protocol carries, so there is one serialization of a table.
+//!
+//! Every change is one SQLite transaction (a single statement, or an explicit
+//! transaction where a change takes several), so a crash never leaves half of one: a
+//! table row always holds its whole descriptor.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -94,10 +98,12 @@ impl Metadata {
         .collect()
     }
 
-    /// Stores a new table and returns it with its assigned `table_id`.
+    /// Stores a new table and returns it with its assigned `table_id`, in one
+    /// transaction (the descriptor carries the id, so the row is inserted, then filled).
     pub fn create_table(&self, table: &TableDescriptor) -> Result<TableDescriptor> {
-        let connection = self.connection();
-        let inserted = connection.execute(
+        let mut connection = self.connection();
+        let transaction = connection.transaction()?;
+        let inserted = transaction.execute(
             "INSERT INTO tables (database, name, descriptor) VALUES (?1, ?2, x'')",
             params![table.path.database, table.path.name],
         );
@@ -110,12 +116,21 @@ impl Metadata {
             other => other?,
         };
         let mut created = table.clone();
-        created.table_id = connection.last_insert_rowid() as u64;
-        connection.execute(
+        created.table_id = transaction.last_insert_rowid() as u64;
+        transaction.execute(
             "UPDATE tables SET descriptor = ?1 WHERE table_id = ?2",
             params![encode(&created), created.table_id as i64],
         )?;
+        transaction.commit()?;
         Ok(created)
+    }
+
+    /// Removes a table by id, with its partitions (a create rolled back). Ids are never
+    /// reused (`AUTOINCREMENT`).
+    pub fn delete_table(&self, table_id: u64) -> Result<()> {
+        self.connection()
+            .execute("DELETE FROM tables WHERE table_id = ?1", [table_id as i64])?;
+        Ok(())
     }
 
     /// Replaces a table's descriptor (a schema change).
@@ -157,14 +172,15 @@ impl Metadata {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// The partition of that name, created if it does not exist yet.
+    /// The partition of that name, created if it does not exist yet (one transaction).
     pub fn ensure_partition(&self, table_id: u64, name: &str) -> Result<PartitionRecord> {
-        let connection = self.connection();
-        connection.execute(
+        let mut connection = self.connection();
+        let transaction = connection.transaction()?;
+        transaction.execute(
             "INSERT OR IGNORE INTO partitions (table_id, name) VALUES (?1, ?2)",
             params![table_id as i64, name],
         )?;
-        let partition_id = connection
+        let partition_id = transaction
             .query_row(
                 "SELECT partition_id FROM partitions WHERE table_id = ?1 AND name = ?2",
                 params![table_id as i64, name],
@@ -172,10 +188,20 @@ impl Metadata {
             )
             .optional()?
             .ok_or_else(|| NodeError::TableNotFound(format!("table id {table_id}")))?;
+        transaction.commit()?;
         Ok(PartitionRecord {
             partition_id,
             name: name.to_string(),
         })
+    }
+
+    /// Removes a partition (its creation rolled back).
+    pub fn delete_partition(&self, partition_id: i64) -> Result<()> {
+        self.connection().execute(
+            "DELETE FROM partitions WHERE partition_id = ?1",
+            [partition_id],
+        )?;
+        Ok(())
     }
 }
 
@@ -347,5 +373,22 @@ mod tests {
             metadata.drop_table(&created.path),
             Err(NodeError::TableNotFound(_))
         ));
+    }
+
+    #[test]
+    fn a_rolled_back_create_or_partition_leaves_no_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let metadata = Metadata::open(&dir.path().join("meta.db")).unwrap();
+        let kept = metadata.create_table(&table("kept")).unwrap();
+        let undone = metadata.create_table(&table("undone")).unwrap();
+        let partition = metadata.ensure_partition(kept.table_id, "dt=1").unwrap();
+        metadata.ensure_partition(undone.table_id, "dt=1").unwrap();
+        metadata.delete_table(undone.table_id).unwrap();
+        metadata.delete_partition(partition.partition_id).unwrap();
+        assert_eq!(metadata.load_tables().unwrap(), vec![kept.clone()]);
+        assert!(metadata.partitions(kept.table_id).unwrap().is_empty());
+        assert!(metadata.partitions(undone.table_id).unwrap().is_empty());
+        let again = metadata.create_table(&table("undone")).unwrap();
+        assert!(again.table_id > undone.table_id, "ids are not reused");
     }
 }

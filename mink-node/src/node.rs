@@ -48,7 +48,19 @@ pub struct NodeConfig {
     pub lake: Option<LakeConfig>,
     /// A deliberate crash point, for crash tests (`MINK_FAILPOINT`).
     pub failpoint: Option<Failpoint>,
+    /// Most buckets a table may have (`bucket.num`); default
+    /// [`DEFAULT_MAX_BUCKET_NUM`]. Every bucket holds an open segment file (and, for a
+    /// primary-key table, a KV keyspace) for as long as the node runs.
+    pub max_bucket_num: u32,
+    /// Most partitions a partitioned table may have; default [`DEFAULT_MAX_PARTITIONS`].
+    /// A partition opens `bucket.num` buckets.
+    pub max_partitions: usize,
 }
+
+/// Default bound on `bucket.num`.
+pub const DEFAULT_MAX_BUCKET_NUM: u32 = 1024;
+/// Default bound on the partitions of one table.
+pub const DEFAULT_MAX_PARTITIONS: usize = 1024;
 
 /// Where a node deliberately crashes, so tests can check what recovery makes of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,17 +73,22 @@ pub enum Failpoint {
     AbortBeforeCompactionCommit,
     /// Abort the process after a compaction's Iceberg commit, before mink records it.
     AbortAfterCompactionCommit,
+    /// Abort the process while creating a table: its metadata committed, half of its
+    /// buckets opened.
+    AbortDuringCreateTable,
 }
 
 impl Failpoint {
     /// Parses `MINK_FAILPOINT` values (`abort-before-lake-commit`,
-    /// `abort-after-lake-commit`, `abort-before-compaction-commit`, `abort-after-compaction-commit`).
+    /// `abort-after-lake-commit`, `abort-before-compaction-commit`, `abort-after-compaction-commit`,
+    /// `abort-during-create-table`).
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "abort-before-lake-commit" => Some(Self::AbortBeforeLakeCommit),
             "abort-after-lake-commit" => Some(Self::AbortAfterLakeCommit),
             "abort-before-compaction-commit" => Some(Self::AbortBeforeCompactionCommit),
             "abort-after-compaction-commit" => Some(Self::AbortAfterCompactionCommit),
+            "abort-during-create-table" => Some(Self::AbortDuringCreateTable),
             _ => None,
         }
     }
@@ -85,6 +102,8 @@ impl NodeConfig {
             log: LogConfig::default(),
             lake: None,
             failpoint: None,
+            max_bucket_num: DEFAULT_MAX_BUCKET_NUM,
+            max_partitions: DEFAULT_MAX_PARTITIONS,
         }
     }
 }
@@ -100,6 +119,9 @@ pub struct Node {
     /// One tiering round or compaction at a time (mink is the only writer of its lake
     /// tables); the lock holds the lake indexes of primary-key tables.
     pub(crate) tiering: tokio::sync::Mutex<crate::tiering::LakeIndexes>,
+    /// One CREATE or DROP TABLE at a time: a create opens its tablets without holding
+    /// the table map's lock, so readers and writers of other tables never wait for it.
+    ddl: tokio::sync::Mutex<()>,
     _lock: File,
 }
 
@@ -138,6 +160,73 @@ impl Storage {
         table: &Arc<TableDescriptor>,
         partition: Option<&PartitionRecord>,
     ) -> Result<Vec<Arc<Bucket>>> {
+        (0..table.bucket_num)
+            .map(|bucket| self.open_bucket(table, partition, bucket))
+            .collect()
+    }
+
+    /// Creates the buckets of a new partition (or unpartitioned table). On failure the
+    /// buckets opened so far are removed again, KV tablets and directories, so nothing
+    /// of it is left to open on the next start.
+    fn create_partition(
+        &self,
+        table: &Arc<TableDescriptor>,
+        partition: Option<&PartitionRecord>,
+    ) -> Result<Vec<Arc<Bucket>>> {
+        let mut buckets = Vec::with_capacity(table.bucket_num as usize);
+        for bucket in 0..table.bucket_num {
+            if bucket == table.bucket_num / 2
+                && self.config.failpoint == Some(Failpoint::AbortDuringCreateTable)
+            {
+                tracing::warn!("failpoint: aborting the process during CREATE TABLE");
+                std::process::abort();
+            }
+            match self.open_bucket(table, partition, bucket) {
+                Ok(opened) => buckets.push(opened),
+                Err(error) => {
+                    self.remove_buckets(table, partition, buckets);
+                    return Err(error);
+                }
+            }
+        }
+        Ok(buckets)
+    }
+
+    /// Removes buckets that are no longer (or never were) part of a table: their KV
+    /// tablets and the partition's (or table's) directory. Best effort: what cannot be
+    /// removed is logged and left behind, referenced by nothing.
+    fn remove_buckets(
+        &self,
+        table: &TableDescriptor,
+        partition: Option<&PartitionRecord>,
+        buckets: Vec<Arc<Bucket>>,
+    ) {
+        for bucket in buckets {
+            if let Some(kv) = &bucket.kv
+                && let Err(error) = self.kv().and_then(|store| store.drop_tablet(kv.clone()))
+            {
+                tracing::warn!(table = %table.path, %error, "could not remove a KV tablet");
+            }
+        }
+        let mut dir = self.table_dir(table);
+        if let Some(partition) = partition {
+            dir.push(format!("p{}", partition.partition_id));
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not remove tablets");
+            }
+            _ => {}
+        }
+    }
+
+    /// Opens (creating or recovering) one bucket of a partition.
+    fn open_bucket(
+        &self,
+        table: &Arc<TableDescriptor>,
+        partition: Option<&PartitionRecord>,
+        bucket: u32,
+    ) -> Result<Arc<Bucket>> {
         let mut log_config = self.config.log.clone();
         if let Some(ttl) = table.log_ttl {
             log_config.segment_max_age = log_config
@@ -150,33 +239,30 @@ impl Storage {
             dir.push(format!("p{}", partition.partition_id));
             kv_name.push_str(&format!(".p{}", partition.partition_id));
         }
-        (0..table.bucket_num)
-            .map(|bucket| {
-                let label = BucketId {
-                    table: table.path.to_string(),
-                    partition: partition.map(|p| p.name.clone()),
-                    bucket,
-                }
-                .to_string();
-                let kv = if table.has_primary_key() {
-                    Some(self.kv()?.tablet(&format!("{kv_name}.b{bucket}"))?)
-                } else {
-                    None
-                };
-                let changelog = match &kv {
-                    Some(kv) => Some(Box::new(KvWriter::new(kv.clone(), Arc::clone(table))?)
-                        as Box<dyn Changelog>),
-                    None => None,
-                };
-                let log = LogTablet::open(
-                    label,
-                    &dir.join(format!("b{bucket}")),
-                    log_config.clone(),
-                    changelog,
-                )?;
-                Ok(Arc::new(Bucket { log, kv }))
-            })
-            .collect()
+        let label = BucketId {
+            table: table.path.to_string(),
+            partition: partition.map(|p| p.name.clone()),
+            bucket,
+        }
+        .to_string();
+        let kv = if table.has_primary_key() {
+            Some(self.kv()?.tablet(&format!("{kv_name}.b{bucket}"))?)
+        } else {
+            None
+        };
+        let changelog = match &kv {
+            Some(kv) => {
+                Some(Box::new(KvWriter::new(kv.clone(), Arc::clone(table))?) as Box<dyn Changelog>)
+            }
+            None => None,
+        };
+        let log = LogTablet::open(
+            label,
+            &dir.join(format!("b{bucket}")),
+            log_config,
+            changelog,
+        )?;
+        Ok(Arc::new(Bucket { log, kv }))
     }
 
     fn table_dir(&self, table: &TableDescriptor) -> PathBuf {
@@ -252,6 +338,7 @@ impl Node {
             tables: RwLock::new(tables),
             lake: tokio::sync::OnceCell::new(),
             tiering: tokio::sync::Mutex::default(),
+            ddl: tokio::sync::Mutex::default(),
             _lock: lock,
         }))
     }
@@ -285,34 +372,24 @@ impl Node {
 
     /// Creates a table (and its lake table when `lake.enabled`); with `if_not_exists`, an
     /// existing table of that name is returned.
+    ///
+    /// The table's metadata is one SQLite transaction; its tablets are opened next and its
+    /// lake table created, and only then is the table visible. A failure at any step
+    /// removes what the earlier steps made, so a failed create leaves nothing behind (a
+    /// crash leaves at most a table whose missing tablets the next start creates).
+    ///
+    /// # Errors
+    /// [`NodeError::TableExists`]; [`NodeError::InvalidArgument`] for a `bucket.num`
+    /// above [`NodeConfig::max_bucket_num`] or an invalid descriptor; I/O, metadata and
+    /// lake errors.
     pub async fn create_table(
         &self,
         descriptor: TableDescriptor,
         if_not_exists: bool,
     ) -> Result<TableDescriptor> {
-        let created = self.create_table_metadata(descriptor, if_not_exists)?;
-        if created.lake_enabled {
-            self.lake().await?.create_table(&created).await?;
-        }
-        Ok(created)
-    }
-
-    fn create_table_metadata(
-        &self,
-        descriptor: TableDescriptor,
-        if_not_exists: bool,
-    ) -> Result<TableDescriptor> {
-        // Re-validate what a client sent: the constructor derives and checks everything.
-        let current = descriptor.schema().as_ref().clone();
-        let validated = TableDescriptor::new(
-            descriptor.path.clone(),
-            current,
-            descriptor.primary_key.clone(),
-            descriptor.partition_keys.clone(),
-            descriptor.options(),
-        )?;
-        let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(existing) = tables.get(&validated.path) {
+        let _ddl = self.ddl.lock().await;
+        let validated = self.validate_new_table(descriptor)?;
+        if let Some(existing) = self.tables_read().get(&validated.path) {
             return if if_not_exists {
                 Ok(existing.descriptor().as_ref().clone())
             } else {
@@ -322,10 +399,28 @@ impl Node {
         let created = Arc::new(self.metadata.create_table(&validated)?);
         let mut partitions = BTreeMap::new();
         if !created.is_partitioned() {
-            partitions.insert(None, self.storage.open_partition(&created, None)?);
+            match self.storage.create_partition(&created, None) {
+                Ok(buckets) => {
+                    partitions.insert(None, buckets);
+                }
+                Err(error) => {
+                    self.undo_create(&created, partitions);
+                    return Err(error);
+                }
+            }
+        }
+        if created.lake_enabled {
+            let lake_created = match self.lake().await {
+                Ok(lake) => lake.create_table(&created).await.map_err(NodeError::from),
+                Err(error) => Err(error),
+            };
+            if let Err(error) = lake_created {
+                self.undo_create(&created, partitions);
+                return Err(error);
+            }
         }
         info!(table = %created.path, table_id = created.table_id, "created table");
-        tables.insert(
+        self.tables_write().insert(
             created.path.clone(),
             Arc::new(TableState {
                 descriptor: RwLock::new(Arc::clone(&created)),
@@ -333,6 +428,50 @@ impl Node {
             }),
         );
         Ok(created.as_ref().clone())
+    }
+
+    /// Re-validates what a client sent (the constructor derives and checks everything)
+    /// and applies the node's bounds.
+    fn validate_new_table(&self, descriptor: TableDescriptor) -> Result<TableDescriptor> {
+        let current = descriptor.schema().as_ref().clone();
+        let validated = TableDescriptor::new(
+            descriptor.path.clone(),
+            current,
+            descriptor.primary_key.clone(),
+            descriptor.partition_keys.clone(),
+            descriptor.options(),
+        )?;
+        let max = self.storage.config.max_bucket_num;
+        if validated.bucket_num == 0 || validated.bucket_num > max {
+            return Err(NodeError::InvalidArgument(format!(
+                "table {}: bucket.num = {} is out of range: a table has 1 to {max} buckets",
+                validated.path, validated.bucket_num
+            )));
+        }
+        Ok(validated)
+    }
+
+    /// Takes back a create that failed after its metadata was committed.
+    fn undo_create(
+        &self,
+        created: &TableDescriptor,
+        partitions: BTreeMap<Option<String>, Vec<Arc<Bucket>>>,
+    ) {
+        let buckets = partitions.into_values().flatten().collect();
+        self.storage.remove_buckets(created, None, buckets);
+        if let Err(error) = self.metadata.delete_table(created.table_id) {
+            tracing::warn!(table = %created.path, %error, "could not roll back a failed create");
+        }
+    }
+
+    fn tables_read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<TablePath, Arc<TableState>>> {
+        self.tables.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tables_write(
+        &self,
+    ) -> std::sync::RwLockWriteGuard<'_, BTreeMap<TablePath, Arc<TableState>>> {
+        self.tables.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Drops a table: its log, its KV store and its lake table. With `table_id`, only
@@ -343,6 +482,7 @@ impl Node {
         if_exists: bool,
         table_id: Option<u64>,
     ) -> Result<()> {
+        let _ddl = self.ddl.lock().await;
         let dropped = self.table(path).map(|t| t.descriptor());
         self.drop_table_storage(path, if_exists, table_id)?;
         if let Ok(table) = dropped
@@ -467,8 +607,24 @@ impl Node {
                 .partition
                 .as_deref()
                 .ok_or_else(|| NodeError::BucketNotFound(bucket.to_string()))?;
+            let max = self.storage.config.max_partitions;
+            if partitions.len() >= max {
+                return Err(NodeError::InvalidArgument(format!(
+                    "table {} has {} partitions, the most a table may have: partition '{name}' is not created",
+                    descriptor.path,
+                    partitions.len()
+                )));
+            }
             let record = self.metadata.ensure_partition(descriptor.table_id, name)?;
-            let tablets = self.storage.open_partition(descriptor, Some(&record))?;
+            let tablets = match self.storage.create_partition(descriptor, Some(&record)) {
+                Ok(tablets) => tablets,
+                Err(error) => {
+                    if let Err(e) = self.metadata.delete_partition(record.partition_id) {
+                        tracing::warn!(partition = name, error = %e, "could not roll back a failed partition");
+                    }
+                    return Err(error);
+                }
+            };
             info!(table = %descriptor.path, partition = name, "created partition");
             partitions.insert(bucket.partition.clone(), tablets);
         }
