@@ -16,7 +16,6 @@ use mink_core::schema::normalize_batch;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::reader::{LakeSplit, read_split};
 use prost::Message;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use super::encoder::{BatchEncoder, metadata_only};
@@ -284,8 +283,9 @@ struct KeyMerge {
 
 /// Streams a KV store in key order: the schema, batches of `batch_rows` rows (at most
 /// `limit` in all) each with [`SnapshotBatch`], and a closing metadata-only message with
-/// [`SnapshotBatch`] so even an empty store names its log offset. The store is read on a
-/// blocking thread, two batches ahead of the client at most.
+/// [`SnapshotBatch`] so even an empty store names its log offset. The store is read a
+/// chunk at a time as the client asks for it, so a client that stops reading holds no
+/// thread.
 fn stream_kv(
     table: Arc<TableDescriptor>,
     kv: Option<KvTablet>,
@@ -305,20 +305,15 @@ fn stream_kv(
         log_offset: reader.log_offset(),
     }
     .encode_to_vec();
-    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Vec<FlightData>, Status>>(2);
-    tokio::task::spawn_blocking(move || {
-        let read = reader.for_each_chunk(batch_rows, limit, |values| {
-            let batch = codec.decode(&values)?;
-            let messages = encoder.encode(&batch, metadata.clone())?;
-            Ok(sender.blocking_send(Ok(messages)).is_ok())
-        });
-        let last = match read {
-            Ok(()) => Ok(vec![metadata_only(metadata)]),
-            Err(error) => Err(Status::from(error)),
-        };
-        let _ = sender.blocking_send(last);
+    let chunk_metadata = metadata.clone();
+    let chunks = reader.into_chunks(batch_rows, limit, move |values| {
+        let batch = codec.decode(&values)?;
+        encoder.encode(&batch, chunk_metadata.clone())
     });
-    let batches = ReceiverStream::new(receiver)
+    let end = stream::once(async move { Ok(vec![metadata_only(metadata)]) });
+    let batches = chunks
+        .chain(end)
+        .map_err(Status::from)
         .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
         .try_flatten();
     Ok(stream::once(async { Ok(schema) }).chain(batches).boxed())

@@ -1,9 +1,13 @@
-//! Snapshot reads: every row of a bucket's store in key order, as of one applied offset.
+//! Snapshot reads: every row of a bucket's store in key order, as of one applied offset,
+//! read a chunk at a time as the consumer asks for it.
 
-use fjall::{Readable, Snapshot};
+use std::ops::Bound;
+
+use fjall::{Readable, Snapshot, UserKey, UserValue};
+use futures::stream::{self, BoxStream, StreamExt as _};
 
 use super::{KvTablet, decode_offset, kv_error};
-use crate::error::Result;
+use crate::error::{NodeError, Result};
 
 /// A point-in-time view of one KV tablet: the rows and the log offset they reflect.
 pub struct SnapshotReader {
@@ -39,24 +43,134 @@ impl SnapshotReader {
         self.log_offset
     }
 
-    /// The stored rows in key order, `chunk` at a time, at most `limit` in all; `visit`
-    /// returns `false` to stop early.
-    pub fn for_each_chunk(
-        &self,
+    /// The stored rows in key order as a stream of chunks of at most `chunk` rows (at
+    /// most `limit` rows in all), each turned into a `T` by `convert`.
+    ///
+    /// Each chunk is read and converted by a short blocking task of its own, started when
+    /// the stream is polled for it, which continues after the last key of the chunk
+    /// before. So a consumer that stops reading holds no thread at all, only the
+    /// snapshot and that key; a few hundred stalled readers cannot starve the blocking
+    /// pool that the log's appenders need.
+    pub fn into_chunks<T, F>(
+        self,
         chunk: usize,
         limit: usize,
-        mut visit: impl FnMut(Vec<fjall::UserValue>) -> Result<bool>,
-    ) -> Result<()> {
-        let mut values = Vec::with_capacity(chunk.min(limit));
-        for guard in self.snapshot.iter(&self.tablet.rows).take(limit) {
-            values.push(guard.value().map_err(kv_error)?);
-            if values.len() == chunk && !visit(std::mem::take(&mut values))? {
-                return Ok(());
+        convert: F,
+    ) -> BoxStream<'static, Result<T>>
+    where
+        T: Send + 'static,
+        F: FnMut(Vec<UserValue>) -> Result<T> + Send + 'static,
+    {
+        let cursor = Cursor {
+            reader: self,
+            convert,
+            after: None,
+            remaining: limit,
+            chunk: chunk.max(1),
+        };
+        stream::try_unfold(cursor, |cursor| async move {
+            if cursor.remaining == 0 {
+                return Ok(None);
             }
+            let (cursor, read) = tokio::task::spawn_blocking(move || {
+                let mut cursor = cursor;
+                let read = cursor.next_chunk();
+                (cursor, read)
+            })
+            .await
+            .map_err(|e| NodeError::Io(std::io::Error::other(e)))?;
+            Ok(read?.map(|item| (item, cursor)))
+        })
+        .boxed()
+    }
+}
+
+/// Where a chunked read of a snapshot stands.
+struct Cursor<F> {
+    reader: SnapshotReader,
+    convert: F,
+    /// The last key returned so far.
+    after: Option<UserKey>,
+    /// Rows still to return (0 once the store is exhausted).
+    remaining: usize,
+    chunk: usize,
+}
+
+impl<T, F: FnMut(Vec<UserValue>) -> Result<T>> Cursor<F> {
+    /// The next chunk, converted; `None` past the last row.
+    fn next_chunk(&mut self) -> Result<Option<T>> {
+        let take = self.chunk.min(self.remaining);
+        let (snapshot, rows) = (&self.reader.snapshot, &self.reader.tablet.rows);
+        let iter = match &self.after {
+            None => snapshot.iter(rows),
+            Some(key) => snapshot.range(rows, (Bound::Excluded(key.clone()), Bound::Unbounded)),
+        };
+        let mut values = Vec::with_capacity(take);
+        let mut last = None;
+        for guard in iter.take(take) {
+            let (key, value) = guard.into_inner().map_err(kv_error)?;
+            last = Some(key);
+            values.push(value);
         }
-        if !values.is_empty() {
-            visit(values)?;
+        if values.len() < take {
+            self.remaining = 0;
+        } else {
+            self.remaining -= values.len();
         }
-        Ok(())
+        if values.is_empty() {
+            return Ok(None);
+        }
+        self.after = last;
+        (self.convert)(values).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::TryStreamExt as _;
+
+    use crate::kv::KvStore;
+
+    #[tokio::test]
+    async fn chunks_continue_after_the_last_key_and_stop_at_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = KvStore::open(dir.path()).unwrap();
+        let tablet = store.tablet("t").unwrap();
+        for k in 0u8..10 {
+            tablet.rows.insert(vec![k], vec![k + 100]).unwrap();
+        }
+        let values = |chunk, limit| {
+            let reader = tablet.snapshot().unwrap();
+            reader
+                .into_chunks(chunk, limit, |values| {
+                    Ok(values.iter().map(|v| v[0]).collect::<Vec<u8>>())
+                })
+                .try_collect::<Vec<_>>()
+        };
+        let chunks = values(4, usize::MAX).await.unwrap();
+        assert_eq!(
+            chunks,
+            [
+                vec![100, 101, 102, 103],
+                vec![104, 105, 106, 107],
+                vec![108, 109]
+            ]
+        );
+        assert_eq!(values(5, usize::MAX).await.unwrap().len(), 2);
+        assert_eq!(
+            values(4, 6).await.unwrap(),
+            [vec![100, 101, 102, 103], vec![104, 105]]
+        );
+        assert!(values(4, 0).await.unwrap().is_empty());
+
+        // The snapshot holds: rows written after it are not read.
+        let reader = tablet.snapshot().unwrap();
+        tablet.rows.insert(vec![5u8, 0], vec![0u8]).unwrap();
+        let rows: Vec<usize> = reader
+            .into_chunks(3, usize::MAX, |values| Ok(values.len()))
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(rows, [3, 3, 3, 1]);
     }
 }
