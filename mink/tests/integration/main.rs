@@ -12,6 +12,7 @@ mod cli;
 mod crash;
 mod flight_sql;
 mod hostile_sql;
+mod hostile_writes;
 mod lake_foreign;
 mod lake_history;
 mod log_history;
