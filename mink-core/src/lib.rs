@@ -5,6 +5,7 @@
 //! - [`change`]: the change types of a primary-key changelog.
 //! - [`bucket`]: which bucket a row belongs to (Iceberg's bucket transform).
 //! - [`filter`]: column filters pushed down into reads.
+//! - [`ipc_guard`]: refusing compressed Arrow IPC from clients before it is decoded.
 //! - [`key`]: memcomparable keys and stored rows of primary-key tables.
 //! - [`merge`]: the key merge of a union read (lake rows plus changelog tail).
 //! - [`partition`]: partition names built from partition-key values.
@@ -19,6 +20,7 @@ pub mod bucket;
 pub mod change;
 pub mod error;
 pub mod filter;
+pub mod ipc_guard;
 pub mod key;
 pub mod merge;
 pub mod options;

@@ -14,11 +14,13 @@ use tracing::{info, warn};
 
 use crate::error::{NodeError, Result};
 use crate::flight::MinkFlightService;
+use crate::flight::limits::{
+    MAX_HEADER_LIST_BYTES, MAX_REQUESTS_PER_CONNECTION, MAX_STREAMS_PER_CONNECTION,
+};
 use crate::node::Node;
 use crate::tiering::run_tiering;
 
-/// Largest gRPC message accepted or sent (one Arrow batch).
-pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+pub use crate::flight::limits::MAX_MESSAGE_BYTES;
 /// How often retention runs.
 const RETENTION_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -71,7 +73,7 @@ pub fn serve(node: Arc<Node>, listener: TcpListener) -> Result<ServerHandle> {
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let server = tokio::spawn(
-        tonic::transport::Server::builder()
+        bounded_builder()
             .add_service(service)
             .serve_with_incoming_shutdown(incoming(listener), async {
                 let _ = shutdown_signal.await;
@@ -88,6 +90,17 @@ pub fn serve(node: Arc<Node>, listener: TcpListener) -> Result<ServerHandle> {
         server,
         background,
     })
+}
+
+/// A server builder with the per-connection bounds of [`crate::flight::limits`]: at most
+/// [`MAX_STREAMS_PER_CONNECTION`] calls open at once (announced in the HTTP/2 SETTINGS,
+/// so a client's further calls wait for one to end), [`MAX_REQUESTS_PER_CONNECTION`]
+/// worked on at once, headers of [`MAX_HEADER_LIST_BYTES`] at most.
+fn bounded_builder() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        .concurrency_limit_per_connection(MAX_REQUESTS_PER_CONNECTION)
+        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
 }
 
 /// Accepted connections, with Nagle's algorithm off: small answers (acks, tail polls)

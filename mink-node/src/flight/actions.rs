@@ -11,7 +11,7 @@ use mink_core::protocol::{
 use mink_core::table::{TableDescriptor, TablePath};
 use prost::Message;
 
-use super::{MinkFlightService, projection, required_bucket};
+use super::{MinkFlightService, limits, projection, required_bucket};
 use crate::error::NodeError;
 use crate::tiering::{compact_table, tier_table};
 
@@ -135,14 +135,14 @@ impl MinkFlightService {
             action::LOOKUP => {
                 let request: Lookup = decode("lookup", body)?;
                 let bucket = required_bucket(request.bucket, "lookup")?;
-                let keys = decode_batch("lookup keys", &request.keys)?;
+                let keys = decode_client_batch("lookup keys", &request.keys)?;
                 self.key_reply(&bucket, keys, false, &request.columns)
                     .await?
             }
             action::PREFIX_LOOKUP => {
                 let request: PrefixLookup = decode("prefix_lookup", body)?;
                 let bucket = required_bucket(request.bucket, "prefix_lookup")?;
-                let prefixes = decode_batch("lookup prefixes", &request.prefixes)?;
+                let prefixes = decode_client_batch("lookup prefixes", &request.prefixes)?;
                 self.key_reply(&bucket, prefixes, true, &request.columns)
                     .await?
             }
@@ -154,7 +154,8 @@ impl MinkFlightService {
         })
     }
 
-    /// The encoded [`LookupReply`] of a lookup or prefix lookup.
+    /// The encoded [`LookupReply`] of a lookup or prefix lookup of at most
+    /// [`limits::MAX_LOOKUP_KEYS`] keys.
     async fn key_reply(
         &self,
         bucket: &BucketId,
@@ -162,6 +163,8 @@ impl MinkFlightService {
         prefix: bool,
         columns: &[u32],
     ) -> Result<Vec<u8>, NodeError> {
+        let what = if prefix { "prefix_lookup" } else { "lookup" };
+        limits::check_lookup_keys(what, keys.num_rows())?;
         let table = self.node.describe(&TablePath::parse(&bucket.table)?)?;
         let projection = projection(&table, columns)?;
         let found = self.node.lookup(bucket, keys, prefix).await?;
@@ -171,6 +174,13 @@ impl MinkFlightService {
         }
         .encode_to_vec())
     }
+}
+
+/// Decodes a client's IPC stream of one batch, refusing compressed IPC before the decoder
+/// runs (it would allocate whatever uncompressed length the client declared).
+fn decode_client_batch(what: &str, bytes: &[u8]) -> Result<RecordBatch, NodeError> {
+    mink_core::ipc_guard::check_stream(bytes)?;
+    Ok(decode_batch(what, bytes)?)
 }
 
 /// The actions `list_actions` describes.

@@ -14,11 +14,14 @@
 //! Projection happens here: `columns` are field indexes of the table's current schema, and
 //! each batch is cut to those columns before it is encoded. A batch written under an older
 //! schema version keeps its own columns (those it has of the projection); its
-//! `schema_id` in [`ScanBatch`] tells the client how to normalize it.
+//! `schema_id` in [`ScanBatch`] tells the client how to normalize it. A projection must
+//! name each column once and only columns the table has.
+//!
+//! Every size a client controls is clamped or refused by [`limits`]; compressed Arrow IPC
+//! is refused before it is decoded ([`mink_core::ipc_guard`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
@@ -29,7 +32,7 @@ use arrow_flight::{
 };
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use mink_core::protocol::{BucketId, ReadTicket, WriteHeader, decode, read_ticket};
 use mink_core::table::TableDescriptor;
 use prost::Message;
@@ -37,17 +40,14 @@ use tonic::{Request, Response, Status, Streaming};
 
 mod actions;
 mod encoder;
+pub mod limits;
+mod put;
 mod reads;
 
 use crate::error::NodeError;
 use crate::node::Node;
 
-/// Bytes a Scan or Tail returns when the request does not say.
-pub const DEFAULT_MAX_BYTES: u64 = 8 << 20;
-/// The longest wait a Tail may ask for.
-pub const MAX_TAIL_WAIT: Duration = Duration::from_secs(60);
-/// Appends of one DoPut stream in flight at once (they are group-committed together).
-const PUT_PIPELINE: usize = 64;
+pub use limits::{DEFAULT_MAX_BYTES, MAX_TAIL_WAIT};
 
 type FlightStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
@@ -68,30 +68,10 @@ fn required_bucket(bucket: Option<BucketId>, what: &str) -> Result<BucketId, Nod
     bucket.ok_or_else(|| NodeError::InvalidArgument(format!("{what} names no bucket")))
 }
 
-/// Checks the projection against the current schema.
+/// Checks the projection against the current schema: unique indexes in range.
 fn projection(table: &TableDescriptor, columns: &[u32]) -> Result<Vec<usize>, NodeError> {
     let width = table.schema().fields().len();
-    if columns.is_empty() {
-        return Ok((0..width).collect());
-    }
-    columns
-        .iter()
-        .map(|&c| {
-            let index = c as usize;
-            if index < width {
-                Ok(index)
-            } else {
-                Err(NodeError::InvalidArgument(format!(
-                    "column index {c} is out of range: table {} has {width} columns",
-                    table.path
-                )))
-            }
-        })
-        .collect()
-}
-
-fn non_zero_or(value: u64, default: u64) -> u64 {
-    if value == 0 { default } else { value }
+    limits::check_projection(&table.path.to_string(), width, columns)
 }
 
 fn flight_error_to_status(error: FlightError) -> Status {
@@ -189,22 +169,27 @@ impl FlightService for MinkFlightService {
         let delete = header.delete;
         let bucket = Arc::new(required_bucket(header.bucket, "DoPut")?);
         self.node.check_write_address(&bucket)?;
+        // Every message is checked before the decoder sees it: compressed IPC is refused.
         let data = stream::once(async { Ok(first) })
-            .chain(input.map_err(|status| FlightError::Tonic(Box::new(status))));
-        let node = Arc::clone(&self.node);
-        let acks = FlightRecordBatchStream::new_from_flight_data(data)
+            .chain(input)
+            .map(|data| data.and_then(put::check_flight_data))
+            .map_err(|status| FlightError::Tonic(Box::new(status)));
+        let batches = FlightRecordBatchStream::new_from_flight_data(data)
             .map_err(flight_error_to_status)
-            .map(move |batch| {
-                let node = Arc::clone(&node);
-                let bucket = Arc::clone(&bucket);
-                async move {
-                    let ack = node.write(&bucket, batch?, delete).await?;
-                    Ok(PutResult {
-                        app_metadata: Bytes::from(ack.encode_to_vec()),
-                    })
-                }
-            })
-            .buffered(PUT_PIPELINE);
+            .boxed();
+        let node = Arc::clone(&self.node);
+        let start = move |batch| {
+            let node = Arc::clone(&node);
+            let bucket = Arc::clone(&bucket);
+            async move {
+                let ack = node.write(&bucket, batch, delete).await?;
+                Ok::<_, Status>(PutResult {
+                    app_metadata: Bytes::from(ack.encode_to_vec()),
+                })
+            }
+            .boxed()
+        };
+        let acks = put::Pipeline::new(batches, limits::PUT_PIPELINE, start);
         Ok(Response::new(acks.boxed()))
     }
 

@@ -1,7 +1,6 @@
 //! The read tickets: Scan, Snapshot and LimitScan (DoGet) and Tail (DoExchange).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow_flight::FlightData;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
@@ -19,32 +18,29 @@ use prost::Message;
 use tonic::Status;
 
 use super::encoder::{BatchEncoder, metadata_only};
-use super::{
-    DEFAULT_MAX_BYTES, FlightStream, MAX_TAIL_WAIT, MinkFlightService, non_zero_or, projection,
-    required_bucket,
-};
+use super::limits::{self, DEFAULT_BATCH_ROWS};
+use super::{FlightStream, MinkFlightService, projection, required_bucket};
 use crate::error::NodeError;
 use crate::kv::KvTablet;
 use crate::log::LogBatch;
 use crate::node::Node;
 use crate::union::{changelog_rows, log_range};
 
-/// Rows per Snapshot batch when the request does not say.
-const DEFAULT_SNAPSHOT_ROWS: u32 = 8192;
-
 impl MinkFlightService {
-    /// Scan: log batches from an offset, bounded by `max_bytes`.
+    /// Scan: log batches from an offset, bounded by `max_bytes` (clamped to
+    /// [`limits::MAX_ANSWER_BYTES`]).
     pub(super) async fn scan(&self, request: ScanRequest) -> Result<Vec<FlightData>, NodeError> {
         let bucket = required_bucket(request.bucket, "Scan")?;
         let (table, target) = self.node.bucket(&bucket)?;
         let mut encoder = BatchEncoder::new(projection(&table, &request.columns)?);
-        let max_bytes = non_zero_or(request.max_bytes, DEFAULT_MAX_BYTES);
+        let max_bytes = limits::answer_bytes(request.max_bytes);
         let batches = target.log.read(request.offset, max_bytes).await?;
         let (_, high_watermark) = target.log.offsets();
         encoder.encode_all(&table, &batches, high_watermark)
     }
 
-    /// Answers one Tail poll: waits, reads, and closes the answer with [`TailEnd`].
+    /// Answers one Tail poll: waits, reads, and closes the answer with [`TailEnd`]. The
+    /// wait, `min_bytes` and `max_bytes` are clamped by [`limits`].
     pub(super) async fn tail(
         node: Arc<Node>,
         message: FlightData,
@@ -63,11 +59,10 @@ impl MinkFlightService {
                 high_watermark,
             });
         }
-        let max_wait = Duration::from_millis(request.max_wait_ms).min(MAX_TAIL_WAIT);
-        tablet
-            .wait_for(request.offset, request.min_bytes, max_wait)
-            .await?;
-        let max_bytes = non_zero_or(request.max_bytes, DEFAULT_MAX_BYTES);
+        let max_bytes = limits::answer_bytes(request.max_bytes);
+        let min_bytes = limits::min_bytes(request.min_bytes, max_bytes);
+        let max_wait = limits::tail_wait(request.max_wait_ms);
+        tablet.wait_for(request.offset, min_bytes, max_wait).await?;
         let batches = tablet.read(request.offset, max_bytes).await?;
         let (_, high_watermark) = tablet.offsets();
         let mut messages = encoder.encode_all(&table, &batches, high_watermark)?;
@@ -79,7 +74,8 @@ impl MinkFlightService {
         Ok(messages)
     }
 
-    /// Snapshot: every row of the bucket's KV store in key order.
+    /// Snapshot: every row of the bucket's KV store in key order, `batch_rows` (clamped to
+    /// [`limits::MAX_BATCH_ROWS`]) per batch.
     pub(super) fn snapshot(
         &self,
         request: SnapshotRequest,
@@ -87,11 +83,8 @@ impl MinkFlightService {
         let bucket = required_bucket(request.bucket, "Snapshot")?;
         let (table, kv) = self.node.kv_bucket(&bucket)?;
         let projection = projection(&table, &request.columns)?;
-        let batch_rows = non_zero_or(
-            u64::from(request.batch_rows),
-            u64::from(DEFAULT_SNAPSHOT_ROWS),
-        );
-        stream_kv(table, kv, projection, batch_rows as usize, usize::MAX)
+        let batch_rows = limits::batch_rows(request.batch_rows);
+        stream_kv(table, kv, projection, batch_rows, usize::MAX)
     }
 
     /// LimitScan: the first rows of a KV store, or the last rows of a log table's log.
@@ -104,7 +97,7 @@ impl MinkFlightService {
         let projection = projection(&table, &request.columns)?;
         let limit = request.limit as usize;
         if table.has_primary_key() {
-            let rows = limit.clamp(1, DEFAULT_SNAPSHOT_ROWS as usize);
+            let rows = limit.clamp(1, DEFAULT_BATCH_ROWS as usize);
             return stream_kv(table, target.kv.clone(), projection, rows, limit);
         }
         let mut encoder = BatchEncoder::new(projection);

@@ -1,0 +1,239 @@
+//! The bounds of one request on the node port, in one place (`docs/security.md`,
+//! "Request limits").
+//!
+//! A client controls every size in a ticket, an action and a DoPut stream. Each one the
+//! node acts on is bounded here, in one of two ways:
+//!
+//! - **clamped**, silently, where `spec/reads.md` lets a server answer less than asked:
+//!   a Scan or Tail is "bounded by max_bytes" and the client continues from the answer's
+//!   next offset; a Snapshot's `batch_rows` only shapes the batches, not the rows; a Tail
+//!   may end its wait early (an empty or short answer is a normal result). The client
+//!   cannot tell a clamp from a log that held less.
+//! - **refused** with `InvalidArgument` naming the limit, where answering less would be a
+//!   wrong answer: a projection that repeats or invents a column, a lookup with more keys
+//!   than one call may carry.
+//!
+//! | limit                            | value      | how      |
+//! |----------------------------------|------------|----------|
+//! | [`DEFAULT_MAX_BYTES`]            | 8 MiB      | a Scan/Tail `max_bytes` of 0 |
+//! | [`MAX_ANSWER_BYTES`]             | 32 MiB     | clamped  |
+//! | [`DEFAULT_BATCH_ROWS`]           | 8192       | a Snapshot `batch_rows` of 0 |
+//! | [`MAX_BATCH_ROWS`]               | 65 536     | clamped  |
+//! | [`MAX_TAIL_WAIT`]                | 60 s       | clamped  |
+//! | min_bytes                        | the answer's max_bytes | clamped |
+//! | projection                       | unique indexes < table width | refused |
+//! | [`MAX_LOOKUP_KEYS`]              | 65 536     | refused  |
+//! | [`MAX_MESSAGE_BYTES`]            | 256 MiB    | refused by tonic (`OutOfRange`) |
+//! | [`MAX_STREAMS_PER_CONNECTION`]   | 256        | HTTP/2 SETTINGS: the client waits |
+//! | [`MAX_REQUESTS_PER_CONNECTION`]  | 256        | queued per connection |
+//! | [`MAX_HEADER_LIST_BYTES`]        | 64 KiB     | refused by HTTP/2 |
+//! | [`PUT_PIPELINE`]                 | 64         | batches of one DoPut in flight |
+//!
+//! Compressed Arrow IPC is refused wherever the node decodes a client's IPC (DoPut
+//! batches, lookup keys, prefix-lookup prefixes) by [`mink_core::ipc_guard`].
+
+use std::time::Duration;
+
+use crate::error::NodeError;
+
+/// Bytes a Scan or Tail answers when the request says 0.
+pub const DEFAULT_MAX_BYTES: u64 = 8 << 20;
+/// The most log bytes one Scan or Tail answer holds (the batch at the requested offset is
+/// always sent whole, so an answer can exceed this by one batch). Larger `max_bytes` are
+/// clamped: the client continues from the answer's next offset.
+pub const MAX_ANSWER_BYTES: u64 = 32 << 20;
+/// Rows per Snapshot batch when the request says 0.
+pub const DEFAULT_BATCH_ROWS: u32 = 8192;
+/// The most rows of one Snapshot batch. Larger `batch_rows` are clamped: the client gets
+/// the same rows in more batches.
+pub const MAX_BATCH_ROWS: u32 = 1 << 16;
+/// The longest wait a Tail may ask for; longer ones are clamped (the answer after the
+/// wait may be empty, a normal result).
+pub const MAX_TAIL_WAIT: Duration = Duration::from_secs(60);
+/// The most keys (or prefixes) of one `lookup` or `prefix_lookup`; more are refused.
+pub const MAX_LOOKUP_KEYS: usize = 1 << 16;
+/// Largest gRPC message accepted or sent (one Arrow batch, one ticket, one action).
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+/// HTTP/2 streams (calls) one client connection may have open at once. The server
+/// announces it in its SETTINGS; a client's further calls wait for a stream to end.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
+/// Calls of one connection the service works on at once; further ones queue.
+pub const MAX_REQUESTS_PER_CONNECTION: usize = 256;
+/// The largest header list (metadata) of one call.
+pub const MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
+/// Batches of one DoPut stream in flight at once (they are group-committed together).
+pub const PUT_PIPELINE: usize = 64;
+
+/// The bytes a Scan or Tail answers for a requested `max_bytes`: 0 means
+/// [`DEFAULT_MAX_BYTES`], anything above [`MAX_ANSWER_BYTES`] is clamped to it.
+pub fn answer_bytes(requested: u64) -> u64 {
+    match requested {
+        0 => DEFAULT_MAX_BYTES,
+        n => n.min(MAX_ANSWER_BYTES),
+    }
+}
+
+/// The rows per Snapshot batch for a requested `batch_rows`: 0 means
+/// [`DEFAULT_BATCH_ROWS`], anything above [`MAX_BATCH_ROWS`] is clamped to it.
+pub fn batch_rows(requested: u32) -> usize {
+    let rows = match requested {
+        0 => DEFAULT_BATCH_ROWS,
+        n => n.min(MAX_BATCH_ROWS),
+    };
+    rows as usize
+}
+
+/// A Tail's wait, clamped to [`MAX_TAIL_WAIT`].
+pub fn tail_wait(requested_ms: u64) -> Duration {
+    Duration::from_millis(requested_ms).min(MAX_TAIL_WAIT)
+}
+
+/// A Tail's `min_bytes`, clamped to the bytes its answer may hold: waiting for more than
+/// can be sent would only hold the poll until its deadline.
+pub fn min_bytes(requested: u64, answer_bytes: u64) -> u64 {
+    requested.min(answer_bytes)
+}
+
+/// Checks a projection against a table of `width` columns: every index in range and none
+/// repeated. Empty means every column.
+///
+/// # Errors
+///
+/// [`NodeError::InvalidArgument`] naming the first index out of range or repeated.
+pub fn check_projection(
+    table: &str,
+    width: usize,
+    columns: &[u32],
+) -> Result<Vec<usize>, NodeError> {
+    if columns.is_empty() {
+        return Ok((0..width).collect());
+    }
+    let mut seen = vec![false; width];
+    let mut projection = Vec::with_capacity(columns.len().min(width));
+    for &column in columns {
+        let index = usize::try_from(column).unwrap_or(usize::MAX);
+        match seen.get_mut(index) {
+            None => {
+                return Err(NodeError::InvalidArgument(format!(
+                    "column index {column} is out of range: table {table} has {width} columns"
+                )));
+            }
+            Some(true) => {
+                return Err(NodeError::InvalidArgument(format!(
+                    "column index {column} appears more than once in the projection: \
+                     name each column once"
+                )));
+            }
+            Some(seen) => {
+                *seen = true;
+                projection.push(index);
+            }
+        }
+    }
+    Ok(projection)
+}
+
+/// Checks the number of keys (or prefixes) of one lookup.
+///
+/// # Errors
+///
+/// [`NodeError::InvalidArgument`] above [`MAX_LOOKUP_KEYS`].
+pub fn check_lookup_keys(what: &str, keys: usize) -> Result<(), NodeError> {
+    if keys > MAX_LOOKUP_KEYS {
+        return Err(NodeError::InvalidArgument(format!(
+            "a {what} of {keys} keys: one call takes at most {MAX_LOOKUP_KEYS}, split it"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(result: Result<Vec<usize>, NodeError>) -> String {
+        match result {
+            Err(NodeError::InvalidArgument(message)) => message,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_empty_projection_is_every_column() {
+        assert_eq!(check_projection("t", 3, &[]).unwrap(), vec![0, 1, 2]);
+        assert_eq!(check_projection("t", 0, &[]).unwrap(), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_unique_in_range_projection_keeps_its_order() {
+        assert_eq!(check_projection("t", 3, &[2, 0]).unwrap(), vec![2, 0]);
+        assert_eq!(check_projection("t", 3, &[1]).unwrap(), vec![1]);
+        assert_eq!(check_projection("t", 3, &[0, 1, 2]).unwrap(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_repeated_column_is_refused() {
+        let message = refused(check_projection("t", 3, &[1, 0, 1]));
+        assert!(
+            message.contains("column index 1 appears more than once"),
+            "{message}"
+        );
+        let many = vec![0u32; 200_000];
+        let message = refused(check_projection("t", 2, &many));
+        assert!(message.contains("more than once"), "{message}");
+    }
+
+    #[test]
+    fn an_index_out_of_range_is_refused() {
+        let message = refused(check_projection("test.t", 2, &[0, 2]));
+        assert!(
+            message.contains("column index 2 is out of range"),
+            "{message}"
+        );
+        assert!(message.contains("test.t has 2 columns"), "{message}");
+        let message = refused(check_projection("t", 2, &[u32::MAX]));
+        assert!(message.contains("4294967295"), "{message}");
+        assert!(check_projection("t", 0, &[0]).is_err());
+    }
+
+    #[test]
+    fn max_bytes_zero_is_the_default_and_large_ones_are_clamped() {
+        assert_eq!(answer_bytes(0), DEFAULT_MAX_BYTES);
+        assert_eq!(answer_bytes(1), 1);
+        assert_eq!(answer_bytes(MAX_ANSWER_BYTES), MAX_ANSWER_BYTES);
+        assert_eq!(answer_bytes(MAX_ANSWER_BYTES + 1), MAX_ANSWER_BYTES);
+        assert_eq!(answer_bytes(u64::MAX), MAX_ANSWER_BYTES);
+        assert!(DEFAULT_MAX_BYTES <= MAX_ANSWER_BYTES);
+    }
+
+    #[test]
+    fn batch_rows_zero_is_the_default_and_large_ones_are_clamped() {
+        assert_eq!(batch_rows(0), DEFAULT_BATCH_ROWS as usize);
+        assert_eq!(batch_rows(1), 1);
+        assert_eq!(batch_rows(MAX_BATCH_ROWS), MAX_BATCH_ROWS as usize);
+        assert_eq!(batch_rows(u32::MAX), MAX_BATCH_ROWS as usize);
+        assert!(DEFAULT_BATCH_ROWS <= MAX_BATCH_ROWS);
+    }
+
+    #[test]
+    fn tail_waits_and_min_bytes_are_clamped() {
+        assert_eq!(tail_wait(0), Duration::ZERO);
+        assert_eq!(tail_wait(1500), Duration::from_millis(1500));
+        assert_eq!(tail_wait(u64::MAX), MAX_TAIL_WAIT);
+        assert_eq!(min_bytes(0, 100), 0);
+        assert_eq!(min_bytes(50, 100), 50);
+        assert_eq!(
+            min_bytes(u64::MAX, answer_bytes(u64::MAX)),
+            MAX_ANSWER_BYTES
+        );
+    }
+
+    #[test]
+    fn lookups_above_the_key_limit_are_refused() {
+        assert!(check_lookup_keys("lookup", 0).is_ok());
+        assert!(check_lookup_keys("lookup", MAX_LOOKUP_KEYS).is_ok());
+        let err = check_lookup_keys("prefix_lookup", MAX_LOOKUP_KEYS + 1).unwrap_err();
+        assert!(err.to_string().contains("at most 65536"), "{err}");
+        assert!(matches!(err, NodeError::InvalidArgument(_)));
+    }
+}

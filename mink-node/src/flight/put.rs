@@ -1,0 +1,266 @@
+//! DoPut: a client's batches in, one acknowledgement per batch out, in order.
+//!
+//! Up to [`PUT_PIPELINE`] batches of one stream are in flight at once, so they share
+//! group commits. The pipeline keeps one promise: **after an error, nothing later in the
+//! stream is written.** A client that sees acks for batches `0..k` and then an error may
+//! retry from batch `k` without duplicating anything.
+//!
+//! ```text
+//!   client ──FlightData──► IPC guard ──► decoder ──► admit ──► [write k-2][write k-1][write k] ──► acks, in order
+//!                                                     │
+//!                                                     └─ start write k, poll it once:
+//!                                                          refused -> stop reading, drain, then the error
+//!                                                          pending -> queued in the log, admit k+1
+//! ```
+//!
+//! [`Node::write`](crate::node::Node::write) checks a batch (schema, nulls, routing,
+//! address) before its first await, and only then queues it for the log's group commit.
+//! So one poll of a new write tells whether it was refused; the next batch is only
+//! started after that, and a refused batch stops the stream: nothing after it is read
+//! or queued. Acknowledgements of the batches before it are still sent, then the error.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use arrow::array::RecordBatch;
+use arrow_flight::FlightData;
+use futures::future::{self, BoxFuture};
+use futures::stream::FuturesOrdered;
+use futures::{FutureExt, Stream, StreamExt};
+use mink_core::ipc_guard;
+use tonic::Status;
+
+#[cfg(doc)]
+use super::limits::PUT_PIPELINE;
+use crate::error::NodeError;
+
+/// Refuses a FlightData whose IPC header declares compression, before any decoder sees
+/// it. A message without a header (a descriptor only) passes: nothing in it is decoded.
+pub(super) fn check_flight_data(data: FlightData) -> Result<FlightData, Status> {
+    if !data.data_header.is_empty() {
+        ipc_guard::check_header(&data.data_header).map_err(NodeError::from)?;
+    }
+    Ok(data)
+}
+
+/// The acknowledgements of a DoPut stream: `start` begins the write of one batch.
+pub(super) struct Pipeline<I, S, T> {
+    input: Option<I>,
+    start: S,
+    in_flight: FuturesOrdered<BoxFuture<'static, Result<T, Status>>>,
+    depth: usize,
+    failed: Option<Status>,
+    done: bool,
+}
+
+impl<I, S, T> std::fmt::Debug for Pipeline<I, S, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("in_flight", &self.in_flight.len())
+            .field("depth", &self.depth)
+            .field("reading", &self.input.is_some())
+            .field("failed", &self.failed)
+            .finish()
+    }
+}
+
+impl<I, S, T> Pipeline<I, S, T>
+where
+    I: Stream<Item = Result<RecordBatch, Status>> + Unpin,
+    S: FnMut(RecordBatch) -> BoxFuture<'static, Result<T, Status>> + Unpin,
+    T: Send + 'static,
+{
+    /// A pipeline of at most `depth` writes in flight over the decoded `input`.
+    pub(super) fn new(input: I, depth: usize, start: S) -> Self {
+        Self {
+            input: Some(input),
+            start,
+            in_flight: FuturesOrdered::new(),
+            depth: depth.max(1),
+            failed: None,
+            done: false,
+        }
+    }
+
+    /// Stops reading the client's stream; `status` follows the acks already in flight.
+    fn fail(&mut self, status: Status) {
+        self.failed = Some(status);
+        self.input = None;
+    }
+
+    /// Starts writes while there is room and input is ready.
+    fn admit(&mut self, cx: &mut Context<'_>) {
+        while self.failed.is_none() && self.in_flight.len() < self.depth {
+            let Some(input) = self.input.as_mut() else {
+                return;
+            };
+            match input.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(batch))) => {
+                    let mut write = (self.start)(batch);
+                    match write.poll_unpin(cx) {
+                        Poll::Ready(Err(status)) => self.fail(status),
+                        Poll::Ready(Ok(ack)) => {
+                            self.in_flight.push_back(future::ready(Ok(ack)).boxed());
+                        }
+                        Poll::Pending => self.in_flight.push_back(write),
+                    }
+                }
+                Poll::Ready(Some(Err(status))) => self.fail(status),
+                Poll::Ready(None) => self.input = None,
+                Poll::Pending => return,
+            }
+        }
+    }
+}
+
+impl<I, S, T> Stream for Pipeline<I, S, T>
+where
+    I: Stream<Item = Result<RecordBatch, Status>> + Unpin,
+    S: FnMut(RecordBatch) -> BoxFuture<'static, Result<T, Status>> + Unpin,
+    T: Send + 'static,
+{
+    type Item = Result<T, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        this.admit(cx);
+        match this.in_flight.poll_next_unpin(cx) {
+            Poll::Ready(Some(Ok(ack))) => Poll::Ready(Some(Ok(ack))),
+            Poll::Ready(Some(Err(status))) => {
+                // A write that failed in the log itself (an I/O error): the stream ends
+                // here. Writes already queued behind it are not acknowledged.
+                this.done = true;
+                this.input = None;
+                Poll::Ready(Some(Err(status)))
+            }
+            Poll::Ready(None) => {
+                if let Some(status) = this.failed.take() {
+                    this.done = true;
+                    Poll::Ready(Some(Err(status)))
+                } else if this.input.is_none() {
+                    this.done = true;
+                    Poll::Ready(None)
+                } else {
+                    Poll::Pending
+                }
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use arrow::array::{AsArray, Int64Array};
+    use arrow::datatypes::Int64Type;
+    use futures::stream;
+
+    use super::*;
+
+    fn batch(id: i64) -> RecordBatch {
+        RecordBatch::try_from_iter([("id", Arc::new(Int64Array::from(vec![id])) as _)]).unwrap()
+    }
+
+    fn id(batch: &RecordBatch) -> i64 {
+        batch.column(0).as_primitive::<Int64Type>().value(0)
+    }
+
+    /// A fake log: a write of a negative id is refused on its first poll; every other
+    /// one is "queued" (recorded) on its first poll and acknowledged after a delay.
+    fn run(ids: Vec<i64>, depth: usize) -> (Vec<Result<i64, String>>, Vec<i64>) {
+        let queued = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&queued);
+        let start = move |batch: RecordBatch| {
+            let log = Arc::clone(&log);
+            async move {
+                let id = id(&batch);
+                if id < 0 {
+                    return Err(Status::invalid_argument(format!("bad batch {id}")));
+                }
+                log.lock().unwrap().push(id);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok(id)
+            }
+            .boxed()
+        };
+        let input = stream::iter(ids.into_iter().map(|i| Ok(batch(i))));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let answers = runtime.block_on(
+            Pipeline::new(input, depth, start)
+                .map(|r| r.map_err(|s| s.message().to_string()))
+                .collect::<Vec<_>>(),
+        );
+        let queued = queued.lock().unwrap().clone();
+        (answers, queued)
+    }
+
+    #[test]
+    fn every_batch_is_acknowledged_in_order() {
+        let (answers, queued) = run((0..100).collect(), 8);
+        let acks: Vec<i64> = answers.into_iter().map(Result::unwrap).collect();
+        assert_eq!(acks, (0..100).collect::<Vec<_>>());
+        assert_eq!(queued, (0..100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn nothing_after_a_refused_batch_is_queued() {
+        for depth in [1, 2, 64] {
+            let ids: Vec<i64> = (0..10).chain([-1]).chain(11..64).collect();
+            let (answers, queued) = run(ids, depth);
+            assert_eq!(queued, (0..10).collect::<Vec<_>>(), "depth {depth}");
+            let (acks, errors): (Vec<_>, Vec<_>) = answers.into_iter().partition(Result::is_ok);
+            assert_eq!(acks.len(), 10, "depth {depth}");
+            assert_eq!(
+                errors,
+                vec![Err("bad batch -1".to_string())],
+                "depth {depth}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_first_batch_is_the_only_answer() {
+        let (answers, queued) = run(vec![-5, 1, 2], 64);
+        assert_eq!(answers, vec![Err("bad batch -5".to_string())]);
+        assert!(queued.is_empty());
+    }
+
+    #[test]
+    fn a_decoding_error_stops_the_stream_after_the_acks_before_it() {
+        let queued = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&queued);
+        let input = stream::iter(vec![
+            Ok(batch(1)),
+            Err(Status::invalid_argument("malformed")),
+            Ok(batch(2)),
+        ]);
+        let start = move |batch: RecordBatch| {
+            log.lock().unwrap().push(id(&batch));
+            future::ready(Ok(id(&batch))).boxed()
+        };
+        let answers = futures::executor::block_on(
+            Pipeline::new(input, 64, start)
+                .map(|r| r.map_err(|s| s.message().to_string()))
+                .collect::<Vec<_>>(),
+        );
+        assert_eq!(answers, vec![Ok(1), Err("malformed".to_string())]);
+        assert_eq!(*queued.lock().unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn a_compressed_header_is_refused_and_an_empty_one_passes() {
+        assert!(check_flight_data(FlightData::new()).is_ok());
+        let err =
+            check_flight_data(FlightData::new().with_data_header(b"garbage".to_vec())).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    }
+}

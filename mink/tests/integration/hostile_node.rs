@@ -1,0 +1,553 @@
+//! Hostile clients on the node port (issue 14): each case is a raw Flight call with a
+//! hand-built ticket, action or DoPut stream against the real `mink server` binary. After
+//! each the process still answers a Flight call, and for the memory cases its resident
+//! memory stayed less than 1 GiB above its idle figure.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
+use arrow::ipc::{CompressionType, root_as_message};
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{Action, FlightClient, FlightDescriptor, Ticket};
+use futures::{StreamExt, TryStreamExt, stream};
+use mink_client::MinkClient;
+use mink_core::options::TableOptions;
+use mink_core::protocol::{
+    BucketId, Lookup, PrefixLookup, ReadTicket, ScanRequest, SnapshotRequest, TailRequest,
+    WriteHeader, action, read_ticket,
+};
+use mink_core::table::{TableDescriptor, TablePath};
+use mink_node::flight::limits::MAX_ANSWER_BYTES;
+use prost::Message;
+use tonic::Code;
+
+use crate::support::{events, events_table};
+
+/// How far above its idle figure the server's resident memory may grow during a case.
+const RSS_HEADROOM_KIB: u64 = 1 << 20;
+
+/// A `mink server` child whose pid the test keeps, to read its memory.
+struct Server {
+    child: Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mink"))
+            .args(["server", "--listen", "127.0.0.1:0"])
+            .args(["--sql-listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start mink server");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read a line");
+        let addr = line
+            .trim()
+            .strip_prefix("mink node listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in stdout.lines() {});
+        Self {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    /// VmRSS of the process, in KiB.
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(
+            Path::new("/proc")
+                .join(self.child.id().to_string())
+                .join("status"),
+        )
+        .expect("read /proc/<pid>/status");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS")
+    }
+
+    async fn client(&self) -> MinkClient {
+        MinkClient::connect(&self.addr).await.expect("connect")
+    }
+
+    async fn raw(&self) -> FlightClient {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{}", self.addr))
+            .expect("url")
+            .connect()
+            .await
+            .expect("raw connect");
+        let inner = FlightServiceClient::new(channel)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX);
+        FlightClient::new_from_inner(inner)
+    }
+
+    /// The process has not exited and still answers a Flight call.
+    async fn assert_alive(&mut self) {
+        assert!(
+            self.child.try_wait().expect("try_wait").is_none(),
+            "the server process exited"
+        );
+        let tables = self.client().await.list_tables(None).await;
+        assert!(tables.is_ok(), "list_tables after the case: {tables:?}");
+    }
+
+    fn assert_rss_below(&self, idle_kib: u64) {
+        let rss = self.rss_kib();
+        assert!(
+            rss < idle_kib + RSS_HEADROOM_KIB,
+            "resident memory grew from {idle_kib} KiB to {rss} KiB"
+        );
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `(id BIGINT NOT NULL, name STRING, PRIMARY KEY (id))`, one bucket.
+fn keyed_table(name: &str) -> TableDescriptor {
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+    ]);
+    let options = TableOptions {
+        bucket_num: 1,
+        bucket_key: Some(vec!["id".into()]),
+        ..TableOptions::default()
+    };
+    TableDescriptor::new(
+        TablePath::new("test", name),
+        schema,
+        vec!["id".into()],
+        vec![],
+        options,
+    )
+    .expect("valid table")
+}
+
+fn ticket(read: read_ticket::Read) -> Ticket {
+    Ticket::new(ReadTicket { read: Some(read) }.encode_to_vec())
+}
+
+/// The code and message of a failed Flight call.
+fn status_of(error: FlightError) -> (Code, String) {
+    match error {
+        FlightError::Tonic(status) => (status.code(), status.message().to_string()),
+        other => (Code::Unknown, other.to_string()),
+    }
+}
+
+/// Runs a DoGet to its end: the rows and bytes of the batches, or the failure.
+async fn do_get(raw: &mut FlightClient, ticket: Ticket) -> Result<(usize, usize), (Code, String)> {
+    let stream = raw.do_get(ticket).await.map_err(status_of)?;
+    let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(status_of)?;
+    Ok((
+        batches.iter().map(RecordBatch::num_rows).sum(),
+        batches.iter().map(RecordBatch::get_array_memory_size).sum(),
+    ))
+}
+
+/// Runs an action: its first result or the failure.
+async fn do_action(
+    raw: &mut FlightClient,
+    kind: &str,
+    body: Vec<u8>,
+) -> Result<(), (Code, String)> {
+    let results = raw
+        .do_action(Action::new(kind, body))
+        .await
+        .map_err(status_of)?;
+    let _: Vec<_> = results.try_collect().await.map_err(status_of)?;
+    Ok(())
+}
+
+fn assert_refused(result: Result<impl std::fmt::Debug, (Code, String)>, needle: &str) {
+    let (code, message) = result.expect_err("the request should be refused");
+    assert_eq!(code, Code::InvalidArgument, "{message}");
+    assert!(
+        message.contains(needle),
+        "'{message}' should mention '{needle}'"
+    );
+}
+
+/// An IPC stream of `batch`, LZ4-compressed, with every buffer's declared uncompressed
+/// length forged to 2^50 bytes.
+fn forged_lz4_stream(batch: &RecordBatch) -> Vec<u8> {
+    let options = IpcWriteOptions::default()
+        .try_with_compression(Some(CompressionType::LZ4_FRAME))
+        .expect("lz4");
+    let mut writer = StreamWriter::try_new_with_options(Vec::new(), batch.schema_ref(), options)
+        .expect("writer");
+    writer.write(batch).expect("write");
+    let mut bytes = writer.into_inner().expect("finish");
+    let mut at = 0;
+    while at + 8 <= bytes.len() {
+        let length = i32::from_le_bytes(bytes[at + 4..at + 8].try_into().expect("4 bytes"));
+        if length <= 0 {
+            break;
+        }
+        let header_end = at + 8 + length as usize;
+        let message = root_as_message(&bytes[at + 8..header_end]).expect("message");
+        let body = message.bodyLength() as usize;
+        let buffers: Vec<(usize, usize)> = message
+            .header_as_record_batch()
+            .and_then(|b| b.buffers())
+            .map(|buffers| {
+                buffers
+                    .iter()
+                    .map(|b| (b.offset() as usize, b.length() as usize))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (offset, length) in buffers {
+            if length >= 8 {
+                let start = header_end + offset;
+                bytes[start..start + 8].copy_from_slice(&(1i64 << 50).to_le_bytes());
+            }
+        }
+        at = header_end + body;
+    }
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_with_batch_rows_u32_max_is_clamped() {
+    let mut server = Server::start();
+    let client = server.client().await;
+    let table = client
+        .create_table(&keyed_table("snap"), false)
+        .await
+        .expect("create");
+    let bucket = BucketId::new(&table.path, 0);
+    let ids: Vec<i64> = (0..10).collect();
+    client
+        .append(&bucket, vec![events(&table, &ids)])
+        .await
+        .expect("upsert");
+
+    let mut raw = server.raw().await;
+    let read = read_ticket::Read::Snapshot(SnapshotRequest {
+        bucket: Some(bucket.clone()),
+        columns: vec![],
+        batch_rows: u32::MAX,
+    });
+    let (rows, _) = do_get(&mut raw, ticket(read)).await.expect("snapshot");
+    assert_eq!(rows, 10);
+    server.assert_alive().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projection_repeating_one_column_is_refused() {
+    let mut server = Server::start();
+    let client = server.client().await;
+    let table = client
+        .create_table(&events_table("repeat", 1, TableOptions::default()), false)
+        .await
+        .expect("create");
+    let bucket = BucketId::new(&table.path, 0);
+    for chunk in (0..2000).collect::<Vec<i64>>().chunks(200) {
+        client
+            .append(&bucket, vec![events(&table, chunk)])
+            .await
+            .expect("append");
+    }
+    let idle = server.rss_kib();
+
+    let mut raw = server.raw().await;
+    let scan = |columns: Vec<u32>| {
+        ticket(read_ticket::Read::Scan(ScanRequest {
+            bucket: Some(bucket.clone()),
+            offset: 0,
+            max_bytes: 0,
+            columns,
+        }))
+    };
+    assert_refused(
+        do_get(&mut raw, scan(vec![0; 200_000])).await,
+        "more than once",
+    );
+    assert_refused(
+        do_get(&mut raw, scan(vec![1, 0, 1])).await,
+        "more than once",
+    );
+    assert_refused(do_get(&mut raw, scan(vec![u32::MAX])).await, "out of range");
+    let tail = TailRequest {
+        bucket: Some(bucket.clone()),
+        offset: 0,
+        columns: vec![0; 200_000],
+        max_wait_ms: 0,
+        min_bytes: 0,
+        max_bytes: 0,
+    };
+    let message = arrow_flight::FlightData::new().with_app_metadata(tail.encode_to_vec());
+    let answer = match raw.do_exchange(stream::iter([Ok(message)])).await {
+        Ok(answer) => answer.try_collect::<Vec<_>>().await.map_err(status_of),
+        Err(error) => Err(status_of(error)),
+    };
+    assert_refused(answer, "more than once");
+    // A unique, in-range projection still reads.
+    let (rows, _) = do_get(&mut raw, scan(vec![1, 0])).await.expect("scan");
+    assert_eq!(rows, 2000);
+    server.assert_rss_below(idle);
+    server.assert_alive().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_ipc_from_a_client_is_refused_before_it_is_decoded() {
+    let mut server = Server::start();
+    let client = server.client().await;
+    let table = client
+        .create_table(&keyed_table("lz4"), false)
+        .await
+        .expect("create");
+    let bucket = BucketId::new(&table.path, 0);
+    client
+        .append(&bucket, vec![events(&table, &[1, 2, 3])])
+        .await
+        .expect("upsert");
+    let idle = server.rss_kib();
+    let mut raw = server.raw().await;
+
+    // lookup: the key batch, compressed, with a forged uncompressed length.
+    let keys = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)])),
+        vec![Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef],
+    )
+    .expect("keys");
+    let lookup = Lookup {
+        bucket: Some(bucket.clone()),
+        keys: forged_lz4_stream(&keys),
+        columns: vec![],
+    };
+    assert_refused(
+        do_action(&mut raw, action::LOOKUP, lookup.encode_to_vec()).await,
+        "compressed Arrow IPC",
+    );
+    server.assert_alive().await;
+
+    // prefix_lookup, the same.
+    let prefix = PrefixLookup {
+        bucket: Some(bucket.clone()),
+        prefixes: forged_lz4_stream(&keys),
+        columns: vec![],
+    };
+    assert_refused(
+        do_action(&mut raw, action::PREFIX_LOOKUP, prefix.encode_to_vec()).await,
+        "compressed Arrow IPC",
+    );
+    server.assert_alive().await;
+
+    // DoPut: a compressed batch is refused and nothing of it is written.
+    let descriptor = FlightDescriptor::new_cmd(
+        WriteHeader {
+            bucket: Some(bucket.clone()),
+            delete: false,
+        }
+        .encode_to_vec(),
+    );
+    let options = IpcWriteOptions::default()
+        .try_with_compression(Some(CompressionType::LZ4_FRAME))
+        .expect("lz4");
+    let data = FlightDataEncoderBuilder::new()
+        .with_options(options)
+        .with_flight_descriptor(Some(descriptor))
+        .build(stream::iter([Ok(events(&table, &[7, 8, 9]))]));
+    let answer = match raw.do_put(data).await {
+        Ok(acks) => acks.try_collect::<Vec<_>>().await.map_err(status_of),
+        Err(error) => Err(status_of(error)),
+    };
+    assert_refused(answer, "compressed Arrow IPC");
+    let snapshot = client.snapshot(&bucket, &[], 0).await.expect("snapshot");
+    let rows: usize = snapshot.batches.iter().map(RecordBatch::num_rows).sum();
+    assert_eq!(rows, 3, "the compressed batch was written");
+
+    // Uncompressed keys still look up.
+    let lookup = Lookup {
+        bucket: Some(bucket.clone()),
+        keys: mink_core::protocol::encode_batch(&keys).expect("encode"),
+        columns: vec![],
+    };
+    do_action(&mut raw, action::LOOKUP, lookup.encode_to_vec())
+        .await
+        .expect("lookup");
+    server.assert_rss_below(idle);
+    server.assert_alive().await;
+}
+
+/// A batch of `rows` events whose names are `width` bytes each.
+fn wide_events(table: &TableDescriptor, first: i64, rows: usize, width: usize) -> RecordBatch {
+    let ids: Vec<i64> = (first..first + rows as i64).collect();
+    let name = "x".repeat(width);
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(ids)),
+        Arc::new(StringArray::from_iter_values(
+            (0..rows).map(|_| name.as_str()),
+        )),
+    ];
+    RecordBatch::try_new(Arc::clone(table.schema()), columns).expect("batch")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_and_tail_with_max_bytes_u64_max_answer_a_bounded_part() {
+    let mut server = Server::start();
+    let client = server.client().await;
+    let table = client
+        .create_table(&events_table("wide", 1, TableOptions::default()), false)
+        .await
+        .expect("create");
+    let bucket = BucketId::new(&table.path, 0);
+    // 96 batches of 1 MiB: far more than one answer may hold.
+    const BATCHES: usize = 96;
+    const ROWS: usize = 1024;
+    for i in 0..BATCHES {
+        client
+            .append(
+                &bucket,
+                vec![wide_events(&table, (i * ROWS) as i64, ROWS, 1024)],
+            )
+            .await
+            .expect("append");
+    }
+    let idle = server.rss_kib();
+    let total_rows = BATCHES * ROWS;
+    // The node answers at most MAX_ANSWER_BYTES of log, plus the first batch (each
+    // batch here is a little over 1 MiB).
+    let bound_rows = ((MAX_ANSWER_BYTES >> 20) as usize + 1) * ROWS;
+
+    let mut raw = server.raw().await;
+    let scan = ticket(read_ticket::Read::Scan(ScanRequest {
+        bucket: Some(bucket.clone()),
+        offset: 0,
+        max_bytes: u64::MAX,
+        columns: vec![],
+    }));
+    let (rows, _) = do_get(&mut raw, scan).await.expect("scan");
+    assert!(
+        rows > 0 && rows <= bound_rows && rows < total_rows,
+        "scan answered {rows} rows"
+    );
+    server.assert_rss_below(idle);
+    server.assert_alive().await;
+
+    // Tail: max_bytes and min_bytes u64::MAX, a wait of u64::MAX ms. The data is there, so
+    // the clamped min_bytes is met at once and the answer is bounded like Scan's.
+    let tail = TailRequest {
+        bucket: Some(bucket.clone()),
+        offset: 0,
+        columns: vec![],
+        max_wait_ms: u64::MAX,
+        min_bytes: u64::MAX,
+        max_bytes: u64::MAX,
+    };
+    let message = arrow_flight::FlightData::new().with_app_metadata(tail.encode_to_vec());
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        let answer = raw
+            .do_exchange(stream::iter([Ok(message)]))
+            .await
+            .expect("exchange");
+        answer.try_collect::<Vec<RecordBatch>>().await
+    })
+    .await
+    .expect("the tail answered without waiting for u64::MAX bytes")
+    .expect("tail");
+    let rows: usize = answer.iter().map(RecordBatch::num_rows).sum();
+    assert!(
+        rows > 0 && rows <= bound_rows && rows < total_rows,
+        "tail answered {rows} rows"
+    );
+    server.assert_rss_below(idle);
+    server.assert_alive().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_after_a_failed_batch_of_a_do_put_is_written() {
+    let mut server = Server::start();
+    let client = server.client().await;
+    let table = client
+        .create_table(&events_table("put", 2, TableOptions::default()), false)
+        .await
+        .expect("create");
+    let bucket = BucketId::new(&table.path, 0);
+
+    // 64 batches in one stream to bucket 0; the 11th holds a row of bucket 1.
+    const BAD: usize = 10;
+    let candidates: Vec<i64> = (0..1000).collect();
+    let column: ArrayRef = Arc::new(Int64Array::from(candidates.clone()));
+    let buckets = mink_core::bucket::bucket_of_rows(&[column], 2).expect("buckets");
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for (id, b) in candidates.into_iter().zip(buckets) {
+        if b == 0 {
+            ours.push(id)
+        } else {
+            theirs.push(id)
+        }
+    }
+    let batches: Vec<RecordBatch> = (0..64)
+        .map(|i| {
+            if i == BAD {
+                events(&table, &[theirs[0]])
+            } else {
+                events(&table, &ours[i * 2..i * 2 + 2])
+            }
+        })
+        .collect();
+    let descriptor = FlightDescriptor::new_cmd(
+        WriteHeader {
+            bucket: Some(bucket.clone()),
+            delete: false,
+        }
+        .encode_to_vec(),
+    );
+    let data = FlightDataEncoderBuilder::new()
+        .with_flight_descriptor(Some(descriptor))
+        .build(stream::iter(batches.into_iter().map(Ok)));
+    let mut raw = server.raw().await;
+    let mut acks = raw.do_put(data).await.expect("do_put");
+    let mut acknowledged = 0;
+    let failure = loop {
+        match acks.next().await {
+            Some(Ok(_)) => acknowledged += 1,
+            Some(Err(error)) => break Some(status_of(error)),
+            None => break None,
+        }
+    };
+    drop(acks);
+    let (code, message) = failure.expect("the bad batch fails the stream");
+    assert_eq!(code, Code::InvalidArgument, "{message}");
+    assert!(message.contains("belongs to bucket"), "{message}");
+    assert_eq!(
+        acknowledged, BAD,
+        "every batch before the bad one is acknowledged"
+    );
+
+    // Give any write still in flight time to land, then count what the log holds.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let answer = client.scan(&bucket, 0, 0, &[]).await.expect("scan");
+    assert_eq!(
+        answer.num_rows(),
+        BAD * 2,
+        "only the acknowledged batches are in the log"
+    );
+    server.assert_alive().await;
+}
