@@ -64,6 +64,10 @@ pub const MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
 /// Batches of one DoPut stream in flight at once (they are group-committed together).
 pub const PUT_PIPELINE: usize = 64;
 
+// A default never exceeds its limit.
+const _: () = assert!(DEFAULT_MAX_BYTES <= MAX_ANSWER_BYTES);
+const _: () = assert!(DEFAULT_BATCH_ROWS <= MAX_BATCH_ROWS);
+
 /// The bytes a Scan or Tail answers for a requested `max_bytes`: 0 means
 /// [`DEFAULT_MAX_BYTES`], anything above [`MAX_ANSWER_BYTES`] is clamped to it.
 pub fn answer_bytes(requested: u64) -> u64 {
@@ -203,7 +207,6 @@ mod tests {
         assert_eq!(answer_bytes(MAX_ANSWER_BYTES), MAX_ANSWER_BYTES);
         assert_eq!(answer_bytes(MAX_ANSWER_BYTES + 1), MAX_ANSWER_BYTES);
         assert_eq!(answer_bytes(u64::MAX), MAX_ANSWER_BYTES);
-        assert!(DEFAULT_MAX_BYTES <= MAX_ANSWER_BYTES);
     }
 
     #[test]
@@ -212,7 +215,6 @@ mod tests {
         assert_eq!(batch_rows(1), 1);
         assert_eq!(batch_rows(MAX_BATCH_ROWS), MAX_BATCH_ROWS as usize);
         assert_eq!(batch_rows(u32::MAX), MAX_BATCH_ROWS as usize);
-        assert!(DEFAULT_BATCH_ROWS <= MAX_BATCH_ROWS);
     }
 
     #[test]
