@@ -20,22 +20,26 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::Field;
 use mink_core::protocol::{
     AppendAck, BucketId, BucketSeam, BucketStatus, LakeSnapshotInfo, list_offsets,
 };
-use mink_core::routing::row_addresses;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::{Lake, LakeConfig};
 use tracing::info;
 
 use crate::error::{NodeError, Result};
-use crate::kv::{Found, KvStore, KvTablet, KvWriter, encode_keys, lookup, prefix_lookup};
-use crate::log::{Changelog, LogConfig, LogTablet, Write, WriteOp};
-use crate::metadata::{Metadata, PartitionRecord};
+use crate::kv::{Found, KvTablet, encode_keys, lookup, prefix_lookup};
+use crate::log::{LogConfig, LogTablet, Write, WriteOp};
+use crate::metadata::Metadata;
+
+mod storage;
+mod validate;
+
+use storage::Storage;
+use validate::{check_bucket_address, check_routing, conform_keys, conform_to_schema};
 
 /// How a node is run.
 #[derive(Debug, Clone)]
@@ -134,144 +138,6 @@ pub struct Bucket {
     pub kv: Option<KvTablet>,
 }
 
-/// Where tablets live, and how they are opened.
-#[derive(Debug)]
-struct Storage {
-    config: NodeConfig,
-    /// Opened with the first primary-key table: a node of log tables has no KV database.
-    kv: Mutex<Option<KvStore>>,
-}
-
-impl Storage {
-    fn kv(&self) -> Result<KvStore> {
-        let mut kv = self.kv.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(store) = &*kv {
-            return Ok(store.clone());
-        }
-        let store = KvStore::open(&self.config.data_dir.join("kv"))?;
-        *kv = Some(store.clone());
-        Ok(store)
-    }
-
-    /// Opens (creating or recovering) the buckets of one partition (`None`: of an
-    /// unpartitioned table).
-    fn open_partition(
-        &self,
-        table: &Arc<TableDescriptor>,
-        partition: Option<&PartitionRecord>,
-    ) -> Result<Vec<Arc<Bucket>>> {
-        (0..table.bucket_num)
-            .map(|bucket| self.open_bucket(table, partition, bucket))
-            .collect()
-    }
-
-    /// Creates the buckets of a new partition (or unpartitioned table). On failure the
-    /// buckets opened so far are removed again, KV tablets and directories, so nothing
-    /// of it is left to open on the next start.
-    fn create_partition(
-        &self,
-        table: &Arc<TableDescriptor>,
-        partition: Option<&PartitionRecord>,
-    ) -> Result<Vec<Arc<Bucket>>> {
-        let mut buckets = Vec::with_capacity(table.bucket_num as usize);
-        for bucket in 0..table.bucket_num {
-            if bucket == table.bucket_num / 2
-                && self.config.failpoint == Some(Failpoint::AbortDuringCreateTable)
-            {
-                tracing::warn!("failpoint: aborting the process during CREATE TABLE");
-                std::process::abort();
-            }
-            match self.open_bucket(table, partition, bucket) {
-                Ok(opened) => buckets.push(opened),
-                Err(error) => {
-                    self.remove_buckets(table, partition, buckets);
-                    return Err(error);
-                }
-            }
-        }
-        Ok(buckets)
-    }
-
-    /// Removes buckets that are no longer (or never were) part of a table: their KV
-    /// tablets and the partition's (or table's) directory. Best effort: what cannot be
-    /// removed is logged and left behind, referenced by nothing.
-    fn remove_buckets(
-        &self,
-        table: &TableDescriptor,
-        partition: Option<&PartitionRecord>,
-        buckets: Vec<Arc<Bucket>>,
-    ) {
-        for bucket in buckets {
-            if let Some(kv) = &bucket.kv
-                && let Err(error) = self.kv().and_then(|store| store.drop_tablet(kv.clone()))
-            {
-                tracing::warn!(table = %table.path, %error, "could not remove a KV tablet");
-            }
-        }
-        let mut dir = self.table_dir(table);
-        if let Some(partition) = partition {
-            dir.push(format!("p{}", partition.partition_id));
-        }
-        match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                tracing::warn!(dir = %dir.display(), error = %e, "could not remove tablets");
-            }
-            _ => {}
-        }
-    }
-
-    /// Opens (creating or recovering) one bucket of a partition.
-    fn open_bucket(
-        &self,
-        table: &Arc<TableDescriptor>,
-        partition: Option<&PartitionRecord>,
-        bucket: u32,
-    ) -> Result<Arc<Bucket>> {
-        let mut log_config = self.config.log.clone();
-        if let Some(ttl) = table.log_ttl {
-            log_config.segment_max_age = log_config
-                .segment_max_age
-                .min(ttl.max(Duration::from_secs(1)));
-        }
-        let mut dir = self.table_dir(table);
-        let mut kv_name = format!("t{}", table.table_id);
-        if let Some(partition) = partition {
-            dir.push(format!("p{}", partition.partition_id));
-            kv_name.push_str(&format!(".p{}", partition.partition_id));
-        }
-        let label = BucketId {
-            table: table.path.to_string(),
-            partition: partition.map(|p| p.name.clone()),
-            bucket,
-        }
-        .to_string();
-        let kv = if table.has_primary_key() {
-            Some(self.kv()?.tablet(&format!("{kv_name}.b{bucket}"))?)
-        } else {
-            None
-        };
-        let changelog = match &kv {
-            Some(kv) => {
-                Some(Box::new(KvWriter::new(kv.clone(), Arc::clone(table))?) as Box<dyn Changelog>)
-            }
-            None => None,
-        };
-        let log = LogTablet::open(
-            label,
-            &dir.join(format!("b{bucket}")),
-            log_config,
-            changelog,
-        )?;
-        Ok(Arc::new(Bucket { log, kv }))
-    }
-
-    fn table_dir(&self, table: &TableDescriptor) -> PathBuf {
-        self.config
-            .data_dir
-            .join("log")
-            .join(format!("t{}", table.table_id))
-    }
-}
 
 /// A table and its open tablets.
 #[derive(Debug)]
@@ -808,202 +674,5 @@ impl Node {
     }
 }
 
-fn check_bucket_address(table: &TableDescriptor, bucket: &BucketId) -> Result<()> {
-    if bucket.bucket >= table.bucket_num {
-        return Err(NodeError::BucketNotFound(format!(
-            "{bucket} (table {} has {} buckets)",
-            table.path, table.bucket_num
-        )));
-    }
-    if table.is_partitioned() != bucket.partition.is_some() {
-        let expected = if table.is_partitioned() {
-            "needs a partition"
-        } else {
-            "takes no partition"
-        };
-        return Err(NodeError::InvalidArgument(format!(
-            "table {} {expected} in its bucket address",
-            table.path
-        )));
-    }
-    Ok(())
-}
-
-/// Checks that a written batch has the table's current columns (names and types, nulls
-/// only where allowed) and relabels it with the table's exact schema.
-fn conform_to_schema(table: &TableDescriptor, batch: RecordBatch) -> Result<RecordBatch> {
-    let expected = table.schema();
-    let actual = batch.schema();
-    let describe = |fields: &arrow::datatypes::Fields| {
-        fields
-            .iter()
-            .map(|f| format!("{} {}", f.name(), f.data_type()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let same_columns = expected.fields().len() == actual.fields().len()
-        && expected
-            .fields()
-            .iter()
-            .zip(actual.fields())
-            .all(|(e, a)| e.name() == a.name() && e.data_type() == a.data_type());
-    if !same_columns {
-        return Err(NodeError::SchemaMismatch(format!(
-            "batch columns ({}) do not match table {} (schema version {}: {})",
-            describe(actual.fields()),
-            table.path,
-            table.current().schema_id,
-            describe(expected.fields())
-        )));
-    }
-    for (field, column) in expected.fields().iter().zip(batch.columns()) {
-        if !field.is_nullable() && column.null_count() > 0 {
-            return Err(NodeError::SchemaMismatch(format!(
-                "column '{}' of table {} is NOT NULL but the batch has {} nulls in it",
-                field.name(),
-                table.path,
-                column.null_count()
-            )));
-        }
-    }
-    Ok(RecordBatch::try_new(
-        Arc::clone(expected),
-        batch.columns().to_vec(),
-    )?)
-}
-
-/// Checks a batch of keys to delete: it must hold every primary-key column with the
-/// table's type and no nulls; other columns are ignored.
-fn conform_keys(table: &TableDescriptor, batch: RecordBatch) -> Result<RecordBatch> {
-    let schema = table.schema();
-    let mut fields = Vec::new();
-    let mut columns = Vec::new();
-    for name in &table.primary_key {
-        let expected = schema.field_with_name(name)?;
-        let column = batch.column_by_name(name).ok_or_else(|| {
-            NodeError::SchemaMismatch(format!(
-                "keys to delete from table {} need the primary-key column '{name}'",
-                table.path
-            ))
-        })?;
-        if column.data_type() != expected.data_type() {
-            return Err(NodeError::SchemaMismatch(format!(
-                "key column '{name}' of table {} is {}, not {}",
-                table.path,
-                expected.data_type(),
-                column.data_type()
-            )));
-        }
-        if column.null_count() > 0 {
-            return Err(NodeError::InvalidArgument(format!(
-                "key column '{name}' holds {} nulls; primary-key values cannot be null",
-                column.null_count()
-            )));
-        }
-        fields.push(expected.clone());
-        columns.push(Arc::clone(column));
-    }
-    let schema = Arc::new(arrow::datatypes::Schema::new(fields));
-    Ok(RecordBatch::try_new(schema, columns)?)
-}
-
-/// Checks that every row belongs to the addressed bucket and partition.
-fn check_routing(table: &TableDescriptor, bucket: &BucketId, batch: &RecordBatch) -> Result<()> {
-    let addresses = row_addresses(table, batch)?;
-    let misrouted = addresses
-        .buckets
-        .iter()
-        .flatten()
-        .enumerate()
-        .find(|(_, b)| **b != bucket.bucket);
-    if let Some((row, actual)) = misrouted {
-        return Err(NodeError::InvalidArgument(format!(
-            "row {row} belongs to bucket {actual} of table {}, not bucket {}",
-            table.path, bucket.bucket
-        )));
-    }
-    if let (Some(names), Some(partition)) = (&addresses.partitions, &bucket.partition)
-        && let Some((row, actual)) = names.iter().enumerate().find(|(_, n)| *n != partition)
-    {
-        return Err(NodeError::InvalidArgument(format!(
-            "row {row} belongs to partition '{actual}' of table {}, not '{partition}'",
-            table.path
-        )));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
-mod tests {
-    use arrow::array::{ArrayRef, Int64Array, StringArray};
-    use arrow::datatypes::{DataType, Schema};
-    use mink_core::options::TableOptions;
-
-    use super::*;
-
-    fn rows(table: &TableDescriptor, partition: &str) -> (BucketId, RecordBatch) {
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from(vec![partition])),
-            Arc::new(Int64Array::from(vec![1])),
-        ];
-        let batch = RecordBatch::try_new(Arc::clone(table.schema()), columns).unwrap();
-        let name = row_addresses(table, &batch).unwrap().partitions.unwrap();
-        let bucket = BucketId {
-            table: table.path.to_string(),
-            partition: Some(name[0].clone()),
-            bucket: 0,
-        };
-        (bucket, batch)
-    }
-
-    #[tokio::test]
-    async fn a_write_past_the_partition_bound_is_refused_and_creates_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = NodeConfig::new(dir.path());
-        config.log.sync = false;
-        config.max_partitions = 2;
-        let node = Node::open(config.clone()).unwrap();
-        let schema = Schema::new(vec![
-            Field::new("p", DataType::Utf8, false),
-            Field::new("v", DataType::Int64, false),
-        ]);
-        let path = TablePath::new("db", "t");
-        let options = TableOptions::default();
-        let table = TableDescriptor::new(path.clone(), schema, vec![], vec!["p".into()], options);
-        let table = node.create_table(table.unwrap(), false).await.unwrap();
-        for partition in ["a", "b"] {
-            let (bucket, batch) = rows(&table, partition);
-            node.write(&bucket, batch, false).await.unwrap();
-        }
-        let (bucket, batch) = rows(&table, "c");
-        let error = node.write(&bucket, batch, false).await.unwrap_err();
-        assert!(matches!(error, NodeError::InvalidArgument(_)), "{error}");
-        assert!(error.to_string().contains("has 2 partitions"), "{error}");
-        assert_eq!(node.metadata.partitions(table.table_id).unwrap().len(), 2);
-        let (bucket, batch) = rows(&table, "a");
-        node.write(&bucket, batch, false).await.unwrap();
-        drop(node);
-
-        let node = Node::open(config).unwrap();
-        assert_eq!(node.list_buckets(&path).unwrap().len(), 2);
-    }
-
-    #[tokio::test]
-    async fn a_bucket_num_past_the_bound_is_refused_before_anything_is_stored() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = NodeConfig::new(dir.path());
-        config.max_bucket_num = 4;
-        let node = Node::open(config).unwrap();
-        let schema = Schema::new(vec![Field::new("v", DataType::Int64, false)]);
-        let options = TableOptions {
-            bucket_num: 5,
-            ..TableOptions::default()
-        };
-        let table =
-            TableDescriptor::new(TablePath::new("db", "t"), schema, vec![], vec![], options);
-        let error = node.create_table(table.unwrap(), false).await.unwrap_err();
-        assert!(error.to_string().contains("1 to 4 buckets"), "{error}");
-        assert!(node.metadata.load_tables().unwrap().is_empty());
-        assert!(node.list_tables(None).is_empty());
-    }
-}
+mod tests;

@@ -1,0 +1,154 @@
+//! Where a node's tablets live on disk, and how they are opened, created and removed.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mink_core::protocol::BucketId;
+use mink_core::table::TableDescriptor;
+
+use crate::error::Result;
+use crate::kv::{KvStore, KvWriter};
+use crate::log::{Changelog, LogTablet};
+use crate::metadata::PartitionRecord;
+
+use super::{Bucket, Failpoint, NodeConfig};
+
+/// Where tablets live, and how they are opened.
+#[derive(Debug)]
+pub(super) struct Storage {
+    pub(super) config: NodeConfig,
+    /// Opened with the first primary-key table: a node of log tables has no KV database.
+    pub(super) kv: Mutex<Option<KvStore>>,
+}
+
+impl Storage {
+    pub(super) fn kv(&self) -> Result<KvStore> {
+        let mut kv = self.kv.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(store) = &*kv {
+            return Ok(store.clone());
+        }
+        let store = KvStore::open(&self.config.data_dir.join("kv"))?;
+        *kv = Some(store.clone());
+        Ok(store)
+    }
+
+    /// Opens (creating or recovering) the buckets of one partition (`None`: of an
+    /// unpartitioned table).
+    pub(super) fn open_partition(
+        &self,
+        table: &Arc<TableDescriptor>,
+        partition: Option<&PartitionRecord>,
+    ) -> Result<Vec<Arc<Bucket>>> {
+        (0..table.bucket_num)
+            .map(|bucket| self.open_bucket(table, partition, bucket))
+            .collect()
+    }
+
+    /// Creates the buckets of a new partition (or unpartitioned table). On failure the
+    /// buckets opened so far are removed again, KV tablets and directories, so nothing
+    /// of it is left to open on the next start.
+    pub(super) fn create_partition(
+        &self,
+        table: &Arc<TableDescriptor>,
+        partition: Option<&PartitionRecord>,
+    ) -> Result<Vec<Arc<Bucket>>> {
+        let mut buckets = Vec::with_capacity(table.bucket_num as usize);
+        for bucket in 0..table.bucket_num {
+            if bucket == table.bucket_num / 2
+                && self.config.failpoint == Some(Failpoint::AbortDuringCreateTable)
+            {
+                tracing::warn!("failpoint: aborting the process during CREATE TABLE");
+                std::process::abort();
+            }
+            match self.open_bucket(table, partition, bucket) {
+                Ok(opened) => buckets.push(opened),
+                Err(error) => {
+                    self.remove_buckets(table, partition, buckets);
+                    return Err(error);
+                }
+            }
+        }
+        Ok(buckets)
+    }
+
+    /// Removes buckets that are no longer (or never were) part of a table: their KV
+    /// tablets and the partition's (or table's) directory. Best effort: what cannot be
+    /// removed is logged and left behind, referenced by nothing.
+    pub(super) fn remove_buckets(
+        &self,
+        table: &TableDescriptor,
+        partition: Option<&PartitionRecord>,
+        buckets: Vec<Arc<Bucket>>,
+    ) {
+        for bucket in buckets {
+            if let Some(kv) = &bucket.kv
+                && let Err(error) = self.kv().and_then(|store| store.drop_tablet(kv.clone()))
+            {
+                tracing::warn!(table = %table.path, %error, "could not remove a KV tablet");
+            }
+        }
+        let mut dir = self.table_dir(table);
+        if let Some(partition) = partition {
+            dir.push(format!("p{}", partition.partition_id));
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not remove tablets");
+            }
+            _ => {}
+        }
+    }
+
+    /// Opens (creating or recovering) one bucket of a partition.
+    pub(super) fn open_bucket(
+        &self,
+        table: &Arc<TableDescriptor>,
+        partition: Option<&PartitionRecord>,
+        bucket: u32,
+    ) -> Result<Arc<Bucket>> {
+        let mut log_config = self.config.log.clone();
+        if let Some(ttl) = table.log_ttl {
+            log_config.segment_max_age = log_config
+                .segment_max_age
+                .min(ttl.max(Duration::from_secs(1)));
+        }
+        let mut dir = self.table_dir(table);
+        let mut kv_name = format!("t{}", table.table_id);
+        if let Some(partition) = partition {
+            dir.push(format!("p{}", partition.partition_id));
+            kv_name.push_str(&format!(".p{}", partition.partition_id));
+        }
+        let label = BucketId {
+            table: table.path.to_string(),
+            partition: partition.map(|p| p.name.clone()),
+            bucket,
+        }
+        .to_string();
+        let kv = if table.has_primary_key() {
+            Some(self.kv()?.tablet(&format!("{kv_name}.b{bucket}"))?)
+        } else {
+            None
+        };
+        let changelog = match &kv {
+            Some(kv) => {
+                Some(Box::new(KvWriter::new(kv.clone(), Arc::clone(table))?) as Box<dyn Changelog>)
+            }
+            None => None,
+        };
+        let log = LogTablet::open(
+            label,
+            &dir.join(format!("b{bucket}")),
+            log_config,
+            changelog,
+        )?;
+        Ok(Arc::new(Bucket { log, kv }))
+    }
+
+    pub(super) fn table_dir(&self, table: &TableDescriptor) -> PathBuf {
+        self.config
+            .data_dir
+            .join("log")
+            .join(format!("t{}", table.table_id))
+    }
+}
