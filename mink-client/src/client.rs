@@ -10,6 +10,7 @@ use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{Action, FlightClient, FlightDescriptor, Ticket};
 use bytes::Bytes;
 use futures::{TryStreamExt, stream};
+use mink_auth::Credentials;
 use mink_core::filter::ColumnFilter;
 use mink_core::protocol::{
     AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CompactReply, CreateTable, DropTable,
@@ -22,6 +23,7 @@ use mink_core::protocol::{
 use mink_core::routing::{split_by_bucket, split_rows_by_bucket};
 use mink_core::table::{TableDescriptor, TablePath};
 use prost::Message;
+use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 use crate::error::{ClientError, Result};
@@ -38,6 +40,18 @@ pub struct MinkClient {
     inner: FlightServiceClient<Channel>,
     round_robin: AtomicU32,
     address: Arc<str>,
+    /// `Bearer <token>` from the login, sent on every call.
+    authorization: Option<AsciiMetadataValue>,
+}
+
+/// How [`MinkClient::connect_with`] reaches a node: its login and TLS.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    /// Log in with this user and password (a `Handshake` for a bearer token).
+    pub credentials: Option<Credentials>,
+    /// Connect with TLS, checking the node's certificate against this PEM certificate
+    /// authority.
+    pub tls_ca: Option<Vec<u8>>,
 }
 
 impl Clone for MinkClient {
@@ -46,6 +60,7 @@ impl Clone for MinkClient {
             inner: self.inner.clone(),
             round_robin: AtomicU32::new(self.round_robin.load(Ordering::Relaxed)),
             address: Arc::clone(&self.address),
+            authorization: self.authorization.clone(),
         }
     }
 }
@@ -53,20 +68,50 @@ impl Clone for MinkClient {
 impl MinkClient {
     /// Connects to a node at `host:port` (or a full `http://` URL).
     pub async fn connect(address: &str) -> Result<Self> {
-        let url = if address.contains("://") {
-            address.to_string()
-        } else {
-            format!("http://{address}")
+        Self::connect_with(address, &ConnectOptions::default()).await
+    }
+
+    /// Connects to a node at `host:port` (or an `http://`, `https://`, `grpc://` or
+    /// `grpc+tls://` URL), with TLS when `options` has a certificate authority or the
+    /// URL asks for it, and logs in when `options` has credentials: every later call
+    /// carries the bearer token the node answered with.
+    ///
+    /// # Errors
+    /// A malformed address, a node that cannot be reached, a refused login
+    /// (`Unauthenticated`).
+    pub async fn connect_with(address: &str, options: &ConnectOptions) -> Result<Self> {
+        let (scheme, rest) = match address.split_once("://") {
+            Some(("grpc+tls" | "https", rest)) => ("https", rest),
+            Some(("grpc" | "grpc+tcp" | "http", rest)) => ("http", rest),
+            Some(_) => ("", address),
+            None => ("", address),
+        };
+        let tls = scheme == "https" || (scheme.is_empty() && options.tls_ca.is_some());
+        let url = match (scheme, tls) {
+            ("", true) => format!("https://{rest}"),
+            ("", false) if address.contains("://") => address.to_string(),
+            ("", false) => format!("http://{rest}"),
+            (scheme, _) => format!("{scheme}://{rest}"),
         };
         let connect_error = |source| ClientError::Connect {
             address: address.to_string(),
             source,
         };
-        let channel = Channel::from_shared(url)
-            .map_err(|e| ClientError::Protocol(format!("bad address '{address}': {e}")))?
-            .connect()
-            .await
-            .map_err(connect_error)?;
+        let mut endpoint = Channel::from_shared(url)
+            .map_err(|e| ClientError::Protocol(format!("bad address '{address}': {e}")))?;
+        if tls {
+            endpoint = endpoint
+                .tls_config(mink_auth::client_tls(options.tls_ca.as_deref()))
+                .map_err(connect_error)?;
+        }
+        let channel = endpoint.connect().await.map_err(connect_error)?;
+        let authorization = match &options.credentials {
+            Some(credentials) => mink_auth::login(channel.clone(), Some(credentials))
+                .await?
+                .map(|token| mink_auth::bearer_header(&token))
+                .transpose()?,
+            None => None,
+        };
         let inner = FlightServiceClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -74,11 +119,18 @@ impl MinkClient {
             inner,
             round_robin: AtomicU32::new(0),
             address: address.into(),
+            authorization,
         })
     }
 
     fn flight(&self) -> FlightClient {
-        FlightClient::new_from_inner(self.inner.clone())
+        let mut client = FlightClient::new_from_inner(self.inner.clone());
+        if let Some(authorization) = &self.authorization {
+            client
+                .metadata_mut()
+                .insert(mink_auth::AUTHORIZATION, authorization.clone());
+        }
+        client
     }
 
     async fn action(&self, name: &str, body: impl Message) -> Result<Bytes> {

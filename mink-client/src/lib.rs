@@ -24,6 +24,7 @@ mod client;
 mod error;
 mod read;
 
-pub use client::MinkClient;
+pub use client::{ConnectOptions, MinkClient};
 pub use error::{ClientError, Result};
+pub use mink_auth::Credentials;
 pub use read::{LookupResult, ReadAnswer, ReadBatch, SnapshotAnswer, Tailer, UnionAnswer};

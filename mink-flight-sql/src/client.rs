@@ -11,15 +11,11 @@ use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use arrow_flight::HandshakeRequest;
 use arrow_flight::error::FlightError;
-use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::sql::SqlInfo;
 use arrow_flight::sql::client::FlightSqlServiceClient;
-use base64::Engine;
-use base64::prelude::BASE64_STANDARD;
 use futures::{Stream, StreamExt, TryStreamExt};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Channel, Endpoint};
 
 use crate::Credentials;
 
@@ -56,17 +52,17 @@ impl FlightSqlConnection {
                     "unknown scheme {scheme}://: use grpc:// or grpc+tls://"
                 )));
             }
+            // A certificate authority asks for TLS.
+            None if tls_ca.is_some() => (format!("https://{address}"), true),
             None => (format!("http://{address}"), false),
         };
         let mut endpoint = Endpoint::from_shared(uri)
             .map_err(transport_error)?
             .connect_timeout(CONNECT_TIMEOUT);
         if tls {
-            let config = match tls_ca {
-                Some(ca) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)),
-                None => ClientTlsConfig::new().with_native_roots(),
-            };
-            endpoint = endpoint.tls_config(config).map_err(transport_error)?;
+            endpoint = endpoint
+                .tls_config(mink_auth::client_tls(tls_ca))
+                .map_err(transport_error)?;
         }
         let channel = endpoint.connect().await.map_err(transport_error)?;
         let mut connection = Self {
@@ -87,29 +83,11 @@ impl FlightSqlConnection {
     }
 
     /// Logs in: a `Handshake` carrying `authorization: Basic base64(user:password)`,
-    /// answered with `authorization: Bearer <token>` (see [`crate::auth`]).
-    /// Done here rather than by arrow-flight's `handshake`, which turns a refusal's
+    /// answered with `authorization: Bearer <token>` ([`mink_auth::login`]).
+    /// Done there rather than by arrow-flight's `handshake`, which turns a refusal's
     /// status (`Unauthenticated: wrong user or password`) into text.
     async fn handshake(&self, credentials: &Credentials) -> Result<Option<String>, FlightError> {
-        let basic =
-            BASE64_STANDARD.encode(format!("{}:{}", credentials.user, credentials.password));
-        let value = format!("Basic {basic}")
-            .parse()
-            .map_err(|_| FlightError::protocol("the user and password do not fit in a header"))?;
-        let mut request = tonic::Request::new(futures::stream::iter([HandshakeRequest::default()]));
-        request.metadata_mut().insert("authorization", value);
-        let mut client = FlightServiceClient::new(self.channel.clone());
-        let response = client.handshake(request).await?;
-        let token = response
-            .metadata()
-            .get("authorization")
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .map(|token| token.trim().to_string());
-        // A refusal may also come in the stream; its payload (the token again) is not
-        // needed.
-        response.into_inner().message().await?;
-        Ok(token)
+        Ok(mink_auth::login(self.channel.clone(), Some(credentials)).await?)
     }
 
     /// Asks for the `FlightInfo` of the server's SQL info (`GetFlightInfo` with

@@ -89,20 +89,8 @@ pub struct FlightSqlConfig {
     pub tls: Option<TlsIdentity>,
 }
 
-/// A server certificate and its key, PEM-encoded.
-#[derive(Clone)]
-pub struct TlsIdentity {
-    /// The certificate chain.
-    pub certificate_pem: Vec<u8>,
-    /// The private key.
-    pub key_pem: Vec<u8>,
-}
-
-impl std::fmt::Debug for TlsIdentity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsIdentity").finish_non_exhaustive()
-    }
-}
+/// A server certificate and its key, PEM-encoded (the node's port takes the same).
+pub use mink_auth::TlsIdentity;
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]

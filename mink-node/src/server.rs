@@ -28,15 +28,36 @@ const RETENTION_INTERVAL: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub struct ServerHandle {
     addr: SocketAddr,
+    internal_addr: Option<SocketAddr>,
     shutdown: Option<oneshot::Sender<()>>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     background: Vec<JoinHandle<()>>,
+}
+
+/// How the node's port is served: its login and its TLS (`docs/security.md`).
+#[derive(Debug, Default)]
+pub struct ServeOptions {
+    /// The user and password every call must present (or the token a `Handshake`
+    /// exchanged them for). `None`: every call is accepted, and only a loopback address
+    /// may be served.
+    pub credentials: Option<mink_auth::Credentials>,
+    /// Serve TLS with this certificate and key instead of plaintext.
+    pub tls: Option<mink_auth::TlsIdentity>,
+    /// With TLS: a loopback listener also served, in plaintext but with the same login,
+    /// for this process's own clients (the Flight SQL endpoint), which hold no
+    /// certificate authority to check the node's certificate against.
+    pub internal: Option<TcpListener>,
 }
 
 impl ServerHandle {
     /// The address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address of [`ServeOptions::internal`], when one was given.
+    pub fn internal_addr(&self) -> Option<SocketAddr> {
+        self.internal_addr
     }
 
     /// Stops accepting calls and waits for running ones to finish.
@@ -65,27 +86,87 @@ impl Drop for ServerHandle {
     }
 }
 
-/// Serves `node` on `listener` until the handle is shut down or dropped.
+/// Serves `node` on `listener` until the handle is shut down or dropped, without a
+/// login: `listener` must be on a loopback address.
+///
+/// # Errors
+/// A non-loopback listener, see [`serve_with`].
 pub fn serve(node: Arc<Node>, listener: TcpListener) -> Result<ServerHandle> {
+    serve_with(node, listener, ServeOptions::default())
+}
+
+/// Serves `node` on `listener` with `options`' login and TLS until the handle is shut
+/// down or dropped. Every call passes [`mink_auth::Auth::check`] first; `Handshake`
+/// exchanges the credentials for a bearer token.
+///
+/// # Errors
+/// `InvalidArgument` for a listener that is not on a loopback address when no
+/// credentials are configured ([`mink_auth::check_listen`]); the TLS identity refused.
+pub fn serve_with(
+    node: Arc<Node>,
+    listener: TcpListener,
+    options: ServeOptions,
+) -> Result<ServerHandle> {
     let addr = listener.local_addr()?;
+    mink_auth::check_listen("the node", addr, options.credentials.as_ref())
+        .map_err(|e| NodeError::InvalidArgument(e.to_string()))?;
+    let authenticated = options.credentials.is_some();
+    let auth = Arc::new(mink_auth::Auth::new(options.credentials));
+    let service = FlightServiceServer::new(MinkFlightService::with_auth(
+        Arc::clone(&node),
+        Arc::clone(&auth),
+    ))
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let checked = Arc::clone(&auth);
+    let service = tonic::service::interceptor::InterceptedService::new(service, move |request| {
+        checked.check(request)
+    });
     let (shutdown, shutdown_signal) = oneshot::channel::<()>();
-    let service = FlightServiceServer::new(MinkFlightService::new(Arc::clone(&node)))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let server = tokio::spawn(
-        bounded_builder()
-            .add_service(service)
-            .serve_with_incoming_shutdown(incoming(listener), async {
-                let _ = shutdown_signal.await;
-            }),
-    );
+    let (stop_internal, internal_signal) = tokio::sync::watch::channel(false);
+    let mut builder = bounded_builder();
+    let tls = options.tls.is_some();
+    if let Some(identity) = &options.tls {
+        builder = builder
+            .tls_config(mink_auth::server_tls(identity))
+            .map_err(|e| NodeError::InvalidArgument(format!("the node's TLS: {e}")))?;
+    }
+    let internal_addr = match options.internal.filter(|_| tls) {
+        Some(internal) => {
+            let internal_addr = internal.local_addr()?;
+            mink_auth::check_listen("the node", internal_addr, None)
+                .map_err(|e| NodeError::InvalidArgument(e.to_string()))?;
+            let mut signal = internal_signal;
+            tokio::spawn(
+                bounded_builder()
+                    .add_service(service.clone())
+                    .serve_with_incoming_shutdown(incoming(internal), async move {
+                        let _ = signal.wait_for(|stop| *stop).await;
+                    }),
+            );
+            Some(internal_addr)
+        }
+        None => None,
+    };
+    let server = tokio::spawn(builder.add_service(service).serve_with_incoming_shutdown(
+        incoming(listener),
+        async move {
+            let _ = shutdown_signal.await;
+            let _ = stop_internal.send(true);
+        },
+    ));
     let background = vec![
         tokio::spawn(run_retention(Arc::clone(&node))),
         tokio::spawn(run_tiering(node)),
     ];
-    info!(%addr, "mink node serving Arrow Flight");
+    if authenticated {
+        info!(%addr, tls, "mink node serving Arrow Flight; clients authenticate with a user and password");
+    } else {
+        warn!(%addr, tls, "mink node serving Arrow Flight without authentication (loopback only)");
+    }
     Ok(ServerHandle {
         addr,
+        internal_addr,
         shutdown: Some(shutdown),
         server,
         background,

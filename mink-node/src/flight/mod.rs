@@ -55,12 +55,20 @@ type FlightStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'st
 #[derive(Debug, Clone)]
 pub struct MinkFlightService {
     node: Arc<Node>,
+    auth: Arc<mink_auth::Auth>,
 }
 
 impl MinkFlightService {
-    /// A service over `node`.
+    /// A service over `node`, accepting every call.
     pub fn new(node: Arc<Node>) -> Self {
-        Self { node }
+        Self::with_auth(node, Arc::new(mink_auth::Auth::default()))
+    }
+
+    /// A service over `node` whose `Handshake` exchanges `auth`'s credentials for a
+    /// token (the calls themselves are checked by `auth`'s interceptor, see
+    /// [`crate::server::serve_with`]).
+    pub fn with_auth(node: Arc<Node>, auth: Arc<mink_auth::Auth>) -> Self {
+        Self { node, auth }
     }
 }
 
@@ -93,9 +101,10 @@ impl FlightService for MinkFlightService {
 
     async fn handshake(
         &self,
-        _request: Request<Streaming<HandshakeRequest>>,
+        request: Request<Streaming<HandshakeRequest>>,
     ) -> Result<Response<Self::HandshakeStream>, Status> {
-        Err(Status::unimplemented("the node needs no handshake"))
+        // Basic credentials for a bearer token (none when the node has no login).
+        self.auth.handshake_response(request.metadata())
     }
 
     async fn list_flights(

@@ -22,6 +22,7 @@ use mink_core::protocol::BucketId;
 use mink_core::table::{TableDescriptor, TablePath};
 use tokio::sync::mpsc;
 
+use crate::embedded::LoginArgs;
 use crate::error::CliError;
 use crate::output::{BatchPrinter, Format};
 
@@ -67,10 +68,13 @@ pub(crate) struct ReadArgs {
     /// How rows are printed.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
+    /// How to log in to the node.
+    #[command(flatten)]
+    login: LoginArgs,
 }
 
 pub(crate) async fn run(args: ReadArgs) -> Result<(), CliError> {
-    let client = MinkClient::connect(&args.connect).await?;
+    let client = MinkClient::connect_with(&args.connect, &args.login.options()?).await?;
     let table = client
         .describe_table(&TablePath::parse(&args.table)?)
         .await?;

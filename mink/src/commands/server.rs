@@ -20,7 +20,7 @@ use arrow::array::{
     ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use mink_client::MinkClient;
+use mink_client::{ConnectOptions, MinkClient};
 use mink_core::options::TableOptions;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_flight_sql::{Credentials, FlightSqlConfig, FlightSqlHandle, ServeError, TlsIdentity};
@@ -28,7 +28,7 @@ use mink_lake::storage::LakeStorage;
 use mink_lake::{LakeConfig, S3Options};
 use mink_node::log::LogConfig;
 use mink_node::node::Failpoint;
-use mink_node::server::serve;
+use mink_node::server::{ServeOptions, serve_with};
 use mink_node::{Node, NodeConfig};
 use mink_sql::session::{SqlRuntime, default_memory_limit, parse_size};
 use tokio::net::TcpListener;
@@ -44,22 +44,24 @@ pub(crate) struct ServerArgs {
     /// Where tables, logs and the lake are stored.
     #[arg(long, default_value = DEFAULT_DATA_DIR)]
     data_dir: PathBuf,
-    /// Address of the node's Arrow Flight endpoint.
+    /// Address of the node's Arrow Flight endpoint. Without `--sql-user` it must be a
+    /// loopback address; with it, it takes the same login and TLS as Flight SQL.
     #[arg(long, default_value = "127.0.0.1:9123")]
     listen: String,
     /// Address of the Flight SQL endpoint (ADBC, JDBC, BI tools). Without `--sql-user`
     /// it must be a loopback address.
     #[arg(long, default_value = "127.0.0.1:50051")]
     sql_listen: String,
-    /// The user Flight SQL clients log in as (or MINK_SQL_USER); with it, every call must
-    /// authenticate (password from `--sql-password` or MINK_SQL_PASSWORD).
+    /// The user clients of every port (the node's and Flight SQL) log in as (or
+    /// MINK_SQL_USER); with it, every call must authenticate (password from
+    /// `--sql-password` or MINK_SQL_PASSWORD).
     #[arg(long)]
     sql_user: Option<String>,
     /// The password of `--sql-user` (prefer MINK_SQL_PASSWORD: arguments are visible to
     /// other users of the machine).
     #[arg(long)]
     sql_password: Option<String>,
-    /// A PEM certificate (chain): serve Flight SQL over TLS (with `--sql-tls-key`).
+    /// A PEM certificate (chain): serve both ports over TLS (with `--sql-tls-key`).
     #[arg(long, requires = "sql_tls_key")]
     sql_tls_cert: Option<PathBuf>,
     /// The PEM private key of `--sql-tls-cert`.
@@ -103,16 +105,42 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     let listener = TcpListener::bind(&args.listen)
         .await
         .map_err(CliError::io(format!("cannot listen on {}", args.listen)))?;
-    let handle = serve(Arc::clone(&node), listener)?;
+    let (credentials, tls) = login(&args)?;
+    let node_addr = listener
+        .local_addr()
+        .map_err(CliError::io(format!("cannot listen on {}", args.listen)))?;
+    mink_auth::check_listen("the node", node_addr, credentials.as_ref())
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    // With TLS, this process's own clients reach the node on a loopback port of its own,
+    // with the same login (they hold no authority to check its certificate against).
+    let internal = match tls {
+        Some(_) => Some(
+            TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(CliError::io("binding a loopback port"))?,
+        ),
+        None => None,
+    };
+    let options = ServeOptions {
+        credentials: credentials.clone(),
+        tls,
+        internal,
+    };
+    let handle = serve_with(Arc::clone(&node), listener, options)?;
     let address = handle.addr();
-    let sql = serve_flight_sql(&args, &address.to_string()).await?;
+    let engine_address = handle.internal_addr().unwrap_or(address).to_string();
+    let engine = ConnectOptions {
+        credentials,
+        tls_ca: None,
+    };
+    let sql = serve_flight_sql(&args, &engine_address, &engine).await?;
     // One write, so a reader that stops after the first line never misses the second.
     print!(
         "mink node listening on {address}\nmink Flight SQL listening on {}\n",
         sql.addr()
     );
     let demo = if args.demo {
-        let client = MinkClient::connect(&address.to_string()).await?;
+        let client = MinkClient::connect_with(&engine_address, &engine).await?;
         let events = create_demo_table(&client).await?;
         let accounts = create_demo_accounts(&client).await?;
         println!(
@@ -137,7 +165,42 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
 async fn serve_flight_sql(
     args: &ServerArgs,
     node_address: &str,
+    node_login: &ConnectOptions,
 ) -> Result<FlightSqlHandle, CliError> {
+    let (credentials, tls) = login(args)?;
+    let storage = match args.lake_warehouse.as_deref() {
+        Some(warehouse) => lake_storage(Some(warehouse))?,
+        // The embedded lake: a store rooted at its warehouse, nothing else of the disk.
+        None => {
+            let warehouse = LakeConfig::embedded(&args.data_dir)
+                .map_err(|e| CliError::Usage(e.to_string()))?
+                .warehouse;
+            LakeStorage::local(&warehouse)
+                .map_err(|e| CliError::Usage(format!("the lake warehouse: {e}")))?
+        }
+    };
+    let memory_limit = args.sql_memory_limit.unwrap_or_else(default_memory_limit);
+    let runtime = SqlRuntime::server(memory_limit, &storage)
+        .map_err(|e| CliError::Usage(format!("the SQL runtime: {e}")))?;
+    info!(memory_limit, "SQL memory pool");
+    let config = FlightSqlConfig {
+        client: MinkClient::connect_with(node_address, node_login).await?,
+        storage,
+        credentials,
+        tls,
+    };
+    let listener = TcpListener::bind(&args.sql_listen)
+        .await
+        .map_err(CliError::io(format!(
+            "cannot listen on {}",
+            args.sql_listen
+        )))?;
+    mink_flight_sql::serve_in(config, runtime, listener).map_err(flight_sql_error)
+}
+
+/// The login and TLS of every port: `--sql-user` with its password, `--sql-tls-cert`
+/// and `--sql-tls-key`.
+fn login(args: &ServerArgs) -> Result<(Option<Credentials>, Option<TlsIdentity>), CliError> {
     let user = args
         .sql_user
         .clone()
@@ -168,34 +231,7 @@ async fn serve_flight_sql(
         }
         _ => None,
     };
-    let storage = match args.lake_warehouse.as_deref() {
-        Some(warehouse) => lake_storage(Some(warehouse))?,
-        // The embedded lake: a store rooted at its warehouse, nothing else of the disk.
-        None => {
-            let warehouse = LakeConfig::embedded(&args.data_dir)
-                .map_err(|e| CliError::Usage(e.to_string()))?
-                .warehouse;
-            LakeStorage::local(&warehouse)
-                .map_err(|e| CliError::Usage(format!("the lake warehouse: {e}")))?
-        }
-    };
-    let memory_limit = args.sql_memory_limit.unwrap_or_else(default_memory_limit);
-    let runtime = SqlRuntime::server(memory_limit, &storage)
-        .map_err(|e| CliError::Usage(format!("the SQL runtime: {e}")))?;
-    info!(memory_limit, "SQL memory pool");
-    let config = FlightSqlConfig {
-        client: MinkClient::connect(node_address).await?,
-        storage,
-        credentials,
-        tls,
-    };
-    let listener = TcpListener::bind(&args.sql_listen)
-        .await
-        .map_err(CliError::io(format!(
-            "cannot listen on {}",
-            args.sql_listen
-        )))?;
-    mink_flight_sql::serve_in(config, runtime, listener).map_err(flight_sql_error)
+    Ok((credentials, tls))
 }
 
 /// `--sql-password`, else MINK_SQL_PASSWORD.

@@ -10,22 +10,25 @@
 //!
 //! - its **Flight SQL endpoint** (`--sql-listen`, port 50051), or any Flight SQL server:
 //!   the statements are sent there and the server plans and runs them, the path ADBC and
-//!   JDBC clients take. `--user` logs in (the password comes from MINK_SQL_PASSWORD);
-//!   `--tls-ca` is the PEM authority a `grpc+tls://` server's certificate is checked
-//!   against (without it, the system's trusted roots).
+//!   JDBC clients take.
 //! - the **node** itself (`--listen`, port 9123), over mink's own Flight protocol: the
 //!   statements are planned and run in this process by [`MinkSession`], which reads lake
 //!   files itself (from `--lake-warehouse` on S3, else from this machine's file system).
 //!
-//! `grpc://host:port` and `grpc+tls://host:port` name a Flight SQL endpoint, and so does
-//! any address given with `--user` or `--tls-ca`. A plain `host:port` is asked once:
+//! Both take the same login: `--user` (the password comes from MINK_PASSWORD, or
+//! MINK_SQL_PASSWORD) and `--tls-ca`, the PEM authority the server's certificate is
+//! checked against (a plain `host:port` is then reached over TLS; `grpc+tls://` without
+//! `--tls-ca` trusts the system's roots). `grpc://host:port` and `grpc+tls://host:port`
+//! name a Flight SQL endpoint. A plain `host:port` is asked once, after logging in (both
+//! endpoints answer `Handshake` alike, so the answer does not hang on the login):
 //!
 //! ```text
-//! GetFlightInfo(CommandGetSqlInfo) -> answered                 Flight SQL
-//!                                  -> Unauthenticated          Flight SQL, needs --user: an error saying so
-//!                                  -> Unimplemented            the node (its Flight service has no GetFlightInfo)
-//!                                  -> anything else, or no     an error naming the address
-//!                                     answer within 10 s
+//! Handshake (with --user)            -> refused                  the login's error
+//! GetFlightInfo(CommandGetSqlInfo)   -> answered                 Flight SQL
+//!                                    -> Unimplemented            the node (its Flight service has no GetFlightInfo)
+//!                                    -> Unauthenticated          no --user, and the server requires one: an error saying so
+//!                                    -> anything else, or no     an error naming the address
+//!                                       answer within 10 s
 //! ```
 //!
 //! `--flight-sql ADDRESS` is an alias of `--connect` that takes the address as a Flight
@@ -55,7 +58,6 @@ use arrow_flight::error::FlightError;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use mink_client::ClientError;
-use mink_flight_sql::Credentials;
 use mink_flight_sql::client::FlightSqlConnection;
 use mink_lake::storage::LakeStorage;
 use mink_lake::{LakeConfig, S3Options};
@@ -63,7 +65,7 @@ use mink_sql::session::{MinkSession, SqlRuntime, default_memory_limit};
 use object_store::local::LocalFileSystem;
 use tonic::Code;
 
-use crate::embedded::{DEFAULT_DATA_DIR, NodeArgs};
+use crate::embedded::{DEFAULT_DATA_DIR, LoginArgs, NodeArgs};
 use crate::error::CliError;
 use crate::output::{BatchPrinter, Format};
 
@@ -76,8 +78,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct SqlArgs {
     /// A running server to send the statements to: its Flight SQL endpoint (port 50051;
     /// or any Flight SQL server) or its node (port 9123), told apart by one probe.
-    /// `grpc://host:port` and `grpc+tls://host:port` are Flight SQL without a probe, as is
-    /// any address given with `--user` or `--tls-ca`.
+    /// `grpc://host:port` and `grpc+tls://host:port` are Flight SQL without a probe.
     #[arg(long, value_name = "ADDRESS", conflicts_with = "data_dir")]
     connect: Option<String>,
     /// Data directory of a node to run inside this command (default ./mink-data).
@@ -96,13 +97,12 @@ pub(crate) struct SqlArgs {
     /// probe (`host:port`, `grpc://host:port`, or `grpc+tls://host:port`).
     #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["connect", "data_dir", "lake_warehouse"])]
     flight_sql: Option<String>,
-    /// The user to log in to the Flight SQL endpoint as (password from MINK_SQL_PASSWORD);
-    /// the address is then a Flight SQL endpoint.
+    /// The user to log in as, to a node or a Flight SQL endpoint (password from
+    /// MINK_PASSWORD, or MINK_SQL_PASSWORD).
     #[arg(long, requires = "endpoint")]
     user: Option<String>,
-    /// The PEM certificate authority a `grpc+tls://` endpoint's certificate is checked
-    /// against (default: the system's trusted roots); the address is then a Flight SQL
-    /// endpoint.
+    /// Connect with TLS, checking the server's certificate against this PEM certificate
+    /// authority (`grpc+tls://` without it: the system's trusted roots).
     #[arg(long, requires = "endpoint")]
     tls_ca: Option<PathBuf>,
     /// With a node's address or `--data-dir` only: the server's lake warehouse when it is
@@ -230,7 +230,7 @@ enum Endpoint {
 /// How `--connect ADDRESS` is reached, decided before anything is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
-    /// A Flight SQL endpoint: a `grpc://` family scheme, or `--user` or `--tls-ca` given.
+    /// A Flight SQL endpoint: a `grpc://` family scheme.
     FlightSql,
     /// The node's own protocol: a URL of another scheme (`http://host:port`).
     Node,
@@ -238,12 +238,8 @@ enum Route {
     Probe,
 }
 
-/// How `address` is reached; `flight_sql_options` is whether `--user` or `--tls-ca` was
-/// given (only a Flight SQL endpoint takes them).
-fn route(address: &str, flight_sql_options: bool) -> Route {
-    if flight_sql_options {
-        return Route::FlightSql;
-    }
+/// How `address` is reached (a login does not change it: both endpoints take one).
+fn route(address: &str) -> Route {
     match address.split_once("://") {
         Some(("grpc" | "grpc+tcp" | "grpc+tls", _)) => Route::FlightSql,
         Some(_) => Route::Node,
@@ -263,18 +259,19 @@ async fn endpoint(args: &SqlArgs) -> Result<Endpoint, CliError> {
         Endpoint::Node(NodeArgs {
             connect: connect.cloned(),
             data_dir: args.data_dir.clone(),
+            login: login_args(args),
         })
     };
     let Some(address) = &args.connect else {
         return Ok(node(None));
     };
-    let connection = match route(address, args.user.is_some() || args.tls_ca.is_some()) {
+    let connection = match route(address) {
         Route::Node => return Ok(node(Some(address))),
         Route::FlightSql => {
             refuse_lake_warehouse(address, args)?;
             connect_flight_sql(address, args).await?
         }
-        Route::Probe => match probe(address).await? {
+        Route::Probe => match probe(address, args).await? {
             Probed::Node => return Ok(node(Some(address))),
             Probed::FlightSql(connection) => {
                 refuse_lake_warehouse(address, args)?;
@@ -284,8 +281,8 @@ async fn endpoint(args: &SqlArgs) -> Result<Endpoint, CliError> {
                 refuse_lake_warehouse(address, args)?;
                 return Err(CliError::Endpoint {
                     address: address.clone(),
-                    reason: "a Flight SQL endpoint that requires a login: pass --user USER, \
-                             with the password in MINK_SQL_PASSWORD"
+                    reason: "a server that requires a login: pass --user USER, with the \
+                             password in MINK_PASSWORD"
                         .into(),
                 });
             }
@@ -312,17 +309,22 @@ fn refuse_lake_warehouse(address: &str, args: &SqlArgs) -> Result<(), CliError> 
 enum Probed {
     /// A Flight SQL endpoint, connected without a login.
     FlightSql(FlightSqlConnection),
-    /// A Flight SQL endpoint that requires a login.
+    /// A server that requires a login, and none was given.
     NeedsLogin,
     /// A plain Flight service that does not know Flight SQL: a mink node.
     Node,
 }
 
-/// Asks `address` once what it is (see [`FlightSqlConnection::ping`]), within
-/// [`PROBE_TIMEOUT`].
-async fn probe(address: &str) -> Result<Probed, CliError> {
+/// Asks `address` once what it is (see [`FlightSqlConnection::ping`]), logged in with
+/// the arguments' login when there is one, within [`PROBE_TIMEOUT`].
+async fn probe(address: &str, args: &SqlArgs) -> Result<Probed, CliError> {
+    let login = login_args(args);
+    let credentials = login.credentials()?;
+    let tls_ca = login.tls_ca()?;
     let ask = async {
-        let connection = FlightSqlConnection::connect(address, None, None).await?;
+        let connection =
+            FlightSqlConnection::connect(address, credentials.as_ref(), tls_ca.as_deref())
+                .await?;
         connection.ping().await.map(|()| connection)
     };
     let failure = |reason: String| CliError::Endpoint {
@@ -339,7 +341,9 @@ async fn probe(address: &str) -> Result<Probed, CliError> {
         Ok(connection) => Ok(Probed::FlightSql(connection)),
         Err(FlightError::Tonic(status)) => match status.code() {
             Code::Unimplemented => Ok(Probed::Node),
-            Code::Unauthenticated => Ok(Probed::NeedsLogin),
+            Code::Unauthenticated if credentials.is_none() => Ok(Probed::NeedsLogin),
+            // A refused login.
+            Code::Unauthenticated => Err(flight_error(FlightError::Tonic(status))),
             // Whatever else it is, it is neither endpoint this command speaks to.
             code => Err(failure(format!(
                 "answers neither as a Flight SQL endpoint nor as a mink node: {code}: {}",
@@ -374,31 +378,19 @@ async fn connect_flight_sql(
     address: &str,
     args: &SqlArgs,
 ) -> Result<FlightSqlConnection, CliError> {
-    let credentials = match &args.user {
-        Some(user) => {
-            let password = std::env::var("MINK_SQL_PASSWORD").map_err(|_| {
-                CliError::Usage("--user needs the password in MINK_SQL_PASSWORD".into())
-            })?;
-            Some(Credentials::new(user, password))
-        }
-        None => None,
-    };
-    let tls_ca = match &args.tls_ca {
-        Some(path) => {
-            Some(std::fs::read(path).map_err(CliError::io(format!("reading {}", path.display())))?)
-        }
-        None => None,
-    };
+    let login = login_args(args);
+    let credentials = login.credentials()?;
+    let tls_ca = login.tls_ca()?;
     FlightSqlConnection::connect(address, credentials.as_ref(), tls_ca.as_deref())
         .await
         .map_err(|error| match error {
-            // A mink node answers the login's handshake `Unimplemented`.
+            // A mink node before logins answered the handshake `Unimplemented`.
             FlightError::Tonic(status) if status.code() == Code::Unimplemented => {
                 CliError::Endpoint {
                     address: address.to_string(),
                     reason: "a mink node, not a Flight SQL endpoint: connect to the server's \
                              --sql-listen address (port 50051 by default), or to this one \
-                             without --user, --tls-ca or a grpc:// scheme"
+                             without a grpc:// scheme"
                         .into(),
                 }
             }
@@ -413,6 +405,14 @@ async fn connect_flight_sql(
                 reason: connect_failure(&error),
             },
         })
+}
+
+/// The login `mink sql` was given, as every client command takes it.
+fn login_args(args: &SqlArgs) -> LoginArgs {
+    LoginArgs {
+        user: args.user.clone(),
+        tls_ca: args.tls_ca.clone(),
+    }
 }
 
 /// A Flight SQL failure, as the server's status (`InvalidArgument: ...`) when it is one.
@@ -498,19 +498,12 @@ mod tests {
 
     #[test]
     fn a_plain_address_is_probed_and_a_scheme_or_a_login_decides() {
-        assert_eq!(route("127.0.0.1:50051", false), Route::Probe);
-        assert_eq!(route("db.example.com:9123", false), Route::Probe);
-        assert_eq!(route("127.0.0.1:50051", true), Route::FlightSql);
-        assert_eq!(route("grpc://127.0.0.1:50051", false), Route::FlightSql);
-        assert_eq!(route("grpc+tcp://127.0.0.1:50051", false), Route::FlightSql);
-        assert_eq!(
-            route("grpc+tls://db.example.com:50051", false),
-            Route::FlightSql
-        );
-        assert_eq!(route("http://127.0.0.1:9123", false), Route::Node);
-        // With --user or --tls-ca the endpoint is Flight SQL, and its client refuses a
-        // scheme it does not know.
-        assert_eq!(route("http://127.0.0.1:9123", true), Route::FlightSql);
+        assert_eq!(route("127.0.0.1:50051"), Route::Probe);
+        assert_eq!(route("db.example.com:9123"), Route::Probe);
+        assert_eq!(route("grpc://127.0.0.1:50051"), Route::FlightSql);
+        assert_eq!(route("grpc+tcp://127.0.0.1:50051"), Route::FlightSql);
+        assert_eq!(route("grpc+tls://db.example.com:50051"), Route::FlightSql);
+        assert_eq!(route("http://127.0.0.1:9123"), Route::Node);
     }
 
     #[test]

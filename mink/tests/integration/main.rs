@@ -11,6 +11,7 @@ mod bad_input;
 mod cli;
 mod crash;
 mod flight_sql;
+mod hostile_auth;
 mod hostile_node;
 mod hostile_sql;
 mod hostile_writes;
