@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::str::FromStr;
 use std::sync::Arc;
 
 use arrow::datatypes::Field;
@@ -24,6 +25,7 @@ use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use sqlx::SqlitePool;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteSynchronous};
 use tracing::{info, warn};
 
 use crate::error::{LakeError, Result};
@@ -58,10 +60,12 @@ impl LakeConfig {
         std::fs::create_dir_all(&warehouse)
             .map_err(|e| LakeError::Config(format!("creating {}: {e}", warehouse.display())))?;
         let store: Arc<dyn ObjectStore> = Arc::new(LocalFileSystem::new());
+        let warehouse = warehouse.display().to_string();
         Ok(Self {
             catalog_uri: format!("sqlite:{}?mode=rwc", lake_dir.join("catalog.db").display()),
-            warehouse: warehouse.display().to_string(),
-            storage: LakeStorage::new(store, ""),
+            // Knowing its warehouse, the storage syncs every directory up to it after a write.
+            storage: LakeStorage::new(store, "").with_warehouse(warehouse.clone()),
+            warehouse,
         })
     }
 }
@@ -178,7 +182,10 @@ impl Lake {
             .await?;
         // Metadata-layer commits swap `iceberg_tables.metadata_location` themselves: the
         // catalog's `update_table` only takes iceberg's own (crate-private) table commits.
-        let database = SqlitePool::connect(&config.catalog_uri).await?;
+        // FULL: the swap is durable when it returns (see `swap_metadata_location`).
+        let options = SqliteConnectOptions::from_str(&config.catalog_uri)?
+            .synchronous(SqliteSynchronous::Full);
+        let database = SqlitePool::connect_with(options).await?;
         Ok(Self {
             catalog: Arc::new(catalog),
             database,
@@ -279,6 +286,13 @@ impl Lake {
     /// `iceberg_tables` table, and select a table's row as its own `update_table` does:
     /// by catalog, namespace (joined by `.`) and name, of record type (`iceberg_type`)
     /// `TABLE` or none (rows written before the column existed).
+    ///
+    /// The swap is durable once it returns, and by then so is every file the new metadata
+    /// names (the lake's storage syncs each local file it writes, see [`crate::storage`]).
+    /// Its connection sets `synchronous = FULL` (SQLite's default, set explicitly so the
+    /// guarantee does not rest on a default) and no journal mode: the catalog stays in
+    /// SQLite's rollback journal (`DELETE`), and FULL syncs every transaction in WAL mode
+    /// too, should a tool switch the file to it (WAL's `NORMAL` would not).
     ///
     /// # Errors
     /// [`LakeError::Catalog`] when the database fails; the swap may then have happened or

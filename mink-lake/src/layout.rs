@@ -196,6 +196,12 @@ pub fn table_location(warehouse: &str, table: &TablePath) -> String {
 /// # Errors
 /// [`LakeError::Layout`] naming the file and the location.
 pub fn check_table_file(table: &TablePath, table_location: &str, file: &str) -> Result<()> {
+    check_inside(table_location, file).map_err(|message| LakeError::layout(table, message))
+}
+
+/// [`check_table_file`] for a caller that names the table itself: the error is the
+/// message naming the file and the location.
+pub(crate) fn check_inside(table_location: &str, file: &str) -> Result<(), String> {
     let location = without_file_scheme(table_location).trim_end_matches('/');
     let inside = without_file_scheme(file)
         .strip_prefix(location)
@@ -203,16 +209,15 @@ pub fn check_table_file(table: &TablePath, table_location: &str, file: &str) -> 
         .is_some_and(|rest| rest.split('/').all(|step| !matches!(step, "" | "." | "..")));
     match inside && !location.is_empty() {
         true => Ok(()),
-        false => Err(LakeError::layout(
-            table,
-            format!("lake file {file} is outside the table's location {table_location}"),
+        false => Err(format!(
+            "lake file {file} is outside the table's location {table_location}"
         )),
     }
 }
 
 /// A local location as a path: `file:///a/b` and `file:/a/b` are `/a/b`; other locations
 /// are kept.
-fn without_file_scheme(location: &str) -> &str {
+pub(crate) fn without_file_scheme(location: &str) -> &str {
     location
         .strip_prefix("file://")
         .or_else(|| location.strip_prefix("file:"))

@@ -3,8 +3,15 @@
 //!
 //! Locations are URLs of the store: absolute paths (or `file://` URLs) for the local file
 //! system, `s3://bucket/key` for S3.
+//!
+//! On the local file system every file written is fsynced, and so is every directory from
+//! its parent up to the warehouse, before the write counts as done (`LocalSync`): neither
+//! object_store's `LocalFileSystem` nor iceberg's FileIO syncs, and a commit's
+//! compare-and-swap in the catalog must never point at files a crash can still lose. An
+//! object store (S3) is durable once a put returns.
 
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -23,7 +30,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
-use crate::layout::{check_table_file, table_location};
+use crate::layout::{check_table_file, table_location, without_file_scheme};
 
 /// The lake's object store and how its locations map to store paths.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -38,14 +45,19 @@ pub struct LakeStorage {
     warehouse: Option<String>,
     #[serde(skip)]
     store: Option<Arc<dyn ObjectStore>>,
+    /// How written files are made durable: `Some` for a local store.
+    #[serde(skip)]
+    local: Option<LocalSync>,
 }
 
 impl LakeStorage {
     /// Storage over `store`, whose root is the location `url_prefix` (empty: the local file
     /// system's root).
     pub fn new(store: Arc<dyn ObjectStore>, url_prefix: impl Into<String>) -> Self {
+        let url_prefix = url_prefix.into();
         Self {
-            url_prefix: url_prefix.into(),
+            local: LocalSync::of(&url_prefix, None),
+            url_prefix,
             warehouse: None,
             store: Some(store),
         }
@@ -72,17 +84,17 @@ impl LakeStorage {
             )
             .with_source(e)
         })?;
-        Ok(Self {
-            url_prefix: format!("{root}/"),
-            warehouse: Some(root.to_string()),
-            store: Some(Arc::new(store)),
-        })
+        Ok(Self::new(Arc::new(store), format!("{root}/")).with_warehouse(root))
     }
 
-    /// This storage, knowing its warehouse (`s3://bucket/prefix`): lake files read are
-    /// then checked to lie inside their table's location.
+    /// This storage, knowing its warehouse (`s3://bucket/prefix`, or an absolute path on
+    /// the local file system): lake files read are then checked to lie inside their
+    /// table's location, and on the local file system the directories synced after a
+    /// write reach up to it.
     pub fn with_warehouse(mut self, warehouse: impl Into<String>) -> Self {
-        self.warehouse = Some(warehouse.into().trim_end_matches('/').to_string());
+        let warehouse = warehouse.into().trim_end_matches('/').to_string();
+        self.local = LocalSync::of(&self.url_prefix, Some(&warehouse));
+        self.warehouse = Some(warehouse);
         self
     }
 
@@ -120,10 +132,7 @@ impl LakeStorage {
                 format!("location {location} is not in the lake's store: {e}"),
             )
         };
-        let local = location
-            .strip_prefix("file://")
-            .or_else(|| location.strip_prefix("file:"))
-            .unwrap_or(location);
+        let local = without_file_scheme(location);
         if self.url_prefix.is_empty() {
             StorePath::from_absolute_path(local).map_err(|e| invalid(&e))
         } else {
@@ -145,6 +154,90 @@ fn store_error(error: object_store::Error) -> Error {
     Error::new(ErrorKind::Unexpected, format!("object store: {error}")).with_source(error)
 }
 
+/// Makes the files of a local store durable: after a file is written, the file and every
+/// directory from its parent up to the warehouse (inclusive) are fsynced, so the file's
+/// bytes and its entry in every directory the store may have created for it survive a
+/// crash.
+#[derive(Clone, Debug)]
+struct LocalSync {
+    /// The directory of the store's root (`/` for the whole file system).
+    base: PathBuf,
+    /// The last directory synced above a file; `None` (or a file outside it): the
+    /// file's parent only.
+    root: Option<PathBuf>,
+}
+
+impl LocalSync {
+    /// The sync of a store whose root is the location `url_prefix`, with the warehouse
+    /// `warehouse`; `None` for a store that is not on the local file system.
+    fn of(url_prefix: &str, warehouse: Option<&str>) -> Option<Self> {
+        let (base, root) = match url_prefix {
+            "" => ("/", warehouse.map(without_file_scheme)),
+            rooted if rooted.starts_with('/') => (rooted, Some(rooted.trim_end_matches('/'))),
+            _ => return None,
+        };
+        Some(Self {
+            base: PathBuf::from(base),
+            root: root.filter(|root| root.starts_with('/')).map(PathBuf::from),
+        })
+    }
+
+    /// What is synced after `path` is written, in order: the file, then its directories
+    /// from the parent up.
+    fn paths(&self, path: &StorePath) -> Vec<PathBuf> {
+        let file = self.file(path);
+        let mut paths = vec![file.clone()];
+        if let Some(parent) = file.parent() {
+            match self.root.as_deref().filter(|root| parent.starts_with(root)) {
+                Some(root) => paths.extend(
+                    parent
+                        .ancestors()
+                        .take_while(|dir| dir.starts_with(root))
+                        .map(Path::to_path_buf),
+                ),
+                None => paths.push(parent.to_path_buf()),
+            }
+        }
+        paths
+    }
+
+    /// The file a store path names: LocalFileSystem puts a store path's (encoded) parts
+    /// under its root as they are.
+    fn file(&self, path: &StorePath) -> PathBuf {
+        self.base.join(path.as_ref())
+    }
+
+    /// Fsyncs what [`LocalSync::paths`] names for `path`, on a blocking thread.
+    ///
+    /// # Errors
+    /// The first path that cannot be opened or synced, named in the error.
+    async fn sync(&self, path: &StorePath) -> iceberg::Result<()> {
+        let paths = self.paths(path);
+        let file = self.file(path);
+        tokio::task::spawn_blocking(move || {
+            paths.iter().try_for_each(|path| {
+                std::fs::File::open(path)
+                    .and_then(|file| file.sync_all())
+                    .map_err(|e| {
+                        Error::new(
+                            ErrorKind::Unexpected,
+                            format!("syncing lake file {}: {e}", path.display()),
+                        )
+                        .with_source(e)
+                    })
+            })
+        })
+        .await
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Unexpected,
+                format!("syncing lake file {}: {e}", file.display()),
+            )
+            .with_source(e)
+        })?
+    }
+}
+
 struct StoreRead(Arc<dyn ObjectStore>, StorePath);
 
 #[async_trait]
@@ -154,19 +247,29 @@ impl FileRead for StoreRead {
     }
 }
 
-struct StoreWrite(BufWriter);
+/// A lake file being written; closing it completes the upload and, on a local store,
+/// syncs the file.
+struct StoreWrite {
+    writer: BufWriter,
+    path: StorePath,
+    local: Option<LocalSync>,
+}
 
 #[async_trait]
 impl FileWrite for StoreWrite {
     async fn write(&mut self, bytes: Bytes) -> iceberg::Result<()> {
-        self.0.put(bytes).await.map_err(store_error)
+        self.writer.put(bytes).await.map_err(store_error)
     }
 
     async fn close(&mut self) -> iceberg::Result<()> {
-        self.0
+        self.writer
             .shutdown()
             .await
-            .map_err(|e| Error::new(ErrorKind::Unexpected, "closing a lake file").with_source(e))
+            .map_err(|e| Error::new(ErrorKind::Unexpected, "closing a lake file").with_source(e))?;
+        match &self.local {
+            Some(local) => local.sync(&self.path).await,
+            None => Ok(()),
+        }
     }
 }
 
@@ -204,18 +307,24 @@ impl Storage for LakeStorage {
     }
 
     async fn write(&self, path: &str, bytes: Bytes) -> iceberg::Result<()> {
+        let path = self.path(path)?;
         self.store()?
-            .put(&self.path(path)?, PutPayload::from(bytes))
+            .put(&path, PutPayload::from(bytes))
             .await
             .map_err(store_error)?;
-        Ok(())
+        match &self.local {
+            Some(local) => local.sync(&path).await,
+            None => Ok(()),
+        }
     }
 
     async fn writer(&self, path: &str) -> iceberg::Result<Box<dyn FileWrite>> {
-        Ok(Box::new(StoreWrite(BufWriter::new(
-            self.store()?,
-            self.path(path)?,
-        ))))
+        let path = self.path(path)?;
+        Ok(Box::new(StoreWrite {
+            writer: BufWriter::new(self.store()?, path.clone()),
+            path,
+            local: self.local.clone(),
+        }))
     }
 
     async fn delete(&self, path: &str) -> iceberg::Result<()> {
@@ -269,6 +378,9 @@ impl StorageFactory for LakeStorageFactory {
 
 #[cfg(test)]
 mod tests {
+    use object_store::local::LocalFileSystem;
+    use object_store::memory::InMemory;
+
     use super::*;
 
     #[test]
@@ -298,5 +410,97 @@ mod tests {
         let other = format!("{warehouse}/db/u/data/a.parquet");
         assert!(storage.check_table_file(&t, &other).is_err());
         assert!(LakeStorage::local("relative/warehouse").is_err());
+    }
+
+    /// What a write of `location` through `storage` syncs.
+    fn synced(storage: &LakeStorage, location: &str) -> Vec<PathBuf> {
+        storage
+            .local
+            .as_ref()
+            .map(|local| local.paths(&storage.path(location).unwrap()))
+            .unwrap_or_default()
+    }
+
+    fn paths(paths: &[&str]) -> Vec<PathBuf> {
+        paths.iter().map(PathBuf::from).collect()
+    }
+
+    #[test]
+    fn a_local_write_syncs_the_file_and_its_directories_up_to_the_warehouse() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().display().to_string();
+        let file = format!("{w}/db/t/data/bucket=0/a.parquet");
+        let up_to_warehouse = paths(&[
+            &file,
+            &format!("{w}/db/t/data/bucket=0"),
+            &format!("{w}/db/t/data"),
+            &format!("{w}/db/t"),
+            &format!("{w}/db"),
+            &w,
+        ]);
+        let rooted = LakeStorage::local(&w).unwrap();
+        assert_eq!(synced(&rooted, &file), up_to_warehouse);
+        assert_eq!(synced(&rooted, &format!("file://{file}")), up_to_warehouse);
+
+        let whole = || LakeStorage::new(Arc::new(LocalFileSystem::new()), "");
+        let knowing = whole().with_warehouse(format!("{w}/"));
+        assert_eq!(synced(&knowing, &file), up_to_warehouse);
+        // The embedded lake (every commit test's) knows its warehouse.
+        let embedded = crate::LakeConfig::embedded(dir.path()).unwrap();
+        let lake_file = format!("{}/db/t/data/a.parquet", embedded.warehouse);
+        let lake_synced = synced(&embedded.storage, &lake_file);
+        assert_eq!(
+            lake_synced.last(),
+            Some(&PathBuf::from(&embedded.warehouse))
+        );
+        assert_eq!(lake_synced.len(), 5);
+        // Outside the warehouse, or with no warehouse known: the parent only.
+        let parent_only = paths(&[&file, &format!("{w}/db/t/data/bucket=0")]);
+        assert_eq!(synced(&whole(), &file), parent_only);
+        let elsewhere = whole().with_warehouse(format!("{w}/other"));
+        assert_eq!(synced(&elsewhere, &file), parent_only);
+
+        let s3 = LakeStorage::new(Arc::new(InMemory::new()), "s3://bucket/")
+            .with_warehouse("s3://bucket/w");
+        assert!(synced(&s3, "s3://bucket/w/db/t/data/a.parquet").is_empty());
+    }
+
+    #[tokio::test]
+    async fn writes_through_a_local_storage_are_synced_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().display().to_string();
+        let whole = LakeStorage::new(Arc::new(LocalFileSystem::new()), "").with_warehouse(&w);
+        for storage in [LakeStorage::local(&w).unwrap(), whole] {
+            assert!(storage.local.is_some());
+            // `~` is stored percent-encoded: the synced path is the one the store wrote.
+            let put = format!("{w}/db/t/metadata/v~1.json");
+            Storage::write(&storage, &put, Bytes::from_static(b"{}"))
+                .await
+                .unwrap();
+            assert_eq!(Storage::read(&storage, &put).await.unwrap(), "{}");
+
+            let streamed = format!("{w}/db/t/data/bucket=0/a.parquet");
+            let mut writer = storage.writer(&streamed).await.unwrap();
+            writer.write(Bytes::from_static(b"PAR1")).await.unwrap();
+            writer.close().await.unwrap();
+            assert_eq!(Storage::read(&storage, &streamed).await.unwrap(), "PAR1");
+            storage.delete_prefix(&format!("{w}/db")).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sync_of_a_missing_file_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = LakeStorage::local(&dir.path().display().to_string()).unwrap();
+        let local = storage.local.as_ref().unwrap();
+        let missing = StorePath::from("db/t/data/gone.parquet");
+        let error = local.sync(&missing).await.unwrap_err();
+        let path = dir.path().join("db/t/data/gone.parquet");
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("syncing lake file {}", path.display())),
+            "{error}"
+        );
     }
 }

@@ -97,11 +97,11 @@ pub struct SnapshotChanges {
 ///   the table was dropped and created again), or another commit swapped the table's
 ///   metadata between the check and the swap. Nothing was committed, and the files this
 ///   attempt wrote are deleted.
-/// - [`LakeError::Layout`] when the changes do not fit the table: an added file of the
-///   wrong content or with a partition value that does not fit the table's default partition
-///   spec (added files are taken to be of that spec), a file both added
-///   and removed, a removed file that is not live in `parent`, a table that is not format
-///   version 2.
+/// - [`LakeError::Layout`] when the changes do not fit the table: an added file outside
+///   the table's location, of the wrong content or with a partition value that does not
+///   fit the table's default partition spec (added files are taken to be of that spec), a
+///   file both added and removed, a removed file that is not live in `parent`, a table
+///   that is not format version 2.
 /// - [`LakeError::Iceberg`] when a manifest or metadata file cannot be read or written,
 ///   [`LakeError::Catalog`] when the catalog's database fails. Every error means nothing
 ///   was committed, except a [`LakeError::Catalog`] from the swap whose outcome could not
@@ -383,7 +383,10 @@ fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
+
+    use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Literal, Struct};
+    use mink_core::table::TableDescriptor;
 
     use super::*;
     use crate::catalog::fixture::lake_table;
@@ -402,29 +405,111 @@ mod tests {
         }
     }
 
+    /// A lake table with one snapshot (of the property `k = 1` only) and what its
+    /// metadata directory holds then.
+    struct OneSnapshot {
+        dir: tempfile::TempDir,
+        lake: Lake,
+        descriptor: TableDescriptor,
+        /// The table as created, before the snapshot.
+        stale: Table,
+        /// The table as committed.
+        table: Table,
+        metadata: PathBuf,
+        before: BTreeSet<String>,
+    }
+
+    impl OneSnapshot {
+        async fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let (lake, descriptor, stale) = lake_table(dir.path()).await;
+            let table = commit_snapshot(&lake, &stale, None, Operation::Append, with_property("1"))
+                .await
+                .unwrap();
+            assert!(table.metadata().current_snapshot_id().is_some());
+            let metadata = Path::new(stale.metadata().location()).join("metadata");
+            let before = listing(&metadata);
+            Self {
+                dir,
+                lake,
+                descriptor,
+                stale,
+                table,
+                metadata,
+                before,
+            }
+        }
+
+        /// Checks that the table is still at its one snapshot and no file was left.
+        async fn assert_unchanged(&self) {
+            assert_eq!(listing(&self.metadata), self.before);
+            let current = self.lake.load(&self.descriptor.path).await.unwrap();
+            assert_eq!(
+                current.metadata().current_snapshot_id(),
+                self.table.metadata().current_snapshot_id()
+            );
+        }
+    }
+
     #[tokio::test]
     async fn a_lost_swap_is_a_conflict_and_leaves_no_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let (lake, descriptor, stale) = lake_table(dir.path()).await;
-        // A snapshot of properties only, on a table without one.
-        let moved = commit_snapshot(&lake, &stale, None, Operation::Append, with_property("1"))
-            .await
-            .unwrap();
-        let moved_id = moved.metadata().current_snapshot_id();
-        assert!(moved_id.is_some());
-        let metadata = Path::new(stale.metadata().location()).join("metadata");
-        let before = listing(&metadata);
-
+        let f = OneSnapshot::new().await;
         // As if the other commit landed right after the parent check: the swap loses.
-        let err = commit_on(&lake, &stale, Operation::Append, with_property("2"))
+        let err = commit_on(&f.lake, &f.stale, Operation::Append, with_property("2"))
             .await
             .unwrap_err();
         assert!(matches!(err, LakeError::CommitConflict { .. }), "{err}");
-        assert_eq!(listing(&metadata), before);
-        let current = lake.load(&descriptor.path).await.unwrap();
-        assert_eq!(current.metadata().current_snapshot_id(), moved_id);
+        f.assert_unchanged().await;
+        let current = f.lake.load(&f.descriptor.path).await.unwrap();
         let summary = current.metadata().current_snapshot().unwrap().summary();
         assert_eq!(summary.additional_properties["k"], "1");
         assert_eq!(summary.additional_properties["total-records"], "0");
+    }
+
+    fn file(content: DataContentType, path: &str) -> DataFile {
+        DataFileBuilder::default()
+            .content(content)
+            .file_path(path.to_string())
+            .file_format(DataFileFormat::Parquet)
+            .partition(Struct::from_iter([Some(Literal::int(0))]))
+            .record_count(1)
+            .file_size_in_bytes(1)
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_file_outside_the_table_is_refused_and_nothing_is_committed() {
+        let f = OneSnapshot::new().await;
+        let parent = f.table.metadata().current_snapshot_id();
+        let location = f.table.metadata().location();
+        let elsewhere = f.dir.path().join("elsewhere.parquet").display().to_string();
+        let sibling = format!("{location}/../u/data/bucket=0/a.parquet");
+        for (data, delete) in [
+            (Some(elsewhere.as_str()), None),
+            (Some(sibling.as_str()), None),
+            (None, Some(elsewhere.as_str())),
+        ] {
+            let changes = SnapshotChanges {
+                added_data_files: data
+                    .map(|p| file(DataContentType::Data, p))
+                    .into_iter()
+                    .collect(),
+                added_delete_files: delete
+                    .map(|p| file(DataContentType::PositionDeletes, p))
+                    .into_iter()
+                    .collect(),
+                ..SnapshotChanges::default()
+            };
+            let err = commit_snapshot(&f.lake, &f.table, parent, Operation::Append, changes)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&err, LakeError::Layout { message, .. }
+                    if message.contains("outside the table's location")),
+                "{err}"
+            );
+        }
+        f.assert_unchanged().await;
     }
 }

@@ -2,16 +2,19 @@
 //!
 //! iceberg's manifest writer trusts what it is given (and panics on a partition value
 //! that does not fit its spec), so every added file is checked first: data files must be
-//! data and delete files deletes (equality deletes with equality ids), no file may be
-//! added twice or be both added and removed, and every partition value must fit the
-//! table's default partition spec, the spec added files are taken to be of. A failed
-//! check is a [`LakeError::Layout`](crate::LakeError::Layout) of the table.
+//! data and delete files deletes (equality deletes with equality ids), every file must lie
+//! inside the table's location (as every lake file read is checked to, see
+//! [`check_table_file`](crate::layout::check_table_file)), no file may be added twice or
+//! be both added and removed, and every partition value must fit the table's default
+//! partition spec, the spec added files are taken to be of. A failed check is a
+//! [`LakeError::Layout`](crate::LakeError::Layout) of the table.
 
 use std::collections::HashSet;
 
 use iceberg::spec::{DataContentType, Struct, StructType, TableMetadata};
 
 use super::SnapshotChanges;
+use crate::layout::check_inside;
 
 /// Checks the added files against the table (iceberg's manifest writer panics on a
 /// partition value that does not fit its spec).
@@ -42,6 +45,7 @@ pub(super) fn validate_added(
         {
             return Err(format!("equality delete file {path} has no equality ids"));
         }
+        check_inside(metadata.location(), path)?;
         if !paths.insert(path) {
             return Err(format!("file {path} is added twice"));
         }
