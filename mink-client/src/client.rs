@@ -9,6 +9,7 @@ use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{Action, FlightClient, FlightDescriptor, Ticket};
 use bytes::Bytes;
+use futures::stream::BoxStream;
 use futures::{TryStreamExt, stream};
 use mink_auth::Credentials;
 use mink_core::filter::ColumnFilter;
@@ -29,6 +30,7 @@ use tonic::transport::Channel;
 use crate::error::{ClientError, Result};
 use crate::read::{
     LookupResult, ReadAnswer, SnapshotAnswer, Tailer, UnionAnswer, read_answer, read_batches,
+    stream_batches,
 };
 
 /// Largest gRPC message the client accepts (one Arrow batch).
@@ -375,6 +377,29 @@ impl MinkClient {
             batch_rows,
         });
         self.do_get_snapshot(read).await
+    }
+
+    /// [`MinkClient::snapshot`] as a stream of its batches, read from the node as they are
+    /// polled: the rows of a bucket of any size, holding one batch at a time. (The
+    /// snapshot's log offset is not returned.)
+    pub async fn snapshot_stream(
+        &self,
+        bucket: &BucketId,
+        columns: &[u32],
+        batch_rows: u32,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        let ticket = ReadTicket {
+            read: Some(read_ticket::Read::Snapshot(SnapshotRequest {
+                bucket: Some(bucket.clone()),
+                columns: columns.to_vec(),
+                batch_rows,
+            })),
+        };
+        let stream = self
+            .flight()
+            .do_get(Ticket::new(ticket.encode_to_vec()))
+            .await?;
+        Ok(stream_batches(stream.into_inner()))
     }
 
     /// LimitScan: the first `limit` rows of a primary-key table's bucket (in key order),

@@ -8,9 +8,10 @@ use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::FlightData;
-use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
-use futures::StreamExt;
+use arrow_flight::decode::{DecodedFlightData, DecodedPayload, FlightDataDecoder};
 use futures::channel::mpsc::UnboundedSender;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
 use mink_core::protocol::{BucketId, ScanBatch, TailEnd, TailRequest, decode};
 use mink_core::schema::normalize_batch;
 use mink_core::table::TableDescriptor;
@@ -157,34 +158,90 @@ pub(crate) struct Batches {
 /// Reads one answer: up to the end of the stream, or up to a metadata-only message (which
 /// closes a Tail poll or a Snapshot).
 pub(crate) async fn read_batches(decoder: &mut FlightDataDecoder) -> Result<Batches> {
-    let mut schema: Option<SchemaRef> = None;
+    let mut answer = AnswerReader::new(decoder);
     let mut batches = Vec::new();
     let mut end = None;
-    while let Some(message) = decoder.next().await {
-        let message = message?;
-        match message.payload {
-            DecodedPayload::Schema(s) => {
-                schema.get_or_insert(s);
-            }
-            DecodedPayload::RecordBatch(batch) => {
-                let target = schema
-                    .as_ref()
-                    .ok_or_else(|| ClientError::Protocol("a batch before any schema".into()))?;
-                batches.push((normalize_batch(&batch, target)?, message.inner.app_metadata));
-            }
-            DecodedPayload::None => {
-                end = Some(message.inner.app_metadata);
+    while let Some(message) = answer.next().await? {
+        match message {
+            Answered::Batch(batch, metadata) => batches.push((batch, metadata)),
+            Answered::End(metadata) => {
+                end = Some(metadata);
                 break;
             }
         }
     }
-    let schema =
-        schema.ok_or_else(|| ClientError::Protocol("an answer without a schema".into()))?;
+    let schema = answer
+        .schema
+        .ok_or_else(|| ClientError::Protocol("an answer without a schema".into()))?;
     Ok(Batches {
         schema,
         batches,
         end,
     })
+}
+
+/// The batches of one answer as they arrive, normalized to its first schema, up to the
+/// end of the stream or its closing metadata-only message: a reader holds one batch at a
+/// time, however large the answer.
+pub(crate) fn stream_batches(
+    decoder: FlightDataDecoder,
+) -> BoxStream<'static, Result<RecordBatch>> {
+    futures::stream::try_unfold(AnswerReader::new(decoder), |mut answer| async move {
+        match answer.next().await? {
+            Some(Answered::Batch(batch, _)) => Ok(Some((batch, answer))),
+            Some(Answered::End(_)) | None => Ok(None),
+        }
+    })
+    .boxed()
+}
+
+/// One data message of an answer.
+enum Answered {
+    /// A batch, in the answer's schema, with its `app_metadata`.
+    Batch(RecordBatch, bytes::Bytes),
+    /// The metadata-only message that closes the answer.
+    End(bytes::Bytes),
+}
+
+/// Decodes an answer's messages (from a decoder, or a decoder borrowed for one answer of
+/// several), normalizing every batch to the first schema sent.
+struct AnswerReader<D> {
+    decoder: D,
+    schema: Option<SchemaRef>,
+}
+
+impl<D> AnswerReader<D>
+where
+    D: Stream<Item = arrow_flight::error::Result<DecodedFlightData>> + Unpin,
+{
+    fn new(decoder: D) -> Self {
+        Self {
+            decoder,
+            schema: None,
+        }
+    }
+
+    /// The next batch or closing message; `None` at the end of the stream.
+    async fn next(&mut self) -> Result<Option<Answered>> {
+        while let Some(message) = self.decoder.next().await {
+            let message = message?;
+            match message.payload {
+                DecodedPayload::Schema(schema) => {
+                    self.schema.get_or_insert(schema);
+                }
+                DecodedPayload::RecordBatch(batch) => {
+                    let target = self
+                        .schema
+                        .as_ref()
+                        .ok_or_else(|| ClientError::Protocol("a batch before any schema".into()))?;
+                    let batch = normalize_batch(&batch, target)?;
+                    return Ok(Some(Answered::Batch(batch, message.inner.app_metadata)));
+                }
+                DecodedPayload::None => return Ok(Some(Answered::End(message.inner.app_metadata))),
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// A Tail session: a DoExchange stream over which a consumer polls one bucket.

@@ -56,7 +56,7 @@ use futures::{Stream, StreamExt};
 use mink_client::MinkClient;
 use mink_lake::storage::LakeStorage;
 use mink_node::server::MAX_MESSAGE_BYTES;
-use mink_sql::session::{SqlRuntime, default_memory_limit};
+use mink_sql::session::{SqlRuntime, default_memory_limit, memory_pool};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -229,7 +229,7 @@ pub fn serve(
     config: FlightSqlConfig,
     listener: TcpListener,
 ) -> Result<FlightSqlHandle, ServeError> {
-    let runtime = SqlRuntime::server(default_memory_limit(), &config.storage)?;
+    let runtime = SqlRuntime::server(memory_pool(default_memory_limit()), &config.storage)?;
     serve_in(config, runtime, listener)
 }
 

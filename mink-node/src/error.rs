@@ -72,6 +72,9 @@ pub enum NodeError {
     /// The table has no lake (Union/Lake reads of its lake, tiering).
     #[error("table {0} has no lake: create it with 'lake.enabled' = 'true'")]
     NoLake(String),
+    /// A read would hold more memory than the node's memory pool has left.
+    #[error("not enough memory for {0}")]
+    MemoryExhausted(String),
     /// Another process holds the data directory.
     #[error("data directory {0} is in use by another mink process")]
     DataDirLocked(String),
@@ -102,7 +105,7 @@ impl NodeError {
             Self::TableReplaced(_) => Code::FailedPrecondition,
             Self::OffsetOutOfRange { .. } => Code::OutOfRange,
             Self::InvalidArgument(_) | Self::SchemaMismatch(_) => Code::InvalidArgument,
-            Self::DiskFull { .. } => Code::ResourceExhausted,
+            Self::DiskFull { .. } | Self::MemoryExhausted(_) => Code::ResourceExhausted,
             Self::ShuttingDown(_) => Code::Unavailable,
             Self::DataDirLocked(_) | Self::NoLake(_) => Code::FailedPrecondition,
             Self::Lake(error) => lake_code(error),

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::Field;
+use datafusion_execution::memory_pool::{MemoryPool, UnboundedMemoryPool};
 use mink_core::protocol::{
     AppendAck, BucketId, BucketSeam, BucketStatus, LakeSnapshotInfo, list_offsets,
 };
@@ -59,6 +60,11 @@ pub struct NodeConfig {
     /// Most partitions a partitioned table may have; default [`DEFAULT_MAX_PARTITIONS`].
     /// A partition opens `bucket.num` buckets.
     pub max_partitions: usize,
+    /// The memory the node's reads hold beyond a batch in flight (the tail a union read
+    /// folds by key) is reserved here; a read past it fails alone with
+    /// `RESOURCE_EXHAUSTED`. `mink server` shares its SQL pool (`--sql-memory-limit`) with
+    /// the node; the default is unbounded, for embedded nodes and benchmarks.
+    pub memory_pool: Arc<dyn MemoryPool>,
 }
 
 /// Default bound on `bucket.num`.
@@ -108,6 +114,7 @@ impl NodeConfig {
             failpoint: None,
             max_bucket_num: DEFAULT_MAX_BUCKET_NUM,
             max_partitions: DEFAULT_MAX_PARTITIONS,
+            memory_pool: Arc::new(UnboundedMemoryPool::default()),
         }
     }
 }
@@ -137,7 +144,6 @@ pub struct Bucket {
     /// The current rows of a primary-key table's bucket.
     pub kv: Option<KvTablet>,
 }
-
 
 /// A table and its open tablets.
 #[derive(Debug)]
@@ -223,6 +229,11 @@ impl Node {
     }
 
     /// The configured failpoint.
+    /// The pool the node's reads reserve their memory from ([`NodeConfig::memory_pool`]).
+    pub(crate) fn memory_pool(&self) -> &Arc<dyn MemoryPool> {
+        &self.storage.config.memory_pool
+    }
+
     pub(crate) fn failpoint(&self) -> Option<Failpoint> {
         self.storage.config.failpoint
     }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use datafusion::error::Result;
 use datafusion::execution::TaskContext;
+use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
@@ -173,7 +174,7 @@ impl ExecutionPlan for MinkScanExec {
     fn execute(
         &self,
         partition: usize,
-        _context: Arc<TaskContext>,
+        context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let metrics = SplitMetrics {
             kv_rows: MetricBuilder::new(&self.metrics).counter("kv_rows", partition),
@@ -183,8 +184,10 @@ impl ExecutionPlan for MinkScanExec {
             merge_dropped: MetricBuilder::new(&self.metrics)
                 .counter("lake_rows_dropped_by_merge", partition),
         };
+        let tail_memory = MemoryConsumer::new(format!("MinkScanExec[{partition}] log tail"))
+            .register(context.memory_pool());
         let stream = match self.splits.get(partition) {
-            Some(split) => Arc::clone(&self.reader).read(split.clone(), metrics),
+            Some(split) => Arc::clone(&self.reader).read(split.clone(), metrics, tail_memory),
             // A table without buckets is planned as one empty partition.
             None => Box::pin(futures::stream::empty()),
         };

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_plan::metrics::Count;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_client::{ClientError, MinkClient};
@@ -103,6 +104,27 @@ pub(crate) fn changelog_schema(schema: &Schema) -> Schema {
     Schema::new(fields)
 }
 
+/// A primary-key split's log tail, folded by key, and its memory in the query's pool.
+#[derive(Debug)]
+struct HeldTail {
+    index: TailIndex,
+    _memory: MemoryReservation,
+}
+
+/// Every batch of a log tail as changelog rows, each reserved in `memory` before it is
+/// kept: a tail larger than the query's pool fails with `ResourcesExhausted`.
+async fn collect_tail(
+    mut tail: BoxStream<'static, Result<TailBatch>>,
+    memory: &MemoryReservation,
+) -> Result<Vec<(RecordBatch, Vec<u8>)>> {
+    let mut rows = Vec::new();
+    while let Some(batch) = tail.try_next().await? {
+        memory.try_grow(batch.rows.get_array_memory_size() + batch.changes.len())?;
+        rows.push((batch.rows, batch.changes));
+    }
+    Ok(rows)
+}
+
 /// A batch of the log tail, trimmed to the planned range.
 #[derive(Debug)]
 struct TailBatch {
@@ -115,12 +137,14 @@ struct TailBatch {
 
 impl SplitReader {
     /// The split's rows, projected; no I/O before the first poll.
+    /// A primary-key union folds its log tail in memory, reserved in `tail_memory`.
     pub(crate) fn read(
         self: Arc<Self>,
         split: Split,
         metrics: SplitMetrics,
+        tail_memory: MemoryReservation,
     ) -> BoxStream<'static, Result<RecordBatch>> {
-        stream::once(async move { self.open(split, metrics).await })
+        stream::once(async move { self.open(split, metrics, tail_memory).await })
             .try_flatten()
             .boxed()
     }
@@ -129,11 +153,14 @@ impl SplitReader {
         self: Arc<Self>,
         split: Split,
         metrics: SplitMetrics,
+        tail_memory: MemoryReservation,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
         let columns = self.read_columns();
         let kv_rows = match split.source {
             SplitSource::Union { plan, lake } => {
-                return self.union(split.bucket, plan, lake, metrics).await;
+                return self
+                    .union(split.bucket, plan, lake, metrics, tail_memory)
+                    .await;
             }
             SplitSource::Changelog { from, to } => {
                 let reader = Arc::clone(&self);
@@ -145,25 +172,29 @@ impl SplitReader {
                     })
                     .boxed());
             }
+            // Streamed: a bucket of any size is read a batch at a time.
             SplitSource::KvSnapshot => {
-                let answer = self.client.snapshot(&split.bucket, &columns, 0).await;
-                answer.map_err(external)?.batches
+                let answer = self
+                    .client
+                    .snapshot_stream(&split.bucket, &columns, 0)
+                    .await;
+                answer.map_err(external)?.map_err(external).boxed()
             }
             SplitSource::LimitScan { limit } => {
                 let answer = self.client.limit_scan(&split.bucket, limit, &columns).await;
-                answer.map_err(external)?
+                stream::iter(answer.map_err(external)?).map(Ok).boxed()
             }
             SplitSource::Lookup { keys } => {
                 let client = &self.client;
                 let answer = client.lookup_in_bucket(&self.table, &split.bucket, &keys, &columns);
-                vec![answer.await.map_err(external)?.rows]
+                stream::iter([Ok(answer.await.map_err(external)?.rows)]).boxed()
             }
         };
         let reader = Arc::clone(&self);
-        Ok(stream::iter(kv_rows)
-            .map(move |batch| {
+        Ok(kv_rows
+            .and_then(move |batch| {
                 metrics.kv_rows.add(batch.num_rows());
-                reader.emit(&batch)
+                std::future::ready(reader.emit(&batch))
             })
             .boxed())
     }
@@ -175,6 +206,7 @@ impl SplitReader {
         plan: UnionPlan,
         lake: LakeSplit,
         metrics: SplitMetrics,
+        tail_memory: MemoryReservation,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
         metrics.lake_files.add(lake.files.len());
         // The node names the files; none outside the table's location is read.
@@ -210,20 +242,20 @@ impl SplitReader {
                 .and_then(move |batch| std::future::ready(reader.emit(&batch)))
                 .boxed());
         }
-        let tail: Vec<(RecordBatch, Vec<u8>)> = tail
-            .map_ok(|batch| (batch.rows, batch.changes))
-            .try_collect()
-            .await?;
+        let tail = collect_tail(tail, &tail_memory).await?;
         metrics
             .tail_rows
             .add(tail.iter().map(|(b, _)| b.num_rows()).sum());
         let codec = KeyCodec::new(&self.table).map_err(external)?;
-        let index = Arc::new(TailIndex::new(&codec, tail).map_err(external)?);
-        let live = index.live_rows().map_err(external)?;
+        let index = Arc::new(HeldTail {
+            index: TailIndex::new(&codec, tail).map_err(external)?,
+            _memory: tail_memory,
+        });
+        let live = index.index.live_rows().map_err(external)?;
         let reader = Arc::clone(&self);
         let lake = lake.and_then(move |batch| {
             metrics.lake_rows.add(batch.num_rows());
-            let kept = index.filter_lake(&codec, &batch).map_err(external);
+            let kept = index.index.filter_lake(&codec, &batch).map_err(external);
             if let Ok(kept) = &kept {
                 metrics
                     .merge_dropped

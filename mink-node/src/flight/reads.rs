@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use arrow_flight::FlightData;
+use datafusion_execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_core::filter::{ColumnFilter, filter_batch};
 use mink_core::key::{KeyCodec, RowCodec};
@@ -187,15 +189,12 @@ impl MinkFlightService {
         filters: Vec<ColumnFilter>,
         end: FlightData,
     ) -> Result<FlightStream<FlightData>, NodeError> {
-        let batches: Vec<LogBatch> = log.try_collect().await?;
-        let tail = batches
-            .into_iter()
-            .map(|batch| changelog_rows(&table, batch))
-            .collect::<Result<Vec<_>, NodeError>>()?;
+        let (tail, reservation) = self.collect_tail(&table, log).await?;
         let codec = KeyCodec::new(&table)?;
         let merge = Arc::new(KeyMerge {
             index: TailIndex::new(&codec, tail)?,
             codec,
+            _reservation: reservation,
         });
         let mut encoder = BatchEncoder::new(projection.clone());
         let schema = encoder.start(&table)?;
@@ -220,6 +219,31 @@ impl MinkFlightService {
             .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
             .try_flatten();
         Ok(answer.boxed())
+    }
+
+    /// A primary-key union's tail as changelog rows, its memory reserved in the node's
+    /// pool for as long as the merge holds it.
+    async fn collect_tail(
+        &self,
+        table: &TableDescriptor,
+        mut log: BoxStream<'static, Result<LogBatch, NodeError>>,
+    ) -> Result<(Vec<(RecordBatch, Vec<u8>)>, MemoryReservation), NodeError> {
+        let reservation = MemoryConsumer::new(format!("Union tail of {}", table.path))
+            .register(self.node.memory_pool());
+        let mut tail = Vec::new();
+        while let Some(batch) = log.try_next().await? {
+            let (rows, changes) = changelog_rows(table, batch)?;
+            reservation
+                .try_grow(rows.get_array_memory_size() + changes.len())
+                .map_err(|e| {
+                    NodeError::MemoryExhausted(format!(
+                        "the log tail of a union read of {}: {e}",
+                        table.path
+                    ))
+                })?;
+            tail.push((rows, changes));
+        }
+        Ok((tail, reservation))
     }
 
     /// The encoded rows of a lake split that match `filters`, projected. Only the projected
@@ -272,6 +296,8 @@ impl MinkFlightService {
 struct KeyMerge {
     index: TailIndex,
     codec: KeyCodec,
+    /// The tail's memory, held in the node's pool until the merge is dropped.
+    _reservation: MemoryReservation,
 }
 
 /// Streams a KV store in key order: the schema, batches of `batch_rows` rows (at most

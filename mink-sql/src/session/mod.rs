@@ -48,7 +48,7 @@ use mink_lake::storage::LakeStorage;
 pub use create::is_create_table;
 use create::split_create_table;
 pub use guard::{FileAccess, refuse_server_files};
-pub use runtime::{SqlRuntime, default_memory_limit, parse_size};
+pub use runtime::{SqlRuntime, default_memory_limit, memory_pool, parse_size};
 
 /// A SQL session over one mink node.
 pub struct MinkSession {
@@ -75,7 +75,7 @@ impl MinkSession {
     /// # Errors
     /// The node could not be reached.
     pub async fn connect(client: MinkClient, storage: LakeStorage) -> Result<Self> {
-        let runtime = SqlRuntime::server(default_memory_limit(), &storage)?;
+        let runtime = SqlRuntime::server(memory_pool(default_memory_limit()), &storage)?;
         Self::connect_in(client, storage, &runtime).await
     }
 

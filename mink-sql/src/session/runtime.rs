@@ -2,9 +2,10 @@
 //! and the lake's object store only.
 //!
 //! A server runs many sessions (Flight SQL makes one per call), and they all draw on one
-//! [`FairSpillPool`] of `--sql-memory-limit` bytes (default: half the machine's memory).
-//! A query that needs more than the pool can give fails alone, with DataFusion's
-//! `ResourcesExhausted` error; the node and the other sessions go on.
+//! [`FairSpillPool`] of `--sql-memory-limit` bytes (default: half the machine's memory),
+//! [`memory_pool`]; `mink server` hands the same pool to its node, whose union reads hold
+//! their log tails in it. A query that needs more than the pool can give fails alone,
+//! with DataFusion's `ResourcesExhausted` error; the node and the other sessions go on.
 //!
 //! Why a fair pool rather than a greedy one: with [`GreedyMemoryPool`] the first big
 //! consumer may take the whole pool, and then a small sort in another session fails.
@@ -27,7 +28,7 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::memory_pool::{FairSpillPool, TrackConsumersPool};
+use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, TrackConsumersPool};
 use datafusion::execution::object_store::{
     DefaultObjectStoreRegistry, ObjectStoreRegistry, ObjectStoreUrl,
 };
@@ -44,17 +45,17 @@ const FALLBACK_MEMORY_LIMIT: usize = 4 << 30;
 #[derive(Debug, Clone)]
 pub struct SqlRuntime {
     runtime: Arc<RuntimeEnv>,
-    memory_limit: usize,
     files: FileAccess,
 }
 
 impl SqlRuntime {
-    /// The runtime of a server's sessions: one pool of `memory_limit` bytes, the store
-    /// of `storage` as the only object store, statements that touch files refused.
+    /// The runtime of a server's sessions: every statement in `pool` (a
+    /// [`memory_pool`]), the store of `storage` as the only object store, statements
+    /// that touch files refused.
     ///
     /// # Errors
     /// DataFusion could not build the runtime.
-    pub fn server(memory_limit: usize, storage: &LakeStorage) -> Result<Self> {
+    pub fn server(pool: Arc<dyn MemoryPool>, storage: &LakeStorage) -> Result<Self> {
         let registry = DefaultObjectStoreRegistry::new();
         let file = ObjectStoreUrl::local_filesystem();
         // The whole file system DataFusion registers by default.
@@ -65,12 +66,12 @@ impl SqlRuntime {
                 .map_err(|e| DataFusionError::External(Box::new(e)))?;
             registry.register_store(url.as_ref(), store);
         }
-        let runtime = builder(memory_limit)
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(pool)
             .with_object_store_registry(Arc::new(registry))
             .build_arc()?;
         Ok(Self {
             runtime,
-            memory_limit,
             files: FileAccess::Refused,
         })
     }
@@ -82,9 +83,9 @@ impl SqlRuntime {
     /// # Errors
     /// DataFusion could not build the runtime.
     pub fn local(memory_limit: usize) -> Result<Self> {
+        let runtime = RuntimeEnvBuilder::new().with_memory_pool(memory_pool(memory_limit));
         Ok(Self {
-            runtime: builder(memory_limit).build_arc()?,
-            memory_limit,
+            runtime: runtime.build_arc()?,
             files: FileAccess::Local,
         })
     }
@@ -94,21 +95,20 @@ impl SqlRuntime {
         &self.runtime
     }
 
-    /// The pool's size in bytes.
-    pub fn memory_limit(&self) -> usize {
-        self.memory_limit
-    }
-
     /// Whether the sessions' SQL may touch this machine's files.
     pub fn file_access(&self) -> FileAccess {
         self.files
     }
 }
 
-fn builder(memory_limit: usize) -> RuntimeEnvBuilder {
+/// The memory pool of a process's SQL (see the module docs): `memory_limit` bytes, fair
+/// between spilling operators, its errors naming the five largest consumers.
+pub fn memory_pool(memory_limit: usize) -> Arc<dyn MemoryPool> {
     let top = NonZeroUsize::new(5).unwrap_or(NonZeroUsize::MIN);
-    let pool = TrackConsumersPool::new(FairSpillPool::new(memory_limit), top);
-    RuntimeEnvBuilder::new().with_memory_pool(Arc::new(pool))
+    Arc::new(TrackConsumersPool::new(
+        FairSpillPool::new(memory_limit),
+        top,
+    ))
 }
 
 /// The URL DataFusion would look the lake's store up by: `file:///` for a local store
@@ -276,16 +276,19 @@ mod tests {
         assert!(store_url("bucket").is_err());
 
         let whole = LakeStorage::new(Arc::new(object_store::local::LocalFileSystem::new()), "");
-        let runtime = SqlRuntime::server(1 << 20, &whole).unwrap();
+        let runtime = SqlRuntime::server(memory_pool(1 << 20), &whole).unwrap();
         let file = ObjectStoreUrl::local_filesystem();
         assert!(runtime.runtime_env().object_store(&file).is_err());
         assert_eq!(runtime.file_access(), FileAccess::Refused);
 
         let dir = tempfile::tempdir().unwrap();
         let rooted = LakeStorage::local(&dir.path().display().to_string()).unwrap();
-        let runtime = SqlRuntime::server(1 << 20, &rooted).unwrap();
+        let runtime = SqlRuntime::server(memory_pool(1 << 20), &rooted).unwrap();
         assert!(runtime.runtime_env().object_store(&file).is_ok());
-        assert_eq!(runtime.memory_limit(), 1 << 20);
+        assert!(matches!(
+            runtime.runtime_env().memory_pool.memory_limit(),
+            datafusion::execution::memory_pool::MemoryLimit::Finite(limit) if limit == 1 << 20
+        ));
         assert_eq!(
             SqlRuntime::local(1 << 20).unwrap().file_access(),
             FileAccess::Local

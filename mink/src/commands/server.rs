@@ -20,6 +20,7 @@ use arrow::array::{
     ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::execution::memory_pool::MemoryPool;
 use mink_client::{ConnectOptions, MinkClient};
 use mink_core::options::TableOptions;
 use mink_core::table::{TableDescriptor, TablePath};
@@ -30,7 +31,7 @@ use mink_node::log::LogConfig;
 use mink_node::node::Failpoint;
 use mink_node::server::{ServeOptions, serve_with};
 use mink_node::{Node, NodeConfig};
-use mink_sql::session::{SqlRuntime, default_memory_limit, parse_size};
+use mink_sql::session::{SqlRuntime, default_memory_limit, memory_pool, parse_size};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
@@ -81,16 +82,21 @@ pub(crate) struct ServerArgs {
     /// writes, a process crash cannot).
     #[arg(long)]
     no_sync: bool,
-    /// The memory all SQL statements together may use: bytes (1073741824) or a size
-    /// (512MiB, 2GiB). A statement that needs more than is left fails alone (gRPC
-    /// RESOURCE_EXHAUSTED); the node and other statements go on. Default: half the
-    /// machine's memory.
+    /// The memory all SQL statements and the node's union reads together may use: bytes
+    /// (1073741824) or a size (512MiB, 2GiB). A statement or read that needs more than is
+    /// left fails alone (gRPC RESOURCE_EXHAUSTED); the node and other statements go on.
+    /// Default: half the machine's memory.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     sql_memory_limit: Option<usize>,
 }
 
 pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
+    let memory_limit = args.sql_memory_limit.unwrap_or_else(default_memory_limit);
+    // One pool for SQL statements and the node's reads: neither can starve the process.
+    let pool = memory_pool(memory_limit);
+    info!(memory_limit, "memory pool of SQL statements and node reads");
     let mut config = NodeConfig::new(&args.data_dir);
+    config.memory_pool = Arc::clone(&pool);
     config.log = LogConfig {
         sync: !args.no_sync,
         ..LogConfig::default()
@@ -133,7 +139,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         credentials,
         tls_ca: None,
     };
-    let sql = serve_flight_sql(&args, &engine_address, &engine).await?;
+    let sql = serve_flight_sql(&args, pool, &engine_address, &engine).await?;
     // One write, so a reader that stops after the first line never misses the second.
     print!(
         "mink node listening on {address}\nmink Flight SQL listening on {}\n",
@@ -164,6 +170,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
 /// Serves Flight SQL on `--sql-listen` for the node at `node_address`.
 async fn serve_flight_sql(
     args: &ServerArgs,
+    pool: Arc<dyn MemoryPool>,
     node_address: &str,
     node_login: &ConnectOptions,
 ) -> Result<FlightSqlHandle, CliError> {
@@ -179,10 +186,8 @@ async fn serve_flight_sql(
                 .map_err(|e| CliError::Usage(format!("the lake warehouse: {e}")))?
         }
     };
-    let memory_limit = args.sql_memory_limit.unwrap_or_else(default_memory_limit);
-    let runtime = SqlRuntime::server(memory_limit, &storage)
+    let runtime = SqlRuntime::server(pool, &storage)
         .map_err(|e| CliError::Usage(format!("the SQL runtime: {e}")))?;
-    info!(memory_limit, "SQL memory pool");
     let config = FlightSqlConfig {
         client: MinkClient::connect_with(node_address, node_login).await?,
         storage,

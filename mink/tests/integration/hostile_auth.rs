@@ -4,9 +4,8 @@
 //! a server without a login refuses to listen beyond loopback. The client commands log
 //! in to both ports with `--user` and MINK_PASSWORD (or MINK_SQL_PASSWORD).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{Action, FlightData, Ticket};
@@ -17,61 +16,16 @@ use prost::Message;
 use tonic::Code;
 use tonic::transport::Channel;
 
+use crate::process::ServerProcess;
 use crate::support::{events, events_table};
 
 const USER: &str = "analyst";
 const PASSWORD: &str = "s3cret";
 
-/// A `mink server` with a login (and TLS when asked), killed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-    sql_addr: String,
-}
-
-impl Server {
-    fn start(data_dir: &Path, extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mink"))
-            .args([
-                "server",
-                "--listen",
-                "127.0.0.1:0",
-                "--sql-listen",
-                "127.0.0.1:0",
-            ])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(extra)
-            .env("MINK_SQL_USER", USER)
-            .env("MINK_SQL_PASSWORD", PASSWORD)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start mink server");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut address = |prefix: &str| {
-            let mut line = String::new();
-            stdout.read_line(&mut line).expect("read a line");
-            line.trim()
-                .strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("expected '{prefix}...', got {line:?}"))
-                .to_string()
-        };
-        let addr = address("mink node listening on ");
-        let sql_addr = address("mink Flight SQL listening on ");
-        Self {
-            child,
-            addr,
-            sql_addr,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A `mink server` with a login (and TLS when `args` ask for it).
+fn start_server(data_dir: &Path, args: &[&str]) -> ServerProcess {
+    let login = [("MINK_SQL_USER", USER), ("MINK_SQL_PASSWORD", PASSWORD)];
+    ServerProcess::start_with(data_dir, args, &login)
 }
 
 /// Runs `mink` with `env` (and no password from the test's own environment).
@@ -193,7 +147,7 @@ fn basic(user: &str, password: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_port_answers_no_call_without_the_login() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = Server::start(dir.path(), &[]);
+    let server = start_server(dir.path(), &[]);
     let client = MinkClient::connect_with(&server.addr, &login())
         .await
         .expect("log in to the node");
@@ -286,7 +240,7 @@ async fn the_node_port_answers_no_call_without_the_login() {
 #[test]
 fn every_client_command_logs_in_to_both_ports() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = Server::start(dir.path(), &[]);
+    let server = start_server(dir.path(), &[]);
     let env = [("MINK_PASSWORD", PASSWORD)];
     let old_env = [("MINK_SQL_PASSWORD", PASSWORD)];
 
@@ -384,12 +338,18 @@ fn every_client_command_logs_in_to_both_ports() {
     );
     // Without the login both fail, with the server's refusal.
     let (ok, _, stderr) = mink(&read, &[]);
-    assert!(!ok && stderr.contains("requires a user and password"), "{stderr}");
+    assert!(
+        !ok && stderr.contains("requires a user and password"),
+        "{stderr}"
+    );
     let (ok, _, stderr) = mink(
         &["load", "--connect", &server.addr, "--table", "people", &csv],
         &[],
     );
-    assert!(!ok && stderr.contains("requires a user and password"), "{stderr}");
+    assert!(
+        !ok && stderr.contains("requires a user and password"),
+        "{stderr}"
+    );
     // And the rows were loaded once.
     let (ok, stdout, stderr) = mink(
         &[
@@ -444,7 +404,7 @@ fn the_node_port_serves_tls_with_the_same_certificate() {
     let dir = tempfile::tempdir().expect("temp dir");
     let tls = tls_args();
     let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
-    let server = Server::start(dir.path(), &tls);
+    let server = start_server(dir.path(), &tls);
     let ca = ca_path();
     let env = [("MINK_PASSWORD", PASSWORD)];
 

@@ -3,9 +3,6 @@
 //! each the process still answers a Flight call, and for the memory cases its resident
 //! memory stayed less than 1 GiB above its idle figure.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
@@ -21,66 +18,40 @@ use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::protocol::{
     BucketId, Lookup, PrefixLookup, ReadTicket, ScanRequest, SnapshotRequest, TailRequest,
-    WriteHeader, action, read_ticket,
+    UnionRequest, WriteHeader, action, read_ticket,
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_node::flight::limits::MAX_ANSWER_BYTES;
 use prost::Message;
 use tonic::Code;
 
+use crate::process::ServerProcess;
 use crate::support::{events, events_table};
 
 /// How far above its idle figure the server's resident memory may grow during a case.
 const RSS_HEADROOM_KIB: u64 = 1 << 20;
 
-/// A `mink server` child whose pid the test keeps, to read its memory.
+/// A `mink server` over a data directory of its own.
 struct Server {
-    child: Child,
+    process: ServerProcess,
     addr: String,
     _dir: tempfile::TempDir,
 }
 
 impl Server {
     fn start() -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mink"))
-            .args(["server", "--listen", "127.0.0.1:0"])
-            .args(["--sql-listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.path())
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start mink server");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read a line");
-        let addr = line
-            .trim()
-            .strip_prefix("mink node listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        // Keep draining stdout so the child never blocks on a full pipe.
-        std::thread::spawn(move || for _ in stdout.lines() {});
-        Self {
-            child,
-            addr,
-            _dir: dir,
-        }
+        Self::start_with(&[])
     }
 
-    /// VmRSS of the process, in KiB.
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(
-            Path::new("/proc")
-                .join(self.child.id().to_string())
-                .join("status"),
-        )
-        .expect("read /proc/<pid>/status");
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS")
+    /// A server with extra arguments.
+    fn start_with(args: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let process = ServerProcess::start_with(dir.path(), args, &[]);
+        Self {
+            addr: process.addr.clone(),
+            process,
+            _dir: dir,
+        }
     }
 
     async fn client(&self) -> MinkClient {
@@ -101,16 +72,13 @@ impl Server {
 
     /// The process has not exited and still answers a Flight call.
     async fn assert_alive(&mut self) {
-        assert!(
-            self.child.try_wait().expect("try_wait").is_none(),
-            "the server process exited"
-        );
+        assert!(self.process.is_running(), "the server process exited");
         let tables = self.client().await.list_tables(None).await;
         assert!(tables.is_ok(), "list_tables after the case: {tables:?}");
     }
 
     fn assert_rss_below(&self, idle_kib: u64) {
-        let rss = self.rss_kib();
+        let rss = self.process.rss_kib();
         assert!(
             rss < idle_kib + RSS_HEADROOM_KIB,
             "resident memory grew from {idle_kib} KiB to {rss} KiB"
@@ -118,15 +86,13 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// `(id BIGINT NOT NULL, name STRING, PRIMARY KEY (id))`, one bucket.
 fn keyed_table(name: &str) -> TableDescriptor {
+    keyed_table_with(name, TableOptions::default())
+}
+
+/// [`keyed_table`] with `options` (its bucket key and count set).
+fn keyed_table_with(name: &str, options: TableOptions) -> TableDescriptor {
     let schema = Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("name", DataType::Utf8, true),
@@ -134,7 +100,7 @@ fn keyed_table(name: &str) -> TableDescriptor {
     let options = TableOptions {
         bucket_num: 1,
         bucket_key: Some(vec!["id".into()]),
-        ..TableOptions::default()
+        ..options
     };
     TableDescriptor::new(
         TablePath::new("test", name),
@@ -272,7 +238,7 @@ async fn a_projection_repeating_one_column_is_refused() {
             .await
             .expect("append");
     }
-    let idle = server.rss_kib();
+    let idle = server.process.rss_kib();
 
     let mut raw = server.raw().await;
     let scan = |columns: Vec<u32>| {
@@ -326,7 +292,7 @@ async fn compressed_ipc_from_a_client_is_refused_before_it_is_decoded() {
         .append(&bucket, vec![events(&table, &[1, 2, 3])])
         .await
         .expect("upsert");
-    let idle = server.rss_kib();
+    let idle = server.process.rss_kib();
     let mut raw = server.raw().await;
 
     // lookup: the key batch, compressed, with a forged uncompressed length.
@@ -429,7 +395,7 @@ async fn scan_and_tail_with_max_bytes_u64_max_answer_a_bounded_part() {
             .await
             .expect("append");
     }
-    let idle = server.rss_kib();
+    let idle = server.process.rss_kib();
     let total_rows = BATCHES * ROWS;
     // The node answers at most MAX_ANSWER_BYTES of log, plus the first batch (each
     // batch here is a little over 1 MiB).
@@ -549,5 +515,70 @@ async fn nothing_after_a_failed_batch_of_a_do_put_is_written() {
         BAD * 2,
         "only the acknowledged batches are in the log"
     );
+    server.assert_alive().await;
+}
+
+/// `mink sql --connect` to the server's Flight SQL port: `(success, stdout, stderr)`.
+fn sql(server: &Server, statement: &str) -> (bool, String, String) {
+    let address = &server.process.sql_addr;
+    let args = ["sql", "--connect", address, "--format", "csv", "-e", statement];
+    crate::process::run_mink(&args)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_union_tail_over_the_memory_pool_fails_alone_and_a_kv_snapshot_streams() {
+    let mut server = Server::start_with(&["--sql-memory-limit", "4MiB"]);
+    let client = server.client().await;
+    // Tiering would shrink the tail; it must not run during the test.
+    let lake = TableOptions {
+        lake_enabled: true,
+        lake_freshness: std::time::Duration::from_secs(3600),
+        ..TableOptions::default()
+    };
+    let tiered = client
+        .create_table(&keyed_table_with("tail", lake), false)
+        .await
+        .expect("create");
+    let kv_only = client
+        .create_table(&keyed_table("kv"), false)
+        .await
+        .expect("create");
+    // 16 MiB of upserts in each: four times the pool.
+    const BATCHES: usize = 16;
+    const ROWS: usize = 1024;
+    for table in [&tiered, &kv_only] {
+        let bucket = BucketId::new(&table.path, 0);
+        for i in 0..BATCHES {
+            let rows = wide_events(table, (i * ROWS) as i64, ROWS, 1024);
+            client.append(&bucket, vec![rows]).await.expect("upsert");
+        }
+    }
+    let idle = server.process.rss_kib();
+
+    // The node's Union ticket folds the tail in the shared pool: refused past it.
+    let mut raw = server.raw().await;
+    let union = ticket(read_ticket::Read::Union(UnionRequest {
+        bucket: Some(BucketId::new(&tiered.path, 0)),
+        columns: vec![],
+        filters: vec![],
+    }));
+    let (code, message) = do_get(&mut raw, union).await.expect_err("over the pool");
+    assert_eq!(code, Code::ResourceExhausted, "{message}");
+    assert!(message.contains("not enough memory"), "{message}");
+    server.assert_alive().await;
+
+    // So does the engine's union read of the same table (of its names: a count would
+    // read the keys alone), and it fails alone.
+    let (ok, _, stderr) = sql(&server, "SELECT max(name) FROM test.tail");
+    assert!(!ok);
+    assert!(stderr.contains("Resources exhausted"), "{stderr}");
+    // A KV snapshot of the same size streams through the pool a batch at a time.
+    let (ok, stdout, stderr) = sql(&server, "SELECT count(name) AS n FROM test.kv");
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, format!("n\n{}\n", BATCHES * ROWS));
+    let (ok, stdout, stderr) = sql(&server, "SELECT 1 AS one");
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, "one\n1\n");
+    server.assert_rss_below(idle);
     server.assert_alive().await;
 }

@@ -4,63 +4,10 @@
 //! `--sql-memory-limit` fails alone with RESOURCE_EXHAUSTED while a concurrent one
 //! answers. After each, the server still answers `SELECT 1`.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
+use crate::process::ServerProcess;
 use crate::python::python;
-
-/// A `mink server` on loopback ports it chose, with extra arguments.
-struct Server {
-    child: Child,
-    sql_addr: String,
-}
-
-impl Server {
-    fn start(data_dir: &Path, extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mink"))
-            .args([
-                "server",
-                "--listen",
-                "127.0.0.1:0",
-                "--sql-listen",
-                "127.0.0.1:0",
-            ])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .env_remove("MINK_SQL_USER")
-            .env_remove("MINK_SQL_PASSWORD")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start mink server");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        let mut next = |prefix: &str| {
-            line.clear();
-            stdout.read_line(&mut line).expect("read a line");
-            line.trim()
-                .strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("expected '{prefix}...', got {line:?}"))
-                .to_string()
-        };
-        next("mink node listening on ");
-        let sql_addr = next("mink Flight SQL listening on ");
-        Self { child, sql_addr }
-    }
-
-    fn uri(&self) -> String {
-        format!("grpc://{}", self.sql_addr)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Runs each statement (argv[2:]) over ADBC, `PREPARE:` ones as prepared statements, and
 /// `SELECT 1` after each; prints one line per statement: `ok|error <TAB> after <TAB>
@@ -91,9 +38,9 @@ with flight_sql.connect(sys.argv[1], autocommit=True) as conn:
 
 /// Runs [`HOSTILE`]: per statement, `(refused, message)`, having checked that the server
 /// answered `SELECT 1` after it.
-fn over_adbc(server: &Server, statements: &[String]) -> Vec<(bool, String)> {
+fn over_adbc(server: &ServerProcess, statements: &[String]) -> Vec<(bool, String)> {
     let output = Command::new(python())
-        .args(["-c", HOSTILE, &server.uri()])
+        .args(["-c", HOSTILE, &server.sql_uri()])
         .args(statements)
         .output()
         .expect("python");
@@ -139,7 +86,7 @@ fn over_mink_sql(address: &str, sql: &str) -> (bool, String, String) {
 fn sql_never_reaches_the_server_s_files() {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = tempfile::tempdir().expect("output dir");
-    let server = Server::start(dir.path(), &[]);
+    let server = ServerProcess::start(dir.path());
     let target = |name: &str| out.path().join(name);
     let csv = out.path().join("readable.csv");
     std::fs::write(&csv, "a\nsecret\n").expect("csv");
@@ -276,10 +223,10 @@ print(f"small\t{answers}")
 #[test]
 fn a_statement_over_the_memory_limit_fails_alone() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = Server::start(dir.path(), &["--sql-memory-limit", "16MiB"]);
+    let server = ServerProcess::start_with(dir.path(), &["--sql-memory-limit", "16MiB"], &[]);
     let big = "SELECT array_length(array_agg(i)) FROM generate_series(1, 20000000) t(i)";
     let output = Command::new(python())
-        .args(["-c", MEMORY, &server.uri(), big])
+        .args(["-c", MEMORY, &server.sql_uri(), big])
         .output()
         .expect("python");
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -14,13 +14,19 @@ pub(crate) struct ServerProcess {
 
 impl ServerProcess {
     /// Starts `mink server --listen 127.0.0.1:0` over `data_dir` and waits for its
-    /// `listening on` line.
+    /// `listening on` lines.
     pub(crate) fn start(data_dir: &Path) -> Self {
-        Self::start_with_env(data_dir, &[])
+        Self::start_with(data_dir, &[], &[])
     }
 
     /// Like [`ServerProcess::start`], with extra environment variables.
     pub(crate) fn start_with_env(data_dir: &Path, env: &[(&str, &str)]) -> Self {
+        Self::start_with(data_dir, &[], env)
+    }
+
+    /// Like [`ServerProcess::start`], with extra arguments and environment variables (a
+    /// login only where `env` gives one).
+    pub(crate) fn start_with(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_mink"));
         command
             .args([
@@ -32,8 +38,36 @@ impl ServerProcess {
             ])
             .arg("--data-dir")
             .arg(data_dir)
+            .args(args)
+            .env_remove("MINK_SQL_USER")
+            .env_remove("MINK_SQL_PASSWORD")
             .envs(env.iter().copied());
         Self::spawn(command)
+    }
+
+    /// The `grpc://` URI of its Flight SQL endpoint.
+    pub(crate) fn sql_uri(&self) -> String {
+        format!("grpc://{}", self.sql_addr)
+    }
+
+    /// Whether the process is still running.
+    pub(crate) fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+
+    /// VmRSS of the process, in KiB.
+    pub(crate) fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(
+            Path::new("/proc")
+                .join(self.child.id().to_string())
+                .join("status"),
+        )
+        .expect("read /proc/<pid>/status");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS")
     }
 
     /// Waits for the process to end by itself (an abort at a failpoint).
@@ -78,6 +112,8 @@ impl ServerProcess {
         };
         let addr = address("mink node listening on ");
         let sql_addr = address("mink Flight SQL listening on ");
+        // Keep draining stdout so the child never blocks on (or dies of) a closed pipe.
+        std::thread::spawn(move || for _ in stdout.lines() {});
         Self {
             child,
             addr,
