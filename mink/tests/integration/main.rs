@@ -31,3 +31,4 @@ mod support;
 mod table_changes;
 mod tail;
 mod tpch;
+mod union_prefix;
