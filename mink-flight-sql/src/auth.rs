@@ -5,5 +5,5 @@
 //! With no credentials configured every call is accepted, and the server only listens on
 //! a loopback address (see [`super::serve`]).
 
-pub(crate) use mink_auth::{Auth, attach_token};
+pub(crate) use mink_auth::{Auth, HandshakeStream};
 pub use mink_auth::{Credentials, TOKEN_LIFETIME};

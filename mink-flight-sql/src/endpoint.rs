@@ -5,7 +5,7 @@
 //!   and `CALL` answer an empty schema and do not act); for a metadata command, the
 //!   schema its FlightInfo announces. ADBC's `adbc_execute_schema` asks this.
 //! - `PollFlightInfo`: the FlightInfo, complete at once (progress 1). Asking for a
-//!   FlightInfo plans a statement and does not run it (DDL and `CALL` excepted, see
+//!   FlightInfo plans a query and does not run it (DML, DDL and `CALL` run then, see
 //!   [`super::statement`]), so there is nothing to wait for.
 
 use arrow_flight::flight_service_server::FlightService;

@@ -7,9 +7,9 @@
 //! FlightInfo is built the same way, plus the schema the FlightInfo announced: the
 //! statement is planned again when the ticket is redeemed, and if a table changed in
 //! between so that the rows would not have that schema, the ticket is refused rather
-//! than streaming something else. For a statement that ran while it was planned (DDL,
-//! `CALL`) the ticket carries the statement's result instead, so the statement runs
-//! exactly once.
+//! than streaming something else. For a statement that ran while it was planned (DML,
+//! DDL, `CALL`) the ticket carries the statement's result instead, so the statement runs
+//! exactly once however often the ticket is redeemed.
 //!
 //! ```text
 //! handle = "mkh1" ++ protobuf { 1: sql, 2: parameters (Arrow IPC stream) }
@@ -30,9 +30,8 @@ use arrow::datatypes::SchemaRef;
 use arrow::error::ArrowError;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
+use mink_core::ipc_guard::check_stream;
 use prost::Message;
-
-use crate::ipc_guard::check_stream;
 
 /// The bytes every mink handle starts with (`1` is the format version).
 const MAGIC: &[u8; 4] = b"mkh1";
@@ -196,7 +195,7 @@ fn ipc_bytes(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>, Arr
 }
 
 fn ipc_batches(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>), ArrowError> {
-    check_stream(bytes).map_err(ArrowError::IpcError)?;
+    check_stream(bytes).map_err(|e| ArrowError::IpcError(e.to_string()))?;
     let reader = StreamReader::try_new(Cursor::new(bytes), None)?;
     let schema = Arc::clone(&reader.schema());
     let batches = reader.collect::<Result<_, _>>()?;
@@ -207,6 +206,8 @@ fn ipc_batches(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>), ArrowError
 mod tests {
     use arrow::array::{Int64Array, StringArray, UInt64Array};
     use arrow::datatypes::{DataType, Field, Schema};
+    use arrow::ipc::CompressionType;
+    use arrow::ipc::writer::IpcWriteOptions;
 
     use super::*;
 
@@ -281,5 +282,26 @@ mod tests {
             .encode()
             .unwrap();
         assert!(StatementHandle::decode(&computed).is_err());
+    }
+
+    #[test]
+    fn a_handle_with_compressed_parameters_is_refused_before_they_are_decoded() {
+        let batch = parameters();
+        let options = IpcWriteOptions::default()
+            .try_with_compression(Some(CompressionType::LZ4_FRAME))
+            .unwrap();
+        let mut writer =
+            StreamWriter::try_new_with_options(Vec::new(), batch.schema_ref(), options).unwrap();
+        writer.write(&batch).unwrap();
+        let proto = HandleProto {
+            sql: "SELECT $1, $2".into(),
+            parameters: writer.into_inner().unwrap(),
+            ..HandleProto::default()
+        };
+        let error = StatementHandle::decode(&encode(&proto).unwrap()).unwrap_err();
+        assert!(
+            error.contains("compressed Arrow IPC is not accepted"),
+            "{error}"
+        );
     }
 }

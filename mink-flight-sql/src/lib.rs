@@ -39,7 +39,6 @@ mod endpoint;
 mod error;
 mod handle;
 mod ingest;
-mod ipc_guard;
 mod metadata;
 mod prepared;
 mod running;
@@ -61,7 +60,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::{Identity, Server, ServerTlsConfig};
+use tonic::transport::Server;
 use tracing::{info, warn};
 
 pub use auth::{Credentials, TOKEN_LIFETIME};
@@ -96,11 +95,8 @@ pub use mink_auth::TlsIdentity;
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// Authentication is off and the address is reachable from other machines.
-    #[error(
-        "Flight SQL on {0} would be open to the network without authentication: \
-         listen on a loopback address (127.0.0.1) or configure a user and password"
-    )]
-    OpenToTheNetwork(SocketAddr),
+    #[error(transparent)]
+    OpenToTheNetwork(#[from] mink_auth::OpenToTheNetwork),
     /// The listener's address could not be read.
     #[error("the Flight SQL listener: {0}")]
     Io(#[from] std::io::Error),
@@ -245,11 +241,9 @@ pub fn serve_in(
     listener: TcpListener,
 ) -> Result<FlightSqlHandle, ServeError> {
     let addr = listener.local_addr()?;
+    mink_auth::check_listen("Flight SQL", addr, config.credentials.as_ref())?;
     let auth = Arc::new(Auth::new(config.credentials));
     let authenticated = auth.is_enabled();
-    if !authenticated && !addr.ip().is_loopback() {
-        return Err(ServeError::OpenToTheNetwork(addr));
-    }
     let (running, stopper) = running::running();
     let service = MinkFlightSql::new(
         Statements::new(config.client, config.storage, runtime),
@@ -266,8 +260,7 @@ pub fn serve_in(
     });
     let mut builder = Server::builder();
     if let Some(tls) = &config.tls {
-        let identity = Identity::from_pem(&tls.certificate_pem, &tls.key_pem);
-        builder = builder.tls_config(ServerTlsConfig::new().identity(identity))?;
+        builder = builder.tls_config(mink_auth::server_tls(tls))?;
     }
     let (shutdown, shutdown_signal) = oneshot::channel::<()>();
     let server = tokio::spawn(builder.add_service(service).serve_with_incoming_shutdown(

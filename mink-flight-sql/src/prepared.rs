@@ -32,11 +32,11 @@ use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, Values, Wr
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use futures::{Stream, TryStreamExt};
+use mink_core::ipc_guard::check_header;
 use mink_node::server::MAX_MESSAGE_BYTES;
 use tonic::Status;
 
 use crate::error::{arrow_status, invalid, put_stream_status};
-use crate::ipc_guard::check_header;
 
 /// `sql` with its `?` placeholders numbered `$1, $2, ...`; SQL that does not tokenize is
 /// left as it is (planning reports the error).
@@ -258,8 +258,12 @@ fn parameter_column(placeholder: &Placeholder, parameters: &RecordBatch) -> Resu
 mod tests {
     use arrow::array::{AsArray, Int32Array, StringArray};
     use arrow::datatypes::{Int64Type, UInt64Type};
+    use arrow::ipc::CompressionType;
+    use arrow::ipc::writer::IpcWriteOptions;
+    use arrow_flight::encode::FlightDataEncoderBuilder;
     use datafusion::dataframe::DataFrame;
     use datafusion::prelude::SessionContext;
+    use futures::StreamExt;
 
     use super::*;
 
@@ -343,6 +347,37 @@ mod tests {
             .reading(&parameters())
             .expect_err("no $3");
         assert!(error.to_string().contains("$3 is not bound"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn compressed_batches_in_a_put_are_an_invalid_argument() {
+        let encoded = |compression| async move {
+            let options = IpcWriteOptions::default()
+                .try_with_compression(compression)
+                .expect("a codec");
+            FlightDataEncoderBuilder::new()
+                .with_options(options)
+                .build(futures::stream::iter([Ok(parameters())]))
+                .map_err(Status::from)
+                .collect::<Vec<_>>()
+                .await
+        };
+        let plain = parameter_batches(futures::stream::iter(encoded(None).await));
+        let rows: Vec<RecordBatch> = plain.try_collect().await.expect("plain batches");
+        assert_eq!(rows[0].num_rows(), 3);
+
+        let compressed = encoded(Some(CompressionType::LZ4_FRAME)).await;
+        let refused = parameter_batches(futures::stream::iter(compressed))
+            .try_collect::<Vec<_>>()
+            .await
+            .expect_err("compressed");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
+        assert!(
+            refused
+                .message()
+                .contains("compressed Arrow IPC is not accepted"),
+            "{refused}"
+        );
     }
 
     #[test]

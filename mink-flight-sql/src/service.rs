@@ -7,7 +7,6 @@
 //! Results leave as FlightInfo with one endpoint and no locations (the client fetches
 //! from the server it asked), then as a `DoGet` stream of the ticket.
 
-use std::pin::Pin;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -30,16 +29,16 @@ use arrow_flight::sql::{
 };
 use arrow_flight::{
     Action, ActionType, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus,
-    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
-    SchemaAsIpc, Ticket as FlightTicket,
+    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, IpcMessage, SchemaAsIpc,
+    Ticket as FlightTicket,
 };
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use futures::{Stream, TryStreamExt};
+use futures::TryStreamExt;
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::auth::{Auth, attach_token};
+use crate::auth::{Auth, HandshakeStream};
 use crate::error::{arrow_status, invalid, status};
 use crate::handle::{StatementHandle, Ticket};
 use crate::running::{DataStream, Running};
@@ -58,7 +57,6 @@ const SESSION_CLOSED: [u8; 2] = [0x08, 0x01];
 
 type DoGetStream = <MinkFlightSql as FlightService>::DoGetStream;
 type DoActionStream = <MinkFlightSql as FlightService>::DoActionStream;
-type HandshakeStream = Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>;
 
 /// mink's Flight SQL service.
 pub(crate) struct MinkFlightSql {
@@ -101,7 +99,7 @@ impl MinkFlightSql {
         handle: StatementHandle,
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
-        // A command (DDL, `CALL`) runs while it is planned.
+        // DML and commands (DDL, `CALL`) run while they are planned.
         let planned = self.statements.plan(handle);
         let (schema, ticket) = self
             .running
@@ -221,18 +219,7 @@ impl FlightSqlService for MinkFlightSql {
         &self,
         request: Request<Streaming<HandshakeRequest>>,
     ) -> Result<Response<HandshakeStream>, Status> {
-        let token = self.auth.handshake(request.metadata())?;
-        let payload = token.clone().unwrap_or_default().into_bytes().into();
-        let answer = HandshakeResponse {
-            protocol_version: 0,
-            payload,
-        };
-        let mut response: Response<HandshakeStream> =
-            Response::new(Box::pin(futures::stream::iter([Ok(answer)])));
-        if let Some(token) = token {
-            attach_token(response.metadata_mut(), &token)?;
-        }
-        Ok(response)
+        self.auth.handshake_response(request.metadata())
     }
 
     async fn get_flight_info_statement(

@@ -1,5 +1,6 @@
 //! Running statements for Flight SQL: one [`MinkSession`] per call, planned when the
-//! client asks for a FlightInfo and run when it asks for the rows.
+//! client asks for a FlightInfo and run when it asks for the rows, unless running it
+//! changes something.
 //!
 //! A Flight SQL query takes two calls: `GetFlightInfo` answers the result's schema and a
 //! ticket, `DoGet` with the ticket streams the rows. Statements differ in when they act:
@@ -7,20 +8,23 @@
 //! | kind      | statements                                     | GetFlightInfo         | DoGet            |
 //! |-----------|------------------------------------------------|-----------------------|------------------|
 //! | `Query`   | `SELECT`, `EXPLAIN`, `SHOW`, `DESCRIBE`          | plans (the schema)    | plans again, runs |
-//! | `Update`  | `INSERT`, `UPDATE`, `DELETE`                     | plans (`count`)       | plans again, runs |
+//! | `Update`  | `INSERT`, `UPDATE`, `DELETE`, `EXPLAIN ANALYZE` of one | runs it, keeps the result (`count`) in the ticket | streams the result |
 //! | `Command` | DDL, `CALL`, `SET`, and whatever does not parse | runs it, keeps the result in the ticket | streams the result |
 //!
-//! Planning a query or DML statement does nothing, so planning it twice is harmless and
-//! the ticket needs only the SQL. A command acts as it is planned (that is how
-//! [`MinkSession`] and DataFusion run DDL), so it runs once, at `GetFlightInfo`, and its
-//! small result travels in the ticket. The FlightInfo schema is the planned schema
-//! in both cases, and it is the schema `DoGet` streams: the ticket carries it, and a
-//! statement planned again to a different schema (a table altered in between) is
-//! refused.
+//! Planning a query does nothing and running it changes nothing, so the ticket needs
+//! only the SQL: it is planned again and run at every `DoGet`, and a result of any size
+//! streams. A command acts as it is planned (that is how [`MinkSession`] and DataFusion
+//! run DDL) and DML writes as it runs, so either runs once, at `GetFlightInfo`, and its
+//! small result (DML's one-row `count`) travels in the ticket: redeeming the ticket
+//! again, as a client retrying a `DoGet` does, answers the same result and writes
+//! nothing. Like every ticket it is kept by the client, not the server, so it never
+//! expires and any server answers it. The FlightInfo schema is the planned schema in
+//! every case, and it is the schema `DoGet` streams: the ticket carries it, and a query
+//! planned again to a different schema (a table altered in between) is refused.
 //!
-//! Rows are streamed from DataFusion's `execute_stream`, so a result of any size is
-//! produced as the client reads it; when the client goes away, tonic drops the stream and
-//! with it the query.
+//! A query's rows are streamed from DataFusion's `execute_stream`, so a result of any
+//! size is produced as the client reads it; when the client goes away, tonic drops the
+//! stream and with it the query.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -31,6 +35,7 @@ use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::dataframe::DataFrame;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SendableRecordBatchStream;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::parser::{DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::Statement;
@@ -50,7 +55,8 @@ use mink_sql::session::{MinkSession, SqlRuntime, is_create_table};
 pub(crate) enum StatementKind {
     /// Answers rows; changes nothing.
     Query,
-    /// Changes rows when run; answers a `count`.
+    /// Changes rows when run; answers a `count` (DML) or the analysis of its run
+    /// (`EXPLAIN ANALYZE`).
     Update,
     /// Acts as it is planned.
     Command,
@@ -63,30 +69,51 @@ pub(crate) fn classify(sql: &str) -> StatementKind {
         return StatementKind::Command;
     };
     // Several statements (or none): the session reports it.
-    let (Some(statement), None) = (statements.pop_front(), statements.pop_front()) else {
-        return StatementKind::Command;
-    };
+    match (statements.pop_front(), statements.pop_front()) {
+        (Some(statement), None) => kind(&statement),
+        _ => StatementKind::Command,
+    }
+}
+
+fn kind(statement: &DFStatement) -> StatementKind {
     match statement {
-        DFStatement::Statement(statement) => match *statement {
-            Statement::Query(_)
-            | Statement::Explain { .. }
-            | Statement::ExplainTable { .. }
-            | Statement::ShowTables { .. }
-            | Statement::ShowColumns { .. }
-            | Statement::ShowVariable { .. }
-            | Statement::ShowFunctions { .. }
-            | Statement::ShowSchemas { .. }
-            | Statement::ShowDatabases { .. }
-            | Statement::ShowViews { .. }
-            | Statement::ShowCreate { .. } => StatementKind::Query,
-            Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
-                StatementKind::Update
-            }
-            _ => StatementKind::Command,
-        },
+        DFStatement::Statement(statement) => sql_kind(statement),
+        DFStatement::Explain(explain) if explain.analyze => analyzed(kind(&explain.statement)),
         DFStatement::Explain(_) => StatementKind::Query,
         DFStatement::CopyTo(_) => StatementKind::Update,
         DFStatement::CreateExternalTable(_) | DFStatement::Reset(_) => StatementKind::Command,
+    }
+}
+
+fn sql_kind(statement: &Statement) -> StatementKind {
+    match statement {
+        Statement::Explain {
+            analyze: true,
+            statement,
+            ..
+        } => analyzed(sql_kind(statement)),
+        Statement::Query(_)
+        | Statement::Explain { .. }
+        | Statement::ExplainTable { .. }
+        | Statement::ShowTables { .. }
+        | Statement::ShowColumns { .. }
+        | Statement::ShowVariable { .. }
+        | Statement::ShowFunctions { .. }
+        | Statement::ShowSchemas { .. }
+        | Statement::ShowDatabases { .. }
+        | Statement::ShowViews { .. }
+        | Statement::ShowCreate { .. } => StatementKind::Query,
+        Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => StatementKind::Update,
+        _ => StatementKind::Command,
+    }
+}
+
+/// `EXPLAIN ANALYZE` runs the statement it explains: whatever that statement changes, it
+/// changes too, so only the analysis of a query is a query.
+fn analyzed(explained: StatementKind) -> StatementKind {
+    match explained {
+        StatementKind::Query => StatementKind::Query,
+        StatementKind::Update | StatementKind::Command => StatementKind::Update,
     }
 }
 
@@ -140,21 +167,21 @@ impl Statements {
     }
 
     /// Plans `handle` for a FlightInfo: the schema of its result and the ticket that
-    /// streams it. A command runs now (see the module docs).
+    /// streams it. A statement that changes something (DML, a command) runs now, and
+    /// its result travels in the ticket (see the module docs).
     pub(crate) async fn plan(&self, handle: StatementHandle) -> Result<(SchemaRef, Ticket)> {
         let frame = self.frame(&handle).await?;
         let schema = arrow_schema(&frame);
-        match classify(&handle.sql) {
-            StatementKind::Query | StatementKind::Update => {
-                Ok((Arc::clone(&schema), Ticket::Run(handle, schema)))
-            }
-            StatementKind::Command => {
+        let ticket = match classify(&handle.sql) {
+            StatementKind::Query => Ticket::Run(handle, Arc::clone(&schema)),
+            StatementKind::Update | StatementKind::Command => {
                 let mut batches = frame.collect().await?;
                 // DDL answers a row of no columns; a client expects no rows.
                 batches.retain(|batch| batch.num_columns() > 0);
-                Ok((Arc::clone(&schema), Ticket::Computed(schema, batches)))
+                Ticket::Computed(Arc::clone(&schema), batches)
             }
-        }
+        };
+        Ok((schema, ticket))
     }
 
     /// The schema of a statement's result, found without running it: a command (which
@@ -173,14 +200,18 @@ impl Statements {
     }
 
     /// The result schema and parameter schema of a statement being prepared. Nothing
-    /// runs: a command answers no rows (JDBC then runs it as an update) and no parameters.
+    /// runs: a command answers no rows (JDBC then runs it as an update) and no
+    /// parameters, and so does DML (its `count` is an update's answer), but not the
+    /// `EXPLAIN ANALYZE` of it, whose rows are the analysis.
     pub(crate) async fn prepare(&self, sql: &str) -> Result<(Schema, Schema)> {
-        let answers_rows = match classify(sql) {
-            StatementKind::Query => true,
-            StatementKind::Update => false,
-            StatementKind::Command => return Ok((Schema::empty(), Schema::empty())),
-        };
+        if classify(sql) == StatementKind::Command {
+            return Ok((Schema::empty(), Schema::empty()));
+        }
         let frame = self.statement_session().sql(sql).await?;
+        let answers_rows = !matches!(
+            frame.logical_plan(),
+            LogicalPlan::Dml(_) | LogicalPlan::Copy(_)
+        );
         let dataset = if answers_rows {
             arrow_schema(&frame).as_ref().clone()
         } else {
@@ -418,6 +449,10 @@ mod tests {
             ("INSERT INTO t VALUES (1, 'a')", Update),
             ("UPDATE t SET v = 1 WHERE id = 2", Update),
             ("DELETE FROM t WHERE id = 2", Update),
+            ("EXPLAIN INSERT INTO t VALUES (1, 'a')", Query),
+            ("EXPLAIN ANALYZE SELECT * FROM t", Query),
+            ("EXPLAIN ANALYZE INSERT INTO t VALUES (1, 'a')", Update),
+            ("EXPLAIN ANALYZE VERBOSE DELETE FROM t WHERE id = 2", Update),
             (
                 "CREATE TABLE t (id BIGINT, PRIMARY KEY (id)) WITH ('bucket.num' = '2')",
                 Command,

@@ -24,11 +24,11 @@ use arrow_flight::{
 };
 use futures::TryStreamExt;
 use mink_core::table::TablePath;
-use mink_lake::storage::LakeStorage;
 use mink_flight_sql::client::FlightSqlConnection;
 use mink_flight_sql::{
     Credentials, FlightSqlConfig, FlightSqlHandle, ServeError, TlsIdentity, serve,
 };
+use mink_lake::storage::LakeStorage;
 use object_store::local::LocalFileSystem;
 use prost::Message;
 use tokio::net::TcpListener;
@@ -173,6 +173,121 @@ async fn every_statement_kind_runs_through_both_paths() {
     assert_eq!(altered.expect("alter"), 0);
     let (schema, _) = run(client, "SELECT * FROM kv").await.expect("select");
     assert_eq!(schema.field(2).name(), "n");
+}
+
+/// The `count` a DML statement's FlightInfo streams, read by one `DoGet` of its ticket.
+async fn changed(client: &mut Client, info: &FlightInfo) -> u64 {
+    let (schema, batches) = fetch(client, info.clone()).await.expect("the count");
+    assert_eq!(schema.fields().len(), 1, "{schema}");
+    assert_eq!(schema.field(0).name(), "count");
+    assert_eq!(schema.field(0).data_type(), &DataType::UInt64);
+    assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 1);
+    batches[0].column(0).as_primitive::<UInt64Type>().value(0)
+}
+
+/// The `v` of every row of `kv`, by id.
+async fn values(client: &mut Client) -> Vec<(i64, String)> {
+    let batches = rows(
+        client,
+        "SELECT id, arrow_cast(v, 'Utf8') FROM kv ORDER BY id",
+    )
+    .await;
+    batches
+        .iter()
+        .flat_map(|batch| {
+            let ids = batch.column(0).as_primitive::<Int64Type>();
+            let values = batch.column(1).as_string::<i32>();
+            ids.values()
+                .iter()
+                .zip(values.iter())
+                .map(|(id, v)| (*id, v.unwrap_or_default().to_string()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dml_through_the_query_path_writes_once_however_often_its_ticket_is_redeemed() {
+    let (_node, handle) = start(None).await;
+    let client = &mut client(&handle).await;
+    rows(client, CREATE_KV).await;
+    rows(client, "CREATE TABLE events (id BIGINT, v VARCHAR)").await;
+
+    // A log table appends: an INSERT run at each DoGet would add its rows twice.
+    let info = client
+        .execute("INSERT INTO events VALUES (1, 'a'), (2, 'b')".into(), None)
+        .await
+        .expect("plan");
+    assert_eq!(count(client, "events").await, 2, "written at GetFlightInfo");
+    assert_eq!(changed(client, &info).await, 2);
+    assert_eq!(
+        changed(client, &info).await,
+        2,
+        "a retried DoGet: the same count"
+    );
+    assert_eq!(
+        count(client, "events").await,
+        2,
+        "and nothing written again"
+    );
+
+    // A primary-key table: an UPDATE run again would append a second '!'.
+    rows(client, "INSERT INTO kv VALUES (1, 'a'), (2, 'b'), (3, 'c')").await;
+    let info = client
+        .execute(
+            "UPDATE kv SET v = concat(v, '!') WHERE id >= 2".into(),
+            None,
+        )
+        .await
+        .expect("plan");
+    assert_eq!(changed(client, &info).await, 2);
+    assert_eq!(changed(client, &info).await, 2);
+    let updated = [(1, "a"), (2, "b!"), (3, "c!")].map(|(id, v)| (id, v.to_string()));
+    assert_eq!(values(client).await, updated);
+
+    // A DELETE run again would delete the row written between the two DoGets.
+    let info = client
+        .execute("DELETE FROM kv WHERE id = 3".into(), None)
+        .await
+        .expect("plan");
+    assert_eq!(changed(client, &info).await, 1);
+    let rewritten = client.execute_update("INSERT INTO kv VALUES (3, 'again')".into(), None);
+    assert_eq!(rewritten.await.expect("insert"), 1);
+    assert_eq!(changed(client, &info).await, 1);
+    assert_eq!(
+        ids(&rows(client, "SELECT id FROM kv ORDER BY id").await),
+        [1, 2, 3]
+    );
+
+    // A prepared INSERT executed through the query path, its parameters bound.
+    let mut insert = client
+        .prepare("INSERT INTO events VALUES (?, ?)".into(), None)
+        .await
+        .expect("prepare");
+    let bound = RecordBatch::try_from_iter(vec![
+        ("0", Arc::new(Int64Array::from(vec![3])) as _),
+        ("1", Arc::new(StringArray::from(vec!["c"])) as _),
+    ])
+    .expect("batch");
+    insert.set_parameters(bound).expect("bind");
+    let info = insert.execute().await.expect("execute");
+    assert_eq!(changed(client, &info).await, 1);
+    assert_eq!(changed(client, &info).await, 1);
+    assert_eq!(count(client, "events").await, 3);
+
+    // EXPLAIN ANALYZE runs what it explains: once, too.
+    let info = client
+        .execute(
+            "EXPLAIN ANALYZE INSERT INTO events VALUES (4, 'd')".into(),
+            None,
+        )
+        .await
+        .expect("plan");
+    for _ in 0..2 {
+        let (_, batches) = fetch(client, info.clone()).await.expect("the analysis");
+        assert!(batches.iter().any(|b| b.num_rows() > 0));
+    }
+    assert_eq!(count(client, "events").await, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
