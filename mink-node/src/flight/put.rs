@@ -7,17 +7,29 @@
 //!
 //! ```text
 //!   client ──FlightData──► IPC guard ──► decoder ──► admit ──► [write k-2][write k-1][write k] ──► acks, in order
-//!                                                     │
+//!                                                     │                 │
+//!                                                     │                 └─ in the log, one WriteStream:
+//!                                                     │                      failed in its group -> k+1.. never written
 //!                                                     └─ start write k, poll it once:
 //!                                                          refused -> stop reading, drain, then the error
 //!                                                          pending -> queued in the log, admit k+1
 //! ```
 //!
-//! [`Node::write`](crate::node::Node::write) checks a batch (schema, nulls, routing,
-//! address) before its first await, and only then queues it for the log's group commit.
-//! So one poll of a new write tells whether it was refused; the next batch is only
-//! started after that, and a refused batch stops the stream: nothing after it is read
-//! or queued. Acknowledgements of the batches before it are still sent, then the error.
+//! A batch can fail in two places, and each stops the stream there:
+//!
+//! * **Before the log.** [`Node::write`](crate::node::Node::write) checks a batch
+//!   (schema, nulls, routing, address) before its first await, and only then queues it
+//!   for the log's group commit. So one poll of a new write tells whether it was refused;
+//!   the next batch is only started after that, and a refused batch stops the stream:
+//!   nothing after it is read or queued.
+//! * **In the log.** Batches queued behind one another can still fail when their group
+//!   is written: refused at append time, or the whole group failed (a full disk). Every
+//!   write of a pipeline runs inside the pipeline's [`WriteStream`], so the log knows
+//!   them as one stream and writes none of the batches queued after the one that failed
+//!   (the stop rule of the log's appender).
+//!
+//! Either way the acknowledgements of the batches before the failed one are still sent,
+//! then its error, and the stream ends.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -33,6 +45,7 @@ use tonic::Status;
 #[cfg(doc)]
 use super::limits::PUT_PIPELINE;
 use crate::error::NodeError;
+use crate::log::WriteStream;
 
 /// Refuses a FlightData whose IPC header declares compression, before any decoder sees
 /// it. A message without a header (a descriptor only) passes: nothing in it is decoded.
@@ -48,6 +61,8 @@ pub(super) struct Pipeline<I, S, T> {
     input: Option<I>,
     start: S,
     in_flight: FuturesOrdered<BoxFuture<'static, Result<T, Status>>>,
+    /// What the log knows the writes of this pipeline by.
+    stream: WriteStream,
     depth: usize,
     failed: Option<Status>,
     done: bool,
@@ -76,6 +91,7 @@ where
             input: Some(input),
             start,
             in_flight: FuturesOrdered::new(),
+            stream: WriteStream::default(),
             depth: depth.max(1),
             failed: None,
             done: false,
@@ -96,7 +112,7 @@ where
             };
             match input.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(batch))) => {
-                    let mut write = (self.start)(batch);
+                    let mut write = self.stream.scope((self.start)(batch)).boxed();
                     match write.poll_unpin(cx) {
                         Poll::Ready(Err(status)) => self.fail(status),
                         Poll::Ready(Ok(ack)) => {
@@ -130,8 +146,8 @@ where
         match this.in_flight.poll_next_unpin(cx) {
             Poll::Ready(Some(Ok(ack))) => Poll::Ready(Some(Ok(ack))),
             Poll::Ready(Some(Err(status))) => {
-                // A write that failed in the log itself (an I/O error): the stream ends
-                // here. Writes already queued behind it are not acknowledged.
+                // A write that failed in the log itself: the stream ends here. The log
+                // writes none of the writes queued behind it, and they are not answered.
                 this.done = true;
                 this.input = None;
                 Poll::Ready(Some(Err(status)))
@@ -254,6 +270,69 @@ mod tests {
         );
         assert_eq!(answers, vec![Ok(1), Err("malformed".to_string())]);
         assert_eq!(*queued.lock().unwrap(), vec![1]);
+    }
+
+    /// `ids` written through the pipeline to a real log table, as a DoPut writes them: a
+    /// negative id is an upsert, which the log (of a table without a primary key) refuses
+    /// when the group it is queued in is written. Returns each answer (the base offset of
+    /// an ack) and the ids the log then holds.
+    async fn run_on_log(ids: Vec<i64>, depth: usize) -> (Vec<Result<i64, String>>, Vec<i64>) {
+        use arrow::datatypes::{DataType, Field, Schema};
+        use mink_core::options::TableOptions;
+        use mink_core::table::{TableDescriptor, TablePath};
+
+        use crate::log::{LogConfig, LogTablet, Write, WriteOp};
+
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            sync: false,
+            ..LogConfig::default()
+        };
+        let log = Arc::new(LogTablet::open("t".into(), dir.path(), config, None).unwrap());
+        let schema = Schema::new(vec![Field::new("id", DataType::Int64, true)]);
+        let path = TablePath::new("db", "t");
+        let table = TableDescriptor::new(path, schema, vec![], vec![], TableOptions::default());
+        let table = Arc::new(table.unwrap());
+        let writer = Arc::clone(&log);
+        let start = move |batch: RecordBatch| {
+            let log = Arc::clone(&writer);
+            let table = Arc::clone(&table);
+            async move {
+                let op = if id(&batch) < 0 {
+                    WriteOp::Upsert(batch)
+                } else {
+                    WriteOp::Append(batch)
+                };
+                let ack = log.write(Write { op, table }).await?;
+                Ok::<_, Status>(ack.base_offset)
+            }
+            .boxed()
+        };
+        let input = stream::iter(ids.into_iter().map(|i| Ok(batch(i))));
+        let answers = Pipeline::new(input, depth, start)
+            .map(|r| r.map_err(|s| s.message().to_string()))
+            .collect::<Vec<_>>()
+            .await;
+        let stored = log.read(0, u64::MAX).await.unwrap();
+        (answers, stored.iter().map(|b| id(&b.batch)).collect())
+    }
+
+    #[tokio::test]
+    async fn nothing_queued_after_a_batch_the_log_refuses_is_written() {
+        let (answers, stored) = run_on_log((0..200).collect(), 64).await;
+        let offsets: Vec<i64> = (0..200).collect();
+        assert_eq!(answers, offsets.iter().copied().map(Ok).collect::<Vec<_>>());
+        assert_eq!(stored, offsets, "a healthy stream: every batch, once");
+
+        for depth in [1, 2, 64] {
+            let ids: Vec<i64> = (0..10).chain([-1]).chain(11..64).collect();
+            let (answers, stored) = run_on_log(ids, depth).await;
+            assert_eq!(stored, (0..10).collect::<Vec<_>>(), "depth {depth}");
+            let acks: Vec<_> = (0..10).map(Ok).collect();
+            assert_eq!(answers[..10], acks[..], "depth {depth}");
+            assert_eq!(answers.len(), 11, "then the error, depth {depth}");
+            assert!(answers[10].as_ref().unwrap_err().contains("no primary key"));
+        }
     }
 
     #[test]

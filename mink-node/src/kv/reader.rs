@@ -9,6 +9,11 @@ use futures::stream::{self, BoxStream, StreamExt as _};
 use super::{KvTablet, decode_offset, kv_error};
 use crate::error::{NodeError, Result};
 
+/// Rows a chunk's buffer is made for before any is read: a larger chunk (a client's
+/// `batch_rows`) grows it as rows come, so memory follows the rows the store holds, not
+/// the rows asked for. The default Snapshot batch fits at once.
+const PREALLOCATED_ROWS: usize = 8192;
+
 /// A point-in-time view of one KV tablet: the rows and the log offset they reflect.
 pub struct SnapshotReader {
     snapshot: Snapshot,
@@ -105,7 +110,7 @@ impl<T, F: FnMut(Vec<UserValue>) -> Result<T>> Cursor<F> {
             None => snapshot.iter(rows),
             Some(key) => snapshot.range(rows, (Bound::Excluded(key.clone()), Bound::Unbounded)),
         };
-        let mut values = Vec::with_capacity(take);
+        let mut values = Vec::with_capacity(take.min(PREALLOCATED_ROWS));
         let mut last = None;
         for guard in iter.take(take) {
             let (key, value) = guard.into_inner().map_err(kv_error)?;
@@ -129,16 +134,21 @@ impl<T, F: FnMut(Vec<UserValue>) -> Result<T>> Cursor<F> {
 mod tests {
     use futures::TryStreamExt as _;
 
-    use crate::kv::KvStore;
+    use crate::kv::{KvStore, KvTablet};
+
+    /// A tablet holding the keys `0..keys`, key `k` with the value `k + 100`.
+    fn tablet_with(keys: u8) -> (tempfile::TempDir, KvTablet) {
+        let dir = tempfile::tempdir().unwrap();
+        let tablet = KvStore::open(dir.path()).unwrap().tablet("t").unwrap();
+        for k in 0..keys {
+            tablet.rows.insert(vec![k], vec![k + 100]).unwrap();
+        }
+        (dir, tablet)
+    }
 
     #[tokio::test]
     async fn chunks_continue_after_the_last_key_and_stop_at_the_limit() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = KvStore::open(dir.path()).unwrap();
-        let tablet = store.tablet("t").unwrap();
-        for k in 0u8..10 {
-            tablet.rows.insert(vec![k], vec![k + 100]).unwrap();
-        }
+        let (_dir, tablet) = tablet_with(10);
         let values = |chunk, limit| {
             let reader = tablet.snapshot().unwrap();
             reader
@@ -172,5 +182,23 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(rows, [3, 3, 3, 1]);
+    }
+
+    #[tokio::test]
+    async fn a_huge_chunk_allocates_for_the_rows_it_reads_not_the_rows_it_asks_for() {
+        let (_dir, tablet) = tablet_with(3);
+        let capacities: Vec<(usize, usize)> = tablet
+            .snapshot()
+            .unwrap()
+            .into_chunks(usize::MAX, usize::MAX, |values| {
+                Ok((values.len(), values.capacity()))
+            })
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(capacities.len(), 1);
+        let (rows, capacity) = capacities[0];
+        assert_eq!(rows, 3);
+        assert!(capacity <= super::PREALLOCATED_ROWS, "{capacity}");
     }
 }

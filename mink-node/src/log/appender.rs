@@ -12,6 +12,33 @@
 //! byte what it was and the next group lands right after the last good frame: no hole of
 //! zeros that recovery would take for a torn tail. A cut that fails itself is retried
 //! before the next group writes anything.
+//!
+//! # The stop rule
+//!
+//! A client stream (a DoPut) queues its writes ahead of their acknowledgements, so the
+//! writes after one that fails may already wait in the same group or a later one. The
+//! client retries from the first write it got no ack for: none of the writes after it
+//! may be written. Writes that carry a [`WriteStream`] keep this rule:
+//!
+//! ```text
+//!   group n:    [s:1] [s:2 refused] [t:7] [s:3]      s:3 not written: s stopped at s:2
+//!   group n+1:  [s:4] [t:8]                          s:4 not written; t goes on
+//!   group m:    [t:9] [u:1]  <- I/O error, cut back  t and u stopped: nothing written
+//!   group m+1:  [t:10] [u:2] [v:1]                   only v:1 is written
+//! ```
+//!
+//! * A write refused at append time stops its stream; a group that fails stops the
+//!   stream of every write in it.
+//! * Before a write is prepared, the appender checks its stream: a stopped stream's write
+//!   is refused, takes no offset and leaves no byte.
+//!
+//! A DoPut writes one bucket, and its one appender takes the writes in the order they
+//! were queued and sets and reads the flags itself, between and within groups: no write
+//! queued after a failure of its stream is ever written, whichever group it lands in.
+//! Writes before the failure are untouched, so those acknowledged read back once. The
+//! one group that fails yet is in the log is one whose KV store update failed after it
+//! was durable: it is answered with the error, and the bucket refuses every write after
+//! it until a restart replays the log into the store.
 
 use std::io;
 use std::os::unix::fs::FileExt as _;
@@ -25,7 +52,7 @@ use tracing::{error, warn};
 use super::cache::LogCache;
 use super::recovery::{ActiveSegment, create_durable_dir, recover};
 use super::segment::{self, FrameHeader, StoredBatch};
-use super::{Changelog, LogConfig, LogState, Shared, Write, WriteOp, now_ms, replay};
+use super::{Changelog, LogConfig, LogState, Shared, Write, WriteOp, WriteStream, now_ms, replay};
 use crate::error::{NodeError, Result};
 
 /// Most writes one group commit takes.
@@ -35,7 +62,23 @@ const MAX_GROUP: usize = 256;
 #[derive(Debug)]
 pub(super) struct WriteRequest {
     pub(super) write: Write,
+    /// The client stream the write belongs to, if any.
+    pub(super) stream: Option<WriteStream>,
     pub(super) reply: oneshot::Sender<Result<AppendAck>>,
+}
+
+impl WriteRequest {
+    /// Whether an earlier write of this write's stream was refused or failed.
+    fn stream_stopped(&self) -> bool {
+        self.stream.as_ref().is_some_and(WriteStream::stopped)
+    }
+
+    /// This write was refused or failed: no later write of its stream is written.
+    fn stop_stream(&self) {
+        if let Some(stream) = &self.stream {
+            stream.stop();
+        }
+    }
 }
 
 /// What became of one write of a group.
@@ -170,8 +213,17 @@ impl Appender {
     }
 
     /// Writes a group, makes it durable, then publishes it. On an I/O error the segment
-    /// is cut back to where it was, so the log stays exactly as acknowledged.
+    /// is cut back to where it was, so the log stays exactly as acknowledged, and every
+    /// stream with a write in the group stops (see the stop rule in the module doc).
     fn commit(&mut self, group: &[WriteRequest]) -> Result<Vec<Result<AppendAck>>> {
+        let committed = self.commit_group(group);
+        if committed.is_err() {
+            group.iter().for_each(WriteRequest::stop_stream);
+        }
+        committed
+    }
+
+    fn commit_group(&mut self, group: &[WriteRequest]) -> Result<Vec<Result<AppendAck>>> {
         if let Some(reason) = &self.broken {
             return Err(NodeError::ShuttingDown(format!(
                 "bucket {} (restart the node: {reason})",
@@ -289,10 +341,22 @@ impl Appender {
         acks
     }
 
-    /// Prepares and writes every write of the group; only I/O errors fail the group.
+    /// Prepares and writes every write of the group; only I/O errors fail the group. A
+    /// refused write stops its stream, and the writes of a stopped stream are refused.
     fn write_group(&mut self, group: &[WriteRequest]) -> Result<Vec<Outcome>> {
         let mut outcomes = Vec::with_capacity(group.len());
         for request in group {
+            if request.stream_stopped() {
+                outcomes.push(Outcome::Refused(NodeError::InvalidArgument(format!(
+                    "not written: an earlier batch of this stream to bucket {} failed",
+                    self.shared.label
+                ))));
+                continue;
+            }
+            let refuse = |error| {
+                request.stop_stream();
+                Outcome::Refused(error)
+            };
             let stored = match self.prepare(&request.write) {
                 Ok(Some(stored)) => stored,
                 Ok(None) => {
@@ -300,14 +364,14 @@ impl Appender {
                     continue;
                 }
                 Err(error) => {
-                    outcomes.push(Outcome::Refused(error));
+                    outcomes.push(refuse(error));
                     continue;
                 }
             };
             self.last_timestamp = self.last_timestamp.max(now_ms());
             let records = u32::try_from(stored.batch.num_rows());
             let Ok(records) = records else {
-                outcomes.push(Outcome::Refused(NodeError::InvalidArgument(
+                outcomes.push(refuse(NodeError::InvalidArgument(
                     "a batch of more than 2^32 rows".into(),
                 )));
                 continue;
@@ -386,13 +450,14 @@ impl Appender {
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch};
-    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
     use mink_core::options::TableOptions;
     use mink_core::table::{TableDescriptor, TablePath};
 
     use super::*;
     use crate::log::segment::{encode_frame, scan_frames, segment_path};
+    use crate::log::tests::ids;
     use crate::log::{LogBatch, PlannedBatch, read_planned};
 
     fn table() -> Arc<TableDescriptor> {
@@ -402,21 +467,38 @@ mod tests {
         Arc::new(table.unwrap())
     }
 
+    /// A write of `ids` outside any stream: `op` makes the write from the batch.
+    fn request(
+        table: &Arc<TableDescriptor>,
+        ids: &[i64],
+        op: fn(RecordBatch) -> WriteOp,
+    ) -> WriteRequest {
+        let column: ArrayRef = Arc::new(Int64Array::from(ids.to_vec()));
+        let batch = RecordBatch::try_new(Arc::clone(table.schema()), vec![column]).unwrap();
+        let write = Write {
+            op: op(batch),
+            table: Arc::clone(table),
+        };
+        WriteRequest {
+            write,
+            stream: None,
+            reply: oneshot::channel().0,
+        }
+    }
+
+    /// An append of `ids` in `stream`.
+    fn streamed(stream: &WriteStream, table: &Arc<TableDescriptor>, ids: &[i64]) -> WriteRequest {
+        let request = request(table, ids, WriteOp::Append);
+        WriteRequest {
+            stream: Some(stream.clone()),
+            ..request
+        }
+    }
+
     /// A group of one append per slice of ids.
     fn group(table: &Arc<TableDescriptor>, batches: &[&[i64]]) -> Vec<WriteRequest> {
-        let request = |ids: &&[i64]| {
-            let column: ArrayRef = Arc::new(Int64Array::from(ids.to_vec()));
-            let batch = RecordBatch::try_new(Arc::clone(table.schema()), vec![column]).unwrap();
-            let write = Write {
-                op: WriteOp::Append(batch),
-                table: Arc::clone(table),
-            };
-            WriteRequest {
-                write,
-                reply: oneshot::channel().0,
-            }
-        };
-        batches.iter().map(request).collect()
+        let append = |ids: &&[i64]| request(table, ids, WriteOp::Append);
+        batches.iter().map(append).collect()
     }
 
     fn open(dir: &Path) -> Appender {
@@ -431,6 +513,27 @@ mod tests {
     fn acked(acks: Vec<Result<AppendAck>>) -> Vec<(i64, i64)> {
         let ack = |a: Result<AppendAck>| a.map(|a| (a.base_offset, a.last_offset)).unwrap();
         acks.into_iter().map(ack).collect()
+    }
+
+    /// The offsets of each write of a group, `None` for a write that failed.
+    fn answers(acks: Vec<Result<AppendAck>>) -> Vec<Option<(i64, i64)>> {
+        let ack = |a: Result<AppendAck>| a.ok().map(|a| (a.base_offset, a.last_offset));
+        acks.into_iter().map(ack).collect()
+    }
+
+    /// Every id the log of `dir` holds, in log order, as a reopened appender reads them.
+    fn read_back(dir: &Path) -> Vec<i64> {
+        let appender = open(dir);
+        let batches = appender.shared.read_state().batches.clone();
+        let plan = batches
+            .iter()
+            .map(|(header, segment)| PlannedBatch {
+                header: *header,
+                segment: *segment,
+                cached: None,
+            })
+            .collect();
+        ids(&read_planned(dir, "t", plan).unwrap()).concat()
     }
 
     fn segment_bytes(dir: &Path) -> Vec<u8> {
@@ -522,29 +625,86 @@ mod tests {
         drop(appender);
 
         // What recovery makes of it: every acknowledged row, once.
-        let appender = open(dir.path());
-        assert_eq!(appender.next_offset, 5);
-        let batches = appender.shared.read_state().batches.clone();
-        let plan = batches
-            .iter()
-            .map(|(header, segment)| PlannedBatch {
-                header: *header,
-                segment: *segment,
-                cached: None,
-            })
-            .collect();
-        let read = read_planned(dir.path(), "t", plan).unwrap();
-        let ids: Vec<i64> = read
-            .iter()
-            .flat_map(|b| {
-                b.batch
-                    .column(0)
-                    .as_primitive::<Int64Type>()
-                    .values()
-                    .to_vec()
-            })
-            .collect();
-        assert_eq!(ids, [1, 2, 3, 8, 9]);
+        assert_eq!(open(dir.path()).next_offset, 5);
+        assert_eq!(read_back(dir.path()), [1, 2, 3, 8, 9]);
+    }
+
+    #[test]
+    fn a_stream_stops_at_its_first_refused_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = table();
+        let mut appender = open(dir.path());
+        let (stream, other) = (WriteStream::default(), WriteStream::default());
+        let refused = WriteRequest {
+            stream: Some(stream.clone()),
+            // An upsert into a table without a primary key: refused at append time.
+            ..request(&table, &[2], WriteOp::Upsert)
+        };
+        let first = vec![
+            streamed(&stream, &table, &[1]),
+            refused,
+            streamed(&other, &table, &[10]),
+            streamed(&stream, &table, &[3]),
+            request(&table, &[20], WriteOp::Append),
+        ];
+        let answers_of_first = answers(appender.commit(&first).unwrap());
+        assert_eq!(
+            answers_of_first,
+            [Some((0, 0)), None, Some((1, 1)), None, Some((2, 2))],
+            "the write after the refused one in the same group is not written"
+        );
+
+        let second = vec![
+            streamed(&stream, &table, &[4]),
+            streamed(&other, &table, &[11]),
+        ];
+        let answers_of_second = answers(appender.commit(&second).unwrap());
+        assert_eq!(
+            answers_of_second,
+            [None, Some((3, 3))],
+            "nor one in a later group; other streams go on"
+        );
+        drop(appender);
+        assert_eq!(read_back(dir.path()), [1, 10, 20, 11]);
+    }
+
+    #[test]
+    fn a_failed_group_stops_every_stream_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = table();
+        let mut appender = open(dir.path());
+        let (stream, other, third) = (
+            WriteStream::default(),
+            WriteStream::default(),
+            WriteStream::default(),
+        );
+        let first = appender.commit(&[streamed(&stream, &table, &[1])]).unwrap();
+        assert_eq!(acked(first), [(0, 0)]);
+        let good = segment_bytes(dir.path());
+
+        // Room for one more small frame, not for a big one: the big write fails its group.
+        let small_frame = good.len() as u64;
+        appender.faults.space = Some(small_frame * 2 + small_frame / 2);
+        let big: Vec<i64> = (0..1000).collect();
+        let failing = [
+            streamed(&stream, &table, &big),
+            streamed(&other, &table, &[2]),
+        ];
+        let error = appender.commit(&failing).unwrap_err();
+        assert!(matches!(error, NodeError::DiskFull { .. }), "{error}");
+        assert_eq!(segment_bytes(dir.path()), good, "byte for byte");
+
+        // A small write of each stream would fit now: only the stream that had no write
+        // in the failed group is written.
+        let next = [
+            streamed(&stream, &table, &[3]),
+            streamed(&other, &table, &[4]),
+            streamed(&third, &table, &[5]),
+        ];
+        let answers_of_next = answers(appender.commit(&next).unwrap());
+        assert_eq!(answers_of_next, [None, None, Some((1, 1))]);
+        drop(appender);
+        assert_eq!(read_back(dir.path()), [1, 5]);
     }
 
     #[test]

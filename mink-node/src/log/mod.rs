@@ -29,6 +29,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -109,6 +110,43 @@ pub enum WriteOp {
     Delete(RecordBatch),
 }
 
+/// The writes of one client stream (a DoPut) to a tablet, which stop at their first
+/// failure: once one of them is refused or fails, the appender writes none of the later
+/// ones (see the stop rule in the appender's module doc).
+///
+/// A write joins the stream when [`LogTablet::write`] is called inside
+/// [`WriteStream::scope`]: the stream travels with the task, not through every caller
+/// between the Flight service and the log.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WriteStream(Arc<AtomicBool>);
+
+tokio::task_local! {
+    /// The stream of the writes the current future makes.
+    static CURRENT_STREAM: WriteStream;
+}
+
+impl WriteStream {
+    /// Runs `future` with every [`LogTablet::write`] it starts belonging to this stream.
+    pub(crate) fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> + use<F> {
+        CURRENT_STREAM.scope(self.clone(), future)
+    }
+
+    /// The stream of the running future, if it runs inside [`WriteStream::scope`].
+    fn current() -> Option<Self> {
+        CURRENT_STREAM.try_with(Clone::clone).ok()
+    }
+
+    /// Whether a write of the stream was refused or failed.
+    fn stopped(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// A write of the stream was refused or failed: none of the later ones is written.
+    fn stop(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// What turns a primary-key table's writes into its changelog, and keeps the state the
 /// changelog folds to (the KV store) in line with the log.
 ///
@@ -166,14 +204,23 @@ impl LogTablet {
         changelog: Option<Box<dyn Changelog>>,
     ) -> Result<Self> {
         let appender = Appender::recover(label, dir, config, changelog)?;
+        Ok(Self::start(appender))
+    }
+
+    /// Starts `appender`'s task on the current tokio runtime: the tablet it writes.
+    fn start(appender: Appender) -> Self {
         let shared = Arc::clone(&appender.shared);
         let (writes, requests) = mpsc::channel(1024);
         tokio::spawn(appender.run(requests));
-        Ok(Self { shared, writes })
+        Self { shared, writes }
     }
 
     /// Writes to the log; resolves once the write is durable and visible, with its
     /// offsets (an empty range when the write changed nothing).
+    ///
+    /// Called inside `WriteStream::scope`, the write belongs to that stream: it takes its
+    /// place in the tablet's queue on its first poll, and is not written if an earlier
+    /// write of the stream was refused or failed.
     pub async fn write(&self, write: Write) -> Result<AppendAck> {
         let (WriteOp::Append(batch) | WriteOp::Upsert(batch) | WriteOp::Delete(batch)) = &write.op;
         if batch.num_rows() == 0 {
@@ -183,8 +230,13 @@ impl LogTablet {
         }
         let (reply, ack) = oneshot::channel();
         let closed = || NodeError::ShuttingDown(format!("bucket {}", self.shared.label));
+        let stream = WriteStream::current();
         self.writes
-            .send(WriteRequest { write, reply })
+            .send(WriteRequest {
+                write,
+                stream,
+                reply,
+            })
             .await
             .map_err(|_| closed())?;
         ack.await.map_err(|_| closed())?
@@ -539,7 +591,8 @@ mod tests {
         RecordBatch::try_new(Arc::clone(table.schema()), columns).unwrap()
     }
 
-    fn ids(batches: &[LogBatch]) -> Vec<Vec<i64>> {
+    /// The ids of each batch.
+    pub(super) fn ids(batches: &[LogBatch]) -> Vec<Vec<i64>> {
         let ids = |b: &LogBatch| {
             b.batch
                 .column(0)
@@ -642,6 +695,46 @@ mod tests {
             .map(|b| b.changes.unwrap())
             .collect();
         assert_eq!(changes, [vec![0, 0, 0], vec![1, 2], vec![3]]);
+    }
+
+    #[tokio::test]
+    async fn a_write_queued_behind_a_failed_group_of_its_stream_is_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = table(&[]);
+        let config = LogConfig {
+            sync: false,
+            ..LogConfig::default()
+        };
+        let mut appender = Appender::recover("t".into(), dir.path(), config, None).unwrap();
+        // Room for a few one-row frames, not for a thousand rows.
+        appender.faults.space = Some(4096);
+        let log = LogTablet::start(appender);
+        let append = |ids: &[i64]| Write {
+            op: WriteOp::Append(rows(&table, ids, "x")),
+            table: Arc::clone(&table),
+        };
+        let stream = WriteStream::default();
+        let first = stream.scope(log.write(append(&[1]))).await.unwrap();
+        assert_eq!((first.base_offset, first.last_offset), (0, 0));
+
+        let big: Vec<i64> = (0..1000).collect();
+        let mut failing = std::pin::pin!(stream.scope(log.write(append(&big))));
+        assert!(futures::poll!(failing.as_mut()).is_pending());
+        // Once the appender has taken it into a group, the next write lands in a later one.
+        while log.writes.capacity() < log.writes.max_capacity() {
+            tokio::task::yield_now().await;
+        }
+        let mut behind = std::pin::pin!(stream.scope(log.write(append(&[2]))));
+        assert!(futures::poll!(behind.as_mut()).is_pending());
+        let error = failing.await.unwrap_err();
+        assert!(matches!(error, NodeError::DiskFull { .. }), "{error}");
+        let error = behind.await.unwrap_err();
+        assert!(error.to_string().contains("earlier batch"), "{error}");
+
+        // The write fits, another stream (or none) writes it: the stream alone stopped.
+        let other = log.write(append(&[3])).await.unwrap();
+        assert_eq!((other.base_offset, other.last_offset), (1, 1));
+        assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), [[1], [3]]);
     }
 
     #[tokio::test]
