@@ -521,7 +521,15 @@ async fn nothing_after_a_failed_batch_of_a_do_put_is_written() {
 /// `mink sql --connect` to the server's Flight SQL port: `(success, stdout, stderr)`.
 fn sql(server: &Server, statement: &str) -> (bool, String, String) {
     let address = &server.process.sql_addr;
-    let args = ["sql", "--connect", address, "--format", "csv", "-e", statement];
+    let args = [
+        "sql",
+        "--connect",
+        address,
+        "--format",
+        "csv",
+        "-e",
+        statement,
+    ];
     crate::process::run_mink(&args)
 }
 
@@ -580,5 +588,78 @@ async fn a_union_tail_over_the_memory_pool_fails_alone_and_a_kv_snapshot_streams
     assert!(ok, "{stderr}");
     assert_eq!(stdout, "one\n1\n");
     server.assert_rss_below(idle);
+    server.assert_alive().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_snapshot_streams_nobody_reads_never_stall_writes() {
+    let mut server = Server::start();
+    let client = server.client().await;
+    let table = client
+        .create_table(&keyed_table("stalled"), false)
+        .await
+        .expect("create");
+    let bucket = BucketId::new(&table.path, 0);
+    // Far more than the transport's flow-control windows: every stream stalls its sender.
+    for i in 0..32 {
+        let rows = wide_events(&table, i * 1024, 1024, 256);
+        client.append(&bucket, vec![rows]).await.expect("upsert");
+    }
+    let idle = server.process.rss_kib();
+
+    // 600 Snapshot streams over three connections (each may hold 256), none read past
+    // its first message: more than tokio's 512 blocking threads, had each stalled
+    // stream held one.
+    const STREAMS: usize = 600;
+    let snapshot = || {
+        ticket(read_ticket::Read::Snapshot(SnapshotRequest {
+            bucket: Some(bucket.clone()),
+            columns: vec![],
+            batch_rows: 64,
+        }))
+    };
+    // A connection's unread streams share its flow-control window: a wide window per
+    // connection and a narrow one per stream, so every stream gets its first batch while
+    // the server's sender of each stalls at once.
+    let mut connections = Vec::new();
+    for _ in 0..3 {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.addr))
+            .expect("url")
+            .initial_connection_window_size(1 << 30)
+            .initial_stream_window_size(1 << 16)
+            .connect()
+            .await
+            .expect("raw connect");
+        let inner = FlightServiceClient::new(channel).max_decoding_message_size(usize::MAX);
+        connections.push(FlightClient::new_from_inner(inner));
+    }
+    let mut stalled = Vec::new();
+    for i in 0..STREAMS {
+        let raw = &mut connections[i % 3];
+        let mut stream = raw.do_get(snapshot()).await.expect("snapshot");
+        stream
+            .next()
+            .await
+            .expect("a first batch")
+            .expect("a batch");
+        stalled.push(stream);
+    }
+
+    // Writes go on, each answered promptly.
+    for i in 0..20 {
+        let rows = events(&table, &[100_000 + i]);
+        tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            client.append(&bucket, vec![rows]),
+        )
+        .await
+        .expect("a write while snapshots stall")
+        .expect("upsert");
+    }
+    // So do reads of other kinds, and a new snapshot read to its end.
+    let answer = client.snapshot(&bucket, &[0], 0).await.expect("snapshot");
+    assert_eq!(answer.num_rows(), 32 * 1024 + 20);
+    server.assert_rss_below(idle);
+    drop(stalled);
     server.assert_alive().await;
 }
