@@ -8,9 +8,9 @@ use std::time::Instant;
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 
+use crate::commands::sql::{SqlTarget, ends_statement, run_statement, split_statements};
 use crate::error::CliError;
 use crate::output::Format;
-use crate::commands::sql::{SqlTarget, ends_statement, run_statement, split_statements};
 
 const PROMPT: &str = "mink> ";
 const CONTINUATION: &str = "   -> ";

@@ -63,8 +63,7 @@ async fn a_bucket_num_past_the_bound_is_refused_before_anything_is_stored() {
         bucket_num: 5,
         ..TableOptions::default()
     };
-    let table =
-        TableDescriptor::new(TablePath::new("db", "t"), schema, vec![], vec![], options);
+    let table = TableDescriptor::new(TablePath::new("db", "t"), schema, vec![], vec![], options);
     let error = node.create_table(table.unwrap(), false).await.unwrap_err();
     assert!(error.to_string().contains("1 to 4 buckets"), "{error}");
     assert!(node.metadata.load_tables().unwrap().is_empty());

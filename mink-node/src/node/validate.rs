@@ -33,7 +33,10 @@ pub(super) fn check_bucket_address(table: &TableDescriptor, bucket: &BucketId) -
 
 /// Checks that a written batch has the table's current columns (names and types, nulls
 /// only where allowed) and relabels it with the table's exact schema.
-pub(super) fn conform_to_schema(table: &TableDescriptor, batch: RecordBatch) -> Result<RecordBatch> {
+pub(super) fn conform_to_schema(
+    table: &TableDescriptor,
+    batch: RecordBatch,
+) -> Result<RecordBatch> {
     let expected = table.schema();
     let actual = batch.schema();
     let describe = |fields: &arrow::datatypes::Fields| {
@@ -110,7 +113,11 @@ pub(super) fn conform_keys(table: &TableDescriptor, batch: RecordBatch) -> Resul
 }
 
 /// Checks that every row belongs to the addressed bucket and partition.
-pub(super) fn check_routing(table: &TableDescriptor, bucket: &BucketId, batch: &RecordBatch) -> Result<()> {
+pub(super) fn check_routing(
+    table: &TableDescriptor,
+    bucket: &BucketId,
+    batch: &RecordBatch,
+) -> Result<()> {
     let addresses = row_addresses(table, batch)?;
     let misrouted = addresses
         .buckets

@@ -323,8 +323,7 @@ async fn probe(address: &str, args: &SqlArgs) -> Result<Probed, CliError> {
     let tls_ca = login.tls_ca()?;
     let ask = async {
         let connection =
-            FlightSqlConnection::connect(address, credentials.as_ref(), tls_ca.as_deref())
-                .await?;
+            FlightSqlConnection::connect(address, credentials.as_ref(), tls_ca.as_deref()).await?;
         connection.ping().await.map(|()| connection)
     };
     let failure = |reason: String| CliError::Endpoint {
