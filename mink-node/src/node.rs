@@ -33,7 +33,7 @@ use tracing::info;
 
 use crate::error::{NodeError, Result};
 use crate::kv::{Found, KvTablet, encode_keys, lookup, prefix_lookup};
-use crate::log::{LogConfig, LogTablet, Write, WriteOp};
+use crate::log::{LogConfig, LogTablet, Write, WriteOp, WriteStream};
 use crate::metadata::Metadata;
 
 mod storage;
@@ -513,11 +513,16 @@ impl Node {
     /// Writes a batch to a bucket once it checks out against the table's schema and the
     /// bucket's routing: appended to a log table, upserted into a primary-key table, or
     /// (with `delete`) deleted from it by key. Resolves when the write is durable.
+    ///
+    /// `stream` is the DoPut stream the batch belongs to (see [`WriteStream`]): once a
+    /// write of the stream is refused or fails in the log, none of its later writes is
+    /// written. `None` for a write on its own.
     pub async fn write(
         &self,
         bucket: &BucketId,
         batch: RecordBatch,
         delete: bool,
+        stream: Option<&WriteStream>,
     ) -> Result<AppendAck> {
         let state = self.table(&TablePath::parse(&bucket.table)?)?;
         let table = state.descriptor();
@@ -545,7 +550,12 @@ impl Node {
             });
         }
         let target = self.bucket_for_write(&state, &table, bucket)?;
-        target.log.write(Write { op, table }).await
+        let write = Write {
+            op,
+            table,
+            stream: stream.cloned(),
+        };
+        target.log.write(write).await
     }
 
     /// The table and KV tablet of a primary-key table's bucket; `None` for a partition

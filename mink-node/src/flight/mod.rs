@@ -45,6 +45,7 @@ mod put;
 mod reads;
 
 use crate::error::NodeError;
+use crate::log::WriteStream;
 use crate::node::Node;
 
 pub use limits::{DEFAULT_MAX_BYTES, MAX_TAIL_WAIT};
@@ -187,11 +188,11 @@ impl FlightService for MinkFlightService {
             .map_err(flight_error_to_status)
             .boxed();
         let node = Arc::clone(&self.node);
-        let start = move |batch| {
+        let start = move |batch, stream: WriteStream| {
             let node = Arc::clone(&node);
             let bucket = Arc::clone(&bucket);
             async move {
-                let ack = node.write(&bucket, batch, delete).await?;
+                let ack = node.write(&bucket, batch, delete, Some(&stream)).await?;
                 Ok::<_, Status>(PutResult {
                     app_metadata: Bytes::from(ack.encode_to_vec()),
                 })

@@ -23,10 +23,10 @@
 //!   the next batch is only started after that, and a refused batch stops the stream:
 //!   nothing after it is read or queued.
 //! * **In the log.** Batches queued behind one another can still fail when their group
-//!   is written: refused at append time, or the whole group failed (a full disk). Every
-//!   write of a pipeline runs inside the pipeline's [`WriteStream`], so the log knows
-//!   them as one stream and writes none of the batches queued after the one that failed
-//!   (the stop rule of the log's appender).
+//!   is written: refused at append time, or the whole group failed (a full disk). The
+//!   pipeline hands `start` its [`WriteStream`] with every batch, and every write carries
+//!   it to the log, so the log knows them as one stream and writes none of the batches
+//!   queued after the one that failed (the stop rule of the log's appender).
 //!
 //! Either way the acknowledgements of the batches before the failed one are still sent,
 //! then its error, and the stream ends.
@@ -56,7 +56,8 @@ pub(super) fn check_flight_data(data: FlightData) -> Result<FlightData, Status> 
     Ok(data)
 }
 
-/// The acknowledgements of a DoPut stream: `start` begins the write of one batch.
+/// The acknowledgements of a DoPut stream: `start` begins the write of one batch, a
+/// write of the pipeline's [`WriteStream`].
 pub(super) struct Pipeline<I, S, T> {
     input: Option<I>,
     start: S,
@@ -82,7 +83,7 @@ impl<I, S, T> std::fmt::Debug for Pipeline<I, S, T> {
 impl<I, S, T> Pipeline<I, S, T>
 where
     I: Stream<Item = Result<RecordBatch, Status>> + Unpin,
-    S: FnMut(RecordBatch) -> BoxFuture<'static, Result<T, Status>> + Unpin,
+    S: FnMut(RecordBatch, WriteStream) -> BoxFuture<'static, Result<T, Status>> + Unpin,
     T: Send + 'static,
 {
     /// A pipeline of at most `depth` writes in flight over the decoded `input`.
@@ -112,7 +113,7 @@ where
             };
             match input.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(batch))) => {
-                    let mut write = self.stream.scope((self.start)(batch)).boxed();
+                    let mut write = (self.start)(batch, self.stream.clone());
                     match write.poll_unpin(cx) {
                         Poll::Ready(Err(status)) => self.fail(status),
                         Poll::Ready(Ok(ack)) => {
@@ -132,7 +133,7 @@ where
 impl<I, S, T> Stream for Pipeline<I, S, T>
 where
     I: Stream<Item = Result<RecordBatch, Status>> + Unpin,
-    S: FnMut(RecordBatch) -> BoxFuture<'static, Result<T, Status>> + Unpin,
+    S: FnMut(RecordBatch, WriteStream) -> BoxFuture<'static, Result<T, Status>> + Unpin,
     T: Send + 'static,
 {
     type Item = Result<T, Status>;
@@ -192,7 +193,7 @@ mod tests {
     fn run(ids: Vec<i64>, depth: usize) -> (Vec<Result<i64, String>>, Vec<i64>) {
         let queued = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&queued);
-        let start = move |batch: RecordBatch| {
+        let start = move |batch: RecordBatch, _| {
             let log = Arc::clone(&log);
             async move {
                 let id = id(&batch);
@@ -259,7 +260,7 @@ mod tests {
             Err(Status::invalid_argument("malformed")),
             Ok(batch(2)),
         ]);
-        let start = move |batch: RecordBatch| {
+        let start = move |batch: RecordBatch, _| {
             log.lock().unwrap().push(id(&batch));
             future::ready(Ok(id(&batch))).boxed()
         };
@@ -294,7 +295,7 @@ mod tests {
         let table = TableDescriptor::new(path, schema, vec![], vec![], TableOptions::default());
         let table = Arc::new(table.unwrap());
         let writer = Arc::clone(&log);
-        let start = move |batch: RecordBatch| {
+        let start = move |batch: RecordBatch, stream: WriteStream| {
             let log = Arc::clone(&writer);
             let table = Arc::clone(&table);
             async move {
@@ -303,7 +304,8 @@ mod tests {
                 } else {
                     WriteOp::Append(batch)
                 };
-                let ack = log.write(Write { op, table }).await?;
+                let stream = Some(stream);
+                let ack = log.write(Write { op, table, stream }).await?;
                 Ok::<_, Status>(ack.base_offset)
             }
             .boxed()

@@ -265,6 +265,7 @@ mod tests {
             let write = Write {
                 op,
                 table: Arc::clone(&self.table),
+                stream: None,
             };
             self.writer
                 .prepare(&write)
@@ -463,6 +464,7 @@ mod tests {
         let write = Write {
             op: WriteOp::Append(whole_rows(&f.table, &[(1, Some("a"))])),
             table: Arc::clone(&f.table),
+            stream: None,
         };
         let error = f.writer.prepare(&write).unwrap_err();
         assert!(
@@ -490,6 +492,7 @@ mod tests {
         let write = Write {
             op: WriteOp::Upsert(batch),
             table: Arc::clone(&f.table),
+            stream: None,
         };
         let stored = f.writer.prepare(&write).unwrap().unwrap();
         assert_eq!(stored.batch.schema(), *f.table.schema());
@@ -520,6 +523,7 @@ mod tests {
             let write = Write {
                 op,
                 table: Arc::clone(&source.table),
+                stream: None,
             };
             let stored = source.writer.prepare(&write).unwrap().unwrap();
             let rows = stored.batch.num_rows() as i64;

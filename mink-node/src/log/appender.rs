@@ -18,7 +18,8 @@
 //! A client stream (a DoPut) queues its writes ahead of their acknowledgements, so the
 //! writes after one that fails may already wait in the same group or a later one. The
 //! client retries from the first write it got no ack for: none of the writes after it
-//! may be written. Writes that carry a [`WriteStream`] keep this rule:
+//! may be written. Writes that carry a [`WriteStream`] (their [`Write::stream`]) keep
+//! this rule:
 //!
 //! ```text
 //!   group n:    [s:1] [s:2 refused] [t:7] [s:3]      s:3 not written: s stopped at s:2
@@ -62,20 +63,18 @@ const MAX_GROUP: usize = 256;
 #[derive(Debug)]
 pub(super) struct WriteRequest {
     pub(super) write: Write,
-    /// The client stream the write belongs to, if any.
-    pub(super) stream: Option<WriteStream>,
     pub(super) reply: oneshot::Sender<Result<AppendAck>>,
 }
 
 impl WriteRequest {
     /// Whether an earlier write of this write's stream was refused or failed.
     fn stream_stopped(&self) -> bool {
-        self.stream.as_ref().is_some_and(WriteStream::stopped)
+        self.write.stream.as_ref().is_some_and(WriteStream::stopped)
     }
 
     /// This write was refused or failed: no later write of its stream is written.
     fn stop_stream(&self) {
-        if let Some(stream) = &self.stream {
+        if let Some(stream) = &self.write.stream {
             stream.stop();
         }
     }
@@ -478,21 +477,23 @@ mod tests {
         let write = Write {
             op: op(batch),
             table: Arc::clone(table),
+            stream: None,
         };
         WriteRequest {
             write,
-            stream: None,
             reply: oneshot::channel().0,
         }
     }
 
     /// An append of `ids` in `stream`.
     fn streamed(stream: &WriteStream, table: &Arc<TableDescriptor>, ids: &[i64]) -> WriteRequest {
-        let request = request(table, ids, WriteOp::Append);
-        WriteRequest {
-            stream: Some(stream.clone()),
-            ..request
-        }
+        in_stream(stream, request(table, ids, WriteOp::Append))
+    }
+
+    /// `request`, as a write of `stream`.
+    fn in_stream(stream: &WriteStream, mut request: WriteRequest) -> WriteRequest {
+        request.write.stream = Some(stream.clone());
+        request
     }
 
     /// A group of one append per slice of ids.
@@ -635,11 +636,8 @@ mod tests {
         let table = table();
         let mut appender = open(dir.path());
         let (stream, other) = (WriteStream::default(), WriteStream::default());
-        let refused = WriteRequest {
-            stream: Some(stream.clone()),
-            // An upsert into a table without a primary key: refused at append time.
-            ..request(&table, &[2], WriteOp::Upsert)
-        };
+        // An upsert into a table without a primary key: refused at append time.
+        let refused = in_stream(&stream, request(&table, &[2], WriteOp::Upsert));
         let first = vec![
             streamed(&stream, &table, &[1]),
             refused,

@@ -97,6 +97,8 @@ pub struct Write {
     pub op: WriteOp,
     /// The table as the write was validated against (its current schema version).
     pub table: Arc<TableDescriptor>,
+    /// The DoPut stream the write belongs to; `None` for a write on its own.
+    pub stream: Option<WriteStream>,
 }
 
 /// The kinds of write.
@@ -114,28 +116,13 @@ pub enum WriteOp {
 /// failure: once one of them is refused or fails, the appender writes none of the later
 /// ones (see the stop rule in the appender's module doc).
 ///
-/// A write joins the stream when [`LogTablet::write`] is called inside
-/// [`WriteStream::scope`]: the stream travels with the task, not through every caller
-/// between the Flight service and the log.
+/// A write joins the stream by carrying it in [`Write::stream`]; the clones of one
+/// `WriteStream` share one flag, so a DoPut makes one (the default) and gives each of its
+/// writes a clone.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct WriteStream(Arc<AtomicBool>);
-
-tokio::task_local! {
-    /// The stream of the writes the current future makes.
-    static CURRENT_STREAM: WriteStream;
-}
+pub struct WriteStream(Arc<AtomicBool>);
 
 impl WriteStream {
-    /// Runs `future` with every [`LogTablet::write`] it starts belonging to this stream.
-    pub(crate) fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> + use<F> {
-        CURRENT_STREAM.scope(self.clone(), future)
-    }
-
-    /// The stream of the running future, if it runs inside [`WriteStream::scope`].
-    fn current() -> Option<Self> {
-        CURRENT_STREAM.try_with(Clone::clone).ok()
-    }
-
     /// Whether a write of the stream was refused or failed.
     fn stopped(&self) -> bool {
         self.0.load(Ordering::Acquire)
@@ -218,9 +205,9 @@ impl LogTablet {
     /// Writes to the log; resolves once the write is durable and visible, with its
     /// offsets (an empty range when the write changed nothing).
     ///
-    /// Called inside `WriteStream::scope`, the write belongs to that stream: it takes its
-    /// place in the tablet's queue on its first poll, and is not written if an earlier
-    /// write of the stream was refused or failed.
+    /// A write that carries a [`Write::stream`] belongs to that stream: it takes its place
+    /// in the tablet's queue on its first poll, and is not written if an earlier write of
+    /// the stream was refused or failed.
     pub async fn write(&self, write: Write) -> Result<AppendAck> {
         let (WriteOp::Append(batch) | WriteOp::Upsert(batch) | WriteOp::Delete(batch)) = &write.op;
         if batch.num_rows() == 0 {
@@ -230,13 +217,8 @@ impl LogTablet {
         }
         let (reply, ack) = oneshot::channel();
         let closed = || NodeError::ShuttingDown(format!("bucket {}", self.shared.label));
-        let stream = WriteStream::current();
         self.writes
-            .send(WriteRequest {
-                write,
-                stream,
-                reply,
-            })
+            .send(WriteRequest { write, reply })
             .await
             .map_err(|_| closed())?;
         ack.await.map_err(|_| closed())?
@@ -605,7 +587,13 @@ mod tests {
 
     async fn write(log: &LogTablet, table: &Arc<TableDescriptor>, op: WriteOp) -> AppendAck {
         let table = Arc::clone(table);
-        log.write(Write { op, table }).await.unwrap()
+        log.write(Write {
+            op,
+            table,
+            stream: None,
+        })
+        .await
+        .unwrap()
     }
 
     #[tokio::test]
@@ -709,22 +697,23 @@ mod tests {
         // Room for a few one-row frames, not for a thousand rows.
         appender.faults.space = Some(4096);
         let log = LogTablet::start(appender);
-        let append = |ids: &[i64]| Write {
+        let stream = WriteStream::default();
+        let append = |ids: &[i64], stream: Option<&WriteStream>| Write {
             op: WriteOp::Append(rows(&table, ids, "x")),
             table: Arc::clone(&table),
+            stream: stream.cloned(),
         };
-        let stream = WriteStream::default();
-        let first = stream.scope(log.write(append(&[1]))).await.unwrap();
+        let first = log.write(append(&[1], Some(&stream))).await.unwrap();
         assert_eq!((first.base_offset, first.last_offset), (0, 0));
 
         let big: Vec<i64> = (0..1000).collect();
-        let mut failing = std::pin::pin!(stream.scope(log.write(append(&big))));
+        let mut failing = std::pin::pin!(log.write(append(&big, Some(&stream))));
         assert!(futures::poll!(failing.as_mut()).is_pending());
         // Once the appender has taken it into a group, the next write lands in a later one.
         while log.writes.capacity() < log.writes.max_capacity() {
             tokio::task::yield_now().await;
         }
-        let mut behind = std::pin::pin!(stream.scope(log.write(append(&[2]))));
+        let mut behind = std::pin::pin!(log.write(append(&[2], Some(&stream))));
         assert!(futures::poll!(behind.as_mut()).is_pending());
         let error = failing.await.unwrap_err();
         assert!(matches!(error, NodeError::DiskFull { .. }), "{error}");
@@ -732,7 +721,7 @@ mod tests {
         assert!(error.to_string().contains("earlier batch"), "{error}");
 
         // The write fits, another stream (or none) writes it: the stream alone stopped.
-        let other = log.write(append(&[3])).await.unwrap();
+        let other = log.write(append(&[3], None)).await.unwrap();
         assert_eq!((other.base_offset, other.last_offset), (1, 1));
         assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), [[1], [3]]);
     }

@@ -37,15 +37,15 @@ async fn a_write_past_the_partition_bound_is_refused_and_creates_nothing() {
     let table = node.create_table(table.unwrap(), false).await.unwrap();
     for partition in ["a", "b"] {
         let (bucket, batch) = rows(&table, partition);
-        node.write(&bucket, batch, false).await.unwrap();
+        node.write(&bucket, batch, false, None).await.unwrap();
     }
     let (bucket, batch) = rows(&table, "c");
-    let error = node.write(&bucket, batch, false).await.unwrap_err();
+    let error = node.write(&bucket, batch, false, None).await.unwrap_err();
     assert!(matches!(error, NodeError::InvalidArgument(_)), "{error}");
     assert!(error.to_string().contains("has 2 partitions"), "{error}");
     assert_eq!(node.metadata.partitions(table.table_id).unwrap().len(), 2);
     let (bucket, batch) = rows(&table, "a");
-    node.write(&bucket, batch, false).await.unwrap();
+    node.write(&bucket, batch, false, None).await.unwrap();
     drop(node);
 
     let node = Node::open(config).unwrap();
