@@ -17,17 +17,22 @@
 //! - [`server_tls`] and [`client_tls`] build tonic's TLS configuration from PEM files.
 //! - [`check_listen`] is the rule for a server without credentials: it listens on a
 //!   loopback address only, so nothing on the network reaches it unauthenticated.
+//! - [`limit_connections`] bounds the connections a port holds open at once
+//!   ([`DEFAULT_MAX_CONNECTIONS`]), below TLS; one over the bound is accepted and closed
+//!   at once, so one client cannot open thousands and the accept loop never waits.
 //!
 //! This is what the ADBC Flight SQL driver (`username` / `password` options) and the
 //! Flight SQL JDBC driver (`user` / `password` properties) do, so both ports answer them.
 
 mod client;
+mod connections;
 mod server;
 mod tls;
 
 use std::net::SocketAddr;
 
 pub use client::{AUTHORIZATION, basic_header, bearer_header, login};
+pub use connections::{DEFAULT_MAX_CONNECTIONS, LimitedConnection, limit_connections};
 pub use server::{Auth, HandshakeStream, TOKEN_LIFETIME, attach_token};
 pub use tls::{TlsIdentity, client_tls, server_tls};
 

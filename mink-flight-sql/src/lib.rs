@@ -51,12 +51,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
-use futures::{Stream, StreamExt};
 use mink_client::MinkClient;
 use mink_lake::storage::LakeStorage;
 use mink_node::server::MAX_MESSAGE_BYTES;
 use mink_sql::session::{SqlRuntime, default_memory_limit, memory_pool};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -178,16 +177,6 @@ impl FlightSqlHandle {
     }
 }
 
-/// Accepted connections with Nagle's algorithm off: a small answer (a FlightInfo, a
-/// one-row result) would otherwise wait for the client's delayed ACK, about 40 ms a call.
-fn incoming(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>> {
-    TcpListenerStream::new(listener).map(|stream| {
-        let stream = stream?;
-        stream.set_nodelay(true)?;
-        Ok(stream)
-    })
-}
-
 impl Drop for FlightSqlHandle {
     fn drop(&mut self) {
         if let Some(shutdown) = self.shutdown.take() {
@@ -226,12 +215,19 @@ pub fn serve(
     listener: TcpListener,
 ) -> Result<FlightSqlHandle, ServeError> {
     let runtime = SqlRuntime::server(memory_pool(default_memory_limit()), &config.storage)?;
-    serve_in(config, runtime, listener)
+    serve_in(
+        config,
+        runtime,
+        listener,
+        mink_auth::DEFAULT_MAX_CONNECTIONS,
+    )
 }
 
 /// [`serve`], every statement's session in `runtime`: its memory pool is the limit of
 /// all the service's statements together (`mink server --sql-memory-limit`), and it
-/// refuses statements that touch files unless it is a local runtime.
+/// refuses statements that touch files unless it is a local runtime. At most
+/// `max_connections` connections are open at once (`mink server --max-connections`,
+/// [`mink_auth::limit_connections`]): one more is closed at once.
 ///
 /// # Errors
 /// See [`ServeError`].
@@ -239,6 +235,7 @@ pub fn serve_in(
     config: FlightSqlConfig,
     runtime: SqlRuntime,
     listener: TcpListener,
+    max_connections: usize,
 ) -> Result<FlightSqlHandle, ServeError> {
     let addr = listener.local_addr()?;
     mink_auth::check_listen("Flight SQL", addr, config.credentials.as_ref())?;
@@ -264,16 +261,20 @@ pub fn serve_in(
     }
     let (shutdown, shutdown_signal) = oneshot::channel::<()>();
     let server = tokio::spawn(builder.add_service(service).serve_with_incoming_shutdown(
-        incoming(listener),
+        mink_auth::limit_connections(
+            "Flight SQL",
+            TcpListenerStream::new(listener),
+            max_connections,
+        ),
         async {
             let _ = shutdown_signal.await;
         },
     ));
     let tls = config.tls.is_some();
     if authenticated {
-        info!(%addr, tls, "serving Flight SQL; clients authenticate with a user and password");
+        info!(%addr, tls, max_connections, "serving Flight SQL; clients authenticate with a user and password");
     } else {
-        warn!(%addr, tls, "serving Flight SQL without authentication (loopback only)");
+        warn!(%addr, tls, max_connections, "serving Flight SQL without authentication (loopback only)");
     }
     Ok(FlightSqlHandle {
         addr,

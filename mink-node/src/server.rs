@@ -34,8 +34,9 @@ pub struct ServerHandle {
     background: Vec<JoinHandle<()>>,
 }
 
-/// How the node's port is served: its login and its TLS (`docs/security.md`).
-#[derive(Debug, Default)]
+/// How the node's port is served: its login, its TLS and its connection limit
+/// (`docs/security.md`).
+#[derive(Debug)]
 pub struct ServeOptions {
     /// The user and password every call must present (or the token a `Handshake`
     /// exchanged them for). `None`: every call is accepted, and only a loopback address
@@ -43,10 +44,27 @@ pub struct ServeOptions {
     pub credentials: Option<mink_auth::Credentials>,
     /// Serve TLS with this certificate and key instead of plaintext.
     pub tls: Option<mink_auth::TlsIdentity>,
-    /// With TLS: a loopback listener also served, in plaintext but with the same login,
-    /// for this process's own clients (the Flight SQL endpoint), which hold no
-    /// certificate authority to check the node's certificate against.
+    /// A loopback listener also served, in plaintext but with the same login, for this
+    /// process's own clients (the Flight SQL endpoint): they hold no certificate
+    /// authority to check the node's certificate against, and clients filling the
+    /// node's port up to its limit do not cut them off. It has a limit of its own, of
+    /// the same size.
     pub internal: Option<TcpListener>,
+    /// The most connections the port holds open at once
+    /// ([`mink_auth::limit_connections`]): one more is closed at once. Default
+    /// [`mink_auth::DEFAULT_MAX_CONNECTIONS`].
+    pub max_connections: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            credentials: None,
+            tls: None,
+            internal: None,
+            max_connections: mink_auth::DEFAULT_MAX_CONNECTIONS,
+        }
+    }
 }
 
 impl ServerHandle {
@@ -95,9 +113,9 @@ pub fn serve(node: Arc<Node>, listener: TcpListener) -> Result<ServerHandle> {
     serve_with(node, listener, ServeOptions::default())
 }
 
-/// Serves `node` on `listener` with `options`' login and TLS until the handle is shut
-/// down or dropped. Every call passes [`mink_auth::Auth::check`] first; `Handshake`
-/// exchanges the credentials for a bearer token.
+/// Serves `node` on `listener` with `options`' login, TLS and connection limit until the
+/// handle is shut down or dropped. Every call passes [`mink_auth::Auth::check`] first;
+/// `Handshake` exchanges the credentials for a bearer token.
 ///
 /// # Errors
 /// `InvalidArgument` for a listener that is not on a loopback address when no
@@ -131,7 +149,8 @@ pub fn serve_with(
             .tls_config(mink_auth::server_tls(identity))
             .map_err(|e| NodeError::InvalidArgument(format!("the node's TLS: {e}")))?;
     }
-    let internal_addr = match options.internal.filter(|_| tls) {
+    let max_connections = options.max_connections;
+    let internal_addr = match options.internal {
         Some(internal) => {
             let internal_addr = internal.local_addr()?;
             mink_auth::check_listen("the node", internal_addr, None)
@@ -140,16 +159,27 @@ pub fn serve_with(
             tokio::spawn(
                 bounded_builder()
                     .add_service(service.clone())
-                    .serve_with_incoming_shutdown(incoming(internal), async move {
-                        let _ = signal.wait_for(|stop| *stop).await;
-                    }),
+                    .serve_with_incoming_shutdown(
+                        mink_auth::limit_connections(
+                            "the node's internal port",
+                            TcpListenerStream::new(internal),
+                            max_connections,
+                        ),
+                        async move {
+                            let _ = signal.wait_for(|stop| *stop).await;
+                        },
+                    ),
             );
             Some(internal_addr)
         }
         None => None,
     };
     let server = tokio::spawn(builder.add_service(service).serve_with_incoming_shutdown(
-        incoming(listener),
+        mink_auth::limit_connections(
+            "the node",
+            TcpListenerStream::new(listener),
+            max_connections,
+        ),
         async move {
             let _ = shutdown_signal.await;
             let _ = stop_internal.send(true);
@@ -160,9 +190,9 @@ pub fn serve_with(
         tokio::spawn(run_tiering(node)),
     ];
     if authenticated {
-        info!(%addr, tls, "mink node serving Arrow Flight; clients authenticate with a user and password");
+        info!(%addr, tls, max_connections, "mink node serving Arrow Flight; clients authenticate with a user and password");
     } else {
-        warn!(%addr, tls, "mink node serving Arrow Flight without authentication (loopback only)");
+        warn!(%addr, tls, max_connections, "mink node serving Arrow Flight without authentication (loopback only)");
     }
     Ok(ServerHandle {
         addr,
@@ -182,19 +212,6 @@ fn bounded_builder() -> tonic::transport::Server {
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .concurrency_limit_per_connection(MAX_REQUESTS_PER_CONNECTION)
         .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
-}
-
-/// Accepted connections, with Nagle's algorithm off: small answers (acks, tail polls)
-/// would otherwise wait for the client's delayed ACK, about 40 ms each.
-fn incoming(
-    listener: TcpListener,
-) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use futures::StreamExt;
-    TcpListenerStream::new(listener).map(|stream| {
-        let stream = stream?;
-        stream.set_nodelay(true)?;
-        Ok(stream)
-    })
 }
 
 async fn run_retention(node: Arc<Node>) {

@@ -8,6 +8,8 @@
 //! accepts every call and must listen on a loopback address (see `mink_flight_sql`).
 //! Every SQL statement runs in one memory pool of `--sql-memory-limit` (default: half the
 //! machine's memory), and none reads or writes the server's files (`docs/security.md`).
+//! Each port holds at most `--max-connections` connections at once (default 1024); one
+//! more is closed as soon as it is accepted.
 //! With `--demo` the node creates `demo.events` (a log table) and `demo.accounts` (a
 //! primary-key table), both tiered into the lake every 10 s, and keeps writing to them,
 //! so a new user has something to read at once, from the log and from the lake.
@@ -88,6 +90,17 @@ pub(crate) struct ServerArgs {
     /// Default: half the machine's memory.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     sql_memory_limit: Option<usize>,
+    /// The most connections each port (the node's, Flight SQL's) holds open at once. A
+    /// connection beyond them is closed as soon as it is accepted (and logged), so one
+    /// client cannot take the server's memory or file descriptors by opening thousands;
+    /// keep it below the process's file limit (`ulimit -n`).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = mink_auth::DEFAULT_MAX_CONNECTIONS,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    max_connections: usize,
 }
 
 pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
@@ -117,20 +130,18 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         .map_err(CliError::io(format!("cannot listen on {}", args.listen)))?;
     mink_auth::check_listen("the node", node_addr, credentials.as_ref())
         .map_err(|e| CliError::Usage(e.to_string()))?;
-    // With TLS, this process's own clients reach the node on a loopback port of its own,
-    // with the same login (they hold no authority to check its certificate against).
-    let internal = match tls {
-        Some(_) => Some(
-            TcpListener::bind("127.0.0.1:0")
-                .await
-                .map_err(CliError::io("binding a loopback port"))?,
-        ),
-        None => None,
-    };
+    // This process's own clients (Flight SQL, the demo writer) reach the node on a
+    // loopback port of their own, in plaintext with the same login: they hold no
+    // authority to check its certificate against, and clients filling the node's port
+    // up to --max-connections do not cut Flight SQL off from the node.
+    let internal = TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(CliError::io("binding a loopback port"))?;
     let options = ServeOptions {
         credentials: credentials.clone(),
         tls,
-        internal,
+        internal: Some(internal),
+        max_connections: args.max_connections,
     };
     let handle = serve_with(Arc::clone(&node), listener, options)?;
     let address = handle.addr();
@@ -200,7 +211,8 @@ async fn serve_flight_sql(
             "cannot listen on {}",
             args.sql_listen
         )))?;
-    mink_flight_sql::serve_in(config, runtime, listener).map_err(flight_sql_error)
+    mink_flight_sql::serve_in(config, runtime, listener, args.max_connections)
+        .map_err(flight_sql_error)
 }
 
 /// The login and TLS of every port: `--sql-user` with its password, `--sql-tls-cert`

@@ -12,6 +12,7 @@ mod cli;
 mod crash;
 mod flight_sql;
 mod hostile_auth;
+mod hostile_connections;
 mod hostile_node;
 mod hostile_sql;
 mod hostile_writes;
