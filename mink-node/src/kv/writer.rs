@@ -5,12 +5,18 @@
 //! (the stored row); a missing key gives nothing. Rows of one group of writes see each
 //! other through an overlay that is applied to the store, with the applied offset, in one
 //! atomic batch once the log has the group durably.
+//!
+//! The writer follows the table's schema forward only. A write validated before a column
+//! was added can reach the log after one validated after it; its rows are brought to the
+//! newer schema (the new columns null, as for any row written before them), so every
+//! changelog batch and stored row is in the newest schema the writer has seen.
 
 use std::sync::Arc;
 
 use arrow::compute::interleave_record_batch;
 use mink_core::change::ChangeType;
 use mink_core::key::{KeyCodec, RowCodec};
+use mink_core::schema::normalize_batch;
 use mink_core::table::TableDescriptor;
 
 use super::{KvTablet, kv_error};
@@ -53,9 +59,10 @@ impl KvWriter {
         })
     }
 
-    /// Follows schema changes: new versions need their row codecs.
+    /// Follows schema changes forward: new versions need their row codecs; an older
+    /// descriptor (a write validated before the change) changes nothing.
     fn refresh(&mut self, table: &Arc<TableDescriptor>) -> Result<()> {
-        if table.schemas.len() != self.table.schemas.len() {
+        if table.schemas.len() > self.table.schemas.len() {
             self.rows = RowCodec::new(table)?;
             self.table = Arc::clone(table);
         }
@@ -83,6 +90,11 @@ impl KvWriter {
             }
         };
         let keys = self.keys.encode(batch)?;
+        // An upsert's rows in the writer's schema, which may be newer than the write's.
+        let batch = match upsert {
+            true => &normalize_batch(batch, self.table.schema())?,
+            false => batch,
+        };
         let mut new_rows = if upsert {
             self.rows.encode(batch, self.table.current().schema_id)?
         } else {
@@ -147,6 +159,10 @@ impl Changelog for KvWriter {
     fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>> {
         self.refresh(&write.table)?;
         self.changelog(&write.op)
+    }
+
+    fn schema_id(&self) -> u32 {
+        self.table.current().schema_id
     }
 
     fn commit(&mut self, end_offset: i64) -> Result<()> {
@@ -324,6 +340,48 @@ mod tests {
 
     fn s(value: &str) -> Option<String> {
         Some(value.into())
+    }
+
+    #[test]
+    fn a_write_validated_before_a_column_was_added_is_upserted_in_the_newer_schema() {
+        let mut f = Fixture::new();
+        let older = Arc::clone(&f.table);
+        let added = Field::new("w", DataType::Int64, true);
+        let newer = Arc::new(older.with_added_column(added).unwrap());
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![1])),
+            Arc::new(StringArray::from(vec!["a"])),
+            Arc::new(Int64Array::from(vec![7])),
+        ];
+        let batch = RecordBatch::try_new(Arc::clone(newer.schema()), columns).unwrap();
+        let write = |op, table: &Arc<TableDescriptor>| Write {
+            op,
+            table: Arc::clone(table),
+            stream: None,
+        };
+        f.writer
+            .prepare(&write(WriteOp::Upsert(batch), &newer))
+            .unwrap();
+        f.writer.commit(1).unwrap();
+        // Validated against the older schema, it reaches the log after the newer write.
+        let older_rows = whole_rows(&older, &[(1, Some("b"))]);
+        let stored = f
+            .writer
+            .prepare(&write(WriteOp::Upsert(older_rows), &older))
+            .unwrap()
+            .unwrap();
+        assert_eq!(f.writer.schema_id(), newer.current().schema_id);
+        assert_eq!(stored.batch.schema(), *newer.schema());
+        assert_eq!(
+            changelog_rows(&stored),
+            [("-U", 1, s("a")), ("+U", 1, s("b"))]
+        );
+        let w = stored.batch.column(2).as_primitive::<Int64Type>();
+        assert_eq!((w.value(0), w.is_null(1)), (7, true));
+        f.writer.commit(3).unwrap();
+        let values = f.tablet.prefix(&[]).unwrap();
+        let rows = RowCodec::new(&newer).unwrap().decode(&values).unwrap();
+        assert_eq!(id_and_value(&rows), [(1, s("b"))]);
     }
 
     #[test]

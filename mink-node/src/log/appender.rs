@@ -379,7 +379,7 @@ impl Appender {
                 base_offset: self.next_offset,
                 records,
                 commit_timestamp: self.last_timestamp,
-                schema_id: request.write.table.current().schema_id,
+                schema_id: self.stored_schema_id(&request.write),
                 has_changes: false,
                 position: self.active.len,
                 payload_len: 0,
@@ -392,6 +392,15 @@ impl Appender {
             outcomes.push(Outcome::Written(header, Arc::new(stored)));
         }
         Ok(outcomes)
+    }
+
+    /// The schema version of what [`Appender::prepare`] stores for `write`: the write's
+    /// for a log table, the changelog's (the newest it has seen) for a primary-key table.
+    fn stored_schema_id(&self, write: &Write) -> u32 {
+        match &self.changelog {
+            Some(changelog) => changelog.schema_id(),
+            None => write.table.current().schema_id,
+        }
     }
 
     /// The batch a write stores: the batch itself for a log table, the changelog for a
@@ -729,6 +738,9 @@ mod tests {
                     self.seen.lock().unwrap().push((end_offset, high_watermark));
                 }
                 Ok(())
+            }
+            fn schema_id(&self) -> u32 {
+                0
             }
             fn abort(&mut self) {}
             fn applied_offset(&self) -> i64 {

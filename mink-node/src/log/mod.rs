@@ -144,6 +144,9 @@ pub(crate) trait Changelog: Send + std::fmt::Debug + 'static {
     /// The changelog batch of one write, seeing every earlier write of the group;
     /// `None` when the write changes nothing.
     fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>>;
+    /// The schema version of the batches [`Changelog::prepare`] returns: the newest the
+    /// changelog has seen, which may be newer than the write's.
+    fn schema_id(&self) -> u32;
     /// The prepared writes are durable up to `end_offset`: apply them.
     fn commit(&mut self, end_offset: i64) -> Result<()>;
     /// The prepared writes failed: forget them.
