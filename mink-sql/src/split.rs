@@ -111,6 +111,12 @@ struct HeldTail {
     _memory: MemoryReservation,
 }
 
+/// Whether a union split has a tail but no lake snapshot below it: nothing of the
+/// bucket is tiered yet (a `t$lake` read has no tail).
+fn untiered(plan: &UnionPlan) -> bool {
+    plan.snapshot_id.is_none() && plan.log_to > plan.log_from
+}
+
 /// Every batch of a log tail as changelog rows, each reserved in `memory` before it is
 /// kept: a tail larger than the query's pool fails with `ResourcesExhausted`.
 async fn collect_tail(
@@ -136,8 +142,8 @@ struct TailBatch {
 }
 
 impl SplitReader {
-    /// The split's rows, projected; no I/O before the first poll.
-    /// A primary-key union folds its log tail in memory, reserved in `tail_memory`.
+    /// The split's rows, projected; no I/O before the first poll. A primary-key union
+    /// folds its log tail in memory, reserved in `tail_memory`.
     pub(crate) fn read(
         self: Arc<Self>,
         split: Split,
@@ -157,6 +163,11 @@ impl SplitReader {
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
         let columns = self.read_columns();
         let kv_rows = match split.source {
+            // Nothing tiered yet: the KV store holds the whole tail applied, streamed,
+            // where a merge would fold the whole changelog in memory.
+            SplitSource::Union { plan, .. } if self.table.has_primary_key() && untiered(&plan) => {
+                self.kv_snapshot(&split.bucket, &columns).await?
+            }
             SplitSource::Union { plan, lake } => {
                 return self
                     .union(split.bucket, plan, lake, metrics, tail_memory)
@@ -172,14 +183,7 @@ impl SplitReader {
                     })
                     .boxed());
             }
-            // Streamed: a bucket of any size is read a batch at a time.
-            SplitSource::KvSnapshot => {
-                let answer = self
-                    .client
-                    .snapshot_stream(&split.bucket, &columns, 0)
-                    .await;
-                answer.map_err(external)?.map_err(external).boxed()
-            }
+            SplitSource::KvSnapshot => self.kv_snapshot(&split.bucket, &columns).await?,
             SplitSource::LimitScan { limit } => {
                 let answer = self.client.limit_scan(&split.bucket, limit, &columns).await;
                 stream::iter(answer.map_err(external)?).map(Ok).boxed()
@@ -266,6 +270,17 @@ impl SplitReader {
         let reader = Arc::clone(&self);
         let live = stream::iter(live).map(move |batch| reader.emit(&batch));
         Ok(lake.chain(live).boxed())
+    }
+
+    /// Every row of a bucket's KV store, streamed: a bucket of any size is read a batch
+    /// at a time.
+    async fn kv_snapshot(
+        &self,
+        bucket: &BucketId,
+        columns: &[u32],
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        let answer = self.client.snapshot_stream(bucket, columns, 0).await;
+        Ok(answer.map_err(external)?.map_err(external).boxed())
     }
 
     /// The read schema's columns, by index in the table (what Scan and Snapshot ask for).

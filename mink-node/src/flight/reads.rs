@@ -11,7 +11,7 @@ use mink_core::key::{KeyCodec, RowCodec};
 use mink_core::merge::TailIndex;
 use mink_core::protocol::{
     LakeRequest, LimitScanRequest, ScanRequest, SnapshotBatch, SnapshotRequest, TailEnd,
-    TailRequest, UnionRequest, decode,
+    TailRequest, UnionPlan, UnionRequest, decode,
 };
 use mink_core::schema::normalize_batch;
 use mink_core::table::{TableDescriptor, TablePath};
@@ -23,10 +23,10 @@ use super::encoder::{BatchEncoder, metadata_only};
 use super::limits::{self, DEFAULT_BATCH_ROWS};
 use super::{FlightStream, MinkFlightService, projection, required_bucket};
 use crate::error::NodeError;
-use crate::kv::KvTablet;
+use crate::kv::{KvTablet, SnapshotReader};
 use crate::log::LogBatch;
 use crate::node::Node;
-use crate::union::{changelog_rows, log_range};
+use crate::union::{PlannedUnion, changelog_rows, log_range};
 
 impl MinkFlightService {
     /// Scan: log batches from an offset, bounded by `max_bytes` (clamped to
@@ -125,6 +125,9 @@ impl MinkFlightService {
         let (log_from, log_to) = (planned.plan.log_from, planned.plan.log_to);
         let log = log_range(Arc::clone(&planned.bucket), log_from, log_to);
         if planned.table.has_primary_key() {
+            if planned.plan.snapshot_id.is_none() {
+                return kv_union(planned, projection, filters);
+            }
             return self
                 .merged_union(planned.table, planned.split, log, projection, filters, end)
                 .await;
@@ -319,21 +322,88 @@ fn stream_kv(
         return Ok(stream::iter([Ok(schema), Ok(end)]).boxed());
     };
     let reader = kv.snapshot()?;
-    let codec = RowCodec::new(&table)?;
     let metadata = SnapshotBatch {
         log_offset: reader.log_offset(),
     }
     .encode_to_vec();
-    let chunk_metadata = metadata.clone();
-    let chunks = reader.into_chunks(batch_rows, limit, move |values| {
-        let batch = codec.decode(&values)?;
-        encoder.encode(&batch, chunk_metadata.clone())
-    });
-    let end = stream::once(async move { Ok(vec![metadata_only(metadata)]) });
-    let batches = chunks
-        .chain(end)
+    let rows = KvRows {
+        table,
+        encoder,
+        filters: Vec::new(),
+        metadata: metadata.clone(),
+    };
+    let chunks = rows.read(reader, batch_rows, limit)?;
+    Ok(answer(schema, chunks, metadata_only(metadata)))
+}
+
+/// A primary-key table's union with nothing tiered yet: its KV store holds every change
+/// of the log applied, so it is the answer, read a chunk at a time in key order rather
+/// than the whole changelog folded in memory. The closing plan names the offset the
+/// store reflects as its `log_to`.
+fn kv_union(
+    planned: PlannedUnion,
+    projection: Vec<usize>,
+    filters: Vec<ColumnFilter>,
+) -> Result<FlightStream<FlightData>, NodeError> {
+    let kv = planned.bucket.kv.clone().ok_or_else(|| {
+        NodeError::Corrupt(format!(
+            "primary-key table {} without a KV store",
+            planned.table.path
+        ))
+    })?;
+    let mut encoder = BatchEncoder::new(projection);
+    let schema = encoder.start(&planned.table)?;
+    let reader = kv.snapshot()?;
+    let plan = UnionPlan {
+        log_to: reader.log_offset(),
+        ..planned.plan
+    };
+    let rows = KvRows {
+        table: planned.table,
+        encoder,
+        filters,
+        metadata: Vec::new(),
+    };
+    let chunks = rows.read(reader, DEFAULT_BATCH_ROWS as usize, usize::MAX)?;
+    Ok(answer(schema, chunks, metadata_only(plan.encode_to_vec())))
+}
+
+/// How the rows of a KV snapshot are answered: decoded, filtered, encoded, each batch
+/// with `metadata`.
+struct KvRows {
+    table: Arc<TableDescriptor>,
+    encoder: BatchEncoder,
+    filters: Vec<ColumnFilter>,
+    metadata: Vec<u8>,
+}
+
+impl KvRows {
+    /// The encoded batches of `reader`, `batch_rows` rows read at a time, at most `limit`.
+    fn read(
+        mut self,
+        reader: SnapshotReader,
+        batch_rows: usize,
+        limit: usize,
+    ) -> Result<BoxStream<'static, Result<Vec<FlightData>, NodeError>>, NodeError> {
+        let codec = RowCodec::new(&self.table)?;
+        Ok(reader.into_chunks(batch_rows, limit, move |values| {
+            let batch = codec.decode(&values)?;
+            let rows = filter_batch(&self.filters, &batch)?;
+            self.encoder.encode(&rows, self.metadata.clone())
+        }))
+    }
+}
+
+/// The schema, the batches, then the closing metadata-only message.
+fn answer(
+    schema: FlightData,
+    batches: BoxStream<'static, Result<Vec<FlightData>, NodeError>>,
+    end: FlightData,
+) -> FlightStream<FlightData> {
+    let batches = batches
+        .chain(stream::once(async move { Ok(vec![end]) }))
         .map_err(Status::from)
         .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
         .try_flatten();
-    Ok(stream::once(async { Ok(schema) }).chain(batches).boxed())
+    stream::once(async { Ok(schema) }).chain(batches).boxed()
 }

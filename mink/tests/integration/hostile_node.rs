@@ -534,27 +534,35 @@ fn sql(server: &Server, statement: &str) -> (bool, String, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_union_tail_over_the_memory_pool_fails_alone_and_a_kv_snapshot_streams() {
+async fn a_union_tail_over_the_memory_pool_fails_alone_and_kv_answers_stream() {
     let mut server = Server::start_with(&["--sql-memory-limit", "4MiB"]);
     let client = server.client().await;
-    // Tiering would shrink the tail; it must not run during the test.
+    // Tiered only when the test says: a round would shrink the tail.
     let lake = TableOptions {
         lake_enabled: true,
         lake_freshness: std::time::Duration::from_secs(3600),
         ..TableOptions::default()
     };
-    let tiered = client
-        .create_table(&keyed_table_with("tail", lake), false)
+    let create = |name: &str, options: &TableOptions| {
+        let table = keyed_table_with(name, options.clone());
+        let client = client.clone();
+        async move { client.create_table(&table, false).await.expect("create") }
+    };
+    let tiered = create("tail", &lake).await;
+    let untiered = create("untiered", &lake).await;
+    let kv_only = create("kv", &TableOptions::default()).await;
+    // One round below the tail, so its union reads must fold it.
+    let first = wide_events(&tiered, -1, 1, 8);
+    let tiered_bucket = BucketId::new(&tiered.path, 0);
+    client
+        .append(&tiered_bucket, vec![first])
         .await
-        .expect("create");
-    let kv_only = client
-        .create_table(&keyed_table("kv"), false)
-        .await
-        .expect("create");
+        .expect("upsert");
+    client.tier(&tiered.path).await.expect("tier");
     // 16 MiB of upserts in each: four times the pool.
     const BATCHES: usize = 16;
     const ROWS: usize = 1024;
-    for table in [&tiered, &kv_only] {
+    for table in [&tiered, &untiered, &kv_only] {
         let bucket = BucketId::new(&table.path, 0);
         for i in 0..BATCHES {
             let rows = wide_events(table, (i * ROWS) as i64, ROWS, 1024);
@@ -565,25 +573,37 @@ async fn a_union_tail_over_the_memory_pool_fails_alone_and_a_kv_snapshot_streams
 
     // The node's Union ticket folds the tail in the shared pool: refused past it.
     let mut raw = server.raw().await;
-    let union = ticket(read_ticket::Read::Union(UnionRequest {
-        bucket: Some(BucketId::new(&tiered.path, 0)),
-        columns: vec![],
-        filters: vec![],
-    }));
-    let (code, message) = do_get(&mut raw, union).await.expect_err("over the pool");
+    let union = |table: &TableDescriptor| {
+        ticket(read_ticket::Read::Union(UnionRequest {
+            bucket: Some(BucketId::new(&table.path, 0)),
+            columns: vec![],
+            filters: vec![],
+        }))
+    };
+    let (code, message) = do_get(&mut raw, union(&tiered))
+        .await
+        .expect_err("over the pool");
     assert_eq!(code, Code::ResourceExhausted, "{message}");
     assert!(message.contains("not enough memory"), "{message}");
     server.assert_alive().await;
-
     // So does the engine's union read of the same table (of its names: a count would
     // read the keys alone), and it fails alone.
     let (ok, _, stderr) = sql(&server, "SELECT max(name) FROM test.tail");
     assert!(!ok);
     assert!(stderr.contains("Resources exhausted"), "{stderr}");
-    // A KV snapshot of the same size streams through the pool a batch at a time.
-    let (ok, stdout, stderr) = sql(&server, "SELECT count(name) AS n FROM test.kv");
-    assert!(ok, "{stderr}");
-    assert_eq!(stdout, format!("n\n{}\n", BATCHES * ROWS));
+
+    // Nothing tiered yet: the KV store answers the union, streamed, on both ports; and so
+    // it does a table without a lake.
+    let (rows, _) = do_get(&mut raw, union(&untiered))
+        .await
+        .expect("union from KV");
+    assert_eq!(rows, BATCHES * ROWS);
+    for table in ["untiered", "kv"] {
+        let statement = format!("SELECT count(name) AS n FROM test.{table}");
+        let (ok, stdout, stderr) = sql(&server, &statement);
+        assert!(ok, "{stderr}");
+        assert_eq!(stdout, format!("n\n{}\n", BATCHES * ROWS));
+    }
     let (ok, stdout, stderr) = sql(&server, "SELECT 1 AS one");
     assert!(ok, "{stderr}");
     assert_eq!(stdout, "one\n1\n");
