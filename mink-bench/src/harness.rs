@@ -32,11 +32,11 @@ use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::protocol::BucketId;
 use mink_core::table::{TableDescriptor, TablePath};
+use mink_lake::writer::writer_properties;
 use mink_node::{Node, NodeConfig, NodeError};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -634,14 +634,20 @@ pub(crate) fn create_file_for(
     Ok((schema, file))
 }
 
-/// Writes batches as one Parquet file with the lake writer's properties (zstd at its
-/// default level), without fsync; returns the file's length.
+/// Writes batches as one Parquet file with the lake writer's properties, without fsync;
+/// returns the file's length.
 pub(crate) fn write_parquet(path: &Path, batches: &[RecordBatch]) -> Result<u64, BenchError> {
+    write_parquet_with(path, batches, writer_properties())
+}
+
+/// [`write_parquet`] with other writer properties.
+pub(crate) fn write_parquet_with(
+    path: &Path,
+    batches: &[RecordBatch],
+    properties: WriterProperties,
+) -> Result<u64, BenchError> {
     let context = || format!("writing {}", path.display());
     let (schema, file) = create_file_for(path, batches)?;
-    let properties = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .build();
     let mut writer = ArrowWriter::try_new(BufWriter::new(file), schema, Some(properties))?;
     for batch in batches {
         writer.write(batch)?;

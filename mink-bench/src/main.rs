@@ -15,6 +15,7 @@
 //! | `log` | [`log`] | append, scan and tail, against Arrow IPC files |
 //! | `kv` | [`kv`] | upsert, lookup and snapshot of primary-key tables, against log tables and Scan |
 //! | `lake` | [`lake`] | tiering, union reads and freshness of log tables, against Parquet files |
+//! | `lake-codecs` | [`lake_codecs`] | the lake files' codec: size and reads, against zstd(1) |
 //! | `pk-lake` | [`pk_lake`] | the lake of primary-key tables, against Parquet files |
 //! | `sql` | [`sql`] | SQL union reads and point queries, against DataFusion, DuckDB and the naive plan |
 //! | `table-changes` | [`table_changes`] | a round's changes, against a full lake read |
@@ -34,6 +35,7 @@ mod flight_sql;
 mod harness;
 mod kv;
 mod lake;
+mod lake_codecs;
 mod log;
 mod pk_lake;
 mod sql;
@@ -64,6 +66,9 @@ enum Bench {
     /// The lake tier of log tables: tiering, union reads and freshness, against Parquet
     /// files and the configured freshness.
     Lake(lake::LakeArgs),
+    /// The codec of the lake's Parquet files: size, write time and DataFusion's reads of
+    /// the same rows with each codec every Iceberg reader takes, against zstd(1).
+    LakeCodecs(lake_codecs::LakeCodecsArgs),
     /// The lake of primary-key tables: tiering changed keys, reads with position deletes
     /// and union reads with a changed tail, against Parquet files.
     PkLake(pk_lake::PkLakeArgs),
@@ -112,6 +117,7 @@ async fn run(bench: Bench) -> Result<(), BenchError> {
         Bench::Log(args) => log::run(args).await,
         Bench::Kv(args) => kv::run(args).await,
         Bench::Lake(args) => lake::run(args).await,
+        Bench::LakeCodecs(args) => lake_codecs::run(args).await,
         Bench::PkLake(args) => pk_lake::run(args).await,
         Bench::Sql(args) => sql::run(args).await,
         Bench::TableChanges(args) => table_changes::run(args).await,

@@ -130,10 +130,16 @@ impl BucketWriter {
 }
 
 /// The Parquet writer properties of every file mink writes to the lake (data and delete
-/// files): zstd compression, the rest as Parquet's defaults.
-pub(crate) fn writer_properties() -> WriterProperties {
+/// files): zstd at its default level (1), the rest as Parquet's defaults.
+pub fn writer_properties() -> WriterProperties {
+    writer_properties_with(Compression::ZSTD(ZstdLevel::default()))
+}
+
+/// The lake's writer properties with another codec (`mink-bench lake-codecs` measures
+/// them against each other).
+pub fn writer_properties_with(compression: Compression) -> WriterProperties {
     WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_compression(compression)
         .build()
 }
 
