@@ -18,8 +18,8 @@ use mink_core::protocol::{
     LakeRequest, LakeSnapshotInfo, LakeSnapshotList, LimitScanRequest, ListOffsets, ListTables,
     Lookup, LookupReply, OffsetReply, PrefixLookup, ReadTicket, ScanRequest, SnapshotBatch,
     SnapshotRequest, TableChangesPlan, TableChangesRequest, TableDescriptorProto, TableList,
-    TableRef, TierReply, UnionPlan, UnionRequest, UnionSplit, WriteHeader, action, decode,
-    decode_batch, encode_batch, list_offsets, read_ticket,
+    TableRef, TableUnionRequest, TableUnionSplits, TierReply, UnionPlan, UnionRequest, UnionSplit,
+    WriteHeader, action, decode, decode_batch, encode_batch, list_offsets, read_ticket,
 };
 use mink_core::routing::{split_by_bucket, split_rows_by_bucket};
 use mink_core::table::{TableDescriptor, TablePath};
@@ -594,6 +594,23 @@ impl MinkClient {
         };
         let body = self.action(action::PLAN_UNION, request).await?;
         Ok(decode("UnionSplit", &body)?)
+    }
+
+    /// Every bucket's Union plan and lake files (pruned by `filters`), planned by the node
+    /// at once: each entry is what [`Self::plan_union`] answers for its bucket (named in
+    /// [`UnionSplit::bucket`]), all from the same lake snapshot, one per bucket of the
+    /// table created so far in the order of [`Self::list_buckets`].
+    pub async fn plan_table_union(
+        &self,
+        table: &TablePath,
+        filters: &[ColumnFilter],
+    ) -> Result<Vec<UnionSplit>> {
+        let request = TableUnionRequest {
+            table: table.to_string(),
+            filters: filters.to_vec(),
+        };
+        let body = self.action(action::PLAN_TABLE_UNION, request).await?;
+        Ok(decode::<TableUnionSplits>("TableUnionSplits", &body)?.splits)
     }
 
     /// The lake snapshots mink recorded for a table (rounds and compactions), oldest

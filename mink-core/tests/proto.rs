@@ -128,6 +128,14 @@ fn union_plan() -> UnionPlan {
     }
 }
 
+fn union_split() -> UnionSplit {
+    UnionSplit {
+        plan: Some(union_plan()),
+        files: vec![file_ref()],
+        bucket: Some(bucket()),
+    }
+}
+
 fn delete_ref() -> LakeDeleteRef {
     LakeDeleteRef {
         path: "s3://w/t/data/bucket=0/d.parquet".into(),
@@ -245,11 +253,18 @@ fn cases() -> Vec<Case> {
         ),
         case("UnionRequest", union()),
         case("UnionPlan", union_plan()),
+        case("UnionSplit", union_split()),
         case(
-            "UnionSplit",
-            UnionSplit {
-                plan: Some(union_plan()),
-                files: vec![file_ref()],
+            "TableUnionRequest",
+            TableUnionRequest {
+                table: "db.union".into(),
+                filters: vec![filter()],
+            },
+        ),
+        case(
+            "TableUnionSplits",
+            TableUnionSplits {
+                splits: vec![union_split(), union_split()],
             },
         ),
         case("LakeFileRef", file_ref()),

@@ -145,6 +145,9 @@ pub struct Bucket {
     pub kv: Option<KvTablet>,
 }
 
+/// Buckets of a table, each with its tablets.
+pub(crate) type BucketTablets = Vec<(BucketId, Arc<Bucket>)>;
+
 /// A table and its open tablets.
 #[derive(Debug)]
 struct TableState {
@@ -609,30 +612,47 @@ impl Node {
 
     /// Every bucket of a table created so far, with its offsets.
     pub fn list_buckets(&self, path: &TablePath) -> Result<Vec<BucketStatus>> {
-        let state = self.table(path)?;
-        let table = state.descriptor();
+        let (table, buckets) = self.table_buckets(path)?;
         let recorded = self.metadata.latest_lake_snapshot(table.table_id)?;
         let seams = crate::tiering::recorded_offsets(self, &table)?;
-        let partitions = state.partitions();
-        let mut statuses = Vec::new();
-        for (partition, tablets) in partitions.iter() {
-            for (bucket, tablet) in tablets.iter().enumerate() {
+        Ok(buckets
+            .into_iter()
+            .map(|(bucket, tablet)| {
                 let (log_start, high_watermark) = tablet.log.offsets();
-                let bucket = BucketId {
-                    table: path.to_string(),
-                    partition: partition.clone(),
-                    bucket: bucket as u32,
-                };
-                statuses.push(BucketStatus {
+                BucketStatus {
                     lake_log_end_offset: seams.get(&bucket),
                     lake_snapshot_id: recorded.as_ref().map(|r| r.snapshot_id),
                     bucket: Some(bucket),
                     log_start,
                     high_watermark,
-                });
-            }
-        }
-        Ok(statuses)
+                }
+            })
+            .collect())
+    }
+
+    /// A table and every bucket of it created so far (partition by partition, each
+    /// partition's buckets in order), with their tablets.
+    pub(crate) fn table_buckets(
+        &self,
+        path: &TablePath,
+    ) -> Result<(Arc<TableDescriptor>, BucketTablets)> {
+        let state = self.table(path)?;
+        let table = state.descriptor();
+        let buckets = state
+            .partitions()
+            .iter()
+            .flat_map(|(partition, tablets)| {
+                tablets.iter().enumerate().map(|(bucket, tablet)| {
+                    let id = BucketId {
+                        table: path.to_string(),
+                        partition: partition.clone(),
+                        bucket: bucket as u32,
+                    };
+                    (id, Arc::clone(tablet))
+                })
+            })
+            .collect();
+        Ok((table, buckets))
     }
 
     /// The lake snapshots mink recorded for a table (rounds and compactions), oldest first.

@@ -6,24 +6,31 @@
 //! `log_end_offset` from the latest recorded CommitLakeSnapshot, `log_from =
 //! max(log_end_offset, log_start)` and `log_to` = the high watermark now. Fixing `log_to`
 //! at plan time makes the read a consistent point-in-time result while writes go on.
+//!
+//! [`Node::plan_table_union`] plans every bucket of a table at once, the way
+//! [`Node::plan_union`] plans one: one read of the record, one load of the lake table
+//! and one planning of its files (one read of the manifests), shared by the buckets. A
+//! statement that reads a whole table plans it once, not once per bucket.
 
 use std::sync::Arc;
 
 use mink_core::filter::{ColumnFilter, matches};
 use mink_core::protocol::{BucketId, UnionPlan};
-use mink_core::table::TableDescriptor;
+use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::offsets::BucketOffsets;
 use mink_lake::predicate::to_predicate;
-use mink_lake::reader::{LakeSplit, SplitScope, plan_split};
+use mink_lake::reader::{LakeSplit, plan_bucket_splits};
 
 use crate::error::{NodeError, Result};
-use crate::node::{Bucket, Node};
+use crate::node::{Bucket, BucketTablets, Node};
 
 /// A bucket's Union plan and the split of lake files it reads.
 #[derive(Debug)]
 pub struct PlannedUnion {
     /// The table as planned.
     pub table: Arc<TableDescriptor>,
+    /// The bucket planned.
+    pub id: BucketId,
     /// The bucket's tablets.
     pub bucket: Arc<Bucket>,
     /// The plan (sent to the client at the end of the answer).
@@ -40,39 +47,90 @@ impl Node {
         filters: &[ColumnFilter],
     ) -> Result<PlannedUnion> {
         let (table, bucket) = self.bucket(bucket_id)?;
+        let mut planned = self
+            .plan_buckets(table, vec![(bucket_id.clone(), bucket)], filters)
+            .await?;
+        planned
+            .pop()
+            .ok_or_else(|| NodeError::BucketNotFound(bucket_id.to_string()))
+    }
+
+    /// Plans a Union read of every bucket of a table created so far (every partition's,
+    /// partition by partition), in the order of `list_buckets`; `filters` prune the lake
+    /// files read. Each bucket's plan is the one [`Self::plan_union`] makes, all from
+    /// the same recorded lake snapshot.
+    pub async fn plan_table_union(
+        &self,
+        path: &TablePath,
+        filters: &[ColumnFilter],
+    ) -> Result<Vec<PlannedUnion>> {
+        let (table, buckets) = self.table_buckets(path)?;
+        self.plan_buckets(table, buckets, filters).await
+    }
+
+    /// Plans a Union read of each of `buckets` of `table`, from one read of the latest
+    /// lake snapshot record and one planning of the lake table's files.
+    async fn plan_buckets(
+        &self,
+        table: Arc<TableDescriptor>,
+        buckets: BucketTablets,
+        filters: &[ColumnFilter],
+    ) -> Result<Vec<PlannedUnion>> {
         check_filters(&table, filters)?;
-        // The snapshot and its seam come from one record: read apart, a tiering round
+        // The snapshot and its seams come from one record: read apart, a tiering round
         // recorded in between would pair one snapshot's files with the next one's seam.
         let record = self.metadata.latest_lake_snapshot(table.table_id)?;
-        let (snapshot_id, lake_end, split) = match record.filter(|_| table.lake_enabled) {
-            Some(record) => {
-                let lake_end = BucketOffsets::from_json(&record.offsets)?.get(bucket_id);
-                let split = if lake_end > 0 {
-                    let lake_table = self.lake().await?.load(&table.path).await?;
-                    let scope = SplitScope::Bucket(bucket_id.clone());
-                    let predicate = to_predicate(filters, table.schema());
-                    plan_split(&lake_table, record.snapshot_id, &scope, predicate).await?
-                } else {
-                    LakeSplit::default()
-                };
-                (Some(record.snapshot_id), lake_end, split)
+        let (snapshot_id, seams) = match record.filter(|_| table.lake_enabled) {
+            Some(record) => (
+                Some(record.snapshot_id),
+                BucketOffsets::from_json(&record.offsets)?,
+            ),
+            None => (None, BucketOffsets::default()),
+        };
+        let lake_ends: Vec<i64> = buckets.iter().map(|(id, _)| seams.get(id)).collect();
+        // Only buckets with tiered rows have lake files to plan.
+        let tiered: Vec<BucketId> = buckets
+            .iter()
+            .zip(&lake_ends)
+            .filter(|(_, lake_end)| **lake_end > 0)
+            .map(|((id, _), _)| id.clone())
+            .collect();
+        let mut splits = match snapshot_id {
+            Some(snapshot_id) if !tiered.is_empty() => {
+                let lake_table = self.lake().await?.load(&table.path).await?;
+                let predicate = to_predicate(filters, table.schema());
+                plan_bucket_splits(&lake_table, snapshot_id, &tiered, predicate).await?
             }
-            None => (None, 0, LakeSplit::default()),
-        };
-        let (log_start, high_watermark) = bucket.log.offsets();
-        let plan = UnionPlan {
-            snapshot_id,
-            lake_log_end_offset: lake_end,
-            log_from: lake_end.max(log_start),
-            log_to: high_watermark,
-            lake_files: split.files.len() as u64,
-        };
-        Ok(PlannedUnion {
-            table,
-            bucket,
-            plan,
-            split,
-        })
+            _ => Vec::new(),
+        }
+        .into_iter();
+        let planned = buckets
+            .into_iter()
+            .zip(lake_ends)
+            .map(|((id, bucket), lake_end)| {
+                let split = match lake_end > 0 {
+                    true => splits.next().unwrap_or_default(),
+                    false => LakeSplit::default(),
+                };
+                // Read after the record: the high watermark is at or past the seam.
+                let (log_start, high_watermark) = bucket.log.offsets();
+                let plan = UnionPlan {
+                    snapshot_id,
+                    lake_log_end_offset: lake_end,
+                    log_from: lake_end.max(log_start),
+                    log_to: high_watermark,
+                    lake_files: split.files.len() as u64,
+                };
+                PlannedUnion {
+                    table: Arc::clone(&table),
+                    id,
+                    bucket,
+                    plan,
+                    split,
+                }
+            })
+            .collect();
+        Ok(planned)
     }
 }
 

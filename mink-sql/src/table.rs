@@ -1,10 +1,11 @@
 //! `MinkTable`: a mink table as a DataFusion table.
 //!
-//! A scan plans one split per bucket and returns a [`MinkScanExec`] reading them. A
-//! union split is planned by the bucket leader's `plan_union` action (the recorded lake
-//! snapshot and seam, the high watermark now, the lake files pruned by the pushed
-//! filters); a primary-key table's point queries, bare `LIMIT`s and (without a lake)
-//! full scans read its KV stores instead (`MinkTable::plan_splits`).
+//! A scan plans one split per bucket and returns a [`MinkScanExec`] reading them. The
+//! union splits of a scan are planned by the node's `plan_table_union` action, once for
+//! every bucket (the recorded lake snapshot and seams, the high watermark now, the lake
+//! files pruned by the pushed filters, from one read of the lake's manifests); a
+//! primary-key table's point queries, bare `LIMIT`s and (without a lake) full scans read
+//! its KV stores instead (`MinkTable::plan_splits`).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -19,7 +20,6 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
-use futures::future::try_join_all;
 use mink_client::MinkClient;
 use mink_core::filter::{ColumnFilter, FilterOp};
 use mink_core::key::key_columns;
@@ -356,28 +356,32 @@ impl MinkTable {
             .collect()
     }
 
-    /// Every bucket's union split, planned by its leader (`t$lake`: the lake alone).
+    /// Every bucket's union split, planned by the node at once (`t$lake`: the lake alone).
     async fn union_splits(&self, filters: &[ColumnFilter]) -> Result<Vec<Split>> {
-        let buckets = self.buckets().await?;
-        let plans = buckets.into_iter().map(|(bucket, _)| async move {
-            let planned = self
-                .client
-                .plan_union(&bucket, filters)
-                .await
-                .map_err(external)?;
-            let mut plan = planned
-                .plan
-                .ok_or_else(|| DataFusionError::Internal(format!("no plan for {bucket}")))?;
-            if self.kind == ReadKind::Lake {
-                plan.log_to = plan.log_from;
-            }
-            let lake = LakeSplit::from_wire(plan.snapshot_id, planned.files);
-            Ok::<_, DataFusionError>(Split {
-                bucket,
-                source: SplitSource::Union { plan, lake },
+        let planned = self
+            .client
+            .plan_table_union(&self.table.path, filters)
+            .await
+            .map_err(external)?;
+        planned
+            .into_iter()
+            .map(|planned| {
+                let bucket = planned.bucket.ok_or_else(|| {
+                    DataFusionError::Internal("a union split without its bucket".into())
+                })?;
+                let mut plan = planned
+                    .plan
+                    .ok_or_else(|| DataFusionError::Internal(format!("no plan for {bucket}")))?;
+                if self.kind == ReadKind::Lake {
+                    plan.log_to = plan.log_from;
+                }
+                let lake = LakeSplit::from_wire(plan.snapshot_id, planned.files);
+                Ok(Split {
+                    bucket,
+                    source: SplitSource::Union { plan, lake },
+                })
             })
-        });
-        try_join_all(plans).await
+            .collect()
     }
 }
 

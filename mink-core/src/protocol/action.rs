@@ -26,6 +26,10 @@ pub const COMPACT_TABLE: &str = "compact_table";
 /// [`super::UnionRequest`] -> [`super::UnionSplit`]: a bucket's Union plan and the
 /// lake files it covers, for an engine that reads the lake and the tail itself.
 pub const PLAN_UNION: &str = "plan_union";
+/// [`super::TableUnionRequest`] -> [`super::TableUnionSplits`]: every bucket's Union plan
+/// and lake files, planned at once from one recorded lake snapshot (one read of the lake
+/// table's manifests for the whole table).
+pub const PLAN_TABLE_UNION: &str = "plan_table_union";
 /// [`super::TableRef`] -> [`super::LakeSnapshotList`]: the lake snapshots mink
 /// recorded for a table, oldest first.
 pub const LIST_LAKE_SNAPSHOTS: &str = "list_lake_snapshots";

@@ -206,7 +206,8 @@ pub struct UnionPlan {
 }
 
 /// A bucket's Union plan and its split: the lake files below the seam (pruned by the
-/// request's filters), each with the delete files that apply to it.
+/// request's filters), each with the delete files that apply to it. The answer of
+/// `plan_union`, and each entry of [`TableUnionSplits`].
 #[derive(Clone, PartialEq, Message)]
 pub struct UnionSplit {
     /// The plan.
@@ -215,6 +216,30 @@ pub struct UnionSplit {
     /// The lake data files to read.
     #[prost(message, repeated, tag = "2")]
     pub files: Vec<LakeFileRef>,
+    /// The bucket planned.
+    #[prost(message, optional, tag = "3")]
+    pub bucket: Option<BucketId>,
+}
+
+/// PlanTableUnion { table, filters }: every bucket's Union plan and split, as
+/// `plan_union` plans each, all from the same recorded lake snapshot.
+#[derive(Clone, PartialEq, Message)]
+pub struct TableUnionRequest {
+    /// `database.name`.
+    #[prost(string, tag = "1")]
+    pub table: String,
+    /// Only rows matching every filter (they prune the lake files planned).
+    #[prost(message, repeated, tag = "2")]
+    pub filters: Vec<ColumnFilter>,
+}
+
+/// The answer of `plan_table_union`: one split per bucket of the table created so far,
+/// partition by partition, in the order of `list_buckets`.
+#[derive(Clone, PartialEq, Message)]
+pub struct TableUnionSplits {
+    /// The buckets' splits, each naming its bucket.
+    #[prost(message, repeated, tag = "1")]
+    pub splits: Vec<UnionSplit>,
 }
 
 /// A lake data file of a split.

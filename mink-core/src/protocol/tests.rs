@@ -113,6 +113,18 @@ fn tickets_round_trip() {
                 equality_columns: vec!["id".into()],
             }],
         }],
+        bucket: Some(bucket()),
+    });
+    round_trip(TableUnionRequest {
+        table: "db.t".into(),
+        filters: vec![ColumnFilter::new(
+            "id",
+            crate::filter::FilterOp::Gt,
+            Some("3"),
+        )],
+    });
+    round_trip(TableUnionSplits {
+        splits: vec![UnionSplit::default(), UnionSplit::default()],
     });
     round_trip(TableChangesRequest {
         table: "db.t".into(),

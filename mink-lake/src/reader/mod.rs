@@ -42,6 +42,7 @@ mod delete_files;
 mod selection;
 mod wire;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{AsArray, BooleanArray, RecordBatch, Scalar, UInt64Array};
@@ -152,7 +153,8 @@ pub enum SplitScope {
 
 /// Plans a split of `snapshot_id`; with a predicate, files that cannot hold a matching row
 /// (by partition values and column statistics) are left out. Each data file comes with
-/// the delete files that apply to it.
+/// the delete files that apply to it. A bucket's split is [`plan_bucket_splits`]'s for
+/// that one bucket.
 ///
 /// # Errors
 /// [`LakeError::SnapshotNotFound`] when the table has no such snapshot;
@@ -164,24 +166,18 @@ pub async fn plan_split(
     scope: &SplitScope,
     predicate: Option<Predicate>,
 ) -> Result<LakeSplit> {
-    if table.metadata().snapshot_by_id(snapshot_id).is_none() {
-        return Err(LakeError::SnapshotNotFound {
-            table: table.identifier().to_string(),
-            snapshot_id,
-        });
-    }
     let location = table.metadata().location();
     let prefix = match scope {
         SplitScope::Table => format!("{location}/"),
         SplitScope::Partition(partition) => format!("{location}/data/{partition}/"),
-        SplitScope::Bucket(bucket) => format!("{location}/{}/", bucket_dir(bucket)),
+        SplitScope::Bucket(bucket) => {
+            let mut splits =
+                plan_bucket_splits(table, snapshot_id, std::slice::from_ref(bucket), predicate)
+                    .await?;
+            return Ok(splits.pop().unwrap_or_default());
+        }
     };
-    let mut scan = table.scan().snapshot_id(snapshot_id).select_all();
-    if let Some(predicate) = predicate {
-        scan = scan.with_filter(predicate);
-    }
-    let scan = scan.build()?;
-    let tasks: Vec<_> = scan.plan_files().await?.try_collect().await?;
+    let tasks = plan_tasks(table, snapshot_id, predicate).await?;
     let table_name = table.identifier().to_string();
     let files = tasks
         .into_iter()
@@ -192,6 +188,107 @@ pub async fn plan_split(
         snapshot_id: Some(snapshot_id),
         files,
     })
+}
+
+/// Plans the split of each of `buckets` in `snapshot_id` from one planning of the
+/// snapshot's files (one read of its manifests, however many buckets): the split at `i`
+/// is `buckets[i]`'s, holding the files under that bucket's directory
+/// ([`bucket_dir`]); files of no listed bucket are left out. `predicate` prunes as in
+/// [`plan_split`].
+///
+/// # Errors
+/// As [`plan_split`].
+pub async fn plan_bucket_splits(
+    table: &Table,
+    snapshot_id: i64,
+    buckets: &[BucketId],
+    predicate: Option<Predicate>,
+) -> Result<Vec<LakeSplit>> {
+    let tasks = plan_tasks(table, snapshot_id, predicate).await?;
+    let dirs = BucketDirs::new(table.metadata().location(), buckets);
+    let table_name = table.identifier().to_string();
+    let mut splits = vec![
+        LakeSplit {
+            snapshot_id: Some(snapshot_id),
+            files: Vec::new(),
+        };
+        buckets.len()
+    ];
+    for task in tasks {
+        let owners: Vec<usize> = dirs.owners(&task.data_file_path).collect();
+        let Some((&last, others)) = owners.split_last() else {
+            continue;
+        };
+        let file = lake_file(task, &table_name)?;
+        for &owner in others {
+            splits[owner].files.push(file.clone());
+        }
+        splits[last].files.push(file);
+    }
+    // Iceberg plans manifests concurrently, so its order of files (and of each file's
+    // deletes) varies from one planning to the next: by path, a split is the same every
+    // time. Neither order means anything to a read.
+    for split in &mut splits {
+        split.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        for file in &mut split.files {
+            file.deletes.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        }
+    }
+    Ok(splits)
+}
+
+/// Every file task of `snapshot_id` that `predicate` keeps, with its deletes.
+///
+/// # Errors
+/// [`LakeError::SnapshotNotFound`] when the table has no such snapshot.
+async fn plan_tasks(
+    table: &Table,
+    snapshot_id: i64,
+    predicate: Option<Predicate>,
+) -> Result<Vec<FileScanTask>> {
+    if table.metadata().snapshot_by_id(snapshot_id).is_none() {
+        return Err(LakeError::SnapshotNotFound {
+            table: table.identifier().to_string(),
+            snapshot_id,
+        });
+    }
+    let mut scan = table.scan().snapshot_id(snapshot_id).select_all();
+    if let Some(predicate) = predicate {
+        scan = scan.with_filter(predicate);
+    }
+    let scan = scan.build()?;
+    Ok(scan.plan_files().await?.try_collect().await?)
+}
+
+/// The directories of some buckets' files, `<location>/<bucket_dir>/`: a file belongs to
+/// a bucket when its path starts with the bucket's directory.
+#[derive(Debug)]
+struct BucketDirs {
+    /// Directory (with its trailing `/`) -> the indexes of the buckets it is the
+    /// directory of (one, unless a bucket is listed twice).
+    dirs: HashMap<String, Vec<usize>>,
+}
+
+impl BucketDirs {
+    fn new(location: &str, buckets: &[BucketId]) -> Self {
+        let mut dirs: HashMap<String, Vec<usize>> = HashMap::new();
+        for (index, bucket) in buckets.iter().enumerate() {
+            dirs.entry(format!("{location}/{}/", bucket_dir(bucket)))
+                .or_default()
+                .push(index);
+        }
+        Self { dirs }
+    }
+
+    /// The indexes of the buckets whose directory `path` starts with. A directory ends
+    /// with `/`, so it is a prefix of `path` exactly when it is `path` up to one of its
+    /// `/`: each of those is looked up, whatever the number of buckets.
+    fn owners<'a>(&'a self, path: &'a str) -> impl Iterator<Item = usize> + 'a {
+        path.match_indices('/')
+            .filter_map(|(at, _)| self.dirs.get(&path[..=at]))
+            .flatten()
+            .copied()
+    }
 }
 
 /// A planned task as a split's file; equality ids are resolved through the task's

@@ -514,3 +514,55 @@ fn delete_files_are_counted_once_per_split() {
     assert_eq!(split.record_count(), 30);
     assert_eq!(LakeSplit::default().delete_file_count(), 0);
 }
+
+#[test]
+fn files_go_to_the_buckets_whose_directory_holds_them() {
+    let id = |partition: Option<&str>, bucket| BucketId {
+        table: "db.t".into(),
+        partition: partition.map(str::to_string),
+        bucket,
+    };
+    let buckets = [
+        id(None, 1),
+        id(Some("dt=2024-01-01"), 1),
+        id(Some("dt=2024-01-01"), 12),
+        id(None, 1),
+    ];
+    let dirs = BucketDirs::new("s3://wh/db/t", &buckets);
+    let owners = |path: &str| dirs.owners(path).collect::<Vec<_>>();
+    // What `plan_split` keeps for each bucket alone, by its directory as a prefix.
+    let prefix_rule = |path: &str| {
+        (0..buckets.len())
+            .filter(|&i| path.starts_with(&format!("s3://wh/db/t/{}/", bucket_dir(&buckets[i]))))
+            .collect::<Vec<_>>()
+    };
+    for (path, expected) in [
+        ("s3://wh/db/t/data/bucket=1/a.parquet", vec![0, 3]),
+        ("s3://wh/db/t/data/bucket=1/sub/a.parquet", vec![0, 3]),
+        ("s3://wh/db/t/data/bucket=10/a.parquet", vec![]),
+        ("s3://wh/db/t/data/bucket=2/a.parquet", vec![]),
+        (
+            "s3://wh/db/t/data/dt=2024-01-01/bucket=1/a.parquet",
+            vec![1],
+        ),
+        (
+            "s3://wh/db/t/data/dt=2024-01-01/bucket=12/a.parquet",
+            vec![2],
+        ),
+        ("s3://wh/db/t/data/dt=2024-01-02/bucket=1/a.parquet", vec![]),
+        ("s3://wh/db/other/data/bucket=1/a.parquet", vec![]),
+        ("s3://wh/db/t/data/bucket=1", vec![]),
+        ("", vec![]),
+    ] {
+        let mut found = owners(path);
+        found.sort_unstable();
+        assert_eq!(found, expected, "{path}");
+        assert_eq!(found, prefix_rule(path), "{path}");
+    }
+    assert_eq!(
+        BucketDirs::new("s3://wh/db/t", &[])
+            .owners("s3://wh/db/t/data/bucket=1/a")
+            .count(),
+        0
+    );
+}

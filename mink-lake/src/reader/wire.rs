@@ -1,5 +1,6 @@
 //! Splits on the wire: the node plans a bucket's split (it holds the catalog) and an
-//! engine reading the lake itself gets the files to read in a `plan_union` answer.
+//! engine reading the lake itself gets the files to read in a `plan_union` answer (or
+//! each bucket's in a `plan_table_union` answer).
 
 use mink_core::protocol::{LakeDeleteRef, LakeFileRef};
 
@@ -58,7 +59,7 @@ impl From<LakeDeleteRef> for LakeDeleteFile {
 }
 
 impl LakeSplit {
-    /// The split of a `plan_union` answer.
+    /// The split of a `plan_union` answer (or of an entry of `plan_table_union`'s).
     pub fn from_wire(snapshot_id: Option<i64>, files: Vec<LakeFileRef>) -> Self {
         Self {
             snapshot_id,
@@ -66,7 +67,7 @@ impl LakeSplit {
         }
     }
 
-    /// The files of the split, for a `plan_union` answer.
+    /// The files of the split, for a `plan_union` answer (or a `plan_table_union` entry).
     pub fn to_wire(&self) -> Vec<LakeFileRef> {
         self.files.iter().map(LakeFileRef::from).collect()
     }

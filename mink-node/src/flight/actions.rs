@@ -5,8 +5,8 @@ use arrow_flight::Action;
 use mink_core::protocol::{
     AddColumn, BucketId, BucketList, CompactReply, CreateTable, DropTable, LakeSnapshotList,
     ListOffsets, ListTables, Lookup, LookupReply, OffsetReply, PrefixLookup, TableChangesRequest,
-    TableDescriptorProto, TableList, TableRef, TierReply, UnionRequest, UnionSplit, action, decode,
-    decode_batch, encode_batch,
+    TableDescriptorProto, TableList, TableRef, TableUnionRequest, TableUnionSplits, TierReply,
+    UnionRequest, UnionSplit, action, decode, decode_batch, encode_batch,
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use prost::Message;
@@ -14,6 +14,7 @@ use prost::Message;
 use super::{MinkFlightService, limits, projection, required_bucket};
 use crate::error::NodeError;
 use crate::tiering::{compact_table, tier_table};
+use crate::union::PlannedUnion;
 
 impl MinkFlightService {
     /// Runs one action and returns its result body.
@@ -114,10 +115,15 @@ impl MinkFlightService {
             action::PLAN_UNION => {
                 let request: UnionRequest = decode("plan_union", body)?;
                 let bucket = required_bucket(request.bucket, "plan_union")?;
-                let planned = node.plan_union(&bucket, &request.filters).await?;
-                UnionSplit {
-                    files: planned.split.to_wire(),
-                    plan: Some(planned.plan),
+                union_split(node.plan_union(&bucket, &request.filters).await?).encode_to_vec()
+            }
+            action::PLAN_TABLE_UNION => {
+                let request: TableUnionRequest = decode("plan_table_union", body)?;
+                let planned = node
+                    .plan_table_union(&TablePath::parse(&request.table)?, &request.filters)
+                    .await?;
+                TableUnionSplits {
+                    splits: planned.into_iter().map(union_split).collect(),
                 }
                 .encode_to_vec()
             }
@@ -176,6 +182,15 @@ impl MinkFlightService {
     }
 }
 
+/// A bucket's planned Union read as it travels: its bucket, plan and lake files.
+fn union_split(planned: PlannedUnion) -> UnionSplit {
+    UnionSplit {
+        files: planned.split.to_wire(),
+        plan: Some(planned.plan),
+        bucket: Some(planned.id),
+    }
+}
+
 /// Decodes a client's IPC stream of one batch, refusing compressed IPC before the decoder
 /// runs (it would allocate whatever uncompressed length the client declared).
 fn decode_client_batch(what: &str, bytes: &[u8]) -> Result<RecordBatch, NodeError> {
@@ -184,7 +199,7 @@ fn decode_client_batch(what: &str, bytes: &[u8]) -> Result<RecordBatch, NodeErro
 }
 
 /// The actions `list_actions` describes.
-pub(super) const ACTIONS: [(&str, &str); 11] = [
+pub(super) const ACTIONS: [(&str, &str); 13] = [
     (
         action::TIER_TABLE,
         "Run a tiering round of a table now (TableRef -> TierReply)",
@@ -218,6 +233,15 @@ pub(super) const ACTIONS: [(&str, &str); 11] = [
     (
         action::PREFIX_LOOKUP,
         "Rows by key prefix (PrefixLookup -> LookupReply)",
+    ),
+    (
+        action::PLAN_UNION,
+        "A bucket's Union plan and lake files (UnionRequest -> UnionSplit)",
+    ),
+    (
+        action::PLAN_TABLE_UNION,
+        "Every bucket's Union plan and lake files, planned at once \
+         (TableUnionRequest -> TableUnionSplits)",
     ),
     (
         action::PLAN_TABLE_CHANGES,

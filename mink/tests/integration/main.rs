@@ -22,6 +22,7 @@ mod log_history;
 mod pk_history;
 mod pk_lake_history;
 mod pk_support;
+mod plan_table_union;
 mod process;
 mod python;
 mod s3;
