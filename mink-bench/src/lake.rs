@@ -15,13 +15,13 @@
 //! 1. **Tiering throughput**: `--rows` rows (default 2 000 000) are appended to the
 //!    lake-enabled log table `bench.lake` (batch `i` to bucket `i % n`), then one
 //!    [`MinkClient::tier`] round is timed: it reads each bucket's log, writes it as one
-//!    zstd Parquet file per bucket (with the lake's columns `__bucket`, `__offset` and
+//!    Parquet file per bucket (with the lake's columns `__bucket`, `__offset` and
 //!    `__timestamp` added), commits one Iceberg snapshot and records it. Baseline: each
 //!    bucket's rows written as one Parquet file by `parquet::arrow::ArrowWriter` with the
-//!    lake writer's properties (zstd at its default level), in the same directory, one
-//!    bucket after the other as the round does them. Neither fsyncs (the lake's local
-//!    object store does not), so the ratio is the cost of the log read, the Iceberg
-//!    metadata and the commit over the bare Parquet write. The file sizes are printed.
+//!    lake writer's properties, in the same directory, one bucket after the other as the
+//!    round does them. The round fsyncs its files and the baseline does not, so the ratio
+//!    is the cost of the log read, the Iceberg metadata, the fsyncs and the commit over
+//!    the bare Parquet write. The file sizes are printed.
 //! 2. **Union read** of that table once 99% of its rows are in the lake: `--rows / 100`
 //!    more rows are appended (spread evenly over the buckets) and not tiered. Every bucket
 //!    is read at once with [`MinkClient::union`] (the lake files below the seam, then the
