@@ -26,6 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use futures::future::{self, try_join_all};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use mink_client::MinkClient;
@@ -655,6 +656,23 @@ pub(crate) fn write_parquet_with(
     writer.close()?;
     let metadata = std::fs::metadata(path).map_err(BenchError::io(context()))?;
     Ok(metadata.len())
+}
+
+/// A plain DataFusion session with the Parquet files of `dir` as table `t`, strings read
+/// as `Utf8View` (DataFusion's default) or, without `views`, as `Utf8` like mink's tables.
+pub(crate) async fn parquet_session(dir: &Path, views: bool) -> Result<SessionContext, BenchError> {
+    let mut config = SessionConfig::new();
+    config
+        .options_mut()
+        .execution
+        .parquet
+        .schema_force_view_types = views;
+    let datafusion = SessionContext::new_with_config(config);
+    let directory = dir.to_string_lossy().to_string();
+    datafusion
+        .register_parquet("t", &directory, ParquetReadOptions::default())
+        .await?;
+    Ok(datafusion)
 }
 
 /// Reads every bucket's Parquet files, one blocking task per bucket, all at once, only the

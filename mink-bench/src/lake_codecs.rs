@@ -18,14 +18,13 @@ use std::time::{Duration, Instant};
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
-use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use mink_lake::writer::writer_properties_with;
 use parquet::basic::{Compression, ZstdLevel};
 
 use crate::data::Data;
 use crate::error::BenchError;
 use crate::harness::{
-    Scratch, blocking, megabytes, report, split, timed_rounds, write_parquet_with,
+    Scratch, blocking, megabytes, parquet_session, report, split, timed_rounds, write_parquet_with,
 };
 
 /// Arguments of `mink-bench lake-codecs`.
@@ -122,17 +121,7 @@ async fn write_files(
 /// The median time of each of [`QUERIES`] over the files in `dir`; each must count
 /// all `rows` rows (the filter, some of them).
 async fn query_times(dir: &Path, codec: &str, rows: usize) -> Result<Vec<Duration>, BenchError> {
-    let mut config = SessionConfig::new();
-    config
-        .options_mut()
-        .execution
-        .parquet
-        .schema_force_view_types = false;
-    let datafusion = SessionContext::new_with_config(config);
-    let directory = dir.to_string_lossy().to_string();
-    datafusion
-        .register_parquet("t", &directory, ParquetReadOptions::default())
-        .await?;
+    let datafusion = parquet_session(dir, false).await?;
     let mut times = Vec::new();
     for (what, sql) in QUERIES {
         let label = format!("{codec}: {what}");

@@ -40,7 +40,6 @@ use arrow::datatypes::SchemaRef;
 use arrow::util::display::array_value_to_string;
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider};
 use datafusion::datasource::MemTable;
-use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use mink_core::table::TablePath;
 
 use mink_sql::session::MinkSession;
@@ -50,8 +49,8 @@ use crate::data::{Changes, ipc_len, seeded};
 use crate::error::BenchError;
 use crate::harness::{
     CALL_WARMUP, NodeArgs, ROUNDS, Running, Throughput, blocking, check_pk_table_args,
-    create_pk_lake_table, latency, measure, median, prepare, python, report, row_count, split,
-    tier, timed_rounds, write_batches, write_parquet,
+    create_pk_lake_table, latency, measure, median, parquet_session, prepare, python, report,
+    row_count, split, tier, timed_rounds, write_batches, write_parquet,
 };
 
 /// Arguments of `mink-bench sql`.
@@ -187,19 +186,9 @@ async fn datafusion_figures(
     dir: &Path,
     expected: &[String],
 ) -> Result<(Duration, Duration), BenchError> {
-    let directory = dir.to_string_lossy().to_string();
     let mut times = Vec::new();
     for views in [true, false] {
-        let mut config = SessionConfig::new();
-        config
-            .options_mut()
-            .execution
-            .parquet
-            .schema_force_view_types = views;
-        let datafusion = SessionContext::new_with_config(config);
-        datafusion
-            .register_parquet("t", &directory, ParquetReadOptions::default())
-            .await?;
+        let datafusion = parquet_session(dir, views).await?;
         let what = match views {
             true => "DataFusion over Parquet",
             false => "DataFusion over Parquet, strings as Utf8",
