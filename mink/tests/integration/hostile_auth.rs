@@ -16,7 +16,7 @@ use prost::Message;
 use tonic::Code;
 use tonic::transport::Channel;
 
-use crate::process::ServerProcess;
+use crate::process::{ServerProcess, run_mink_with};
 use crate::support::{events, events_table};
 
 const USER: &str = "analyst";
@@ -26,23 +26,6 @@ const PASSWORD: &str = "s3cret";
 fn start_server(data_dir: &Path, args: &[&str]) -> ServerProcess {
     let login = [("MINK_SQL_USER", USER), ("MINK_SQL_PASSWORD", PASSWORD)];
     ServerProcess::start_with(data_dir, args, &login)
-}
-
-/// Runs `mink` with `env` (and no password from the test's own environment).
-fn mink(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_mink"))
-        .args(args)
-        .env_remove("MINK_PASSWORD")
-        .env_remove("MINK_SQL_PASSWORD")
-        .envs(env.iter().copied())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run mink");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }
 
 fn login() -> ConnectOptions {
@@ -215,7 +198,7 @@ async fn the_node_port_answers_no_call_without_the_login() {
 
     // The Flight SQL endpoint's own calls to its node authenticate: its queries work.
     let env = [("MINK_PASSWORD", PASSWORD)];
-    let (ok, stdout, stderr) = mink(
+    let (ok, stdout, stderr) = run_mink_with(
         &[
             "sql",
             "--connect",
@@ -245,7 +228,7 @@ fn every_client_command_logs_in_to_both_ports() {
     let old_env = [("MINK_SQL_PASSWORD", PASSWORD)];
 
     // mink sql: the node's address and the Flight SQL address, told apart with the login.
-    let (ok, _, stderr) = mink(
+    let (ok, _, stderr) = run_mink_with(
         &[
             "sql",
             "--connect",
@@ -260,7 +243,7 @@ fn every_client_command_logs_in_to_both_ports() {
     assert!(ok, "{stderr}");
     for addr in [&server.addr, &server.sql_addr] {
         for env in [&env, &old_env] {
-            let (ok, stdout, stderr) = mink(
+            let (ok, stdout, stderr) = run_mink_with(
                 &[
                     "sql",
                     "--connect",
@@ -278,7 +261,8 @@ fn every_client_command_logs_in_to_both_ports() {
             assert!(stdout.ends_with("n\n0\n"), "{addr}: {stdout}");
         }
         // Without --user: a clear error, naming the address and the flag.
-        let (ok, stdout, stderr) = mink(&["sql", "--connect", addr, "-e", "SELECT 1"], &[]);
+        let (ok, stdout, stderr) =
+            run_mink_with(&["sql", "--connect", addr, "-e", "SELECT 1"], &[]);
         assert!(!ok && stdout.is_empty(), "{addr}");
         assert!(
             stderr.contains(addr.as_str())
@@ -287,12 +271,12 @@ fn every_client_command_logs_in_to_both_ports() {
             "{stderr}"
         );
         // --user without a password, and with a wrong one.
-        let (ok, _, stderr) = mink(
+        let (ok, _, stderr) = run_mink_with(
             &["sql", "--connect", addr, "--user", USER, "-e", "SELECT 1"],
             &[],
         );
         assert!(!ok && stderr.contains("MINK_PASSWORD"), "{stderr}");
-        let (ok, _, stderr) = mink(
+        let (ok, _, stderr) = run_mink_with(
             &["sql", "--connect", addr, "--user", USER, "-e", "SELECT 1"],
             &[("MINK_PASSWORD", "wrong")],
         );
@@ -303,7 +287,7 @@ fn every_client_command_logs_in_to_both_ports() {
     let csv = dir.path().join("people.csv");
     std::fs::write(&csv, "id,name\n1,ann\n2,bob\n").expect("csv");
     let csv = csv.display().to_string();
-    let (ok, _, stderr) = mink(
+    let (ok, _, stderr) = run_mink_with(
         &[
             "load",
             "--connect",
@@ -330,19 +314,19 @@ fn every_client_command_logs_in_to_both_ports() {
     ];
     let mut logged_in = read.to_vec();
     logged_in.extend(["--user", USER]);
-    let (ok, stdout, stderr) = mink(&logged_in, &old_env);
+    let (ok, stdout, stderr) = run_mink_with(&logged_in, &old_env);
     assert!(ok, "{stderr}");
     assert!(
         stdout.contains("1,ann") && stdout.contains("2,bob"),
         "{stdout}"
     );
     // Without the login both fail, with the server's refusal.
-    let (ok, _, stderr) = mink(&read, &[]);
+    let (ok, _, stderr) = run_mink_with(&read, &[]);
     assert!(
         !ok && stderr.contains("requires a user and password"),
         "{stderr}"
     );
-    let (ok, _, stderr) = mink(
+    let (ok, _, stderr) = run_mink_with(
         &["load", "--connect", &server.addr, "--table", "people", &csv],
         &[],
     );
@@ -351,7 +335,7 @@ fn every_client_command_logs_in_to_both_ports() {
         "{stderr}"
     );
     // And the rows were loaded once.
-    let (ok, stdout, stderr) = mink(
+    let (ok, stdout, stderr) = run_mink_with(
         &[
             "sql",
             "--connect",
@@ -410,7 +394,7 @@ fn the_node_port_serves_tls_with_the_same_certificate() {
 
     // Both ports over TLS, checked against the test authority; the node's address is
     // told from the Flight SQL one through TLS and the login.
-    let (ok, _, stderr) = mink(
+    let (ok, _, stderr) = run_mink_with(
         &[
             "sql",
             "--connect",
@@ -428,7 +412,7 @@ fn the_node_port_serves_tls_with_the_same_certificate() {
     );
     assert!(ok, "{stderr}");
     for addr in [&server.addr, &server.sql_addr] {
-        let (ok, stdout, stderr) = mink(
+        let (ok, stdout, stderr) = run_mink_with(
             &[
                 "sql",
                 "--connect",
@@ -447,7 +431,7 @@ fn the_node_port_serves_tls_with_the_same_certificate() {
         assert!(ok, "{addr}: {stderr}");
         assert!(stdout.ends_with("id\n7\n"), "{addr}: {stdout}");
     }
-    let (ok, stdout, stderr) = mink(
+    let (ok, stdout, stderr) = run_mink_with(
         &[
             "read",
             "--connect",
@@ -468,7 +452,7 @@ fn the_node_port_serves_tls_with_the_same_certificate() {
     assert!(ok, "{stderr}");
     assert!(stdout.contains('7'), "{stdout}");
     // Plaintext to the TLS port gets nowhere.
-    let (ok, _, _) = mink(
+    let (ok, _, _) = run_mink_with(
         &[
             "read",
             "--connect",

@@ -69,17 +69,7 @@ fn over_adbc(server: &ServerProcess, statements: &[String]) -> Vec<(bool, String
 
 /// `mink sql --connect ADDRESS -e SQL`: `(success, stdout, stderr)`.
 fn over_mink_sql(address: &str, sql: &str) -> (bool, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_mink"))
-        .args(["sql", "--connect", address, "--format", "csv", "-e", sql])
-        .env("RUST_LOG", "warn")
-        .env_remove("MINK_SQL_PASSWORD")
-        .output()
-        .expect("run mink sql");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    crate::process::run_mink(&["sql", "--connect", address, "--format", "csv", "-e", sql])
 }
 
 #[test]

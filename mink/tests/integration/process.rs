@@ -137,8 +137,16 @@ impl Drop for ServerProcess {
 
 /// Runs the `mink` binary to completion: `(success, stdout, stderr)`.
 pub(crate) fn run_mink(args: &[&str]) -> (bool, String, String) {
+    run_mink_with(args, &[])
+}
+
+/// [`run_mink`] with `env`, and no password from the test's own environment.
+pub(crate) fn run_mink_with(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_mink"))
         .args(args)
+        .env_remove("MINK_PASSWORD")
+        .env_remove("MINK_SQL_PASSWORD")
+        .envs(env.iter().copied())
         .env("RUST_LOG", "warn")
         .output()
         .expect("run mink");
