@@ -15,10 +15,11 @@ use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{Action, FlightClient, FlightDescriptor, Ticket};
 use futures::{StreamExt, TryStreamExt, stream};
 use mink_client::MinkClient;
+use mink_core::filter::{ColumnFilter, FilterOp};
 use mink_core::options::TableOptions;
 use mink_core::protocol::{
-    BucketId, Lookup, PrefixLookup, ReadTicket, ScanRequest, SnapshotRequest, TailRequest,
-    UnionRequest, WriteHeader, action, read_ticket,
+    BucketId, Lookup, PrefixLookup, ReadTicket, ScanRequest, SnapshotRequest, TableUnionRequest,
+    TailRequest, UnionRequest, WriteHeader, action, read_ticket,
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_node::flight::limits::MAX_ANSWER_BYTES;
@@ -681,5 +682,96 @@ async fn hundreds_of_snapshot_streams_nobody_reads_never_stall_writes() {
     assert_eq!(answer.num_rows(), 32 * 1024 + 20);
     server.assert_rss_below(idle);
     drop(stalled);
+    server.assert_alive().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_action_refuses_a_body_that_is_not_its_message_and_plan_table_union_bad_input() {
+    let mut server = Server::start();
+    let client = server.client().await;
+    let lake = TableOptions {
+        lake_enabled: true,
+        lake_freshness: std::time::Duration::from_secs(3600),
+        ..TableOptions::default()
+    };
+    let table = client
+        .create_table(&keyed_table_with("planned", lake), false)
+        .await
+        .expect("create");
+    let mut raw = server.raw().await;
+    // Bytes that are no protobuf message at all (a field with a reserved wire type).
+    let garbage = vec![0xff; 64];
+    for kind in [
+        action::CREATE_TABLE,
+        action::DROP_TABLE,
+        action::DESCRIBE_TABLE,
+        action::ADD_COLUMN,
+        action::LIST_BUCKETS,
+        action::LIST_OFFSETS,
+        action::LOOKUP,
+        action::PREFIX_LOOKUP,
+        action::TIER_TABLE,
+        action::COMPACT_TABLE,
+        action::PLAN_UNION,
+        action::PLAN_TABLE_UNION,
+        action::LIST_LAKE_SNAPSHOTS,
+        action::PLAN_TABLE_CHANGES,
+    ] {
+        let (code, message) = do_action(&mut raw, kind, garbage.clone())
+            .await
+            .expect_err(kind);
+        assert_eq!(code, Code::InvalidArgument, "{kind}: {message}");
+    }
+    server.assert_alive().await;
+
+    // plan_table_union: a table that does not exist, a name that is not one, a filter on
+    // no column, a value of the wrong type, an unknown operator.
+    let plan = |table: &str, filters: Vec<ColumnFilter>| {
+        let request = TableUnionRequest {
+            table: table.into(),
+            filters,
+        };
+        request.encode_to_vec()
+    };
+    let name = table.path.to_string();
+    let cases = [
+        (plan("test.missing", vec![]), Code::NotFound),
+        (plan("no dots or anything", vec![]), Code::InvalidArgument),
+        (
+            plan(
+                &name,
+                vec![ColumnFilter::new("nope", FilterOp::Eq, Some("1"))],
+            ),
+            Code::InvalidArgument,
+        ),
+        (
+            plan(
+                &name,
+                vec![ColumnFilter::new("id", FilterOp::Eq, Some("x"))],
+            ),
+            Code::InvalidArgument,
+        ),
+        (
+            plan(
+                &name,
+                vec![ColumnFilter {
+                    column: "id".into(),
+                    op: 999,
+                    value: Some("1".into()),
+                }],
+            ),
+            Code::InvalidArgument,
+        ),
+    ];
+    for (body, expected) in cases {
+        let (code, message) = do_action(&mut raw, action::PLAN_TABLE_UNION, body)
+            .await
+            .expect_err("refused");
+        assert_eq!(code, expected, "{message}");
+    }
+    // A good request still plans.
+    do_action(&mut raw, action::PLAN_TABLE_UNION, plan(&name, vec![]))
+        .await
+        .expect("plan_table_union");
     server.assert_alive().await;
 }
