@@ -15,6 +15,7 @@ use arrow::array::{Array, StringArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Schema};
 use datafusion::common::ScalarValue;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::expr::InList;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use mink_core::filter::{ColumnFilter, FilterOp};
@@ -82,6 +83,32 @@ pub(crate) fn in_list_values(expr: &Expr, schema: &Schema) -> Option<(String, Ve
             Some((filter.column, vec![filter.value?])).filter(|_| is_equality)
         }
     }
+}
+
+/// Whether the lake scan can prune with `expr` (any filter over the table's own columns
+/// that gives the same answer every time: `IN`, `OR`, `LIKE`, casts, functions): it is
+/// handed to DataFusion's Parquet scan, which keeps the row groups and pages that may
+/// match, and applied again above the scan.
+pub(crate) fn prunes_lake(expr: &Expr) -> bool {
+    let mut plain = !expr.is_volatile();
+    expr.apply(|node| {
+        plain &= !matches!(
+            node,
+            Expr::ScalarSubquery(_)
+                | Expr::Exists(_)
+                | Expr::InSubquery(_)
+                | Expr::OuterReferenceColumn(..)
+                | Expr::Placeholder(_)
+                | Expr::AggregateFunction(_)
+                | Expr::WindowFunction(_)
+        );
+        Ok(match plain {
+            true => TreeNodeRecursion::Continue,
+            false => TreeNodeRecursion::Stop,
+        })
+    })
+    .is_ok()
+        && plain
 }
 
 fn null_check(inner: &Expr, op: FilterOp, schema: &Schema) -> Option<ColumnFilter> {

@@ -7,8 +7,10 @@
 //! - [`table`]: planning a scan: one split per bucket (a union read, or a read of the
 //!   KV store), filters pushed down.
 //! - [`exec`]: [`MinkScanExec`], one partition per split.
-//! - `split`: reading a split: lake Parquet from the object store, the tail from the
-//!   bucket leader over Flight, merged by key.
+//! - `union`: a union read as plan nodes: DataFusion's Parquet scan of the lake, the log
+//!   tails from the bucket leaders over Flight, and the key merge.
+//! - `split`: reading a split a partition at a time: the KV store's reads, changelogs,
+//!   and union splits the plan nodes cannot read (equality deletes).
 //! - `filters`: DataFusion filters as mink column filters.
 //! - [`system`]: `system.buckets` and `system.lake_snapshots`.
 //! - `dml`: `INSERT`, `DELETE` and `UPDATE` as plans ending in a mink sink.
@@ -27,6 +29,7 @@ pub mod session;
 mod split;
 pub mod system;
 pub mod table;
+mod union;
 
 pub use catalog::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog};
 pub use changes::{TABLE_CHANGES, TableChanges};

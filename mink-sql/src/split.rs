@@ -26,7 +26,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_plan::metrics::Count;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
-use mink_client::{ClientError, MinkClient};
+use mink_client::MinkClient;
 use mink_core::change::ChangeType;
 use mink_core::filter::{ColumnFilter, filter_batch};
 use mink_core::key::KeyCodec;
@@ -36,8 +36,7 @@ use mink_core::table::TableDescriptor;
 use mink_lake::reader::{LakeSplit, read_split};
 use mink_lake::storage::LakeStorage;
 
-/// Bytes of log asked for per Scan of the tail.
-const TAIL_SCAN_BYTES: u64 = 8 << 20;
+use crate::union::tail::{TailBatch, TailRange, scan_log};
 
 /// One bucket's part of a scan, planned.
 #[derive(Debug, Clone)]
@@ -113,7 +112,7 @@ struct HeldTail {
 
 /// Whether a union split has a tail but no lake snapshot below it: nothing of the
 /// bucket is tiered yet (a `t$lake` read has no tail).
-fn untiered(plan: &UnionPlan) -> bool {
+pub(crate) fn untiered(plan: &UnionPlan) -> bool {
     plan.snapshot_id.is_none() && plan.log_to > plan.log_from
 }
 
@@ -129,16 +128,6 @@ async fn collect_tail(
         rows.push((batch.rows, batch.changes));
     }
     Ok(rows)
-}
-
-/// A batch of the log tail, trimmed to the planned range.
-#[derive(Debug)]
-struct TailBatch {
-    rows: RecordBatch,
-    /// The change vector; empty for a log table.
-    changes: Vec<u8>,
-    base_offset: i64,
-    commit_timestamp: i64,
 }
 
 impl SplitReader {
@@ -328,64 +317,14 @@ impl SplitReader {
         Ok(RecordBatch::try_new(schema, columns)?.project(&self.output)?)
     }
 
-    /// The log `[from, to)` in the read schema, with each batch's change vector (empty
-    /// for a log table), read with Scans of the bucket leader.
+    /// The log `[from, to)` of `bucket` in the read schema's columns.
     fn tail(&self, bucket: BucketId, from: i64, to: i64) -> BoxStream<'static, Result<TailBatch>> {
-        let client = self.client.clone();
-        let columns = self.read_columns();
-        stream::try_unfold(from, move |offset| {
-            let (client, bucket, columns) = (client.clone(), bucket.clone(), columns.clone());
-            async move {
-                if offset >= to {
-                    return Ok(None);
-                }
-                let answer = client
-                    .scan(&bucket, offset, TAIL_SCAN_BYTES, &columns)
-                    .await
-                    .map_err(external)?;
-                if answer.batches.is_empty() {
-                    // The node's answer breaks the read's plan: not the statement's fault.
-                    return Err(external(ClientError::Protocol(format!(
-                        "the log of {bucket} ends at {} before the planned {to}",
-                        answer.next_offset
-                    ))));
-                }
-                let next = answer.next_offset;
-                let batches: Vec<Result<TailBatch>> = answer
-                    .batches
-                    .into_iter()
-                    .filter_map(|read| trim(read, offset, to))
-                    .map(Ok)
-                    .collect();
-                Ok(Some((stream::iter(batches), next)))
-            }
-        })
-        .try_flatten()
-        .boxed()
+        scan_log(
+            &self.client,
+            TailRange { bucket, from, to },
+            self.read_columns(),
+        )
     }
-}
-
-/// The rows of a Scan batch inside `[from, to)`, with their change types.
-fn trim(read: mink_client::ReadBatch, from: i64, to: i64) -> Option<TailBatch> {
-    let base = read.metadata.base_offset;
-    let rows = read.batch.num_rows();
-    let start = (from - base).clamp(0, rows as i64) as usize;
-    let end = (to - base).clamp(0, rows as i64) as usize;
-    if end <= start {
-        return None;
-    }
-    // A change vector that does not fit the rows is left empty: the key merge refuses it.
-    let changes = read
-        .metadata
-        .changes
-        .and_then(|changes| changes.get(start..end).map(<[u8]>::to_vec))
-        .unwrap_or_default();
-    Some(TailBatch {
-        rows: read.batch.slice(start, end - start),
-        changes,
-        base_offset: base + start as i64,
-        commit_timestamp: read.metadata.commit_timestamp,
-    })
 }
 
 /// Any error of mink's crates, as DataFusion's.

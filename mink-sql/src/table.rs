@@ -31,8 +31,9 @@ use mink_lake::storage::LakeStorage;
 
 use crate::dml;
 use crate::exec::MinkScanExec;
-use crate::filters::{in_list_values, to_column_filter};
+use crate::filters::{in_list_values, prunes_lake, to_column_filter};
 use crate::split::{Split, SplitReader, SplitSource, changelog_schema, external};
+use crate::union::UnionRead;
 
 /// Most keys one lookup read takes; a statement naming more is a union read.
 const MAX_LOOKUP_KEYS: usize = 1024;
@@ -124,8 +125,8 @@ impl TableProvider for MinkTable {
             .map(|expr| {
                 if to_column_filter(expr, schema).is_some() {
                     TableProviderFilterPushDown::Exact
-                } else if self.key_in_list(expr).is_some() {
-                    // Used for a lookup, applied again by DataFusion.
+                } else if self.key_in_list(expr).is_some() || prunes_lake(expr) {
+                    // Used for a lookup or to prune the lake, applied again by DataFusion.
                     TableProviderFilterPushDown::Inexact
                 } else {
                     TableProviderFilterPushDown::Unsupported
@@ -136,7 +137,7 @@ impl TableProvider for MinkTable {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
@@ -149,7 +150,7 @@ impl TableProvider for MinkTable {
             .iter()
             .filter_map(|expr| self.key_in_list(expr))
             .collect();
-        let filters: Vec<_> = filters
+        let column_filters: Vec<_> = filters
             .iter()
             .filter_map(|expr| to_column_filter(expr, schema))
             .collect();
@@ -159,7 +160,7 @@ impl TableProvider for MinkTable {
         };
         // The projection, then what the filters and the key merge need besides.
         let mut read = output.clone();
-        let filter_columns = filters.iter().map(|f| f.column.clone());
+        let filter_columns = column_filters.iter().map(|f| f.column.clone());
         // `t$lake` has no tail to merge.
         let merge_columns = match self.kind == ReadKind::Union && self.table.has_primary_key() {
             true => key_columns(&self.table),
@@ -171,17 +172,31 @@ impl TableProvider for MinkTable {
                 read.push(index);
             }
         }
-        let splits = self.plan_splits(&filters, &key_lists, limit).await?;
+        let splits = self.plan_splits(&column_filters, &key_lists, limit).await?;
         let reader = SplitReader {
             table: Arc::clone(&self.table),
             client: self.client.clone(),
             storage: self.storage.clone(),
             read_schema: Arc::new(schema.project(&read)?),
             output: (0..output.len()).collect(),
-            filters,
+            filters: column_filters,
             changelog: false,
         };
-        Ok(Arc::new(MinkScanExec::try_new(reader, splits)?))
+        if !UnionRead::can_read(&splits) {
+            return Ok(Arc::new(MinkScanExec::try_new(reader, splits)?));
+        }
+        let exact = filters
+            .iter()
+            .filter(|expr| to_column_filter(expr, schema).is_some())
+            .cloned()
+            .collect();
+        let read = UnionRead {
+            reader,
+            splits,
+            pruning: filters.to_vec(),
+            exact,
+        };
+        read.plan(state).await
     }
 
     async fn insert_into(

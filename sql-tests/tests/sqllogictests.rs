@@ -139,7 +139,9 @@ fn is_plan(schema: &arrow::datatypes::Schema) -> bool {
 
 /// An `EXPLAIN` result one plan line per row, as DataFusion's own slt files show plans: the
 /// plan type alone, then `01)`, `02)`, ... with the indentation as dashes. A one-line plan
-/// stays on the plan type's row.
+/// stays on the plan type's row. What changes from run to run or machine to machine is
+/// written the same every time: lake files as `<directory>/*.parquet`, the machine's core
+/// count as `CORES`.
 fn plan_lines(rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
     let mut lines = Vec::new();
     for row in rows {
@@ -147,9 +149,10 @@ fn plan_lines(rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
             lines.push(row);
             continue;
         };
+        let plan = stable_paths(plan).replace(&round_robin(cores()), &round_robin("CORES"));
         let plan_rows: Vec<&str> = plan.lines().collect();
         if plan_rows.len() == 1 {
-            lines.push(row);
+            lines.push(vec![plan_type.clone(), plan]);
             continue;
         }
         lines.push(vec![plan_type.clone()]);
@@ -164,6 +167,37 @@ fn plan_lines(rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
         }
     }
     lines
+}
+
+/// The partitions DataFusion spreads batches over: one per core.
+fn round_robin(partitions: impl std::fmt::Display) -> String {
+    format!("RoundRobinBatch({partitions})")
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// A plan with its lake files as `<path in the warehouse>/*.parquet`: the temporary
+/// directory and the file names (UUIDs) change from run to run.
+fn stable_paths(plan: &str) -> String {
+    const SUFFIX: &str = ".parquet";
+    let mut stable = String::with_capacity(plan.len());
+    let mut rest = plan;
+    while let Some(end) = rest.find(SUFFIX) {
+        let (head, tail) = rest.split_at(end);
+        let start = head.rfind(['[', ' ', ',']).map_or(0, |i| i + 1);
+        let path = &head[start..];
+        let in_warehouse = path.split_once("warehouse/").map_or(path, |(_, p)| p);
+        let dir = in_warehouse.rsplit_once('/').map_or("", |(dir, _)| dir);
+        stable.push_str(&head[..start]);
+        stable.push_str(dir);
+        stable.push_str("/*");
+        stable.push_str(SUFFIX);
+        rest = &tail[SUFFIX.len()..];
+    }
+    stable.push_str(rest);
+    stable
 }
 
 fn column_type(data_type: &DataType) -> DefaultColumnType {

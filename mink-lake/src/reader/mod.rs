@@ -39,6 +39,7 @@
 //! stream without them.
 
 mod delete_files;
+mod positions;
 mod selection;
 mod wire;
 
@@ -67,6 +68,7 @@ use parquet::file::metadata::ParquetMetaData;
 
 use self::delete_files::SplitDeletes;
 pub(crate) use self::delete_files::load_positions;
+pub use self::positions::split_position_deletes;
 pub(crate) use self::selection::pick_rows;
 use self::selection::{LivePositions, row_group_spans, select_rows};
 use crate::error::{LakeError, Result};
@@ -125,6 +127,15 @@ impl LakeSplit {
     /// Rows in the split before deletes, as far as the manifests say.
     pub fn record_count(&self) -> u64 {
         self.files.iter().filter_map(|f| f.record_count).sum()
+    }
+
+    /// Whether an equality-delete file applies to any of the split's data files (mink
+    /// writes none; other engines may).
+    pub fn has_equality_deletes(&self) -> bool {
+        self.files
+            .iter()
+            .flat_map(|f| &f.deletes)
+            .any(|d| matches!(d.kind, DeleteKind::Equality { .. }))
     }
 
     /// How many distinct delete files apply to the split's data files.

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{AsArray, RecordBatch};
 use mink_client::MinkClient;
 use mink_lake::storage::LakeStorage;
 use mink_sql::session::MinkSession;
@@ -244,53 +244,89 @@ async fn random_histories_through_sql_match_the_model() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn explain_shows_the_splits_and_the_pushed_filters() {
+async fn explain_shows_the_union_read_as_a_tree_with_its_counters() {
     let node = TestNode::start().await;
     let client = &node.client;
     let table = client
         .create_table(&pk_lake_table("explained", 2), false)
         .await
         .expect("create");
-    let rows: Vec<(Key, Cells)> = (0..10)
-        .map(|id| {
-            (
-                ("2024-01-01".to_string(), id, 0),
-                (Some("a".into()), Some(id)),
-            )
-        })
-        .collect();
+    let row = |id: i64, n: i64| {
+        (
+            ("2024-01-01".to_string(), id, 0),
+            (Some("a".into()), Some(n)),
+        )
+    };
+    let lake: Vec<(Key, Cells)> = (0..10).map(|id| row(id, id)).collect();
     client
-        .write(&table, &lake_rows(&table, &rows))
+        .write(&table, &lake_rows(&table, &lake))
         .await
         .expect("write");
     client.tier(&table.path).await.expect("tier");
+    // After the round, keys 1 and 2 change (-U and +U each): their lake rows are dropped
+    // by the merge.
+    let tail = [row(1, 100), row(2, 200)];
+    client
+        .write(&table, &lake_rows(&table, &tail))
+        .await
+        .expect("write the tail");
     let session = session(client).await;
-    let plan = query(
-        &session,
-        "EXPLAIN SELECT id FROM test.explained WHERE n > 3 AND length(v) = 1",
-    )
-    .await;
-    let text = arrow::util::pretty::pretty_format_batches(&plan)
-        .expect("format")
-        .to_string();
-    assert!(
-        text.contains("MinkScanExec: table=test.explained"),
-        "{text}"
-    );
-    assert!(text.contains("filters=[n > 3]"), "{text}");
-    assert!(
-        text.contains("splits=2, lake_files=2, log_rows=0"),
-        "{text}"
-    );
-    assert!(
-        text.contains("FilterExec"),
-        "the other filter stays above the scan: {text}"
-    );
+    let sql = "SELECT id FROM test.explained WHERE n > 3 AND length(v) = 1";
+    let text = plan_text(&session, &format!("EXPLAIN {sql}")).await;
+    for part in [
+        "KeyMergeExec: key=[dt, id, seq]",
+        "DataSourceExec: file_groups={2 groups",
+        "file_type=parquet",
+        "pruning_predicate=n_null_count",
+        "LogTailExec: buckets=",
+        "log_rows=4",
+        "FilterExec",
+    ] {
+        assert!(text.contains(part), "EXPLAIN shows {part}: {text}");
+    }
+    let analyzed = plan_text(&session, &format!("EXPLAIN ANALYZE {sql}")).await;
+    for part in [
+        "tail_rows=4",
+        "tail_keys=2",
+        "lake_rows=10",
+        "lake_rows_dropped_by_merge=2",
+        "row_groups_pruned_statistics",
+    ] {
+        assert!(
+            analyzed.contains(part),
+            "EXPLAIN ANALYZE shows {part}: {analyzed}"
+        );
+    }
+    let mut ids = ids_of(&query(&session, sql).await);
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 2, 4, 5, 6, 7, 8, 9], "the merged rows");
     let unknown = session.sql("SELECT * FROM test.nope").await;
     assert!(
         unknown.is_err_and(|e| e.to_string().contains("nope")),
         "an unknown table is named"
     );
+}
+
+/// A plan as text.
+async fn plan_text(session: &MinkSession, sql: &str) -> String {
+    let plan = query(session, sql).await;
+    arrow::util::pretty::pretty_format_batches(&plan)
+        .expect("format")
+        .to_string()
+}
+
+/// The `id` column of every row.
+fn ids_of(batches: &[RecordBatch]) -> Vec<i64> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            b.column_by_name("id")
+                .expect("id")
+                .as_primitive::<arrow::datatypes::Int64Type>()
+                .values()
+                .to_vec()
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,241 @@
+//! The lake side of a union read: DataFusion's Parquet scan (`DataSourceExec` over a
+//! `ParquetSource`) of the splits' data files, with Iceberg's position deletes applied.
+//!
+//! DataFusion prunes row groups and pages with the pushed predicate (statistics, page
+//! index, bloom filters), reads files ahead and adapts files written under older schema
+//! versions to the read schema by name (a column a file lacks reads as null). What it does
+//! not know is Iceberg's delete files: each data file's deleted positions are read at
+//! planning time ([`split_position_deletes`]) and handed to the scan as the file's
+//! [`ParquetAccessPlan`], so deleted rows are never decoded. Building a row selection needs
+//! the file's row groups, so the footer of every data file with deletes is read while
+//! planning, into DataFusion's file-metadata cache, where the scan finds it again.
+//!
+//! Files are grouped one group per split (bucket); DataFusion may regroup and split them
+//! by byte range for more parallelism, which a row selection survives.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use datafusion::catalog::Session;
+use datafusion::config::TableParquetOptions;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::object_store::ObjectStoreUrl;
+use datafusion::datasource::physical_plan::parquet::{
+    CachedParquetFileReaderFactory, ParquetAccessPlan, RowGroupAccess, metadata::DFParquetMetadata,
+};
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::Result;
+use datafusion::execution::cache::cache_manager::FileMetadataCache;
+use datafusion::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::empty::EmptyExec;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use mink_lake::reader::{LakeFile, LakeSplit, split_position_deletes};
+use mink_lake::storage::LakeStorage;
+use object_store::ObjectStore;
+
+use crate::split::external;
+
+/// How many footers of data files with deletes are read at once while planning.
+const CONCURRENT_FOOTERS: usize = 16;
+
+/// What a lake scan reads.
+#[derive(Debug)]
+pub(crate) struct LakeScan<'a> {
+    pub(crate) storage: &'a LakeStorage,
+    /// The table's schema: what the scan's columns and predicate refer to.
+    pub(crate) table_schema: SchemaRef,
+    /// The columns read, by index in the table schema.
+    pub(crate) projection: Vec<usize>,
+    /// Prunes row groups and pages; rows are not filtered by it.
+    pub(crate) predicate: Option<Arc<dyn PhysicalExpr>>,
+}
+
+impl LakeScan<'_> {
+    /// The scan of `splits`' data files, one file group per split; an empty plan when
+    /// they have none.
+    ///
+    /// # Errors
+    /// A delete file or a footer could not be read.
+    pub(crate) async fn plan(
+        &self,
+        state: &dyn Session,
+        splits: &[&LakeSplit],
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let projected = Arc::new(self.table_schema.project(&self.projection)?);
+        if splits.iter().all(|split| split.files.is_empty()) {
+            return Ok(Arc::new(EmptyExec::new(projected)));
+        }
+        let store = self.storage.store().map_err(external)?;
+        let url = store_url(self.storage);
+        state
+            .runtime_env()
+            .register_object_store(url.as_ref(), Arc::clone(&store));
+        let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
+        let mut groups = Vec::with_capacity(splits.len());
+        for split in splits {
+            let deleted = split_position_deletes(self.storage, split)
+                .await
+                .map_err(external)?;
+            let opened: Vec<_> = split
+                .files
+                .iter()
+                .map(|file| {
+                    let positions = deleted.get(&file.path).map(Vec::as_slice);
+                    self.partitioned_file(store.as_ref(), &cache, file, positions)
+                })
+                .collect();
+            let files: Vec<PartitionedFile> = stream::iter(opened)
+                .buffered(CONCURRENT_FOOTERS)
+                .try_collect()
+                .await?;
+            if !files.is_empty() {
+                groups.push(FileGroup::new(files));
+            }
+        }
+        let options = TableParquetOptions {
+            global: state.config_options().execution.parquet.clone(),
+            ..TableParquetOptions::default()
+        };
+        let mut source = ParquetSource::new(Arc::clone(&self.table_schema))
+            .with_table_parquet_options(options)
+            .with_parquet_file_reader_factory(Arc::new(CachedParquetFileReaderFactory::new(
+                store, cache,
+            )));
+        if let Some(predicate) = &self.predicate {
+            source = source.with_predicate(Arc::clone(predicate));
+        }
+        let config = FileScanConfigBuilder::new(url, Arc::new(source))
+            .with_file_groups(groups)
+            .with_projection_indices(Some(self.projection.clone()))?
+            .build();
+        Ok(DataSourceExec::from_data_source(config))
+    }
+
+    /// One data file for the scan: with its deleted positions as its access plan.
+    async fn partitioned_file(
+        &self,
+        store: &dyn ObjectStore,
+        cache: &Arc<dyn FileMetadataCache>,
+        file: &LakeFile,
+        deleted: Option<&[u64]>,
+    ) -> Result<PartitionedFile> {
+        // Lake files are never rewritten in place: the path is their identity, and their
+        // modification time is left at the epoch.
+        let mut scanned = PartitionedFile::new(String::new(), file.size);
+        scanned.object_meta.location = self.storage.path(&file.path).map_err(external)?;
+        let Some(deleted) = deleted.filter(|d| !d.is_empty()) else {
+            return Ok(scanned);
+        };
+        let metadata = DFParquetMetadata::new(store, &scanned.object_meta)
+            .with_file_metadata_cache(Some(Arc::clone(cache)))
+            .fetch_metadata()
+            .await?;
+        let row_counts: Vec<u64> = metadata
+            .row_groups()
+            .iter()
+            .map(|group| u64::try_from(group.num_rows()).unwrap_or(0))
+            .collect();
+        Ok(scanned.with_extensions(Arc::new(access_plan(&row_counts, deleted))))
+    }
+}
+
+/// The URL the lake's store is registered under in DataFusion's runtime: one per store
+/// root, so sessions over different lakes never share one.
+fn store_url(storage: &LakeStorage) -> ObjectStoreUrl {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    storage.url_prefix().hash(&mut hasher);
+    let url = format!("mink-lake://{:016x}", hasher.finish());
+    ObjectStoreUrl::parse(url).unwrap_or_else(|_| ObjectStoreUrl::local_filesystem())
+}
+
+/// The rows of a file with row groups of `row_counts` rows to read, `deleted` (ascending)
+/// left out: a row group none of whose rows is deleted is scanned whole, one all of
+/// whose rows are is skipped, any other read through a selection.
+fn access_plan(row_counts: &[u64], deleted: &[u64]) -> ParquetAccessPlan {
+    let mut start = 0;
+    let groups = row_counts
+        .iter()
+        .map(|&rows| {
+            let end = start + rows;
+            let from = deleted.partition_point(|&p| p < start);
+            let to = deleted.partition_point(|&p| p < end);
+            let access = group_access(start, rows, &deleted[from..to]);
+            start = end;
+            access
+        })
+        .collect();
+    ParquetAccessPlan::new(groups)
+}
+
+/// The access of a row group whose first row is at `start`, given its deleted positions.
+fn group_access(start: u64, rows: u64, deleted: &[u64]) -> RowGroupAccess {
+    if deleted.is_empty() {
+        return RowGroupAccess::Scan;
+    }
+    let mut selectors = Vec::new();
+    let mut cursor = start;
+    let mut live = 0;
+    for &position in deleted {
+        if position < cursor {
+            continue; // a duplicate
+        }
+        if position > cursor {
+            selectors.push(RowSelector::select(run(position - cursor)));
+            live += position - cursor;
+        }
+        selectors.push(RowSelector::skip(1));
+        cursor = position + 1;
+    }
+    let end = start + rows;
+    if cursor < end {
+        selectors.push(RowSelector::select(run(end - cursor)));
+        live += end - cursor;
+    }
+    match live {
+        0 => RowGroupAccess::Skip,
+        _ => RowGroupAccess::Selection(RowSelection::from(selectors)),
+    }
+}
+
+fn run(rows: u64) -> usize {
+    usize::try_from(rows).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(access: &RowGroupAccess) -> Option<Vec<(bool, usize)>> {
+        match access {
+            RowGroupAccess::Selection(selection) => {
+                Some(selection.iter().map(|s| (s.skip, s.row_count)).collect())
+            }
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn deletes_become_selections_per_row_group() {
+        // Groups of 3, 2 and 4 rows: positions 0-2, 3-4, 5-8.
+        let plan = access_plan(&[3, 2, 4], &[1, 1, 3, 4, 8]);
+        let groups = plan.inner();
+        assert_eq!(
+            runs(&groups[0]),
+            Some(vec![(false, 1), (true, 1), (false, 1)])
+        );
+        assert!(matches!(groups[1], RowGroupAccess::Skip));
+        assert_eq!(runs(&groups[2]), Some(vec![(false, 3), (true, 1)]));
+    }
+
+    #[test]
+    fn groups_without_deletes_are_scanned_and_far_positions_ignored() {
+        let plan = access_plan(&[2, 2], &[2, 9]);
+        let groups = plan.inner();
+        assert!(matches!(groups[0], RowGroupAccess::Scan));
+        assert_eq!(runs(&groups[1]), Some(vec![(true, 1), (false, 1)]));
+    }
+}

@@ -1,0 +1,211 @@
+//! The union read as a tree of plan nodes (`spec/union-read.md`):
+//!
+//! ```text
+//!   FilterExec (the filters the scan took, exact; projection to the statement's columns)
+//!     KeyMergeExec                        primary-key table: lake minus changed keys, then
+//!       DataSourceExec (ParquetSource)      the tails' live rows
+//!       LogTailExec
+//!   or UnionExec(DataSourceExec, LogTailExec)   log table: lake rows, then tail rows
+//! ```
+//!
+//! The lake side is DataFusion's own Parquet scan ([`lake_scan`]), pruned by every filter
+//! the statement pushed (row groups, pages, bloom filters), with Iceberg's position deletes
+//! as row selections; the tail side reads each bucket's log from its leader
+//! ([`tail`]); the merge ([`merge`]) drops the lake rows whose key a tail changed. The
+//! buckets of a primary-key table that nothing was tiered from yet are read from their KV
+//! stores (a [`MinkScanExec`] beside the merge), where a merge would fold their whole
+//! changelog in memory. `EXPLAIN ANALYZE` shows each node with its counters.
+//!
+//! A split with equality deletes (written by other engines, never by mink) is still read
+//! by [`crate::split`]'s reader.
+
+pub(crate) mod lake_scan;
+pub(crate) mod merge;
+pub(crate) mod tail;
+
+use std::sync::Arc;
+
+use datafusion::catalog::Session;
+use datafusion::common::DFSchema;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::error::Result;
+use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::expressions::Column;
+use datafusion::physical_plan::filter::FilterExecBuilder;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::union::UnionExec;
+use mink_core::key::KeyCodec;
+use mink_lake::reader::LakeSplit;
+
+use self::lake_scan::LakeScan;
+use self::merge::KeyMergeExec;
+use self::tail::{LogTailExec, TailRange};
+use crate::exec::MinkScanExec;
+use crate::split::{Split, SplitReader, SplitSource, external, untiered};
+
+/// What a union read's plan is built from.
+#[derive(Debug)]
+pub(crate) struct UnionRead {
+    /// The read (its schema, filters and output as for a [`MinkScanExec`]).
+    pub(crate) reader: SplitReader,
+    pub(crate) splits: Vec<Split>,
+    /// Every filter pushed into the scan, exact or not: the lake scan prunes with them.
+    pub(crate) pruning: Vec<Expr>,
+    /// The filters the scan answers exactly.
+    pub(crate) exact: Vec<Expr>,
+}
+
+impl UnionRead {
+    /// Whether the tree can read `splits`: every one a union split without equality
+    /// deletes.
+    pub(crate) fn can_read(splits: &[Split]) -> bool {
+        splits.iter().all(|split| match &split.source {
+            SplitSource::Union { lake, .. } => !lake.has_equality_deletes(),
+            _ => false,
+        })
+    }
+
+    /// The plan of the read (see the module docs).
+    ///
+    /// # Errors
+    /// A lake file outside the table's location; a delete file or footer that cannot be
+    /// read; a filter DataFusion cannot plan.
+    pub(crate) async fn plan(self, state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
+        let Self {
+            mut reader,
+            splits,
+            pruning,
+            exact,
+        } = self;
+        let table = Arc::clone(&reader.table);
+        let table_schema = Arc::clone(table.schema());
+        let read_schema = Arc::clone(&reader.read_schema);
+        let projection = read_schema
+            .fields()
+            .iter()
+            .map(|field| table_schema.index_of(field.name()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let by_kv = |split: &Split| match &split.source {
+            SplitSource::Union { plan, .. } => table.has_primary_key() && untiered(plan),
+            _ => false,
+        };
+        let (kv_splits, splits): (Vec<Split>, Vec<Split>) = splits.into_iter().partition(by_kv);
+        let mut lakes: Vec<&LakeSplit> = Vec::new();
+        let mut ranges = Vec::new();
+        for split in &splits {
+            let SplitSource::Union { plan, lake } = &split.source else {
+                continue;
+            };
+            check_files(&reader, lake)?;
+            lakes.push(lake);
+            if plan.log_to > plan.log_from {
+                ranges.push(TailRange {
+                    bucket: split.bucket.clone(),
+                    from: plan.log_from,
+                    to: plan.log_to,
+                });
+            }
+        }
+        let lake = LakeScan {
+            storage: &reader.storage,
+            table_schema: Arc::clone(&table_schema),
+            projection: projection.clone(),
+            // Pruning is an optimization: a filter DataFusion cannot plan over the table's
+            // columns prunes nothing and is still applied above the scan.
+            predicate: physical(state, &table_schema, pruning).ok().flatten(),
+        }
+        .plan(state, &lakes)
+        .await?;
+        let columns: Vec<u32> = projection.iter().map(|&i| i as u32).collect();
+        let mut plan = match (ranges.is_empty(), table.has_primary_key()) {
+            (true, _) => lake,
+            (false, true) => {
+                let tail = LogTailExec::new(
+                    reader.client.clone(),
+                    ranges,
+                    columns,
+                    Arc::clone(&read_schema),
+                    true,
+                );
+                let codec = Arc::new(KeyCodec::new(&table).map_err(external)?);
+                Arc::new(KeyMergeExec::new(lake, Arc::new(tail), codec))
+            }
+            (false, false) => {
+                let tail =
+                    LogTailExec::new(reader.client.clone(), ranges, columns, read_schema, false);
+                UnionExec::try_new(vec![lake, Arc::new(tail)])?
+            }
+        };
+        let output: Vec<usize> = std::mem::take(&mut reader.output);
+        if !kv_splits.is_empty() {
+            // The KV stores' rows in the read schema, filtered above with the rest.
+            reader.output = (0..reader.read_schema.fields().len()).collect();
+            reader.filters.clear();
+            let kv = MinkScanExec::try_new(reader, kv_splits)?;
+            plan = UnionExec::try_new(vec![Arc::new(kv), plan])?;
+        }
+        let read_schema = plan.schema();
+        match physical(state, &read_schema, exact)? {
+            Some(predicate) => Ok(Arc::new(
+                FilterExecBuilder::new(predicate, plan)
+                    .apply_projection(Some(output))?
+                    .build()?,
+            )),
+            None if output.len() == read_schema.fields().len() => Ok(plan),
+            None => {
+                let columns = output.iter().map(|&i| {
+                    let name = read_schema.field(i).name().clone();
+                    (
+                        Arc::new(Column::new(&name, i)) as Arc<dyn PhysicalExpr>,
+                        name,
+                    )
+                });
+                Ok(Arc::new(ProjectionExec::try_new(columns, plan)?))
+            }
+        }
+    }
+}
+
+/// The node names the files; none outside the table's location is read.
+fn check_files(reader: &SplitReader, lake: &LakeSplit) -> Result<()> {
+    for file in &lake.files {
+        let deletes = file.deletes.iter().map(|d| d.path.as_str());
+        for path in std::iter::once(file.path.as_str()).chain(deletes) {
+            reader
+                .storage
+                .check_table_file(&reader.table.path, path)
+                .map_err(external)?;
+        }
+    }
+    Ok(())
+}
+
+/// The conjunction of `filters` as a physical expression over `schema`; their columns'
+/// table qualifiers are dropped (the schema has none).
+fn physical(
+    state: &dyn Session,
+    schema: &arrow::datatypes::SchemaRef,
+    filters: Vec<Expr>,
+) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+    let unqualified = filters
+        .into_iter()
+        .map(|filter| {
+            filter
+                .transform(|expr| match expr {
+                    Expr::Column(column) => Ok(Transformed::yes(Expr::Column(
+                        datafusion::common::Column::new_unqualified(column.name),
+                    ))),
+                    other => Ok(Transformed::no(other)),
+                })
+                .map(|transformed| transformed.data)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let Some(predicate) = conjunction(unqualified) else {
+        return Ok(None);
+    };
+    let schema = DFSchema::try_from(schema.as_ref().clone())?;
+    state.create_physical_expr(predicate, &schema).map(Some)
+}
