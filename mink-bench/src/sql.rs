@@ -2,18 +2,19 @@
 //!
 //! ```text
 //! cargo run --release -p mink-bench -- sql [--keys 2000000] [--buckets 4]
-//!     [--lookups 200] [--dir DIR] [--no-sync]
+//!     [--lookups 200] [--explain] [--dir DIR] [--no-sync]
 //! ```
 //!
 //! One primary-key table (`id`) of `--keys` rows of the `log` suite's schema with a lake:
 //! every key loaded and tiered, then 1% of the keys (distinct, at random) upserted with
-//! new values, so they are in the log tail only. Every engine answers the same query,
-//! which reads every column and returns one row ([`AGGREGATE`]); the answers must agree.
+//! new values, so they are in the log tail only. Every engine answers the same
+//! [`QUERIES`] (every column read; a count and a sum; a grouped aggregate; a filter), each
+//! returning one row; the answers must agree.
 //!
-//! 1. **Union read through SQL**: the query on the table in a [`MinkSession`] (one split
-//!    per bucket: the lake's Parquet read from the object store, the tail over Flight,
-//!    merged by key), the median of [`ROUNDS`], planning included. Baselines, each the
-//!    median of as many rounds:
+//! 1. **Union read through SQL**: each query on the table in a [`MinkSession`] (the lake's
+//!    Parquet read from the object store, the tails over Flight, merged by key), the
+//!    median of [`ROUNDS`], planning included. Baselines, each the median of as many
+//!    rounds:
 //!    - *DataFusion over Parquet*: the same final rows (read once through mink) written as
 //!      `--buckets` Parquet files, queried by a plain DataFusion `SessionContext`: with
 //!      its defaults, which read strings as `Utf8View` (no copy of the string bytes), and
@@ -25,7 +26,13 @@
 //!    - *DuckDB* over the same Parquet files, through the Python package (`MINK_PYTHON`,
 //!      else `python3`, with `duckdb` installed: `pip install duckdb`); skipped with a
 //!      note when there is none. DuckDB's time is measured inside its process.
-//! 2. **Point query**: `SELECT * FROM t WHERE id = k` for `--lookups` random keys (after
+//!
+//!    With `--explain`, the `EXPLAIN ANALYZE` of each union read is printed (the plan's
+//!    counters and times: where a slow figure comes from).
+//! 2. **Pruning**: the `EXPLAIN ANALYZE` counters of the lake scan (row groups and page
+//!    rows pruned, bytes read) for `id IN` 10 random keys of `t$lake` and a union read of
+//!    `id BETWEEN` a range of 1% of the keys.
+//! 3. **Point query**: `SELECT * FROM t WHERE id = k` for `--lookups` random keys (after
 //!    [`CALL_WARMUP`] uncounted ones), p50 and p99 through SQL, planning included: the
 //!    whole primary key is fixed, so it is a KV lookup. Baseline: the same query written
 //!    `id + 0 = k`, which no scan can take, so it is a full union read filtered above
@@ -65,13 +72,35 @@ pub(crate) struct SqlArgs {
     /// Point queries measured.
     #[arg(long, default_value_t = 200)]
     lookups: usize,
+    /// Print the `EXPLAIN ANALYZE` of each union read.
+    #[arg(long)]
+    explain: bool,
     #[command(flatten)]
     node: NodeArgs,
 }
 
-/// The query every engine answers, over a table `{t}`: every column read, one row out.
-const AGGREGATE: &str = "SELECT count(*) AS row_count, sum(quantity) AS quantity, \
-     max(name) AS name, max(event_time) AS last_event, sum(price) AS price FROM {t}";
+/// The queries every engine answers over a table `{t}`, each returning one row: what
+/// each is, and its SQL.
+const QUERIES: [(&str, &str); 4] = [
+    (
+        "every column",
+        "SELECT count(*) AS row_count, sum(quantity) AS quantity, max(name) AS name, \
+         max(event_time) AS last_event, sum(price) AS price FROM {t}",
+    ),
+    (
+        "count and sum",
+        "SELECT count(*) AS row_count, sum(price) AS price FROM {t}",
+    ),
+    (
+        "group by",
+        "SELECT count(*) AS groups, sum(total) AS total, max(total) AS most FROM \
+         (SELECT quantity, sum(price) AS total FROM {t} GROUP BY quantity)",
+    ),
+    (
+        "filter",
+        "SELECT count(*) AS row_count, sum(price) AS price FROM {t} WHERE quantity > 900",
+    ),
+];
 
 /// The columns of the table, in order.
 const COLUMNS: &str = "id, event_time, name, price, quantity";
@@ -122,89 +151,173 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
     let storage = running.node.lake().await?.storage().clone();
     let session = MinkSession::connect(running.client.clone(), storage).await?;
     let union = TableName(&path).to_string();
-    let union_query = aggregate(&union);
-    let (rows, union_time) =
-        timed_rounds("union read through SQL", || query(&session, &union_query)).await?;
     let final_rows = collect(&session, &format!("SELECT * FROM {union}")).await?;
     let bytes = ipc_len(&final_rows)?;
     let figure = |elapsed| Throughput::new(data.rows, bytes, elapsed);
-
     let parquet_dir = scratch.path.join("baseline-parquet");
     write_files(&parquet_dir, &final_rows, args.buckets).await?;
-    let (parquet_time, utf8_time) = datafusion_figures(&parquet_dir, &rows).await?;
-
     register_tail(&session, Arc::clone(&tail.schema), tail.batches.clone())?;
-    let naive = naive_plan(&path);
-    let (naive_rows, naive_time) =
-        timed_rounds("the naive plan", || query(&session, &naive)).await?;
-    same_answer("the naive plan", &naive_rows, &rows)?;
+    let engines = Engines::open(&parquet_dir).await?;
 
-    let union_figure = figure(union_time);
-    report("DataFusion over Parquet", figure(parquet_time), &[]);
-    report("DataFusion, strings as Utf8", figure(utf8_time), &[]);
-    report("naive plan (anti-join)", figure(naive_time), &[]);
-    let mut ratios = vec![
-        format!(
-            "vs DataFusion Parquet {:.2}",
-            union_figure.ratio_to(&figure(parquet_time))
-        ),
-        format!(
-            "vs DataFusion Utf8 {:.2}",
-            union_figure.ratio_to(&figure(utf8_time))
-        ),
-        format!(
-            "vs naive plan {:.2}",
-            union_figure.ratio_to(&figure(naive_time))
-        ),
-    ];
-    match duckdb(&parquet_dir) {
-        Ok((duck_rows, duck_time)) => {
-            same_answer("DuckDB", &duck_rows, &rows)?;
-            report("DuckDB over Parquet", figure(duck_time), &[]);
-            ratios.push(format!(
-                "vs DuckDB {:.2}",
-                union_figure.ratio_to(&figure(duck_time))
-            ));
+    for (what, sql) in QUERIES {
+        let union_query = sql.replace("{t}", &union);
+        let (rows, union_time) = timed_rounds(&format!("{what}: union read"), || {
+            query(&session, &union_query)
+        })
+        .await?;
+        if args.explain {
+            let plan = collect(&session, &format!("EXPLAIN ANALYZE {union_query}")).await?;
+            println!("{}", arrow::util::pretty::pretty_format_batches(&plan)?);
         }
-        Err(why) => report("DuckDB over Parquet", format!("skipped: {why}"), &[]),
-    }
-    report(
-        &format!("union read, {} changes in tail", tail.rows),
-        union_figure,
-        &ratios,
-    );
+        let (views_time, utf8_time) = engines.datafusion(what, sql, &rows).await?;
+        let naive = sql.replace("{t}", &naive_source(&path));
+        let (naive_rows, naive_time) = timed_rounds(&format!("{what}: the naive plan"), || {
+            query(&session, &naive)
+        })
+        .await?;
+        same_answer("the naive plan", &naive_rows, &rows)?;
 
+        let union_figure = figure(union_time);
+        let mut ratios = vec![
+            format!(
+                "vs DataFusion {:.2}",
+                union_figure.ratio_to(&figure(views_time))
+            ),
+            format!("Utf8 {:.2}", union_figure.ratio_to(&figure(utf8_time))),
+            format!(
+                "naive plan {:.2}",
+                union_figure.ratio_to(&figure(naive_time))
+            ),
+        ];
+        match duckdb(&parquet_dir, sql) {
+            Ok((duck_rows, duck_time)) => {
+                same_answer("DuckDB", &duck_rows, &rows)?;
+                ratios.push(format!(
+                    "DuckDB {:.2}",
+                    union_figure.ratio_to(&figure(duck_time))
+                ));
+                report(&format!("{what}: DuckDB"), figure(duck_time), &[]);
+            }
+            Err(why) => report(&format!("{what}: DuckDB"), format!("skipped: {why}"), &[]),
+        }
+        report(
+            &format!("{what}: DataFusion over Parquet"),
+            figure(views_time),
+            &[],
+        );
+        report(&format!("{what}: DataFusion, Utf8"), figure(utf8_time), &[]);
+        report(&format!("{what}: naive plan"), figure(naive_time), &[]);
+        report(
+            &format!("{what}: union read, {} changes in tail", tail.rows),
+            union_figure,
+            &ratios,
+        );
+    }
+
+    pruning_figure(&session, &path, data.rows).await?;
     point_figure(&session, &path, data.rows, args.lookups).await?;
     running.stop().await?;
     Ok(())
 }
 
-/// The baseline DataFusion times over the Parquet files in `dir`: with its default
-/// configuration (strings read as `Utf8View`), and with strings read as `Utf8`, the type
-/// mink's tables give them. Each answer must be `expected`.
-async fn datafusion_figures(
-    dir: &Path,
-    expected: &[String],
-) -> Result<(Duration, Duration), BenchError> {
-    let mut times = Vec::new();
-    for views in [true, false] {
-        let datafusion = parquet_session(dir, views).await?;
-        let what = match views {
-            true => "DataFusion over Parquet",
-            false => "DataFusion over Parquet, strings as Utf8",
-        };
-        let (answer, elapsed) = timed_rounds(what, || async {
-            let answer = datafusion.sql(&aggregate("t")).await?.collect().await?;
-            first_row(&answer)
-        })
-        .await?;
-        same_answer(what, &answer, expected)?;
-        times.push(elapsed);
-    }
-    Ok((times[0], times[1]))
+/// DataFusion over the baseline's Parquet files: with its default configuration
+/// (strings read as `Utf8View`), and with strings read as `Utf8`, the type mink's tables
+/// give them.
+struct Engines {
+    views: datafusion::prelude::SessionContext,
+    utf8: datafusion::prelude::SessionContext,
 }
 
-/// Figure 2: point queries by lookup against the same query as a full scan.
+impl Engines {
+    async fn open(dir: &Path) -> Result<Self, BenchError> {
+        Ok(Self {
+            views: parquet_session(dir, true).await?,
+            utf8: parquet_session(dir, false).await?,
+        })
+    }
+
+    /// The median times of `sql` over the files (`t`) in both configurations; each
+    /// answer must be `expected`.
+    async fn datafusion(
+        &self,
+        what: &str,
+        sql: &str,
+        expected: &[String],
+    ) -> Result<(Duration, Duration), BenchError> {
+        let sql = sql.replace("{t}", "t");
+        let mut times = Vec::new();
+        for (context, config) in [
+            (&self.views, "DataFusion"),
+            (&self.utf8, "DataFusion, Utf8"),
+        ] {
+            let label = format!("{what}: {config}");
+            let (answer, elapsed) = timed_rounds(&label, || async {
+                first_row(&context.sql(&sql).await?.collect().await?)
+            })
+            .await?;
+            same_answer(&label, &answer, expected)?;
+            times.push(elapsed);
+        }
+        Ok((times[0], times[1]))
+    }
+}
+
+/// What the lake scan skipped for two selective reads, from their `EXPLAIN ANALYZE`: 10
+/// random keys of the lake (`t$lake`, so no lookup takes them), and a union read of 1% of
+/// the keys by range.
+async fn pruning_figure(
+    session: &MinkSession,
+    path: &TablePath,
+    keys: usize,
+) -> Result<(), BenchError> {
+    let table = TableName(path);
+    let lake = format!("{}.\"{}$lake\"", path.database, path.name);
+    let mut rng = seeded(0x7e57);
+    let listed: Vec<String> = (0..10)
+        .map(|_| rng.random_range(0..keys as u64).to_string())
+        .collect();
+    let from = keys / 2;
+    let reads = [
+        (
+            "pruning, 10 keys of the lake",
+            format!(
+                "SELECT count(*) FROM {lake} WHERE id IN ({})",
+                listed.join(", ")
+            ),
+        ),
+        (
+            "pruning, 1% of the keys by range",
+            format!(
+                "SELECT count(*) FROM {table} WHERE id BETWEEN {from} AND {}",
+                from + keys / 100 - 1
+            ),
+        ),
+    ];
+    for (what, sql) in reads {
+        let plan = collect(session, &format!("EXPLAIN ANALYZE {sql}")).await?;
+        let text = arrow::util::pretty::pretty_format_batches(&plan)?.to_string();
+        let scanned = [
+            "row_groups_pruned_statistics",
+            "page_index_rows_pruned",
+            "bytes_scanned",
+        ]
+        .map(|metric| scan_metric(&text, metric).unwrap_or_else(|| format!("no {metric}")));
+        report(what, scanned.join(", "), &[]);
+    }
+    Ok(())
+}
+
+/// `name=value` of the Parquet scan's metrics in an `EXPLAIN ANALYZE` text.
+fn scan_metric(plan: &str, name: &str) -> Option<String> {
+    let line = plan.lines().find(|line| line.contains("DataSourceExec"))?;
+    let metrics = line.split_once("metrics=[")?.1;
+    metrics
+        .split(", ")
+        .find(|metric| metric.starts_with(&format!("{name}=")))
+        .map(|metric| metric.trim_end_matches([']', ' ', '|']).to_string())
+}
+
+/// Figure 3: point queries by lookup against the same query as a full scan.
 async fn point_figure(
     session: &MinkSession,
     path: &TablePath,
@@ -249,21 +362,17 @@ impl std::fmt::Display for TableName<'_> {
     }
 }
 
-fn aggregate(table: &str) -> String {
-    AGGREGATE.replace("{t}", table)
-}
-
-/// The aggregate over the lake anti-joined with the tail, union the tail.
-fn naive_plan(path: &TablePath) -> String {
+/// The lake anti-joined with the tail, union the tail: what a query reads in place of
+/// the table in the naive plan.
+fn naive_source(path: &TablePath) -> String {
     let lake = format!("{}.\"{}$lake\"", path.database, path.name);
-    aggregate(&format!(
+    format!(
         "(SELECT {COLUMNS} FROM {lake} AS l \
            WHERE NOT EXISTS (SELECT 1 FROM scratch.public.tail AS t WHERE t.id = l.id) \
          UNION ALL SELECT {COLUMNS} FROM scratch.public.tail)"
-    ))
+    )
 }
 
-/// Registers the live tail as `scratch.public.tail`, the naive plan's input.
 fn register_tail(
     session: &MinkSession,
     schema: SchemaRef,
@@ -309,13 +418,13 @@ fn check_one_row(sql: &str, batches: &[RecordBatch]) -> Result<(), BenchError> {
     }
 }
 
-/// Checks an engine's answer against mink's: count, integer sum, maxima exactly, the
-/// floating-point sum to a relative 1e-9 (engines add in different orders).
+/// Checks an engine's answer against mink's: every value the same text, or both numbers
+/// within a relative 1e-9 (engines add floating-point sums in different orders).
 fn same_answer(engine: &str, got: &[String], expected: &[String]) -> Result<(), BenchError> {
-    let exact = got.len() == expected.len()
-        && got[..4] == expected[..4]
-        && relative_difference(&got[4], &expected[4]).is_some_and(|d| d < 1e-9);
-    if exact {
+    let same = |(got, expected): (&String, &String)| {
+        got == expected || relative_difference(got, expected).is_some_and(|d| d < 1e-9)
+    };
+    if got.len() == expected.len() && got.iter().zip(expected).all(same) {
         return Ok(());
     }
     Err(BenchError::Usage(format!(
@@ -341,13 +450,13 @@ async fn write_files(dir: &Path, batches: &[RecordBatch], files: u32) -> Result<
     Ok(())
 }
 
-/// DuckDB's answer over the Parquet files in `dir` and its median time, or why it could
-/// not run.
-fn duckdb(dir: &Path) -> Result<(Vec<String>, Duration), String> {
+/// DuckDB's answer to `sql` (a [`QUERIES`] entry) over the Parquet files in `dir` and its
+/// median time, or why it could not run.
+fn duckdb(dir: &Path, sql: &str) -> Result<(Vec<String>, Duration), String> {
     let files = format!("read_parquet('{}/*.parquet')", dir.display());
-    // DuckDB prints timestamps without a zone and sums as Decimal/float text: normalize
-    // in SQL so the answers compare as text.
-    let sql = aggregate(&files).replace(
+    // DuckDB prints timestamps without a zone: normalize in SQL so the answers compare as
+    // text.
+    let sql = sql.replace("{t}", &files).replace(
         "max(event_time) AS last_event",
         "strftime(max(event_time), '%Y-%m-%dT%H:%M:%S.%fZ') AS last_event",
     );
@@ -367,7 +476,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn answers_agree_exactly_except_the_float_sum() {
+    fn answers_agree_exactly_except_floating_point_sums() {
         let mink: Vec<String> = ["10", "55", "z", "t", "1.0000000001"]
             .map(String::from)
             .to_vec();

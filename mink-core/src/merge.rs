@@ -22,8 +22,11 @@
 //! predicate resurrect. Predicates apply to the lake stream (any predicate is exact there,
 //! since lake rows are dropped only by key) and to the rows [`TailIndex::live_rows`] emits.
 
-use arrow::array::{BooleanArray, RecordBatch};
-use arrow::compute::filter_record_batch;
+use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch};
+use arrow::buffer::BooleanBuffer;
+use arrow::compute::kernels::aggregate::{max, min};
+use arrow::compute::{cast, filter_record_batch};
+use arrow::datatypes::{DataType, Int64Type};
 use arrow::row::Rows;
 
 use crate::change::ChangeType;
@@ -38,6 +41,9 @@ pub struct TailIndex {
     keys: Vec<Rows>,
     /// key -> (batch, row) of its last change.
     last: ahash::HashMap<Box<[u8]>, (u32, u32)>,
+    /// The changed keys as plain integers, when the key is one integer column: lake
+    /// batches are probed with their column's values, not with encoded keys.
+    integers: Option<ChangedIntegers>,
 }
 
 impl TailIndex {
@@ -49,6 +55,7 @@ impl TailIndex {
             changes: Vec::with_capacity(tail.len()),
             keys: Vec::with_capacity(tail.len()),
             last: ahash::HashMap::default(),
+            integers: None,
         };
         for (b, (batch, changes)) in tail.into_iter().enumerate() {
             if changes.len() != batch.num_rows() {
@@ -69,6 +76,7 @@ impl TailIndex {
             index.changes.push(changes);
             index.keys.push(keys);
         }
+        index.integers = ChangedIntegers::of(codec, &index.batches)?;
         Ok(index)
     }
 
@@ -92,12 +100,20 @@ impl TailIndex {
         if self.is_empty() {
             return Ok(lake.clone());
         }
-        let keys = codec.encode(lake)?;
-        let keep: BooleanArray = keys
-            .iter()
-            .map(|key| Some(!self.last.contains_key(key.as_ref())))
-            .collect();
-        Ok(filter_record_batch(lake, &keep)?)
+        let integers = self.integers.as_ref();
+        let keep = match integers.and_then(|integers| integers.unchanged(lake)) {
+            Some(keep) => keep,
+            None => {
+                let keys = codec.encode(lake)?;
+                BooleanBuffer::collect_bool(keys.num_rows(), |row| {
+                    !self.last.contains_key(keys.row(row).as_ref())
+                })
+            }
+        };
+        if keep.count_set_bits() == lake.num_rows() {
+            return Ok(lake.clone());
+        }
+        Ok(filter_record_batch(lake, &BooleanArray::new(keep, None))?)
     }
 
     /// Step 3: the live rows of the tail, in log order: for each key its last change, when
@@ -123,6 +139,117 @@ impl TailIndex {
         }
         Ok(live)
     }
+}
+
+/// The keys a tail changed, when the primary key is one integer column: a lake row is
+/// probed with its key column's value (a bit of a bitmap over the keys' range when they
+/// are dense enough, else a hash set), with no key encoded; a lake batch whose values all
+/// lie outside the keys' range is kept whole without a probe.
+#[derive(Debug)]
+struct ChangedIntegers {
+    column: String,
+    min: i64,
+    max: i64,
+    changed: IntegerSet,
+}
+
+#[derive(Debug)]
+enum IntegerSet {
+    /// Bit `key - min` is set for each changed key.
+    Bitmap(Vec<u64>),
+    Hashed(ahash::HashSet<i64>),
+}
+
+/// Bits of a bitmap over the changed keys' range, at most: 128 per changed key and 8 Mbit
+/// (1 MiB) more, so a bitmap is never much larger than the hash set it replaces.
+fn bitmap_allowed(keys: usize, span: u64) -> bool {
+    span <= (keys as u64).saturating_mul(128).saturating_add(1 << 23)
+}
+
+impl ChangedIntegers {
+    /// The changed keys of `batches` (the tail, whose key columns `codec` names), when the
+    /// key is one column of a signed integer type (or an unsigned one narrower than 64
+    /// bits) without nulls.
+    fn of(codec: &KeyCodec, batches: &[RecordBatch]) -> Result<Option<Self>> {
+        let [column] = codec.columns() else {
+            return Ok(None);
+        };
+        let mut keys = ahash::HashSet::default();
+        for batch in batches {
+            let Some(values) = integer_values(batch, column)? else {
+                return Ok(None);
+            };
+            keys.extend(values.values().iter().copied());
+        }
+        let (Some(&min), Some(&max)) = (keys.iter().min(), keys.iter().max()) else {
+            return Ok(None);
+        };
+        let span = max.abs_diff(min).saturating_add(1);
+        let changed = match bitmap_allowed(keys.len(), span) {
+            true => {
+                let mut bits = vec![0u64; span.div_ceil(64) as usize];
+                for key in &keys {
+                    let bit = key.abs_diff(min);
+                    bits[(bit / 64) as usize] |= 1 << (bit % 64);
+                }
+                IntegerSet::Bitmap(bits)
+            }
+            false => IntegerSet::Hashed(keys),
+        };
+        Ok(Some(Self {
+            column: column.clone(),
+            min,
+            max,
+            changed,
+        }))
+    }
+
+    /// Which rows of a lake batch keep their key unchanged; `None` when the batch's key
+    /// column is not one this probe can read (the caller then encodes the keys).
+    fn unchanged(&self, lake: &RecordBatch) -> Option<BooleanBuffer> {
+        let values = integer_values(lake, &self.column).ok()??;
+        let (low, high) = (min(&values)?, max(&values)?);
+        let values = values.values();
+        if high < self.min || low > self.max {
+            return Some(BooleanBuffer::new_set(values.len()));
+        }
+        let changed = |key: i64| {
+            (self.min..=self.max).contains(&key)
+                && match &self.changed {
+                    IntegerSet::Bitmap(bits) => {
+                        let bit = key.abs_diff(self.min);
+                        bits[(bit / 64) as usize] & (1 << (bit % 64)) != 0
+                    }
+                    IntegerSet::Hashed(keys) => keys.contains(&key),
+                }
+        };
+        Some(BooleanBuffer::collect_bool(values.len(), |row| {
+            !changed(values[row])
+        }))
+    }
+}
+
+/// The column `name` of `batch` as 64-bit integers, when it is an integer column that
+/// converts losslessly and holds no null.
+fn integer_values(batch: &RecordBatch, name: &str) -> Result<Option<Int64Array>> {
+    let Some(column) = batch.column_by_name(name) else {
+        return Ok(None);
+    };
+    let convertible = matches!(
+        column.data_type(),
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+    );
+    if !convertible || column.null_count() > 0 {
+        return Ok(None);
+    }
+    let values = cast(column, &DataType::Int64)?;
+    Ok(Some(values.as_primitive::<Int64Type>().clone()))
 }
 
 #[cfg(test)]
@@ -244,9 +371,38 @@ mod tests {
         assert!(TailIndex::new(&codec, unknown).is_err());
     }
 
+    #[test]
+    fn integer_keys_are_probed_by_bitmap_when_dense_and_hashed_when_sparse() {
+        let t = table();
+        let codec = KeyCodec::new(&t).unwrap();
+        let probe = |keys: &[i64]| {
+            let rows: Vec<(i64, &str)> = keys.iter().map(|&k| (k, "x")).collect();
+            let tail = vec![(batch(&t, &rows), vec![I; rows.len()])];
+            TailIndex::new(&codec, tail)
+                .unwrap()
+                .integers
+                .unwrap()
+                .changed
+        };
+        assert!(matches!(probe(&[1, 5, 1000]), IntegerSet::Bitmap(_)));
+        assert!(matches!(probe(&[1, 1 << 40]), IntegerSet::Hashed(_)));
+        assert!(matches!(
+            probe(&[i64::MIN, i64::MAX]),
+            IntegerSet::Hashed(_)
+        ));
+    }
+
     /// Random changelogs against a BTreeMap: lake = state at the seam, tail = changes after.
+    /// Keys are drawn densely (a bitmap probes them) and spread over the whole `i64` range
+    /// (a hash set does).
     #[test]
     fn random_changelogs_fold_like_a_map() {
+        for spread in [1, i64::MAX / 16] {
+            random_changelogs(spread);
+        }
+    }
+
+    fn random_changelogs(spread: i64) {
         let t = table();
         let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
         let mut next = |n: u64| {
@@ -263,7 +419,7 @@ mod tests {
                 if step == 20 {
                     lake = Some(state.clone());
                 }
-                let key = next(10) as i64;
+                let key = (next(10) as i64 - 5) * spread;
                 let value = format!("v{}", next(100));
                 let (rows, changes) = match (state.get(&key).cloned(), next(3)) {
                     (Some(old), 0) => {

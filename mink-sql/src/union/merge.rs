@@ -32,7 +32,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::physical_plan::metrics::{
-    BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+    BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time,
 };
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -97,8 +97,7 @@ impl KeyMergeExec {
                     Arc::clone(context),
                     Arc::clone(&self.codec),
                     self.schema(),
-                    MetricBuilder::new(&self.metrics).counter("tail_rows", 0),
-                    MetricBuilder::new(&self.metrics).counter("tail_keys", 0),
+                    BuildMetrics::new(&self.metrics),
                 );
                 build.map(|built| built.map_err(Arc::new)).boxed().shared()
             })
@@ -114,6 +113,25 @@ struct MergeIndex {
     _memory: MemoryReservation,
 }
 
+/// What building the index reports: the tails' rows and distinct keys, and the time
+/// from the start of the build to the index (reading the tails included).
+#[derive(Debug)]
+struct BuildMetrics {
+    tail_rows: Count,
+    tail_keys: Count,
+    build_time: Time,
+}
+
+impl BuildMetrics {
+    fn new(metrics: &ExecutionPlanMetricsSet) -> Self {
+        Self {
+            tail_rows: MetricBuilder::new(metrics).counter("tail_rows", 0),
+            tail_keys: MetricBuilder::new(metrics).counter("tail_keys", 0),
+            build_time: MetricBuilder::new(metrics).subset_time("build_time", 0),
+        }
+    }
+}
+
 /// Collects every partition of `tail` (each batch reserved in the pool before it is
 /// kept: a tail larger than the pool fails the query with `ResourcesExhausted`) and
 /// indexes it.
@@ -122,9 +140,9 @@ async fn build_index(
     context: Arc<TaskContext>,
     codec: Arc<KeyCodec>,
     schema: SchemaRef,
-    tail_rows: Count,
-    tail_keys: Count,
+    metrics: BuildMetrics,
 ) -> Result<Arc<MergeIndex>> {
+    let _build_time = metrics.build_time.timer();
     let memory = MemoryConsumer::new("KeyMergeExec log tail").register(context.memory_pool());
     let partitions = (0..tail.output_partitioning().partition_count()).map(|partition| {
         let stream = tail.execute(partition, Arc::clone(&context));
@@ -142,7 +160,7 @@ async fn build_index(
     let changes_at = schema.fields().len();
     let mut folded = Vec::new();
     for batch in try_join_all(partitions).await?.into_iter().flatten() {
-        tail_rows.add(batch.num_rows());
+        metrics.tail_rows.add(batch.num_rows());
         let changes = batch
             .column(changes_at)
             .as_primitive_opt::<UInt8Type>()
@@ -154,7 +172,7 @@ async fn build_index(
         folded.push((rows, changes));
     }
     let index = TailIndex::new(&codec, folded).map_err(external)?;
-    tail_keys.add(index.len());
+    metrics.tail_keys.add(index.len());
     let live = index.live_rows().map_err(external)?;
     Ok(Arc::new(MergeIndex {
         index,
