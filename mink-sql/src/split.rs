@@ -36,6 +36,7 @@ use mink_core::table::TableDescriptor;
 use mink_lake::reader::{LakeSplit, read_split};
 use mink_lake::storage::LakeStorage;
 
+use crate::union::check_files;
 use crate::union::tail::{TailBatch, TailRange, scan_log};
 
 /// One bucket's part of a scan, planned.
@@ -202,15 +203,7 @@ impl SplitReader {
         tail_memory: MemoryReservation,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
         metrics.lake_files.add(lake.files.len());
-        // The node names the files; none outside the table's location is read.
-        for file in &lake.files {
-            let deletes = file.deletes.iter().map(|d| d.path.as_str());
-            for path in std::iter::once(file.path.as_str()).chain(deletes) {
-                self.storage
-                    .check_table_file(&self.table.path, path)
-                    .map_err(external)?;
-            }
-        }
+        check_files(&self, &lake)?;
         let lake = read_split(
             &self.storage,
             lake,

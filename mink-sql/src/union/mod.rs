@@ -113,9 +113,15 @@ impl UnionRead {
             storage: &reader.storage,
             table_schema: Arc::clone(&table_schema),
             projection: projection.clone(),
-            // Pruning is an optimization: a filter DataFusion cannot plan over the table's
-            // columns prunes nothing and is still applied above the scan.
-            predicate: physical(state, &table_schema, pruning).ok().flatten(),
+            // A log table's filters reach the scan through DataFusion's own pushdown (its
+            // filters above a `UnionExec` go down both sides); the key merge passes none
+            // down, so a primary-key table's lake scan is handed them here. Pruning is an
+            // optimization: a filter DataFusion cannot plan over the table's columns prunes
+            // nothing and is still applied above the scan.
+            predicate: match table.has_primary_key() {
+                true => physical(state, &table_schema, pruning).ok().flatten(),
+                false => None,
+            },
         }
         .plan(state, &lakes)
         .await?;
@@ -147,30 +153,38 @@ impl UnionRead {
             let kv = MinkScanExec::try_new(reader, kv_splits)?;
             plan = UnionExec::try_new(vec![Arc::new(kv), plan])?;
         }
-        let read_schema = plan.schema();
-        match physical(state, &read_schema, exact)? {
-            Some(predicate) => Ok(Arc::new(
-                FilterExecBuilder::new(predicate, plan)
-                    .apply_projection(Some(output))?
-                    .build()?,
-            )),
-            None if output.len() == read_schema.fields().len() => Ok(plan),
-            None => {
-                let columns = output.iter().map(|&i| {
-                    let name = read_schema.field(i).name().clone();
-                    (
-                        Arc::new(Column::new(&name, i)) as Arc<dyn PhysicalExpr>,
-                        name,
-                    )
-                });
-                Ok(Arc::new(ProjectionExec::try_new(columns, plan)?))
-            }
+        let exact = physical(state, &plan.schema(), exact)?;
+        filter_and_project(plan, exact, output)
+    }
+}
+
+/// `plan`'s rows that pass `predicate`, in its columns `output`.
+fn filter_and_project(
+    plan: Arc<dyn ExecutionPlan>,
+    predicate: Option<Arc<dyn PhysicalExpr>>,
+    output: Vec<usize>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let schema = plan.schema();
+    match predicate {
+        Some(predicate) => Ok(Arc::new(
+            FilterExecBuilder::new(predicate, plan)
+                .apply_projection(Some(output))?
+                .build()?,
+        )),
+        None if output.len() == schema.fields().len() => Ok(plan),
+        None => {
+            let columns = output.iter().map(|&i| {
+                let name = schema.field(i).name().clone();
+                let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(&name, i));
+                (column, name)
+            });
+            Ok(Arc::new(ProjectionExec::try_new(columns, plan)?))
         }
     }
 }
 
 /// The node names the files; none outside the table's location is read.
-fn check_files(reader: &SplitReader, lake: &LakeSplit) -> Result<()> {
+pub(crate) fn check_files(reader: &SplitReader, lake: &LakeSplit) -> Result<()> {
     for file in &lake.files {
         let deletes = file.deletes.iter().map(|d| d.path.as_str());
         for path in std::iter::once(file.path.as_str()).chain(deletes) {
