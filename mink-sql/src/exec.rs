@@ -1,11 +1,10 @@
-//! `MinkScanExec`: a scan of a mink table, one partition per bucket (a split).
+//! `MinkScanExec`: a scan of a mink table's KV stores or logs, one partition per bucket
+//! (a split): a primary-key table's Snapshot, LimitScan and lookups, and `t$changelog`.
+//! Union reads are plan nodes of their own (`crate::union`).
 //!
-//! A union split is planned when the scan is (each bucket's recorded lake snapshot and
-//! seam, its high watermark, its lake files pruned by the pushed filters), so a union read
-//! sees a consistent point in time of every bucket, whenever its partitions run. The KV
-//! reads of a primary-key table (Snapshot, LimitScan, lookups) see each bucket's store as
-//! it is when their partition first polls. `execute` does no I/O: each partition's stream
-//! opens its split on its first poll (see [`crate::split`]).
+//! The KV reads see each bucket's store as it is when their partition first polls; a
+//! changelog's range is fixed when the scan is planned. `execute` does no I/O: each
+//! partition's stream opens its split on its first poll (see [`crate::split`]).
 
 use std::any::Any;
 use std::fmt;
@@ -14,7 +13,6 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use datafusion::error::Result;
 use datafusion::execution::TaskContext;
-use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
@@ -84,13 +82,9 @@ impl DisplayAs for MinkScanExec {
 /// What the splits of one scan read, summed (they all read the same way).
 fn describe_totals(splits: &[Split]) -> String {
     let count = splits.len();
-    let (mut lake_files, mut log_rows, mut keys) = (0, 0, 0);
+    let (mut log_rows, mut keys) = (0, 0);
     for split in splits {
         match &split.source {
-            SplitSource::Union { plan, lake } => {
-                lake_files += lake.files.len();
-                log_rows += plan.log_to - plan.log_from;
-            }
             SplitSource::Changelog { from, to } => log_rows += to - from,
             SplitSource::Lookup { keys: batch } => keys += batch.num_rows(),
             SplitSource::KvSnapshot | SplitSource::LimitScan { .. } => {}
@@ -101,26 +95,13 @@ fn describe_totals(splits: &[Split]) -> String {
         Some(SplitSource::LimitScan { limit }) => format!("limit scan={limit}, splits={count}"),
         Some(SplitSource::Lookup { .. }) => format!("lookup keys={keys}, splits={count}"),
         Some(SplitSource::Changelog { .. }) => format!("splits={count}, log_rows={log_rows}"),
-        Some(SplitSource::Union { .. }) | None => {
-            format!("splits={count}, lake_files={lake_files}, log_rows={log_rows}")
-        }
+        None => "splits=0".to_string(),
     }
 }
 
 fn describe_split(split: &Split) -> String {
     let bucket = &split.bucket;
     match &split.source {
-        SplitSource::Union { plan, lake } => {
-            let snapshot = plan
-                .snapshot_id
-                .map_or_else(|| "none".to_string(), |id| id.to_string());
-            format!(
-                "{bucket}: snapshot={snapshot} lake_files={} log=[{}, {})",
-                lake.files.len(),
-                plan.log_from,
-                plan.log_to
-            )
-        }
         SplitSource::KvSnapshot => format!("{bucket}: kv snapshot"),
         SplitSource::LimitScan { limit } => format!("{bucket}: limit scan={limit}"),
         SplitSource::Lookup { keys } => format!("{bucket}: lookup keys={}", keys.num_rows()),
@@ -174,20 +155,14 @@ impl ExecutionPlan for MinkScanExec {
     fn execute(
         &self,
         partition: usize,
-        context: Arc<TaskContext>,
+        _context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let metrics = SplitMetrics {
             kv_rows: MetricBuilder::new(&self.metrics).counter("kv_rows", partition),
-            lake_files: MetricBuilder::new(&self.metrics).counter("lake_files", partition),
-            lake_rows: MetricBuilder::new(&self.metrics).counter("lake_rows", partition),
             tail_rows: MetricBuilder::new(&self.metrics).counter("tail_rows", partition),
-            merge_dropped: MetricBuilder::new(&self.metrics)
-                .counter("lake_rows_dropped_by_merge", partition),
         };
-        let tail_memory = MemoryConsumer::new(format!("MinkScanExec[{partition}] log tail"))
-            .register(context.memory_pool());
         let stream = match self.splits.get(partition) {
-            Some(split) => Arc::clone(&self.reader).read(split.clone(), metrics, tail_memory),
+            Some(split) => Arc::clone(&self.reader).read(split.clone(), metrics),
             // A table without buckets is planned as one empty partition.
             None => Box::pin(futures::stream::empty()),
         };

@@ -1,42 +1,26 @@
-//! Reading one split (one bucket) of a scan in the engine.
+//! Reading one split (one bucket) of a scan in the engine, when the KV store or the log
+//! answers it: a primary-key table's KV store for the reads it does better than a union
+//! read (the whole bucket when there is no lake: Snapshot; a bare `LIMIT`: LimitScan;
+//! predicates that fix the whole primary key: lookup), and the log itself for
+//! `t$changelog`. Union reads are plan nodes of their own (`crate::union`).
 //!
-//! Most splits are union splits: the bucket's lake files straight from the object store,
-//! its log tail `[log_from, log_to)` from the bucket leader over Flight, merged by key for
-//! a primary-key table (`spec/union-read.md`). A primary-key table's KV store answers
-//! the reads it can do better: the whole bucket when there is no lake (Snapshot), a bare
-//! `LIMIT` (LimitScan), and predicates that fix the whole primary key (lookup).
-//!
-//! ```text
-//!   lake files (object store) ──► deletes applied ──► drop keys the tail changed ──┐
-//!   tail (Scan over Flight) ──► TailIndex (key -> last change) ────────────────────┼─► filters ─► projection
-//!                                      └──────────► live tail rows, in log order ──┘
-//! ```
-//!
-//! Rows are read in the *read schema*: the projection, then the filter columns and the
-//! key columns it lacks. Filters apply exactly to every emitted row; the tail index is
-//! built from the unfiltered tail (a filtered tail would let an older lake version of a
-//! key that left the filter resurrect). A log table's split is the lake rows, then the
-//! tail's, streamed.
+//! Rows are read in the *read schema* (the projection, then the filter columns it lacks);
+//! filters apply exactly to every emitted row, then the projection.
 
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_plan::metrics::Count;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_client::MinkClient;
 use mink_core::change::ChangeType;
 use mink_core::filter::{ColumnFilter, filter_batch};
-use mink_core::key::KeyCodec;
-use mink_core::merge::TailIndex;
 use mink_core::protocol::{BucketId, UnionPlan};
 use mink_core::table::TableDescriptor;
-use mink_lake::reader::{LakeSplit, read_split};
 use mink_lake::storage::LakeStorage;
 
-use crate::union::check_files;
 use crate::union::tail::{TailBatch, TailRange, scan_log};
 
 /// One bucket's part of a scan, planned.
@@ -49,8 +33,6 @@ pub(crate) struct Split {
 /// What a split reads from its bucket.
 #[derive(Debug, Clone)]
 pub(crate) enum SplitSource {
-    /// The lake below the seam, then the log tail, merged by key.
-    Union { plan: UnionPlan, lake: LakeSplit },
     /// Every row of the KV store (a primary-key table without a lake).
     KvSnapshot,
     /// The first rows of the KV store, in key order (a bare `LIMIT`).
@@ -65,10 +47,7 @@ pub(crate) enum SplitSource {
 #[derive(Debug, Clone)]
 pub(crate) struct SplitMetrics {
     pub(crate) kv_rows: Count,
-    pub(crate) lake_files: Count,
-    pub(crate) lake_rows: Count,
     pub(crate) tail_rows: Count,
-    pub(crate) merge_dropped: Count,
 }
 
 /// What every split of a scan reads with.
@@ -104,43 +83,20 @@ pub(crate) fn changelog_schema(schema: &Schema) -> Schema {
     Schema::new(fields)
 }
 
-/// A primary-key split's log tail, folded by key, and its memory in the query's pool.
-#[derive(Debug)]
-struct HeldTail {
-    index: TailIndex,
-    _memory: MemoryReservation,
-}
-
 /// Whether a union split has a tail but no lake snapshot below it: nothing of the
 /// bucket is tiered yet (a `t$lake` read has no tail).
 pub(crate) fn untiered(plan: &UnionPlan) -> bool {
     plan.snapshot_id.is_none() && plan.log_to > plan.log_from
 }
 
-/// Every batch of a log tail as changelog rows, each reserved in `memory` before it is
-/// kept: a tail larger than the query's pool fails with `ResourcesExhausted`.
-async fn collect_tail(
-    mut tail: BoxStream<'static, Result<TailBatch>>,
-    memory: &MemoryReservation,
-) -> Result<Vec<(RecordBatch, Vec<u8>)>> {
-    let mut rows = Vec::new();
-    while let Some(batch) = tail.try_next().await? {
-        memory.try_grow(batch.rows.get_array_memory_size() + batch.changes.len())?;
-        rows.push((batch.rows, batch.changes));
-    }
-    Ok(rows)
-}
-
 impl SplitReader {
-    /// The split's rows, projected; no I/O before the first poll. A primary-key union
-    /// folds its log tail in memory, reserved in `tail_memory`.
+    /// The split's rows, projected; no I/O before the first poll.
     pub(crate) fn read(
         self: Arc<Self>,
         split: Split,
         metrics: SplitMetrics,
-        tail_memory: MemoryReservation,
     ) -> BoxStream<'static, Result<RecordBatch>> {
-        stream::once(async move { self.open(split, metrics, tail_memory).await })
+        stream::once(async move { self.open(split, metrics).await })
             .try_flatten()
             .boxed()
     }
@@ -149,20 +105,9 @@ impl SplitReader {
         self: Arc<Self>,
         split: Split,
         metrics: SplitMetrics,
-        tail_memory: MemoryReservation,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
         let columns = self.read_columns();
         let kv_rows = match split.source {
-            // Nothing tiered yet: the KV store holds the whole tail applied, streamed,
-            // where a merge would fold the whole changelog in memory.
-            SplitSource::Union { plan, .. } if self.table.has_primary_key() && untiered(&plan) => {
-                self.kv_snapshot(&split.bucket, &columns).await?
-            }
-            SplitSource::Union { plan, lake } => {
-                return self
-                    .union(split.bucket, plan, lake, metrics, tail_memory)
-                    .await;
-            }
             SplitSource::Changelog { from, to } => {
                 let reader = Arc::clone(&self);
                 return Ok(self
@@ -191,67 +136,6 @@ impl SplitReader {
                 std::future::ready(reader.emit(&batch))
             })
             .boxed())
-    }
-
-    /// A union split: lake rows the tail did not change, then the tail's live rows.
-    async fn union(
-        self: Arc<Self>,
-        bucket: BucketId,
-        plan: UnionPlan,
-        lake: LakeSplit,
-        metrics: SplitMetrics,
-        tail_memory: MemoryReservation,
-    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
-        metrics.lake_files.add(lake.files.len());
-        check_files(&self, &lake)?;
-        let lake = read_split(
-            &self.storage,
-            lake,
-            Arc::clone(&self.read_schema),
-            self.filters.clone(),
-        )
-        .map_err(external);
-        let tail = self.tail(bucket, plan.log_from, plan.log_to);
-        if !self.table.has_primary_key() {
-            let reader = Arc::clone(&self);
-            let (lake_rows, tail_rows) = (metrics.lake_rows.clone(), metrics.tail_rows.clone());
-            let lake = lake.map_ok(move |batch| {
-                lake_rows.add(batch.num_rows());
-                batch
-            });
-            let tail = tail.map_ok(move |batch| {
-                tail_rows.add(batch.rows.num_rows());
-                batch.rows
-            });
-            return Ok(lake
-                .chain(tail)
-                .and_then(move |batch| std::future::ready(reader.emit(&batch)))
-                .boxed());
-        }
-        let tail = collect_tail(tail, &tail_memory).await?;
-        metrics
-            .tail_rows
-            .add(tail.iter().map(|(b, _)| b.num_rows()).sum());
-        let codec = KeyCodec::new(&self.table).map_err(external)?;
-        let index = Arc::new(HeldTail {
-            index: TailIndex::new(&codec, tail).map_err(external)?,
-            _memory: tail_memory,
-        });
-        let live = index.index.live_rows().map_err(external)?;
-        let reader = Arc::clone(&self);
-        let lake = lake.and_then(move |batch| {
-            metrics.lake_rows.add(batch.num_rows());
-            let kept = index.index.filter_lake(&codec, &batch).map_err(external);
-            if let Ok(kept) = &kept {
-                metrics
-                    .merge_dropped
-                    .add(batch.num_rows() - kept.num_rows());
-            }
-            std::future::ready(kept.and_then(|kept| reader.emit(&kept)))
-        });
-        let reader = Arc::clone(&self);
-        let live = stream::iter(live).map(move |batch| reader.emit(&batch));
-        Ok(lake.chain(live).boxed())
     }
 
     /// Every row of a bucket's KV store, streamed: a bucket of any size is read a batch

@@ -1,11 +1,12 @@
 //! `MinkTable`: a mink table as a DataFusion table.
 //!
-//! A scan plans one split per bucket and returns a [`MinkScanExec`] reading them. The
-//! union splits of a scan are planned by the node's `plan_table_union` action, once for
-//! every bucket (the recorded lake snapshot and seams, the high watermark now, the lake
-//! files pruned by the pushed filters, from one read of the lake's manifests); a
-//! primary-key table's point queries, bare `LIMIT`s and (without a lake) full scans read
-//! its KV stores instead (`MinkTable::plan_splits`).
+//! A scan plans one split per bucket. A union read's splits are planned by the node's
+//! `plan_table_union` action, once for every bucket (the recorded lake snapshot and
+//! seams, the high watermark now, the lake files pruned by the pushed filters, from one
+//! read of the lake's manifests), and read by the union read's plan nodes
+//! (`crate::union`); a primary-key table's point queries, bare `LIMIT`s and (without a
+//! lake) full scans read its KV stores instead, with a [`MinkScanExec`]
+//! (`MinkTable::plan_splits`).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -33,7 +34,7 @@ use crate::dml;
 use crate::exec::MinkScanExec;
 use crate::filters::{in_list_values, prunes_lake, to_column_filter};
 use crate::split::{Split, SplitReader, SplitSource, changelog_schema, external};
-use crate::union::UnionRead;
+use crate::union::{UnionRead, UnionSplit};
 
 /// Most keys one lookup read takes; a statement naming more is a union read.
 const MAX_LOOKUP_KEYS: usize = 1024;
@@ -172,7 +173,7 @@ impl TableProvider for MinkTable {
                 read.push(index);
             }
         }
-        let splits = self.plan_splits(&column_filters, &key_lists, limit).await?;
+        let planned = self.plan_splits(&column_filters, &key_lists, limit).await?;
         let reader = SplitReader {
             table: Arc::clone(&self.table),
             client: self.client.clone(),
@@ -182,9 +183,10 @@ impl TableProvider for MinkTable {
             filters: column_filters,
             changelog: false,
         };
-        if !UnionRead::can_read(&splits) {
-            return Ok(Arc::new(MinkScanExec::try_new(reader, splits)?));
-        }
+        let splits = match planned {
+            Planned::Splits(splits) => return Ok(Arc::new(MinkScanExec::try_new(reader, splits)?)),
+            Planned::Union(splits) => splits,
+        };
         let exact = filters
             .iter()
             .filter(|expr| to_column_filter(expr, schema).is_some())
@@ -319,22 +321,22 @@ impl MinkTable {
         filters: &[ColumnFilter],
         key_lists: &[(String, Vec<String>)],
         limit: Option<usize>,
-    ) -> Result<Vec<Split>> {
+    ) -> Result<Planned> {
         if self.kind == ReadKind::Union && self.table.has_primary_key() {
             if let Some(keys) = point_keys(&self.table, filters, key_lists)? {
-                return lookup_splits(&self.table, &keys);
+                return lookup_splits(&self.table, &keys).map(Planned::Splits);
             }
             let bare_limit = limit.filter(|_| filters.is_empty() && key_lists.is_empty());
             if let Some(limit) = bare_limit.and_then(|limit| u32::try_from(limit).ok()) {
-                return self
-                    .bucket_splits(|_| SplitSource::LimitScan { limit })
-                    .await;
+                let splits = self.bucket_splits(|_| SplitSource::LimitScan { limit });
+                return splits.await.map(Planned::Splits);
             }
             if !self.table.lake_enabled {
-                return self.bucket_splits(|_| SplitSource::KvSnapshot).await;
+                let splits = self.bucket_splits(|_| SplitSource::KvSnapshot);
+                return splits.await.map(Planned::Splits);
             }
         }
-        self.union_splits(filters).await
+        self.union_splits(filters).await.map(Planned::Union)
     }
 
     /// Every bucket's split, reading what `source` says.
@@ -372,7 +374,7 @@ impl MinkTable {
     }
 
     /// Every bucket's union split, planned by the node at once (`t$lake`: the lake alone).
-    async fn union_splits(&self, filters: &[ColumnFilter]) -> Result<Vec<Split>> {
+    async fn union_splits(&self, filters: &[ColumnFilter]) -> Result<Vec<UnionSplit>> {
         let planned = self
             .client
             .plan_table_union(&self.table.path, filters)
@@ -391,13 +393,18 @@ impl MinkTable {
                     plan.log_to = plan.log_from;
                 }
                 let lake = LakeSplit::from_wire(plan.snapshot_id, planned.files);
-                Ok(Split {
-                    bucket,
-                    source: SplitSource::Union { plan, lake },
-                })
+                Ok(UnionSplit { bucket, plan, lake })
             })
             .collect()
     }
+}
+
+/// How a scan's buckets are read: each by a [`MinkScanExec`] split (the KV store, the
+/// log), or all by the union read's plan nodes.
+#[derive(Debug)]
+enum Planned {
+    Splits(Vec<Split>),
+    Union(Vec<UnionSplit>),
 }
 
 /// The primary keys the filters fix, when they fix every key column (`k = v` or

@@ -240,7 +240,7 @@ pub(super) struct EqualityDeletes {
 }
 
 impl EqualityDeletes {
-    async fn load(
+    pub(super) async fn load(
         storage: &LakeStorage,
         delete: &LakeDeleteFile,
         columns: &[String],

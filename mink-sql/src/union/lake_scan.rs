@@ -12,7 +12,13 @@
 //!
 //! Files are grouped one group per split (bucket); DataFusion may regroup and split them
 //! by byte range for more parallelism, which a row selection survives.
+//!
+//! Equality deletes (other engines write them; mink never does) apply to the data files
+//! Iceberg's planning attached them to: the files that share a set of equality-delete
+//! files get a scan of their own, with the equality columns added to its projection, under
+//! an [`EqualityDeleteExec`] that drops the rows those files name.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
@@ -31,11 +37,15 @@ use datafusion::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::union::UnionExec;
 use futures::stream::{self, StreamExt, TryStreamExt};
-use mink_lake::reader::{LakeFile, LakeSplit, split_position_deletes};
+use mink_lake::reader::{
+    DeleteKind, EqualityFilter, LakeDeleteFile, LakeFile, LakeSplit, split_position_deletes,
+};
 use mink_lake::storage::LakeStorage;
 use object_store::ObjectStore;
 
+use super::equality::EqualityDeleteExec;
 use crate::split::external;
 
 /// How many footers of data files with deletes are read at once while planning.
@@ -53,9 +63,18 @@ pub(crate) struct LakeScan<'a> {
     pub(crate) predicate: Option<Arc<dyn PhysicalExpr>>,
 }
 
+/// Where a scan's files are read from: the store, its URL in DataFusion's runtime, and
+/// the runtime's cache of Parquet footers.
+struct Store {
+    store: Arc<dyn ObjectStore>,
+    url: ObjectStoreUrl,
+    footers: Arc<dyn FileMetadataCache>,
+}
+
 impl LakeScan<'_> {
-    /// The scan of `splits`' data files, one file group per split; an empty plan when
-    /// they have none.
+    /// The scan of `splits`' data files (one file group per split), and beside it one
+    /// scan per set of equality-delete files that applies to some of them, under an
+    /// [`EqualityDeleteExec`]; an empty plan when they have no file.
     ///
     /// # Errors
     /// A delete file or a footer could not be read.
@@ -73,8 +92,15 @@ impl LakeScan<'_> {
         state
             .runtime_env()
             .register_object_store(url.as_ref(), Arc::clone(&store));
-        let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
-        let mut groups = Vec::with_capacity(splits.len());
+        let store = Store {
+            store,
+            url,
+            footers: state.runtime_env().cache_manager.get_file_metadata_cache(),
+        };
+        let mut plain = Vec::with_capacity(splits.len());
+        // The files that equality deletes apply to, by the paths of those deletes.
+        let mut by_equality: BTreeMap<Vec<&str>, (Vec<LakeDeleteFile>, Vec<PartitionedFile>)> =
+            BTreeMap::new();
         for split in splits {
             let deleted = split_position_deletes(self.storage, split)
                 .await
@@ -84,32 +110,86 @@ impl LakeScan<'_> {
                 .iter()
                 .map(|file| {
                     let positions = deleted.get(&file.path).map(Vec::as_slice);
-                    self.partitioned_file(store.as_ref(), &cache, file, positions)
+                    self.partitioned_file(&store, file, positions)
                 })
                 .collect();
             let files: Vec<PartitionedFile> = stream::iter(opened)
                 .buffered(CONCURRENT_FOOTERS)
                 .try_collect()
                 .await?;
-            if !files.is_empty() {
-                groups.push(FileGroup::new(files));
+            let mut group = Vec::new();
+            for (file, scanned) in split.files.iter().zip(files) {
+                let equality: Vec<&LakeDeleteFile> = file
+                    .deletes
+                    .iter()
+                    .filter(|d| matches!(d.kind, DeleteKind::Equality { .. }))
+                    .collect();
+                if equality.is_empty() {
+                    group.push(scanned);
+                    continue;
+                }
+                let paths = equality.iter().map(|d| d.path.as_str()).collect();
+                let deletes = equality.into_iter().cloned().collect();
+                by_equality
+                    .entry(paths)
+                    .or_insert_with(|| (deletes, Vec::new()))
+                    .1
+                    .push(scanned);
+            }
+            if !group.is_empty() {
+                plain.push(FileGroup::new(group));
             }
         }
+        let mut scans = Vec::new();
+        if !plain.is_empty() {
+            scans.push(self.parquet(state, &store, plain, self.projection.clone())?);
+        }
+        for (deletes, files) in by_equality.into_values() {
+            let filter = EqualityFilter::load(self.storage, &deletes)
+                .await
+                .map_err(external)?;
+            // The equality columns are read too, then dropped by the filter.
+            let mut read = self.projection.clone();
+            let columns = filter
+                .columns()
+                .filter_map(|c| self.table_schema.index_of(c).ok());
+            for column in columns.collect::<Vec<_>>() {
+                if !read.contains(&column) {
+                    read.push(column);
+                }
+            }
+            let scan = self.parquet(state, &store, vec![FileGroup::new(files)], read)?;
+            let filtered = EqualityDeleteExec::new(scan, Arc::new(filter), self.projection.len());
+            scans.push(Arc::new(filtered));
+        }
+        UnionExec::try_new(scans)
+    }
+
+    /// DataFusion's Parquet scan of `groups`, columns `projection` of the table.
+    fn parquet(
+        &self,
+        state: &dyn Session,
+        store: &Store,
+        groups: Vec<FileGroup>,
+        projection: Vec<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         let options = TableParquetOptions {
             global: state.config_options().execution.parquet.clone(),
             ..TableParquetOptions::default()
         };
+        let footers = CachedParquetFileReaderFactory::new(
+            Arc::clone(&store.store),
+            Arc::clone(&store.footers),
+        );
         let mut source = ParquetSource::new(Arc::clone(&self.table_schema))
             .with_table_parquet_options(options)
-            .with_parquet_file_reader_factory(Arc::new(CachedParquetFileReaderFactory::new(
-                store, cache,
-            )));
+            .with_parquet_file_reader_factory(Arc::new(footers));
         if let Some(predicate) = &self.predicate {
             source = source.with_predicate(Arc::clone(predicate));
         }
-        let config = FileScanConfigBuilder::new(url, Arc::new(source))
+        let config = FileScanConfigBuilder::new(store.url.clone(), Arc::new(source))
             .with_file_groups(groups)
-            .with_projection_indices(Some(self.projection.clone()))?
+            .with_projection_indices(Some(projection))?
             .build();
         Ok(DataSourceExec::from_data_source(config))
     }
@@ -117,8 +197,7 @@ impl LakeScan<'_> {
     /// One data file for the scan: with its deleted positions as its access plan.
     async fn partitioned_file(
         &self,
-        store: &dyn ObjectStore,
-        cache: &Arc<dyn FileMetadataCache>,
+        store: &Store,
         file: &LakeFile,
         deleted: Option<&[u64]>,
     ) -> Result<PartitionedFile> {
@@ -129,8 +208,8 @@ impl LakeScan<'_> {
         let Some(deleted) = deleted.filter(|d| !d.is_empty()) else {
             return Ok(scanned);
         };
-        let metadata = DFParquetMetadata::new(store, &scanned.object_meta)
-            .with_file_metadata_cache(Some(Arc::clone(cache)))
+        let metadata = DFParquetMetadata::new(store.store.as_ref(), &scanned.object_meta)
+            .with_file_metadata_cache(Some(Arc::clone(&store.footers)))
             .fetch_metadata()
             .await?;
         let row_counts: Vec<u64> = metadata

@@ -16,9 +16,10 @@
 //! stores (a [`MinkScanExec`] beside the merge), where a merge would fold their whole
 //! changelog in memory. `EXPLAIN ANALYZE` shows each node with its counters.
 //!
-//! A split with equality deletes (written by other engines, never by mink) is still read
-//! by [`crate::split`]'s reader.
+//! Equality deletes (written by other engines, never by mink) are applied by an
+//! `EqualityDeleteExec` over the lake files they apply to ([`equality`]).
 
+pub(crate) mod equality;
 pub(crate) mod lake_scan;
 pub(crate) mod merge;
 pub(crate) mod tail;
@@ -38,6 +39,7 @@ use datafusion::physical_plan::filter::FilterExecBuilder;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::union::UnionExec;
 use mink_core::key::KeyCodec;
+use mink_core::protocol::{BucketId, UnionPlan};
 use mink_lake::reader::LakeSplit;
 
 use self::lake_scan::LakeScan;
@@ -46,12 +48,20 @@ use self::tail::{LogTailExec, TailRange};
 use crate::exec::MinkScanExec;
 use crate::split::{Split, SplitReader, SplitSource, external, untiered};
 
+/// One bucket's union split: its plan (seam, log range) and its lake files.
+#[derive(Debug, Clone)]
+pub(crate) struct UnionSplit {
+    pub(crate) bucket: BucketId,
+    pub(crate) plan: UnionPlan,
+    pub(crate) lake: LakeSplit,
+}
+
 /// What a union read's plan is built from.
 #[derive(Debug)]
 pub(crate) struct UnionRead {
     /// The read (its schema, filters and output as for a [`MinkScanExec`]).
     pub(crate) reader: SplitReader,
-    pub(crate) splits: Vec<Split>,
+    pub(crate) splits: Vec<UnionSplit>,
     /// Every filter pushed into the scan, exact or not: the lake scan prunes with them.
     pub(crate) pruning: Vec<Expr>,
     /// The filters the scan answers exactly.
@@ -59,15 +69,6 @@ pub(crate) struct UnionRead {
 }
 
 impl UnionRead {
-    /// Whether the tree can read `splits`: every one a union split without equality
-    /// deletes.
-    pub(crate) fn can_read(splits: &[Split]) -> bool {
-        splits.iter().all(|split| match &split.source {
-            SplitSource::Union { lake, .. } => !lake.has_equality_deletes(),
-            _ => false,
-        })
-    }
-
     /// The plan of the read (see the module docs).
     ///
     /// # Errors
@@ -88,22 +89,18 @@ impl UnionRead {
             .iter()
             .map(|field| table_schema.index_of(field.name()))
             .collect::<Result<Vec<_>, _>>()?;
-        let by_kv = |split: &Split| match &split.source {
-            SplitSource::Union { plan, .. } => table.has_primary_key() && untiered(plan),
-            _ => false,
-        };
-        let (kv_splits, splits): (Vec<Split>, Vec<Split>) = splits.into_iter().partition(by_kv);
+        // A bucket with nothing tiered yet is read from its KV store.
+        let (untiered_splits, splits): (Vec<UnionSplit>, Vec<UnionSplit>) = splits
+            .into_iter()
+            .partition(|split| table.has_primary_key() && untiered(&split.plan));
         let mut lakes: Vec<&LakeSplit> = Vec::new();
         let mut ranges = Vec::new();
-        for split in &splits {
-            let SplitSource::Union { plan, lake } = &split.source else {
-                continue;
-            };
+        for UnionSplit { bucket, plan, lake } in &splits {
             check_files(&reader, lake)?;
             lakes.push(lake);
             if plan.log_to > plan.log_from {
                 ranges.push(TailRange {
-                    bucket: split.bucket.clone(),
+                    bucket: bucket.clone(),
                     from: plan.log_from,
                     to: plan.log_to,
                 });
@@ -146,10 +143,17 @@ impl UnionRead {
             }
         };
         let output: Vec<usize> = std::mem::take(&mut reader.output);
-        if !kv_splits.is_empty() {
+        if !untiered_splits.is_empty() {
             // The KV stores' rows in the read schema, filtered above with the rest.
             reader.output = (0..reader.read_schema.fields().len()).collect();
             reader.filters.clear();
+            let kv_splits = untiered_splits
+                .into_iter()
+                .map(|split| Split {
+                    bucket: split.bucket,
+                    source: SplitSource::KvSnapshot,
+                })
+                .collect();
             let kv = MinkScanExec::try_new(reader, kv_splits)?;
             plan = UnionExec::try_new(vec![Arc::new(kv), plan])?;
         }

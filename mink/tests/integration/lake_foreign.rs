@@ -158,6 +158,12 @@ async fn equality_deletes_of_another_engine_are_honoured() {
     // first round's file), and so does it after a compaction folds the deletes.
     assert_eq!(union(client, path).await, now);
     assert_eq!(sql_rows(client).await, now);
+    let session = crate::sql_reads::session(client).await;
+    let plan = crate::sql_reads::query(&session, "EXPLAIN SELECT * FROM test.foreign").await;
+    let plan = arrow::util::pretty::pretty_format_batches(&plan)
+        .expect("plan")
+        .to_string();
+    assert!(plan.contains("EqualityDeleteExec: columns=[id]"), "{plan}");
     let compacted = client.compact(path).await.expect("compact");
     assert!(compacted.files_removed > 0, "{compacted:?}");
     assert_eq!(union(client, path).await, now);
