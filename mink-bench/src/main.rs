@@ -18,6 +18,7 @@
 //! | `lake-codecs` | [`lake_codecs`] | the lake files' codec: size and reads, against zstd(1) |
 //! | `pk-lake` | [`pk_lake`] | the lake of primary-key tables, against Parquet files |
 //! | `sql` | [`sql`] | SQL union reads and point queries, against DataFusion, DuckDB and the naive plan |
+//! | `planning` | [`planning`] | a trivial union read after many tiering rounds and on many buckets, against the first round and the fewest buckets |
 //! | `table-changes` | [`table_changes`] | a round's changes, against a full lake read |
 //! | `flight-sql` | [`flight_sql`] | the Flight SQL endpoint, against the same queries in process |
 //!
@@ -38,6 +39,7 @@ mod lake;
 mod lake_codecs;
 mod log;
 mod pk_lake;
+mod planning;
 mod sql;
 mod table_changes;
 
@@ -75,6 +77,9 @@ enum Bench {
     /// SQL over a primary-key table with a lake and a changed tail: the union read
     /// against DataFusion and DuckDB over Parquet and the naive plan; point queries.
     Sql(sql::SqlArgs),
+    /// A trivial union read as tiering rounds accumulate, on few and many buckets:
+    /// against its time after the first round and on the fewest buckets.
+    Planning(planning::PlanningArgs),
     /// The incremental read of a primary-key table's lake: the changes of one tiering
     /// round against a full read of the lake as of it.
     TableChanges(table_changes::TableChangesArgs),
@@ -120,6 +125,7 @@ async fn run(bench: Bench) -> Result<(), BenchError> {
         Bench::LakeCodecs(args) => lake_codecs::run(args).await,
         Bench::PkLake(args) => pk_lake::run(args).await,
         Bench::Sql(args) => sql::run(args).await,
+        Bench::Planning(args) => planning::run(args).await,
         Bench::TableChanges(args) => table_changes::run(args).await,
         Bench::FlightSql(args) => flight_sql::run(args).await,
     }
