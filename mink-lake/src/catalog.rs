@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arrow::datatypes::Field;
 use iceberg::arrow::arrow_type_to_type;
@@ -131,6 +131,8 @@ pub struct Lake {
     catalog: Arc<SqlCatalog>,
     database: SqlitePool,
     storage: LakeStorage,
+    /// The last table loaded for each path ([`Lake::load`]).
+    loaded: Arc<Mutex<HashMap<TablePath, Table>>>,
 }
 
 impl std::fmt::Debug for Lake {
@@ -190,6 +192,7 @@ impl Lake {
             catalog: Arc::new(catalog),
             database,
             storage: config.storage,
+            loaded: Arc::default(),
         })
     }
 
@@ -254,8 +257,30 @@ impl Lake {
     }
 
     /// Loads a lake table.
+    ///
+    /// The table loaded last for `path` is kept while the catalog still names its metadata
+    /// (files the lake never rewrites): loading it again costs one catalog query, and its
+    /// reads share iceberg's cache of the manifests they parsed, so planning a statement
+    /// does not read and parse every manifest again until a commit moves the table on.
     pub async fn load(&self, path: &TablePath) -> Result<Table> {
-        Ok(self.catalog.load_table(&ident(path)).await?)
+        let ident = ident(path);
+        let current = self.metadata_location(&ident).await?;
+        let kept = self
+            .loaded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(path)
+            .filter(|table| current.is_some() && table.metadata_location() == current.as_deref())
+            .cloned();
+        if let Some(table) = kept {
+            return Ok(table);
+        }
+        let table = self.catalog.load_table(&ident).await?;
+        self.loaded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.clone(), table.clone());
+        Ok(table)
     }
 
     /// Whether the lake has a table for `path`.
@@ -271,6 +296,10 @@ impl Lake {
         }
         let table = self.catalog.load_table(&ident).await?;
         self.catalog.drop_table(&ident).await?;
+        self.loaded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(path);
         table
             .file_io()
             .delete_prefix(table.metadata().location())

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
 use crate::layout::{check_table_file, table_location, without_file_scheme};
+use crate::reader::PositionDeleteCache;
 
 /// The lake's object store and how its locations map to store paths.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -48,6 +49,9 @@ pub struct LakeStorage {
     /// How written files are made durable: `Some` for a local store.
     #[serde(skip)]
     local: Option<LocalSync>,
+    /// Position-delete files already read, shared by every clone.
+    #[serde(skip)]
+    position_deletes: Arc<PositionDeleteCache>,
 }
 
 impl LakeStorage {
@@ -60,6 +64,7 @@ impl LakeStorage {
             url_prefix,
             warehouse: None,
             store: Some(store),
+            position_deletes: Arc::default(),
         }
     }
 
@@ -96,6 +101,11 @@ impl LakeStorage {
         self.local = LocalSync::of(&self.url_prefix, Some(&warehouse));
         self.warehouse = Some(warehouse);
         self
+    }
+
+    /// The position-delete files this storage's reads loaded (see [`PositionDeleteCache`]).
+    pub(crate) fn position_deletes(&self) -> &PositionDeleteCache {
+        &self.position_deletes
     }
 
     /// The location prefix of the store's root: `""` for the whole local file system,

@@ -68,7 +68,7 @@ use parquet::file::metadata::ParquetMetaData;
 
 use self::delete_files::SplitDeletes;
 pub(crate) use self::delete_files::load_positions;
-pub use self::positions::{EqualityFilter, split_position_deletes};
+pub use self::positions::{EqualityFilter, PositionDeleteCache, split_position_deletes};
 pub(crate) use self::selection::pick_rows;
 use self::selection::{LivePositions, row_group_spans, select_rows};
 use crate::error::{LakeError, Result};

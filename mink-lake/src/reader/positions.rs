@@ -8,7 +8,7 @@
 //! batch they leave.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arrow::array::{BooleanArray, RecordBatch};
 use futures::stream::{self, StreamExt, TryStreamExt};
@@ -21,9 +21,66 @@ use crate::storage::LakeStorage;
 /// How many position-delete files are read at once.
 const CONCURRENT_LOADS: usize = 8;
 
+/// Positions a [`PositionDeleteCache`] holds at most (8 bytes each: 64 MiB).
+const CACHED_POSITIONS: usize = 8 << 20;
+
+/// What a position-delete file deletes: data file -> positions, ascending.
+type Deleted = HashMap<String, Vec<u64>>;
+
+/// Position-delete files already read, by location: the lake never rewrites a file, so a
+/// statement after the first finds each one here instead of reading it again. Bounded
+/// (by default [`CACHED_POSITIONS`]): when a file would not fit, the cache starts over; a
+/// file larger than the whole cache is not kept.
+#[derive(Debug)]
+pub struct PositionDeleteCache {
+    files: Mutex<CachedFiles>,
+    /// Positions held at most.
+    capacity: usize,
+}
+
+impl Default for PositionDeleteCache {
+    fn default() -> Self {
+        Self::with_capacity(CACHED_POSITIONS)
+    }
+}
+
+#[derive(Debug, Default)]
+struct CachedFiles {
+    by_path: HashMap<String, Arc<Deleted>>,
+    positions: usize,
+}
+
+impl PositionDeleteCache {
+    fn with_capacity(capacity: usize) -> Self {
+        Self {
+            files: Mutex::default(),
+            capacity,
+        }
+    }
+
+    fn get(&self, path: &str) -> Option<Arc<Deleted>> {
+        let files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        files.by_path.get(path).cloned()
+    }
+
+    fn put(&self, path: &str, deleted: Arc<Deleted>) {
+        let positions: usize = deleted.values().map(Vec::len).sum();
+        if positions > self.capacity {
+            return;
+        }
+        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        if files.positions + positions > self.capacity {
+            *files = CachedFiles::default();
+        }
+        files.positions += positions;
+        files.by_path.insert(path.to_string(), deleted);
+    }
+}
+
 /// The deleted positions (ascending, without duplicates) of every data file of `split`
 /// that has any, from the position-delete files each one lists; each delete file is read
-/// once, however many data files it covers. Equality deletes are not read (see
+/// once, however many data files it covers, and kept in the storage's
+/// [`PositionDeleteCache`] for the next statement. Equality deletes are not read (see
 /// [`LakeSplit::has_equality_deletes`]).
 ///
 /// # Errors
@@ -45,27 +102,41 @@ pub async fn split_position_deletes(
             }
         }
     }
+    let cache = storage.position_deletes();
     let loads: Vec<_> = listed_by
         .into_values()
         .map(|(delete, data_files)| async move {
-            load_positions(storage, delete, |path| data_files.contains(path)).await
+            let whole = match cache.get(&delete.path) {
+                Some(whole) => whole,
+                None => {
+                    let whole = Arc::new(load_positions(storage, delete, |_| true).await?);
+                    cache.put(&delete.path, Arc::clone(&whole));
+                    whole
+                }
+            };
+            Ok::<_, crate::LakeError>((whole, data_files))
         })
         .collect();
-    let loaded: Vec<HashMap<String, Vec<u64>>> = stream::iter(loads)
+    let loaded: Vec<(Arc<Deleted>, HashSet<&str>)> = stream::iter(loads)
         .buffer_unordered(CONCURRENT_LOADS)
         .try_collect()
         .await?;
     let mut deleted: HashMap<String, Vec<u64>> = HashMap::new();
     let mut merged: HashSet<String> = HashSet::new();
-    for by_file in loaded {
-        for (path, positions) in by_file {
-            match deleted.get_mut(&path) {
+    for (whole, data_files) in &loaded {
+        // Only the data files that list the delete file: the rest are not the split's, or
+        // came after it.
+        for (path, positions) in whole
+            .iter()
+            .filter(|(p, _)| data_files.contains(p.as_str()))
+        {
+            match deleted.get_mut(path) {
                 Some(earlier) => {
-                    earlier.extend(positions);
-                    merged.insert(path);
+                    earlier.extend_from_slice(positions);
+                    merged.insert(path.clone());
                 }
                 None => {
-                    deleted.insert(path, positions);
+                    deleted.insert(path.clone(), positions.clone());
                 }
             }
         }
@@ -116,5 +187,34 @@ impl EqualityFilter {
     /// A column cannot be cast to its type in a delete file.
     pub fn live(&self, batch: &RecordBatch) -> Result<Option<BooleanArray>> {
         self.0.equality_live(batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deleted(file: &str, positions: usize) -> Arc<Deleted> {
+        Arc::new(HashMap::from([(
+            file.to_string(),
+            (0..positions as u64).collect(),
+        )]))
+    }
+
+    #[test]
+    fn the_cache_keeps_files_until_one_does_not_fit_and_never_one_too_large() {
+        let cache = PositionDeleteCache::with_capacity(10);
+        cache.put("a", deleted("data-a", 4));
+        cache.put("b", deleted("data-b", 4));
+        assert!(cache.get("a").is_some() && cache.get("b").is_some());
+        cache.put("c", deleted("data-c", 4));
+        assert!(
+            cache.get("a").is_none() && cache.get("b").is_none(),
+            "started over"
+        );
+        assert_eq!(cache.get("c").unwrap()["data-c"].len(), 4);
+        cache.put("huge", deleted("data-h", 11));
+        assert!(cache.get("huge").is_none());
+        assert!(cache.get("c").is_some(), "a file too large leaves the rest");
     }
 }
