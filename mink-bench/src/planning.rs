@@ -15,7 +15,9 @@
 //! footers of the files they apply to read for the lake scan) and a few rows read.
 //! Baselines: the same query after the first round (the growth with rounds), and the same
 //! round on the fewest buckets (the growth with buckets, which one planning of every
-//! bucket at once keeps flat).
+//! bucket at once keeps flat). Beside each figure, the node's `plan_table_union` alone.
+
+use std::time::Duration;
 
 use mink_sql::session::MinkSession;
 
@@ -62,8 +64,8 @@ pub(crate) async fn run(args: PlanningArgs) -> Result<(), BenchError> {
     );
     let running = Running::start(config).await?;
     let checkpoints = checkpoints(args.rounds);
-    // Per bucket count, the query's time at each checkpoint.
-    let mut times: Vec<Vec<std::time::Duration>> = Vec::new();
+    // Per bucket count, at each checkpoint: the query's time, and the node's planning's.
+    let mut times: Vec<Vec<(Duration, Duration)>> = Vec::new();
     for &buckets in &args.buckets {
         let name = format!("planning_{buckets}");
         let table = create_pk_lake_table(&running, &name, &data, buckets).await?;
@@ -95,25 +97,34 @@ pub(crate) async fn run(args: PlanningArgs) -> Result<(), BenchError> {
                 if counted != 1 {
                     return Err(BenchError::Usage(format!("{sql} returned {counted} rows")));
                 }
-                at.push(elapsed);
+                let what = format!("{buckets} buckets, round {round}: plan_table_union");
+                let (_, planned) = timed_rounds(&what, || async {
+                    Ok(running.client.plan_table_union(&table.path, &[]).await?)
+                })
+                .await?;
+                at.push((elapsed, planned));
             }
         }
         times.push(at);
     }
     for (b, &buckets) in args.buckets.iter().enumerate() {
         for (c, &round) in checkpoints.iter().enumerate() {
-            let elapsed = times[b][c];
+            let (elapsed, planned) = times[b][c];
             let mut ratios = vec![format!(
                 "{:.2}x its time after round 1",
-                elapsed.as_secs_f64() / times[b][0].as_secs_f64()
+                elapsed.as_secs_f64() / times[b][0].0.as_secs_f64()
             )];
             if b > 0 {
                 ratios.push(format!(
                     "{:.2}x {} buckets' at this round",
-                    elapsed.as_secs_f64() / times[0][c].as_secs_f64(),
+                    elapsed.as_secs_f64() / times[0][c].0.as_secs_f64(),
                     args.buckets[0]
                 ));
             }
+            ratios.push(format!(
+                "of which plan_table_union {:.1} ms",
+                planned.as_secs_f64() * 1e3
+            ));
             let ms = elapsed.as_secs_f64() * 1e3;
             report(
                 &format!("count(*), {buckets} buckets, round {round}"),
