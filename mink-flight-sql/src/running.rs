@@ -103,7 +103,9 @@ impl Running {
             streams: Arc::clone(&self.streams),
             id,
         };
-        let guards = (Counted::enter(&self.count), registered);
+        // Dropped in this order: the ticket leaves the registry before the call stops
+        // counting, so no statement is counted as gone while it can still be cancelled.
+        let guards = (registered, Counted::enter(&self.count));
         let state = (data, self.stop.clone(), cancelled, guards, false);
         Box::pin(futures::stream::unfold(
             state,
