@@ -70,6 +70,7 @@ use self::delete_files::SplitDeletes;
 pub(crate) use self::delete_files::load_positions;
 pub use self::positions::{EqualityFilter, PositionDeleteCache, split_position_deletes};
 pub(crate) use self::selection::pick_rows;
+pub use self::selection::{GroupRows, rows_per_group};
 use self::selection::{LivePositions, row_group_spans, select_rows};
 use crate::error::{LakeError, Result};
 use crate::layout::bucket_dir;

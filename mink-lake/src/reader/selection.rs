@@ -56,6 +56,36 @@ pub(super) fn row_group_spans(row_counts: &[u64], kept: &[usize]) -> Vec<RowGrou
         .collect()
 }
 
+/// What to read of one row group, given the positions deleted from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupRows {
+    /// Every row: none is deleted.
+    All,
+    /// No row: every one is deleted.
+    None,
+    /// The rows the selection (over the group's own rows) selects.
+    Some(RowSelection),
+}
+
+/// What to read of each row group of a file whose row groups have `row_counts` rows,
+/// `deleted` (ascending; duplicates allowed) left out: the same selection as a read of
+/// the whole file, one row group at a time (a scan that takes a selection per row group,
+/// such as DataFusion's access plans).
+pub fn rows_per_group(row_counts: &[u64], deleted: &[u64]) -> Vec<GroupRows> {
+    let every_group: Vec<usize> = (0..row_counts.len()).collect();
+    row_group_spans(row_counts, &every_group)
+        .into_iter()
+        .map(|span| {
+            let selected = select_rows(&[span], deleted);
+            match (selected.live.is_empty(), selected.selection) {
+                (true, _) => GroupRows::None,
+                (false, None) => GroupRows::All,
+                (false, Some(selection)) => GroupRows::Some(selection),
+            }
+        })
+        .collect()
+}
+
 /// The rows of a file to read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct FileSelection {
@@ -293,6 +323,32 @@ mod tests {
             vec![(false, 2), (true, 1), (false, 2), (true, 1), (false, 4)]
         );
         assert_eq!(s.row_count(), 8);
+    }
+
+    #[test]
+    fn rows_per_group_select_each_group_on_its_own() {
+        // Groups of 3, 2 and 4 rows: positions 0-2, 3-4, 5-8; 1 is listed twice, 9 is
+        // past the end of the file.
+        let groups = rows_per_group(&[3, 2, 4], &[1, 1, 3, 4, 8, 9]);
+        let runs = |rows: &GroupRows| match rows {
+            GroupRows::Some(selection) => Some(
+                selection
+                    .iter()
+                    .map(|s| (s.skip, s.row_count))
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        };
+        assert_eq!(
+            runs(&groups[0]),
+            Some(vec![(false, 1), (true, 1), (false, 1)])
+        );
+        assert_eq!(groups[1], GroupRows::None);
+        assert_eq!(runs(&groups[2]), Some(vec![(false, 3), (true, 1)]));
+        assert_eq!(
+            rows_per_group(&[2, 2], &[]),
+            [GroupRows::All, GroupRows::All]
+        );
     }
 
     #[test]

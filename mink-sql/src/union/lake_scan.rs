@@ -33,14 +33,14 @@ use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, Pa
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result;
 use datafusion::execution::cache::cache_manager::FileMetadataCache;
-use datafusion::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::union::UnionExec;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use mink_lake::reader::{
-    DeleteKind, EqualityFilter, LakeDeleteFile, LakeFile, LakeSplit, split_position_deletes,
+    DeleteKind, EqualityFilter, GroupRows, LakeDeleteFile, LakeFile, LakeSplit, rows_per_group,
+    split_position_deletes,
 };
 use mink_lake::storage::LakeStorage;
 use object_store::ObjectStore;
@@ -232,56 +232,18 @@ fn store_url(storage: &LakeStorage) -> ObjectStoreUrl {
 }
 
 /// The rows of a file with row groups of `row_counts` rows to read, `deleted` (ascending)
-/// left out: a row group none of whose rows is deleted is scanned whole, one all of
-/// whose rows are is skipped, any other read through a selection.
+/// left out ([`rows_per_group`]): a row group none of whose rows is deleted is scanned
+/// whole, one all of whose rows are is skipped, any other read through a selection.
 fn access_plan(row_counts: &[u64], deleted: &[u64]) -> ParquetAccessPlan {
-    let mut start = 0;
-    let groups = row_counts
-        .iter()
-        .map(|&rows| {
-            let end = start + rows;
-            let from = deleted.partition_point(|&p| p < start);
-            let to = deleted.partition_point(|&p| p < end);
-            let access = group_access(start, rows, &deleted[from..to]);
-            start = end;
-            access
+    let groups = rows_per_group(row_counts, deleted)
+        .into_iter()
+        .map(|rows| match rows {
+            GroupRows::All => RowGroupAccess::Scan,
+            GroupRows::None => RowGroupAccess::Skip,
+            GroupRows::Some(selection) => RowGroupAccess::Selection(selection),
         })
         .collect();
     ParquetAccessPlan::new(groups)
-}
-
-/// The access of a row group whose first row is at `start`, given its deleted positions.
-fn group_access(start: u64, rows: u64, deleted: &[u64]) -> RowGroupAccess {
-    if deleted.is_empty() {
-        return RowGroupAccess::Scan;
-    }
-    let mut selectors = Vec::new();
-    let mut cursor = start;
-    let mut live = 0;
-    for &position in deleted {
-        if position < cursor {
-            continue; // a duplicate
-        }
-        if position > cursor {
-            selectors.push(RowSelector::select(run(position - cursor)));
-            live += position - cursor;
-        }
-        selectors.push(RowSelector::skip(1));
-        cursor = position + 1;
-    }
-    let end = start + rows;
-    if cursor < end {
-        selectors.push(RowSelector::select(run(end - cursor)));
-        live += end - cursor;
-    }
-    match live {
-        0 => RowGroupAccess::Skip,
-        _ => RowGroupAccess::Selection(RowSelection::from(selectors)),
-    }
-}
-
-fn run(rows: u64) -> usize {
-    usize::try_from(rows).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]
