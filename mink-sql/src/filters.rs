@@ -15,7 +15,7 @@ use arrow::array::{Array, StringArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Schema};
 use datafusion::common::ScalarValue;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::TreeNode;
 use datafusion::logical_expr::expr::InList;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use mink_core::filter::{ColumnFilter, FilterOp};
@@ -90,9 +90,8 @@ pub(crate) fn in_list_values(expr: &Expr, schema: &Schema) -> Option<(String, Ve
 /// handed to DataFusion's Parquet scan, which keeps the row groups and pages that may
 /// match, and applied again above the scan.
 pub(crate) fn prunes_lake(expr: &Expr) -> bool {
-    let mut plain = !expr.is_volatile();
-    expr.apply(|node| {
-        plain &= !matches!(
+    let planned_apart = expr.exists(|node| {
+        Ok(matches!(
             node,
             Expr::ScalarSubquery(_)
                 | Expr::Exists(_)
@@ -101,14 +100,9 @@ pub(crate) fn prunes_lake(expr: &Expr) -> bool {
                 | Expr::Placeholder(_)
                 | Expr::AggregateFunction(_)
                 | Expr::WindowFunction(_)
-        );
-        Ok(match plain {
-            true => TreeNodeRecursion::Continue,
-            false => TreeNodeRecursion::Stop,
-        })
-    })
-    .is_ok()
-        && plain
+        ))
+    });
+    !expr.is_volatile() && matches!(planned_apart, Ok(false))
 }
 
 fn null_check(inner: &Expr, op: FilterOp, schema: &Schema) -> Option<ColumnFilter> {

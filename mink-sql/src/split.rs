@@ -17,7 +17,7 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_client::MinkClient;
 use mink_core::change::ChangeType;
 use mink_core::filter::{ColumnFilter, filter_batch};
-use mink_core::protocol::{BucketId, UnionPlan};
+use mink_core::protocol::BucketId;
 use mink_core::table::TableDescriptor;
 use mink_lake::storage::LakeStorage;
 
@@ -83,12 +83,6 @@ pub(crate) fn changelog_schema(schema: &Schema) -> Schema {
     Schema::new(fields)
 }
 
-/// Whether a union split has a tail but no lake snapshot below it: nothing of the
-/// bucket is tiered yet (a `t$lake` read has no tail).
-pub(crate) fn untiered(plan: &UnionPlan) -> bool {
-    plan.snapshot_id.is_none() && plan.log_to > plan.log_from
-}
-
 impl SplitReader {
     /// The split's rows, projected; no I/O before the first poll.
     pub(crate) fn read(
@@ -150,7 +144,7 @@ impl SplitReader {
     }
 
     /// The read schema's columns, by index in the table (what Scan and Snapshot ask for).
-    fn read_columns(&self) -> Vec<u32> {
+    pub(crate) fn read_columns(&self) -> Vec<u32> {
         self.read_schema
             .fields()
             .iter()

@@ -151,10 +151,11 @@ impl TableProvider for MinkTable {
             .iter()
             .filter_map(|expr| self.key_in_list(expr))
             .collect();
-        let column_filters: Vec<_> = filters
+        // The filters the scan answers exactly, and each as a mink column filter.
+        let (exact, column_filters): (Vec<Expr>, Vec<_>) = filters
             .iter()
-            .filter_map(|expr| to_column_filter(expr, schema))
-            .collect();
+            .filter_map(|expr| Some((expr.clone(), to_column_filter(expr, schema)?)))
+            .unzip();
         let output: Vec<usize> = match projection {
             Some(projection) => projection.clone(),
             None => (0..schema.fields().len()).collect(),
@@ -187,11 +188,6 @@ impl TableProvider for MinkTable {
             Planned::Splits(splits) => return Ok(Arc::new(MinkScanExec::try_new(reader, splits)?)),
             Planned::Union(splits) => splits,
         };
-        let exact = filters
-            .iter()
-            .filter(|expr| to_column_filter(expr, schema).is_some())
-            .cloned()
-            .collect();
         let read = UnionRead {
             reader,
             splits,

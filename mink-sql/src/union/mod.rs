@@ -46,7 +46,7 @@ use self::lake_scan::LakeScan;
 use self::merge::KeyMergeExec;
 use self::tail::{LogTailExec, TailRange};
 use crate::exec::MinkScanExec;
-use crate::split::{Split, SplitReader, SplitSource, external, untiered};
+use crate::split::{Split, SplitReader, SplitSource, external};
 
 /// One bucket's union split: its plan (seam, log range) and its lake files.
 #[derive(Debug, Clone)]
@@ -84,11 +84,8 @@ impl UnionRead {
         let table = Arc::clone(&reader.table);
         let table_schema = Arc::clone(table.schema());
         let read_schema = Arc::clone(&reader.read_schema);
-        let projection = read_schema
-            .fields()
-            .iter()
-            .map(|field| table_schema.index_of(field.name()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let columns = reader.read_columns();
+        let projection: Vec<usize> = columns.iter().map(|&i| i as usize).collect();
         // A bucket with nothing tiered yet is read from its KV store.
         let (untiered_splits, splits): (Vec<UnionSplit>, Vec<UnionSplit>) = splits
             .into_iter()
@@ -109,7 +106,7 @@ impl UnionRead {
         let lake = LakeScan {
             storage: &reader.storage,
             table_schema: Arc::clone(&table_schema),
-            projection: projection.clone(),
+            projection,
             // A log table's filters reach the scan through DataFusion's own pushdown (its
             // filters above a `UnionExec` go down both sides); the key merge passes none
             // down, so a primary-key table's lake scan is handed them here. Pruning is an
@@ -122,7 +119,6 @@ impl UnionRead {
         }
         .plan(state, &lakes)
         .await?;
-        let columns: Vec<u32> = projection.iter().map(|&i| i as u32).collect();
         let mut plan = match (ranges.is_empty(), table.has_primary_key()) {
             (true, _) => lake,
             (false, true) => {
@@ -160,6 +156,12 @@ impl UnionRead {
         let exact = physical(state, &plan.schema(), exact)?;
         filter_and_project(plan, exact, output)
     }
+}
+
+/// Whether a union split has a tail but no lake snapshot below it: nothing of the
+/// bucket is tiered yet (a `t$lake` read has no tail).
+fn untiered(plan: &UnionPlan) -> bool {
+    plan.snapshot_id.is_none() && plan.log_to > plan.log_from
 }
 
 /// `plan`'s rows that pass `predicate`, in its columns `output`.
