@@ -14,7 +14,8 @@
 //!    cost included). Baselines: writing the changed rows as one Parquet file, and
 //!    rewriting the whole table as Parquet (what a copy-on-write lake would do).
 //! 2. **Lake read with `--deleted` position-deleted rows** (the keys changed so far): the
-//!    snapshot's files read in process by mink's lake reader with the deletes applied,
+//!    snapshot's files read in process by the union read's lake scan (`mink_scan`,
+//!    DataFusion's Parquet scan) with the deletes applied,
 //!    against the same files read without applying them. Then the compaction that folds
 //!    the deletes, timed.
 //! 3. **Union read with 1% of the keys changed in the tail** (upserted after the last
@@ -29,9 +30,12 @@ use arrow::datatypes::SchemaRef;
 use futures::future::try_join_all;
 use futures::stream::TryStreamExt;
 use mink_core::table::{TableDescriptor, TablePath};
-use mink_lake::reader::{LakeSplit, SplitScope, plan_split, read_split};
+use datafusion::execution::TaskContext;
+use mink_lake::reader::{LakeSplit, SplitScope, plan_split};
 use mink_lake::storage::LakeStorage;
 use mink_node::NodeError;
+use mink_scan::lake_scan::LakeScan;
+use mink_scan::union::execute_in_order;
 
 use crate::data::{Changes, Data, ipc_len};
 use crate::error::BenchError;
@@ -162,8 +166,8 @@ async fn tier_figure(
 
 /// Figure 2: the lake's files read with their `deleted` position-deleted rows applied,
 /// against the same files read without applying them; then the compaction that folds
-/// them. Both reads run in process through mink's lake reader, so the ratio is the cost
-/// of applying the deletes alone.
+/// them. Both reads run in process through the union read's lake scan, so the ratio is
+/// the cost of applying the deletes alone.
 async fn lake_figure(
     running: &Running,
     path: &TablePath,
@@ -243,8 +247,15 @@ async fn lake_reads(
     what: &str,
 ) -> Result<Throughput, BenchError> {
     let (batches, elapsed) = timed_rounds(what, || async {
-        let read = read_split(storage, split.clone(), Arc::clone(schema), Vec::new());
-        let batches = read
+        let scan = LakeScan {
+            storage,
+            table_schema: Arc::clone(schema),
+            projection: (0..schema.fields().len()).collect(),
+            predicate: None,
+        };
+        let context = Arc::new(TaskContext::default());
+        let plan = scan.plan(&context, &[split]).await.map_err(NodeError::from)?;
+        let batches = execute_in_order(plan, context)
             .try_collect::<Vec<_>>()
             .await
             .map_err(NodeError::from)?;

@@ -151,7 +151,7 @@ async fn full(
     to: i64,
 ) -> Result<Vec<RecordBatch>, LakeError> {
     let split = plan_split(table, to, &SplitScope::Table, None).await?;
-    read_split(storage, split, Arc::clone(columns), Vec::new())
+    read_split(storage, split, Arc::clone(columns))
         .try_collect()
         .await
 }

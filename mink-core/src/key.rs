@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::compute::concat_batches;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{Schema, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
 
 use crate::schema::normalize_batch;
@@ -44,6 +44,23 @@ impl KeyCodec {
             )));
         }
         let converter = converter_for(table, &columns)?;
+        Ok(Self { columns, converter })
+    }
+
+    /// The codec of the key `columns` (in encoding order) of rows in `schema`: the codec
+    /// a table's [`KeyCodec::new`] makes, rebuilt from what a read's rows carry.
+    ///
+    /// # Errors
+    /// No column, or one `schema` lacks.
+    pub fn for_columns(schema: &Schema, columns: Vec<String>) -> Result<Self> {
+        if columns.is_empty() {
+            return Err(CoreError::InvalidRequest("a key of no column".into()));
+        }
+        let fields = columns
+            .iter()
+            .map(|c| Ok(SortField::new(schema.field_with_name(c)?.data_type().clone())))
+            .collect::<Result<Vec<_>>>()?;
+        let converter = RowConverter::new(fields)?;
         Ok(Self { columns, converter })
     }
 
@@ -115,15 +132,7 @@ pub fn key_columns(table: &TableDescriptor) -> Vec<String> {
 }
 
 fn converter_for(table: &TableDescriptor, columns: &[String]) -> Result<RowConverter> {
-    let schema = table.schema();
-    let fields = columns
-        .iter()
-        .map(|c| {
-            let field = schema.field_with_name(c)?;
-            Ok(SortField::new(field.data_type().clone()))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(RowConverter::new(fields)?)
+    Ok(KeyCodec::for_columns(table.schema(), columns.to_vec())?.converter)
 }
 
 fn key_arrays(batch: &RecordBatch, columns: &[String]) -> Result<Vec<ArrayRef>> {

@@ -87,7 +87,7 @@ async fn bucket_ids(
     let split = plan_split(&lake_table, snapshot, &scope, None)
         .await
         .unwrap();
-    let batches: Vec<RecordBatch> = read_split(lake.storage(), split, schema, Vec::new())
+    let batches: Vec<RecordBatch> = read_split(lake.storage(), split, schema)
         .try_collect()
         .await
         .unwrap();
@@ -145,7 +145,7 @@ async fn tiered_rounds_read_back_per_bucket() {
             .unwrap();
         assert_eq!(split.record_count(), 100);
         let batches: Vec<RecordBatch> =
-            read_split(lake.storage(), split, Arc::clone(&projected), Vec::new())
+            read_split(lake.storage(), split, Arc::clone(&projected))
                 .try_collect()
                 .await
                 .unwrap();
@@ -182,7 +182,7 @@ async fn tiered_rounds_read_back_per_bucket() {
     )
     .await
     .unwrap();
-    let batches: Vec<RecordBatch> = read_split(lake.storage(), split, evolved, Vec::new())
+    let batches: Vec<RecordBatch> = read_split(lake.storage(), split, evolved)
         .try_collect()
         .await
         .unwrap();

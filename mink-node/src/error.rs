@@ -1,5 +1,8 @@
 //! The node's error type and its mapping to gRPC status codes.
 
+use std::sync::Arc;
+
+use datafusion_common::DataFusionError;
 use mink_core::CoreError;
 use tonic::{Code, Status};
 
@@ -78,6 +81,9 @@ pub enum NodeError {
     /// Another process holds the data directory.
     #[error("data directory {0} is in use by another mink process")]
     DataDirLocked(String),
+    /// A read's plan failed in DataFusion itself (not in mink's code it runs).
+    #[error("read: {0}")]
+    Read(String),
 }
 
 /// Result with [`NodeError`].
@@ -96,6 +102,45 @@ impl From<CoreError> for NodeError {
     }
 }
 
+impl From<DataFusionError> for NodeError {
+    /// A read plan's failure: an error of mink's own code the plan ran (a log read, the
+    /// lake, a key or schema check) keeps its kind, so its gRPC code; a full memory pool
+    /// is [`NodeError::MemoryExhausted`].
+    fn from(error: DataFusionError) -> Self {
+        if let DataFusionError::ResourcesExhausted(message) = error.find_root() {
+            return Self::MemoryExhausted(message.clone());
+        }
+        match error {
+            DataFusionError::External(inner) => from_external(inner),
+            DataFusionError::Context(_, inner) => Self::from(*inner),
+            DataFusionError::ArrowError(inner, _) => Self::Arrow(*inner),
+            DataFusionError::ObjectStore(inner) => Self::Lake((*inner).into()),
+            DataFusionError::ParquetError(inner) => Self::Lake((*inner).into()),
+            DataFusionError::Shared(shared) => match Arc::try_unwrap(shared) {
+                Ok(inner) => Self::from(inner),
+                Err(shared) => Self::Read(shared.to_string()),
+            },
+            other => Self::Read(other.to_string()),
+        }
+    }
+}
+
+/// An error of mink's crates that went through a plan as [`DataFusionError::External`].
+fn from_external(error: Box<dyn std::error::Error + Send + Sync>) -> NodeError {
+    let error = match error.downcast::<NodeError>() {
+        Ok(node) => return *node,
+        Err(other) => other,
+    };
+    let error = match error.downcast::<mink_lake::LakeError>() {
+        Ok(lake) => return NodeError::Lake(*lake),
+        Err(other) => other,
+    };
+    match error.downcast::<CoreError>() {
+        Ok(core) => NodeError::from(*core),
+        Err(other) => NodeError::Read(other.to_string()),
+    }
+}
+
 impl NodeError {
     /// The gRPC code a client sees for this error.
     pub fn code(&self) -> Code {
@@ -110,7 +155,9 @@ impl NodeError {
             Self::DataDirLocked(_) | Self::NoLake(_) => Code::FailedPrecondition,
             Self::Lake(error) => lake_code(error),
             Self::Corrupt(_) => Code::DataLoss,
-            Self::Io(_) | Self::Metadata(_) | Self::Kv(_) | Self::Arrow(_) => Code::Internal,
+            Self::Io(_) | Self::Metadata(_) | Self::Kv(_) | Self::Arrow(_) | Self::Read(_) => {
+                Code::Internal
+            }
         }
     }
 }

@@ -23,7 +23,9 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::Field;
+use datafusion_execution::TaskContext;
 use datafusion_execution::memory_pool::{MemoryPool, UnboundedMemoryPool};
+use datafusion_execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use mink_core::protocol::{
     AppendAck, BucketId, BucketSeam, BucketStatus, LakeSnapshotInfo, list_offsets,
 };
@@ -133,6 +135,9 @@ pub struct Node {
     /// One CREATE or DROP TABLE at a time: a create opens its tablets without holding
     /// the table map's lock, so readers and writers of other tables never wait for it.
     ddl: tokio::sync::Mutex<()>,
+    /// What the plans of the node's Union and Lake reads run in: the node's memory pool,
+    /// and DataFusion's caches (Parquet footers) kept from one read to the next.
+    reads: Arc<RuntimeEnv>,
     _lock: File,
 }
 
@@ -182,6 +187,10 @@ impl Node {
             ));
         }
         let metadata = Metadata::open(&config.data_dir.join("meta.db"))?;
+        let reads = RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::clone(&config.memory_pool))
+            .build_arc()
+            .map_err(|e| NodeError::Io(std::io::Error::other(format!("the read runtime: {e}"))))?;
         let storage = Storage {
             config,
             kv: Mutex::new(None),
@@ -214,6 +223,7 @@ impl Node {
             lake: tokio::sync::OnceCell::new(),
             tiering: tokio::sync::Mutex::default(),
             ddl: tokio::sync::Mutex::default(),
+            reads,
             _lock: lock,
         }))
     }
@@ -231,12 +241,13 @@ impl Node {
             .await
     }
 
-    /// The configured failpoint.
-    /// The pool the node's reads reserve their memory from ([`NodeConfig::memory_pool`]).
-    pub(crate) fn memory_pool(&self) -> &Arc<dyn MemoryPool> {
-        &self.storage.config.memory_pool
+    /// The context a read's plan executes in: its memory reserved from the node's pool
+    /// ([`NodeConfig::memory_pool`]).
+    pub(crate) fn read_context(&self) -> Arc<TaskContext> {
+        Arc::new(TaskContext::default().with_runtime(Arc::clone(&self.reads)))
     }
 
+    /// The configured failpoint.
     pub(crate) fn failpoint(&self) -> Option<Failpoint> {
         self.storage.config.failpoint
     }

@@ -1,5 +1,6 @@
 //! Planning Union reads (`spec/union-read.md`), and reading the log part of one: a
-//! bucket's log from an offset to another ([`log_range`]), and a primary-key table's
+//! bucket's log from an offset to another ([`log_range`]), the node's own logs as the
+//! tail source of a union read's plan ([`LocalLog`]), and a primary-key table's
 //! changelog rows ([`changelog_rows`]), which tiering reads the same way.
 //!
 //! A Union plan is made per bucket at request time: the lake snapshot and the bucket's
@@ -14,12 +15,15 @@
 
 use std::sync::Arc;
 
+use futures::stream::{self, BoxStream, StreamExt};
 use mink_core::filter::{ColumnFilter, matches};
 use mink_core::protocol::{BucketId, UnionPlan};
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::offsets::BucketOffsets;
 use mink_lake::predicate::to_predicate;
 use mink_lake::reader::{LakeSplit, plan_bucket_splits};
+use mink_scan::external;
+use mink_scan::tail::{LogSource, TailBatch, TailRange};
 
 use crate::error::{NodeError, Result};
 use crate::node::{Bucket, BucketTablets, Node};
@@ -131,6 +135,38 @@ impl Node {
             })
             .collect();
         Ok(planned)
+    }
+}
+
+/// The node's own log tablets, as the tail of a union read's plan (`mink_scan`'s
+/// `LogTailExec`): the Union ticket reads the log where it lives.
+#[derive(Debug)]
+pub(crate) struct LocalLog {
+    pub(crate) node: Arc<Node>,
+}
+
+impl LogSource for LocalLog {
+    /// The whole rows of each batch (the tail normalizes them to the read schema).
+    fn read(
+        &self,
+        range: &TailRange,
+        _columns: &[u32],
+    ) -> BoxStream<'static, datafusion_common::Result<TailBatch>> {
+        let bucket = match self.node.bucket(&range.bucket) {
+            Ok((_, bucket)) => bucket,
+            Err(error) => return stream::once(async { Err(external(error)) }).boxed(),
+        };
+        log_range(bucket, range.from, range.to)
+            .map(|batch| {
+                let batch = batch.map_err(external)?;
+                Ok(TailBatch {
+                    rows: batch.batch,
+                    changes: batch.changes.unwrap_or_default(),
+                    base_offset: batch.base_offset,
+                    commit_timestamp: batch.commit_timestamp,
+                })
+            })
+            .boxed()
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::physical_plan::metrics::Count;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_client::MinkClient;
@@ -20,8 +20,11 @@ use mink_core::filter::{ColumnFilter, filter_batch};
 use mink_core::protocol::BucketId;
 use mink_core::table::TableDescriptor;
 use mink_lake::storage::LakeStorage;
+pub(crate) use mink_scan::external;
 
-use crate::union::tail::{TailBatch, TailRange, scan_log};
+use mink_scan::tail::{TailBatch, TailRange};
+
+use crate::union::tail::scan_log;
 
 /// One bucket's part of a scan, planned.
 #[derive(Debug, Clone)]
@@ -196,9 +199,4 @@ impl SplitReader {
             self.read_columns(),
         )
     }
-}
-
-/// Any error of mink's crates, as DataFusion's.
-pub(crate) fn external(error: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
-    DataFusionError::External(Box::new(error))
 }

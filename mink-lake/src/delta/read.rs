@@ -207,7 +207,7 @@ fn snapshot_rows(
                 })
                 .collect(),
         };
-        let inserts = read_split(&storage, split, read_schema, Vec::new());
+        let inserts = read_split(&storage, split, read_schema);
         let deletes_output = Arc::clone(&output);
         let deletes = position_deletes
             .chain(equality_deletes)

@@ -122,7 +122,7 @@ impl Fixture {
             .await
             .unwrap();
         let ids = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
-        let batches: Vec<_> = read_split_positioned(self.lake.storage(), split, ids, Vec::new())
+        let batches: Vec<_> = read_split_positioned(self.lake.storage(), split, ids)
             .try_collect()
             .await
             .unwrap();
@@ -183,9 +183,7 @@ impl Fixture {
         let batches: Vec<RecordBatch> = read_split(
             self.lake.storage(),
             split,
-            Arc::clone(self.table.schema()),
-            Vec::new(),
-        )
+            Arc::clone(self.table.schema()))
         .try_collect()
         .await
         .unwrap();

@@ -16,10 +16,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, RecordBatch, new_null_array,
+    Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, RecordBatch, RecordBatchOptions,
+    new_null_array,
 };
 use arrow::compute::{and, cast};
-use arrow::datatypes::{DataType, Int64Type, Schema};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use arrow::row::{RowConverter, SortField};
 use futures::TryStreamExt;
 use parquet::arrow::{PARQUET_FIELD_ID_META_KEY, ProjectionMask};
@@ -287,6 +288,40 @@ impl EqualityDeletes {
     /// The equality columns, by name.
     pub(super) fn columns(&self) -> &[String] {
         &self.columns
+    }
+
+    /// The deleted keys as rows of the equality columns, in their types.
+    pub(super) fn to_batch(&self) -> Result<RecordBatch> {
+        let parser = self.converter.parser();
+        let columns = self
+            .converter
+            .convert_rows(self.keys.iter().map(|key| parser.parse(key)))?;
+        let fields: Vec<Field> = self
+            .columns
+            .iter()
+            .zip(&self.types)
+            .map(|(name, data_type)| Field::new(name, data_type.clone(), true))
+            .collect();
+        let options = RecordBatchOptions::new().with_row_count(Some(self.keys.len()));
+        Ok(RecordBatch::try_new_with_options(
+            Arc::new(Schema::new(fields)),
+            columns,
+            &options,
+        )?)
+    }
+
+    /// The deletes whose keys are the rows of `batch` ([`Self::to_batch`]).
+    pub(super) fn from_batch(batch: &RecordBatch) -> Result<Self> {
+        let schema = batch.schema();
+        let types: Vec<DataType> = schema.fields().iter().map(|f| f.data_type().clone()).collect();
+        let converter = RowConverter::new(types.iter().cloned().map(SortField::new).collect())?;
+        let rows = converter.convert_columns(batch.columns())?;
+        Ok(Self {
+            columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
+            types,
+            converter,
+            keys: rows.iter().map(|row| Box::<[u8]>::from(row.as_ref())).collect(),
+        })
     }
 
     /// Which rows of `batch` keep living: those whose key is not deleted. A column the

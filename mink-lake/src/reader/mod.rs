@@ -1,12 +1,15 @@
-//! Reading the lake: a bucket's split of a snapshot, streamed from Parquet with its
-//! deletes applied.
+//! Planning the lake's reads and loading its deletes: a bucket's split of a snapshot
+//! ([`plan_split`], [`plan_bucket_splits`]), the positions each data file's
+//! position-delete files name ([`split_position_deletes`]), the keys of equality deletes
+//! ([`EqualityFilter`]), and the row selections both become ([`rows_per_group`]).
 //!
-//! The read path is mink's own (iceberg's scan is single-partition and holds whole files
-//! per task): plan the snapshot's files with Iceberg, keep the bucket's (they share its
-//! directory, see [`crate::layout`]), and stream each file from the object store with the
-//! projection pushed into the Parquet reader. Nothing beyond one row group's batches, and
-//! the split's delete files, is in memory. The node's Union and Lake tickets, the lake
-//! index of the tiering service and the SQL engine share it.
+//! Union and Lake reads scan the files with DataFusion's Parquet scan (`mink-scan`),
+//! handed these selections. This module keeps one raw reader of its own,
+//! [`read_split_positioned`], for what a scan cannot give: the position in its data file
+//! of every live row, which the tiering service's lake index (key -> file, row) and the
+//! incremental read between snapshots (`table_changes`) need. It streams each file from
+//! the object store with the projection pushed into the Parquet reader; nothing beyond
+//! one row group's batches, and the split's delete files, is in memory.
 //!
 //! # Deletes
 //!
@@ -46,25 +49,21 @@ mod wire;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{AsArray, BooleanArray, RecordBatch, Scalar, UInt64Array};
-use arrow::compute::kernels::cmp;
-use arrow::compute::{and, filter, filter_record_batch};
-use arrow::datatypes::{Schema, SchemaRef, UInt64Type};
+use arrow::array::{AsArray, RecordBatch, UInt64Array};
+use arrow::compute::{filter, filter_record_batch};
+use arrow::datatypes::{SchemaRef, UInt64Type};
 use futures::future;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use iceberg::expr::Predicate;
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use iceberg::spec::{DataContentType, Struct};
 use iceberg::table::Table;
-use mink_core::filter::{ColumnFilter, FilterOp};
 use mink_core::protocol::BucketId;
 use mink_core::schema::normalize_batch;
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
 use parquet::arrow::async_reader::ParquetObjectReader;
 use parquet::errors::ParquetError;
-use parquet::file::metadata::ParquetMetaData;
 
 use self::delete_files::SplitDeletes;
 pub(crate) use self::delete_files::load_positions;
@@ -392,18 +391,15 @@ pub struct PositionedBatch {
 
 /// Streams a split's live rows in `schema` (columns by name: a column a file lacks, added
 /// to the table after the file was written, reads as null; columns not in `schema` are
-/// not returned). Deleted rows are left out (see the [module docs](crate::reader)). Row
-/// groups whose statistics rule out `filters` are skipped; the rows read are not filtered
-/// here (the caller applies the filters exactly).
+/// not returned). Deleted rows are left out (see the [module docs](crate::reader)).
 ///
 /// Nothing is read before the stream is polled.
 pub fn read_split(
     storage: &LakeStorage,
     split: LakeSplit,
     schema: SchemaRef,
-    filters: Vec<ColumnFilter>,
 ) -> BoxStream<'static, Result<RecordBatch>> {
-    read_split_positioned(storage, split, schema, filters)
+    read_split_positioned(storage, split, schema)
         .map_ok(|positioned| positioned.batch)
         .boxed()
 }
@@ -414,79 +410,18 @@ pub fn read_split_positioned(
     storage: &LakeStorage,
     split: LakeSplit,
     schema: SchemaRef,
-    filters: Vec<ColumnFilter>,
 ) -> BoxStream<'static, Result<PositionedBatch>> {
     let deletes = Arc::new(SplitDeletes::new(storage.clone(), &split.files));
     let storage = storage.clone();
-    let filters = Arc::new(filters);
     stream::iter(split.files)
         .then(move |file| {
             let storage = storage.clone();
             let schema = Arc::clone(&schema);
-            let filters = Arc::clone(&filters);
             let deletes = Arc::clone(&deletes);
-            async move { open_file(&storage, file, schema, &filters, &deletes).await }
+            async move { open_file(&storage, file, schema, &deletes).await }
         })
         .try_flatten()
         .boxed()
-}
-
-/// The row groups of a file that may hold rows matching every filter, judged by their
-/// min/max statistics. A filter that cannot be judged (no statistics, `<>`, nulls) keeps
-/// every row group.
-pub fn row_groups_to_read(
-    metadata: &ParquetMetaData,
-    arrow_schema: &Schema,
-    filters: &[ColumnFilter],
-) -> Vec<usize> {
-    let row_groups = metadata.row_groups();
-    let mut keep = vec![true; row_groups.len()];
-    for filter in filters {
-        let may_match = row_groups_may_match(metadata, arrow_schema, filter);
-        for (keep, may) in keep.iter_mut().zip(may_match.iter()) {
-            *keep &= may.unwrap_or(true);
-        }
-    }
-    keep.iter()
-        .enumerate()
-        .filter(|(_, k)| **k)
-        .map(|(i, _)| i)
-        .collect()
-}
-
-fn row_groups_may_match(
-    metadata: &ParquetMetaData,
-    arrow_schema: &Schema,
-    filter: &ColumnFilter,
-) -> BooleanArray {
-    let unknown = || BooleanArray::from(vec![None; metadata.num_row_groups()]);
-    let judged = || -> Option<BooleanArray> {
-        let op = filter.operator().ok()?;
-        let field = arrow_schema.field_with_name(&filter.column).ok()?;
-        let converter = StatisticsConverter::try_new(
-            &filter.column,
-            arrow_schema,
-            metadata.file_metadata().schema_descr(),
-        )
-        .ok()?;
-        let mins = converter.row_group_mins(metadata.row_groups()).ok()?;
-        let maxes = converter.row_group_maxes(metadata.row_groups()).ok()?;
-        let value = Scalar::new(filter.typed_value(field.data_type()).ok()?);
-        let may = match op {
-            FilterOp::Eq => and(
-                &cmp::lt_eq(&mins, &value).ok()?,
-                &cmp::gt_eq(&maxes, &value).ok()?,
-            )
-            .ok()?,
-            FilterOp::Lt => cmp::lt(&mins, &value).ok()?,
-            FilterOp::LtEq => cmp::lt_eq(&mins, &value).ok()?,
-            FilterOp::Gt => cmp::gt(&maxes, &value).ok()?,
-            FilterOp::GtEq => cmp::gt_eq(&maxes, &value).ok()?,
-            FilterOp::NotEq | FilterOp::IsNull | FilterOp::IsNotNull => return None,
-        };
-        Some(may)
-    };
-    judged().unwrap_or_else(unknown)
 }
 
 /// Opens a Parquet file of the lake; its size, when known, saves a request.
@@ -502,21 +437,17 @@ pub(crate) async fn open_parquet(
     Ok(ParquetRecordBatchStreamBuilder::new(reader).await?)
 }
 
-/// Opens one data file of a split: prunes its row groups, loads its deletes, and streams
-/// its live rows with their positions.
+/// Opens one data file of a split: loads its deletes, and streams its live rows with
+/// their positions.
 async fn open_file(
     storage: &LakeStorage,
     file: LakeFile,
     schema: SchemaRef,
-    filters: &[ColumnFilter],
     deletes: &SplitDeletes,
 ) -> Result<BoxStream<'static, Result<PositionedBatch>>> {
     let builder = open_parquet(storage, &file.path, Some(file.size)).await?;
     let metadata = Arc::clone(builder.metadata());
-    let kept = row_groups_to_read(&metadata, builder.schema(), filters);
-    if kept.is_empty() {
-        return Ok(stream::empty().boxed());
-    }
+    let kept: Vec<usize> = (0..metadata.num_row_groups()).collect();
     let file_deletes = deletes.for_file(&file).await?;
     let row_counts: Vec<u64> = metadata
         .row_groups()

@@ -11,11 +11,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arrow::array::{BooleanArray, RecordBatch};
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
 use futures::stream::{self, StreamExt, TryStreamExt};
 
 use super::delete_files::{EqualityDeletes, FileDeletes};
 use super::{DeleteKind, LakeDeleteFile, LakeSplit, load_positions};
-use crate::error::Result;
+use crate::error::{LakeError, Result};
 use crate::storage::LakeStorage;
 
 /// How many position-delete files are read at once.
@@ -181,6 +183,51 @@ impl EqualityFilter {
         self.0.equality_columns()
     }
 
+    /// The loaded deletes as bytes, to rebuild the filter in another process of the
+    /// same build ([`EqualityFilter::from_bytes`]): per delete file, its keys as an Arrow
+    /// IPC stream of the equality columns, after the stream's length (8 bytes, little
+    /// endian).
+    ///
+    /// # Errors
+    /// The keys cannot be decoded or written as Arrow.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        for deletes in &self.0.equality {
+            let batch = deletes.to_batch()?;
+            let mut stream = StreamWriter::try_new(Vec::new(), batch.schema_ref())?;
+            stream.write(&batch)?;
+            let stream = stream.into_inner()?;
+            bytes.extend_from_slice(&(stream.len() as u64).to_le_bytes());
+            bytes.extend_from_slice(&stream);
+        }
+        Ok(bytes)
+    }
+
+    /// The filter [`EqualityFilter::to_bytes`] wrote.
+    ///
+    /// # Errors
+    /// Bytes that are not such a filter.
+    pub fn from_bytes(mut bytes: &[u8]) -> Result<Self> {
+        let mut equality = Vec::new();
+        while !bytes.is_empty() {
+            let (length, rest) = bytes.split_first_chunk::<8>().ok_or_else(truncated)?;
+            let length = usize::try_from(u64::from_le_bytes(*length)).map_err(|_| truncated())?;
+            let stream = rest.get(..length).ok_or_else(truncated)?;
+            bytes = &rest[length..];
+            let reader = StreamReader::try_new(stream, None)?;
+            let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+            let batch = match batches.as_slice() {
+                [batch] => batch,
+                _ => return Err(truncated()),
+            };
+            equality.push(Arc::new(EqualityDeletes::from_batch(batch)?));
+        }
+        Ok(Self(FileDeletes {
+            positions: Vec::new(),
+            equality,
+        }))
+    }
+
     /// Which rows of `batch` no delete names; `None` when every row lives.
     ///
     /// # Errors
@@ -188,6 +235,13 @@ impl EqualityFilter {
     pub fn live(&self, batch: &RecordBatch) -> Result<Option<BooleanArray>> {
         self.0.equality_live(batch)
     }
+}
+
+/// Equality deletes in bytes that do not read back.
+fn truncated() -> LakeError {
+    LakeError::Core(mink_core::CoreError::InvalidRequest(
+        "equality deletes in bytes that are not a whole filter".into(),
+    ))
 }
 
 #[cfg(test)]

@@ -6,69 +6,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Int64Array, StringArray};
-use arrow::datatypes::{DataType, Field, Int64Type};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use iceberg::spec::{NestedField, PrimitiveType, Type};
 use object_store::local::LocalFileSystem;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::{ArrowWriter, PARQUET_FIELD_ID_META_KEY};
 use parquet::file::properties::WriterProperties;
 
 use super::delete_files::{FILE_PATH_FIELD_ID, POS_FIELD_ID};
 use super::*;
-
-/// A file of ids 0..1000 in row groups of 100.
-fn metadata() -> (Arc<ParquetMetaData>, SchemaRef) {
-    let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(0..1000));
-    let batch = RecordBatch::try_from_iter(vec![("id", ids)]).unwrap();
-    let mut bytes = Vec::new();
-    let properties = WriterProperties::builder()
-        .set_max_row_group_row_count(Some(100))
-        .build();
-    let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), Some(properties)).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes)).unwrap();
-    (Arc::clone(builder.metadata()), Arc::clone(builder.schema()))
-}
-
-#[test]
-fn statistics_skip_row_groups_that_cannot_match() {
-    let (metadata, schema) = metadata();
-    let groups = |filters: &[ColumnFilter]| row_groups_to_read(&metadata, &schema, filters);
-    assert_eq!(
-        groups(&[ColumnFilter::new("id", FilterOp::Eq, Some("250"))]),
-        vec![2]
-    );
-    assert_eq!(
-        groups(&[ColumnFilter::new("id", FilterOp::Lt, Some("150"))]),
-        vec![0, 1]
-    );
-    assert_eq!(
-        groups(&[ColumnFilter::new("id", FilterOp::GtEq, Some("900"))]),
-        vec![9]
-    );
-    assert_eq!(
-        groups(&[
-            ColumnFilter::new("id", FilterOp::Gt, Some("299")),
-            ColumnFilter::new("id", FilterOp::LtEq, Some("400")),
-        ]),
-        vec![3, 4]
-    );
-    assert_eq!(
-        groups(&[ColumnFilter::new("id", FilterOp::Eq, Some("5000"))]),
-        Vec::<usize>::new()
-    );
-    // What cannot be judged keeps everything.
-    assert_eq!(
-        groups(&[ColumnFilter::new("id", FilterOp::NotEq, Some("1"))]).len(),
-        10
-    );
-    assert_eq!(
-        groups(&[ColumnFilter::new("other", FilterOp::Eq, Some("1"))]).len(),
-        10
-    );
-    assert_eq!(groups(&[]).len(), 10);
-}
 
 fn with_id(field: Field, id: i32) -> Field {
     field.with_metadata(HashMap::from([(
@@ -242,12 +187,8 @@ fn full_schema() -> SchemaRef {
     ]))
 }
 
-async fn read_positioned(
-    split: &LakeSplit,
-    schema: SchemaRef,
-    filters: Vec<ColumnFilter>,
-) -> Vec<PositionedBatch> {
-    read_split_positioned(&storage(), split.clone(), schema, filters)
+async fn read_positioned(split: &LakeSplit, schema: SchemaRef) -> Vec<PositionedBatch> {
+    read_split_positioned(&storage(), split.clone(), schema)
         .try_collect()
         .await
         .unwrap()
@@ -282,7 +223,7 @@ impl Fixture {
 #[tokio::test]
 async fn deletes_of_every_kind_are_applied_with_positions() {
     let fixture = fixture();
-    let batches = read_positioned(&fixture.split, full_schema(), Vec::new()).await;
+    let batches = read_positioned(&fixture.split, full_schema()).await;
     let expected = live_ids();
     assert_eq!(
         located(&batches),
@@ -306,7 +247,7 @@ async fn deletes_of_every_kind_are_applied_with_positions() {
     }
     // read_split is the same stream without the positions.
     let plain: Vec<RecordBatch> =
-        read_split(&storage(), fixture.split.clone(), full_schema(), Vec::new())
+        read_split(&storage(), fixture.split.clone(), full_schema())
             .try_collect()
             .await
             .unwrap();
@@ -322,7 +263,7 @@ async fn a_projection_without_the_equality_columns_still_applies_them() {
     let fixture = fixture();
     let names_only: SchemaRef =
         Arc::new(Schema::new(vec![Field::new("name", DataType::Utf8, true)]));
-    let batches = read_positioned(&fixture.split, Arc::clone(&names_only), Vec::new()).await;
+    let batches = read_positioned(&fixture.split, Arc::clone(&names_only)).await;
     assert_eq!(
         located(&batches),
         live_ids()
@@ -344,29 +285,8 @@ async fn a_projection_without_the_equality_columns_still_applies_them() {
     }
     // No column at all: just the live rows.
     let empty = Arc::new(Schema::empty());
-    let batches = read_positioned(&fixture.split, empty, Vec::new()).await;
+    let batches = read_positioned(&fixture.split, empty).await;
     assert_eq!(located(&batches).len(), live_ids().len());
-}
-
-#[tokio::test]
-async fn statistics_prune_row_groups_before_deletes_apply() {
-    let fixture = fixture();
-    let at_least = |v: &str| vec![ColumnFilter::new("id", FilterOp::GtEq, Some(v))];
-    // a.parquet keeps its last row group (900..1000) only.
-    let batches = read_positioned(&fixture.split, full_schema(), at_least("950")).await;
-    let expected: Vec<_> = live_ids()
-        .into_iter()
-        .filter(|&id| id >= 900)
-        .map(|id| fixture.location(id))
-        .collect();
-    assert_eq!(located(&batches), expected);
-    // a.parquet is pruned entirely.
-    let batches = read_positioned(&fixture.split, full_schema(), at_least("1000")).await;
-    assert!(batches.iter().all(|b| *b.file == *fixture.b));
-    assert_eq!(located(&batches).len(), 300 - 3);
-    // Nothing matches.
-    let batches = read_positioned(&fixture.split, full_schema(), at_least("5000")).await;
-    assert!(batches.is_empty());
 }
 
 #[tokio::test]
@@ -376,7 +296,7 @@ async fn a_file_without_deletes_reads_whole() {
     for file in &mut split.files {
         file.deletes.clear();
     }
-    let batches = read_positioned(&split, full_schema(), Vec::new()).await;
+    let batches = read_positioned(&split, full_schema()).await;
     let expected: Vec<_> = (0..1300).map(|id| fixture.location(id)).collect();
     assert_eq!(located(&batches), expected);
 }
@@ -412,7 +332,7 @@ async fn broken_delete_files_fail_the_read() {
     // A delete file that is gone.
     let mut split = fixture.split.clone();
     split.files[1].deletes[0].path = format!("{}.gone", fixture.b);
-    let result: Result<Vec<RecordBatch>> = read_split(&storage(), split, full_schema(), Vec::new())
+    let result: Result<Vec<RecordBatch>> = read_split(&storage(), split, full_schema())
         .try_collect()
         .await;
     assert!(result.is_err());
@@ -424,7 +344,7 @@ async fn broken_delete_files_fail_the_read() {
         kind: DeleteKind::Positions,
     };
     let result: Result<Vec<RecordBatch>> =
-        read_split(&storage(), split.clone(), full_schema(), Vec::new())
+        read_split(&storage(), split.clone(), full_schema())
             .try_collect()
             .await;
     let error = result.unwrap_err().to_string();
@@ -433,7 +353,7 @@ async fn broken_delete_files_fail_the_read() {
     split.files[1].deletes[0].kind = DeleteKind::Equality {
         columns: vec!["nope".into()],
     };
-    let result: Result<Vec<RecordBatch>> = read_split(&storage(), split, full_schema(), Vec::new())
+    let result: Result<Vec<RecordBatch>> = read_split(&storage(), split, full_schema())
         .try_collect()
         .await;
     let error = result.unwrap_err().to_string();

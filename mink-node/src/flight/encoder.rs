@@ -47,6 +47,11 @@ impl BatchEncoder {
         SchemaAsIpc::new(schema, &self.options).into()
     }
 
+    /// The schema message that opens an answer of rows in `schema`.
+    pub(super) fn start_with(&mut self, schema: &SchemaRef) -> FlightData {
+        self.schema_message(schema)
+    }
+
     /// The schema message that opens an answer.
     pub(super) fn start(&mut self, table: &TableDescriptor) -> Result<FlightData, NodeError> {
         let schema = Arc::new(table.schema().project(&self.projection)?);

@@ -2,20 +2,18 @@
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
 use arrow_flight::FlightData;
-use datafusion_execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_core::filter::{ColumnFilter, filter_batch};
-use mink_core::key::{KeyCodec, RowCodec};
-use mink_core::merge::TailIndex;
+use mink_core::key::RowCodec;
 use mink_core::protocol::{
     LakeRequest, LimitScanRequest, ScanRequest, SnapshotBatch, SnapshotRequest, TailEnd,
     TailRequest, UnionPlan, UnionRequest, decode,
 };
-use mink_core::schema::normalize_batch;
 use mink_core::table::{TableDescriptor, TablePath};
-use mink_lake::reader::{LakeSplit, read_split};
+use mink_lake::reader::LakeSplit;
+use mink_scan::filters::physical_filter;
+use mink_scan::union::{UnionScan, UnionSplit, execute_in_order, filter_and_project};
 use prost::Message;
 use tonic::Status;
 
@@ -24,9 +22,8 @@ use super::limits::{self, DEFAULT_BATCH_ROWS};
 use super::{FlightStream, MinkFlightService, projection, required_bucket};
 use crate::error::NodeError;
 use crate::kv::{KvTablet, SnapshotReader};
-use crate::log::LogBatch;
 use crate::node::Node;
-use crate::union::{PlannedUnion, changelog_rows, log_range};
+use crate::union::{LocalLog, PlannedUnion};
 
 impl MinkFlightService {
     /// Scan: log batches from an offset, bounded by `max_bytes` (clamped to
@@ -112,7 +109,7 @@ impl MinkFlightService {
 
 impl MinkFlightService {
     /// Union: the bucket's lake rows below the seam, then its log up to the high
-    /// watermark at plan time (for a primary-key table, folded by key), then the plan.
+    /// watermark at plan time (for a primary-key table, merged by key), then the plan.
     pub(super) async fn union(
         &self,
         request: UnionRequest,
@@ -121,36 +118,22 @@ impl MinkFlightService {
         let filters = request.filters;
         let planned = self.node.plan_union(&bucket, &filters).await?;
         let projection = projection(&planned.table, &request.columns)?;
-        let end = metadata_only(planned.plan.encode_to_vec());
-        let (log_from, log_to) = (planned.plan.log_from, planned.plan.log_to);
-        let log = log_range(Arc::clone(&planned.bucket), log_from, log_to);
-        if planned.table.has_primary_key() {
-            if planned.plan.snapshot_id.is_none() {
-                return kv_union(planned, projection, filters);
-            }
-            return self
-                .merged_union(planned.table, planned.split, log, projection, filters, end)
-                .await;
+        if planned.table.has_primary_key() && planned.plan.snapshot_id.is_none() {
+            return kv_union(planned, projection, filters);
         }
-        let mut log_encoder = BatchEncoder::new(projection.clone());
-        let schema = log_encoder.start(&planned.table)?;
-        let lake = self
-            .lake_batches(&planned.table, planned.split, &projection, &filters, None)
-            .await?;
-        let table = Arc::clone(&planned.table);
-        let log = log.map(move |batch| {
-            let current =
-                normalize_batch(&batch?.batch, table.schema()).map_err(NodeError::from)?;
-            let rows = filter_batch(&filters, &current).map_err(NodeError::from)?;
-            Ok(log_encoder.encode(&rows, Vec::new())?)
-        });
-        let answer = stream::once(async { Ok(vec![schema]) })
-            .chain(lake)
-            .chain(log)
-            .chain(stream::once(async { Ok(vec![end]) }))
-            .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
-            .try_flatten();
-        Ok(answer.boxed())
+        let end = metadata_only(planned.plan.encode_to_vec());
+        let split = UnionSplit {
+            bucket: planned.id,
+            plan: planned.plan,
+            lake: planned.split,
+        };
+        let read = PlanRead {
+            table: &planned.table,
+            projection: &projection,
+            filters: &filters,
+        };
+        let (schema, rows) = self.execute(read, Splits::Union(&[split])).await?;
+        Ok(answer(schema, rows, end))
     }
 
     /// Lake: one snapshot of a table or partition.
@@ -169,138 +152,95 @@ impl MinkFlightService {
             )
             .await?;
         let projection = projection(&table, &request.columns)?;
-        let schema = BatchEncoder::new(projection.clone()).start(&table)?;
-        let lake = self
-            .lake_batches(&table, split, &projection, &request.filters, None)
-            .await?;
+        let read = PlanRead {
+            table: &table,
+            projection: &projection,
+            filters: &request.filters,
+        };
+        let (schema, rows) = self.execute(read, Splits::Lake(&split)).await?;
         let answer = stream::once(async { Ok(vec![schema]) })
-            .chain(lake)
+            .chain(rows)
+            .map_err(Status::from)
             .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
             .try_flatten();
         Ok(answer.boxed())
     }
 
-    /// The key merge of a primary-key table's union (`spec/union-read.md`): the tail is
-    /// folded by key in memory, the lake is streamed without the rows whose key the tail
-    /// changed, then the tail's live rows follow in log order.
-    async fn merged_union(
+    /// Executes `read` over `splits` with `mink_scan`'s plan (the engine's union read,
+    /// with the node's own logs as its tail): the schema message, then the encoded rows.
+    /// The plan's partitions run one after another ([`execute_in_order`]), so a union's
+    /// tail follows its whole lake in log order; the lake's files are read concurrently
+    /// inside the first.
+    async fn execute(
         &self,
-        table: Arc<TableDescriptor>,
-        split: LakeSplit,
-        log: BoxStream<'static, Result<LogBatch, NodeError>>,
-        projection: Vec<usize>,
-        filters: Vec<ColumnFilter>,
-        end: FlightData,
-    ) -> Result<FlightStream<FlightData>, NodeError> {
-        let (tail, reservation) = self.collect_tail(&table, log).await?;
-        let codec = KeyCodec::new(&table)?;
-        let merge = Arc::new(KeyMerge {
-            index: TailIndex::new(&codec, tail)?,
-            codec,
-            _reservation: reservation,
-        });
-        let mut encoder = BatchEncoder::new(projection.clone());
-        let schema = encoder.start(&table)?;
-        let lake = self
-            .lake_batches(
-                &table,
-                split,
-                &projection,
-                &filters,
-                Some(Arc::clone(&merge)),
-            )
-            .await?;
-        // The index is built from the unfiltered tail; filters apply to what it emits.
-        let mut live = Vec::new();
-        for rows in merge.index.live_rows()? {
-            live.extend(encoder.encode(&filter_batch(&filters, &rows)?, Vec::new())?);
-        }
-        live.push(end);
-        let answer = stream::once(async { Ok(vec![schema]) })
-            .chain(lake)
-            .chain(stream::once(async { Ok(live) }))
-            .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
-            .try_flatten();
-        Ok(answer.boxed())
-    }
-
-    /// A primary-key union's tail as changelog rows, its memory reserved in the node's
-    /// pool for as long as the merge holds it.
-    async fn collect_tail(
-        &self,
-        table: &TableDescriptor,
-        mut log: BoxStream<'static, Result<LogBatch, NodeError>>,
-    ) -> Result<(Vec<(RecordBatch, Vec<u8>)>, MemoryReservation), NodeError> {
-        let reservation = MemoryConsumer::new(format!("Union tail of {}", table.path))
-            .register(self.node.memory_pool());
-        let mut tail = Vec::new();
-        while let Some(batch) = log.try_next().await? {
-            let (rows, changes) = changelog_rows(table, batch)?;
-            reservation
-                .try_grow(rows.get_array_memory_size() + changes.len())
-                .map_err(|e| {
-                    NodeError::MemoryExhausted(format!(
-                        "the log tail of a union read of {}: {e}",
-                        table.path
-                    ))
-                })?;
-            tail.push((rows, changes));
-        }
-        Ok((tail, reservation))
-    }
-
-    /// The encoded rows of a lake split that match `filters`, projected. Only the projected
-    /// and filtered columns (and, for a key merge, the key columns) are read from Parquet;
-    /// `merge` drops the rows whose key the tail changed.
-    async fn lake_batches(
-        &self,
-        table: &TableDescriptor,
-        split: LakeSplit,
-        projection: &[usize],
-        filters: &[ColumnFilter],
-        merge: Option<Arc<KeyMerge>>,
-    ) -> Result<BoxStream<'static, Result<Vec<FlightData>, Status>>, NodeError> {
-        if split.files.is_empty() {
-            return Ok(stream::empty().boxed());
-        }
-        let mut read = projection.to_vec();
+        read: PlanRead<'_>,
+        splits: Splits<'_>,
+    ) -> Result<(FlightData, BoxStream<'static, Result<Vec<FlightData>, NodeError>>), NodeError>
+    {
+        let PlanRead {
+            table,
+            projection,
+            filters,
+        } = read;
+        let keys = match splits {
+            Splits::Union(_) => table.primary_key.as_slice(),
+            Splits::Lake(_) => &[],
+        };
+        let mut columns = projection.to_vec();
         let filter_columns = filters.iter().map(|f| f.column.as_str());
-        let key_columns = merge
-            .iter()
-            .flat_map(|m| m.codec.columns().iter().map(String::as_str));
-        for column in filter_columns.chain(key_columns) {
+        for column in filter_columns.chain(keys.iter().map(String::as_str)) {
             let index = table.schema().index_of(column)?;
-            if !read.contains(&index) {
-                read.push(index);
+            if !columns.contains(&index) {
+                columns.push(index);
             }
         }
-        let read_schema = Arc::new(table.schema().project(&read)?);
+        let read_schema = table.schema().project(&columns)?;
+        let has_files = match splits {
+            Splits::Union(splits) => splits.iter().any(|s| !s.lake.files.is_empty()),
+            Splits::Lake(split) => !split.files.is_empty(),
+        };
+        let storage = match has_files {
+            true => Some(self.node.lake().await?.storage().clone()),
+            false => None,
+        };
+        let scan = UnionScan {
+            table,
+            storage: storage.as_ref(),
+            log: Arc::new(LocalLog {
+                node: Arc::clone(&self.node),
+            }),
+            columns: columns.iter().map(|&i| i as u32).collect(),
+            predicate: physical_filter(filters, table.schema())?,
+            lake_first: true,
+        };
+        let context = self.node.read_context();
+        let rows = match splits {
+            Splits::Union(splits) => scan.plan(&context, splits).await?,
+            Splits::Lake(split) => scan.lake(&context, &[split]).await?,
+        };
+        let exact = physical_filter(filters, &read_schema)?;
+        let plan = filter_and_project(rows, exact, (0..projection.len()).collect())?;
         let mut encoder = BatchEncoder::new((0..projection.len()).collect());
-        let filters = filters.to_vec();
-        let storage = self.node.lake().await?.storage().clone();
-        Ok(read_split(&storage, split, read_schema, filters.clone())
-            .map(move |batch| {
-                let mut batch = batch.map_err(NodeError::from)?;
-                if let Some(merge) = &merge {
-                    batch = merge
-                        .index
-                        .filter_lake(&merge.codec, &batch)
-                        .map_err(NodeError::from)?;
-                }
-                let rows = filter_batch(&filters, &batch).map_err(NodeError::from)?;
-                Ok(encoder.encode(&rows, Vec::new())?)
-            })
-            .boxed())
+        let schema = encoder.start_with(&plan.schema());
+        let batches = execute_in_order(plan, context)
+            .map(move |batch| encoder.encode(&batch?, Vec::new()));
+        Ok((schema, batches.boxed()))
     }
 }
 
-/// A primary-key union's tail, folded by key, and the codec of its keys.
-#[derive(Debug)]
-struct KeyMerge {
-    index: TailIndex,
-    codec: KeyCodec,
-    /// The tail's memory, held in the node's pool until the merge is dropped.
-    _reservation: MemoryReservation,
+/// What a plan read answers: the table, the columns asked for (by index in the table)
+/// and the filters every row must pass.
+struct PlanRead<'a> {
+    table: &'a TableDescriptor,
+    projection: &'a [usize],
+    filters: &'a [ColumnFilter],
+}
+
+/// What a plan read reads: a union of buckets, or the lake alone.
+#[derive(Clone, Copy)]
+enum Splits<'a> {
+    Union(&'a [UnionSplit]),
+    Lake(&'a LakeSplit),
 }
 
 /// Streams a KV store in key order: the schema, batches of `batch_rows` rows (at most

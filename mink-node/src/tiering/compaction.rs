@@ -19,6 +19,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::datatypes::{Schema, SchemaRef};
+use datafusion_execution::TaskContext;
 use futures::TryStreamExt;
 use mink_core::key::KeyCodec;
 use mink_core::protocol::BucketId;
@@ -27,10 +28,12 @@ use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::Operation;
 use mink_lake::commit::SnapshotChanges;
 use mink_lake::layout::{BUCKET_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN, lake_arrow_schema};
-use mink_lake::reader::{LakeSplit, SplitScope, plan_split, read_split};
+use mink_lake::reader::{LakeSplit, SplitScope, plan_split};
 use mink_lake::storage::LakeStorage;
 use mink_lake::writer::{BucketWriter, delete_files};
 use mink_lake::{DataFile, LakeTable};
+use mink_scan::lake_scan::LakeScan;
+use mink_scan::union::execute_in_order;
 use tracing::info;
 
 use super::lake_index::{BucketIndex, MAX_FILES, split_by_bucket_dir};
@@ -210,6 +213,9 @@ impl<'a> Rewrite<'a> {
 
     /// A bucket's live rows as new files; returns them, the keys of their rows in order
     /// (primary-key tables) and the row count.
+    ///
+    /// The rows are read by the union read's lake scan (`mink_scan`), its partitions in
+    /// order, so the keys are in the order the rows are written.
     async fn bucket(
         &self,
         storage: &LakeStorage,
@@ -219,7 +225,15 @@ impl<'a> Rewrite<'a> {
         let mut writer = BucketWriter::new(self.lake_table, bucket)?;
         let mut keys = Vec::new();
         let mut rows = 0;
-        let mut batches = read_split(storage, split, Arc::clone(&self.read_schema), Vec::new());
+        let scan = LakeScan {
+            storage,
+            table_schema: Arc::clone(&self.read_schema),
+            projection: (0..self.read_schema.fields().len()).collect(),
+            predicate: None,
+        };
+        let context = Arc::new(TaskContext::default());
+        let plan = scan.plan(&context, &[&split]).await?;
+        let mut batches = execute_in_order(plan, context);
         while let Some(batch) = batches.try_next().await? {
             if let Some(codec) = &self.codec {
                 keys.extend(codec.encode(&batch)?.iter().map(|key| key.as_ref().into()));

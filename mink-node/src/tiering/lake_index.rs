@@ -140,7 +140,7 @@ impl BucketIndex {
             });
         }
         let key_schema = key_schema(table, &codec)?;
-        let mut batches = read_split_positioned(storage, split, key_schema, Vec::new());
+        let mut batches = read_split_positioned(storage, split, key_schema);
         while let Some(positioned) = batches.try_next().await? {
             let file = *file_ids.get(&*positioned.file).ok_or_else(|| {
                 NodeError::Corrupt(format!("lake rows of unplanned file {}", positioned.file))

@@ -261,7 +261,7 @@ impl TestLake {
     pub(super) async fn rows(&self) -> Vec<LakeRow> {
         let split = self.bucket_split().await;
         let schema = lake_arrow_schema(self.lake_table.metadata().current_schema()).unwrap();
-        let batches: Vec<RecordBatch> = read_split(self.lake.storage(), split, schema, Vec::new())
+        let batches: Vec<RecordBatch> = read_split(self.lake.storage(), split, schema)
             .try_collect()
             .await
             .unwrap();

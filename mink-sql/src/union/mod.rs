@@ -1,27 +1,20 @@
-//! The union read as a tree of plan nodes (`spec/union-read.md`):
+//! The engine's union read: the tree of `mink_scan` (`spec/union-read.md`), the same plan
+//! nodes the bucket leader executes for its Union ticket, under the engine's operators:
 //!
 //! ```text
 //!   FilterExec (the filters the scan took, exact; projection to the statement's columns)
 //!     KeyMergeExec                        primary-key table: lake minus changed keys, then
 //!       DataSourceExec (ParquetSource)      the tails' live rows
-//!       LogTailExec
+//!       LogTailExec                         the leaders' logs over Flight ([`tail`])
 //!   or UnionExec(DataSourceExec, LogTailExec)   log table: lake rows, then tail rows
 //! ```
 //!
-//! The lake side is DataFusion's own Parquet scan ([`lake_scan`]), pruned by every filter
-//! the statement pushed (row groups, pages, bloom filters), with Iceberg's position deletes
-//! as row selections; the tail side reads each bucket's log from its leader
-//! ([`tail`]); the merge ([`merge`]) drops the lake rows whose key a tail changed. The
-//! buckets of a primary-key table that nothing was tiered from yet are read from their KV
-//! stores (a [`MinkScanExec`] beside the merge), where a merge would fold their whole
-//! changelog in memory. `EXPLAIN ANALYZE` shows each node with its counters.
-//!
-//! Equality deletes (written by other engines, never by mink) are applied by an
-//! `EqualityDeleteExec` over the lake files they apply to ([`equality`]).
+//! The lake side is pruned by every filter the statement pushed (row groups, pages, bloom
+//! filters) as a physical expression. The buckets of a primary-key table that nothing was
+//! tiered from yet are read from their KV stores (a [`MinkScanExec`] beside the merge),
+//! where a merge would fold their whole changelog in memory. `EXPLAIN ANALYZE` shows each
+//! node with its counters.
 
-pub(crate) mod equality;
-pub(crate) mod lake_scan;
-pub(crate) mod merge;
 pub(crate) mod tail;
 
 use std::sync::Arc;
@@ -34,27 +27,14 @@ use datafusion::logical_expr::Expr;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::expressions::Column;
-use datafusion::physical_plan::filter::FilterExecBuilder;
-use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::union::UnionExec;
-use mink_core::key::KeyCodec;
-use mink_core::protocol::{BucketId, UnionPlan};
-use mink_lake::reader::LakeSplit;
+pub(crate) use mink_scan::union::UnionSplit;
+use mink_core::protocol::UnionPlan;
+use mink_scan::union::{UnionScan, filter_and_project};
 
-use self::lake_scan::LakeScan;
-use self::merge::KeyMergeExec;
-use self::tail::{LogTailExec, TailRange};
+use self::tail::FlightLog;
 use crate::exec::MinkScanExec;
-use crate::split::{Split, SplitReader, SplitSource, external};
-
-/// One bucket's union split: its plan (seam, log range) and its lake files.
-#[derive(Debug, Clone)]
-pub(crate) struct UnionSplit {
-    pub(crate) bucket: BucketId,
-    pub(crate) plan: UnionPlan,
-    pub(crate) lake: LakeSplit,
-}
+use crate::split::{Split, SplitReader, SplitSource};
 
 /// What a union read's plan is built from.
 #[derive(Debug)]
@@ -82,62 +62,29 @@ impl UnionRead {
             exact,
         } = self;
         let table = Arc::clone(&reader.table);
-        let table_schema = Arc::clone(table.schema());
-        let read_schema = Arc::clone(&reader.read_schema);
-        let columns = reader.read_columns();
-        let projection: Vec<usize> = columns.iter().map(|&i| i as usize).collect();
         // A bucket with nothing tiered yet is read from its KV store.
         let (untiered_splits, splits): (Vec<UnionSplit>, Vec<UnionSplit>) = splits
             .into_iter()
             .partition(|split| table.has_primary_key() && untiered(&split.plan));
-        let mut lakes: Vec<&LakeSplit> = Vec::new();
-        let mut ranges = Vec::new();
-        for UnionSplit { bucket, plan, lake } in &splits {
-            check_files(&reader, lake)?;
-            lakes.push(lake);
-            if plan.log_to > plan.log_from {
-                ranges.push(TailRange {
-                    bucket: bucket.clone(),
-                    from: plan.log_from,
-                    to: plan.log_to,
-                });
-            }
-        }
-        let lake = LakeScan {
-            storage: &reader.storage,
-            table_schema: Arc::clone(&table_schema),
-            projection,
+        let scan = UnionScan {
+            table: &table,
+            storage: Some(&reader.storage),
+            log: Arc::new(FlightLog {
+                client: reader.client.clone(),
+            }),
+            columns: reader.read_columns(),
             // A log table's filters reach the scan through DataFusion's own pushdown (its
             // filters above a `UnionExec` go down both sides); the key merge passes none
             // down, so a primary-key table's lake scan is handed them here. Pruning is an
             // optimization: a filter DataFusion cannot plan over the table's columns prunes
             // nothing and is still applied above the scan.
             predicate: match table.has_primary_key() {
-                true => physical(state, &table_schema, pruning).ok().flatten(),
+                true => physical(state, table.schema(), pruning).ok().flatten(),
                 false => None,
             },
-        }
-        .plan(state, &lakes)
-        .await?;
-        let mut plan = match (ranges.is_empty(), table.has_primary_key()) {
-            (true, _) => lake,
-            (false, true) => {
-                let tail = LogTailExec::new(
-                    reader.client.clone(),
-                    ranges,
-                    columns,
-                    Arc::clone(&read_schema),
-                    true,
-                );
-                let codec = Arc::new(KeyCodec::new(&table).map_err(external)?);
-                Arc::new(KeyMergeExec::new(lake, Arc::new(tail), codec))
-            }
-            (false, false) => {
-                let tail =
-                    LogTailExec::new(reader.client.clone(), ranges, columns, read_schema, false);
-                UnionExec::try_new(vec![lake, Arc::new(tail)])?
-            }
+            lake_first: false,
         };
+        let mut plan = scan.plan(&state.task_ctx(), &splits).await?;
         let output: Vec<usize> = std::mem::take(&mut reader.output);
         if !untiered_splits.is_empty() {
             // The KV stores' rows in the read schema, filtered above with the rest.
@@ -162,45 +109,6 @@ impl UnionRead {
 /// bucket is tiered yet (a `t$lake` read has no tail).
 fn untiered(plan: &UnionPlan) -> bool {
     plan.snapshot_id.is_none() && plan.log_to > plan.log_from
-}
-
-/// `plan`'s rows that pass `predicate`, in its columns `output`.
-fn filter_and_project(
-    plan: Arc<dyn ExecutionPlan>,
-    predicate: Option<Arc<dyn PhysicalExpr>>,
-    output: Vec<usize>,
-) -> Result<Arc<dyn ExecutionPlan>> {
-    let schema = plan.schema();
-    match predicate {
-        Some(predicate) => Ok(Arc::new(
-            FilterExecBuilder::new(predicate, plan)
-                .apply_projection(Some(output))?
-                .build()?,
-        )),
-        None if output.len() == schema.fields().len() => Ok(plan),
-        None => {
-            let columns = output.iter().map(|&i| {
-                let name = schema.field(i).name().clone();
-                let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(&name, i));
-                (column, name)
-            });
-            Ok(Arc::new(ProjectionExec::try_new(columns, plan)?))
-        }
-    }
-}
-
-/// The node names the files; none outside the table's location is read.
-pub(crate) fn check_files(reader: &SplitReader, lake: &LakeSplit) -> Result<()> {
-    for file in &lake.files {
-        let deletes = file.deletes.iter().map(|d| d.path.as_str());
-        for path in std::iter::once(file.path.as_str()).chain(deletes) {
-            reader
-                .storage
-                .check_table_file(&reader.table.path, path)
-                .map_err(external)?;
-        }
-    }
-    Ok(())
 }
 
 /// The conjunction of `filters` as a physical expression over `schema`; their columns'

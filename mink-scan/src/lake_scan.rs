@@ -22,21 +22,24 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use datafusion::catalog::Session;
-use datafusion::config::TableParquetOptions;
-use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::object_store::ObjectStoreUrl;
-use datafusion::datasource::physical_plan::parquet::{
-    CachedParquetFileReaderFactory, ParquetAccessPlan, RowGroupAccess, metadata::DFParquetMetadata,
+use datafusion_common::Result;
+use datafusion_common::config::TableParquetOptions;
+use datafusion_datasource::PartitionedFile;
+use datafusion_datasource::file_groups::FileGroup;
+use datafusion_datasource::file_scan_config::FileScanConfigBuilder;
+use datafusion_datasource::source::DataSourceExec;
+use datafusion_datasource_parquet::metadata::DFParquetMetadata;
+use datafusion_datasource_parquet::source::ParquetSource;
+use datafusion_datasource_parquet::{
+    CachedParquetFileReaderFactory, ParquetAccessPlan, RowGroupAccess,
 };
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
-use datafusion::datasource::source::DataSourceExec;
-use datafusion::error::Result;
-use datafusion::execution::cache::cache_manager::FileMetadataCache;
-use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::empty::EmptyExec;
-use datafusion::physical_plan::union::UnionExec;
+use datafusion_execution::TaskContext;
+use datafusion_execution::cache::cache_manager::FileMetadataCache;
+use datafusion_execution::object_store::ObjectStoreUrl;
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_physical_plan::ExecutionPlan;
+use datafusion_physical_plan::empty::EmptyExec;
+use datafusion_physical_plan::union::UnionExec;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use mink_lake::reader::{
     DeleteKind, EqualityFilter, GroupRows, LakeDeleteFile, LakeFile, LakeSplit, rows_per_group,
@@ -45,22 +48,22 @@ use mink_lake::reader::{
 use mink_lake::storage::LakeStorage;
 use object_store::ObjectStore;
 
-use super::equality::EqualityDeleteExec;
-use crate::split::external;
+use crate::equality::EqualityDeleteExec;
+use crate::external;
 
 /// How many footers of data files with deletes are read at once while planning.
 const CONCURRENT_FOOTERS: usize = 16;
 
 /// What a lake scan reads.
 #[derive(Debug)]
-pub(crate) struct LakeScan<'a> {
-    pub(crate) storage: &'a LakeStorage,
+pub struct LakeScan<'a> {
+    pub storage: &'a LakeStorage,
     /// The table's schema: what the scan's columns and predicate refer to.
-    pub(crate) table_schema: SchemaRef,
+    pub table_schema: SchemaRef,
     /// The columns read, by index in the table schema.
-    pub(crate) projection: Vec<usize>,
+    pub projection: Vec<usize>,
     /// Prunes row groups and pages; rows are not filtered by it.
-    pub(crate) predicate: Option<Arc<dyn PhysicalExpr>>,
+    pub predicate: Option<Arc<dyn PhysicalExpr>>,
 }
 
 /// Where a scan's files are read from: the store, its URL in DataFusion's runtime, and
@@ -78,9 +81,9 @@ impl LakeScan<'_> {
     ///
     /// # Errors
     /// A delete file or a footer could not be read.
-    pub(crate) async fn plan(
+    pub async fn plan(
         &self,
-        state: &dyn Session,
+        context: &TaskContext,
         splits: &[&LakeSplit],
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let projected = Arc::new(self.table_schema.project(&self.projection)?);
@@ -89,13 +92,12 @@ impl LakeScan<'_> {
         }
         let store = self.storage.store().map_err(external)?;
         let url = store_url(self.storage);
-        state
-            .runtime_env()
-            .register_object_store(url.as_ref(), Arc::clone(&store));
+        let runtime = context.runtime_env();
+        runtime.register_object_store(url.as_ref(), Arc::clone(&store));
         let store = Store {
             store,
             url,
-            footers: state.runtime_env().cache_manager.get_file_metadata_cache(),
+            footers: runtime.cache_manager.get_file_metadata_cache(),
         };
         let mut plain = Vec::with_capacity(splits.len());
         // The files that equality deletes apply to, by the paths of those deletes.
@@ -142,7 +144,7 @@ impl LakeScan<'_> {
         }
         let mut scans = Vec::new();
         if !plain.is_empty() {
-            scans.push(self.parquet(state, &store, plain, self.projection.clone())?);
+            scans.push(self.parquet(context, &store, plain, self.projection.clone())?);
         }
         for (deletes, files) in by_equality.into_values() {
             let filter = EqualityFilter::load(self.storage, &deletes)
@@ -158,7 +160,7 @@ impl LakeScan<'_> {
                     read.push(column);
                 }
             }
-            let scan = self.parquet(state, &store, vec![FileGroup::new(files)], read)?;
+            let scan = self.parquet(context, &store, vec![FileGroup::new(files)], read)?;
             let filtered = EqualityDeleteExec::new(scan, Arc::new(filter), self.projection.len());
             scans.push(Arc::new(filtered));
         }
@@ -168,13 +170,14 @@ impl LakeScan<'_> {
     /// DataFusion's Parquet scan of `groups`, columns `projection` of the table.
     fn parquet(
         &self,
-        state: &dyn Session,
+        context: &TaskContext,
         store: &Store,
         groups: Vec<FileGroup>,
         projection: Vec<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let config = context.session_config().options();
         let options = TableParquetOptions {
-            global: state.config_options().execution.parquet.clone(),
+            global: config.execution.parquet.clone(),
             ..TableParquetOptions::default()
         };
         let footers = CachedParquetFileReaderFactory::new(
@@ -187,11 +190,15 @@ impl LakeScan<'_> {
         if let Some(predicate) = &self.predicate {
             source = source.with_predicate(Arc::clone(predicate));
         }
-        let config = FileScanConfigBuilder::new(store.url.clone(), Arc::new(source))
+        let scan = FileScanConfigBuilder::new(store.url.clone(), Arc::new(source))
             .with_file_groups(groups)
             .with_projection_indices(Some(projection))?
             .build();
-        Ok(DataSourceExec::from_data_source(config))
+        let scan = DataSourceExec::from_data_source(scan);
+        // Split by byte range over the session's partitions, as DataFusion's optimizer
+        // would: a plan that no optimizer sees (the node's) reads its files in parallel too.
+        let target = context.session_config().target_partitions();
+        Ok(scan.repartitioned(target, config)?.unwrap_or(scan))
     }
 
     /// One data file for the scan: with its deleted positions as its access plan.

@@ -28,14 +28,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{SchemaRef, UInt8Type};
-use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::TaskContext;
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
-use datafusion::physical_plan::metrics::{
+use datafusion_common::{DataFusionError, Result};
+use datafusion_execution::TaskContext;
+use datafusion_execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion_physical_plan::metrics::{
     BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time,
 };
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
+use datafusion_physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion_physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
     SendableRecordBatchStream,
 };
@@ -44,14 +44,14 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use mink_core::key::KeyCodec;
 use mink_core::merge::TailIndex;
 
-use crate::split::external;
+use crate::external;
 
 /// The tails' index, built once per execution and shared by every output partition.
 type SharedIndex = Shared<BoxFuture<'static, Result<Arc<MergeIndex>, Arc<DataFusionError>>>>;
 
 /// The merge of a lake input and a tail input (see the module docs).
 #[derive(Debug)]
-pub(crate) struct KeyMergeExec {
+pub struct KeyMergeExec {
     lake: Arc<dyn ExecutionPlan>,
     tail: Arc<dyn ExecutionPlan>,
     codec: Arc<KeyCodec>,
@@ -64,14 +64,14 @@ impl KeyMergeExec {
     /// Merges `lake` (rows in the read schema, which holds the key columns) with `tail`
     /// (the same columns and the change type, each bucket's tail in log order in one
     /// partition).
-    pub(crate) fn new(
+    pub fn new(
         lake: Arc<dyn ExecutionPlan>,
         tail: Arc<dyn ExecutionPlan>,
         codec: Arc<KeyCodec>,
     ) -> Self {
         let properties = PlanProperties::new(
-            datafusion::physical_expr::EquivalenceProperties::new(lake.schema()),
-            datafusion::physical_plan::Partitioning::UnknownPartitioning(
+            datafusion_physical_expr::EquivalenceProperties::new(lake.schema()),
+            datafusion_physical_plan::Partitioning::UnknownPartitioning(
                 lake.output_partitioning().partition_count(),
             ),
             lake.pipeline_behavior(),
@@ -85,6 +85,11 @@ impl KeyMergeExec {
             metrics: ExecutionPlanMetricsSet::new(),
             index: Mutex::new(None),
         }
+    }
+
+    /// The key columns, in encoding order.
+    pub fn key_columns(&self) -> &[String] {
+        self.codec.columns()
     }
 
     /// The shared index, its build started by the first partition that asks.

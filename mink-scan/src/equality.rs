@@ -12,25 +12,25 @@ use std::sync::Arc;
 
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::SchemaRef;
-use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::TaskContext;
-use datafusion::physical_expr::EquivalenceProperties;
-use datafusion::physical_plan::metrics::{
+use datafusion_common::{DataFusionError, Result};
+use datafusion_execution::TaskContext;
+use datafusion_physical_expr::EquivalenceProperties;
+use datafusion_physical_plan::metrics::{
     BaselineMetrics, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
 };
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
+use datafusion_physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion_physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
     PlanProperties, SendableRecordBatchStream,
 };
 use futures::TryStreamExt;
 use mink_lake::reader::EqualityFilter;
 
-use crate::split::external;
+use crate::external;
 
 /// A lake scan's rows minus those equality deletes name (see the module docs).
 #[derive(Debug)]
-pub(crate) struct EqualityDeleteExec {
+pub struct EqualityDeleteExec {
     input: Arc<dyn ExecutionPlan>,
     filter: Arc<EqualityFilter>,
     /// The read columns: the input's first `kept` columns.
@@ -41,7 +41,7 @@ pub(crate) struct EqualityDeleteExec {
 }
 
 impl EqualityDeleteExec {
-    pub(crate) fn new(
+    pub fn new(
         input: Arc<dyn ExecutionPlan>,
         filter: Arc<EqualityFilter>,
         kept: usize,
@@ -62,6 +62,16 @@ impl EqualityDeleteExec {
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
         }
+    }
+
+    /// The deletes, as loaded.
+    pub fn filter(&self) -> &EqualityFilter {
+        &self.filter
+    }
+
+    /// How many of the input's columns (the read columns) are output.
+    pub fn kept(&self) -> usize {
+        self.kept
     }
 }
 
