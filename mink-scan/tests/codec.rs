@@ -127,9 +127,7 @@ fn equality_filter() -> EqualityFilter {
     let stream = stream.into_inner().unwrap();
     let mut bytes = (stream.len() as u64).to_le_bytes().to_vec();
     bytes.extend(stream);
-    let filter = EqualityFilter::from_bytes(&bytes).unwrap();
-    assert_eq!(filter.to_bytes().unwrap(), bytes, "the filter writes what it read");
-    filter
+    EqualityFilter::from_bytes(&bytes).unwrap()
 }
 
 /// `id <> 6` over the merge of the lake (minus equality deletes) and the tail.
