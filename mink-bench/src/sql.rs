@@ -2,8 +2,12 @@
 //!
 //! ```text
 //! cargo run --release -p mink-bench -- sql [--keys 2000000] [--buckets 4]
-//!     [--lookups 200] [--explain] [--dir DIR] [--no-sync]
+//!     [--lookups 200] [--explain] [--log-table] [--dir DIR] [--no-sync]
 //! ```
+//!
+//! With `--log-table` the table has no primary key: the 1% are appended as new rows, the
+//! union read is the lake's rows followed by the tails (no merge), and the naive plan and
+//! the point queries (which need a key) are left out.
 //!
 //! One primary-key table (`id`) of `--keys` rows of the `log` suite's schema with a lake:
 //! every key loaded and tiered, then 1% of the keys (distinct, at random) upserted with
@@ -55,9 +59,10 @@ use rand::Rng;
 use crate::data::{Changes, ipc_len, seeded};
 use crate::error::BenchError;
 use crate::harness::{
-    CALL_WARMUP, NodeArgs, ROUNDS, Running, Throughput, blocking, check_pk_table_args,
-    create_pk_lake_table, latency, measure, median, parquet_session, prepare, python, report,
-    row_count, split, tier, timed_rounds, write_batches, write_parquet,
+    CALL_WARMUP, NodeArgs, ON_DEMAND_FRESHNESS, ROUNDS, Running, Throughput, blocking,
+    check_pk_table_args, create_table_with, lake_options, latency, measure, median,
+    parquet_session, prepare, python, report, row_count, split, tier, timed_rounds,
+    write_batches, write_parquet,
 };
 
 /// Arguments of `mink-bench sql`.
@@ -75,6 +80,9 @@ pub(crate) struct SqlArgs {
     /// Print the `EXPLAIN ANALYZE` of each union read.
     #[arg(long)]
     explain: bool,
+    /// A log table (no primary key) instead of a primary-key table.
+    #[arg(long)]
+    log_table: bool,
     #[command(flatten)]
     node: NodeArgs,
 }
@@ -125,25 +133,32 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
         return Err(BenchError::Usage("--lookups must be at least 1".into()));
     }
     let (scratch, data, config) = prepare(&args.node, args.keys)?;
+    let keyed = !args.log_table;
     println!(
-        "mink-bench sql: {} keys, {} bucket{}, 1% of the keys changed in the tail, {}",
+        "mink-bench sql: {} keys, {} bucket{}, {}, {}",
         data.rows,
         args.buckets,
         if args.buckets == 1 { "" } else { "s" },
+        match keyed {
+            true => "primary key id, 1% of the keys changed in the tail",
+            false => "a log table, 1% more rows in the tail",
+        },
         args.node.describe(&config, &scratch)
     );
     let running = Running::start(config).await?;
-    let table = create_pk_lake_table(&running, "sql", &data, args.buckets).await?;
-    let path = table.path.clone();
+    let path = TablePath::new("bench", "sql");
+    let key: &[&str] = if keyed { &["id"] } else { &[] };
+    let options = lake_options(args.buckets, ON_DEMAND_FRESHNESS);
+    let table = create_table_with(&running.client, &path, &data.schema, key, options).await?;
     measure(
-        "upsert the keys",
+        "write the rows",
         write_batches(&running.client, &table, &data.batches),
     )
     .await?;
     measure("tier the load", tier(&running, &path)).await?;
     let tail = Changes::new(args.keys).next(args.keys / 100)?;
     measure(
-        "upsert 1% of the keys",
+        "write 1% of the keys again",
         write_batches(&running.client, &table, &tail.batches),
     )
     .await?;
@@ -153,10 +168,12 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
     let union = TableName(&path).to_string();
     let final_rows = collect(&session, &format!("SELECT * FROM {union}")).await?;
     let bytes = ipc_len(&final_rows)?;
-    let figure = |elapsed| Throughput::new(data.rows, bytes, elapsed);
+    let figure = |elapsed| Throughput::new(row_count(&final_rows), bytes, elapsed);
     let parquet_dir = scratch.path.join("baseline-parquet");
     write_files(&parquet_dir, &final_rows, args.buckets).await?;
-    register_tail(&session, Arc::clone(&tail.schema), tail.batches.clone())?;
+    if keyed {
+        register_tail(&session, Arc::clone(&tail.schema), tail.batches.clone())?;
+    }
     let engines = Engines::open(&parquet_dir).await?;
 
     for (what, sql) in QUERIES {
@@ -170,13 +187,6 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
             println!("{}", arrow::util::pretty::pretty_format_batches(&plan)?);
         }
         let (views_time, utf8_time) = engines.datafusion(what, sql, &rows).await?;
-        let naive = sql.replace("{t}", &naive_source(&path));
-        let (naive_rows, naive_time) = timed_rounds(&format!("{what}: the naive plan"), || {
-            query(&session, &naive)
-        })
-        .await?;
-        same_answer("the naive plan", &naive_rows, &rows)?;
-
         let union_figure = figure(union_time);
         let mut ratios = vec![
             format!(
@@ -184,11 +194,21 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
                 union_figure.ratio_to(&figure(views_time))
             ),
             format!("Utf8 {:.2}", union_figure.ratio_to(&figure(utf8_time))),
-            format!(
+        ];
+        if keyed {
+            let naive = sql.replace("{t}", &naive_source(&path));
+            let (naive_rows, naive_time) =
+                timed_rounds(&format!("{what}: the naive plan"), || {
+                    query(&session, &naive)
+                })
+                .await?;
+            same_answer("the naive plan", &naive_rows, &rows)?;
+            report(&format!("{what}: naive plan"), figure(naive_time), &[]);
+            ratios.push(format!(
                 "naive plan {:.2}",
                 union_figure.ratio_to(&figure(naive_time))
-            ),
-        ];
+            ));
+        }
         match duckdb(&parquet_dir, sql) {
             Ok((duck_rows, duck_time)) => {
                 same_answer("DuckDB", &duck_rows, &rows)?;
@@ -206,7 +226,6 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
             &[],
         );
         report(&format!("{what}: DataFusion, Utf8"), figure(utf8_time), &[]);
-        report(&format!("{what}: naive plan"), figure(naive_time), &[]);
         report(
             &format!("{what}: union read, {} changes in tail", tail.rows),
             union_figure,
@@ -215,7 +234,9 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
     }
 
     pruning_figure(&session, &path, data.rows).await?;
-    point_figure(&session, &path, data.rows, args.lookups).await?;
+    if keyed {
+        point_figure(&session, &path, data.rows, args.lookups).await?;
+    }
     running.stop().await?;
     Ok(())
 }
