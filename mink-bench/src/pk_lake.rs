@@ -15,9 +15,9 @@
 //!    rewriting the whole table as Parquet (what a copy-on-write lake would do).
 //! 2. **Lake read with `--deleted` position-deleted rows** (the keys changed so far): the
 //!    snapshot's files read in process by the union read's lake scan (`mink_scan`,
-//!    DataFusion's Parquet scan) with the deletes applied,
-//!    against the same files read without applying them. Then the compaction that folds
-//!    the deletes, timed.
+//!    DataFusion's Parquet scan) with the deletes applied, against the same files read
+//!    without applying them, and against mink-lake's positioned reader (the lake index's)
+//!    with the deletes applied. Then the compaction that folds the deletes, timed.
 //! 3. **Union read with 1% of the keys changed in the tail** (upserted after the last
 //!    round), against reading the same final rows as plain Parquet files (one per
 //!    bucket, written from the union's answer).
@@ -31,7 +31,7 @@ use futures::future::try_join_all;
 use futures::stream::TryStreamExt;
 use mink_core::table::{TableDescriptor, TablePath};
 use datafusion::execution::TaskContext;
-use mink_lake::reader::{LakeSplit, SplitScope, plan_split};
+use mink_lake::reader::{LakeSplit, SplitScope, plan_split, read_split};
 use mink_lake::storage::LakeStorage;
 use mink_node::NodeError;
 use mink_scan::lake_scan::LakeScan;
@@ -190,6 +190,7 @@ async fn lake_figure(
     }
     let schema = Arc::clone(running.node.describe(path)?.schema());
     let with = lake_reads(
+        LakeReader::Scan,
         lake.storage(),
         &split,
         &schema,
@@ -197,7 +198,17 @@ async fn lake_figure(
         "read the lake, deletes applied",
     );
     let with = with.await?;
+    let positioned = lake_reads(
+        LakeReader::Positioned,
+        lake.storage(),
+        &split,
+        &schema,
+        rows,
+        "read the lake with mink-lake's positioned reader, deletes applied",
+    );
+    let positioned = positioned.await?;
     let without = lake_reads(
+        LakeReader::Scan,
         lake.storage(),
         &ignored,
         &schema,
@@ -213,10 +224,16 @@ async fn lake_figure(
     report(
         &format!("lake read, {deleted} rows position-deleted"),
         format!("{with}   ({deletes} delete files)"),
-        &[format!(
-            "vs deletes ignored {:.2} (by time)",
-            without.elapsed.as_secs_f64() / with.elapsed.as_secs_f64()
-        )],
+        &[
+            format!(
+                "vs deletes ignored {:.2} (by time)",
+                without.elapsed.as_secs_f64() / with.elapsed.as_secs_f64()
+            ),
+            format!(
+                "vs the positioned reader {:.2}",
+                positioned.elapsed.as_secs_f64() / with.elapsed.as_secs_f64()
+            ),
+        ],
     );
     let (reply, elapsed) = measure("compact the table", async {
         Ok(running.client.compact(path).await?)
@@ -240,6 +257,7 @@ async fn lake_figure(
 ///
 /// [`ROUNDS`]: crate::harness::ROUNDS
 async fn lake_reads(
+    reader: LakeReader,
     storage: &LakeStorage,
     split: &LakeSplit,
     schema: &SchemaRef,
@@ -247,23 +265,40 @@ async fn lake_reads(
     what: &str,
 ) -> Result<Throughput, BenchError> {
     let (batches, elapsed) = timed_rounds(what, || async {
-        let scan = LakeScan {
-            storage,
-            table_schema: Arc::clone(schema),
-            projection: (0..schema.fields().len()).collect(),
-            predicate: None,
+        let batches = match reader {
+            LakeReader::Scan => {
+                let scan = LakeScan {
+                    storage,
+                    table_schema: Arc::clone(schema),
+                    projection: (0..schema.fields().len()).collect(),
+                    predicate: None,
+                };
+                let context = Arc::new(TaskContext::default());
+                let plan = scan.plan(&context, &[split]).await.map_err(NodeError::from)?;
+                execute_in_order(plan, context)
+                    .try_collect::<Vec<_>>()
+                    .await
+                    .map_err(NodeError::from)?
+            }
+            LakeReader::Positioned => read_split(storage, split.clone(), Arc::clone(schema))
+                .try_collect::<Vec<_>>()
+                .await
+                .map_err(NodeError::from)?,
         };
-        let context = Arc::new(TaskContext::default());
-        let plan = scan.plan(&context, &[split]).await.map_err(NodeError::from)?;
-        let batches = execute_in_order(plan, context)
-            .try_collect::<Vec<_>>()
-            .await
-            .map_err(NodeError::from)?;
         check_rows(what, row_count(&batches), rows)?;
         Ok(batches)
     })
     .await?;
     Ok(Throughput::new(rows, ipc_len(&batches)?, elapsed))
+}
+
+/// What reads the lake in [`lake_reads`].
+#[derive(Debug, Clone, Copy)]
+enum LakeReader {
+    /// The union read's lake scan (DataFusion's Parquet scan, deletes as row selections).
+    Scan,
+    /// mink-lake's positioned reader (the lake index's and `table_changes`' reader).
+    Positioned,
 }
 
 /// Figure 3: union reads of every bucket against the same rows as Parquet files.
