@@ -27,10 +27,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
+use datafusion::execution::TaskContext;
 use futures::future::try_join_all;
 use futures::stream::TryStreamExt;
 use mink_core::table::{TableDescriptor, TablePath};
-use datafusion::execution::TaskContext;
 use mink_lake::reader::{LakeSplit, SplitScope, plan_split, read_split};
 use mink_lake::storage::LakeStorage;
 use mink_node::NodeError;
@@ -274,7 +274,10 @@ async fn lake_reads(
                     predicate: None,
                 };
                 let context = Arc::new(TaskContext::default());
-                let plan = scan.plan(&context, &[split]).await.map_err(NodeError::from)?;
+                let plan = scan
+                    .plan(&context, &[split])
+                    .await
+                    .map_err(NodeError::from)?;
                 execute_in_order(plan, context)
                     .try_collect::<Vec<_>>()
                     .await

@@ -61,8 +61,8 @@ use crate::error::BenchError;
 use crate::harness::{
     CALL_WARMUP, NodeArgs, ON_DEMAND_FRESHNESS, ROUNDS, Running, Throughput, blocking,
     check_pk_table_args, create_table_with, lake_options, latency, measure, median,
-    parquet_session, prepare, python, report, row_count, split, tier, timed_rounds,
-    write_batches, write_parquet,
+    parquet_session, prepare, python, report, row_count, split, tier, timed_rounds, write_batches,
+    write_parquet,
 };
 
 /// Arguments of `mink-bench sql`.
@@ -197,11 +197,10 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
         ];
         if keyed {
             let naive = sql.replace("{t}", &naive_source(&path));
-            let (naive_rows, naive_time) =
-                timed_rounds(&format!("{what}: the naive plan"), || {
-                    query(&session, &naive)
-                })
-                .await?;
+            let (naive_rows, naive_time) = timed_rounds(&format!("{what}: the naive plan"), || {
+                query(&session, &naive)
+            })
+            .await?;
             same_answer("the naive plan", &naive_rows, &rows)?;
             report(&format!("{what}: naive plan"), figure(naive_time), &[]);
             ratios.push(format!(

@@ -58,7 +58,11 @@ impl KeyCodec {
         }
         let fields = columns
             .iter()
-            .map(|c| Ok(SortField::new(schema.field_with_name(c)?.data_type().clone())))
+            .map(|c| {
+                Ok(SortField::new(
+                    schema.field_with_name(c)?.data_type().clone(),
+                ))
+            })
             .collect::<Result<Vec<_>>>()?;
         let converter = RowConverter::new(fields)?;
         Ok(Self { columns, converter })

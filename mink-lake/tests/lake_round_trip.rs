@@ -144,11 +144,10 @@ async fn tiered_rounds_read_back_per_bucket() {
             .await
             .unwrap();
         assert_eq!(split.record_count(), 100);
-        let batches: Vec<RecordBatch> =
-            read_split(lake.storage(), split, Arc::clone(&projected))
-                .try_collect()
-                .await
-                .unwrap();
+        let batches: Vec<RecordBatch> = read_split(lake.storage(), split, Arc::clone(&projected))
+            .try_collect()
+            .await
+            .unwrap();
         batches.iter().map(RecordBatch::num_rows).sum()
     };
     assert_eq!(older, 100);

@@ -70,8 +70,8 @@ impl MinkCodec {
     pub fn encode(&self, plan: Arc<dyn ExecutionPlan>) -> Result<bytes::Bytes> {
         let wrapped = plan
             .transform_up(|node| match access_plans(node.as_ref()) {
-                Some(_) => Ok(Transformed::yes(
-                    Arc::new(LakeDeletesExec::new(node)) as Arc<dyn ExecutionPlan>
+                Some(files) => Ok(Transformed::yes(
+                    Arc::new(LakeDeletesExec { scan: node, files }) as Arc<dyn ExecutionPlan>,
                 )),
                 None => Ok(Transformed::no(node)),
             })?
@@ -102,8 +102,8 @@ impl PhysicalExtensionCodec for MinkCodec {
                 let [lake, tail] = inputs else {
                     return Err(malformed(&"a key merge without its two inputs"));
                 };
-                let codec = KeyCodec::for_columns(&lake.schema(), merge.key_columns)
-                    .map_err(external)?;
+                let codec =
+                    KeyCodec::for_columns(&lake.schema(), merge.key_columns).map_err(external)?;
                 Ok(Arc::new(KeyMergeExec::new(
                     Arc::clone(lake),
                     Arc::clone(tail),
@@ -111,7 +111,9 @@ impl PhysicalExtensionCodec for MinkCodec {
                 )))
             }
             Node::LogTail(tail) => {
-                let schema = tail.read_schema.ok_or_else(|| malformed(&"a tail without schema"))?;
+                let schema = tail
+                    .read_schema
+                    .ok_or_else(|| malformed(&"a tail without schema"))?;
                 let ranges = tail
                     .ranges
                     .into_iter()
@@ -182,10 +184,9 @@ impl PhysicalExtensionCodec for MinkCodec {
                 Arc::clone(&deletes.scan),
                 self,
             )?;
-            let files = access_plans(deletes.scan.as_ref()).unwrap_or_default();
             Node::LakeDeletes(Box::new(LakeDeletesNode {
                 scan: Some(scan),
-                files,
+                files: deletes.files.clone(),
             }))
         } else {
             return Err(DataFusionError::NotImplemented(format!(
@@ -208,17 +209,20 @@ fn malformed(error: &dyn fmt::Display) -> DataFusionError {
 
 /// The access plans of a Parquet scan's files, where any file has one.
 fn access_plans(plan: &dyn ExecutionPlan) -> Option<Vec<FileAccessNode>> {
-    let (config, _) = plan
-        .as_any()
-        .downcast_ref::<DataSourceExec>()?
-        .downcast_to_file_source::<datafusion_datasource_parquet::source::ParquetSource>()?;
+    let (config, _) =
+        plan.as_any()
+            .downcast_ref::<DataSourceExec>()?
+            .downcast_to_file_source::<datafusion_datasource_parquet::source::ParquetSource>()?;
     let files: Vec<FileAccessNode> = config
         .file_groups
         .iter()
         .enumerate()
         .flat_map(|(group, files)| {
             files.iter().enumerate().filter_map(move |(file, scanned)| {
-                let access = scanned.extensions.as_ref()?.downcast_ref::<ParquetAccessPlan>()?;
+                let access = scanned
+                    .extensions
+                    .as_ref()?
+                    .downcast_ref::<ParquetAccessPlan>()?;
                 Some(FileAccessNode {
                     group: group as u64,
                     file: file as u64,
@@ -302,17 +306,12 @@ fn row_group_access(node: RowGroupNode) -> Result<RowGroupAccess> {
     }
 }
 
-/// A Parquet scan whose files carry access plans, wrapped while a plan is encoded (see
-/// the module docs); never executed.
+/// A Parquet scan whose files carry access plans, wrapped with them while a plan is
+/// encoded (see the module docs); never executed.
 #[derive(Debug)]
 struct LakeDeletesExec {
     scan: Arc<dyn ExecutionPlan>,
-}
-
-impl LakeDeletesExec {
-    fn new(scan: Arc<dyn ExecutionPlan>) -> Self {
-        Self { scan }
-    }
+    files: Vec<FileAccessNode>,
 }
 
 impl DisplayAs for LakeDeletesExec {

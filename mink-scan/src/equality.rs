@@ -41,11 +41,7 @@ pub struct EqualityDeleteExec {
 }
 
 impl EqualityDeleteExec {
-    pub fn new(
-        input: Arc<dyn ExecutionPlan>,
-        filter: Arc<EqualityFilter>,
-        kept: usize,
-    ) -> Self {
+    pub fn new(input: Arc<dyn ExecutionPlan>, filter: Arc<EqualityFilter>, kept: usize) -> Self {
         let fields: Vec<_> = input.schema().fields().iter().take(kept).cloned().collect();
         let schema = Arc::new(arrow::datatypes::Schema::new(fields));
         let properties = PlanProperties::new(

@@ -13,14 +13,15 @@ use datafusion_common::{DataFusionError, Result};
 use datafusion_execution::TaskContext;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::expressions::Column;
-use datafusion_physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion_physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion_physical_plan::empty::EmptyExec;
 use datafusion_physical_plan::filter::FilterExecBuilder;
 use datafusion_physical_plan::projection::ProjectionExec;
 use datafusion_physical_plan::union::UnionExec;
+use datafusion_physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
-use mink_core::key::KeyCodec;
+use mink_core::filter::ColumnFilter;
+use mink_core::key::{KeyCodec, key_columns};
 use mink_core::protocol::{BucketId, UnionPlan};
 use mink_core::table::TableDescriptor;
 use mink_lake::reader::LakeSplit;
@@ -139,6 +140,33 @@ impl UnionScan<'_> {
         .plan(context, lakes)
         .await
     }
+}
+
+/// The columns a read of `table` reads, by index in the table: the `projection`, then the
+/// columns `filters` name and, for a read that merges a primary-key table's tails
+/// (`merged`), the key columns the merge needs, each once.
+///
+/// # Errors
+/// A filter on a column the table lacks.
+pub fn read_columns(
+    table: &TableDescriptor,
+    projection: &[usize],
+    filters: &[ColumnFilter],
+    merged: bool,
+) -> Result<Vec<usize>> {
+    let mut columns = projection.to_vec();
+    let merge_columns = match merged {
+        true => key_columns(table),
+        false => Vec::new(),
+    };
+    let filter_columns = filters.iter().map(|filter| filter.column.clone());
+    for column in filter_columns.chain(merge_columns) {
+        let index = table.schema().index_of(&column)?;
+        if !columns.contains(&index) {
+            columns.push(index);
+        }
+    }
+    Ok(columns)
 }
 
 /// The node names the files; none outside the table's location is read.

@@ -65,7 +65,11 @@ struct MemoryLog;
 
 impl LogSource for MemoryLog {
     fn read(&self, range: &TailRange, _columns: &[u32]) -> BoxStream<'static, Result<TailBatch>> {
-        let changes = [ChangeType::UpdateAfter, ChangeType::Delete, ChangeType::Insert];
+        let changes = [
+            ChangeType::UpdateAfter,
+            ChangeType::Delete,
+            ChangeType::Insert,
+        ];
         let batch = TailBatch {
             rows: rows(&[3, 0, 11], "tail"),
             changes: changes.iter().map(|&change| change as u8).collect(),

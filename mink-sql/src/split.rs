@@ -21,7 +21,6 @@ use mink_core::protocol::BucketId;
 use mink_core::table::TableDescriptor;
 use mink_lake::storage::LakeStorage;
 pub(crate) use mink_scan::external;
-
 use mink_scan::tail::{TailBatch, TailRange};
 
 use crate::union::tail::scan_log;

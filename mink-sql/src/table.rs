@@ -23,12 +23,12 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use mink_client::MinkClient;
 use mink_core::filter::{ColumnFilter, FilterOp};
-use mink_core::key::key_columns;
 use mink_core::protocol::{BucketId, BucketStatus};
 use mink_core::routing::split_rows_by_bucket;
 use mink_core::table::TableDescriptor;
 use mink_lake::reader::LakeSplit;
 use mink_lake::storage::LakeStorage;
+use mink_scan::union::read_columns;
 
 use crate::dml;
 use crate::exec::MinkScanExec;
@@ -160,20 +160,10 @@ impl TableProvider for MinkTable {
             Some(projection) => projection.clone(),
             None => (0..schema.fields().len()).collect(),
         };
-        // The projection, then what the filters and the key merge need besides.
-        let mut read = output.clone();
-        let filter_columns = column_filters.iter().map(|f| f.column.clone());
-        // `t$lake` has no tail to merge.
-        let merge_columns = match self.kind == ReadKind::Union && self.table.has_primary_key() {
-            true => key_columns(&self.table),
-            false => Vec::new(),
-        };
-        for column in filter_columns.chain(merge_columns) {
-            let index = schema.index_of(&column)?;
-            if !read.contains(&index) {
-                read.push(index);
-            }
-        }
+        // The projection, then what the filters and the key merge need besides (`t$lake`
+        // has no tail to merge).
+        let merged = self.kind == ReadKind::Union && self.table.has_primary_key();
+        let read = read_columns(&self.table, &output, &column_filters, merged)?;
         let planned = self.plan_splits(&column_filters, &key_lists, limit).await?;
         let reader = SplitReader {
             table: Arc::clone(&self.table),

@@ -180,13 +180,11 @@ impl Fixture {
         let split = plan_split(&table, snapshot, &SplitScope::Table, None)
             .await
             .unwrap();
-        let batches: Vec<RecordBatch> = read_split(
-            self.lake.storage(),
-            split,
-            Arc::clone(self.table.schema()))
-        .try_collect()
-        .await
-        .unwrap();
+        let batches: Vec<RecordBatch> =
+            read_split(self.lake.storage(), split, Arc::clone(self.table.schema()))
+                .try_collect()
+                .await
+                .unwrap();
         batches
             .iter()
             .flat_map(|batch| {

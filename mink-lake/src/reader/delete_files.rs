@@ -313,14 +313,21 @@ impl EqualityDeletes {
     /// The deletes whose keys are the rows of `batch` ([`Self::to_batch`]).
     pub(super) fn from_batch(batch: &RecordBatch) -> Result<Self> {
         let schema = batch.schema();
-        let types: Vec<DataType> = schema.fields().iter().map(|f| f.data_type().clone()).collect();
+        let types: Vec<DataType> = schema
+            .fields()
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect();
         let converter = RowConverter::new(types.iter().cloned().map(SortField::new).collect())?;
         let rows = converter.convert_columns(batch.columns())?;
         Ok(Self {
             columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
             types,
             converter,
-            keys: rows.iter().map(|row| Box::<[u8]>::from(row.as_ref())).collect(),
+            keys: rows
+                .iter()
+                .map(|row| Box::<[u8]>::from(row.as_ref()))
+                .collect(),
         })
     }
 

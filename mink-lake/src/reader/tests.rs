@@ -246,11 +246,10 @@ async fn deletes_of_every_kind_are_applied_with_positions() {
         }
     }
     // read_split is the same stream without the positions.
-    let plain: Vec<RecordBatch> =
-        read_split(&storage(), fixture.split.clone(), full_schema())
-            .try_collect()
-            .await
-            .unwrap();
+    let plain: Vec<RecordBatch> = read_split(&storage(), fixture.split.clone(), full_schema())
+        .try_collect()
+        .await
+        .unwrap();
     let ids: Vec<i64> = plain
         .iter()
         .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
@@ -343,10 +342,9 @@ async fn broken_delete_files_fail_the_read() {
         size: split.files[0].size,
         kind: DeleteKind::Positions,
     };
-    let result: Result<Vec<RecordBatch>> =
-        read_split(&storage(), split.clone(), full_schema())
-            .try_collect()
-            .await;
+    let result: Result<Vec<RecordBatch>> = read_split(&storage(), split.clone(), full_schema())
+        .try_collect()
+        .await;
     let error = result.unwrap_err().to_string();
     assert!(error.contains("file_path and pos"), "{error}");
     // An equality column the delete file lacks.

@@ -13,7 +13,7 @@ use mink_core::protocol::{
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::reader::LakeSplit;
 use mink_scan::filters::physical_filter;
-use mink_scan::union::{UnionScan, UnionSplit, execute_in_order, filter_and_project};
+use mink_scan::union::{UnionScan, UnionSplit, execute_in_order, filter_and_project, read_columns};
 use prost::Message;
 use tonic::Status;
 
@@ -175,25 +175,20 @@ impl MinkFlightService {
         &self,
         read: PlanRead<'_>,
         splits: Splits<'_>,
-    ) -> Result<(FlightData, BoxStream<'static, Result<Vec<FlightData>, NodeError>>), NodeError>
-    {
+    ) -> Result<
+        (
+            FlightData,
+            BoxStream<'static, Result<Vec<FlightData>, NodeError>>,
+        ),
+        NodeError,
+    > {
         let PlanRead {
             table,
             projection,
             filters,
         } = read;
-        let keys = match splits {
-            Splits::Union(_) => table.primary_key.as_slice(),
-            Splits::Lake(_) => &[],
-        };
-        let mut columns = projection.to_vec();
-        let filter_columns = filters.iter().map(|f| f.column.as_str());
-        for column in filter_columns.chain(keys.iter().map(String::as_str)) {
-            let index = table.schema().index_of(column)?;
-            if !columns.contains(&index) {
-                columns.push(index);
-            }
-        }
+        let merged = matches!(splits, Splits::Union(_)) && table.has_primary_key();
+        let columns = read_columns(table, projection, filters, merged)?;
         let read_schema = table.schema().project(&columns)?;
         let has_files = match splits {
             Splits::Union(splits) => splits.iter().any(|s| !s.lake.files.is_empty()),
@@ -222,8 +217,8 @@ impl MinkFlightService {
         let plan = filter_and_project(rows, exact, (0..projection.len()).collect())?;
         let mut encoder = BatchEncoder::new((0..projection.len()).collect());
         let schema = encoder.start_with(&plan.schema());
-        let batches = execute_in_order(plan, context)
-            .map(move |batch| encoder.encode(&batch?, Vec::new()));
+        let batches =
+            execute_in_order(plan, context).map(move |batch| encoder.encode(&batch?, Vec::new()));
         Ok((schema, batches.boxed()))
     }
 }

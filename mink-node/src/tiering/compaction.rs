@@ -109,7 +109,7 @@ async fn compact(node: &Node, path: &TablePath, selection: Selection) -> Result<
         return Ok(CompactReport::default());
     }
 
-    let rewrite = Rewrite::new(&table, &lake_table)?;
+    let rewrite = Rewrite::new(&table, &lake_table, node.read_context())?;
     let mut changes = SnapshotChanges::default();
     let mut report = CompactReport::default();
     let work = async {
@@ -190,10 +190,16 @@ struct Rewrite<'a> {
     /// the tail's do), then the lake's `__bucket`, `__offset` and `__timestamp`.
     read_schema: SchemaRef,
     codec: Option<KeyCodec>,
+    /// What the reads run in (the node's reads' runtime: its memory pool and caches).
+    context: Arc<TaskContext>,
 }
 
 impl<'a> Rewrite<'a> {
-    fn new(table: &'a TableDescriptor, lake_table: &'a LakeTable) -> Result<Self> {
+    fn new(
+        table: &'a TableDescriptor,
+        lake_table: &'a LakeTable,
+        context: Arc<TaskContext>,
+    ) -> Result<Self> {
         let lake_schema = lake_arrow_schema(lake_table.metadata().current_schema())?;
         let mut fields = table.schema().fields().to_vec();
         // By name: columns added to the table come after them in the lake.
@@ -208,6 +214,7 @@ impl<'a> Rewrite<'a> {
                 true => Some(KeyCodec::new(table)?),
                 false => None,
             },
+            context,
         })
     }
 
@@ -231,9 +238,8 @@ impl<'a> Rewrite<'a> {
             projection: (0..self.read_schema.fields().len()).collect(),
             predicate: None,
         };
-        let context = Arc::new(TaskContext::default());
-        let plan = scan.plan(&context, &[&split]).await?;
-        let mut batches = execute_in_order(plan, context);
+        let plan = scan.plan(&self.context, &[&split]).await?;
+        let mut batches = execute_in_order(plan, Arc::clone(&self.context));
         while let Some(batch) = batches.try_next().await? {
             if let Some(codec) = &self.codec {
                 keys.extend(codec.encode(&batch)?.iter().map(|key| key.as_ref().into()));
@@ -433,7 +439,7 @@ mod tests {
             "two data files and the second round's delete file"
         );
 
-        let rewrite = Rewrite::new(&t, &lake.lake_table).unwrap();
+        let rewrite = Rewrite::new(&t, &lake.lake_table, Arc::new(TaskContext::default())).unwrap();
         let (files, written_keys, rows) = rewrite
             .bucket(lake.lake.storage(), &bucket_id, split)
             .await
@@ -485,7 +491,7 @@ mod tests {
         let bucket_id = bucket(&t, 0);
         let split = lake.bucket_split().await;
         let old = old_files(&split);
-        let rewrite = Rewrite::new(&t, &lake.lake_table).unwrap();
+        let rewrite = Rewrite::new(&t, &lake.lake_table, Arc::new(TaskContext::default())).unwrap();
         let (files, written_keys, _) = rewrite
             .bucket(lake.lake.storage(), &bucket_id, split)
             .await

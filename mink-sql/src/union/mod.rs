@@ -28,8 +28,8 @@ use datafusion::logical_expr::utils::conjunction;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::union::UnionExec;
-pub(crate) use mink_scan::union::UnionSplit;
 use mink_core::protocol::UnionPlan;
+pub(crate) use mink_scan::union::UnionSplit;
 use mink_scan::union::{UnionScan, filter_and_project};
 
 use self::tail::FlightLog;

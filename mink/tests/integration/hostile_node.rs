@@ -18,8 +18,8 @@ use mink_client::MinkClient;
 use mink_core::filter::{ColumnFilter, FilterOp};
 use mink_core::options::TableOptions;
 use mink_core::protocol::{
-    BucketId, Lookup, PrefixLookup, ReadTicket, ScanRequest, SnapshotRequest, TableUnionRequest,
-    TailRequest, UnionRequest, WriteHeader, action, read_ticket,
+    BucketId, LakeRequest, Lookup, PrefixLookup, ReadTicket, ScanRequest, SnapshotRequest,
+    TableUnionRequest, TailRequest, UnionRequest, WriteHeader, action, read_ticket,
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_node::flight::limits::MAX_ANSWER_BYTES;
@@ -773,5 +773,85 @@ async fn every_action_refuses_a_body_that_is_not_its_message_and_plan_table_unio
     do_action(&mut raw, action::PLAN_TABLE_UNION, plan(&name, vec![]))
         .await
         .expect("plan_table_union");
+    server.assert_alive().await;
+}
+
+/// The Union and Lake tickets' filters become the shared plan's predicates: each bad one
+/// (no such column, a value not of the column's type, no value, an unknown operator) is
+/// refused with INVALID_ARGUMENT before anything is read, and good ones still filter the
+/// lake and the tail exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn union_and_lake_tickets_refuse_bad_filters_and_apply_good_ones() {
+    let mut server = Server::start();
+    let client = server.client().await;
+    let lake = TableOptions {
+        lake_enabled: true,
+        lake_freshness: std::time::Duration::from_secs(3600),
+        ..TableOptions::default()
+    };
+    let table = client
+        .create_table(&keyed_table_with("filtered", lake), false)
+        .await
+        .expect("create");
+    let bucket = BucketId::new(&table.path, 0);
+    // Ids 0..100 in the lake, then 50..150 upserted into the tail.
+    let lake_rows = wide_events(&table, 0, 100, 4);
+    client
+        .append(&bucket, vec![lake_rows])
+        .await
+        .expect("upsert");
+    client.tier(&table.path).await.expect("tier");
+    let tail_rows = wide_events(&table, 50, 100, 4);
+    client
+        .append(&bucket, vec![tail_rows])
+        .await
+        .expect("upsert");
+
+    let union = |filters: Vec<ColumnFilter>| {
+        ticket(read_ticket::Read::Union(UnionRequest {
+            bucket: Some(bucket.clone()),
+            columns: vec![],
+            filters,
+        }))
+    };
+    let lake_read = |filters: Vec<ColumnFilter>| {
+        ticket(read_ticket::Read::Lake(LakeRequest {
+            table: table.path.to_string(),
+            partition: None,
+            snapshot_id: None,
+            columns: vec![],
+            filters,
+        }))
+    };
+    let bad = [
+        ColumnFilter::new("nope", FilterOp::Eq, Some("1")),
+        ColumnFilter::new("id", FilterOp::Gt, Some("x")),
+        ColumnFilter::new("id", FilterOp::Eq, None),
+        ColumnFilter {
+            column: "id".into(),
+            op: 999,
+            value: Some("1".into()),
+        },
+    ];
+    let mut raw = server.raw().await;
+    for filter in bad {
+        for read in [union(vec![filter.clone()]), lake_read(vec![filter.clone()])] {
+            let (code, message) = do_get(&mut raw, read).await.expect_err("refused");
+            assert_eq!(code, Code::InvalidArgument, "{filter:?}: {message}");
+        }
+    }
+    server.assert_alive().await;
+
+    // id >= 90 AND id < 120: ten lake rows' keys are all in the tail; the union answers
+    // ids 90..120 once each, the lake alone 90..100.
+    let good = vec![
+        ColumnFilter::new("id", FilterOp::GtEq, Some("90")),
+        ColumnFilter::new("id", FilterOp::Lt, Some("120")),
+        ColumnFilter::new("name", FilterOp::IsNotNull, None),
+    ];
+    let (rows, _) = do_get(&mut raw, union(good.clone())).await.expect("union");
+    assert_eq!(rows, 30);
+    let (rows, _) = do_get(&mut raw, lake_read(good)).await.expect("lake");
+    assert_eq!(rows, 10);
     server.assert_alive().await;
 }
