@@ -14,7 +14,8 @@
 //!   passes through, [`Auth::handshake_response`] answers `Handshake` with a token.
 //! - [`login`] and [`basic_header`] are the client side: a handshake with basic
 //!   credentials, answered by the bearer token every later call carries.
-//! - [`server_tls`] and [`client_tls`] build tonic's TLS configuration from PEM files.
+//! - [`server_tls`] and [`client_tls`] build tonic's TLS configuration from PEM files;
+//!   [`stream_tls`] the same certificate for a port that is not gRPC (Kafka).
 //! - [`check_listen`] is the rule for a server without credentials: it listens on a
 //!   loopback address only, so nothing on the network reaches it unauthenticated.
 //! - [`limit_connections`] bounds the connections a port holds open at once
@@ -34,7 +35,7 @@ use std::net::SocketAddr;
 pub use client::{AUTHORIZATION, basic_header, bearer_header, login};
 pub use connections::{DEFAULT_MAX_CONNECTIONS, LimitedConnection, limit_connections};
 pub use server::{Auth, HandshakeStream, TOKEN_LIFETIME, attach_token};
-pub use tls::{TlsIdentity, client_tls, server_tls};
+pub use tls::{TlsIdentity, client_tls, server_tls, stream_tls};
 
 /// The user and password a client must present.
 #[derive(Clone, PartialEq, Eq)]
@@ -73,7 +74,7 @@ impl Credentials {
     /// Whether `given` are these credentials. The comparison does not stop at the first
     /// byte that differs, so its time does not tell a guesser how much of a guess was
     /// right (only the lengths show).
-    fn accept(&self, given: &Credentials) -> bool {
+    pub fn accepts(&self, given: &Credentials) -> bool {
         same_bytes(self.user.as_bytes(), given.user.as_bytes())
             & same_bytes(self.password.as_bytes(), given.password.as_bytes())
     }

@@ -71,7 +71,7 @@ impl Auth {
             Authorization::Bearer(_) => Err(Status::unauthenticated(
                 "the bearer token is unknown or expired: handshake again",
             )),
-            Authorization::Basic(given) if credentials.accept(&given) => Ok(request),
+            Authorization::Basic(given) if credentials.accepts(&given) => Ok(request),
             Authorization::Basic(_) => Err(Status::unauthenticated("wrong user or password")),
             Authorization::Missing => Err(Status::unauthenticated(
                 "this server requires a user and password (handshake with basic credentials)",

@@ -1,5 +1,10 @@
 //! TLS from PEM files: a server's certificate and key, a client's certificate authority.
 
+use std::sync::Arc;
+
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
 /// A server certificate and its key, PEM-encoded.
@@ -32,4 +37,29 @@ pub fn client_tls(ca_pem: Option<&[u8]>) -> ClientTlsConfig {
         Some(ca) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)),
         None => ClientTlsConfig::new().with_native_roots(),
     }
+}
+
+/// The server side of TLS with `identity` for a port that is not gRPC (the Kafka
+/// listener wraps each accepted connection with `tokio-rustls`): the same certificate
+/// and key as [`server_tls`], TLS 1.2 and 1.3.
+///
+/// # Errors
+/// A certificate or key that does not parse, or a key that does not fit the certificate.
+pub fn stream_tls(identity: &TlsIdentity) -> Result<Arc<ServerConfig>, String> {
+    let certificates = CertificateDer::pem_slice_iter(&identity.certificate_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("the TLS certificate: {e}"))?;
+    if certificates.is_empty() {
+        return Err("the TLS certificate file holds no certificate".into());
+    }
+    let key = PrivateKeyDer::from_pem_slice(&identity.key_pem)
+        .map_err(|e| format!("the TLS private key: {e}"))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certificates, key)
+        .map_err(|e| format!("the TLS certificate and key: {e}"))?;
+    Ok(Arc::new(config))
 }

@@ -1,5 +1,6 @@
 //! The node's metadata, persisted in SQLite (`<data-dir>/meta.db`): tables with all their
-//! schema versions, and the partitions created so far.
+//! schema versions, the partitions created so far, the lake snapshots mink recorded, and
+//! what its Kafka listener keeps (consumer groups' committed offsets, producer ids).
 //!
 //! Descriptors are stored as their protobuf encoding ([`TableDescriptorProto`]), the same
 //! bytes the Flight protocol carries, so there is one serialization of a table.
@@ -59,6 +60,27 @@ impl Metadata {
                  offsets      TEXT NOT NULL,
                  committed_at INTEGER NOT NULL,
                  PRIMARY KEY (table_id, snapshot_id)
+             );
+             CREATE TABLE IF NOT EXISTS consumer_offsets (
+                 group_id  TEXT NOT NULL,
+                 topic     TEXT NOT NULL,
+                 partition INTEGER NOT NULL,
+                 offset    INTEGER NOT NULL,
+                 metadata  TEXT,
+                 PRIMARY KEY (group_id, topic, partition)
+             );
+             CREATE TABLE IF NOT EXISTS producer_ids (
+                 producer_id INTEGER PRIMARY KEY AUTOINCREMENT
+             );
+             CREATE TABLE IF NOT EXISTS producer_batches (
+                 producer_id    INTEGER NOT NULL,
+                 topic          TEXT NOT NULL,
+                 partition      INTEGER NOT NULL,
+                 epoch          INTEGER NOT NULL,
+                 first_sequence INTEGER NOT NULL,
+                 last_sequence  INTEGER NOT NULL,
+                 base_offset    INTEGER NOT NULL,
+                 PRIMARY KEY (producer_id, topic, partition)
              );
              CREATE TABLE IF NOT EXISTS lake_pending (
                  table_id        INTEGER PRIMARY KEY REFERENCES tables (table_id) ON DELETE CASCADE,
@@ -315,6 +337,132 @@ impl Metadata {
             [table_id as i64],
         )?;
         Ok(())
+    }
+}
+
+/// The offset a consumer group committed for one partition of a topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerOffset {
+    /// The topic (`database.table`).
+    pub topic: String,
+    /// The topic's partition.
+    pub partition: i32,
+    /// The next offset the group reads.
+    pub offset: i64,
+    /// What the consumer attached to the commit.
+    pub metadata: Option<String>,
+}
+
+/// The last batch an idempotent Kafka producer wrote to one partition: what tells a
+/// retry of it (or of an older batch) from a new one, also after a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerBatch {
+    /// The producer's epoch.
+    pub epoch: i16,
+    /// The sequence number of the batch's first record.
+    pub first_sequence: i32,
+    /// The sequence number of its last record.
+    pub last_sequence: i32,
+    /// The log offset its first row was written at.
+    pub base_offset: i64,
+}
+
+impl Metadata {
+    /// Stores a group's committed offsets, all of them or none (one transaction).
+    pub fn commit_consumer_offsets(&self, group: &str, offsets: &[ConsumerOffset]) -> Result<()> {
+        let mut connection = self.connection();
+        let transaction = connection.transaction()?;
+        {
+            let mut insert = transaction.prepare(
+                "INSERT OR REPLACE INTO consumer_offsets (group_id, topic, partition, offset, metadata)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for committed in offsets {
+                insert.execute(params![
+                    group,
+                    committed.topic,
+                    committed.partition,
+                    committed.offset,
+                    committed.metadata
+                ])?;
+            }
+        }
+        transaction.commit()?;
+        Ok(())
+    }
+
+    /// Every offset a group committed.
+    pub fn consumer_offsets(&self, group: &str) -> Result<Vec<ConsumerOffset>> {
+        let connection = self.connection();
+        let mut statement = connection.prepare(
+            "SELECT topic, partition, offset, metadata FROM consumer_offsets WHERE group_id = ?1",
+        )?;
+        let rows = statement.query_map([group], |row| {
+            Ok(ConsumerOffset {
+                topic: row.get(0)?,
+                partition: row.get(1)?,
+                offset: row.get(2)?,
+                metadata: row.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The last batch `producer_id` wrote to a topic's partition.
+    pub fn last_producer_batch(
+        &self,
+        producer_id: i64,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<ProducerBatch>> {
+        Ok(self
+            .connection()
+            .query_row(
+                "SELECT epoch, first_sequence, last_sequence, base_offset FROM producer_batches
+                 WHERE producer_id = ?1 AND topic = ?2 AND partition = ?3",
+                params![producer_id, topic, partition],
+                |row| {
+                    Ok(ProducerBatch {
+                        epoch: row.get(0)?,
+                        first_sequence: row.get(1)?,
+                        last_sequence: row.get(2)?,
+                        base_offset: row.get(3)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// Records the batch `producer_id` just wrote to a topic's partition.
+    pub fn record_producer_batch(
+        &self,
+        producer_id: i64,
+        topic: &str,
+        partition: i32,
+        batch: &ProducerBatch,
+    ) -> Result<()> {
+        self.connection().execute(
+            "INSERT OR REPLACE INTO producer_batches
+             (producer_id, topic, partition, epoch, first_sequence, last_sequence, base_offset)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                producer_id,
+                topic,
+                partition,
+                batch.epoch,
+                batch.first_sequence,
+                batch.last_sequence,
+                batch.base_offset
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// A producer id never handed out before, not even before a restart.
+    pub fn new_producer_id(&self) -> Result<i64> {
+        let connection = self.connection();
+        connection.execute("INSERT INTO producer_ids DEFAULT VALUES", [])?;
+        Ok(connection.last_insert_rowid())
     }
 }
 

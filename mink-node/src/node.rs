@@ -702,6 +702,21 @@ impl Node {
         })
     }
 
+    /// The partition names of a partitioned table in the order they were created (none for
+    /// an unpartitioned table): a numbering that a new partition only extends.
+    pub fn partitions_in_creation_order(&self, path: &TablePath) -> Result<Vec<String>> {
+        let table = self.describe(path)?;
+        let mut partitions = self.metadata.partitions(table.table_id)?;
+        partitions.sort_by_key(|p| p.partition_id);
+        Ok(partitions.into_iter().map(|p| p.name).collect())
+    }
+
+    /// What the node keeps for its Kafka listener: consumer groups' committed offsets
+    /// and producer ids.
+    pub fn kafka_state(&self) -> &Metadata {
+        &self.metadata
+    }
+
     /// Applies `log.ttl` retention to every table that has one; returns segments removed.
     pub fn enforce_retention(&self) -> Result<usize> {
         let tables: Vec<Arc<TableState>> = self

@@ -1,0 +1,92 @@
+//! What every connection of the listener shares: the node, the address clients are
+//! sent to, the login, the group coordinator and the producers' state.
+
+use std::sync::Arc;
+
+use mink_auth::Credentials;
+use mink_node::Node;
+
+use crate::groups::Groups;
+use crate::produce::Producers;
+use crate::server::ServeError;
+
+/// The one broker id of a mink node: it leads every partition and coordinates every
+/// group.
+pub(crate) const BROKER_ID: i32 = 0;
+
+/// The listener's shared state.
+#[derive(Debug)]
+pub(crate) struct Broker {
+    pub(crate) node: Arc<Node>,
+    /// The advertised host and port.
+    pub(crate) host: String,
+    pub(crate) port: i32,
+    credentials: Option<Credentials>,
+    pub(crate) groups: Groups,
+    pub(crate) producers: Producers,
+}
+
+impl Broker {
+    pub(crate) fn new(
+        node: Arc<Node>,
+        advertised: &str,
+        credentials: Option<Credentials>,
+    ) -> Result<Self, ServeError> {
+        let (host, port) = split_host_port(advertised).ok_or_else(|| {
+            ServeError::Config(format!(
+                "the advertised Kafka address '{advertised}' is not HOST:PORT"
+            ))
+        })?;
+        if host == "0.0.0.0" || host == "::" {
+            return Err(ServeError::Config(format!(
+                "the advertised Kafka address '{advertised}' is unspecified: name an address \
+                 clients can connect to"
+            )));
+        }
+        Ok(Self {
+            groups: Groups::new(),
+            producers: Producers::default(),
+            node,
+            host,
+            port,
+            credentials,
+        })
+    }
+
+    /// Whether connections must log in (SASL/PLAIN) before anything else.
+    pub(crate) fn requires_login(&self) -> bool {
+        self.credentials.is_some()
+    }
+
+    /// Whether `user` and `password` are the configured login.
+    pub(crate) fn accepts(&self, user: &str, password: &str) -> bool {
+        self.credentials
+            .as_ref()
+            .is_none_or(|login| login.accepts(&Credentials::new(user, password)))
+    }
+}
+
+/// `host:port`, `[v6]:port`.
+fn split_host_port(address: &str) -> Option<(String, i32)> {
+    let (host, port) = address.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty()).then(|| (host.to_string(), i32::from(port)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_addresses_split_into_host_and_port() {
+        assert_eq!(
+            split_host_port("kafka.example.com:9092"),
+            Some(("kafka.example.com".into(), 9092))
+        );
+        assert_eq!(split_host_port("[::1]:19092"), Some(("::1".into(), 19092)));
+        assert_eq!(split_host_port("nohost"), None);
+        assert_eq!(split_host_port(":9092"), None);
+        assert_eq!(split_host_port("h:99999"), None);
+    }
+}

@@ -1,0 +1,353 @@
+//! One client connection: Kafka's framing, the login, and each request to its handler.
+//!
+//! ```text
+//! frame   = size:i32 header body          (size bounded by MAX_REQUEST_BYTES)
+//! header  = api_key api_version correlation_id client_id [tagged fields]
+//! answer  = size:i32 correlation_id [tagged fields] body, in request order
+//! ```
+//!
+//! Requests of one connection are answered one at a time, in order, as Kafka brokers do
+//! (a Fetch's long poll holds its connection, never another's). With a login configured,
+//! a connection may only ask `ApiVersions`, `SaslHandshake` (PLAIN) and
+//! `SaslAuthenticate` until it has logged in; anything else closes it, as a Kafka broker
+//! does. A request at a version the listener does not serve is answered with
+//! `UNSUPPORTED_VERSION` where its answer has a place for an error code; a frame that is
+//! not Kafka's protocol, or an API the listener does not know, closes the connection.
+
+use std::sync::Arc;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest,
+    MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
+    ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    SaslHandshakeResponse, SyncGroupRequest,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tracing::debug;
+
+use crate::broker::Broker;
+use crate::error::{KafkaError, Result};
+use crate::limits::{IDLE_TIMEOUT, MAX_REQUEST_BYTES, REQUEST_READ_TIMEOUT};
+use crate::{cluster, fetch, offsets, produce, versions};
+
+/// The one SASL mechanism served.
+const PLAIN: &str = "PLAIN";
+
+/// Serves one connection until the client closes it, it idles out, or it breaks the
+/// protocol.
+pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    broker: Arc<Broker>,
+) -> Result<()> {
+    let mut session = Session {
+        logged_in: !broker.requires_login(),
+        mechanism_chosen: false,
+    };
+    while let Some(frame) = read_frame(&mut stream).await? {
+        let answer = answer(&broker, &mut session, frame).await?;
+        stream
+            .write_all(&answer)
+            .await
+            .map_err(|e| KafkaError::Malformed(format!("writing an answer: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Where a connection is in its login.
+#[derive(Debug)]
+struct Session {
+    logged_in: bool,
+    mechanism_chosen: bool,
+}
+
+/// The next request frame; `None` when the client closed the connection or idled out.
+async fn read_frame<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Option<Bytes>> {
+    let mut size = [0u8; 4];
+    match tokio::time::timeout(IDLE_TIMEOUT, stream.read_exact(&mut size)).await {
+        Err(_idle) => return Ok(None),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Ok(Err(e)) => return Err(KafkaError::Malformed(format!("reading a request: {e}"))),
+        Ok(Ok(_)) => {}
+    }
+    let size = i32::from_be_bytes(size);
+    // api_key, api_version and correlation_id at least.
+    let size = usize::try_from(size)
+        .ok()
+        .filter(|size| (8..=MAX_REQUEST_BYTES).contains(size))
+        .ok_or_else(|| {
+            KafkaError::Malformed(format!(
+                "a request of {size} bytes (a request holds 8 to {MAX_REQUEST_BYTES})"
+            ))
+        })?;
+    let mut frame = vec![0u8; size];
+    match tokio::time::timeout(REQUEST_READ_TIMEOUT, stream.read_exact(&mut frame)).await {
+        Ok(Ok(_)) => Ok(Some(Bytes::from(frame))),
+        Ok(Err(e)) => Err(KafkaError::Malformed(format!("reading a request: {e}"))),
+        Err(_) => Err(KafkaError::Malformed(format!(
+            "a request's {size} bytes did not arrive within {REQUEST_READ_TIMEOUT:?}"
+        ))),
+    }
+}
+
+/// The framed answer to one request frame.
+async fn answer(broker: &Broker, session: &mut Session, mut frame: Bytes) -> Result<BytesMut> {
+    let key = frame.clone().get_i16();
+    let version = frame.clone().slice(2..).get_i16();
+    let api = ApiKey::try_from(key)
+        .map_err(|()| KafkaError::Malformed(format!("unknown API key {key}")))?;
+    let header_version = api.request_header_version(version);
+    let header = RequestHeader::decode(&mut frame, header_version).map_err(malformed)?;
+    debug!(?api, version, client = ?header.client_id, "Kafka request");
+    if !session.logged_in
+        && !matches!(
+            api,
+            ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+        )
+    {
+        return Err(KafkaError::Malformed(format!(
+            "{api:?} before logging in (SASL/PLAIN)"
+        )));
+    }
+    let reply = Reply {
+        api,
+        version,
+        correlation_id: header.correlation_id,
+    };
+    if api == ApiKey::ApiVersions {
+        return api_versions(&reply);
+    }
+    if !versions::is_supported(api, version) {
+        return unsupported(&reply);
+    }
+    let body = &mut frame;
+    match api {
+        ApiKey::Metadata => reply.send(&cluster::metadata(
+            broker,
+            decode::<MetadataRequest>(body, version)?,
+        )),
+        ApiKey::FindCoordinator => reply.send(&cluster::find_coordinator(
+            broker,
+            decode::<FindCoordinatorRequest>(body, version)?,
+            version,
+        )),
+        ApiKey::ListOffsets => reply.send(
+            &offsets::list_offsets(broker, decode::<ListOffsetsRequest>(body, version)?).await,
+        ),
+        ApiKey::Fetch => {
+            reply.send(&fetch::fetch(broker, decode::<FetchRequest>(body, version)?).await)
+        }
+        ApiKey::Produce => {
+            let request = decode::<ProduceRequest>(body, version)?;
+            let acks = request.acks;
+            let response = produce::produce(broker, request).await;
+            if acks == 0 {
+                // acks=0: the client waits for no answer.
+                return Ok(BytesMut::new());
+            }
+            reply.send(&response)
+        }
+        ApiKey::InitProducerId => reply.send(
+            &produce::init_producer_id(broker, &decode::<InitProducerIdRequest>(body, version)?)
+                .await,
+        ),
+        ApiKey::OffsetCommit => reply
+            .send(&offsets::commit(broker, decode::<OffsetCommitRequest>(body, version)?).await),
+        ApiKey::OffsetFetch => reply.send(
+            &offsets::fetch_committed(broker, decode::<OffsetFetchRequest>(body, version)?).await,
+        ),
+        ApiKey::JoinGroup => reply.send(
+            &broker
+                .groups
+                .join(decode::<JoinGroupRequest>(body, version)?, version)
+                .await,
+        ),
+        ApiKey::SyncGroup => reply.send(
+            &broker
+                .groups
+                .sync(decode::<SyncGroupRequest>(body, version)?)
+                .await,
+        ),
+        ApiKey::Heartbeat => reply.send(
+            &broker
+                .groups
+                .heartbeat(&decode::<HeartbeatRequest>(body, version)?),
+        ),
+        ApiKey::LeaveGroup => reply.send(
+            &broker
+                .groups
+                .leave(&decode::<LeaveGroupRequest>(body, version)?, version),
+        ),
+        ApiKey::SaslHandshake => reply.send(&sasl_handshake(
+            session,
+            &decode::<SaslHandshakeRequest>(body, version)?,
+        )),
+        ApiKey::SaslAuthenticate => {
+            let request = decode::<SaslAuthenticateRequest>(body, version)?;
+            reply.send(&sasl_authenticate(broker, session, &request))
+        }
+        other => Err(KafkaError::Internal(format!(
+            "{other:?} is announced but not served"
+        ))),
+    }
+}
+
+fn decode<T: Decodable>(body: &mut Bytes, version: i16) -> Result<T> {
+    T::decode(body, version).map_err(malformed)
+}
+
+fn malformed(error: anyhow::Error) -> KafkaError {
+    KafkaError::Malformed(error.to_string())
+}
+
+/// What an answer needs from its request.
+struct Reply {
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+}
+
+impl Reply {
+    /// `response`, framed with its header.
+    fn send<R: Encodable>(&self, response: &R) -> Result<BytesMut> {
+        self.send_at(response, self.version)
+    }
+
+    fn send_at<R: Encodable>(&self, response: &R, version: i16) -> Result<BytesMut> {
+        let mut out = BytesMut::new();
+        out.put_i32(0);
+        ResponseHeader::default()
+            .with_correlation_id(self.correlation_id)
+            .encode(&mut out, self.api.response_header_version(version))
+            .and_then(|()| response.encode(&mut out, version))
+            .map_err(|e| KafkaError::Internal(format!("encoding a {:?} answer: {e}", self.api)))?;
+        let size = i32::try_from(out.len() - 4)
+            .map_err(|_| KafkaError::Internal("an answer over 2 GiB".into()))?;
+        out[..4].copy_from_slice(&size.to_be_bytes());
+        Ok(out)
+    }
+}
+
+/// `ApiVersions`, at any version: a client asks it before it knows what the server
+/// speaks, so a version above the served ones is answered at v0 with
+/// `UNSUPPORTED_VERSION` and the served versions, and the client asks again.
+fn api_versions(reply: &Reply) -> Result<BytesMut> {
+    let response = ApiVersionsResponse::default().with_api_keys(versions::announced());
+    if versions::is_supported(ApiKey::ApiVersions, reply.version) {
+        reply.send(&response)
+    } else {
+        let refused = response.with_error_code(ResponseError::UnsupportedVersion.code());
+        reply.send_at(&refused, 0)
+    }
+}
+
+/// The answer to a served API at a version it is not served at.
+fn unsupported(reply: &Reply) -> Result<BytesMut> {
+    debug!(api = ?reply.api, version = reply.version, "unsupported version");
+    let code = ResponseError::UnsupportedVersion.code();
+    let valid = reply.api.valid_versions();
+    if reply.version < valid.min || reply.version > valid.max {
+        return Err(KafkaError::Malformed(format!(
+            "{:?} v{} is not a version of Kafka's protocol",
+            reply.api, reply.version
+        )));
+    }
+    use kafka_protocol::messages::*;
+    match reply.api {
+        ApiKey::Heartbeat => reply.send(&HeartbeatResponse::default().with_error_code(code)),
+        ApiKey::JoinGroup => reply.send(&JoinGroupResponse::default().with_error_code(code)),
+        ApiKey::SyncGroup => reply.send(&SyncGroupResponse::default().with_error_code(code)),
+        ApiKey::LeaveGroup => reply.send(&LeaveGroupResponse::default().with_error_code(code)),
+        ApiKey::FindCoordinator => {
+            reply.send(&FindCoordinatorResponse::default().with_error_code(code))
+        }
+        ApiKey::InitProducerId => {
+            reply.send(&InitProducerIdResponse::default().with_error_code(code))
+        }
+        ApiKey::SaslHandshake => {
+            reply.send(&SaslHandshakeResponse::default().with_error_code(code))
+        }
+        ApiKey::SaslAuthenticate => {
+            reply.send(&SaslAuthenticateResponse::default().with_error_code(code))
+        }
+        ApiKey::Fetch => reply.send(&FetchResponse::default().with_error_code(code)),
+        ApiKey::OffsetFetch => reply.send(&OffsetFetchResponse::default().with_error_code(code)),
+        ApiKey::Metadata => reply.send(&MetadataResponse::default().with_error_code(code)),
+        // Answers with no top-level error code: an empty answer names no partition, which
+        // clients treat as a failed request.
+        ApiKey::Produce => reply.send(&ProduceResponse::default()),
+        ApiKey::ListOffsets => reply.send(&ListOffsetsResponse::default()),
+        ApiKey::OffsetCommit => reply.send(&OffsetCommitResponse::default()),
+        ApiKey::CreateTopics => reply.send(&CreateTopicsResponse::default()),
+        ApiKey::DeleteTopics => reply.send(&DeleteTopicsResponse::default()),
+        ApiKey::DescribeConfigs => reply.send(&DescribeConfigsResponse::default()),
+        ApiKey::DescribeGroups => reply.send(&DescribeGroupsResponse::default()),
+        ApiKey::ListGroups => reply.send(&ListGroupsResponse::default().with_error_code(code)),
+        ApiKey::DescribeCluster => {
+            reply.send(&DescribeClusterResponse::default().with_error_code(code))
+        }
+        ApiKey::AddPartitionsToTxn => {
+            reply.send(&AddPartitionsToTxnResponse::default().with_error_code(code))
+        }
+        ApiKey::EndTxn => reply.send(&EndTxnResponse::default().with_error_code(code)),
+        ApiKey::AddOffsetsToTxn => {
+            reply.send(&AddOffsetsToTxnResponse::default().with_error_code(code))
+        }
+        other => Err(KafkaError::Malformed(format!(
+            "{other:?} is not served by mink's Kafka listener"
+        ))),
+    }
+}
+
+fn sasl_handshake(session: &mut Session, request: &SaslHandshakeRequest) -> SaslHandshakeResponse {
+    let offered =
+        SaslHandshakeResponse::default().with_mechanisms(vec![StrBytes::from_static_str(PLAIN)]);
+    if request.mechanism.as_str() == PLAIN {
+        session.mechanism_chosen = true;
+        offered
+    } else {
+        offered.with_error_code(ResponseError::UnsupportedSaslMechanism.code())
+    }
+}
+
+/// SASL/PLAIN (RFC 4616): `authzid NUL authcid NUL password`, in one token.
+fn sasl_authenticate(
+    broker: &Broker,
+    session: &mut Session,
+    request: &SaslAuthenticateRequest,
+) -> SaslAuthenticateResponse {
+    let refuse = |error: ResponseError, message: &str| {
+        SaslAuthenticateResponse::default()
+            .with_error_code(error.code())
+            .with_error_message(Some(StrBytes::from_string(message.to_string())))
+    };
+    if !session.mechanism_chosen {
+        return refuse(
+            ResponseError::IllegalSaslState,
+            "SaslHandshake (PLAIN) comes first",
+        );
+    }
+    let mut parts = request.auth_bytes.split(|b| *b == 0);
+    let (Some(_authzid), Some(user), Some(password), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return refuse(
+            ResponseError::SaslAuthenticationFailed,
+            "a malformed PLAIN token",
+        );
+    };
+    let user = String::from_utf8_lossy(user);
+    let password = String::from_utf8_lossy(password);
+    if broker.accepts(&user, &password) {
+        session.logged_in = true;
+        SaslAuthenticateResponse::default()
+    } else {
+        refuse(
+            ResponseError::SaslAuthenticationFailed,
+            "wrong user or password",
+        )
+    }
+}

@@ -1,0 +1,353 @@
+//! `Produce` and `InitProducerId`: Kafka producers writing into tables.
+//!
+//! A produced record batch becomes rows of the topic's table ([`crate::rows`]), written
+//! through the node like any other write: acknowledged once durable (every `acks`
+//! value waits for the log's fsync; `acks=0` only skips the answer). Each row goes to
+//! the bucket its key routes to: the partition a producer chose only picks the bucket of
+//! a table without a bucket key. The answer's base offset is the first row's offset
+//! when it went to the chosen partition's bucket, else -1.
+//!
+//! Idempotent producers (`enable.idempotence`) get a producer id from `InitProducerId`
+//! that no restart reuses. Per producer and partition the last batch's sequence numbers
+//! and offset are stored in the node's metadata before the batch is acknowledged, so a
+//! batch retried after a lost answer, or after a restart, is recognized and not written
+//! again. Transactions are refused (`TRANSACTIONAL_ID_AUTHORIZATION_FAILED`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::{Buf, Bytes};
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{Record, RecordBatchDecoder};
+use mink_core::routing::split_by_bucket;
+use mink_node::metadata::ProducerBatch;
+
+use crate::broker::Broker;
+use crate::compression::decompress;
+use crate::error::{KafkaError, Result};
+use crate::rows::{Rows, rows_of};
+use crate::topics::Topic;
+
+/// The idempotent producers' last batches, per producer; each producer's map is locked
+/// while one of its batches is checked, written and recorded.
+#[derive(Debug, Default)]
+pub(crate) struct Producers {
+    producers: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<LastBatches>>>>,
+}
+
+/// One producer's last batch per (topic, partition); `None`: looked up, never written.
+type LastBatches = HashMap<(String, i32), Option<ProducerBatch>>;
+
+impl Producers {
+    fn of(&self, producer_id: i64) -> Arc<tokio::sync::Mutex<LastBatches>> {
+        let mut producers = self
+            .producers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(producers.entry(producer_id).or_default())
+    }
+}
+
+/// `InitProducerId`: a new producer id, epoch 0.
+pub(crate) async fn init_producer_id(
+    broker: &Broker,
+    request: &InitProducerIdRequest,
+) -> InitProducerIdResponse {
+    if request.transactional_id.is_some() {
+        return InitProducerIdResponse::default()
+            .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+    }
+    let node = Arc::clone(&broker.node);
+    match tokio::task::spawn_blocking(move || node.kafka_state().new_producer_id()).await {
+        Ok(Ok(id)) => InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(id))
+            .with_producer_epoch(0),
+        failed => {
+            tracing::warn!(?failed, "allocating a producer id failed");
+            InitProducerIdResponse::default()
+                .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
+        }
+    }
+}
+
+/// `Produce`: each partition's record batches written, in order.
+pub(crate) async fn produce(broker: &Broker, request: ProduceRequest) -> ProduceResponse {
+    let refused = if request.transactional_id.is_some() {
+        Some(ResponseError::TransactionalIdAuthorizationFailed)
+    } else if !matches!(request.acks, -1..=1) {
+        Some(ResponseError::InvalidRequiredAcks)
+    } else {
+        None
+    };
+    let mut topics = Vec::with_capacity(request.topic_data.len());
+    for data in request.topic_data {
+        let topic = Topic::find(&broker.node, data.name.as_str());
+        let mut partitions = Vec::with_capacity(data.partition_data.len());
+        for partition in data.partition_data {
+            let answer = PartitionProduceResponse::default()
+                .with_index(partition.index)
+                .with_base_offset(-1)
+                .with_log_append_time_ms(-1)
+                .with_log_start_offset(-1);
+            let written = match (&refused, &topic) {
+                (Some(error), _) => Err(KafkaError::Refused(*error, "refused".into())),
+                (None, None) => Err(KafkaError::Refused(
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("no table '{}'", data.name.as_str()),
+                )),
+                (None, Some(topic)) => {
+                    let records = partition.records.unwrap_or_default();
+                    produce_partition(broker, topic, partition.index, records).await
+                }
+            };
+            partitions.push(match written {
+                Ok(base_offset) => answer.with_base_offset(base_offset),
+                Err(error) => {
+                    tracing::debug!(%error, "a produce was refused");
+                    answer
+                        .with_error_code(error.code())
+                        .with_error_message(Some(StrBytes::from_string(error.to_string())))
+                }
+            });
+        }
+        topics.push(
+            TopicProduceResponse::default()
+                .with_name(data.name)
+                .with_partition_responses(partitions),
+        );
+    }
+    ProduceResponse::default().with_responses(topics)
+}
+
+/// Writes the record batches of one partition; the base offset of the first.
+async fn produce_partition(
+    broker: &Broker,
+    topic: &Topic,
+    index: i32,
+    mut records: Bytes,
+) -> Result<i64> {
+    let bucket = topic.bucket(index).ok_or_else(|| {
+        KafkaError::Refused(
+            ResponseError::UnknownTopicOrPartition,
+            format!("topic {} has no partition {index}", topic.table.path),
+        )
+    })?;
+    let mut base_offset = None;
+    while records.has_remaining() {
+        let set =
+            RecordBatchDecoder::decode_with_custom_compression(&mut records, Some(decompress))
+                .map_err(|e| KafkaError::Malformed(format!("a produced record batch: {e}")))?;
+        let written = write_batch(broker, topic, index, &bucket, &set.records).await?;
+        base_offset.get_or_insert(written);
+    }
+    Ok(base_offset.unwrap_or(-1))
+}
+
+/// Writes one record batch, or finds it was written before (an idempotent retry).
+async fn write_batch(
+    broker: &Broker,
+    topic: &Topic,
+    index: i32,
+    bucket: &mink_core::protocol::BucketId,
+    records: &[Record],
+) -> Result<i64> {
+    let (Some(first), Some(last)) = (records.first(), records.last()) else {
+        return Ok(-1);
+    };
+    if first.transactional || first.control {
+        return Err(KafkaError::Refused(
+            ResponseError::TransactionalIdAuthorizationFailed,
+            "mink does not serve Kafka transactions".into(),
+        ));
+    }
+    let rows = rows_of(&topic.table, records)?;
+    if first.producer_id < 0 {
+        return write_rows(broker, topic, bucket, rows).await;
+    }
+    let name = Topic::name(&topic.table.path);
+    let producer = broker.producers.of(first.producer_id);
+    let mut last_batches = producer.lock().await;
+    let key = (name.clone(), index);
+    if !last_batches.contains_key(&key) {
+        let node = Arc::clone(&broker.node);
+        let (id, topic_name) = (first.producer_id, name.clone());
+        let stored = tokio::task::spawn_blocking(move || {
+            node.kafka_state()
+                .last_producer_batch(id, &topic_name, index)
+        })
+        .await
+        .map_err(|e| KafkaError::Internal(e.to_string()))??;
+        last_batches.insert(key.clone(), stored);
+    }
+    let batch = ProducerBatch {
+        epoch: first.producer_epoch,
+        first_sequence: first.sequence,
+        last_sequence: last.sequence,
+        base_offset: -1,
+    };
+    if let Some(previous) = last_batches.get(&key).copied().flatten() {
+        match check_sequence(&previous, &batch)? {
+            SequenceCheck::Retry => return Ok(previous.base_offset),
+            SequenceCheck::Next => {}
+        }
+    }
+    let base_offset = write_rows(broker, topic, bucket, rows).await?;
+    let written = ProducerBatch {
+        base_offset,
+        ..batch
+    };
+    let node = Arc::clone(&broker.node);
+    let id = first.producer_id;
+    tokio::task::spawn_blocking(move || {
+        node.kafka_state()
+            .record_producer_batch(id, &name, index, &written)
+    })
+    .await
+    .map_err(|e| KafkaError::Internal(e.to_string()))??;
+    last_batches.insert(key, Some(written));
+    Ok(base_offset)
+}
+
+/// What a batch is next to the producer's last one.
+#[derive(Debug, PartialEq, Eq)]
+enum SequenceCheck {
+    /// The next batch: write it.
+    Next,
+    /// The last batch again (its answer was lost): answer as before, write nothing.
+    Retry,
+}
+
+fn check_sequence(previous: &ProducerBatch, batch: &ProducerBatch) -> Result<SequenceCheck> {
+    let refuse = |error: ResponseError, message: String| Err(KafkaError::Refused(error, message));
+    if batch.epoch < previous.epoch {
+        return refuse(
+            ResponseError::InvalidProducerEpoch,
+            format!("epoch {} is older than {}", batch.epoch, previous.epoch),
+        );
+    }
+    if batch.epoch > previous.epoch {
+        return if batch.first_sequence == 0 {
+            Ok(SequenceCheck::Next)
+        } else {
+            refuse(
+                ResponseError::OutOfOrderSequenceNumber,
+                format!(
+                    "a new epoch starts at sequence 0, not {}",
+                    batch.first_sequence
+                ),
+            )
+        };
+    }
+    if (batch.first_sequence, batch.last_sequence)
+        == (previous.first_sequence, previous.last_sequence)
+    {
+        return Ok(SequenceCheck::Retry);
+    }
+    // Sequences wrap from i32::MAX to 0.
+    let expected = previous.last_sequence.checked_add(1).unwrap_or(0);
+    if batch.first_sequence == expected {
+        Ok(SequenceCheck::Next)
+    } else if batch.first_sequence < expected {
+        refuse(
+            ResponseError::DuplicateSequenceNumber,
+            format!("sequence {} was written before", batch.first_sequence),
+        )
+    } else {
+        refuse(
+            ResponseError::OutOfOrderSequenceNumber,
+            format!(
+                "sequence {} after {}",
+                batch.first_sequence, previous.last_sequence
+            ),
+        )
+    }
+}
+
+/// Writes the rows through the node, each part to the bucket it routes to; the first
+/// row's offset when it went to `chosen`, else -1.
+async fn write_rows(
+    broker: &Broker,
+    topic: &Topic,
+    chosen: &mink_core::protocol::BucketId,
+    rows: Vec<Rows>,
+) -> Result<i64> {
+    let mut base_offset = None;
+    for run in rows {
+        let (batch, delete) = match run {
+            Rows::Write(batch) => (batch, false),
+            Rows::Delete(keys) => (keys, true),
+        };
+        for (bucket, part) in split_by_bucket(&topic.table, &batch, chosen.bucket)? {
+            let ack = broker.node.write(&bucket, part, delete, None).await?;
+            base_offset.get_or_insert(if bucket == *chosen {
+                ack.base_offset
+            } else {
+                -1
+            });
+        }
+    }
+    Ok(base_offset.unwrap_or(-1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(epoch: i16, first_sequence: i32, last_sequence: i32) -> ProducerBatch {
+        ProducerBatch {
+            epoch,
+            first_sequence,
+            last_sequence,
+            base_offset: 7,
+        }
+    }
+
+    #[test]
+    fn sequences_tell_a_retry_from_the_next_batch() {
+        let previous = batch(0, 10, 14);
+        assert_eq!(
+            check_sequence(&previous, &batch(0, 15, 20)).unwrap(),
+            SequenceCheck::Next
+        );
+        assert_eq!(
+            check_sequence(&previous, &batch(0, 10, 14)).unwrap(),
+            SequenceCheck::Retry
+        );
+        assert_eq!(
+            check_sequence(&previous, &batch(1, 0, 3)).unwrap(),
+            SequenceCheck::Next
+        );
+        let code = |b| check_sequence(&previous, &b).unwrap_err().code();
+        assert_eq!(
+            code(batch(0, 5, 9)),
+            ResponseError::DuplicateSequenceNumber.code()
+        );
+        assert_eq!(
+            code(batch(0, 17, 20)),
+            ResponseError::OutOfOrderSequenceNumber.code()
+        );
+        assert_eq!(
+            code(batch(1, 4, 9)),
+            ResponseError::OutOfOrderSequenceNumber.code()
+        );
+        let newer = batch(2, 0, 0);
+        assert_eq!(
+            check_sequence(&newer, &previous).unwrap_err().code(),
+            ResponseError::InvalidProducerEpoch.code()
+        );
+        let wrapped = batch(0, i32::MAX - 1, i32::MAX);
+        assert_eq!(
+            check_sequence(&wrapped, &batch(0, 0, 3)).unwrap(),
+            SequenceCheck::Next
+        );
+    }
+}

@@ -1,0 +1,195 @@
+//! The Kafka listener: accepting connections (bounded, optionally TLS) and serving each
+//! in its own task.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use mink_node::Node;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::{debug, info, warn};
+
+use crate::broker::Broker;
+use crate::connection::serve_connection;
+use crate::limits::TLS_HANDSHAKE_TIMEOUT;
+
+/// How the Kafka port is served.
+#[derive(Debug)]
+pub struct KafkaOptions {
+    /// The address `Metadata` and `FindCoordinator` name as every partition's leader
+    /// and every group's coordinator: what clients connect to after their first
+    /// request. `None`: the listen address (refused when it is unspecified, 0.0.0.0).
+    pub advertised: Option<String>,
+    /// The user and password SASL/PLAIN must present; `None`: no login, and only a
+    /// loopback address may be served.
+    pub credentials: Option<mink_auth::Credentials>,
+    /// Serve TLS with this certificate and key.
+    pub tls: Option<mink_auth::TlsIdentity>,
+    /// The most connections the port holds open at once.
+    pub max_connections: usize,
+}
+
+impl Default for KafkaOptions {
+    fn default() -> Self {
+        Self {
+            advertised: None,
+            credentials: None,
+            tls: None,
+            max_connections: mink_auth::DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// Why the listener could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A configuration that cannot be served (an open port without a login, an
+    /// unusable advertised address, a bad certificate).
+    #[error("{0}")]
+    Config(String),
+    /// The listening socket.
+    #[error("the Kafka listener: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A running Kafka listener; dropping it stops accepting connections.
+#[derive(Debug)]
+pub struct KafkaHandle {
+    addr: SocketAddr,
+    advertised: String,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl KafkaHandle {
+    /// The address the listener is bound to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The address clients are told to connect to.
+    pub fn advertised(&self) -> &str {
+        &self.advertised
+    }
+
+    /// Stops accepting connections and closes the open ones.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = (&mut { self }.task).await;
+    }
+}
+
+impl Drop for KafkaHandle {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Serves Kafka clients for `node` on `listener` until the handle is dropped.
+///
+/// # Errors
+/// [`ServeError::Config`] for a non-loopback listener without credentials, an advertised
+/// address that is unspecified or not `HOST:PORT`, or a TLS identity that does not load.
+pub fn serve(
+    node: Arc<Node>,
+    listener: TcpListener,
+    options: KafkaOptions,
+) -> Result<KafkaHandle, ServeError> {
+    let addr = listener.local_addr()?;
+    mink_auth::check_listen("Kafka", addr, options.credentials.as_ref())
+        .map_err(|e| ServeError::Config(e.to_string()))?;
+    let advertised = match options.advertised {
+        Some(advertised) => advertised,
+        None if addr.ip().is_unspecified() => {
+            return Err(ServeError::Config(format!(
+                "the Kafka listener on {addr} needs --kafka-advertised HOST:PORT: clients \
+                 cannot connect to an unspecified address"
+            )));
+        }
+        None => addr.to_string(),
+    };
+    let broker = Arc::new(Broker::new(node, &advertised, options.credentials)?);
+    let tls = options
+        .tls
+        .as_ref()
+        .map(|identity| mink_auth::stream_tls(identity).map(TlsAcceptor::from))
+        .transpose()
+        .map_err(|e| ServeError::Config(format!("the Kafka listener's TLS: {e}")))?;
+    if broker.requires_login() {
+        info!(%addr, %advertised, tls = tls.is_some(), "mink serving Kafka; clients log in with SASL/PLAIN");
+    } else {
+        warn!(%addr, %advertised, tls = tls.is_some(), "mink serving Kafka without authentication (loopback only)");
+    }
+    let (stop, stopped) = watch::channel(false);
+    let connections = mink_auth::limit_connections(
+        "Kafka",
+        TcpListenerStream::new(listener),
+        options.max_connections,
+    );
+    let task = tokio::spawn(accept(connections, broker, tls, stopped));
+    Ok(KafkaHandle {
+        addr,
+        advertised,
+        stop,
+        task,
+    })
+}
+
+async fn accept(
+    connections: impl futures::Stream<Item = std::io::Result<mink_auth::LimitedConnection>>,
+    broker: Arc<Broker>,
+    tls: Option<TlsAcceptor>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut connections = std::pin::pin!(connections);
+    loop {
+        let connection = tokio::select! {
+            _ = stopped.wait_for(|stop| *stop) => return,
+            next = connections.next() => match next {
+                Some(Ok(connection)) => connection,
+                Some(Err(error)) => {
+                    debug!(%error, "a Kafka connection failed to open");
+                    continue;
+                }
+                None => return,
+            },
+        };
+        let broker = Arc::clone(&broker);
+        let tls = tls.clone();
+        let mut stop = stopped.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = stop.wait_for(|stop| *stop) => {}
+                () = serve_one(connection, broker, tls) => {}
+            }
+        });
+    }
+}
+
+async fn serve_one(
+    connection: mink_auth::LimitedConnection,
+    broker: Arc<Broker>,
+    tls: Option<TlsAcceptor>,
+) {
+    match tls {
+        None => run(connection, broker).await,
+        Some(acceptor) => {
+            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(connection)).await {
+                Ok(Ok(stream)) => run(stream, broker).await,
+                Ok(Err(error)) => debug!(%error, "a Kafka client's TLS handshake failed"),
+                Err(_) => debug!("a Kafka client's TLS handshake timed out"),
+            }
+        }
+    }
+}
+
+async fn run<S: AsyncRead + AsyncWrite + Unpin>(stream: S, broker: Arc<Broker>) {
+    if let Err(error) = serve_connection(stream, broker).await {
+        debug!(%error, "Kafka connection closed");
+    }
+}
