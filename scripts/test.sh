@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Runs every test of mink: clippy with warnings as errors, unit tests, and integration
 # tests against the real server and binary, including pyiceberg reading the lake and the
-# lake on a local S3-compatible server (moto), and the ADBC Flight SQL driver against the
-# Flight SQL endpoint. Installs what the tests need (pyiceberg, moto, adbc-driver-flightsql
-# and pyarrow into ./.venv) itself.
+# lake on a local S3-compatible server (moto), the ADBC Flight SQL driver against the
+# Flight SQL endpoint, and kafka-python and confluent-kafka (librdkafka) against the Kafka
+# listener. Installs what the tests need (pyiceberg, moto, adbc-driver-flightsql, pyarrow,
+# kafka-python and confluent-kafka into ./.venv) itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ ! -x .venv/bin/moto_server ] \
-  || ! .venv/bin/python -c 'import pyiceberg, adbc_driver_flightsql, pyarrow' 2>/dev/null; then
-  echo "installing pyiceberg, moto, adbc-driver-flightsql and pyarrow into .venv" >&2
+  || ! .venv/bin/python -c 'import pyiceberg, adbc_driver_flightsql, pyarrow, kafka, confluent_kafka' 2>/dev/null; then
+  echo "installing pyiceberg, moto, adbc-driver-flightsql, pyarrow, kafka-python and confluent-kafka into .venv" >&2
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check \
     'pyiceberg[sql-sqlite,pyarrow]==0.12.0' 'moto[server]==5.2.5' \
-    'adbc-driver-flightsql==1.13.0' 'pyarrow'
+    'adbc-driver-flightsql==1.13.0' 'pyarrow' \
+    'kafka-python==2.2.21' 'confluent-kafka==2.16.1'
 fi
 export MINK_PYTHON="$PWD/.venv/bin/python"
 # A cold build gains nothing from incremental state, which would double the target

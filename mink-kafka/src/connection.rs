@@ -99,6 +99,13 @@ async fn answer(broker: &Broker, session: &mut Session, mut frame: Bytes) -> Res
     let version = frame.clone().slice(2..).get_i16();
     let api = ApiKey::try_from(key)
         .map_err(|()| KafkaError::Malformed(format!("unknown API key {key}")))?;
+    let valid = api.valid_versions();
+    let beyond = version > valid.max && api != ApiKey::ApiVersions;
+    if version < valid.min || beyond {
+        return Err(KafkaError::Malformed(format!(
+            "{api:?} v{version} is not a version of Kafka's protocol"
+        )));
+    }
     let header_version = api.request_header_version(version);
     let header = RequestHeader::decode(&mut frame, header_version).map_err(malformed)?;
     debug!(?api, version, client = ?header.client_id, "Kafka request");
@@ -157,7 +164,12 @@ async fn answer(broker: &Broker, session: &mut Session, mut frame: Bytes) -> Res
         ApiKey::OffsetCommit => reply
             .send(&offsets::commit(broker, decode::<OffsetCommitRequest>(body, version)?).await),
         ApiKey::OffsetFetch => reply.send(
-            &offsets::fetch_committed(broker, decode::<OffsetFetchRequest>(body, version)?).await,
+            &offsets::fetch_committed(
+                broker,
+                decode::<OffsetFetchRequest>(body, version)?,
+                version,
+            )
+            .await,
         ),
         ApiKey::JoinGroup => reply.send(
             &broker
@@ -244,62 +256,68 @@ fn api_versions(reply: &Reply) -> Result<BytesMut> {
     }
 }
 
-/// The answer to a served API at a version it is not served at.
+/// The answer to an API the listener does not serve, or a version it does not serve
+/// it at (a client that skipped `ApiVersions`): that API's answer with
+/// `UNSUPPORTED_VERSION` where the version has a place for an error code, else an empty
+/// one (which names no partition, and so fails the request). Any other API closes the
+/// connection.
 fn unsupported(reply: &Reply) -> Result<BytesMut> {
-    debug!(api = ?reply.api, version = reply.version, "unsupported version");
-    let code = ResponseError::UnsupportedVersion.code();
-    let valid = reply.api.valid_versions();
-    if reply.version < valid.min || reply.version > valid.max {
-        return Err(KafkaError::Malformed(format!(
-            "{:?} v{} is not a version of Kafka's protocol",
-            reply.api, reply.version
-        )));
-    }
     use kafka_protocol::messages::*;
+    debug!(api = ?reply.api, version = reply.version, "unsupported API or version");
+    let code = ResponseError::UnsupportedVersion.code();
     match reply.api {
-        ApiKey::Heartbeat => reply.send(&HeartbeatResponse::default().with_error_code(code)),
-        ApiKey::JoinGroup => reply.send(&JoinGroupResponse::default().with_error_code(code)),
-        ApiKey::SyncGroup => reply.send(&SyncGroupResponse::default().with_error_code(code)),
-        ApiKey::LeaveGroup => reply.send(&LeaveGroupResponse::default().with_error_code(code)),
+        ApiKey::Produce => refuse::<ProduceResponse>(reply, |r| r),
+        ApiKey::Fetch => refuse::<FetchResponse>(reply, |r| r.with_error_code(code)),
+        ApiKey::ListOffsets => refuse::<ListOffsetsResponse>(reply, |r| r),
+        ApiKey::Metadata => refuse::<MetadataResponse>(reply, |r| r.with_error_code(code)),
+        ApiKey::OffsetCommit => refuse::<OffsetCommitResponse>(reply, |r| r),
+        ApiKey::OffsetFetch => refuse::<OffsetFetchResponse>(reply, |r| r.with_error_code(code)),
         ApiKey::FindCoordinator => {
-            reply.send(&FindCoordinatorResponse::default().with_error_code(code))
+            refuse::<FindCoordinatorResponse>(reply, |r| r.with_error_code(code))
         }
-        ApiKey::InitProducerId => {
-            reply.send(&InitProducerIdResponse::default().with_error_code(code))
-        }
+        ApiKey::JoinGroup => refuse::<JoinGroupResponse>(reply, |r| r.with_error_code(code)),
+        ApiKey::Heartbeat => refuse::<HeartbeatResponse>(reply, |r| r.with_error_code(code)),
+        ApiKey::LeaveGroup => refuse::<LeaveGroupResponse>(reply, |r| r.with_error_code(code)),
+        ApiKey::SyncGroup => refuse::<SyncGroupResponse>(reply, |r| r.with_error_code(code)),
         ApiKey::SaslHandshake => {
-            reply.send(&SaslHandshakeResponse::default().with_error_code(code))
+            refuse::<SaslHandshakeResponse>(reply, |r| r.with_error_code(code))
         }
         ApiKey::SaslAuthenticate => {
-            reply.send(&SaslAuthenticateResponse::default().with_error_code(code))
+            refuse::<SaslAuthenticateResponse>(reply, |r| r.with_error_code(code))
         }
-        ApiKey::Fetch => reply.send(&FetchResponse::default().with_error_code(code)),
-        ApiKey::OffsetFetch => reply.send(&OffsetFetchResponse::default().with_error_code(code)),
-        ApiKey::Metadata => reply.send(&MetadataResponse::default().with_error_code(code)),
-        // Answers with no top-level error code: an empty answer names no partition, which
-        // clients treat as a failed request.
-        ApiKey::Produce => reply.send(&ProduceResponse::default()),
-        ApiKey::ListOffsets => reply.send(&ListOffsetsResponse::default()),
-        ApiKey::OffsetCommit => reply.send(&OffsetCommitResponse::default()),
-        ApiKey::CreateTopics => reply.send(&CreateTopicsResponse::default()),
-        ApiKey::DeleteTopics => reply.send(&DeleteTopicsResponse::default()),
-        ApiKey::DescribeConfigs => reply.send(&DescribeConfigsResponse::default()),
-        ApiKey::DescribeGroups => reply.send(&DescribeGroupsResponse::default()),
-        ApiKey::ListGroups => reply.send(&ListGroupsResponse::default().with_error_code(code)),
+        ApiKey::InitProducerId => {
+            refuse::<InitProducerIdResponse>(reply, |r| r.with_error_code(code))
+        }
+        ApiKey::CreateTopics => refuse::<CreateTopicsResponse>(reply, |r| r),
+        ApiKey::DeleteTopics => refuse::<DeleteTopicsResponse>(reply, |r| r),
+        ApiKey::DescribeConfigs => refuse::<DescribeConfigsResponse>(reply, |r| r),
+        ApiKey::DescribeGroups => refuse::<DescribeGroupsResponse>(reply, |r| r),
+        ApiKey::ListGroups => refuse::<ListGroupsResponse>(reply, |r| r.with_error_code(code)),
         ApiKey::DescribeCluster => {
-            reply.send(&DescribeClusterResponse::default().with_error_code(code))
+            refuse::<DescribeClusterResponse>(reply, |r| r.with_error_code(code))
         }
         ApiKey::AddPartitionsToTxn => {
-            reply.send(&AddPartitionsToTxnResponse::default().with_error_code(code))
+            refuse::<AddPartitionsToTxnResponse>(reply, |r| r.with_error_code(code))
         }
-        ApiKey::EndTxn => reply.send(&EndTxnResponse::default().with_error_code(code)),
         ApiKey::AddOffsetsToTxn => {
-            reply.send(&AddOffsetsToTxnResponse::default().with_error_code(code))
+            refuse::<AddOffsetsToTxnResponse>(reply, |r| r.with_error_code(code))
         }
+        ApiKey::EndTxn => refuse::<EndTxnResponse>(reply, |r| r.with_error_code(code)),
         other => Err(KafkaError::Malformed(format!(
             "{other:?} is not served by mink's Kafka listener"
         ))),
     }
+}
+
+/// `R` with the error `with_error` sets, or without it where the version has no place
+/// for it.
+fn refuse<R: Encodable + Default>(
+    reply: &Reply,
+    with_error: impl FnOnce(R) -> R,
+) -> Result<BytesMut> {
+    reply
+        .send(&with_error(R::default()))
+        .or_else(|_| reply.send(&R::default()))
 }
 
 fn sasl_handshake(session: &mut Session, request: &SaslHandshakeRequest) -> SaslHandshakeResponse {

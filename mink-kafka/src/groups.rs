@@ -415,11 +415,13 @@ impl Groups {
             }
         }
         self.changed.notify_waiters();
-        let response = LeaveGroupResponse::default().with_members(responses);
-        if version < 3 && any_unknown {
-            response.with_error_code(ResponseError::UnknownMemberId.code())
+        // Before v3 a leave names one member and has no list of answers.
+        if version >= 3 {
+            LeaveGroupResponse::default().with_members(responses)
+        } else if any_unknown {
+            LeaveGroupResponse::default().with_error_code(ResponseError::UnknownMemberId.code())
         } else {
-            response
+            LeaveGroupResponse::default()
         }
     }
 

@@ -170,6 +170,7 @@ pub(crate) async fn commit(broker: &Broker, request: OffsetCommitRequest) -> Off
 pub(crate) async fn fetch_committed(
     broker: &Broker,
     request: OffsetFetchRequest,
+    version: i16,
 ) -> OffsetFetchResponse {
     let group = request.group_id.0.to_string();
     let node = std::sync::Arc::clone(&broker.node);
@@ -181,8 +182,13 @@ pub(crate) async fn fetch_committed(
         Ok(Ok(committed)) => committed,
         failed => {
             tracing::warn!(?failed, "reading committed offsets failed");
-            return OffsetFetchResponse::default()
-                .with_error_code(ResponseError::CoordinatorNotAvailable.code());
+            // v1 answers have no top-level error: an answer naming no partition fails.
+            let failed = OffsetFetchResponse::default();
+            return if version >= 2 {
+                failed.with_error_code(ResponseError::CoordinatorNotAvailable.code())
+            } else {
+                failed
+            };
         }
     };
     let mut by_topic: HashMap<String, Vec<ConsumerOffset>> = HashMap::new();

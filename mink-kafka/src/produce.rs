@@ -8,10 +8,17 @@
 //! when it went to the chosen partition's bucket, else -1.
 //!
 //! Idempotent producers (`enable.idempotence`) get a producer id from `InitProducerId`
-//! that no restart reuses. Per producer and partition the last batch's sequence numbers
-//! and offset are stored in the node's metadata before the batch is acknowledged, so a
-//! batch retried after a lost answer, or after a restart, is recognized and not written
-//! again. Transactions are refused (`TRANSACTIONAL_ID_AUTHORIZATION_FAILED`).
+//! that no restart reuses. Their batches are written with a [`WriterTag`] (producer id,
+//! epoch, sequences) in the log frame itself, atomically with the rows; per producer and
+//! partition the last batch is also recorded in the node's metadata (before a producer's
+//! first batch there, a marker of where its batches start). A batch sent again after a
+//! lost answer is recognized and not written twice; after a crash, the first batch of a
+//! producer reads the chosen partition's log from the recorded batch on, so a batch the
+//! log holds but the metadata missed is recognized too. That holds for batches whose rows
+//! go to the chosen partition's bucket (tables without a bucket key); a batch of a keyed
+//! log table whose rows went to other buckets can be written again after a crash in that
+//! window (for primary-key tables writing the same upserts twice changes no row).
+//! Transactions are refused (`TRANSACTIONAL_ID_AUTHORIZATION_FAILED`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -25,6 +32,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Record, RecordBatchDecoder};
 use mink_core::routing::split_by_bucket;
+use mink_node::log::WriterTag;
 use mink_node::metadata::ProducerBatch;
 
 use crate::broker::Broker;
@@ -32,6 +40,9 @@ use crate::compression::decompress;
 use crate::error::{KafkaError, Result};
 use crate::rows::{Rows, rows_of};
 use crate::topics::Topic;
+
+/// Log bytes read at once while a restart looks for a producer's batches.
+const RECOVERY_READ_BYTES: u64 = 8 << 20;
 
 /// The idempotent producers' last batches, per producer; each producer's map is locked
 /// while one of its batches is checked, written and recorded.
@@ -171,50 +182,124 @@ async fn write_batch(
     }
     let rows = rows_of(&topic.table, records)?;
     if first.producer_id < 0 {
-        return write_rows(broker, topic, bucket, rows).await;
+        return write_rows(broker, topic, bucket, rows, None).await;
     }
-    let name = Topic::name(&topic.table.path);
-    let producer = broker.producers.of(first.producer_id);
-    let mut last_batches = producer.lock().await;
-    let key = (name.clone(), index);
-    if !last_batches.contains_key(&key) {
-        let node = Arc::clone(&broker.node);
-        let (id, topic_name) = (first.producer_id, name.clone());
-        let stored = tokio::task::spawn_blocking(move || {
-            node.kafka_state()
-                .last_producer_batch(id, &topic_name, index)
-        })
-        .await
-        .map_err(|e| KafkaError::Internal(e.to_string()))??;
-        last_batches.insert(key.clone(), stored);
-    }
-    let batch = ProducerBatch {
+    let tag = WriterTag {
+        producer_id: first.producer_id,
         epoch: first.producer_epoch,
         first_sequence: first.sequence,
         last_sequence: last.sequence,
+    };
+    let name = Topic::name(&topic.table.path);
+    let producer = broker.producers.of(tag.producer_id);
+    let mut last_batches = producer.lock().await;
+    let key = (name.clone(), index);
+    let previous = match last_batches.get(&key) {
+        Some(known) => *known,
+        None => recover_last_batch(broker, &name, index, bucket, tag).await?,
+    };
+    let batch = ProducerBatch {
+        epoch: tag.epoch,
+        first_sequence: tag.first_sequence,
+        last_sequence: tag.last_sequence,
         base_offset: -1,
     };
-    if let Some(previous) = last_batches.get(&key).copied().flatten() {
-        match check_sequence(&previous, &batch)? {
-            SequenceCheck::Retry => return Ok(previous.base_offset),
-            SequenceCheck::Next => {}
+    if let Some(previous) = previous {
+        if check_sequence(&previous, &batch)? == SequenceCheck::Retry {
+            last_batches.insert(key, Some(previous));
+            return Ok(previous.base_offset);
         }
+    } else {
+        // The first batch of this producer here: where a later recovery starts looking
+        // for its batches in the log, stored before any is written.
+        let (_, tablet) = broker.node.bucket(bucket)?;
+        let (_, high_watermark) = tablet.log.offsets();
+        let marker = ProducerBatch {
+            first_sequence: -1,
+            last_sequence: -1,
+            base_offset: high_watermark,
+            ..batch
+        };
+        record(broker, tag.producer_id, &name, index, marker).await?;
     }
-    let base_offset = write_rows(broker, topic, bucket, rows).await?;
+    let base_offset = write_rows(broker, topic, bucket, rows, Some(tag)).await?;
     let written = ProducerBatch {
         base_offset,
         ..batch
     };
+    record(broker, tag.producer_id, &name, index, written).await?;
+    last_batches.insert(key, Some(written));
+    Ok(base_offset)
+}
+
+/// The last batch a producer wrote to a partition, as a restart finds it: the one the
+/// metadata recorded, or a later one the log holds (a crash between the log's fsync and
+/// the metadata's record leaves the log one batch ahead; the tag in the frame tells).
+async fn recover_last_batch(
+    broker: &Broker,
+    topic: &str,
+    index: i32,
+    bucket: &mink_core::protocol::BucketId,
+    tag: WriterTag,
+) -> Result<Option<ProducerBatch>> {
     let node = Arc::clone(&broker.node);
-    let id = first.producer_id;
-    tokio::task::spawn_blocking(move || {
+    let topic_name = topic.to_string();
+    let recorded = tokio::task::spawn_blocking(move || {
         node.kafka_state()
-            .record_producer_batch(id, &name, index, &written)
+            .last_producer_batch(tag.producer_id, &topic_name, index)
     })
     .await
     .map_err(|e| KafkaError::Internal(e.to_string()))??;
-    last_batches.insert(key, Some(written));
-    Ok(base_offset)
+    let Some(recorded) = recorded else {
+        return Ok(None);
+    };
+    let (_, tablet) = broker.node.bucket(bucket)?;
+    let (log_start, high_watermark) = tablet.log.offsets();
+    let mut offset = recorded.base_offset.max(log_start);
+    let mut last = recorded;
+    while offset < high_watermark {
+        let batches = tablet.log.read(offset, RECOVERY_READ_BYTES).await?;
+        for batch in &batches {
+            if let Some(found) = batch.writer.filter(|w| w.producer_id == tag.producer_id) {
+                last = ProducerBatch {
+                    epoch: found.epoch,
+                    first_sequence: found.first_sequence,
+                    last_sequence: found.last_sequence,
+                    base_offset: batch.base_offset,
+                };
+            }
+        }
+        offset = batches.last().map_or(high_watermark, |b| b.last_offset + 1);
+    }
+    if last != recorded {
+        tracing::info!(
+            producer_id = tag.producer_id,
+            topic,
+            partition = index,
+            last_sequence = last.last_sequence,
+            "the log holds a later batch of this producer than the metadata recorded (a crash came between them)"
+        );
+    }
+    Ok(Some(last))
+}
+
+/// Stores a producer's last batch on a partition.
+async fn record(
+    broker: &Broker,
+    producer_id: i64,
+    topic: &str,
+    index: i32,
+    batch: ProducerBatch,
+) -> Result<()> {
+    let node = Arc::clone(&broker.node);
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        node.kafka_state()
+            .record_producer_batch(producer_id, &topic, index, &batch)
+    })
+    .await
+    .map_err(|e| KafkaError::Internal(e.to_string()))??;
+    Ok(())
 }
 
 /// What a batch is next to the producer's last one.
@@ -279,6 +364,7 @@ async fn write_rows(
     topic: &Topic,
     chosen: &mink_core::protocol::BucketId,
     rows: Vec<Rows>,
+    writer: Option<WriterTag>,
 ) -> Result<i64> {
     let mut base_offset = None;
     for run in rows {
@@ -287,7 +373,10 @@ async fn write_rows(
             Rows::Delete(keys) => (keys, true),
         };
         for (bucket, part) in split_by_bucket(&topic.table, &batch, chosen.bucket)? {
-            let ack = broker.node.write(&bucket, part, delete, None).await?;
+            let ack = broker
+                .node
+                .write_as(&bucket, part, delete, None, writer)
+                .await?;
             base_offset.get_or_insert(if bucket == *chosen {
                 ack.base_offset
             } else {

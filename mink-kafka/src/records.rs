@@ -337,6 +337,7 @@ mod tests {
             schema_id: 0,
             batch,
             changes,
+            writer: None,
             size: 0,
         }
     }

@@ -35,7 +35,7 @@ use tracing::info;
 
 use crate::error::{NodeError, Result};
 use crate::kv::{Found, KvTablet, encode_keys, lookup, prefix_lookup};
-use crate::log::{LogConfig, LogTablet, Write, WriteOp, WriteStream};
+use crate::log::{LogConfig, LogTablet, Write, WriteOp, WriteStream, WriterTag};
 use crate::metadata::Metadata;
 
 mod storage;
@@ -538,6 +538,19 @@ impl Node {
         delete: bool,
         stream: Option<&WriteStream>,
     ) -> Result<AppendAck> {
+        self.write_as(bucket, batch, delete, stream, None).await
+    }
+
+    /// [`Node::write`] by an idempotent producer: its [`WriterTag`] is stored with the
+    /// batch (see [`WriterTag`]).
+    pub async fn write_as(
+        &self,
+        bucket: &BucketId,
+        batch: RecordBatch,
+        delete: bool,
+        stream: Option<&WriteStream>,
+        writer: Option<WriterTag>,
+    ) -> Result<AppendAck> {
         let state = self.table(&TablePath::parse(&bucket.table)?)?;
         let table = state.descriptor();
         check_bucket_address(&table, bucket)?;
@@ -568,6 +581,7 @@ impl Node {
             op,
             table,
             stream: stream.cloned(),
+            writer,
         };
         target.log.write(write).await
     }

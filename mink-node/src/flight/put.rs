@@ -305,7 +305,14 @@ mod tests {
                     WriteOp::Append(batch)
                 };
                 let stream = Some(stream);
-                let ack = log.write(Write { op, table, stream }).await?;
+                let ack = log
+                    .write(Write {
+                        op,
+                        table,
+                        stream,
+                        writer: None,
+                    })
+                    .await?;
                 Ok::<_, Status>(ack.base_offset)
             }
             .boxed()

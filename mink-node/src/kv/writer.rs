@@ -151,6 +151,7 @@ impl KvWriter {
         Ok(Some(StoredBatch {
             batch: changelog,
             changes: Some(changes),
+            writer: None,
         }))
     }
 }
@@ -158,7 +159,11 @@ impl KvWriter {
 impl Changelog for KvWriter {
     fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>> {
         self.refresh(&write.table)?;
-        self.changelog(&write.op)
+        let changelog = self.changelog(&write.op)?;
+        Ok(changelog.map(|stored| StoredBatch {
+            writer: write.writer,
+            ..stored
+        }))
     }
 
     fn schema_id(&self) -> u32 {
@@ -282,6 +287,7 @@ mod tests {
                 op,
                 table: Arc::clone(&self.table),
                 stream: None,
+                writer: None,
             };
             self.writer
                 .prepare(&write)
@@ -358,6 +364,7 @@ mod tests {
             op,
             table: Arc::clone(table),
             stream: None,
+            writer: None,
         };
         f.writer
             .prepare(&write(WriteOp::Upsert(batch), &newer))
@@ -523,6 +530,7 @@ mod tests {
             op: WriteOp::Append(whole_rows(&f.table, &[(1, Some("a"))])),
             table: Arc::clone(&f.table),
             stream: None,
+            writer: None,
         };
         let error = f.writer.prepare(&write).unwrap_err();
         assert!(
@@ -551,6 +559,7 @@ mod tests {
             op: WriteOp::Upsert(batch),
             table: Arc::clone(&f.table),
             stream: None,
+            writer: None,
         };
         let stored = f.writer.prepare(&write).unwrap().unwrap();
         assert_eq!(stored.batch.schema(), *f.table.schema());
@@ -582,6 +591,7 @@ mod tests {
                 op,
                 table: Arc::clone(&source.table),
                 stream: None,
+                writer: None,
             };
             let stored = source.writer.prepare(&write).unwrap().unwrap();
             let rows = stored.batch.num_rows() as i64;
@@ -594,6 +604,7 @@ mod tests {
                     schema_id: 0,
                     batch: stored.batch,
                     changes: stored.changes,
+                    writer: None,
                     size: 0,
                 })
                 .unwrap();
@@ -617,6 +628,7 @@ mod tests {
             schema_id: 0,
             batch: whole_rows(&f.table, &[(1, Some("a"))]),
             changes: None,
+            writer: None,
             size: 0,
         };
         let error = f.writer.replay(&batch).unwrap_err();

@@ -381,6 +381,7 @@ impl Appender {
                 commit_timestamp: self.last_timestamp,
                 schema_id: self.stored_schema_id(&request.write),
                 has_changes: false,
+                has_writer: false,
                 position: self.active.len,
                 payload_len: 0,
             };
@@ -410,6 +411,7 @@ impl Appender {
             (None, WriteOp::Append(batch)) => Ok(Some(StoredBatch {
                 batch: batch.clone(),
                 changes: None,
+                writer: write.writer,
             })),
             (None, WriteOp::Upsert(_) | WriteOp::Delete(_)) => {
                 Err(NodeError::InvalidArgument(format!(
@@ -487,6 +489,7 @@ mod tests {
             op: op(batch),
             table: Arc::clone(table),
             stream: None,
+            writer: None,
         };
         WriteRequest {
             write,
@@ -568,6 +571,7 @@ mod tests {
             let stored = StoredBatch {
                 batch: batch.clone(),
                 changes: None,
+                writer: None,
             };
             encode_frame(&mut header, &stored).unwrap().len() as u64
         };
@@ -730,6 +734,7 @@ mod tests {
                 Ok(Some(StoredBatch {
                     batch: batch.clone(),
                     changes: None,
+                    writer: None,
                 }))
             }
             fn commit(&mut self, end_offset: i64) -> Result<()> {

@@ -66,6 +66,7 @@ mod tests {
         Arc::new(StoredBatch {
             batch: RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty())),
             changes: None,
+            writer: None,
         })
     }
 

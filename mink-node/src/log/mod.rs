@@ -86,8 +86,25 @@ pub struct LogBatch {
     pub batch: RecordBatch,
     /// The change vector (primary-key tables).
     pub changes: Option<Vec<u8>>,
+    /// The idempotent producer that wrote the batch, if one did.
+    pub writer: Option<WriterTag>,
     /// Size of the batch in the log, in bytes.
     pub size: u64,
+}
+
+/// An idempotent Kafka producer's batch: who wrote it and its sequence numbers. It is
+/// stored in the batch's frame, atomically with the rows, so after a crash the log
+/// itself tells whether a batch the producer sends again was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterTag {
+    /// The producer id.
+    pub producer_id: i64,
+    /// The producer's epoch.
+    pub epoch: i16,
+    /// The sequence number of the batch's first record.
+    pub first_sequence: i32,
+    /// The sequence number of its last record.
+    pub last_sequence: i32,
 }
 
 /// One write to a bucket, validated against its table.
@@ -99,6 +116,8 @@ pub struct Write {
     pub table: Arc<TableDescriptor>,
     /// The DoPut stream the write belongs to; `None` for a write on its own.
     pub stream: Option<WriteStream>,
+    /// The idempotent producer writing, stored with the batch; `None` for other writers.
+    pub writer: Option<WriterTag>,
 }
 
 /// The kinds of write.
@@ -428,6 +447,7 @@ fn to_log_batch(header: &FrameHeader, stored: &StoredBatch) -> LogBatch {
         schema_id: header.schema_id,
         batch: stored.batch.clone(),
         changes: stored.changes.clone(),
+        writer: stored.writer,
         size: u64::from(header.payload_len),
     }
 }
@@ -594,6 +614,7 @@ mod tests {
             op,
             table,
             stream: None,
+            writer: None,
         })
         .await
         .unwrap()
@@ -705,6 +726,7 @@ mod tests {
             op: WriteOp::Append(rows(&table, ids, "x")),
             table: Arc::clone(&table),
             stream: stream.cloned(),
+            writer: None,
         };
         let first = log.write(append(&[1], Some(&stream))).await.unwrap();
         assert_eq!((first.base_offset, first.last_offset), (0, 0));

@@ -166,6 +166,7 @@ mod tests {
             let stored = StoredBatch {
                 batch: RecordBatch::try_from_iter(vec![("v", values)]).unwrap(),
                 changes: None,
+                writer: None,
             };
             let mut header = FrameHeader {
                 base_offset: offset,
@@ -173,6 +174,7 @@ mod tests {
                 commit_timestamp: 1_000 + offset,
                 schema_id: 0,
                 has_changes: false,
+                has_writer: false,
                 position: start + bytes.len() as u64,
                 payload_len: 0,
             };

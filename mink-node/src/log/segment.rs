@@ -7,11 +7,14 @@
 //! +---------+--------+-------------+--------------+------------------+-----------+-------+
 //! | len u32 | crc u32| base i64    | records u32  | commit_ts i64    | schema u32| flags |
 //! +---------+--------+-------------+--------------+------------------+-----------+-------+
-//! | payload (len bytes): [change vector, `records` bytes, if flags & 1] + Arrow IPC stream |
+//! | payload: [writer tag, 18 bytes, if flags & 2] [change vector, `records` bytes, if flags & 1] |
+//! |          Arrow IPC stream                                                                   |
 //! +------------------------------------------------------------------------------------------+
 //! ```
 //!
-//! All integers are little endian; `crc` (CRC-32) covers everything after it. A crash can
+//! All integers are little endian; `crc` (CRC-32) covers everything after it. The writer
+//! tag ([`WriterTag`]: producer id, epoch, first and last sequence) names the idempotent
+//! Kafka producer that wrote the batch; binaries from before it refuse such frames. A crash can
 //! leave a torn last frame: [`scan_frames`] stops at the first frame
 //! that is short or fails its checksum, and the caller truncates the file there.
 //!
@@ -27,11 +30,15 @@ use arrow::array::RecordBatch;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 
+use super::WriterTag;
 use crate::error::{NodeError, Result};
 
 /// Bytes of a frame header.
 pub(crate) const HEADER_LEN: usize = 33;
 const FLAG_CHANGES: u8 = 1;
+const FLAG_WRITER: u8 = 2;
+/// Bytes of an encoded [`WriterTag`].
+const WRITER_TAG_LEN: usize = 18;
 /// Bytes of one index entry.
 const INDEX_ENTRY_LEN: usize = 40;
 
@@ -48,6 +55,8 @@ pub(crate) struct FrameHeader {
     pub(crate) schema_id: u32,
     /// Whether a change vector precedes the Arrow data.
     pub(crate) has_changes: bool,
+    /// Whether a writer tag precedes the change vector and the Arrow data.
+    pub(crate) has_writer: bool,
     /// Position of the frame in its segment.
     pub(crate) position: u64,
     /// Payload length in bytes.
@@ -70,22 +79,55 @@ impl FrameHeader {
         out.extend_from_slice(&self.records.to_le_bytes());
         out.extend_from_slice(&self.commit_timestamp.to_le_bytes());
         out.extend_from_slice(&self.schema_id.to_le_bytes());
-        out.push(if self.has_changes { FLAG_CHANGES } else { 0 });
+        let mut flags = 0;
+        if self.has_changes {
+            flags |= FLAG_CHANGES;
+        }
+        if self.has_writer {
+            flags |= FLAG_WRITER;
+        }
+        out.push(flags);
     }
 }
 
-/// A batch as it is stored: decoded Arrow data plus its change vector.
+/// A batch as it is stored: decoded Arrow data plus its change vector and writer tag.
 #[derive(Debug, Clone)]
 pub(crate) struct StoredBatch {
     pub(crate) batch: RecordBatch,
     pub(crate) changes: Option<Vec<u8>>,
+    pub(crate) writer: Option<WriterTag>,
+}
+
+impl WriterTag {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.producer_id.to_le_bytes());
+        out.extend_from_slice(&self.epoch.to_le_bytes());
+        out.extend_from_slice(&self.first_sequence.to_le_bytes());
+        out.extend_from_slice(&self.last_sequence.to_le_bytes());
+    }
+
+    fn decode(bytes: &[u8; WRITER_TAG_LEN]) -> Self {
+        let (producer_id, rest) = bytes.split_at(8);
+        let (epoch, rest) = rest.split_at(2);
+        let (first_sequence, last_sequence) = rest.split_at(4);
+        Self {
+            producer_id: i64::from_le_bytes(producer_id.try_into().expect("8 bytes")),
+            epoch: i16::from_le_bytes(epoch.try_into().expect("2 bytes")),
+            first_sequence: i32::from_le_bytes(first_sequence.try_into().expect("4 bytes")),
+            last_sequence: i32::from_le_bytes(last_sequence.try_into().expect("4 bytes")),
+        }
+    }
 }
 
 /// Encodes one frame. `header.position` and `payload_len` are filled in by this function.
 pub(crate) fn encode_frame(header: &mut FrameHeader, stored: &StoredBatch) -> Result<Vec<u8>> {
     let mut frame = vec![0u8; 8];
     header.has_changes = stored.changes.is_some();
+    header.has_writer = stored.writer.is_some();
     header.encode_fields(&mut frame);
+    if let Some(writer) = &stored.writer {
+        writer.encode(&mut frame);
+    }
     if let Some(changes) = &stored.changes {
         frame.extend_from_slice(changes);
     }
@@ -107,6 +149,14 @@ pub(crate) fn encode_frame(header: &mut FrameHeader, stored: &StoredBatch) -> Re
 pub(crate) fn decode_payload(header: &FrameHeader, payload: &[u8]) -> Result<StoredBatch> {
     let corrupt =
         |what: &str| NodeError::Corrupt(format!("batch at offset {}: {what}", header.base_offset));
+    let (writer, payload) = if header.has_writer {
+        let (tag, rest) = payload
+            .split_first_chunk::<WRITER_TAG_LEN>()
+            .ok_or_else(|| corrupt("writer tag cut short"))?;
+        (Some(WriterTag::decode(tag)), rest)
+    } else {
+        (None, payload)
+    };
     let (changes, ipc) = if header.has_changes {
         let n = header.records as usize;
         if payload.len() < n {
@@ -125,7 +175,11 @@ pub(crate) fn decode_payload(header: &FrameHeader, payload: &[u8]) -> Result<Sto
     if batch.num_rows() != header.records as usize {
         return Err(corrupt("row count differs from the header"));
     }
-    Ok(StoredBatch { batch, changes })
+    Ok(StoredBatch {
+        batch,
+        changes,
+        writer,
+    })
 }
 
 /// Parses a frame header from the first [`HEADER_LEN`] bytes of `bytes`, checking the
@@ -144,9 +198,11 @@ fn parse_header(bytes: &[u8], position: u64) -> Option<(FrameHeader, u32)> {
         commit_timestamp: i64_at(20),
         schema_id: u32_at(28),
         has_changes: flags & FLAG_CHANGES != 0,
+        has_writer: flags & FLAG_WRITER != 0,
         position,
     };
-    (header.records > 0 && flags & !FLAG_CHANGES == 0).then_some((header, u32_at(4)))
+    let known = FLAG_CHANGES | FLAG_WRITER;
+    (header.records > 0 && flags & !known == 0).then_some((header, u32_at(4)))
 }
 
 /// The result of scanning a segment: its valid frames and where valid data ends.
@@ -290,6 +346,7 @@ mod tests {
         StoredBatch {
             batch: RecordBatch::try_from_iter(vec![("v", column)]).unwrap(),
             changes,
+            writer: None,
         }
     }
 
@@ -300,6 +357,7 @@ mod tests {
             commit_timestamp: 1_000 + base,
             schema_id: 1,
             has_changes: false,
+            has_writer: false,
             position,
             payload_len: 0,
         }
@@ -334,6 +392,34 @@ mod tests {
             decode_payload(&second, &bytes[start..start + second.payload_len as usize]).unwrap();
         assert_eq!(decoded.changes, Some(vec![0]));
         assert_eq!(decoded.batch.num_rows(), 1);
+    }
+
+    #[test]
+    fn a_writer_tag_round_trips_with_and_without_changes() {
+        let tag = WriterTag {
+            producer_id: 7,
+            epoch: -2,
+            first_sequence: i32::MAX - 1,
+            last_sequence: i32::MAX,
+        };
+        for changes in [None, Some(vec![0, 2])] {
+            let rows = if changes.is_some() {
+                vec![1, 2]
+            } else {
+                vec![3]
+            };
+            let tagged = StoredBatch {
+                writer: Some(tag),
+                ..stored(&rows, changes.clone())
+            };
+            let mut h = header(0, rows.len() as u32, 0);
+            let frame = encode_frame(&mut h, &tagged).unwrap();
+            let (parsed, _) = parse_header(&frame, 0).unwrap();
+            assert!(parsed.has_writer);
+            let decoded = decode_payload(&parsed, &frame[HEADER_LEN..]).unwrap();
+            assert_eq!((decoded.writer, decoded.changes), (Some(tag), changes));
+            assert_eq!(decoded.batch.num_rows(), rows.len());
+        }
     }
 
     #[test]

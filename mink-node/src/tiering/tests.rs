@@ -109,6 +109,7 @@ pub(super) fn log_batch(
         schema_id: 0,
         batch: users(table, &values),
         changes: Some(rows.iter().map(|r| r.0).collect()),
+        writer: None,
         size: 0,
     }
 }

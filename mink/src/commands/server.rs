@@ -2,7 +2,8 @@
 //! SIGTERM.
 //!
 //! The first line on stdout is `mink node listening on HOST:PORT`, the second `mink
-//! Flight SQL listening on HOST:PORT`, so scripts and tests that pass `--listen
+//! Flight SQL listening on HOST:PORT` (and, with `--kafka-listen`, the third `mink
+//! Kafka listening on HOST:PORT`), so scripts and tests that pass `--listen
 //! 127.0.0.1:0 --sql-listen 127.0.0.1:0` learn the ports. Flight SQL clients log in with
 //! `--sql-user` and MINK_SQL_PASSWORD when they are set; without them the endpoint
 //! accepts every call and must listen on a loopback address (see `mink_flight_sql`).
@@ -70,6 +71,15 @@ pub(crate) struct ServerArgs {
     /// The PEM private key of `--sql-tls-cert`.
     #[arg(long, requires = "sql_tls_cert")]
     sql_tls_key: Option<PathBuf>,
+    /// Serve Kafka clients on this address (off by default; `docs/kafka.md`): topics are
+    /// tables, partitions buckets. Without `--sql-user` it must be a loopback address;
+    /// with it, clients log in with SASL/PLAIN as that user; TLS as the other ports.
+    #[arg(long, value_name = "HOST:PORT")]
+    kafka_listen: Option<String>,
+    /// The address Kafka clients are told to connect to (Metadata names it as every
+    /// partition's leader); default: the `--kafka-listen` address.
+    #[arg(long, value_name = "HOST:PORT", requires = "kafka_listen")]
+    kafka_advertised: Option<String>,
     /// Create demo tables and keep writing to them.
     #[arg(long)]
     demo: bool,
@@ -90,7 +100,7 @@ pub(crate) struct ServerArgs {
     /// Default: half the machine's memory.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     sql_memory_limit: Option<usize>,
-    /// The most connections each port (the node's, Flight SQL's) holds open at once. A
+    /// The most connections each port (the node's, Flight SQL's, Kafka's) holds open at once. A
     /// connection beyond them is closed as soon as it is accepted (and logged), so one
     /// client cannot take the server's memory or file descriptors by opening thousands;
     /// keep it below the process's file limit (`ulimit -n`).
@@ -151,9 +161,14 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         tls_ca: None,
     };
     let sql = serve_flight_sql(&args, pool, &engine_address, &engine).await?;
-    // One write, so a reader that stops after the first line never misses the second.
+    let kafka = serve_kafka(&args, &node).await?;
+    let kafka_line = kafka
+        .as_ref()
+        .map(|k| format!("mink Kafka listening on {}\n", k.addr()))
+        .unwrap_or_default();
+    // One write, so a reader that stops after the first line never misses the others.
     print!(
-        "mink node listening on {address}\nmink Flight SQL listening on {}\n",
+        "mink node listening on {address}\nmink Flight SQL listening on {}\n{kafka_line}",
         sql.addr()
     );
     let demo = if args.demo {
@@ -172,6 +187,9 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     info!("shutting down");
     if let Some(demo) = demo {
         demo.abort();
+    }
+    if let Some(kafka) = kafka {
+        kafka.shutdown().await;
     }
     sql.shutdown().await.map_err(flight_sql_error)?;
     handle.shutdown().await?;
@@ -213,6 +231,29 @@ async fn serve_flight_sql(
         )))?;
     mink_flight_sql::serve_in(config, runtime, listener, args.max_connections)
         .map_err(flight_sql_error)
+}
+
+/// Serves Kafka clients on `--kafka-listen`, with the login and TLS of every port.
+async fn serve_kafka(
+    args: &ServerArgs,
+    node: &Arc<Node>,
+) -> Result<Option<mink_kafka::KafkaHandle>, CliError> {
+    let Some(listen) = &args.kafka_listen else {
+        return Ok(None);
+    };
+    let (credentials, tls) = login(args)?;
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(CliError::io(format!("cannot listen on {listen}")))?;
+    let options = mink_kafka::KafkaOptions {
+        advertised: args.kafka_advertised.clone(),
+        credentials,
+        tls,
+        max_connections: args.max_connections,
+    };
+    mink_kafka::serve(Arc::clone(node), listener, options)
+        .map(Some)
+        .map_err(|e| CliError::Usage(e.to_string()))
 }
 
 /// The login and TLS of every port: `--sql-user` with its password, `--sql-tls-cert`

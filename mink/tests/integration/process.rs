@@ -10,6 +10,8 @@ pub(crate) struct ServerProcess {
     pub(crate) addr: String,
     /// The address of its Flight SQL endpoint.
     pub(crate) sql_addr: String,
+    /// The address of its Kafka listener, when it serves one.
+    pub(crate) kafka_addr: Option<String>,
 }
 
 impl ServerProcess {
@@ -42,7 +44,8 @@ impl ServerProcess {
             .env_remove("MINK_SQL_USER")
             .env_remove("MINK_SQL_PASSWORD")
             .envs(env.iter().copied());
-        Self::spawn(command)
+        let kafka = args.contains(&"--kafka-listen");
+        Self::spawn(command, kafka)
     }
 
     /// The `grpc://` URI of its Flight SQL endpoint.
@@ -92,10 +95,10 @@ impl ServerProcess {
                 "--data-dir",
             ])
             .arg(data_dir);
-        Self::spawn(command)
+        Self::spawn(command, false)
     }
 
-    fn spawn(mut command: Command) -> Self {
+    fn spawn(mut command: Command, kafka: bool) -> Self {
         let mut child = command
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
@@ -112,12 +115,14 @@ impl ServerProcess {
         };
         let addr = address("mink node listening on ");
         let sql_addr = address("mink Flight SQL listening on ");
+        let kafka_addr = kafka.then(|| address("mink Kafka listening on "));
         // Keep draining stdout so the child never blocks on (or dies of) a closed pipe.
         std::thread::spawn(move || for _ in stdout.lines() {});
         Self {
             child,
             addr,
             sql_addr,
+            kafka_addr,
         }
     }
 
