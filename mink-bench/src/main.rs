@@ -21,6 +21,7 @@
 //! | `planning` | [`planning`] | a trivial union read after many tiering rounds and on many buckets, against the first round and the fewest buckets |
 //! | `table-changes` | [`table_changes`] | a round's changes, against a full lake read |
 //! | `flight-sql` | [`flight_sql`] | the Flight SQL endpoint, against the same queries in process |
+//! | `kafka` | [`kafka`] | Kafka clients consuming and producing, against Scan and ADBC ingest |
 //!
 //! # Every benchmark
 //!
@@ -34,6 +35,7 @@ mod data;
 mod error;
 mod flight_sql;
 mod harness;
+mod kafka;
 mod kv;
 mod lake;
 mod lake_codecs;
@@ -86,6 +88,9 @@ enum Bench {
     /// The Flight SQL endpoint: one-row query latency and large-result throughput
     /// through arrow-flight's client and ADBC, against the same queries in process.
     FlightSql(flight_sql::FlightSqlArgs),
+    /// Kafka clients on the log: consume against Scan, produce (acks=all) against ADBC
+    /// ingest, and produce -> consume latency.
+    Kafka(kafka::KafkaArgs),
 }
 
 fn main() -> ExitCode {
@@ -128,5 +133,6 @@ async fn run(bench: Bench) -> Result<(), BenchError> {
         Bench::Planning(args) => planning::run(args).await,
         Bench::TableChanges(args) => table_changes::run(args).await,
         Bench::FlightSql(args) => flight_sql::run(args).await,
+        Bench::Kafka(args) => kafka::run(args).await,
     }
 }

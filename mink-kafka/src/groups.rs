@@ -379,41 +379,45 @@ impl Groups {
         } else {
             vec![request.member_id.to_string()]
         };
-        let mut responses = Vec::with_capacity(leaving.len());
-        let mut any_unknown = false;
-        {
+        let group_id = request.group_id.0.as_str();
+        let known: Vec<bool> = {
             let mut groups = self.lock();
-            let group = groups.get_mut(request.group_id.0.as_str());
-            let now = Instant::now();
-            let mut left = false;
-            let group = group.map(|group| {
-                for member_id in &leaving {
-                    let known = group.members.remove(member_id).is_some();
-                    left |= known;
-                    any_unknown |= !known;
-                    responses.push(
-                        MemberResponse::default()
-                            .with_member_id(StrBytes::from_string(member_id.clone()))
-                            .with_error_code(if known {
-                                0
-                            } else {
-                                ResponseError::UnknownMemberId.code()
-                            }),
-                    );
+            let known = match groups.get_mut(group_id) {
+                None => vec![false; leaving.len()],
+                Some(group) => {
+                    let known: Vec<bool> = leaving
+                        .iter()
+                        .map(|member_id| group.members.remove(member_id).is_some())
+                        .collect();
+                    if known.contains(&true) {
+                        group.after_departure(Instant::now());
+                    }
+                    known
                 }
-                group
-            });
-            if let Some(group) = group {
-                if left {
-                    group.after_departure(now);
-                }
-                if group.state == State::Empty {
-                    groups.remove(request.group_id.0.as_str());
-                }
-            } else {
-                any_unknown = true;
+            };
+            if groups
+                .get(group_id)
+                .is_some_and(|g| g.state == State::Empty)
+            {
+                groups.remove(group_id);
             }
-        }
+            known
+        };
+        let any_unknown = known.contains(&false);
+        let responses = leaving
+            .into_iter()
+            .zip(&known)
+            .map(|(member_id, known)| {
+                let code = if *known {
+                    0
+                } else {
+                    ResponseError::UnknownMemberId.code()
+                };
+                MemberResponse::default()
+                    .with_member_id(StrBytes::from_string(member_id))
+                    .with_error_code(code)
+            })
+            .collect();
         self.changed.notify_waiters();
         // Before v3 a leave names one member and has no list of answers.
         if version >= 3 {

@@ -155,7 +155,7 @@ impl RecordColumns {
             .and_then(|h| h.as_map_opt())
             .map(header_maps)
             .transpose()?;
-        let timestamps = column(TIMESTAMP).and_then(|t| milliseconds(t));
+        let timestamps = column(TIMESTAMP).and_then(milliseconds);
         Ok(Self {
             key,
             value,
