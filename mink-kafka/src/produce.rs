@@ -14,15 +14,20 @@
 //! first batch there, a marker of where its batches start). A batch sent again after a
 //! lost answer is recognized and not written twice; after a crash, the first batch of a
 //! producer reads the chosen partition's log from the recorded batch on, so a batch the
-//! log holds but the metadata missed is recognized too. That holds for batches whose rows
-//! go to the chosen partition's bucket (tables without a bucket key); a batch of a keyed
-//! log table whose rows went to other buckets can be written again after a crash in that
-//! window (for primary-key tables writing the same upserts twice changes no row).
+//! log holds but the metadata missed is recognized too. The tag goes only on a batch
+//! that is one write into the chosen partition's bucket (a log table without a bucket
+//! key; a primary-key batch of one kind whose keys all route there), which the log holds
+//! whole or not at all. A batch written in several parts (rows routed to other buckets,
+//! upserts and tombstones mixed) is not tagged: a crash between its log write and the
+//! metadata's record makes the retry write it again, never lose part of it. For a
+//! primary-key table that repeats the same upserts and deletes in the same order, which
+//! leaves the same rows.
 //! Transactions are refused (`TRANSACTIONAL_ID_AUTHORIZATION_FAILED`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use arrow::array::RecordBatch;
 use bytes::{Buf, Bytes};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -31,6 +36,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Record, RecordBatchDecoder};
+use mink_core::protocol::BucketId;
 use mink_core::routing::split_by_bucket;
 use mink_node::log::WriterTag;
 use mink_node::metadata::ProducerBatch;
@@ -168,7 +174,7 @@ async fn write_batch(
     broker: &Broker,
     topic: &Topic,
     index: i32,
-    bucket: &mink_core::protocol::BucketId,
+    bucket: &BucketId,
     records: &[Record],
 ) -> Result<i64> {
     let (Some(first), Some(last)) = (records.first(), records.last()) else {
@@ -180,9 +186,9 @@ async fn write_batch(
             "mink does not serve Kafka transactions".into(),
         ));
     }
-    let rows = rows_of(&topic.table, records)?;
+    let writes = plan_writes(topic, bucket, rows_of(&topic.table, records)?)?;
     if first.producer_id < 0 {
-        return write_rows(broker, topic, bucket, rows, None).await;
+        return write_all(broker, bucket, writes, None).await;
     }
     let tag = WriterTag {
         producer_id: first.producer_id,
@@ -222,7 +228,10 @@ async fn write_batch(
         };
         record(broker, tag.producer_id, &name, index, marker).await?;
     }
-    let base_offset = write_rows(broker, topic, bucket, rows, Some(tag)).await?;
+    // Only a batch that is one write is tagged: a restart that found the tag of a batch
+    // written in several parts could not tell which parts are missing.
+    let tagged = is_one_write(&writes, bucket).then_some(tag);
+    let base_offset = write_all(broker, bucket, writes, tagged).await?;
     let written = ProducerBatch {
         base_offset,
         ..batch
@@ -239,7 +248,7 @@ async fn recover_last_batch(
     broker: &Broker,
     topic: &str,
     index: i32,
-    bucket: &mink_core::protocol::BucketId,
+    bucket: &BucketId,
     tag: WriterTag,
 ) -> Result<Option<ProducerBatch>> {
     let node = Arc::clone(&broker.node);
@@ -357,32 +366,57 @@ fn check_sequence(previous: &ProducerBatch, batch: &ProducerBatch) -> Result<Seq
     }
 }
 
-/// Writes the rows through the node, each part to the bucket it routes to; the first
-/// row's offset when it went to `chosen`, else -1.
-async fn write_rows(
-    broker: &Broker,
-    topic: &Topic,
-    chosen: &mink_core::protocol::BucketId,
-    rows: Vec<Rows>,
-    writer: Option<WriterTag>,
-) -> Result<i64> {
-    let mut base_offset = None;
+/// One write of a produced batch: rows (or keys to delete) for one bucket.
+struct NodeWrite {
+    bucket: BucketId,
+    rows: RecordBatch,
+    delete: bool,
+}
+
+/// The writes a batch's rows take, in order: each run of upserts or deletes, split by the
+/// bucket each row routes to.
+fn plan_writes(topic: &Topic, chosen: &BucketId, rows: Vec<Rows>) -> Result<Vec<NodeWrite>> {
+    let mut writes = Vec::new();
     for run in rows {
         let (batch, delete) = match run {
             Rows::Write(batch) => (batch, false),
             Rows::Delete(keys) => (keys, true),
         };
-        for (bucket, part) in split_by_bucket(&topic.table, &batch, chosen.bucket)? {
-            let ack = broker
-                .node
-                .write_as(&bucket, part, delete, None, writer)
-                .await?;
-            base_offset.get_or_insert(if bucket == *chosen {
-                ack.base_offset
-            } else {
-                -1
+        for (bucket, rows) in split_by_bucket(&topic.table, &batch, chosen.bucket)? {
+            writes.push(NodeWrite {
+                bucket,
+                rows,
+                delete,
             });
         }
+    }
+    Ok(writes)
+}
+
+/// Whether the writes are one write into the chosen bucket: then the log holds all of
+/// the batch or none of it, and a [`WriterTag`] in it tells a restart which.
+fn is_one_write(writes: &[NodeWrite], chosen: &BucketId) -> bool {
+    matches!(writes, [only] if only.bucket == *chosen)
+}
+
+/// Makes the writes in order; the first row's offset when it went to `chosen`, else -1.
+async fn write_all(
+    broker: &Broker,
+    chosen: &BucketId,
+    writes: Vec<NodeWrite>,
+    writer: Option<WriterTag>,
+) -> Result<i64> {
+    let mut base_offset = None;
+    for write in writes {
+        let ack = broker
+            .node
+            .write_as(&write.bucket, write.rows, write.delete, None, writer)
+            .await?;
+        base_offset.get_or_insert(if write.bucket == *chosen {
+            ack.base_offset
+        } else {
+            -1
+        });
     }
     Ok(base_offset.unwrap_or(-1))
 }
