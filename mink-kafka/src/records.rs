@@ -392,6 +392,79 @@ mod tests {
         assert_eq!(records[2].value, None, "-D is a tombstone");
     }
 
+    /// A produced record comes back from a fetch with its key, value, headers and time.
+    #[test]
+    fn record_fields_round_trip_through_a_table_with_those_columns() {
+        let headers = DataType::Map(
+            Arc::new(Field::new(
+                "entries",
+                DataType::Struct(
+                    vec![
+                        Field::new("keys", DataType::Utf8, false),
+                        Field::new("values", DataType::Binary, true),
+                    ]
+                    .into(),
+                ),
+                false,
+            )),
+            false,
+        );
+        let schema = Schema::new(vec![
+            Field::new(KEY, DataType::Utf8, true),
+            Field::new(VALUE, DataType::Binary, true),
+            Field::new(HEADERS, headers, true),
+            Field::new(TIMESTAMP, DataType::Timestamp(TimeUnit::Millisecond, None), true),
+        ]);
+        let table = TableDescriptor::new(
+            TablePath::new("default", "t"),
+            schema,
+            Vec::new(),
+            Vec::new(),
+            TableOptions::default(),
+        )
+        .unwrap();
+        let mut produced = Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: NO_PRODUCER_ID,
+            producer_epoch: NO_PRODUCER_EPOCH,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: 0,
+            timestamp: 1_700_000_000_321,
+            key: Some(Bytes::from_static(b"k")),
+            value: Some(Bytes::from_static(b"\x00\xffbytes")),
+            headers: IndexMap::new(),
+        };
+        produced
+            .headers
+            .insert(StrBytes::from_static_str("trace"), Some(Bytes::from_static(b"t-1")));
+        produced.headers.insert(StrBytes::from_static_str("empty"), None);
+        let mut runs = crate::rows::rows_of(&table, &[produced.clone()]).unwrap();
+        let Some(crate::rows::Rows::Write(rows)) = runs.pop() else {
+            panic!("one write");
+        };
+        let batch = LogBatch {
+            base_offset: 0,
+            last_offset: 0,
+            commit_timestamp: 1,
+            schema_id: 0,
+            batch: rows,
+            changes: None,
+            writer: None,
+            size: 0,
+        };
+        let mut out = BytesMut::new();
+        encode_batch(&table, &batch, 0, &mut out).unwrap();
+        let fetched = decode(out).remove(0);
+        assert_eq!(fetched.key, produced.key);
+        assert_eq!(fetched.value, produced.value);
+        assert_eq!(fetched.headers, produced.headers);
+        assert_eq!(fetched.timestamp, produced.timestamp);
+    }
+
     #[test]
     fn the_batch_covers_rows_that_are_not_sent() {
         let table = table(&["id"]);

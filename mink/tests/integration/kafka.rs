@@ -503,6 +503,66 @@ fn the_kafka_port_takes_the_login_of_every_port() {
 }
 
 #[test]
+fn the_kafka_port_serves_tls_with_the_certificate_of_every_port() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tls = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
+    let (cert, key) = (tls.join("server.pem"), tls.join("server.key"));
+    let login = [("MINK_SQL_USER", "ann"), ("MINK_SQL_PASSWORD", "s3cret")];
+    let server = ServerProcess::start_with(
+        dir.path(),
+        &[
+            "--kafka-listen",
+            "127.0.0.1:0",
+            "--sql-tls-cert",
+            cert.to_str().unwrap(),
+            "--sql-tls-key",
+            key.to_str().unwrap(),
+        ],
+        &login,
+    );
+    let bootstrap = server.kafka_addr.clone().expect("a Kafka listener");
+    let ca = tls.join("ca.pem");
+    let (ok, _, stderr) = crate::process::run_mink_with(
+        &[
+            "sql",
+            "--connect",
+            &server.addr,
+            "--user",
+            "ann",
+            "--tls-ca",
+            ca.to_str().unwrap(),
+            "-e",
+            "CREATE TABLE secrets (\"value\" VARCHAR)",
+            "-e",
+            "INSERT INTO secrets VALUES ('sealed')",
+        ],
+        &[("MINK_PASSWORD", "s3cret")],
+    );
+    assert!(ok, "{stderr}");
+    let kafka_login = [
+        ("MINK_KAFKA_USER", "ann"),
+        ("MINK_KAFKA_PASSWORD", "s3cret"),
+        ("MINK_KAFKA_CA", ca.to_str().unwrap()),
+    ];
+    let secrets = clients("read-all", &bootstrap, &["default.secrets"], &kafka_login);
+    let expected = [(0, 0, None, Some("sealed".to_string()))];
+    assert_eq!(values(&secrets["kafka_python"]), expected, "{secrets}");
+    assert_eq!(values(&secrets["librdkafka"]), expected, "{secrets}");
+    // Plaintext Kafka on the TLS port gets a TLS alert (record type 21), no answer.
+    let mut raw = TcpStream::connect(&bootstrap).expect("connect");
+    raw.write_all(&metadata_v1(0)).expect("send");
+    raw.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut reply = [0u8; 64];
+    let read = raw.read(&mut reply).unwrap_or(0);
+    assert!(
+        read == 0 || reply[0] == 21,
+        "plaintext was answered: {:?}",
+        &reply[..read]
+    );
+}
+
+#[test]
 fn hostile_kafka_requests_are_refused_and_the_port_still_answers() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (server, bootstrap) = kafka_server(dir.path(), "127.0.0.1:0", &[]);

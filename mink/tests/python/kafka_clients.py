@@ -5,7 +5,8 @@ listener, for mink/tests/integration/kafka.rs.
 
 Every command prints one JSON document on its last line (`produce-loop` also prints
 `acked N` lines as deliveries are confirmed). Login: MINK_KAFKA_USER and
-MINK_KAFKA_PASSWORD, when set, as SASL/PLAIN.
+MINK_KAFKA_PASSWORD, when set, as SASL/PLAIN; over TLS checked against the certificate
+authority in MINK_KAFKA_CA, when set.
 """
 
 import json
@@ -23,11 +24,14 @@ def login_kafka_python():
     user = os.environ.get("MINK_KAFKA_USER")
     if not user:
         return {}
+    ca = os.environ.get("MINK_KAFKA_CA")
+    tls = {"ssl_cafile": ca} if ca else {}
     return {
-        "security_protocol": "SASL_PLAINTEXT",
+        "security_protocol": "SASL_SSL" if ca else "SASL_PLAINTEXT",
         "sasl_mechanism": "PLAIN",
         "sasl_plain_username": user,
         "sasl_plain_password": os.environ["MINK_KAFKA_PASSWORD"],
+        **tls,
     }
 
 
@@ -35,11 +39,14 @@ def login_librdkafka():
     user = os.environ.get("MINK_KAFKA_USER")
     if not user:
         return {}
+    ca = os.environ.get("MINK_KAFKA_CA")
+    tls = {"ssl.ca.location": ca} if ca else {}
     return {
-        "security.protocol": "SASL_PLAINTEXT",
+        "security.protocol": "SASL_SSL" if ca else "SASL_PLAINTEXT",
         "sasl.mechanism": "PLAIN",
         "sasl.username": user,
         "sasl.password": os.environ["MINK_KAFKA_PASSWORD"],
+        **tls,
     }
 
 
