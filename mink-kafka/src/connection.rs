@@ -46,6 +46,7 @@ pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     let mut session = Session {
         logged_in: !broker.requires_login(),
         mechanism_chosen: false,
+        login_failed: false,
     };
     while let Some(frame) = read_frame(&mut stream).await? {
         let answer = answer(&broker, &mut session, frame).await?;
@@ -53,6 +54,11 @@ pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
             .write_all(&answer)
             .await
             .map_err(|e| KafkaError::Malformed(format!("writing an answer: {e}")))?;
+        if session.login_failed {
+            // As a Kafka broker does: one try per connection, so guessing a password
+            // costs a connection (and its TLS handshake) each time.
+            return Err(KafkaError::Malformed("a failed login".into()));
+        }
     }
     Ok(())
 }
@@ -62,6 +68,8 @@ pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
 struct Session {
     logged_in: bool,
     mechanism_chosen: bool,
+    /// The connection's login was refused: it is closed after the answer.
+    login_failed: bool,
 }
 
 /// The next request frame; `None` when the client closed the connection or idled out.
@@ -348,6 +356,8 @@ fn sasl_authenticate(
             "SaslHandshake (PLAIN) comes first",
         );
     }
+    // Whatever the outcome below but success, the connection ends after the answer.
+    session.login_failed = true;
     let mut parts = request.auth_bytes.split(|b| *b == 0);
     let (Some(_authzid), Some(user), Some(password), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -361,6 +371,7 @@ fn sasl_authenticate(
     let password = String::from_utf8_lossy(password);
     if broker.accepts(&user, &password) {
         session.logged_in = true;
+        session.login_failed = false;
         SaslAuthenticateResponse::default()
     } else {
         refuse(

@@ -10,11 +10,17 @@
 //! for that partition. Fetch sessions (KIP-227) are not kept: every answer carries
 //! session id 0, which tells clients to send full fetches.
 
+use std::sync::Arc;
+
 use bytes::BytesMut;
 use futures::future::select_all;
 use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+use mink_core::table::TableDescriptor;
+use mink_node::NodeError;
+use mink_node::flight::limits::tail_wait;
+use mink_node::node::Bucket;
 use tokio::time::Instant;
 
 use crate::broker::Broker;
@@ -27,17 +33,15 @@ use crate::topics::Topic;
 struct Asked {
     partition: FetchPartition,
     /// The bucket's table and tablets; `None` for a topic or partition that does not exist.
-    bucket: Option<(
-        std::sync::Arc<mink_core::table::TableDescriptor>,
-        std::sync::Arc<mink_node::node::Bucket>,
-    )>,
+    bucket: Option<(Arc<TableDescriptor>, Arc<Bucket>)>,
 }
 
+/// `Fetch`: every asked partition read from its fetch offset, after a wait when the
+/// answer would hold fewer than `min_bytes`.
 pub(crate) async fn fetch(broker: &Broker, request: FetchRequest) -> FetchResponse {
     let max_bytes = fetch_bytes(request.max_bytes);
     let min_bytes = u64::try_from(request.min_bytes).unwrap_or(0).min(max_bytes);
-    let wait =
-        mink_node::flight::limits::tail_wait(u64::try_from(request.max_wait_ms).unwrap_or(0));
+    let wait = tail_wait(u64::try_from(request.max_wait_ms).unwrap_or(0));
     let deadline = Instant::now() + wait;
     let asked: Vec<(TopicName, Vec<Asked>)> = request
         .topics
@@ -118,7 +122,7 @@ async fn read_partition(
     first: bool,
 ) -> Result<(PartitionData, BytesMut)> {
     let (table, bucket) = asked.bucket.as_ref().ok_or_else(|| {
-        KafkaError::Node(mink_node::NodeError::BucketNotFound(format!(
+        KafkaError::Node(NodeError::BucketNotFound(format!(
             "partition {}",
             asked.partition.partition
         )))
@@ -141,7 +145,7 @@ async fn read_partition(
     // Read after the batches, so the watermark is never below what was sent.
     let (log_start, high_watermark) = bucket.log.offsets();
     if offset < log_start || offset > high_watermark {
-        return Err(KafkaError::Node(mink_node::NodeError::OffsetOutOfRange {
+        return Err(KafkaError::Node(NodeError::OffsetOutOfRange {
             bucket: asked.partition.partition.to_string(),
             offset,
             log_start,

@@ -231,7 +231,16 @@ impl Groups {
         let member_id = {
             let mut groups = self.lock();
             if !groups.contains_key(&group_id) && groups.len() >= MAX_GROUPS {
-                return refuse(ResponseError::CoordinatorNotAvailable);
+                // Groups whose members all went away without leaving are dropped first.
+                let now = Instant::now();
+                groups.retain(|_, group| {
+                    group.expire(now);
+                    group.complete_join(now);
+                    group.state != State::Empty
+                });
+                if groups.len() >= MAX_GROUPS {
+                    return refuse(ResponseError::CoordinatorNotAvailable);
+                }
             }
             let group = groups.entry(group_id.clone()).or_insert_with(Group::new);
             let now = Instant::now();

@@ -3,6 +3,7 @@
 //! metadata (`meta.db`) under the topic's full name `database.table`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{
@@ -19,6 +20,7 @@ use kafka_protocol::messages::{
     OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
+use mink_core::protocol::BucketId;
 use mink_core::protocol::list_offsets::Spec;
 use mink_node::metadata::ConsumerOffset;
 
@@ -75,7 +77,7 @@ pub(crate) async fn list_offsets(
 /// -1 when every row is older.
 async fn offset_at(
     broker: &Broker,
-    bucket: &mink_core::protocol::BucketId,
+    bucket: &BucketId,
     timestamp: i64,
 ) -> Result<(i64, i64), KafkaError> {
     let spec = match timestamp {
@@ -145,7 +147,7 @@ pub(crate) async fn commit(broker: &Broker, request: OffsetCommitRequest) -> Off
         );
     }
     if !stored.is_empty() {
-        let node = std::sync::Arc::clone(&broker.node);
+        let node = Arc::clone(&broker.node);
         let saved = tokio::task::spawn_blocking(move || {
             node.kafka_state().commit_consumer_offsets(&group, &stored)
         })
@@ -173,7 +175,7 @@ pub(crate) async fn fetch_committed(
     version: i16,
 ) -> OffsetFetchResponse {
     let group = request.group_id.0.to_string();
-    let node = std::sync::Arc::clone(&broker.node);
+    let node = Arc::clone(&broker.node);
     let committed = match tokio::task::spawn_blocking(move || {
         node.kafka_state().consumer_offsets(&group)
     })

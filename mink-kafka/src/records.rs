@@ -413,7 +413,11 @@ mod tests {
             Field::new(KEY, DataType::Utf8, true),
             Field::new(VALUE, DataType::Binary, true),
             Field::new(HEADERS, headers, true),
-            Field::new(TIMESTAMP, DataType::Timestamp(TimeUnit::Millisecond, None), true),
+            Field::new(
+                TIMESTAMP,
+                DataType::Timestamp(TimeUnit::Millisecond, None),
+                true,
+            ),
         ]);
         let table = TableDescriptor::new(
             TablePath::new("default", "t"),
@@ -438,10 +442,13 @@ mod tests {
             value: Some(Bytes::from_static(b"\x00\xffbytes")),
             headers: IndexMap::new(),
         };
+        produced.headers.insert(
+            StrBytes::from_static_str("trace"),
+            Some(Bytes::from_static(b"t-1")),
+        );
         produced
             .headers
-            .insert(StrBytes::from_static_str("trace"), Some(Bytes::from_static(b"t-1")));
-        produced.headers.insert(StrBytes::from_static_str("empty"), None);
+            .insert(StrBytes::from_static_str("empty"), None);
         let mut runs = crate::rows::rows_of(&table, &[produced.clone()]).unwrap();
         let Some(crate::rows::Rows::Write(rows)) = runs.pop() else {
             panic!("one write");
