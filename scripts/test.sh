@@ -2,9 +2,9 @@
 # Runs every test of mink: clippy with warnings as errors, unit tests, and integration
 # tests against the real server and binary, including pyiceberg reading the lake and the
 # lake on a local S3-compatible server (moto), the ADBC Flight SQL driver against the
-# Flight SQL endpoint, and kafka-python and confluent-kafka (librdkafka) against the Kafka
-# listener. Installs what the tests need (pyiceberg, moto, adbc-driver-flightsql, pyarrow,
-# kafka-python and confluent-kafka into ./.venv) itself.
+# Flight SQL endpoint, and kafka-python, confluent-kafka (librdkafka) and kcat against the
+# Kafka listener. Installs what the tests need (pyiceberg, moto, adbc-driver-flightsql, pyarrow,
+# kafka-python and confluent-kafka into ./.venv; kcat from Debian) itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +16,13 @@ if [ ! -x .venv/bin/moto_server ] \
     'pyiceberg[sql-sqlite,pyarrow]==0.12.0' 'moto[server]==5.2.5' \
     'adbc-driver-flightsql==1.13.0' 'pyarrow' \
     'kafka-python==2.2.21' 'confluent-kafka==2.16.1'
+fi
+if ! command -v kcat >/dev/null; then
+  echo "installing kcat (Debian) into the system" >&2
+  as_root=""
+  [ "$(id -u)" = 0 ] || as_root="sudo"
+  $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q kcat >/dev/null \
+    || { $as_root apt-get update -q >/dev/null && $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q kcat >/dev/null; }
 fi
 export MINK_PYTHON="$PWD/.venv/bin/python"
 # A cold build gains nothing from incremental state, which would double the target

@@ -1,7 +1,7 @@
 //! Kafka clients on the log: the real `mink server --kafka-listen` (or the listener over
 //! an in-process node, where a test needs to run retention) reached by kafka-python and
-//! confluent-kafka (librdkafka) through `tests/python/kafka_clients.py`, and by hand-made
-//! hostile frames.
+//! confluent-kafka (librdkafka) through `tests/python/kafka_clients.py`, by kcat, and by
+//! hand-made hostile frames.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -146,6 +146,35 @@ fn kafka_clients_read_log_and_primary_key_tables() {
     assert_eq!(values(&users["kafka_python"]), expected, "{users}");
     assert_eq!(values(&users["librdkafka"]), expected, "{users}");
     assert_eq!(users["ends"], serde_json::json!({"0": 5}));
+
+    // kcat (librdkafka as Debian ships it) reads the same upsert stream.
+    let kcat = Command::new("kcat")
+        .args([
+            "-b",
+            &bootstrap,
+            "-C",
+            "-t",
+            "default.users",
+            "-o",
+            "beginning",
+            "-e",
+            "-Z",
+        ])
+        .args(["-f", "%p %o %k %s\\n"])
+        .output()
+        .expect("run kcat (scripts/test.sh installs it)");
+    assert!(
+        kcat.status.success(),
+        "{}",
+        String::from_utf8_lossy(&kcat.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&kcat.stdout),
+        "0 0 {\"id\":1} {\"id\":1,\"name\":\"ann\"}\n\
+         0 1 {\"id\":2} {\"id\":2,\"name\":\"bob\"}\n\
+         0 3 {\"id\":2} {\"id\":2,\"name\":\"bo\"}\n\
+         0 4 {\"id\":1} NULL\n"
+    );
 
     // Offsets by time: the first row at or after a time; none after the last.
     let first = users["kafka_python"][0]["timestamp"].as_i64().unwrap();
