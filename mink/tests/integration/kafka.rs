@@ -491,6 +491,22 @@ fn the_kafka_port_takes_the_login_of_every_port() {
     assert!(!ok && stderr.contains("without authentication"), "{stderr}");
 
     let login = [("MINK_SQL_USER", "ann"), ("MINK_SQL_PASSWORD", "s3cret")];
+    // With a login, any address is served, but clients must be told one they can reach.
+    let (ok, _, stderr) = crate::process::run_mink_with(
+        &[
+            "server",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--sql-listen",
+            "127.0.0.1:0",
+            "--kafka-listen",
+            "0.0.0.0:0",
+        ],
+        &login,
+    );
+    assert!(!ok && stderr.contains("needs --kafka-advertised"), "{stderr}");
     let (server, bootstrap) = kafka_server(dir.path(), "127.0.0.1:0", &login);
     let client_login = [("MINK_PASSWORD", "s3cret")];
     let mut args = vec!["sql", "--connect", server.addr.as_str(), "--user", "ann"];
