@@ -458,6 +458,18 @@ impl Metadata {
         Ok(())
     }
 
+    /// Forgets what Kafka clients kept for a topic (`database.table`): its committed
+    /// offsets and its producers' last batches. A table dropped and created again under
+    /// the same name starts with none.
+    pub fn forget_topic(&self, topic: &str) -> Result<()> {
+        let mut connection = self.connection();
+        let transaction = connection.transaction()?;
+        transaction.execute("DELETE FROM consumer_offsets WHERE topic = ?1", [topic])?;
+        transaction.execute("DELETE FROM producer_batches WHERE topic = ?1", [topic])?;
+        transaction.commit()?;
+        Ok(())
+    }
+
     /// A producer id never handed out before, not even before a restart.
     pub fn new_producer_id(&self) -> Result<i64> {
         let connection = self.connection();
@@ -521,6 +533,55 @@ mod tests {
             metadata.drop_table(&created.path),
             Err(NodeError::TableNotFound(_))
         ));
+    }
+
+    #[test]
+    fn kafka_state_persists_until_its_topic_is_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.db");
+        let offset = |topic: &str, partition, offset| ConsumerOffset {
+            topic: topic.into(),
+            partition,
+            offset,
+            metadata: None,
+        };
+        let batch = ProducerBatch {
+            epoch: 0,
+            first_sequence: 5,
+            last_sequence: 9,
+            base_offset: 42,
+        };
+        let first_id = {
+            let metadata = Metadata::open(&path).unwrap();
+            let committed = [offset("db.t", 0, 7), offset("db.u", 1, 3)];
+            metadata.commit_consumer_offsets("g", &committed).unwrap();
+            metadata
+                .commit_consumer_offsets("g", &[offset("db.t", 0, 8)])
+                .unwrap();
+            metadata
+                .record_producer_batch(1, "db.t", 0, &batch)
+                .unwrap();
+            metadata.new_producer_id().unwrap()
+        };
+        let metadata = Metadata::open(&path).unwrap();
+        let mut committed = metadata.consumer_offsets("g").unwrap();
+        committed.sort_by(|a, b| a.topic.cmp(&b.topic));
+        assert_eq!(committed, [offset("db.t", 0, 8), offset("db.u", 1, 3)]);
+        assert!(metadata.consumer_offsets("other").unwrap().is_empty());
+        assert_eq!(
+            metadata.last_producer_batch(1, "db.t", 0).unwrap(),
+            Some(batch)
+        );
+        assert!(
+            metadata.new_producer_id().unwrap() > first_id,
+            "ids are never reused"
+        );
+        metadata.forget_topic("db.t").unwrap();
+        assert_eq!(
+            metadata.consumer_offsets("g").unwrap(),
+            [offset("db.u", 1, 3)]
+        );
+        assert_eq!(metadata.last_producer_batch(1, "db.t", 0).unwrap(), None);
     }
 
     #[test]

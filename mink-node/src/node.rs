@@ -409,6 +409,8 @@ impl Node {
             )));
         }
         self.metadata.drop_table(path)?;
+        self.metadata
+            .forget_topic(&format!("{}.{}", path.database, path.name))?;
         tables.remove(path);
         let descriptor = state.descriptor();
         let buckets: Vec<Arc<Bucket>> = std::mem::take(&mut *state.partitions())

@@ -506,7 +506,10 @@ fn the_kafka_port_takes_the_login_of_every_port() {
         ],
         &login,
     );
-    assert!(!ok && stderr.contains("needs --kafka-advertised"), "{stderr}");
+    assert!(
+        !ok && stderr.contains("needs --kafka-advertised"),
+        "{stderr}"
+    );
     let (server, bootstrap) = kafka_server(dir.path(), "127.0.0.1:0", &login);
     let client_login = [("MINK_PASSWORD", "s3cret")];
     let mut args = vec!["sql", "--connect", server.addr.as_str(), "--user", "ann"];
