@@ -12,8 +12,9 @@
 //! adbc-driver-flightsql pyarrow`), timed in the Python process:
 //!
 //! 1. **Consume**: `--rows` rows of `--value-bytes` bytes, written by the Rust client, read
-//!    from the beginning by a consumer assigned every partition. Baseline: the same rows
-//!    read by Scan with mink's Rust client in this process. Ratio: Kafka's rate over Scan's.
+//!    from the beginning by a consumer assigned every partition, and by kcat when it is
+//!    installed (librdkafka without Python). Baseline: the same rows read by Scan with
+//!    mink's Rust client in this process. Ratio: Kafka's rate over Scan's.
 //! 2. **Produce**: the same number of records produced with `acks=all` (every record
 //!    durable before its acknowledgement). Baseline: the same rows written by ADBC's
 //!    `adbc_ingest` through Flight SQL. Ratio: Kafka's rate over ADBC's.
@@ -158,6 +159,7 @@ pub(crate) async fn run(args: KafkaArgs) -> Result<(), BenchError> {
         ))
     };
     let consume = timed("consume")?;
+    let kcat = timed("kcat").ok();
     let produce = timed("produce")?;
     let ingest = timed("ingest")?;
     let latency = Latency::new(
@@ -174,6 +176,14 @@ pub(crate) async fn run(args: KafkaArgs) -> Result<(), BenchError> {
         consume,
         &[format!("{:.2}", consume.ratio_to(&scan))],
     );
+    match kcat {
+        Some(kcat) => report(
+            "  kcat (librdkafka, no Python)",
+            kcat,
+            &[format!("{:.2}", kcat.ratio_to(&scan))],
+        ),
+        None => println!("  kcat: skipped (not installed)"),
+    }
     println!("Write {} rows, durable before acknowledged:", args.rows);
     report("  adbc_ingest (Flight SQL)", ingest, &[]);
     report(

@@ -5,11 +5,14 @@ Usage: python kafka_clients.py BOOTSTRAP FLIGHT_SQL_URI ROWS VALUE_BYTES PINGS
 
 Prints, one a line:
   consume ROWS SECONDS        every row of `bench.stream` read from the beginning
+  kcat ROWS SECONDS           the same rows read by kcat (when kcat is installed)
   produce ROWS SECONDS        ROWS records produced into `bench.produced` (acks=all)
   ingest ROWS SECONDS         the same rows by adbc_ingest into `bench.ingested`
   latency MS                  PINGS times: one record produced, until the consumer has it
 """
 
+import shutil
+import subprocess
 import sys
 import time
 
@@ -35,6 +38,15 @@ while seen < rows:
     seen += sum(1 for m in messages if not m.error())
 print(f"consume {seen} {time.perf_counter() - start}", flush=True)
 consumer.close()
+
+# The same read by kcat, librdkafka without Python, when it is installed.
+if shutil.which("kcat"):
+    start = time.perf_counter()
+    subprocess.run(
+        ["kcat", "-b", bootstrap, "-C", "-t", "bench.stream", "-o", "beginning", "-e", "-q"],
+        stdout=subprocess.DEVNULL, check=True,
+    )
+    print(f"kcat {rows} {time.perf_counter() - start}", flush=True)
 
 # Produce, acks=all, against adbc_ingest of the same rows.
 producer = Producer({
