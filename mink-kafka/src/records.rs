@@ -294,26 +294,17 @@ fn milliseconds(column: &ArrayRef) -> Option<Vec<Option<i64>>> {
 #[cfg(test)]
 mod tests {
     use arrow::array::{Int64Array, StringArray};
-    use arrow::datatypes::{Field, Schema};
+    use arrow::datatypes::Field;
     use kafka_protocol::records::RecordBatchDecoder;
-    use mink_core::options::TableOptions;
-    use mink_core::table::TablePath;
 
     use super::*;
 
     fn table(primary_key: &[&str]) -> TableDescriptor {
-        let schema = Schema::new(vec![
+        let fields = vec![
             Field::new("id", DataType::Int64, false),
             Field::new("name", DataType::Utf8, true),
-        ]);
-        TableDescriptor::new(
-            TablePath::new("default", "t"),
-            schema,
-            primary_key.iter().map(|k| k.to_string()).collect(),
-            Vec::new(),
-            TableOptions::default(),
-        )
-        .unwrap()
+        ];
+        crate::rows::tests::table(fields, primary_key)
     }
 
     fn log_batch(table: &TableDescriptor, changes: Option<Vec<u8>>) -> LogBatch {
@@ -409,7 +400,7 @@ mod tests {
             )),
             false,
         );
-        let schema = Schema::new(vec![
+        let fields = vec![
             Field::new(KEY, DataType::Utf8, true),
             Field::new(VALUE, DataType::Binary, true),
             Field::new(HEADERS, headers, true),
@@ -418,30 +409,10 @@ mod tests {
                 DataType::Timestamp(TimeUnit::Millisecond, None),
                 true,
             ),
-        ]);
-        let table = TableDescriptor::new(
-            TablePath::new("default", "t"),
-            schema,
-            Vec::new(),
-            Vec::new(),
-            TableOptions::default(),
-        )
-        .unwrap();
-        let mut produced = Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: NO_PRODUCER_ID,
-            producer_epoch: NO_PRODUCER_EPOCH,
-            timestamp_type: TimestampType::Creation,
-            offset: 0,
-            sequence: 0,
-            timestamp: 1_700_000_000_321,
-            key: Some(Bytes::from_static(b"k")),
-            value: Some(Bytes::from_static(b"\x00\xffbytes")),
-            headers: IndexMap::new(),
-        };
+        ];
+        let table = crate::rows::tests::table(fields, &[]);
+        let mut produced = crate::rows::tests::record(Some("k"), None);
+        produced.value = Some(Bytes::from_static(b"\x00\xffbytes"));
         produced.headers.insert(
             StrBytes::from_static_str("trace"),
             Some(Bytes::from_static(b"t-1")),

@@ -215,7 +215,7 @@ fn convert(column: &ArrayRef, to: &DataType, name: &str) -> Result<ArrayRef> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use arrow::array::{Array, AsArray};
     use arrow::datatypes::{Field, Int64Type};
     use indexmap::IndexMap;
@@ -225,7 +225,8 @@ mod tests {
 
     use super::*;
 
-    fn record(key: Option<&str>, value: Option<&str>) -> Record {
+    /// A produced record of no producer, with a fixed time.
+    pub(crate) fn record(key: Option<&str>, value: Option<&str>) -> Record {
         Record {
             transactional: false,
             control: false,
@@ -243,7 +244,8 @@ mod tests {
         }
     }
 
-    fn table(fields: Vec<Field>, primary_key: &[&str]) -> TableDescriptor {
+    /// `default.t` with `fields`, a log table when `primary_key` is empty.
+    pub(crate) fn table(fields: Vec<Field>, primary_key: &[&str]) -> TableDescriptor {
         TableDescriptor::new(
             TablePath::new("default", "t"),
             Schema::new(fields),
