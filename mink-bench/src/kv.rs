@@ -27,6 +27,9 @@
 //!    1-row batch against the 1-key lookups, of a 100-row batch against the 100-key ones,
 //!    so both answers carry as many rows. Each lookup follows a baseline call, so both
 //!    see the same conditions (background compactions, other processes).
+//!    Then the same 1-key lookups again (*under load*) while another primary-key table,
+//!    `bench.kv_busy`, takes the load's batches as upserts, one write after another, over
+//!    and over on the same node, the idle figure beside them.
 //! 3. **Snapshot throughput**: [`MinkClient::snapshot`] of every bucket (all at once, in
 //!    batches of 10 000 rows). Baseline: a Scan, from the log cache, of a log table
 //!    `bench.kv_rows` holding exactly the snapshot's rows in the same batches (the first
@@ -41,8 +44,9 @@
 use std::sync::Arc;
 
 use arrow::array::{Int64Array, RecordBatch};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use futures::future::try_join_all;
+use mink_client::MinkClient;
 use mink_core::protocol::BucketId;
 use mink_core::table::{TableDescriptor, TablePath};
 use rand::Rng;
@@ -98,7 +102,35 @@ pub(crate) async fn run(args: KvArgs) -> Result<(), BenchError> {
     );
     let running = Running::start(config).await?;
     let table = upsert_figure(&running, &data, args.buckets).await?;
-    lookup_figure(&running, &table, data.load.rows).await?;
+    let ping = Ping::create(&running, table.schema()).await?;
+    lookup_figure(&running, &ping, &table, data.load.rows, LOOKUPS.iter(), "").await?;
+    let busy = create_table(
+        &running.client,
+        &TablePath::new("bench", "kv_busy"),
+        args.buckets,
+        &data.load.schema,
+        &["id"],
+    )
+    .await?;
+    let load = tokio::spawn(keep_upserting(
+        running.client.clone(),
+        busy,
+        data.load.batches.clone(),
+    ));
+    let under_load = lookup_figure(
+        &running,
+        &ping,
+        &table,
+        data.load.rows,
+        LOOKUPS.iter().take(1),
+        " under upsert load",
+    )
+    .await;
+    load.abort();
+    if let Ok(Err(error)) = load.await {
+        return Err(error);
+    }
+    under_load?;
     snapshot_figure(&running, &table, data.final_rows()).await?;
     running.stop().await?;
     Ok(())
@@ -146,28 +178,46 @@ async fn upsert_figure(
     Ok(kv)
 }
 
-/// Figure 2: lookup latency of 1 and of 100 random existing keys per call, against a Scan
-/// of one cached batch of as many rows.
+/// The baseline of the lookup figures: a log table `bench.ping` holding one batch per
+/// lookup size of [`LOOKUPS`], of as many rows.
+struct Ping {
+    bucket: BucketId,
+    /// The offset of each batch, in the order of [`LOOKUPS`].
+    offsets: Vec<i64>,
+}
+
+impl Ping {
+    async fn create(running: &Running, schema: &SchemaRef) -> Result<Self, BenchError> {
+        let client = &running.client;
+        let ping_path = TablePath::new("bench", "ping");
+        let ping = create_table(client, &ping_path, 1, schema, &[]).await?;
+        let bucket = BucketId::new(&ping.path, 0);
+        let mut rng = seeded(0x9149);
+        let batches = LOOKUPS
+            .iter()
+            .map(|&(rows, _)| make_batch(schema, 0, rows, &mut rng))
+            .collect::<Result<Vec<_>, _>>()?;
+        let acks = client.append(&bucket, batches).await?;
+        let offsets = acks.iter().map(|ack| ack.base_offset).collect();
+        Ok(Self { bucket, offsets })
+    }
+}
+
+/// Figure 2: lookup latency of random existing keys, `sizes` (keys per call, calls),
+/// against a Scan of one cached batch of as many rows; `condition` ends each label.
 async fn lookup_figure(
     running: &Running,
+    ping: &Ping,
     table: &TableDescriptor,
     keys: usize,
+    sizes: impl Iterator<Item = &(usize, usize)>,
+    condition: &str,
 ) -> Result<(), BenchError> {
     let client = &running.client;
-    let schema = table.schema();
-    let ping_path = TablePath::new("bench", "ping");
-    let ping = create_table(client, &ping_path, 1, schema, &[]).await?;
-    let bucket = &BucketId::new(&ping.path, 0);
+    let bucket = &ping.bucket;
     let mut rng = seeded(0x100c);
-    // One batch per lookup size, each at the offset its ack gives.
-    let batches = LOOKUPS
-        .iter()
-        .map(|&(rows, _)| make_batch(schema, 0, rows, &mut rng))
-        .collect::<Result<Vec<_>, _>>()?;
-    let acks = client.append(bucket, batches).await?;
     let key_schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
-    for (&(per_call, calls), ack) in LOOKUPS.iter().zip(&acks) {
-        let offset = ack.base_offset;
+    for (&(per_call, calls), &offset) in sizes.zip(&ping.offsets) {
         // max_bytes 1: a Scan answers with at least one batch, and here with only that one.
         let scan = move |_| async move {
             Ok::<_, BenchError>(client.scan(bucket, offset, 1, &[]).await?.num_rows())
@@ -184,17 +234,31 @@ async fn lookup_figure(
             Ok::<_, BenchError>(found.rows.num_rows())
         };
         let label = format!(
-            "lookup {per_call} key{}, {calls} calls",
+            "lookup {per_call} key{}, {calls} calls{condition}",
             if per_call == 1 { "" } else { "s" }
         );
         let (baseline, figure) =
             paired_latency(&label, CALL_WARMUP, calls, per_call, scan, lookup).await?;
         let ratio = format!("vs scan {}", figure.ratio_to(&baseline));
-        let name = format!("baseline scan {per_call}-row batch");
+        let name = format!("baseline scan {per_call}-row batch{condition}");
         report(&name, baseline, &[]);
         report(&label, figure, &[ratio]);
     }
     Ok(())
+}
+
+/// Upserts `batches` into `table`, one write at a time, over and over until a write fails
+/// (or the task is aborted): the load of the lookup figure's second part.
+async fn keep_upserting(
+    client: MinkClient,
+    table: TableDescriptor,
+    batches: Vec<RecordBatch>,
+) -> Result<(), BenchError> {
+    loop {
+        for batch in &batches {
+            client.write(&table, batch).await?;
+        }
+    }
 }
 
 /// Figure 3: Snapshot throughput, against a Scan of a log table holding the same rows.

@@ -38,6 +38,7 @@
 
 use arrow::ipc::{MessageHeader, root_as_message};
 
+use crate::ipc_stream::messages;
 use crate::{CoreError, Result};
 
 const REFUSED: &str = "compressed Arrow IPC is not accepted: send uncompressed batches";
@@ -72,33 +73,8 @@ pub fn check_header(header: &[u8]) -> Result<()> {
 /// [`CoreError::InvalidRequest`] when a header declares compression, does not parse, or
 /// the stream is cut short.
 pub fn check_stream(bytes: &[u8]) -> Result<()> {
-    const CONTINUATION: [u8; 4] = [0xff; 4];
-    let truncated = || CoreError::InvalidRequest("a truncated Arrow IPC stream".into());
-    let mut at = 0usize;
-    while at < bytes.len() {
-        if bytes.get(at..at.saturating_add(4)) == Some(&CONTINUATION[..]) {
-            at += 4;
-        }
-        let length: [u8; 4] = bytes
-            .get(at..at.saturating_add(4))
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(truncated)?;
-        let length = usize::try_from(i32::from_le_bytes(length)).map_err(|_| truncated())?;
-        if length == 0 {
-            return Ok(()); // the end-of-stream marker
-        }
-        let start = at + 4;
-        let end = start.checked_add(length).ok_or_else(truncated)?;
-        let header = bytes.get(start..end).ok_or_else(truncated)?;
-        check_header(header)?;
-        let body = root_as_message(header)
-            .map_err(|e| CoreError::InvalidRequest(e.to_string()))?
-            .bodyLength();
-        let body = usize::try_from(body).map_err(|_| truncated())?;
-        at = end.checked_add(body).ok_or_else(truncated)?;
-        if at > bytes.len() {
-            return Err(truncated());
-        }
+    for message in messages(bytes) {
+        check_header(&bytes[message?.header])?;
     }
     Ok(())
 }

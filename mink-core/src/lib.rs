@@ -6,6 +6,7 @@
 //! - [`bucket`]: which bucket a row belongs to (Iceberg's bucket transform).
 //! - [`filter`]: column filters pushed down into reads.
 //! - [`ipc_guard`]: refusing compressed Arrow IPC from clients before it is decoded.
+//! - [`ipc_stream`]: walking an Arrow IPC stream message by message.
 //! - [`key`]: memcomparable keys and stored rows of primary-key tables.
 //! - [`merge`]: the key merge of a union read (lake rows plus changelog tail).
 //! - [`partition`]: partition names built from partition-key values.
@@ -21,6 +22,7 @@ pub mod change;
 pub mod error;
 pub mod filter;
 pub mod ipc_guard;
+pub mod ipc_stream;
 pub mod key;
 pub mod merge;
 pub mod options;

@@ -4,10 +4,14 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use arrow::ipc::MessageHeader;
+use arrow::ipc::convert::try_schema_from_flatbuffer_bytes;
 use arrow::ipc::writer::{
     CompressionContext, DictionaryTracker, IpcDataGenerator, IpcWriteOptions,
 };
 use arrow_flight::{FlightData, SchemaAsIpc};
+use bytes::Bytes;
+use mink_core::ipc_stream::{self, IpcMessage};
 use mink_core::protocol::ScanBatch;
 #[cfg(doc)]
 use mink_core::protocol::SnapshotBatch;
@@ -15,14 +19,22 @@ use mink_core::table::TableDescriptor;
 use prost::Message;
 
 use crate::error::NodeError;
-use crate::log::LogBatch;
+use crate::log::{LogBatch, LogFrame};
 
 /// Turns batches into FlightData: projected, with a schema message whenever the schema
 /// changes, and each batch's metadata ([`ScanBatch`], [`SnapshotBatch`]) in its
 /// `app_metadata`.
+///
+/// A log batch as stored ([`LogFrame`]) is one Arrow IPC stream, and a FlightData is one
+/// IPC message: when the projection keeps every column of the batch, its messages are sent
+/// as they are stored, sliced out of the frame without a copy (announcing its schema when
+/// it differs from the last one sent). Otherwise the batch is decoded, projected and
+/// encoded.
 pub(super) struct BatchEncoder {
     projection: Vec<usize>,
     schema: Option<SchemaRef>,
+    /// The schema message of the last stored frame and its schema, decoded once.
+    stored_schema: Option<(Bytes, SchemaRef)>,
     generator: IpcDataGenerator,
     dictionaries: DictionaryTracker,
     compression: CompressionContext,
@@ -34,6 +46,7 @@ impl BatchEncoder {
         Self {
             projection,
             schema: None,
+            stored_schema: None,
             generator: IpcDataGenerator::default(),
             dictionaries: DictionaryTracker::new(false),
             compression: CompressionContext::default(),
@@ -106,17 +119,88 @@ impl BatchEncoder {
         self.encode(&batch.batch, metadata.encode_to_vec())
     }
 
-    pub(super) fn encode_all(
+    /// A whole answer: the opening schema message, then each of `batches` encoded by
+    /// `encode` ([`BatchEncoder::encode_log`] or [`BatchEncoder::encode_frame`]).
+    pub(super) fn encode_all<B>(
         &mut self,
         table: &TableDescriptor,
-        batches: &[LogBatch],
-        high_watermark: i64,
+        batches: &[B],
+        encode: impl Fn(&mut Self, &B) -> Result<Vec<FlightData>, NodeError>,
     ) -> Result<Vec<FlightData>, NodeError> {
         let mut messages = vec![self.start(table)?];
         for batch in batches {
-            messages.extend(self.encode_log(batch, high_watermark)?);
+            messages.extend(encode(self, batch)?);
         }
         Ok(messages)
+    }
+
+    /// Encodes one log batch as stored, with its [`ScanBatch`] metadata: its own IPC
+    /// messages when the projection keeps all its columns, else decoded and re-encoded.
+    pub(super) fn encode_frame(
+        &mut self,
+        frame: &LogFrame,
+        high_watermark: i64,
+    ) -> Result<Vec<FlightData>, NodeError> {
+        let header = &frame.header;
+        let metadata = ScanBatch {
+            base_offset: header.base_offset,
+            last_offset: header.last_offset(),
+            commit_timestamp: header.commit_timestamp,
+            schema_id: header.schema_id,
+            changes: frame.payload.changes.clone(),
+            high_watermark,
+        }
+        .encode_to_vec();
+        let ipc = &frame.payload.ipc;
+        let corrupt = |what: String| {
+            NodeError::Corrupt(format!("batch at offset {}: {what}", header.base_offset))
+        };
+        let messages: Vec<IpcMessage> = ipc_stream::messages(ipc)
+            .collect::<Result<_, _>>()
+            .map_err(|e| corrupt(e.to_string()))?;
+        let [schema_message, rest @ .., batch_message] = messages.as_slice() else {
+            return Err(corrupt("not a schema and a batch".into()));
+        };
+        if schema_message.kind != MessageHeader::Schema
+            || batch_message.kind != MessageHeader::RecordBatch
+            || rest.iter().any(|m| m.kind != MessageHeader::DictionaryBatch)
+        {
+            return Err(corrupt("not a schema, dictionaries and a batch".into()));
+        }
+        let schema_header = ipc.slice(schema_message.header.clone());
+        let schema = self.stored_schema(schema_header.clone())?;
+        let width = schema.fields().len();
+        if !self.projection.iter().copied().filter(|&i| i < width).eq(0..width) {
+            return self.encode(&frame.decode()?, metadata);
+        }
+        let mut out = Vec::with_capacity(messages.len());
+        if self.schema.as_ref() != Some(&schema) {
+            out.push(FlightData::new().with_data_header(schema_header));
+            self.schema = Some(schema);
+        }
+        // The stored dictionaries replace the receiver's: the next encoded batch resends its own.
+        self.dictionaries = DictionaryTracker::new(false);
+        let message = |m: &IpcMessage| {
+            FlightData::new()
+                .with_data_header(ipc.slice(m.header.clone()))
+                .with_data_body(ipc.slice(m.body.clone()))
+        };
+        out.extend(rest.iter().map(message));
+        out.push(message(batch_message).with_app_metadata(metadata));
+        Ok(out)
+    }
+
+    /// The schema of a stored frame from its schema message, decoded once per run of
+    /// frames with the same one.
+    fn stored_schema(&mut self, header: Bytes) -> Result<SchemaRef, NodeError> {
+        if let Some((bytes, schema)) = &self.stored_schema
+            && *bytes == header
+        {
+            return Ok(Arc::clone(schema));
+        }
+        let schema = Arc::new(try_schema_from_flatbuffer_bytes(&header)?);
+        self.stored_schema = Some((header, Arc::clone(&schema)));
+        Ok(schema)
     }
 }
 

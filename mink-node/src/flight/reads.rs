@@ -33,9 +33,11 @@ impl MinkFlightService {
         let (table, target) = self.node.bucket(&bucket)?;
         let mut encoder = BatchEncoder::new(projection(&table, &request.columns)?);
         let max_bytes = limits::answer_bytes(request.max_bytes);
-        let batches = target.log.read(request.offset, max_bytes).await?;
+        let frames = target.log.read_frames(request.offset, max_bytes).await?;
         let (_, high_watermark) = target.log.offsets();
-        encoder.encode_all(&table, &batches, high_watermark)
+        encoder.encode_all(&table, &frames, |encoder, frame| {
+            encoder.encode_frame(frame, high_watermark)
+        })
     }
 
     /// Answers one Tail poll: waits, reads, and closes the answer with [`TailEnd`]. The
@@ -62,11 +64,15 @@ impl MinkFlightService {
         let min_bytes = limits::min_bytes(request.min_bytes, max_bytes);
         let max_wait = limits::tail_wait(request.max_wait_ms);
         tablet.wait_for(request.offset, min_bytes, max_wait).await?;
-        let batches = tablet.read(request.offset, max_bytes).await?;
+        let frames = tablet.read_frames(request.offset, max_bytes).await?;
         let (_, high_watermark) = tablet.offsets();
-        let mut messages = encoder.encode_all(&table, &batches, high_watermark)?;
+        let mut messages = encoder.encode_all(&table, &frames, |encoder, frame| {
+            encoder.encode_frame(frame, high_watermark)
+        })?;
         let end = TailEnd {
-            next_offset: batches.last().map_or(request.offset, |b| b.last_offset + 1),
+            next_offset: frames
+                .last()
+                .map_or(request.offset, |f| f.header.last_offset() + 1),
             high_watermark,
         };
         messages.push(metadata_only(end.encode_to_vec()));
@@ -102,7 +108,9 @@ impl MinkFlightService {
         let mut encoder = BatchEncoder::new(projection);
         let batches = target.log.read_last(limit as u64).await?;
         let (_, high_watermark) = target.log.offsets();
-        let messages = encoder.encode_all(&table, &batches, high_watermark)?;
+        let messages = encoder.encode_all(&table, &batches, |encoder, batch| {
+            encoder.encode_log(batch, high_watermark)
+        })?;
         Ok(stream::iter(messages.into_iter().map(Ok)).boxed())
     }
 }

@@ -6,12 +6,25 @@
 //! other through an overlay that is applied to the store, with the applied offset, in one
 //! atomic batch once the log has the group durably.
 //!
+//! That update runs on a thread of its own while the appender prepares and writes the next
+//! group (whose prepares see the updating group's rows), so the store's writes and the
+//! log's take two cores rather than one after the other:
+//!
+//! ```text
+//!   appender:  prepare 1 | write+fsync 1 | prepare 2 | write+fsync 2 | prepare 3 ...
+//!   update:                               | store 1 (ack 1) ..        | store 2 (ack 2)
+//! ```
+//!
+//! The next commit waits for the update before it starts its own, so the store's applied
+//! offset moves in log order and is never past the durable log.
+//!
 //! The writer follows the table's schema forward only. A write validated before a column
 //! was added can reach the log after one validated after it; its rows are brought to the
 //! newer schema (the new columns null, as for any row written before them), so every
 //! changelog batch and stored row is in the newest schema the writer has seen.
 
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use arrow::compute::interleave_record_batch;
 use mink_core::change::ChangeType;
@@ -21,7 +34,9 @@ use mink_core::table::TableDescriptor;
 
 use super::{KvTablet, kv_error};
 use crate::error::{NodeError, Result};
-use crate::log::{Changelog, LogBatch, StoredBatch, Write, WriteOp};
+use tokio::sync::oneshot;
+
+use crate::log::{Applying, Changelog, LogBatch, StoredBatch, Write, WriteOp};
 
 /// Keys and rows by key bytes; a fast hasher, since every written row goes through it.
 type KeyMap = ahash::HashMap<Vec<u8>, Option<Vec<u8>>>;
@@ -35,6 +50,11 @@ pub(crate) struct KvWriter {
     rows: RowCodec,
     /// key -> row (`None`: deleted) for writes prepared but not yet committed.
     overlay: KeyMap,
+    /// The rows of the last committed group, which its update may still be writing to the
+    /// store.
+    updating: Arc<KeyMap>,
+    /// The thread writing them.
+    update: Option<JoinHandle<Result<()>>>,
     applied: i64,
 }
 
@@ -56,6 +76,8 @@ impl KvWriter {
             tablet,
             table,
             overlay: KeyMap::default(),
+            updating: Arc::default(),
+            update: None,
         })
     }
 
@@ -71,7 +93,10 @@ impl KvWriter {
 
     /// The row stored under `key`, as the group sees it so far.
     fn current(&self, staged: &KeyMap, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        if let Some(row) = staged.get(key).or_else(|| self.overlay.get(key)) {
+        let found = (staged.get(key))
+            .or_else(|| self.overlay.get(key))
+            .or_else(|| self.updating.get(key));
+        if let Some(row) = found {
             return Ok(row.clone());
         }
         Ok(self.tablet.get(key)?.map(|v| v.to_vec()))
@@ -134,8 +159,11 @@ impl KvWriter {
         if changes.is_empty() {
             return Ok(None);
         }
-        let old = self.rows.decode(&old_rows)?;
-        let changelog = if upsert {
+        let changelog = if old_rows.is_empty() {
+            // Every key new: the changelog is the batch, all +I.
+            batch.clone()
+        } else if upsert {
+            let old = self.rows.decode(&old_rows)?;
             let indices: Vec<(usize, usize)> = sources
                 .iter()
                 .map(|source| match *source {
@@ -145,7 +173,7 @@ impl KvWriter {
                 .collect();
             interleave_record_batch(&[batch, &old], &indices)?
         } else {
-            old
+            self.rows.decode(&old_rows)?
         };
         self.overlay.extend(staged);
         Ok(Some(StoredBatch {
@@ -170,23 +198,31 @@ impl Changelog for KvWriter {
         self.table.current().schema_id
     }
 
-    fn commit(&mut self, end_offset: i64) -> Result<()> {
-        let store = &self.tablet.store;
-        let mut batch = store.db.batch();
-        for (key, row) in self.overlay.drain() {
-            match row {
-                Some(row) => batch.insert(&self.tablet.rows, key, row),
-                None => batch.remove(&self.tablet.rows, key),
-            }
-        }
-        batch.insert(
-            &store.applied,
-            self.tablet.name.as_bytes(),
-            end_offset.to_le_bytes(),
-        );
-        batch.commit().map_err(kv_error)?;
+    fn commit(&mut self, end_offset: i64) -> Result<Applying> {
+        self.settle()?;
+        let rows = Arc::new(std::mem::take(&mut self.overlay));
+        self.updating = Arc::clone(&rows);
+        let (done, applied) = oneshot::channel();
+        let tablet = self.tablet.clone();
+        let update = std::thread::Builder::new()
+            .name("mink-kv-update".into())
+            .spawn(move || {
+                let result = update_store(&tablet, &rows, end_offset);
+                let _ = done.send(result.as_ref().map(|_| ()).map_err(NodeError::for_another_waiter));
+                result
+            })?;
+        self.update = Some(update);
         self.applied = end_offset;
-        Ok(())
+        Ok(Applying::pending(applied))
+    }
+
+    fn settle(&mut self) -> Result<()> {
+        match self.update.take() {
+            None => Ok(()),
+            Some(update) => update
+                .join()
+                .unwrap_or_else(|_| Err(NodeError::Kv("the KV store update panicked".into()))),
+        }
     }
 
     fn abort(&mut self) {
@@ -221,6 +257,30 @@ impl Changelog for KvWriter {
     }
 }
 
+/// Writes a committed group's rows and its applied offset to the store, in one atomic
+/// batch.
+fn update_store(tablet: &KvTablet, rows: &KeyMap, end_offset: i64) -> Result<()> {
+    let store = &tablet.store;
+    let mut batch = store.db.batch();
+    for (key, row) in rows {
+        match row {
+            Some(row) => batch.insert(&tablet.rows, key.as_slice(), row.as_slice()),
+            None => batch.remove(&tablet.rows, key.as_slice()),
+        }
+    }
+    batch.insert(&store.applied, tablet.name.as_bytes(), end_offset.to_le_bytes());
+    batch.commit().map_err(kv_error)
+}
+
+impl Drop for KvWriter {
+    /// The store is not let go of while an update writes to it.
+    fn drop(&mut self) {
+        if let Err(error) = self.settle() {
+            tracing::warn!(bucket = self.tablet.name, %error, "the last KV store update failed");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray};
@@ -248,6 +308,14 @@ mod tests {
             TableOptions::default(),
         );
         Arc::new(table.unwrap())
+    }
+
+    impl KvWriter {
+        /// Commits and waits for the store's update.
+        fn apply(&mut self, end_offset: i64) {
+            self.commit(end_offset).unwrap();
+            self.settle().unwrap();
+        }
     }
 
     /// A store in a temporary directory and the writer of its one tablet.
@@ -369,7 +437,7 @@ mod tests {
         f.writer
             .prepare(&write(WriteOp::Upsert(batch), &newer))
             .unwrap();
-        f.writer.commit(1).unwrap();
+        f.writer.apply(1);
         // Validated against the older schema, it reaches the log after the newer write.
         let older_rows = whole_rows(&older, &[(1, Some("b"))]);
         let stored = f
@@ -385,7 +453,7 @@ mod tests {
         );
         let w = stored.batch.column(2).as_primitive::<Int64Type>();
         assert_eq!((w.value(0), w.is_null(1)), (7, true));
-        f.writer.commit(3).unwrap();
+        f.writer.apply(3);
         let values = f.tablet.prefix(&[]).unwrap();
         let rows = RowCodec::new(&newer).unwrap().decode(&values).unwrap();
         assert_eq!(id_and_value(&rows), [(1, s("b"))]);
@@ -402,7 +470,7 @@ mod tests {
     fn upsert_of_stored_keys_gives_the_old_row_then_the_new_row() {
         let mut f = Fixture::new();
         f.upsert(&[(1, Some("a")), (2, Some("b"))]);
-        f.writer.commit(2).unwrap();
+        f.writer.apply(2);
         let log = f.upsert(&[(2, Some("B")), (3, Some("c")), (1, None)]);
         assert_eq!(
             log,
@@ -420,7 +488,7 @@ mod tests {
     fn upsert_of_an_identical_row_is_still_an_update_pair() {
         let mut f = Fixture::new();
         f.upsert(&[(1, Some("a"))]);
-        f.writer.commit(1).unwrap();
+        f.writer.apply(1);
         assert_eq!(
             f.upsert(&[(1, Some("a"))]),
             [("-U", 1, s("a")), ("+U", 1, s("a"))]
@@ -431,7 +499,7 @@ mod tests {
     fn delete_of_a_stored_key_carries_the_whole_old_row() {
         let mut f = Fixture::new();
         f.upsert(&[(1, Some("a")), (2, Some("b")), (3, None)]);
-        f.writer.commit(3).unwrap();
+        f.writer.apply(3);
         let log = f.delete(&[3, 1]);
         assert_eq!(log, [("-D", 3, None), ("-D", 1, s("a"))]);
     }
@@ -441,7 +509,7 @@ mod tests {
         let mut f = Fixture::new();
         assert!(f.delete(&[7, 8]).is_empty());
         f.upsert(&[(1, Some("a"))]);
-        f.writer.commit(1).unwrap();
+        f.writer.apply(1);
         assert!(f.delete(&[9]).is_empty());
         assert_eq!(
             f.delete(&[9, 1, 10]),
@@ -464,7 +532,7 @@ mod tests {
                 ("+U", 1, s("c")),
             ]
         );
-        f.writer.commit(5).unwrap();
+        f.writer.apply(5);
         assert_eq!(f.stored(), [(1, s("c"))]);
     }
 
@@ -472,7 +540,7 @@ mod tests {
     fn a_key_deleted_twice_in_one_batch_is_deleted_once() {
         let mut f = Fixture::new();
         f.upsert(&[(1, Some("a"))]);
-        f.writer.commit(1).unwrap();
+        f.writer.apply(1);
         assert_eq!(f.delete(&[1, 1]), [("-D", 1, s("a"))]);
     }
 
@@ -490,7 +558,7 @@ mod tests {
             f.stored().is_empty(),
             "nothing reaches the store before the commit"
         );
-        f.writer.commit(6).unwrap();
+        f.writer.apply(6);
         assert_eq!(f.stored(), [(1, s("c"))]);
     }
 
@@ -498,10 +566,10 @@ mod tests {
     fn commit_applies_the_group_and_its_offset_atomically() {
         let mut f = Fixture::new();
         f.upsert(&[(1, Some("a")), (2, Some("b")), (3, Some("c"))]);
-        f.writer.commit(3).unwrap();
+        f.writer.apply(3);
         f.delete(&[2]);
         f.upsert(&[(3, Some("C"))]);
-        f.writer.commit(6).unwrap();
+        f.writer.apply(6);
         assert_eq!(f.stored(), [(1, s("a")), (3, s("C"))]);
         assert_eq!(f.writer.applied_offset(), 6);
         assert_eq!(f.tablet.applied_offset().unwrap(), 6);
@@ -511,7 +579,7 @@ mod tests {
     fn abort_forgets_the_prepared_group() {
         let mut f = Fixture::new();
         f.upsert(&[(1, Some("a"))]);
-        f.writer.commit(1).unwrap();
+        f.writer.apply(1);
         f.upsert(&[(1, Some("b")), (2, Some("x"))]);
         f.delete(&[1]);
         f.writer.abort();
@@ -543,7 +611,7 @@ mod tests {
     fn a_row_stored_before_a_column_was_added_updates_with_the_column_null() {
         let mut f = Fixture::new();
         f.upsert(&[(1, Some("a"))]);
-        f.writer.commit(1).unwrap();
+        f.writer.apply(1);
         f.table = Arc::new(
             f.table
                 .with_added_column(Field::new("n", DataType::Int64, true))
@@ -610,8 +678,8 @@ mod tests {
                 .unwrap();
             offset += rows;
         }
-        source.writer.commit(offset).unwrap();
-        replica.writer.commit(offset).unwrap();
+        source.writer.apply(offset);
+        replica.writer.apply(offset);
         let expected = [(1, s("again")), (2, s("B")), (3, None)];
         assert_eq!(source.stored(), expected);
         assert_eq!(replica.stored(), expected);

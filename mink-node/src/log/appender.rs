@@ -39,7 +39,9 @@
 //! Writes before the failure are untouched, so those acknowledged read back once. The
 //! one group that fails yet is in the log is one whose KV store update failed after it
 //! was durable: it is answered with the error, and the bucket refuses every write after
-//! it until a restart replays the log into the store.
+//! it until a restart replays the log into the store. The KV store's update of a group
+//! runs while the next group is written (see [`Changelog::commit`]), so that next group
+//! can be durable too when the failure is found: it is answered with the error as well.
 
 use std::io;
 use std::os::unix::fs::FileExt as _;
@@ -52,8 +54,10 @@ use tracing::{error, warn};
 
 use super::cache::LogCache;
 use super::recovery::{ActiveSegment, create_durable_dir, recover};
-use super::segment::{self, FrameHeader, StoredBatch};
-use super::{Changelog, LogConfig, LogState, Shared, Write, WriteOp, WriteStream, now_ms, replay};
+use super::segment::{self, CachedBatch, FrameHeader, StoredBatch};
+use super::{
+    Applying, Changelog, LogConfig, LogState, Shared, Write, WriteOp, WriteStream, now_ms, replay,
+};
 use crate::error::{NodeError, Result};
 
 /// Most writes one group commit takes.
@@ -84,7 +88,7 @@ impl WriteRequest {
 #[derive(Debug)]
 enum Outcome {
     /// Stored as this frame.
-    Written(FrameHeader, Arc<StoredBatch>),
+    Written(FrameHeader, Arc<CachedBatch>),
     /// Nothing to store (a delete of missing keys), at this offset.
     Nothing(i64),
     /// Refused; the rest of the group goes on.
@@ -196,10 +200,23 @@ impl Appender {
             };
             self = appender;
             match outcome {
-                Ok(outcomes) => {
-                    for (request, outcome) in group.into_iter().zip(outcomes) {
-                        let _ = request.reply.send(outcome);
-                    }
+                // The KV store's update runs on while the next group is written; the
+                // group is acknowledged once readers see it.
+                Ok((outcomes, applying)) => {
+                    let label = self.shared.label.clone();
+                    tokio::spawn(async move {
+                        let applied = applying.wait().await;
+                        if let Err(error) = &applied {
+                            error!(bucket = %label, %error, "KV store update failed after a durable write");
+                        }
+                        for (request, outcome) in group.into_iter().zip(outcomes) {
+                            let outcome = match &applied {
+                                Ok(()) => outcome,
+                                Err(error) => Err(error.for_another_waiter()),
+                            };
+                            let _ = request.reply.send(outcome);
+                        }
+                    });
                 }
                 Err(error) => {
                     warn!(bucket = %self.shared.label, %error, "write failed and was rolled back");
@@ -214,7 +231,7 @@ impl Appender {
     /// Writes a group, makes it durable, then publishes it. On an I/O error the segment
     /// is cut back to where it was, so the log stays exactly as acknowledged, and every
     /// stream with a write in the group stops (see the stop rule in the module doc).
-    fn commit(&mut self, group: &[WriteRequest]) -> Result<Vec<Result<AppendAck>>> {
+    fn commit(&mut self, group: &[WriteRequest]) -> Result<(Vec<Result<AppendAck>>, Applying)> {
         let committed = self.commit_group(group);
         if committed.is_err() {
             group.iter().for_each(WriteRequest::stop_stream);
@@ -222,7 +239,10 @@ impl Appender {
         committed
     }
 
-    fn commit_group(&mut self, group: &[WriteRequest]) -> Result<Vec<Result<AppendAck>>> {
+    fn commit_group(
+        &mut self,
+        group: &[WriteRequest],
+    ) -> Result<(Vec<Result<AppendAck>>, Applying)> {
         if let Some(reason) = &self.broken {
             return Err(NodeError::ShuttingDown(format!(
                 "bucket {} (restart the node: {reason})",
@@ -258,15 +278,20 @@ impl Appender {
         };
         let end_offset = self.next_offset;
         let acks = self.publish(outcomes);
-        if let Some(changelog) = &mut self.changelog
-            && let Err(error) = changelog.commit(end_offset)
-        {
-            // The log is durable, the KV store is behind it: a restart replays the log.
-            error!(bucket = %self.shared.label, %error, "KV store update failed after a durable write");
-            self.broken = Some(error.to_string());
-            return Err(error);
-        }
-        Ok(acks)
+        let applying = match &mut self.changelog {
+            None => Applying::done(),
+            Some(changelog) => match changelog.commit(end_offset) {
+                Ok(applying) => applying,
+                Err(error) => {
+                    // The log is durable, the KV store is behind it: a restart replays
+                    // the log.
+                    error!(bucket = %self.shared.label, %error, "KV store update failed after a durable write");
+                    self.broken = Some(error.to_string());
+                    return Err(error);
+                }
+            },
+        };
+        Ok((acks, applying))
     }
 
     /// Cuts the active segment back to its last good frame (`active.len`) and makes the
@@ -317,7 +342,9 @@ impl Appender {
             .map(|outcome| match outcome {
                 Outcome::Written(header, stored) => {
                     state.batches.push_back((header, self.active.base));
-                    let size = u64::from(header.payload_len);
+                    // Both forms are kept: the decoded batch and its stored bytes.
+                    let size = u64::from(header.payload_len)
+                        + stored.batch.get_array_memory_size() as u64;
                     state.cache.insert(header.base_offset, stored, size);
                     Ok(AppendAck {
                         base_offset: header.base_offset,
@@ -385,12 +412,12 @@ impl Appender {
                 position: self.active.len,
                 payload_len: 0,
             };
-            let frame = segment::encode_frame(&mut header, &stored)?;
+            let (frame, cached) = segment::encode_frame(&mut header, stored)?;
             self.write_frame(&frame)?;
             self.active.len += frame.len() as u64;
             self.active.frames.push(header);
             self.next_offset = header.last_offset() + 1;
-            outcomes.push(Outcome::Written(header, Arc::new(stored)));
+            outcomes.push(Outcome::Written(header, Arc::new(cached)));
         }
         Ok(outcomes)
     }
@@ -546,7 +573,7 @@ mod tests {
                 cached: None,
             })
             .collect();
-        ids(&read_planned(dir, "t", plan).unwrap()).concat()
+        ids(&read_planned(dir, "t", plan, LogBatch::from_found).unwrap()).concat()
     }
 
     fn segment_bytes(dir: &Path) -> Vec<u8> {
@@ -558,7 +585,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let table = table();
         let mut appender = open(dir.path());
-        let first = appender.commit(&group(&table, &[&[1, 2], &[3]])).unwrap();
+        let first = appender.commit(&group(&table, &[&[1, 2], &[3]])).unwrap().0;
         assert_eq!(acked(first), [(0, 1), (2, 2)]);
         let good = segment_bytes(dir.path());
 
@@ -573,7 +600,7 @@ mod tests {
                 changes: None,
                 writer: None,
             };
-            encode_frame(&mut header, &stored).unwrap().len() as u64
+            encode_frame(&mut header, stored).unwrap().0.len() as u64
         };
         let len = good.len() as u64;
         let failures = [
@@ -623,7 +650,7 @@ mod tests {
         );
         appender.faults = Faults::default();
 
-        let next = appender.commit(&group(&table, &[&[8, 9]])).unwrap();
+        let next = appender.commit(&group(&table, &[&[8, 9]])).unwrap().0;
         assert_eq!(
             acked(next),
             [(3, 4)],
@@ -658,7 +685,7 @@ mod tests {
             streamed(&stream, &table, &[3]),
             request(&table, &[20], WriteOp::Append),
         ];
-        let answers_of_first = answers(appender.commit(&first).unwrap());
+        let answers_of_first = answers(appender.commit(&first).unwrap().0);
         assert_eq!(
             answers_of_first,
             [Some((0, 0)), None, Some((1, 1)), None, Some((2, 2))],
@@ -669,7 +696,7 @@ mod tests {
             streamed(&stream, &table, &[4]),
             streamed(&other, &table, &[11]),
         ];
-        let answers_of_second = answers(appender.commit(&second).unwrap());
+        let answers_of_second = answers(appender.commit(&second).unwrap().0);
         assert_eq!(
             answers_of_second,
             [None, Some((3, 3))],
@@ -689,7 +716,7 @@ mod tests {
             WriteStream::default(),
             WriteStream::default(),
         );
-        let first = appender.commit(&[streamed(&stream, &table, &[1])]).unwrap();
+        let first = appender.commit(&[streamed(&stream, &table, &[1])]).unwrap().0;
         assert_eq!(acked(first), [(0, 0)]);
         let good = segment_bytes(dir.path());
 
@@ -712,7 +739,7 @@ mod tests {
             streamed(&other, &table, &[4]),
             streamed(&third, &table, &[5]),
         ];
-        let answers_of_next = answers(appender.commit(&next).unwrap());
+        let answers_of_next = answers(appender.commit(&next).unwrap().0);
         assert_eq!(answers_of_next, [None, None, Some((1, 1))]);
         drop(appender);
         assert_eq!(read_back(dir.path()), [1, 5]);
@@ -737,11 +764,14 @@ mod tests {
                     writer: None,
                 }))
             }
-            fn commit(&mut self, end_offset: i64) -> Result<()> {
+            fn commit(&mut self, end_offset: i64) -> Result<Applying> {
                 if let Some(shared) = &self.shared {
                     let high_watermark = shared.read_state().high_watermark;
                     self.seen.lock().unwrap().push((end_offset, high_watermark));
                 }
+                Ok(Applying::done())
+            }
+            fn settle(&mut self) -> Result<()> {
                 Ok(())
             }
             fn schema_id(&self) -> u32 {

@@ -1,15 +1,15 @@
-//! The log cache: the most recent batches of a bucket, decoded, so readers at the tail
-//! never touch a segment file.
+//! The log cache: the most recent batches of a bucket, decoded and as stored, so readers
+//! at the tail never touch a segment file nor decode or encode a batch.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::segment::StoredBatch;
+use super::segment::CachedBatch;
 
 /// Recent batches by base offset, evicted oldest first beyond a byte budget.
 #[derive(Debug)]
 pub(crate) struct LogCache {
-    batches: VecDeque<(i64, Arc<StoredBatch>, u64)>,
+    batches: VecDeque<(i64, Arc<CachedBatch>, u64)>,
     bytes: u64,
     budget: u64,
 }
@@ -24,7 +24,7 @@ impl LogCache {
     }
 
     /// Adds the batch that starts at `base_offset` (always newer than every cached one).
-    pub(crate) fn insert(&mut self, base_offset: i64, batch: Arc<StoredBatch>, bytes: u64) {
+    pub(crate) fn insert(&mut self, base_offset: i64, batch: Arc<CachedBatch>, bytes: u64) {
         self.batches.push_back((base_offset, batch, bytes));
         self.bytes += bytes;
         while self.bytes > self.budget {
@@ -36,7 +36,7 @@ impl LogCache {
     }
 
     /// The cached batch starting at `base_offset`.
-    pub(crate) fn get(&self, base_offset: i64) -> Option<Arc<StoredBatch>> {
+    pub(crate) fn get(&self, base_offset: i64) -> Option<Arc<CachedBatch>> {
         let index = self
             .batches
             .binary_search_by_key(&base_offset, |(base, _, _)| *base)
@@ -61,12 +61,16 @@ mod tests {
     use arrow::array::RecordBatch;
 
     use super::*;
+    use crate::log::segment::Payload;
 
-    fn batch() -> Arc<StoredBatch> {
-        Arc::new(StoredBatch {
+    fn batch() -> Arc<CachedBatch> {
+        Arc::new(CachedBatch {
             batch: RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty())),
-            changes: None,
-            writer: None,
+            payload: Payload {
+                ipc: bytes::Bytes::new(),
+                changes: None,
+                writer: None,
+            },
         })
     }
 

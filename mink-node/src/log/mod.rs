@@ -7,7 +7,7 @@
 //! ```text
 //!   writers ──append──▶ appender task ──group commit──▶ active segment ──fsync──▶ HW moves
 //!                                                              │                  │
-//!   readers ◀── log cache (recent batches, decoded) ◀──────────┘         Tail waiters wake
+//!   readers ◀── log cache (recent batches, decoded and as stored) ◀┘     Tail waiters wake
 //!           ◀── sealed segments + offset index (readahead) for history
 //! ```
 //!
@@ -17,6 +17,9 @@
 //!   back is ever observed. With `sync = false` the fsync is skipped (tests, benchmarks).
 //! * **Recovery.** On open, sealed segments are read from their offset index and the active
 //!   segment is scanned; a torn tail (a crash mid-write) is truncated.
+//! * **Reads.** [`LogTablet::read`] returns batches decoded; [`LogTablet::read_frames`]
+//!   returns them as stored, one Arrow IPC stream each, which Scan and Tail send to
+//!   clients without decoding or encoding them again.
 //! * **Retention.** With a `log.ttl`, whole sealed segments older than the TTL are deleted
 //!   and `log_start` moves to the first remaining offset.
 
@@ -34,6 +37,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arrow::array::RecordBatch;
+use bytes::Bytes;
 use mink_core::protocol::AppendAck;
 use mink_core::table::TableDescriptor;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -42,7 +46,7 @@ use tracing::info;
 use self::appender::{Appender, WriteRequest};
 use self::cache::LogCache;
 pub(crate) use self::segment::StoredBatch;
-use self::segment::{FrameHeader, HEADER_LEN};
+use self::segment::{CachedBatch, FrameHeader, HEADER_LEN, Payload};
 use crate::error::{NodeError, Result};
 
 /// How a tablet stores its log.
@@ -90,6 +94,21 @@ pub struct LogBatch {
     pub writer: Option<WriterTag>,
     /// Size of the batch in the log, in bytes.
     pub size: u64,
+}
+
+/// One batch read from the log as it is stored: its frame header and its payload, the
+/// batch an Arrow IPC stream not decoded.
+#[derive(Debug, Clone)]
+pub(crate) struct LogFrame {
+    pub(crate) header: FrameHeader,
+    pub(crate) payload: Payload,
+}
+
+impl LogFrame {
+    /// The batch, decoded.
+    pub(crate) fn decode(&self) -> Result<RecordBatch> {
+        self.payload.decode(&self.header)
+    }
 }
 
 /// An idempotent Kafka producer's batch: who wrote it and its sequence numbers. It is
@@ -158,7 +177,9 @@ impl WriteStream {
 ///
 /// The appender calls [`Changelog::prepare`] for each write of a group (in the order they
 /// are logged), then, once the group is durable, [`Changelog::commit`] — or
-/// [`Changelog::abort`] when the group failed.
+/// [`Changelog::abort`] when the group failed. A commit may update the state in the
+/// background while the appender writes the next group: the group is acknowledged once
+/// its [`Applying`] resolves, and the prepares after the commit see its writes already.
 pub(crate) trait Changelog: Send + std::fmt::Debug + 'static {
     /// The changelog batch of one write, seeing every earlier write of the group;
     /// `None` when the write changes nothing.
@@ -166,15 +187,44 @@ pub(crate) trait Changelog: Send + std::fmt::Debug + 'static {
     /// The schema version of the batches [`Changelog::prepare`] returns: the newest the
     /// changelog has seen, which may be newer than the write's.
     fn schema_id(&self) -> u32;
-    /// The prepared writes are durable up to `end_offset`: apply them.
-    fn commit(&mut self, end_offset: i64) -> Result<()>;
+    /// The prepared writes are durable up to `end_offset`: apply them. Fails when the
+    /// previous commit's update failed.
+    fn commit(&mut self, end_offset: i64) -> Result<Applying>;
+    /// Waits until every committed write is applied.
+    fn settle(&mut self) -> Result<()>;
     /// The prepared writes failed: forget them.
     fn abort(&mut self);
-    /// The offset up to which the durable log has been applied.
+    /// The offset up to which the durable log has been applied (or is being applied).
     fn applied_offset(&self) -> i64;
     /// Applies a durable changelog batch (recovery replays the log from
     /// [`Changelog::applied_offset`]); [`Changelog::commit`] follows the last one.
     fn replay(&mut self, batch: &LogBatch) -> Result<()>;
+}
+
+/// A commit's update of the changelog's state, which may still be running: resolves once
+/// readers of the state see the commit's writes, with the update's error if it failed.
+#[derive(Debug)]
+pub(crate) struct Applying(Option<oneshot::Receiver<Result<()>>>);
+
+impl Applying {
+    /// An update that is already done.
+    pub(crate) fn done() -> Self {
+        Self(None)
+    }
+
+    /// An update that reports on `done` when it ends.
+    pub(crate) fn pending(done: oneshot::Receiver<Result<()>>) -> Self {
+        Self(Some(done))
+    }
+
+    async fn wait(self) -> Result<()> {
+        match self.0 {
+            None => Ok(()),
+            Some(done) => done.await.unwrap_or_else(|_| {
+                Err(NodeError::Kv("the KV store update stopped".into()))
+            }),
+        }
+    }
 }
 
 /// The log of one bucket.
@@ -256,13 +306,31 @@ impl LogTablet {
     /// collected (the first batch is always returned whole). The batch holding `offset` is
     /// returned whole, so its `base_offset` may be below `offset`.
     pub async fn read(&self, offset: i64, max_bytes: u64) -> Result<Vec<LogBatch>> {
+        self.read_as(offset, max_bytes, LogBatch::from_found).await
+    }
+
+    /// [`LogTablet::read`], the batches as stored: nothing is decoded.
+    pub(crate) async fn read_frames(&self, offset: i64, max_bytes: u64) -> Result<Vec<LogFrame>> {
+        self.read_as(offset, max_bytes, LogFrame::from_found).await
+    }
+
+    /// Reads as [`LogTablet::read`] does, each batch turned into a `T` by `convert`.
+    async fn read_as<T: Send + 'static>(
+        &self,
+        offset: i64,
+        max_bytes: u64,
+        convert: fn(&FrameHeader, Found) -> Result<T>,
+    ) -> Result<Vec<T>> {
         let plan = self.plan_read(offset, max_bytes)?;
         if plan.iter().all(|p| p.cached.is_some()) {
-            return Ok(plan.into_iter().map(PlannedBatch::into_cached).collect());
+            return plan
+                .into_iter()
+                .filter_map(|p| Some(convert(&p.header, Found::Cached(p.cached?))))
+                .collect();
         }
         let dir = self.shared.dir.clone();
         let label = self.shared.label.clone();
-        tokio::task::spawn_blocking(move || read_planned(&dir, &label, plan))
+        tokio::task::spawn_blocking(move || read_planned(&dir, &label, plan, convert))
             .await
             .map_err(|e| NodeError::Io(std::io::Error::other(e)))?
     }
@@ -429,37 +497,61 @@ const REPLAY_CHUNK: usize = 64;
 struct PlannedBatch {
     header: FrameHeader,
     segment: i64,
-    cached: Option<Arc<StoredBatch>>,
+    cached: Option<Arc<CachedBatch>>,
 }
 
-impl PlannedBatch {
-    fn into_cached(self) -> LogBatch {
-        let stored = self.cached.expect("checked by the caller");
-        to_log_batch(&self.header, &stored)
+/// A planned batch, found in the log cache or read from its segment.
+enum Found {
+    Cached(Arc<CachedBatch>),
+    Read(Payload),
+}
+
+impl LogBatch {
+    fn from_found(header: &FrameHeader, found: Found) -> Result<Self> {
+        let (batch, payload) = match found {
+            Found::Cached(cached) => (cached.batch.clone(), cached.payload.clone()),
+            Found::Read(payload) => (payload.decode(header)?, payload),
+        };
+        Ok(Self {
+            base_offset: header.base_offset,
+            last_offset: header.last_offset(),
+            commit_timestamp: header.commit_timestamp,
+            schema_id: header.schema_id,
+            batch,
+            changes: payload.changes,
+            writer: payload.writer,
+            size: u64::from(header.payload_len),
+        })
     }
 }
 
-fn to_log_batch(header: &FrameHeader, stored: &StoredBatch) -> LogBatch {
-    LogBatch {
-        base_offset: header.base_offset,
-        last_offset: header.last_offset(),
-        commit_timestamp: header.commit_timestamp,
-        schema_id: header.schema_id,
-        batch: stored.batch.clone(),
-        changes: stored.changes.clone(),
-        writer: stored.writer,
-        size: u64::from(header.payload_len),
+impl LogFrame {
+    fn from_found(header: &FrameHeader, found: Found) -> Result<Self> {
+        let payload = match found {
+            Found::Cached(cached) => cached.payload.clone(),
+            Found::Read(payload) => payload,
+        };
+        Ok(Self {
+            header: *header,
+            payload,
+        })
     }
 }
 
-/// Reads the planned batches that are not cached from their segments. Consecutive frames
-/// of one segment are read with a single positioned read (readahead over the whole span).
-fn read_planned(dir: &Path, label: &str, plan: Vec<PlannedBatch>) -> Result<Vec<LogBatch>> {
+/// Reads the planned batches that are not cached from their segments, each turned into a
+/// `T` by `convert`. Consecutive frames of one segment are read with a single positioned
+/// read (readahead over the whole span).
+fn read_planned<T>(
+    dir: &Path,
+    label: &str,
+    plan: Vec<PlannedBatch>,
+    convert: fn(&FrameHeader, Found) -> Result<T>,
+) -> Result<Vec<T>> {
     let mut result = Vec::with_capacity(plan.len());
     let mut index = 0;
     while index < plan.len() {
-        if let Some(stored) = &plan[index].cached {
-            result.push(to_log_batch(&plan[index].header, stored));
+        if let Some(cached) = &plan[index].cached {
+            result.push(convert(&plan[index].header, Found::Cached(Arc::clone(cached)))?);
             index += 1;
             continue;
         }
@@ -482,11 +574,12 @@ fn read_planned(dir: &Path, label: &str, plan: Vec<PlannedBatch>) -> Result<Vec<
         })?;
         let mut span = vec![0u8; usize::try_from(end - start).unwrap_or(usize::MAX)];
         file.read_exact_at(&mut span, start)?;
+        let span = Bytes::from(span);
         for planned in &plan[index..run_end] {
             let from = (planned.header.position - start) as usize + HEADER_LEN;
-            let payload = &span[from..from + planned.header.payload_len as usize];
-            let stored = segment::decode_payload(&planned.header, payload)?;
-            result.push(to_log_batch(&planned.header, &stored));
+            let payload = span.slice(from..from + planned.header.payload_len as usize);
+            let payload = Payload::parse(&planned.header, payload)?;
+            result.push(convert(&planned.header, Found::Read(payload))?);
         }
         index = run_end;
     }
@@ -527,11 +620,12 @@ fn replay(
     );
     // A chunk at a time: a whole log rebuilt into an empty store never sits in memory.
     for chunk in plan.chunks(REPLAY_CHUNK) {
-        for batch in read_planned(dir, label, chunk.to_vec())? {
+        for batch in read_planned(dir, label, chunk.to_vec(), LogBatch::from_found)? {
             changelog.replay(&batch)?;
         }
     }
-    changelog.commit(end)
+    changelog.commit(end)?;
+    changelog.settle()
 }
 
 fn remove_segment_files(dir: &Path, base: i64) -> Result<()> {
@@ -762,6 +856,7 @@ mod tests {
         drop(log);
         let mut writer = KvWriter::new(kv.tablet("b").unwrap(), Arc::clone(&table)).unwrap();
         writer.commit(1).unwrap();
+        writer.settle().unwrap();
         let error = LogTablet::open(
             "t".into(),
             &log_dir,

@@ -178,7 +178,7 @@ mod tests {
                 position: start + bytes.len() as u64,
                 payload_len: 0,
             };
-            bytes.extend(encode_frame(&mut header, &stored).unwrap());
+            bytes.extend(encode_frame(&mut header, stored).unwrap().0);
             headers.push(header);
             offset += i64::from(records);
         }

@@ -27,8 +27,10 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use arrow::array::RecordBatch;
-use arrow::ipc::reader::StreamReader;
+use arrow::buffer::Buffer;
+use arrow::ipc::reader::StreamDecoder;
 use arrow::ipc::writer::StreamWriter;
+use bytes::Bytes;
 
 use super::WriterTag;
 use crate::error::{NodeError, Result};
@@ -90,12 +92,28 @@ impl FrameHeader {
     }
 }
 
-/// A batch as it is stored: decoded Arrow data plus its change vector and writer tag.
+/// A batch to store: decoded Arrow data plus its change vector and writer tag.
 #[derive(Debug, Clone)]
 pub(crate) struct StoredBatch {
     pub(crate) batch: RecordBatch,
     pub(crate) changes: Option<Vec<u8>>,
     pub(crate) writer: Option<WriterTag>,
+}
+
+/// A frame's payload, not decoded: the Arrow IPC stream of its batch (which Flight reads
+/// send as it is), its change vector and its writer tag.
+#[derive(Debug, Clone)]
+pub(crate) struct Payload {
+    pub(crate) ipc: Bytes,
+    pub(crate) changes: Option<Vec<u8>>,
+    pub(crate) writer: Option<WriterTag>,
+}
+
+/// A written batch as the log cache keeps it: decoded, and as stored.
+#[derive(Debug)]
+pub(crate) struct CachedBatch {
+    pub(crate) batch: RecordBatch,
+    pub(crate) payload: Payload,
 }
 
 impl WriterTag {
@@ -119,8 +137,13 @@ impl WriterTag {
     }
 }
 
-/// Encodes one frame. `header.position` and `payload_len` are filled in by this function.
-pub(crate) fn encode_frame(header: &mut FrameHeader, stored: &StoredBatch) -> Result<Vec<u8>> {
+/// Encodes one frame: its bytes, and the batch as the log cache keeps it (the IPC stream
+/// a slice of the frame). `header.has_changes`, `has_writer` and `payload_len` are filled
+/// in by this function.
+pub(crate) fn encode_frame(
+    header: &mut FrameHeader,
+    stored: StoredBatch,
+) -> Result<(Bytes, CachedBatch)> {
     let mut frame = vec![0u8; 8];
     header.has_changes = stored.changes.is_some();
     header.has_writer = stored.writer.is_some();
@@ -131,6 +154,7 @@ pub(crate) fn encode_frame(header: &mut FrameHeader, stored: &StoredBatch) -> Re
     if let Some(changes) = &stored.changes {
         frame.extend_from_slice(changes);
     }
+    let ipc_start = frame.len();
     {
         let mut writer = StreamWriter::try_new(&mut frame, stored.batch.schema_ref())?;
         writer.write(&stored.batch)?;
@@ -142,44 +166,63 @@ pub(crate) fn encode_frame(header: &mut FrameHeader, stored: &StoredBatch) -> Re
     frame[0..4].copy_from_slice(&header.payload_len.to_le_bytes());
     let crc = crc32fast::hash(&frame[8..]);
     frame[4..8].copy_from_slice(&crc.to_le_bytes());
-    Ok(frame)
+    let frame = Bytes::from(frame);
+    let cached = CachedBatch {
+        batch: stored.batch,
+        payload: Payload {
+            ipc: frame.slice(ipc_start..),
+            changes: stored.changes,
+            writer: stored.writer,
+        },
+    };
+    Ok((frame, cached))
 }
 
-/// Decodes the payload of a frame whose header is known.
-pub(crate) fn decode_payload(header: &FrameHeader, payload: &[u8]) -> Result<StoredBatch> {
-    let corrupt =
-        |what: &str| NodeError::Corrupt(format!("batch at offset {}: {what}", header.base_offset));
-    let (writer, payload) = if header.has_writer {
-        let (tag, rest) = payload
-            .split_first_chunk::<WRITER_TAG_LEN>()
-            .ok_or_else(|| corrupt("writer tag cut short"))?;
-        (Some(WriterTag::decode(tag)), rest)
-    } else {
-        (None, payload)
-    };
-    let (changes, ipc) = if header.has_changes {
-        let n = header.records as usize;
-        if payload.len() < n {
-            return Err(corrupt("change vector cut short"));
-        }
-        (Some(payload[..n].to_vec()), &payload[n..])
-    } else {
-        (None, payload)
-    };
-    let mut reader =
-        StreamReader::try_new(ipc, None).map_err(|e| corrupt(&format!("Arrow IPC: {e}")))?;
-    let batch = reader
-        .next()
-        .ok_or_else(|| corrupt("no Arrow batch"))?
-        .map_err(|e| corrupt(&format!("Arrow IPC: {e}")))?;
-    if batch.num_rows() != header.records as usize {
-        return Err(corrupt("row count differs from the header"));
+impl Payload {
+    /// Splits the payload of a frame whose header is known, without decoding its batch.
+    pub(crate) fn parse(header: &FrameHeader, payload: Bytes) -> Result<Self> {
+        let corrupt = |what: &str| corrupt(header, what);
+        let (writer, rest) = if header.has_writer {
+            let tag = payload
+                .first_chunk::<WRITER_TAG_LEN>()
+                .ok_or_else(|| corrupt("writer tag cut short"))?;
+            (Some(WriterTag::decode(tag)), WRITER_TAG_LEN)
+        } else {
+            (None, 0)
+        };
+        let (changes, ipc_start) = if header.has_changes {
+            let end = rest + header.records as usize;
+            let changes = payload
+                .get(rest..end)
+                .ok_or_else(|| corrupt("change vector cut short"))?;
+            (Some(changes.to_vec()), end)
+        } else {
+            (None, rest)
+        };
+        Ok(Self {
+            ipc: payload.slice(ipc_start..),
+            changes,
+            writer,
+        })
     }
-    Ok(StoredBatch {
-        batch,
-        changes,
-        writer,
-    })
+
+    /// Decodes the batch (zero-copy where the stored buffers are aligned).
+    pub(crate) fn decode(&self, header: &FrameHeader) -> Result<RecordBatch> {
+        let ipc_error = |e: arrow::error::ArrowError| corrupt(header, &format!("Arrow IPC: {e}"));
+        let mut buffer = Buffer::from(self.ipc.clone());
+        let batch = StreamDecoder::new()
+            .decode(&mut buffer)
+            .map_err(ipc_error)?
+            .ok_or_else(|| corrupt(header, "no Arrow batch"))?;
+        if batch.num_rows() != header.records as usize {
+            return Err(corrupt(header, "row count differs from the header"));
+        }
+        Ok(batch)
+    }
+}
+
+fn corrupt(header: &FrameHeader, what: &str) -> NodeError {
+    NodeError::Corrupt(format!("batch at offset {}: {what}", header.base_offset))
 }
 
 /// Parses a frame header from the first [`HEADER_LEN`] bytes of `bytes`, checking the
@@ -372,7 +415,7 @@ mod tests {
             (14, vec![5, 6], None),
         ] {
             let mut h = header(base, values.len() as u32, bytes.len() as u64);
-            bytes.extend(encode_frame(&mut h, &stored(&values, changes)).unwrap());
+            bytes.extend(encode_frame(&mut h, stored(&values, changes)).unwrap().0);
             frames.push(h);
         }
         std::fs::write(segment_path(dir, 10), &bytes).unwrap();
@@ -388,10 +431,10 @@ mod tests {
         assert!(!outcome.torn);
         let second = frames[1];
         let start = (second.position as usize) + HEADER_LEN;
-        let decoded =
-            decode_payload(&second, &bytes[start..start + second.payload_len as usize]).unwrap();
+        let payload = Bytes::copy_from_slice(&bytes[start..start + second.payload_len as usize]);
+        let decoded = Payload::parse(&second, payload).unwrap();
         assert_eq!(decoded.changes, Some(vec![0]));
-        assert_eq!(decoded.batch.num_rows(), 1);
+        assert_eq!(decoded.decode(&second).unwrap().num_rows(), 1);
     }
 
     #[test]
@@ -413,12 +456,13 @@ mod tests {
                 ..stored(&rows, changes.clone())
             };
             let mut h = header(0, rows.len() as u32, 0);
-            let frame = encode_frame(&mut h, &tagged).unwrap();
+            let (frame, cached) = encode_frame(&mut h, tagged).unwrap();
             let (parsed, _) = parse_header(&frame, 0).unwrap();
             assert!(parsed.has_writer);
-            let decoded = decode_payload(&parsed, &frame[HEADER_LEN..]).unwrap();
+            let decoded = Payload::parse(&parsed, frame.slice(HEADER_LEN..)).unwrap();
+            assert_eq!(decoded.ipc, cached.payload.ipc);
+            assert_eq!(decoded.decode(&parsed).unwrap().num_rows(), rows.len());
             assert_eq!((decoded.writer, decoded.changes), (Some(tag), changes));
-            assert_eq!(decoded.batch.num_rows(), rows.len());
         }
     }
 
