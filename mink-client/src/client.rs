@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::Field;
-use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{Action, FlightClient, FlightDescriptor, Ticket};
 use bytes::Bytes;
@@ -285,7 +285,10 @@ impl MinkClient {
             delete,
         };
         let descriptor = FlightDescriptor::new_cmd(header.encode_to_vec());
+        // Dictionary columns go as dictionaries: hydrated to their values they would not
+        // match the table's schema.
         let data = FlightDataEncoderBuilder::new()
+            .with_dictionary_handling(DictionaryHandling::Resend)
             .with_flight_descriptor(Some(descriptor))
             .with_max_flight_data_size(MAX_MESSAGE_BYTES / 2)
             .build(stream::iter(batches.into_iter().map(Ok)));

@@ -9,7 +9,7 @@ use arrow::ipc::convert::try_schema_from_flatbuffer_bytes;
 use arrow::ipc::writer::{
     CompressionContext, DictionaryTracker, IpcDataGenerator, IpcWriteOptions,
 };
-use arrow_flight::{FlightData, SchemaAsIpc};
+use arrow_flight::FlightData;
 use bytes::Bytes;
 use mink_core::ipc_stream::{self, IpcMessage};
 use mink_core::protocol::ScanBatch;
@@ -35,6 +35,9 @@ pub(super) struct BatchEncoder {
     schema: Option<SchemaRef>,
     /// The schema message of the last stored frame and its schema, decoded once.
     stored_schema: Option<(Bytes, SchemaRef)>,
+    /// A stored frame sent dictionaries the tracker does not know of: the next encoded
+    /// batch announces its schema again, which resets the receiver's dictionaries.
+    stale_dictionaries: bool,
     generator: IpcDataGenerator,
     dictionaries: DictionaryTracker,
     compression: CompressionContext,
@@ -47,6 +50,7 @@ impl BatchEncoder {
             projection,
             schema: None,
             stored_schema: None,
+            stale_dictionaries: false,
             generator: IpcDataGenerator::default(),
             dictionaries: DictionaryTracker::new(false),
             compression: CompressionContext::default(),
@@ -54,10 +58,18 @@ impl BatchEncoder {
         }
     }
 
+    /// The schema message of `schema`, which also assigns the dictionary ids the batches
+    /// after it use.
     fn schema_message(&mut self, schema: &SchemaRef) -> FlightData {
         self.schema = Some(Arc::clone(schema));
         self.dictionaries = DictionaryTracker::new(false);
-        SchemaAsIpc::new(schema, &self.options).into()
+        self.stale_dictionaries = false;
+        let message = self.generator.schema_to_bytes_with_dictionary_tracker(
+            schema,
+            &mut self.dictionaries,
+            &self.options,
+        );
+        FlightData::new().with_data_header(message.ipc_message)
     }
 
     /// The schema message that opens an answer of rows in `schema`.
@@ -88,7 +100,7 @@ impl BatchEncoder {
             .collect();
         let projected = batch.project(&own)?;
         let mut messages = Vec::new();
-        if self.schema.as_ref() != Some(projected.schema_ref()) {
+        if self.stale_dictionaries || self.schema.as_ref() != Some(projected.schema_ref()) {
             messages.push(self.schema_message(projected.schema_ref()));
         }
         let (dictionaries, data) = self.generator.encode(
@@ -178,8 +190,8 @@ impl BatchEncoder {
             out.push(FlightData::new().with_data_header(schema_header));
             self.schema = Some(schema);
         }
-        // The stored dictionaries replace the receiver's: the next encoded batch resends its own.
-        self.dictionaries = DictionaryTracker::new(false);
+        // The stored dictionaries replace the receiver's.
+        self.stale_dictionaries |= !rest.is_empty();
         let message = |m: &IpcMessage| {
             FlightData::new()
                 .with_data_header(ipc.slice(m.header.clone()))
