@@ -115,6 +115,12 @@ impl KvTablet {
         self.rows.get(key).map_err(kv_error)
     }
 
+    /// The greatest key the store holds.
+    pub(crate) fn last_key(&self) -> Result<Option<Vec<u8>>> {
+        let last = self.rows.last_key_value().map(|pair| pair.key());
+        Ok(last.transpose().map_err(kv_error)?.map(|key| key.to_vec()))
+    }
+
     /// The rows whose key starts with `prefix`, in key order.
     pub fn prefix(&self, prefix: &[u8]) -> Result<Vec<fjall::UserValue>> {
         self.rows

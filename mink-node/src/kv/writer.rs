@@ -55,6 +55,9 @@ pub(crate) struct KvWriter {
     updating: Arc<KeyMap>,
     /// The thread writing them.
     update: Option<JoinHandle<Result<()>>>,
+    /// No key in the store (nor being written to it) is greater: a key above it is new
+    /// without a store read, as every key of an ascending load is. Deletes do not lower it.
+    key_bound: Option<Vec<u8>>,
     applied: i64,
 }
 
@@ -73,6 +76,7 @@ impl KvWriter {
             keys: KeyCodec::new(&table)?,
             rows: RowCodec::new(&table)?,
             applied: tablet.applied_offset()?,
+            key_bound: tablet.last_key()?,
             tablet,
             table,
             overlay: KeyMap::default(),
@@ -98,6 +102,9 @@ impl KvWriter {
             .or_else(|| self.updating.get(key));
         if let Some(row) = found {
             return Ok(row.clone());
+        }
+        if self.key_bound.as_deref().is_none_or(|bound| key > bound) {
+            return Ok(None);
         }
         Ok(self.tablet.get(key)?.map(|v| v.to_vec()))
     }
@@ -200,6 +207,11 @@ impl Changelog for KvWriter {
 
     fn commit(&mut self, end_offset: i64) -> Result<Applying> {
         self.settle()?;
+        if let Some(greatest) = self.overlay.keys().max()
+            && self.key_bound.as_ref().is_none_or(|bound| greatest > bound)
+        {
+            self.key_bound = Some(greatest.clone());
+        }
         let rows = Arc::new(std::mem::take(&mut self.overlay));
         self.updating = Arc::clone(&rows);
         let (done, applied) = oneshot::channel();
@@ -414,6 +426,27 @@ mod tests {
 
     fn s(value: &str) -> Option<String> {
         Some(value.into())
+    }
+
+    #[test]
+    fn keys_above_and_below_the_stored_ones_are_told_apart_after_a_reopen() {
+        let mut f = Fixture::new();
+        f.upsert(&[(5, Some("a")), (7, Some("b"))]);
+        f.writer.apply(2);
+        // A new writer takes its key bound from the store.
+        f.writer = KvWriter::new(f.tablet.clone(), Arc::clone(&f.table)).unwrap();
+        let changes = f.upsert(&[(9, Some("c")), (7, Some("d")), (1, Some("e"))]);
+        assert_eq!(
+            changes,
+            [
+                ("+I", 9, s("c")),
+                ("-U", 7, s("b")),
+                ("+U", 7, s("d")),
+                ("+I", 1, s("e")),
+            ]
+        );
+        f.writer.apply(6);
+        assert_eq!(f.delete(&[9, 10]), [("-D", 9, s("c"))]);
     }
 
     #[test]
