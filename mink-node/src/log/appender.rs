@@ -226,6 +226,8 @@ impl Appender {
                 }
             }
         }
+        // Dropping the changelog waits for its last update: not on a runtime thread.
+        let _ = tokio::task::spawn_blocking(move || drop(self)).await;
     }
 
     /// Writes a group, makes it durable, then publishes it. On an I/O error the segment
