@@ -626,15 +626,13 @@ impl Node {
                 key_indices: Vec::new(),
             });
         };
-        tokio::task::spawn_blocking(move || {
-            if prefix {
-                prefix_lookup(&table, &kv, &keys)
-            } else {
-                lookup(&table, &kv, &keys)
-            }
-        })
-        .await
-        .map_err(|e| NodeError::Io(std::io::Error::other(e)))?
+        let store = kv.clone();
+        store
+            .read(move || match prefix {
+                true => prefix_lookup(&table, &kv, &keys),
+                false => lookup(&table, &kv, &keys),
+            })
+            .await
     }
 
     /// Every bucket of a table created so far, with its offsets.

@@ -10,9 +10,12 @@
 //!   from there continues it with nothing missed and nothing doubled;
 //! * the store needs no fsync of its own: after a crash, whatever it lost is replayed from
 //!   the log, starting at its applied offset.
+//!
+//! Reads (lookups, snapshots) run on the store's own read threads ([`reads`]).
 
 mod lookup;
 mod reader;
+mod reads;
 mod writer;
 
 use std::path::Path;
@@ -21,6 +24,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 
 pub use self::lookup::{Found, encode_keys, lookup, prefix_lookup};
 pub use self::reader::SnapshotReader;
+use self::reads::KvReads;
 pub(crate) use self::writer::KvWriter;
 use crate::error::{NodeError, Result};
 
@@ -29,6 +33,7 @@ use crate::error::{NodeError, Result};
 pub struct KvStore {
     db: Database,
     applied: Keyspace,
+    reads: KvReads,
 }
 
 impl std::fmt::Debug for KvStore {
@@ -58,7 +63,9 @@ impl KvStore {
         let applied = db
             .keyspace("applied", KeyspaceCreateOptions::default)
             .map_err(kv_error)?;
-        Ok(Self { db, applied })
+        let threads = std::thread::available_parallelism().map_or(2, usize::from);
+        let reads = KvReads::start(threads)?;
+        Ok(Self { db, applied, reads })
     }
 
     /// The tablet named `name` (one per bucket), created if needed.
@@ -127,6 +134,14 @@ impl KvTablet {
             .prefix(prefix)
             .map(|guard| guard.value().map_err(kv_error))
             .collect()
+    }
+
+    /// Runs `read` on the store's read threads.
+    pub(crate) async fn read<T: Send + 'static>(
+        &self,
+        read: impl FnOnce() -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.store.reads.run(read).await
     }
 
     /// A consistent view of the store for a Snapshot read.

@@ -7,7 +7,7 @@ use fjall::{Readable, Snapshot, UserKey, UserValue};
 use futures::stream::{self, BoxStream, StreamExt as _};
 
 use super::{KvTablet, decode_offset, kv_error};
-use crate::error::{NodeError, Result};
+use crate::error::Result;
 
 /// Rows a chunk's buffer is made for before any is read: a larger chunk (a client's
 /// `batch_rows`) grows it as rows come, so memory follows the rows the store holds, not
@@ -77,13 +77,14 @@ impl SnapshotReader {
             if cursor.remaining == 0 {
                 return Ok(None);
             }
-            let (cursor, read) = tokio::task::spawn_blocking(move || {
-                let mut cursor = cursor;
-                let read = cursor.next_chunk();
-                (cursor, read)
-            })
-            .await
-            .map_err(|e| NodeError::Io(std::io::Error::other(e)))?;
+            let tablet = cursor.reader.tablet.clone();
+            let (cursor, read) = tablet
+                .read(move || {
+                    let mut cursor = cursor;
+                    let read = cursor.next_chunk();
+                    Ok((cursor, read))
+                })
+                .await?;
             Ok(read?.map(|item| (item, cursor)))
         })
         .boxed()
