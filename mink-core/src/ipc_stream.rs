@@ -121,7 +121,10 @@ mod tests {
         assert_eq!((found[0].header.start, found[0].body.len()), (8, 0));
         assert_eq!(found[1].header.start, found[0].body.end + 8);
         assert!(found[1].body.len() >= 16, "the two values, padded");
-        assert_eq!(&stream[found[1].body.end..], [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
+        assert_eq!(
+            &stream[found[1].body.end..],
+            [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]
+        );
     }
 
     #[test]

@@ -175,14 +175,22 @@ impl BatchEncoder {
         };
         if schema_message.kind != MessageHeader::Schema
             || batch_message.kind != MessageHeader::RecordBatch
-            || rest.iter().any(|m| m.kind != MessageHeader::DictionaryBatch)
+            || rest
+                .iter()
+                .any(|m| m.kind != MessageHeader::DictionaryBatch)
         {
             return Err(corrupt("not a schema, dictionaries and a batch".into()));
         }
         let schema_header = ipc.slice(schema_message.header.clone());
         let schema = self.stored_schema(schema_header.clone())?;
         let width = schema.fields().len();
-        if !self.projection.iter().copied().filter(|&i| i < width).eq(0..width) {
+        if !self
+            .projection
+            .iter()
+            .copied()
+            .filter(|&i| i < width)
+            .eq(0..width)
+        {
             return self.encode(&frame.decode()?, metadata);
         }
         let mut out = Vec::with_capacity(messages.len());

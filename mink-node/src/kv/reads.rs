@@ -82,8 +82,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(error.to_string().contains("panicked"), "{error}");
-        let answers =
-            futures::future::join_all((0..8).map(|i| reads.run(move || Ok(i * 2)))).await;
+        let answers = futures::future::join_all((0..8).map(|i| reads.run(move || Ok(i * 2)))).await;
         let answers: Vec<i32> = answers.into_iter().map(Result::unwrap).collect();
         assert_eq!(answers, [0, 2, 4, 6, 8, 10, 12, 14]);
     }

@@ -220,7 +220,12 @@ impl Changelog for KvWriter {
             .name("mink-kv-update".into())
             .spawn(move || {
                 let result = update_store(&tablet, &rows, end_offset);
-                let _ = done.send(result.as_ref().map(|_| ()).map_err(NodeError::for_another_waiter));
+                let _ = done.send(
+                    result
+                        .as_ref()
+                        .map(|_| ())
+                        .map_err(NodeError::for_another_waiter),
+                );
                 result
             })?;
         self.update = Some(update);
@@ -280,7 +285,11 @@ fn update_store(tablet: &KvTablet, rows: &KeyMap, end_offset: i64) -> Result<()>
             None => batch.remove(&tablet.rows, key.as_slice()),
         }
     }
-    batch.insert(&store.applied, tablet.name.as_bytes(), end_offset.to_le_bytes());
+    batch.insert(
+        &store.applied,
+        tablet.name.as_bytes(),
+        end_offset.to_le_bytes(),
+    );
     batch.commit().map_err(kv_error)
 }
 

@@ -345,8 +345,8 @@ impl Appender {
                 Outcome::Written(header, stored) => {
                     state.batches.push_back((header, self.active.base));
                     // Both forms are kept: the decoded batch and its stored bytes.
-                    let size = u64::from(header.payload_len)
-                        + stored.batch.get_array_memory_size() as u64;
+                    let size =
+                        u64::from(header.payload_len) + stored.batch.get_array_memory_size() as u64;
                     state.cache.insert(header.base_offset, stored, size);
                     Ok(AppendAck {
                         base_offset: header.base_offset,
@@ -497,7 +497,7 @@ mod tests {
     use super::*;
     use crate::log::segment::{encode_frame, scan_frames, segment_path};
     use crate::log::tests::ids;
-    use crate::log::{LogBatch, PlannedBatch, read_planned};
+    use crate::log::{LogBatch, LogTablet, PlannedBatch, read_planned};
 
     fn table() -> Arc<TableDescriptor> {
         let schema = Schema::new(vec![Field::new("id", DataType::Int64, false)]);
@@ -718,7 +718,10 @@ mod tests {
             WriteStream::default(),
             WriteStream::default(),
         );
-        let first = appender.commit(&[streamed(&stream, &table, &[1])]).unwrap().0;
+        let first = appender
+            .commit(&[streamed(&stream, &table, &[1])])
+            .unwrap()
+            .0;
         assert_eq!(acked(first), [(0, 0)]);
         let good = segment_bytes(dir.path());
 
@@ -747,64 +750,103 @@ mod tests {
         assert_eq!(read_back(dir.path()), [1, 5]);
     }
 
+    /// A changelog for the appender's tests: it stores writes as written and records the
+    /// high watermark it sees at each commit; when `failing`, every update it starts fails.
+    #[derive(Debug, Default)]
+    struct TestChangelog {
+        shared: Option<Arc<Shared>>,
+        seen: Arc<std::sync::Mutex<Vec<(i64, i64)>>>,
+        failing: bool,
+        commits: u32,
+    }
+
+    impl Changelog for TestChangelog {
+        fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>> {
+            let (WriteOp::Append(batch) | WriteOp::Upsert(batch) | WriteOp::Delete(batch)) =
+                &write.op;
+            Ok(Some(StoredBatch {
+                batch: batch.clone(),
+                changes: None,
+                writer: None,
+            }))
+        }
+        fn commit(&mut self, end_offset: i64) -> Result<Applying> {
+            self.settle()?;
+            self.commits += 1;
+            if let Some(shared) = &self.shared {
+                let high_watermark = shared.read_state().high_watermark;
+                self.seen.lock().unwrap().push((end_offset, high_watermark));
+            }
+            if !self.failing {
+                return Ok(Applying::done());
+            }
+            let (done, applying) = oneshot::channel();
+            let _ = done.send(Err(NodeError::Kv("injected: the update fails".into())));
+            Ok(Applying::pending(applying))
+        }
+        fn settle(&mut self) -> Result<()> {
+            match self.failing && self.commits > 0 {
+                true => Err(NodeError::Kv("injected: the update failed".into())),
+                false => Ok(()),
+            }
+        }
+        fn schema_id(&self) -> u32 {
+            0
+        }
+        fn abort(&mut self) {}
+        fn applied_offset(&self) -> i64 {
+            0
+        }
+        fn replay(&mut self, _: &LogBatch) -> Result<()> {
+            Ok(())
+        }
+    }
+
     #[test]
     fn a_snapshot_never_names_an_offset_above_the_high_watermark() {
-        /// A changelog that records the high watermark it sees when it commits.
-        #[derive(Debug)]
-        struct Probe {
-            shared: Option<Arc<Shared>>,
-            seen: Arc<std::sync::Mutex<Vec<(i64, i64)>>>,
-        }
-        impl Changelog for Probe {
-            fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>> {
-                let WriteOp::Append(batch) = &write.op else {
-                    unreachable!("the test appends")
-                };
-                Ok(Some(StoredBatch {
-                    batch: batch.clone(),
-                    changes: None,
-                    writer: None,
-                }))
-            }
-            fn commit(&mut self, end_offset: i64) -> Result<Applying> {
-                if let Some(shared) = &self.shared {
-                    let high_watermark = shared.read_state().high_watermark;
-                    self.seen.lock().unwrap().push((end_offset, high_watermark));
-                }
-                Ok(Applying::done())
-            }
-            fn settle(&mut self) -> Result<()> {
-                Ok(())
-            }
-            fn schema_id(&self) -> u32 {
-                0
-            }
-            fn abort(&mut self) {}
-            fn applied_offset(&self) -> i64 {
-                0
-            }
-            fn replay(&mut self, _: &LogBatch) -> Result<()> {
-                Ok(())
-            }
-        }
         let dir = tempfile::tempdir().unwrap();
         let table = table();
-        let seen = Arc::default();
-        let probe = Probe {
-            shared: None,
-            seen: Arc::clone(&seen),
-        };
         let config = LogConfig::default();
+        let changelog = Box::new(TestChangelog::default());
         let mut appender =
-            Appender::recover("t".into(), dir.path(), config, Some(Box::new(probe))).unwrap();
-        let shared = Arc::clone(&appender.shared);
-        appender.changelog = Some(Box::new(Probe {
-            shared: Some(shared),
+            Appender::recover("t".into(), dir.path(), config, Some(changelog)).unwrap();
+        let seen = Arc::default();
+        appender.changelog = Some(Box::new(TestChangelog {
+            shared: Some(Arc::clone(&appender.shared)),
             seen: Arc::clone(&seen),
+            ..TestChangelog::default()
         }));
         appender.commit(&group(&table, &[&[1, 2]])).unwrap();
         appender.commit(&group(&table, &[&[3]])).unwrap();
         // The store applies a group only once the high watermark covers it.
         assert_eq!(*seen.lock().unwrap(), [(2, 2), (3, 3)]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_store_update_fails_its_group_and_the_one_written_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = table();
+        let changelog = Box::new(TestChangelog {
+            failing: true,
+            ..TestChangelog::default()
+        });
+        let appender = Appender::recover(
+            "t".into(),
+            dir.path(),
+            LogConfig::default(),
+            Some(changelog),
+        )
+        .unwrap();
+        let log = LogTablet::start(appender);
+        let write = |ids: &[i64]| request(&table, ids, WriteOp::Upsert).write;
+        // The group whose update fails, then the one written while it ran.
+        let error = log.write(write(&[1])).await.unwrap_err();
+        assert!(error.to_string().contains("the update fails"), "{error}");
+        let error = log.write(write(&[2])).await.unwrap_err();
+        assert!(error.to_string().contains("the update failed"), "{error}");
+        let error = log.write(write(&[3])).await.unwrap_err();
+        assert!(error.to_string().contains("restart the node"), "{error}");
+        // Both failed groups are durable in the log: a restart replays them.
+        assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), [[1], [2]]);
     }
 }

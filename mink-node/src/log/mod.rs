@@ -220,9 +220,9 @@ impl Applying {
     async fn wait(self) -> Result<()> {
         match self.0 {
             None => Ok(()),
-            Some(done) => done.await.unwrap_or_else(|_| {
-                Err(NodeError::Kv("the KV store update stopped".into()))
-            }),
+            Some(done) => done
+                .await
+                .unwrap_or_else(|_| Err(NodeError::Kv("the KV store update stopped".into()))),
         }
     }
 }
@@ -551,7 +551,10 @@ fn read_planned<T>(
     let mut index = 0;
     while index < plan.len() {
         if let Some(cached) = &plan[index].cached {
-            result.push(convert(&plan[index].header, Found::Cached(Arc::clone(cached)))?);
+            result.push(convert(
+                &plan[index].header,
+                Found::Cached(Arc::clone(cached)),
+            )?);
             index += 1;
             continue;
         }

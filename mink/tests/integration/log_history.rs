@@ -401,7 +401,11 @@ async fn dictionary_columns_read_back_as_written() {
     };
     let path = mink_core::table::TablePath::new("test", "tags");
     let table = TableDescriptor::new(path, schema, vec![], vec![], options).expect("table");
-    let table = node.client.create_table(&table, false).await.expect("create");
+    let table = node
+        .client
+        .create_table(&table, false)
+        .await
+        .expect("create");
     let bucket = BucketId::new(&table.path, 0);
     let batch = |ids: Vec<i64>, tags: Vec<Option<&str>>| {
         let tags: arrow::array::DictionaryArray<Int32Type> = tags.into_iter().collect();
@@ -432,10 +436,22 @@ async fn dictionary_columns_read_back_as_written() {
     };
     let expected = tags_of(written);
     let scan = async |node: &TestNode, columns: &[u32]| {
-        let answer = node.client.scan(&bucket, 0, 0, columns).await.expect("scan");
-        answer.batches.into_iter().map(|b| b.batch).collect::<Vec<_>>()
+        let answer = node
+            .client
+            .scan(&bucket, 0, 0, columns)
+            .await
+            .expect("scan");
+        answer
+            .batches
+            .into_iter()
+            .map(|b| b.batch)
+            .collect::<Vec<_>>()
     };
-    assert_eq!(tags_of(scan(&node, &[]).await), expected, "from the log cache");
+    assert_eq!(
+        tags_of(scan(&node, &[]).await),
+        expected,
+        "from the log cache"
+    );
     assert_eq!(
         tags_of(scan(&node, &[0, 1]).await),
         expected,
@@ -444,9 +460,16 @@ async fn dictionary_columns_read_back_as_written() {
     let swapped = scan(&node, &[1, 0]).await;
     assert_eq!(swapped[0].schema().field(0).name(), "tag", "projected");
     node.restart().await;
-    assert_eq!(tags_of(scan(&node, &[]).await), expected, "from cold segments");
+    assert_eq!(
+        tags_of(scan(&node, &[]).await),
+        expected,
+        "from cold segments"
+    );
     let mut tail = node.client.tail(&bucket, &[]).await.expect("tail");
-    let answer = tail.poll(0, Duration::from_millis(10), 0).await.expect("poll");
+    let answer = tail
+        .poll(0, Duration::from_millis(10), 0)
+        .await
+        .expect("poll");
     let tailed = answer.batches.into_iter().map(|b| b.batch).collect();
     assert_eq!(tags_of(tailed), expected, "through a Tail");
 }
