@@ -31,11 +31,10 @@ use mink_core::change::ChangeType;
 use mink_core::key::{KeyCodec, RowCodec};
 use mink_core::schema::normalize_batch;
 use mink_core::table::TableDescriptor;
+use tokio::sync::oneshot;
 
 use super::{KvTablet, kv_error};
 use crate::error::{NodeError, Result};
-use tokio::sync::oneshot;
-
 use crate::log::{Applying, Changelog, LogBatch, StoredBatch, Write, WriteOp};
 
 /// Keys and rows by key bytes; a fast hasher, since every written row goes through it.
