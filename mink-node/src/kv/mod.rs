@@ -11,11 +11,12 @@
 //! * the store needs no fsync of its own: after a crash, whatever it lost is replayed from
 //!   the log, starting at its applied offset.
 //!
-//! Reads (lookups, snapshots) run on the store's own read threads ([`reads`]).
+//! Reads (lookups, snapshots) and the updates of committed groups run on the store's own
+//! threads ([`threads`]).
 
 mod lookup;
 mod reader;
-mod reads;
+mod threads;
 mod writer;
 
 use std::path::Path;
@@ -24,7 +25,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 
 pub use self::lookup::{Found, encode_keys, lookup, prefix_lookup};
 pub use self::reader::SnapshotReader;
-use self::reads::KvReads;
+use self::threads::KvThreads;
 pub(crate) use self::writer::KvWriter;
 use crate::error::{NodeError, Result};
 
@@ -33,7 +34,10 @@ use crate::error::{NodeError, Result};
 pub struct KvStore {
     db: Database,
     applied: Keyspace,
-    reads: KvReads,
+    /// Lookups and snapshot chunks.
+    reads: KvThreads,
+    /// The updates of committed groups ([`KvWriter`]).
+    updates: KvThreads,
 }
 
 impl std::fmt::Debug for KvStore {
@@ -64,8 +68,12 @@ impl KvStore {
             .keyspace("applied", KeyspaceCreateOptions::default)
             .map_err(kv_error)?;
         let threads = std::thread::available_parallelism().map_or(2, usize::from);
-        let reads = KvReads::start(threads)?;
-        Ok(Self { db, applied, reads })
+        Ok(Self {
+            db,
+            applied,
+            reads: KvThreads::start("mink-kv-read", threads)?,
+            updates: KvThreads::start("mink-kv-update", threads)?,
+        })
     }
 
     /// The tablet named `name` (one per bucket), created if needed.

@@ -6,7 +6,7 @@
 //! other through an overlay that is applied to the store, with the applied offset, in one
 //! atomic batch once the log has the group durably.
 //!
-//! That update runs on a thread of its own while the appender prepares and writes the next
+//! That update runs on the store's update threads while the appender prepares and writes the next
 //! group (whose prepares see the updating group's rows), so the store's writes and the
 //! log's take two cores rather than one after the other:
 //!
@@ -24,7 +24,6 @@
 //! changelog batch and stored row is in the newest schema the writer has seen.
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use arrow::compute::interleave_record_batch;
 use mink_core::change::ChangeType;
@@ -33,6 +32,7 @@ use mink_core::schema::normalize_batch;
 use mink_core::table::TableDescriptor;
 use tokio::sync::oneshot;
 
+use super::threads::Submitted;
 use super::{KvTablet, kv_error};
 use crate::error::{NodeError, Result};
 use crate::log::{Applying, Changelog, LogBatch, StoredBatch, Write, WriteOp};
@@ -52,8 +52,8 @@ pub(crate) struct KvWriter {
     /// The rows of the last committed group, which its update may still be writing to the
     /// store.
     updating: Arc<KeyMap>,
-    /// The thread writing them.
-    update: Option<JoinHandle<Result<()>>>,
+    /// Their update, on the store's update threads.
+    update: Option<Submitted<Result<()>>>,
     /// No key in the store (nor being written to it) is greater: a key above it is new
     /// without a store read, as every key of an ascending load is. Deletes do not lower it.
     key_bound: Option<Vec<u8>>,
@@ -215,18 +215,16 @@ impl Changelog for KvWriter {
         self.updating = Arc::clone(&rows);
         let (done, applied) = oneshot::channel();
         let tablet = self.tablet.clone();
-        let update = std::thread::Builder::new()
-            .name("mink-kv-update".into())
-            .spawn(move || {
-                let result = update_store(&tablet, &rows, end_offset);
-                let _ = done.send(
-                    result
-                        .as_ref()
-                        .map(|_| ())
-                        .map_err(NodeError::for_another_waiter),
-                );
+        let update = self.tablet.store.updates.submit(move || {
+            let result = update_store(&tablet, &rows, end_offset);
+            let _ = done.send(
                 result
-            })?;
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(NodeError::for_another_waiter),
+            );
+            result
+        })?;
         self.update = Some(update);
         self.applied = end_offset;
         Ok(Applying::pending(applied))
@@ -235,9 +233,7 @@ impl Changelog for KvWriter {
     fn settle(&mut self) -> Result<()> {
         match self.update.take() {
             None => Ok(()),
-            Some(update) => update
-                .join()
-                .unwrap_or_else(|_| Err(NodeError::Kv("the KV store update panicked".into()))),
+            Some(update) => update.wait()?,
         }
     }
 

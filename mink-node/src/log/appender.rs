@@ -84,6 +84,18 @@ impl WriteRequest {
     }
 }
 
+/// Answers each write of a group with its outcome, or with `applied`'s error when the
+/// group's changelog update failed.
+fn acknowledge(group: Vec<WriteRequest>, outcomes: Vec<Result<AppendAck>>, applied: Result<()>) {
+    for (request, outcome) in group.into_iter().zip(outcomes) {
+        let outcome = match &applied {
+            Ok(()) => outcome,
+            Err(error) => Err(error.for_another_waiter()),
+        };
+        let _ = request.reply.send(outcome);
+    }
+}
+
 /// What became of one write of a group.
 #[derive(Debug)]
 enum Outcome {
@@ -200,6 +212,8 @@ impl Appender {
             };
             self = appender;
             match outcome {
+                // Nothing left to apply (a log table): acknowledged now.
+                Ok((outcomes, Applying(None))) => acknowledge(group, outcomes, Ok(())),
                 // The KV store's update runs on while the next group is written; the
                 // group is acknowledged once readers see it.
                 Ok((outcomes, applying)) => {
@@ -209,13 +223,7 @@ impl Appender {
                         if let Err(error) = &applied {
                             error!(bucket = %label, %error, "KV store update failed after a durable write");
                         }
-                        for (request, outcome) in group.into_iter().zip(outcomes) {
-                            let outcome = match &applied {
-                                Ok(()) => outcome,
-                                Err(error) => Err(error.for_another_waiter()),
-                            };
-                            let _ = request.reply.send(outcome);
-                        }
+                        acknowledge(group, outcomes, applied);
                     });
                 }
                 Err(error) => {
