@@ -35,13 +35,6 @@ use crate::read::{
 
 /// Largest gRPC message the client accepts (one Arrow batch).
 const MAX_MESSAGE_BYTES: usize = 256 << 20;
-/// HTTP/2 frames the node may send: large, so a batch of megabytes is a few frames
-/// rather than hundreds of 16 KiB ones.
-const MAX_FRAME_BYTES: u32 = 1 << 20;
-/// Bytes the node may send on one stream, and on the connection, before the client has
-/// read them: room for a whole default Scan answer in flight.
-const STREAM_WINDOW_BYTES: u32 = 16 << 20;
-const CONNECTION_WINDOW_BYTES: u32 = 32 << 20;
 
 /// A connection to a mink node. Cheap to clone; clones share the connection.
 #[derive(Debug)]
@@ -107,10 +100,7 @@ impl MinkClient {
             source,
         };
         let mut endpoint = Channel::from_shared(url)
-            .map_err(|e| ClientError::Protocol(format!("bad address '{address}': {e}")))?
-            .max_frame_size(MAX_FRAME_BYTES)
-            .initial_stream_window_size(STREAM_WINDOW_BYTES)
-            .initial_connection_window_size(CONNECTION_WINDOW_BYTES);
+            .map_err(|e| ClientError::Protocol(format!("bad address '{address}': {e}")))?;
         if tls {
             endpoint = endpoint
                 .tls_config(mink_auth::client_tls(options.tls_ca.as_deref()))
