@@ -125,6 +125,7 @@ fn union_plan() -> UnionPlan {
         log_from: -10_000_000_006,
         log_to: -10_000_000_007,
         lake_files: 10_000_000_008,
+        replaced_rows_located: true,
     }
 }
 
@@ -150,6 +151,7 @@ fn file_ref() -> LakeFileRef {
         size: 10_000_000_010,
         record_count: Some(10_000_000_011),
         deletes: vec![delete_ref()],
+        replaced_rows: vec![10_000_000_060, 10_000_000_061],
     }
 }
 

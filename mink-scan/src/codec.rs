@@ -4,7 +4,8 @@
 //! DataFusion's own operators travel in `datafusion-proto`'s form; mink's nodes travel as
 //! the [`MinkPlanNode`] message inside it:
 //!
-//! - `KeyMergeExec`: the key columns (the children travel as the extension's inputs);
+//! - `KeyMergeExec`: the key columns, how it merges the lake and how many columns it
+//!   outputs (the children travel as the extension's inputs);
 //! - `LogTailExec`: its buckets' log ranges, columns and read schema. The log source is
 //!   not serialized: the process that decodes the plan reads the logs with its own
 //!   source (a worker, with its own login), the one its codec was made with;
@@ -48,7 +49,7 @@ use prost::Message;
 
 use crate::equality::EqualityDeleteExec;
 use crate::external;
-use crate::merge::KeyMergeExec;
+use crate::merge::{KeyMergeExec, LakeMerge};
 use crate::tail::{LogSource, LogTailExec, TailRange};
 
 /// Encodes and decodes plans holding mink's nodes (see the module docs).
@@ -102,13 +103,20 @@ impl PhysicalExtensionCodec for MinkCodec {
                 let [lake, tail] = inputs else {
                     return Err(malformed(&"a key merge without its two inputs"));
                 };
+                // The tail carries the key columns whichever way the lake is merged.
                 let codec =
-                    KeyCodec::for_columns(&lake.schema(), merge.key_columns).map_err(external)?;
-                Ok(Arc::new(KeyMergeExec::new(
+                    KeyCodec::for_columns(&tail.schema(), merge.key_columns).map_err(external)?;
+                let lake_merge = match merge.by_positions {
+                    true => LakeMerge::Positions,
+                    false => LakeMerge::Probe,
+                };
+                Ok(Arc::new(KeyMergeExec::try_new(
                     Arc::clone(lake),
                     Arc::clone(tail),
                     Arc::new(codec),
-                )))
+                    lake_merge,
+                    usize::try_from(merge.columns).map_err(|e| malformed(&e))?,
+                )?))
             }
             Node::LogTail(tail) => {
                 let schema = tail
@@ -158,6 +166,8 @@ impl PhysicalExtensionCodec for MinkCodec {
         let encoded = if let Some(merge) = any.downcast_ref::<KeyMergeExec>() {
             Node::KeyMerge(KeyMergeNode {
                 key_columns: merge.key_columns().to_vec(),
+                by_positions: merge.merge() == LakeMerge::Positions,
+                columns: merge.schema().fields().len() as u64,
             })
         } else if let Some(tail) = any.downcast_ref::<LogTailExec>() {
             Node::LogTail(LogTailNode {
@@ -380,6 +390,13 @@ struct KeyMergeNode {
     /// The key columns, in encoding order.
     #[prost(string, repeated, tag = "1")]
     key_columns: Vec<String>,
+    /// The lake rows of changed keys are left out by the scan ([`LakeMerge::Positions`]),
+    /// not probed.
+    #[prost(bool, tag = "2")]
+    by_positions: bool,
+    /// How many of the inputs' columns are output.
+    #[prost(uint64, tag = "3")]
+    columns: u64,
 }
 
 #[derive(Clone, PartialEq, Message)]

@@ -21,6 +21,22 @@
 //! The merge does not filter: the index is built from the unfiltered tail (a filtered
 //! tail would let an older lake version of a key that left the filter resurrect), and a
 //! filter above the merge applies to lake and tail rows alike.
+//!
+//! How the lake rows of the changed keys are left out ([`LakeMerge`]):
+//!
+//! - **by position** when the node located them while planning: its lake index maps each
+//!   key to its lake row, so the keys of the tails become positions on the lake files,
+//!   read like Iceberg's position deletes ([`mink_lake::reader::LakeFile::replaced_rows`]).
+//!   The lake rows pass through untouched and the lake scan reads no key column it is not
+//!   asked for: the merge costs the tails alone.
+//! - **by probe** otherwise (the node had no current index: after a restart before the
+//!   first round, during a round, or a tail too long to locate): every lake row's key is
+//!   looked up in the index (a bitmap or hash set of plain values for a single integer
+//!   key, encoded keys otherwise).
+//!
+//! The inputs: the lake's rows carry the merge's output columns, and for a probe the key
+//! columns after them; the tail's carry the output columns, then any key column among
+//! them, then the change type.
 
 use std::any::Any;
 use std::fmt;
@@ -49,47 +65,77 @@ use crate::external;
 /// The tails' index, built once per execution and shared by every output partition.
 type SharedIndex = Shared<BoxFuture<'static, Result<Arc<MergeIndex>, Arc<DataFusionError>>>>;
 
+/// How a key merge leaves out the lake rows whose keys the tails changed (see the module
+/// docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LakeMerge {
+    /// The lake scan skipped them by position: lake rows pass through.
+    Positions,
+    /// Each lake row's key is probed against the tails' index.
+    Probe,
+}
+
 /// The merge of a lake input and a tail input (see the module docs).
 #[derive(Debug)]
 pub struct KeyMergeExec {
     lake: Arc<dyn ExecutionPlan>,
     tail: Arc<dyn ExecutionPlan>,
     codec: Arc<KeyCodec>,
+    merge: LakeMerge,
+    /// The output: the first columns of each input.
+    schema: SchemaRef,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
     index: Mutex<Option<SharedIndex>>,
 }
 
 impl KeyMergeExec {
-    /// Merges `lake` (rows in the read schema, which holds the key columns) with `tail`
-    /// (the same columns and the change type, each bucket's tail in log order in one
-    /// partition).
-    pub fn new(
+    /// Merges `lake` with `tail` (each bucket's tail in log order in one partition) into
+    /// rows of their first `columns` columns (the inputs' columns are in the module docs).
+    ///
+    /// # Errors
+    /// An input with fewer columns.
+    pub fn try_new(
         lake: Arc<dyn ExecutionPlan>,
         tail: Arc<dyn ExecutionPlan>,
         codec: Arc<KeyCodec>,
-    ) -> Self {
+        merge: LakeMerge,
+        columns: usize,
+    ) -> Result<Self> {
+        if lake.schema().fields().len() < columns || tail.schema().fields().len() <= columns {
+            return Err(DataFusionError::Internal(format!(
+                "a key merge of {columns} columns over inputs of fewer"
+            )));
+        }
+        let schema = Arc::new(lake.schema().project(&(0..columns).collect::<Vec<_>>())?);
         let properties = PlanProperties::new(
-            datafusion_physical_expr::EquivalenceProperties::new(lake.schema()),
+            datafusion_physical_expr::EquivalenceProperties::new(Arc::clone(&schema)),
             datafusion_physical_plan::Partitioning::UnknownPartitioning(
                 lake.output_partitioning().partition_count(),
             ),
             lake.pipeline_behavior(),
             lake.boundedness(),
         );
-        Self {
+        Ok(Self {
             lake,
             tail,
             codec,
+            merge,
+            schema,
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
             index: Mutex::new(None),
-        }
+        })
     }
 
     /// The key columns, in encoding order.
     pub fn key_columns(&self) -> &[String] {
         self.codec.columns()
+    }
+
+    /// How the lake rows of changed keys are left out.
+    pub fn merge(&self) -> LakeMerge {
+        self.merge
     }
 
     /// The shared index, its build started by the first partition that asks.
@@ -101,7 +147,7 @@ impl KeyMergeExec {
                     Arc::clone(&self.tail),
                     Arc::clone(context),
                     Arc::clone(&self.codec),
-                    self.schema(),
+                    self.schema.fields().len(),
                     BuildMetrics::new(&self.metrics),
                 );
                 build.map(|built| built.map_err(Arc::new)).boxed().shared()
@@ -139,12 +185,12 @@ impl BuildMetrics {
 
 /// Collects every partition of `tail` (each batch reserved in the pool before it is
 /// kept: a tail larger than the pool fails the query with `ResourcesExhausted`) and
-/// indexes it.
+/// indexes it; its live rows keep their first `columns` columns.
 async fn build_index(
     tail: Arc<dyn ExecutionPlan>,
     context: Arc<TaskContext>,
     codec: Arc<KeyCodec>,
-    schema: SchemaRef,
+    columns: usize,
     metrics: BuildMetrics,
 ) -> Result<Arc<MergeIndex>> {
     let _build_time = metrics.build_time.timer();
@@ -162,7 +208,9 @@ async fn build_index(
             Ok::<_, DataFusionError>(batches)
         }
     });
-    let changes_at = schema.fields().len();
+    let tail_schema = tail.schema();
+    let changes_at = tail_schema.fields().len() - 1;
+    let rows_schema = Arc::new(tail_schema.project(&(0..changes_at).collect::<Vec<_>>())?);
     let mut folded = Vec::new();
     for batch in try_join_all(partitions).await?.into_iter().flatten() {
         metrics.tail_rows.add(batch.num_rows());
@@ -172,13 +220,20 @@ async fn build_index(
             .ok_or_else(|| DataFusionError::Internal("a tail without its change types".into()))?
             .values()
             .to_vec();
-        let rows =
-            RecordBatch::try_new(Arc::clone(&schema), batch.columns()[..changes_at].to_vec())?;
+        let rows = RecordBatch::try_new(
+            Arc::clone(&rows_schema),
+            batch.columns()[..changes_at].to_vec(),
+        )?;
         folded.push((rows, changes));
     }
     let index = TailIndex::new(&codec, folded).map_err(external)?;
     metrics.tail_keys.add(index.len());
+    let output: Vec<usize> = (0..columns).collect();
     let live = index.live_rows().map_err(external)?;
+    let live = live
+        .iter()
+        .map(|batch| batch.project(&output))
+        .collect::<Result<_, _>>()?;
     Ok(Arc::new(MergeIndex {
         index,
         live,
@@ -188,7 +243,15 @@ async fn build_index(
 
 impl DisplayAs for KeyMergeExec {
     fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "KeyMergeExec: key=[{}]", self.codec.columns().join(", "))
+        let merge = match self.merge {
+            LakeMerge::Positions => "positions",
+            LakeMerge::Probe => "probe",
+        };
+        write!(
+            f,
+            "KeyMergeExec: key=[{}], lake_merge={merge}",
+            self.codec.columns().join(", ")
+        )
     }
 }
 
@@ -221,7 +284,11 @@ impl ExecutionPlan for KeyMergeExec {
         let [lake, tail]: [Arc<dyn ExecutionPlan>; 2] = children.try_into().map_err(|_| {
             DataFusionError::Internal("KeyMergeExec takes a lake and a tail".into())
         })?;
-        Ok(Arc::new(Self::new(lake, tail, Arc::clone(&self.codec))))
+        let columns = self.schema.fields().len();
+        let codec = Arc::clone(&self.codec);
+        Ok(Arc::new(Self::try_new(
+            lake, tail, codec, self.merge, columns,
+        )?))
     }
 
     fn execute(
@@ -233,6 +300,8 @@ impl ExecutionPlan for KeyMergeExec {
         let lake = self.lake.execute(partition, context)?;
         let partitions = self.properties.partitioning.partition_count();
         let codec = Arc::clone(&self.codec);
+        let merge = self.merge;
+        let output_columns: Vec<usize> = (0..self.schema.fields().len()).collect();
         let baseline = BaselineMetrics::new(&self.metrics, partition);
         let lake_rows = MetricBuilder::new(&self.metrics).counter("lake_rows", partition);
         let dropped =
@@ -249,13 +318,18 @@ impl ExecutionPlan for KeyMergeExec {
                 .collect();
             let output = baseline.clone();
             let merged = lake.and_then(move |batch| {
-                let timer = baseline.elapsed_compute().timer();
-                let kept = index.index.filter_lake(&codec, &batch).map_err(external);
-                timer.done();
-                if let Ok(kept) = &kept {
-                    lake_rows.add(batch.num_rows());
-                    dropped.add(batch.num_rows() - kept.num_rows());
-                }
+                lake_rows.add(batch.num_rows());
+                let kept = match merge {
+                    LakeMerge::Positions => Ok(batch),
+                    LakeMerge::Probe => {
+                        let _timer = baseline.elapsed_compute().timer();
+                        let kept = index.index.filter_lake(&codec, &batch).map_err(external);
+                        kept.and_then(|kept| {
+                            dropped.add(batch.num_rows() - kept.num_rows());
+                            Ok(kept.project(&output_columns)?)
+                        })
+                    }
+                };
                 std::future::ready(kept)
             });
             let output = merged

@@ -29,7 +29,7 @@ use mink_lake::storage::LakeStorage;
 
 use crate::external;
 use crate::lake_scan::LakeScan;
-use crate::merge::KeyMergeExec;
+use crate::merge::{KeyMergeExec, LakeMerge};
 use crate::tail::{LogSource, LogTailExec, TailRange};
 
 /// One bucket's union split: its plan (seam, log range) and its lake files.
@@ -38,6 +38,20 @@ pub struct UnionSplit {
     pub bucket: BucketId,
     pub plan: UnionPlan,
     pub lake: LakeSplit,
+}
+
+impl UnionSplit {
+    /// The split's lake alone, as of its snapshot (a `t$lake` read): no log range, so no
+    /// lake row is replaced.
+    #[must_use]
+    pub fn without_tail(mut self) -> Self {
+        self.plan.log_to = self.plan.log_from;
+        self.plan.replaced_rows_located = false;
+        for file in &mut self.lake.files {
+            file.replaced_rows.clear();
+        }
+        self
+    }
 }
 
 /// What a union read's tree is built from.
@@ -49,7 +63,8 @@ pub struct UnionScan<'a> {
     pub storage: Option<&'a LakeStorage>,
     pub log: Arc<dyn LogSource>,
     /// The read schema's columns, by index in the table: the projection, then the
-    /// filter and (for a primary-key table) key columns it lacks.
+    /// filter columns it lacks ([`read_columns`]). A key merge reads the key columns
+    /// besides where it needs them, and outputs these.
     pub columns: Vec<u32>,
     /// Prunes the lake's files, row groups and pages (over the table's schema); rows are
     /// not filtered by it.
@@ -74,7 +89,6 @@ impl UnionScan<'_> {
         splits: &[UnionSplit],
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let lakes: Vec<&LakeSplit> = splits.iter().map(|split| &split.lake).collect();
-        let mut lake = self.lake(context, &lakes).await?;
         let ranges: Vec<TailRange> = splits
             .iter()
             .filter(|split| split.plan.log_to > split.plan.log_from)
@@ -85,25 +99,58 @@ impl UnionScan<'_> {
             })
             .collect();
         if ranges.is_empty() {
-            return Ok(lake);
+            return self.lake_columns(context, &lakes, &self.columns).await;
         }
-        if self.lake_first && lake.output_partitioning().partition_count() > 1 {
-            lake = Arc::new(CoalescePartitionsExec::new(lake));
+        if !self.table.has_primary_key() {
+            let lake = self.lake_columns(context, &lakes, &self.columns).await?;
+            let tail = self.tail(ranges, self.columns.clone(), false)?;
+            return UnionExec::try_new(vec![self.ordered(lake), tail]);
         }
-        let keyed = self.table.has_primary_key();
-        let tail = Arc::new(LogTailExec::new(
-            Arc::clone(&self.log),
-            ranges,
-            self.columns.clone(),
-            lake.schema(),
-            keyed,
-        ));
-        match keyed {
-            true => {
-                let codec = Arc::new(KeyCodec::new(self.table).map_err(external)?);
-                Ok(Arc::new(KeyMergeExec::new(lake, tail, codec)))
+        // The tail carries the key columns too; the lake only when its keys are probed.
+        let mut keyed_columns = self.columns.clone();
+        for column in key_columns(self.table) {
+            let index = self.table.schema().index_of(&column)? as u32;
+            if !keyed_columns.contains(&index) {
+                keyed_columns.push(index);
             }
-            false => UnionExec::try_new(vec![lake, tail]),
+        }
+        let located = splits.iter().all(|split| {
+            split.plan.replaced_rows_located
+                || split.plan.log_to <= split.plan.log_from
+                || split.lake.files.is_empty()
+        });
+        let (merge, lake_columns) = match located {
+            true => (LakeMerge::Positions, &self.columns),
+            false => (LakeMerge::Probe, &keyed_columns),
+        };
+        let lake = self.lake_columns(context, &lakes, lake_columns).await?;
+        let tail = self.tail(ranges, keyed_columns, true)?;
+        let codec = Arc::new(KeyCodec::new(self.table).map_err(external)?);
+        let columns = self.columns.len();
+        let merged = KeyMergeExec::try_new(self.ordered(lake), tail, codec, merge, columns)?;
+        Ok(Arc::new(merged))
+    }
+
+    /// The tails of `ranges`, columns `columns` of the table, with each row's change type
+    /// when `with_changes`.
+    fn tail(
+        &self,
+        ranges: Vec<TailRange>,
+        columns: Vec<u32>,
+        with_changes: bool,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let indices: Vec<usize> = columns.iter().map(|&i| i as usize).collect();
+        let read_schema = Arc::new(self.table.schema().project(&indices)?);
+        let log = Arc::clone(&self.log);
+        let tail = LogTailExec::new(log, ranges, columns, read_schema, with_changes);
+        Ok(Arc::new(tail))
+    }
+
+    /// `lake` in one partition when its rows must all come before the tail's.
+    fn ordered(&self, lake: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+        match self.lake_first && lake.output_partitioning().partition_count() > 1 {
+            true => Arc::new(CoalescePartitionsExec::new(lake)),
+            false => lake,
         }
     }
 
@@ -116,8 +163,18 @@ impl UnionScan<'_> {
         context: &TaskContext,
         lakes: &[&LakeSplit],
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.lake_columns(context, lakes, &self.columns).await
+    }
+
+    /// The lake rows of `lakes`, columns `columns` of the table.
+    async fn lake_columns(
+        &self,
+        context: &TaskContext,
+        lakes: &[&LakeSplit],
+        columns: &[u32],
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         let table_schema = Arc::clone(self.table.schema());
-        let projection: Vec<usize> = self.columns.iter().map(|&i| i as usize).collect();
+        let projection: Vec<usize> = columns.iter().map(|&i| i as usize).collect();
         let Some(storage) = self.storage else {
             if lakes.iter().any(|lake| !lake.files.is_empty()) {
                 return Err(DataFusionError::Internal(
@@ -143,8 +200,7 @@ impl UnionScan<'_> {
 }
 
 /// The columns a read of `table` reads, by index in the table: the `projection`, then the
-/// columns `filters` name and, for a read that merges a primary-key table's tails
-/// (`merged`), the key columns the merge needs, each once.
+/// columns `filters` name, each once.
 ///
 /// # Errors
 /// A filter on a column the table lacks.
@@ -152,16 +208,10 @@ pub fn read_columns(
     table: &TableDescriptor,
     projection: &[usize],
     filters: &[ColumnFilter],
-    merged: bool,
 ) -> Result<Vec<usize>> {
     let mut columns = projection.to_vec();
-    let merge_columns = match merged {
-        true => key_columns(table),
-        false => Vec::new(),
-    };
-    let filter_columns = filters.iter().map(|filter| filter.column.clone());
-    for column in filter_columns.chain(merge_columns) {
-        let index = table.schema().index_of(&column)?;
+    for filter in filters {
+        let index = table.schema().index_of(&filter.column)?;
         if !columns.contains(&index) {
             columns.push(index);
         }

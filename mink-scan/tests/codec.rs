@@ -33,7 +33,7 @@ use mink_core::protocol::BucketId;
 use mink_lake::reader::EqualityFilter;
 use mink_scan::codec::MinkCodec;
 use mink_scan::equality::EqualityDeleteExec;
-use mink_scan::merge::KeyMergeExec;
+use mink_scan::merge::{KeyMergeExec, LakeMerge};
 use mink_scan::tail::{LogSource, LogTailExec, TailBatch, TailRange};
 use mink_scan::union::execute_in_order;
 use parquet::arrow::ArrowWriter;
@@ -96,22 +96,16 @@ fn lake_file(dir: &std::path::Path) -> PartitionedFile {
     PartitionedFile::new(path.to_str().unwrap().trim_start_matches('/'), size)
 }
 
-/// The scan of `file` with positions 1 and 7 deleted (row group 0: its second row;
-/// row group 1: its third).
-fn lake_scan(file: PartitionedFile) -> Arc<dyn ExecutionPlan> {
-    let access = ParquetAccessPlan::new(vec![
-        RowGroupAccess::Selection(RowSelection::from(vec![
-            RowSelector::select(1),
-            RowSelector::skip(1),
-            RowSelector::select(3),
-        ])),
-        RowGroupAccess::Selection(RowSelection::from(vec![
-            RowSelector::select(2),
-            RowSelector::skip(1),
-            RowSelector::select(2),
-        ])),
-    ]);
-    let file = file.with_extensions(Arc::new(access));
+/// The scan of `file` (two row groups of 5 rows) with positions `deleted` left out.
+fn lake_scan(file: PartitionedFile, deleted: &[usize]) -> Arc<dyn ExecutionPlan> {
+    let group = |first: usize| {
+        let selectors = (first..first + 5).map(|row| match deleted.contains(&row) {
+            true => RowSelector::skip(1),
+            false => RowSelector::select(1),
+        });
+        RowGroupAccess::Selection(RowSelection::from(selectors.collect::<Vec<_>>()))
+    };
+    let file = file.with_extensions(Arc::new(ParquetAccessPlan::new(vec![group(0), group(5)])));
     let config = FileScanConfigBuilder::new(
         ObjectStoreUrl::local_filesystem(),
         Arc::new(ParquetSource::new(schema())),
@@ -134,10 +128,16 @@ fn equality_filter() -> EqualityFilter {
     EqualityFilter::from_bytes(&bytes).unwrap()
 }
 
-/// `id <> 6` over the merge of the lake (minus equality deletes) and the tail.
-fn plan(dir: &std::path::Path) -> Arc<dyn ExecutionPlan> {
+/// `id <> 6` over the merge of the lake (minus position deletes 1 and 7 and equality
+/// deletes) and the tail, the lake rows of the tail's keys probed or, at positions 0 and
+/// 3, left out by the scan.
+fn plan(dir: &std::path::Path, merge: LakeMerge) -> Arc<dyn ExecutionPlan> {
+    let deleted: &[usize] = match merge {
+        LakeMerge::Probe => &[1, 7],
+        LakeMerge::Positions => &[0, 1, 3, 7],
+    };
     let lake = Arc::new(EqualityDeleteExec::new(
-        lake_scan(lake_file(dir)),
+        lake_scan(lake_file(dir), deleted),
         Arc::new(equality_filter()),
         2,
     ));
@@ -159,13 +159,13 @@ fn plan(dir: &std::path::Path) -> Arc<dyn ExecutionPlan> {
         true,
     ));
     let codec = KeyCodec::for_columns(&schema(), vec!["id".into()]).unwrap();
-    let merge = Arc::new(KeyMergeExec::new(lake, tail, Arc::new(codec)));
+    let merge = KeyMergeExec::try_new(lake, tail, Arc::new(codec), merge, 2).unwrap();
     let predicate = Arc::new(BinaryExpr::new(
         Arc::new(Column::new("id", 0)),
         Operator::NotEq,
         Arc::new(Literal::new(6i64.into())),
     ));
-    Arc::new(FilterExec::try_new(predicate, merge).unwrap())
+    Arc::new(FilterExec::try_new(predicate, Arc::new(merge)).unwrap())
 }
 
 async fn read(plan: Arc<dyn ExecutionPlan>) -> Vec<(i64, String)> {
@@ -189,35 +189,37 @@ async fn read(plan: Arc<dyn ExecutionPlan>) -> Vec<(i64, String)> {
 
 #[tokio::test]
 async fn a_union_plan_reads_the_same_rows_after_a_round_trip() {
-    let dir = tempfile::tempdir().unwrap();
-    let original = plan(dir.path());
-    // Lake 0..10 minus positions 1 and 7 (position deletes), 4 and 9 (equality
-    // deletes), the tail's keys 0 (deleted) and 3 (updated), and 6 (the filter); then
-    // the tail's live rows 3 and 11.
-    let want: Vec<(i64, String)> = [
-        (2, "lake"),
-        (3, "tail"),
-        (5, "lake"),
-        (8, "lake"),
-        (11, "tail"),
-    ]
-    .iter()
-    .map(|(id, tag)| (*id, format!("{tag}{id}")))
-    .collect();
-    assert_eq!(read(Arc::clone(&original)).await, want);
+    for merge in [LakeMerge::Probe, LakeMerge::Positions] {
+        let dir = tempfile::tempdir().unwrap();
+        let original = plan(dir.path(), merge);
+        // Lake 0..10 minus positions 1 and 7 (position deletes), 4 and 9 (equality
+        // deletes), the tail's keys 0 (deleted) and 3 (updated), and 6 (the filter); then
+        // the tail's live rows 3 and 11.
+        let want: Vec<(i64, String)> = [
+            (2, "lake"),
+            (3, "tail"),
+            (5, "lake"),
+            (8, "lake"),
+            (11, "tail"),
+        ]
+        .iter()
+        .map(|(id, tag)| (*id, format!("{tag}{id}")))
+        .collect();
+        assert_eq!(read(Arc::clone(&original)).await, want, "{merge:?}");
 
-    let codec = MinkCodec::new(Arc::new(MemoryLog));
-    let bytes = codec.encode(Arc::clone(&original)).unwrap();
-    let decoded = codec.decode(&bytes, &TaskContext::default()).unwrap();
-    assert_eq!(
-        displayable(decoded.as_ref()).indent(true).to_string(),
-        displayable(original.as_ref()).indent(true).to_string(),
-    );
-    assert_eq!(
-        read(decoded).await,
-        want,
-        "the decoded plan reads the same rows"
-    );
+        let codec = MinkCodec::new(Arc::new(MemoryLog));
+        let bytes = codec.encode(Arc::clone(&original)).unwrap();
+        let decoded = codec.decode(&bytes, &TaskContext::default()).unwrap();
+        assert_eq!(
+            displayable(decoded.as_ref()).indent(true).to_string(),
+            displayable(original.as_ref()).indent(true).to_string(),
+        );
+        assert_eq!(
+            read(decoded).await,
+            want,
+            "the decoded plan ({merge:?}) reads the same rows"
+        );
+    }
 }
 
 #[test]

@@ -160,10 +160,9 @@ impl TableProvider for MinkTable {
             Some(projection) => projection.clone(),
             None => (0..schema.fields().len()).collect(),
         };
-        // The projection, then what the filters and the key merge need besides (`t$lake`
-        // has no tail to merge).
-        let merged = self.kind == ReadKind::Union && self.table.has_primary_key();
-        let read = read_columns(&self.table, &output, &column_filters, merged)?;
+        // The projection, then what the filters need besides (a key merge reads the key
+        // columns itself).
+        let read = read_columns(&self.table, &output, &column_filters)?;
         let planned = self.plan_splits(&column_filters, &key_lists, limit).await?;
         let reader = SplitReader {
             table: Arc::clone(&self.table),
@@ -372,14 +371,15 @@ impl MinkTable {
                 let bucket = planned.bucket.ok_or_else(|| {
                     DataFusionError::Internal("a union split without its bucket".into())
                 })?;
-                let mut plan = planned
+                let plan = planned
                     .plan
                     .ok_or_else(|| DataFusionError::Internal(format!("no plan for {bucket}")))?;
-                if self.kind == ReadKind::Lake {
-                    plan.log_to = plan.log_from;
-                }
                 let lake = LakeSplit::from_wire(plan.snapshot_id, planned.files);
-                Ok(UnionSplit { bucket, plan, lake })
+                let split = UnionSplit { bucket, plan, lake };
+                Ok(match self.kind {
+                    ReadKind::Lake => split.without_tail(),
+                    _ => split,
+                })
             })
             .collect()
     }

@@ -203,6 +203,11 @@ pub struct UnionPlan {
     /// Lake data files read.
     #[prost(uint64, tag = "5")]
     pub lake_files: u64,
+    /// For a primary-key table: the lake rows this log range replaces are located, as the
+    /// `replaced_rows` of the split's files, so a reader leaves them out by position and
+    /// needs not probe every lake row's key. Without it, every lake row's key is probed.
+    #[prost(bool, tag = "6")]
+    pub replaced_rows_located: bool,
 }
 
 /// A bucket's Union plan and its split: the lake files below the seam (pruned by the
@@ -257,6 +262,11 @@ pub struct LakeFileRef {
     /// The delete files that apply to it.
     #[prost(message, repeated, tag = "4")]
     pub deletes: Vec<LakeDeleteRef>,
+    /// The positions of its rows that the split's log range replaces (a newer version or
+    /// a delete of their keys), ascending; read like position deletes. Set with
+    /// [`UnionPlan::replaced_rows_located`].
+    #[prost(uint64, repeated, tag = "5")]
+    pub replaced_rows: Vec<u64>,
 }
 
 /// A delete file applying to a lake data file.

@@ -86,6 +86,7 @@ fn tickets_round_trip() {
         log_from: 10,
         log_to: 20,
         lake_files: 2,
+        replaced_rows_located: false,
     });
     round_trip(TierReply {
         snapshot_id: None,
@@ -102,6 +103,7 @@ fn tickets_round_trip() {
             log_from: 10,
             log_to: 20,
             lake_files: 1,
+            replaced_rows_located: true,
         }),
         files: vec![LakeFileRef {
             path: "s3://w/t/data/bucket=0/a.parquet".into(),
@@ -112,6 +114,7 @@ fn tickets_round_trip() {
                 size: 10,
                 equality_columns: vec!["id".into()],
             }],
+            replaced_rows: vec![3, 9],
         }],
         bucket: Some(bucket()),
     });
@@ -142,6 +145,7 @@ fn tickets_round_trip() {
                 size: 50,
                 record_count: Some(2),
                 deletes: vec![],
+                replaced_rows: vec![],
             }],
             delete_files: vec![LakeDeleteRef {
                 path: "s3://w/t/data/bucket=0/p.parquet".into(),

@@ -204,6 +204,7 @@ fn snapshot_rows(
                     record_count: Some(file.record_count),
                     partition: None,
                     deletes: own_deletes.remove(&file.path).unwrap_or_default(),
+                    replaced_rows: Vec::new(),
                 })
                 .collect(),
         };

@@ -30,6 +30,7 @@ impl DeltaPlan {
                             size: file.size,
                             record_count: Some(file.record_count),
                             deletes: Vec::new(),
+                            replaced_rows: Vec::new(),
                         })
                         .collect(),
                     delete_files: snapshot

@@ -88,6 +88,11 @@ pub struct LakeFile {
     pub partition: Option<Struct>,
     /// The delete files that apply to it.
     pub deletes: Vec<LakeDeleteFile>,
+    /// Positions of rows a union read's log tail replaces (ascending): the union read's
+    /// scan leaves them out with the positions of its delete files
+    /// ([`split_position_deletes`]). Only a union read's split has any
+    /// (`UnionPlan::replaced_rows_located`).
+    pub replaced_rows: Vec<u64>,
 }
 
 /// A delete file that applies to a data file.
@@ -316,6 +321,7 @@ fn lake_file(task: FileScanTask, table: &str) -> Result<LakeFile> {
         record_count: task.record_count,
         partition: task.partition,
         deletes,
+        replaced_rows: Vec::new(),
     })
 }
 

@@ -80,7 +80,8 @@ impl PositionDeleteCache {
 }
 
 /// The deleted positions (ascending, without duplicates) of every data file of `split`
-/// that has any, from the position-delete files each one lists; each delete file is read
+/// that has any, from the position-delete files each one lists and its
+/// [`LakeFile::replaced_rows`]; each delete file is read
 /// once, however many data files it covers, and kept in the storage's
 /// [`PositionDeleteCache`] for the next statement. Equality deletes are not read (see
 /// [`LakeSplit::has_equality_deletes`]).
@@ -142,6 +143,11 @@ pub async fn split_position_deletes(
                 }
             }
         }
+    }
+    for file in split.files.iter().filter(|f| !f.replaced_rows.is_empty()) {
+        let positions = deleted.entry(file.path.clone()).or_default();
+        positions.extend_from_slice(&file.replaced_rows);
+        merged.insert(file.path.clone());
     }
     for path in merged {
         if let Some(positions) = deleted.get_mut(&path) {

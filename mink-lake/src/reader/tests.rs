@@ -61,6 +61,7 @@ fn data_file(dir: &Path, name: &str, ids: std::ops::Range<i64>) -> LakeFile {
         record_count: Some(batch.num_rows() as u64),
         partition: None,
         deletes: Vec::new(),
+        replaced_rows: Vec::new(),
     }
 }
 
@@ -326,6 +327,22 @@ async fn each_delete_file_is_loaded_once() {
 }
 
 #[tokio::test]
+async fn replaced_rows_join_the_position_deletes() {
+    let mut fixture = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = data_file(dir.path(), "c.parquet", 2000..2010);
+    c.replaced_rows = vec![2];
+    fixture.split.files[1].replaced_rows = vec![5, 7];
+    fixture.split.files.push(c);
+    let deleted = split_position_deletes(&storage(), &fixture.split)
+        .await
+        .unwrap();
+    assert_eq!(deleted[&fixture.b], [5, 7, 299], "with its delete files'");
+    assert_eq!(deleted[&fixture.split.files[2].path], [2], "alone");
+    assert_eq!(deleted[&fixture.a][..3], [0, 3, 99], "untouched");
+}
+
+#[tokio::test]
 async fn broken_delete_files_fail_the_read() {
     let fixture = fixture();
     // A delete file that is gone.
@@ -419,6 +436,7 @@ fn delete_files_are_counted_once_per_split() {
         record_count: Some(10),
         partition: None,
         deletes,
+        replaced_rows: Vec::new(),
     };
     let split = LakeSplit {
         snapshot_id: Some(1),

@@ -13,6 +13,7 @@ impl From<&LakeFile> for LakeFileRef {
             size: file.size,
             record_count: file.record_count,
             deletes: file.deletes.iter().map(LakeDeleteRef::from).collect(),
+            replaced_rows: file.replaced_rows.clone(),
         }
     }
 }
@@ -39,6 +40,7 @@ impl From<LakeFileRef> for LakeFile {
             // Only planning needs it; a split read from the wire is only read.
             partition: None,
             deletes: file.deletes.into_iter().map(LakeDeleteFile::from).collect(),
+            replaced_rows: file.replaced_rows,
         }
     }
 }
@@ -100,6 +102,7 @@ mod tests {
                         },
                     },
                 ],
+                replaced_rows: vec![2, 5],
             }],
         };
         assert_eq!(LakeSplit::from_wire(Some(3), split.to_wire()), split);

@@ -195,8 +195,7 @@ impl MinkFlightService {
             projection,
             filters,
         } = read;
-        let merged = matches!(splits, Splits::Union(_)) && table.has_primary_key();
-        let columns = read_columns(table, projection, filters, merged)?;
+        let columns = read_columns(table, projection, filters)?;
         let read_schema = table.schema().project(&columns)?;
         let has_files = match splits {
             Splits::Union(splits) => splits.iter().any(|s| !s.lake.files.is_empty()),

@@ -276,6 +276,7 @@ mod tests {
                     kind: DeleteKind::Positions,
                 })
                 .collect(),
+            replaced_rows: Vec::new(),
         }
     }
 

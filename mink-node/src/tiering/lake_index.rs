@@ -44,6 +44,9 @@ pub(crate) struct LakeIndex {
 pub(crate) struct BucketIndex {
     files: Vec<IndexedFile>,
     rows: ahash::HashMap<Box<[u8]>, RowLocation>,
+    /// The lake held a key twice (only another engine's writes could do that): the
+    /// index then knows one of its rows, and cannot locate every row of a key.
+    duplicate_keys: bool,
 }
 
 /// A data file of a bucket.
@@ -100,6 +103,11 @@ impl LakeIndex {
         Ok(index)
     }
 
+    /// The index of a bucket, if the lake has any of its rows.
+    pub(crate) fn bucket(&self, bucket: &BucketId) -> Option<&BucketIndex> {
+        self.buckets.get(bucket)
+    }
+
     /// The index of a bucket (empty when the lake has none of its rows yet).
     pub(crate) fn bucket_mut(&mut self, bucket: &BucketId) -> &mut BucketIndex {
         self.buckets.entry(bucket.clone()).or_default()
@@ -151,6 +159,31 @@ impl BucketIndex {
             }
         }
         Ok(index)
+    }
+
+    /// The live lake rows of `keys` (encoded by the table's [`KeyCodec`]) by data file,
+    /// positions ascending, each once; keys the lake lacks have none. `None` when the
+    /// index cannot tell every row of a key (the lake holds a key twice).
+    pub(crate) fn locate<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) -> Option<HashMap<Arc<str>, Vec<u64>>> {
+        if self.duplicate_keys {
+            return None;
+        }
+        let mut by_file: HashMap<u32, Vec<u64>> = HashMap::new();
+        for location in keys.into_iter().filter_map(|key| self.rows.get(key)) {
+            by_file
+                .entry(location.file)
+                .or_default()
+                .push(u64::from(location.row));
+        }
+        let located = by_file.into_iter().map(|(file, mut rows)| {
+            rows.sort_unstable();
+            rows.dedup();
+            (Arc::clone(&self.files[file as usize].path), rows)
+        });
+        Some(located.collect())
     }
 
     /// Forgets a key; returns the lake row to delete for it, `(data file, position)`.
@@ -230,6 +263,7 @@ impl BucketIndex {
         if let Some(old) = self.rows.insert(key, RowLocation { file, row }) {
             // Only a lake already holding a key twice gets here: keep the counts honest.
             self.files[old.file as usize].live -= 1;
+            self.duplicate_keys = true;
         }
     }
 
@@ -389,6 +423,34 @@ mod tests {
     }
 
     #[test]
+    fn keys_are_located_by_file_in_position_order() {
+        let t = table();
+        let index = index_of(&[("f0", &[10, 11, 12]), ("f1", &[20, 21])]);
+        let wanted = keys(&t, &[21, 12, 99, 10, 12]);
+        let located = index.locate(wanted.iter().map(AsRef::as_ref)).unwrap();
+        let mut located: Vec<(String, Vec<u64>)> = located
+            .into_iter()
+            .map(|(path, rows)| (path.to_string(), rows))
+            .collect();
+        located.sort();
+        assert_eq!(
+            located,
+            [("f0".to_string(), vec![0, 2]), ("f1".to_string(), vec![1])]
+        );
+    }
+
+    #[test]
+    fn a_lake_holding_a_key_twice_locates_nothing() {
+        let t = table();
+        let index = index_of(&[("f0", &[1, 2]), ("f1", &[2])]);
+        assert!(
+            index
+                .locate(keys(&t, &[1]).iter().map(AsRef::as_ref))
+                .is_none()
+        );
+    }
+
+    #[test]
     fn a_replaced_key_points_at_its_new_file() {
         // What a round does: remove the changed key, then add the file of its new version.
         let mut index = index_of(&[("f0", &[1, 2])]);
@@ -463,6 +525,7 @@ mod tests {
             record_count: Some(1),
             partition: None,
             deletes: Vec::new(),
+            replaced_rows: Vec::new(),
         }
     }
 

@@ -28,6 +28,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arrow::row::Rows;
+use mink_core::protocol::BucketId;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::Operation;
 use mink_lake::commit::{SnapshotChanges, commit_snapshot};
@@ -167,6 +169,29 @@ pub async fn tier_table(node: &Node, path: &TablePath) -> Result<TierReport> {
         deleted_rows = report.deleted_rows, "tiered");
     report.snapshot_id = Some(snapshot_id);
     Ok(report)
+}
+
+/// The live lake rows of each bucket's keys (encoded by the table's key codec), by data
+/// file ([`lake_index::BucketIndex::locate`]), from the lake index of table `table_id`
+/// when it describes `snapshot_id`. `None` when no such index is at hand without
+/// waiting: a round or a compaction holds it, none was built since the node started, or
+/// it cannot locate every row of a key.
+pub(crate) fn locate_lake_rows(
+    node: &Node,
+    table_id: u64,
+    snapshot_id: i64,
+    keys: &[(&BucketId, &[Rows])],
+) -> Option<Vec<HashMap<Arc<str>, Vec<u64>>>> {
+    let indexes = node.tiering.try_lock().ok()?;
+    let index = indexes
+        .get(&table_id)
+        .filter(|index| index.snapshot_id == Some(snapshot_id))?;
+    keys.iter()
+        .map(|(bucket, keys)| {
+            let rows = keys.iter().flat_map(|keys| keys.iter());
+            index.bucket(bucket)?.locate(rows.map(|key| key.data()))
+        })
+        .collect()
 }
 
 /// What a round writes to: the table, its lake table and the Arrow schema of lake rows.

@@ -3,8 +3,8 @@
 //!
 //! ```text
 //!   FilterExec (the filters the scan took, exact; projection to the statement's columns)
-//!     KeyMergeExec                        primary-key table: lake minus changed keys, then
-//!       DataSourceExec (ParquetSource)      the tails' live rows
+//!     KeyMergeExec                        primary-key table: lake minus changed keys (by
+//!       DataSourceExec (ParquetSource)      position or by probe), then the tails' live rows
 //!       LogTailExec                         the leaders' logs over Flight ([`tail`])
 //!   or UnionExec(DataSourceExec, LogTailExec)   log table: lake rows, then tail rows
 //! ```

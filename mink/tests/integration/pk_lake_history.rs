@@ -659,6 +659,67 @@ async fn random_pk_lake_histories_match_the_model() {
     }
 }
 
+/// A union read leaves out the lake rows its tail replaces by position when the node's
+/// lake index describes the planned snapshot, and probes every lake row's key when it
+/// does not (after a restart, until a round builds the index again): the rows are the
+/// same either way, updates and deletes of lake keys included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn union_reads_locate_replaced_rows_or_probe_alike() {
+    let mut server = Server::start().await;
+    let table = server
+        .client
+        .create_table(&pk_lake_table("located", 2), false)
+        .await
+        .expect("create");
+    let mut model = Model::new();
+    let client = server.client.clone();
+    let key = |id: i64| (DATES[(id % 2) as usize].to_string(), id, 0);
+    let lake: Vec<(Key, Cells)> = (0..20)
+        .map(|id| (key(id), (Some(format!("v{id}")), Some(id))))
+        .collect();
+    upsert(&client, &table, &mut model, &lake).await;
+    tier(&client, &table, &mut model, 0).await;
+    let updates: Vec<(Key, Cells)> = (0..22)
+        .step_by(3)
+        .map(|id| (key(id), (Some("new".to_string()), Some(99))))
+        .collect();
+    upsert(&client, &table, &mut model, &updates).await;
+    delete(&client, &table, &mut model, &[key(5), key(9), key(30)]).await;
+
+    /// Reads every bucket, checked against the model; asserts that each read merging a
+    /// tail into lake files was planned with its replaced rows `located`, or not.
+    async fn check_merges(
+        client: &MinkClient,
+        table: &TableDescriptor,
+        model: &Model,
+        located: bool,
+    ) {
+        let mut expected = by_bucket(table, &model.now);
+        let mut merges = 0;
+        for status in client.list_buckets(&table.path).await.expect("buckets") {
+            let bucket = status.bucket.expect("bucket id");
+            let answer = client.union(&bucket, &[], &[]).await.expect("union");
+            let want = expected.remove(&bucket).unwrap_or_default();
+            assert_eq!(sorted_rows(&answer.batches), want, "the union of {bucket}");
+            let plan = &answer.plan;
+            if plan.log_to > plan.log_from && plan.lake_files > 0 {
+                merges += 1;
+                assert_eq!(plan.replaced_rows_located, located, "{bucket}: {plan:?}");
+            }
+        }
+        assert!(merges > 0, "some bucket merges a tail into the lake");
+    }
+    check_merges(&client, &table, &model, true).await;
+    server.restart().await;
+    let client = server.client.clone();
+    check_merges(&client, &table, &model, false).await;
+    // A round builds the index again.
+    tier(&client, &table, &mut model, 1).await;
+    upsert(&client, &table, &mut model, &updates).await;
+    delete(&client, &table, &mut model, &[key(0)]).await;
+    check_merges(&client, &table, &model, true).await;
+}
+
 /// Every bucket's union rows, sorted.
 async fn union_rows(client: &MinkClient, table: &TableDescriptor) -> Vec<(Key, Cells)> {
     let mut rows = Vec::new();
