@@ -31,6 +31,12 @@
 //!      else `python3`, with `duckdb` installed: `pip install duckdb`); skipped with a
 //!      note when there is none. DuckDB's time is measured inside its process.
 //!
+//!    The same union reads are also timed *through Flight SQL with the ADBC driver*, the
+//!    way an analyst's tool runs them: the endpoint served on a loopback port, the
+//!    queries sent from Python (`MINK_PYTHON`, with `adbc-driver-flightsql` and `pyarrow`
+//!    installed; skipped with a note when it cannot run), timed in that process, rows
+//!    fetched as Arrow; reported against DuckDB and DataFusion over the plain Parquet.
+//!
 //!    With `--explain`, the `EXPLAIN ANALYZE` of each union read is printed (the plan's
 //!    counters and times: where a slow figure comes from).
 //! 2. **Pruning**: the `EXPLAIN ANALYZE` counters of the lake scan (row groups and page
@@ -53,8 +59,10 @@ use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaPr
 use datafusion::datasource::MemTable;
 use mink_core::table::TablePath;
 
+use mink_flight_sql::{FlightSqlConfig, serve};
 use mink_sql::session::MinkSession;
 use rand::Rng;
+use tokio::net::TcpListener;
 
 use crate::data::{Changes, ipc_len, seeded};
 use crate::error::BenchError;
@@ -127,6 +135,24 @@ for value in row:
     print(value)
 "#;
 
+/// The ADBC side: runs a query `rounds` times through the Flight SQL driver at `uri`,
+/// prints each time in seconds (the statement and the fetch of its rows as Arrow), then
+/// the answer's first row, one value per line.
+const ADBC_SCRIPT: &str = r#"
+import sys, time
+import adbc_driver_flightsql.dbapi as flight_sql
+uri, query, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with flight_sql.connect(uri) as connection:
+    cursor = connection.cursor()
+    for _ in range(rounds):
+        start = time.perf_counter()
+        cursor.execute(query)
+        table = cursor.fetch_arrow_table()
+        print(time.perf_counter() - start)
+    for value in table.to_pylist()[0].values():
+        print(value)
+"#;
+
 pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
     check_pk_table_args(args.keys, args.buckets)?;
     if args.lookups == 0 {
@@ -164,6 +190,18 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
     .await?;
 
     let storage = running.node.lake().await?.storage().clone();
+    let endpoint = serve(
+        FlightSqlConfig {
+            client: running.client.clone(),
+            storage: storage.clone(),
+            credentials: None,
+            tls: None,
+        },
+        TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(BenchError::io("binding a loopback port"))?,
+    )?;
+    let adbc_uri = format!("grpc://{}", endpoint.addr());
     let session = MinkSession::connect(running.client.clone(), storage).await?;
     let union = TableName(&path).to_string();
     let final_rows = collect(&session, &format!("SELECT * FROM {union}")).await?;
@@ -208,7 +246,7 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
                 union_figure.ratio_to(&figure(naive_time))
             ));
         }
-        match duckdb(&parquet_dir, sql) {
+        let duck_time = match duckdb(&parquet_dir, sql) {
             Ok((duck_rows, duck_time)) => {
                 same_answer("DuckDB", &duck_rows, &rows)?;
                 ratios.push(format!(
@@ -216,15 +254,46 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
                     union_figure.ratio_to(&figure(duck_time))
                 ));
                 report(&format!("{what}: DuckDB"), figure(duck_time), &[]);
+                Some(duck_time)
             }
-            Err(why) => report(&format!("{what}: DuckDB"), format!("skipped: {why}"), &[]),
-        }
+            Err(why) => {
+                report(&format!("{what}: DuckDB"), format!("skipped: {why}"), &[]);
+                None
+            }
+        };
         report(
             &format!("{what}: DataFusion over Parquet"),
             figure(views_time),
             &[],
         );
         report(&format!("{what}: DataFusion, Utf8"), figure(utf8_time), &[]);
+        match adbc(&adbc_uri, &union_query) {
+            Ok((adbc_rows, adbc_time)) => {
+                // Python prints values its own way: the counts must agree.
+                same_answer("ADBC", &adbc_rows[..1], &rows[..1])?;
+                let adbc_figure = figure(adbc_time);
+                let mut adbc_ratios = vec![format!(
+                    "vs DataFusion {:.2}",
+                    adbc_figure.ratio_to(&figure(views_time))
+                )];
+                if let Some(duck_time) = duck_time {
+                    adbc_ratios.push(format!(
+                        "DuckDB {:.2}",
+                        adbc_figure.ratio_to(&figure(duck_time))
+                    ));
+                }
+                report(
+                    &format!("{what}: union read through ADBC"),
+                    adbc_figure,
+                    &adbc_ratios,
+                );
+            }
+            Err(why) => report(
+                &format!("{what}: union read through ADBC"),
+                format!("skipped: {why}"),
+                &[],
+            ),
+        }
         report(
             &format!("{what}: union read, {} changes in tail", tail.rows),
             union_figure,
@@ -472,6 +541,14 @@ async fn write_files(dir: &Path, batches: &[RecordBatch], files: u32) -> Result<
 
 /// DuckDB's answer to `sql` (a [`QUERIES`] entry) over the Parquet files in `dir` and its
 /// median time, or why it could not run.
+/// The median time of `sql` through the ADBC Flight SQL driver at `uri`, and the
+/// answer's first row.
+fn adbc(uri: &str, sql: &str) -> Result<(Vec<String>, Duration), String> {
+    let args = [uri.to_string(), sql.to_string(), ROUNDS.to_string()];
+    let stdout = python(ADBC_SCRIPT, &args, "adbc-driver-flightsql pyarrow")?;
+    timed_lines("ADBC", &stdout)
+}
+
 fn duckdb(dir: &Path, sql: &str) -> Result<(Vec<String>, Duration), String> {
     let files = format!("read_parquet('{}/*.parquet')", dir.display());
     // DuckDB prints timestamps without a zone: normalize in SQL so the answers compare as
@@ -481,13 +558,22 @@ fn duckdb(dir: &Path, sql: &str) -> Result<(Vec<String>, Duration), String> {
         "strftime(max(event_time), '%Y-%m-%dT%H:%M:%S.%fZ') AS last_event",
     );
     let stdout = python(DUCKDB_SCRIPT, &[sql, ROUNDS.to_string()], "duckdb")?;
+    timed_lines("DuckDB", &stdout)
+}
+
+/// What a timing script printed: [`ROUNDS`] times in seconds (their median), then the
+/// answer's values.
+fn timed_lines(engine: &str, stdout: &str) -> Result<(Vec<String>, Duration), String> {
     let lines: Vec<&str> = stdout.lines().collect();
     let (times, row) = lines.split_at(ROUNDS.min(lines.len()));
     let times = times
         .iter()
         .map(|t| t.parse::<f64>().map(Duration::from_secs_f64))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("DuckDB's output: {e}"))?;
+        .map_err(|e| format!("{engine}'s output: {e}"))?;
+    if row.is_empty() {
+        return Err(format!("{engine} printed no answer"));
+    }
     Ok((row.iter().map(|v| v.to_string()).collect(), median(times)))
 }
 
