@@ -35,8 +35,8 @@
 //!   key, encoded keys otherwise).
 //!
 //! The inputs: the lake's rows carry the merge's output columns, and for a probe the key
-//! columns after them; the tail's carry the output columns, then any key column among
-//! them, then the change type.
+//! columns they lack after them; the tail's carry the output columns, then the key
+//! columns they lack, then the change type.
 
 use std::any::Any;
 use std::fmt;
