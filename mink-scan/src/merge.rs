@@ -298,49 +298,54 @@ impl ExecutionPlan for KeyMergeExec {
     ) -> Result<SendableRecordBatchStream> {
         let index = self.index(&context);
         let lake = self.lake.execute(partition, context)?;
-        let partitions = self.properties.partitioning.partition_count();
-        let codec = Arc::clone(&self.codec);
-        let merge = self.merge;
-        let output_columns: Vec<usize> = (0..self.schema.fields().len()).collect();
+        let partitions = self.properties.partitioning.partition_count().max(1);
         let baseline = BaselineMetrics::new(&self.metrics, partition);
         let lake_rows = MetricBuilder::new(&self.metrics).counter("lake_rows", partition);
-        let dropped =
-            MetricBuilder::new(&self.metrics).counter("lake_rows_dropped_by_merge", partition);
-        let stream = stream::once(async move {
-            let index = index.await.map_err(DataFusionError::Shared)?;
-            let live: Vec<Result<RecordBatch>> = index
-                .live
-                .iter()
-                .skip(partition)
-                .step_by(partitions.max(1))
-                .cloned()
-                .map(Ok)
-                .collect();
-            let output = baseline.clone();
-            let merged = lake.and_then(move |batch| {
-                lake_rows.add(batch.num_rows());
-                let kept = match merge {
-                    LakeMerge::Positions => Ok(batch),
-                    LakeMerge::Probe => {
+        let lake = lake.inspect_ok(move |batch| lake_rows.add(batch.num_rows()));
+        // This partition's share of the tails' live rows, once the index is built.
+        let live = {
+            let index = index.clone();
+            stream::once(async move {
+                let index = index.await.map_err(DataFusionError::Shared)?;
+                let live = index.live.iter().skip(partition).step_by(partitions);
+                Ok::<_, DataFusionError>(stream::iter(live.cloned().map(Ok).collect::<Vec<_>>()))
+            })
+            .try_flatten()
+        };
+        let merged = match self.merge {
+            // The lake's rows need nothing from the tails: they flow while the tails are
+            // read and folded (the build is polled beside them), then the live rows follow.
+            LakeMerge::Positions => {
+                let build_error = stream::once(index).filter_map(|built| {
+                    std::future::ready(built.err().map(|e| Err(DataFusionError::Shared(e))))
+                });
+                stream::select(lake, build_error).chain(live).boxed()
+            }
+            LakeMerge::Probe => {
+                let codec = Arc::clone(&self.codec);
+                let output_columns: Vec<usize> = (0..self.schema.fields().len()).collect();
+                let dropped = MetricBuilder::new(&self.metrics)
+                    .counter("lake_rows_dropped_by_merge", partition);
+                let baseline = baseline.clone();
+                let probed = stream::once(async move {
+                    let index = index.await.map_err(DataFusionError::Shared)?;
+                    Ok::<_, DataFusionError>(lake.and_then(move |batch| {
                         let _timer = baseline.elapsed_compute().timer();
                         let kept = index.index.filter_lake(&codec, &batch).map_err(external);
-                        kept.and_then(|kept| {
+                        std::future::ready(kept.and_then(|kept| {
                             dropped.add(batch.num_rows() - kept.num_rows());
                             Ok(kept.project(&output_columns)?)
-                        })
-                    }
-                };
-                std::future::ready(kept)
-            });
-            let output = merged
-                .chain(stream::iter(live))
-                .inspect_ok(move |batch| output.record_output(batch.num_rows()));
-            Ok::<_, DataFusionError>(output)
-        })
-        .try_flatten();
+                        }))
+                    }))
+                })
+                .try_flatten();
+                probed.chain(live).boxed()
+            }
+        };
+        let output = merged.inspect_ok(move |batch| baseline.record_output(batch.num_rows()));
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema(),
-            stream,
+            output,
         )))
     }
 
