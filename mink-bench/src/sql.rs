@@ -37,7 +37,8 @@
 //!    installed; skipped with a note when it cannot run), timed in that process, rows
 //!    fetched as Arrow; reported against DuckDB and DataFusion over the plain Parquet.
 //!
-//!    With `--explain`, the `EXPLAIN ANALYZE` of each union read is printed (the plan's
+//!    Beside each union read, the time of planning it alone (`EXPLAIN`). With
+//!    `--explain`, the `EXPLAIN ANALYZE` of each union read is printed (the plan's
 //!    counters and times: where a slow figure comes from).
 //! 2. **Pruning**: the `EXPLAIN ANALYZE` counters of the lake scan (row groups and page
 //!    rows pruned, bytes read) for `id IN` 10 random keys of `t$lake` and a union read of
@@ -220,6 +221,16 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
             query(&session, &union_query)
         })
         .await?;
+        // Planning alone (the leader's `plan_table_union`, the lake scan's deletes and
+        // footers, DataFusion's planner): the time of `EXPLAIN`, which builds the plan.
+        let explain = format!("EXPLAIN {union_query}");
+        let (_, planning) =
+            timed_rounds(&format!("{what}: planning"), || collect(&session, &explain)).await?;
+        report(
+            &format!("{what}: union read, planning alone"),
+            format!("{:.1} ms", planning.as_secs_f64() * 1e3),
+            &[],
+        );
         if args.explain {
             let plan = collect(&session, &format!("EXPLAIN ANALYZE {union_query}")).await?;
             println!("{}", arrow::util::pretty::pretty_format_batches(&plan)?);
