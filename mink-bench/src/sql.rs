@@ -37,7 +37,8 @@
 //!    installed; skipped with a note when it cannot run), timed in that process, rows
 //!    fetched as Arrow; reported against DuckDB and DataFusion over the plain Parquet.
 //!
-//!    Beside each union read, the time of planning it alone (`EXPLAIN`). With
+//!    Beside each union read, the time of planning it alone (`EXPLAIN`), and of the
+//!    leader's part of it (`plan_table_union`, no filter). With
 //!    `--explain`, the `EXPLAIN ANALYZE` of each union read is printed (the plan's
 //!    counters and times: where a slow figure comes from).
 //! 2. **Pruning**: the `EXPLAIN ANALYZE` counters of the lake scan (row groups and page
@@ -226,9 +227,17 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
         let explain = format!("EXPLAIN {union_query}");
         let (_, planning) =
             timed_rounds(&format!("{what}: planning"), || collect(&session, &explain)).await?;
+        let (_, leader) = timed_rounds(&format!("{what}: plan_table_union"), || async {
+            Ok(running.client.plan_table_union(&path, &[]).await?)
+        })
+        .await?;
         report(
             &format!("{what}: union read, planning alone"),
-            format!("{:.1} ms", planning.as_secs_f64() * 1e3),
+            format!(
+                "{:.1} ms, of which the leader's plan_table_union {:.1} ms",
+                planning.as_secs_f64() * 1e3,
+                leader.as_secs_f64() * 1e3
+            ),
             &[],
         );
         if args.explain {

@@ -15,9 +15,12 @@
 
 use std::sync::Arc;
 
+use arrow::array::BooleanArray;
+use arrow::compute::filter_record_batch;
 use arrow::row::Rows;
 use futures::future::try_join_all;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use mink_core::change::ChangeType;
 use mink_core::filter::{ColumnFilter, matches};
 use mink_core::key::KeyCodec;
 use mink_core::protocol::{BucketId, UnionPlan};
@@ -202,13 +205,27 @@ impl PlannedUnion {
         self.plan.log_to > self.plan.log_from && !self.split.files.is_empty()
     }
 
-    /// The keys of the tail, encoded by `codec`, a batch of keys per log batch.
+    /// The keys the tail changes, encoded by `codec`, a batch of keys per log batch. A
+    /// `-U` row is left out: the `+U` of the same key follows it in its batch (the KV
+    /// writer logs them in pairs), and each key looked up costs a probe of the lake index.
     async fn tail_keys(&self, codec: &KeyCodec) -> Result<Vec<Rows>> {
         let bucket = Arc::clone(&self.bucket);
         let mut batches = log_range(bucket, self.plan.log_from, self.plan.log_to);
         let mut keys = Vec::new();
         while let Some(batch) = batches.try_next().await? {
-            keys.push(codec.encode(&batch.batch)?);
+            let schema = batch.batch.schema();
+            let key_columns = codec
+                .columns()
+                .iter()
+                .map(|column| schema.index_of(column))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let mut changed = batch.batch.project(&key_columns)?;
+            if let Some(changes) = &batch.changes {
+                let before = ChangeType::UpdateBefore as u8;
+                let changing: BooleanArray = changes.iter().map(|&c| Some(c != before)).collect();
+                changed = filter_record_batch(&changed, &changing)?;
+            }
+            keys.push(codec.encode(&changed)?);
         }
         Ok(keys)
     }
