@@ -42,11 +42,9 @@ use arrow::datatypes::{DataType, Field, Schema};
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use futures::TryStreamExt;
 use mink_core::table::TablePath;
-use mink_flight_sql::{FlightSqlConfig, serve};
 use mink_lake::storage::LakeStorage;
 use mink_sql::session::MinkSession;
 use object_store::local::LocalFileSystem;
-use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
 use crate::error::BenchError;
@@ -100,17 +98,7 @@ pub(crate) async fn run(args: FlightSqlArgs) -> Result<(), BenchError> {
     let running = Running::start(config).await?;
     load(&running, args.keys).await?;
     let storage = LakeStorage::new(Arc::new(LocalFileSystem::new()), "");
-    let endpoint = serve(
-        FlightSqlConfig {
-            client: running.client.clone(),
-            storage: storage.clone(),
-            credentials: None,
-            tls: None,
-        },
-        TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(BenchError::io("binding a loopback port"))?,
-    )?;
+    let endpoint = running.serve_flight_sql(storage.clone()).await?;
     let session = MinkSession::connect(running.client.clone(), storage).await?;
     let channel = Channel::from_shared(format!("http://{}", endpoint.addr()))
         .map_err(|e| BenchError::Connect(e.to_string()))?

@@ -33,6 +33,8 @@ use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::protocol::BucketId;
 use mink_core::table::{TableDescriptor, TablePath};
+use mink_flight_sql::{FlightSqlConfig, FlightSqlHandle};
+use mink_lake::storage::LakeStorage;
 use mink_lake::writer::writer_properties;
 use mink_node::{Node, NodeConfig, NodeError};
 use parquet::arrow::ArrowWriter;
@@ -173,6 +175,24 @@ impl Running {
             server,
             client,
         })
+    }
+
+    /// The Flight SQL endpoint over this node on a loopback port (plaintext, no login),
+    /// reading the lake through `storage`.
+    pub(crate) async fn serve_flight_sql(
+        &self,
+        storage: LakeStorage,
+    ) -> Result<FlightSqlHandle, BenchError> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(BenchError::io("binding a loopback port"))?;
+        let config = FlightSqlConfig {
+            client: self.client.clone(),
+            storage,
+            credentials: None,
+            tls: None,
+        };
+        Ok(mink_flight_sql::serve(config, listener)?)
     }
 
     /// Shuts the server down and drops the node, which releases its data directory.

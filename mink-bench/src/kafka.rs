@@ -28,7 +28,6 @@ use std::time::Duration;
 use arrow::array::{RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use mink_core::table::TablePath;
-use mink_flight_sql::{FlightSqlConfig, serve};
 use mink_lake::storage::LakeStorage;
 use object_store::local::LocalFileSystem;
 use tokio::net::TcpListener;
@@ -106,17 +105,9 @@ pub(crate) async fn run(args: KafkaArgs) -> Result<(), BenchError> {
     .await?;
     let scan = Throughput::new(rows, rows as u64 * row_bytes, elapsed);
 
-    let endpoint = serve(
-        FlightSqlConfig {
-            client: running.client.clone(),
-            storage: LakeStorage::new(Arc::new(LocalFileSystem::new()), ""),
-            credentials: None,
-            tls: None,
-        },
-        TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(BenchError::io("binding a loopback port"))?,
-    )?;
+    let endpoint = running
+        .serve_flight_sql(LakeStorage::new(Arc::new(LocalFileSystem::new()), ""))
+        .await?;
     let kafka = mink_kafka::serve(
         Arc::clone(&running.node),
         TcpListener::bind("127.0.0.1:0")

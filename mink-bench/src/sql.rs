@@ -61,10 +61,8 @@ use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaPr
 use datafusion::datasource::MemTable;
 use mink_core::table::TablePath;
 
-use mink_flight_sql::{FlightSqlConfig, serve};
 use mink_sql::session::MinkSession;
 use rand::Rng;
-use tokio::net::TcpListener;
 
 use crate::data::{Changes, ipc_len, seeded};
 use crate::error::BenchError;
@@ -192,17 +190,7 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
     .await?;
 
     let storage = running.node.lake().await?.storage().clone();
-    let endpoint = serve(
-        FlightSqlConfig {
-            client: running.client.clone(),
-            storage: storage.clone(),
-            credentials: None,
-            tls: None,
-        },
-        TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(BenchError::io("binding a loopback port"))?,
-    )?;
+    let endpoint = running.serve_flight_sql(storage.clone()).await?;
     let adbc_uri = format!("grpc://{}", endpoint.addr());
     let session = MinkSession::connect(running.client.clone(), storage).await?;
     let union = TableName(&path).to_string();
