@@ -166,7 +166,11 @@ impl Node {
             .filter(|p| p.merges())
             .map(|p| p.plan.log_to - p.plan.log_from)
             .sum();
-        if tail_rows > MAX_LOCATED_TAIL_ROWS {
+        // The tails' keys are read only when there is an index to look them up in (it may
+        // still be gone by the lookup: a round can take it meanwhile).
+        if tail_rows > MAX_LOCATED_TAIL_ROWS
+            || !tiering::has_lake_index(self, table.table_id, snapshot_id)
+        {
             return Ok(());
         }
         let codec = KeyCodec::new(table)?;

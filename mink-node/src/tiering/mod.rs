@@ -183,15 +183,27 @@ pub(crate) fn locate_lake_rows(
     keys: &[(&BucketId, &[Rows])],
 ) -> Option<Vec<HashMap<Arc<str>, Vec<u64>>>> {
     let indexes = node.tiering.try_lock().ok()?;
-    let index = indexes
-        .get(&table_id)
-        .filter(|index| index.snapshot_id == Some(snapshot_id))?;
+    let index = index_at(&indexes, table_id, snapshot_id)?;
     keys.iter()
         .map(|(bucket, keys)| {
             let rows = keys.iter().flat_map(|keys| keys.iter());
             index.bucket(bucket)?.locate(rows.map(|key| key.data()))
         })
         .collect()
+}
+
+/// Whether [`locate_lake_rows`] would find the lake index of table `table_id` at
+/// `snapshot_id` now: a caller asks before it reads the keys to locate.
+pub(crate) fn has_lake_index(node: &Node, table_id: u64, snapshot_id: i64) -> bool {
+    let indexes = node.tiering.try_lock();
+    indexes.is_ok_and(|indexes| index_at(&indexes, table_id, snapshot_id).is_some())
+}
+
+/// The lake index of table `table_id`, when it describes `snapshot_id`.
+fn index_at(indexes: &LakeIndexes, table_id: u64, snapshot_id: i64) -> Option<&LakeIndex> {
+    indexes
+        .get(&table_id)
+        .filter(|index| index.snapshot_id == Some(snapshot_id))
 }
 
 /// What a round writes to: the table, its lake table and the Arrow schema of lake rows.
