@@ -18,7 +18,7 @@
 //! | `lake-codecs` | [`lake_codecs`] | the lake files' codec: size and reads, against zstd(1) |
 //! | `pk-lake` | [`pk_lake`] | the lake of primary-key tables, against Parquet files |
 //! | `sql` | [`sql`] | SQL union reads and point queries, against DataFusion, DuckDB and the naive plan |
-//! | `planning` | [`planning`] | a trivial union read after many tiering rounds and on many buckets, against the first round and the fewest buckets |
+//! | `planning` | [`planning`] | a trivial union read after many tiering rounds, with lake upkeep off and on and on many buckets, against the first round, upkeep off and the fewest buckets |
 //! | `table-changes` | [`table_changes`] | a round's changes, against a full lake read |
 //! | `flight-sql` | [`flight_sql`] | the Flight SQL endpoint, against the same queries in process |
 //! | `kafka` | [`kafka`] | Kafka clients consuming and producing, against Scan and ADBC ingest |

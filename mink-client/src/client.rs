@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::Field;
@@ -15,11 +16,12 @@ use mink_auth::Credentials;
 use mink_core::filter::ColumnFilter;
 use mink_core::protocol::{
     AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CompactReply, CreateTable, DropTable,
-    LakeRequest, LakeSnapshotInfo, LakeSnapshotList, LimitScanRequest, ListOffsets, ListTables,
-    Lookup, LookupReply, OffsetReply, PrefixLookup, ReadTicket, ScanRequest, SnapshotBatch,
-    SnapshotRequest, TableChangesPlan, TableChangesRequest, TableDescriptorProto, TableList,
-    TableRef, TableUnionRequest, TableUnionSplits, TierReply, UnionPlan, UnionRequest, UnionSplit,
-    WriteHeader, action, decode, decode_batch, encode_batch, list_offsets, read_ticket,
+    ExpireSnapshotsReply, LakeRequest, LakeSnapshotInfo, LakeSnapshotList, LakeTableStats,
+    LimitScanRequest, ListOffsets, ListTables, Lookup, LookupReply, OffsetReply, PrefixLookup,
+    ReadTicket, RemoveOrphanFiles, RemoveOrphanFilesReply, RewriteManifestsReply, ScanRequest,
+    SnapshotBatch, SnapshotRequest, TableChangesPlan, TableChangesRequest, TableDescriptorProto,
+    TableList, TableRef, TableUnionRequest, TableUnionSplits, TierReply, UnionPlan, UnionRequest,
+    UnionSplit, WriteHeader, action, decode, decode_batch, encode_batch, list_offsets, read_ticket,
 };
 use mink_core::routing::{split_by_bucket, split_rows_by_bucket};
 use mink_core::table::{TableDescriptor, TablePath};
@@ -652,6 +654,49 @@ impl MinkClient {
         };
         let body = self.action(action::COMPACT_TABLE, request).await?;
         Ok(decode("CompactReply", &body)?)
+    }
+
+    /// Expires the lake snapshots a table's retention no longer keeps and deletes the
+    /// files only they referenced.
+    pub async fn expire_snapshots(&self, table: &TablePath) -> Result<ExpireSnapshotsReply> {
+        let request = TableRef {
+            table: table.to_string(),
+        };
+        let body = self.action(action::EXPIRE_SNAPSHOTS, request).await?;
+        Ok(decode("ExpireSnapshotsReply", &body)?)
+    }
+
+    /// Deletes the files under a table's lake location that nothing references, last
+    /// modified more than `grace` ago (`None`: the server's default, three days).
+    pub async fn remove_orphan_files(
+        &self,
+        table: &TablePath,
+        grace: Option<Duration>,
+    ) -> Result<RemoveOrphanFilesReply> {
+        let request = RemoveOrphanFiles {
+            table: table.to_string(),
+            grace_ms: grace.map(|grace| u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)),
+        };
+        let body = self.action(action::REMOVE_ORPHAN_FILES, request).await?;
+        Ok(decode("RemoveOrphanFilesReply", &body)?)
+    }
+
+    /// Merges the manifests of a table's current lake snapshot in one `replace` snapshot.
+    pub async fn rewrite_manifests(&self, table: &TablePath) -> Result<RewriteManifestsReply> {
+        let request = TableRef {
+            table: table.to_string(),
+        };
+        let body = self.action(action::REWRITE_MANIFESTS, request).await?;
+        Ok(decode("RewriteManifestsReply", &body)?)
+    }
+
+    /// What a table's lake holds.
+    pub async fn lake_table_stats(&self, table: &TablePath) -> Result<LakeTableStats> {
+        let request = TableRef {
+            table: table.to_string(),
+        };
+        let body = self.action(action::LAKE_TABLE_STATS, request).await?;
+        Ok(decode("LakeTableStats", &body)?)
     }
 
     async fn do_get_batches(&self, read: read_ticket::Read) -> Result<crate::read::Batches> {

@@ -7,6 +7,16 @@
 //! | `log.ttl`       | how long log batches are kept (`7d`, `12h`, `30m`)  | kept forever     |
 //! | `lake.enabled`  | tier the table into the Iceberg lake                | `false`          |
 //! | `lake.freshness`| how often the tiering service runs for the table    | `30s`            |
+//!
+//! The Iceberg table properties of [`LAKE_PROPERTIES`] are accepted too, and given to the
+//! table's lake table when it is created (where every engine sees them):
+//!
+//! | property                                | meaning                                   | mink's default |
+//! |-----------------------------------------|-------------------------------------------|----------------|
+//! | `history.expire.max-snapshot-age-ms`    | lake snapshots older than this expire     | `3600000` (1 h)|
+//! | `history.expire.min-snapshots-to-keep`  | the newest snapshots never expire         | `1`            |
+//! | `commit.manifest.min-count-to-merge`    | a commit merges manifests from this many  | `8`            |
+//! | `commit.manifest-merge.enabled`         | whether commits merge manifests           | `true`         |
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -26,7 +36,18 @@ pub struct TableOptions {
     pub lake_enabled: bool,
     /// How often a tiering round runs.
     pub lake_freshness: Duration,
+    /// Iceberg table properties of the lake table ([`LAKE_PROPERTIES`]).
+    pub lake_properties: BTreeMap<String, String>,
 }
+
+/// The Iceberg table properties a `WITH` may set, and whether each is a number (else a
+/// boolean).
+pub const LAKE_PROPERTIES: [(&str, bool); 4] = [
+    ("history.expire.max-snapshot-age-ms", true),
+    ("history.expire.min-snapshots-to-keep", true),
+    ("commit.manifest.min-count-to-merge", true),
+    ("commit.manifest-merge.enabled", false),
+];
 
 impl Default for TableOptions {
     fn default() -> Self {
@@ -36,6 +57,7 @@ impl Default for TableOptions {
             log_ttl: None,
             lake_enabled: false,
             lake_freshness: Duration::from_secs(30),
+            lake_properties: BTreeMap::new(),
         }
     }
 }
@@ -83,9 +105,29 @@ impl TableOptions {
                         .ok_or_else(|| invalid(key, value, "a positive duration"))?;
                 }
                 other => {
-                    return Err(CoreError::InvalidTable(format!(
-                        "unknown table option '{other}' (known: bucket.num, bucket.key, log.ttl, lake.enabled, lake.freshness)"
-                    )));
+                    let Some(&(_, numeric)) = LAKE_PROPERTIES.iter().find(|(k, _)| *k == other)
+                    else {
+                        let properties: Vec<&str> =
+                            LAKE_PROPERTIES.iter().map(|(k, _)| *k).collect();
+                        return Err(CoreError::InvalidTable(format!(
+                            "unknown table option '{other}' (known: bucket.num, bucket.key, log.ttl, lake.enabled, lake.freshness, {})",
+                            properties.join(", ")
+                        )));
+                    };
+                    let value = value.trim().to_ascii_lowercase();
+                    let valid = match numeric {
+                        true => value.parse::<u64>().is_ok(),
+                        false => value.parse::<bool>().is_ok(),
+                    };
+                    if !valid {
+                        let expected = if numeric {
+                            "a non-negative integer"
+                        } else {
+                            "true or false"
+                        };
+                        return Err(invalid(key, &value, expected));
+                    }
+                    options.lake_properties.insert(other.to_string(), value);
                 }
             }
         }
@@ -107,6 +149,7 @@ impl TableOptions {
             "lake.freshness".into(),
             format_duration(self.lake_freshness),
         );
+        map.extend(self.lake_properties.clone());
         map
     }
 }
@@ -184,8 +227,17 @@ mod tests {
             ("log.ttl", "7d"),
             ("lake.enabled", "TRUE"),
             ("lake.freshness", "10s"),
+            ("history.expire.max-snapshot-age-ms", "60000"),
+            ("commit.manifest-merge.enabled", "False"),
         ]))
         .unwrap();
+        assert_eq!(
+            parsed.lake_properties,
+            map(&[
+                ("commit.manifest-merge.enabled", "false"),
+                ("history.expire.max-snapshot-age-ms", "60000"),
+            ])
+        );
         assert_eq!(parsed.bucket_num, 4);
         assert_eq!(parsed.bucket_key, Some(vec!["a".into(), "b".into()]));
         assert!(parsed.lake_enabled);
@@ -204,5 +256,9 @@ mod tests {
         );
         assert!(TableOptions::from_map(&map(&[("lake.enabled", "yes")])).is_err());
         assert!(TableOptions::from_map(&map(&[("lake.freshness", "0s")])).is_err());
+        let err = TableOptions::from_map(&map(&[("history.expire.min-snapshots-to-keep", "-1")]))
+            .unwrap_err();
+        assert!(err.to_string().contains("a non-negative integer"), "{err}");
+        assert!(TableOptions::from_map(&map(&[("commit.manifest-merge.enabled", "1")])).is_err());
     }
 }

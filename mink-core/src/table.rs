@@ -10,6 +10,7 @@
 //! buckets by the bucket key (see [`crate::bucket`]); a log table without a bucket key is
 //! written round robin.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,6 +112,9 @@ pub struct TableDescriptor {
     pub lake_enabled: bool,
     /// How often a tiering round runs.
     pub lake_freshness: Duration,
+    /// Iceberg table properties the lake table is created with
+    /// ([`crate::options::LAKE_PROPERTIES`]).
+    pub lake_properties: BTreeMap<String, String>,
 }
 
 impl TableDescriptor {
@@ -192,6 +196,7 @@ impl TableDescriptor {
             log_ttl: options.log_ttl,
             lake_enabled: options.lake_enabled,
             lake_freshness: options.lake_freshness,
+            lake_properties: options.lake_properties,
         })
     }
 
@@ -238,6 +243,7 @@ impl TableDescriptor {
             log_ttl: self.log_ttl,
             lake_enabled: self.lake_enabled,
             lake_freshness: self.lake_freshness,
+            lake_properties: self.lake_properties.clone(),
         }
     }
 

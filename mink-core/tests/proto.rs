@@ -189,6 +189,13 @@ fn schema_version() -> SchemaVersionProto {
     }
 }
 
+fn lake_property() -> LakeProperty {
+    LakeProperty {
+        key: "history.expire.min-snapshots-to-keep".into(),
+        value: "3".into(),
+    }
+}
+
 fn descriptor() -> TableDescriptorProto {
     TableDescriptorProto {
         table_id: 10_000_000_018,
@@ -202,6 +209,7 @@ fn descriptor() -> TableDescriptorProto {
         log_ttl_ms: Some(10_000_000_019),
         lake_enabled: true,
         lake_freshness_ms: 10_000_000_020,
+        lake_properties: vec![lake_property()],
     }
 }
 
@@ -317,6 +325,52 @@ fn cases() -> Vec<Case> {
                 files_removed: 10_000_000_033,
                 files_written: 10_000_000_034,
                 rows: 10_000_000_035,
+            },
+        ),
+        case("LakeProperty", lake_property()),
+        case(
+            "ExpireSnapshotsReply",
+            ExpireSnapshotsReply {
+                expired_snapshots: vec![-10_000_000_101],
+                data_files_deleted: 10_000_000_102,
+                delete_files_deleted: 10_000_000_103,
+                manifests_deleted: 10_000_000_104,
+                manifest_lists_deleted: 10_000_000_105,
+                metadata_files_deleted: 10_000_000_106,
+            },
+        ),
+        case(
+            "RemoveOrphanFiles",
+            RemoveOrphanFiles {
+                table: "db.orphans".into(),
+                grace_ms: Some(10_000_000_107),
+            },
+        ),
+        case(
+            "RemoveOrphanFilesReply",
+            RemoveOrphanFilesReply {
+                removed: vec!["/w/db/t/data/x.parquet".into()],
+                bytes: 10_000_000_108,
+            },
+        ),
+        case(
+            "RewriteManifestsReply",
+            RewriteManifestsReply {
+                snapshot_id: Some(-10_000_000_109),
+                manifests_replaced: 10_000_000_110,
+                manifests_created: 10_000_000_111,
+            },
+        ),
+        case(
+            "LakeTableStats",
+            LakeTableStats {
+                exists: true,
+                snapshots: 10_000_000_112,
+                manifests: 10_000_000_113,
+                data_files: 10_000_000_114,
+                delete_files: 10_000_000_115,
+                bytes: 10_000_000_116,
+                oldest_snapshot_at: Some(-10_000_000_117),
             },
         ),
         case(

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use arrow::datatypes::Field;
 use iceberg::arrow::arrow_type_to_type;
+use iceberg::spec::TableProperties;
 use iceberg::table::Table;
 use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, CatalogBuilder, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
@@ -31,6 +32,7 @@ use tracing::{info, warn};
 use crate::error::{LakeError, Result};
 use crate::layout::{lake_schema, partition_spec};
 use crate::storage::{LakeStorage, LakeStorageFactory};
+use crate::upkeep::DEFAULT_MAX_SNAPSHOT_AGE;
 
 /// The catalog name every mink lake table is registered under (pyiceberg finds tables
 /// by it).
@@ -38,6 +40,22 @@ pub const CATALOG_NAME: &str = "mink";
 
 /// The lake table property naming the mink table (by id) that owns it.
 pub const TABLE_ID_PROPERTY: &str = "mink.table-id";
+
+/// The properties of a new lake table: mink's own, the retention mink expires snapshots
+/// by (written out so that every engine sees it), then the table's `WITH` properties.
+fn lake_table_properties(table: &TableDescriptor) -> HashMap<String, String> {
+    let mut properties = HashMap::from([
+        // mink is the one writer of its lake tables and checks for conflicts itself.
+        ("commit.retry.num-retries".to_string(), "0".to_string()),
+        (TABLE_ID_PROPERTY.to_string(), table.table_id.to_string()),
+        (
+            TableProperties::PROPERTY_MAX_SNAPSHOT_AGE_MS.to_string(),
+            DEFAULT_MAX_SNAPSHOT_AGE.as_millis().to_string(),
+        ),
+    ]);
+    properties.extend(table.lake_properties.clone());
+    properties
+}
 
 /// Where the lake lives.
 #[derive(Debug, Clone)]
@@ -245,11 +263,7 @@ impl Lake {
             .name(table.path.name.clone())
             .schema(schema)
             .partition_spec(spec)
-            .properties(HashMap::from([
-                // mink is the one writer of its lake tables and checks for conflicts itself.
-                ("commit.retry.num-retries".to_string(), "0".to_string()),
-                (TABLE_ID_PROPERTY.to_string(), table.table_id.to_string()),
-            ]))
+            .properties(lake_table_properties(table))
             .build();
         let created = self.catalog.create_table(&namespace, creation).await?;
         info!(table = %table.path, location = created.metadata().location(), "created lake table");
@@ -392,6 +406,14 @@ pub(crate) mod fixture {
     /// The embedded lake of `dir` with the lake table of `db.t` (`id BIGINT NOT NULL`,
     /// two buckets by `id`).
     pub(crate) async fn lake_table(dir: &std::path::Path) -> (Lake, TableDescriptor, Table) {
+        lake_table_with(dir, &[]).await
+    }
+
+    /// [`lake_table`] with Iceberg table properties.
+    pub(crate) async fn lake_table_with(
+        dir: &std::path::Path,
+        properties: &[(&str, &str)],
+    ) -> (Lake, TableDescriptor, Table) {
         let lake = Lake::open(LakeConfig::embedded(dir).unwrap())
             .await
             .unwrap();
@@ -399,6 +421,10 @@ pub(crate) mod fixture {
             bucket_num: 2,
             bucket_key: Some(vec!["id".into()]),
             lake_enabled: true,
+            lake_properties: properties
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             ..TableOptions::default()
         };
         let descriptor = TableDescriptor::new(

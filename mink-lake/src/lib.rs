@@ -12,6 +12,7 @@
 //! - [`deletes`]: position and equality delete files.
 //! - [`reader`]: planning a bucket's split and streaming its Parquet files.
 //! - [`delta`]: the rows changed between two snapshots (incremental reads).
+//! - [`upkeep`]: expiring snapshots, removing orphan files, what a table holds.
 
 pub mod catalog;
 pub mod commit;
@@ -23,6 +24,7 @@ pub mod offsets;
 pub mod predicate;
 pub mod reader;
 pub mod storage;
+pub mod upkeep;
 pub mod writer;
 
 pub use catalog::{Lake, LakeConfig, S3Options};

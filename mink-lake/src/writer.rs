@@ -196,14 +196,15 @@ pub async fn commit_round(
     commit_snapshot(lake, table, parent, Operation::Append, changes).await
 }
 
-/// Deletes lake files that were written but never committed (a round's data files, a
-/// failed commit's delete files, manifests and metadata), best effort: every path is tried,
-/// each failure is logged with `warn!`, and the first one is returned after all were tried.
+/// Deletes lake files no snapshot references (a round's data files, a failed commit's
+/// delete files, manifests and metadata, the files of expired snapshots), best effort:
+/// every path is tried, each failure is logged with `warn!`, and the first one is returned
+/// after all were tried.
 ///
 /// A caller that is already failing with another error keeps its own error: it drops
 /// this result (the failures are logged here), it never `?`s it over the original error.
 /// An orphaned file is harmless; a deleted committed file is not, so only call this with
-/// files no committed snapshot can reference.
+/// files no snapshot of the table references.
 ///
 /// # Errors
 /// [`LakeError::Iceberg`] of the first file that could not be deleted (a file that is
@@ -212,7 +213,7 @@ pub async fn delete_files(table: &Table, paths: &[String]) -> Result<()> {
     let mut first = None;
     for path in paths {
         if let Err(error) = table.file_io().delete(path).await {
-            warn!(table = %table.identifier(), %path, %error, "could not delete an uncommitted lake file");
+            warn!(table = %table.identifier(), %path, %error, "could not delete an unreferenced lake file");
             first.get_or_insert(error);
         }
     }

@@ -302,6 +302,24 @@ impl Metadata {
         Ok(records)
     }
 
+    /// Forgets recorded lake snapshots that expired from the lake. The latest record (the
+    /// seam union reads plan on) is always kept.
+    pub fn forget_lake_snapshots(&self, table_id: u64, snapshot_ids: &[i64]) -> Result<()> {
+        let mut connection = self.connection();
+        let transaction = connection.transaction()?;
+        {
+            let mut statement = transaction.prepare(
+                "DELETE FROM lake_snapshots WHERE table_id = ?1 AND snapshot_id = ?2
+                 AND rowid < (SELECT max(rowid) FROM lake_snapshots WHERE table_id = ?1)",
+            )?;
+            for snapshot_id in snapshot_ids {
+                statement.execute(params![table_id as i64, snapshot_id])?;
+            }
+        }
+        transaction.commit()?;
+        Ok(())
+    }
+
     /// Notes a round's files before its commit, so a crash leaves nothing unaccounted.
     pub fn set_pending_round(&self, table_id: u64, round: &PendingRound) -> Result<()> {
         let files = round.files.join("\n");
@@ -582,6 +600,37 @@ mod tests {
             [offset("db.u", 1, 3)]
         );
         assert_eq!(metadata.last_producer_batch(1, "db.t", 0).unwrap(), None);
+    }
+
+    #[test]
+    fn expired_lake_snapshots_are_forgotten_but_never_the_latest() {
+        let dir = tempfile::tempdir().unwrap();
+        let metadata = Metadata::open(&dir.path().join("meta.db")).unwrap();
+        let record = |snapshot_id| LakeSnapshotRecord {
+            snapshot_id,
+            offsets: "{}".into(),
+            committed_at: snapshot_id,
+        };
+        let expiring = metadata.create_table(&table("expiring")).unwrap().table_id;
+        let other = metadata.create_table(&table("other")).unwrap().table_id;
+        for snapshot_id in [11, 12, 13] {
+            metadata
+                .record_lake_snapshot(expiring, &record(snapshot_id))
+                .unwrap();
+        }
+        metadata.record_lake_snapshot(other, &record(11)).unwrap();
+        metadata
+            .forget_lake_snapshots(expiring, &[11, 13, 99])
+            .unwrap();
+        assert_eq!(
+            metadata.lake_snapshots(expiring).unwrap(),
+            [record(12), record(13)]
+        );
+        assert_eq!(
+            metadata.lake_snapshots(other).unwrap(),
+            [record(11)],
+            "other tables keep theirs"
+        );
     }
 
     #[test]

@@ -88,12 +88,15 @@ pub enum Failpoint {
     /// Abort the process while creating a table: its metadata committed, half of its
     /// buckets opened.
     AbortDuringCreateTable,
+    /// Abort the process after an expiry's Iceberg commit, before mink forgets the expired
+    /// snapshots and deletes their files.
+    AbortAfterExpiryCommit,
 }
 
 impl Failpoint {
     /// Parses `MINK_FAILPOINT` values (`abort-before-lake-commit`,
     /// `abort-after-lake-commit`, `abort-before-compaction-commit`, `abort-after-compaction-commit`,
-    /// `abort-during-create-table`).
+    /// `abort-during-create-table`, `abort-after-expiry-commit`).
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "abort-before-lake-commit" => Some(Self::AbortBeforeLakeCommit),
@@ -101,6 +104,7 @@ impl Failpoint {
             "abort-before-compaction-commit" => Some(Self::AbortBeforeCompactionCommit),
             "abort-after-compaction-commit" => Some(Self::AbortAfterCompactionCommit),
             "abort-during-create-table" => Some(Self::AbortDuringCreateTable),
+            "abort-after-expiry-commit" => Some(Self::AbortAfterExpiryCommit),
             _ => None,
         }
     }

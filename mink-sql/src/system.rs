@@ -5,17 +5,22 @@
 //!                                       -- high_watermark, lake_log_end_offset, lake_snapshot_id
 //! SELECT * FROM system.lake_snapshots;  -- table_name, snapshot_id, partition, bucket,
 //!                                       -- log_end_offset, committed_at
+//! SELECT * FROM system.lake_tables;     -- table_name, snapshots, manifests, data_files,
+//!                                       -- delete_files, bytes, oldest_snapshot_at
 //! ```
 //!
 //! `lake_snapshots` has one row per bucket of every snapshot mink recorded (tiering rounds
 //! and compactions), oldest first; its snapshot ids are those `table_changes` and
-//! Iceberg engines take.
+//! Iceberg engines take. `lake_tables` has one row per lake-enabled table: what its lake
+//! table holds as of its current snapshot (the snapshots kept, the manifests planning
+//! reads, the live files and their bytes), which lake upkeep keeps bounded.
 
 use std::any::Any;
 use std::sync::Arc;
 
 use arrow::array::{
     ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray, UInt32Array,
+    UInt64Array,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
@@ -26,6 +31,8 @@ use datafusion::error::Result;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use mink_client::MinkClient;
+use mink_core::protocol::LakeTableStats;
+use mink_core::table::TablePath;
 
 use crate::split::external;
 
@@ -49,21 +56,28 @@ impl SystemSchema {
 enum SystemTable {
     Buckets,
     LakeSnapshots,
+    LakeTables,
 }
 
 impl SystemTable {
-    const ALL: [Self; 2] = [Self::Buckets, Self::LakeSnapshots];
+    const ALL: [Self; 3] = [Self::Buckets, Self::LakeSnapshots, Self::LakeTables];
 
     fn name(self) -> &'static str {
         match self {
             Self::Buckets => "buckets",
             Self::LakeSnapshots => "lake_snapshots",
+            Self::LakeTables => "lake_tables",
         }
     }
 
     fn schema(self) -> SchemaRef {
         let text = |name: &str, nullable| Field::new(name, DataType::Utf8, nullable);
         let int = |name: &str, nullable| Field::new(name, DataType::Int64, nullable);
+        let count = |name: &str| Field::new(name, DataType::UInt64, false);
+        let timestamp = |name: &str, nullable| {
+            let utc = DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()));
+            Field::new(name, utc, nullable)
+        };
         let fields = match self {
             Self::Buckets => vec![
                 text("table_name", false),
@@ -81,11 +95,16 @@ impl SystemTable {
                 text("partition", true),
                 Field::new("bucket", DataType::UInt32, false),
                 int("log_end_offset", false),
-                Field::new(
-                    "committed_at",
-                    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
-                    false,
-                ),
+                timestamp("committed_at", false),
+            ],
+            Self::LakeTables => vec![
+                text("table_name", false),
+                count("snapshots"),
+                count("manifests"),
+                count("data_files"),
+                count("delete_files"),
+                count("bytes"),
+                timestamp("oldest_snapshot_at", true),
             ],
         };
         Arc::new(Schema::new(fields))
@@ -153,6 +172,7 @@ impl TableProvider for SystemTableProvider {
         let batch = match self.table {
             SystemTable::Buckets => self.buckets().await?,
             SystemTable::LakeSnapshots => self.lake_snapshots().await?,
+            SystemTable::LakeTables => self.lake_tables().await?,
         };
         Ok(MemorySourceConfig::try_new_exec(
             &[vec![batch]],
@@ -197,13 +217,53 @@ impl SystemTableProvider {
         Ok(RecordBatch::try_new(self.schema(), columns)?)
     }
 
-    async fn lake_snapshots(&self) -> Result<RecordBatch> {
-        let mut rows = Vec::new();
+    /// The lake-enabled tables.
+    async fn lake_enabled_tables(&self) -> Result<Vec<TablePath>> {
+        let mut tables = Vec::new();
         for table in self.client.list_tables(None).await.map_err(external)? {
             let described = self.client.describe_table(&table).await.map_err(external)?;
-            if !described.lake_enabled {
-                continue;
+            if described.lake_enabled {
+                tables.push(table);
             }
+        }
+        Ok(tables)
+    }
+
+    async fn lake_tables(&self) -> Result<RecordBatch> {
+        let mut rows = Vec::new();
+        for table in self.lake_enabled_tables().await? {
+            let stats = self
+                .client
+                .lake_table_stats(&table)
+                .await
+                .map_err(external)?;
+            rows.push((table.to_string(), stats));
+        }
+        let count = |get: fn(&LakeTableStats) -> u64| -> ArrayRef {
+            Arc::new(UInt64Array::from_iter_values(
+                rows.iter().map(|(_, s)| get(s)),
+            ))
+        };
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|(t, _)| t))),
+            count(|s| s.snapshots),
+            count(|s| s.manifests),
+            count(|s| s.data_files),
+            count(|s| s.delete_files),
+            count(|s| s.bytes),
+            Arc::new(
+                TimestampMillisecondArray::from_iter(
+                    rows.iter().map(|(_, s)| s.oldest_snapshot_at),
+                )
+                .with_timezone("UTC"),
+            ),
+        ];
+        Ok(RecordBatch::try_new(self.schema(), columns)?)
+    }
+
+    async fn lake_snapshots(&self) -> Result<RecordBatch> {
+        let mut rows = Vec::new();
+        for table in self.lake_enabled_tables().await? {
             for snapshot in self.client.lake_snapshots(&table).await.map_err(external)? {
                 for seam in &snapshot.buckets {
                     rows.push((

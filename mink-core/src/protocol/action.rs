@@ -23,6 +23,17 @@ pub const TIER_TABLE: &str = "tier_table";
 /// [`super::TableRef`] -> [`super::CompactReply`]: compacts every bucket of a table's
 /// lake that has more than one file or any deleted rows.
 pub const COMPACT_TABLE: &str = "compact_table";
+/// [`super::TableRef`] -> [`super::ExpireSnapshotsReply`]: expires the lake snapshots
+/// the table's retention no longer keeps and deletes the files only they referenced.
+pub const EXPIRE_SNAPSHOTS: &str = "expire_snapshots";
+/// [`super::RemoveOrphanFiles`] -> [`super::RemoveOrphanFilesReply`]: deletes the files
+/// under a table's lake location that nothing references.
+pub const REMOVE_ORPHAN_FILES: &str = "remove_orphan_files";
+/// [`super::TableRef`] -> [`super::RewriteManifestsReply`]: merges the manifests of a
+/// table's current lake snapshot in one `replace` snapshot.
+pub const REWRITE_MANIFESTS: &str = "rewrite_manifests";
+/// [`super::TableRef`] -> [`super::LakeTableStats`]: what a table's lake holds.
+pub const LAKE_TABLE_STATS: &str = "lake_table_stats";
 /// [`super::UnionRequest`] -> [`super::UnionSplit`]: a bucket's Union plan and the
 /// lake files it covers, for an engine that reads the lake and the tail itself.
 pub const PLAN_UNION: &str = "plan_union";

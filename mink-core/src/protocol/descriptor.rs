@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use arrow::datatypes::{Field, Schema};
 
-use super::{AddColumn, SchemaVersionProto, TableDescriptorProto, decode_schema, encode_schema};
+use super::{
+    AddColumn, LakeProperty, SchemaVersionProto, TableDescriptorProto, decode_schema, encode_schema,
+};
 use crate::table::{SchemaVersion, TableDescriptor, TablePath};
 use crate::{CoreError, Result};
 
@@ -31,6 +33,14 @@ impl From<&TableDescriptor> for TableDescriptorProto {
             log_ttl_ms: table.log_ttl.map(|d| d.as_millis() as u64),
             lake_enabled: table.lake_enabled,
             lake_freshness_ms: table.lake_freshness.as_millis() as u64,
+            lake_properties: table
+                .lake_properties
+                .iter()
+                .map(|(key, value)| LakeProperty {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
         }
     }
 }
@@ -65,6 +75,11 @@ impl TryFrom<TableDescriptorProto> for TableDescriptor {
             log_ttl: proto.log_ttl_ms.map(Duration::from_millis),
             lake_enabled: proto.lake_enabled,
             lake_freshness: Duration::from_millis(proto.lake_freshness_ms),
+            lake_properties: proto
+                .lake_properties
+                .into_iter()
+                .map(|property| (property.key, property.value))
+                .collect(),
         })
     }
 }

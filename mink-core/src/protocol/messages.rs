@@ -439,6 +439,93 @@ pub struct CompactReply {
     pub rows: u64,
 }
 
+/// The answer of `expire_snapshots`.
+#[derive(Clone, PartialEq, Message)]
+pub struct ExpireSnapshotsReply {
+    /// The snapshots expired.
+    #[prost(int64, repeated, tag = "1")]
+    pub expired_snapshots: Vec<i64>,
+    /// Data files deleted.
+    #[prost(uint64, tag = "2")]
+    pub data_files_deleted: u64,
+    /// Position and equality delete files deleted.
+    #[prost(uint64, tag = "3")]
+    pub delete_files_deleted: u64,
+    /// Manifests deleted.
+    #[prost(uint64, tag = "4")]
+    pub manifests_deleted: u64,
+    /// Manifest lists deleted.
+    #[prost(uint64, tag = "5")]
+    pub manifest_lists_deleted: u64,
+    /// Metadata files deleted (older than the table's metadata log).
+    #[prost(uint64, tag = "6")]
+    pub metadata_files_deleted: u64,
+}
+
+/// RemoveOrphanFiles { table, grace_ms }: deletes the unreferenced files under a table's
+/// lake location last modified more than `grace_ms` ago (default: three days).
+#[derive(Clone, PartialEq, Message)]
+pub struct RemoveOrphanFiles {
+    /// `database.name`.
+    #[prost(string, tag = "1")]
+    pub table: String,
+    /// How old an unreferenced file must be to go, in milliseconds.
+    #[prost(uint64, optional, tag = "2")]
+    pub grace_ms: Option<u64>,
+}
+
+/// The answer of `remove_orphan_files`.
+#[derive(Clone, PartialEq, Message)]
+pub struct RemoveOrphanFilesReply {
+    /// The locations of the files removed.
+    #[prost(string, repeated, tag = "1")]
+    pub removed: Vec<String>,
+    /// Their bytes.
+    #[prost(uint64, tag = "2")]
+    pub bytes: u64,
+}
+
+/// The answer of `rewrite_manifests`.
+#[derive(Clone, PartialEq, Message)]
+pub struct RewriteManifestsReply {
+    /// The `replace` snapshot committed; absent when the table has no snapshot yet.
+    #[prost(int64, optional, tag = "1")]
+    pub snapshot_id: Option<i64>,
+    /// Manifests merged.
+    #[prost(uint64, tag = "2")]
+    pub manifests_replaced: u64,
+    /// Manifests written by merging them.
+    #[prost(uint64, tag = "3")]
+    pub manifests_created: u64,
+}
+
+/// The answer of `lake_table_stats`: what a table's lake holds, as of its current
+/// snapshot.
+#[derive(Clone, PartialEq, Message)]
+pub struct LakeTableStats {
+    /// Whether the lake table exists yet (it is created by the table's first round).
+    #[prost(bool, tag = "1")]
+    pub exists: bool,
+    /// Snapshots in the lake table's metadata.
+    #[prost(uint64, tag = "2")]
+    pub snapshots: u64,
+    /// Manifests of the current snapshot.
+    #[prost(uint64, tag = "3")]
+    pub manifests: u64,
+    /// Live data files.
+    #[prost(uint64, tag = "4")]
+    pub data_files: u64,
+    /// Live delete files.
+    #[prost(uint64, tag = "5")]
+    pub delete_files: u64,
+    /// Bytes of the live data and delete files.
+    #[prost(uint64, tag = "6")]
+    pub bytes: u64,
+    /// When the oldest snapshot was committed, milliseconds since the epoch.
+    #[prost(int64, optional, tag = "7")]
+    pub oldest_snapshot_at: Option<i64>,
+}
+
 /// Tail { bucket, offset, columns, max_wait_ms, min_bytes }: a Scan that waits up to
 /// `max_wait_ms` for the high watermark to pass `offset` and for `min_bytes` to arrive.
 #[derive(Clone, PartialEq, Message)]
@@ -562,6 +649,20 @@ pub struct TableDescriptorProto {
     /// Tiering interval in milliseconds.
     #[prost(uint64, tag = "11")]
     pub lake_freshness_ms: u64,
+    /// Iceberg table properties the lake table is created with.
+    #[prost(message, repeated, tag = "12")]
+    pub lake_properties: Vec<LakeProperty>,
+}
+
+/// One Iceberg table property of a lake table.
+#[derive(Clone, PartialEq, Message)]
+pub struct LakeProperty {
+    /// The property (`history.expire.max-snapshot-age-ms`, ...).
+    #[prost(string, tag = "1")]
+    pub key: String,
+    /// Its value.
+    #[prost(string, tag = "2")]
+    pub value: String,
 }
 
 /// One schema version.

@@ -25,7 +25,8 @@
 //!    rewrite each one that does (its other live entries as EXISTING with their snapshot id
 //!    and sequence numbers, the removed ones as DELETED). Manifests left with no live file
 //!    are dropped, as Java's Iceberg does.
-//! 3. Write the added data files and the added delete files to one new manifest each (of
+//! 3. Merge the carried-forward manifests once there are enough of one kind (`merge`), then
+//!    write the added data files and the added delete files to one new manifest each (of
 //!    the table's default partition spec).
 //! 4. Compute the summary (the `added-*`/`deleted-*`/`removed-*` counts of this snapshot
 //!    and the parent's `total-*` plus or minus them), write the manifest list and the new
@@ -45,9 +46,11 @@
 //! - `validate`: checking the added files against the table before anything is written;
 //! - `manifests`: carrying the parent's manifests forward and rewriting those that hold
 //!   removed files (step 2), and the writer of every new manifest;
+//! - `merge`: merging manifests so that planning reads few (step 3);
 //! - `summary`: the snapshot summary's counts and totals (pure).
 
 mod manifests;
+mod merge;
 mod summary;
 mod validate;
 
@@ -65,6 +68,8 @@ use iceberg::{Catalog, MetadataLocation, Runtime};
 use tracing::debug;
 use uuid::Uuid;
 
+pub use self::merge::DEFAULT_MIN_COUNT_TO_MERGE;
+use self::merge::MergePolicy;
 use self::summary::{Metrics, summarize};
 use self::validate::validate_added;
 use crate::catalog::Lake;
@@ -83,6 +88,9 @@ pub struct SnapshotChanges {
     /// Summary properties (`mink.bucket-offsets` etc.). The computed counts and totals
     /// override properties of the same name.
     pub properties: HashMap<String, String>,
+    /// Merge every carried-forward manifest into as few as their size allows, whatever the
+    /// table's merge properties say (`rewrite_manifests`).
+    pub rewrite_manifests: bool,
 }
 
 /// Commits one snapshot on top of `parent` (the snapshot the caller planned on); a table
@@ -144,7 +152,6 @@ async fn commit_on(
 ) -> Result<Table> {
     let name = current.identifier().to_string();
     let runtime = Runtime::try_current()?;
-    let expected = current.metadata_location_result()?;
     let mut attempt = Attempt::new(current)?;
     let staged = match attempt.stage(operation, changes).await {
         Ok(staged) => staged,
@@ -171,33 +178,55 @@ async fn commit_on(
             return Err(error.into());
         }
     };
-    let ident = current.identifier();
-    match lake
-        .swap_metadata_location(ident, expected, &new_location)
-        .await
-    {
-        Ok(true) => {}
-        Ok(false) => {
+    match swap_in(lake, current, &new_location).await {
+        Swap::Committed => {}
+        Swap::Lost(error) => {
             attempt.discard().await;
-            return Err(LakeError::CommitConflict {
-                table: name,
-                message: "another commit replaced the table's metadata first".into(),
-            });
+            return Err(error);
         }
-        Err(error) => match lake.metadata_location(ident).await {
-            // The swap went through after all.
-            Ok(Some(location)) if location == new_location => {}
-            Ok(_) => {
-                attempt.discard().await;
-                return Err(error);
-            }
-            // Unknown outcome: the files may be committed, so they stay (an orphan is
-            // harmless, a missing file is not).
-            Err(_) => return Err(error),
-        },
+        // Unknown outcome: the files may be committed, so they stay (an orphan is
+        // harmless, a missing file is not).
+        Swap::Unknown(error) => return Err(error),
     }
     debug!(table = %name, snapshot_id = staged.snapshot_id, location = %new_location, "committed lake snapshot");
     Ok(committed)
+}
+
+/// What became of swapping a table's metadata in.
+pub(crate) enum Swap {
+    /// The catalog names the new metadata.
+    Committed,
+    /// Certainly not committed: another commit came first, or the database refused.
+    Lost(LakeError),
+    /// Maybe committed: the database failed and the outcome could not be checked.
+    Unknown(LakeError),
+}
+
+/// Swaps the catalog's metadata location of `current`'s table from `current`'s to
+/// `new_location` (a metadata file already written): the commit point of every change to
+/// a lake table.
+pub(crate) async fn swap_in(lake: &Lake, current: &Table, new_location: &str) -> Swap {
+    let ident = current.identifier();
+    let expected = match current.metadata_location_result() {
+        Ok(expected) => expected,
+        Err(error) => return Swap::Lost(error.into()),
+    };
+    match lake
+        .swap_metadata_location(ident, expected, new_location)
+        .await
+    {
+        Ok(true) => Swap::Committed,
+        Ok(false) => Swap::Lost(LakeError::CommitConflict {
+            table: ident.to_string(),
+            message: "another commit replaced the table's metadata first".into(),
+        }),
+        Err(error) => match lake.metadata_location(ident).await {
+            // The swap went through after all.
+            Ok(Some(location)) if location == new_location => Swap::Committed,
+            Ok(_) => Swap::Lost(error),
+            Err(_) => Swap::Unknown(error),
+        },
+    }
 }
 
 fn show_snapshot(id: Option<i64>) -> String {
@@ -255,12 +284,13 @@ impl<'a> Attempt<'a> {
             added_data_files,
             added_delete_files,
             removed_files,
-            properties,
+            mut properties,
+            rewrite_manifests,
         } = changes;
 
         let mut metrics = Metrics::default();
         let parent = metadata.current_snapshot();
-        let mut manifests = match parent {
+        let manifests = match parent {
             Some(parent) => {
                 self.carry_forward(parent, &removed_files, &mut metrics)
                     .await?
@@ -276,6 +306,20 @@ impl<'a> Attempt<'a> {
                 ));
             }
         };
+        let policy = match rewrite_manifests {
+            true => MergePolicy::of(metadata).everything(),
+            false => MergePolicy::of(metadata),
+        };
+        let (mut manifests, merged) = self.merge(manifests, policy).await?;
+        if merged.created > 0 {
+            for (key, count) in [
+                ("manifests-created", merged.created),
+                ("manifests-replaced", merged.replaced),
+                ("manifests-kept", merged.kept),
+            ] {
+                properties.insert(key.to_string(), count.to_string());
+            }
+        }
         // iceberg 0.10 keeps a DataFile's partition spec id crate-private, so added files
         // are taken to be of the default spec (their partition values are checked to fit it).
         let spec = metadata.default_partition_spec().as_ref().clone();

@@ -1,19 +1,27 @@
 //! Flight actions: table admin, offsets and key lookups.
 
+use std::time::Duration;
+
 use arrow::array::RecordBatch;
 use arrow_flight::Action;
 use mink_core::protocol::{
-    AddColumn, BucketId, BucketList, CompactReply, CreateTable, DropTable, LakeSnapshotList,
-    ListOffsets, ListTables, Lookup, LookupReply, OffsetReply, PrefixLookup, TableChangesRequest,
-    TableDescriptorProto, TableList, TableRef, TableUnionRequest, TableUnionSplits, TierReply,
-    UnionRequest, UnionSplit, action, decode, decode_batch, encode_batch,
+    AddColumn, BucketId, BucketList, CompactReply, CreateTable, DropTable, ExpireSnapshotsReply,
+    LakeSnapshotList, LakeTableStats, ListOffsets, ListTables, Lookup, LookupReply, OffsetReply,
+    PrefixLookup, RemoveOrphanFiles, RemoveOrphanFilesReply, RewriteManifestsReply,
+    TableChangesRequest, TableDescriptorProto, TableList, TableRef, TableUnionRequest,
+    TableUnionSplits, TierReply, UnionRequest, UnionSplit, action, decode, decode_batch,
+    encode_batch,
 };
 use mink_core::table::{TableDescriptor, TablePath};
+use mink_lake::upkeep::DEFAULT_ORPHAN_GRACE;
 use prost::Message;
 
 use super::{MinkFlightService, limits, projection, required_bucket};
 use crate::error::NodeError;
-use crate::tiering::{compact_table, tier_table};
+use crate::tiering::{
+    compact_table, expire_table_snapshots, lake_table_stats, remove_table_orphan_files,
+    rewrite_table_manifests, tier_table,
+};
 use crate::union::PlannedUnion;
 
 impl MinkFlightService {
@@ -102,6 +110,61 @@ impl MinkFlightService {
                     files_removed: report.files_removed,
                     files_written: report.files_written,
                     rows: report.rows,
+                }
+                .encode_to_vec()
+            }
+            action::EXPIRE_SNAPSHOTS => {
+                let request: TableRef = decode("expire_snapshots", body)?;
+                let path = TablePath::parse(&request.table)?;
+                let report = expire_table_snapshots(node, &path).await?;
+                ExpireSnapshotsReply {
+                    expired_snapshots: report.expired,
+                    data_files_deleted: report.data_files_deleted,
+                    delete_files_deleted: report.delete_files_deleted,
+                    manifests_deleted: report.manifests_deleted,
+                    manifest_lists_deleted: report.manifest_lists_deleted,
+                    metadata_files_deleted: report.metadata_files_deleted,
+                }
+                .encode_to_vec()
+            }
+            action::REMOVE_ORPHAN_FILES => {
+                let request: RemoveOrphanFiles = decode("remove_orphan_files", body)?;
+                let grace = request
+                    .grace_ms
+                    .map_or(DEFAULT_ORPHAN_GRACE, Duration::from_millis);
+                let path = TablePath::parse(&request.table)?;
+                let report = remove_table_orphan_files(node, &path, grace).await?;
+                RemoveOrphanFilesReply {
+                    removed: report.removed,
+                    bytes: report.bytes,
+                }
+                .encode_to_vec()
+            }
+            action::REWRITE_MANIFESTS => {
+                let request: TableRef = decode("rewrite_manifests", body)?;
+                let report =
+                    rewrite_table_manifests(node, &TablePath::parse(&request.table)?).await?;
+                RewriteManifestsReply {
+                    snapshot_id: report.snapshot_id,
+                    manifests_replaced: report.manifests_replaced,
+                    manifests_created: report.manifests_created,
+                }
+                .encode_to_vec()
+            }
+            action::LAKE_TABLE_STATS => {
+                let request: TableRef = decode("lake_table_stats", body)?;
+                let stats = lake_table_stats(node, &TablePath::parse(&request.table)?).await?;
+                match stats {
+                    Some(stats) => LakeTableStats {
+                        exists: true,
+                        snapshots: stats.snapshots,
+                        manifests: stats.manifests,
+                        data_files: stats.data_files,
+                        delete_files: stats.delete_files,
+                        bytes: stats.bytes,
+                        oldest_snapshot_at: stats.oldest_snapshot_at,
+                    },
+                    None => LakeTableStats::default(),
                 }
                 .encode_to_vec()
             }
@@ -199,7 +262,7 @@ fn decode_client_batch(what: &str, bytes: &[u8]) -> Result<RecordBatch, NodeErro
 }
 
 /// The actions `list_actions` describes.
-pub(super) const ACTIONS: [(&str, &str); 13] = [
+pub(super) const ACTIONS: [(&str, &str); 17] = [
     (
         action::TIER_TABLE,
         "Run a tiering round of a table now (TableRef -> TierReply)",
@@ -237,6 +300,22 @@ pub(super) const ACTIONS: [(&str, &str); 13] = [
     (
         action::PLAN_UNION,
         "A bucket's Union plan and lake files (UnionRequest -> UnionSplit)",
+    ),
+    (
+        action::EXPIRE_SNAPSHOTS,
+        "Expire the lake snapshots the table's retention no longer keeps (TableRef -> ExpireSnapshotsReply)",
+    ),
+    (
+        action::REMOVE_ORPHAN_FILES,
+        "Delete unreferenced files of a table's lake (RemoveOrphanFiles -> RemoveOrphanFilesReply)",
+    ),
+    (
+        action::REWRITE_MANIFESTS,
+        "Merge the manifests of a table's lake (TableRef -> RewriteManifestsReply)",
+    ),
+    (
+        action::LAKE_TABLE_STATS,
+        "What a table's lake holds (TableRef -> LakeTableStats)",
     ),
     (
         action::PLAN_TABLE_UNION,

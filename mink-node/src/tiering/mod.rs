@@ -49,10 +49,15 @@ mod compaction;
 mod lake_index;
 #[cfg(test)]
 mod tests;
+mod upkeep;
 mod upsert;
 
 pub use compaction::{CompactReport, compact_table};
 use lake_index::LakeIndex;
+pub use upkeep::{
+    EXPIRE_EVERY, REMOVE_ORPHANS_EVERY, RewriteManifestsReport, UpkeepSchedule,
+    expire_table_snapshots, lake_table_stats, remove_table_orphan_files, rewrite_table_manifests,
+};
 
 /// The lake indexes of primary-key tables by table id, kept under the tiering lock.
 pub(crate) type LakeIndexes = HashMap<u64, LakeIndex>;
@@ -396,10 +401,34 @@ fn newest_mink_snapshot(lake_table: &Table) -> Option<MinkSnapshot> {
     None
 }
 
+/// What the tiering service does for a table that is due: a round, the compaction due
+/// when it committed, then the upkeep due ([`UpkeepSchedule`]). Compaction and upkeep
+/// failures are logged (they are retried after the next round).
+///
+/// # Errors
+/// The round's ([`tier_table`]).
+pub async fn service_round(
+    node: &Node,
+    path: &TablePath,
+    upkeep: &mut UpkeepSchedule,
+) -> Result<TierReport> {
+    let table_id = node.describe(path)?.table_id;
+    let report = tier_table(node, path).await?;
+    // Nothing new: nothing new to compact either.
+    if report.snapshot_id.is_some()
+        && let Err(error) = compaction::compact_due(node, path).await
+    {
+        warn!(table = %path, %error, "compaction failed; it is retried after the next round");
+    }
+    upkeep.run_due(node, path, table_id).await;
+    Ok(report)
+}
+
 /// Runs due tiering rounds forever: each lake-enabled table every `lake.freshness`
 /// (the first one freshness interval after the node starts or the table is created).
 pub async fn run_tiering(node: Arc<Node>) {
     let mut last_round: HashMap<u64, Instant> = HashMap::new();
+    let mut upkeep = UpkeepSchedule::default();
     let mut ticks = tokio::time::interval(CHECK_EVERY);
     loop {
         ticks.tick().await;
@@ -418,17 +447,8 @@ pub async fn run_tiering(node: Arc<Node>) {
                 continue;
             }
             last_round.insert(table.table_id, Instant::now());
-            match tier_table(&node, &path).await {
-                Err(error) => {
-                    warn!(table = %path, %error, "tiering round failed; it is retried next time");
-                    continue;
-                }
-                // Nothing new: nothing new to compact either.
-                Ok(report) if report.snapshot_id.is_none() => continue,
-                Ok(_) => {}
-            }
-            if let Err(error) = compaction::compact_due(&node, &path).await {
-                warn!(table = %path, %error, "compaction failed; it is retried after the next round");
+            if let Err(error) = service_round(&node, &path, &mut upkeep).await {
+                warn!(table = %path, %error, "tiering round failed; it is retried next time");
             }
         }
     }

@@ -8,6 +8,7 @@
 //! | `DROP TABLE [IF EXISTS] t`                                        | mink: `drop_table`     |
 //! | `ALTER TABLE t ADD COLUMN c TYPE`                                 | mink: `add_column`     |
 //! | `CALL system.tier('t')`, `CALL system.compact('t')`              | mink: a round / a compaction now |
+//! | `CALL system.expire_snapshots('t')`, `system.remove_orphan_files('t')`, `system.rewrite_manifests('t')` | mink: lake upkeep now |
 //! | `SELECT ... FROM table_changes('t', from, to)`                     | DataFusion, the tables named looked up first |
 //!
 //! Column types are mapped by DataFusion's own planner, as in queries (strings as `Utf8`).
@@ -27,7 +28,7 @@ pub mod runtime;
 use std::sync::Arc;
 
 use crate::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog, TABLE_CHANGES, TableChanges};
-use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt64Array};
+use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::{Field, Schema};
 use datafusion::common::TableReference;
 use datafusion::dataframe::DataFrame;
@@ -269,7 +270,9 @@ impl MinkSession {
         Ok(create.input.schema().field(0).as_ref().clone())
     }
 
-    /// `CALL system.tier('t')` and `CALL system.compact('t')`.
+    /// `CALL system.tier('t')`, `system.compact('t')` and the lake upkeep procedures,
+    /// named and answered as Iceberg's own (`expire_snapshots`, `remove_orphan_files`,
+    /// `rewrite_manifests`).
     async fn call(&self, procedure: &str, path: &TablePath) -> Result<DataFrame> {
         let (columns, values): (Vec<&str>, Vec<ArrayRef>) = match procedure {
             "system.tier" => {
@@ -304,9 +307,61 @@ impl MinkSession {
                     ],
                 )
             }
+            "system.expire_snapshots" => {
+                let reply = self.client.expire_snapshots(path).await.map_err(external)?;
+                let counts = [
+                    (
+                        "expired_snapshots_count",
+                        reply.expired_snapshots.len() as u64,
+                    ),
+                    ("deleted_data_files_count", reply.data_files_deleted),
+                    ("deleted_delete_files_count", reply.delete_files_deleted),
+                    ("deleted_manifest_files_count", reply.manifests_deleted),
+                    ("deleted_manifest_lists_count", reply.manifest_lists_deleted),
+                    ("deleted_metadata_files_count", reply.metadata_files_deleted),
+                ];
+                counts
+                    .into_iter()
+                    .map(|(name, count)| {
+                        (name, Arc::new(UInt64Array::from(vec![count])) as ArrayRef)
+                    })
+                    .unzip()
+            }
+            "system.remove_orphan_files" => {
+                let reply = self
+                    .client
+                    .remove_orphan_files(path, None)
+                    .await
+                    .map_err(external)?;
+                (
+                    vec!["orphan_file_location"],
+                    vec![Arc::new(StringArray::from(reply.removed))],
+                )
+            }
+            "system.rewrite_manifests" => {
+                let reply = self
+                    .client
+                    .rewrite_manifests(path)
+                    .await
+                    .map_err(external)?;
+                (
+                    vec![
+                        "snapshot_id",
+                        "rewritten_manifests_count",
+                        "added_manifests_count",
+                    ],
+                    vec![
+                        Arc::new(Int64Array::from(vec![reply.snapshot_id])),
+                        Arc::new(UInt64Array::from(vec![reply.manifests_replaced])),
+                        Arc::new(UInt64Array::from(vec![reply.manifests_created])),
+                    ],
+                )
+            }
             other => {
                 return Err(DataFusionError::Plan(format!(
-                    "unknown procedure {other}: mink has system.tier('t') and system.compact('t')"
+                    "unknown procedure {other}: mink has system.tier, system.compact, \
+                     system.expire_snapshots, system.remove_orphan_files and \
+                     system.rewrite_manifests, each taking a table name: CALL system.tier('t')"
                 )));
             }
         };

@@ -1,19 +1,23 @@
 //! The lake of primary-key tables: random histories of upserts, updates, deletes,
-//! re-inserts, tiering rounds, compactions, `kill -9` restarts and crashes on either side
-//! of a round's and of a compaction's Iceberg commit, run against the real `mink` binary
+//! re-inserts, tiering rounds, compactions, lake upkeep (snapshot expiry, manifest rewrites,
+//! orphan removal), `kill -9` restarts and crashes on either side of a round's and of a
+//! compaction's Iceberg commit and after an expiry's, run against the real `mink` binary
 //! and checked after every step against a BTreeMap model:
 //!
 //! - every bucket's union read is exactly the model's rows of that bucket, whole and
 //!   filtered on a non-key column that updates move rows into and out of (a tail filtered
 //!   before the key merge would resurrect the lake's older version);
 //! - the lake alone (all of it, one partition, filtered) is the table as of the last
-//!   recorded round, and every older snapshot still reads as it was.
+//!   recorded round, and every older snapshot still reads as it was until an expiry,
+//!   after which it is a clear `NOT_FOUND` (the table keeps one snapshot: its
+//!   `history.expire.max-snapshot-age-ms` is 1).
 //!
 //! Then a deterministic history: compaction folds a bucket's files and deletes into one
 //! file without changing a row, and the snapshots before it stay readable.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::time::Duration;
 
 use mink_client::MinkClient;
 use mink_core::filter::{ColumnFilter, FilterOp};
@@ -23,6 +27,7 @@ use mink_core::table::TableDescriptor;
 use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, IteratorRandom};
 use rand::{Rng, SeedableRng};
+use tonic::Code;
 
 use crate::pk_support::{Cells, Key, State, lake_rows, lake_values, pk_keys, pk_lake_table};
 use crate::process::ServerProcess;
@@ -33,22 +38,32 @@ const DATES: [&str; 2] = ["2024-01-01", "2024-01-02"];
 /// Steps of a random history.
 const STEPS: usize = 50;
 
-/// A crash point of the server (before or after a round's or a compaction's commit), as
-/// `MINK_FAILPOINT` names it.
+/// A crash point of the server (before or after a round's or a compaction's commit, after
+/// an expiry's), as `MINK_FAILPOINT` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Failpoint {
     BeforeRound,
     AfterRound,
     BeforeCompaction,
     AfterCompaction,
+    AfterExpiry,
+}
+
+/// What reaches a failpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Round,
+    Compaction,
+    Expiry,
 }
 
 impl Failpoint {
-    const ALL: [Self; 4] = [
+    const ALL: [Self; 5] = [
         Self::BeforeRound,
         Self::AfterRound,
         Self::BeforeCompaction,
         Self::AfterCompaction,
+        Self::AfterExpiry,
     ];
 
     fn name(self) -> &'static str {
@@ -57,15 +72,19 @@ impl Failpoint {
             Self::AfterRound => "abort-after-lake-commit",
             Self::BeforeCompaction => "abort-before-compaction-commit",
             Self::AfterCompaction => "abort-after-compaction-commit",
+            Self::AfterExpiry => "abort-after-expiry-commit",
         }
     }
 
-    /// Whether a tiering round (else a compaction) reaches it.
-    fn in_round(self) -> bool {
-        matches!(self, Self::BeforeRound | Self::AfterRound)
+    fn call(self) -> Call {
+        match self {
+            Self::BeforeRound | Self::AfterRound => Call::Round,
+            Self::BeforeCompaction | Self::AfterCompaction => Call::Compaction,
+            Self::AfterExpiry => Call::Expiry,
+        }
     }
 
-    /// Whether the Iceberg snapshot is committed when the process dies.
+    /// Whether a new Iceberg snapshot is committed when the process dies.
     fn after_commit(self) -> bool {
         matches!(self, Self::AfterRound | Self::AfterCompaction)
     }
@@ -249,16 +268,19 @@ impl Server {
         let crashing =
             ServerProcess::start_with_env(self.dir.path(), &[("MINK_FAILPOINT", failpoint.name())]);
         let client = MinkClient::connect(&crashing.addr).await.expect("connect");
-        let result = match failpoint.in_round() {
-            true => client.tier(&table.path).await.map(|r| r.snapshot_id),
-            false => client.compact(&table.path).await.map(|r| r.snapshot_id),
+        let path = &table.path;
+        let result = match failpoint.call() {
+            Call::Round => client.tier(path).await.map(|r| r.snapshot_id.is_some()),
+            Call::Compaction => client.compact(path).await.map(|r| r.snapshot_id.is_some()),
+            Call::Expiry => {
+                (client.expire_snapshots(path).await).map(|r| !r.expired_snapshots.is_empty())
+            }
         };
         let crashed = match result {
-            Ok(snapshot_id) => {
+            Ok(committed) => {
                 // Only a call with nothing to commit passes the failpoint.
-                assert_eq!(
-                    snapshot_id,
-                    None,
+                assert!(
+                    !committed,
                     "{}: committed without aborting",
                     failpoint.name()
                 );
@@ -429,6 +451,73 @@ async fn compact(client: &MinkClient, table: &TableDescriptor, model: &mut Model
     model.compacted = true;
 }
 
+/// An expiry: the table's retention (`history.expire.max-snapshot-age-ms` = 1, one
+/// snapshot kept) leaves the lake only its current snapshot, the recorded one. Every
+/// other snapshot the test knows then reads as `NOT_FOUND`, and mink's record lists only
+/// the current one.
+async fn expire(client: &MinkClient, table: &TableDescriptor, model: &mut Model, step: usize) {
+    model.reconciled();
+    let reply = client.expire_snapshots(&table.path).await.expect("expire");
+    let recorded = client
+        .lake_snapshots(&table.path)
+        .await
+        .expect("lake snapshots");
+    let recorded: Vec<i64> = recorded.iter().map(|s| s.snapshot_id).collect();
+    let Some(&current) = recorded.last() else {
+        assert!(reply.expired_snapshots.is_empty(), "step {step}: {reply:?}");
+        return;
+    };
+    assert_eq!(
+        recorded,
+        [current],
+        "step {step}: only the current snapshot is recorded"
+    );
+    assert!(
+        !reply.expired_snapshots.contains(&current),
+        "step {step}: the recorded snapshot never expires: {reply:?}"
+    );
+    if let Some(Some(known)) = model.recorded {
+        assert_eq!(
+            known, current,
+            "step {step}: the recorded snapshot stays current"
+        );
+    }
+    model.recorded = Some(Some(current));
+    let stats = client.lake_table_stats(&table.path).await.expect("stats");
+    assert_eq!(stats.snapshots, 1, "step {step}: {stats:?}");
+    let (kept, expired): (Vec<_>, Vec<_>) = std::mem::take(&mut model.snapshots)
+        .into_iter()
+        .partition(|(id, _)| *id == current);
+    model.snapshots = kept;
+    for (id, _) in expired {
+        let err = client
+            .lake(&table.path, None, Some(id), &[], &[])
+            .await
+            .expect_err("an expired snapshot");
+        assert_eq!(
+            err.code(),
+            Some(Code::NotFound),
+            "step {step}: snapshot {id}: {err}"
+        );
+    }
+}
+
+/// A manifest rewrite: one `replace` snapshot of the same files, in at most one data and
+/// one delete manifest.
+async fn rewrite_manifests(client: &MinkClient, table: &TableDescriptor, model: &mut Model) {
+    model.reconciled();
+    let reply = client
+        .rewrite_manifests(&table.path)
+        .await
+        .expect("rewrite");
+    if let Some(id) = reply.snapshot_id {
+        model.snapshots.push((id, model.lake.clone()));
+        model.recorded = Some(Some(id));
+        let stats = client.lake_table_stats(&table.path).await.expect("stats");
+        assert!(stats.manifests <= 2, "{reply:?}, {stats:?}");
+    }
+}
+
 /// Two rounds over the same new keys, so the lake has a bucket with two data files and
 /// position deletes: a compaction then has work.
 async fn make_compaction_work(
@@ -562,9 +651,13 @@ async fn random_pk_lake_histories_match_the_model() {
     let seed = seed("random_pk_lake_histories_match_the_model");
     let mut rng = StdRng::seed_from_u64(seed);
     let mut server = Server::start().await;
+    let mut table = pk_lake_table("pk_lake", 2);
+    table
+        .lake_properties
+        .insert("history.expire.max-snapshot-age-ms".into(), "1".into());
     let table = server
         .client
-        .create_table(&pk_lake_table("pk_lake", 2), false)
+        .create_table(&table, false)
         .await
         .expect("create");
     let mut model = Model::new();
@@ -575,6 +668,7 @@ async fn random_pk_lake_histories_match_the_model() {
             18 => Some(Failpoint::AfterRound),
             28 => Some(Failpoint::BeforeCompaction),
             38 => Some(Failpoint::AfterCompaction),
+            44 => Some(Failpoint::AfterExpiry),
             _ => None,
         };
         let client = server.client.clone();
@@ -595,20 +689,29 @@ async fn random_pk_lake_histories_match_the_model() {
                 let keys = random_deletes(&mut rng, &model);
                 delete(&client, &table, &mut model, &keys).await;
             }
-            54..70 => tier(&client, &table, &mut model, step).await,
-            70..77 => compact(&client, &table, &mut model, step).await,
-            77..84 => server.restart().await,
+            54..68 => tier(&client, &table, &mut model, step).await,
+            68..74 => compact(&client, &table, &mut model, step).await,
+            74..78 => expire(&client, &table, &mut model, step).await,
+            78..80 => rewrite_manifests(&client, &table, &mut model).await,
+            80..82 => {
+                let grace = Some(Duration::ZERO);
+                let reply = client.remove_orphan_files(&table.path, grace).await;
+                let removed = reply.expect("remove orphan files").removed;
+                eprintln!("step {step}: removed {} orphan files", removed.len());
+            }
+            82..88 => server.restart().await,
             _ => {
                 let failpoint =
                     forced.unwrap_or_else(|| *Failpoint::ALL.choose(&mut rng).expect("failpoints"));
                 if forced.is_some() {
-                    // Make sure the crash happens: something to tier, or to compact.
-                    match failpoint.in_round() {
-                        true => {
+                    // Make sure the crash happens: something to tier, to compact or to
+                    // expire.
+                    match failpoint.call() {
+                        Call::Round => {
                             let rows = random_upserts(&mut rng, &model);
                             upsert(&client, &table, &mut model, &rows).await;
                         }
-                        false => {
+                        Call::Compaction | Call::Expiry => {
                             make_compaction_work(&client, &table, &mut model, &mut rng, step).await;
                         }
                     }
@@ -618,7 +721,8 @@ async fn random_pk_lake_histories_match_the_model() {
                 eprintln!("step {step}: {} crashed: {crashed}", failpoint.name());
                 // The call recorded a snapshot left unrecorded before it failed.
                 model.reconciled();
-                if forced.is_some() || failpoint.in_round() {
+                let in_round = failpoint.call() == Call::Round;
+                if forced.is_some() || in_round {
                     let expected = forced.is_some() || dirty;
                     assert_eq!(
                         crashed,
@@ -630,16 +734,26 @@ async fn random_pk_lake_histories_match_the_model() {
                 if crashed {
                     model.recorded = None;
                     model.compacted = false;
-                    match (failpoint.in_round(), failpoint.after_commit()) {
-                        (true, true) => {
+                    match (failpoint.call(), failpoint.after_commit()) {
+                        (Call::Round, true) => {
                             model.unrecorded = Some(model.now.clone());
                             model.touched.clear();
                             model.dirty = false;
                         }
-                        (false, true) => model.unrecorded = Some(model.lake.clone()),
+                        (_, true) => model.unrecorded = Some(model.lake.clone()),
                         (_, false) => {}
                     }
-                } else if !failpoint.in_round() {
+                    if failpoint.call() == Call::Expiry {
+                        // The lake dropped the snapshots; the next expiry forgets their
+                        // records, and the files left are orphans.
+                        let client = server.client.clone();
+                        expire(&client, &table, &mut model, step).await;
+                        let grace = Some(Duration::ZERO);
+                        let reply = client.remove_orphan_files(&table.path, grace).await;
+                        let removed = reply.expect("remove orphan files").removed;
+                        assert!(!removed.is_empty(), "step {step}: the crash left orphans");
+                    }
+                } else if failpoint.call() == Call::Compaction {
                     model.compacted = true;
                 }
             }

@@ -133,10 +133,12 @@ fn pyiceberg_rows(node: &TestNode, name: &str) -> (i64, Vec<String>) {
 async fn pyiceberg_reads_a_primary_key_lake_as_of_the_last_round() {
     let node = TestNode::start().await;
     let client = &node.client;
-    let table = client
-        .create_table(&pk_lake_table("pypk", 3), false)
-        .await
-        .expect("create");
+    // Snapshots are kept 1 ms, so an expiry leaves the current one only.
+    let mut table = pk_lake_table("pypk", 3);
+    table
+        .lake_properties
+        .insert("history.expire.max-snapshot-age-ms".into(), "1".into());
+    let table = client.create_table(&table, false).await.expect("create");
     let key = |id: i64| -> Key {
         let dt = ["2024-01-01", "2024-01-02"][id as usize % 2];
         (dt.to_string(), id, (id / 2 % 2) as i32)
@@ -220,6 +222,20 @@ async fn pyiceberg_reads_a_primary_key_lake_as_of_the_last_round() {
     let (snapshot, rows) = pyiceberg_rows(&node, "pypk");
     assert_eq!(snapshot, compacted_id, "{compacted:?}");
     assert_eq!(rows, expected, "the compaction changes no row");
+
+    // Lake upkeep: merged manifests, then every snapshot but that one expired and the
+    // files only they read deleted. pyiceberg reads the same rows.
+    let rewritten = client
+        .rewrite_manifests(&table.path)
+        .await
+        .expect("rewrite");
+    let rewritten_id = rewritten.snapshot_id.expect("a rewrite snapshot");
+    let expired = client.expire_snapshots(&table.path).await.expect("expire");
+    assert_eq!(expired.expired_snapshots.len(), 3, "{expired:?}");
+    assert!(expired.data_files_deleted > 0, "{expired:?}");
+    let (snapshot, rows) = pyiceberg_rows(&node, "pypk");
+    assert_eq!(snapshot, rewritten_id, "{rewritten:?}");
+    assert_eq!(rows, expected, "upkeep changes no row");
 
     // The union read, unlike the lake, has the later changes too.
     let mut union = Vec::new();

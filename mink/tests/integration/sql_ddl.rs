@@ -36,7 +36,7 @@ async fn a_table_lives_and_dies_through_sql() {
         "CREATE TABLE shop.orders (day VARCHAR NOT NULL, id BIGINT NOT NULL, item VARCHAR, \
          qty INT, PRIMARY KEY (day, id)) PARTITIONED BY (day) \
          WITH ('bucket.num' = '3', 'bucket.key' = 'id', 'lake.enabled' = 'true', \
-         'lake.freshness' = '1h')",
+         'lake.freshness' = '1h', 'history.expire.max-snapshot-age-ms' = '1')",
     )
     .await;
     let table = node
@@ -113,6 +113,51 @@ async fn a_table_lives_and_dies_through_sql() {
         vec![6],
         "3 buckets in each of 2 partitions"
     );
+
+    // Lake upkeep: a manifest rewrite, then an expiry of everything but the current
+    // snapshot (the table keeps snapshots for 1 ms), as the system tables show them.
+    let lake_table = "SELECT snapshots, manifests, data_files FROM system.lake_tables \
+                      WHERE table_name = 'shop.orders'";
+    let before = query(&session, lake_table).await;
+    assert_eq!(column_u64(&before, "snapshots"), 3);
+    let rewritten = query(&session, "CALL system.rewrite_manifests('shop.orders')").await;
+    assert_eq!(int64s(&rewritten, 0).len(), 1, "a snapshot");
+    let (merged, added) = (
+        column_u64(&rewritten, "rewritten_manifests_count"),
+        column_u64(&rewritten, "added_manifests_count"),
+    );
+    assert!(
+        merged >= 2 * added,
+        "{merged} manifests merged into {added}"
+    );
+    // Replaced 1 ms ago at least: the expiry's read grace is the table's maximum age.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let expired = query(&session, "CALL system.expire_snapshots('shop.orders')").await;
+    assert_eq!(column_u64(&expired, "expired_snapshots_count"), 3);
+    assert!(
+        column_u64(&expired, "deleted_data_files_count") > 0,
+        "the compacted files"
+    );
+    let after = query(&session, lake_table).await;
+    assert_eq!(column_u64(&after, "snapshots"), 1);
+    assert_eq!(column_u64(&after, "manifests"), 1);
+    assert_eq!(
+        column_u64(&after, "data_files"),
+        column_u64(&before, "data_files")
+    );
+    let snapshots = query(
+        &session,
+        "SELECT count(DISTINCT snapshot_id) AS n FROM system.lake_snapshots \
+         WHERE table_name = 'shop.orders'",
+    )
+    .await;
+    assert_eq!(
+        int64s(&snapshots, 0),
+        vec![1],
+        "expired snapshots are forgotten"
+    );
+    let orphans = query(&session, "CALL system.remove_orphan_files('shop.orders')").await;
+    assert_eq!(count(&orphans), 0, "nothing older than three days");
 
     query(&session, "ALTER TABLE shop.orders ADD COLUMN note VARCHAR").await;
     query(

@@ -1,0 +1,335 @@
+//! Lake upkeep on a real lake table: merged manifests, expiry and orphan removal.
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use iceberg::Catalog;
+use iceberg::spec::{
+    DataContentType, DataFile, DataFileBuilder, DataFileFormat, Literal, Operation, Struct,
+};
+use iceberg::table::Table;
+
+use super::*;
+use crate::catalog::Lake;
+use crate::catalog::fixture::lake_table_with;
+use crate::commit::{DEFAULT_MIN_COUNT_TO_MERGE, SnapshotChanges, commit_snapshot};
+use crate::delta::plan_delta;
+
+/// A lake table and the snapshots committed to it.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    lake: Lake,
+    table: Table,
+    snapshots: Vec<i64>,
+}
+
+impl Fixture {
+    async fn new(properties: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, _, table) = lake_table_with(dir.path(), properties).await;
+        Self {
+            _dir: dir,
+            lake,
+            table,
+            snapshots: Vec::new(),
+        }
+    }
+
+    /// The location of data file `name` of bucket 0.
+    fn path(&self, name: &str) -> String {
+        format!(
+            "{}/data/bucket=0/{name}.parquet",
+            self.table.metadata().location()
+        )
+    }
+
+    /// Writes the data files `added` (a byte each), then commits them with `removed`
+    /// removed; returns the snapshot.
+    async fn commit(&mut self, added: &[&str], removed: &[&str], rewrite_manifests: bool) -> i64 {
+        let mut files = Vec::new();
+        for name in added {
+            let path = self.path(name);
+            let output = self.table.file_io().new_output(&path).unwrap();
+            output.write(Bytes::from_static(b"x")).await.unwrap();
+            files.push(data_file(&path));
+        }
+        let operation = match removed.is_empty() && !rewrite_manifests {
+            true => Operation::Append,
+            false => Operation::Replace,
+        };
+        let changes = SnapshotChanges {
+            added_data_files: files,
+            removed_files: removed.iter().map(|name| self.path(name)).collect(),
+            rewrite_manifests,
+            ..SnapshotChanges::default()
+        };
+        let parent = self.table.metadata().current_snapshot_id();
+        self.table = commit_snapshot(&self.lake, &self.table, parent, operation, changes)
+            .await
+            .unwrap();
+        let id = self.table.metadata().current_snapshot_id().unwrap();
+        self.snapshots.push(id);
+        id
+    }
+
+    /// The table as the catalog has it now.
+    async fn reload(&mut self) {
+        self.table = self
+            .lake
+            .catalog()
+            .load_table(self.table.identifier())
+            .await
+            .unwrap();
+    }
+
+    async fn stats(&self) -> LakeTableStats {
+        LakeTableStats::of(&self.table).await.unwrap()
+    }
+
+    /// The data files live in the current snapshot, by name.
+    async fn live(&self) -> BTreeSet<String> {
+        let snapshot = self.table.metadata().current_snapshot().unwrap();
+        let list = self
+            .table
+            .manifest_list_reader(snapshot)
+            .load()
+            .await
+            .unwrap();
+        let mut live = BTreeSet::new();
+        for manifest in list.entries() {
+            let manifest = manifest.load_manifest(self.table.file_io()).await.unwrap();
+            for entry in manifest.entries().iter().filter(|e| e.is_alive()) {
+                let name = entry.file_path().rsplit('/').next().unwrap();
+                live.insert(name.trim_end_matches(".parquet").to_string());
+            }
+        }
+        live
+    }
+
+    async fn exists(&self, name: &str) -> bool {
+        self.table.file_io().exists(self.path(name)).await.unwrap()
+    }
+}
+
+fn data_file(path: &str) -> DataFile {
+    DataFileBuilder::default()
+        .content(DataContentType::Data)
+        .file_path(path.to_string())
+        .file_format(DataFileFormat::Parquet)
+        .partition(Struct::from_iter([Some(Literal::int(0))]))
+        .record_count(1)
+        .file_size_in_bytes(1)
+        .build()
+        .unwrap()
+}
+
+fn names(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+#[tokio::test]
+async fn commits_merge_manifests_and_each_snapshot_keeps_its_own_additions() {
+    let mut f = Fixture::new(&[]).await;
+    let mut most = 0;
+    let mut added = Vec::new();
+    for i in 0..3 * DEFAULT_MIN_COUNT_TO_MERGE {
+        added.push(format!("f{i}"));
+        f.commit(&[added.last().unwrap()], &[], false).await;
+        most = most.max(f.stats().await.manifests);
+    }
+    assert!(
+        most <= DEFAULT_MIN_COUNT_TO_MERGE as u64,
+        "{most} manifests at most"
+    );
+    let stats = f.stats().await;
+    assert_eq!(stats.data_files, added.len() as u64);
+    assert_eq!(f.live().await, added.iter().cloned().collect());
+    // Every snapshot's incremental read still finds exactly the file it added.
+    for (i, pair) in f.snapshots.windows(2).enumerate() {
+        let delta = plan_delta(&f.table, pair[0], pair[1]).await.unwrap();
+        let paths: Vec<&str> = delta.snapshots[0]
+            .added_files
+            .iter()
+            .map(|a| a.path.as_str())
+            .collect();
+        assert_eq!(paths, [f.path(&added[i + 1])]);
+    }
+}
+
+#[tokio::test]
+async fn rewriting_manifests_merges_them_all_into_one_snapshot_of_the_same_files() {
+    let mut f = Fixture::new(&[("commit.manifest-merge.enabled", "false")]).await;
+    for name in ["a", "b", "c", "d", "e"] {
+        f.commit(&[name], &[], false).await;
+    }
+    assert_eq!(f.stats().await.manifests, 5, "merging is off");
+    f.commit(&[], &[], true).await;
+    let stats = f.stats().await;
+    assert_eq!((stats.manifests, stats.data_files), (1, 5));
+    assert_eq!(f.live().await, names(&["a", "b", "c", "d", "e"]));
+    let summary = f.table.metadata().current_snapshot().unwrap().summary();
+    assert_eq!(summary.operation, Operation::Replace);
+    let properties = &summary.additional_properties;
+    assert_eq!(properties["manifests-replaced"], "5");
+    assert_eq!(properties["manifests-created"], "1");
+    assert_eq!(properties["total-data-files"], "5");
+}
+
+#[tokio::test]
+async fn expiry_chooses_by_age_replacement_count_and_what_is_kept() {
+    let mut f = Fixture::new(&[]).await;
+    for name in ["a", "b"] {
+        f.commit(&[name], &[], false).await;
+    }
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    f.commit(&["c"], &[], false).await;
+    let [s1, s2, s3] = f.snapshots[..] else {
+        unreachable!()
+    };
+    let metadata = f.table.metadata();
+    let at = |id: i64| metadata.snapshot_by_id(id).unwrap().timestamp_ms();
+    let retention = |age_ms, keep| Retention {
+        max_snapshot_age: Duration::from_millis(age_ms),
+        min_snapshots_to_keep: keep,
+        gc_enabled: true,
+    };
+    let none = HashSet::new();
+    let later = at(s3) + 3_600_000;
+    assert_eq!(
+        expirable_snapshots(metadata, &retention(1000, 1), later, &none),
+        [s1, s2]
+    );
+    assert_eq!(
+        expirable_snapshots(metadata, &retention(1000, 2), later, &none),
+        [s1]
+    );
+    assert_eq!(
+        expirable_snapshots(metadata, &retention(1000, 1), later, &HashSet::from([s1])),
+        [s2]
+    );
+    assert!(expirable_snapshots(metadata, &retention(3_600_000 * 2, 1), later, &none).is_empty());
+    // s2 is old enough, but was replaced (by s3) within the read grace (the maximum age).
+    let now = at(s3) + 10;
+    assert_eq!(
+        expirable_snapshots(metadata, &retention(40, 1), now, &none),
+        [s1]
+    );
+}
+
+#[tokio::test]
+async fn expiring_deletes_the_files_only_the_expired_snapshots_read() {
+    let mut f = Fixture::new(&[]).await;
+    let s1 = f.commit(&["a"], &[], false).await;
+    let s2 = f.commit(&["b"], &[], false).await;
+    let s3 = f.commit(&["c"], &["a"], false).await;
+    let err = expire_snapshots(&f.lake, &f.table, &[s3])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("current snapshot"), "{err}");
+
+    let expiry = expire_snapshots(&f.lake, &f.table, &[s1, s2])
+        .await
+        .unwrap();
+    let report = expiry.delete_unreferenced(&f.lake).await;
+    assert_eq!(report.expired, [s1, s2]);
+    assert_eq!(report.data_files_deleted, 1, "{report:?}");
+    assert_eq!(report.manifest_lists_deleted, 2, "{report:?}");
+    assert!(
+        !f.exists("a").await,
+        "a was read by the expired snapshots only"
+    );
+    assert!(f.exists("b").await && f.exists("c").await);
+
+    f.reload().await;
+    let ids: Vec<i64> = f
+        .table
+        .metadata()
+        .snapshots()
+        .map(|s| s.snapshot_id())
+        .collect();
+    assert_eq!(ids, [s3]);
+    assert_eq!(f.live().await, names(&["b", "c"]));
+    let err = plan_delta(&f.table, s1, s3).await.unwrap_err();
+    assert!(
+        matches!(err, crate::LakeError::SnapshotNotFound { .. }),
+        "{err}"
+    );
+    // The expired snapshots' manifest lists are gone, the kept one's is there.
+    let snapshot = f.table.metadata().current_snapshot().unwrap();
+    assert!(
+        f.table
+            .file_io()
+            .exists(snapshot.manifest_list())
+            .await
+            .unwrap()
+    );
+}
+
+#[tokio::test]
+async fn an_expiry_planned_on_an_older_metadata_is_a_conflict() {
+    let mut f = Fixture::new(&[]).await;
+    let s1 = f.commit(&["a"], &[], false).await;
+    f.commit(&["b"], &[], false).await;
+    let stale = f.table.clone();
+    f.commit(&["c"], &[], false).await;
+    let err = expire_snapshots(&f.lake, &stale, &[s1]).await.unwrap_err();
+    assert!(
+        matches!(err, crate::LakeError::CommitConflict { .. }),
+        "{err}"
+    );
+    f.reload().await;
+    assert_eq!(f.table.metadata().snapshots().len(), 3, "nothing expired");
+    assert!(f.exists("a").await);
+}
+
+#[tokio::test]
+async fn no_file_goes_while_gc_is_disabled() {
+    let mut f = Fixture::new(&[("gc.enabled", "false")]).await;
+    let s1 = f.commit(&["a"], &[], false).await;
+    f.commit(&["b"], &["a"], false).await;
+    let err = expire_snapshots(&f.lake, &f.table, &[s1])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("gc.enabled"), "{err}");
+    let err = remove_orphan_files(&f.lake, &f.table, i64::MAX)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("gc.enabled"), "{err}");
+}
+
+#[tokio::test]
+async fn orphans_older_than_the_grace_go_and_referenced_files_stay() {
+    let mut f = Fixture::new(&[]).await;
+    f.commit(&["a"], &[], false).await;
+    f.commit(&["b"], &["a"], false).await;
+    let two_days_ago = SystemTime::now() - Duration::from_secs(2 * 86_400);
+    for name in ["old-stray", "new-stray"] {
+        let path = f.path(name);
+        std::fs::write(&path, b"x").unwrap();
+        if name == "old-stray" {
+            let file = std::fs::File::options().write(true).open(&path).unwrap();
+            file.set_modified(two_days_ago).unwrap();
+        }
+    }
+    let one_day_ago = SystemTime::now() - Duration::from_secs(86_400);
+    let cutoff = one_day_ago
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let report = remove_orphan_files(&f.lake, &f.table, cutoff)
+        .await
+        .unwrap();
+    assert_eq!(report.removed, [f.path("old-stray")]);
+    assert_eq!(report.bytes, 1);
+    assert!(!f.exists("old-stray").await);
+    assert!(f.exists("new-stray").await, "younger than the grace");
+    // Every file a snapshot reads stays, a's too (the first snapshot reads it).
+    let report = remove_orphan_files(&f.lake, &f.table, i64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(report.removed, [f.path("new-stray")]);
+    assert!(f.exists("a").await && f.exists("b").await);
+    f.reload().await;
+    assert_eq!(f.live().await, names(&["b"]));
+}
