@@ -398,6 +398,9 @@ impl Lake {
 #[cfg(test)]
 pub(crate) mod fixture {
     use arrow::datatypes::{DataType, Field, Schema};
+    use iceberg::spec::{
+        DataContentType, DataFile, DataFileBuilder, DataFileFormat, Literal, Struct,
+    };
     use mink_core::options::TableOptions;
     use mink_core::table::{TableDescriptor, TablePath};
 
@@ -437,5 +440,18 @@ pub(crate) mod fixture {
         .unwrap();
         let table = lake.create_table(&descriptor).await.unwrap();
         (lake, descriptor, table)
+    }
+
+    /// A one-row file of `content` at `path` in bucket 0, for commits that never read it.
+    pub(crate) fn one_row_file(content: DataContentType, path: &str) -> DataFile {
+        DataFileBuilder::default()
+            .content(content)
+            .file_path(path.to_string())
+            .file_format(DataFileFormat::Parquet)
+            .partition(Struct::from_iter([Some(Literal::int(0))]))
+            .record_count(1)
+            .file_size_in_bytes(1)
+            .build()
+            .unwrap()
     }
 }

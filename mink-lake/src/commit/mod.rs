@@ -429,11 +429,11 @@ mod tests {
     use std::collections::BTreeSet;
     use std::path::{Path, PathBuf};
 
-    use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Literal, Struct};
+    use iceberg::spec::DataContentType;
     use mink_core::table::TableDescriptor;
 
     use super::*;
-    use crate::catalog::fixture::lake_table;
+    use crate::catalog::fixture::{lake_table, one_row_file};
 
     fn listing(dir: &Path) -> BTreeSet<String> {
         std::fs::read_dir(dir)
@@ -510,18 +510,6 @@ mod tests {
         assert_eq!(summary.additional_properties["total-records"], "0");
     }
 
-    fn file(content: DataContentType, path: &str) -> DataFile {
-        DataFileBuilder::default()
-            .content(content)
-            .file_path(path.to_string())
-            .file_format(DataFileFormat::Parquet)
-            .partition(Struct::from_iter([Some(Literal::int(0))]))
-            .record_count(1)
-            .file_size_in_bytes(1)
-            .build()
-            .unwrap()
-    }
-
     #[tokio::test]
     async fn a_file_outside_the_table_is_refused_and_nothing_is_committed() {
         let f = OneSnapshot::new().await;
@@ -536,11 +524,11 @@ mod tests {
         ] {
             let changes = SnapshotChanges {
                 added_data_files: data
-                    .map(|p| file(DataContentType::Data, p))
+                    .map(|p| one_row_file(DataContentType::Data, p))
                     .into_iter()
                     .collect(),
                 added_delete_files: delete
-                    .map(|p| file(DataContentType::PositionDeletes, p))
+                    .map(|p| one_row_file(DataContentType::PositionDeletes, p))
                     .into_iter()
                     .collect(),
                 ..SnapshotChanges::default()

@@ -5,14 +5,12 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use iceberg::Catalog;
-use iceberg::spec::{
-    DataContentType, DataFile, DataFileBuilder, DataFileFormat, Literal, Operation, Struct,
-};
+use iceberg::spec::{DataContentType, Operation};
 use iceberg::table::Table;
 
 use super::*;
 use crate::catalog::Lake;
-use crate::catalog::fixture::lake_table_with;
+use crate::catalog::fixture::{lake_table_with, one_row_file};
 use crate::commit::{DEFAULT_MIN_COUNT_TO_MERGE, SnapshotChanges, commit_snapshot};
 use crate::delta::plan_delta;
 
@@ -52,7 +50,7 @@ impl Fixture {
             let path = self.path(name);
             let output = self.table.file_io().new_output(&path).unwrap();
             output.write(Bytes::from_static(b"x")).await.unwrap();
-            files.push(data_file(&path));
+            files.push(one_row_file(DataContentType::Data, &path));
         }
         let operation = match removed.is_empty() && !rewrite_manifests {
             true => Operation::Append,
@@ -110,18 +108,6 @@ impl Fixture {
     async fn exists(&self, name: &str) -> bool {
         self.table.file_io().exists(self.path(name)).await.unwrap()
     }
-}
-
-fn data_file(path: &str) -> DataFile {
-    DataFileBuilder::default()
-        .content(DataContentType::Data)
-        .file_path(path.to_string())
-        .file_format(DataFileFormat::Parquet)
-        .partition(Struct::from_iter([Some(Literal::int(0))]))
-        .record_count(1)
-        .file_size_in_bytes(1)
-        .build()
-        .unwrap()
 }
 
 fn names(names: &[&str]) -> BTreeSet<String> {

@@ -41,6 +41,8 @@ use super::{commit_and_record, current_index, open_lake_table, reconcile, record
 use crate::error::{NodeError, Result};
 use crate::node::{Failpoint, Node};
 
+/// Where a test crashes a `replace` commit (compaction's, and rewriting manifests'):
+/// before it, and after it but before mink records it.
 /// What a compaction did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CompactReport {
@@ -140,20 +142,7 @@ async fn compact(node: &Node, path: &TablePath, selection: Selection) -> Result<
     }
     report.files_removed = changes.removed_files.len() as u64;
     report.files_written = changes.added_data_files.len() as u64;
-    let offsets = recorded_offsets(node, &table)?;
-    let snapshot_id = commit_and_record(
-        node,
-        &table,
-        &lake_table,
-        Operation::Replace,
-        changes,
-        &offsets,
-        [
-            Failpoint::AbortBeforeCompactionCommit,
-            Failpoint::AbortAfterCompactionCommit,
-        ],
-    )
-    .await?;
+    let snapshot_id = commit_replace(node, &table, &lake_table, changes).await?;
     if let Some(mut index) = index {
         index.snapshot_id = Some(snapshot_id);
         indexes.insert(table.table_id, index);
@@ -162,6 +151,30 @@ async fn compact(node: &Node, path: &TablePath, selection: Selection) -> Result<
         files_removed = report.files_removed, "compacted");
     report.snapshot_id = Some(snapshot_id);
     Ok(report)
+}
+
+/// Commits `changes` as a `replace` snapshot (the same rows, other files), keeping the
+/// recorded tiering offsets, with the compaction's crash points.
+pub(super) async fn commit_replace(
+    node: &Node,
+    table: &TableDescriptor,
+    lake_table: &LakeTable,
+    changes: SnapshotChanges,
+) -> Result<i64> {
+    let offsets = recorded_offsets(node, table)?;
+    commit_and_record(
+        node,
+        table,
+        lake_table,
+        Operation::Replace,
+        changes,
+        &offsets,
+        [
+            Failpoint::AbortBeforeCompactionCommit,
+            Failpoint::AbortAfterCompactionCommit,
+        ],
+    )
+    .await
 }
 
 /// Whether a bucket with the files of `split` is compacted. `due` is the buckets the lake

@@ -19,7 +19,6 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use mink_core::table::TablePath;
-use mink_lake::Operation;
 use mink_lake::commit::SnapshotChanges;
 use mink_lake::upkeep::{
     DEFAULT_ORPHAN_GRACE, ExpireReport, LakeTableStats, OrphanReport, Retention,
@@ -27,7 +26,8 @@ use mink_lake::upkeep::{
 };
 use tracing::{info, warn};
 
-use super::{commit_and_record, crash_at, open_lake_table, reconcile, recorded_offsets};
+use super::compaction::commit_replace;
+use super::{crash_at, open_lake_table, reconcile};
 use crate::error::Result;
 use crate::log::now_ms;
 use crate::node::{Failpoint, Node};
@@ -116,21 +116,7 @@ pub async fn rewrite_table_manifests(
         rewrite_manifests: true,
         ..SnapshotChanges::default()
     };
-    let offsets = recorded_offsets(node, &table)?;
-    let crash_points = [
-        Failpoint::AbortBeforeCompactionCommit,
-        Failpoint::AbortAfterCompactionCommit,
-    ];
-    let committed = commit_and_record(
-        node,
-        &table,
-        &lake_table,
-        Operation::Replace,
-        changes,
-        &offsets,
-        crash_points,
-    )
-    .await?;
+    let committed = commit_replace(node, &table, &lake_table, changes).await?;
     // The same files at the same rows: a lake index of the parent describes it too.
     if let Some(index) = indexes.get_mut(&table.table_id)
         && index.snapshot_id == Some(parent)
