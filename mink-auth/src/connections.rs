@@ -49,7 +49,8 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt, future};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError, watch};
+use tokio::task::JoinHandle;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tracing::warn;
 
@@ -99,6 +100,13 @@ where
 pub struct LimitedConnection {
     stream: TcpStream,
     _permit: OwnedSemaphorePermit,
+}
+
+impl LimitedConnection {
+    /// The address of the connection's other end.
+    pub fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.stream.peer_addr()
+    }
 }
 
 impl Connected for LimitedConnection {
@@ -176,6 +184,45 @@ impl Refusals {
         );
         self.unreported = 0;
         self.last_warned = Some(now);
+    }
+}
+
+/// A port's running accept loop, stopped by [`ListenerHandle::shutdown`] or by dropping
+/// the handle.
+#[derive(Debug)]
+pub struct ListenerHandle {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl ListenerHandle {
+    /// Spawns `serve`, which is handed a receiver that turns `true` when the port is to
+    /// stop (it then returns soon after).
+    pub fn spawn<F>(addr: SocketAddr, serve: impl FnOnce(watch::Receiver<bool>) -> F) -> Self
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(serve(stopped));
+        Self { addr, stop, task }
+    }
+
+    /// The address the port is bound to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting connections and waits for the accept loop to end.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = (&mut { self }.task).await;
+    }
+}
+
+impl Drop for ListenerHandle {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
     }
 }
 

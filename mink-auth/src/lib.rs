@@ -33,7 +33,9 @@ mod tls;
 use std::net::SocketAddr;
 
 pub use client::{AUTHORIZATION, basic_header, bearer_header, login};
-pub use connections::{DEFAULT_MAX_CONNECTIONS, LimitedConnection, limit_connections};
+pub use connections::{
+    DEFAULT_MAX_CONNECTIONS, LimitedConnection, ListenerHandle, limit_connections,
+};
 pub use server::{Auth, HandshakeStream, TOKEN_LIFETIME, attach_token};
 pub use tls::{TlsIdentity, client_tls, server_tls, stream_tls};
 

@@ -117,6 +117,21 @@ impl Auth {
         Ok(response)
     }
 
+    /// Exchanges credentials for a token, as a client-credentials grant (the Iceberg REST
+    /// catalog's `/v1/oauth/tokens`) does: `None` for wrong credentials. With no
+    /// credentials configured any are accepted.
+    pub fn issue_token(&self, given: &Credentials) -> Option<String> {
+        match &self.credentials {
+            Some(credentials) if !credentials.accepts(given) => None,
+            _ => Some(self.issue()),
+        }
+    }
+
+    /// Whether a bearer token is live (every token is, when auth is off).
+    pub fn accepts_token(&self, token: &str) -> bool {
+        !self.is_enabled() || self.is_live(token)
+    }
+
     fn issue(&self) -> String {
         let bytes: [u8; 32] = rand::random();
         let token = bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
@@ -185,6 +200,16 @@ mod tests {
 
     fn basic(user: &str, password: &str) -> String {
         format!("Basic {}", BASE64.encode(format!("{user}:{password}")))
+    }
+
+    #[test]
+    fn client_credentials_are_exchanged_for_a_token_only_when_right() {
+        let auth = Auth::new(Some(Credentials::new("ann", "pw")));
+        assert_eq!(auth.issue_token(&Credentials::new("ann", "no")), None);
+        let token = auth.issue_token(&Credentials::new("ann", "pw")).unwrap();
+        assert!(auth.accepts_token(&token));
+        assert!(!auth.accepts_token("made-up"));
+        assert!(Auth::new(None).accepts_token("anything"));
     }
 
     #[test]

@@ -9,7 +9,6 @@ use mink_node::Node;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::TcpListenerStream;
 use tracing::{debug, info, warn};
@@ -60,16 +59,14 @@ pub enum ServeError {
 /// A running Kafka listener; dropping it stops accepting connections.
 #[derive(Debug)]
 pub struct KafkaHandle {
-    addr: SocketAddr,
+    listener: mink_auth::ListenerHandle,
     advertised: String,
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
 }
 
 impl KafkaHandle {
     /// The address the listener is bound to.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.listener.addr()
     }
 
     /// The address clients are told to connect to.
@@ -79,14 +76,7 @@ impl KafkaHandle {
 
     /// Stops accepting connections and closes the open ones.
     pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let _ = (&mut { self }.task).await;
-    }
-}
-
-impl Drop for KafkaHandle {
-    fn drop(&mut self) {
-        let _ = self.stop.send(true);
+        self.listener.shutdown().await;
     }
 }
 
@@ -125,18 +115,16 @@ pub fn serve(
     } else {
         warn!(%addr, %advertised, tls = tls.is_some(), "mink serving Kafka without authentication (loopback only)");
     }
-    let (stop, stopped) = watch::channel(false);
     let connections = mink_auth::limit_connections(
         "Kafka",
         TcpListenerStream::new(listener),
         options.max_connections,
     );
-    let task = tokio::spawn(accept(connections, broker, tls, stopped));
+    let listener =
+        mink_auth::ListenerHandle::spawn(addr, |stopped| accept(connections, broker, tls, stopped));
     Ok(KafkaHandle {
-        addr,
+        listener,
         advertised,
-        stop,
-        task,
     })
 }
 

@@ -73,6 +73,10 @@ pub enum LakeError {
         message: String,
     },
     /// A lake table's content does not fit what mink expects of it.
+    /// A change another engine asked for that mink does not take (see
+    /// [`crate::commit::commit_foreign`]).
+    #[error("lake table {table}: refused: {message}")]
+    Refused { table: String, message: String },
     #[error("lake table {table}: {message}")]
     Layout {
         /// The table.

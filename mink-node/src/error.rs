@@ -181,6 +181,7 @@ fn lake_code(error: &mink_lake::LakeError) -> Code {
     match error {
         LakeError::SnapshotNotFound { .. } => Code::NotFound,
         LakeError::Core(_) | LakeError::NotAncestor { .. } => Code::InvalidArgument,
+        LakeError::Refused { .. } => Code::PermissionDenied,
         LakeError::Config(_) | LakeError::Layout { .. } | LakeError::FullReloadNeeded { .. } => {
             Code::FailedPrecondition
         }

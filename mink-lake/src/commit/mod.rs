@@ -44,11 +44,13 @@
 //!   of one attempt, which remembers every file it writes so a failed attempt can delete
 //!   them again (steps 3 and 4);
 //! - `validate`: checking the added files against the table before anything is written;
+//! - `foreign`: checking and committing other engines' commits ([`commit_foreign`]);
 //! - `manifests`: carrying the parent's manifests forward and rewriting those that hold
 //!   removed files (step 2), and the writer of every new manifest;
 //! - `merge`: merging manifests so that planning reads few (step 3);
 //! - `summary`: the snapshot summary's counts and totals (pure).
 
+mod foreign;
 mod manifests;
 mod merge;
 mod summary;
@@ -68,6 +70,7 @@ use iceberg::{Catalog, MetadataLocation, Runtime};
 use tracing::debug;
 use uuid::Uuid;
 
+pub use self::foreign::commit_foreign;
 pub use self::merge::DEFAULT_MIN_COUNT_TO_MERGE;
 use self::merge::MergePolicy;
 use self::summary::{Metrics, summarize};

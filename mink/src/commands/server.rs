@@ -3,7 +3,8 @@
 //!
 //! The first line on stdout is `mink node listening on HOST:PORT`, the second `mink
 //! Flight SQL listening on HOST:PORT` (and, with `--kafka-listen`, the third `mink
-//! Kafka listening on HOST:PORT`), so scripts and tests that pass `--listen
+//! Kafka listening on HOST:PORT`; with `--iceberg-rest-listen`, then `mink Iceberg REST
+//! listening on HOST:PORT`), so scripts and tests that pass `--listen
 //! 127.0.0.1:0 --sql-listen 127.0.0.1:0` learn the ports. Flight SQL clients log in with
 //! `--sql-user` and MINK_SQL_PASSWORD when they are set; without them the endpoint
 //! accepts every call and must listen on a loopback address (see `mink_flight_sql`).
@@ -80,6 +81,13 @@ pub(crate) struct ServerArgs {
     /// partition's leader); default: the `--kafka-listen` address.
     #[arg(long, value_name = "HOST:PORT", requires = "kafka_listen")]
     kafka_advertised: Option<String>,
+    /// Serve the lake as an Iceberg REST catalog on this address (off by default;
+    /// `docs/iceberg-rest.md`): other engines list, load and append to mink's lake tables
+    /// through it. Without `--sql-user` it must be a loopback address; with it, clients
+    /// exchange that user and password for a token at `/v1/oauth/tokens` (client
+    /// credentials); TLS as the other ports.
+    #[arg(long, value_name = "HOST:PORT")]
+    iceberg_rest_listen: Option<String>,
     /// Create demo tables and keep writing to them.
     #[arg(long)]
     demo: bool,
@@ -166,9 +174,14 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         .as_ref()
         .map(|k| format!("mink Kafka listening on {}\n", k.addr()))
         .unwrap_or_default();
+    let iceberg_rest = serve_iceberg_rest(&args, &node).await?;
+    let iceberg_rest_line = iceberg_rest
+        .as_ref()
+        .map(|r| format!("mink Iceberg REST listening on {}\n", r.addr()))
+        .unwrap_or_default();
     // One write, so a reader that stops after the first line never misses the others.
     print!(
-        "mink node listening on {address}\nmink Flight SQL listening on {}\n{kafka_line}",
+        "mink node listening on {address}\nmink Flight SQL listening on {}\n{kafka_line}{iceberg_rest_line}",
         sql.addr()
     );
     let demo = if args.demo {
@@ -190,6 +203,9 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     }
     if let Some(kafka) = kafka {
         kafka.shutdown().await;
+    }
+    if let Some(iceberg_rest) = iceberg_rest {
+        iceberg_rest.shutdown().await;
     }
     sql.shutdown().await.map_err(flight_sql_error)?;
     handle.shutdown().await?;
@@ -252,6 +268,42 @@ async fn serve_kafka(
         max_connections: args.max_connections,
     };
     mink_kafka::serve(Arc::clone(node), listener, options)
+        .map(Some)
+        .map_err(|e| CliError::Usage(e.to_string()))
+}
+
+/// Serves the lake's Iceberg REST catalog on `--iceberg-rest-listen`, with the login and
+/// TLS of every port. Clients of an S3 warehouse are told its endpoint and region (from
+/// AWS_ENDPOINT_URL and AWS_REGION), never the server's keys: they bring their own.
+async fn serve_iceberg_rest(
+    args: &ServerArgs,
+    node: &Arc<Node>,
+) -> Result<Option<mink_iceberg_rest::IcebergRestHandle>, CliError> {
+    let Some(listen) = &args.iceberg_rest_listen else {
+        return Ok(None);
+    };
+    let (credentials, tls) = login(args)?;
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(CliError::io(format!("cannot listen on {listen}")))?;
+    let mut file_io = std::collections::HashMap::new();
+    if args.lake_warehouse.is_some() {
+        for (variable, property) in [
+            ("AWS_ENDPOINT_URL", "s3.endpoint"),
+            ("AWS_REGION", "s3.region"),
+        ] {
+            if let Ok(value) = std::env::var(variable) {
+                file_io.insert(property.to_string(), value);
+            }
+        }
+    }
+    let options = mink_iceberg_rest::IcebergRestOptions {
+        credentials,
+        tls,
+        max_connections: args.max_connections,
+        file_io,
+    };
+    mink_iceberg_rest::serve(Arc::clone(node), listener, options)
         .map(Some)
         .map_err(|e| CliError::Usage(e.to_string()))
 }

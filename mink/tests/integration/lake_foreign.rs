@@ -20,7 +20,7 @@ use crate::support::TestNode;
 
 /// `(id BIGINT, name STRING, PRIMARY KEY (id))` in two buckets, with a lake tiered on
 /// demand.
-fn table() -> TableDescriptor {
+pub(crate) fn table() -> TableDescriptor {
     let schema = Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("name", DataType::Utf8, true),

@@ -16,6 +16,7 @@ mod hostile_connections;
 mod hostile_node;
 mod hostile_sql;
 mod hostile_writes;
+mod iceberg_rest;
 mod kafka;
 mod lake_foreign;
 mod lake_history;

@@ -12,6 +12,8 @@ pub(crate) struct ServerProcess {
     pub(crate) sql_addr: String,
     /// The address of its Kafka listener, when it serves one.
     pub(crate) kafka_addr: Option<String>,
+    /// The address of its Iceberg REST catalog, when it serves one.
+    pub(crate) iceberg_rest_addr: Option<String>,
 }
 
 impl ServerProcess {
@@ -44,8 +46,7 @@ impl ServerProcess {
             .env_remove("MINK_SQL_USER")
             .env_remove("MINK_SQL_PASSWORD")
             .envs(env.iter().copied());
-        let kafka = args.contains(&"--kafka-listen");
-        Self::spawn(command, kafka)
+        Self::spawn(command, args)
     }
 
     /// The `grpc://` URI of its Flight SQL endpoint.
@@ -95,10 +96,11 @@ impl ServerProcess {
                 "--data-dir",
             ])
             .arg(data_dir);
-        Self::spawn(command, false)
+        Self::spawn(command, &[])
     }
 
-    fn spawn(mut command: Command, kafka: bool) -> Self {
+    /// Spawns `command` and reads the address of each port its `args` ask for.
+    fn spawn(mut command: Command, args: &[&str]) -> Self {
         let mut child = command
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
@@ -115,7 +117,12 @@ impl ServerProcess {
         };
         let addr = address("mink node listening on ");
         let sql_addr = address("mink Flight SQL listening on ");
-        let kafka_addr = kafka.then(|| address("mink Kafka listening on "));
+        let kafka_addr = args
+            .contains(&"--kafka-listen")
+            .then(|| address("mink Kafka listening on "));
+        let iceberg_rest_addr = args
+            .contains(&"--iceberg-rest-listen")
+            .then(|| address("mink Iceberg REST listening on "));
         // Keep draining stdout so the child never blocks on (or dies of) a closed pipe.
         std::thread::spawn(move || for _ in stdout.lines() {});
         Self {
@@ -123,6 +130,7 @@ impl ServerProcess {
             addr,
             sql_addr,
             kafka_addr,
+            iceberg_rest_addr,
         }
     }
 

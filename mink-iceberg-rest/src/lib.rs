@@ -1,0 +1,32 @@
+//! mink's Iceberg REST catalog (`mink server --iceberg-rest-listen HOST:PORT`;
+//! `docs/iceberg-rest.md`): other engines list, load and append to mink's lake tables
+//! through the [Iceberg REST catalog protocol] instead of opening its SQLite catalog.
+//!
+//! ```text
+//!  pyiceberg / DuckDB / Spark ──HTTP──▶ routes ──▶ Lake's catalog (list, load)
+//!                                         │
+//!                                         └──▶ mink_lake::commit::commit_foreign
+//!                                              (requirements, appends to log tables,
+//!                                               the catalog's compare-and-swap)
+//! ```
+//!
+//! - `server`: the listener, bounded like mink's other ports (connection limit, loopback
+//!   only without a login, TLS as the other ports);
+//! - `oauth`: the OAuth2 client-credentials token endpoint (`/v1/oauth/tokens`), mapped
+//!   onto mink's user and password, and the bearer check of every other route;
+//! - `routes`: config, namespaces, tables, commits;
+//! - `error`: the protocol's error model (`{"error": {"message", "type", "code"}}`).
+//!
+//! Namespaces are mink databases, tables the lake tables of mink tables. Tables are
+//! loaded with their metadata and the file IO properties a client needs to read the
+//! warehouse (never the server's own storage keys). mink's own tables are created and
+//! dropped through mink's SQL, not through this catalog.
+//!
+//! [Iceberg REST catalog protocol]: https://iceberg.apache.org/rest-catalog-spec/
+
+mod error;
+mod oauth;
+mod routes;
+mod server;
+
+pub use server::{IcebergRestHandle, IcebergRestOptions, ServeError, serve};

@@ -1,0 +1,218 @@
+//! Commits other engines send to mink's lake (through mink's Iceberg REST catalog), checked
+//! and swapped in with the same compare-and-swap as mink's own.
+//!
+//! mink owns its lake tables: their schema, partitioning and properties change only
+//! through mink's SQL, and a primary-key table's lake holds exactly one live row per key
+//! (a foreign data file would duplicate keys that the union read merges away). What
+//! another engine may do is append to a log table's lake, which tiering already takes in
+//! its stride (it plans each round on the current snapshot and finds its own offsets on
+//! the newest snapshot that carries them). So a foreign commit is accepted when:
+//!
+//! - its requirements hold against the table as it is now (else a conflict);
+//! - its updates are `add-snapshot` of `append` snapshots and `set-snapshot-ref` of
+//!   `main` to one of them, nothing else;
+//! - each added snapshot builds on the current `main` snapshot and keeps every one of its
+//!   manifests, and its manifest list, its manifests and their files lie inside the
+//!   table's location, its new manifests hold data files only;
+//! - the table is a log table.
+//!
+//! The new metadata file is written beside the old one and swapped in as a commit of
+//! mink's own would be; a lost swap deletes it again and is a conflict.
+
+use std::collections::HashSet;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use iceberg::spec::{
+    DataContentType, MAIN_BRANCH, ManifestContentType, Operation, Snapshot, TableMetadata,
+};
+use iceberg::table::Table;
+use iceberg::{Catalog, MetadataLocation, TableIdent, TableRequirement, TableUpdate};
+
+use super::{Swap, swap_in};
+use crate::catalog::Lake;
+use crate::error::{LakeError, Result};
+use crate::layout::check_inside;
+use crate::writer::delete_files;
+
+/// Checks and commits another engine's `requirements` and `updates` to the lake table
+/// `ident`; returns the table as committed.
+///
+/// # Errors
+/// - [`LakeError::CommitConflict`] when a requirement does not hold or another commit
+///   swapped the table's metadata first (nothing was committed);
+/// - [`LakeError::Refused`] for an update mink does not take from other engines (see the
+///   module docs) or a file outside the table's location;
+/// - [`LakeError::Iceberg`] when the table does not exist (`TableNotFound`), its files
+///   cannot be read or the updates do not apply to its metadata; [`LakeError::Catalog`]
+///   when the catalog's database fails.
+pub async fn commit_foreign(
+    lake: &Lake,
+    ident: &TableIdent,
+    requirements: &[TableRequirement],
+    updates: Vec<TableUpdate>,
+) -> Result<Table> {
+    let current = lake.catalog().load_table(ident).await?;
+    let name = ident.to_string();
+    let metadata = current.metadata();
+    for requirement in requirements {
+        requirement
+            .check(Some(metadata))
+            .map_err(|error| LakeError::CommitConflict {
+                table: name.clone(),
+                message: error.message().to_string(),
+            })?;
+    }
+    let refused = |message: String| LakeError::Refused {
+        table: name.clone(),
+        message,
+    };
+    let mut builder = metadata
+        .clone()
+        .into_builder(Some(current.metadata_location_result()?.to_string()));
+    let mut added = HashSet::new();
+    for update in updates {
+        match &update {
+            TableUpdate::AddSnapshot { snapshot } => {
+                check_append(&current, snapshot).await.map_err(refused)?;
+                added.insert(snapshot.snapshot_id());
+            }
+            TableUpdate::SetSnapshotRef {
+                ref_name,
+                reference,
+            } if ref_name == MAIN_BRANCH && added.contains(&reference.snapshot_id) => {}
+            other => {
+                return Err(refused(format!(
+                    "mink owns the schema, partitioning and properties of its lake tables: \
+                     other engines may only append to a log table's lake (add-snapshot of \
+                     an append, then set-snapshot-ref main to it), not {}",
+                    update_name(other)
+                )));
+            }
+        }
+        builder = update.apply(builder)?;
+    }
+    let new_metadata = builder.build()?.metadata;
+    let location = MetadataLocation::from_str(current.metadata_location_result()?)?
+        .with_next_version()
+        .with_new_metadata(&new_metadata);
+    new_metadata.write_to(current.file_io(), &location).await?;
+    let new_location = location.to_string();
+    let committed = Table::builder()
+        .file_io(current.file_io().clone())
+        .identifier(ident.clone())
+        .metadata_location(new_location.clone())
+        .metadata(new_metadata)
+        .runtime(iceberg::Runtime::try_current()?)
+        .build()?;
+    match swap_in(lake, &current, &new_location).await {
+        Swap::Committed => Ok(committed),
+        Swap::Lost(error) => {
+            let _ = delete_files(&current, &[new_location]).await;
+            Err(error)
+        }
+        Swap::Unknown(error) => Err(error),
+    }
+}
+
+/// Checks that `snapshot` appends data files to `table`'s current snapshot, all inside
+/// the table's location; the message says why not.
+async fn check_append(table: &Table, snapshot: &Snapshot) -> Result<(), String> {
+    let metadata = table.metadata();
+    if is_primary_key_table(metadata) {
+        return Err(
+            "a primary-key table's lake takes no data files from other engines: its keys \
+             would duplicate those mink tiers"
+                .to_string(),
+        );
+    }
+    let operation = &snapshot.summary().operation;
+    if *operation != Operation::Append {
+        return Err(format!(
+            "other engines may only append to mink's lake, not commit a {} snapshot",
+            operation.as_str()
+        ));
+    }
+    if snapshot.parent_snapshot_id() != metadata.current_snapshot_id() {
+        return Err(format!(
+            "snapshot {} builds on snapshot {:?}, not on the table's current snapshot {:?}",
+            snapshot.snapshot_id(),
+            snapshot.parent_snapshot_id(),
+            metadata.current_snapshot_id()
+        ));
+    }
+    let location = metadata.location();
+    check_inside(location, snapshot.manifest_list())?;
+    let read =
+        |error: iceberg::Error| format!("reading snapshot {}: {error}", snapshot.snapshot_id());
+    let list = table
+        .manifest_list_reader(&Arc::new(snapshot.clone()))
+        .load()
+        .await
+        .map_err(read)?;
+    let kept: HashSet<&str> = list
+        .entries()
+        .iter()
+        .map(|manifest| manifest.manifest_path.as_str())
+        .collect();
+    let mut carried = HashSet::new();
+    if let Some(parent) = metadata.current_snapshot() {
+        let parent_list = table
+            .manifest_list_reader(parent)
+            .load()
+            .await
+            .map_err(read)?;
+        for manifest in parent_list.entries() {
+            if !kept.contains(manifest.manifest_path.as_str()) {
+                return Err(format!(
+                    "an append keeps every manifest of its parent, and this one drops {}",
+                    manifest.manifest_path
+                ));
+            }
+            carried.insert(manifest.manifest_path.clone());
+        }
+    }
+    for manifest in list.entries() {
+        check_inside(location, &manifest.manifest_path)?;
+        if carried.contains(&manifest.manifest_path) {
+            continue;
+        }
+        if manifest.content != ManifestContentType::Data {
+            return Err(format!(
+                "an append adds data files only, and manifest {} holds deletes",
+                manifest.manifest_path
+            ));
+        }
+        let entries = manifest
+            .load_manifest(table.file_io())
+            .await
+            .map_err(read)?;
+        for entry in entries.entries() {
+            check_inside(location, entry.file_path())?;
+            if entry.content_type() != DataContentType::Data {
+                return Err(format!(
+                    "an append adds data files only, and {} holds deletes",
+                    entry.file_path()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether the lake table is a primary-key table's: its schema has identifier fields.
+fn is_primary_key_table(metadata: &TableMetadata) -> bool {
+    metadata
+        .current_schema()
+        .identifier_field_ids()
+        .next()
+        .is_some()
+}
+
+/// The REST protocol's name of an update (`add-schema`, `set-properties`, ...).
+fn update_name(update: &TableUpdate) -> String {
+    serde_json::to_value(update)
+        .ok()
+        .and_then(|value| value.get("action")?.as_str().map(str::to_string))
+        .unwrap_or_else(|| "this update".to_string())
+}

@@ -1,0 +1,234 @@
+//! Other engines through mink's Iceberg REST catalog (`mink server
+//! --iceberg-rest-listen`): pyiceberg's `RestCatalog` and DuckDB's iceberg extension, logged
+//! in with mink's user and password as OAuth2 client credentials, read every mink table
+//! exactly as of its last tiering round (a primary-key table with its position deletes);
+//! a pyiceberg append to a log table lands in the lake and mink's next round builds on it
+//! without tiering anything twice; a primary-key table refuses it; badly formed requests
+//! get the protocol's errors and the catalog goes on answering.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use mink_client::{ConnectOptions, Credentials, MinkClient};
+use mink_core::options::TableOptions;
+use mink_core::table::TableDescriptor;
+use serde_json::Value;
+
+use crate::process::{ServerProcess, run_mink};
+use crate::python::python;
+use crate::support::{events, events_table};
+
+const USER: &str = "lakeuser";
+const PASSWORD: &str = "lake-s3cret";
+
+fn lake_options() -> TableOptions {
+    TableOptions {
+        lake_enabled: true,
+        lake_freshness: Duration::from_secs(3600),
+        ..TableOptions::default()
+    }
+}
+
+fn pk_rows(table: &TableDescriptor, ids: impl Iterator<Item = i64>, tag: &str) -> RecordBatch {
+    let ids: Vec<i64> = ids.collect();
+    let names = ids.iter().map(|id| format!("{tag}{id}"));
+    RecordBatch::try_new(
+        Arc::clone(table.schema()),
+        vec![
+            Arc::new(Int64Array::from(ids.clone())),
+            Arc::new(StringArray::from_iter_values(names)),
+        ],
+    )
+    .expect("rows")
+}
+
+/// Runs one step of `iceberg_rest.py` against the catalog at `uri`; its JSON answer.
+fn engines(uri: &str, step: &[&str]) -> Value {
+    let output = Command::new(python())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/python/iceberg_rest.py"
+        ))
+        .args([uri, USER, PASSWORD])
+        .args(step)
+        .output()
+        .expect("run python");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{step:?} failed: {stderr}");
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{step:?} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// The ids pyiceberg and DuckDB read from a table (checked to agree).
+fn ids_read(answer: &Value, table: &str) -> Vec<i64> {
+    let read = &answer["tables"][table];
+    let ids = |engine: &str| -> Vec<i64> {
+        serde_json::from_value(read[engine].clone())
+            .unwrap_or_else(|e| panic!("{table} has no {engine} ids ({e}): {answer}"))
+    };
+    let pyiceberg = ids("pyiceberg");
+    assert_eq!(
+        pyiceberg,
+        ids("duckdb"),
+        "pyiceberg and DuckDB disagree on {table}"
+    );
+    pyiceberg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_engines_read_and_append_through_the_rest_catalog() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let login = [("MINK_SQL_USER", USER), ("MINK_SQL_PASSWORD", PASSWORD)];
+    let server = ServerProcess::start_with(
+        dir.path(),
+        &["--iceberg-rest-listen", "127.0.0.1:0"],
+        &login,
+    );
+    let uri = format!(
+        "http://{}",
+        server.iceberg_rest_addr.as_ref().expect("REST")
+    );
+    let options = ConnectOptions {
+        credentials: Some(Credentials::new(USER, PASSWORD)),
+        tls_ca: None,
+    };
+    let client = MinkClient::connect_with(&server.addr, &options)
+        .await
+        .expect("connect");
+
+    // A log table: 100 rows tiered, 20 more in the log only.
+    let log = client
+        .create_table(&events_table("restlog", 2, lake_options()), false)
+        .await
+        .expect("create");
+    client
+        .write(&log, &events(&log, &(0..100).collect::<Vec<_>>()))
+        .await
+        .expect("write");
+    assert_eq!(client.tier(&log.path).await.expect("tier").rows, 100);
+    client
+        .write(&log, &events(&log, &(100..120).collect::<Vec<_>>()))
+        .await
+        .expect("write");
+
+    // A primary-key table: round 2 updates 10 keys and deletes 10 (position deletes);
+    // later upserts stay in the log.
+    let pk = client
+        .create_table(&crate::lake_foreign::table(), false)
+        .await
+        .expect("create");
+    client
+        .write(&pk, &pk_rows(&pk, 0..50, "a"))
+        .await
+        .expect("write");
+    client.tier(&pk.path).await.expect("tier");
+    client
+        .write(&pk, &pk_rows(&pk, 0..10, "b"))
+        .await
+        .expect("upsert");
+    let gone = RecordBatch::try_new(
+        Arc::new(pk.schema().project(&[0]).expect("id")),
+        vec![Arc::new(Int64Array::from_iter_values(40..50))],
+    )
+    .expect("keys");
+    client.delete(&pk, &gone).await.expect("delete");
+    let second = client.tier(&pk.path).await.expect("tier");
+    assert!(second.delete_files > 0, "{second:?}");
+    client
+        .write(&pk, &pk_rows(&pk, 50..55, "late"))
+        .await
+        .expect("upsert");
+
+    let read = engines(&uri, &["read"]);
+    assert_eq!(read["namespaces"], serde_json::json!(["test"]), "{read}");
+    assert_eq!(
+        ids_read(&read, "test.restlog"),
+        (0..100).collect::<Vec<_>>()
+    );
+    assert_eq!(ids_read(&read, "test.foreign"), (0..40).collect::<Vec<_>>());
+    assert_eq!(
+        read["tables"]["test.foreign"]["snapshot"],
+        serde_json::json!(second.snapshot_id.expect("round 2 committed"))
+    );
+
+    // pyiceberg appends 5 rows to the log table's lake; mink's next round tiers the 20
+    // log rows only, on top of the foreign snapshot.
+    let appended = engines(&uri, &["append", "test", "restlog", "1000", "5"]);
+    let foreign = appended["snapshot"].as_i64().expect("a snapshot");
+    let round = client.tier(&log.path).await.expect("tier after the append");
+    assert_eq!(round.rows, 20, "{round:?}");
+    let read = engines(&uri, &["read"]);
+    let mut expected: Vec<i64> = (0..120).chain(1000..1005).collect();
+    expected.sort_unstable();
+    assert_eq!(ids_read(&read, "test.restlog"), expected);
+    assert_ne!(
+        read["tables"]["test.restlog"]["snapshot"],
+        serde_json::json!(foreign)
+    );
+
+    // A primary-key table takes no foreign data files.
+    let refused = engines(&uri, &["refused", "test", "foreign"]);
+    let error = refused["error"].as_str().expect("the append was refused");
+    assert!(error.contains("primary-key"), "{error}");
+    assert_eq!(
+        ids_read(&engines(&uri, &["read"]), "test.foreign"),
+        (0..40).collect::<Vec<_>>()
+    );
+
+    let hostile = engines(&uri, &["hostile"]);
+    let answers = &hostile["answers"];
+    for (name, status, kind) in [
+        ("no token", 401, "NotAuthorizedException"),
+        ("made-up token", 401, "NotAuthorizedException"),
+        ("wrong secret", 401, "invalid_client"),
+        ("other grant", 400, "unsupported_grant_type"),
+        ("unknown path", 404, "NotFoundException"),
+        ("drop table", 406, "UnsupportedOperationException"),
+        ("no such table", 404, "NoSuchTableException"),
+        ("no such namespace", 404, "NoSuchNamespaceException"),
+        ("nested namespace", 404, "NoSuchNamespaceException"),
+        ("not json", 400, "BadRequestException"),
+        ("schema change", 403, "ForbiddenException"),
+        ("file outside", 403, "ForbiddenException"),
+        ("stale requirement", 409, "CommitFailedException"),
+    ] {
+        assert_eq!(
+            answers[name],
+            serde_json::json!([status, kind]),
+            "{name}: {answers}"
+        );
+    }
+    assert_eq!(answers["huge body"][0], serde_json::json!(413), "{answers}");
+    assert_eq!(answers["config afterwards"], serde_json::json!([200, null]));
+    // The node and the lake are untouched.
+    let read = engines(&uri, &["read"]);
+    assert_eq!(ids_read(&read, "test.restlog"), expected);
+}
+
+#[test]
+fn an_open_rest_catalog_needs_a_login() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data_dir = dir.path().display().to_string();
+    let (ok, _, stderr) = run_mink(&[
+        "server",
+        "--data-dir",
+        &data_dir,
+        "--listen",
+        "127.0.0.1:0",
+        "--sql-listen",
+        "127.0.0.1:0",
+        "--iceberg-rest-listen",
+        "0.0.0.0:0",
+    ]);
+    assert!(!ok, "an open catalog without a login must not start");
+    assert!(
+        stderr.contains("the Iceberg REST catalog") && stderr.contains("without authentication"),
+        "{stderr}"
+    );
+}
