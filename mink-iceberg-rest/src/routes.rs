@@ -17,8 +17,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::header::CONTENT_LENGTH;
 use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router, middleware};
@@ -73,7 +75,26 @@ pub(crate) fn router(state: CatalogState) -> Router {
         .fallback(unknown_route)
         .method_not_allowed_fallback(unsupported_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn(refuse_announced_large_bodies))
         .with_state(state)
+}
+
+/// Answers a request whose `Content-Length` is above [`MAX_BODY_BYTES`] at once, before
+/// its body is read (the body limit alone stops a body only once that much has arrived).
+async fn refuse_announced_large_bodies(request: Request, next: Next) -> Response {
+    let announced = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
+    match announced {
+        Some(length) if length > MAX_BODY_BYTES as u64 => RestError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "BadRequestException",
+            format!("a request body of {length} bytes is above the limit of {MAX_BODY_BYTES}"),
+        )
+        .into_response(),
+        _ => next.run(request).await,
+    }
 }
 
 /// The endpoints a client may call (`GET /v1/config`'s `endpoints`).

@@ -10,7 +10,9 @@
 //!
 //! - its requirements hold against the table as it is now (else a conflict);
 //! - its updates are `add-snapshot` of `append` snapshots and `set-snapshot-ref` of
-//!   `main` to one of them, nothing else;
+//!   `main` to one of them, nothing else (none: nothing is written);
+//! - no added snapshot carries a `mink.` summary property (tiering takes the newest
+//!   snapshot with `mink.bucket-offsets` for its own);
 //! - each added snapshot builds on the current `main` snapshot and keeps every one of its
 //!   manifests, and its manifest list, its manifests and their files lie inside the
 //!   table's location, its new manifests hold data files only;
@@ -62,6 +64,9 @@ pub async fn commit_foreign(
                 table: name.clone(),
                 message: error.message().to_string(),
             })?;
+    }
+    if updates.is_empty() {
+        return Ok(current);
     }
     let refused = |message: String| LakeError::Refused {
         table: name.clone(),
@@ -133,6 +138,13 @@ async fn check_append(table: &Table, snapshot: &Snapshot) -> Result<(), String> 
             operation.as_str()
         ));
     }
+    let properties = &snapshot.summary().additional_properties;
+    if let Some(property) = properties.keys().find(|key| key.starts_with(MINK_PREFIX)) {
+        return Err(format!(
+            "snapshot summary property {property} is mink's own (tiering finds its offsets \
+             by it): other engines may not set it"
+        ));
+    }
     if snapshot.parent_snapshot_id() != metadata.current_snapshot_id() {
         return Err(format!(
             "snapshot {} builds on snapshot {:?}, not on the table's current snapshot {:?}",
@@ -199,6 +211,10 @@ async fn check_append(table: &Table, snapshot: &Snapshot) -> Result<(), String> 
     }
     Ok(())
 }
+
+/// The prefix of the snapshot summary properties mink's own commits carry
+/// ([`crate::offsets::BUCKET_OFFSETS_PROPERTY`]).
+const MINK_PREFIX: &str = "mink.";
 
 /// Whether the lake table is a primary-key table's: its schema has identifier fields.
 fn is_primary_key_table(metadata: &TableMetadata) -> bool {

@@ -13,10 +13,12 @@ Steps (each prints one JSON object):
 """
 
 import glob
+import http.client
 import json
 import os
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pyarrow as pa
@@ -116,6 +118,21 @@ def request(uri: str, method: str, path: str, body: bytes | None = None, token: 
         return [error.code, kind]
 
 
+def huge_body(uri: str, path: str, token: str) -> list:
+    """Announces a 4 MiB commit and sends its first bytes only: the server answers from the
+    length alone (sending it all would race the server closing the connection)."""
+    host = urllib.parse.urlsplit(uri).netloc
+    connection = http.client.HTTPConnection(host, timeout=30)
+    connection.putrequest("POST", path)
+    connection.putheader("Authorization", f"Bearer {token}")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", str(4 << 20))
+    connection.endheaders()
+    connection.send(b"[0,")
+    answer = connection.getresponse()
+    return [answer.status, json.loads(answer.read())["error"]["type"]]
+
+
 def hostile(uri: str, user: str, password: str) -> dict:
     token = json.loads(
         urllib.request.urlopen(
@@ -156,7 +173,7 @@ def hostile(uri: str, user: str, password: str) -> dict:
         "no such namespace": request(uri, "GET", "/v1/namespaces/nothing", token=token),
         "nested namespace": request(uri, "GET", "/v1/namespaces/test%1Fdeeper/tables", token=token),
         "not json": request(uri, "POST", table, b"{not json", token=token),
-        "huge body": request(uri, "POST", table, b"[" + b"0," * (2 << 20) + b"0]", token=token),
+        "huge body": huge_body(uri, table, token),
         "schema change": request(
             uri, "POST", table,
             json.dumps({"requirements": [], "updates": [{"action": "set-properties", "updates": {"a": "b"}}]}).encode(),
@@ -167,6 +184,14 @@ def hostile(uri: str, user: str, password: str) -> dict:
             json.dumps({"requirements": [], "updates": [
                 outside,
                 {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": 4242},
+            ]}).encode(),
+            token=token,
+        ),
+        "mink's offsets": request(
+            uri, "POST", table,
+            json.dumps({"requirements": [], "updates": [
+                {**outside, "snapshot": {**outside["snapshot"],
+                                         "summary": {"operation": "append", "mink.bucket-offsets": "{}"}}},
             ]}).encode(),
             token=token,
         ),
