@@ -298,9 +298,16 @@ fn files_under(dir: &Path) -> (Files, u64) {
     (files, bytes)
 }
 
-/// The rounds after which the query is timed: the first, a tenth, half, and the last.
+/// The rounds after which the query is timed: the first, a tenth, two fifths (round 400
+/// of 1000, the lake-upkeep issue's figure), half, and the last.
 fn checkpoints(rounds: usize) -> Vec<usize> {
-    let mut at = vec![1, rounds.div_ceil(10), rounds.div_ceil(2), rounds];
+    let mut at = vec![
+        1,
+        rounds.div_ceil(10),
+        (rounds * 2).div_ceil(5),
+        rounds.div_ceil(2),
+        rounds,
+    ];
     at.dedup();
     at
 }
@@ -311,7 +318,8 @@ mod tests {
 
     #[test]
     fn checkpoints_start_at_one_and_end_at_the_last_round() {
-        assert_eq!(checkpoints(500), [1, 50, 250, 500]);
+        assert_eq!(checkpoints(1000), [1, 100, 400, 500, 1000]);
+        assert_eq!(checkpoints(500), [1, 50, 200, 250, 500]);
         assert_eq!(checkpoints(1), [1]);
         assert_eq!(checkpoints(3), [1, 2, 3]);
     }
