@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p mink-bench -- planning [--rounds 1000] [--buckets 4[,64]]
-//!     [--upkeep off,on] [--keys 500] [--dir DIR] [--no-sync]
+//!     [--upkeep off,on] [--keys 500] [--retention-ms MS] [--dir DIR] [--no-sync]
 //! ```
 //!
 //! One primary-key table (`id`) per bucket count and upkeep, `--keys` rows loaded and
@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use mink_core::table::TablePath;
 use mink_node::NodeError;
-use mink_node::tiering::{UpkeepSchedule, service_round};
+use mink_node::tiering::{UpkeepIntervals, UpkeepSchedule, service_round};
 use mink_sql::session::MinkSession;
 
 use crate::data::Changes;
@@ -74,6 +74,12 @@ pub(crate) struct PlanningArgs {
     /// Keys of each table.
     #[arg(long, default_value_t = 500)]
     keys: usize,
+    /// Compress hours of rounds into the run: the `on` table keeps snapshots this many
+    /// milliseconds (`history.expire.max-snapshot-age-ms`), and its upkeep expires after
+    /// every round and removes orphans as old as that, as often. Default: the table's and
+    /// the service's defaults (1 h, every 5 min; orphans of 3 days, every hour).
+    #[arg(long, value_name = "MS")]
+    retention_ms: Option<u64>,
     #[command(flatten)]
     node: NodeArgs,
 }
@@ -101,11 +107,13 @@ pub(crate) async fn run(args: PlanningArgs) -> Result<(), BenchError> {
     }
     let (scratch, data, config) = prepare(&args.node, args.keys)?;
     println!(
-        "mink-bench planning: {} keys, {} rounds of {KEYS_PER_ROUND} upserts, buckets {:?}, upkeep {:?}, {}",
+        "mink-bench planning: {} keys, {} rounds of {KEYS_PER_ROUND} upserts, buckets {:?}, upkeep {:?}, retention {}, {}",
         data.rows,
         args.rounds,
         args.buckets,
         args.upkeep,
+        args.retention_ms
+            .map_or_else(|| "default".to_string(), |ms| format!("{ms} ms")),
         args.node.describe(&config, &scratch)
     );
     let running = Running::start(config).await?;
@@ -116,9 +124,22 @@ pub(crate) async fn run(args: PlanningArgs) -> Result<(), BenchError> {
         for &upkeep in &args.upkeep {
             let name = format!("planning_{buckets}_upkeep_{}", upkeep.name());
             let mut options = lake_options(buckets, ON_DEMAND_FRESHNESS);
-            if upkeep == Upkeep::Off {
-                let merge = ("commit.manifest-merge.enabled".into(), "false".into());
-                options.lake_properties.extend([merge]);
+            let mut schedule = UpkeepSchedule::default();
+            match (upkeep, args.retention_ms) {
+                (Upkeep::Off, _) => {
+                    let merge = ("commit.manifest-merge.enabled".into(), "false".into());
+                    options.lake_properties.extend([merge]);
+                }
+                (Upkeep::On, Some(ms)) => {
+                    let age = ("history.expire.max-snapshot-age-ms".into(), ms.to_string());
+                    options.lake_properties.extend([age]);
+                    schedule = UpkeepSchedule::new(UpkeepIntervals {
+                        expire_every: Duration::ZERO,
+                        remove_orphans_every: Duration::from_millis(ms),
+                        orphan_grace: Duration::from_millis(ms),
+                    });
+                }
+                (Upkeep::On, None) => {}
             }
             let path = TablePath::new("bench", &name);
             let table =
@@ -127,7 +148,6 @@ pub(crate) async fn run(args: PlanningArgs) -> Result<(), BenchError> {
             let storage = running.node.lake().await?.storage().clone();
             let session = MinkSession::connect(running.client.clone(), storage).await?;
             let sql = format!("SELECT count(*) FROM bench.{name}");
-            let mut schedule = UpkeepSchedule::default();
             let mut changes = Changes::new(args.keys);
             let mut changed = 0;
             let mut at = Vec::new();

@@ -156,29 +156,66 @@ pub async fn lake_table_stats(node: &Node, path: &TablePath) -> Result<Option<La
     Ok(Some(LakeTableStats::of(&lake.load(path).await?).await?))
 }
 
+/// How often the schedule runs each kind of upkeep.
+#[derive(Debug, Clone, Copy)]
+pub struct UpkeepIntervals {
+    /// The shortest time between two expiries of a table.
+    pub expire_every: Duration,
+    /// The time between two orphan removals of a table.
+    pub remove_orphans_every: Duration,
+    /// How old an unreferenced file must be to be removed as an orphan.
+    pub orphan_grace: Duration,
+}
+
+impl Default for UpkeepIntervals {
+    /// [`EXPIRE_EVERY`], [`REMOVE_ORPHANS_EVERY`] and [`DEFAULT_ORPHAN_GRACE`].
+    fn default() -> Self {
+        Self {
+            expire_every: EXPIRE_EVERY,
+            remove_orphans_every: REMOVE_ORPHANS_EVERY,
+            orphan_grace: DEFAULT_ORPHAN_GRACE,
+        }
+    }
+}
+
 /// When the tiering service last ran each table's upkeep.
 #[derive(Debug, Default)]
 pub struct UpkeepSchedule {
+    intervals: UpkeepIntervals,
     /// Per table id: the last expiry and the last orphan removal (the first of each is
     /// counted from when the schedule first saw the table).
     last: HashMap<u64, (Instant, Instant)>,
 }
 
 impl UpkeepSchedule {
+    /// A schedule of other intervals than the default ones (benchmarks that compress
+    /// hours of rounds into minutes).
+    pub fn new(intervals: UpkeepIntervals) -> Self {
+        Self {
+            intervals,
+            last: HashMap::new(),
+        }
+    }
+
     /// Runs the upkeep of a table that is due (after one of its rounds). Failures are
     /// logged and retried at the next due time.
     pub async fn run_due(&mut self, node: &Node, path: &TablePath, table_id: u64) {
+        let UpkeepIntervals {
+            expire_every,
+            remove_orphans_every,
+            orphan_grace,
+        } = self.intervals;
         let now = Instant::now();
         let (last_expiry, last_orphans) = self.last.entry(table_id).or_insert((now, now));
-        if last_expiry.elapsed() >= EXPIRE_EVERY && expiry_due(node, path).await {
+        if last_expiry.elapsed() >= expire_every && expiry_due(node, path).await {
             *last_expiry = now;
             if let Err(error) = expire_table_snapshots(node, path).await {
                 warn!(table = %path, %error, "expiring lake snapshots failed; retried later");
             }
         }
-        if last_orphans.elapsed() >= REMOVE_ORPHANS_EVERY {
+        if last_orphans.elapsed() >= remove_orphans_every {
             *last_orphans = now;
-            match remove_table_orphan_files(node, path, DEFAULT_ORPHAN_GRACE).await {
+            match remove_table_orphan_files(node, path, orphan_grace).await {
                 Ok(report) if !report.removed.is_empty() => {
                     info!(table = %path, files = report.removed.len(), "removed orphan lake files");
                 }
