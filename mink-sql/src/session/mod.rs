@@ -8,7 +8,7 @@
 //! | `DROP TABLE [IF EXISTS] t`                                        | mink: `drop_table`     |
 //! | `ALTER TABLE t ADD COLUMN c TYPE`                                 | mink: `add_column`     |
 //! | `CALL system.tier('t')`, `CALL system.compact('t')`              | mink: a round / a compaction now |
-//! | `CALL system.expire_snapshots('t')`, `system.remove_orphan_files('t')`, `system.rewrite_manifests('t')` | mink: lake upkeep now |
+//! | `CALL system.expire_snapshots('t')`, `system.remove_orphan_files('t'[, '1h'])`, `system.rewrite_manifests('t')` | mink: lake upkeep now |
 //! | `SELECT ... FROM table_changes('t', from, to)`                     | DataFusion, the tables named looked up first |
 //!
 //! Column types are mapped by DataFusion's own planner, as in queries (strings as `Utf8`).
@@ -26,6 +26,7 @@ pub mod guard;
 pub mod runtime;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog, TABLE_CHANGES, TableChanges};
 use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, UInt64Array};
@@ -42,7 +43,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use mink_client::MinkClient;
-use mink_core::options::TableOptions;
+use mink_core::options::{TableOptions, parse_duration};
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::storage::LakeStorage;
 
@@ -166,9 +167,9 @@ impl MinkSession {
             }
             Statement::Call(function) => {
                 let name = function.name.to_string().to_lowercase();
-                let argument = single_string_argument(&name, &function.args)?;
-                let path = TablePath::parse(&argument).map_err(external)?;
-                self.call(&name, &path).await
+                let (table, older_than) = call_arguments(&name, &function.args)?;
+                let path = TablePath::parse(&table).map_err(external)?;
+                self.call(&name, &path, older_than).await
             }
             _ => self.run(sql).await,
         }
@@ -271,9 +272,14 @@ impl MinkSession {
     }
 
     /// `CALL system.tier('t')`, `system.compact('t')` and the lake upkeep procedures,
-    /// named and answered as Iceberg's own (`expire_snapshots`, `remove_orphan_files`,
-    /// `rewrite_manifests`).
-    async fn call(&self, procedure: &str, path: &TablePath) -> Result<DataFrame> {
+    /// named and answered as Iceberg's own (`expire_snapshots`, `remove_orphan_files`
+    /// with the age an orphan must have, `rewrite_manifests`).
+    async fn call(
+        &self,
+        procedure: &str,
+        path: &TablePath,
+        older_than: Option<Duration>,
+    ) -> Result<DataFrame> {
         let (columns, values): (Vec<&str>, Vec<ArrayRef>) = match procedure {
             "system.tier" => {
                 let reply = self.client.tier(path).await.map_err(external)?;
@@ -330,7 +336,7 @@ impl MinkSession {
             "system.remove_orphan_files" => {
                 let reply = self
                     .client
-                    .remove_orphan_files(path, None)
+                    .remove_orphan_files(path, older_than)
                     .await
                     .map_err(external)?;
                 (
@@ -376,21 +382,42 @@ impl MinkSession {
 }
 
 /// The only argument of a procedure call, a string literal.
-fn single_string_argument(procedure: &str, args: &FunctionArguments) -> Result<String> {
+/// The arguments of a `CALL`: a table name, and for `system.remove_orphan_files` an
+/// optional age an orphan must have (`'1h'`, `'0s'`; default the node's grace of 3
+/// days), all as string literals.
+fn call_arguments(procedure: &str, args: &FunctionArguments) -> Result<(String, Option<Duration>)> {
+    const REMOVE_ORPHAN_FILES: &str = "system.remove_orphan_files";
     let usage = || {
-        DataFusionError::Plan(format!(
-            "{procedure} takes one table name: CALL {procedure}('t')"
-        ))
+        DataFusionError::Plan(match procedure {
+            REMOVE_ORPHAN_FILES => format!(
+                "{procedure} takes a table name and optionally how old an orphan file must \
+                 be ('500ms', '30s', '5m', '12h', '7d'): CALL {procedure}('t', '1h')"
+            ),
+            _ => format!("{procedure} takes one table name: CALL {procedure}('t')"),
+        })
     };
     let FunctionArguments::List(list) = args else {
         return Err(usage());
     };
-    match list.args.as_slice() {
-        [FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Value(value)))] => {
-            match &value.value {
-                Value::SingleQuotedString(text) => Ok(text.clone()),
-                _ => Err(usage()),
+    let strings = list
+        .args
+        .iter()
+        .map(|arg| match arg {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Value(value))) => {
+                match &value.value {
+                    Value::SingleQuotedString(text) => Some(text.clone()),
+                    _ => None,
+                }
             }
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(usage)?;
+    match (procedure, strings.as_slice()) {
+        (_, [table]) => Ok((table.clone(), None)),
+        (REMOVE_ORPHAN_FILES, [table, older_than]) => {
+            let age = parse_duration(older_than).ok_or_else(usage)?;
+            Ok((table.clone(), Some(age)))
         }
         _ => Err(usage()),
     }

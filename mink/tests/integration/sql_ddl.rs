@@ -156,9 +156,45 @@ async fn a_table_lives_and_dies_through_sql() {
         vec![1],
         "expired snapshots are forgotten"
     );
+    // An orphan, as a writer that crashed before its commit leaves one: kept while it is
+    // younger than the grace, removed when the call's own age allows.
+    let stray = node
+        .dir
+        .path()
+        .join("lake/warehouse/shop/orders/data/stray.parquet");
+    std::fs::write(&stray, b"never committed").expect("write a stray file");
     let orphans = query(&session, "CALL system.remove_orphan_files('shop.orders')").await;
     let removed: usize = orphans.iter().map(RecordBatch::num_rows).sum();
     assert_eq!(removed, 0, "nothing older than three days");
+    assert!(stray.exists());
+    let bad_age = error(
+        &session,
+        "CALL system.remove_orphan_files('shop.orders', 'soon')",
+    )
+    .await;
+    assert!(
+        bad_age.contains("how old an orphan file must be"),
+        "{bad_age}"
+    );
+    let orphans = query(
+        &session,
+        "CALL system.remove_orphan_files('shop.orders', '0s')",
+    )
+    .await;
+    let removed: Vec<String> = orphans
+        .iter()
+        .flat_map(|batch| {
+            let locations = batch.column(0).as_string::<i32>();
+            locations
+                .iter()
+                .flatten()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    assert!(removed[0].ends_with("/data/stray.parquet"), "{removed:?}");
+    assert!(!stray.exists());
 
     query(&session, "ALTER TABLE shop.orders ADD COLUMN note VARCHAR").await;
     query(
