@@ -20,6 +20,9 @@
 //! ack, a FlightInfo, a one-row result) would otherwise wait for the client's delayed
 //! ACK, about 40 ms each.
 //!
+//! The ports tonic does not serve (Kafka, the Iceberg REST catalog) run their accept loop
+//! under a [`ListenerHandle`], which stops it on `shutdown` or drop.
+//!
 //! # Examples
 //!
 //! ```no_run
