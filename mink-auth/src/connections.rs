@@ -229,6 +229,25 @@ impl Drop for ListenerHandle {
     }
 }
 
+/// The next connection of a port's [`limit_connections`] stream, or `None` once the port
+/// is to stop (`stopped` turned `true`) or its listener ended. A connection that failed
+/// to open is logged (at debug, naming `service`) and skipped.
+pub async fn next_connection(
+    service: &str,
+    connections: &mut (impl Stream<Item = io::Result<LimitedConnection>> + Unpin),
+    stopped: &mut watch::Receiver<bool>,
+) -> Option<LimitedConnection> {
+    loop {
+        tokio::select! {
+            _ = stopped.wait_for(|stop| *stop) => return None,
+            next = connections.next() => match next? {
+                Ok(connection) => return Some(connection),
+                Err(error) => tracing::debug!(%error, "a connection to {service} failed to open"),
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

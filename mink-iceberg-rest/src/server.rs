@@ -7,7 +7,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use mink_node::Node;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
@@ -134,18 +133,9 @@ async fn accept(
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut connections = std::pin::pin!(connections);
-    loop {
-        let connection = tokio::select! {
-            _ = stopped.wait_for(|stop| *stop) => return,
-            next = connections.next() => match next {
-                Some(Ok(connection)) => connection,
-                Some(Err(error)) => {
-                    debug!(%error, "an Iceberg REST connection failed to open");
-                    continue;
-                }
-                None => return,
-            },
-        };
+    while let Some(connection) =
+        mink_auth::next_connection("the Iceberg REST catalog", &mut connections, &mut stopped).await
+    {
         let Ok(peer) = connection.peer_addr() else {
             continue;
         };

@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use mink_node::Node;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
@@ -135,18 +134,9 @@ async fn accept(
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut connections = std::pin::pin!(connections);
-    loop {
-        let connection = tokio::select! {
-            _ = stopped.wait_for(|stop| *stop) => return,
-            next = connections.next() => match next {
-                Some(Ok(connection)) => connection,
-                Some(Err(error)) => {
-                    debug!(%error, "a Kafka connection failed to open");
-                    continue;
-                }
-                None => return,
-            },
-        };
+    while let Some(connection) =
+        mink_auth::next_connection("Kafka", &mut connections, &mut stopped).await
+    {
         let broker = Arc::clone(&broker);
         let tls = tls.clone();
         let mut stop = stopped.clone();
