@@ -1,16 +1,19 @@
-//! The REST catalog's listener: connections bounded like mink's other ports, TLS
-//! handshakes each in their own task (with a timeout), HTTP served by axum.
+//! The REST catalog's listener: connections bounded like mink's other ports, each served
+//! in its own task (a TLS handshake with a timeout, then HTTP/1.1 by hyper with a
+//! header-read timeout, so a client that connects and sends nothing is let go).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use mink_node::Node;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::TcpListenerStream;
 use tracing::{debug, info, warn};
@@ -19,6 +22,10 @@ use crate::routes::{CatalogState, router};
 
 /// A stalled TLS handshake is dropped after this long.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection that leaves a request's headers (or, idle, any request) unsent this long
+/// is closed.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How the REST catalog is served.
 #[derive(Debug)]
@@ -100,81 +107,60 @@ pub fn serve(
         TcpListenerStream::new(listener),
         options.max_connections,
     );
-    Ok(IcebergRestHandle::spawn(addr, |stopped| async move {
-        let (ready, accepted) = mpsc::channel(64);
-        let mut until_stopped = stopped.clone();
-        let handshakes = tokio::spawn(accept(connections, tls, ready, stopped));
-        let shutdown = async move {
-            let _ = until_stopped.wait_for(|stop| *stop).await;
-        };
-        let served = axum::serve(Accepted { addr, accepted }, app)
-            .with_graceful_shutdown(shutdown)
-            .await;
-        if let Err(error) = served {
-            warn!(%error, "the Iceberg REST catalog stopped");
-        }
-        handshakes.abort();
+    Ok(IcebergRestHandle::spawn(addr, |stopped| {
+        accept(connections, tls, app, stopped)
     }))
 }
 
-/// A connection ready for HTTP: plain, or TLS after its handshake.
-type Connection = Pin<Box<dyn Io>>;
-
-trait Io: AsyncRead + AsyncWrite + Send {}
-
-impl<T: AsyncRead + AsyncWrite + Send> Io for T {}
-
-/// Accepts connections (within the limit) and hands them to axum once ready; each TLS
-/// handshake runs in its own task, so a stalled one holds up no other client.
+/// Accepts connections (within the limit) and serves each in its own task: a TLS
+/// handshake first (within [`TLS_HANDSHAKE_TIMEOUT`]), then HTTP/1.1 until the client
+/// closes, the port stops, or the client leaves a request's headers unsent for
+/// [`HEADER_READ_TIMEOUT`] (an idle connection too).
 async fn accept(
     connections: impl futures::Stream<Item = std::io::Result<mink_auth::LimitedConnection>>,
     tls: Option<TlsAcceptor>,
-    ready: mpsc::Sender<(Connection, SocketAddr)>,
+    app: Router,
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut connections = std::pin::pin!(connections);
     while let Some(connection) =
         mink_auth::next_connection("the Iceberg REST catalog", &mut connections, &mut stopped).await
     {
-        let Ok(peer) = connection.peer_addr() else {
-            continue;
-        };
-        let ready = ready.clone();
-        let Some(acceptor) = tls.clone() else {
-            let _ = ready.send((Box::pin(connection), peer)).await;
-            continue;
-        };
+        let (tls, app, mut stop) = (tls.clone(), app.clone(), stopped.clone());
         tokio::spawn(async move {
-            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(connection)).await {
-                Ok(Ok(stream)) => {
-                    let _ = ready.send((Box::pin(stream), peer)).await;
-                }
-                Ok(Err(error)) => debug!(%error, "an Iceberg REST client's TLS handshake failed"),
-                Err(_) => debug!("an Iceberg REST client's TLS handshake timed out"),
+            tokio::select! {
+                _ = stop.wait_for(|stop| *stop) => {}
+                () = serve_one(connection, tls, app) => {}
             }
         });
     }
 }
 
-/// The connections [`accept`] made ready, as axum's listener.
-struct Accepted {
-    addr: SocketAddr,
-    accepted: mpsc::Receiver<(Connection, SocketAddr)>,
+async fn serve_one(
+    connection: mink_auth::LimitedConnection,
+    tls: Option<TlsAcceptor>,
+    app: Router,
+) {
+    let Some(acceptor) = tls else {
+        return serve_http(connection, app).await;
+    };
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(connection)).await {
+        Ok(Ok(stream)) => serve_http(stream, app).await,
+        Ok(Err(error)) => debug!(%error, "an Iceberg REST client's TLS handshake failed"),
+        Err(_) => debug!("an Iceberg REST client's TLS handshake timed out"),
+    }
 }
 
-impl axum::serve::Listener for Accepted {
-    type Io = Connection;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.accepted.recv().await {
-            Some(connection) => connection,
-            // The acceptor stopped: so does serving, through the graceful shutdown.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.addr)
+async fn serve_http<S>(stream: S, app: Router)
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let served = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app))
+        .await;
+    if let Err(error) = served {
+        debug!(%error, "an Iceberg REST connection ended");
     }
 }

@@ -233,3 +233,36 @@ fn an_open_rest_catalog_needs_a_login() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_connection_that_sends_nothing_is_let_go() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Instant;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server =
+        ServerProcess::start_with(dir.path(), &["--iceberg-rest-listen", "127.0.0.1:0"], &[]);
+    let addr = server.iceberg_rest_addr.clone().expect("REST");
+    let mut idle = TcpStream::connect(&addr).expect("connect");
+    idle.set_read_timeout(Some(Duration::from_secs(90)))
+        .expect("read timeout");
+    let started = Instant::now();
+    let mut buffer = [0; 64];
+    // Closed by the server's header-read timeout (30 s), not by this side's 90 s.
+    let read = idle.read(&mut buffer);
+    let waited = started.elapsed();
+    assert!(
+        matches!(read, Ok(0)) || read.is_err() && waited < Duration::from_secs(80),
+        "{read:?} after {waited:?}"
+    );
+    assert!(waited >= Duration::from_secs(20), "closed after {waited:?}");
+    // The catalog still answers.
+    let mut client = TcpStream::connect(&addr).expect("connect");
+    client
+        .write_all(b"GET /v1/config HTTP/1.1\r\nHost: mink\r\nConnection: close\r\n\r\n")
+        .expect("request");
+    let mut answer = String::new();
+    client.read_to_string(&mut answer).expect("answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
