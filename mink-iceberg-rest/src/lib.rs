@@ -11,7 +11,8 @@
 //! ```
 //!
 //! - `server`: the listener, bounded like mink's other ports (connection limit, loopback
-//!   only without a login, TLS as the other ports);
+//!   only without a login, TLS as the other ports), each connection served by hyper's
+//!   HTTP/1.1 with a header-read timeout;
 //! - `oauth`: the OAuth2 client-credentials token endpoint (`/v1/oauth/tokens`), mapped
 //!   onto mink's user and password, and the bearer check of every other route;
 //! - `routes`: config, namespaces, tables, commits;
