@@ -248,6 +248,21 @@ pub async fn next_connection(
     }
 }
 
+/// Spawns the serving of one connection, ended early (the connection dropped) when the
+/// port is to stop.
+pub fn spawn_until_stopped(
+    stopped: &watch::Receiver<bool>,
+    serve: impl Future<Output = ()> + Send + 'static,
+) {
+    let mut stop = stopped.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => {}
+            () = serve => {}
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

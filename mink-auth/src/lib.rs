@@ -35,6 +35,7 @@ use std::net::SocketAddr;
 pub use client::{AUTHORIZATION, basic_header, bearer_header, login};
 pub use connections::{
     DEFAULT_MAX_CONNECTIONS, LimitedConnection, ListenerHandle, limit_connections, next_connection,
+    spawn_until_stopped,
 };
 pub use server::{Auth, HandshakeStream, TOKEN_LIFETIME, attach_token};
 pub use tls::{TlsIdentity, client_tls, server_tls, stream_tls};

@@ -26,8 +26,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router, middleware};
 use bytes::Bytes;
 use iceberg::spec::TableMetadata;
-use iceberg::{Catalog, NamespaceIdent, TableIdent, TableRequirement, TableUpdate};
+use iceberg::{Catalog, NamespaceIdent, TableRequirement, TableUpdate};
 use mink_auth::Auth;
+use mink_core::table::TablePath;
 use mink_lake::Lake;
 use mink_lake::commit::commit_foreign;
 use mink_node::Node;
@@ -145,6 +146,20 @@ fn namespace(name: &str) -> Result<NamespaceIdent, RestError> {
     Ok(NamespaceIdent::new(name.to_string()))
 }
 
+/// The mink table a path names, checked to have a lake table.
+async fn existing_table(
+    state: &CatalogState,
+    namespace_name: &str,
+    name: &str,
+) -> Result<TablePath, RestError> {
+    namespace(namespace_name)?;
+    let path = TablePath::new(namespace_name, name);
+    if !lake(state).await?.exists(&path).await? {
+        return Err(RestError::no_such_table(namespace_name, name));
+    }
+    Ok(path)
+}
+
 async fn list_namespaces(State(state): Shared) -> Result<Json<serde_json::Value>, RestError> {
     let namespaces = lake(&state).await?.catalog().list_namespaces(None).await?;
     let names: Vec<_> = namespaces.iter().map(|n| n.as_ref().clone()).collect();
@@ -204,24 +219,12 @@ struct LoadTableResult<'a> {
     config: Option<&'a HashMap<String, String>>,
 }
 
-async fn table(
-    state: &CatalogState,
-    namespace_name: &str,
-    name: &str,
-) -> Result<iceberg::table::Table, RestError> {
-    let ident = TableIdent::new(namespace(namespace_name)?, name.to_string());
-    let catalog = lake(state).await?.catalog();
-    if !catalog.table_exists(&ident).await? {
-        return Err(RestError::no_such_table(namespace_name, name));
-    }
-    Ok(catalog.load_table(&ident).await?)
-}
-
 async fn load_table(
     State(state): Shared,
     Path((namespace_name, name)): Path<(String, String)>,
 ) -> Result<Response, RestError> {
-    let table = table(&state, &namespace_name, &name).await?;
+    let path = existing_table(&state, &namespace_name, &name).await?;
+    let table = lake(&state).await?.load(&path).await?;
     Ok(Json(LoadTableResult {
         metadata_location: table.metadata_location_result()?,
         metadata: table.metadata(),
@@ -234,7 +237,7 @@ async fn table_exists(
     State(state): Shared,
     Path((namespace_name, name)): Path<(String, String)>,
 ) -> StatusCode {
-    match table(&state, &namespace_name, &name).await {
+    match existing_table(&state, &namespace_name, &name).await {
         Ok(_) => StatusCode::NO_CONTENT,
         Err(error) => error.status(),
     }
@@ -255,10 +258,10 @@ async fn commit_table(
 ) -> Result<Response, RestError> {
     let request: CommitTableRequest = serde_json::from_slice(&body)
         .map_err(|e| RestError::bad_request(format!("not a commit request: {e}")))?;
-    let table = table(&state, &namespace_name, &name).await?;
+    let path = existing_table(&state, &namespace_name, &name).await?;
     let committed = commit_foreign(
         lake(&state).await?,
-        table.identifier(),
+        &path,
         &request.requirements,
         request.updates,
     )

@@ -126,13 +126,8 @@ async fn accept(
     while let Some(connection) =
         mink_auth::next_connection("the Iceberg REST catalog", &mut connections, &mut stopped).await
     {
-        let (tls, app, mut stop) = (tls.clone(), app.clone(), stopped.clone());
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = stop.wait_for(|stop| *stop) => {}
-                () = serve_one(connection, tls, app) => {}
-            }
-        });
+        let serve = serve_one(connection, tls.clone(), app.clone());
+        mink_auth::spawn_until_stopped(&stopped, serve);
     }
 }
 

@@ -137,15 +137,8 @@ async fn accept(
     while let Some(connection) =
         mink_auth::next_connection("Kafka", &mut connections, &mut stopped).await
     {
-        let broker = Arc::clone(&broker);
-        let tls = tls.clone();
-        let mut stop = stopped.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = stop.wait_for(|stop| *stop) => {}
-                () = serve_one(connection, broker, tls) => {}
-            }
-        });
+        let serve = serve_one(connection, Arc::clone(&broker), tls.clone());
+        mink_auth::spawn_until_stopped(&stopped, serve);
     }
 }
 

@@ -29,7 +29,8 @@ use iceberg::spec::{
     DataContentType, MAIN_BRANCH, ManifestContentType, Operation, Snapshot, TableMetadata,
 };
 use iceberg::table::Table;
-use iceberg::{Catalog, MetadataLocation, TableIdent, TableRequirement, TableUpdate};
+use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
+use mink_core::table::TablePath;
 
 use super::{Swap, swap_in};
 use crate::catalog::Lake;
@@ -38,7 +39,7 @@ use crate::layout::check_inside;
 use crate::writer::delete_files;
 
 /// Checks and commits another engine's `requirements` and `updates` to the lake table
-/// `ident`; returns the table as committed.
+/// of `path`; returns the table as committed.
 ///
 /// # Errors
 /// - [`LakeError::CommitConflict`] when a requirement does not hold or another commit
@@ -50,12 +51,12 @@ use crate::writer::delete_files;
 ///   when the catalog's database fails.
 pub async fn commit_foreign(
     lake: &Lake,
-    ident: &TableIdent,
+    path: &TablePath,
     requirements: &[TableRequirement],
     updates: Vec<TableUpdate>,
 ) -> Result<Table> {
-    let current = lake.catalog().load_table(ident).await?;
-    let name = ident.to_string();
+    let current = lake.load(path).await?;
+    let name = path.to_string();
     let metadata = current.metadata();
     for requirement in requirements {
         requirement
@@ -105,7 +106,7 @@ pub async fn commit_foreign(
     let new_location = location.to_string();
     let committed = Table::builder()
         .file_io(current.file_io().clone())
-        .identifier(ident.clone())
+        .identifier(current.identifier().clone())
         .metadata_location(new_location.clone())
         .metadata(new_metadata)
         .runtime(iceberg::Runtime::try_current()?)
