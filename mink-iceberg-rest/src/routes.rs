@@ -259,7 +259,7 @@ async fn commit_table(
     let request: CommitTableRequest = serde_json::from_slice(&body)
         .map_err(|e| RestError::bad_request(format!("not a commit request: {e}")))?;
     let path = existing_table(&state, &namespace_name, &name).await?;
-    let committed = commit_foreign(
+    let (metadata, location) = commit_foreign(
         lake(&state).await?,
         &path,
         &request.requirements,
@@ -267,8 +267,8 @@ async fn commit_table(
     )
     .await?;
     Ok(Json(LoadTableResult {
-        metadata_location: committed.metadata_location_result()?,
-        metadata: committed.metadata(),
+        metadata_location: &location,
+        metadata: &metadata,
         config: None,
     })
     .into_response())

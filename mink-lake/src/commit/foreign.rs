@@ -18,28 +18,27 @@
 //!   table's location, its new manifests hold data files only;
 //! - the table is a log table.
 //!
-//! The new metadata file is written beside the old one and swapped in as a commit of
-//! mink's own would be; a lost swap deletes it again and is a conflict.
+//! The new metadata file is written beside the old one and swapped in as mink's own
+//! metadata-only commits are ([`commit_metadata`], as an expiry); a lost swap deletes it
+//! again and is a conflict.
 
 use std::collections::HashSet;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use iceberg::spec::{
     DataContentType, MAIN_BRANCH, ManifestContentType, Operation, Snapshot, TableMetadata,
 };
 use iceberg::table::Table;
-use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
+use iceberg::{TableRequirement, TableUpdate};
 use mink_core::table::TablePath;
 
-use super::{Swap, swap_in};
+use super::commit_metadata;
 use crate::catalog::Lake;
 use crate::error::{LakeError, Result};
 use crate::layout::check_inside;
-use crate::writer::delete_files;
 
 /// Checks and commits another engine's `requirements` and `updates` to the lake table
-/// of `path`; returns the table as committed.
+/// of `path`; returns the table's metadata as committed and its location.
 ///
 /// # Errors
 /// - [`LakeError::CommitConflict`] when a requirement does not hold or another commit
@@ -54,7 +53,7 @@ pub async fn commit_foreign(
     path: &TablePath,
     requirements: &[TableRequirement],
     updates: Vec<TableUpdate>,
-) -> Result<Table> {
+) -> Result<(TableMetadata, String)> {
     let current = lake.load(path).await?;
     let name = path.to_string();
     let metadata = current.metadata();
@@ -67,18 +66,16 @@ pub async fn commit_foreign(
             })?;
     }
     if updates.is_empty() {
-        return Ok(current);
+        let location = current.metadata_location_result()?.to_string();
+        return Ok((metadata.clone(), location));
     }
     let refused = |message: String| LakeError::Refused {
         table: name.clone(),
         message,
     };
-    let mut builder = metadata
-        .clone()
-        .into_builder(Some(current.metadata_location_result()?.to_string()));
     let mut added = HashSet::new();
-    for update in updates {
-        match &update {
+    for update in &updates {
+        match update {
             TableUpdate::AddSnapshot { snapshot } => {
                 check_append(&current, snapshot).await.map_err(refused)?;
                 added.insert(snapshot.snapshot_id());
@@ -96,29 +93,13 @@ pub async fn commit_foreign(
                 )));
             }
         }
-        builder = update.apply(builder)?;
     }
-    let new_metadata = builder.build()?.metadata;
-    let location = MetadataLocation::from_str(current.metadata_location_result()?)?
-        .with_next_version()
-        .with_new_metadata(&new_metadata);
-    new_metadata.write_to(current.file_io(), &location).await?;
-    let new_location = location.to_string();
-    let committed = Table::builder()
-        .file_io(current.file_io().clone())
-        .identifier(current.identifier().clone())
-        .metadata_location(new_location.clone())
-        .metadata(new_metadata)
-        .runtime(iceberg::Runtime::try_current()?)
-        .build()?;
-    match swap_in(lake, &current, &new_location).await {
-        Swap::Committed => Ok(committed),
-        Swap::Lost(error) => {
-            let _ = delete_files(&current, &[new_location]).await;
-            Err(error)
-        }
-        Swap::Unknown(error) => Err(error),
-    }
+    commit_metadata(lake, &current, |builder| {
+        updates
+            .into_iter()
+            .try_fold(builder, |builder, update| update.apply(builder))
+    })
+    .await
 }
 
 /// Checks that `snapshot` appends data files to `table`'s current snapshot, all inside

@@ -63,7 +63,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use iceberg::spec::{
     DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestListWriter, Operation,
-    Snapshot, SnapshotReference, SnapshotRetention, TableMetadata,
+    Snapshot, SnapshotReference, SnapshotRetention, TableMetadata, TableMetadataBuilder,
 };
 use iceberg::table::Table;
 use iceberg::{Catalog, MetadataLocation, Runtime};
@@ -229,6 +229,40 @@ pub(crate) async fn swap_in(lake: &Lake, current: &Table, new_location: &str) ->
             Ok(_) => Swap::Lost(error),
             Err(_) => Swap::Unknown(error),
         },
+    }
+}
+
+/// Commits a change of `current`'s metadata alone (no new data or manifest files):
+/// `edit` builds the new metadata from the current one, which is written as the next
+/// metadata file and swapped in. A lost swap deletes that file again. Returns the new
+/// metadata and its location.
+///
+/// # Errors
+/// `edit`'s, the metadata file's write, and the swap's ([`swap_in`]).
+pub(crate) async fn commit_metadata(
+    lake: &Lake,
+    current: &Table,
+    edit: impl FnOnce(TableMetadataBuilder) -> iceberg::Result<TableMetadataBuilder>,
+) -> Result<(TableMetadata, String)> {
+    let current_location = current.metadata_location_result()?;
+    let builder = current
+        .metadata()
+        .clone()
+        .into_builder(Some(current_location.to_string()));
+    let metadata = edit(builder)?.build()?.metadata;
+    let location = MetadataLocation::from_str(current_location)?
+        .with_next_version()
+        .with_new_metadata(&metadata);
+    let new_location = location.to_string();
+    metadata.write_to(current.file_io(), &location).await?;
+    match swap_in(lake, current, &new_location).await {
+        Swap::Committed => Ok((metadata, new_location)),
+        Swap::Lost(error) => {
+            // Best effort (failures are logged): the error to report is the swap's.
+            let _ = delete_files(current, std::slice::from_ref(&new_location)).await;
+            Err(error)
+        }
+        Swap::Unknown(error) => Err(error),
     }
 }
 

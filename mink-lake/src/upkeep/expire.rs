@@ -16,9 +16,7 @@
 //! [`super::remove_orphan_files`] deletes later.
 
 use std::collections::{HashMap, HashSet};
-use std::str::FromStr;
 
-use iceberg::MetadataLocation;
 use iceberg::spec::{DataContentType, SnapshotRef, TableMetadata};
 use iceberg::table::Table;
 use tracing::info;
@@ -26,7 +24,7 @@ use tracing::info;
 use super::reachable::{Reachable, load_manifests, manifest_lists};
 use super::retention::Retention;
 use crate::catalog::Lake;
-use crate::commit::{Swap, swap_in};
+use crate::commit::commit_metadata;
 use crate::error::{LakeError, Result};
 use crate::writer::delete_files;
 
@@ -157,28 +155,9 @@ pub async fn expire_snapshots(lake: &Lake, table: &Table, expired: &[i64]) -> Re
         .partition(|s| expiring.contains(&s.snapshot_id()));
     expiry.doomed = unreferenced_files(table, &gone, &kept).await?;
 
-    let current = table.metadata_location_result()?;
-    let without = metadata
-        .clone()
-        .into_builder(Some(current.to_string()))
-        .remove_snapshots(expired)
-        .build()?
-        .metadata;
-    let location = MetadataLocation::from_str(current)?
-        .with_next_version()
-        .with_new_metadata(&without);
-    let new_location = location.to_string();
-    without.write_to(table.file_io(), &location).await?;
-    match swap_in(lake, table, &new_location).await {
-        Swap::Committed => {}
-        Swap::Lost(error) => {
-            // Best effort (failures are logged): the error to report is the swap's.
-            let _ = delete_files(table, std::slice::from_ref(&new_location)).await;
-            return Err(error);
-        }
-        Swap::Unknown(error) => return Err(error),
-    }
-    expiry.metadata = Some((without, new_location));
+    let committed =
+        commit_metadata(lake, table, |builder| Ok(builder.remove_snapshots(expired))).await?;
+    expiry.metadata = Some(committed);
     Ok(expiry)
 }
 
