@@ -37,7 +37,7 @@ pub use connections::{
     DEFAULT_MAX_CONNECTIONS, LimitedConnection, ListenerHandle, limit_connections, next_connection,
     spawn_until_stopped,
 };
-pub use server::{Auth, HandshakeStream, TOKEN_LIFETIME, attach_token};
+pub use server::{Auth, HandshakeStream, TOKEN_LIFETIME, attach_token, basic_credentials};
 pub use tls::{TlsIdentity, client_tls, server_tls, stream_tls};
 
 /// The user and password a client must present.

@@ -167,11 +167,19 @@ fn authorization(metadata: &MetadataMap) -> Result<Authorization, Status> {
     if let Some(token) = value.strip_prefix("Bearer ") {
         return Ok(Authorization::Bearer(token.trim().to_string()));
     }
-    let encoded = value.strip_prefix("Basic ").ok_or_else(malformed)?;
-    let decoded = BASE64.decode(encoded.trim()).map_err(|_| malformed())?;
-    let text = String::from_utf8(decoded).map_err(|_| malformed())?;
-    let (user, password) = text.split_once(':').ok_or_else(malformed)?;
-    Ok(Authorization::Basic(Credentials::new(user, password)))
+    basic_credentials(value)
+        .map(Authorization::Basic)
+        .ok_or_else(malformed)
+}
+
+/// The credentials of a `Basic` authorization header's value (`Basic
+/// base64(user:password)`); `None` for another scheme or a malformed value.
+pub fn basic_credentials(value: &str) -> Option<Credentials> {
+    let encoded = value.strip_prefix("Basic ")?;
+    let decoded = BASE64.decode(encoded.trim()).ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (user, password) = text.split_once(':')?;
+    Some(Credentials::new(user, password))
 }
 
 /// Hands a client its token in the response's `authorization` header.

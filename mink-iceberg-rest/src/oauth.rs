@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use mink_auth::{Credentials, TOKEN_LIFETIME};
+use mink_auth::{Credentials, TOKEN_LIFETIME, basic_credentials};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -44,7 +44,10 @@ pub(crate) async fn issue_token(
     }
     let credentials = match (request.client_id, request.client_secret) {
         (Some(id), Some(secret)) => Some(Credentials::new(id, secret)),
-        _ => basic_credentials(&headers),
+        _ => headers
+            .get(AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(basic_credentials),
     };
     let Some(credentials) = credentials else {
         return oauth_error(
@@ -93,18 +96,6 @@ pub(crate) async fn require_token(State(state): Shared, request: Request, next: 
         )
         .into_response(),
     }
-}
-
-/// The client credentials of a `Basic` authorization header.
-fn basic_credentials(headers: &axum::http::HeaderMap) -> Option<Credentials> {
-    use base64::Engine;
-    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
-    let encoded = value.strip_prefix("Basic ")?;
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .ok()?;
-    let (id, secret) = std::str::from_utf8(&decoded).ok()?.split_once(':')?;
-    Some(Credentials::new(id, secret))
 }
 
 /// An OAuth2 error answer (RFC 6749 5.2).
