@@ -57,6 +57,13 @@ impl TablePath {
         Ok(path)
     }
 
+    /// `database.name`, checked to be valid names (letters, digits, `_` and `-`).
+    pub fn checked(database: &str, name: &str) -> Result<Self> {
+        let path = Self::new(database, name);
+        path.validate()?;
+        Ok(path)
+    }
+
     fn validate(&self) -> Result<()> {
         for part in [&self.database, &self.name] {
             let valid = !part.is_empty()

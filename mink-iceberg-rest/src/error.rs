@@ -50,6 +50,22 @@ impl RestError {
         )
     }
 
+    pub(crate) fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "ForbiddenException", message)
+    }
+
+    pub(crate) fn already_exists(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "AlreadyExistsException", message)
+    }
+
+    pub(crate) fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::NOT_ACCEPTABLE,
+            "UnsupportedOperationException",
+            message,
+        )
+    }
+
     pub(crate) fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "NotFoundException", message)
     }

@@ -5,8 +5,9 @@
 //! ```text
 //!  pyiceberg / DuckDB / Spark ──HTTP──▶ routes ──▶ Lake's catalog (list, load)
 //!                                         │
-//!                                         └──▶ mink_lake::commit::commit_foreign
-//!                                              (requirements, appends to log tables,
+//!                                         └──▶ mink_lake::commit::{commit_foreign, commit_hosted}
+//!                                              (requirements, appends to mink's log tables,
+//!                                               any commit to a client's own tables,
 //!                                               the catalog's compare-and-swap)
 //! ```
 //!
@@ -15,19 +16,25 @@
 //!   HTTP/1.1 with a header-read timeout;
 //! - `oauth`: the OAuth2 client-credentials token endpoint (`/v1/oauth/tokens`), mapped
 //!   onto mink's user and password, and the bearer check of every other route;
-//! - `routes`: config, namespaces, tables, commits;
+//! - `routes`: the router, config, the limits on requests;
+//! - `namespaces`: mink databases, and the hosted namespaces clients create;
+//! - `tables`: list, load, commit; create and drop in hosted namespaces;
 //! - `error`: the protocol's error model (`{"error": {"message", "type", "code"}}`).
 //!
-//! Namespaces are mink databases, tables the lake tables of mink tables. Tables are
-//! loaded with their metadata and the file IO properties a client needs to read the
-//! warehouse (never the server's own storage keys). mink's own tables are created and
+//! Namespaces are mink databases, tables the lake tables of mink tables; a client may also
+//! create namespaces of its own (hosted) and its own tables in them, which is how another
+//! mink server uses this one's catalog as its lake catalog (`--lake-catalog rest:URL`).
+//! Tables are loaded with their metadata and the file IO properties a client needs to read
+//! the warehouse (never the server's own storage keys). mink's own tables are created and
 //! dropped through mink's SQL, not through this catalog.
 //!
 //! [Iceberg REST catalog protocol]: https://iceberg.apache.org/rest-catalog-spec/
 
 mod error;
+mod namespaces;
 mod oauth;
 mod routes;
 mod server;
+mod tables;
 
 pub use server::{IcebergRestHandle, IcebergRestOptions, ServeError, serve};

@@ -72,11 +72,19 @@ pub enum LakeError {
         /// What moved.
         message: String,
     },
-    /// A lake table's content does not fit what mink expects of it.
-    /// A change another engine asked for that mink does not take (see
-    /// [`crate::commit::commit_foreign`]).
+    /// A change mink does not take from another engine (see
+    /// [`crate::commit::commit_foreign`]), or one a REST catalog refused.
     #[error("lake table {table}: refused: {message}")]
-    Refused { table: String, message: String },
+    Refused {
+        /// The table.
+        table: String,
+        /// Why.
+        message: String,
+    },
+    /// The REST catalog could not be reached or answered with an error.
+    #[error("REST catalog: {0}")]
+    RestCatalog(String),
+    /// A lake table's content does not fit what mink expects of it.
     #[error("lake table {table}: {message}")]
     Layout {
         /// The table.

@@ -188,6 +188,12 @@ pub fn table_location(warehouse: &str, table: &TablePath) -> String {
     )
 }
 
+/// Whether a table property would have engines write the table's files elsewhere than its
+/// location (`write.data.path`, `write.metadata.path`, `write.object-storage.path`, ...).
+pub fn relocates_files(property: &str) -> bool {
+    property.starts_with("write.") && property.ends_with(".path")
+}
+
 /// Checks that the lake file `file` lies inside its table's location `table_location`: a
 /// file a manifest (or a node's split) names elsewhere, or with a `.`/`..` step or an
 /// empty one, is refused before anything reads or commits it. A local location matches

@@ -188,7 +188,10 @@ fn lake_code(error: &mink_lake::LakeError) -> Code {
         // Another commit moved the table: the operation can be retried.
         LakeError::CommitConflict { .. } => Code::Aborted,
         // The catalog or the object store could not be reached or answered an error.
-        LakeError::Iceberg(_) | LakeError::ObjectStore(_) | LakeError::Catalog(_) => {
+        LakeError::Iceberg(_)
+        | LakeError::ObjectStore(_)
+        | LakeError::Catalog(_)
+        | LakeError::RestCatalog(_) => {
             Code::Unavailable
         }
         LakeError::Parquet(_) | LakeError::Arrow(_) => Code::Internal,

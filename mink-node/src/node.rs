@@ -238,7 +238,7 @@ impl Node {
             .get_or_try_init(|| async {
                 let config = match &self.storage.config.lake {
                     Some(config) => config.clone(),
-                    None => LakeConfig::embedded(&self.storage.config.data_dir)?,
+                    None => LakeConfig::of_data_dir(&self.storage.config.data_dir)?,
                 };
                 Ok(Lake::open(config).await?)
             })

@@ -29,11 +29,12 @@
 //!    write the added data files and the added delete files to one new manifest each (of
 //!    the table's default partition spec).
 //! 4. Compute the summary (the `added-*`/`deleted-*`/`removed-*` counts of this snapshot
-//!    and the parent's `total-*` plus or minus them), write the manifest list and the new
-//!    table metadata (AddSnapshot + main ref).
-//! 5. Compare-and-swap `iceberg_tables.metadata_location` in the catalog's database
-//!    (`Lake::swap_metadata_location`). A lost swap deletes every file the attempt wrote
-//!    and is a [`LakeError::CommitConflict`].
+//!    and the parent's `total-*` plus or minus them), write the manifest list and build the
+//!    new table metadata (AddSnapshot + main ref).
+//! 5. Publish it ([`Lake::publish`]): with a SQL catalog, write the metadata file and
+//!    compare-and-swap `iceberg_tables.metadata_location` in the catalog's database; with a
+//!    REST catalog, send the two updates with `assert-ref-snapshot-id` of the parent. A lost
+//!    race deletes every file the attempt wrote and is a [`LakeError::CommitConflict`].
 //!
 //! Every file is named with a fresh UUID, so concurrent or repeated attempts never
 //! overwrite one another's files.
@@ -57,25 +58,25 @@ mod summary;
 mod validate;
 
 use std::collections::{HashMap, HashSet};
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use iceberg::spec::{
     DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestListWriter, Operation,
-    Snapshot, SnapshotReference, SnapshotRetention, TableMetadata, TableMetadataBuilder,
+    Snapshot, SnapshotReference, SnapshotRetention, TableMetadata, TableMetadataBuildResult,
+    TableMetadataBuilder,
 };
+use iceberg::Runtime;
 use iceberg::table::Table;
-use iceberg::{Catalog, MetadataLocation, Runtime};
 use tracing::debug;
 use uuid::Uuid;
 
-pub use self::foreign::commit_foreign;
+pub use self::foreign::{commit_foreign, commit_hosted};
 pub use self::merge::DEFAULT_MIN_COUNT_TO_MERGE;
 use self::merge::MergePolicy;
 use self::summary::{Metrics, summarize};
 use self::validate::validate_added;
-use crate::catalog::Lake;
+use crate::catalog::{Lake, Swap};
 use crate::error::{LakeError, Result};
 use crate::writer::delete_files;
 
@@ -156,33 +157,15 @@ async fn commit_on(
     let name = current.identifier().to_string();
     let runtime = Runtime::try_current()?;
     let mut attempt = Attempt::new(current)?;
-    let staged = match attempt.stage(operation, changes).await {
+    let (snapshot_id, next) = match attempt.stage(operation, changes).await {
         Ok(staged) => staged,
         Err(error) => {
             attempt.discard().await;
             return Err(error);
         }
     };
-    let new_location = staged.location.to_string();
-    // The table as it will be swapped in, built before the swap so that nothing can fail
-    // once the commit is in (a caller that cleans up on error must not see a committed
-    // snapshot as failed; a reload could also show a later commit).
-    let committed = match Table::builder()
-        .file_io(current.file_io().clone())
-        .identifier(current.identifier().clone())
-        .metadata_location(new_location.clone())
-        .metadata(staged.metadata)
-        .runtime(runtime)
-        .build()
-    {
-        Ok(committed) => committed,
-        Err(error) => {
-            attempt.discard().await;
-            return Err(error.into());
-        }
-    };
-    match swap_in(lake, current, &new_location).await {
-        Swap::Committed => {}
+    let (metadata, location) = match lake.publish(current, next).await {
+        Swap::Committed(metadata, location) => (metadata, location),
         Swap::Lost(error) => {
             attempt.discard().await;
             return Err(error);
@@ -190,91 +173,42 @@ async fn commit_on(
         // Unknown outcome: the files may be committed, so they stay (an orphan is
         // harmless, a missing file is not).
         Swap::Unknown(error) => return Err(error),
-    }
-    debug!(table = %name, snapshot_id = staged.snapshot_id, location = %new_location, "committed lake snapshot");
-    Ok(committed)
-}
-
-/// What became of swapping a table's metadata in.
-pub(crate) enum Swap {
-    /// The catalog names the new metadata.
-    Committed,
-    /// Certainly not committed: another commit came first, or the database refused.
-    Lost(LakeError),
-    /// Maybe committed: the database failed and the outcome could not be checked.
-    Unknown(LakeError),
-}
-
-/// Swaps the catalog's metadata location of `current`'s table from `current`'s to
-/// `new_location` (a metadata file already written): the commit point of every change to
-/// a lake table.
-pub(crate) async fn swap_in(lake: &Lake, current: &Table, new_location: &str) -> Swap {
-    let ident = current.identifier();
-    let expected = match current.metadata_location_result() {
-        Ok(expected) => expected,
-        Err(error) => return Swap::Lost(error.into()),
     };
-    match lake
-        .swap_metadata_location(ident, expected, new_location)
-        .await
-    {
-        Ok(true) => Swap::Committed,
-        Ok(false) => Swap::Lost(LakeError::CommitConflict {
-            table: ident.to_string(),
-            message: "another commit replaced the table's metadata first".into(),
-        }),
-        Err(error) => match lake.metadata_location(ident).await {
-            // The swap went through after all.
-            Ok(Some(location)) if location == new_location => Swap::Committed,
-            Ok(_) => Swap::Lost(error),
-            Err(_) => Swap::Unknown(error),
-        },
-    }
+    debug!(table = %name, snapshot_id, %location, "committed lake snapshot");
+    // Infallible with every part given; a caller that cleans up on error must not see a
+    // committed snapshot as failed, so it is built without any further I/O.
+    Ok(Table::builder()
+        .file_io(current.file_io().clone())
+        .identifier(current.identifier().clone())
+        .metadata_location(location)
+        .metadata(metadata)
+        .runtime(runtime)
+        .build()?)
 }
 
 /// Commits a change of `current`'s metadata alone (no new data or manifest files):
-/// `edit` builds the new metadata from the current one, which is written as the next
-/// metadata file and swapped in. A lost swap deletes that file again. Returns the new
-/// metadata and its location.
+/// `edit` builds the new metadata from the current one, which the lake publishes
+/// ([`Lake::publish`]). Returns the new metadata and its location.
 ///
 /// # Errors
-/// `edit`'s, the metadata file's write, and the swap's ([`swap_in`]).
+/// `edit`'s, and the publishing's: a [`LakeError::CommitConflict`] when the table moved on.
 pub(crate) async fn commit_metadata(
     lake: &Lake,
     current: &Table,
     edit: impl FnOnce(TableMetadataBuilder) -> iceberg::Result<TableMetadataBuilder>,
 ) -> Result<(TableMetadata, String)> {
-    let current_location = current.metadata_location_result()?;
     let builder = current
         .metadata()
         .clone()
-        .into_builder(Some(current_location.to_string()));
-    let metadata = edit(builder)?.build()?.metadata;
-    let location = MetadataLocation::from_str(current_location)?
-        .with_next_version()
-        .with_new_metadata(&metadata);
-    let new_location = location.to_string();
-    metadata.write_to(current.file_io(), &location).await?;
-    match swap_in(lake, current, &new_location).await {
-        Swap::Committed => Ok((metadata, new_location)),
-        Swap::Lost(error) => {
-            // Best effort (failures are logged): the error to report is the swap's.
-            let _ = delete_files(current, std::slice::from_ref(&new_location)).await;
-            Err(error)
-        }
-        Swap::Unknown(error) => Err(error),
+        .into_builder(Some(current.metadata_location_result()?.to_string()));
+    match lake.publish(current, edit(builder)?.build()?).await {
+        Swap::Committed(metadata, location) => Ok((metadata, location)),
+        Swap::Lost(error) | Swap::Unknown(error) => Err(error),
     }
 }
 
 fn show_snapshot(id: Option<i64>) -> String {
     id.map_or_else(|| "none".to_string(), |id| id.to_string())
-}
-
-/// A staged snapshot: its files are written, the table does not point to them yet.
-struct Staged {
-    snapshot_id: i64,
-    metadata: TableMetadata,
-    location: MetadataLocation,
 }
 
 /// One commit attempt and the files it wrote (deleted again if it fails).
@@ -312,8 +246,13 @@ impl<'a> Attempt<'a> {
         })
     }
 
-    /// Writes the snapshot's manifests, manifest list and table metadata.
-    async fn stage(&mut self, operation: Operation, changes: SnapshotChanges) -> Result<Staged> {
+    /// Writes the snapshot's manifests and manifest list; returns its id and the table's
+    /// next metadata (published by the caller).
+    async fn stage(
+        &mut self,
+        operation: Operation,
+        changes: SnapshotChanges,
+    ) -> Result<(i64, TableMetadataBuildResult)> {
         let table = self.table;
         let metadata = table.metadata();
         validate_added(metadata, &changes).map_err(|m| LakeError::layout(&self.name, m))?;
@@ -404,7 +343,7 @@ impl<'a> Attempt<'a> {
             .with_schema_id(metadata.current_schema_id())
             .build();
         let current_location = table.metadata_location_result()?;
-        let new_metadata = metadata
+        let next = metadata
             .clone()
             .into_builder(Some(current_location.to_string()))
             .add_snapshot(snapshot)?
@@ -415,18 +354,8 @@ impl<'a> Attempt<'a> {
                     SnapshotRetention::branch(None, None, None),
                 ),
             )?
-            .build()?
-            .metadata;
-        let location = MetadataLocation::from_str(current_location)?
-            .with_next_version()
-            .with_new_metadata(&new_metadata);
-        self.written.push(location.to_string());
-        new_metadata.write_to(table.file_io(), &location).await?;
-        Ok(Staged {
-            snapshot_id: self.snapshot_id,
-            metadata: new_metadata,
-            location,
-        })
+            .build()?;
+        Ok((self.snapshot_id, next))
     }
 
     /// Deletes the files this attempt wrote. Best effort: the caller keeps the error

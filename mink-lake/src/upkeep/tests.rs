@@ -4,7 +4,6 @@ use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use iceberg::Catalog;
 use iceberg::spec::{DataContentType, Operation};
 use iceberg::table::Table;
 

@@ -29,8 +29,7 @@ use mink_client::{ConnectOptions, MinkClient};
 use mink_core::options::TableOptions;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_flight_sql::{Credentials, FlightSqlConfig, FlightSqlHandle, ServeError, TlsIdentity};
-use mink_lake::storage::LakeStorage;
-use mink_lake::{LakeConfig, S3Options};
+use mink_lake::LakeConfig;
 use mink_node::log::LogConfig;
 use mink_node::node::Failpoint;
 use mink_node::server::{ServeOptions, serve_with};
@@ -39,7 +38,7 @@ use mink_sql::session::{SqlRuntime, default_memory_limit, memory_pool, parse_siz
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
-use crate::commands::sql::lake_storage;
+use crate::commands::sql::warehouse_storage;
 use crate::embedded::DEFAULT_DATA_DIR;
 use crate::error::CliError;
 
@@ -92,10 +91,17 @@ pub(crate) struct ServerArgs {
     #[arg(long)]
     demo: bool,
     /// Where the lake's warehouse is: `s3://bucket/prefix` for S3 (credentials, region and
-    /// endpoint from the AWS_* environment variables); default `<data-dir>/lake/warehouse`.
+    /// endpoint from the AWS_* environment variables), or an absolute path; default
+    /// `<data-dir>/lake/warehouse`. With a REST catalog, where its tables' files are as
+    /// this machine reaches them. Remembered in the data directory with `--lake-catalog`.
     #[arg(long)]
     lake_warehouse: Option<String>,
-    /// The lake's Iceberg SQL catalog (default `sqlite:<data-dir>/lake/catalog.db?mode=rwc`).
+    /// The lake's Iceberg catalog: a SQL catalog's database (default
+    /// `sqlite:<data-dir>/lake/catalog.db?mode=rwc`), or `rest:URL` for an Iceberg REST
+    /// catalog (another mink's `--iceberg-rest-listen`, say), whose OAuth2 client
+    /// credentials are read from MINK_LAKE_CATALOG_CREDENTIAL as `client_id:secret`.
+    /// Remembered in `<data-dir>/lake/catalog.json`: `mink sql --data-dir`, `mink load
+    /// --data-dir` and later starts open the same lake, and another one is refused.
     #[arg(long)]
     lake_catalog: Option<String>,
     /// Acknowledge writes without fsync (faster; a machine crash can lose acknowledged
@@ -132,7 +138,9 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         sync: !args.no_sync,
         ..LogConfig::default()
     };
-    config.lake = lake_config(&args)?;
+    let lake = lake_config(&args)?;
+    let warehouse = lake.warehouse.clone();
+    config.lake = Some(lake);
     if let Ok(failpoint) = std::env::var("MINK_FAILPOINT") {
         config.failpoint = Some(Failpoint::parse(&failpoint).ok_or_else(|| {
             CliError::Usage(format!("unknown MINK_FAILPOINT '{failpoint}' (known: abort-before-lake-commit, abort-after-lake-commit)"))
@@ -168,7 +176,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         credentials,
         tls_ca: None,
     };
-    let sql = serve_flight_sql(&args, pool, &engine_address, &engine).await?;
+    let sql = serve_flight_sql(&args, pool, &warehouse, &engine_address, &engine).await?;
     let kafka = serve_kafka(&args, &node).await?;
     let kafka_line = kafka
         .as_ref()
@@ -216,21 +224,12 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
 async fn serve_flight_sql(
     args: &ServerArgs,
     pool: Arc<dyn MemoryPool>,
+    warehouse: &str,
     node_address: &str,
     node_login: &ConnectOptions,
 ) -> Result<FlightSqlHandle, CliError> {
     let (credentials, tls) = login(args)?;
-    let storage = match args.lake_warehouse.as_deref() {
-        Some(warehouse) => lake_storage(Some(warehouse))?,
-        // The embedded lake: a store rooted at its warehouse, nothing else of the disk.
-        None => {
-            let warehouse = LakeConfig::embedded(&args.data_dir)
-                .map_err(|e| CliError::Usage(e.to_string()))?
-                .warehouse;
-            LakeStorage::local(&warehouse)
-                .map_err(|e| CliError::Usage(format!("the lake warehouse: {e}")))?
-        }
-    };
+    let storage = warehouse_storage(warehouse)?;
     let runtime = SqlRuntime::server(pool, &storage)
         .map_err(|e| CliError::Usage(format!("the SQL runtime: {e}")))?;
     let config = FlightSqlConfig {
@@ -356,32 +355,15 @@ fn flight_sql_error(error: ServeError) -> CliError {
     CliError::Usage(error.to_string())
 }
 
-/// The lake the flags name; `None` for the embedded default.
-fn lake_config(args: &ServerArgs) -> Result<Option<LakeConfig>, CliError> {
-    let lake_error = |e: mink_lake::LakeError| CliError::Usage(e.to_string());
-    let mut config = match args.lake_warehouse.as_deref() {
-        None => {
-            if args.lake_catalog.is_none() {
-                return Ok(None);
-            }
-            LakeConfig::embedded(&args.data_dir).map_err(lake_error)?
-        }
-        Some(warehouse) if warehouse.starts_with("s3://") => {
-            let catalog = LakeConfig::embedded(&args.data_dir)
-                .map_err(lake_error)?
-                .catalog_uri;
-            LakeConfig::s3(warehouse, catalog, S3Options::default()).map_err(lake_error)?
-        }
-        Some(other) => {
-            return Err(CliError::Usage(format!(
-                "--lake-warehouse '{other}': give an s3://bucket/prefix URL (the local warehouse is <data-dir>/lake/warehouse)"
-            )));
-        }
-    };
-    if let Some(catalog) = &args.lake_catalog {
-        config.catalog_uri.clone_from(catalog);
-    }
-    Ok(Some(config))
+/// The lake the flags name, or the one the data directory remembers (see
+/// [`LakeConfig::chosen`]).
+fn lake_config(args: &ServerArgs) -> Result<LakeConfig, CliError> {
+    LakeConfig::chosen(
+        &args.data_dir,
+        args.lake_catalog.clone(),
+        args.lake_warehouse.clone(),
+    )
+    .map_err(|e| CliError::Usage(e.to_string()))
 }
 
 async fn wait_for_shutdown_signal() {

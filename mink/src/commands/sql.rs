@@ -140,17 +140,15 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), CliError> {
     let connection = node.connect().await?;
     let result = async {
         let storage = match (&args.lake_warehouse, &args.connect) {
-            // The embedded node's lake: a store rooted at its warehouse.
+            // The embedded node's lake, as its data directory remembers it.
             (None, None) => {
                 let data_dir = args
                     .data_dir
                     .clone()
                     .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
-                let warehouse = LakeConfig::embedded(&data_dir)
-                    .map_err(|e| CliError::Usage(e.to_string()))?
-                    .warehouse;
-                LakeStorage::local(&warehouse)
-                    .map_err(|e| CliError::Usage(format!("the lake warehouse: {e}")))?
+                let lake = LakeConfig::of_data_dir(&data_dir)
+                    .map_err(|e| CliError::Usage(e.to_string()))?;
+                warehouse_storage(&lake.warehouse)?
             }
             (warehouse, _) => lake_storage(warehouse.as_deref())?,
         };
@@ -417,6 +415,16 @@ fn login_args(args: &SqlArgs) -> LoginArgs {
 /// A Flight SQL failure, as the server's status (`InvalidArgument: ...`) when it is one.
 fn flight_error(error: FlightError) -> CliError {
     CliError::Client(ClientError::from(error))
+}
+
+/// Where a session reads the lake's files when it knows the warehouse: the S3 warehouse,
+/// or a store rooted at the local warehouse directory (nothing else of the disk).
+pub(crate) fn warehouse_storage(warehouse: &str) -> Result<LakeStorage, CliError> {
+    match warehouse.starts_with("s3://") {
+        true => lake_storage(Some(warehouse)),
+        false => LakeStorage::local(warehouse)
+            .map_err(|e| CliError::Usage(format!("the lake warehouse: {e}"))),
+    }
 }
 
 /// Where the session reads lake files: the S3 warehouse, or the local file system (lake

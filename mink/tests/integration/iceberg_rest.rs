@@ -189,7 +189,13 @@ async fn other_engines_read_and_append_through_the_rest_catalog() {
         ("wrong secret", 401, "invalid_client"),
         ("other grant", 400, "unsupported_grant_type"),
         ("unknown path", 404, "NotFoundException"),
-        ("drop table", 406, "UnsupportedOperationException"),
+        ("drop table", 403, "ForbiddenException"),
+        ("replace table", 406, "UnsupportedOperationException"),
+        ("create in a mink database", 403, "ForbiddenException"),
+        ("drop a mink database", 403, "ForbiddenException"),
+        ("namespace elsewhere", 400, "BadRequestException"),
+        ("namespace escaping", 400, "BadRequestException"),
+        ("nested namespace created", 400, "BadRequestException"),
         ("no such table", 404, "NoSuchTableException"),
         ("no such namespace", 404, "NoSuchNamespaceException"),
         ("nested namespace", 404, "NoSuchNamespaceException"),
@@ -210,6 +216,49 @@ async fn other_engines_read_and_append_through_the_rest_catalog() {
     // The node and the lake are untouched.
     let read = engines(&uri, &["read"]);
     assert_eq!(ids_read(&read, "test.restlog"), expected);
+
+    // A client's own namespace and table: created, appended to, read, purged, dropped.
+    let guest = engines(&uri, &["guest"]);
+    assert_eq!(guest["ids"], serde_json::json!((0..20).collect::<Vec<i64>>()));
+    assert_eq!(guest["snapshots"], serde_json::json!(2), "{guest}");
+    let answers = &guest["answers"];
+    for (name, status, kind) in [
+        ("location elsewhere", 400, "BadRequestException"),
+        ("files elsewhere", 400, "BadRequestException"),
+        ("escaping name", 400, "BadRequestException"),
+        ("staged create", 406, "UnsupportedOperationException"),
+        ("table exists", 409, "AlreadyExistsException"),
+        ("namespace exists", 409, "AlreadyExistsException"),
+        ("move the table", 403, "ForbiddenException"),
+        ("drop a namespace with tables", 409, "NamespaceNotEmptyException"),
+    ] {
+        assert_eq!(
+            answers[name],
+            serde_json::json!([status, kind]),
+            "{name}: {answers}"
+        );
+    }
+    assert_eq!(guest["namespaces"], serde_json::json!(["test"]), "{guest}");
+    let location = guest["location"].as_str().expect("location");
+    assert!(
+        location.starts_with(&dir.path().display().to_string()),
+        "{location}"
+    );
+    assert_eq!(files_under(std::path::Path::new(location)), 0, "purged");
+}
+
+/// How many files lie under `dir` (none if it does not exist).
+fn files_under(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .map(|entry| entry.expect("entry").path())
+        .map(|path| match path.is_dir() {
+            true => files_under(&path),
+            false => 1,
+        })
+        .sum()
 }
 
 #[test]

@@ -10,6 +10,10 @@ Steps (each prints one JSON object):
   pyiceberg: {"snapshot": id}.
 - refused NS TABLE: tries to append to a primary-key table: {"error": "..."}.
 - hostile: requests a client controls, badly formed: {"answers": {name: [status, type]}}.
+- guest: pyiceberg creates a namespace and a table of its own, appends to it twice, reads
+  it, tries what a hosted table refuses, then purges the table and drops the namespace:
+  {"ids": [...], "snapshots": n, "location": "...", "answers": {name: [status, type]},
+  "namespaces": [...] afterwards}.
 """
 
 import glob
@@ -133,8 +137,8 @@ def huge_body(uri: str, path: str, token: str) -> list:
     return [answer.status, json.loads(answer.read())["error"]["type"]]
 
 
-def hostile(uri: str, user: str, password: str) -> dict:
-    token = json.loads(
+def bearer_token(uri: str, user: str, password: str) -> str:
+    return json.loads(
         urllib.request.urlopen(
             urllib.request.Request(
                 uri + "/v1/oauth/tokens",
@@ -144,6 +148,10 @@ def hostile(uri: str, user: str, password: str) -> dict:
             timeout=30,
         ).read()
     )["access_token"]
+
+
+def hostile(uri: str, user: str, password: str) -> dict:
+    token = bearer_token(uri, user, password)
     form = "application/x-www-form-urlencoded"
     table = "/v1/namespaces/test/tables/restlog"
     current = catalog(uri, user, password).load_table(("test", "restlog")).metadata
@@ -169,6 +177,21 @@ def hostile(uri: str, user: str, password: str) -> dict:
         "other grant": request(uri, "POST", "/v1/oauth/tokens", b"grant_type=password", content_type=form),
         "unknown path": request(uri, "GET", "/v1/views", token=token),
         "drop table": request(uri, "DELETE", table, token=token),
+        "replace table": request(uri, "PUT", table, b"{}", token=token),
+        "create in a mink database": request(
+            uri, "POST", "/v1/namespaces/test/tables", json.dumps(create_body("intruder")).encode(), token=token
+        ),
+        "drop a mink database": request(uri, "DELETE", "/v1/namespaces/test", token=token),
+        "namespace elsewhere": request(
+            uri, "POST", "/v1/namespaces",
+            json.dumps({"namespace": ["evil"], "properties": {"location": "/tmp"}}).encode(), token=token,
+        ),
+        "namespace escaping": request(
+            uri, "POST", "/v1/namespaces", json.dumps({"namespace": [".."]}).encode(), token=token
+        ),
+        "nested namespace created": request(
+            uri, "POST", "/v1/namespaces", json.dumps({"namespace": ["a", "b"]}).encode(), token=token
+        ),
         "no such table": request(uri, "GET", "/v1/namespaces/test/tables/nothing", token=token),
         "no such namespace": request(uri, "GET", "/v1/namespaces/nothing", token=token),
         "nested namespace": request(uri, "GET", "/v1/namespaces/test%1Fdeeper/tables", token=token),
@@ -206,9 +229,77 @@ def hostile(uri: str, user: str, password: str) -> dict:
     return {"answers": answers}
 
 
+def create_body(name: str, **extra) -> dict:
+    return {
+        "name": name,
+        "schema": {
+            "type": "struct",
+            "schema-id": 0,
+            "fields": [{"id": 1, "name": "id", "required": True, "type": "long"}],
+        },
+        **extra,
+    }
+
+
+def guest(uri: str, user: str, password: str) -> dict:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    rest = catalog(uri, user, password)
+    rest.create_namespace("guest")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "name", StringType(), required=False),
+    )
+    table = rest.create_table(("guest", "notes"), schema=schema)
+    arrow_schema = table.schema().as_arrow()
+    for first in (0, 10):
+        rows = [{"id": i, "name": f"note-{i}"} for i in range(first, first + 10)]
+        table.append(pa.Table.from_pylist(rows, schema=arrow_schema))
+    table = rest.load_table(("guest", "notes"))
+    ids = sorted(table.scan().to_arrow()["id"].to_pylist())
+
+    token = bearer_token(uri, user, password)
+    tables = "/v1/namespaces/guest/tables"
+    notes = f"{tables}/notes"
+    answers = {
+        "location elsewhere": request(
+            uri, "POST", tables, json.dumps(create_body("away", location="/tmp/away")).encode(), token=token
+        ),
+        "files elsewhere": request(
+            uri, "POST", tables,
+            json.dumps(create_body("away", properties={"write.data.path": "/tmp"})).encode(), token=token,
+        ),
+        "escaping name": request(uri, "POST", tables, json.dumps(create_body("../up")).encode(), token=token),
+        "staged create": request(
+            uri, "POST", tables, json.dumps(create_body("staged", **{"stage-create": True})).encode(), token=token
+        ),
+        "table exists": request(uri, "POST", tables, json.dumps(create_body("notes")).encode(), token=token),
+        "namespace exists": request(
+            uri, "POST", "/v1/namespaces", json.dumps({"namespace": ["guest"]}).encode(), token=token
+        ),
+        "move the table": request(
+            uri, "POST", notes,
+            json.dumps({"requirements": [], "updates": [{"action": "set-location", "location": "/tmp"}]}).encode(),
+            token=token,
+        ),
+        "drop a namespace with tables": request(uri, "DELETE", "/v1/namespaces/guest", token=token),
+    }
+    location = table.metadata.location
+    rest.purge_table(("guest", "notes"))
+    rest.drop_namespace("guest")
+    return {
+        "ids": ids,
+        "snapshots": len(table.metadata.snapshots),
+        "location": location,
+        "answers": answers,
+        "namespaces": [ns[0] for ns in rest.list_namespaces()],
+    }
+
+
 def main() -> None:
     uri, user, password, step, *args = sys.argv[1:]
-    steps = {"read": read, "append": append, "refused": refused, "hostile": hostile}
+    steps = {"read": read, "append": append, "refused": refused, "hostile": hostile, "guest": guest}
     print(json.dumps(steps[step](uri, user, password, *args)))
 
 

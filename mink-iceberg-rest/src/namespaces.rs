@@ -1,0 +1,156 @@
+//! Namespaces: mink databases with lake tables, and the namespaces REST clients create for
+//! their own tables (marked hosted, [`HOSTED_NAMESPACE_PROPERTY`]).
+//!
+//! A client may create a namespace (one level, a valid mink name; no `location` and no
+//! `mink.` property, which would place its tables elsewhere or pose as mink's own) and
+//! drop one it created once it is empty. A mink database's namespace is never dropped
+//! here, and mink refuses to create a database's lake tables in a hosted namespace.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use iceberg::{ErrorKind, NamespaceIdent};
+use mink_core::table::TablePath;
+use mink_lake::catalog::HOSTED_NAMESPACE_PROPERTY;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::RestError;
+use crate::routes::{CatalogState, Shared, lake};
+
+/// A namespace of the path: one level, a valid mink name (multi-level namespaces are
+/// joined by the unit separator and never exist here).
+pub(crate) fn namespace(name: &str) -> Result<NamespaceIdent, RestError> {
+    if TablePath::checked(name, "t").is_err() {
+        return Err(RestError::no_such_namespace(name));
+    }
+    Ok(NamespaceIdent::new(name.to_string()))
+}
+
+/// The namespace of the path, checked to exist.
+pub(crate) async fn checked_namespace(
+    state: &CatalogState,
+    name: &str,
+) -> Result<NamespaceIdent, RestError> {
+    let ident = namespace(name)?;
+    if !lake(state)
+        .await?
+        .catalog()
+        .namespace_exists(&ident)
+        .await?
+    {
+        return Err(RestError::no_such_namespace(name));
+    }
+    Ok(ident)
+}
+
+/// The namespace of the path, checked to exist and to be a hosted one (`what` is
+/// refused in any other).
+pub(crate) async fn hosted_namespace(
+    state: &CatalogState,
+    name: &str,
+    what: &str,
+) -> Result<NamespaceIdent, RestError> {
+    let ident = checked_namespace(state, name).await?;
+    if !lake(state).await?.is_hosted(&ident).await? {
+        return Err(RestError::forbidden(format!(
+            "namespace {name} is a mink database: {what} through mink's SQL"
+        )));
+    }
+    Ok(ident)
+}
+
+pub(crate) async fn list_namespaces(
+    State(state): Shared,
+) -> Result<Json<serde_json::Value>, RestError> {
+    let namespaces = lake(&state).await?.catalog().list_namespaces(None).await?;
+    let names: Vec<_> = namespaces.iter().map(|n| n.as_ref().clone()).collect();
+    Ok(Json(json!({ "namespaces": names })))
+}
+
+pub(crate) async fn load_namespace(
+    State(state): Shared,
+    Path(name): Path<String>,
+) -> Result<Json<serde_json::Value>, RestError> {
+    let ident = checked_namespace(&state, &name).await?;
+    let namespace = lake(&state).await?.catalog().get_namespace(&ident).await?;
+    Ok(Json(
+        json!({ "namespace": ident.as_ref(), "properties": namespace.properties() }),
+    ))
+}
+
+pub(crate) async fn namespace_exists(State(state): Shared, Path(name): Path<String>) -> StatusCode {
+    match checked_namespace(&state, &name).await {
+        Ok(_) => StatusCode::NO_CONTENT,
+        Err(error) => error.status(),
+    }
+}
+
+/// The body of `POST /v1/namespaces`.
+#[derive(Deserialize)]
+pub(crate) struct CreateNamespaceRequest {
+    namespace: Vec<String>,
+    #[serde(default)]
+    properties: HashMap<String, String>,
+}
+
+pub(crate) async fn create_namespace(
+    State(state): Shared,
+    body: axum::body::Bytes,
+) -> Result<Json<serde_json::Value>, RestError> {
+    let request: CreateNamespaceRequest = serde_json::from_slice(&body)
+        .map_err(|e| RestError::bad_request(format!("not a create-namespace request: {e}")))?;
+    let [name] = request.namespace.as_slice() else {
+        return Err(RestError::bad_request(format!(
+            "namespace {:?}: mink's catalog holds one-level namespaces",
+            request.namespace
+        )));
+    };
+    TablePath::checked(name, "t").map_err(|e| RestError::bad_request(e.to_string()))?;
+    if let Some(key) = request
+        .properties
+        .keys()
+        .find(|key| *key == "location" || key.starts_with("mink."))
+    {
+        return Err(RestError::bad_request(format!(
+            "namespace property {key} is not taken: tables live in the catalog's warehouse, \
+             and mink. properties are mink's own"
+        )));
+    }
+    let mut properties = request.properties;
+    properties.insert(HOSTED_NAMESPACE_PROPERTY.to_string(), "true".to_string());
+    let ident = NamespaceIdent::new(name.clone());
+    let created = lake(&state)
+        .await?
+        .catalog()
+        .create_namespace(&ident, properties)
+        .await
+        .map_err(|e| match e.kind() {
+            ErrorKind::NamespaceAlreadyExists => RestError::already_exists(format!(
+                "namespace {name} already exists"
+            )),
+            _ => e.into(),
+        })?;
+    Ok(Json(
+        json!({ "namespace": ident.as_ref(), "properties": created.properties() }),
+    ))
+}
+
+pub(crate) async fn drop_namespace(
+    State(state): Shared,
+    Path(name): Path<String>,
+) -> Result<StatusCode, RestError> {
+    let ident = hosted_namespace(&state, &name, "databases are dropped").await?;
+    let catalog = lake(&state).await?.catalog();
+    if !catalog.list_tables(&ident).await?.is_empty() {
+        return Err(RestError::new(
+            StatusCode::CONFLICT,
+            "NamespaceNotEmptyException",
+            format!("namespace {name} still holds tables"),
+        ));
+    }
+    catalog.drop_namespace(&ident).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,393 @@
+//! The lake's catalog and object store.
+//!
+//! Embedded default: an Iceberg SQL catalog on SQLite at `<data-dir>/lake/catalog.db`
+//! (catalog name `mink`, namespace = mink database) and the warehouse
+//! `<data-dir>/lake/warehouse` on the local file system. Production: the warehouse on S3
+//! ([`LakeConfig::s3`]), the catalog another SQL database or an Iceberg REST catalog
+//! (`rest:URL`, [`rest`]). Either way one `object_store` store serves Iceberg's metadata
+//! and data files and mink's own Parquet reads.
+//!
+//! - [`config`]: where the lake lives, and how a data directory remembers it;
+//! - `sql`: the SQL catalog and the compare-and-swap of its metadata locations;
+//! - `rest`: a REST catalog and mink's commits to it.
+//!
+//! Every change to a lake table ends in [`Lake::publish`], the commit point: the SQL
+//! catalog swaps a metadata file mink wrote, the REST catalog takes the updates and writes
+//! it.
+
+pub mod config;
+mod rest;
+mod sql;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arrow::datatypes::Field;
+use iceberg::arrow::arrow_type_to_type;
+use iceberg::spec::{TableMetadata, TableMetadataBuildResult, TableProperties};
+use iceberg::table::Table;
+use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
+use mink_core::table::{TableDescriptor, TablePath};
+use object_store::ObjectStore;
+use tracing::{info, warn};
+
+pub use self::config::{LakeConfig, S3Options};
+use self::rest::RestCommits;
+use self::sql::SqlDatabase;
+use crate::error::{LakeError, Result};
+use crate::layout::{lake_schema, partition_spec};
+use crate::storage::LakeStorage;
+use crate::upkeep::DEFAULT_MAX_SNAPSHOT_AGE;
+
+/// The catalog name every mink lake table is registered under (pyiceberg finds tables
+/// by it).
+pub const CATALOG_NAME: &str = "mink";
+
+/// The lake table property naming the mink table (by id) that owns it.
+pub const TABLE_ID_PROPERTY: &str = "mink.table-id";
+
+/// The namespace property marking a namespace that a client of mink's REST catalog created
+/// (`"true"`): its tables are that client's, never a mink database's.
+pub const HOSTED_NAMESPACE_PROPERTY: &str = "mink.hosted";
+
+/// The properties of a new lake table: mink's own, the retention mink expires snapshots
+/// by (written out so that every engine sees it), then the table's `WITH` properties.
+fn lake_table_properties(table: &TableDescriptor) -> HashMap<String, String> {
+    let mut properties = HashMap::from([
+        // mink is the one writer of its lake tables and checks for conflicts itself.
+        ("commit.retry.num-retries".to_string(), "0".to_string()),
+        (TABLE_ID_PROPERTY.to_string(), table.table_id.to_string()),
+        (
+            TableProperties::PROPERTY_MAX_SNAPSHOT_AGE_MS.to_string(),
+            DEFAULT_MAX_SNAPSHOT_AGE.as_millis().to_string(),
+        ),
+    ]);
+    properties.extend(table.lake_properties.clone());
+    properties
+}
+
+/// The lake: its catalog, how commits are published to it, and the store.
+#[derive(Clone)]
+pub struct Lake {
+    catalog: Arc<dyn Catalog>,
+    publisher: Arc<Publisher>,
+    warehouse: String,
+    storage: LakeStorage,
+    /// The last table loaded for each path ([`Lake::load`]).
+    loaded: Arc<Mutex<HashMap<TablePath, Table>>>,
+}
+
+/// How a table's next metadata becomes its current one.
+#[derive(Debug)]
+enum Publisher {
+    /// A compare-and-swap in the SQL catalog's database.
+    Sql(SqlDatabase),
+    /// A commit request to the REST catalog.
+    Rest(RestCommits),
+}
+
+/// What became of publishing a table's next metadata.
+pub(crate) enum Swap {
+    /// The catalog names the new metadata (as committed) at this location.
+    Committed(TableMetadata, String),
+    /// Certainly not committed: another commit came first, or the catalog refused.
+    Lost(LakeError),
+    /// Maybe committed: the catalog failed and the outcome could not be checked.
+    Unknown(LakeError),
+}
+
+impl std::fmt::Debug for Lake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lake")
+            .field("storage", &self.storage)
+            .finish_non_exhaustive()
+    }
+}
+
+fn ident(path: &TablePath) -> TableIdent {
+    TableIdent::new(
+        NamespaceIdent::new(path.database.clone()),
+        path.name.clone(),
+    )
+}
+
+impl Lake {
+    /// Opens the catalog (a SQL catalog's tables are created if needed; a REST catalog is
+    /// reached on first use, with the `client_id:secret` in
+    /// [`config::CATALOG_CREDENTIAL_ENV`] if set).
+    ///
+    /// # Errors
+    /// [`LakeError::Iceberg`] when the catalog cannot be reached or opened,
+    /// [`LakeError::Catalog`] when a SQL catalog's database cannot be opened for commits,
+    /// and [`LakeError::Config`] for a catalog URI that is neither `sqlite:...` nor
+    /// `rest:URL`.
+    pub async fn open(config: LakeConfig) -> Result<Self> {
+        let (catalog, publisher): (Arc<dyn Catalog>, _) = match config.rest_uri() {
+            Some(uri) => {
+                let (catalog, commits) = rest::open(&config, uri).await?;
+                (Arc::new(catalog), Publisher::Rest(commits))
+            }
+            None => {
+                let (catalog, database) = sql::open(&config).await?;
+                (Arc::new(catalog), Publisher::Sql(database))
+            }
+        };
+        Ok(Self {
+            catalog,
+            publisher: Arc::new(publisher),
+            warehouse: config.warehouse,
+            storage: config.storage,
+            loaded: Arc::default(),
+        })
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &dyn Catalog {
+        self.catalog.as_ref()
+    }
+
+    /// The warehouse location (every table's location is `<warehouse>/<database>/<name>`).
+    pub fn warehouse(&self) -> &str {
+        &self.warehouse
+    }
+
+    /// The object store of the warehouse.
+    pub fn store(&self) -> Result<Arc<dyn ObjectStore>> {
+        Ok(self.storage.store()?)
+    }
+
+    /// The lake storage (location -> store path).
+    pub fn storage(&self) -> &LakeStorage {
+        &self.storage
+    }
+
+    /// Creates the lake table of a mink table. One of the same table is kept; one left by an
+    /// earlier, dropped table of that name (`mink.table-id` differs) is dropped first.
+    pub async fn create_table(&self, table: &TableDescriptor) -> Result<Table> {
+        let namespace = NamespaceIdent::new(table.path.database.clone());
+        if self.is_hosted(&namespace).await? {
+            return Err(LakeError::Refused {
+                table: table.path.to_string(),
+                message: format!(
+                    "the lake namespace {} was created by a client of the REST catalog and \
+                     holds its tables: give the database another name",
+                    table.path.database
+                ),
+            });
+        }
+        if !self.catalog.namespace_exists(&namespace).await? {
+            match self
+                .catalog
+                .create_namespace(&namespace, HashMap::new())
+                .await
+            {
+                Err(e) if e.kind() != ErrorKind::NamespaceAlreadyExists => return Err(e.into()),
+                _ => {}
+            }
+        }
+        let ident = ident(&table.path);
+        if self.catalog.table_exists(&ident).await? {
+            let existing = self.load(&table.path).await?;
+            let owner = existing.metadata().properties().get(TABLE_ID_PROPERTY);
+            match owner {
+                // Left by a dropped mink table of the same name (a crash between dropping
+                // the table and its lake): its snapshots are not this table's.
+                Some(owner) if *owner != table.table_id.to_string() => {
+                    warn!(table = %table.path, owner, "dropping the lake table of an earlier table of this name");
+                    self.drop_table(&table.path).await?;
+                }
+                _ => return Ok(existing),
+            }
+        }
+        let schema = lake_schema(table)?;
+        let spec = partition_spec(table, &schema)?;
+        let creation = TableCreation::builder()
+            .name(table.path.name.clone())
+            .schema(schema)
+            .partition_spec(spec)
+            .properties(lake_table_properties(table))
+            .build();
+        let created = self.catalog.create_table(&namespace, creation).await?;
+        info!(table = %table.path, location = created.metadata().location(), "created lake table");
+        Ok(created)
+    }
+
+    /// Loads a lake table.
+    ///
+    /// The table loaded last for `path` is kept while the catalog still names its metadata
+    /// (files the lake never rewrites): loading it again costs one catalog query, and its
+    /// reads share iceberg's cache of the manifests they parsed, so planning a statement
+    /// does not read and parse every manifest again until a commit moves the table on.
+    pub async fn load(&self, path: &TablePath) -> Result<Table> {
+        let ident = ident(path);
+        let kept = |current: Option<&str>| {
+            self.loaded
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(path)
+                .filter(|table| current.is_some() && table.metadata_location() == current)
+                .cloned()
+        };
+        let table = match self.publisher.as_ref() {
+            Publisher::Sql(database) => {
+                let current = database.metadata_location(&ident).await?;
+                if let Some(table) = kept(current.as_deref()) {
+                    return Ok(table);
+                }
+                self.catalog.load_table(&ident).await?
+            }
+            // A REST catalog answers a load with the whole metadata: the table kept is
+            // still worth its parsed manifests.
+            Publisher::Rest(_) => {
+                let table = self.catalog.load_table(&ident).await?;
+                if let Some(kept) = kept(table.metadata_location()) {
+                    return Ok(kept);
+                }
+                table
+            }
+        };
+        self.loaded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.clone(), table.clone());
+        Ok(table)
+    }
+
+    /// Whether `namespace` exists and a REST catalog client created it
+    /// ([`HOSTED_NAMESPACE_PROPERTY`]).
+    pub async fn is_hosted(&self, namespace: &NamespaceIdent) -> Result<bool> {
+        if !self.catalog.namespace_exists(namespace).await? {
+            return Ok(false);
+        }
+        let properties = self.catalog.get_namespace(namespace).await?;
+        Ok(properties
+            .properties()
+            .get(HOSTED_NAMESPACE_PROPERTY)
+            .is_some_and(|hosted| hosted == "true"))
+    }
+
+    /// Whether the lake has a table for `path`.
+    pub async fn exists(&self, path: &TablePath) -> Result<bool> {
+        Ok(self.catalog.table_exists(&ident(path)).await?)
+    }
+
+    /// Drops a lake table from the catalog and deletes its files.
+    pub async fn drop_table(&self, path: &TablePath) -> Result<()> {
+        if let Some(table) = self.forget(path).await? {
+            table
+                .file_io()
+                .delete_prefix(table.metadata().location())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Drops a lake table from the catalog and leaves its files (a REST client's drop
+    /// without purge).
+    pub async fn forget_table(&self, path: &TablePath) -> Result<()> {
+        self.forget(path).await.map(|_| ())
+    }
+
+    /// Drops a lake table from the catalog; returns it as it was (None: no such table).
+    async fn forget(&self, path: &TablePath) -> Result<Option<Table>> {
+        let ident = ident(path);
+        if !self.catalog.table_exists(&ident).await? {
+            return Ok(None);
+        }
+        let table = self.catalog.load_table(&ident).await?;
+        self.catalog.drop_table(&ident).await?;
+        self.loaded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(path);
+        Ok(Some(table))
+    }
+
+    /// Publishes `next`, built from `current`'s metadata, as the table's metadata if the
+    /// table is still at `current`: the commit point of every change to a lake table.
+    ///
+    /// The SQL catalog takes a metadata file mink writes beside the current one (deleted
+    /// again when the swap is lost); the REST catalog takes `next`'s changes, asserting the
+    /// table's uuid and its `main` snapshot, and writes the file itself.
+    pub(crate) async fn publish(&self, current: &Table, next: TableMetadataBuildResult) -> Swap {
+        match self.publisher.as_ref() {
+            Publisher::Sql(database) => database.publish(current, next.metadata).await,
+            Publisher::Rest(commits) => commits.publish(current, next.changes).await,
+        }
+    }
+
+    /// Adds a (nullable) column to a lake table, as ADD COLUMN does to the mink table.
+    pub async fn add_column(&self, path: &TablePath, field: &Field) -> Result<Table> {
+        let table = self.load(path).await?;
+        let lake_type = arrow_type_to_type(&crate::layout::lake_field_type(field.data_type()))?;
+        let tx = Transaction::new(&table);
+        let tx = tx
+            .update_schema()
+            .add_column(AddColumn::optional(field.name(), lake_type))
+            .apply(tx)?;
+        Ok(tx.commit(self.catalog.as_ref()).await?)
+    }
+}
+
+/// A lake and one lake table in a temporary directory, for the crate's unit tests.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use arrow::datatypes::{DataType, Field, Schema};
+    use iceberg::spec::{
+        DataContentType, DataFile, DataFileBuilder, DataFileFormat, Literal, Struct,
+    };
+    use mink_core::options::TableOptions;
+    use mink_core::table::{TableDescriptor, TablePath};
+
+    use super::{Lake, LakeConfig, Table};
+
+    /// The embedded lake of `dir` with the lake table of `db.t` (`id BIGINT NOT NULL`,
+    /// two buckets by `id`).
+    pub(crate) async fn lake_table(dir: &std::path::Path) -> (Lake, TableDescriptor, Table) {
+        lake_table_with(dir, &[]).await
+    }
+
+    /// [`lake_table`] with Iceberg table properties.
+    pub(crate) async fn lake_table_with(
+        dir: &std::path::Path,
+        properties: &[(&str, &str)],
+    ) -> (Lake, TableDescriptor, Table) {
+        let lake = Lake::open(LakeConfig::embedded(dir).unwrap())
+            .await
+            .unwrap();
+        let options = TableOptions {
+            bucket_num: 2,
+            bucket_key: Some(vec!["id".into()]),
+            lake_enabled: true,
+            lake_properties: properties
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..TableOptions::default()
+        };
+        let descriptor = TableDescriptor::new(
+            TablePath::new("db", "t"),
+            Schema::new(vec![Field::new("id", DataType::Int64, false)]),
+            vec![],
+            vec![],
+            options,
+        )
+        .unwrap();
+        let table = lake.create_table(&descriptor).await.unwrap();
+        (lake, descriptor, table)
+    }
+
+    /// A one-row file of `content` at `path` in bucket 0, for commits that never read it.
+    pub(crate) fn one_row_file(content: DataContentType, path: &str) -> DataFile {
+        DataFileBuilder::default()
+            .content(content)
+            .file_path(path.to_string())
+            .file_format(DataFileFormat::Parquet)
+            .partition(Struct::from_iter([Some(Literal::int(0))]))
+            .record_count(1)
+            .file_size_in_bytes(1)
+            .build()
+            .unwrap()
+    }
+}

@@ -1,0 +1,265 @@
+//! An Iceberg REST catalog as the lake's catalog (`--lake-catalog rest:URL`).
+//!
+//! Namespaces and tables are created, listed, loaded and dropped through
+//! iceberg-catalog-rest's `RestCatalog`. Its `update_table` cannot carry mink's own
+//! snapshots (iceberg keeps `TableCommit`'s builder crate-private), so [`RestCommits`]
+//! POSTs mink's commits itself: the updates iceberg's metadata builder recorded while mink
+//! built the next metadata, with two requirements, `assert-table-uuid` and
+//! `assert-ref-snapshot-id` of `main` at the snapshot the commit was planned on. Another
+//! writer that came first is then a clean `409`, a [`LakeError::CommitConflict`] that
+//! tiering retries on the new state, as with the SQL catalog's compare-and-swap.
+//!
+//! Login: the OAuth2 client-credentials grant with the `client_id:secret` in
+//! `MINK_LAKE_CATALOG_CREDENTIAL`, for the catalog and for the commits alike; a token the
+//! catalog stops accepting is exchanged again once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use iceberg::spec::MAIN_BRANCH;
+use iceberg::table::Table;
+use iceberg::{CatalogBuilder, TableIdent, TableRequirement, TableUpdate};
+use iceberg_catalog_rest::{
+    CommitTableRequest, CommitTableResponse, REST_CATALOG_PROP_URI, RestCatalog, RestCatalogBuilder,
+};
+use reqwest::{Client, StatusCode, Url};
+use serde::Deserialize;
+use tokio::sync::Mutex;
+
+use super::config::CATALOG_CREDENTIAL_ENV;
+use super::{CATALOG_NAME, LakeConfig, Swap};
+use crate::error::{LakeError, Result};
+use crate::storage::LakeStorageFactory;
+
+/// How long one request to the catalog may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Opens the REST catalog at `uri` (with the credential in `MINK_LAKE_CATALOG_CREDENTIAL`,
+/// if set) and the client of mink's commits to it.
+///
+/// # Errors
+/// [`LakeError::Config`] for a URL that does not parse or a malformed credential.
+pub(super) async fn open(config: &LakeConfig, uri: &str) -> Result<(RestCatalog, RestCommits)> {
+    let base = Url::parse(uri)
+        .map_err(|e| LakeError::Config(format!("REST catalog URL '{uri}': {e}")))?;
+    let credential = match std::env::var(CATALOG_CREDENTIAL_ENV) {
+        Ok(credential) if !credential.is_empty() => Some(credential),
+        _ => None,
+    };
+    let client_credentials = credential
+        .as_deref()
+        .map(|credential| {
+            credential
+                .split_once(':')
+                .map(|(id, secret)| (id.to_string(), secret.to_string()))
+                .ok_or_else(|| {
+                    LakeError::Config(format!(
+                        "{CATALOG_CREDENTIAL_ENV} is client_id:secret, and has no ':'"
+                    ))
+                })
+        })
+        .transpose()?;
+    let mut properties = HashMap::from([(
+        REST_CATALOG_PROP_URI.to_string(),
+        uri.trim_end_matches('/').to_string(),
+    )]);
+    if let Some(credential) = credential {
+        properties.insert("credential".to_string(), credential);
+    }
+    let http = Client::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .build()
+        .map_err(|e| LakeError::Config(format!("REST catalog client: {e}")))?;
+    let catalog = RestCatalogBuilder::default()
+        .with_client(http.clone())
+        .with_storage_factory(Arc::new(LakeStorageFactory(config.storage.clone())))
+        .load(CATALOG_NAME, properties)
+        .await?;
+    let commits = RestCommits {
+        http,
+        base,
+        client_credentials,
+        token: Mutex::default(),
+    };
+    Ok((catalog, commits))
+}
+
+/// mink's commits to a REST catalog.
+#[derive(Debug)]
+pub(super) struct RestCommits {
+    http: Client,
+    /// The catalog's URL (the part before `/v1`).
+    base: Url,
+    client_credentials: Option<(String, String)>,
+    /// The bearer token last issued.
+    token: Mutex<Option<String>>,
+}
+
+/// The REST error model's body (iceberg-catalog-rest's `ErrorResponse` keeps its fields
+/// private).
+#[derive(Deserialize)]
+struct ErrorResponse {
+    error: ErrorModel,
+}
+
+#[derive(Deserialize)]
+struct ErrorModel {
+    message: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[derive(Deserialize)]
+struct TokenResponse {
+    access_token: String,
+}
+
+impl RestCommits {
+    /// Commits `updates` to `current`'s table if it is still the table `current` was
+    /// loaded as and its `main` is still at `current`'s snapshot.
+    pub(super) async fn publish(&self, current: &Table, updates: Vec<TableUpdate>) -> Swap {
+        let ident = current.identifier();
+        let metadata = current.metadata();
+        let request = CommitTableRequest {
+            identifier: Some(ident.clone()),
+            requirements: vec![
+                TableRequirement::UuidMatch {
+                    uuid: metadata.uuid(),
+                },
+                TableRequirement::RefSnapshotIdMatch {
+                    r#ref: MAIN_BRANCH.to_string(),
+                    snapshot_id: metadata.current_snapshot_id(),
+                },
+            ],
+            updates,
+        };
+        let response = match self.post(ident, &request).await {
+            Ok(response) => response,
+            Err(error) => return error,
+        };
+        let status = response.status();
+        if status == StatusCode::OK {
+            return match response.json::<CommitTableResponse>().await {
+                Ok(committed) => Swap::Committed(committed.metadata, committed.metadata_location),
+                Err(error) => Swap::Unknown(unreadable(ident, &error)),
+            };
+        }
+        let message = match response.json::<ErrorResponse>().await {
+            Ok(body) => format!("{} {}: {}", status, body.error.kind, body.error.message),
+            Err(_) => format!("{status}"),
+        };
+        let table = ident.to_string();
+        match status {
+            StatusCode::CONFLICT => Swap::Lost(LakeError::CommitConflict { table, message }),
+            StatusCode::NOT_FOUND => Swap::Lost(LakeError::CommitConflict {
+                table,
+                message: format!("the table is gone from the REST catalog ({message})"),
+            }),
+            // The commit state is unknown (the REST spec's 500, 502, 504 and the like).
+            status if status.is_server_error() => Swap::Unknown(LakeError::RestCatalog(format!(
+                "commit to {table}: {message}"
+            ))),
+            _ => Swap::Lost(LakeError::Refused { table, message }),
+        }
+    }
+
+    /// Sends the commit with a bearer token, exchanging the credential for a new one once
+    /// if the catalog does not accept the one held. An error is the commit's outcome.
+    async fn post(
+        &self,
+        ident: &TableIdent,
+        request: &CommitTableRequest,
+    ) -> Result<reqwest::Response, Swap> {
+        let url = self.table_url(ident).map_err(Swap::Lost)?;
+        let mut renewed = false;
+        loop {
+            let token = self.token(renewed).await.map_err(Swap::Lost)?;
+            let mut post = self.http.post(url.clone()).json(request);
+            if let Some(token) = token {
+                post = post.bearer_auth(token);
+            }
+            let response = post.send().await.map_err(|error| {
+                let failure = LakeError::RestCatalog(format!("commit to {ident}: {error}"));
+                // Not connected: certainly not committed. Else the catalog may have
+                // committed before the answer was lost.
+                match error.is_connect() || error.is_builder() {
+                    true => Swap::Lost(failure),
+                    false => Swap::Unknown(failure),
+                }
+            })?;
+            if response.status() == StatusCode::UNAUTHORIZED
+                && !renewed
+                && self.client_credentials.is_some()
+            {
+                renewed = true;
+                continue;
+            }
+            return Ok(response);
+        }
+    }
+
+    /// The bearer token to send (none without a credential): the one held, or a new one
+    /// when there is none or `renew`.
+    async fn token(&self, renew: bool) -> Result<Option<String>> {
+        let Some((client_id, secret)) = &self.client_credentials else {
+            return Ok(None);
+        };
+        let mut held = self.token.lock().await;
+        if let Some(token) = held.as_ref().filter(|_| !renew) {
+            return Ok(Some(token.clone()));
+        }
+        let url = self.endpoint(&["oauth", "tokens"])?;
+        let failed = |e: &dyn std::fmt::Display| {
+            LakeError::RestCatalog(format!("login at {url}: {e}"))
+        };
+        let response = self
+            .http
+            .post(url.clone())
+            .form(&[
+                ("grant_type", "client_credentials"),
+                ("client_id", client_id),
+                ("client_secret", secret),
+                ("scope", "catalog"),
+            ])
+            .send()
+            .await
+            .map_err(|e| failed(&e))?;
+        if !response.status().is_success() {
+            return Err(failed(&response.status()));
+        }
+        let token = response
+            .json::<TokenResponse>()
+            .await
+            .map_err(|e| failed(&e))?
+            .access_token;
+        *held = Some(token.clone());
+        Ok(Some(token))
+    }
+
+    fn table_url(&self, ident: &TableIdent) -> Result<Url> {
+        self.endpoint(&[
+            "namespaces",
+            &ident.namespace().to_url_string(),
+            "tables",
+            ident.name(),
+        ])
+    }
+
+    /// `<base>/v1/<segments...>`, each segment percent-encoded.
+    fn endpoint(&self, segments: &[&str]) -> Result<Url> {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .map_err(|()| LakeError::Config(format!("REST catalog URL '{}'", self.base)))?
+            .pop_if_empty()
+            .push("v1")
+            .extend(segments);
+        Ok(url)
+    }
+}
+
+fn unreadable(ident: &TableIdent, error: &reqwest::Error) -> LakeError {
+    LakeError::RestCatalog(format!(
+        "commit to {ident}: committed, but the answer could not be read: {error}"
+    ))
+}
