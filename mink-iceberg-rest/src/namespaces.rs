@@ -128,9 +128,9 @@ pub(crate) async fn create_namespace(
         .create_namespace(&ident, properties)
         .await
         .map_err(|e| match e.kind() {
-            ErrorKind::NamespaceAlreadyExists => RestError::already_exists(format!(
-                "namespace {name} already exists"
-            )),
+            ErrorKind::NamespaceAlreadyExists => {
+                RestError::already_exists(format!("namespace {name} already exists"))
+            }
             _ => e.into(),
         })?;
     Ok(Json(

@@ -191,9 +191,7 @@ fn lake_code(error: &mink_lake::LakeError) -> Code {
         LakeError::Iceberg(_)
         | LakeError::ObjectStore(_)
         | LakeError::Catalog(_)
-        | LakeError::RestCatalog(_) => {
-            Code::Unavailable
-        }
+        | LakeError::RestCatalog(_) => Code::Unavailable,
         LakeError::Parquet(_) | LakeError::Arrow(_) => Code::Internal,
     }
 }

@@ -174,7 +174,12 @@ fn remembered(data_dir: &Path) -> Result<Option<Remembered>> {
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(LakeError::Config(format!("reading {}: {e}", path.display()))),
+        Err(e) => {
+            return Err(LakeError::Config(format!(
+                "reading {}: {e}",
+                path.display()
+            )));
+        }
     };
     serde_json::from_str(&text)
         .map(Some)
@@ -266,11 +271,17 @@ mod tests {
 
         let rest = "rest:http://127.0.0.1:1".to_string();
         let error = LakeConfig::chosen(dir.path(), Some(rest.clone()), None).unwrap_err();
-        assert!(error.to_string().contains("needs --lake-warehouse"), "{error}");
+        assert!(
+            error.to_string().contains("needs --lake-warehouse"),
+            "{error}"
+        );
 
-        let chosen =
-            LakeConfig::chosen(dir.path(), Some(rest.clone()), Some(other_warehouse.clone()))
-                .unwrap();
+        let chosen = LakeConfig::chosen(
+            dir.path(),
+            Some(rest.clone()),
+            Some(other_warehouse.clone()),
+        )
+        .unwrap();
         assert_eq!(chosen.rest_uri(), Some("http://127.0.0.1:1"));
         // Later processes on the data directory open the same lake without the flags.
         let later = LakeConfig::of_data_dir(dir.path()).unwrap();
@@ -281,11 +292,11 @@ mod tests {
         let again = LakeConfig::chosen(dir.path(), None, None).unwrap();
         assert_eq!(again.catalog_uri, rest);
 
-        let error = LakeConfig::chosen(dir.path(), None, Some("s3://bucket/lake".into()))
-            .unwrap_err();
+        let error =
+            LakeConfig::chosen(dir.path(), None, Some("s3://bucket/lake".into())).unwrap_err();
         assert!(error.to_string().contains("remembered in"), "{error}");
-        let error = LakeConfig::chosen(dir.path(), Some(rest), Some("relative/path".into()))
-            .unwrap_err();
+        let error =
+            LakeConfig::chosen(dir.path(), Some(rest), Some("relative/path".into())).unwrap_err();
         assert!(error.to_string().contains("absolute path"), "{error}");
     }
 }

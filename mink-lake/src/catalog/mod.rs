@@ -90,7 +90,7 @@ enum Publisher {
 /// What became of publishing a table's next metadata.
 pub(crate) enum Swap {
     /// The catalog names the new metadata (as committed) at this location.
-    Committed(TableMetadata, String),
+    Committed(Box<TableMetadata>, String),
     /// Certainly not committed: another commit came first, or the catalog refused.
     Lost(LakeError),
     /// Maybe committed: the catalog failed and the outcome could not be checked.
@@ -166,7 +166,10 @@ impl Lake {
     /// earlier, dropped table of that name (`mink.table-id` differs) is dropped first.
     pub async fn create_table(&self, table: &TableDescriptor) -> Result<Table> {
         let namespace = NamespaceIdent::new(table.path.database.clone());
-        if self.is_hosted(&namespace).await? {
+        // Hosted namespaces are those the REST clients of this lake's SQL catalog created;
+        // a lake reached over REST is itself such a client, and its namespaces are hosted.
+        let serves_rest_clients = matches!(self.publisher.as_ref(), Publisher::Sql(_));
+        if serves_rest_clients && self.is_hosted(&namespace).await? {
             return Err(LakeError::Refused {
                 table: table.path.to_string(),
                 message: format!(

@@ -41,8 +41,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// # Errors
 /// [`LakeError::Config`] for a URL that does not parse or a malformed credential.
 pub(super) async fn open(config: &LakeConfig, uri: &str) -> Result<(RestCatalog, RestCommits)> {
-    let base = Url::parse(uri)
-        .map_err(|e| LakeError::Config(format!("REST catalog URL '{uri}': {e}")))?;
+    let base =
+        Url::parse(uri).map_err(|e| LakeError::Config(format!("REST catalog URL '{uri}': {e}")))?;
     let credential = match std::env::var(CATALOG_CREDENTIAL_ENV) {
         Ok(credential) if !credential.is_empty() => Some(credential),
         _ => None,
@@ -141,7 +141,9 @@ impl RestCommits {
         let status = response.status();
         if status == StatusCode::OK {
             return match response.json::<CommitTableResponse>().await {
-                Ok(committed) => Swap::Committed(committed.metadata, committed.metadata_location),
+                Ok(committed) => {
+                    Swap::Committed(Box::new(committed.metadata), committed.metadata_location)
+                }
                 Err(error) => Swap::Unknown(unreadable(ident, &error)),
             };
         }
@@ -210,9 +212,8 @@ impl RestCommits {
             return Ok(Some(token.clone()));
         }
         let url = self.endpoint(&["oauth", "tokens"])?;
-        let failed = |e: &dyn std::fmt::Display| {
-            LakeError::RestCatalog(format!("login at {url}: {e}"))
-        };
+        let failed =
+            |e: &dyn std::fmt::Display| LakeError::RestCatalog(format!("login at {url}: {e}"));
         let response = self
             .http
             .post(url.clone())

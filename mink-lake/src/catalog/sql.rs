@@ -54,8 +54,8 @@ pub(super) async fn open(config: &LakeConfig) -> Result<(SqlCatalog, SqlDatabase
         )
         .await?;
     // FULL: the swap is durable when it returns (see `SqlDatabase::swap`).
-    let options = SqliteConnectOptions::from_str(&config.catalog_uri)?
-        .synchronous(SqliteSynchronous::Full);
+    let options =
+        SqliteConnectOptions::from_str(&config.catalog_uri)?.synchronous(SqliteSynchronous::Full);
     let pool = SqlitePool::connect_with(options).await?;
     Ok((catalog, SqlDatabase(pool)))
 }
@@ -83,7 +83,7 @@ impl SqlDatabase {
         };
         let ident = current.identifier();
         let swap = match self.swap(ident, &expected, &new_location).await {
-            Ok(true) => Swap::Committed(next, new_location.clone()),
+            Ok(true) => Swap::Committed(Box::new(next), new_location.clone()),
             Ok(false) => Swap::Lost(LakeError::CommitConflict {
                 table: ident.to_string(),
                 message: "another commit replaced the table's metadata first".into(),
@@ -91,7 +91,7 @@ impl SqlDatabase {
             Err(error) => match self.metadata_location(ident).await {
                 // The swap went through after all.
                 Ok(Some(location)) if location == new_location => {
-                    Swap::Committed(next, new_location.clone())
+                    Swap::Committed(Box::new(next), new_location.clone())
                 }
                 Ok(_) => Swap::Lost(error),
                 Err(_) => Swap::Unknown(error),

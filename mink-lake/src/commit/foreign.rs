@@ -31,8 +31,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use iceberg::spec::{
-    DataContentType, MAIN_BRANCH, Manifest, ManifestContentType, ManifestFile, Operation,
-    Snapshot, TableMetadata,
+    DataContentType, MAIN_BRANCH, Manifest, ManifestContentType, ManifestFile, Operation, Snapshot,
+    TableMetadata,
 };
 use iceberg::table::Table;
 use iceberg::{TableRequirement, TableUpdate};

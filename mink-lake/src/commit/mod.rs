@@ -61,12 +61,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use iceberg::Runtime;
 use iceberg::spec::{
     DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestListWriter, Operation,
     Snapshot, SnapshotReference, SnapshotRetention, TableMetadata, TableMetadataBuildResult,
     TableMetadataBuilder,
 };
-use iceberg::Runtime;
 use iceberg::table::Table;
 use tracing::debug;
 use uuid::Uuid;
@@ -165,7 +165,7 @@ async fn commit_on(
         }
     };
     let (metadata, location) = match lake.publish(current, next).await {
-        Swap::Committed(metadata, location) => (metadata, location),
+        Swap::Committed(metadata, location) => (*metadata, location),
         Swap::Lost(error) => {
             attempt.discard().await;
             return Err(error);
@@ -202,7 +202,7 @@ pub(crate) async fn commit_metadata(
         .clone()
         .into_builder(Some(current.metadata_location_result()?.to_string()));
     match lake.publish(current, edit(builder)?.build()?).await {
-        Swap::Committed(metadata, location) => Ok((metadata, location)),
+        Swap::Committed(metadata, location) => Ok((*metadata, location)),
         Swap::Lost(error) | Swap::Unknown(error) => Err(error),
     }
 }

@@ -20,8 +20,8 @@ use crate::process::{ServerProcess, run_mink};
 use crate::python::python;
 use crate::support::{events, events_table};
 
-const USER: &str = "lakeuser";
-const PASSWORD: &str = "lake-s3cret";
+pub(crate) const USER: &str = "lakeuser";
+pub(crate) const PASSWORD: &str = "lake-s3cret";
 
 fn lake_options() -> TableOptions {
     TableOptions {
@@ -45,7 +45,7 @@ fn pk_rows(table: &TableDescriptor, ids: impl Iterator<Item = i64>, tag: &str) -
 }
 
 /// Runs one step of `iceberg_rest.py` against the catalog at `uri`; its JSON answer.
-fn engines(uri: &str, step: &[&str]) -> Value {
+pub(crate) fn engines(uri: &str, step: &[&str]) -> Value {
     let output = Command::new(python())
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -66,7 +66,7 @@ fn engines(uri: &str, step: &[&str]) -> Value {
 }
 
 /// The ids pyiceberg and DuckDB read from a table (checked to agree).
-fn ids_read(answer: &Value, table: &str) -> Vec<i64> {
+pub(crate) fn ids_read(answer: &Value, table: &str) -> Vec<i64> {
     let read = &answer["tables"][table];
     let ids = |engine: &str| -> Vec<i64> {
         serde_json::from_value(read[engine].clone())
@@ -219,7 +219,10 @@ async fn other_engines_read_and_append_through_the_rest_catalog() {
 
     // A client's own namespace and table: created, appended to, read, purged, dropped.
     let guest = engines(&uri, &["guest"]);
-    assert_eq!(guest["ids"], serde_json::json!((0..20).collect::<Vec<i64>>()));
+    assert_eq!(
+        guest["ids"],
+        serde_json::json!((0..20).collect::<Vec<i64>>())
+    );
     assert_eq!(guest["snapshots"], serde_json::json!(2), "{guest}");
     let answers = &guest["answers"];
     for (name, status, kind) in [
@@ -230,7 +233,11 @@ async fn other_engines_read_and_append_through_the_rest_catalog() {
         ("table exists", 409, "AlreadyExistsException"),
         ("namespace exists", 409, "AlreadyExistsException"),
         ("move the table", 403, "ForbiddenException"),
-        ("drop a namespace with tables", 409, "NamespaceNotEmptyException"),
+        (
+            "drop a namespace with tables",
+            409,
+            "NamespaceNotEmptyException",
+        ),
     ] {
         assert_eq!(
             answers[name],

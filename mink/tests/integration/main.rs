@@ -20,6 +20,7 @@ mod iceberg_rest;
 mod kafka;
 mod lake_foreign;
 mod lake_history;
+mod lake_on_rest;
 mod log_history;
 mod pk_history;
 mod pk_lake_history;
