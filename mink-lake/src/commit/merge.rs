@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt, stream};
 use iceberg::spec::{ManifestContentType, ManifestFile, TableMetadata};
+use iceberg::table::Table;
 
 use super::Attempt;
 use crate::error::{LakeError, Result};
@@ -79,6 +80,51 @@ impl MergePolicy {
             ..self
         }
     }
+
+    /// The bins carried-forward manifests fall into: grouped by content and partition spec,
+    /// a group due for merging packed by size; a bin of one is kept as it is, a bin of more
+    /// is merged into one manifest.
+    fn bins(self, manifests: Vec<ManifestFile>) -> Vec<Vec<ManifestFile>> {
+        let Some(min_count) = self.min_count else {
+            return manifests.into_iter().map(|m| vec![m]).collect();
+        };
+        let mut groups: BTreeMap<(u8, i32), Vec<ManifestFile>> = BTreeMap::new();
+        for manifest in manifests {
+            let content = match manifest.content {
+                ManifestContentType::Data => 0,
+                ManifestContentType::Deletes => 1,
+            };
+            groups
+                .entry((content, manifest.partition_spec_id))
+                .or_default()
+                .push(manifest);
+        }
+        groups
+            .into_values()
+            .flat_map(|group| match group.len() < min_count {
+                true => group.into_iter().map(|m| vec![m]).collect(),
+                false => pack(group, self.target_bytes),
+            })
+            .collect()
+    }
+}
+
+/// Whether rewriting `table`'s manifests ([`super::SnapshotChanges::rewrite_manifests`])
+/// would merge any: false for a table without a snapshot, or whose manifests are each
+/// alone of their content and spec or too large to share a manifest.
+///
+/// # Errors
+/// [`LakeError::Iceberg`] when the manifest list cannot be read.
+pub async fn rewrite_would_merge(table: &Table) -> Result<bool> {
+    let metadata = table.metadata();
+    let Some(current) = metadata.current_snapshot() else {
+        return Ok(false);
+    };
+    let list = table.manifest_list_reader(current).load().await?;
+    let bins = MergePolicy::of(metadata)
+        .everything()
+        .bins(list.entries().to_vec());
+    Ok(bins.iter().any(|bin| bin.len() > 1))
 }
 
 /// What a merge did, for the snapshot summary (Java's `manifests-*` counts).
@@ -101,40 +147,18 @@ impl Attempt<'_> {
         policy: MergePolicy,
     ) -> Result<(Vec<ManifestFile>, MergeCounts)> {
         let mut counts = MergeCounts::default();
-        let Some(min_count) = policy.min_count else {
-            counts.kept = manifests.len();
-            return Ok((manifests, counts));
-        };
         let (mut merged, carried): (Vec<_>, Vec<_>) = manifests
             .into_iter()
             .partition(|m| m.added_snapshot_id == self.snapshot_id);
         counts.kept = merged.len();
-        let mut groups: BTreeMap<(u8, i32), Vec<ManifestFile>> = BTreeMap::new();
-        for manifest in carried {
-            let content = match manifest.content {
-                ManifestContentType::Data => 0,
-                ManifestContentType::Deletes => 1,
-            };
-            groups
-                .entry((content, manifest.partition_spec_id))
-                .or_default()
-                .push(manifest);
-        }
-        for group in groups.into_values() {
-            if group.len() < min_count {
-                counts.kept += group.len();
-                merged.extend(group);
-                continue;
-            }
-            for bin in pack(group, policy.target_bytes) {
-                if bin.len() == 1 {
-                    counts.kept += 1;
-                    merged.extend(bin);
-                } else {
-                    counts.replaced += bin.len();
-                    counts.created += 1;
-                    merged.push(self.merge_bin(bin).await?);
-                }
+        for bin in policy.bins(carried) {
+            if bin.len() == 1 {
+                counts.kept += 1;
+                merged.extend(bin);
+            } else {
+                counts.replaced += bin.len();
+                counts.created += 1;
+                merged.push(self.merge_bin(bin).await?);
             }
         }
         Ok((merged, counts))

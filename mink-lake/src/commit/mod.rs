@@ -72,8 +72,8 @@ use tracing::debug;
 use uuid::Uuid;
 
 pub use self::foreign::{commit_foreign, commit_hosted};
-pub use self::merge::DEFAULT_MIN_COUNT_TO_MERGE;
 use self::merge::MergePolicy;
+pub use self::merge::{DEFAULT_MIN_COUNT_TO_MERGE, rewrite_would_merge};
 use self::summary::{Metrics, summarize};
 use self::validate::validate_added;
 use crate::catalog::{Lake, Swap};

@@ -10,7 +10,9 @@ use iceberg::table::Table;
 use super::*;
 use crate::catalog::Lake;
 use crate::catalog::fixture::{lake_table_with, one_row_file};
-use crate::commit::{DEFAULT_MIN_COUNT_TO_MERGE, SnapshotChanges, commit_snapshot};
+use crate::commit::{
+    DEFAULT_MIN_COUNT_TO_MERGE, SnapshotChanges, commit_snapshot, rewrite_would_merge,
+};
 use crate::delta::plan_delta;
 
 /// A lake table and the snapshots committed to it.
@@ -145,11 +147,22 @@ async fn commits_merge_manifests_and_each_snapshot_keeps_its_own_additions() {
 #[tokio::test]
 async fn rewriting_manifests_merges_them_all_into_one_snapshot_of_the_same_files() {
     let mut f = Fixture::new(&[("commit.manifest-merge.enabled", "false")]).await;
-    for name in ["a", "b", "c", "d", "e"] {
+    assert!(!rewrite_would_merge(&f.table).await.unwrap(), "no snapshot");
+    f.commit(&["a"], &[], false).await;
+    assert!(
+        !rewrite_would_merge(&f.table).await.unwrap(),
+        "one manifest"
+    );
+    for name in ["b", "c", "d", "e"] {
         f.commit(&[name], &[], false).await;
     }
     assert_eq!(f.stats().await.manifests, 5, "merging is off");
+    assert!(rewrite_would_merge(&f.table).await.unwrap());
     f.commit(&[], &[], true).await;
+    assert!(
+        !rewrite_would_merge(&f.table).await.unwrap(),
+        "merged already"
+    );
     let stats = f.stats().await;
     assert_eq!((stats.manifests, stats.data_files), (1, 5));
     assert_eq!(f.live().await, names(&["a", "b", "c", "d", "e"]));

@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use mink_core::table::TablePath;
-use mink_lake::commit::SnapshotChanges;
+use mink_lake::commit::{SnapshotChanges, rewrite_would_merge};
 use mink_lake::upkeep::{
     DEFAULT_ORPHAN_GRACE, ExpireReport, LakeTableStats, OrphanReport, Retention,
     expirable_snapshots, expire_snapshots, remove_orphan_files,
@@ -89,7 +89,8 @@ pub async fn remove_table_orphan_files(
 /// What rewriting a table's manifests did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RewriteManifestsReport {
-    /// The `replace` snapshot committed; `None` when the table has no snapshot yet.
+    /// The `replace` snapshot committed; `None` when the table has no snapshot yet or no
+    /// manifests to merge (nothing is committed then).
     pub snapshot_id: Option<i64>,
     /// Manifests merged.
     pub manifests_replaced: u64,
@@ -112,6 +113,9 @@ pub async fn rewrite_table_manifests(
     let Some(parent) = lake_table.metadata().current_snapshot_id() else {
         return Ok(RewriteManifestsReport::default());
     };
+    if !rewrite_would_merge(&lake_table).await? {
+        return Ok(RewriteManifestsReport::default());
+    }
     let changes = SnapshotChanges {
         rewrite_manifests: true,
         ..SnapshotChanges::default()
