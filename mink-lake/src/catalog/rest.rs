@@ -10,16 +10,23 @@
 //! tiering retries on the new state, as with the SQL catalog's compare-and-swap.
 //!
 //! Login: the OAuth2 client-credentials grant with the `client_id:secret` in
-//! `MINK_LAKE_CATALOG_CREDENTIAL`, for the catalog and for the commits alike; a token the
-//! catalog stops accepting is exchanged again once.
+//! `MINK_LAKE_CATALOG_CREDENTIAL`, for the catalog and for the commits alike. A token the
+//! catalog stops accepting (it expired, or the catalog restarted) is exchanged again and
+//! the call made once more: `RestCommits` does it itself, and [`RenewingCatalog`] wraps
+//! iceberg-rust's catalog, which would otherwise keep sending the dead token.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use iceberg::spec::MAIN_BRANCH;
 use iceberg::table::Table;
-use iceberg::{CatalogBuilder, TableIdent, TableRequirement, TableUpdate};
+use iceberg::{
+    Catalog, CatalogBuilder, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent,
+    TableRequirement, TableUpdate,
+};
 use iceberg_catalog_rest::{
     CommitTableRequest, CommitTableResponse, REST_CATALOG_PROP_URI, RestCatalog, RestCatalogBuilder,
 };
@@ -40,7 +47,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 ///
 /// # Errors
 /// [`LakeError::Config`] for a URL that does not parse or a malformed credential.
-pub(super) async fn open(config: &LakeConfig, uri: &str) -> Result<(RestCatalog, RestCommits)> {
+pub(super) async fn open(config: &LakeConfig, uri: &str) -> Result<(RenewingCatalog, RestCommits)> {
     let base =
         Url::parse(uri).map_err(|e| LakeError::Config(format!("REST catalog URL '{uri}': {e}")))?;
     let credential = match std::env::var(CATALOG_CREDENTIAL_ENV) {
@@ -82,7 +89,131 @@ pub(super) async fn open(config: &LakeConfig, uri: &str) -> Result<(RestCatalog,
         client_credentials,
         token: Mutex::default(),
     };
-    Ok((catalog, commits))
+    Ok((RenewingCatalog(catalog), commits))
+}
+
+/// iceberg-rust's REST catalog, whose calls are made once more with a new token when the
+/// catalog refuses the one held (`401`). Calls taking their argument by value
+/// (`create_table`, `update_table`) are not repeated: the token is renewed for the next
+/// call, and mink checks a table's existence before creating it, which renews it first.
+#[derive(Debug)]
+pub(super) struct RenewingCatalog(RestCatalog);
+
+impl RenewingCatalog {
+    async fn renewing<T, F, Fut>(&self, call: F) -> iceberg::Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = iceberg::Result<T>>,
+    {
+        match call().await {
+            Err(error) if unauthorized(&error) => {
+                self.0.invalidate_token().await?;
+                call().await
+            }
+            other => other,
+        }
+    }
+
+    async fn once<T>(&self, result: iceberg::Result<T>) -> iceberg::Result<T> {
+        if let Err(error) = &result
+            && unauthorized(error)
+        {
+            self.0.invalidate_token().await?;
+        }
+        result
+    }
+}
+
+/// Whether the catalog refused the token (iceberg-rust reports the status in the error's
+/// context only).
+fn unauthorized(error: &iceberg::Error) -> bool {
+    error.to_string().contains("401 Unauthorized")
+}
+
+#[async_trait]
+impl Catalog for RenewingCatalog {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> iceberg::Result<Vec<NamespaceIdent>> {
+        self.renewing(|| self.0.list_namespaces(parent)).await
+    }
+
+    async fn create_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> iceberg::Result<Namespace> {
+        self.renewing(|| self.0.create_namespace(namespace, properties.clone()))
+            .await
+    }
+
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> iceberg::Result<Namespace> {
+        self.renewing(|| self.0.get_namespace(namespace)).await
+    }
+
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> iceberg::Result<bool> {
+        self.renewing(|| self.0.namespace_exists(namespace)).await
+    }
+
+    async fn update_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> iceberg::Result<()> {
+        self.renewing(|| self.0.update_namespace(namespace, properties.clone()))
+            .await
+    }
+
+    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> iceberg::Result<()> {
+        self.renewing(|| self.0.drop_namespace(namespace)).await
+    }
+
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
+        self.renewing(|| self.0.list_tables(namespace)).await
+    }
+
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> iceberg::Result<Table> {
+        self.once(self.0.create_table(namespace, creation).await)
+            .await
+    }
+
+    async fn load_table(&self, table: &TableIdent) -> iceberg::Result<Table> {
+        self.renewing(|| self.0.load_table(table)).await
+    }
+
+    async fn drop_table(&self, table: &TableIdent) -> iceberg::Result<()> {
+        self.renewing(|| self.0.drop_table(table)).await
+    }
+
+    async fn purge_table(&self, table: &TableIdent) -> iceberg::Result<()> {
+        self.renewing(|| self.0.purge_table(table)).await
+    }
+
+    async fn table_exists(&self, table: &TableIdent) -> iceberg::Result<bool> {
+        self.renewing(|| self.0.table_exists(table)).await
+    }
+
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> iceberg::Result<()> {
+        self.renewing(|| self.0.rename_table(src, dest)).await
+    }
+
+    async fn register_table(
+        &self,
+        table: &TableIdent,
+        metadata_location: String,
+    ) -> iceberg::Result<Table> {
+        self.renewing(|| self.0.register_table(table, metadata_location.clone()))
+            .await
+    }
+
+    async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {
+        self.once(self.0.update_table(commit).await).await
+    }
 }
 
 /// mink's commits to a REST catalog.

@@ -1,8 +1,8 @@
 //! A mink server whose lake lives in another one's Iceberg REST catalog (`--lake-catalog
 //! rest:URL`): its tables in a namespace of their own, every tiering round, manifest merge
 //! and expiry committed through the catalog, union reads exact against a model, other
-//! engines reading its lake through the same catalog, and its data directory remembering
-//! the catalog. And two lakes committing to one table at once: one wins, the other gets a
+//! engines reading its lake through the same catalog, a restart of the catalog (its tokens
+//! gone) taken in stride, and its data directory remembering the catalog. And two lakes committing to one table at once: one wins, the other gets a
 //! clean conflict, and the table holds exactly the winners' snapshots.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -103,12 +103,20 @@ async fn a_second_server_keeps_its_lake_in_the_first_ones_catalog() {
     let mut rng = StdRng::seed_from_u64(seed);
     let first_dir = tempfile::tempdir().expect("tempdir");
     let second_dir = tempfile::tempdir().expect("tempdir");
-    let first = ServerProcess::start_with(
-        first_dir.path(),
-        &["--iceberg-rest-listen", "127.0.0.1:0"],
-        &[("MINK_SQL_USER", USER), ("MINK_SQL_PASSWORD", PASSWORD)],
-    );
-    let uri = format!("http://{}", first.iceberg_rest_addr.as_ref().expect("REST"));
+    // A fixed port, so that the catalog can restart where the second server expects it.
+    let rest_addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .to_string();
+    let start_first = || {
+        ServerProcess::start_with(
+            first_dir.path(),
+            &["--iceberg-rest-listen", &rest_addr],
+            &[("MINK_SQL_USER", USER), ("MINK_SQL_PASSWORD", PASSWORD)],
+        )
+    };
+    let mut first = start_first();
+    let uri = format!("http://{rest_addr}");
     let catalog = format!("rest:{uri}");
     // Both servers on one machine: the second reaches the first's warehouse directly.
     let warehouse = first_dir
@@ -133,6 +141,12 @@ async fn a_second_server_keeps_its_lake_in_the_first_ones_catalog() {
     let mut model = BTreeMap::new();
     let mut last_round = None;
     for round in 0..5 {
+        if round == 3 {
+            // The catalog restarts: every token it issued is gone, and the second server
+            // logs in again on its next call.
+            first.kill();
+            first = start_first();
+        }
         let upserts: BTreeMap<i64, String> = (0..30)
             .map(|_| {
                 let id = rng.random_range(0..100);
