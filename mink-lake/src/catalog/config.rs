@@ -27,6 +27,11 @@ pub const REST_CATALOG_PREFIX: &str = "rest:";
 /// credentials), never written to the data directory.
 pub const CATALOG_CREDENTIAL_ENV: &str = "MINK_LAKE_CATALOG_CREDENTIAL";
 
+/// The environment variable naming a PEM file of certificate authorities to trust for an
+/// `https://` REST catalog, beside the machine's own roots (a catalog whose certificate a
+/// private authority signed, such as another mink's `--sql-tls-cert`).
+pub const CATALOG_CA_ENV: &str = "MINK_LAKE_CATALOG_CA";
+
 /// The file of a data directory remembering its lake.
 const REMEMBERED: &str = "catalog.json";
 
@@ -97,7 +102,8 @@ impl LakeConfig {
 
     /// The lake `catalog` and `warehouse` name (each `None`: the embedded default), for a
     /// server on `data_dir`: with neither, the lake the data directory remembers (or the
-    /// embedded one); with either, that lake, which the data directory then remembers.
+    /// embedded one); with either, that lake, which the server remembers once it opened it
+    /// ([`LakeConfig::remember`]).
     ///
     /// # Errors
     /// [`LakeError::Config`] for a lake that cannot be configured (a REST catalog without a
@@ -124,24 +130,38 @@ impl LakeConfig {
             }
             None => embedded.warehouse,
         };
-        let config = Self::named(catalog.clone(), &warehouse)?;
-        let choice = Remembered { catalog, warehouse };
+        let config = Self::named(catalog, &warehouse)?;
         match remembered(data_dir)? {
-            Some(earlier) if earlier != choice => Err(LakeError::Config(format!(
+            Some(earlier) if earlier != config.remembered() => Err(LakeError::Config(format!(
                 "this data directory's lake is the catalog {} with the warehouse {} \
                  (remembered in {}): its tiered offsets live there, so it is not switched to \
                  {} with {}; move that file away to start a new lake",
                 earlier.catalog,
                 earlier.warehouse,
                 remembered_path(data_dir)?.display(),
-                choice.catalog,
-                choice.warehouse
+                config.catalog_uri,
+                config.warehouse
             ))),
-            Some(_) => Ok(config),
-            None => {
-                remember(data_dir, &choice)?;
-                Ok(config)
-            }
+            _ => Ok(config),
+        }
+    }
+
+    /// Makes `data_dir` remember this lake, unless it remembers one already (see
+    /// [`LakeConfig::chosen`]), so later processes on it open the same lake.
+    ///
+    /// # Errors
+    /// [`LakeError::Config`] when the file cannot be written.
+    pub fn remember(&self, data_dir: &Path) -> Result<()> {
+        match remembered(data_dir)? {
+            Some(_) => Ok(()),
+            None => remember(data_dir, &self.remembered()),
+        }
+    }
+
+    fn remembered(&self) -> Remembered {
+        Remembered {
+            catalog: self.catalog_uri.clone(),
+            warehouse: self.warehouse.clone(),
         }
     }
 
@@ -283,6 +303,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(chosen.rest_uri(), Some("http://127.0.0.1:1"));
+        // Chosen is not remembered until the server opened it.
+        assert!(
+            LakeConfig::of_data_dir(dir.path())
+                .unwrap()
+                .rest_uri()
+                .is_none()
+        );
+        chosen.remember(dir.path()).unwrap();
         // Later processes on the data directory open the same lake without the flags.
         let later = LakeConfig::of_data_dir(dir.path()).unwrap();
         assert_eq!(

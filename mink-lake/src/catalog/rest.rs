@@ -34,7 +34,7 @@ use reqwest::{Client, StatusCode, Url};
 use serde::Deserialize;
 use tokio::sync::Mutex;
 
-use super::config::CATALOG_CREDENTIAL_ENV;
+use super::config::{CATALOG_CA_ENV, CATALOG_CREDENTIAL_ENV};
 use super::{CATALOG_NAME, LakeConfig, Swap};
 use crate::error::{LakeError, Result};
 use crate::storage::LakeStorageFactory;
@@ -74,10 +74,7 @@ pub(super) async fn open(config: &LakeConfig, uri: &str) -> Result<(RenewingCata
     if let Some(credential) = credential {
         properties.insert("credential".to_string(), credential);
     }
-    let http = Client::builder()
-        .timeout(REQUEST_TIMEOUT)
-        .build()
-        .map_err(|e| LakeError::Config(format!("REST catalog client: {e}")))?;
+    let http = http_client()?;
     let catalog = RestCatalogBuilder::default()
         .with_client(http.clone())
         .with_storage_factory(Arc::new(LakeStorageFactory(config.storage.clone())))
@@ -214,6 +211,31 @@ impl Catalog for RenewingCatalog {
     async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {
         self.once(self.0.update_table(commit).await).await
     }
+}
+
+/// The HTTP client of the catalog and the commits: bounded requests, and the authorities
+/// in `MINK_LAKE_CATALOG_CA` trusted beside the machine's roots.
+fn http_client() -> Result<Client> {
+    let mut builder = Client::builder().timeout(REQUEST_TIMEOUT);
+    if let Some(path) = std::env::var_os(CATALOG_CA_ENV).filter(|path| !path.is_empty()) {
+        let failed = |e: &dyn std::fmt::Display| {
+            LakeError::Config(format!(
+                "{CATALOG_CA_ENV} {}: {e}",
+                std::path::Path::new(&path).display()
+            ))
+        };
+        let pem = std::fs::read(&path).map_err(|e| failed(&e))?;
+        let authorities = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| failed(&e))?;
+        if authorities.is_empty() {
+            return Err(failed(&"no certificate in the file"));
+        }
+        for authority in authorities {
+            builder = builder.add_root_certificate(authority);
+        }
+    }
+    builder
+        .build()
+        .map_err(|e| LakeError::Config(format!("REST catalog client: {e}")))
 }
 
 /// mink's commits to a REST catalog.

@@ -99,7 +99,8 @@ pub(crate) struct ServerArgs {
     /// The lake's Iceberg catalog: a SQL catalog's database (default
     /// `sqlite:<data-dir>/lake/catalog.db?mode=rwc`), or `rest:URL` for an Iceberg REST
     /// catalog (another mink's `--iceberg-rest-listen`, say), whose OAuth2 client
-    /// credentials are read from MINK_LAKE_CATALOG_CREDENTIAL as `client_id:secret`.
+    /// credentials are read from MINK_LAKE_CATALOG_CREDENTIAL as `client_id:secret` (and a
+    /// private certificate authority of an https catalog from MINK_LAKE_CATALOG_CA).
     /// Remembered in `<data-dir>/lake/catalog.json`: `mink sql --data-dir`, `mink load
     /// --data-dir` and later starts open the same lake, and another one is refused.
     #[arg(long)]
@@ -140,13 +141,18 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     };
     let lake = lake_config(&args)?;
     let warehouse = lake.warehouse.clone();
-    config.lake = Some(lake);
+    config.lake = Some(lake.clone());
     if let Ok(failpoint) = std::env::var("MINK_FAILPOINT") {
         config.failpoint = Some(Failpoint::parse(&failpoint).ok_or_else(|| {
             CliError::Usage(format!("unknown MINK_FAILPOINT '{failpoint}' (known: abort-before-lake-commit, abort-after-lake-commit)"))
         })?);
     }
     let node = Node::open(config)?;
+    // A lake that cannot be opened (a bad catalog URI, credential or certificate) stops
+    // the start, rather than the first round or read; one that opens is remembered.
+    node.lake().await?;
+    lake.remember(&args.data_dir)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
     let listener = TcpListener::bind(&args.listen)
         .await
         .map_err(CliError::io(format!("cannot listen on {}", args.listen)))?;
@@ -356,7 +362,7 @@ fn flight_sql_error(error: ServeError) -> CliError {
 }
 
 /// The lake the flags name, or the one the data directory remembers (see
-/// [`LakeConfig::chosen`]).
+/// [`LakeConfig::chosen`]); the server remembers it once it opened it.
 fn lake_config(args: &ServerArgs) -> Result<LakeConfig, CliError> {
     LakeConfig::chosen(
         &args.data_dir,

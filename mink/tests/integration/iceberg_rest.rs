@@ -16,7 +16,7 @@ use mink_core::options::TableOptions;
 use mink_core::table::TableDescriptor;
 use serde_json::Value;
 
-use crate::process::{ServerProcess, run_mink};
+use crate::process::{ServerProcess, run_server};
 use crate::python::python;
 use crate::support::{events, events_table};
 
@@ -46,7 +46,13 @@ fn pk_rows(table: &TableDescriptor, ids: impl Iterator<Item = i64>, tag: &str) -
 
 /// Runs one step of `iceberg_rest.py` against the catalog at `uri`; its JSON answer.
 pub(crate) fn engines(uri: &str, step: &[&str]) -> Value {
+    engines_with(uri, step, &[])
+}
+
+/// [`engines`] with more environment (`MINK_TEST_CA` for an `https://` catalog).
+pub(crate) fn engines_with(uri: &str, step: &[&str], env: &[(&str, &str)]) -> Value {
     let output = Command::new(python())
+        .envs(env.iter().copied())
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/python/iceberg_rest.py"
@@ -271,18 +277,7 @@ fn files_under(dir: &std::path::Path) -> usize {
 #[test]
 fn an_open_rest_catalog_needs_a_login() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let data_dir = dir.path().display().to_string();
-    let (ok, _, stderr) = run_mink(&[
-        "server",
-        "--data-dir",
-        &data_dir,
-        "--listen",
-        "127.0.0.1:0",
-        "--sql-listen",
-        "127.0.0.1:0",
-        "--iceberg-rest-listen",
-        "0.0.0.0:0",
-    ]);
+    let (ok, _, stderr) = run_server(dir.path(), &["--iceberg-rest-listen", "0.0.0.0:0"], &[]);
     assert!(!ok, "an open catalog without a login must not start");
     assert!(
         stderr.contains("the Iceberg REST catalog") && stderr.contains("without authentication"),

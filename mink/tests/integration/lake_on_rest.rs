@@ -1,5 +1,5 @@
 //! A mink server whose lake lives in another one's Iceberg REST catalog (`--lake-catalog
-//! rest:URL`): its tables in a namespace of their own, every tiering round, manifest merge
+//! rest:URL`, over TLS with a private certificate authority, `MINK_LAKE_CATALOG_CA`): its tables in a namespace of their own, every tiering round, manifest merge
 //! and expiry committed through the catalog, union reads exact against a model, other
 //! engines reading its lake through the same catalog, a restart of the catalog (its tokens
 //! gone) taken in stride, and its data directory remembering the catalog. And two lakes committing to one table at once: one wins, the other gets a
@@ -20,8 +20,8 @@ use mink_lake::{Lake, LakeConfig, LakeError, Operation};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::iceberg_rest::{PASSWORD, USER, engines, ids_read};
-use crate::process::{ServerProcess, run_mink, run_mink_with};
+use crate::iceberg_rest::{PASSWORD, USER, engines_with, ids_read};
+use crate::process::{ServerProcess, run_mink, run_mink_with, run_server};
 use crate::support::seed;
 
 const BUCKETS: u32 = 2;
@@ -108,15 +108,29 @@ async fn a_second_server_keeps_its_lake_in_the_first_ones_catalog() {
         .and_then(|listener| listener.local_addr())
         .expect("a free port")
         .to_string();
+    // Over TLS, with a certificate a private authority signed.
+    let tls = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
+    let (cert, key, ca) = (
+        tls.join("server.pem").display().to_string(),
+        tls.join("server.key").display().to_string(),
+        tls.join("ca.pem").display().to_string(),
+    );
     let start_first = || {
         ServerProcess::start_with(
             first_dir.path(),
-            &["--iceberg-rest-listen", &rest_addr],
+            &[
+                "--iceberg-rest-listen",
+                &rest_addr,
+                "--sql-tls-cert",
+                &cert,
+                "--sql-tls-key",
+                &key,
+            ],
             &[("MINK_SQL_USER", USER), ("MINK_SQL_PASSWORD", PASSWORD)],
         )
     };
     let mut first = start_first();
-    let uri = format!("http://{rest_addr}");
+    let uri = format!("https://{rest_addr}");
     let catalog = format!("rest:{uri}");
     // Both servers on one machine: the second reaches the first's warehouse directly.
     let warehouse = first_dir
@@ -125,7 +139,10 @@ async fn a_second_server_keeps_its_lake_in_the_first_ones_catalog() {
         .display()
         .to_string();
     let credential = format!("{USER}:{PASSWORD}");
-    let lake_login = [("MINK_LAKE_CATALOG_CREDENTIAL", credential.as_str())];
+    let lake_login = [
+        ("MINK_LAKE_CATALOG_CREDENTIAL", credential.as_str()),
+        ("MINK_LAKE_CATALOG_CA", ca.as_str()),
+    ];
     let second = ServerProcess::start_with(
         second_dir.path(),
         &["--lake-catalog", &catalog, "--lake-warehouse", &warehouse],
@@ -184,7 +201,7 @@ async fn a_second_server_keeps_its_lake_in_the_first_ones_catalog() {
 
     // Other engines read the second server's lake through the first one's catalog: its
     // last round, in a namespace of its own.
-    let read = engines(&uri, &["read"]);
+    let read = engines_with(&uri, &["read"], &[("MINK_TEST_CA", &ca)]);
     assert_eq!(read["namespaces"], serde_json::json!(["second"]), "{read}");
     assert_eq!(
         ids_read(&read, "second.kv"),
@@ -226,15 +243,7 @@ async fn a_second_server_keeps_its_lake_in_the_first_ones_catalog() {
     let count = model.len().to_string();
     assert!(stdout.lines().any(|line| line == count), "{stdout}");
     let other = format!("sqlite:{data_dir}/other.db?mode=rwc");
-    let (ok, _, stderr) = run_mink(&[
-        "server",
-        "--data-dir",
-        &data_dir,
-        "--listen",
-        "127.0.0.1:0",
-        "--lake-catalog",
-        &other,
-    ]);
+    let (ok, _, stderr) = run_server(second_dir.path(), &["--lake-catalog", &other], &[]);
     assert!(!ok, "another lake for the data directory must be refused");
     assert!(stderr.contains("remembered in"), "{stderr}");
     drop(first);
@@ -302,4 +311,33 @@ async fn two_lakes_committing_to_one_table_at_once_conflict_cleanly() {
             .and_then(|id| metadata.snapshot_by_id(id).cloned());
     }
     assert_eq!(lineage, RACES);
+}
+
+#[test]
+fn a_lake_catalog_that_cannot_be_opened_stops_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let not_a_certificate = dir.path().join("ca.pem");
+    std::fs::write(&not_a_certificate, "not a certificate").expect("write");
+    let server = |catalog: &str, env: &[(&str, &str)]| {
+        let lake = [
+            "--lake-catalog",
+            catalog,
+            "--lake-warehouse",
+            "/nonexistent/warehouse",
+        ];
+        run_server(dir.path(), &lake, env)
+    };
+    let ca = not_a_certificate.display().to_string();
+    let (ok, _, stderr) = server("rest:https://127.0.0.1:1", &[("MINK_LAKE_CATALOG_CA", &ca)]);
+    assert!(
+        !ok,
+        "a certificate file without certificates must stop the start"
+    );
+    assert!(stderr.contains("MINK_LAKE_CATALOG_CA"), "{stderr}");
+    let (ok, _, stderr) = server(
+        "rest:http://127.0.0.1:1",
+        &[("MINK_LAKE_CATALOG_CREDENTIAL", "no-colon")],
+    );
+    assert!(!ok, "a malformed credential must stop the start");
+    assert!(stderr.contains("client_id:secret"), "{stderr}");
 }

@@ -148,6 +148,27 @@ impl Drop for ServerProcess {
     }
 }
 
+/// Runs `mink server --listen 127.0.0.1:0 --sql-listen 127.0.0.1:0` over `data_dir` with
+/// `args`, for a start that must fail: `(success, stdout, stderr)` once it exits.
+pub(crate) fn run_server(
+    data_dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (bool, String, String) {
+    let data_dir = data_dir.display().to_string();
+    let mut all = vec![
+        "server",
+        "--data-dir",
+        &data_dir,
+        "--listen",
+        "127.0.0.1:0",
+        "--sql-listen",
+        "127.0.0.1:0",
+    ];
+    all.extend_from_slice(args);
+    run_mink_with(&all, env)
+}
+
 /// Runs the `mink` binary to completion: `(success, stdout, stderr)`.
 pub(crate) fn run_mink(args: &[&str]) -> (bool, String, String) {
     run_mink_with(args, &[])

@@ -2,6 +2,8 @@
 
 Usage: iceberg_rest.py URI USER PASSWORD STEP [ARGS]
 
+With MINK_TEST_CA set, both engines trust that certificate authority (an https:// URI).
+
 Steps (each prints one JSON object):
 - read: every table of every namespace, through pyiceberg's RestCatalog and DuckDB's
   iceberg extension: {"namespaces": [...], "tables": {"ns.t": {"snapshot": id,
@@ -29,8 +31,16 @@ import pyarrow as pa
 from pyiceberg.catalog.rest import RestCatalog
 
 
+# The certificate authority of an https:// catalog whose certificate a private one signed.
+CA = os.environ.get("MINK_TEST_CA")
+if CA:
+    # requests prefers these to a session's own bundle: point them at it too.
+    os.environ["REQUESTS_CA_BUNDLE"] = os.environ["CURL_CA_BUNDLE"] = CA
+
+
 def catalog(uri: str, user: str, password: str) -> RestCatalog:
-    return RestCatalog("mink", uri=uri, credential=f"{user}:{password}")
+    tls = {"ssl": {"cabundle": CA}} if CA else {}
+    return RestCatalog("mink", uri=uri, credential=f"{user}:{password}", **tls)
 
 
 def duckdb_connection(uri: str, user: str, password: str):
@@ -42,6 +52,8 @@ def duckdb_connection(uri: str, user: str, password: str):
     for name in ("avro", "httpfs", "iceberg"):
         (path,) = glob.glob(f"{site}/duckdb_extension_{name}/extensions/*/{name}.duckdb_extension")
         con.execute(f"LOAD '{path}'")
+    if CA:
+        con.execute(f"SET ca_cert_file = '{CA}'")
     con.execute(
         f"CREATE SECRET rest (TYPE iceberg, CLIENT_ID '{user}', CLIENT_SECRET '{password}', "
         f"OAUTH2_SERVER_URI '{uri}/v1/oauth/tokens')"
