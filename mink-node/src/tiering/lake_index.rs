@@ -43,7 +43,7 @@ pub(crate) struct LakeIndex {
 #[derive(Debug, Default)]
 pub(crate) struct BucketIndex {
     files: Vec<IndexedFile>,
-    rows: ahash::HashMap<Box<[u8]>, RowLocation>,
+    rows: ahash::HashMap<IndexKey, RowLocation>,
     /// The lake held a key twice (only another engine's writes could do that): the
     /// index then knows one of its rows, and cannot locate every row of a key.
     duplicate_keys: bool,
@@ -61,6 +61,16 @@ pub(crate) struct IndexedFile {
     /// Rows of it still live (not position-deleted).
     pub(crate) live: u64,
 }
+
+/// A key as the index holds it, encoded by the table's [`KeyCodec`]: inside the map's
+/// entry up to [`INLINE_KEY_BYTES`] (any one-column numeric or date key, short strings),
+/// so that a lookup reads one entry and never a key allocated elsewhere (the index of a
+/// large bucket holds millions of keys, and a union read looks up every key its tail
+/// changed); longer keys are allocated.
+type IndexKey = smallvec::SmallVec<[u8; INLINE_KEY_BYTES]>;
+
+/// The longest key held inline (a 64-bit key encodes to 9 bytes).
+const INLINE_KEY_BYTES: usize = 24;
 
 /// Where a live lake row is: a file of the bucket's list, and the row's position in it.
 #[derive(Debug, Clone, Copy)]
@@ -155,7 +165,7 @@ impl BucketIndex {
             })?;
             let keys = codec.encode(&positioned.batch)?;
             for (key, row) in keys.iter().zip(positioned.positions.values().iter()) {
-                index.insert(key.as_ref().into(), file, row_number(*row)?);
+                index.insert(key.as_ref(), file, row_number(*row)?);
             }
         }
         Ok(index)
@@ -224,7 +234,7 @@ impl BucketIndex {
                 let key = keys.next().ok_or_else(|| {
                     NodeError::Corrupt("a lake file holds more rows than were written".into())
                 })?;
-                self.insert(key, file, row_number(row)?);
+                self.insert(&key, file, row_number(row)?);
             }
         }
         if keys.next().is_some() {
@@ -247,7 +257,7 @@ impl BucketIndex {
             .iter()
             .map(|(key, at)| {
                 let path = Arc::clone(&self.files[at.file as usize].path);
-                (key.clone(), (path, at.row))
+                (key.as_slice().into(), (path, at.row))
             })
             .collect()
     }
@@ -258,9 +268,10 @@ impl BucketIndex {
         &self.files
     }
 
-    fn insert(&mut self, key: Box<[u8]>, file: u32, row: u32) {
+    fn insert(&mut self, key: &[u8], file: u32, row: u32) {
         self.files[file as usize].live += 1;
-        if let Some(old) = self.rows.insert(key, RowLocation { file, row }) {
+        let location = RowLocation { file, row };
+        if let Some(old) = self.rows.insert(IndexKey::from_slice(key), location) {
             // Only a lake already holding a key twice gets here: keep the counts honest.
             self.files[old.file as usize].live -= 1;
             self.duplicate_keys = true;
