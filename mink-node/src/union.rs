@@ -173,11 +173,19 @@ impl Node {
         {
             return Ok(());
         }
-        let codec = KeyCodec::new(table)?;
-        let reads = planned
-            .iter()
-            .filter(|p| p.merges())
-            .map(|p| p.tail_keys(&codec));
+        // Each bucket's tail read and encoded on a task of its own (on all cores).
+        let reads = planned.iter().filter(|p| p.merges()).map(|p| {
+            let (bucket, plan, table) =
+                (Arc::clone(&p.bucket), p.plan.clone(), Arc::clone(&p.table));
+            async move {
+                tokio::spawn(async move {
+                    let codec = KeyCodec::new(&table)?;
+                    tail_keys(bucket, &plan, &codec).await
+                })
+                .await
+                .map_err(|e| NodeError::Read(format!("reading a tail's keys: {e}")))?
+            }
+        });
         let keys = try_join_all(reads).await?;
         let buckets: Vec<(&BucketId, &[Rows])> = planned
             .iter()
@@ -208,31 +216,30 @@ impl PlannedUnion {
     fn merges(&self) -> bool {
         self.plan.log_to > self.plan.log_from && !self.split.files.is_empty()
     }
+}
 
-    /// The keys the tail changes, encoded by `codec`, a batch of keys per log batch. A
-    /// `-U` row is left out: the `+U` of the same key follows it in its batch (the KV
-    /// writer logs them in pairs), and each key looked up costs a probe of the lake index.
-    async fn tail_keys(&self, codec: &KeyCodec) -> Result<Vec<Rows>> {
-        let bucket = Arc::clone(&self.bucket);
-        let mut batches = log_range(bucket, self.plan.log_from, self.plan.log_to);
-        let mut keys = Vec::new();
-        while let Some(batch) = batches.try_next().await? {
-            let schema = batch.batch.schema();
-            let key_columns = codec
-                .columns()
-                .iter()
-                .map(|column| schema.index_of(column))
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            let mut changed = batch.batch.project(&key_columns)?;
-            if let Some(changes) = &batch.changes {
-                let before = ChangeType::UpdateBefore as u8;
-                let changing: BooleanArray = changes.iter().map(|&c| Some(c != before)).collect();
-                changed = filter_record_batch(&changed, &changing)?;
-            }
-            keys.push(codec.encode(&changed)?);
+/// The keys a bucket's planned tail changes, encoded by `codec`, a batch of keys per log
+/// batch. A `-U` row is left out: the `+U` of the same key follows it in its batch (the KV
+/// writer logs them in pairs), and each key looked up costs a probe of the lake index.
+async fn tail_keys(bucket: Arc<Bucket>, plan: &UnionPlan, codec: &KeyCodec) -> Result<Vec<Rows>> {
+    let mut batches = log_range(bucket, plan.log_from, plan.log_to);
+    let mut keys = Vec::new();
+    while let Some(batch) = batches.try_next().await? {
+        let schema = batch.batch.schema();
+        let key_columns = codec
+            .columns()
+            .iter()
+            .map(|column| schema.index_of(column))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut changed = batch.batch.project(&key_columns)?;
+        if let Some(changes) = &batch.changes {
+            let before = ChangeType::UpdateBefore as u8;
+            let changing: BooleanArray = changes.iter().map(|&c| Some(c != before)).collect();
+            changed = filter_record_batch(&changed, &changing)?;
         }
-        Ok(keys)
+        keys.push(codec.encode(&changed)?);
     }
+    Ok(keys)
 }
 
 /// The most tail rows a plan locates the replaced lake rows of

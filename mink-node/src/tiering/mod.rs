@@ -189,13 +189,34 @@ pub(crate) fn locate_lake_rows(
 ) -> Option<Vec<HashMap<Arc<str>, Vec<u64>>>> {
     let indexes = node.tiering.try_lock().ok()?;
     let index = index_at(&indexes, table_id, snapshot_id)?;
-    keys.iter()
-        .map(|(bucket, keys)| {
-            let rows = keys.iter().flat_map(|keys| keys.iter());
-            index.bucket(bucket)?.locate(rows.map(|key| key.data()))
-        })
-        .collect()
+    let locate = |(bucket, keys): &(&BucketId, &[Rows])| {
+        let rows = keys.iter().flat_map(|keys| keys.iter());
+        index.bucket(bucket)?.locate(rows.map(|key| key.data()))
+    };
+    let total: usize = keys
+        .iter()
+        .flat_map(|(_, keys)| keys.iter())
+        .map(Rows::num_rows)
+        .sum();
+    if keys.len() < 2 || total < PARALLEL_LOCATE_KEYS {
+        return keys.iter().map(locate).collect();
+    }
+    // Each bucket's lookups on a thread of its own: millions of random probes into the
+    // index are memory-bound, and the other cores wait otherwise.
+    std::thread::scope(|scope| {
+        let located: Vec<_> = keys
+            .iter()
+            .map(|bucket| scope.spawn(move || locate(bucket)))
+            .collect();
+        located
+            .into_iter()
+            .map(|thread| thread.join().unwrap_or(None))
+            .collect()
+    })
 }
+
+/// The fewest keys [`locate_lake_rows`] spreads over threads, one per bucket.
+const PARALLEL_LOCATE_KEYS: usize = 16 * 1024;
 
 /// Whether [`locate_lake_rows`] would find the lake index of table `table_id` at
 /// `snapshot_id` now: a caller asks before it reads the keys to locate.
