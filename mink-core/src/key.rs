@@ -26,6 +26,15 @@ use crate::schema::normalize_batch;
 use crate::table::TableDescriptor;
 use crate::{CoreError, Result};
 
+/// An encoded key as an in-memory map holds it ([`KeyCodec`]'s bytes): inside the map's
+/// entry up to [`INLINE_KEY_BYTES`] (any one-column numeric or date key, short strings),
+/// so that a lookup reads one entry and never a key allocated elsewhere, and building a
+/// map of millions of keys allocates nothing per key; longer keys are allocated.
+pub type MapKey = smallvec::SmallVec<[u8; INLINE_KEY_BYTES]>;
+
+/// The longest key a [`MapKey`] holds inline (a 64-bit integer key encodes to 9 bytes).
+pub const INLINE_KEY_BYTES: usize = 24;
+
 /// Encodes primary keys (and key prefixes) of one table.
 #[derive(Debug)]
 pub struct KeyCodec {

@@ -30,7 +30,7 @@ use arrow::datatypes::{DataType, Int64Type};
 use arrow::row::Rows;
 
 use crate::change::ChangeType;
-use crate::key::KeyCodec;
+use crate::key::{KeyCodec, MapKey};
 use crate::{CoreError, Result};
 
 /// The tail of a bucket's changelog, indexed by key.
@@ -40,7 +40,7 @@ pub struct TailIndex {
     changes: Vec<Vec<u8>>,
     keys: Vec<Rows>,
     /// key -> (batch, row) of its last change.
-    last: ahash::HashMap<Box<[u8]>, (u32, u32)>,
+    last: ahash::HashMap<MapKey, (u32, u32)>,
     /// The changed keys as plain integers, when the key is one integer column: lake
     /// batches are probed with their column's values, not with encoded keys.
     integers: Option<ChangedIntegers>,
@@ -70,7 +70,7 @@ impl TailIndex {
             for (row, key) in keys.iter().enumerate() {
                 index
                     .last
-                    .insert(key.as_ref().into(), (b as u32, row as u32));
+                    .insert(MapKey::from_slice(key.as_ref()), (b as u32, row as u32));
             }
             index.batches.push(batch);
             index.changes.push(changes);

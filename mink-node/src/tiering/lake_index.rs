@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::Schema;
 use futures::TryStreamExt;
-use mink_core::key::KeyCodec;
+use mink_core::key::{KeyCodec, MapKey};
 use mink_core::protocol::BucketId;
 use mink_core::table::TableDescriptor;
 use mink_lake::layout::bucket_dir;
@@ -43,7 +43,7 @@ pub(crate) struct LakeIndex {
 #[derive(Debug, Default)]
 pub(crate) struct BucketIndex {
     files: Vec<IndexedFile>,
-    rows: ahash::HashMap<IndexKey, RowLocation>,
+    rows: ahash::HashMap<MapKey, RowLocation>,
     /// The lake held a key twice (only another engine's writes could do that): the
     /// index then knows one of its rows, and cannot locate every row of a key.
     duplicate_keys: bool,
@@ -61,16 +61,6 @@ pub(crate) struct IndexedFile {
     /// Rows of it still live (not position-deleted).
     pub(crate) live: u64,
 }
-
-/// A key as the index holds it, encoded by the table's [`KeyCodec`]: inside the map's
-/// entry up to [`INLINE_KEY_BYTES`] (any one-column numeric or date key, short strings),
-/// so that a lookup reads one entry and never a key allocated elsewhere (the index of a
-/// large bucket holds millions of keys, and a union read looks up every key its tail
-/// changed); longer keys are allocated.
-type IndexKey = smallvec::SmallVec<[u8; INLINE_KEY_BYTES]>;
-
-/// The longest key held inline (a 64-bit key encodes to 9 bytes).
-const INLINE_KEY_BYTES: usize = 24;
 
 /// Where a live lake row is: a file of the bucket's list, and the row's position in it.
 #[derive(Debug, Clone, Copy)]
@@ -271,7 +261,7 @@ impl BucketIndex {
     fn insert(&mut self, key: &[u8], file: u32, row: u32) {
         self.files[file as usize].live += 1;
         let location = RowLocation { file, row };
-        if let Some(old) = self.rows.insert(IndexKey::from_slice(key), location) {
+        if let Some(old) = self.rows.insert(MapKey::from_slice(key), location) {
             // Only a lake already holding a key twice gets here: keep the counts honest.
             self.files[old.file as usize].live -= 1;
             self.duplicate_keys = true;
