@@ -183,7 +183,9 @@ impl Node {
                     tail_keys(bucket, &plan, &codec).await
                 })
                 .await
-                .map_err(|e| NodeError::Read(format!("reading a tail's keys: {e}")))?
+                .map_err(|e| {
+                    NodeError::Read(format!("the task reading a tail's keys failed: {e}"))
+                })?
             }
         });
         let keys = try_join_all(reads).await?;

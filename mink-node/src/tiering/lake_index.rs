@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::datatypes::Schema;
+use arrow::row::Rows;
 use futures::TryStreamExt;
 use mink_core::key::{KeyCodec, MapKey};
 use mink_core::protocol::BucketId;
@@ -61,6 +62,12 @@ pub(crate) struct IndexedFile {
     /// Rows of it still live (not position-deleted).
     pub(crate) live: u64,
 }
+
+/// The lake rows a bucket's keys replace: positions, ascending, by data file.
+pub(crate) type LocatedRows = HashMap<Arc<str>, Vec<u64>>;
+
+/// The fewest keys [`LakeIndex::locate`] spreads over threads.
+const PARALLEL_LOCATE_KEYS: usize = 16 * 1024;
 
 /// Where a live lake row is: a file of the bucket's list, and the row's position in it.
 #[derive(Debug, Clone, Copy)]
@@ -104,6 +111,49 @@ impl LakeIndex {
     }
 
     /// The index of a bucket, if the lake has any of its rows.
+    /// The live lake rows of each bucket's keys, by data file ([`BucketIndex::locate`]);
+    /// `None` when a bucket's cannot all be told. From [`PARALLEL_LOCATE_KEYS`] keys on,
+    /// the buckets are spread over a thread per core.
+    pub(crate) fn locate(&self, keys: &[(&BucketId, &[Rows])]) -> Option<Vec<LocatedRows>> {
+        let total: usize = keys
+            .iter()
+            .flat_map(|(_, keys)| keys.iter())
+            .map(Rows::num_rows)
+            .sum();
+        let threads = match total < PARALLEL_LOCATE_KEYS {
+            true => 1,
+            false => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+        };
+        self.locate_on(keys, threads)
+    }
+
+    /// [`LakeIndex::locate`] on `threads` threads (1: on this one). Random probes into
+    /// maps of millions of keys wait on memory, and the other cores would idle; a thread
+    /// that panicked locates nothing (the read then probes).
+    fn locate_on(&self, keys: &[(&BucketId, &[Rows])], threads: usize) -> Option<Vec<LocatedRows>> {
+        let locate = |(bucket, keys): &(&BucketId, &[Rows])| {
+            let rows = keys.iter().flat_map(|keys| keys.iter());
+            self.bucket(bucket)?.locate(rows.map(|key| key.data()))
+        };
+        if threads <= 1 || keys.len() < 2 {
+            return keys.iter().map(locate).collect();
+        }
+        let per_thread = keys.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let parts: Vec<_> = keys
+                .chunks(per_thread)
+                .map(|part| {
+                    scope.spawn(move || part.iter().map(locate).collect::<Option<Vec<_>>>())
+                })
+                .collect();
+            let mut located = Vec::with_capacity(keys.len());
+            for part in parts {
+                located.extend(part.join().ok()??);
+            }
+            Some(located)
+        })
+    }
+
     pub(crate) fn bucket(&self, bucket: &BucketId) -> Option<&BucketIndex> {
         self.buckets.get(bucket)
     }
@@ -167,7 +217,7 @@ impl BucketIndex {
     pub(crate) fn locate<'k>(
         &self,
         keys: impl IntoIterator<Item = &'k [u8]>,
-    ) -> Option<HashMap<Arc<str>, Vec<u64>>> {
+    ) -> Option<LocatedRows> {
         if self.duplicate_keys {
             return None;
         }
@@ -351,7 +401,7 @@ fn bucket_of_dir(table: &TableDescriptor, dir: &str) -> Option<BucketId> {
 mod tests {
     use mink_lake::reader::{LakeFile, LakeSplit};
 
-    use super::super::tests::{bucket, indexed, key, keys, table};
+    use super::super::tests::{bucket, indexed, key, keys, table, users};
     use super::*;
 
     /// An index of bucket files `(path, ids of its rows in order)`.
@@ -438,6 +488,57 @@ mod tests {
             located,
             [("f0".to_string(), vec![0, 2]), ("f1".to_string(), vec![1])]
         );
+    }
+
+    #[test]
+    fn buckets_locate_alike_on_one_thread_and_on_several() {
+        let t = table();
+        let codec = KeyCodec::new(&t).unwrap();
+        let mut index = LakeIndex::default();
+        let buckets: Vec<BucketId> = (0..3).map(|b| bucket(&t, b)).collect();
+        for (b, id) in buckets.iter().enumerate() {
+            let ids: Vec<i64> = (0..100).map(|i| i * 3 + b as i64).collect();
+            let file = format!("f{b}");
+            let added = index
+                .bucket_mut(id)
+                .add(vec![indexed(&file, 100)], keys(&t, &ids));
+            added.unwrap();
+        }
+        let encoded = |ids: &[i64]| {
+            let rows: Vec<(i64, &str)> = ids.iter().map(|id| (*id, "")).collect();
+            vec![codec.encode(&users(&t, &rows)).unwrap()]
+        };
+        // Bucket b holds ids b, b + 3, .., b + 297 in file fb, in that order.
+        let wanted = [encoded(&[6, 0, 1000]), encoded(&[4]), encoded(&[299, 2])];
+        let asked: Vec<(&BucketId, &[Rows])> = buckets
+            .iter()
+            .zip(&wanted)
+            .map(|(id, rows)| (id, rows.as_slice()))
+            .collect();
+        let sorted = |located: Vec<LocatedRows>| -> Vec<Vec<(String, Vec<u64>)>> {
+            located
+                .into_iter()
+                .map(|by_file| {
+                    let mut files: Vec<_> = by_file
+                        .into_iter()
+                        .map(|(path, rows)| (path.to_string(), rows))
+                        .collect();
+                    files.sort();
+                    files
+                })
+                .collect()
+        };
+        let one = sorted(index.locate_on(&asked, 1).unwrap());
+        assert_eq!(
+            one,
+            [
+                vec![("f0".to_string(), vec![0, 2])],
+                vec![("f1".to_string(), vec![1])],
+                vec![("f2".to_string(), vec![0, 99])],
+            ]
+        );
+        assert_eq!(sorted(index.locate_on(&asked, 2).unwrap()), one);
+        assert_eq!(sorted(index.locate_on(&asked, 8).unwrap()), one);
     }
 
     #[test]

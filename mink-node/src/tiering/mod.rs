@@ -53,7 +53,7 @@ mod upkeep;
 mod upsert;
 
 pub use compaction::{CompactReport, compact_table};
-use lake_index::LakeIndex;
+use lake_index::{LakeIndex, LocatedRows};
 pub use upkeep::{
     EXPIRE_EVERY, REMOVE_ORPHANS_EVERY, RewriteManifestsReport, UpkeepIntervals, UpkeepSchedule,
     expire_table_snapshots, lake_table_stats, remove_table_orphan_files, rewrite_table_manifests,
@@ -186,37 +186,10 @@ pub(crate) fn locate_lake_rows(
     table_id: u64,
     snapshot_id: i64,
     keys: &[(&BucketId, &[Rows])],
-) -> Option<Vec<HashMap<Arc<str>, Vec<u64>>>> {
+) -> Option<Vec<LocatedRows>> {
     let indexes = node.tiering.try_lock().ok()?;
-    let index = index_at(&indexes, table_id, snapshot_id)?;
-    let locate = |(bucket, keys): &(&BucketId, &[Rows])| {
-        let rows = keys.iter().flat_map(|keys| keys.iter());
-        index.bucket(bucket)?.locate(rows.map(|key| key.data()))
-    };
-    let total: usize = keys
-        .iter()
-        .flat_map(|(_, keys)| keys.iter())
-        .map(Rows::num_rows)
-        .sum();
-    if keys.len() < 2 || total < PARALLEL_LOCATE_KEYS {
-        return keys.iter().map(locate).collect();
-    }
-    // Each bucket's lookups on a thread of its own: millions of random probes into the
-    // index are memory-bound, and the other cores wait otherwise.
-    std::thread::scope(|scope| {
-        let located: Vec<_> = keys
-            .iter()
-            .map(|bucket| scope.spawn(move || locate(bucket)))
-            .collect();
-        located
-            .into_iter()
-            .map(|thread| thread.join().unwrap_or(None))
-            .collect()
-    })
+    index_at(&indexes, table_id, snapshot_id)?.locate(keys)
 }
-
-/// The fewest keys [`locate_lake_rows`] spreads over threads, one per bucket.
-const PARALLEL_LOCATE_KEYS: usize = 16 * 1024;
 
 /// Whether [`locate_lake_rows`] would find the lake index of table `table_id` at
 /// `snapshot_id` now: a caller asks before it reads the keys to locate.
