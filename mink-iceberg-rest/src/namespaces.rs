@@ -1,10 +1,11 @@
 //! Namespaces: mink databases with lake tables, and the namespaces REST clients create for
 //! their own tables (marked hosted, [`HOSTED_NAMESPACE_PROPERTY`]).
 //!
-//! A client may create a namespace (one level, a valid mink name; no `location` and no
-//! `mink.` property, which would place its tables elsewhere or pose as mink's own) and
-//! drop one it created once it is empty. A mink database's namespace is never dropped
-//! here, and mink refuses to create a database's lake tables in a hosted namespace.
+//! A client may create a namespace (one level, a valid mink name, not a mink database's; no
+//! `location` and no `mink.` property, which would place its tables elsewhere or pose as
+//! mink's own) and drop one it created once it is empty. A mink database's namespace is
+//! never dropped here, and mink refuses to create a database's lake tables in a hosted
+//! namespace.
 
 use std::collections::HashMap;
 
@@ -117,6 +118,11 @@ pub(crate) async fn create_namespace(
         return Err(RestError::bad_request(format!(
             "namespace property {key} is not taken: tables live in the catalog's warehouse, \
              and mink. properties are mink's own"
+        )));
+    }
+    if !state.node.list_tables(Some(name)).is_empty() {
+        return Err(RestError::already_exists(format!(
+            "namespace {name} is a mink database"
         )));
     }
     let mut properties = request.properties;

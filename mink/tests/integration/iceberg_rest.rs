@@ -202,6 +202,7 @@ async fn other_engines_read_and_append_through_the_rest_catalog() {
         ("namespace elsewhere", 400, "BadRequestException"),
         ("namespace escaping", 400, "BadRequestException"),
         ("nested namespace created", 400, "BadRequestException"),
+        ("a mink database's namespace", 409, "AlreadyExistsException"),
         ("no such table", 404, "NoSuchTableException"),
         ("no such namespace", 404, "NoSuchNamespaceException"),
         ("nested namespace", 404, "NoSuchNamespaceException"),

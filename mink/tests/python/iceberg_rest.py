@@ -201,6 +201,9 @@ def hostile(uri: str, user: str, password: str) -> dict:
         "namespace escaping": request(
             uri, "POST", "/v1/namespaces", json.dumps({"namespace": [".."]}).encode(), token=token
         ),
+        "a mink database's namespace": request(
+            uri, "POST", "/v1/namespaces", json.dumps({"namespace": ["test"]}).encode(), token=token
+        ),
         "nested namespace created": request(
             uri, "POST", "/v1/namespaces", json.dumps({"namespace": ["a", "b"]}).encode(), token=token
         ),
