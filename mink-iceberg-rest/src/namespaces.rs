@@ -75,7 +75,7 @@ pub(crate) async fn load_namespace(
     State(state): Shared,
     Path(name): Path<String>,
 ) -> Result<Json<serde_json::Value>, RestError> {
-    let ident = checked_namespace(&state, &name).await?;
+    let ident = namespace(&name)?;
     let namespace = lake(&state).await?.catalog().get_namespace(&ident).await?;
     Ok(Json(
         json!({ "namespace": ident.as_ref(), "properties": namespace.properties() }),

@@ -117,8 +117,11 @@ impl LakeConfig {
         if catalog.is_none() && warehouse.is_none() {
             return Self::of_data_dir(data_dir);
         }
-        let embedded = Self::embedded(data_dir)?;
-        let catalog = catalog.unwrap_or(embedded.catalog_uri);
+        // The embedded defaults (creating the embedded warehouse) only for what is not given.
+        let catalog = match catalog {
+            Some(catalog) => catalog,
+            None => Self::embedded(data_dir)?.catalog_uri,
+        };
         let warehouse = match warehouse {
             Some(warehouse) => warehouse,
             None if catalog.starts_with(REST_CATALOG_PREFIX) => {
@@ -128,7 +131,7 @@ impl LakeConfig {
                      path)"
                 )));
             }
-            None => embedded.warehouse,
+            None => Self::embedded(data_dir)?.warehouse,
         };
         let config = Self::named(catalog, &warehouse)?;
         match remembered(data_dir)? {

@@ -27,7 +27,7 @@ use iceberg::arrow::arrow_type_to_type;
 use iceberg::spec::{TableMetadata, TableMetadataBuildResult, TableProperties};
 use iceberg::table::Table;
 use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
-use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{Catalog, ErrorKind, Namespace, NamespaceIdent, TableCreation, TableIdent};
 use mink_core::table::{TableDescriptor, TablePath};
 use object_store::ObjectStore;
 use tracing::{info, warn};
@@ -105,6 +105,14 @@ impl std::fmt::Debug for Lake {
     }
 }
 
+/// Whether a REST catalog client created `namespace` ([`HOSTED_NAMESPACE_PROPERTY`]).
+fn is_hosted(namespace: &Namespace) -> bool {
+    namespace
+        .properties()
+        .get(HOSTED_NAMESPACE_PROPERTY)
+        .is_some_and(|hosted| hosted == "true")
+}
+
 fn ident(path: &TablePath) -> TableIdent {
     TableIdent::new(
         NamespaceIdent::new(path.database.clone()),
@@ -166,10 +174,11 @@ impl Lake {
     /// earlier, dropped table of that name (`mink.table-id` differs) is dropped first.
     pub async fn create_table(&self, table: &TableDescriptor) -> Result<Table> {
         let namespace = NamespaceIdent::new(table.path.database.clone());
+        let existing = self.namespace(&namespace).await?;
         // Hosted namespaces are those the REST clients of this lake's SQL catalog created;
         // a lake reached over REST is itself such a client, and its namespaces are hosted.
         let serves_rest_clients = matches!(self.publisher.as_ref(), Publisher::Sql(_));
-        if serves_rest_clients && self.is_hosted(&namespace).await? {
+        if serves_rest_clients && existing.as_ref().is_some_and(is_hosted) {
             return Err(LakeError::Refused {
                 table: table.path.to_string(),
                 message: format!(
@@ -179,7 +188,7 @@ impl Lake {
                 ),
             });
         }
-        if !self.catalog.namespace_exists(&namespace).await? {
+        if existing.is_none() {
             match self
                 .catalog
                 .create_namespace(&namespace, HashMap::new())
@@ -260,14 +269,20 @@ impl Lake {
     /// Whether `namespace` exists and a REST catalog client created it
     /// ([`HOSTED_NAMESPACE_PROPERTY`]).
     pub async fn is_hosted(&self, namespace: &NamespaceIdent) -> Result<bool> {
-        if !self.catalog.namespace_exists(namespace).await? {
-            return Ok(false);
+        Ok(self
+            .namespace(namespace)
+            .await?
+            .as_ref()
+            .is_some_and(is_hosted))
+    }
+
+    /// A namespace with its properties; `None` when there is no such namespace.
+    async fn namespace(&self, namespace: &NamespaceIdent) -> Result<Option<Namespace>> {
+        match self.catalog.get_namespace(namespace).await {
+            Ok(found) => Ok(Some(found)),
+            Err(e) if e.kind() == ErrorKind::NamespaceNotFound => Ok(None),
+            Err(e) => Err(e.into()),
         }
-        let properties = self.catalog.get_namespace(namespace).await?;
-        Ok(properties
-            .properties()
-            .get(HOSTED_NAMESPACE_PROPERTY)
-            .is_some_and(|hosted| hosted == "true"))
     }
 
     /// Whether the lake has a table for `path`.
