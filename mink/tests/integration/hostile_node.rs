@@ -521,17 +521,7 @@ async fn nothing_after_a_failed_batch_of_a_do_put_is_written() {
 
 /// `mink sql --connect` to the server's Flight SQL port: `(success, stdout, stderr)`.
 fn sql(server: &Server, statement: &str) -> (bool, String, String) {
-    let address = &server.process.sql_addr;
-    let args = [
-        "sql",
-        "--connect",
-        address,
-        "--format",
-        "csv",
-        "-e",
-        statement,
-    ];
-    crate::process::run_mink(&args)
+    crate::process::run_sql(&server.process.sql_addr, statement)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

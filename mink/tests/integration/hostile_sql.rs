@@ -67,11 +67,6 @@ fn over_adbc(server: &ServerProcess, statements: &[String]) -> Vec<(bool, String
         .collect()
 }
 
-/// `mink sql --connect ADDRESS -e SQL`: `(success, stdout, stderr)`.
-fn over_mink_sql(address: &str, sql: &str) -> (bool, String, String) {
-    crate::process::run_mink(&["sql", "--connect", address, "--format", "csv", "-e", sql])
-}
-
 #[test]
 fn sql_never_reaches_the_server_s_files() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -154,11 +149,11 @@ fn sql_never_reaches_the_server_s_files() {
     // The same through `mink sql --connect` (Flight SQL, the server plans).
     for (sql, names) in &statements {
         let sql = sql.strip_prefix("PREPARE:").unwrap_or(sql);
-        let (ok, _, stderr) = over_mink_sql(&server.sql_addr, sql);
+        let (ok, _, stderr) = crate::process::run_sql(&server.sql_addr, sql);
         assert!(!ok, "mink sql ran {sql}");
         assert!(stderr.contains(names), "{sql}: {stderr}");
     }
-    let (ok, stdout, stderr) = over_mink_sql(&server.sql_addr, "SELECT 1 AS one");
+    let (ok, stdout, stderr) = crate::process::run_sql(&server.sql_addr, "SELECT 1 AS one");
     assert!(ok, "{stderr}");
     assert_eq!(stdout, "one\n1\n");
 
@@ -242,10 +237,10 @@ fn a_statement_over_the_memory_limit_fails_alone() {
     assert!(answers >= 1, "{stdout}");
 
     // Over `mink sql --connect` too, and the server goes on.
-    let (ok, _, stderr) = over_mink_sql(&server.sql_addr, big);
+    let (ok, _, stderr) = crate::process::run_sql(&server.sql_addr, big);
     assert!(!ok);
     assert!(stderr.contains("Resources exhausted"), "{stderr}");
-    let (ok, stdout, stderr) = over_mink_sql(&server.sql_addr, "SELECT 1 AS one");
+    let (ok, stdout, stderr) = crate::process::run_sql(&server.sql_addr, "SELECT 1 AS one");
     assert!(ok, "{stderr}");
     assert_eq!(stdout, "one\n1\n");
 
@@ -268,7 +263,7 @@ fn a_statement_over_the_memory_limit_fails_alone() {
 fn odd_filters_on_a_union_read_prune_or_fail_cleanly() {
     let dir = tempfile::tempdir().expect("temp dir");
     let server = ServerProcess::start(dir.path());
-    let run = |sql: &str| over_mink_sql(&server.sql_addr, sql);
+    let run = |sql: &str| crate::process::run_sql(&server.sql_addr, sql);
     for setup in [
         "CREATE TABLE t (id BIGINT NOT NULL, v VARCHAR, n INT, PRIMARY KEY (id)) \
          WITH ('bucket.num' = '2', 'lake.enabled' = 'true', 'lake.freshness' = '1h')",

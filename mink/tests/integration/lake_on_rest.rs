@@ -21,7 +21,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::iceberg_rest::{PASSWORD, USER, engines_with, ids_read};
-use crate::process::{ServerProcess, run_mink, run_mink_with, run_server};
+use crate::process::{ServerProcess, run_mink_with, run_server, run_sql};
 use crate::support::seed;
 
 const BUCKETS: u32 = 2;
@@ -84,15 +84,7 @@ async fn union_read(client: &MinkClient, table: &TableDescriptor) -> BTreeMap<i6
 
 /// `mink sql --connect ADDRESS -e STATEMENT`, which must succeed; its CSV output.
 fn sql(address: &str, statement: &str) -> String {
-    let (ok, stdout, stderr) = run_mink(&[
-        "sql",
-        "--connect",
-        address,
-        "--format",
-        "csv",
-        "-e",
-        statement,
-    ]);
+    let (ok, stdout, stderr) = run_sql(address, statement);
     assert!(ok, "{statement}: {stderr}");
     stdout
 }

@@ -169,6 +169,20 @@ pub(crate) fn run_server(
     run_mink_with(&all, env)
 }
 
+/// `mink sql --connect ADDRESS --format csv -e STATEMENT` to completion: `(success,
+/// stdout, stderr)`.
+pub(crate) fn run_sql(address: &str, statement: &str) -> (bool, String, String) {
+    run_mink(&[
+        "sql",
+        "--connect",
+        address,
+        "--format",
+        "csv",
+        "-e",
+        statement,
+    ])
+}
+
 /// Runs the `mink` binary to completion: `(success, stdout, stderr)`.
 pub(crate) fn run_mink(args: &[&str]) -> (bool, String, String) {
     run_mink_with(args, &[])
