@@ -245,6 +245,7 @@ async fn other_engines_read_and_append_through_the_rest_catalog() {
             409,
             "NamespaceNotEmptyException",
         ),
+        ("a manifest list elsewhere", 403, "ForbiddenException"),
     ] {
         assert_eq!(
             answers[name],

@@ -299,6 +299,22 @@ def guest(uri: str, user: str, password: str) -> dict:
             token=token,
         ),
         "drop a namespace with tables": request(uri, "DELETE", "/v1/namespaces/guest", token=token),
+        "a manifest list elsewhere": request(
+            uri, "POST", notes,
+            json.dumps({"requirements": [], "updates": [{
+                "action": "add-snapshot",
+                "snapshot": {
+                    "snapshot-id": 4242,
+                    "parent-snapshot-id": table.metadata.current_snapshot_id,
+                    "sequence-number": table.metadata.last_sequence_number + 1,
+                    "timestamp-ms": table.metadata.last_updated_ms + 1,
+                    "manifest-list": "/etc/passwd",
+                    "summary": {"operation": "append"},
+                    "schema-id": table.metadata.current_schema_id,
+                },
+            }]}).encode(),
+            token=token,
+        ),
     }
     location = table.metadata.location
     rest.purge_table(("guest", "notes"))
