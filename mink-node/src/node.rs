@@ -37,6 +37,7 @@ use crate::error::{NodeError, Result};
 use crate::kv::{Found, KvTablet, encode_keys, lookup, prefix_lookup};
 use crate::log::{LogConfig, LogTablet, Write, WriteOp, WriteStream, WriterTag};
 use crate::metadata::Metadata;
+use crate::union::LocatedTail;
 
 mod storage;
 mod validate;
@@ -152,6 +153,8 @@ pub struct Bucket {
     pub log: LogTablet,
     /// The current rows of a primary-key table's bucket.
     pub kv: Option<KvTablet>,
+    /// The lake rows its tail replaces, as the last union read's plan located them.
+    pub located: LocatedTail,
 }
 
 /// Buckets of a table, each with its tablets.

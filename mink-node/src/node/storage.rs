@@ -13,6 +13,7 @@ use crate::log::{Changelog, LogTablet};
 use crate::metadata::PartitionRecord;
 
 use super::{Bucket, Failpoint, NodeConfig};
+use crate::union::LocatedTail;
 
 /// Where tablets live, and how they are opened.
 #[derive(Debug)]
@@ -142,7 +143,11 @@ impl Storage {
             log_config,
             changelog,
         )?;
-        Ok(Arc::new(Bucket { log, kv }))
+        Ok(Arc::new(Bucket {
+            log,
+            kv,
+            located: LocatedTail::default(),
+        }))
     }
 
     pub(super) fn table_dir(&self, table: &TableDescriptor) -> PathBuf {

@@ -776,7 +776,8 @@ async fn random_pk_lake_histories_match_the_model() {
 /// A union read leaves out the lake rows its tail replaces by position when the node's
 /// lake index describes the planned snapshot, and probes every lake row's key when it
 /// does not (after a restart, until a round builds the index again): the rows are the
-/// same either way, updates and deletes of lake keys included.
+/// same either way, updates and deletes of lake keys included, and when a plan extends
+/// what the last one located.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn union_reads_locate_replaced_rows_or_probe_alike() {
     let mut server = Server::start().await;
@@ -823,6 +824,16 @@ async fn union_reads_locate_replaced_rows_or_probe_alike() {
         }
         assert!(merges > 0, "some bucket merges a tail into the lake");
     }
+    check_merges(&client, &table, &model, true).await;
+    // More writes to the same tails: the next plans locate only the rows written since
+    // (the node keeps what the last plan located), keys changed twice and lake keys
+    // deleted after an update included.
+    let again: Vec<(Key, Cells)> = (1..22)
+        .step_by(2)
+        .map(|id| (key(id), (Some("again".to_string()), Some(7))))
+        .collect();
+    upsert(&client, &table, &mut model, &again).await;
+    delete(&client, &table, &mut model, &[key(3), key(4)]).await;
     check_merges(&client, &table, &model, true).await;
     server.restart().await;
     let client = server.client.clone();

@@ -13,6 +13,7 @@
 //! and one planning of its files (one read of the manifests), shared by the buckets. A
 //! statement that reads a whole table plans it once, not once per bucket.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::BooleanArray;
@@ -33,7 +34,12 @@ use mink_scan::tail::{LogSource, TailBatch, TailRange};
 
 use crate::error::{NodeError, Result};
 use crate::node::{Bucket, BucketTablets, Node};
-use crate::tiering;
+use crate::tiering::{self, LocatedRows};
+
+mod located;
+
+pub use located::LocatedTail;
+use located::Located;
 
 /// A bucket's Union plan and the split of lake files it reads.
 #[derive(Debug)]
@@ -152,9 +158,11 @@ impl Node {
     /// Marks in each planned split the lake rows its tail replaces, so the read leaves
     /// them out by position instead of probing every lake row's key (`mink_scan::merge`):
     /// the tails' keys are read here, from the local log, and located with the table's
-    /// lake index. Nothing is marked when that index is not at hand for the planned
-    /// snapshot ([`tiering::locate_lake_rows`]) or the tails are longer than
-    /// [`MAX_LOCATED_TAIL_ROWS`]; the read then probes.
+    /// lake index; what a bucket's last plan located of the same range is reused, so
+    /// only the rows written since are read ([`located`]). Nothing is marked when the
+    /// tails are longer than [`MAX_LOCATED_TAIL_ROWS`], or when rows are left to locate
+    /// and the lake index is not at hand for the planned snapshot
+    /// ([`tiering::locate_lake_rows`]); the read then probes.
     async fn locate_replaced_rows(
         &self,
         table: &TableDescriptor,
@@ -166,21 +174,79 @@ impl Node {
             .filter(|p| p.merges())
             .map(|p| p.plan.log_to - p.plan.log_from)
             .sum();
-        // The tails' keys are read only when there is an index to look them up in (it may
-        // still be gone by the lookup: a round can take it meanwhile).
-        if tail_rows > MAX_LOCATED_TAIL_ROWS
-            || !tiering::has_lake_index(self, table.table_id, snapshot_id)
-        {
+        if tail_rows > MAX_LOCATED_TAIL_ROWS {
             return Ok(());
         }
+        let mut merging: Vec<&mut PlannedUnion> =
+            planned.iter_mut().filter(|p| p.merges()).collect();
+        let kept: Vec<Located> = merging
+            .iter()
+            .map(|p| {
+                let (from, to) = (p.plan.log_from, p.plan.log_to);
+                p.bucket.located.prefix(snapshot_id, from, to).unwrap_or(Located {
+                    snapshot_id,
+                    from,
+                    to: from,
+                    rows: Arc::default(),
+                })
+            })
+            .collect();
+        let mut more = self
+            .locate_unlocated(table, snapshot_id, &merging, &kept)
+            .await?;
+        let Some(more) = more.as_mut() else {
+            return Ok(());
+        };
+        for (planned, kept) in merging.iter_mut().zip(kept) {
+            let more = more.remove(&planned.id).unwrap_or_default();
+            let located = kept.extended(planned.plan.log_to, more);
+            for file in &mut planned.split.files {
+                file.replaced_rows = located
+                    .rows
+                    .get(file.path.as_str())
+                    .cloned()
+                    .unwrap_or_default();
+            }
+            planned.bucket.located.keep(located);
+        }
+        for planned in planned.iter_mut() {
+            planned.plan.replaced_rows_located = true;
+        }
+        Ok(())
+    }
+
+    /// The lake rows replaced by the part of each merging bucket's tail that `kept` does
+    /// not cover, by bucket (buckets with nothing left out); `None` when rows are left
+    /// to locate and the lake index is not at hand.
+    async fn locate_unlocated(
+        &self,
+        table: &TableDescriptor,
+        snapshot_id: i64,
+        merging: &[&mut PlannedUnion],
+        kept: &[Located],
+    ) -> Result<Option<HashMap<BucketId, LocatedRows>>> {
+        let unlocated: Vec<(&PlannedUnion, i64)> = merging
+            .iter()
+            .zip(kept)
+            .filter(|(p, kept)| kept.to < p.plan.log_to)
+            .map(|(p, kept)| (&**p, kept.to))
+            .collect();
+        if unlocated.is_empty() {
+            return Ok(Some(HashMap::new()));
+        }
+        // The keys are read only when there is an index to look them up in (it may still
+        // be gone by the lookup: a round can take it meanwhile).
+        if !tiering::has_lake_index(self, table.table_id, snapshot_id) {
+            return Ok(None);
+        }
         // Each bucket's tail read and encoded on a task of its own (on all cores).
-        let reads = planned.iter().filter(|p| p.merges()).map(|p| {
-            let (bucket, plan, table) =
-                (Arc::clone(&p.bucket), p.plan.clone(), Arc::clone(&p.table));
+        let reads = unlocated.iter().map(|(p, from)| {
+            let (bucket, table) = (Arc::clone(&p.bucket), Arc::clone(&p.table));
+            let (from, to) = (*from, p.plan.log_to);
             async move {
                 tokio::spawn(async move {
                     let codec = KeyCodec::new(&table)?;
-                    tail_keys(bucket, &plan, &codec).await
+                    tail_keys(bucket, from, to, &codec).await
                 })
                 .await
                 .map_err(|e| {
@@ -189,27 +255,16 @@ impl Node {
             }
         });
         let keys = try_join_all(reads).await?;
-        let buckets: Vec<(&BucketId, &[Rows])> = planned
+        let buckets: Vec<(&BucketId, &[Rows])> = unlocated
             .iter()
-            .filter(|p| p.merges())
-            .map(|p| &p.id)
+            .map(|(p, _)| &p.id)
             .zip(keys.iter().map(Vec::as_slice))
             .collect();
-        let Some(located) = tiering::locate_lake_rows(self, table.table_id, snapshot_id, &buckets)
-        else {
-            return Ok(());
-        };
-        let mut located = located.into_iter();
-        for planned in planned.iter_mut() {
-            if planned.merges() {
-                let mut rows = located.next().unwrap_or_default();
-                for file in &mut planned.split.files {
-                    file.replaced_rows = rows.remove(file.path.as_str()).unwrap_or_default();
-                }
-            }
-            planned.plan.replaced_rows_located = true;
-        }
-        Ok(())
+        let located = tiering::locate_lake_rows(self, table.table_id, snapshot_id, &buckets);
+        Ok(located.map(|located| {
+            let ids = unlocated.iter().map(|(p, _)| p.id.clone());
+            ids.zip(located).collect()
+        }))
     }
 }
 
@@ -220,11 +275,12 @@ impl PlannedUnion {
     }
 }
 
-/// The keys a bucket's planned tail changes, encoded by `codec`, a batch of keys per log
-/// batch. A `-U` row is left out: the `+U` of the same key follows it in its batch (the KV
-/// writer logs them in pairs), and each key looked up costs a probe of the lake index.
-async fn tail_keys(bucket: Arc<Bucket>, plan: &UnionPlan, codec: &KeyCodec) -> Result<Vec<Rows>> {
-    let mut batches = log_range(bucket, plan.log_from, plan.log_to);
+/// The keys the log range `[from, to)` of a bucket changes, encoded by `codec`, a batch
+/// of keys per log batch. A `-U` row is left out: the `+U` of the same key follows it in
+/// its batch (the KV writer logs them in pairs), and each key looked up costs a probe of
+/// the lake index.
+async fn tail_keys(bucket: Arc<Bucket>, from: i64, to: i64, codec: &KeyCodec) -> Result<Vec<Rows>> {
+    let mut batches = log_range(bucket, from, to);
     let mut keys = Vec::new();
     while let Some(batch) = batches.try_next().await? {
         let schema = batch.batch.schema();
