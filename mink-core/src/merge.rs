@@ -22,12 +22,13 @@
 //! predicate resurrect. Predicates apply to the lake stream (any predicate is exact there,
 //! since lake rows are dropped only by key) and to the rows [`TailIndex::live_rows`] emits.
 
+use std::sync::OnceLock;
+
 use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::kernels::aggregate::{max, min};
 use arrow::compute::{cast, filter_record_batch};
 use arrow::datatypes::{DataType, Int64Type};
-use arrow::row::Rows;
 
 use crate::change::ChangeType;
 use crate::key::{KeyCodec, MapKey};
@@ -38,12 +39,12 @@ use crate::{CoreError, Result};
 pub struct TailIndex {
     batches: Vec<RecordBatch>,
     changes: Vec<Vec<u8>>,
-    keys: Vec<Rows>,
     /// key -> (batch, row) of its last change.
     last: ahash::HashMap<MapKey, (u32, u32)>,
     /// The changed keys as plain integers, when the key is one integer column: lake
-    /// batches are probed with their column's values, not with encoded keys.
-    integers: Option<ChangedIntegers>,
+    /// batches are probed with their column's values, not with encoded keys. Built by
+    /// the first probe (a merge that leaves lake rows out by position never probes).
+    integers: OnceLock<Option<ChangedIntegers>>,
 }
 
 impl TailIndex {
@@ -53,9 +54,8 @@ impl TailIndex {
         let mut index = Self {
             batches: Vec::with_capacity(tail.len()),
             changes: Vec::with_capacity(tail.len()),
-            keys: Vec::with_capacity(tail.len()),
             last: ahash::HashMap::default(),
-            integers: None,
+            integers: OnceLock::new(),
         };
         for (b, (batch, changes)) in tail.into_iter().enumerate() {
             if changes.len() != batch.num_rows() {
@@ -67,6 +67,7 @@ impl TailIndex {
             }
             ChangeType::decode_vector(&changes)?;
             let keys = codec.encode(&batch)?;
+            index.last.reserve(keys.num_rows());
             for (row, key) in keys.iter().enumerate() {
                 index
                     .last
@@ -74,9 +75,7 @@ impl TailIndex {
             }
             index.batches.push(batch);
             index.changes.push(changes);
-            index.keys.push(keys);
         }
-        index.integers = ChangedIntegers::of(codec, &index.batches)?;
         Ok(index)
     }
 
@@ -100,7 +99,7 @@ impl TailIndex {
         if self.is_empty() {
             return Ok(lake.clone());
         }
-        let integers = self.integers.as_ref();
+        let integers = self.changed_integers(codec);
         let keep = match integers.and_then(|integers| integers.unchanged(lake)) {
             Some(keep) => keep,
             None => {
@@ -119,25 +118,32 @@ impl TailIndex {
     /// Step 3: the live rows of the tail, in log order: for each key its last change, when
     /// that change is `+I` or `+U`. One batch per tail batch that keeps any row.
     pub fn live_rows(&self) -> Result<Vec<RecordBatch>> {
+        let mut keep: Vec<Vec<bool>> = self
+            .batches
+            .iter()
+            .map(|batch| vec![false; batch.num_rows()])
+            .collect();
+        for &(b, row) in self.last.values() {
+            let (b, row) = (b as usize, row as usize);
+            // The change vectors were checked when the index was built.
+            let change = ChangeType::from_byte(self.changes[b][row]);
+            keep[b][row] = change.is_ok_and(ChangeType::is_live);
+        }
         let mut live = Vec::new();
-        for (b, batch) in self.batches.iter().enumerate() {
-            let keep: BooleanArray = self.keys[b]
-                .iter()
-                .enumerate()
-                .map(|(row, key)| {
-                    let is_last = self.last.get(key.as_ref()) == Some(&(b as u32, row as u32));
-                    let is_live = ChangeType::from_byte(self.changes[b][row])
-                        .map(ChangeType::is_live)
-                        .unwrap_or(false);
-                    Some(is_last && is_live)
-                })
-                .collect();
-            let rows = filter_record_batch(batch, &keep)?;
+        for (batch, keep) in self.batches.iter().zip(keep) {
+            let rows = filter_record_batch(batch, &BooleanArray::from(keep))?;
             if rows.num_rows() > 0 {
                 live.push(rows);
             }
         }
         Ok(live)
+    }
+
+    /// The changed keys as integers, when the key is one integer column (built once).
+    fn changed_integers(&self, codec: &KeyCodec) -> Option<&ChangedIntegers> {
+        self.integers
+            .get_or_init(|| ChangedIntegers::of(codec, &self.batches))
+            .as_ref()
     }
 }
 
@@ -170,19 +176,17 @@ impl ChangedIntegers {
     /// The changed keys of `batches` (the tail, whose key columns `codec` names), when the
     /// key is one column of a signed integer type (or an unsigned one narrower than 64
     /// bits) without nulls.
-    fn of(codec: &KeyCodec, batches: &[RecordBatch]) -> Result<Option<Self>> {
+    fn of(codec: &KeyCodec, batches: &[RecordBatch]) -> Option<Self> {
         let [column] = codec.columns() else {
-            return Ok(None);
+            return None;
         };
         let mut keys = ahash::HashSet::default();
         for batch in batches {
-            let Some(values) = integer_values(batch, column)? else {
-                return Ok(None);
-            };
+            let values = integer_values(batch, column)?;
             keys.extend(values.values().iter().copied());
         }
         let (Some(&min), Some(&max)) = (keys.iter().min(), keys.iter().max()) else {
-            return Ok(None);
+            return None;
         };
         let span = max.abs_diff(min).saturating_add(1);
         let changed = match bitmap_allowed(keys.len(), span) {
@@ -196,18 +200,18 @@ impl ChangedIntegers {
             }
             false => IntegerSet::Hashed(keys),
         };
-        Ok(Some(Self {
+        Some(Self {
             column: column.clone(),
             min,
             max,
             changed,
-        }))
+        })
     }
 
     /// Which rows of a lake batch keep their key unchanged; `None` when the batch's key
     /// column is not one this probe can read (the caller then encodes the keys).
     fn unchanged(&self, lake: &RecordBatch) -> Option<BooleanBuffer> {
-        let values = integer_values(lake, &self.column).ok()??;
+        let values = integer_values(lake, &self.column)?;
         let (low, high) = (min(&values)?, max(&values)?);
         let values = values.values();
         if high < self.min || low > self.max {
@@ -231,10 +235,8 @@ impl ChangedIntegers {
 
 /// The column `name` of `batch` as 64-bit integers, when it is an integer column that
 /// converts losslessly and holds no null.
-fn integer_values(batch: &RecordBatch, name: &str) -> Result<Option<Int64Array>> {
-    let Some(column) = batch.column_by_name(name) else {
-        return Ok(None);
-    };
+fn integer_values(batch: &RecordBatch, name: &str) -> Option<Int64Array> {
+    let column = batch.column_by_name(name)?;
     let convertible = matches!(
         column.data_type(),
         DataType::Int8
@@ -246,10 +248,11 @@ fn integer_values(batch: &RecordBatch, name: &str) -> Result<Option<Int64Array>>
             | DataType::UInt32
     );
     if !convertible || column.null_count() > 0 {
-        return Ok(None);
+        return None;
     }
-    let values = cast(column, &DataType::Int64)?;
-    Ok(Some(values.as_primitive::<Int64Type>().clone()))
+    // Widening an integer type to Int64 cannot fail.
+    let values = cast(column, &DataType::Int64).ok()?;
+    Some(values.as_primitive::<Int64Type>().clone())
 }
 
 #[cfg(test)]
@@ -375,21 +378,17 @@ mod tests {
     fn integer_keys_are_probed_by_bitmap_when_dense_and_hashed_when_sparse() {
         let t = table();
         let codec = KeyCodec::new(&t).unwrap();
-        let probe = |keys: &[i64]| {
+        // Whether the keys are probed by bitmap (else by hash set).
+        let by_bitmap = |keys: &[i64]| {
             let rows: Vec<(i64, &str)> = keys.iter().map(|&k| (k, "x")).collect();
             let tail = vec![(batch(&t, &rows), vec![I; rows.len()])];
-            TailIndex::new(&codec, tail)
-                .unwrap()
-                .integers
-                .unwrap()
-                .changed
+            let index = TailIndex::new(&codec, tail).unwrap();
+            let integers = index.changed_integers(&codec).unwrap();
+            matches!(integers.changed, IntegerSet::Bitmap(_))
         };
-        assert!(matches!(probe(&[1, 5, 1000]), IntegerSet::Bitmap(_)));
-        assert!(matches!(probe(&[1, 1 << 40]), IntegerSet::Hashed(_)));
-        assert!(matches!(
-            probe(&[i64::MIN, i64::MAX]),
-            IntegerSet::Hashed(_)
-        ));
+        assert!(by_bitmap(&[1, 5, 1000]));
+        assert!(!by_bitmap(&[1, 1 << 40]));
+        assert!(!by_bitmap(&[i64::MIN, i64::MAX]));
     }
 
     /// Random changelogs against a BTreeMap: lake = state at the seam, tail = changes after.
