@@ -22,13 +22,13 @@
 //! predicate resurrect. Predicates apply to the lake stream (any predicate is exact there,
 //! since lake rows are dropped only by key) and to the rows [`TailIndex::live_rows`] emits.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::kernels::aggregate::{max, min};
-use arrow::compute::{cast, filter_record_batch};
-use arrow::datatypes::{DataType, Int64Type};
+use arrow::compute::{cast, filter_record_batch, interleave};
+use arrow::datatypes::{DataType, Int64Type, Schema};
 
 use crate::change::ChangeType;
 use crate::key::{KeyCodec, MapKey};
@@ -39,12 +39,82 @@ use crate::{CoreError, Result};
 pub struct TailIndex {
     batches: Vec<RecordBatch>,
     changes: Vec<Vec<u8>>,
-    /// key -> (batch, row) of its last change.
-    last: ahash::HashMap<MapKey, (u32, u32)>,
+    last: LastChanges,
     /// The changed keys as plain integers, when the key is one integer column: lake
     /// batches are probed with their column's values, not with encoded keys. Built by
     /// the first probe (a merge that leaves lake rows out by position never probes).
     integers: OnceLock<Option<ChangedIntegers>>,
+}
+
+/// Each changed key's last change, `(batch, row)` in the tail.
+#[derive(Debug)]
+enum LastChanges {
+    /// The key is one integer column ([`integer_values`]), keyed by its value: no key is
+    /// encoded, and an entry is 16 bytes.
+    Integers {
+        column: String,
+        last: ahash::HashMap<i64, (u32, u32)>,
+    },
+    /// Keyed by the key encoded by the index's [`KeyCodec`].
+    Encoded(ahash::HashMap<MapKey, (u32, u32)>),
+}
+
+impl LastChanges {
+    /// Keyed by value when `codec`'s key is one column that `first` (the tail's first
+    /// batch) holds as integers.
+    fn for_tail(codec: &KeyCodec, first: Option<&RecordBatch>) -> Self {
+        match (codec.columns(), first) {
+            ([column], Some(first)) if integer_values(first, column).is_some() => {
+                Self::Integers {
+                    column: column.clone(),
+                    last: ahash::HashMap::default(),
+                }
+            }
+            _ => Self::Encoded(ahash::HashMap::default()),
+        }
+    }
+
+    /// Records the rows of tail batch `b` as the last changes of their keys.
+    fn add(&mut self, codec: &KeyCodec, b: usize, batch: &RecordBatch) -> Result<()> {
+        let b = b as u32;
+        match self {
+            Self::Integers { column, last } => {
+                let values = integer_values(batch, column).ok_or_else(|| {
+                    CoreError::InvalidRequest(format!(
+                        "key column {column} of a tail batch is not an integer column without nulls"
+                    ))
+                })?;
+                last.reserve(values.len());
+                for (row, &key) in values.values().iter().enumerate() {
+                    last.insert(key, (b, row as u32));
+                }
+            }
+            Self::Encoded(last) => {
+                let keys = codec.encode(batch)?;
+                last.reserve(keys.num_rows());
+                for (row, key) in keys.iter().enumerate() {
+                    last.insert(MapKey::from_slice(key.as_ref()), (b, row as u32));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Integers { last, .. } => last.len(),
+            Self::Encoded(last) => last.len(),
+        }
+    }
+
+    /// Every changed key's last change, in no order.
+    fn positions(&self) -> Box<dyn Iterator<Item = (usize, usize)> + '_> {
+        let at = |&(b, row): &(u32, u32)| (b as usize, row as usize);
+        match self {
+            Self::Integers { last, .. } => Box::new(last.values().map(at)),
+            Self::Encoded(last) => Box::new(last.values().map(at)),
+        }
+    }
 }
 
 impl TailIndex {
@@ -54,7 +124,7 @@ impl TailIndex {
         let mut index = Self {
             batches: Vec::with_capacity(tail.len()),
             changes: Vec::with_capacity(tail.len()),
-            last: ahash::HashMap::default(),
+            last: LastChanges::for_tail(codec, tail.first().map(|(batch, _)| batch)),
             integers: OnceLock::new(),
         };
         for (b, (batch, changes)) in tail.into_iter().enumerate() {
@@ -66,13 +136,7 @@ impl TailIndex {
                 )));
             }
             ChangeType::decode_vector(&changes)?;
-            let keys = codec.encode(&batch)?;
-            index.last.reserve(keys.num_rows());
-            for (row, key) in keys.iter().enumerate() {
-                index
-                    .last
-                    .insert(MapKey::from_slice(key.as_ref()), (b as u32, row as u32));
-            }
+            index.last.add(codec, b, &batch)?;
             index.batches.push(batch);
             index.changes.push(changes);
         }
@@ -81,7 +145,7 @@ impl TailIndex {
 
     /// Whether the tail changed no key.
     pub fn is_empty(&self) -> bool {
-        self.last.is_empty()
+        self.last.len() == 0
     }
 
     /// Keys the tail changed.
@@ -89,9 +153,27 @@ impl TailIndex {
         self.last.len()
     }
 
-    /// The keys the tail changed (encoded by the index's [`KeyCodec`]), in no order.
-    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.last.keys().map(AsRef::as_ref)
+    /// The keys the tail changed, encoded by `codec` (the index's), in no order.
+    pub fn changed_keys(&self, codec: &KeyCodec) -> Result<Vec<MapKey>> {
+        let column = match &self.last {
+            LastChanges::Encoded(last) => return Ok(last.keys().cloned().collect()),
+            LastChanges::Integers { column, .. } => column,
+        };
+        let Some(first) = self.batches.first() else {
+            return Ok(Vec::new());
+        };
+        let field = Arc::new(first.schema().field_with_name(column)?.clone());
+        let arrays = self
+            .batches
+            .iter()
+            .map(|batch| batch.column_by_name(column).map(AsRef::as_ref))
+            .collect::<Option<Vec<&dyn Array>>>()
+            .ok_or_else(|| CoreError::InvalidRequest(format!("a tail without key {column}")))?;
+        let positions: Vec<(usize, usize)> = self.last.positions().collect();
+        let keys = interleave(&arrays, &positions)?;
+        let keys = RecordBatch::try_new(Arc::new(Schema::new(vec![field])), vec![keys])?;
+        let keys = codec.encode(&keys)?;
+        Ok(keys.iter().map(|key| MapKey::from_slice(key.as_ref())).collect())
     }
 
     /// Step 2: the rows of a lake batch whose key the tail did not change.
@@ -99,14 +181,21 @@ impl TailIndex {
         if self.is_empty() {
             return Ok(lake.clone());
         }
-        let integers = self.changed_integers(codec);
-        let keep = match integers.and_then(|integers| integers.unchanged(lake)) {
-            Some(keep) => keep,
-            None => {
+        let probed = self
+            .changed_integers()
+            .and_then(|integers| integers.unchanged(lake));
+        let keep = match (probed, &self.last) {
+            (Some(keep), _) => keep,
+            (None, LastChanges::Encoded(last)) => {
                 let keys = codec.encode(lake)?;
                 BooleanBuffer::collect_bool(keys.num_rows(), |row| {
-                    !self.last.contains_key(keys.row(row).as_ref())
+                    !last.contains_key(keys.row(row).as_ref())
                 })
+            }
+            (None, LastChanges::Integers { column, .. }) => {
+                return Err(CoreError::InvalidRequest(format!(
+                    "key column {column} of a lake batch is not an integer column without nulls"
+                )));
             }
         };
         if keep.count_set_bits() == lake.num_rows() {
@@ -123,8 +212,7 @@ impl TailIndex {
             .iter()
             .map(|batch| vec![false; batch.num_rows()])
             .collect();
-        for &(b, row) in self.last.values() {
-            let (b, row) = (b as usize, row as usize);
+        for (b, row) in self.last.positions() {
             // The change vectors were checked when the index was built.
             let change = ChangeType::from_byte(self.changes[b][row]);
             keep[b][row] = change.is_ok_and(ChangeType::is_live);
@@ -140,9 +228,12 @@ impl TailIndex {
     }
 
     /// The changed keys as integers, when the key is one integer column (built once).
-    fn changed_integers(&self, codec: &KeyCodec) -> Option<&ChangedIntegers> {
+    fn changed_integers(&self) -> Option<&ChangedIntegers> {
         self.integers
-            .get_or_init(|| ChangedIntegers::of(codec, &self.batches))
+            .get_or_init(|| match &self.last {
+                LastChanges::Integers { column, last } => ChangedIntegers::of(column, last),
+                LastChanges::Encoded(_) => None,
+            })
             .as_ref()
     }
 }
@@ -173,18 +264,9 @@ fn bitmap_allowed(keys: usize, span: u64) -> bool {
 }
 
 impl ChangedIntegers {
-    /// The changed keys of `batches` (the tail, whose key columns `codec` names), when the
-    /// key is one column of a signed integer type (or an unsigned one narrower than 64
-    /// bits) without nulls.
-    fn of(codec: &KeyCodec, batches: &[RecordBatch]) -> Option<Self> {
-        let [column] = codec.columns() else {
-            return None;
-        };
-        let mut keys = ahash::HashSet::default();
-        for batch in batches {
-            let values = integer_values(batch, column)?;
-            keys.extend(values.values().iter().copied());
-        }
+    /// The changed keys of a tail keyed by integer column `column` (`last`'s keys).
+    fn of(column: &str, last: &ahash::HashMap<i64, (u32, u32)>) -> Option<Self> {
+        let keys: ahash::HashSet<i64> = last.keys().copied().collect();
         let (Some(&min), Some(&max)) = (keys.iter().min(), keys.iter().max()) else {
             return None;
         };
@@ -201,7 +283,7 @@ impl ChangedIntegers {
             false => IntegerSet::Hashed(keys),
         };
         Some(Self {
-            column: column.clone(),
+            column: column.to_string(),
             min,
             max,
             changed,
@@ -275,9 +357,16 @@ mod tests {
     const UA: u8 = ChangeType::UpdateAfter as u8;
     const D: u8 = ChangeType::Delete as u8;
 
+    /// The test table: key `k` (an integer column, which the index keys by value).
     fn table() -> TableDescriptor {
+        table_keyed_by(DataType::Int64)
+    }
+
+    /// The test table with key `k` of type `key` (rows are written and read back as
+    /// `i64`): a `Utf8` key is indexed by its encoding.
+    fn table_keyed_by(key: DataType) -> TableDescriptor {
         let schema = Schema::new(vec![
-            Field::new("k", DataType::Int64, false),
+            Field::new("k", key, false),
             Field::new("v", DataType::Utf8, true),
         ]);
         TableDescriptor::new(
@@ -291,8 +380,10 @@ mod tests {
     }
 
     fn batch(table: &TableDescriptor, rows: &[(i64, &str)]) -> RecordBatch {
+        let keys = Int64Array::from_iter_values(rows.iter().map(|r| r.0));
+        let key_type = table.schema().field(0).data_type();
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+            cast(&keys, key_type).unwrap(),
             Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
         ];
         RecordBatch::try_new(Arc::clone(table.schema()), columns).unwrap()
@@ -302,7 +393,8 @@ mod tests {
         batches
             .iter()
             .flat_map(|b| {
-                let k = b.column(0).as_primitive::<Int64Type>().clone();
+                let k = cast(b.column(0), &DataType::Int64).unwrap();
+                let k = k.as_primitive::<Int64Type>().clone();
                 let v = b.column(1).as_string::<i32>().clone();
                 (0..b.num_rows()).map(move |i| (k.value(i), v.value(i).to_string()))
             })
@@ -323,6 +415,38 @@ mod tests {
         let mut out = vec![index.filter_lake(&codec, &batch(table, lake)).unwrap()];
         out.extend(index.live_rows().unwrap());
         rows(&out)
+    }
+
+    /// The keys the index of `tail` says were changed, sorted.
+    fn changed_keys(table: &TableDescriptor, tail: Vec<Change<'_>>) -> Vec<MapKey> {
+        let codec = KeyCodec::new(table).unwrap();
+        let tail = tail
+            .into_iter()
+            .map(|(r, c)| (batch(table, &r), c))
+            .collect();
+        let mut keys = TailIndex::new(&codec, tail)
+            .unwrap()
+            .changed_keys(&codec)
+            .unwrap();
+        keys.sort();
+        keys
+    }
+
+    /// Every key of `tail`, encoded, each once, sorted.
+    fn encoded_keys(table: &TableDescriptor, tail: Vec<Change<'_>>) -> Vec<MapKey> {
+        let codec = KeyCodec::new(table).unwrap();
+        let mut keys: Vec<MapKey> = tail
+            .iter()
+            .flat_map(|(rows, _)| {
+                let keys = codec.encode(&batch(table, rows)).unwrap();
+                keys.iter()
+                    .map(|key| MapKey::from_slice(key.as_ref()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
     }
 
     #[test]
@@ -383,7 +507,7 @@ mod tests {
             let rows: Vec<(i64, &str)> = keys.iter().map(|&k| (k, "x")).collect();
             let tail = vec![(batch(&t, &rows), vec![I; rows.len()])];
             let index = TailIndex::new(&codec, tail).unwrap();
-            let integers = index.changed_integers(&codec).unwrap();
+            let integers = index.changed_integers().unwrap();
             matches!(integers.changed, IntegerSet::Bitmap(_))
         };
         assert!(by_bitmap(&[1, 5, 1000]));
@@ -396,13 +520,14 @@ mod tests {
     /// (a hash set does).
     #[test]
     fn random_changelogs_fold_like_a_map() {
-        for spread in [1, i64::MAX / 16] {
-            random_changelogs(spread);
+        for key in [DataType::Int64, DataType::Utf8] {
+            for spread in [1, i64::MAX / 16] {
+                random_changelogs(&table_keyed_by(key.clone()), spread);
+            }
         }
     }
 
-    fn random_changelogs(spread: i64) {
-        let t = table();
+    fn random_changelogs(t: &TableDescriptor, spread: i64) {
         let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
         let mut next = |n: u64| {
             seed ^= seed << 13;
@@ -449,9 +574,10 @@ mod tests {
                     )
                 })
                 .collect();
-            let mut merged = union(&t, &lake_rows, tail);
+            let mut merged = union(t, &lake_rows, tail.clone());
             merged.sort();
             assert_eq!(merged, state.into_iter().collect::<Vec<_>>());
+            assert_eq!(changed_keys(t, tail.clone()), encoded_keys(t, tail));
         }
     }
 }

@@ -132,7 +132,8 @@ fn fold(
     let tail = TailIndex::new(&codec, tail)?;
 
     let deletes: Vec<(String, i64)> = tail
-        .keys()
+        .changed_keys(&codec)?
+        .iter()
         .filter_map(|key| index.remove(key))
         .map(|(file, row)| (file.to_string(), row))
         .collect();
