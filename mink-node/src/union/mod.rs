@@ -191,10 +191,8 @@ impl Node {
                 })
             })
             .collect();
-        let mut more = self
-            .locate_unlocated(table, snapshot_id, &merging, &kept)
-            .await?;
-        let Some(more) = more.as_mut() else {
+        let located = self.locate_unlocated(table, snapshot_id, &merging, &kept);
+        let Some(mut more) = located.await? else {
             return Ok(());
         };
         for (planned, kept) in merging.iter_mut().zip(kept) {
