@@ -30,13 +30,14 @@ use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, Namespace, NamespaceIdent, TableCreation, TableIdent};
 use mink_core::table::{TableDescriptor, TablePath};
 use object_store::ObjectStore;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use self::config::{LakeConfig, S3Options};
 use self::rest::RestCommits;
 use self::sql::SqlDatabase;
 use crate::error::{LakeError, Result};
 use crate::layout::{lake_schema, partition_spec};
+use crate::reader::plan_tasks;
 use crate::storage::LakeStorage;
 use crate::upkeep::DEFAULT_MAX_SNAPSHOT_AGE;
 
@@ -74,8 +75,8 @@ pub struct Lake {
     publisher: Arc<Publisher>,
     warehouse: String,
     storage: LakeStorage,
-    /// The last table loaded for each path ([`Lake::load`]).
-    loaded: Arc<Mutex<HashMap<TablePath, Table>>>,
+    /// The last table loaded or committed for each table ([`Lake::load`]).
+    loaded: Arc<Mutex<HashMap<TableIdent, Table>>>,
 }
 
 /// How a table's next metadata becomes its current one.
@@ -237,7 +238,7 @@ impl Lake {
             self.loaded
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .get(path)
+                .get(&ident)
                 .filter(|table| current.is_some() && table.metadata_location() == current)
                 .cloned()
         };
@@ -262,8 +263,46 @@ impl Lake {
         self.loaded
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(path.clone(), table.clone());
+            .insert(ident, table.clone());
         Ok(table)
+    }
+
+    /// Keeps the version of `current` just committed (`metadata` at `location`) as the
+    /// table [`Self::load`] returns while the catalog names it, and plans its current
+    /// snapshot's files once on a task of its own: a new version starts with an empty
+    /// cache of parsed manifests, and the first statement after every commit would
+    /// otherwise read and parse each of them again. Best effort: without a runtime
+    /// nothing is kept, and a failed warm-up is logged (a statement reads what it needs).
+    fn keep_committed(&self, current: &Table, metadata: &TableMetadata, location: &str) {
+        let (Ok(handle), Ok(runtime)) = (
+            tokio::runtime::Handle::try_current(),
+            iceberg::Runtime::try_current(),
+        ) else {
+            return;
+        };
+        let committed = Table::builder()
+            .file_io(current.file_io().clone())
+            .identifier(current.identifier().clone())
+            .metadata_location(location)
+            .metadata(metadata.clone())
+            .runtime(runtime)
+            .build();
+        let Ok(committed) = committed else {
+            return;
+        };
+        self.loaded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(committed.identifier().clone(), committed.clone());
+        let Some(snapshot_id) = committed.metadata().current_snapshot_id() else {
+            return;
+        };
+        handle.spawn(async move {
+            if let Err(error) = plan_tasks(&committed, snapshot_id, None).await {
+                let table = committed.identifier();
+                debug!(%table, %error, "warming the manifests of a commit failed");
+            }
+        });
     }
 
     /// Whether `namespace` exists and a REST catalog client created it
@@ -318,7 +357,7 @@ impl Lake {
         self.loaded
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(path);
+            .remove(&ident);
         Ok(Some(table))
     }
 
@@ -328,11 +367,17 @@ impl Lake {
     /// The SQL catalog takes a metadata file mink writes beside the current one (deleted
     /// again when the swap is lost); the REST catalog takes `next`'s changes, asserting the
     /// table's uuid and its `main` snapshot, and writes the file itself.
+    ///
+    /// The committed version is kept warm for the next loads ([`Self::keep_committed`]).
     pub(crate) async fn publish(&self, current: &Table, next: TableMetadataBuildResult) -> Swap {
-        match self.publisher.as_ref() {
+        let swap = match self.publisher.as_ref() {
             Publisher::Sql(database) => database.publish(current, next.metadata).await,
             Publisher::Rest(commits) => commits.publish(current, next.changes).await,
+        };
+        if let Swap::Committed(metadata, location) = &swap {
+            self.keep_committed(current, metadata, location);
         }
+        swap
     }
 
     /// Adds a (nullable) column to a lake table, as ADD COLUMN does to the mink table.

@@ -257,7 +257,7 @@ pub async fn plan_bucket_splits(
 ///
 /// # Errors
 /// [`LakeError::SnapshotNotFound`] when the table has no such snapshot.
-async fn plan_tasks(
+pub(crate) async fn plan_tasks(
     table: &Table,
     snapshot_id: i64,
     predicate: Option<Predicate>,
