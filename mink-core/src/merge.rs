@@ -178,7 +178,7 @@ impl TailIndex {
 
     /// Step 2: the rows of a lake batch whose key the tail did not change.
     pub fn filter_lake(&self, codec: &KeyCodec, lake: &RecordBatch) -> Result<RecordBatch> {
-        if self.is_empty() {
+        if self.is_empty() || lake.num_rows() == 0 {
             return Ok(lake.clone());
         }
         let probed = self
@@ -447,6 +447,15 @@ mod tests {
         keys.sort();
         keys.dedup();
         keys
+    }
+
+    #[test]
+    fn an_empty_lake_batch_is_kept_empty_whatever_the_key() {
+        for key in [DataType::Int64, DataType::Utf8] {
+            let t = table_keyed_by(key);
+            let tail = vec![(vec![(1, "a")], vec![I])];
+            assert_eq!(union(&t, &[], tail), vec![(1, "a".to_string())]);
+        }
     }
 
     #[test]
