@@ -268,10 +268,11 @@ impl Lake {
     }
 
     /// Keeps the version of `current` just committed (`metadata` at `location`) as the
-    /// table [`Self::load`] returns while the catalog names it, and plans its current
-    /// snapshot's files once on a task of its own: a new version starts with an empty
-    /// cache of parsed manifests, and the first statement after every commit would
-    /// otherwise read and parse each of them again. Best effort: without a runtime
+    /// table [`Self::load`] returns while the catalog names it, and, for a table of a
+    /// mink database ([`TABLE_ID_PROPERTY`]; mink plans no reads of hosted tables),
+    /// plans its current snapshot's files once on a task of its own: a new version starts
+    /// with an empty cache of parsed manifests, and the first statement after every commit
+    /// would otherwise read and parse each of them again. Best effort: without a runtime
     /// nothing is kept, and a failed warm-up is logged (a statement reads what it needs).
     fn keep_committed(&self, current: &Table, metadata: &TableMetadata, location: &str) {
         let (Ok(handle), Ok(runtime)) = (
@@ -294,9 +295,13 @@ impl Lake {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(committed.identifier().clone(), committed.clone());
-        let Some(snapshot_id) = committed.metadata().current_snapshot_id() else {
+        let metadata = committed.metadata();
+        let Some(snapshot_id) = metadata.current_snapshot_id() else {
             return;
         };
+        if !metadata.properties().contains_key(TABLE_ID_PROPERTY) {
+            return;
+        }
         handle.spawn(async move {
             if let Err(error) = plan_tasks(&committed, snapshot_id, None).await {
                 let table = committed.identifier();
