@@ -110,7 +110,6 @@ impl LakeIndex {
         Ok(index)
     }
 
-    /// The index of a bucket, if the lake has any of its rows.
     /// The live lake rows of each bucket's keys, by data file ([`BucketIndex::locate`]);
     /// `None` when a bucket's cannot all be told. From [`PARALLEL_LOCATE_KEYS`] keys on,
     /// the buckets are spread over a thread per core.
@@ -154,6 +153,7 @@ impl LakeIndex {
         })
     }
 
+    /// The index of a bucket, if the lake has any of its rows.
     pub(crate) fn bucket(&self, bucket: &BucketId) -> Option<&BucketIndex> {
         self.buckets.get(bucket)
     }
