@@ -109,6 +109,42 @@ pub(crate) fn prepare(
     Ok((scratch, data, config))
 }
 
+/// Arguments of the suites over Parquet files of generated rows (`lake-codecs`,
+/// `position-deletes`).
+#[derive(Debug, clap::Args)]
+pub(crate) struct FileRowsArgs {
+    /// Rows written (for `lake-codecs`, with each codec).
+    #[arg(long, default_value_t = 10_000_000)]
+    pub(crate) rows: usize,
+    /// Files the rows are split into (a bucket's files each).
+    #[arg(long, default_value_t = 4)]
+    pub(crate) files: u32,
+    /// Working directory (empty or new; kept). Default: a temporary one.
+    #[arg(long)]
+    pub(crate) dir: Option<PathBuf>,
+}
+
+impl FileRowsArgs {
+    /// Checks the arguments, opens the working directory and generates the rows, saying
+    /// so on stderr as suite `suite`, whose files are `files` (e.g. "files per codec").
+    pub(crate) fn start(&self, suite: &str, files: &str) -> Result<(Scratch, Data), BenchError> {
+        if self.rows == 0 || self.files == 0 {
+            return Err(BenchError::Usage(
+                "--rows and --files must be positive".into(),
+            ));
+        }
+        let scratch = Scratch::new(self.dir.clone())?;
+        let data = Data::generate(self.rows)?;
+        eprintln!(
+            "mink-bench {suite}: {} rows in {} {files}, in {}",
+            self.rows,
+            self.files,
+            scratch.path.display()
+        );
+        Ok((scratch, data))
+    }
+}
+
 /// The working directory; removed on drop when it was made for this run.
 #[derive(Debug)]
 pub(crate) struct Scratch {

@@ -13,7 +13,7 @@
 //! [`crate::harness::ROUNDS`]; the ratios are to zstd(1), the codec the lake used before
 //! these figures chose LZ4_RAW (above 1: faster, or for the size, smaller).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use arrow::array::{AsArray, RecordBatch};
@@ -21,24 +21,17 @@ use arrow::datatypes::Int64Type;
 use mink_lake::writer::writer_properties_with;
 use parquet::basic::{Compression, ZstdLevel};
 
-use crate::data::Data;
 use crate::error::BenchError;
 use crate::harness::{
-    Scratch, blocking, megabytes, parquet_session, report, split, timed_rounds, write_parquet_with,
+    FileRowsArgs, blocking, megabytes, parquet_session, report, split, timed_rounds,
+    write_parquet_with,
 };
 
 /// Arguments of `mink-bench lake-codecs`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct LakeCodecsArgs {
-    /// Rows written with each codec.
-    #[arg(long, default_value_t = 10_000_000)]
-    rows: usize,
-    /// Files the rows are split into (a bucket's files each).
-    #[arg(long, default_value_t = 4)]
-    files: u32,
-    /// Working directory (empty or new; kept). Default: a temporary one.
-    #[arg(long)]
-    dir: Option<PathBuf>,
+    #[command(flatten)]
+    files: FileRowsArgs,
 }
 
 /// The queries, by what they read: every column, one numeric column, a filter.
@@ -63,19 +56,8 @@ struct CodecFigures {
 }
 
 pub(crate) async fn run(args: LakeCodecsArgs) -> Result<(), BenchError> {
-    if args.rows == 0 || args.files == 0 {
-        return Err(BenchError::Usage(
-            "--rows and --files must be positive".into(),
-        ));
-    }
-    let scratch = Scratch::new(args.dir)?;
-    let data = Data::generate(args.rows)?;
-    eprintln!(
-        "mink-bench lake-codecs: {} rows in {} files per codec, in {}",
-        args.rows,
-        args.files,
-        scratch.path.display()
-    );
+    let args = args.files;
+    let (scratch, data) = args.start("lake-codecs", "files per codec")?;
     let parts = split(&data.batches, args.files);
     let codecs = [
         ("zstd(1)", Compression::ZSTD(ZstdLevel::default())),

@@ -16,6 +16,7 @@
 //! | `kv` | [`kv`] | upsert, lookup and snapshot of primary-key tables, against log tables and Scan |
 //! | `lake` | [`lake`] | tiering, union reads and freshness of log tables, against Parquet files |
 //! | `lake-codecs` | [`lake_codecs`] | the lake files' codec: size and reads, against zstd(1) |
+//! | `position-deletes` | [`position_deletes`] | the lake scan leaving rows out by position, against the same scan leaving none out |
 //! | `pk-lake` | [`pk_lake`] | the lake of primary-key tables, against Parquet files |
 //! | `sql` | [`sql`] | SQL union reads and point queries, against DataFusion, DuckDB and the naive plan |
 //! | `planning` | [`planning`] | a trivial union read after many tiering rounds, with lake upkeep off and on and on many buckets, against the first round, upkeep off and the fewest buckets |
@@ -42,6 +43,7 @@ mod lake_codecs;
 mod log;
 mod pk_lake;
 mod planning;
+mod position_deletes;
 mod sql;
 mod table_changes;
 
@@ -50,6 +52,10 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::error::BenchError;
+
+/// The allocator of the `mink` binary, so the figures are the ones users get.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// mink-bench: mink's benchmarks, each figure with its ratio to a baseline measured in
 /// the same run.
@@ -73,6 +79,9 @@ enum Bench {
     /// The codec of the lake's Parquet files: size, write time and DataFusion's reads of
     /// the same rows with each codec every Iceberg reader takes, against zstd(1).
     LakeCodecs(lake_codecs::LakeCodecsArgs),
+    /// The lake scan leaving rows out by position (a union read's replaced rows,
+    /// Iceberg's position deletes), against the same scan leaving none out.
+    PositionDeletes(position_deletes::PositionDeletesArgs),
     /// The lake of primary-key tables: tiering changed keys, reads with position deletes
     /// and union reads with a changed tail, against Parquet files.
     PkLake(pk_lake::PkLakeArgs),
@@ -128,6 +137,7 @@ async fn run(bench: Bench) -> Result<(), BenchError> {
         Bench::Kv(args) => kv::run(args).await,
         Bench::Lake(args) => lake::run(args).await,
         Bench::LakeCodecs(args) => lake_codecs::run(args).await,
+        Bench::PositionDeletes(args) => position_deletes::run(args).await,
         Bench::PkLake(args) => pk_lake::run(args).await,
         Bench::Sql(args) => sql::run(args).await,
         Bench::Planning(args) => planning::run(args).await,

@@ -395,6 +395,7 @@ async fn pruning_figure(
         let text = arrow::util::pretty::pretty_format_batches(&plan)?.to_string();
         let scanned = [
             "row_groups_pruned_statistics",
+            "row_groups_pruned_bloom_filter",
             "page_index_rows_pruned",
             "bytes_scanned",
         ]

@@ -17,11 +17,12 @@ use mink_core::filter::ColumnFilter;
 use mink_core::protocol::{
     AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CompactReply, CreateTable, DropTable,
     ExpireSnapshotsReply, LakeRequest, LakeSnapshotInfo, LakeSnapshotList, LakeTableStats,
-    LimitScanRequest, ListOffsets, ListTables, Lookup, LookupReply, OffsetReply, PrefixLookup,
-    ReadTicket, RemoveOrphanFiles, RemoveOrphanFilesReply, RewriteManifestsReply, ScanRequest,
-    SnapshotBatch, SnapshotRequest, TableChangesPlan, TableChangesRequest, TableDescriptorProto,
-    TableList, TableRef, TableUnionRequest, TableUnionSplits, TierReply, UnionPlan, UnionRequest,
-    UnionSplit, WriteHeader, action, decode, decode_batch, encode_batch, list_offsets, read_ticket,
+    LimitScanRequest, ListOffsets, ListTables, LiveTailRequest, Lookup, LookupReply, OffsetReply,
+    PrefixLookup, ReadTicket, RemoveOrphanFiles, RemoveOrphanFilesReply, RewriteManifestsReply,
+    ScanRequest, SnapshotBatch, SnapshotRequest, TableChangesPlan, TableChangesRequest,
+    TableDescriptorProto, TableList, TableRef, TableUnionRequest, TableUnionSplits, TierReply,
+    UnionPlan, UnionRequest, UnionSplit, WriteHeader, action, decode, decode_batch, encode_batch,
+    list_offsets, read_ticket,
 };
 use mink_core::routing::{split_by_bucket, split_rows_by_bucket};
 use mink_core::table::{TableDescriptor, TablePath};
@@ -398,6 +399,31 @@ impl MinkClient {
                 bucket: Some(bucket.clone()),
                 columns: columns.to_vec(),
                 batch_rows,
+            })),
+        };
+        let stream = self
+            .flight()
+            .do_get(Ticket::new(ticket.encode_to_vec()))
+            .await?;
+        Ok(stream_batches(stream.into_inner()))
+    }
+
+    /// LiveTail: the live rows of a primary-key table's log range `[from, to)`, folded by
+    /// the bucket's leader (for each key the range changes, its last change when that is
+    /// `+I` or `+U`), in log order, projected to `columns`; read from the node as polled.
+    pub async fn live_tail(
+        &self,
+        bucket: &BucketId,
+        from: i64,
+        to: i64,
+        columns: &[u32],
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        let ticket = ReadTicket {
+            read: Some(read_ticket::Read::LiveTail(LiveTailRequest {
+                bucket: Some(bucket.clone()),
+                from,
+                to,
+                columns: columns.to_vec(),
             })),
         };
         let stream = self

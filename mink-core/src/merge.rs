@@ -64,12 +64,10 @@ impl LastChanges {
     /// batch) holds as integers.
     fn for_tail(codec: &KeyCodec, first: Option<&RecordBatch>) -> Self {
         match (codec.columns(), first) {
-            ([column], Some(first)) if integer_values(first, column).is_some() => {
-                Self::Integers {
-                    column: column.clone(),
-                    last: ahash::HashMap::default(),
-                }
-            }
+            ([column], Some(first)) if integer_values(first, column).is_some() => Self::Integers {
+                column: column.clone(),
+                last: ahash::HashMap::default(),
+            },
             _ => Self::Encoded(ahash::HashMap::default()),
         }
     }
@@ -121,26 +119,44 @@ impl TailIndex {
     /// Indexes the tail: `batches` in log order (all in the read schema, which holds the
     /// key columns), each with its change vector.
     pub fn new(codec: &KeyCodec, tail: Vec<(RecordBatch, Vec<u8>)>) -> Result<Self> {
-        let mut index = Self {
-            batches: Vec::with_capacity(tail.len()),
-            changes: Vec::with_capacity(tail.len()),
-            last: LastChanges::for_tail(codec, tail.first().map(|(batch, _)| batch)),
-            integers: OnceLock::new(),
-        };
-        for (b, (batch, changes)) in tail.into_iter().enumerate() {
-            if changes.len() != batch.num_rows() {
-                return Err(CoreError::InvalidRequest(format!(
-                    "a tail batch of {} rows has {} change types",
-                    batch.num_rows(),
-                    changes.len()
-                )));
-            }
-            ChangeType::decode_vector(&changes)?;
-            index.last.add(codec, b, &batch)?;
-            index.batches.push(batch);
-            index.changes.push(changes);
+        let mut index = Self::empty(codec);
+        for (batch, changes) in tail {
+            index.push(codec, batch, changes)?;
         }
         Ok(index)
+    }
+
+    /// The index of an empty tail, to [`Self::push`] its batches into.
+    pub fn empty(codec: &KeyCodec) -> Self {
+        Self {
+            batches: Vec::new(),
+            changes: Vec::new(),
+            last: LastChanges::for_tail(codec, None),
+            integers: OnceLock::new(),
+        }
+    }
+
+    /// Adds the next batch of the tail (in the schema of the ones before it), with its
+    /// change vector: a tail indexed batch by batch is indexed as if all at once.
+    pub fn push(&mut self, codec: &KeyCodec, batch: RecordBatch, changes: Vec<u8>) -> Result<()> {
+        if changes.len() != batch.num_rows() {
+            return Err(CoreError::InvalidRequest(format!(
+                "a tail batch of {} rows has {} change types",
+                batch.num_rows(),
+                changes.len()
+            )));
+        }
+        ChangeType::decode_vector(&changes)?;
+        if self.batches.is_empty() {
+            // The first batch says whether its key folds by value.
+            self.last = LastChanges::for_tail(codec, Some(&batch));
+        }
+        self.last.add(codec, self.batches.len(), &batch)?;
+        self.batches.push(batch);
+        self.changes.push(changes);
+        // A probe built before this batch would miss its keys.
+        self.integers = OnceLock::new();
+        Ok(())
     }
 
     /// Whether the tail changed no key.
@@ -173,7 +189,10 @@ impl TailIndex {
         let keys = interleave(&arrays, &positions)?;
         let keys = RecordBatch::try_new(Arc::new(Schema::new(vec![field])), vec![keys])?;
         let keys = codec.encode(&keys)?;
-        Ok(keys.iter().map(|key| MapKey::from_slice(key.as_ref())).collect())
+        Ok(keys
+            .iter()
+            .map(|key| MapKey::from_slice(key.as_ref()))
+            .collect())
     }
 
     /// Step 2: the rows of a lake batch whose key the tail did not change.
@@ -407,12 +426,15 @@ mod tests {
         tail: Vec<Change<'_>>,
     ) -> Vec<(i64, String)> {
         let codec = KeyCodec::new(table).unwrap();
-        let tail = tail
-            .into_iter()
-            .map(|(r, c)| (batch(table, &r), c))
-            .collect();
-        let index = TailIndex::new(&codec, tail).unwrap();
-        let mut out = vec![index.filter_lake(&codec, &batch(table, lake)).unwrap()];
+        let lake = batch(table, lake);
+        // Indexed batch by batch, probed in between: a probe built before a batch must
+        // not miss its keys.
+        let mut index = TailIndex::empty(&codec);
+        for (rows, changes) in tail {
+            index.filter_lake(&codec, &lake).unwrap();
+            index.push(&codec, batch(table, &rows), changes).unwrap();
+        }
+        let mut out = vec![index.filter_lake(&codec, &lake).unwrap()];
         out.extend(index.live_rows().unwrap());
         rows(&out)
     }

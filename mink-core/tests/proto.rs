@@ -118,6 +118,15 @@ fn lake() -> LakeRequest {
     }
 }
 
+fn live_tail() -> LiveTailRequest {
+    LiveTailRequest {
+        bucket: Some(bucket()),
+        from: -10_000_000_030,
+        to: -10_000_000_031,
+        columns: vec![18, 19],
+    }
+}
+
 fn union_plan() -> UnionPlan {
     UnionPlan {
         snapshot_id: Some(-10_000_000_004),
@@ -229,6 +238,8 @@ fn cases() -> Vec<Case> {
         case("ReadTicket", ticket(Read::LimitScan(limit_scan()))),
         case("ReadTicket", ticket(Read::Union(union()))),
         case("ReadTicket", ticket(Read::Lake(lake()))),
+        case("ReadTicket", ticket(Read::LiveTail(live_tail()))),
+        case("LiveTailRequest", live_tail()),
         case("ScanRequest", scan()),
         case("SnapshotRequest", snapshot()),
         case("LimitScanRequest", limit_scan()),

@@ -37,7 +37,7 @@ use crate::error::{NodeError, Result};
 use crate::kv::{Found, KvTablet, encode_keys, lookup, prefix_lookup};
 use crate::log::{LogConfig, LogTablet, Write, WriteOp, WriteStream, WriterTag};
 use crate::metadata::Metadata;
-use crate::union::LocatedTail;
+use crate::union::{FoldedTail, LocatedTail};
 
 mod storage;
 mod validate;
@@ -155,6 +155,8 @@ pub struct Bucket {
     pub kv: Option<KvTablet>,
     /// The lake rows its tail replaces, as the last union read's plan located them.
     pub located: LocatedTail,
+    /// Its tail folded by key, as the last LiveTail read folded it.
+    pub folded: FoldedTail,
 }
 
 /// Buckets of a table, each with its tablets.

@@ -6,7 +6,8 @@
 //!
 //! - `KeyMergeExec`: the key columns, how it merges the lake and how many columns it
 //!   outputs (the children travel as the extension's inputs);
-//! - `LogTailExec`: its buckets' log ranges, columns and read schema. The log source is
+//! - `LogTailExec`: its buckets' log ranges, columns, read schema and what its rows are
+//!   (log rows, changes, live rows). The log source is
 //!   not serialized: the process that decodes the plan reads the logs with its own
 //!   source (a worker, with its own login), the one its codec was made with;
 //! - `EqualityDeleteExec`: the keys the deletes name, as loaded;
@@ -50,7 +51,7 @@ use prost::Message;
 use crate::equality::EqualityDeleteExec;
 use crate::external;
 use crate::merge::{KeyMergeExec, LakeMerge};
-use crate::tail::{LogSource, LogTailExec, TailRange};
+use crate::tail::{LogSource, LogTailExec, TailRange, TailRows};
 
 /// Encodes and decodes plans holding mink's nodes (see the module docs).
 #[derive(Debug)]
@@ -138,7 +139,9 @@ impl PhysicalExtensionCodec for MinkCodec {
                     ranges,
                     tail.columns,
                     Arc::new(Schema::try_from(&schema)?),
-                    tail.with_changes,
+                    TailRowsKind::try_from(tail.rows)
+                        .map_err(|_| malformed(&"a tail's rows of no known kind"))?
+                        .into(),
                 )))
             }
             Node::EqualityDelete(deletes) => {
@@ -182,7 +185,7 @@ impl PhysicalExtensionCodec for MinkCodec {
                     .collect(),
                 columns: tail.columns().to_vec(),
                 read_schema: Some(protobuf::Schema::try_from(tail.read_schema().as_ref())?),
-                with_changes: tail.with_changes(),
+                rows: TailRowsKind::from(tail.rows()) as i32,
             })
         } else if let Some(deletes) = any.downcast_ref::<EqualityDeleteExec>() {
             Node::EqualityDelete(EqualityDeleteNode {
@@ -408,8 +411,36 @@ struct LogTailNode {
     columns: Vec<u32>,
     #[prost(message, optional, tag = "3")]
     read_schema: Option<protobuf::Schema>,
-    #[prost(bool, tag = "4")]
-    with_changes: bool,
+    #[prost(enumeration = "TailRowsKind", tag = "5")]
+    rows: i32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
+#[repr(i32)]
+enum TailRowsKind {
+    Log = 0,
+    Changes = 1,
+    Live = 2,
+}
+
+impl From<TailRows> for TailRowsKind {
+    fn from(rows: TailRows) -> Self {
+        match rows {
+            TailRows::Log => Self::Log,
+            TailRows::Changes => Self::Changes,
+            TailRows::Live => Self::Live,
+        }
+    }
+}
+
+impl From<TailRowsKind> for TailRows {
+    fn from(kind: TailRowsKind) -> Self {
+        match kind {
+            TailRowsKind::Log => Self::Log,
+            TailRowsKind::Changes => Self::Changes,
+            TailRowsKind::Live => Self::Live,
+        }
+    }
 }
 
 #[derive(Clone, PartialEq, Message)]

@@ -15,7 +15,8 @@
 //!   deletes as row selections and pruning from any predicate; [`equality`] applies
 //!   other engines' equality deletes.
 //! - [`tail`]: the log side, over a [`tail::LogSource`] (the leader's own log, or Flight
-//!   Scans of it from the engine).
+//!   Scans of it from the engine): a range's rows or changes, or its live rows as the
+//!   leader folded them.
 //! - [`merge`]: the key merge around mink-core's [`mink_core::merge::TailIndex`].
 //! - [`union`]: builds the tree from a table's planned splits.
 //! - [`codec`]: the nodes as bytes, so a plan can be shipped to another process.

@@ -10,8 +10,9 @@
 //!                         bucket, in log order
 //! ```
 //!
-//! The tails of every bucket are collected once, whichever output partition runs first,
-//! into one [`TailIndex`] (key -> last change), their memory reserved in the query's pool.
+//! The tails of every bucket are collected once, whichever output partition runs first
+//! (for a probe, into one [`TailIndex`]: key -> last change), their memory reserved in the
+//! query's pool.
 //! A key lives in one bucket, so one index over all tails drops from any lake row exactly
 //! what its own bucket's tail would: the lake side can be split and regrouped by
 //! DataFusion as it likes (files, byte ranges), and every partition probes the same
@@ -28,15 +29,17 @@
 //!   key to its lake row, so the keys of the tails become positions on the lake files,
 //!   read like Iceberg's position deletes ([`mink_lake::reader::LakeFile::replaced_rows`]).
 //!   The lake rows pass through untouched and the lake scan reads no key column it is not
-//!   asked for: the merge costs the tails alone.
+//!   asked for. The tails come folded too: their leaders answer each range's live rows
+//!   ([`crate::tail::TailRows::Live`]), so the merge only collects them and emits them
+//!   after the lake, and nothing is folded or probed here.
 //! - **by probe** otherwise (the node had no current index: after a restart before the
-//!   first round, during a round, or a tail too long to locate): every lake row's key is
-//!   looked up in the index (a bitmap or hash set of plain values for a single integer
-//!   key, encoded keys otherwise).
+//!   first round, during a round, or a tail too long to locate): the tails' changes are
+//!   folded into a [`TailIndex`] and every lake row's key is looked up in it (a bitmap or
+//!   hash set of plain values for a single integer key, encoded keys otherwise).
 //!
 //! The inputs: the lake's rows carry the merge's output columns, and for a probe the key
-//! columns they lack after them; the tail's carry the output columns, then the key
-//! columns they lack, then the change type.
+//! columns they lack after them; the tail's carry the output columns, and for a probe the
+//! key columns they lack, then the change type.
 
 use std::any::Any;
 use std::fmt;
@@ -102,7 +105,9 @@ impl KeyMergeExec {
         merge: LakeMerge,
         columns: usize,
     ) -> Result<Self> {
-        if lake.schema().fields().len() < columns || tail.schema().fields().len() <= columns {
+        // A probe's tail carries the change types after the output columns.
+        let tail_columns = columns + usize::from(merge == LakeMerge::Probe);
+        if lake.schema().fields().len() < columns || tail.schema().fields().len() < tail_columns {
             return Err(DataFusionError::Internal(format!(
                 "a key merge of {columns} columns over inputs of fewer"
             )));
@@ -138,6 +143,15 @@ impl KeyMergeExec {
         self.merge
     }
 
+    /// How the tail's rows are folded: not at all when they are live rows.
+    fn fold(&self) -> Option<Fold> {
+        (self.merge == LakeMerge::Probe).then(|| Fold {
+            codec: Arc::clone(&self.codec),
+            columns: self.schema.fields().len(),
+            tail_keys: MetricBuilder::new(&self.metrics).counter("tail_keys", 0),
+        })
+    }
+
     /// The shared index, its build started by the first partition that asks.
     fn index(&self, context: &Arc<TaskContext>) -> SharedIndex {
         let mut index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
@@ -146,8 +160,7 @@ impl KeyMergeExec {
                 let build = build_index(
                     Arc::clone(&self.tail),
                     Arc::clone(context),
-                    Arc::clone(&self.codec),
-                    self.schema.fields().len(),
+                    self.fold(),
                     BuildMetrics::new(&self.metrics),
                 );
                 build.map(|built| built.map_err(Arc::new)).boxed().shared()
@@ -156,20 +169,31 @@ impl KeyMergeExec {
     }
 }
 
-/// The tails' rows folded by key, their live rows, and their memory in the pool.
+/// The tails' live rows, their rows folded by key for a probe, and their memory in the
+/// pool.
 #[derive(Debug)]
 struct MergeIndex {
-    index: TailIndex,
+    /// `None` when the tails came folded (a merge by position).
+    index: Option<TailIndex>,
     live: Vec<RecordBatch>,
     _memory: MemoryReservation,
 }
 
-/// What building the index reports: the tails' rows and distinct keys, and the time
-/// from the start of the build to the index (reading the tails included).
+/// How a probe's tail is folded: by `codec`'s key, its live rows keeping their first
+/// `columns` columns; the distinct keys are counted in `tail_keys`.
+#[derive(Debug)]
+struct Fold {
+    codec: Arc<KeyCodec>,
+    columns: usize,
+    tail_keys: Count,
+}
+
+/// What building the index reports: the tails' rows (their live rows when they came
+/// folded), and the time from the start of the build to the index (reading the tails
+/// included).
 #[derive(Debug)]
 struct BuildMetrics {
     tail_rows: Count,
-    tail_keys: Count,
     build_time: Time,
 }
 
@@ -177,20 +201,18 @@ impl BuildMetrics {
     fn new(metrics: &ExecutionPlanMetricsSet) -> Self {
         Self {
             tail_rows: MetricBuilder::new(metrics).counter("tail_rows", 0),
-            tail_keys: MetricBuilder::new(metrics).counter("tail_keys", 0),
             build_time: MetricBuilder::new(metrics).subset_time("build_time", 0),
         }
     }
 }
 
 /// Collects every partition of `tail` (each batch reserved in the pool before it is
-/// kept: a tail larger than the pool fails the query with `ResourcesExhausted`) and
-/// indexes it; its live rows keep their first `columns` columns.
+/// kept: a tail larger than the pool fails the query with `ResourcesExhausted`), and
+/// indexes it when it is to be folded (`fold`); else its rows are the live rows.
 async fn build_index(
     tail: Arc<dyn ExecutionPlan>,
     context: Arc<TaskContext>,
-    codec: Arc<KeyCodec>,
-    columns: usize,
+    fold: Option<Fold>,
     metrics: BuildMetrics,
 ) -> Result<Arc<MergeIndex>> {
     let _build_time = metrics.build_time.timer();
@@ -208,13 +230,32 @@ async fn build_index(
             Ok::<_, DataFusionError>(batches)
         }
     });
+    let batches: Vec<RecordBatch> = try_join_all(partitions)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect();
+    metrics
+        .tail_rows
+        .add(batches.iter().map(RecordBatch::num_rows).sum());
+    let Some(Fold {
+        codec,
+        columns,
+        tail_keys,
+    }) = fold
+    else {
+        return Ok(Arc::new(MergeIndex {
+            index: None,
+            live: batches,
+            _memory: memory,
+        }));
+    };
     let tail_schema = tail.schema();
     let changes_at = tail_schema.fields().len() - 1;
     let rows_schema = Arc::new(tail_schema.project(&(0..changes_at).collect::<Vec<_>>())?);
-    let mut folded = Vec::new();
-    for batch in try_join_all(partitions).await?.into_iter().flatten() {
-        metrics.tail_rows.add(batch.num_rows());
-        let changes = batch
+    let mut changes = Vec::with_capacity(batches.len());
+    for batch in batches {
+        let types = batch
             .column(changes_at)
             .as_primitive_opt::<UInt8Type>()
             .ok_or_else(|| DataFusionError::Internal("a tail without its change types".into()))?
@@ -224,10 +265,10 @@ async fn build_index(
             Arc::clone(&rows_schema),
             batch.columns()[..changes_at].to_vec(),
         )?;
-        folded.push((rows, changes));
+        changes.push((rows, types));
     }
-    let index = TailIndex::new(&codec, folded).map_err(external)?;
-    metrics.tail_keys.add(index.len());
+    let index = TailIndex::new(&codec, changes).map_err(external)?;
+    tail_keys.add(index.len());
     let output: Vec<usize> = (0..columns).collect();
     let live = index.live_rows().map_err(external)?;
     let live = live
@@ -235,7 +276,7 @@ async fn build_index(
         .map(|batch| batch.project(&output))
         .collect::<Result<_, _>>()?;
     Ok(Arc::new(MergeIndex {
-        index,
+        index: Some(index),
         live,
         _memory: memory,
     }))
@@ -331,7 +372,12 @@ impl ExecutionPlan for KeyMergeExec {
                     let index = index.await.map_err(DataFusionError::Shared)?;
                     Ok::<_, DataFusionError>(lake.and_then(move |batch| {
                         let _timer = baseline.elapsed_compute().timer();
-                        let kept = index.index.filter_lake(&codec, &batch).map_err(external);
+                        let kept = match &index.index {
+                            Some(index) => index.filter_lake(&codec, &batch).map_err(external),
+                            None => Err(DataFusionError::Internal(
+                                "a key merge probes a tail it did not fold".into(),
+                            )),
+                        };
                         std::future::ready(kept.and_then(|kept| {
                             dropped.add(batch.num_rows() - kept.num_rows());
                             Ok(kept.project(&output_columns)?)

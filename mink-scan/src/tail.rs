@@ -2,9 +2,11 @@
 //!
 //! Partition `i` reads bucket `i`'s log `[from, to)` from a [`LogSource`] and emits it in
 //! log order, in the read schema (batches written under older schema versions are
-//! normalized to it). For a primary-key table each row also carries its change type
-//! ([`CHANGE_TYPE_COLUMN`], the byte of [`mink_core::change::ChangeType`]), which the key
-//! merge above it needs.
+//! normalized to it). What its rows are ([`TailRows`]): a log table's rows; a primary-key
+//! table's changes, each row with its change type ([`CHANGE_TYPE_COLUMN`], the byte of
+//! [`mink_core::change::ChangeType`]) for the key merge above it to fold; or a
+//! primary-key table's live rows, the changes already folded by key where the log lives
+//! (the bucket's leader), so the merge above only appends them.
 //!
 //! The source is what differs between the two places a union read runs: the bucket
 //! leader reads its own log tablets, the SQL engine reads the leader with Flight Scans
@@ -60,6 +62,38 @@ pub trait LogSource: fmt::Debug + Send + Sync {
     /// index in the table's current schema) are the ones the read needs, a hint the
     /// source may use to send less. A log that ends before `range.to` is an error.
     fn read(&self, range: &TailRange, columns: &[u32]) -> BoxStream<'static, Result<TailBatch>>;
+
+    /// The live rows of a primary-key table's log `range`, folded by key: for each key
+    /// the range changes, its last change when that is `+I` or `+U`, in log order,
+    /// columns `columns` of the table (in the schema they were written with, or the
+    /// current one).
+    fn read_live(
+        &self,
+        range: &TailRange,
+        columns: &[u32],
+    ) -> BoxStream<'static, Result<RecordBatch>>;
+}
+
+/// What the rows of a tail are (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TailRows {
+    /// A log table's rows, as logged.
+    Log,
+    /// A primary-key table's changes, each with its change type ([`CHANGE_TYPE_COLUMN`]).
+    Changes,
+    /// A primary-key table's live rows, folded by key by the source
+    /// ([`LogSource::read_live`]).
+    Live,
+}
+
+impl TailRows {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Log => "log",
+            Self::Changes => "changes",
+            Self::Live => "live",
+        }
+    }
 }
 
 /// The log tails of some buckets (see the module docs).
@@ -70,25 +104,24 @@ pub struct LogTailExec {
     /// The read schema's columns, by index in the table.
     columns: Vec<u32>,
     read_schema: SchemaRef,
-    with_changes: bool,
+    rows: TailRows,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
 
 impl LogTailExec {
-    /// The tails `ranges` in `read_schema` (columns `columns` of the table), with each
-    /// row's change type when `with_changes`.
+    /// The tails `ranges` in `read_schema` (columns `columns` of the table), as `rows`.
     pub fn new(
         source: Arc<dyn LogSource>,
         ranges: Vec<TailRange>,
         columns: Vec<u32>,
         read_schema: SchemaRef,
-        with_changes: bool,
+        rows: TailRows,
     ) -> Self {
-        let schema = match with_changes {
-            true => Arc::new(with_change_type(&read_schema)),
-            false => Arc::clone(&read_schema),
+        let schema = match rows {
+            TailRows::Changes => Arc::new(with_change_type(&read_schema)),
+            TailRows::Log | TailRows::Live => Arc::clone(&read_schema),
         };
         let properties = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
@@ -101,7 +134,7 @@ impl LogTailExec {
             ranges,
             columns,
             read_schema,
-            with_changes,
+            rows,
             schema,
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
@@ -125,9 +158,9 @@ impl LogTailExec {
         &self.read_schema
     }
 
-    /// Whether each row carries its change type ([`CHANGE_TYPE_COLUMN`]).
-    pub fn with_changes(&self) -> bool {
-        self.with_changes
+    /// What its rows are.
+    pub fn rows(&self) -> TailRows {
+        self.rows
     }
 }
 
@@ -139,13 +172,15 @@ fn with_change_type(schema: &Schema) -> Schema {
 }
 
 impl DisplayAs for LogTailExec {
-    /// `EXPLAIN` shows how many buckets and log rows; `EXPLAIN VERBOSE` each range.
+    /// `EXPLAIN` shows how many buckets and log rows, and what its rows are; `EXPLAIN
+    /// VERBOSE` each range.
     fn fmt_as(&self, format: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rows: i64 = self.ranges.iter().map(|r| r.to - r.from).sum();
+        let log_rows: i64 = self.ranges.iter().map(|r| r.to - r.from).sum();
         write!(
             f,
-            "LogTailExec: buckets={}, log_rows={rows}",
-            self.ranges.len()
+            "LogTailExec: buckets={}, log_rows={log_rows}, rows={}",
+            self.ranges.len(),
+            self.rows.name()
         )?;
         if matches!(format, DisplayFormatType::Verbose) {
             let ranges: Vec<String> = self
@@ -192,17 +227,23 @@ impl ExecutionPlan for LogTailExec {
         let stream = match self.ranges.get(partition) {
             Some(range) => {
                 let read_schema = Arc::clone(&self.read_schema);
-                let schema = Arc::clone(&self.schema);
-                let with_changes = self.with_changes;
-                self.source
-                    .read(range, &self.columns)
-                    .and_then(move |batch| {
-                        let emitted = batch.emit(&read_schema, &schema, with_changes);
-                        if let Ok(emitted) = &emitted {
-                            metrics.record_output(emitted.num_rows());
-                        }
-                        std::future::ready(emitted)
-                    })
+                let emitted = match self.rows {
+                    TailRows::Live => self
+                        .source
+                        .read_live(range, &self.columns)
+                        .map(move |rows| normalize_batch(&rows?, &read_schema).map_err(external))
+                        .boxed(),
+                    rows => {
+                        let schema = Arc::clone(&self.schema);
+                        let with_changes = rows == TailRows::Changes;
+                        self.source
+                            .read(range, &self.columns)
+                            .map(move |batch| batch?.emit(&read_schema, &schema, with_changes))
+                            .boxed()
+                    }
+                };
+                emitted
+                    .inspect_ok(move |batch| metrics.record_output(batch.num_rows()))
                     .boxed()
             }
             // No bucket has a tail: one empty partition.

@@ -22,7 +22,7 @@ use datafusion_physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_core::filter::ColumnFilter;
 use mink_core::key::{KeyCodec, key_columns};
-use mink_core::protocol::{BucketId, UnionPlan};
+use mink_core::protocol::{BucketId, MAX_LIVE_TAIL_ROWS, UnionPlan};
 use mink_core::table::TableDescriptor;
 use mink_lake::reader::LakeSplit;
 use mink_lake::storage::LakeStorage;
@@ -30,7 +30,7 @@ use mink_lake::storage::LakeStorage;
 use crate::external;
 use crate::lake_scan::LakeScan;
 use crate::merge::{KeyMergeExec, LakeMerge};
-use crate::tail::{LogSource, LogTailExec, TailRange};
+use crate::tail::{LogSource, LogTailExec, TailRange, TailRows};
 
 /// One bucket's union split: its plan (seam, log range) and its lake files.
 #[derive(Debug, Clone)]
@@ -103,46 +103,57 @@ impl UnionScan<'_> {
         }
         if !self.table.has_primary_key() {
             let lake = self.lake_columns(context, &lakes, &self.columns).await?;
-            let tail = self.tail(ranges, self.columns.clone(), false)?;
+            let tail = self.tail(ranges, self.columns.clone(), TailRows::Log)?;
             return UnionExec::try_new(vec![self.ordered(lake), tail]);
-        }
-        // The tail carries the key columns too; the lake only when its keys are probed.
-        let mut keyed_columns = self.columns.clone();
-        for column in key_columns(self.table) {
-            let index = self.table.schema().index_of(&column)? as u32;
-            if !keyed_columns.contains(&index) {
-                keyed_columns.push(index);
-            }
         }
         let located = splits.iter().all(|split| {
             split.plan.replaced_rows_located
                 || split.plan.log_to <= split.plan.log_from
                 || split.lake.files.is_empty()
         });
-        let (merge, lake_columns) = match located {
-            true => (LakeMerge::Positions, &self.columns),
-            false => (LakeMerge::Probe, &keyed_columns),
+        // A leader folds at most MAX_LIVE_TAIL_ROWS of a bucket's log at a time; a longer
+        // tail (a bucket with no lake files yet can have any) is folded here.
+        let foldable = ranges.iter().all(|r| r.to - r.from <= MAX_LIVE_TAIL_ROWS);
+        let (merge, lake, tail) = match located && foldable {
+            // The lake scan leaves the replaced rows out and the leaders fold their
+            // tails: neither side needs the key columns.
+            true => {
+                let lake = self.lake_columns(context, &lakes, &self.columns).await?;
+                let tail = self.tail(ranges, self.columns.clone(), TailRows::Live)?;
+                (LakeMerge::Positions, lake, tail)
+            }
+            // The tail carries the key columns for the fold, and the lake for the probe
+            // (lake rows already left out by position are simply not found).
+            false => {
+                let mut keyed_columns = self.columns.clone();
+                for column in key_columns(self.table) {
+                    let index = self.table.schema().index_of(&column)? as u32;
+                    if !keyed_columns.contains(&index) {
+                        keyed_columns.push(index);
+                    }
+                }
+                let lake = self.lake_columns(context, &lakes, &keyed_columns).await?;
+                let tail = self.tail(ranges, keyed_columns, TailRows::Changes)?;
+                (LakeMerge::Probe, lake, tail)
+            }
         };
-        let lake = self.lake_columns(context, &lakes, lake_columns).await?;
-        let tail = self.tail(ranges, keyed_columns, true)?;
         let codec = Arc::new(KeyCodec::new(self.table).map_err(external)?);
         let columns = self.columns.len();
         let merged = KeyMergeExec::try_new(self.ordered(lake), tail, codec, merge, columns)?;
         Ok(Arc::new(merged))
     }
 
-    /// The tails of `ranges`, columns `columns` of the table, with each row's change type
-    /// when `with_changes`.
+    /// The tails of `ranges`, columns `columns` of the table, as `rows`.
     fn tail(
         &self,
         ranges: Vec<TailRange>,
         columns: Vec<u32>,
-        with_changes: bool,
+        rows: TailRows,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let indices: Vec<usize> = columns.iter().map(|&i| i as usize).collect();
         let read_schema = Arc::new(self.table.schema().project(&indices)?);
         let log = Arc::clone(&self.log);
-        let tail = LogTailExec::new(log, ranges, columns, read_schema, with_changes);
+        let tail = LogTailExec::new(log, ranges, columns, read_schema, rows);
         Ok(Arc::new(tail))
     }
 
@@ -275,4 +286,85 @@ pub fn execute_in_order(
         .map(move |partition| plan.execute(partition, Arc::clone(&context)))
         .try_flatten()
         .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion_physical_plan::displayable;
+    use mink_core::options::TableOptions;
+    use mink_core::table::TablePath;
+
+    use super::*;
+    use crate::tail::TailBatch;
+
+    /// A log source no test reads: plans are only built.
+    #[derive(Debug)]
+    struct Unread;
+
+    impl LogSource for Unread {
+        fn read(&self, _: &TailRange, _: &[u32]) -> BoxStream<'static, Result<TailBatch>> {
+            stream::empty().boxed()
+        }
+
+        fn read_live(&self, _: &TailRange, _: &[u32]) -> BoxStream<'static, Result<RecordBatch>> {
+            stream::empty().boxed()
+        }
+    }
+
+    fn split(bucket: u32, log_to: i64) -> UnionSplit {
+        let table = TablePath::new("db", "t");
+        UnionSplit {
+            bucket: BucketId::new(&table, bucket),
+            plan: UnionPlan {
+                snapshot_id: Some(1),
+                log_to,
+                replaced_rows_located: true,
+                ..UnionPlan::default()
+            },
+            lake: LakeSplit::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn tails_a_leader_can_fold_come_live_and_longer_ones_are_folded_here() {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("v", DataType::Utf8, true),
+        ]);
+        let options = TableOptions {
+            bucket_num: 2,
+            ..TableOptions::default()
+        };
+        let table = TableDescriptor::new(
+            TablePath::new("db", "t"),
+            schema,
+            vec!["id".into()],
+            Vec::new(),
+            options,
+        )
+        .unwrap();
+        let scan = UnionScan {
+            table: &table,
+            storage: None,
+            log: Arc::new(Unread),
+            columns: vec![1],
+            predicate: None,
+            lake_first: false,
+        };
+        let context = TaskContext::default();
+        let plan = |splits: Vec<UnionSplit>| {
+            let (scan, context) = (&scan, &context);
+            async move {
+                let plan = scan.plan(context, &splits).await.unwrap();
+                displayable(plan.as_ref()).indent(true).to_string()
+            }
+        };
+        let short = plan(vec![split(0, 10), split(1, MAX_LIVE_TAIL_ROWS)]).await;
+        assert!(short.contains("lake_merge=positions"), "{short}");
+        assert!(short.contains("rows=live"), "{short}");
+        let long = plan(vec![split(0, 10), split(1, MAX_LIVE_TAIL_ROWS + 1)]).await;
+        assert!(long.contains("lake_merge=probe"), "{long}");
+        assert!(long.contains("rows=changes"), "{long}");
+    }
 }

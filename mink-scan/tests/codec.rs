@@ -29,12 +29,14 @@ use datafusion_physical_plan::{ExecutionPlan, displayable};
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_core::change::ChangeType;
 use mink_core::key::KeyCodec;
+use mink_core::merge::TailIndex;
 use mink_core::protocol::BucketId;
 use mink_lake::reader::EqualityFilter;
 use mink_scan::codec::MinkCodec;
 use mink_scan::equality::EqualityDeleteExec;
+use mink_scan::external;
 use mink_scan::merge::{KeyMergeExec, LakeMerge};
-use mink_scan::tail::{LogSource, LogTailExec, TailBatch, TailRange};
+use mink_scan::tail::{LogSource, LogTailExec, TailBatch, TailRange, TailRows};
 use mink_scan::union::execute_in_order;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
@@ -77,6 +79,27 @@ impl LogSource for MemoryLog {
             commit_timestamp: 0,
         };
         stream::iter([Ok(batch)]).boxed()
+    }
+
+    /// The same log folded by key, as a leader folds it.
+    fn read_live(
+        &self,
+        range: &TailRange,
+        columns: &[u32],
+    ) -> BoxStream<'static, Result<RecordBatch>> {
+        let codec = KeyCodec::for_columns(&schema(), vec!["id".into()]).unwrap();
+        let changes = self
+            .read(range, columns)
+            .map_ok(|batch| (batch.rows, batch.changes))
+            .try_collect::<Vec<_>>();
+        stream::once(changes)
+            .map(move |changes| -> Result<_> {
+                let index = TailIndex::new(&codec, changes?).map_err(external)?;
+                let live = index.live_rows().map_err(external)?;
+                Ok(stream::iter(live.into_iter().map(Ok)))
+            })
+            .try_flatten()
+            .boxed()
     }
 }
 
@@ -151,12 +174,16 @@ fn plan(dir: &std::path::Path, merge: LakeMerge) -> Arc<dyn ExecutionPlan> {
         from: 7,
         to: 10,
     }];
+    let rows = match merge {
+        LakeMerge::Probe => TailRows::Changes,
+        LakeMerge::Positions => TailRows::Live,
+    };
     let tail = Arc::new(LogTailExec::new(
         Arc::new(MemoryLog),
         ranges,
         vec![0, 1],
         schema(),
-        true,
+        rows,
     ));
     let codec = KeyCodec::for_columns(&schema(), vec!["id".into()]).unwrap();
     let merge = KeyMergeExec::try_new(lake, tail, Arc::new(codec), merge, 2).unwrap();

@@ -54,6 +54,12 @@ enum Command {
     Sql(sql::SqlArgs),
 }
 
+/// mimalloc, as DataFusion's own CLI: the union read and every other query allocate and
+/// free large Arrow buffers at a high rate, which glibc's allocator serves by mapping
+/// fresh pages again and again (`docs/benchmarks.md`: 1.3x to 1.9x faster queries).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -43,7 +43,7 @@ impl std::fmt::Display for BucketId {
 #[derive(Clone, PartialEq, Message)]
 pub struct ReadTicket {
     /// The read to run.
-    #[prost(oneof = "read_ticket::Read", tags = "1, 2, 3, 4, 5")]
+    #[prost(oneof = "read_ticket::Read", tags = "1, 2, 3, 4, 5, 6")]
     pub read: Option<read_ticket::Read>,
 }
 
@@ -67,6 +67,9 @@ pub mod read_ticket {
         /// One lake snapshot of a table or partition.
         #[prost(message, tag = "5")]
         Lake(super::LakeRequest),
+        /// The live rows of a primary-key table's changelog range.
+        #[prost(message, tag = "6")]
+        LiveTail(super::LiveTailRequest),
     }
 }
 
@@ -359,6 +362,29 @@ pub struct LakeRequest {
     #[prost(message, repeated, tag = "5")]
     pub filters: Vec<ColumnFilter>,
 }
+
+/// LiveTail { bucket, from, to, columns }: the live rows of a primary-key table's changelog
+/// range `[from, to)`, a union read's tail folded by the bucket's leader: for each key the
+/// range changes, its last change when that is `+I` or `+U`, in log order, as plain rows.
+/// The range lies inside the bucket's log and spans at most [`MAX_LIVE_TAIL_ROWS`] offsets.
+#[derive(Clone, PartialEq, Message)]
+pub struct LiveTailRequest {
+    /// The bucket to read.
+    #[prost(message, optional, tag = "1")]
+    pub bucket: Option<BucketId>,
+    /// The first offset of the range.
+    #[prost(int64, tag = "2")]
+    pub from: i64,
+    /// The end of the range (exclusive).
+    #[prost(int64, tag = "3")]
+    pub to: i64,
+    /// Field indexes of the current schema; empty means all.
+    #[prost(uint32, repeated, tag = "4")]
+    pub columns: Vec<u32>,
+}
+
+/// The longest range a LiveTail folds: the leader holds a range's changes in memory.
+pub const MAX_LIVE_TAIL_ROWS: i64 = 1 << 20;
 
 /// The answer of `tier_table`.
 #[derive(Clone, PartialEq, Message)]

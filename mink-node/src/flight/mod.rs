@@ -157,6 +157,7 @@ impl FlightService for MinkFlightService {
             Some(read_ticket::Read::LimitScan(limit)) => self.limit_scan(limit).await?,
             Some(read_ticket::Read::Union(union)) => self.union(union).await?,
             Some(read_ticket::Read::Lake(lake)) => self.lake(lake).await?,
+            Some(read_ticket::Read::LiveTail(live)) => self.live_tail(live).await?,
             None => return Err(Status::invalid_argument("the ticket names no read")),
         };
         Ok(Response::new(answer))

@@ -1,4 +1,5 @@
-//! The read tickets: Scan, Snapshot and LimitScan (DoGet) and Tail (DoExchange).
+//! The read tickets: Scan, Snapshot, LimitScan, Union, Lake and LiveTail (DoGet) and Tail
+//! (DoExchange).
 
 use std::sync::Arc;
 
@@ -7,8 +8,8 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_core::filter::{ColumnFilter, filter_batch};
 use mink_core::key::RowCodec;
 use mink_core::protocol::{
-    LakeRequest, LimitScanRequest, ScanRequest, SnapshotBatch, SnapshotRequest, TailEnd,
-    TailRequest, UnionPlan, UnionRequest, decode,
+    LakeRequest, LimitScanRequest, LiveTailRequest, ScanRequest, SnapshotBatch, SnapshotRequest,
+    TailEnd, TailRequest, UnionPlan, UnionRequest, decode,
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::reader::LakeSplit;
@@ -51,15 +52,7 @@ impl MinkFlightService {
         let (table, target) = node.bucket(&bucket)?;
         let tablet = &target.log;
         let mut encoder = BatchEncoder::new(projection(&table, &request.columns)?);
-        let (log_start, high_watermark) = tablet.offsets();
-        if request.offset < log_start || request.offset > high_watermark {
-            return Err(NodeError::OffsetOutOfRange {
-                bucket: bucket.to_string(),
-                offset: request.offset,
-                log_start,
-                high_watermark,
-            });
-        }
+        tablet.check_offset(request.offset)?;
         let max_bytes = limits::answer_bytes(request.max_bytes);
         let min_bytes = limits::min_bytes(request.min_bytes, max_bytes);
         let max_wait = limits::tail_wait(request.max_wait_ms);
@@ -141,7 +134,27 @@ impl MinkFlightService {
             filters: &filters,
         };
         let (schema, rows) = self.execute(read, Splits::Union(&[split])).await?;
-        Ok(answer(schema, rows, end))
+        Ok(answer(schema, rows, Some(end)))
+    }
+
+    /// LiveTail: the live rows of a primary-key table's log range, folded here
+    /// ([`Node::live_tail`]): the schema, then the rows, with no metadata.
+    pub(super) async fn live_tail(
+        &self,
+        request: LiveTailRequest,
+    ) -> Result<FlightStream<FlightData>, NodeError> {
+        let bucket = required_bucket(request.bucket, "LiveTail")?;
+        let (table, _) = self.node.bucket(&bucket)?;
+        let projection = projection(&table, &request.columns)?;
+        let batches = self
+            .node
+            .live_tail(&bucket, request.from, request.to, &projection)
+            .await?;
+        // The rows come projected: the encoder keeps their columns.
+        let mut encoder = BatchEncoder::new((0..projection.len()).collect());
+        let schema = encoder.start_with(&Arc::new(table.schema().project(&projection)?));
+        let rows = stream::iter(batches).map(move |batch| encoder.encode(&batch.batch, Vec::new()));
+        Ok(answer(schema, rows.boxed(), None))
     }
 
     /// Lake: one snapshot of a table or partition.
@@ -166,12 +179,7 @@ impl MinkFlightService {
             filters: &request.filters,
         };
         let (schema, rows) = self.execute(read, Splits::Lake(&split)).await?;
-        let answer = stream::once(async { Ok(vec![schema]) })
-            .chain(rows)
-            .map_err(Status::from)
-            .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
-            .try_flatten();
-        Ok(answer.boxed())
+        Ok(answer(schema, rows, None))
     }
 
     /// Executes `read` over `splits` with `mink_scan`'s plan (the engine's union read,
@@ -275,7 +283,7 @@ fn stream_kv(
         metadata: metadata.clone(),
     };
     let chunks = rows.read(reader, batch_rows, limit)?;
-    Ok(answer(schema, chunks, metadata_only(metadata)))
+    Ok(answer(schema, chunks, Some(metadata_only(metadata))))
 }
 
 /// A primary-key table's union with nothing tiered yet: its KV store holds every change
@@ -307,7 +315,11 @@ fn kv_union(
         metadata: Vec::new(),
     };
     let chunks = rows.read(reader, DEFAULT_BATCH_ROWS as usize, usize::MAX)?;
-    Ok(answer(schema, chunks, metadata_only(plan.encode_to_vec())))
+    Ok(answer(
+        schema,
+        chunks,
+        Some(metadata_only(plan.encode_to_vec())),
+    ))
 }
 
 /// How the rows of a KV snapshot are answered: decoded, filtered, encoded, each batch
@@ -336,14 +348,14 @@ impl KvRows {
     }
 }
 
-/// The schema, the batches, then the closing metadata-only message.
+/// The schema, the batches, then the closing metadata-only message if there is one.
 fn answer(
     schema: FlightData,
     batches: BoxStream<'static, Result<Vec<FlightData>, NodeError>>,
-    end: FlightData,
+    end: Option<FlightData>,
 ) -> FlightStream<FlightData> {
     let batches = batches
-        .chain(stream::once(async move { Ok(vec![end]) }))
+        .chain(stream::iter(end.map(|end| Ok(vec![end]))))
         .map_err(Status::from)
         .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
         .try_flatten();

@@ -366,16 +366,18 @@ impl LogTablet {
         Ok(batches)
     }
 
+    /// Checks that `offset` lies in the log: from its start to the high watermark.
+    ///
+    /// # Errors
+    /// [`NodeError::OffsetOutOfRange`] otherwise.
+    pub fn check_offset(&self, offset: i64) -> Result<()> {
+        let state = self.shared.read_state();
+        self.shared.check_offset(offset, &state)
+    }
+
     fn plan_read(&self, offset: i64, max_bytes: u64) -> Result<Vec<PlannedBatch>> {
         let state = self.shared.read_state();
-        if offset < state.log_start || offset > state.high_watermark {
-            return Err(NodeError::OffsetOutOfRange {
-                bucket: self.shared.label.clone(),
-                offset,
-                log_start: state.log_start,
-                high_watermark: state.high_watermark,
-            });
-        }
+        self.shared.check_offset(offset, &state)?;
         let first = state
             .batches
             .partition_point(|(h, _)| h.last_offset() < offset);
@@ -477,6 +479,19 @@ impl LogTablet {
 }
 
 impl Shared {
+    /// [`LogTablet::check_offset`] against `state`.
+    fn check_offset(&self, offset: i64, state: &LogState) -> Result<()> {
+        match offset < state.log_start || offset > state.high_watermark {
+            true => Err(NodeError::OffsetOutOfRange {
+                bucket: self.label.clone(),
+                offset,
+                log_start: state.log_start,
+                high_watermark: state.high_watermark,
+            }),
+            false => Ok(()),
+        }
+    }
+
     fn read_state(&self) -> std::sync::RwLockReadGuard<'_, LogState> {
         self.state
             .read()

@@ -13,7 +13,7 @@ use crate::log::{Changelog, LogTablet};
 use crate::metadata::PartitionRecord;
 
 use super::{Bucket, Failpoint, NodeConfig};
-use crate::union::LocatedTail;
+use crate::union::{FoldedTail, LocatedTail};
 
 /// Where tablets live, and how they are opened.
 #[derive(Debug)]
@@ -147,6 +147,7 @@ impl Storage {
             log,
             kv,
             located: LocatedTail::default(),
+            folded: FoldedTail::default(),
         }))
     }
 

@@ -1,7 +1,8 @@
 //! Planning Union reads (`spec/union-read.md`), and reading the log part of one: a
-//! bucket's log from an offset to another ([`log_range`]), the node's own logs as the
-//! tail source of a union read's plan ([`LocalLog`]), and a primary-key table's
-//! changelog rows ([`changelog_rows`]), which tiering reads the same way.
+//! bucket's log from an offset to another ([`log_range`]), a primary-key range's live
+//! rows folded here for a LiveTail read (`live`), the node's own logs as the tail source
+//! of a union read's plan ([`LocalLog`]), and a primary-key table's changelog rows
+//! ([`changelog_rows`]), which tiering reads the same way.
 //!
 //! A Union plan is made per bucket at request time: the lake snapshot and the bucket's
 //! `log_end_offset` from the latest recorded CommitLakeSnapshot, `log_from =
@@ -16,7 +17,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::BooleanArray;
+use arrow::array::{BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::row::Rows;
 use futures::future::try_join_all;
@@ -36,10 +37,12 @@ use crate::error::{NodeError, Result};
 use crate::node::{Bucket, BucketTablets, Node};
 use crate::tiering::{self, LocatedRows};
 
+mod live;
 mod located;
 
-pub use located::LocatedTail;
+pub use live::FoldedTail;
 use located::Located;
+pub use located::LocatedTail;
 
 /// A bucket's Union plan and the split of lake files it reads.
 #[derive(Debug)]
@@ -183,12 +186,15 @@ impl Node {
             .iter()
             .map(|p| {
                 let (from, to) = (p.plan.log_from, p.plan.log_to);
-                p.bucket.located.prefix(snapshot_id, from, to).unwrap_or(Located {
-                    snapshot_id,
-                    from,
-                    to: from,
-                    rows: Arc::default(),
-                })
+                p.bucket
+                    .located
+                    .prefix(snapshot_id, from, to)
+                    .unwrap_or(Located {
+                        snapshot_id,
+                        from,
+                        to: from,
+                        rows: Arc::default(),
+                    })
             })
             .collect();
         let located = self.locate_unlocated(table, snapshot_id, &merging, &kept);
@@ -281,13 +287,7 @@ async fn tail_keys(bucket: Arc<Bucket>, from: i64, to: i64, codec: &KeyCodec) ->
     let mut batches = log_range(bucket, from, to);
     let mut keys = Vec::new();
     while let Some(batch) = batches.try_next().await? {
-        let schema = batch.batch.schema();
-        let key_columns = codec
-            .columns()
-            .iter()
-            .map(|column| schema.index_of(column))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        let mut changed = batch.batch.project(&key_columns)?;
+        let mut changed = key_columns(&batch.batch, codec)?;
         if let Some(changes) = &batch.changes {
             let before = ChangeType::UpdateBefore as u8;
             let changing: BooleanArray = changes.iter().map(|&c| Some(c != before)).collect();
@@ -296,6 +296,17 @@ async fn tail_keys(bucket: Arc<Bucket>, from: i64, to: i64, codec: &KeyCodec) ->
         keys.push(codec.encode(&changed)?);
     }
     Ok(keys)
+}
+
+/// The key columns (`codec`'s, in its order) of a log batch.
+fn key_columns(batch: &RecordBatch, codec: &KeyCodec) -> Result<RecordBatch> {
+    let schema = batch.schema();
+    let columns = codec
+        .columns()
+        .iter()
+        .map(|column| schema.index_of(column))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(batch.project(&columns)?)
 }
 
 /// The most tail rows a plan locates the replaced lake rows of
@@ -333,11 +344,35 @@ impl LogSource for LocalLog {
             })
             .boxed()
     }
+
+    fn read_live(
+        &self,
+        range: &TailRange,
+        columns: &[u32],
+    ) -> BoxStream<'static, datafusion_common::Result<RecordBatch>> {
+        let (node, range) = (Arc::clone(&self.node), range.clone());
+        let columns: Vec<usize> = columns.iter().map(|&c| c as usize).collect();
+        let live = async move {
+            let (from, to) = (range.from, range.to);
+            node.live_tail(&range.bucket, from, to, &columns).await
+        };
+        stream::once(live)
+            .map_ok(|batches| {
+                stream::iter(
+                    batches
+                        .into_iter()
+                        .map(|batch| Ok::<_, NodeError>(batch.batch)),
+                )
+            })
+            .try_flatten()
+            .map_err(external)
+            .boxed()
+    }
 }
 
 /// Checks that filters name columns of the table and values of their types.
 pub(crate) fn check_filters(table: &TableDescriptor, filters: &[ColumnFilter]) -> Result<()> {
-    let empty = arrow::array::RecordBatch::new_empty(Arc::clone(table.schema()));
+    let empty = RecordBatch::new_empty(Arc::clone(table.schema()));
     matches(filters, &empty)?;
     Ok(())
 }
@@ -382,17 +417,25 @@ pub fn log_range(
 pub fn changelog_rows(
     table: &TableDescriptor,
     batch: crate::log::LogBatch,
-) -> Result<(arrow::array::RecordBatch, Vec<u8>)> {
-    let changes = batch.changes.ok_or_else(|| {
-        NodeError::Corrupt(format!(
-            "a batch of primary-key table {} without change types",
-            table.path
-        ))
-    })?;
+) -> Result<(RecordBatch, Vec<u8>)> {
+    let changes = change_types(table, batch.changes)?;
     Ok((
         mink_core::schema::normalize_batch(&batch.batch, table.schema())?,
         changes,
     ))
+}
+
+/// The change vector of a batch of primary-key table `table`.
+///
+/// # Errors
+/// [`NodeError::Corrupt`] when it has none.
+fn change_types(table: &TableDescriptor, changes: Option<Vec<u8>>) -> Result<Vec<u8>> {
+    changes.ok_or_else(|| {
+        NodeError::Corrupt(format!(
+            "a batch of primary-key table {} without change types",
+            table.path
+        ))
+    })
 }
 
 /// The part of a log batch inside `[from, to)`.

@@ -1,8 +1,10 @@
 //! The engine's side of a union read's log tail: the bucket leaders' logs read with
-//! Flight Scans (the session's client, so its login), each answer trimmed to the range
-//! ([`FlightLog`], the [`LogSource`] of the engine's `LogTailExec`). `t$changelog` reads
+//! Flight Scans (the session's client, so its login), each answer trimmed to the range,
+//! or their live rows with LiveTail reads, folded by the leaders ([`FlightLog`], the
+//! [`LogSource`] of the engine's `LogTailExec`). `t$changelog` reads
 //! the log the same way ([`scan_log`]).
 
+use arrow::array::RecordBatch;
 use datafusion::error::Result;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_client::{ClientError, MinkClient, ReadBatch};
@@ -22,6 +24,20 @@ pub(crate) struct FlightLog {
 impl LogSource for FlightLog {
     fn read(&self, range: &TailRange, columns: &[u32]) -> BoxStream<'static, Result<TailBatch>> {
         scan_log(&self.client, range.clone(), columns.to_vec())
+    }
+
+    fn read_live(
+        &self,
+        range: &TailRange,
+        columns: &[u32],
+    ) -> BoxStream<'static, Result<RecordBatch>> {
+        let (client, range, columns) = (self.client.clone(), range.clone(), columns.to_vec());
+        let live = async move {
+            client
+                .live_tail(&range.bucket, range.from, range.to, &columns)
+                .await
+        };
+        stream::once(live).try_flatten().map_err(external).boxed()
     }
 }
 

@@ -18,8 +18,9 @@ use mink_client::MinkClient;
 use mink_core::filter::{ColumnFilter, FilterOp};
 use mink_core::options::TableOptions;
 use mink_core::protocol::{
-    BucketId, LakeRequest, Lookup, PrefixLookup, ReadTicket, ScanRequest, SnapshotRequest,
-    TableUnionRequest, TailRequest, UnionRequest, WriteHeader, action, read_ticket,
+    BucketId, LakeRequest, LiveTailRequest, Lookup, PrefixLookup, ReadTicket, ScanRequest,
+    SnapshotRequest, TableUnionRequest, TailRequest, UnionRequest, WriteHeader, action,
+    read_ticket,
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_node::flight::limits::MAX_ANSWER_BYTES;
@@ -277,6 +278,67 @@ async fn a_projection_repeating_one_column_is_refused() {
     let (rows, _) = do_get(&mut raw, scan(vec![1, 0])).await.expect("scan");
     assert_eq!(rows, 2000);
     server.assert_rss_below(idle);
+    server.assert_alive().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_tail_tickets_with_hostile_ranges_and_projections_are_refused() {
+    let mut server = Server::start();
+    let client = server.client().await;
+    let table = client
+        .create_table(&keyed_table("live"), false)
+        .await
+        .expect("create");
+    let bucket = BucketId::new(&table.path, 0);
+    let ids: Vec<i64> = (0..100).collect();
+    client
+        .append(&bucket, vec![events(&table, &ids)])
+        .await
+        .expect("upsert");
+    let mut raw = server.raw().await;
+    let live = |from: i64, to: i64, columns: Vec<u32>| {
+        ticket(read_ticket::Read::LiveTail(LiveTailRequest {
+            bucket: Some(bucket.clone()),
+            from,
+            to,
+            columns,
+        }))
+    };
+    assert_refused(
+        do_get(&mut raw, live(i64::MIN, i64::MAX, vec![])).await,
+        "at most",
+    );
+    assert_refused(
+        do_get(&mut raw, live(i64::MAX, i64::MIN, vec![])).await,
+        "at most",
+    );
+    assert_refused(
+        do_get(&mut raw, live(0, 100, vec![0; 200_000])).await,
+        "more than once",
+    );
+    assert_refused(
+        do_get(&mut raw, live(0, 100, vec![u32::MAX])).await,
+        "out of range",
+    );
+    let (code, message) = do_get(&mut raw, live(0, 1 << 20, vec![]))
+        .await
+        .expect_err("a range past the high watermark");
+    assert_eq!(code, Code::OutOfRange, "{message}");
+    let unknown = ReadTicket {
+        read: Some(read_ticket::Read::LiveTail(LiveTailRequest {
+            bucket: None,
+            from: 0,
+            to: 0,
+            columns: vec![],
+        })),
+    };
+    let refused = do_get(&mut raw, Ticket::new(unknown.encode_to_vec())).await;
+    assert_eq!(refused.expect_err("no bucket").0, Code::InvalidArgument);
+    // The node still answers, and a good range reads its 100 live rows.
+    let (rows, _) = do_get(&mut raw, live(0, 100, vec![1]))
+        .await
+        .expect("live tail");
+    assert_eq!(rows, 100);
     server.assert_alive().await;
 }
 

@@ -21,6 +21,7 @@ mod kafka;
 mod lake_foreign;
 mod lake_history;
 mod lake_on_rest;
+mod live_tail;
 mod log_history;
 mod pk_history;
 mod pk_lake_history;
