@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! cargo run --release -p mink-bench -- sql [--keys 2000000] [--buckets 4]
-//!     [--lookups 200] [--explain] [--log-table] [--dir DIR] [--no-sync]
+//!     [--lookups 200] [--explain] [--log-table] [--profile-rounds N] [--dir DIR]
+//!     [--no-sync]
 //! ```
 //!
 //! With `--log-table` the table has no primary key: the 1% are appended as new rows, the
@@ -40,7 +41,10 @@
 //!    Beside each union read, the time of planning it alone (`EXPLAIN`), and of the
 //!    leader's part of it (`plan_table_union`, no filter). With
 //!    `--explain`, the `EXPLAIN ANALYZE` of each union read is printed (the plan's
-//!    counters and times: where a slow figure comes from).
+//!    counters and times: where a slow figure comes from). With `--profile-rounds N`,
+//!    each union read and then DataFusion's read of the plain Parquet run `N` more
+//!    rounds, unmeasured, between `bench: profile ... start` and `... end` lines on
+//!    stderr: phases long enough for a profiler to attach to and sample apart.
 //! 2. **Pruning**: the `EXPLAIN ANALYZE` counters of the lake scan (row groups and page
 //!    rows pruned, bytes read) for `id IN` 10 random keys of `t$lake` and a union read of
 //!    `id BETWEEN` a range of 1% of the keys.
@@ -91,6 +95,10 @@ pub(crate) struct SqlArgs {
     /// A log table (no primary key) instead of a primary-key table.
     #[arg(long)]
     log_table: bool,
+    /// Unmeasured rounds of each union read and of DataFusion's plain read, for a
+    /// profiler.
+    #[arg(long, default_value_t = 0)]
+    profile_rounds: usize,
     #[command(flatten)]
     node: NodeArgs,
 }
@@ -232,6 +240,17 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
             let plan = collect(&session, &format!("EXPLAIN ANALYZE {union_query}")).await?;
             println!("{}", arrow::util::pretty::pretty_format_batches(&plan)?);
         }
+        if args.profile_rounds > 0 {
+            profile(&format!("{what}: union read"), args.profile_rounds, || {
+                query(&session, &union_query)
+            })
+            .await?;
+            let plain = sql.replace("{t}", "t");
+            profile(&format!("{what}: DataFusion"), args.profile_rounds, || {
+                engines.query(&plain)
+            })
+            .await?;
+        }
         let (views_time, utf8_time) = engines.datafusion(what, sql, &rows).await?;
         let union_figure = figure(union_time);
         let mut ratios = vec![
@@ -333,6 +352,11 @@ impl Engines {
         })
     }
 
+    /// The first row of `sql` over the files (`t`), strings read as views.
+    async fn query(&self, sql: &str) -> Result<Vec<String>, BenchError> {
+        first_row(&self.views.sql(sql).await?.collect().await?)
+    }
+
     /// The median times of `sql` over the files (`t`) in both configurations; each
     /// answer must be `expected`.
     async fn datafusion(
@@ -357,6 +381,23 @@ impl Engines {
         }
         Ok((times[0], times[1]))
     }
+}
+
+/// Runs `round` `rounds` times between two stderr lines a profiler can wait for.
+async fn profile<F>(
+    what: &str,
+    rounds: usize,
+    mut round: impl FnMut() -> F,
+) -> Result<(), BenchError>
+where
+    F: Future<Output = Result<Vec<String>, BenchError>>,
+{
+    eprintln!("bench: profile {what}: {rounds} rounds start");
+    for _ in 0..rounds {
+        round().await?;
+    }
+    eprintln!("bench: profile {what}: end");
+    Ok(())
 }
 
 /// What the lake scan skipped for two selective reads, from their `EXPLAIN ANALYZE`: 10
