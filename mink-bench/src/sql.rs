@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! cargo run --release -p mink-bench -- sql [--keys 2000000] [--buckets 4]
-//!     [--lookups 200] [--explain] [--log-table] [--profile-rounds N] [--dir DIR]
-//!     [--no-sync]
+//!     [--lookups 200] [--rounds 9] [--explain] [--log-table] [--profile-rounds N]
+//!     [--dir DIR] [--no-sync]
 //! ```
 //!
 //! With `--log-table` the table has no primary key: the 1% are appended as new rows, the
@@ -17,13 +17,15 @@
 //! returning one row; the answers must agree.
 //!
 //! 1. **Union read through SQL**: each query on the table in a [`MinkSession`] (the lake's
-//!    Parquet read from the object store, the tails over Flight, merged by key), the
-//!    median of [`ROUNDS`], planning included. Baselines, each the median of as many
-//!    rounds:
+//!    Parquet read from the object store, the tails over Flight, merged by key),
+//!    planning included. Baselines, each the median of [`ROUNDS`] unless said otherwise:
 //!    - *DataFusion over Parquet*: the same final rows (read once through mink) written as
 //!      `--buckets` Parquet files, queried by a plain DataFusion `SessionContext`: with
 //!      its defaults, which read strings as `Utf8View` (no copy of the string bytes), and
-//!      with strings read as `Utf8`, as mink's tables type them;
+//!      with strings read as `Utf8`, as mink's tables type them. The union read and
+//!      these two run in turn, round after round, `--rounds` times, and each figure is
+//!      the median of its rounds: statements of tens of milliseconds vary by up to 2x
+//!      between runs on a small VM, and turns keep such drift out of their ratios;
 //!    - *the naive plan*: what a user would write without mink's merge, in the same
 //!      session: the lake (`t$lake`) anti-joined with the live tail, union the live tail.
 //!      The tail is handed to it as a memory table for free (a user would have to read
@@ -89,6 +91,9 @@ pub(crate) struct SqlArgs {
     /// Point queries measured.
     #[arg(long, default_value_t = 200)]
     lookups: usize,
+    /// Rounds of the union read and of DataFusion's reads, in turn (medians).
+    #[arg(long, default_value_t = 9)]
+    rounds: usize,
     /// Print the `EXPLAIN ANALYZE` of each union read.
     #[arg(long)]
     explain: bool,
@@ -163,8 +168,10 @@ with flight_sql.connect(uri) as connection:
 
 pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
     check_pk_table_args(args.keys, args.buckets)?;
-    if args.lookups == 0 {
-        return Err(BenchError::Usage("--lookups must be at least 1".into()));
+    if args.lookups == 0 || args.rounds == 0 {
+        return Err(BenchError::Usage(
+            "--lookups and --rounds must be at least 1".into(),
+        ));
     }
     let (scratch, data, config) = prepare(&args.node, args.keys)?;
     let keyed = !args.log_table;
@@ -214,10 +221,10 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
 
     for (what, sql) in QUERIES {
         let union_query = sql.replace("{t}", &union);
-        let (rows, union_time) = timed_rounds(&format!("{what}: union read"), || {
-            query(&session, &union_query)
-        })
-        .await?;
+        let turns = engines
+            .in_turn_with(what, sql, args.rounds, || query(&session, &union_query))
+            .await?;
+        let rows = turns.union_rows;
         // Planning alone (the leader's `plan_table_union`, the lake scan's deletes and
         // footers, DataFusion's planner): the time of `EXPLAIN`, which builds the plan.
         let explain = format!("EXPLAIN {union_query}");
@@ -251,8 +258,8 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
             })
             .await?;
         }
-        let (views_time, utf8_time) = engines.datafusion(what, sql, &rows).await?;
-        let union_figure = figure(union_time);
+        let (views_time, utf8_time) = (turns.views, turns.utf8);
+        let union_figure = figure(turns.union);
         let mut ratios = vec![
             format!(
                 "vs DataFusion {:.2}",
@@ -357,30 +364,53 @@ impl Engines {
         first_row(&self.views.sql(sql).await?.collect().await?)
     }
 
-    /// The median times of `sql` over the files (`t`) in both configurations; each
-    /// answer must be `expected`.
-    async fn datafusion(
+    /// `union` (a union read of query `sql`), then `sql` over the files (`t`) in both
+    /// configurations, in turn for `rounds` rounds; the answers must agree.
+    async fn in_turn_with<F>(
         &self,
         what: &str,
         sql: &str,
-        expected: &[String],
-    ) -> Result<(Duration, Duration), BenchError> {
+        rounds: usize,
+        mut union: impl FnMut() -> F,
+    ) -> Result<Turns, BenchError>
+    where
+        F: Future<Output = Result<Vec<String>, BenchError>>,
+    {
         let sql = sql.replace("{t}", "t");
-        let mut times = Vec::new();
-        for (context, config) in [
-            (&self.views, "DataFusion"),
-            (&self.utf8, "DataFusion, Utf8"),
-        ] {
-            let label = format!("{what}: {config}");
-            let (answer, elapsed) = timed_rounds(&label, || async {
-                first_row(&context.sql(&sql).await?.collect().await?)
-            })
-            .await?;
-            same_answer(&label, &answer, expected)?;
-            times.push(elapsed);
+        let configs = [
+            (&self.views, format!("{what}: DataFusion")),
+            (&self.utf8, format!("{what}: DataFusion, Utf8")),
+        ];
+        let mut times: [Vec<Duration>; 3] = Default::default();
+        let mut union_rows = Vec::new();
+        for _ in 0..rounds {
+            let (rows, elapsed) = measure(&format!("{what}: union read"), union()).await?;
+            times[0].push(elapsed);
+            for ((context, label), times) in configs.iter().zip(&mut times[1..]) {
+                let read = async { first_row(&context.sql(&sql).await?.collect().await?) };
+                let (answer, elapsed) = measure(label, read).await?;
+                same_answer(label, &answer, &rows)?;
+                times.push(elapsed);
+            }
+            union_rows = rows;
         }
-        Ok((times[0], times[1]))
+        let [union, views, utf8] = times.map(median);
+        Ok(Turns {
+            union_rows,
+            union,
+            views,
+            utf8,
+        })
     }
+}
+
+/// The median times of a union read and of DataFusion's reads of the same query, run in
+/// turn ([`Engines::in_turn_with`]), and the union read's answer.
+struct Turns {
+    union_rows: Vec<String>,
+    union: Duration,
+    views: Duration,
+    utf8: Duration,
 }
 
 /// Runs `round` `rounds` times between two stderr lines a profiler can wait for.
