@@ -16,7 +16,7 @@
 //! | `kv` | [`kv`] | upsert, lookup and snapshot of primary-key tables, against log tables and Scan |
 //! | `lake` | [`lake`] | tiering, union reads and freshness of log tables, against Parquet files |
 //! | `lake-codecs` | [`lake_codecs`] | the lake files' codec: size and reads, against zstd(1) |
-//! | `position-deletes` | [`position_deletes`] | the lake scan leaving rows out by position, against the same scan leaving none out |
+//! | `position-deletes` | [`position_deletes`] | the lake scan, and arrow-rs's reader by each way it can, leaving rows out by position, against the same reads leaving none out |
 //! | `pk-lake` | [`pk_lake`] | the lake of primary-key tables, against Parquet files |
 //! | `sql` | [`sql`] | SQL union reads and point queries, against DataFusion, DuckDB and the naive plan |
 //! | `planning` | [`planning`] | a trivial union read after many tiering rounds, with lake upkeep off and on and on many buckets, against the first round, upkeep off and the fewest buckets |

@@ -9,19 +9,35 @@
 //! per row group). The rows of the `sql` suite are written as `--files` Parquet files
 //! with the lake writer's properties, and mink's lake scan (`LakeScan`, DataFusion's
 //! Parquet scan) reads them with 0.1%, 1% and 10% of each file's rows left out, at
-//! random positions, against the same scan leaving out none: one numeric column (what
-//! `count(*), sum(price)` reads) and every column. Each time is the median of
-//! [`crate::harness::ROUNDS`], planning included; a ratio below 1 (the scan's time
+//! random positions, against the same scan leaving out none: a plain-encoded column
+//! (`price`, what `count(*), sum(price)` reads), a dictionary-encoded one (`quantity`,
+//! what the `sql` suite groups and filters by) and every column. Each time is the median
+//! of [`crate::harness::ROUNDS`], planning included; a ratio below 1 (the scan's time
 //! leaving none out over its time leaving some out) is the price of the positions.
+//!
+//! Then the same files read with arrow-rs's reader directly, one column at a time, 1% of
+//! the rows left out by each of its two ways of applying a row selection
+//! ([`RowSelectionPolicy`]): a queue of selectors (what it picks when the runs average 32
+//! rows or more, and so what DataFusion's scan gets at 1%) and a boolean mask (decode
+//! whole batches, then filter), and every row read then filtered by position with
+//! arrow's filter kernel (what a reader of mink's own that knows each row's position
+//! could do), against reading every row.
 
+use std::fs::File;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arrow::array::BooleanArray;
+use arrow::compute::filter_record_batch;
 use datafusion::physical_plan::collect;
 use datafusion::prelude::SessionContext;
 use mink_lake::reader::{LakeFile, LakeSplit};
 use mink_lake::storage::LakeStorage;
 use mink_scan::lake_scan::LakeScan;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{
+    ParquetRecordBatchReaderBuilder, RowSelection, RowSelectionPolicy, RowSelector,
+};
 use rand::seq::index::sample;
 
 use crate::data::seeded;
@@ -61,8 +77,14 @@ pub(crate) async fn run(args: PositionDeletesArgs) -> Result<(), BenchError> {
     let storage =
         LakeStorage::local(&scratch.path.to_string_lossy()).map_err(mink_scan::external)?;
     let every_column: Vec<usize> = (0..data.schema.fields().len()).collect();
-    let price = vec![data.schema.index_of("price")?];
-    for (what, projection) in [("one column", price), ("every column", every_column)] {
+    let price = data.schema.index_of("price")?;
+    let quantity = data.schema.index_of("quantity")?;
+    let projections = [
+        ("price (plain)", vec![price]),
+        ("quantity (dictionary)", vec![quantity]),
+        ("every column", every_column),
+    ];
+    for (what, projection) in projections {
         let scan = LakeScan {
             storage: &storage,
             table_schema: Arc::clone(&data.schema),
@@ -83,7 +105,129 @@ pub(crate) async fn run(args: PositionDeletesArgs) -> Result<(), BenchError> {
             );
         }
     }
+    let deleted = with_deleted(&files, 10);
+    for (what, column) in [
+        ("price (plain)", price),
+        ("quantity (dictionary)", quantity),
+    ] {
+        let label = format!("arrow-rs, {what}, none left out");
+        let whole = reader_time(&deleted, column, LeaveOut::Nothing, &label).await?;
+        report(&label, seconds(whole), &[]);
+        let ways = [
+            (
+                "selectors",
+                LeaveOut::Selection(RowSelectionPolicy::Selectors),
+            ),
+            ("mask", LeaveOut::Selection(RowSelectionPolicy::Mask)),
+            ("filter by position", LeaveOut::Filter),
+        ];
+        for (name, leave_out) in ways {
+            let label = format!("arrow-rs, {what}, 1% left out, {name}");
+            let time = reader_time(&deleted, column, leave_out, &label).await?;
+            let ratio = whole.as_secs_f64() / time.as_secs_f64();
+            report(
+                &label,
+                seconds(time),
+                &[format!("vs none left out {ratio:.2}")],
+            );
+        }
+    }
     Ok(())
+}
+
+/// How a read of one column leaves out a file's replaced rows.
+#[derive(Debug, Clone, Copy)]
+enum LeaveOut {
+    /// It reads every row.
+    Nothing,
+    /// A row selection, applied as `policy` says.
+    Selection(RowSelectionPolicy),
+    /// Every row is read, then the replaced ones filtered out by position.
+    Filter,
+}
+
+/// The median time of reading column `column` of `files` with arrow-rs's reader, one
+/// file after another, leaving out their replaced rows as `leave_out` says.
+async fn reader_time(
+    files: &[LakeFile],
+    column: usize,
+    leave_out: LeaveOut,
+    label: &str,
+) -> Result<Duration, BenchError> {
+    let expected: u64 = files
+        .iter()
+        .map(|f| match leave_out {
+            LeaveOut::Nothing => f.record_count.unwrap_or(0),
+            _ => f.record_count.unwrap_or(0) - f.replaced_rows.len() as u64,
+        })
+        .sum();
+    let (rows, time) = timed_rounds(label, || {
+        let files = files.to_vec();
+        blocking(move || {
+            let mut rows = 0;
+            for file in &files {
+                rows += read_column(file, column, leave_out)?;
+            }
+            Ok(rows)
+        })
+    })
+    .await?;
+    if rows as u64 != expected {
+        return Err(BenchError::Mismatch(format!(
+            "{label}: kept {rows} rows, expected {expected}"
+        )));
+    }
+    Ok(time)
+}
+
+/// Reads column `column` of `file`, leaving out its replaced rows as `leave_out` says;
+/// the rows kept.
+fn read_column(file: &LakeFile, column: usize, leave_out: LeaveOut) -> Result<usize, BenchError> {
+    let opened =
+        File::open(&file.path).map_err(BenchError::io(format!("opening {}", file.path)))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(opened)?;
+    let mask = ProjectionMask::roots(builder.parquet_schema(), [column]);
+    let mut builder = builder.with_projection(mask);
+    if let LeaveOut::Selection(policy) = leave_out {
+        let rows = file.record_count.unwrap_or(0) as usize;
+        builder = builder
+            .with_row_selection(selection(rows, &file.replaced_rows))
+            .with_row_selection_policy(policy);
+    }
+    let (mut position, mut kept) = (0, 0);
+    let mut replaced = file.replaced_rows.as_slice();
+    for batch in builder.build()? {
+        let batch = batch?;
+        kept += match leave_out {
+            LeaveOut::Filter => {
+                let end = position + batch.num_rows() as u64;
+                let here = replaced.partition_point(|&p| p < end);
+                let mut keep = vec![true; batch.num_rows()];
+                for &p in &replaced[..here] {
+                    keep[(p - position) as usize] = false;
+                }
+                replaced = &replaced[here..];
+                position = end;
+                filter_record_batch(&batch, &BooleanArray::from(keep))?.num_rows()
+            }
+            LeaveOut::Nothing | LeaveOut::Selection(_) => batch.num_rows(),
+        };
+    }
+    Ok(kept)
+}
+
+/// The selection of `rows` rows that leaves out `deleted` (ascending, distinct).
+fn selection(rows: usize, deleted: &[u64]) -> RowSelection {
+    let mut selectors = Vec::with_capacity(2 * deleted.len() + 1);
+    let mut next = 0;
+    for &position in deleted {
+        let position = position as usize;
+        selectors.push(RowSelector::select(position - next));
+        selectors.push(RowSelector::skip(1));
+        next = position + 1;
+    }
+    selectors.push(RowSelector::select(rows - next));
+    selectors.into()
 }
 
 fn seconds(time: Duration) -> String {
