@@ -31,7 +31,7 @@ use arrow::array::BooleanArray;
 use arrow::compute::filter_record_batch;
 use datafusion::physical_plan::collect;
 use datafusion::prelude::SessionContext;
-use mink_lake::reader::{LakeFile, LakeSplit};
+use mink_lake::reader::{GroupRows, LakeFile, LakeSplit, rows_per_group};
 use mink_lake::storage::LakeStorage;
 use mink_scan::lake_scan::LakeScan;
 use parquet::arrow::ProjectionMask;
@@ -189,7 +189,7 @@ fn read_column(file: &LakeFile, column: usize, leave_out: LeaveOut) -> Result<us
     let mask = ProjectionMask::roots(builder.parquet_schema(), [column]);
     let mut builder = builder.with_projection(mask);
     if let LeaveOut::Selection(policy) = leave_out {
-        let rows = file.record_count.unwrap_or(0) as usize;
+        let rows = file.record_count.unwrap_or(0);
         builder = builder
             .with_row_selection(selection(rows, &file.replaced_rows))
             .with_row_selection_policy(policy);
@@ -216,18 +216,15 @@ fn read_column(file: &LakeFile, column: usize, leave_out: LeaveOut) -> Result<us
     Ok(kept)
 }
 
-/// The selection of `rows` rows that leaves out `deleted` (ascending, distinct).
-fn selection(rows: usize, deleted: &[u64]) -> RowSelection {
-    let mut selectors = Vec::with_capacity(2 * deleted.len() + 1);
-    let mut next = 0;
-    for &position in deleted {
-        let position = position as usize;
-        selectors.push(RowSelector::select(position - next));
-        selectors.push(RowSelector::skip(1));
-        next = position + 1;
+/// The selection of a file of `rows` rows, read as one row group, that leaves out
+/// `deleted` (ascending): mink-lake's, as the lake scan builds it per row group.
+fn selection(rows: u64, deleted: &[u64]) -> RowSelection {
+    let every = rows as usize;
+    match rows_per_group(&[rows], deleted).pop() {
+        Some(GroupRows::Some(selection)) => selection,
+        Some(GroupRows::None) => vec![RowSelector::skip(every)].into(),
+        Some(GroupRows::All) | None => vec![RowSelector::select(every)].into(),
     }
-    selectors.push(RowSelector::select(rows - next));
-    selectors.into()
 }
 
 fn seconds(time: Duration) -> String {

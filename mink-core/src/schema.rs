@@ -20,6 +20,13 @@ const STRICT: CastOptions<'static> = CastOptions {
     format_options: arrow::util::display::FormatOptions::new(),
 };
 
+/// The columns of `projection` (indexes in a table's current schema) that a batch of
+/// `width` columns has, in order: a batch written under an older schema version lacks the
+/// columns added since, which come after its own.
+pub fn columns_within(projection: &[usize], width: usize) -> impl Iterator<Item = usize> + '_ {
+    projection.iter().copied().filter(move |&i| i < width)
+}
+
 /// Rewrites `batch` to `target`: columns by name, nulls for missing ones, casts for
 /// promoted types.
 ///

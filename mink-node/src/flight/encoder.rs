@@ -15,6 +15,7 @@ use mink_core::ipc_stream::{self, IpcMessage};
 use mink_core::protocol::ScanBatch;
 #[cfg(doc)]
 use mink_core::protocol::SnapshotBatch;
+use mink_core::schema::columns_within;
 use mink_core::table::TableDescriptor;
 use prost::Message;
 
@@ -91,13 +92,7 @@ impl BatchEncoder {
         batch: &RecordBatch,
         app_metadata: Vec<u8>,
     ) -> Result<Vec<FlightData>, NodeError> {
-        let width = batch.num_columns();
-        let own: Vec<usize> = self
-            .projection
-            .iter()
-            .copied()
-            .filter(|&i| i < width)
-            .collect();
+        let own: Vec<usize> = columns_within(&self.projection, batch.num_columns()).collect();
         let projected = batch.project(&own)?;
         let mut messages = Vec::new();
         if self.stale_dictionaries || self.schema.as_ref() != Some(projected.schema_ref()) {
@@ -184,13 +179,7 @@ impl BatchEncoder {
         let schema_header = ipc.slice(schema_message.header.clone());
         let schema = self.stored_schema(schema_header.clone())?;
         let width = schema.fields().len();
-        if !self
-            .projection
-            .iter()
-            .copied()
-            .filter(|&i| i < width)
-            .eq(0..width)
-        {
+        if !columns_within(&self.projection, width).eq(0..width) {
             return self.encode(&frame.decode()?, metadata);
         }
         let mut out = Vec::with_capacity(messages.len());

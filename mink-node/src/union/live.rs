@@ -29,6 +29,7 @@ use futures::TryStreamExt;
 use mink_core::key::KeyCodec;
 use mink_core::merge::TailIndex;
 use mink_core::protocol::{BucketId, MAX_LIVE_TAIL_ROWS};
+use mink_core::schema::columns_within;
 use mink_core::table::TableDescriptor;
 use tokio::sync::Mutex;
 
@@ -108,8 +109,7 @@ impl Node {
 /// The rows of `batch` at `offsets` (ascending, all inside it), the columns of
 /// `projection` it has.
 fn taken(mut batch: LogBatch, projection: &[usize], offsets: &[i64]) -> Result<LogBatch> {
-    let width = batch.batch.num_columns();
-    let own: Vec<usize> = projection.iter().copied().filter(|&i| i < width).collect();
+    let own: Vec<usize> = columns_within(projection, batch.batch.num_columns()).collect();
     let rows: UInt32Array = offsets
         .iter()
         .map(|&offset| (offset - batch.base_offset) as u32)

@@ -73,7 +73,6 @@ async fn live_rows(
     from: i64,
     to: i64,
 ) -> Vec<(Key, Cells)> {
-    use futures::TryStreamExt;
     let batches: Vec<_> = client
         .live_tail(bucket, from, to, &[])
         .await
