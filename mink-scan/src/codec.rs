@@ -70,15 +70,29 @@ impl MinkCodec {
     /// # Errors
     /// A node neither DataFusion nor mink can serialize.
     pub fn encode(&self, plan: Arc<dyn ExecutionPlan>) -> Result<bytes::Bytes> {
-        let wrapped = plan
-            .transform_up(|node| match access_plans(node.as_ref()) {
-                Some(files) => Ok(Transformed::yes(
-                    Arc::new(LakeDeletesExec { scan: node, files }) as Arc<dyn ExecutionPlan>,
-                )),
-                None => Ok(Transformed::no(node)),
-            })?
-            .data;
-        physical_plan_to_bytes_with_extension_codec(wrapped, self)
+        physical_plan_to_bytes_with_extension_codec(with_deletes_carried(plan)?, self)
+    }
+
+    /// `plan` as the protobuf message of DataFusion's plans, the position deletes of its
+    /// lake scans included: for a node of another codec that carries a union read's plan
+    /// inside it.
+    ///
+    /// # Errors
+    /// A node neither DataFusion nor mink can serialize.
+    pub fn to_proto(&self, plan: Arc<dyn ExecutionPlan>) -> Result<protobuf::PhysicalPlanNode> {
+        protobuf::PhysicalPlanNode::try_from_physical_plan(with_deletes_carried(plan)?, self)
+    }
+
+    /// The plan a [`MinkCodec::to_proto`] message holds.
+    ///
+    /// # Errors
+    /// A message that is not a plan of this build.
+    pub fn from_proto(
+        &self,
+        node: &protobuf::PhysicalPlanNode,
+        context: &TaskContext,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        node.try_into_physical_plan(context, self)
     }
 
     /// The plan `bytes` encode, its lake files read from the object stores registered
@@ -213,6 +227,24 @@ impl PhysicalExtensionCodec for MinkCodec {
         .encode(buf)
         .map_err(|e| DataFusionError::Internal(format!("encoding a mink plan node: {e}")))
     }
+}
+
+/// `plan` with every Parquet scan whose files carry access plans wrapped, with them, in
+/// a [`LakeDeletesExec`] (see the module docs).
+fn with_deletes_carried(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let wrapped = plan.transform_up(|node| match access_plans(node.as_ref()) {
+        Some(files) => Ok(Transformed::yes(
+            Arc::new(LakeDeletesExec { scan: node, files }) as Arc<dyn ExecutionPlan>,
+        )),
+        None => Ok(Transformed::no(node)),
+    })?;
+    Ok(wrapped.data)
+}
+
+/// Whether `plan` is a Parquet scan whose files carry access plans, which DataFusion's
+/// own serialization would drop (see the module docs).
+pub fn has_access_plans(plan: &dyn ExecutionPlan) -> bool {
+    access_plans(plan).is_some()
 }
 
 /// A plan node in bytes that do not decode.

@@ -36,6 +36,7 @@ use datafusion_datasource_parquet::{
 use datafusion_execution::TaskContext;
 use datafusion_execution::cache::cache_manager::FileMetadataCache;
 use datafusion_execution::object_store::ObjectStoreUrl;
+use datafusion_execution::runtime_env::RuntimeEnv;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_plan::ExecutionPlan;
 use datafusion_physical_plan::empty::EmptyExec;
@@ -90,10 +91,8 @@ impl LakeScan<'_> {
         if splits.iter().all(|split| split.files.is_empty()) {
             return Ok(Arc::new(EmptyExec::new(projected)));
         }
-        let store = self.storage.store().map_err(external)?;
-        let url = store_url(self.storage);
         let runtime = context.runtime_env();
-        runtime.register_object_store(url.as_ref(), Arc::clone(&store));
+        let (url, store) = register_lake_store(&runtime, self.storage)?;
         let store = Store {
             store,
             url,
@@ -226,6 +225,22 @@ impl LakeScan<'_> {
             .collect();
         Ok(scanned.with_extensions(Arc::new(access_plan(&row_counts, deleted))))
     }
+}
+
+/// Registers the lake's store in `runtime` under the URL its scans name (a process that
+/// runs plans made elsewhere, a worker, does it before it decodes one); answers the URL
+/// and the store.
+///
+/// # Errors
+/// The store could not be opened.
+pub fn register_lake_store(
+    runtime: &RuntimeEnv,
+    storage: &LakeStorage,
+) -> Result<(ObjectStoreUrl, Arc<dyn ObjectStore>)> {
+    let store = storage.store().map_err(external)?;
+    let url = store_url(storage);
+    runtime.register_object_store(url.as_ref(), Arc::clone(&store));
+    Ok((url, store))
 }
 
 /// The URL the lake's store is registered under in DataFusion's runtime: one per store

@@ -16,12 +16,15 @@
 //! - `dml`: `INSERT`, `DELETE` and `UPDATE` as plans ending in a mink sink.
 //! - [`changes`]: `table_changes('t', from, to)`, the rows changed between two lake
 //!   snapshots.
+//! - [`distributed`]: statements run on `mink worker` processes (datafusion-distributed),
+//!   a table's union read cut into tasks by bucket.
 //!
 //! A query reads each bucket as it is when the query is planned: the lake below the
 //! bucket's seam plus every change after it, exactly once (`spec/union-read.md`).
 
 pub mod catalog;
 pub mod changes;
+pub mod distributed;
 mod dml;
 pub mod exec;
 mod filters;

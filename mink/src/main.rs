@@ -31,7 +31,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::commands::{load, read, server, sql};
+use crate::commands::{load, read, server, sql, worker};
 use crate::error::CliError;
 
 /// mink: a streaming table store with a lakehouse tier.
@@ -52,6 +52,8 @@ enum Command {
     Load(load::LoadArgs),
     /// Run SQL against a node (or a Flight SQL endpoint): queries, DML, DDL, CALL.
     Sql(sql::SqlArgs),
+    /// Run a worker of a server's distributed statements (`mink server --sql-workers`).
+    Worker(worker::WorkerArgs),
 }
 
 /// mimalloc, as DataFusion's own CLI: the union read and every other query allocate and
@@ -85,6 +87,7 @@ fn main() -> ExitCode {
             Command::Read(args) => read::run(args).await,
             Command::Load(args) => load::run(args).await,
             Command::Sql(args) => sql::run(args).await,
+            Command::Worker(args) => worker::run(args).await,
         }
     });
     match result {

@@ -28,6 +28,7 @@ pub mod runtime;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::union::tail::FlightLog;
 use crate::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog, TABLE_CHANGES, TableChanges};
 use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::{Field, Schema};
@@ -105,7 +106,17 @@ impl MinkSession {
         // mink's columns (and its lake) use Utf8, not views.
         config.options_mut().sql_parser.map_string_types_to_utf8view = false;
         // No URL tables (`SELECT * FROM '/etc/passwd'`): `enable_url_table` is never called.
-        let context = SessionContext::new_with_config_rt(config, Arc::clone(runtime.runtime_env()));
+        let context = match runtime.distribution() {
+            Some(distribution) => {
+                let log = Arc::new(FlightLog {
+                    client: client.clone(),
+                });
+                let state =
+                    distribution.session_state(config, Arc::clone(runtime.runtime_env()), log);
+                SessionContext::new_with_state(state)
+            }
+            None => SessionContext::new_with_config_rt(config, Arc::clone(runtime.runtime_env())),
+        };
         let changes = Arc::new(TableChanges::new(client.clone(), storage.clone()));
         context.register_udtf(TABLE_CHANGES, Arc::clone(&changes) as _);
         Self {

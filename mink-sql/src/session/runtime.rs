@@ -36,6 +36,7 @@ use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use mink_lake::storage::LakeStorage;
 
 use super::guard::FileAccess;
+use crate::distributed::Distribution;
 
 /// The memory limit when none is given and the machine's memory is unknown: 4 GiB.
 const FALLBACK_MEMORY_LIMIT: usize = 4 << 30;
@@ -46,6 +47,7 @@ const FALLBACK_MEMORY_LIMIT: usize = 4 << 30;
 pub struct SqlRuntime {
     runtime: Arc<RuntimeEnv>,
     files: FileAccess,
+    distribution: Option<Distribution>,
 }
 
 impl SqlRuntime {
@@ -73,6 +75,7 @@ impl SqlRuntime {
         Ok(Self {
             runtime,
             files: FileAccess::Refused,
+            distribution: None,
         })
     }
 
@@ -87,7 +90,21 @@ impl SqlRuntime {
         Ok(Self {
             runtime: runtime.build_arc()?,
             files: FileAccess::Local,
+            distribution: None,
         })
+    }
+
+    /// The same runtime, its sessions' statements run on `distribution`'s workers when
+    /// they are worth it ([`crate::distributed`]).
+    #[must_use]
+    pub fn with_distribution(mut self, distribution: Distribution) -> Self {
+        self.distribution = Some(distribution);
+        self
+    }
+
+    /// The workers the sessions' statements run on, if any.
+    pub fn distribution(&self) -> Option<&Distribution> {
+        self.distribution.as_ref()
     }
 
     /// DataFusion's runtime.

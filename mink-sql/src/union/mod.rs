@@ -13,7 +13,9 @@
 //! filters) as a physical expression. The buckets of a primary-key table that nothing was
 //! tiered from yet are read from their KV stores (a [`MinkScanExec`] beside the merge),
 //! where a merge would fold their whole changelog in memory. `EXPLAIN ANALYZE` shows each
-//! node with its counters.
+//! node with its counters. In a session whose statements may run distributed, the
+//! buckets' trees are planned one by one under a [`UnionTasksExec`], which deals them
+//! to tasks ([`crate::distributed`]).
 
 pub(crate) mod tail;
 
@@ -33,6 +35,8 @@ pub(crate) use mink_scan::union::UnionSplit;
 use mink_scan::union::{UnionScan, filter_and_project};
 
 use self::tail::FlightLog;
+use crate::distributed::is_distributed;
+use crate::distributed::tasks::{BucketRead, UnionTasksExec};
 use crate::exec::MinkScanExec;
 use crate::split::{Split, SplitReader, SplitSource};
 
@@ -62,6 +66,7 @@ impl UnionRead {
             exact,
         } = self;
         let table = Arc::clone(&reader.table);
+        let distributed = is_distributed(state.config());
         // A bucket with nothing tiered yet is read from its KV store.
         let (untiered_splits, splits): (Vec<UnionSplit>, Vec<UnionSplit>) = splits
             .into_iter()
@@ -78,13 +83,18 @@ impl UnionRead {
             // down, so a primary-key table's lake scan is handed them here. Pruning is an
             // optimization: a filter DataFusion cannot plan over the table's columns prunes
             // nothing and is still applied above the scan.
-            predicate: match table.has_primary_key() {
+            // A distributed read's lake scans are out of the optimizer's sight, inside
+            // its tasks: they are handed the filters too.
+            predicate: match table.has_primary_key() || distributed {
                 true => physical(state, table.schema(), pruning).ok().flatten(),
                 false => None,
             },
             lake_first: false,
         };
-        let mut plan = scan.plan(&state.task_ctx(), &splits).await?;
+        let mut plan = match distributed && !splits.is_empty() {
+            true => in_tasks(&scan, state, &splits).await?,
+            false => scan.plan(&state.task_ctx(), &splits).await?,
+        };
         let output: Vec<usize> = std::mem::take(&mut reader.output);
         if !untiered_splits.is_empty() {
             // The KV stores' rows in the read schema, filtered above with the rest.
@@ -103,6 +113,26 @@ impl UnionRead {
         let exact = physical(state, &plan.schema(), exact)?;
         filter_and_project(plan, exact, output)
     }
+}
+
+/// The read of `splits` as a [`UnionTasksExec`]: one plan per bucket, all in one task
+/// until the distributed planner deals them to more.
+async fn in_tasks(
+    scan: &UnionScan<'_>,
+    state: &dyn Session,
+    splits: &[UnionSplit],
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let context = state.task_ctx();
+    let mut buckets = Vec::with_capacity(splits.len());
+    for split in splits {
+        buckets.push(BucketRead {
+            bucket: split.bucket.clone(),
+            rows: split.lake.record_count() + split.plan.log_to.abs_diff(split.plan.log_from),
+            plan: scan.plan(&context, std::slice::from_ref(split)).await?,
+        });
+    }
+    let table = scan.table.path.to_string();
+    Ok(Arc::new(UnionTasksExec::try_new(table, buckets, 1)?))
 }
 
 /// Whether a union split has a tail but no lake snapshot below it: nothing of the

@@ -7,8 +7,10 @@
 //! | `mink sql`    | [`sql`]    | SQL statements against a node, a Flight SQL endpoint or a data directory |
 //! | `mink read`   | [`read`]   | one bucket (or every bucket) read by mode: union, log, lake, snapshot, tail |
 //! | `mink load`   | [`load`]   | a CSV, Parquet or JSON-lines file written into a table     |
+//! | `mink worker` | [`worker`] | a distributed-query worker of a server's statements       |
 
 pub(crate) mod load;
 pub(crate) mod read;
 pub(crate) mod server;
 pub(crate) mod sql;
+pub(crate) mod worker;

@@ -34,6 +34,7 @@ use mink_node::log::LogConfig;
 use mink_node::node::Failpoint;
 use mink_node::server::{ServeOptions, serve_with};
 use mink_node::{Node, NodeConfig};
+use mink_sql::distributed::{DEFAULT_ROWS_PER_TASK, Distribution};
 use mink_sql::session::{SqlRuntime, default_memory_limit, memory_pool, parse_size};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
@@ -115,6 +116,16 @@ pub(crate) struct ServerArgs {
     /// Default: half the machine's memory.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     sql_memory_limit: Option<usize>,
+    /// Run statements on these `mink worker`s (`HOST:PORT,...`) when they are worth it
+    /// (`docs/scaling.md`): the Flight SQL endpoint becomes their coordinator, and calls
+    /// them with `--sql-user`'s login. A worker that does not answer is left out until
+    /// it does.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
+    sql_workers: Vec<String>,
+    /// With `--sql-workers`: the rows of a table's read per distributed task; a statement
+    /// whose reads are all smaller runs on the server alone.
+    #[arg(long, value_name = "ROWS", default_value_t = DEFAULT_ROWS_PER_TASK, requires = "sql_workers")]
+    sql_task_rows: u64,
     /// The most connections each port (the node's, Flight SQL's, Kafka's) holds open at once. A
     /// connection beyond them is closed as soon as it is accepted (and logged), so one
     /// client cannot take the server's memory or file descriptors by opening thousands;
@@ -236,8 +247,15 @@ async fn serve_flight_sql(
 ) -> Result<FlightSqlHandle, CliError> {
     let (credentials, tls) = login(args)?;
     let storage = warehouse_storage(warehouse)?;
-    let runtime = SqlRuntime::server(pool, &storage)
+    let mut runtime = SqlRuntime::server(pool, &storage)
         .map_err(|e| CliError::Usage(format!("the SQL runtime: {e}")))?;
+    if !args.sql_workers.is_empty() {
+        let distribution =
+            Distribution::new(&args.sql_workers, credentials.as_ref(), args.sql_task_rows)
+                .map_err(|e| CliError::Usage(format!("--sql-workers: {e}")))?;
+        info!(workers = ?args.sql_workers, rows_per_task = args.sql_task_rows, "statements run on workers when worth it");
+        runtime = runtime.with_distribution(distribution);
+    }
     let config = FlightSqlConfig {
         client: MinkClient::connect_with(node_address, node_login).await?,
         storage,
@@ -372,7 +390,7 @@ fn lake_config(args: &ServerArgs) -> Result<LakeConfig, CliError> {
     .map_err(|e| CliError::Usage(e.to_string()))
 }
 
-async fn wait_for_shutdown_signal() {
+pub(crate) async fn wait_for_shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(mut terminate) => {

@@ -1,0 +1,127 @@
+//! `mink worker`: a datafusion-distributed worker that runs the stages of statements a
+//! `mink server --sql-workers` coordinator sends it (`docs/scaling.md`), until Ctrl-C or
+//! SIGTERM.
+//!
+//! Its first line on stdout is `mink worker listening on HOST:PORT`. The port is as
+//! dangerous as a shell: with `--user` (password in MINK_PASSWORD) every call must carry
+//! that login, the one of every port of the server, and the worker logs in with it to the
+//! node whose logs it reads and to the other workers; without it the worker listens on
+//! a loopback address only. Its tasks share one memory pool of `--memory-limit`; it reads
+//! lake files from `--lake-warehouse` and nothing else of the machine, and refuses plans
+//! that write.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use mink_client::{ConnectOptions, MinkClient};
+use mink_lake::LakeConfig;
+use mink_sql::distributed::worker::{WorkerConfig, worker};
+use mink_sql::session::{SqlRuntime, default_memory_limit, memory_pool, parse_size};
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+use tracing::{info, warn};
+
+use crate::commands::server::wait_for_shutdown_signal;
+use crate::commands::sql::warehouse_storage;
+use crate::embedded::{DEFAULT_DATA_DIR, LoginArgs};
+use crate::error::CliError;
+
+/// The largest plan a worker accepts in one message: 256 MiB (a plan carries its lake
+/// files' deleted positions).
+const MAX_PLAN_BYTES: usize = 256 << 20;
+
+/// Arguments of `mink worker`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct WorkerArgs {
+    /// Address the worker serves coordinators and other workers on. Without `--user` it
+    /// must be a loopback address.
+    #[arg(long)]
+    listen: String,
+    /// The node whose logs the worker's tasks read (its `--listen` address).
+    #[arg(long, default_value = "127.0.0.1:9123")]
+    node: String,
+    /// The lake's warehouse, as the server's `--lake-warehouse` (`s3://bucket/prefix`,
+    /// or the same absolute path); default: the lake of `--data-dir`.
+    #[arg(long)]
+    lake_warehouse: Option<String>,
+    /// The data directory whose lake is read when no `--lake-warehouse` is given.
+    #[arg(long, default_value = DEFAULT_DATA_DIR)]
+    data_dir: PathBuf,
+    #[command(flatten)]
+    login: LoginArgs,
+    /// The memory all the worker's tasks together may use: bytes or a size (512MiB,
+    /// 2GiB). A task that needs more fails alone. Default: half the machine's memory.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    memory_limit: Option<usize>,
+    /// The most connections the worker holds open at once.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = mink_auth::DEFAULT_MAX_CONNECTIONS,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    max_connections: usize,
+}
+
+pub(crate) async fn run(args: WorkerArgs) -> Result<(), CliError> {
+    let credentials = args.login.credentials()?;
+    let listener = TcpListener::bind(&args.listen)
+        .await
+        .map_err(CliError::io(format!("cannot listen on {}", args.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(CliError::io(format!("cannot listen on {}", args.listen)))?;
+    mink_auth::check_listen("the worker", addr, credentials.as_ref())
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let warehouse = match &args.lake_warehouse {
+        Some(warehouse) => warehouse.clone(),
+        None => {
+            LakeConfig::chosen(&args.data_dir, None, None)
+                .map_err(|e| CliError::Usage(e.to_string()))?
+                .warehouse
+        }
+    };
+    let storage = warehouse_storage(&warehouse)?;
+    let memory_limit = args.memory_limit.unwrap_or_else(default_memory_limit);
+    let runtime = SqlRuntime::server(memory_pool(memory_limit), &storage)
+        .map_err(|e| CliError::Usage(format!("the worker's runtime: {e}")))?;
+    let node_login = ConnectOptions {
+        credentials: credentials.clone(),
+        tls_ca: args.login.tls_ca()?,
+    };
+    let config = WorkerConfig {
+        runtime,
+        storage,
+        node: MinkClient::connect_with(&args.node, &node_login).await?,
+        credentials: credentials.clone(),
+    };
+    let service = worker(config)
+        .map_err(|e| CliError::Usage(format!("the worker: {e}")))?
+        .into_worker_server()
+        .max_decoding_message_size(MAX_PLAN_BYTES);
+    let auth = Arc::new(mink_auth::Auth::new(credentials));
+    let authenticated = auth.is_enabled();
+    let service = tonic::service::interceptor::InterceptedService::new(service, move |request| {
+        auth.check(request)
+    });
+    let incoming = mink_auth::limit_connections(
+        "the worker",
+        TcpListenerStream::new(listener),
+        args.max_connections,
+    );
+    println!("mink worker listening on {addr}");
+    match authenticated {
+        true => {
+            info!(%addr, node = %args.node, memory_limit, "serving as a worker; callers authenticate")
+        }
+        false => {
+            warn!(%addr, node = %args.node, memory_limit, "serving as a worker without authentication (loopback only)")
+        }
+    }
+    Server::builder()
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, wait_for_shutdown_signal())
+        .await
+        .map_err(|e| CliError::Usage(format!("the worker's port: {e}")))
+}
