@@ -46,6 +46,7 @@ mod planning;
 mod position_deletes;
 mod sql;
 mod table_changes;
+mod tpch;
 
 use std::process::ExitCode;
 
@@ -100,6 +101,9 @@ enum Bench {
     /// Kafka clients on the log: consume against Scan, produce (acks=all) against ADBC
     /// ingest, and produce -> consume latency.
     Kafka(kafka::KafkaArgs),
+    /// The 22 TPC-H queries by the server alone and distributed over 1, 2 and 4
+    /// workers in this process: the overhead of distribution.
+    Tpch(tpch::TpchArgs),
 }
 
 fn main() -> ExitCode {
@@ -144,5 +148,6 @@ async fn run(bench: Bench) -> Result<(), BenchError> {
         Bench::TableChanges(args) => table_changes::run(args).await,
         Bench::FlightSql(args) => flight_sql::run(args).await,
         Bench::Kafka(args) => kafka::run(args).await,
+        Bench::Tpch(args) => tpch::run(args).await,
     }
 }

@@ -39,6 +39,8 @@ pub const INLINE_KEY_BYTES: usize = 24;
 #[derive(Debug)]
 pub struct KeyCodec {
     columns: Vec<String>,
+    /// The key columns' fields, in encoding order.
+    key: SchemaRef,
     converter: RowConverter,
 }
 
@@ -52,8 +54,7 @@ impl KeyCodec {
                 table.path
             )));
         }
-        let converter = converter_for(table, &columns)?;
-        Ok(Self { columns, converter })
+        KeyCodec::for_columns(table.schema(), columns)
     }
 
     /// The codec of the key `columns` (in encoding order) of rows in `schema`: the codec
@@ -67,14 +68,24 @@ impl KeyCodec {
         }
         let fields = columns
             .iter()
-            .map(|c| {
-                Ok(SortField::new(
-                    schema.field_with_name(c)?.data_type().clone(),
-                ))
-            })
+            .map(|c| Ok(schema.field_with_name(c)?.clone()))
             .collect::<Result<Vec<_>>>()?;
-        let converter = RowConverter::new(fields)?;
-        Ok(Self { columns, converter })
+        let sort_fields = fields
+            .iter()
+            .map(|field| SortField::new(field.data_type().clone()))
+            .collect();
+        let converter = RowConverter::new(sort_fields)?;
+        Ok(Self {
+            columns,
+            key: Arc::new(Schema::new(fields)),
+            converter,
+        })
+    }
+
+    /// The key columns' fields, in encoding order: what [`Self::for_columns`] needs to
+    /// rebuild the codec where the rows lack the key.
+    pub fn key_schema(&self) -> &SchemaRef {
+        &self.key
     }
 
     /// The key columns, in encoding order.

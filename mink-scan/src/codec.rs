@@ -118,9 +118,14 @@ impl PhysicalExtensionCodec for MinkCodec {
                 let [lake, tail] = inputs else {
                     return Err(malformed(&"a key merge without its two inputs"));
                 };
-                // The tail carries the key columns whichever way the lake is merged.
-                let codec =
-                    KeyCodec::for_columns(&tail.schema(), merge.key_columns).map_err(external)?;
+                // Neither input carries the key when the lake is merged by positions.
+                let key = Schema::try_from(
+                    &merge
+                        .key
+                        .ok_or_else(|| malformed(&"a key merge without its key"))?,
+                )?;
+                let columns = key.fields().iter().map(|f| f.name().clone()).collect();
+                let codec = KeyCodec::for_columns(&key, columns).map_err(external)?;
                 let lake_merge = match merge.by_positions {
                     true => LakeMerge::Positions,
                     false => LakeMerge::Probe,
@@ -182,7 +187,7 @@ impl PhysicalExtensionCodec for MinkCodec {
         let any = node.as_any();
         let encoded = if let Some(merge) = any.downcast_ref::<KeyMergeExec>() {
             Node::KeyMerge(KeyMergeNode {
-                key_columns: merge.key_columns().to_vec(),
+                key: Some(protobuf::Schema::try_from(merge.key_schema().as_ref())?),
                 by_positions: merge.merge() == LakeMerge::Positions,
                 columns: merge.schema().fields().len() as u64,
             })
@@ -422,9 +427,9 @@ enum Node {
 
 #[derive(Clone, PartialEq, Message)]
 struct KeyMergeNode {
-    /// The key columns, in encoding order.
-    #[prost(string, repeated, tag = "1")]
-    key_columns: Vec<String>,
+    /// The key columns' fields, in encoding order.
+    #[prost(message, optional, tag = "1")]
+    key: Option<protobuf::Schema>,
     /// The lake rows of changed keys are left out by the scan ([`LakeMerge::Positions`]),
     /// not probed.
     #[prost(bool, tag = "2")]

@@ -133,9 +133,9 @@ impl KeyMergeExec {
         })
     }
 
-    /// The key columns, in encoding order.
-    pub fn key_columns(&self) -> &[String] {
-        self.codec.columns()
+    /// The key columns' fields, in encoding order.
+    pub fn key_schema(&self) -> &SchemaRef {
+        self.codec.key_schema()
     }
 
     /// How the lake rows of changed keys are left out.

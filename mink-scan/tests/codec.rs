@@ -24,6 +24,7 @@ use datafusion_execution::TaskContext;
 use datafusion_execution::object_store::ObjectStoreUrl;
 use datafusion_expr_common::operator::Operator;
 use datafusion_physical_expr::expressions::{BinaryExpr, Column, Literal};
+use datafusion_physical_plan::empty::EmptyExec;
 use datafusion_physical_plan::filter::FilterExec;
 use datafusion_physical_plan::{ExecutionPlan, displayable};
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
@@ -247,6 +248,40 @@ async fn a_union_plan_reads_the_same_rows_after_a_round_trip() {
             "the decoded plan ({merge:?}) reads the same rows"
         );
     }
+}
+
+#[test]
+fn a_merge_by_positions_of_columns_without_the_key_round_trips() {
+    let names = Arc::new(schema().project(&[1]).unwrap());
+    let lake = Arc::new(EmptyExec::new(Arc::clone(&names)));
+    let range = TailRange {
+        bucket: BucketId {
+            table: "default.t".into(),
+            partition: None,
+            bucket: 0,
+        },
+        from: 0,
+        to: 3,
+    };
+    let tail = LogTailExec::new(
+        Arc::new(MemoryLog),
+        vec![range],
+        vec![1],
+        names,
+        TailRows::Live,
+    );
+    let key = KeyCodec::for_columns(&schema(), vec!["id".into()]).unwrap();
+    let merge: Arc<dyn ExecutionPlan> = Arc::new(
+        KeyMergeExec::try_new(lake, Arc::new(tail), Arc::new(key), LakeMerge::Positions, 1)
+            .unwrap(),
+    );
+    let codec = MinkCodec::new(Arc::new(MemoryLog));
+    let bytes = codec.encode(Arc::clone(&merge)).unwrap();
+    let decoded = codec.decode(&bytes, &TaskContext::default()).unwrap();
+    assert_eq!(
+        displayable(decoded.as_ref()).indent(true).to_string(),
+        displayable(merge.as_ref()).indent(true).to_string(),
+    );
 }
 
 #[test]

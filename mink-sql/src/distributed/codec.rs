@@ -134,3 +134,112 @@ struct BucketReadNode {
     #[prost(message, optional, tag = "3")]
     plan: Option<PhysicalPlanNode>,
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::RecordBatch;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::physical_plan::displayable;
+    use datafusion::prelude::SessionContext;
+    use datafusion_proto::bytes::{
+        physical_plan_from_bytes_with_extension_codec, physical_plan_to_bytes_with_extension_codec,
+    };
+    use futures::stream::{self, BoxStream, StreamExt};
+    use mink_scan::tail::{LogTailExec, TailBatch, TailRange, TailRows};
+
+    use super::*;
+
+    /// A log with nothing in it: plans are only encoded and decoded here.
+    #[derive(Debug)]
+    struct NoLog;
+
+    impl LogSource for NoLog {
+        fn read(&self, _: &TailRange, _: &[u32]) -> BoxStream<'static, Result<TailBatch>> {
+            stream::empty().boxed()
+        }
+
+        fn read_live(&self, _: &TailRange, _: &[u32]) -> BoxStream<'static, Result<RecordBatch>> {
+            stream::empty().boxed()
+        }
+    }
+
+    fn bucket_read(bucket: u32) -> BucketRead {
+        let bucket = BucketId {
+            table: "db.t".into(),
+            partition: None,
+            bucket,
+        };
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let range = TailRange {
+            bucket: bucket.clone(),
+            from: 3,
+            to: 9,
+        };
+        let tail = LogTailExec::new(Arc::new(NoLog), vec![range], vec![0], schema, TailRows::Log);
+        BucketRead {
+            bucket,
+            rows: 6,
+            plan: Arc::new(tail),
+        }
+    }
+
+    fn shown(plan: &Arc<dyn ExecutionPlan>) -> String {
+        displayable(plan.as_ref()).indent(true).to_string()
+    }
+
+    #[test]
+    fn a_read_in_tasks_round_trips_with_its_buckets_plans() {
+        let buckets = (0..3).map(bucket_read).collect();
+        let read: Arc<dyn ExecutionPlan> =
+            Arc::new(UnionTasksExec::try_new("db.t".into(), buckets, 2).expect("read"));
+        assert_eq!(
+            shown(&read),
+            "UnionTasksExec: table=db.t, tasks=[t0: db.t/0 db.t/2, t1: db.t/1]\n"
+        );
+        let codec = EngineCodec::new(Arc::new(NoLog));
+        let bytes =
+            physical_plan_to_bytes_with_extension_codec(Arc::clone(&read), &codec).expect("encode");
+        let context = SessionContext::new().task_ctx();
+        let decoded = physical_plan_from_bytes_with_extension_codec(&bytes, &context, &codec)
+            .expect("decode");
+        assert_eq!(shown(&decoded), shown(&read));
+        let decoded = decoded
+            .as_any()
+            .downcast_ref::<UnionTasksExec>()
+            .expect("a read in tasks");
+        let plans: Vec<String> = decoded.buckets().iter().map(|b| shown(&b.plan)).collect();
+        let wanted: Vec<String> = read
+            .as_any()
+            .downcast_ref::<UnionTasksExec>()
+            .expect("a read in tasks")
+            .buckets()
+            .iter()
+            .map(|b| shown(&b.plan))
+            .collect();
+        assert_eq!(plans, wanted);
+    }
+
+    #[test]
+    fn bytes_that_are_no_node_are_refused() {
+        let codec = EngineCodec::new(Arc::new(NoLog));
+        let context = SessionContext::new().task_ctx();
+        let huge = UnionTasksNode {
+            table: "db.t".into(),
+            buckets: Vec::new(),
+            task_count: u64::MAX,
+        };
+        let mut too_many_tasks = vec![UNION_TASKS];
+        huge.encode(&mut too_many_tasks).expect("encode");
+        for bytes in [
+            Vec::new(),
+            vec![0xff; 9],
+            vec![UNION_TASKS, 0xff],
+            too_many_tasks,
+        ] {
+            let error = codec
+                .try_decode(&bytes, &[], &context)
+                .expect_err("not a node");
+            assert!(error.to_string().contains("does not decode"), "{error}");
+        }
+    }
+}

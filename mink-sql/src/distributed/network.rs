@@ -125,15 +125,19 @@ impl Workers {
     pub fn configured(&self) -> &[Url] {
         &self.configured
     }
+
+    /// The workers that answered their last probe.
+    pub fn live(&self) -> Vec<Url> {
+        self.live
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl WorkerResolver for Workers {
     fn get_urls(&self) -> Result<Vec<Url>> {
-        Ok(self
-            .live
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone())
+        Ok(self.live())
     }
 }
 

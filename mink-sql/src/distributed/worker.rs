@@ -9,6 +9,7 @@
 
 use std::any::Any;
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -19,11 +20,16 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
 use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext};
-use mink_auth::Credentials;
+use mink_auth::{Auth, Credentials};
 use mink_client::MinkClient;
 use mink_lake::storage::LakeStorage;
 use mink_scan::lake_scan::register_lake_store;
 use mink_scan::tail::LogSource;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Server;
 
 use super::codec::EngineCodec;
 use super::network::LoginChannels;
@@ -43,7 +49,7 @@ pub struct WorkerConfig {
     pub credentials: Option<Credentials>,
 }
 
-/// The worker service (see the module docs); serve it behind the login check.
+/// The worker service (see the module docs); [`serve`] serves it behind the login check.
 ///
 /// # Errors
 /// The lake's store could not be opened; the credentials do not fit in a header.
@@ -72,6 +78,45 @@ pub fn worker(config: WorkerConfig) -> Result<Worker> {
         .with_version(env!("CARGO_PKG_VERSION"));
     worker.add_on_plan_hook(refuse_writes);
     Ok(worker)
+}
+
+/// The largest plan a worker accepts in one message: 256 MiB (a plan carries its lake
+/// files' deleted positions).
+pub const MAX_PLAN_BYTES: usize = 256 << 20;
+
+/// Serves the worker of `config` on `listener` until `shutdown` completes: every call
+/// must carry `config`'s login (any call is accepted without one, so the address must
+/// then be a loopback one), at most `max_connections` connections at once.
+///
+/// # Errors
+/// [`worker`]'s; the address is not a loopback one and there is no login.
+pub fn serve(
+    config: WorkerConfig,
+    listener: TcpListener,
+    max_connections: usize,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<impl Future<Output = Result<()>>> {
+    let addr = listener.local_addr()?;
+    mink_auth::check_listen("the worker", addr, config.credentials.as_ref())
+        .map_err(|e| DataFusionError::Configuration(e.to_string()))?;
+    let auth = Arc::new(Auth::new(config.credentials.clone()));
+    let service = worker(config)?
+        .into_worker_server()
+        .max_decoding_message_size(MAX_PLAN_BYTES);
+    let service = InterceptedService::new(service, move |request| auth.check(request));
+    let incoming = mink_auth::limit_connections(
+        "the worker",
+        TcpListenerStream::new(listener),
+        max_connections,
+    );
+    let serving = Server::builder()
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, shutdown);
+    Ok(async move {
+        serving
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))
+    })
 }
 
 /// `plan`, or a plan of the same shape that fails with a clear error when it writes.
@@ -137,5 +182,42 @@ impl ExecutionPlan for RefusedExec {
         Err(DataFusionError::Plan(
             "a mink worker only reads: this stage writes".into(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::datasource::MemTable;
+    use datafusion::prelude::SessionContext;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn plans_that_write_are_refused_and_reads_kept() {
+        let context = SessionContext::new();
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
+        let table = MemTable::try_new(schema, vec![vec![]]).expect("table");
+        context
+            .register_table("m", Arc::new(table))
+            .expect("register");
+        let plan = |sql: &'static str| {
+            let context = context.clone();
+            async move {
+                let frame = context.sql(sql).await.expect("plans");
+                frame.create_physical_plan().await.expect("physical plan")
+            }
+        };
+
+        let read = plan("SELECT x FROM m").await;
+        assert!(Arc::ptr_eq(&refuse_writes(Arc::clone(&read)), &read));
+
+        let refused = refuse_writes(plan("INSERT INTO m VALUES (1)").await);
+        assert_eq!(refused.name(), "RefusedExec");
+        let error = refused
+            .execute(0, context.task_ctx())
+            .err()
+            .expect("refused");
+        assert!(error.to_string().contains("only reads"), "{error}");
     }
 }

@@ -11,25 +11,18 @@
 //! that write.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use mink_client::{ConnectOptions, MinkClient};
 use mink_lake::LakeConfig;
-use mink_sql::distributed::worker::{WorkerConfig, worker};
+use mink_sql::distributed::worker::{WorkerConfig, serve};
 use mink_sql::session::{SqlRuntime, default_memory_limit, memory_pool, parse_size};
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::Server;
 use tracing::{info, warn};
 
 use crate::commands::server::wait_for_shutdown_signal;
 use crate::commands::sql::warehouse_storage;
 use crate::embedded::{DEFAULT_DATA_DIR, LoginArgs};
 use crate::error::CliError;
-
-/// The largest plan a worker accepts in one message: 256 MiB (a plan carries its lake
-/// files' deleted positions).
-const MAX_PLAN_BYTES: usize = 256 << 20;
 
 /// Arguments of `mink worker`.
 #[derive(Debug, clap::Args)]
@@ -90,26 +83,20 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), CliError> {
         credentials: credentials.clone(),
         tls_ca: args.login.tls_ca()?,
     };
+    let authenticated = credentials.is_some();
     let config = WorkerConfig {
         runtime,
         storage,
         node: MinkClient::connect_with(&args.node, &node_login).await?,
-        credentials: credentials.clone(),
+        credentials,
     };
-    let service = worker(config)
-        .map_err(|e| CliError::Usage(format!("the worker: {e}")))?
-        .into_worker_server()
-        .max_decoding_message_size(MAX_PLAN_BYTES);
-    let auth = Arc::new(mink_auth::Auth::new(credentials));
-    let authenticated = auth.is_enabled();
-    let service = tonic::service::interceptor::InterceptedService::new(service, move |request| {
-        auth.check(request)
-    });
-    let incoming = mink_auth::limit_connections(
-        "the worker",
-        TcpListenerStream::new(listener),
+    let serving = serve(
+        config,
+        listener,
         args.max_connections,
-    );
+        wait_for_shutdown_signal(),
+    )
+    .map_err(|e| CliError::Usage(format!("the worker: {e}")))?;
     println!("mink worker listening on {addr}");
     match authenticated {
         true => {
@@ -119,9 +106,7 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), CliError> {
             warn!(%addr, node = %args.node, memory_limit, "serving as a worker without authentication (loopback only)")
         }
     }
-    Server::builder()
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming, wait_for_shutdown_signal())
+    serving
         .await
         .map_err(|e| CliError::Usage(format!("the worker's port: {e}")))
 }

@@ -148,6 +148,53 @@ impl Drop for ServerProcess {
     }
 }
 
+/// A `mink worker` process.
+pub(crate) struct WorkerProcess {
+    child: Child,
+    /// The address it listens on.
+    pub(crate) addr: String,
+}
+
+impl WorkerProcess {
+    /// Starts `mink worker` with `args` and `env` (no login but what `env` gives) and
+    /// waits for its `listening on` line.
+    pub(crate) fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mink"))
+            .arg("worker")
+            .args(args)
+            .env_remove("MINK_PASSWORD")
+            .env_remove("MINK_SQL_PASSWORD")
+            .envs(env.iter().copied())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start mink worker");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read a line");
+        let addr = line
+            .trim()
+            .strip_prefix("mink worker listening on ")
+            .unwrap_or_else(|| panic!("expected the worker's address, got {line:?}"))
+            .to_string();
+        std::thread::spawn(move || for _ in stdout.lines() {});
+        Self { child, addr }
+    }
+
+    /// `kill -9`.
+    pub(crate) fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reap");
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Runs `mink server --listen 127.0.0.1:0 --sql-listen 127.0.0.1:0` over `data_dir` with
 /// `args`, for a start that must fail: `(success, stdout, stderr)` once it exits.
 pub(crate) fn run_server(

@@ -4,7 +4,7 @@
 //!
 //! # Setup
 //!
-//! The rows come from `tpchgen` (dbgen's algorithm) at [`SCALE_FACTOR`] and are written
+//! The rows come from `mink_tpch` (`tpchgen`, dbgen's algorithm) at [`SCALE_FACTOR`] and are written
 //! through the real client; tables are created, tiered, updated and deleted from through
 //! SQL (tiering only by `CALL system.tier`: the tiering service's interval is an hour),
 //! so each query reads a different mix:
@@ -32,20 +32,23 @@
 //! of exact sums, so those are identical too.) Each result must have the same column
 //! names and types; rows are compared as sorted lists (ordering is DataFusion's work
 //! above the scans, and several queries' ORDER BY leaves ties). The queries
-//! (`tests/tpch/qN.sql`) use the specification's validation parameters; Q15's view is a
+//! (`mink-tpch/queries/qN.sql`) use the specification's validation parameters; Q15's view is a
 //! CTE.
+//!
+//! Every query runs on the server alone and again on two in-process workers
+//! (`mink_sql::distributed`), each table's read cut into a task per bucket; both must
+//! match, and every query that does not read `region` (read from its KV stores, which
+//! only the server reads) must have run distributed.
 //!
 //! Every UPDATE and DELETE must answer the count of rows its filter matches in the
 //! expected rows, and each tiered table's `t$lake` the rows its last tiering round saw.
 
-mod data;
 mod expected;
 
 use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
-use arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::prelude::SessionContext;
 use mink_client::MinkClient;
 use mink_core::table::{TableDescriptor, TablePath};
@@ -53,8 +56,11 @@ use mink_sql::session::MinkSession;
 
 use crate::sql_reads::{count, query, session};
 use crate::support::TestNode;
-use data::{CUSTOMER, LINEITEM, NATION, ORDERS, PART, PARTSUPP, REGION, SUPPLIER, TpchTable};
+use crate::workers::TestWorkers;
 use expected::Expected;
+use mink_tpch::{
+    CUSTOMER, LINEITEM, NATION, ORDERS, PART, PARTSUPP, REGION, SUPPLIER, TpchTable, sorted_rows,
+};
 
 /// About 300,000 line items: every query answers rows (Q18 needs an order of over 300
 /// items).
@@ -237,8 +243,12 @@ async fn tpch_queries_over_mink_match_plain_parquet() {
     }
     let parquet_dir = tempfile::tempdir().expect("temp dir");
     let plain = expected.into_parquet(parquet_dir.path()).await;
+    // The same statements on two workers, every read worth a task per bucket.
+    let workers = TestWorkers::start(2, &node.client).await;
+    let distributed = workers.session(&node.client, 1).await;
 
     let mut failures = Vec::new();
+    let mut ran_distributed = Vec::new();
     for number in 1..=22 {
         if let Some((_, reason)) = SKIPPED.iter().find(|(n, _)| *n == number) {
             eprintln!("Q{number} skipped: {reason}");
@@ -247,8 +257,29 @@ async fn tpch_queries_over_mink_match_plain_parquet() {
         if let Err(failure) = check_query(&session, &plain, number).await {
             failures.push(format!("Q{number}: {failure}"));
         }
+        if let Err(failure) = check_query(&distributed, &plain, number).await {
+            failures.push(format!("Q{number} on two workers: {failure}"));
+        }
+        if runs_distributed(&distributed, number).await {
+            ran_distributed.push(number);
+        }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    eprintln!("distributed over two workers: {ran_distributed:?}");
+    // Only the queries that read `region` (a primary-key table nothing was tiered from:
+    // KV snapshots, which only the server reads) stay on the server.
+    let local: Vec<usize> = (1..=22).filter(|q| !ran_distributed.contains(q)).collect();
+    assert_eq!(local, [2, 5, 8], "queries that did not run distributed");
+}
+
+/// Whether query `number`'s plan in `session` runs on workers.
+async fn runs_distributed(session: &MinkSession, number: usize) -> bool {
+    let sql = mink_tpch::query(number);
+    let plan = query(session, &format!("EXPLAIN {sql}")).await;
+    let plan = arrow::util::pretty::pretty_format_batches(&plan)
+        .expect("plan")
+        .to_string();
+    plan.contains("DistributedExec")
 }
 
 /// Creates a table through SQL and plays its history on mink and on the expected rows;
@@ -345,15 +376,14 @@ async fn check_query(
     plain: &SessionContext,
     number: usize,
 ) -> Result<(), String> {
-    let path = format!("{}/tests/tpch/q{number}.sql", env!("CARGO_MANIFEST_DIR"));
-    let sql = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let actual = match session.sql(&sql).await {
+    let sql = mink_tpch::query(number);
+    let actual = match session.sql(sql).await {
         Ok(frame) => frame.collect().await,
         Err(error) => Err(error),
     }
     .map_err(|e| format!("mink failed: {e}"))?;
     let wanted = plain
-        .sql(&sql)
+        .sql(sql)
         .await
         .expect("plain DataFusion plans")
         .collect()
@@ -366,7 +396,10 @@ async fn check_query(
             columns(&wanted)
         ));
     }
-    let (actual, wanted) = (sorted_rows(&actual), sorted_rows(&wanted));
+    let (actual, wanted) = (
+        sorted_rows(&actual).expect("format"),
+        sorted_rows(&wanted).expect("format"),
+    );
     if actual != wanted {
         return Err(row_difference(&actual, &wanted));
     }
@@ -384,28 +417,6 @@ fn columns(batches: &[RecordBatch]) -> Vec<String> {
             .map(|f| format!("{}: {}", f.name(), f.data_type()))
             .collect()
     })
-}
-
-/// Every row rendered as text (decimals and dates render exactly), sorted.
-fn sorted_rows(batches: &[RecordBatch]) -> Vec<String> {
-    let options = FormatOptions::default().with_null("NULL");
-    let mut rows = Vec::new();
-    for batch in batches {
-        let formatters: Vec<_> = batch
-            .columns()
-            .iter()
-            .map(|column| ArrayFormatter::try_new(column.as_ref(), &options).expect("format"))
-            .collect();
-        for row in 0..batch.num_rows() {
-            let cells: Vec<String> = formatters
-                .iter()
-                .map(|f| f.value(row).to_string())
-                .collect();
-            rows.push(cells.join(" | "));
-        }
-    }
-    rows.sort();
-    rows
 }
 
 /// The rows only one side has (a few of each).

@@ -26,26 +26,27 @@ use tpchgen::generators::{
 
 /// A TPC-H table: its name, its columns as a `CREATE TABLE` column list, and a generator
 /// of its rows at a scale factor, as columns in the order of that list.
-pub(super) struct TpchTable {
-    pub(super) name: &'static str,
-    pub(super) columns: &'static str,
-    pub(super) generate: fn(f64) -> Vec<ArrayRef>,
+#[derive(Debug, Clone, Copy)]
+pub struct TpchTable {
+    pub name: &'static str,
+    pub columns: &'static str,
+    pub generate: fn(f64) -> Vec<ArrayRef>,
 }
 
-pub(super) const REGION: TpchTable = TpchTable {
+pub const REGION: TpchTable = TpchTable {
     name: "region",
     columns: "r_regionkey BIGINT NOT NULL, r_name VARCHAR NOT NULL, r_comment VARCHAR NOT NULL",
     generate: region,
 };
 
-pub(super) const NATION: TpchTable = TpchTable {
+pub const NATION: TpchTable = TpchTable {
     name: "nation",
     columns: "n_nationkey BIGINT NOT NULL, n_name VARCHAR NOT NULL, \
               n_regionkey BIGINT NOT NULL, n_comment VARCHAR NOT NULL",
     generate: nation,
 };
 
-pub(super) const SUPPLIER: TpchTable = TpchTable {
+pub const SUPPLIER: TpchTable = TpchTable {
     name: "supplier",
     columns: "s_suppkey BIGINT NOT NULL, s_name VARCHAR NOT NULL, s_address VARCHAR NOT NULL, \
               s_nationkey BIGINT NOT NULL, s_phone VARCHAR NOT NULL, \
@@ -53,7 +54,7 @@ pub(super) const SUPPLIER: TpchTable = TpchTable {
     generate: supplier,
 };
 
-pub(super) const CUSTOMER: TpchTable = TpchTable {
+pub const CUSTOMER: TpchTable = TpchTable {
     name: "customer",
     columns: "c_custkey BIGINT NOT NULL, c_name VARCHAR NOT NULL, c_address VARCHAR NOT NULL, \
               c_nationkey BIGINT NOT NULL, c_phone VARCHAR NOT NULL, \
@@ -62,7 +63,7 @@ pub(super) const CUSTOMER: TpchTable = TpchTable {
     generate: customer,
 };
 
-pub(super) const PART: TpchTable = TpchTable {
+pub const PART: TpchTable = TpchTable {
     name: "part",
     columns: "p_partkey BIGINT NOT NULL, p_name VARCHAR NOT NULL, p_mfgr VARCHAR NOT NULL, \
               p_brand VARCHAR NOT NULL, p_type VARCHAR NOT NULL, p_size INT NOT NULL, \
@@ -71,7 +72,7 @@ pub(super) const PART: TpchTable = TpchTable {
     generate: part,
 };
 
-pub(super) const PARTSUPP: TpchTable = TpchTable {
+pub const PARTSUPP: TpchTable = TpchTable {
     name: "partsupp",
     columns: "ps_partkey BIGINT NOT NULL, ps_suppkey BIGINT NOT NULL, \
               ps_availqty INT NOT NULL, ps_supplycost DECIMAL(15, 2) NOT NULL, \
@@ -79,7 +80,7 @@ pub(super) const PARTSUPP: TpchTable = TpchTable {
     generate: partsupp,
 };
 
-pub(super) const ORDERS: TpchTable = TpchTable {
+pub const ORDERS: TpchTable = TpchTable {
     name: "orders",
     columns: "o_orderkey BIGINT NOT NULL, o_custkey BIGINT NOT NULL, \
               o_orderstatus VARCHAR NOT NULL, o_totalprice DECIMAL(15, 2) NOT NULL, \
@@ -89,7 +90,7 @@ pub(super) const ORDERS: TpchTable = TpchTable {
     generate: orders,
 };
 
-pub(super) const LINEITEM: TpchTable = TpchTable {
+pub const LINEITEM: TpchTable = TpchTable {
     name: "lineitem",
     columns: "l_orderkey BIGINT NOT NULL, l_partkey BIGINT NOT NULL, \
               l_suppkey BIGINT NOT NULL, l_linenumber INT NOT NULL, \
