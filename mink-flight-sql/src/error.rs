@@ -11,6 +11,7 @@
 //! | a feature mink does not have                      | `Unimplemented`    |
 //! | an error of the node, with the node's own code    | the node's code    |
 //! | the node or the lake's object store cannot be reached | `Unavailable`  |
+//! | a SQL worker cannot be reached or is lost during the statement (named in the message) | `Unavailable` |
 //! | Arrow data of the node or lake the server cannot read | `Internal`    |
 //! | memory or disk exhausted (a statement over the server's SQL memory pool: DataFusion's `ResourcesExhausted`, however deeply wrapped) | `ResourceExhausted`|
 //! | anything else (I/O, internal errors)              | `Internal`         |
@@ -19,6 +20,7 @@ use arrow::error::ArrowError;
 use arrow_flight::error::FlightError;
 use datafusion::error::DataFusionError;
 use mink_client::ClientError;
+use mink_sql::distributed::is_worker_unavailable;
 use tonic::{Code, Status};
 
 /// Longest error message sent to a client; longer ones are cut (plans can be huge).
@@ -26,7 +28,10 @@ const MAX_MESSAGE_CHARS: usize = 4096;
 
 /// The status a failed statement answers.
 pub(crate) fn status(error: DataFusionError) -> Status {
-    let code = code(&error);
+    let code = match is_worker_unavailable(&error) {
+        true => Code::Unavailable,
+        false => code(&error),
+    };
     Status::new(code, bounded(error.to_string()))
 }
 
@@ -222,6 +227,17 @@ mod tests {
         let collected =
             DataFusionError::Collection(vec![exhausted(), DataFusionError::Internal("x".into())]);
         assert_eq!(code(&collected), Code::ResourceExhausted);
+    }
+
+    #[test]
+    fn a_lost_sql_worker_is_unavailable() {
+        // As datafusion-distributed reports a plan it could not send.
+        let error = DataFusionError::Execution(
+            "Error sending plan to worker http://10.0.0.7:9125/: status: Unavailable, \
+             message: \"SQL worker unavailable: http://10.0.0.7:9125/ cannot be reached\""
+                .into(),
+        );
+        assert_eq!(status(error).code(), Code::Unavailable);
     }
 
     #[test]

@@ -43,7 +43,7 @@ use mink_scan::tail::LogSource;
 use url::Url;
 
 pub use codec::EngineCodec;
-pub use network::{LoginChannels, Workers};
+pub use network::{LoginChannels, Workers, is_worker_unavailable};
 pub use rule::DistributeWhenShippable;
 pub use tasks::{UnionTaskEstimator, UnionTasksExec};
 

@@ -3,9 +3,14 @@
 //! [`LoginChannels`], gRPC channels to workers whose every call carries the login
 //! (its `ChannelResolver`, for the coordinator and for workers reading each other's
 //! stages).
+//!
+//! A call that cannot reach its worker, or whose answer breaks off (the worker died),
+//! fails with `UNAVAILABLE` naming the worker, and the worker is left out of the queries
+//! planned after it until it answers a probe again.
 
-use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use datafusion::error::{DataFusionError, Result};
@@ -14,7 +19,9 @@ use datafusion_distributed::{
     WorkerResolver, WorkerServiceClient, create_worker_client,
 };
 use http::HeaderValue;
+use http_body_util::BodyExt;
 use mink_auth::Credentials;
+use tonic::Status;
 use tonic::body::Body;
 use tower::ServiceBuilder;
 use url::Url;
@@ -30,6 +37,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct LoginChannels {
     channels: DefaultChannelResolver,
     authorization: Option<HeaderValue>,
+    unreachable: Unreachable,
 }
 
 impl std::fmt::Debug for LoginChannels {
@@ -57,6 +65,7 @@ impl LoginChannels {
         Ok(Self {
             channels: DefaultChannelResolver::default(),
             authorization,
+            unreachable: Unreachable::default(),
         })
     }
 }
@@ -68,17 +77,84 @@ impl ChannelResolver for LoginChannels {
         url: &Url,
     ) -> Result<WorkerServiceClient<BoxCloneSyncChannel>> {
         let channel = self.channels.get_channel(url).await?;
-        let Some(authorization) = self.authorization.clone() else {
-            return Ok(create_worker_client(channel));
-        };
-        let with_login = ServiceBuilder::new()
+        let authorization = self.authorization.clone();
+        let (worker, unreachable) = (url.clone(), self.unreachable.clone());
+        let channel = ServiceBuilder::new()
             .map_request(move |mut request: http::Request<Body>| {
-                let headers = request.headers_mut();
-                headers.insert(http::header::AUTHORIZATION, authorization.clone());
+                if let Some(authorization) = &authorization {
+                    let headers = request.headers_mut();
+                    headers.insert(http::header::AUTHORIZATION, authorization.clone());
+                }
                 request
             })
+            .map_result(move |answer| Ok(unreachable.naming(&worker, answer)))
             .service(channel);
-        Ok(create_worker_client(BoxCloneSyncChannel::new(with_login)))
+        Ok(create_worker_client(BoxCloneSyncChannel::new(channel)))
+    }
+}
+
+/// What the message of a call to a worker that cannot be reached or was lost starts with.
+const WORKER_UNAVAILABLE: &str = "SQL worker unavailable: ";
+
+/// The status of a call to `worker` that failed with `error`, as `what` says.
+fn unavailable(worker: &Url, what: &str, error: &dyn std::fmt::Display) -> Status {
+    Status::unavailable(format!("{WORKER_UNAVAILABLE}{worker} {what}: {error}"))
+}
+
+/// Whether `error` is, or was caused by, a worker that could not be reached or was lost
+/// during the statement (whichever way datafusion-distributed relayed it: a worker's
+/// status, or the text of a plan that could not be sent): the statement may succeed
+/// once the worker is left out.
+pub fn is_worker_unavailable(error: &DataFusionError) -> bool {
+    error.to_string().contains(WORKER_UNAVAILABLE)
+}
+
+/// The workers calls failed to reach, each with when it last failed: left out of the
+/// queries planned until a probe sent after that answers.
+#[derive(Debug, Clone, Default)]
+struct Unreachable(Arc<Mutex<HashMap<Url, Instant>>>);
+
+impl Unreachable {
+    /// `worker`'s answer, its body's failure (the worker died while answering) turned
+    /// into `UNAVAILABLE` naming it; or, when it could not be reached, an answer of that
+    /// status. Either failure marks the worker unreachable.
+    fn naming(
+        &self,
+        worker: &Url,
+        answer: Result<http::Response<Body>, tonic::transport::Error>,
+    ) -> http::Response<Body> {
+        let response = match answer {
+            Ok(response) => response,
+            Err(error) => {
+                self.mark(worker);
+                return unavailable(worker, "cannot be reached", &error).into_http();
+            }
+        };
+        let (worker, unreachable) = (worker.clone(), self.clone());
+        response.map(|body| {
+            Body::new(body.map_err(move |error| {
+                unreachable.mark(&worker);
+                unavailable(&worker, "was lost", &error)
+            }))
+        })
+    }
+
+    fn mark(&self, worker: &Url) {
+        let mut failed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        failed.insert(worker.clone(), Instant::now());
+    }
+
+    /// `worker` answered a probe sent at `asked`: failures before it are forgotten.
+    fn answered(&self, worker: &Url, asked: Instant) {
+        let mut failed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if failed.get(worker).is_some_and(|&at| at < asked) {
+            failed.remove(worker);
+        }
+    }
+
+    fn contains(&self, worker: &Url) -> bool {
+        let failed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        failed.contains_key(worker)
     }
 }
 
@@ -89,6 +165,7 @@ impl ChannelResolver for LoginChannels {
 pub struct Workers {
     configured: Arc<[Url]>,
     live: Arc<RwLock<Vec<Url>>>,
+    unreachable: Unreachable,
 }
 
 impl Workers {
@@ -99,6 +176,7 @@ impl Workers {
         let workers = Self {
             configured: configured.into(),
             live: Arc::default(),
+            unreachable: channels.unreachable.clone(),
         };
         let weak = Arc::downgrade(&workers.live);
         let configured = Arc::clone(&workers.configured);
@@ -106,7 +184,9 @@ impl Workers {
             loop {
                 let mut live = Vec::new();
                 for url in configured.iter() {
+                    let asked = Instant::now();
                     if answers(&channels, url).await {
+                        channels.unreachable.answered(url, asked);
                         live.push(url.clone());
                     }
                 }
@@ -126,12 +206,15 @@ impl Workers {
         &self.configured
     }
 
-    /// The workers that answered their last probe.
+    /// The workers that answered their last probe and no call failed to reach since.
     pub fn live(&self) -> Vec<Url> {
-        self.live
+        let mut live = self
+            .live
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .clone();
+        live.retain(|worker| !self.unreachable.contains(worker));
+        live
     }
 }
 

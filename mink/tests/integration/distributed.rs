@@ -1,7 +1,8 @@
 //! `mink server --sql-workers` with real `mink worker` processes, all with a login:
 //! statements run on the workers once they answer (started after the server), agree with
 //! a model of the rows written, go on without a worker killed, and a worker's port
-//! demands the login and survives bad plans.
+//! demands the login and survives bad plans. In process: a worker lost under a statement
+//! fails it with `UNAVAILABLE` naming the worker, and the next runs on the rest.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,7 +16,14 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 use tonic_prost::ProstCodec;
 
+use datafusion::physical_plan::{collect, displayable};
+use mink_sql::distributed::is_worker_unavailable;
+use mink_tpch::sorted_rows;
+
+use crate::pk_support::{Cells, Key, lake_rows, pk_lake_table};
 use crate::process::{ServerProcess, WorkerProcess, run_mink_with};
+use crate::support::TestNode;
+use crate::workers::TestWorkers;
 
 const USER: &str = "analyst";
 const PASSWORD: &str = "s3cret";
@@ -377,4 +385,74 @@ async fn a_workers_port_demands_the_login_and_survives_bad_plans() {
 /// Standard base64, padded.
 fn base64_of(text: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+/// A worker that stops after a statement is planned and before its stages are sent: the
+/// statement fails naming it, and the next statement runs on the other worker at once
+/// (before any probe notices).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_lost_under_a_statement_is_named_and_left_out() {
+    let node = TestNode::start().await;
+    let client = &node.client;
+    let table = client
+        .create_table(&pk_lake_table("lost", 4), false)
+        .await
+        .expect("create");
+    let rows: Vec<(Key, Cells)> = (0..400)
+        .map(|id| {
+            (
+                ("2024-01-01".into(), id, 0),
+                (Some("v".into()), Some(id % 7)),
+            )
+        })
+        .collect();
+    client
+        .write(&table, &lake_rows(&table, &rows))
+        .await
+        .expect("write");
+    client.tier(&table.path).await.expect("tier");
+    let mut workers = TestWorkers::start(2, client).await;
+    let session = workers.session(client, 1).await;
+    let groups = "SELECT n, count(*) AS c FROM test.lost GROUP BY n ORDER BY n";
+    let want: Vec<String> = (0..7)
+        .map(|n| {
+            format!(
+                "{n} | {}",
+                rows.iter().filter(|(_, (_, m))| *m == Some(n)).count()
+            )
+        })
+        .collect();
+
+    let frame = session.sql(groups).await.expect("plan");
+    let (state, logical) = frame.into_parts();
+    let plan = state
+        .create_physical_plan(&logical)
+        .await
+        .expect("physical plan");
+    assert!(
+        displayable(plan.as_ref())
+            .indent(true)
+            .to_string()
+            .contains("DistributedExec"),
+        "the statement runs on the workers"
+    );
+    workers.stop(0).await;
+    let lost = &workers.addrs[0];
+    let error = collect(plan, state.task_ctx())
+        .await
+        .expect_err("a task of the stopped worker");
+    assert!(is_worker_unavailable(&error), "{error}");
+    assert!(
+        error.to_string().contains(lost.as_str()),
+        "{lost} named: {error}"
+    );
+
+    let answer = session
+        .sql(groups)
+        .await
+        .expect("plan")
+        .collect()
+        .await
+        .expect("the next statement, on the other worker");
+    assert_eq!(sorted_rows(&answer).expect("rows"), want);
 }

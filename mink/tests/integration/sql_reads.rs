@@ -18,6 +18,7 @@ use crate::pk_support::{
     Cells, Key, State, delete_some_keys, lake_rows, lake_values, pk_lake_table,
 };
 use crate::support::{TestNode, seed};
+use crate::workers::TestWorkers;
 
 const STEPS: usize = 40;
 
@@ -98,6 +99,9 @@ async fn random_histories_through_sql_match_the_model() {
         .expect("create");
     let mut model = State::new();
     let session = session(client).await;
+    // Every read is run on the server and again on three workers.
+    let workers = TestWorkers::start(3, client).await;
+    let distributed = workers.session(client, 1).await;
     for step in 0..STEPS {
         match rng.random_range(0..14) {
             0..=2 => {
@@ -168,79 +172,87 @@ async fn random_histories_through_sql_match_the_model() {
                 client.compact(&table.path).await.expect("compact");
             }
         }
-        let all: Vec<(Key, Cells)> = model.clone().into_iter().collect();
-        let context = format!("seed {seed} step {step}");
-        assert_eq!(
-            rows(&query(&session, "SELECT * FROM test.sql").await),
-            all,
-            "{context}: every row"
-        );
-        let low: Vec<_> = all
-            .iter()
-            .filter(|(_, (_, n))| n.is_some_and(|n| n < 50))
-            .cloned()
-            .collect();
-        assert_eq!(
-            rows(&query(&session, "SELECT * FROM test.sql WHERE n < 50").await),
-            low,
-            "{context}: n < 50 (pushed down, exact)"
-        );
-        let named: Vec<_> = all
-            .iter()
-            .filter(|((dt, _, _), (v, n))| {
-                dt == "2024-01-02" && v.is_some() && n.is_some_and(|n| n >= 50)
-            })
-            .cloned()
-            .collect();
-        assert_eq!(
-            rows(
-                &query(
-                    &session,
-                    "SELECT dt, id, seq, v, n FROM test.sql \
-                     WHERE dt = '2024-01-02' AND v IS NOT NULL AND 50 <= n",
-                )
-                .await
-            ),
-            named,
-            "{context}: a partition, a null check and a flipped comparison"
-        );
         let key = random_key(&mut rng);
-        let (dt, id, seq) = &key;
-        let point = model.get(&key).map(|cells| (key.clone(), cells.clone()));
-        let sql = format!("SELECT * FROM test.sql WHERE dt = '{dt}' AND id = {id} AND seq = {seq}");
-        assert_eq!(
-            rows(&query(&session, &sql).await),
-            Vec::from_iter(point),
-            "{context}: {sql} (a lookup)"
-        );
         let limit = rng.random_range(1..30);
-        let sql = format!("SELECT * FROM test.sql LIMIT {limit}");
-        let limited = rows(&query(&session, &sql).await);
-        assert_eq!(limited.len(), all.len().min(limit), "{context}: {sql}");
-        assert!(
-            limited.iter().all(|row| all.contains(row)),
-            "{context}: {sql} returned a row that is not current: {limited:?}"
-        );
-        let counted = query(
-            &session,
-            "SELECT count(*) AS c FROM test.sql WHERE length(v) = 2 OR v IS NULL",
-        )
-        .await;
-        let expected = all
-            .iter()
-            .filter(|(_, (v, _))| v.as_ref().is_none_or(|v| v.len() == 2))
-            .count();
-        let counted = counted[0]
-            .column(0)
-            .as_any()
-            .downcast_ref::<arrow::array::Int64Array>()
-            .expect("count")
-            .value(0);
-        assert_eq!(
-            counted as usize, expected,
-            "{context}: a filter left to DataFusion"
-        );
+        for (reader, on) in [(&session, "the server"), (&distributed, "3 workers")] {
+            let context = format!("seed {seed} step {step} on {on}");
+            check_reads(reader, &model, &key, limit, &context).await;
+        }
     }
+}
+
+/// The reads of `model`'s rows through `session`: every row, filters pushed down and
+/// left to DataFusion, a lookup of `key`, a `LIMIT limit`.
+async fn check_reads(session: &MinkSession, model: &State, key: &Key, limit: usize, context: &str) {
+    let all: Vec<(Key, Cells)> = model.clone().into_iter().collect();
+    assert_eq!(
+        rows(&query(session, "SELECT * FROM test.sql").await),
+        all,
+        "{context}: every row"
+    );
+    let low: Vec<_> = all
+        .iter()
+        .filter(|(_, (_, n))| n.is_some_and(|n| n < 50))
+        .cloned()
+        .collect();
+    assert_eq!(
+        rows(&query(session, "SELECT * FROM test.sql WHERE n < 50").await),
+        low,
+        "{context}: n < 50 (pushed down, exact)"
+    );
+    let named: Vec<_> = all
+        .iter()
+        .filter(|((dt, _, _), (v, n))| {
+            dt == "2024-01-02" && v.is_some() && n.is_some_and(|n| n >= 50)
+        })
+        .cloned()
+        .collect();
+    assert_eq!(
+        rows(
+            &query(
+                session,
+                "SELECT dt, id, seq, v, n FROM test.sql \
+                     WHERE dt = '2024-01-02' AND v IS NOT NULL AND 50 <= n",
+            )
+            .await
+        ),
+        named,
+        "{context}: a partition, a null check and a flipped comparison"
+    );
+    let (dt, id, seq) = key;
+    let point = model.get(key).map(|cells| (key.clone(), cells.clone()));
+    let sql = format!("SELECT * FROM test.sql WHERE dt = '{dt}' AND id = {id} AND seq = {seq}");
+    assert_eq!(
+        rows(&query(session, &sql).await),
+        Vec::from_iter(point),
+        "{context}: {sql} (a lookup)"
+    );
+    let sql = format!("SELECT * FROM test.sql LIMIT {limit}");
+    let limited = rows(&query(session, &sql).await);
+    assert_eq!(limited.len(), all.len().min(limit), "{context}: {sql}");
+    assert!(
+        limited.iter().all(|row| all.contains(row)),
+        "{context}: {sql} returned a row that is not current: {limited:?}"
+    );
+    let counted = query(
+        session,
+        "SELECT count(*) AS c FROM test.sql WHERE length(v) = 2 OR v IS NULL",
+    )
+    .await;
+    let expected = all
+        .iter()
+        .filter(|(_, (v, _))| v.as_ref().is_none_or(|v| v.len() == 2))
+        .count();
+    let counted = counted[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::Int64Array>()
+        .expect("count")
+        .value(0);
+    assert_eq!(
+        counted as usize, expected,
+        "{context}: a filter left to DataFusion"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

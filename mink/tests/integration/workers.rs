@@ -12,6 +12,7 @@ use mink_sql::distributed::worker::{WorkerConfig, serve};
 use mink_sql::session::{SqlRuntime, memory_pool};
 use object_store::local::LocalFileSystem;
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// Memory of each worker's tasks and of a distributed session.
@@ -21,7 +22,13 @@ const MEMORY: usize = 2 << 30;
 /// lake's files by their absolute paths (as the tests' sessions do).
 pub(crate) struct TestWorkers {
     pub(crate) addrs: Vec<String>,
-    servers: Vec<JoinHandle<()>>,
+    servers: Vec<Served>,
+}
+
+/// A worker's server task, and what stops it.
+struct Served {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
 }
 
 impl TestWorkers {
@@ -34,6 +41,15 @@ impl TestWorkers {
             servers.push(server);
         }
         Self { addrs, servers }
+    }
+
+    /// Stops worker `index`: it answers no more calls, its port is closed.
+    pub(crate) async fn stop(&mut self, index: usize) {
+        let served = &mut self.servers[index];
+        if let Some(stop) = served.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut served.task).await.expect("worker stopped");
     }
 
     /// A session whose statements run on the workers when a read holds more than
@@ -59,7 +75,7 @@ impl TestWorkers {
 impl Drop for TestWorkers {
     fn drop(&mut self) {
         for server in &self.servers {
-            server.abort();
+            server.task.abort();
         }
     }
 }
@@ -69,8 +85,8 @@ fn storage() -> LakeStorage {
     LakeStorage::new(Arc::new(LocalFileSystem::new()), "")
 }
 
-/// One worker on a loopback port of its own: its address and its server task.
-async fn serve_worker(client: &MinkClient) -> (String, JoinHandle<()>) {
+/// One worker on a loopback port of its own: its address and its server.
+async fn serve_worker(client: &MinkClient) -> (String, Served) {
     let storage = storage();
     let config = WorkerConfig {
         runtime: SqlRuntime::server(memory_pool(MEMORY), &storage).expect("runtime"),
@@ -80,7 +96,12 @@ async fn serve_worker(client: &MinkClient) -> (String, JoinHandle<()>) {
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("address").to_string();
-    let serving = serve(config, listener, 64, std::future::pending()).expect("worker");
-    let server = tokio::spawn(async move { serving.await.expect("worker serves") });
-    (addr, server)
+    let (stop, stopped) = oneshot::channel();
+    let shutdown = async move {
+        let _ = stopped.await;
+    };
+    let serving = serve(config, listener, 64, shutdown).expect("worker");
+    let task = tokio::spawn(async move { serving.await.expect("worker serves") });
+    let stop = Some(stop);
+    (addr, Served { stop, task })
 }
