@@ -31,6 +31,7 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 use crate::error::{ClientError, Result};
+use crate::pieces::{joined, pieces};
 use crate::read::{
     LookupResult, ReadAnswer, SnapshotAnswer, Tailer, UnionAnswer, read_answer, read_batches,
     stream_batches,
@@ -246,7 +247,9 @@ impl MinkClient {
 
     /// Appends batches to one bucket in one DoPut stream (upserts them, for a
     /// primary-key table); returns one acknowledgement per batch, each sent by the node
-    /// only once the batch is durable.
+    /// only once the batch is durable. A batch larger than half a gRPC message (128 MiB)
+    /// is written in pieces: each is atomic, the batch as a whole
+    /// is not.
     pub async fn append(
         &self,
         bucket: &BucketId,
@@ -272,19 +275,25 @@ impl MinkClient {
         batches: Vec<RecordBatch>,
         delete: bool,
     ) -> Result<Vec<AppendAck>> {
-        let expected = batches.len();
+        let mut sent = Vec::with_capacity(batches.len());
+        let mut pieces_per_batch = Vec::with_capacity(batches.len());
+        for batch in batches {
+            let cut = pieces(batch, MAX_MESSAGE_BYTES / 2)?;
+            pieces_per_batch.push(cut.len());
+            sent.extend(cut);
+        }
         let header = WriteHeader {
             bucket: Some(bucket.clone()),
             delete,
         };
         let descriptor = FlightDescriptor::new_cmd(header.encode_to_vec());
         // Dictionary columns go as dictionaries: hydrated to their values they would not
-        // match the table's schema.
+        // match the table's schema. The pieces are cut already (see `pieces`).
         let data = FlightDataEncoderBuilder::new()
             .with_dictionary_handling(DictionaryHandling::Resend)
             .with_flight_descriptor(Some(descriptor))
-            .with_max_flight_data_size(MAX_MESSAGE_BYTES / 2)
-            .build(stream::iter(batches.into_iter().map(Ok)));
+            .with_max_flight_data_size(usize::MAX)
+            .build(stream::iter(sent.into_iter().map(Ok)));
         let acks: Vec<AppendAck> = self
             .flight()
             .do_put(data)
@@ -295,13 +304,21 @@ impl MinkClient {
             })
             .try_collect()
             .await?;
+        let expected: usize = pieces_per_batch.iter().sum();
         if acks.len() != expected {
             return Err(ClientError::Protocol(format!(
                 "sent {expected} batches, {} acknowledged",
                 acks.len()
             )));
         }
-        Ok(acks)
+        let mut acks = acks.as_slice();
+        let mut joined_acks = Vec::with_capacity(pieces_per_batch.len());
+        for count in pieces_per_batch {
+            let (batch, rest) = acks.split_at(count);
+            joined_acks.push(joined(batch)?);
+            acks = rest;
+        }
+        Ok(joined_acks)
     }
 
     /// Writes a batch (in the table's current schema) to a table: rows are routed to

@@ -22,6 +22,7 @@
 
 mod client;
 mod error;
+mod pieces;
 mod read;
 
 pub use client::{ConnectOptions, MinkClient};
