@@ -48,7 +48,7 @@ pub(crate) fn joined(acks: &[AppendAck]) -> Result<AppendAck> {
     let Some(first) = written.next() else {
         return Ok(last.clone());
     };
-    let last_written = written.last().unwrap_or(first);
+    let last_written = written.next_back().unwrap_or(first);
     Ok(AppendAck {
         base_offset: first.base_offset,
         last_offset: last_written.last_offset,
