@@ -4,8 +4,9 @@
 //! DataFusion's own operators travel in `datafusion-proto`'s form; mink's nodes travel as
 //! the [`MinkPlanNode`] message inside it:
 //!
-//! - `KeyMergeExec`: the key columns, how it merges the lake and how many columns it
-//!   outputs (the children travel as the extension's inputs);
+//! - `KeyMergeExec`: the key's fields (neither input carries them when it merges the
+//!   lake by positions), how it merges the lake and how many columns it outputs (the
+//!   children travel as the extension's inputs);
 //! - `LogTailExec`: its buckets' log ranges, columns, read schema and what its rows are
 //!   (log rows, changes, live rows). The log source is
 //!   not serialized: the process that decodes the plan reads the logs with its own
