@@ -76,7 +76,12 @@ impl ChannelResolver for LoginChannels {
         &self,
         url: &Url,
     ) -> Result<WorkerServiceClient<BoxCloneSyncChannel>> {
-        let channel = self.channels.get_channel(url).await?;
+        // A channel is connected when first made: a worker down then fails here.
+        let channel = self.channels.get_channel(url).await.map_err(|error| {
+            self.unreachable.mark(url);
+            let status = unavailable(url, "cannot be reached", &error);
+            DataFusionError::External(Box::new(status))
+        })?;
         let authorization = self.authorization.clone();
         let (worker, unreachable) = (url.clone(), self.unreachable.clone());
         let channel = ServiceBuilder::new()
@@ -235,4 +240,34 @@ async fn answers(channels: &LoginChannels, url: &Url) -> bool {
         tokio::time::timeout(PROBE_TIMEOUT, probe).await,
         Ok(Some(_))
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A URL of a loopback port nothing listens on.
+    fn closed_port() -> Url {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("address");
+        drop(listener);
+        Url::parse(&format!("http://{addr}")).expect("url")
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_cannot_be_reached_is_named_and_marked() {
+        let channels = LoginChannels::new(None).expect("channels");
+        let url = closed_port();
+        let Err(error) = channels.get_worker_client_for_url(&url).await else {
+            panic!("a closed port connected");
+        };
+        assert!(is_worker_unavailable(&error), "{error}");
+        assert!(error.to_string().contains(url.as_str()), "{error}");
+        assert!(channels.unreachable.contains(&url));
+        channels.unreachable.answered(&url, Instant::now());
+        assert!(
+            !channels.unreachable.contains(&url),
+            "a later probe answered"
+        );
+    }
 }
