@@ -25,7 +25,6 @@ use mink_client::MinkClient;
 use mink_lake::storage::LakeStorage;
 use mink_scan::lake_scan::register_lake_store;
 use mink_scan::tail::LogSource;
-
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
