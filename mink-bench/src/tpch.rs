@@ -194,6 +194,7 @@ async fn start_worker(client: &MinkClient, storage: &LakeStorage) -> Result<Stri
         storage: storage.clone(),
         node: client.clone(),
         credentials: None,
+        tls: None,
     };
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -213,7 +214,7 @@ async fn distributed(
     storage: &LakeStorage,
     workers: &[String],
 ) -> Result<MinkSession, BenchError> {
-    let distribution = Distribution::new(workers, None, 1)?;
+    let distribution = Distribution::new(workers, None, None, 1)?;
     let runtime = SqlRuntime::server(memory_pool(default_memory_limit()), storage)?
         .with_distribution(distribution.clone());
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -62,24 +62,32 @@ pub struct Distribution {
 
 impl Distribution {
     /// Statements distributed over `workers` (`HOST:PORT` each), called with
-    /// `credentials`; probing them starts on the current tokio runtime.
+    /// `credentials`, over TLS checked against `tls_ca` when given (the workers serve
+    /// TLS); probing them starts on the current tokio runtime.
     ///
     /// # Errors
     /// An address that is not `HOST:PORT`; credentials that do not fit in a header.
     pub fn new(
         workers: &[String],
         credentials: Option<&Credentials>,
+        tls_ca: Option<&[u8]>,
         rows_per_task: u64,
     ) -> Result<Self> {
+        // Workers serve TLS when their certificates' authority is given.
+        let scheme = match tls_ca {
+            Some(_) => "https",
+            None => "http",
+        };
         let urls = workers
             .iter()
             .map(|address| {
-                Url::parse(&format!("http://{address}")).map_err(|e| {
+                Url::parse(&format!("{scheme}://{address}")).map_err(|e| {
                     DataFusionError::Configuration(format!("worker address '{address}': {e}"))
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let channels = LoginChannels::new(credentials)?;
+        let tls = tls_ca.map(|ca| mink_auth::client_tls(Some(ca)));
+        let channels = LoginChannels::new(credentials, tls)?;
         Ok(Self {
             workers: Workers::probed(urls, channels.clone()),
             channels,

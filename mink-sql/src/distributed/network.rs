@@ -15,14 +15,15 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use datafusion::error::{DataFusionError, Result};
 use datafusion_distributed::{
-    BoxCloneSyncChannel, ChannelResolver, DefaultChannelResolver, GetWorkerInfoRequest,
-    WorkerResolver, WorkerServiceClient, create_worker_client,
+    BoxCloneSyncChannel, ChannelResolver, GetWorkerInfoRequest, WorkerResolver,
+    WorkerServiceClient, create_worker_client,
 };
 use http::HeaderValue;
 use http_body_util::BodyExt;
 use mink_auth::Credentials;
 use tonic::Status;
 use tonic::body::Body;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tower::ServiceBuilder;
 use url::Url;
 
@@ -35,8 +36,11 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Channels to workers, each call with the login (see the module docs).
 #[derive(Clone)]
 pub struct LoginChannels {
-    channels: DefaultChannelResolver,
+    /// One channel per worker, connected on its first call.
+    channels: Arc<Mutex<HashMap<Url, Channel>>>,
     authorization: Option<HeaderValue>,
+    /// TLS of every channel, when the workers serve it.
+    tls: Option<ClientTlsConfig>,
     unreachable: Unreachable,
 }
 
@@ -49,11 +53,12 @@ impl std::fmt::Debug for LoginChannels {
 }
 
 impl LoginChannels {
-    /// Channels whose calls log in with `credentials` (none: calls carry no login).
+    /// Channels whose calls log in with `credentials` (none: calls carry no login),
+    /// over TLS with `tls` (the workers' certificates checked as it says).
     ///
     /// # Errors
     /// The user or password does not fit in a header.
-    pub fn new(credentials: Option<&Credentials>) -> Result<Self> {
+    pub fn new(credentials: Option<&Credentials>, tls: Option<ClientTlsConfig>) -> Result<Self> {
         let authorization = credentials
             .map(|credentials| {
                 let basic = mink_auth::basic_header(credentials)
@@ -63,12 +68,40 @@ impl LoginChannels {
             })
             .transpose()?;
         Ok(Self {
-            channels: DefaultChannelResolver::default(),
+            channels: Arc::default(),
             authorization,
+            tls,
             unreachable: Unreachable::default(),
         })
     }
+
+    /// The channel to `worker`, made on first use; it connects on its first call, so a
+    /// worker that is down fails the call (see [`Unreachable::naming`]).
+    fn channel(&self, worker: &Url) -> Result<Channel> {
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(channel) = channels.get(worker) {
+            return Ok(channel.clone());
+        }
+        let invalid = |e: tonic::transport::Error| {
+            DataFusionError::Configuration(format!("worker address '{worker}': {e}"))
+        };
+        let mut endpoint = Endpoint::from_shared(worker.to_string()).map_err(invalid)?;
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint.tls_config(tls.clone()).map_err(invalid)?;
+        }
+        // Workers' addresses come from the coordinator's plans: far more than a cluster
+        // has means a bad plan, not a reason to hold connections without bound.
+        if channels.len() >= MAX_CHANNELS {
+            channels.clear();
+        }
+        let channel = endpoint.connect_lazy();
+        channels.insert(worker.clone(), channel.clone());
+        Ok(channel)
+    }
 }
+
+/// The most channels to workers held at once.
+const MAX_CHANNELS: usize = 4096;
 
 #[async_trait]
 impl ChannelResolver for LoginChannels {
@@ -76,12 +109,7 @@ impl ChannelResolver for LoginChannels {
         &self,
         url: &Url,
     ) -> Result<WorkerServiceClient<BoxCloneSyncChannel>> {
-        // A channel is connected when first made: a worker down then fails here.
-        let channel = self.channels.get_channel(url).await.map_err(|error| {
-            self.unreachable.mark(url);
-            let status = unavailable(url, "cannot be reached", &error);
-            DataFusionError::External(Box::new(status))
-        })?;
+        let channel = self.channel(url)?;
         let authorization = self.authorization.clone();
         let (worker, unreachable) = (url.clone(), self.unreachable.clone());
         let channel = ServiceBuilder::new()
@@ -256,11 +284,17 @@ mod tests {
 
     #[tokio::test]
     async fn a_worker_that_cannot_be_reached_is_named_and_marked() {
-        let channels = LoginChannels::new(None).expect("channels");
+        let channels = LoginChannels::new(None, None).expect("channels");
         let url = closed_port();
-        let Err(error) = channels.get_worker_client_for_url(&url).await else {
-            panic!("a closed port connected");
-        };
+        let mut client = channels
+            .get_worker_client_for_url(&url)
+            .await
+            .expect("client");
+        let status = client
+            .get_worker_info(GetWorkerInfoRequest {})
+            .await
+            .expect_err("a closed port answered");
+        let error = DataFusionError::External(Box::new(status));
         assert!(is_worker_unavailable(&error), "{error}");
         assert!(error.to_string().contains(url.as_str()), "{error}");
         assert!(channels.unreachable.contains(&url));

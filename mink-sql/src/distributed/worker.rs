@@ -20,7 +20,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
 use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext};
-use mink_auth::{Auth, Credentials};
+use mink_auth::{Auth, Credentials, TlsIdentity, client_tls, server_tls};
 use mink_client::MinkClient;
 use mink_lake::storage::LakeStorage;
 use mink_scan::lake_scan::register_lake_store;
@@ -46,6 +46,10 @@ pub struct WorkerConfig {
     pub node: MinkClient,
     /// The login of its calls to other workers (the one they demand).
     pub credentials: Option<Credentials>,
+    /// Its port's TLS, and the authority other workers' certificates are checked
+    /// against (the system's roots without one): a cluster's workers all serve TLS or
+    /// none does.
+    pub tls: Option<(TlsIdentity, Option<Vec<u8>>)>,
 }
 
 /// The worker service (see the module docs); [`serve`] serves it behind the login check.
@@ -58,9 +62,11 @@ pub fn worker(config: WorkerConfig) -> Result<Worker> {
         storage,
         node,
         credentials,
+        tls,
     } = config;
     register_lake_store(runtime.runtime_env(), &storage)?;
-    let channels = LoginChannels::new(credentials.as_ref())?;
+    let to_workers = tls.map(|(_, ca)| client_tls(ca.as_deref()));
+    let channels = LoginChannels::new(credentials.as_ref(), to_workers)?;
     let log: Arc<dyn LogSource> = Arc::new(FlightLog { client: node });
     let sessions = move |context: WorkerQueryContext| {
         let (channels, log) = (channels.clone(), Arc::clone(&log));
@@ -83,8 +89,8 @@ pub fn worker(config: WorkerConfig) -> Result<Worker> {
 /// files' deleted positions).
 pub const MAX_PLAN_BYTES: usize = 256 << 20;
 
-/// Serves the worker of `config` on `listener` until `shutdown` completes: every call
-/// must carry `config`'s login (any call is accepted without one, so the address must
+/// Serves the worker of `config` on `listener` (over TLS when `config` has it) until
+/// `shutdown` completes: every call must carry `config`'s login (any call is accepted without one, so the address must
 /// then be a loopback one), at most `max_connections` connections at once.
 ///
 /// # Errors
@@ -99,6 +105,12 @@ pub fn serve(
     mink_auth::check_listen("the worker", addr, config.credentials.as_ref())
         .map_err(|e| DataFusionError::Configuration(e.to_string()))?;
     let auth = Arc::new(Auth::new(config.credentials.clone()));
+    let mut server = Server::builder();
+    if let Some((identity, _)) = &config.tls {
+        server = server
+            .tls_config(server_tls(identity))
+            .map_err(|e| DataFusionError::Configuration(format!("the worker's TLS: {e}")))?;
+    }
     let service = worker(config)?
         .into_worker_server()
         .max_decoding_message_size(MAX_PLAN_BYTES);
@@ -108,7 +120,7 @@ pub fn serve(
         TcpListenerStream::new(listener),
         max_connections,
     );
-    let serving = Server::builder()
+    let serving = server
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, shutdown);
     Ok(async move {

@@ -126,6 +126,10 @@ pub(crate) struct ServerArgs {
     /// whose reads are all smaller runs on the server alone.
     #[arg(long, value_name = "ROWS", default_value_t = DEFAULT_ROWS_PER_TASK, requires = "sql_workers")]
     sql_task_rows: u64,
+    /// With `--sql-workers`: the workers serve TLS (`mink worker --tls-cert`), their
+    /// certificates checked against this PEM certificate authority.
+    #[arg(long, value_name = "FILE", requires = "sql_workers")]
+    sql_workers_tls_ca: Option<PathBuf>,
     /// The most connections each port (the node's, Flight SQL's, Kafka's) holds open at once. A
     /// connection beyond them is closed as soon as it is accepted (and logged), so one
     /// client cannot take the server's memory or file descriptors by opening thousands;
@@ -250,9 +254,20 @@ async fn serve_flight_sql(
     let mut runtime = SqlRuntime::server(pool, &storage)
         .map_err(|e| CliError::Usage(format!("the SQL runtime: {e}")))?;
     if !args.sql_workers.is_empty() {
-        let distribution =
-            Distribution::new(&args.sql_workers, credentials.as_ref(), args.sql_task_rows)
-                .map_err(|e| CliError::Usage(format!("--sql-workers: {e}")))?;
+        let tls_ca = args
+            .sql_workers_tls_ca
+            .as_ref()
+            .map(|path| {
+                std::fs::read(path).map_err(CliError::io(format!("reading {}", path.display())))
+            })
+            .transpose()?;
+        let distribution = Distribution::new(
+            &args.sql_workers,
+            credentials.as_ref(),
+            tls_ca.as_deref(),
+            args.sql_task_rows,
+        )
+        .map_err(|e| CliError::Usage(format!("--sql-workers: {e}")))?;
         info!(workers = ?args.sql_workers, rows_per_task = args.sql_task_rows, "statements run on workers when worth it");
         runtime = runtime.with_distribution(distribution);
     }

@@ -12,6 +12,7 @@
 
 use std::path::PathBuf;
 
+use mink_auth::TlsIdentity;
 use mink_client::{ConnectOptions, MinkClient};
 use mink_lake::LakeConfig;
 use mink_sql::distributed::worker::{WorkerConfig, serve};
@@ -43,6 +44,13 @@ pub(crate) struct WorkerArgs {
     data_dir: PathBuf,
     #[command(flatten)]
     login: LoginArgs,
+    /// A PEM certificate (chain): serve the worker's port over TLS (with `--tls-key`),
+    /// and call other workers over TLS, their certificates checked against `--tls-ca`.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// The memory all the worker's tasks together may use: bytes or a size (512MiB,
     /// 2GiB). A task that needs more fails alone. Default: half the machine's memory.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -84,11 +92,25 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), CliError> {
         tls_ca: args.login.tls_ca()?,
     };
     let authenticated = credentials.is_some();
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(certificate), Some(key)) => {
+            let read = |path: &PathBuf| {
+                std::fs::read(path).map_err(CliError::io(format!("reading {}", path.display())))
+            };
+            let identity = TlsIdentity {
+                certificate_pem: read(certificate)?,
+                key_pem: read(key)?,
+            };
+            Some((identity, node_login.tls_ca.clone()))
+        }
+        _ => None,
+    };
     let config = WorkerConfig {
         runtime,
         storage,
         node: MinkClient::connect_with(&args.node, &node_login).await?,
         credentials,
+        tls,
     };
     let serving = serve(
         config,

@@ -1,7 +1,7 @@
 //! `mink server --sql-workers` with real `mink worker` processes, all with a login:
 //! statements run on the workers once they answer (started after the server), agree with
 //! a model of the rows written, go on without a worker killed, and a worker's port
-//! demands the login and survives bad plans. In process: a worker lost under a statement
+//! demands the login and survives bad plans; workers serving TLS. In process: a worker lost under a statement
 //! fails it with `UNAVAILABLE` naming the worker, and the next runs on the rest.
 
 use std::collections::BTreeMap;
@@ -185,6 +185,68 @@ fn statements_run_on_workers_started_later_and_go_on_without_a_killed_one() {
     std::thread::sleep(Duration::from_secs(3));
     assert!(!runs_distributed(&server, GROUPS));
     assert_eq!(sql(&server, GROUPS), groups(&model));
+}
+
+/// A file of the tests' TLS material (`mink/tests/tls`: a CA, and a certificate for
+/// 127.0.0.1 it signed).
+fn tls_file(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/tls")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn statements_run_on_workers_serving_tls() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ports = [free_port(), free_port()];
+    let ca = tls_file("ca.pem");
+    let server = ServerProcess::start_with(
+        dir.path(),
+        &[
+            "--sql-workers",
+            &ports.join(","),
+            "--sql-task-rows",
+            "1",
+            "--sql-workers-tls-ca",
+            &ca,
+        ],
+        &[("MINK_SQL_USER", USER), ("MINK_SQL_PASSWORD", PASSWORD)],
+    );
+    let model = write_history(&server);
+    let data_dir = dir.path().display().to_string();
+    // The node is reached in plain gRPC (its scheme says so), other workers over TLS.
+    let node = format!("http://{}", server.addr);
+    let (certificate, key) = (tls_file("server.pem"), tls_file("server.key"));
+    let _workers = ports.map(|port| {
+        WorkerProcess::start(
+            &[
+                "--listen",
+                &port,
+                "--node",
+                &node,
+                "--data-dir",
+                &data_dir,
+                "--user",
+                USER,
+                "--tls-cert",
+                &certificate,
+                "--tls-key",
+                &key,
+                "--tls-ca",
+                &ca,
+            ],
+            &[("MINK_PASSWORD", PASSWORD)],
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !runs_distributed(&server, GROUPS) {
+        assert!(Instant::now() < deadline, "the TLS workers never joined");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(sql(&server, GROUPS), groups(&model));
+    assert_eq!(sql(&server, JOIN), pairs(&model));
 }
 
 #[test]

@@ -56,7 +56,8 @@ impl TestWorkers {
     /// `rows_per_task` rows, once every worker answers.
     pub(crate) async fn session(&self, client: &MinkClient, rows_per_task: u64) -> MinkSession {
         let storage = storage();
-        let distribution = Distribution::new(&self.addrs, None, rows_per_task).expect("workers");
+        let distribution =
+            Distribution::new(&self.addrs, None, None, rows_per_task).expect("workers");
         let runtime = SqlRuntime::server(memory_pool(MEMORY), &storage)
             .expect("runtime")
             .with_distribution(distribution.clone());
@@ -93,6 +94,7 @@ async fn serve_worker(client: &MinkClient) -> (String, Served) {
         storage,
         node: client.clone(),
         credentials: None,
+        tls: None,
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("address").to_string();
