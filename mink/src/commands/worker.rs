@@ -7,9 +7,9 @@
 //! that login, the one of every port of the server, and the worker logs in with it to the
 //! node whose logs it reads and to the other workers; without it the worker listens on
 //! a loopback address only. With `--tls-cert`/`--tls-key` the port serves TLS and the
-//! worker calls other workers over TLS. Its tasks share one memory pool of `--memory-limit`; it reads
-//! lake files from `--lake-warehouse` and nothing else of the machine, and refuses plans
-//! that write.
+//! worker calls other workers over TLS. Its tasks share one memory pool of
+//! `--memory-limit`; it reads lake files from `--lake-warehouse` and nothing else of the
+//! machine, and refuses plans that write.
 
 use std::path::PathBuf;
 
