@@ -90,8 +90,9 @@ pub fn worker(config: WorkerConfig) -> Result<Worker> {
 pub const MAX_PLAN_BYTES: usize = 256 << 20;
 
 /// Serves the worker of `config` on `listener` (over TLS when `config` has it) until
-/// `shutdown` completes: every call must carry `config`'s login (any call is accepted without one, so the address must
-/// then be a loopback one), at most `max_connections` connections at once.
+/// `shutdown` completes: every call must carry `config`'s login (any call is accepted
+/// without one, so the address must then be a loopback one), at most `max_connections`
+/// connections at once.
 ///
 /// # Errors
 /// [`worker`]'s; the address is not a loopback one and there is no login.

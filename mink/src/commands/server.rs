@@ -367,19 +367,26 @@ fn login(args: &ServerArgs) -> Result<(Option<Credentials>, Option<TlsIdentity>)
             ));
         }
     };
-    let tls = match (&args.sql_tls_cert, &args.sql_tls_key) {
-        (Some(certificate), Some(key)) => {
-            let read = |path: &PathBuf| {
-                std::fs::read(path).map_err(CliError::io(format!("reading {}", path.display())))
-            };
-            Some(TlsIdentity {
-                certificate_pem: read(certificate)?,
-                key_pem: read(key)?,
-            })
-        }
-        _ => None,
-    };
+    let tls = tls_identity(args.sql_tls_cert.as_ref(), args.sql_tls_key.as_ref())?;
     Ok((credentials, tls))
+}
+
+/// The TLS identity of a port from its PEM `certificate` and `key` files, when both are
+/// given.
+pub(crate) fn tls_identity(
+    certificate: Option<&PathBuf>,
+    key: Option<&PathBuf>,
+) -> Result<Option<TlsIdentity>, CliError> {
+    let (Some(certificate), Some(key)) = (certificate, key) else {
+        return Ok(None);
+    };
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(CliError::io(format!("reading {}", path.display())))
+    };
+    Ok(Some(TlsIdentity {
+        certificate_pem: read(certificate)?,
+        key_pem: read(key)?,
+    }))
 }
 
 /// `--sql-password`, else MINK_SQL_PASSWORD.

@@ -13,7 +13,6 @@
 
 use std::path::PathBuf;
 
-use mink_auth::TlsIdentity;
 use mink_client::{ConnectOptions, MinkClient};
 use mink_lake::LakeConfig;
 use mink_sql::distributed::worker::{WorkerConfig, serve};
@@ -21,7 +20,7 @@ use mink_sql::session::{SqlRuntime, default_memory_limit, memory_pool, parse_siz
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
-use crate::commands::server::wait_for_shutdown_signal;
+use crate::commands::server::{tls_identity, wait_for_shutdown_signal};
 use crate::commands::sql::warehouse_storage;
 use crate::embedded::{DEFAULT_DATA_DIR, LoginArgs};
 use crate::error::CliError;
@@ -93,19 +92,8 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), CliError> {
         tls_ca: args.login.tls_ca()?,
     };
     let authenticated = credentials.is_some();
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(certificate), Some(key)) => {
-            let read = |path: &PathBuf| {
-                std::fs::read(path).map_err(CliError::io(format!("reading {}", path.display())))
-            };
-            let identity = TlsIdentity {
-                certificate_pem: read(certificate)?,
-                key_pem: read(key)?,
-            };
-            Some((identity, node_login.tls_ca.clone()))
-        }
-        _ => None,
-    };
+    let tls = tls_identity(args.tls_cert.as_ref(), args.tls_key.as_ref())?
+        .map(|identity| (identity, node_login.tls_ca.clone()));
     let config = WorkerConfig {
         runtime,
         storage,
