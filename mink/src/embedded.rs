@@ -2,7 +2,7 @@
 //! data directory (`--data-dir`), served on a loopback port so both paths speak the same
 //! protocol.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mink_client::{ConnectOptions, Credentials, MinkClient};
@@ -73,12 +73,7 @@ impl LoginArgs {
     /// # Errors
     /// The file cannot be read.
     pub(crate) fn tls_ca(&self) -> Result<Option<Vec<u8>>, CliError> {
-        self.tls_ca
-            .as_ref()
-            .map(|path| {
-                std::fs::read(path).map_err(CliError::io(format!("reading {}", path.display())))
-            })
-            .transpose()
+        self.tls_ca.as_deref().map(read_file).transpose()
     }
 
     /// How a [`MinkClient`] connects with this login.
@@ -139,4 +134,12 @@ pub(crate) async fn start(node: Arc<Node>) -> Result<ServerHandle, CliError> {
         .await
         .map_err(CliError::io("binding a loopback port"))?;
     Ok(serve(node, listener)?)
+}
+
+/// The bytes of the file at `path` (a certificate, a key), with the path in the error.
+///
+/// # Errors
+/// The file cannot be read.
+pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, CliError> {
+    std::fs::read(path).map_err(CliError::io(format!("reading {}", path.display())))
 }

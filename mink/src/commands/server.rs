@@ -16,7 +16,7 @@
 //! primary-key table), both tiered into the lake every 10 s, and keeps writing to them,
 //! so a new user has something to read at once, from the log and from the lake.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ use tokio::net::TcpListener;
 use tracing::{info, warn};
 
 use crate::commands::sql::warehouse_storage;
-use crate::embedded::DEFAULT_DATA_DIR;
+use crate::embedded::{DEFAULT_DATA_DIR, read_file};
 use crate::error::CliError;
 
 /// Arguments of `mink server`.
@@ -256,10 +256,8 @@ async fn serve_flight_sql(
     if !args.sql_workers.is_empty() {
         let tls_ca = args
             .sql_workers_tls_ca
-            .as_ref()
-            .map(|path| {
-                std::fs::read(path).map_err(CliError::io(format!("reading {}", path.display())))
-            })
+            .as_deref()
+            .map(read_file)
             .transpose()?;
         let distribution = Distribution::new(
             &args.sql_workers,
@@ -367,25 +365,22 @@ fn login(args: &ServerArgs) -> Result<(Option<Credentials>, Option<TlsIdentity>)
             ));
         }
     };
-    let tls = tls_identity(args.sql_tls_cert.as_ref(), args.sql_tls_key.as_ref())?;
+    let tls = tls_identity(args.sql_tls_cert.as_deref(), args.sql_tls_key.as_deref())?;
     Ok((credentials, tls))
 }
 
 /// The TLS identity of a port from its PEM `certificate` and `key` files, when both are
 /// given.
 pub(crate) fn tls_identity(
-    certificate: Option<&PathBuf>,
-    key: Option<&PathBuf>,
+    certificate: Option<&Path>,
+    key: Option<&Path>,
 ) -> Result<Option<TlsIdentity>, CliError> {
     let (Some(certificate), Some(key)) = (certificate, key) else {
         return Ok(None);
     };
-    let read = |path: &PathBuf| {
-        std::fs::read(path).map_err(CliError::io(format!("reading {}", path.display())))
-    };
     Ok(Some(TlsIdentity {
-        certificate_pem: read(certificate)?,
-        key_pem: read(key)?,
+        certificate_pem: read_file(certificate)?,
+        key_pem: read_file(key)?,
     }))
 }
 

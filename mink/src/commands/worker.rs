@@ -92,7 +92,7 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), CliError> {
         tls_ca: args.login.tls_ca()?,
     };
     let authenticated = credentials.is_some();
-    let tls = tls_identity(args.tls_cert.as_ref(), args.tls_key.as_ref())?
+    let tls = tls_identity(args.tls_cert.as_deref(), args.tls_key.as_deref())?
         .map(|identity| (identity, node_login.tls_ca.clone()));
     let config = WorkerConfig {
         runtime,

@@ -22,6 +22,7 @@ use mink_tpch::sorted_rows;
 
 use crate::pk_support::{Cells, Key, lake_rows, pk_lake_table};
 use crate::process::{ServerProcess, WorkerProcess, run_mink_with};
+use crate::sql_reads::query;
 use crate::support::TestNode;
 use crate::workers::TestWorkers;
 
@@ -509,12 +510,7 @@ async fn a_worker_lost_under_a_statement_is_named_and_left_out() {
         "{lost} named: {error}"
     );
 
-    let answer = session
-        .sql(groups)
-        .await
-        .expect("plan")
-        .collect()
-        .await
-        .expect("the next statement, on the other worker");
+    // The next statement runs on the other worker.
+    let answer = query(&session, groups).await;
     assert_eq!(sorted_rows(&answer).expect("rows"), want);
 }
