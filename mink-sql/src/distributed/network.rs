@@ -89,9 +89,7 @@ impl LoginChannels {
         if let Some(tls) = &self.tls {
             endpoint = endpoint.tls_config(tls.clone()).map_err(invalid)?;
         }
-        // Workers' addresses come from the coordinator's plans: far more than a cluster
-        // has means a bad plan, not a reason to hold connections without bound.
-        if channels.len() >= MAX_CHANNELS {
+        if channels.len() >= MAX_WORKERS {
             channels.clear();
         }
         let channel = endpoint.connect_lazy();
@@ -100,8 +98,10 @@ impl LoginChannels {
     }
 }
 
-/// The most channels to workers held at once.
-const MAX_CHANNELS: usize = 4096;
+/// The most workers a process holds channels to, or remembers failures of, at once: the
+/// workers' addresses of a plan come from its coordinator, and a plan naming far more
+/// than a cluster has must not grow either without bound.
+const MAX_WORKERS: usize = 4096;
 
 #[async_trait]
 impl ChannelResolver for LoginChannels {
@@ -174,6 +174,9 @@ impl Unreachable {
 
     fn mark(&self, worker: &Url) {
         let mut failed = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if failed.len() >= MAX_WORKERS && !failed.contains_key(worker) {
+            failed.clear();
+        }
         failed.insert(worker.clone(), Instant::now());
     }
 
@@ -302,6 +305,20 @@ mod tests {
         assert!(
             !channels.unreachable.contains(&url),
             "a later probe answered"
+        );
+    }
+
+    #[test]
+    fn failures_are_remembered_for_a_bounded_number_of_workers() {
+        let unreachable = Unreachable::default();
+        for port in 0..MAX_WORKERS + 10 {
+            let worker = Url::parse(&format!("http://10.0.0.1:{port}")).expect("url");
+            unreachable.mark(&worker);
+        }
+        let remembered = unreachable.0.lock().expect("lock").len();
+        assert!(
+            remembered <= MAX_WORKERS,
+            "{remembered} failures remembered"
         );
     }
 }
