@@ -251,6 +251,46 @@ fn statements_run_on_workers_serving_tls() {
 }
 
 #[test]
+fn a_worker_refuses_tls_files_it_cannot_use() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start_with(
+        dir.path(),
+        &[],
+        &[("MINK_SQL_USER", USER), ("MINK_SQL_PASSWORD", PASSWORD)],
+    );
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(&garbage, "not a certificate").expect("write");
+    let garbage = garbage.display().to_string();
+    let missing = dir.path().join("missing.pem").display().to_string();
+    for (certificate, key, says) in [
+        (missing.as_str(), garbage.as_str(), "reading"),
+        (garbage.as_str(), garbage.as_str(), "the worker's TLS"),
+    ] {
+        let (ok, _, stderr) = run_mink_with(
+            &[
+                "worker",
+                "--listen",
+                "127.0.0.1:0",
+                "--node",
+                &server.addr,
+                "--user",
+                USER,
+                "--tls-cert",
+                certificate,
+                "--tls-key",
+                key,
+            ],
+            &[("MINK_PASSWORD", PASSWORD)],
+        );
+        assert!(!ok, "a worker started with {certificate}");
+        assert!(
+            stderr.contains(says) && !stderr.contains("panicked"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
 fn a_worker_without_login_listens_on_loopback_only() {
     let (ok, _, stderr) = run_mink_with(
         &["worker", "--listen", "0.0.0.0:0", "--node", "127.0.0.1:1"],
