@@ -107,14 +107,7 @@ impl ServerProcess {
             .spawn()
             .expect("start mink server");
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut address = |prefix: &str| {
-            let mut line = String::new();
-            stdout.read_line(&mut line).expect("read a line");
-            line.trim()
-                .strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("expected '{prefix}...', got {line:?}"))
-                .to_string()
-        };
+        let mut address = |prefix: &str| listening_address(&mut stdout, prefix);
         let addr = address("mink node listening on ");
         let sql_addr = address("mink Flight SQL listening on ");
         let kafka_addr = args
@@ -148,6 +141,16 @@ impl Drop for ServerProcess {
     }
 }
 
+/// The address on the next line of a process's `stdout`, after `prefix`.
+fn listening_address(stdout: &mut impl BufRead, prefix: &str) -> String {
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("read a line");
+    line.trim()
+        .strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("expected '{prefix}...', got {line:?}"))
+        .to_string()
+}
+
 /// A `mink worker` process.
 pub(crate) struct WorkerProcess {
     child: Child,
@@ -170,13 +173,7 @@ impl WorkerProcess {
             .spawn()
             .expect("start mink worker");
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read a line");
-        let addr = line
-            .trim()
-            .strip_prefix("mink worker listening on ")
-            .unwrap_or_else(|| panic!("expected the worker's address, got {line:?}"))
-            .to_string();
+        let addr = listening_address(&mut stdout, "mink worker listening on ");
         std::thread::spawn(move || for _ in stdout.lines() {});
         Self { child, addr }
     }
