@@ -101,8 +101,8 @@ enum Bench {
     /// Kafka clients on the log: consume against Scan, produce (acks=all) against ADBC
     /// ingest, and produce -> consume latency.
     Kafka(kafka::KafkaArgs),
-    /// The 22 TPC-H queries by the server alone and distributed over 1, 2 and 4
-    /// workers in this process: the overhead of distribution.
+    /// The 22 TPC-H queries by the server alone and with 1, 2 and 4 workers in this
+    /// process: the overhead of distribution (one worker distributes nothing).
     Tpch(tpch::TpchArgs),
 }
 

@@ -1,6 +1,8 @@
 //! `mink-bench tpch`: the 22 TPC-H queries over mink tables, run by the server alone and
-//! distributed over 1, 2 and 4 workers (`mink_sql::distributed`): each query's time and
-//! the overhead of distribution against the single-node run in the same process.
+//! with 1, 2 and 4 workers (`mink_sql::distributed`): each query's time and the overhead
+//! of distribution against the single-node run in the same process. With one worker
+//! nothing is distributed (every stage has one task, which datafusion-distributed keeps
+//! on the server): that run measures the per-bucket plan of a session with workers.
 //!
 //! The eight tables are loaded at `--scale` through the client into tables of
 //! `--buckets` buckets with a lake (`lineitem`, `nation` and `region` log tables, the
