@@ -213,6 +213,11 @@ impl Running {
         })
     }
 
+    /// The server's address, as `mink --connect` takes it.
+    pub(crate) fn address(&self) -> String {
+        self.server.addr().to_string()
+    }
+
     /// The Flight SQL endpoint over this node on a loopback port (plaintext, no login),
     /// reading the lake through `storage`.
     pub(crate) async fn serve_flight_sql(

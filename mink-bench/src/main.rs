@@ -40,6 +40,7 @@ mod kafka;
 mod kv;
 mod lake;
 mod lake_codecs;
+mod load;
 mod log;
 mod pk_lake;
 mod planning;
@@ -74,6 +75,9 @@ enum Bench {
     Log(log::LogArgs),
     /// Primary-key tables: upsert, lookup and snapshot, against log tables and Scan.
     Kv(kv::KvArgs),
+    /// `mink load` of a Parquet file into a primary-key table, against the same load into
+    /// a log table (runs the `mink` binary beside this program).
+    Load(load::LoadArgs),
     /// The lake tier of log tables: tiering, union reads and freshness, against Parquet
     /// files and the configured freshness.
     Lake(lake::LakeArgs),
@@ -139,6 +143,7 @@ async fn run(bench: Bench) -> Result<(), BenchError> {
     match bench {
         Bench::Log(args) => log::run(args).await,
         Bench::Kv(args) => kv::run(args).await,
+        Bench::Load(args) => load::run(args).await,
         Bench::Lake(args) => lake::run(args).await,
         Bench::LakeCodecs(args) => lake_codecs::run(args).await,
         Bench::PositionDeletes(args) => position_deletes::run(args).await,

@@ -3,8 +3,13 @@
 //! Per row of an upsert: a new key gives `+I` (the new row); a key that exists gives `-U`
 //! (the stored row) then `+U` (the new row). Per key of a delete: a stored key gives `-D`
 //! (the stored row); a missing key gives nothing. Rows of one group of writes see each
-//! other through an overlay that is applied to the store, with the applied offset, in one
-//! atomic batch once the log has the group durably.
+//! other through an overlay that is applied to the store, with the applied offset, once
+//! the log has the group durably.
+//!
+//! A key above every key stored or staged (the writer's key bound) is new without any
+//! read: an ascending load, or the new keys of a mix, costs no lookup and no hash (see
+//! [`StagedRows`]); only keys at or below the bound are looked up, in the group's
+//! overlay, then the store.
 //!
 //! That update runs on the store's update threads while the appender prepares and writes the next
 //! group (whose prepares see the updating group's rows), so the store's writes and the
@@ -40,6 +45,49 @@ use crate::log::{Applying, Changelog, LogBatch, StoredBatch, Write, WriteOp};
 /// Keys and rows by key bytes; a fast hasher, since every written row goes through it.
 type KeyMap = ahash::HashMap<Vec<u8>, Option<Vec<u8>>>;
 
+/// The rows of writes on their way to the store, in two parts.
+///
+/// * `appended`: rows whose key was above every key before it (stored or staged), in
+///   ascending key order. They were known new without a read or a hash of the key: an
+///   ascending load is all appended, and so are the new keys of a mix of inserts and
+///   updates.
+/// * `replaced`: every other key -> row (`None`: deleted). A key in both is the later
+///   write's: `replaced` shadows `appended`.
+#[derive(Debug, Default)]
+struct StagedRows {
+    appended: Vec<(Vec<u8>, Vec<u8>)>,
+    replaced: KeyMap,
+}
+
+impl StagedRows {
+    /// The row staged for `key` (`Some(None)`: deleted), if any.
+    fn get(&self, key: &[u8]) -> Option<Option<&Vec<u8>>> {
+        if let Some(row) = self.replaced.get(key) {
+            return Some(row.as_ref());
+        }
+        let at = (self.appended)
+            .binary_search_by(|(appended, _)| appended.as_slice().cmp(key))
+            .ok()?;
+        Some(Some(&self.appended[at].1))
+    }
+
+    /// The greatest appended key.
+    fn last_appended(&self) -> Option<&[u8]> {
+        self.appended.last().map(|(key, _)| key.as_slice())
+    }
+
+    /// Takes in the rows of a later write.
+    fn extend(&mut self, later: StagedRows) {
+        self.appended.extend(later.appended);
+        self.replaced.extend(later.replaced);
+    }
+
+    fn clear(&mut self) {
+        self.appended.clear();
+        self.replaced.clear();
+    }
+}
+
 /// The [`Changelog`] of a primary-key bucket.
 #[derive(Debug)]
 pub(crate) struct KvWriter {
@@ -47,15 +95,16 @@ pub(crate) struct KvWriter {
     table: Arc<TableDescriptor>,
     keys: KeyCodec,
     rows: RowCodec,
-    /// key -> row (`None`: deleted) for writes prepared but not yet committed.
-    overlay: KeyMap,
+    /// The writes prepared but not yet committed.
+    overlay: StagedRows,
     /// The rows of the last committed group, which its update may still be writing to the
     /// store.
-    updating: Arc<KeyMap>,
+    updating: Arc<StagedRows>,
     /// Their update, on the store's update threads.
     update: Option<Submitted<Result<()>>>,
-    /// No key in the store (nor being written to it) is greater: a key above it is new
-    /// without a store read, as every key of an ascending load is. Deletes do not lower it.
+    /// No key in the store, being written to it or staged is greater: a key above it is
+    /// new without a read, as every key of an ascending load is. Deletes (and aborted
+    /// groups) do not lower it.
     key_bound: Option<Vec<u8>>,
     applied: i64,
 }
@@ -78,7 +127,7 @@ impl KvWriter {
             key_bound: tablet.last_key()?,
             tablet,
             table,
-            overlay: KeyMap::default(),
+            overlay: StagedRows::default(),
             updating: Arc::default(),
             update: None,
         })
@@ -94,18 +143,45 @@ impl KvWriter {
         Ok(())
     }
 
+    /// Whether `key` is above every key stored or staged, `staged` (this write's rows so
+    /// far) included: then it is new.
+    fn above_bound(&self, staged: &StagedRows, key: &[u8]) -> bool {
+        match staged.last_appended() {
+            Some(last) => key > last,
+            None => self.key_bound.as_deref().is_none_or(|bound| key > bound),
+        }
+    }
+
     /// The row stored under `key`, as the group sees it so far.
-    fn current(&self, staged: &KeyMap, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    fn current(&self, staged: &StagedRows, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if self.above_bound(staged, key) {
+            return Ok(None);
+        }
         let found = (staged.get(key))
             .or_else(|| self.overlay.get(key))
             .or_else(|| self.updating.get(key));
         if let Some(row) = found {
-            return Ok(row.clone());
-        }
-        if self.key_bound.as_deref().is_none_or(|bound| key > bound) {
-            return Ok(None);
+            return Ok(row.cloned());
         }
         Ok(self.tablet.get(key)?.map(|v| v.to_vec()))
+    }
+
+    /// Stages the row of `key` (`None`: deleted) after the rows of `staged`.
+    fn stage(&self, staged: &mut StagedRows, key: &[u8], row: Option<Vec<u8>>) {
+        match row {
+            Some(row) if self.above_bound(staged, key) => staged.appended.push((key.to_vec(), row)),
+            row => {
+                staged.replaced.insert(key.to_vec(), row);
+            }
+        }
+    }
+
+    /// Keeps a write's staged rows for the group's commit.
+    fn keep(&mut self, staged: StagedRows) {
+        if let Some(last) = staged.last_appended() {
+            self.key_bound = Some(last.to_vec());
+        }
+        self.overlay.extend(staged);
     }
 
     /// The changelog of an upsert or delete; `None` when it changes nothing.
@@ -131,7 +207,7 @@ impl KvWriter {
         } else {
             Vec::new()
         };
-        let mut staged = KeyMap::default();
+        let mut staged = StagedRows::default();
         let mut old_rows: Vec<Vec<u8>> = Vec::new();
         let mut sources = Vec::new();
         let mut changes = Vec::new();
@@ -160,7 +236,7 @@ impl KvWriter {
                 (None, false) => continue,
             }
             let value = upsert.then(|| std::mem::take(&mut new_rows[row]));
-            staged.insert(key.to_vec(), value);
+            self.stage(&mut staged, key, value);
         }
         if changes.is_empty() {
             return Ok(None);
@@ -181,7 +257,7 @@ impl KvWriter {
         } else {
             self.rows.decode(&old_rows)?
         };
-        self.overlay.extend(staged);
+        self.keep(staged);
         Ok(Some(StoredBatch {
             batch: changelog,
             changes: Some(changes),
@@ -206,11 +282,6 @@ impl Changelog for KvWriter {
 
     fn commit(&mut self, end_offset: i64) -> Result<Applying> {
         self.settle()?;
-        if let Some(greatest) = self.overlay.keys().max()
-            && self.key_bound.as_ref().is_none_or(|bound| greatest > bound)
-        {
-            self.key_bound = Some(greatest.clone());
-        }
         let rows = Arc::new(std::mem::take(&mut self.overlay));
         self.updating = Arc::clone(&rows);
         let (done, applied) = oneshot::channel();
@@ -254,27 +325,34 @@ impl Changelog for KvWriter {
         })?;
         let keys = self.keys.encode(&batch.batch)?;
         let rows = self.rows.encode(&batch.batch, batch.schema_id)?;
+        let mut staged = StagedRows::default();
         for ((key, row), change) in keys.iter().zip(rows).zip(changes) {
-            match ChangeType::from_byte(*change)? {
-                ChangeType::Insert | ChangeType::UpdateAfter => {
-                    self.overlay.insert(key.as_ref().to_vec(), Some(row));
-                }
-                ChangeType::Delete => {
-                    self.overlay.insert(key.as_ref().to_vec(), None);
-                }
-                ChangeType::UpdateBefore => {}
-            }
+            let row = match ChangeType::from_byte(*change)? {
+                ChangeType::Insert | ChangeType::UpdateAfter => Some(row),
+                ChangeType::Delete => None,
+                ChangeType::UpdateBefore => continue,
+            };
+            self.stage(&mut staged, key.as_ref(), row);
         }
+        self.keep(staged);
         Ok(())
     }
 }
 
 /// Writes a committed group's rows and its applied offset to the store, in one atomic
-/// batch.
-fn update_store(tablet: &KvTablet, rows: &KeyMap, end_offset: i64) -> Result<()> {
+/// batch: the appended rows in key order, then the replaced ones. A key in both is written
+/// once, as replaced: one batch's writes share a sequence number, so the later of two
+/// writes of a key would not win.
+fn update_store(tablet: &KvTablet, rows: &StagedRows, end_offset: i64) -> Result<()> {
     let store = &tablet.store;
     let mut batch = store.db.batch();
-    for (key, row) in rows {
+    let replaced = &rows.replaced;
+    for (key, row) in &rows.appended {
+        if replaced.is_empty() || !replaced.contains_key(key) {
+            batch.insert(&tablet.rows, key.as_slice(), row.as_slice());
+        }
+    }
+    for (key, row) in replaced {
         match row {
             Some(row) => batch.insert(&tablet.rows, key.as_slice(), row.as_slice()),
             None => batch.remove(&tablet.rows, key.as_slice()),

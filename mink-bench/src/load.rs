@@ -1,0 +1,124 @@
+//! `mink-bench load`: `mink load` of a Parquet file into a primary-key table, against the
+//! same load into a log table.
+//!
+//! ```text
+//! cargo build --release -p mink -p mink-bench
+//! target/release/mink-bench load [--rows 2000000] [--buckets 4] [--mink PATH] [--dir DIR] [--no-sync]
+//! ```
+//!
+//! `--rows` rows of the `log` suite's schema (ids from 0, in ascending order, as a table
+//! exported from a database usually is) written as one Parquet file. A node is served on a
+//! loopback port in this process; the real `mink` binary (`--mink`, default: the `mink`
+//! beside this program) loads the file with `mink load --connect`, first into a log table
+//! `bench.load_log`, then into a primary-key table `bench.load_pk` (primary key `id`),
+//! both of `--buckets` buckets. Each load is timed from the command's start to its exit
+//! (the file read, the writes and every acknowledgement), and the rows logged are checked.
+//! Ratio: the primary-key load's rows/s over the log table's.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use mink_core::table::{TableDescriptor, TablePath};
+
+use crate::error::BenchError;
+use crate::harness::{
+    NodeArgs, Running, Throughput, blocking, check_logged, create_table, prepare, report,
+    write_parquet,
+};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct LoadArgs {
+    /// Rows in the Parquet file.
+    #[arg(long, default_value_t = 2_000_000)]
+    rows: usize,
+    /// Buckets of both tables.
+    #[arg(long, default_value_t = 4)]
+    buckets: u32,
+    /// The `mink` binary (default: the `mink` beside this program).
+    #[arg(long)]
+    mink: Option<PathBuf>,
+    #[command(flatten)]
+    node: NodeArgs,
+}
+
+pub(crate) async fn run(args: LoadArgs) -> Result<(), BenchError> {
+    let mink = match args.mink.clone() {
+        Some(path) => path,
+        None => beside_this_program("mink")?,
+    };
+    if !mink.is_file() {
+        return Err(BenchError::Usage(format!(
+            "no mink binary at {}: build it (cargo build --release -p mink) or pass --mink",
+            mink.display()
+        )));
+    }
+    let (scratch, data, config) = prepare(&args.node, args.rows)?;
+    let file = scratch.path.join("rows.parquet");
+    let bytes = write_parquet(&file, &data.batches)?;
+    eprintln!(
+        "mink-bench load: {} rows ({bytes} bytes of Parquet), {} buckets, {}",
+        data.rows,
+        args.buckets,
+        args.node.describe(&config, &scratch)
+    );
+    let running = Running::start(config).await?;
+    let address = running.address();
+    let client = &running.client;
+    let log = TablePath::new("bench", "load_log");
+    let pk = TablePath::new("bench", "load_pk");
+    let log = create_table(client, &log, args.buckets, &data.schema, &[]).await?;
+    let pk = create_table(client, &pk, args.buckets, &data.schema, &["id"]).await?;
+    let baseline = mink_load(&running, &mink, &address, &log, &file, data.rows).await?;
+    let figure = mink_load(&running, &mink, &address, &pk, &file, data.rows).await?;
+    report("baseline mink load, log table", baseline, &[]);
+    let ratio = format!("vs log table {:.2}", figure.ratio_to(&baseline));
+    report("mink load, primary-key table", figure, &[ratio]);
+    running.stop().await?;
+    Ok(())
+}
+
+/// Runs `mink load` of `file` into `table`, checks the rows logged, and returns its
+/// throughput.
+async fn mink_load(
+    running: &Running,
+    mink: &Path,
+    address: &str,
+    table: &TableDescriptor,
+    file: &Path,
+    rows: usize,
+) -> Result<Throughput, BenchError> {
+    let mut command = Command::new(mink);
+    command
+        .args(["load", "--connect", address, "--table"])
+        .arg(table.path.to_string())
+        .arg(file);
+    eprintln!("bench: mink load into {} ...", table.path);
+    let started = Instant::now();
+    let output = blocking(move || {
+        command
+            .output()
+            .map_err(BenchError::io("running mink load"))
+    })
+    .await?;
+    let elapsed = started.elapsed();
+    if !output.status.success() {
+        return Err(BenchError::Mismatch(format!(
+            "mink load into {} failed: {}",
+            table.path,
+            String::from_utf8_lossy(&output.stderr)
+        )));
+    }
+    eprintln!("bench: {}", String::from_utf8_lossy(&output.stdout).trim());
+    check_logged(&running.client, table, rows).await?;
+    let bytes = std::fs::metadata(file)
+        .map_err(BenchError::io("reading the Parquet file's size"))?
+        .len();
+    Ok(Throughput::new(rows, bytes, elapsed))
+}
+
+/// The path of `name` in this program's directory.
+fn beside_this_program(name: &str) -> Result<PathBuf, BenchError> {
+    let this = std::env::current_exe().map_err(BenchError::io("finding this program"))?;
+    Ok(this.with_file_name(name))
+}
