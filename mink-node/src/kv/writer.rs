@@ -60,6 +60,14 @@ struct StagedRows {
 }
 
 impl StagedRows {
+    /// Room for `rows` appended rows (the common case: new keys).
+    fn for_rows(rows: usize) -> Self {
+        Self {
+            appended: Vec::with_capacity(rows),
+            replaced: KeyMap::default(),
+        }
+    }
+
     /// The row staged for `key` (`Some(None)`: deleted), if any.
     fn get(&self, key: &[u8]) -> Option<Option<&Vec<u8>>> {
         if let Some(row) = self.replaced.get(key) {
@@ -78,8 +86,14 @@ impl StagedRows {
 
     /// Takes in the rows of a later write.
     fn extend(&mut self, later: StagedRows) {
-        self.appended.extend(later.appended);
-        self.replaced.extend(later.replaced);
+        match self.appended.is_empty() {
+            true => self.appended = later.appended,
+            false => self.appended.extend(later.appended),
+        }
+        match self.replaced.is_empty() {
+            true => self.replaced = later.replaced,
+            false => self.replaced.extend(later.replaced),
+        }
     }
 
     fn clear(&mut self) {
@@ -207,10 +221,10 @@ impl KvWriter {
         } else {
             Vec::new()
         };
-        let mut staged = StagedRows::default();
+        let mut staged = StagedRows::for_rows(keys.num_rows());
         let mut old_rows: Vec<Vec<u8>> = Vec::new();
-        let mut sources = Vec::new();
-        let mut changes = Vec::new();
+        let mut sources = Vec::with_capacity(keys.num_rows());
+        let mut changes = Vec::with_capacity(keys.num_rows());
         for (row, key) in keys.iter().enumerate() {
             let key = key.as_ref();
             let old = self.current(&staged, key)?;
@@ -325,7 +339,7 @@ impl Changelog for KvWriter {
         })?;
         let keys = self.keys.encode(&batch.batch)?;
         let rows = self.rows.encode(&batch.batch, batch.schema_id)?;
-        let mut staged = StagedRows::default();
+        let mut staged = StagedRows::for_rows(keys.num_rows());
         for ((key, row), change) in keys.iter().zip(rows).zip(changes) {
             let row = match ChangeType::from_byte(*change)? {
                 ChangeType::Insert | ChangeType::UpdateAfter => Some(row),
@@ -529,6 +543,34 @@ mod tests {
         );
         f.writer.apply(6);
         assert_eq!(f.delete(&[9, 10]), [("-D", 9, s("c"))]);
+    }
+
+    #[test]
+    fn new_keys_staged_in_order_are_seen_while_their_update_runs_and_stored_once() {
+        let mut f = Fixture::new();
+        f.upsert(&[(2, Some("a")), (4, Some("b"))]);
+        // Committed, its update maybe still running: the next group sees its rows.
+        f.writer.commit(2).unwrap();
+        let changes = f.upsert(&[(6, Some("c")), (4, Some("d")), (5, Some("e")), (6, None)]);
+        assert_eq!(
+            changes,
+            [
+                ("+I", 6, s("c")),
+                ("-U", 4, s("b")),
+                ("+U", 4, s("d")),
+                ("+I", 5, s("e")),
+                ("-U", 6, s("c")),
+                ("+U", 6, None),
+            ]
+        );
+        assert_eq!(f.delete(&[2, 3]), [("-D", 2, s("a"))]);
+        f.writer.apply(9);
+        let stored = [(4, s("d")), (5, s("e")), (6, None)];
+        assert_eq!(
+            f.stored(),
+            stored,
+            "a key appended then replaced is stored once"
+        );
     }
 
     #[test]
