@@ -43,6 +43,11 @@ pub(crate) struct LoadArgs {
 }
 
 pub(crate) async fn run(args: LoadArgs) -> Result<(), BenchError> {
+    if args.rows == 0 || args.buckets == 0 {
+        return Err(BenchError::Usage(
+            "--rows and --buckets must be positive".into(),
+        ));
+    }
     let mink = match args.mink.clone() {
         Some(path) => path,
         None => beside_this_program("mink")?,
