@@ -3,11 +3,14 @@
 //!
 //! ```text
 //! cargo build --release -p mink -p mink-bench
-//! target/release/mink-bench load [--rows 2000000] [--buckets 4] [--mink PATH] [--dir DIR] [--no-sync]
+//! target/release/mink-bench load [--rows 2000000] [--buckets 4] [--shuffled] [--mink PATH]
+//!     [--dir DIR] [--no-sync]
 //! ```
 //!
-//! `--rows` rows of the `log` suite's schema (ids from 0, in ascending order, as a table
-//! exported from a database usually is) written as one Parquet file. A node is served on a
+//! `--rows` rows of the `log` suite's schema written as one Parquet file: ids from 0 in
+//! ascending order, as a table exported from a database usually is, or with `--shuffled`
+//! in a random order (every key then lands below the keys already loaded, where the
+//! primary-key writer must look each one up). A node is served on a
 //! loopback port in this process; the real `mink` binary (`--mink`, default: the `mink`
 //! beside this program) loads the file with `mink load --connect`, first into a log table
 //! `bench.load_log`, then into a primary-key table `bench.load_pk` (primary key `id`),
@@ -21,9 +24,12 @@ use std::time::Instant;
 
 use mink_core::table::{TableDescriptor, TablePath};
 
+use rand::seq::SliceRandom;
+
+use crate::data::{Data, seeded};
 use crate::error::BenchError;
 use crate::harness::{
-    NodeArgs, Running, Throughput, blocking, check_logged, create_table, prepare, report,
+    NodeArgs, Running, Throughput, blocking, check_logged, create_table, prepare_data, report,
     write_parquet,
 };
 
@@ -35,6 +41,9 @@ pub(crate) struct LoadArgs {
     /// Buckets of both tables.
     #[arg(long, default_value_t = 4)]
     buckets: u32,
+    /// The ids in a random order (default: ascending).
+    #[arg(long)]
+    shuffled: bool,
     /// The `mink` binary (default: the `mink` beside this program).
     #[arg(long)]
     mink: Option<PathBuf>,
@@ -58,12 +67,22 @@ pub(crate) async fn run(args: LoadArgs) -> Result<(), BenchError> {
             mink.display()
         )));
     }
-    let (scratch, data, config) = prepare(&args.node, args.rows)?;
+    eprintln!("bench: generating {} rows", args.rows);
+    let mut ids: Vec<i64> = (0..args.rows as i64).collect();
+    if args.shuffled {
+        ids.shuffle(&mut seeded(0x10ad));
+    }
+    let (scratch, data, config) = prepare_data(&args.node, Data::with_ids(&ids, 0x5eed)?)?;
     let file = scratch.path.join("rows.parquet");
     let bytes = write_parquet(&file, &data.batches)?;
     eprintln!(
-        "mink-bench load: {} rows ({bytes} bytes of Parquet), {} buckets, {}",
+        "mink-bench load: {} rows ({bytes} bytes of Parquet), ids {}, {} buckets, {}",
         data.rows,
+        if args.shuffled {
+            "shuffled"
+        } else {
+            "ascending"
+        },
         args.buckets,
         args.node.describe(&config, &scratch)
     );
