@@ -10,11 +10,11 @@
 //! `--rows` rows of the `log` suite's schema written as one Parquet file: ids from 0 in
 //! ascending order, as a table exported from a database usually is, or with `--shuffled`
 //! in a random order (every key then lands below the keys already loaded, where the
-//! primary-key writer must look each one up). A node is served on a
-//! loopback port in this process; the real `mink` binary (`--mink`, default: the `mink`
-//! beside this program) loads the file with `mink load --connect`, first into a log table
-//! `bench.load_log`, then into a primary-key table `bench.load_pk` (primary key `id`),
-//! both of `--buckets` buckets. Each load is timed from the command's start to its exit
+//! primary-key writer must look each one up). A node is served on a loopback port in this
+//! process; the real `mink` binary (`--mink`, default: the `mink` beside this program)
+//! loads the file with `mink load --connect`, first into a log table `bench.load_log`,
+//! then into a primary-key table `bench.load_pk` (primary key `id`), both of `--buckets`
+//! buckets. Each load is timed from the command's start to its exit
 //! (the file read, the writes and every acknowledgement), and the rows logged are checked.
 //! Ratio: the primary-key load's rows/s over the log table's.
 
@@ -23,7 +23,6 @@ use std::process::Command;
 use std::time::Instant;
 
 use mink_core::table::{TableDescriptor, TablePath};
-
 use rand::seq::SliceRandom;
 
 use crate::data::{Data, seeded};
@@ -73,11 +72,16 @@ pub(crate) async fn run(args: LoadArgs) -> Result<(), BenchError> {
         ids.shuffle(&mut seeded(0x10ad));
     }
     let (scratch, data, config) = prepare_data(&args.node, Data::with_ids(&ids, 0x5eed)?)?;
-    let file = scratch.path.join("rows.parquet");
-    let bytes = write_parquet(&file, &data.batches)?;
+    let path = scratch.path.join("rows.parquet");
+    let file = ParquetFile {
+        bytes: write_parquet(&path, &data.batches)?,
+        rows: data.rows,
+        path,
+    };
     eprintln!(
-        "mink-bench load: {} rows ({bytes} bytes of Parquet), ids {}, {} buckets, {}",
-        data.rows,
+        "mink-bench load: {} rows ({} bytes of Parquet), ids {}, {} buckets, {}",
+        file.rows,
+        file.bytes,
         if args.shuffled {
             "shuffled"
         } else {
@@ -87,14 +91,13 @@ pub(crate) async fn run(args: LoadArgs) -> Result<(), BenchError> {
         args.node.describe(&config, &scratch)
     );
     let running = Running::start(config).await?;
-    let address = running.address();
     let client = &running.client;
     let log = TablePath::new("bench", "load_log");
     let pk = TablePath::new("bench", "load_pk");
     let log = create_table(client, &log, args.buckets, &data.schema, &[]).await?;
     let pk = create_table(client, &pk, args.buckets, &data.schema, &["id"]).await?;
-    let baseline = mink_load(&running, &mink, &address, &log, &file, data.rows).await?;
-    let figure = mink_load(&running, &mink, &address, &pk, &file, data.rows).await?;
+    let baseline = mink_load(&running, &mink, &log, &file).await?;
+    let figure = mink_load(&running, &mink, &pk, &file).await?;
     report("baseline mink load, log table", baseline, &[]);
     let ratio = format!("vs log table {:.2}", figure.ratio_to(&baseline));
     report("mink load, primary-key table", figure, &[ratio]);
@@ -102,21 +105,26 @@ pub(crate) async fn run(args: LoadArgs) -> Result<(), BenchError> {
     Ok(())
 }
 
+/// The file the loads read.
+struct ParquetFile {
+    path: PathBuf,
+    bytes: u64,
+    rows: usize,
+}
+
 /// Runs `mink load` of `file` into `table`, checks the rows logged, and returns its
 /// throughput.
 async fn mink_load(
     running: &Running,
     mink: &Path,
-    address: &str,
     table: &TableDescriptor,
-    file: &Path,
-    rows: usize,
+    file: &ParquetFile,
 ) -> Result<Throughput, BenchError> {
     let mut command = Command::new(mink);
     command
-        .args(["load", "--connect", address, "--table"])
+        .args(["load", "--connect", &running.address(), "--table"])
         .arg(table.path.to_string())
-        .arg(file);
+        .arg(&file.path);
     eprintln!("bench: mink load into {} ...", table.path);
     let started = Instant::now();
     let output = blocking(move || {
@@ -134,11 +142,8 @@ async fn mink_load(
         )));
     }
     eprintln!("bench: {}", String::from_utf8_lossy(&output.stdout).trim());
-    check_logged(&running.client, table, rows).await?;
-    let bytes = std::fs::metadata(file)
-        .map_err(BenchError::io("reading the Parquet file's size"))?
-        .len();
-    Ok(Throughput::new(rows, bytes, elapsed))
+    check_logged(&running.client, table, file.rows).await?;
+    Ok(Throughput::new(file.rows, file.bytes, elapsed))
 }
 
 /// The path of `name` in this program's directory.
