@@ -33,6 +33,9 @@ pub(crate) fn seeded(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)
 }
 
+/// The seed of [`Data::generate`]'s columns other than the id.
+pub(crate) const GENERATED_SEED: u64 = 0x5eed;
+
 /// The rows of the throughput figures.
 #[derive(Debug)]
 pub(crate) struct Data {
@@ -45,7 +48,7 @@ impl Data {
     /// `rows` rows with ids from 0.
     pub(crate) fn generate(rows: usize) -> Result<Self, BenchError> {
         let ids: Vec<i64> = (0..rows as i64).collect();
-        Self::with_ids(&ids, 0x5eed)
+        Self::with_ids(&ids, GENERATED_SEED)
     }
 
     /// Rows with these ids, the other columns drawn from `seed`.

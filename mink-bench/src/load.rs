@@ -25,7 +25,7 @@ use std::time::Instant;
 use mink_core::table::{TableDescriptor, TablePath};
 use rand::seq::SliceRandom;
 
-use crate::data::{Data, seeded};
+use crate::data::{Data, GENERATED_SEED, seeded};
 use crate::error::BenchError;
 use crate::harness::{
     NodeArgs, Running, Throughput, blocking, check_logged, create_table, prepare_data, report,
@@ -71,7 +71,8 @@ pub(crate) async fn run(args: LoadArgs) -> Result<(), BenchError> {
     if args.shuffled {
         ids.shuffle(&mut seeded(0x10ad));
     }
-    let (scratch, data, config) = prepare_data(&args.node, Data::with_ids(&ids, 0x5eed)?)?;
+    let data = Data::with_ids(&ids, GENERATED_SEED)?;
+    let (scratch, data, config) = prepare_data(&args.node, data)?;
     let path = scratch.path.join("rows.parquet");
     let file = ParquetFile {
         bytes: write_parquet(&path, &data.batches)?,

@@ -221,7 +221,8 @@ impl KvWriter {
         } else {
             Vec::new()
         };
-        let mut staged = StagedRows::for_rows(keys.num_rows());
+        // Only an upsert appends rows.
+        let mut staged = StagedRows::for_rows(if upsert { keys.num_rows() } else { 0 });
         let mut old_rows: Vec<Vec<u8>> = Vec::new();
         let mut sources = Vec::with_capacity(keys.num_rows());
         let mut changes = Vec::with_capacity(keys.num_rows());
