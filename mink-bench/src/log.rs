@@ -23,8 +23,10 @@
 //!    the server's default answer size: first from the log cache (sized to hold the
 //!    table), then from cold segments after a restart (the server is shut down, the node
 //!    dropped and reopened on the same directory, so its cache is empty; the operating
-//!    system's page cache is not dropped). Baseline: reading the baseline IPC file with
-//!    `arrow::ipc::reader::StreamReader`.
+//!    system's page cache is not dropped). Baselines: reading the baseline IPC file with
+//!    `arrow::ipc::reader::StreamReader`, and reading it the same way as it arrives
+//!    through a loopback TCP socket that a thread feeds from the file (the ceiling of any
+//!    protocol over a socket on the machine: no framing, no requests).
 //! 3. **Tail latency**: 500 appends of one 100-row batch (after 10 uncounted warm-up
 //!    appends) while one tail reader on another task long-polls with `max_wait` 1 s. The
 //!    writer waits for the reader to have each batch before it sends the next. Two
@@ -36,6 +38,7 @@
 
 use std::fs::File;
 use std::io::BufWriter;
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -173,6 +176,22 @@ async fn scan_figure(running: Running, data: &Data, ipc: &IpcFile) -> Result<Run
     check_rows("the IPC file", rows, data.rows)?;
     let baseline = Throughput::new(rows, ipc.bytes, elapsed);
     report("baseline IPC read", baseline, &[]);
+    let path = ipc.path.clone();
+    let (rows, elapsed) = measure(
+        "read the IPC file through a loopback socket",
+        blocking(move || read_ipc_through_loopback(&path)),
+    )
+    .await?;
+    check_rows("the IPC file through a socket", rows, data.rows)?;
+    let socket = Throughput::new(rows, ipc.bytes, elapsed);
+    let ratio = format!("vs IPC read {:.2}", socket.ratio_to(&baseline));
+    report("baseline IPC through a socket", socket, &[ratio]);
+    let ratios = |figure: &Throughput| {
+        [
+            format!("vs IPC read {:.2}", figure.ratio_to(&baseline)),
+            format!("vs IPC through a socket {:.2}", figure.ratio_to(&socket)),
+        ]
+    };
     let (rows, elapsed) = measure(
         "scan from the log cache",
         scan_bucket(&running.client, &bucket),
@@ -180,15 +199,13 @@ async fn scan_figure(running: Running, data: &Data, ipc: &IpcFile) -> Result<Run
     .await?;
     check_rows("the cached scan", rows, data.rows)?;
     let figure = Throughput::new(rows, ipc.bytes, elapsed);
-    let ratio = format!("vs IPC read {:.2}", figure.ratio_to(&baseline));
-    report("scan log cache", figure, &[ratio]);
+    report("scan log cache", figure, &ratios(&figure));
     let (running, _) = measure("restart the node", running.restart()).await?;
     let (rows, elapsed) =
         measure("scan cold segments", scan_bucket(&running.client, &bucket)).await?;
     check_rows("the cold scan", rows, data.rows)?;
     let figure = Throughput::new(rows, ipc.bytes, elapsed);
-    let ratio = format!("vs IPC read {:.2}", figure.ratio_to(&baseline));
-    report("scan cold segments", figure, &[ratio]);
+    report("scan cold segments", figure, &ratios(&figure));
     Ok(running)
 }
 
@@ -375,6 +392,31 @@ fn read_ipc(path: &Path) -> Result<usize, BenchError> {
     for batch in StreamReader::try_new_buffered(file, None)? {
         rows += batch?.num_rows();
     }
+    Ok(rows)
+}
+
+/// Reads the IPC file as it arrives through a loopback TCP connection, which a thread
+/// feeds from the file as fast as the socket takes it; returns the rows. What any
+/// protocol over a socket could reach on this machine: the bytes cross the kernel twice,
+/// with no framing, no requests and no copies of its own.
+fn read_ipc_through_loopback(path: &Path) -> Result<usize, BenchError> {
+    let context = || format!("serving {} on a loopback socket", path.display());
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(BenchError::io(context()))?;
+    let address = listener.local_addr().map_err(BenchError::io(context()))?;
+    let served = path.to_path_buf();
+    let server = std::thread::spawn(move || -> std::io::Result<u64> {
+        let (mut socket, _) = listener.accept()?;
+        std::io::copy(&mut File::open(served)?, &mut socket)
+    });
+    let socket = TcpStream::connect(address).map_err(BenchError::io(context()))?;
+    let mut rows = 0;
+    for batch in StreamReader::try_new_buffered(socket, None)? {
+        rows += batch?.num_rows();
+    }
+    server
+        .join()
+        .map_err(|_| BenchError::Usage("the loopback server panicked".into()))?
+        .map_err(BenchError::io(context()))?;
     Ok(rows)
 }
 
