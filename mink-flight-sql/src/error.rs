@@ -19,6 +19,7 @@
 use arrow::error::ArrowError;
 use arrow_flight::error::FlightError;
 use datafusion::error::DataFusionError;
+use datafusion::parquet::errors::ParquetError;
 use mink_client::ClientError;
 use mink_sql::distributed::is_worker_unavailable;
 use tonic::{Code, Status};
@@ -70,8 +71,12 @@ fn code(error: &DataFusionError) -> Code {
         // DataFusion reports values a function cannot compute as execution errors.
         DataFusionError::Execution(_) => Code::InvalidArgument,
         DataFusionError::ObjectStore(error) => object_store_code(error),
-        DataFusionError::ParquetError(_)
-        | DataFusionError::IoError(_)
+        DataFusionError::ParquetError(error) => match error.as_ref() {
+            // A lake scan's reader refusing a fetch over the memory pool, say.
+            ParquetError::External(source) => external_code(source.as_ref()),
+            _ => Code::Internal,
+        },
+        DataFusionError::IoError(_)
         | DataFusionError::Internal(_)
         | DataFusionError::ExecutionJoin(_)
         | DataFusionError::Ffi(_) => Code::Internal,
@@ -227,6 +232,9 @@ mod tests {
         let collected =
             DataFusionError::Collection(vec![exhausted(), DataFusionError::Internal("x".into())]);
         assert_eq!(code(&collected), Code::ResourceExhausted);
+        let fetching =
+            DataFusionError::ParquetError(Box::new(ParquetError::External(Box::new(exhausted()))));
+        assert_eq!(code(&fetching), Code::ResourceExhausted);
     }
 
     #[test]

@@ -52,6 +52,7 @@ use object_store::ObjectStore;
 
 use crate::equality::EqualityDeleteExec;
 use crate::external;
+use crate::fetch::ReservedReaderFactory;
 
 /// How many footers of data files with deletes are read at once while planning.
 const CONCURRENT_FOOTERS: usize = 16;
@@ -60,10 +61,11 @@ const CONCURRENT_FOOTERS: usize = 16;
 /// core by default). A partition fetches a row group's column chunks, then decodes them,
 /// then fetches the next: with one partition per core, each core waits for every fetch
 /// (a copy from the page cache for a local lake, a round trip for an object store); with
-/// several, other partitions decode meanwhile. Each partition holds at most one row
-/// group's fetched chunks. Measured on 2 cores (`mink-bench sql`, 10M keys, 4 buckets,
-/// docs/benchmarks.md): about 0.03 to 0.08 of DataFusion's time over the same rows as
-/// plain Parquet, within the VM's noise per run but seen in every run.
+/// several, other partitions decode meanwhile. Each partition holds about one row
+/// group's fetched chunks, reserved in the query's memory pool ([`crate::fetch`]).
+/// Measured on 2 cores (`mink-bench sql`, 10M keys, 4 buckets, docs/benchmarks.md): about
+/// 0.03 to 0.08 of DataFusion's time over the same rows as plain Parquet, within the VM's
+/// noise per run but seen in every run.
 const PARTITIONS_PER_TARGET: usize = 4;
 
 /// What a lake scan reads.
@@ -194,9 +196,11 @@ impl LakeScan<'_> {
             Arc::clone(&store.store),
             Arc::clone(&store.footers),
         );
+        let readers =
+            ReservedReaderFactory::new(Arc::new(footers), Arc::clone(context.memory_pool()));
         let mut source = ParquetSource::new(Arc::clone(&self.table_schema))
             .with_table_parquet_options(options)
-            .with_parquet_file_reader_factory(Arc::new(footers));
+            .with_parquet_file_reader_factory(Arc::new(readers));
         if let Some(predicate) = &self.predicate {
             source = source.with_predicate(Arc::clone(predicate));
         }

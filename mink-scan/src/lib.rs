@@ -13,7 +13,8 @@
 //!
 //! - [`lake_scan`]: the lake side, DataFusion's own Parquet scan with Iceberg's position
 //!   deletes as row selections and pruning from any predicate; [`equality`] applies
-//!   other engines' equality deletes.
+//!   other engines' equality deletes; [`fetch`] counts the row groups it fetches in the
+//!   query's memory pool.
 //! - [`tail`]: the log side, over a [`tail::LogSource`] (the leader's own log, or Flight
 //!   Scans of it from the engine): a range's rows or changes, or its live rows as the
 //!   leader folded them.
@@ -28,6 +29,7 @@
 
 pub mod codec;
 pub mod equality;
+pub mod fetch;
 pub mod filters;
 pub mod lake_scan;
 pub mod merge;

@@ -664,6 +664,71 @@ async fn a_union_tail_over_the_memory_pool_fails_alone_and_kv_answers_stream() {
     server.assert_alive().await;
 }
 
+/// The row groups a lake scan fetches count in the memory pool: a read of a column whose
+/// one row group is larger than the whole pool fails alone, on both ports, and a read of
+/// the small column of the same file does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lake_row_group_over_the_memory_pool_fails_alone() {
+    use rand::{Rng, SeedableRng};
+
+    let mut server = Server::start_with(&["--sql-memory-limit", "4MiB"]);
+    let client = server.client().await;
+    let options = TableOptions {
+        lake_enabled: true,
+        lake_freshness: std::time::Duration::from_secs(3600),
+        ..TableOptions::default()
+    };
+    let table = client
+        .create_table(&events_table("fetched", 1, options), false)
+        .await
+        .expect("create");
+    let bucket = BucketId::new(&table.path, 0);
+    // 16 MiB of distinct random names (neither a dictionary nor LZ4 shrinks them), tiered
+    // into one row group: four times the pool.
+    const BATCHES: usize = 16;
+    const ROWS: usize = 1024;
+    let mut random = rand::rngs::StdRng::seed_from_u64(7);
+    for i in 0..BATCHES {
+        let names: Vec<String> = (0..ROWS)
+            .map(|_| {
+                let bytes: [u8; 512] = random.random();
+                bytes.iter().map(|b| format!("{b:02x}")).collect()
+            })
+            .collect();
+        let ids: Vec<i64> = (0..ROWS).map(|row| (i * ROWS + row) as i64).collect();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(ids)),
+            Arc::new(StringArray::from(names)),
+        ];
+        let batch = RecordBatch::try_new(Arc::clone(table.schema()), columns).expect("batch");
+        client.append(&bucket, vec![batch]).await.expect("append");
+    }
+    client.tier(&table.path).await.expect("tier");
+
+    let mut raw = server.raw().await;
+    let union = |columns: Vec<u32>| {
+        ticket(read_ticket::Read::Union(UnionRequest {
+            bucket: Some(bucket.clone()),
+            columns,
+            filters: vec![],
+        }))
+    };
+    let (code, message) = do_get(&mut raw, union(vec![1]))
+        .await
+        .expect_err("over the pool");
+    assert_eq!(code, Code::ResourceExhausted, "{message}");
+    let (rows, _) = do_get(&mut raw, union(vec![0])).await.expect("the ids");
+    assert_eq!(rows, BATCHES * ROWS);
+    server.assert_alive().await;
+
+    let (ok, _, stderr) = sql(&server, "SELECT max(name) FROM test.fetched");
+    assert!(!ok);
+    assert!(stderr.contains("Resources exhausted"), "{stderr}");
+    let (ok, stdout, stderr) = sql(&server, "SELECT max(id) AS m FROM test.fetched");
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, format!("m\n{}\n", BATCHES * ROWS - 1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundreds_of_snapshot_streams_nobody_reads_never_stall_writes() {
     let mut server = Server::start();
