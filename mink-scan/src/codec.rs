@@ -19,7 +19,9 @@
 //!   the encoding, in a marker node that carries the scan and its access plans, and
 //!   decoding puts them back on the files. A plan must be encoded with
 //!   [`MinkCodec::encode`]: DataFusion's own entry points never ask the codec about a
-//!   `DataSourceExec`, so through them a lake scan would lose its deletes.
+//!   `DataSourceExec`, so through them a lake scan would lose its deletes. Decoding also
+//!   gives every Parquet scan the lake scan's reader ([`reader_factory`]: footers cached,
+//!   fetched row groups reserved in the memory pool), which DataFusion's form drops.
 //!
 //! The messages are an internal format between mink processes of the same build.
 
@@ -33,6 +35,7 @@ use datafusion_common::{DataFusionError, Result};
 use datafusion_datasource::file_groups::FileGroup;
 use datafusion_datasource::file_scan_config::FileScanConfig;
 use datafusion_datasource::source::DataSourceExec;
+use datafusion_datasource_parquet::source::ParquetSource;
 use datafusion_datasource_parquet::{ParquetAccessPlan, RowGroupAccess};
 use datafusion_execution::TaskContext;
 use datafusion_physical_plan::{
@@ -51,6 +54,7 @@ use prost::Message;
 
 use crate::equality::EqualityDeleteExec;
 use crate::external;
+use crate::lake_scan::reader_factory;
 use crate::merge::{KeyMergeExec, LakeMerge};
 use crate::tail::{LogSource, LogTailExec, TailRange, TailRows};
 
@@ -93,7 +97,7 @@ impl MinkCodec {
         node: &protobuf::PhysicalPlanNode,
         context: &TaskContext,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        node.try_into_physical_plan(context, self)
+        with_lake_readers(node.try_into_physical_plan(context, self)?, context)
     }
 
     /// The plan `bytes` encode, its lake files read from the object stores registered
@@ -102,8 +106,37 @@ impl MinkCodec {
     /// # Errors
     /// Bytes that are not a plan of this build.
     pub fn decode(&self, bytes: &[u8], context: &TaskContext) -> Result<Arc<dyn ExecutionPlan>> {
-        physical_plan_from_bytes_with_extension_codec(bytes, context, self)
+        let plan = physical_plan_from_bytes_with_extension_codec(bytes, context, self)?;
+        with_lake_readers(plan, context)
     }
+}
+
+/// `plan` with the Parquet scans DataFusion decoded (which open their files with its
+/// default reader) opening them as a lake scan does ([`reader_factory`]): footers cached,
+/// fetched row groups reserved in `context`'s memory pool.
+fn with_lake_readers(
+    plan: Arc<dyn ExecutionPlan>,
+    context: &TaskContext,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        let Some((config, parquet)) = node
+            .as_any()
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|exec| exec.downcast_to_file_source::<ParquetSource>())
+        else {
+            return Ok(Transformed::no(node));
+        };
+        let store = context
+            .runtime_env()
+            .object_store(&config.object_store_url)?;
+        let source = parquet
+            .clone()
+            .with_parquet_file_reader_factory(reader_factory(context, store));
+        let mut config = config.clone();
+        config.file_source = Arc::new(source);
+        Ok(Transformed::yes(DataSourceExec::from_data_source(config)))
+    })
+    .map(|transformed| transformed.data)
 }
 
 impl PhysicalExtensionCodec for MinkCodec {
@@ -260,10 +293,10 @@ fn malformed(error: &dyn fmt::Display) -> DataFusionError {
 
 /// The access plans of a Parquet scan's files, where any file has one.
 fn access_plans(plan: &dyn ExecutionPlan) -> Option<Vec<FileAccessNode>> {
-    let (config, _) =
-        plan.as_any()
-            .downcast_ref::<DataSourceExec>()?
-            .downcast_to_file_source::<datafusion_datasource_parquet::source::ParquetSource>()?;
+    let (config, _) = plan
+        .as_any()
+        .downcast_ref::<DataSourceExec>()?
+        .downcast_to_file_source::<ParquetSource>()?;
     let files: Vec<FileAccessNode> = config
         .file_groups
         .iter()

@@ -10,6 +10,9 @@
 //! the query with `ResourcesExhausted`) before the bytes are fetched, shrinks to the
 //! next fetch, and is released when the scan is done with the file. Footers are not
 //! counted here: they live in the runtime's file-metadata cache, which has its own limit.
+//!
+//! DataFusion hands a reader factory no task context, so the pool is the one of the
+//! context the plan was built (or decoded) in, which is the one it runs in.
 
 use std::ops::Range;
 use std::sync::Arc;

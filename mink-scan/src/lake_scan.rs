@@ -32,7 +32,7 @@ use datafusion_datasource::source::DataSourceExec;
 use datafusion_datasource_parquet::metadata::DFParquetMetadata;
 use datafusion_datasource_parquet::source::ParquetSource;
 use datafusion_datasource_parquet::{
-    CachedParquetFileReaderFactory, ParquetAccessPlan, RowGroupAccess,
+    CachedParquetFileReaderFactory, ParquetAccessPlan, ParquetFileReaderFactory, RowGroupAccess,
 };
 use datafusion_execution::TaskContext;
 use datafusion_execution::cache::cache_manager::FileMetadataCache;
@@ -192,15 +192,9 @@ impl LakeScan<'_> {
             global: config.execution.parquet.clone(),
             ..TableParquetOptions::default()
         };
-        let footers = CachedParquetFileReaderFactory::new(
-            Arc::clone(&store.store),
-            Arc::clone(&store.footers),
-        );
-        let readers =
-            ReservedReaderFactory::new(Arc::new(footers), Arc::clone(context.memory_pool()));
         let mut source = ParquetSource::new(Arc::clone(&self.table_schema))
             .with_table_parquet_options(options)
-            .with_parquet_file_reader_factory(Arc::new(readers));
+            .with_parquet_file_reader_factory(reader_factory(context, Arc::clone(&store.store)));
         if let Some(predicate) = &self.predicate {
             source = source.with_predicate(Arc::clone(predicate));
         }
@@ -246,6 +240,21 @@ impl LakeScan<'_> {
             .collect();
         Ok(scanned.with_extensions(Arc::new(access_plan(&row_counts, deleted))))
     }
+}
+
+/// How a lake scan opens its files in `store`: footers through the runtime's file-metadata
+/// cache, fetched row groups reserved in `context`'s memory pool ([`crate::fetch`]).
+pub fn reader_factory(
+    context: &TaskContext,
+    store: Arc<dyn ObjectStore>,
+) -> Arc<dyn ParquetFileReaderFactory> {
+    let footers = context
+        .runtime_env()
+        .cache_manager
+        .get_file_metadata_cache();
+    let cached = CachedParquetFileReaderFactory::new(store, footers);
+    let pool = Arc::clone(context.memory_pool());
+    Arc::new(ReservedReaderFactory::new(Arc::new(cached), pool))
 }
 
 /// Registers the lake's store in `runtime` under the URL its scans name (a process that

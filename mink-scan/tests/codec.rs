@@ -291,3 +291,33 @@ fn bytes_that_are_not_a_plan_are_an_error() {
         assert!(codec.decode(bytes, &TaskContext::default()).is_err());
     }
 }
+
+#[tokio::test]
+async fn a_decoded_lake_scan_reserves_its_fetches_in_the_decoding_context_pool() {
+    use datafusion_execution::memory_pool::GreedyMemoryPool;
+    use datafusion_execution::runtime_env::RuntimeEnvBuilder;
+
+    let dir = tempfile::tempdir().unwrap();
+    let codec = MinkCodec::new(Arc::new(MemoryLog));
+    let bytes = codec
+        .encode(lake_scan(lake_file(dir.path()), &[1]))
+        .unwrap();
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_pool(Arc::new(GreedyMemoryPool::new(16)))
+        .build_arc()
+        .unwrap();
+    let tiny = Arc::new(TaskContext::default().with_runtime(runtime));
+    let decoded = codec.decode(&bytes, &tiny).unwrap();
+    let error = execute_in_order(decoded, tiny)
+        .try_collect::<Vec<RecordBatch>>()
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("LakeScan[0] fetched row groups"),
+        "{error}"
+    );
+
+    // With room, the same bytes read the file's rows but the deleted one.
+    let decoded = codec.decode(&bytes, &TaskContext::default()).unwrap();
+    assert_eq!(read(decoded).await.len(), 9);
+}
