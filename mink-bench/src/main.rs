@@ -36,6 +36,7 @@ mod data;
 mod error;
 mod flight_sql;
 mod harness;
+mod ipc;
 mod kafka;
 mod kv;
 mod lake;

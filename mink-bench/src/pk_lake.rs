@@ -20,7 +20,9 @@
 //!    with the deletes applied. Then the compaction that folds the deletes, timed.
 //! 3. **Union read with 1% of the keys changed in the tail** (upserted after the last
 //!    round), against reading the same final rows as plain Parquet files (one per
-//!    bucket, written from the union's answer).
+//!    bucket, written from the union's answer), and against the same rows as Arrow IPC
+//!    streams read as they arrive through loopback sockets, one per bucket at once (what
+//!    any protocol over a socket could reach on the machine).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -44,6 +46,7 @@ use crate::harness::{
     create_pk_lake_table, measure, megabytes, prepare, read_parquet_buckets, report, row_count,
     tier, timed_rounds, write_batches, write_parquet,
 };
+use crate::ipc::{Fsync, read_ipc_through_loopback, write_ipc};
 
 /// Arguments of `mink-bench pk-lake`.
 #[derive(Debug, clap::Args)]
@@ -326,30 +329,55 @@ async fn union_figure(
         .map(|a| a.plan.log_to - a.plan.log_from)
         .sum();
     let mut files = Vec::new();
+    let mut streams = Vec::new();
     let mut bytes = 0;
     for (b, answer) in answers.into_iter().enumerate() {
-        let path = dir.join(format!("baseline-final-bucket{b}.parquet"));
         bytes += ipc_len(&answer.batches)?;
         if answer.batches.is_empty() {
             files.push(vec![]);
             continue;
         }
-        let (file, batches) = (path.clone(), answer.batches);
-        blocking(move || write_parquet(&file, &batches)).await?;
-        files.push(vec![path]);
+        let parquet = dir.join(format!("baseline-final-bucket{b}.parquet"));
+        let stream = dir.join(format!("baseline-final-bucket{b}.arrows"));
+        let (paths, batches) = ((parquet.clone(), stream.clone()), answer.batches);
+        blocking(move || {
+            write_parquet(&paths.0, &batches)?;
+            write_ipc(&paths.1, &batches, Fsync::Never)
+        })
+        .await?;
+        files.push(vec![parquet]);
+        streams.push(stream);
     }
     let ((), baseline_time) = timed_rounds("read the final rows as Parquet", || async {
         let read = read_parquet_buckets(&files, &[]).await?;
         check_rows("the Parquet files", read, rows)
     })
     .await?;
+    let ((), socket_time) = timed_rounds("the final rows as IPC through sockets", || async {
+        let reads = streams
+            .iter()
+            .cloned()
+            .map(|stream| blocking(move || read_ipc_through_loopback(&stream)));
+        let read: usize = try_join_all(reads).await?.into_iter().sum();
+        check_rows("the IPC streams", read, rows)
+    })
+    .await?;
     let baseline = Throughput::new(rows, bytes, baseline_time);
+    let socket = Throughput::new(rows, bytes, socket_time);
     let figure = Throughput::new(rows, bytes, union_time);
     report("baseline Parquet read of the final rows", baseline, &[]);
     report(
+        "baseline the final rows as IPC through sockets",
+        socket,
+        &[format!("vs Parquet read {:.2}", socket.ratio_to(&baseline))],
+    );
+    report(
         &format!("union read, {tail_rows} changes in the tail"),
         figure,
-        &[format!("vs Parquet read {:.2}", figure.ratio_to(&baseline))],
+        &[
+            format!("vs Parquet read {:.2}", figure.ratio_to(&baseline)),
+            format!("vs IPC through sockets {:.2}", figure.ratio_to(&socket)),
+        ],
     );
     Ok(())
 }
