@@ -152,6 +152,14 @@ impl KvTablet {
         self.store.reads.run(read).await
     }
 
+    /// Queues `read` on the store's read threads now; the future resolves with its result.
+    pub(crate) fn queue_read<T: Send + 'static>(
+        &self,
+        read: impl FnOnce() -> Result<T> + Send + 'static,
+    ) -> Result<impl Future<Output = Result<T>> + Send + 'static> {
+        self.store.reads.queue(read)
+    }
+
     /// A consistent view of the store for a Snapshot read.
     pub fn snapshot(&self) -> Result<SnapshotReader> {
         SnapshotReader::new(self)

@@ -4,6 +4,8 @@
 use std::ops::Bound;
 
 use fjall::{Readable, Snapshot, UserKey, UserValue};
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt as _};
 
 use super::{KvTablet, decode_offset, kv_error};
@@ -51,11 +53,13 @@ impl SnapshotReader {
     /// The stored rows in key order as a stream of chunks of at most `chunk` rows (at
     /// most `limit` rows in all), each turned into a `T` by `convert`.
     ///
-    /// Each chunk is read and converted by a short blocking task of its own, started when
-    /// the stream is polled for it, which continues after the last key of the chunk
-    /// before. So a consumer that stops reading holds no thread at all, only the
-    /// snapshot and that key; a few hundred stalled readers cannot starve the blocking
-    /// pool that the log's appenders need.
+    /// Two short jobs on the store's read threads make each chunk: one reads its rows
+    /// (continuing after the last key of the chunk before), one converts them. Reading a
+    /// chunk is started when the stream is first polled, then as soon as the chunk before
+    /// has been read, so the store reads chunk n + 1 on one thread while chunk n is
+    /// converted on another and sent. A consumer that stops reading holds no thread at
+    /// all, only the snapshot, its last key and one chunk read ahead; a few hundred
+    /// stalled readers cannot starve the store's threads.
     pub fn into_chunks<T, F>(
         self,
         chunk: usize,
@@ -66,35 +70,90 @@ impl SnapshotReader {
         T: Send + 'static,
         F: FnMut(Vec<UserValue>) -> Result<T> + Send + 'static,
     {
+        let tablet = self.tablet.clone();
         let cursor = Cursor {
             reader: self,
-            convert,
             after: None,
             remaining: limit,
             chunk: chunk.max(1),
         };
-        stream::try_unfold(cursor, |cursor| async move {
-            if cursor.remaining == 0 {
+        let chunks = Chunks {
+            next: Next::Unread(cursor),
+            convert,
+            tablet,
+        };
+        stream::try_unfold(chunks, |chunks| async move {
+            let Chunks {
+                next,
+                convert,
+                tablet,
+            } = chunks;
+            let reading = match next {
+                Next::Unread(cursor) => match Next::start(cursor)? {
+                    Next::Reading(reading) => reading,
+                    _ => return Ok(None),
+                },
+                Next::Reading(reading) => reading,
+                Next::Done => return Ok(None),
+            };
+            let (cursor, values) = reading.await?;
+            let Some(values) = values else {
                 return Ok(None);
-            }
-            let tablet = cursor.reader.tablet.clone();
-            let (cursor, read) = tablet
-                .read(move || {
-                    let mut cursor = cursor;
-                    let read = cursor.next_chunk();
-                    Ok((cursor, read))
-                })
+            };
+            let next = Next::start(cursor)?;
+            let (convert, item) = tablet
+                .queue_read(move || {
+                    let mut convert = convert;
+                    let item = convert(values);
+                    Ok((convert, item))
+                })?
                 .await?;
-            Ok(read?.map(|item| (item, cursor)))
+            let chunks = Chunks {
+                next,
+                convert,
+                tablet,
+            };
+            Ok(Some((item?, chunks)))
         })
         .boxed()
     }
 }
 
-/// Where a chunked read of a snapshot stands.
-struct Cursor<F> {
-    reader: SnapshotReader,
+/// A chunked read: its next chunk's rows, and how they become a `T`.
+struct Chunks<F> {
+    next: Next,
     convert: F,
+    tablet: KvTablet,
+}
+
+/// The rows of a chunk being read on the store's threads, and the cursor after them.
+type Reading = BoxFuture<'static, Result<(Cursor, Option<Vec<UserValue>>)>>;
+
+/// The next chunk of a chunked read: not asked for yet, being read, or past the end.
+enum Next {
+    Unread(Cursor),
+    Reading(Reading),
+    Done,
+}
+
+impl Next {
+    /// Starts reading the chunk after `cursor`, unless the read is over.
+    fn start(mut cursor: Cursor) -> Result<Self> {
+        if cursor.remaining == 0 {
+            return Ok(Self::Done);
+        }
+        let tablet = cursor.reader.tablet.clone();
+        let reading = tablet.queue_read(move || {
+            let values = cursor.next_values()?;
+            Ok((cursor, values))
+        })?;
+        Ok(Self::Reading(reading.boxed()))
+    }
+}
+
+/// Where a chunked read of a snapshot stands.
+struct Cursor {
+    reader: SnapshotReader,
     /// The last key returned so far.
     after: Option<UserKey>,
     /// Rows still to return (0 once the store is exhausted).
@@ -102,9 +161,9 @@ struct Cursor<F> {
     chunk: usize,
 }
 
-impl<T, F: FnMut(Vec<UserValue>) -> Result<T>> Cursor<F> {
-    /// The next chunk, converted; `None` past the last row.
-    fn next_chunk(&mut self) -> Result<Option<T>> {
+impl Cursor {
+    /// The next chunk's stored rows; `None` past the last row.
+    fn next_values(&mut self) -> Result<Option<Vec<UserValue>>> {
         let take = self.chunk.min(self.remaining);
         let (snapshot, rows) = (&self.reader.snapshot, &self.reader.tablet.rows);
         let iter = match &self.after {
@@ -127,7 +186,7 @@ impl<T, F: FnMut(Vec<UserValue>) -> Result<T>> Cursor<F> {
             return Ok(None);
         }
         self.after = last;
-        (self.convert)(values).map(Some)
+        Ok(Some(values))
     }
 }
 

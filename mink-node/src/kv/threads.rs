@@ -57,13 +57,24 @@ impl KvThreads {
         &self,
         job: impl FnOnce() -> Result<T> + Send + 'static,
     ) -> Result<T> {
+        self.queue(job)?.await
+    }
+
+    /// Queues `job` on the pool now (not when the answer is first polled); the future
+    /// resolves with its result.
+    pub(crate) fn queue<T: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> Result<T> + Send + 'static,
+    ) -> Result<impl Future<Output = Result<T>> + Send + 'static> {
         let (done, result) = oneshot::channel();
         self.send(Box::new(move || {
             let _ = done.send(job());
         }))?;
-        result
-            .await
-            .map_err(|_| NodeError::Kv("a KV store job panicked".into()))?
+        Ok(async move {
+            result
+                .await
+                .map_err(|_| NodeError::Kv("a KV store job panicked".into()))?
+        })
     }
 
     /// Queues `job` on the pool; [`Submitted::wait`] blocks for its result.
