@@ -24,7 +24,7 @@ use std::path::Path;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 
 pub use self::lookup::{Found, encode_keys, lookup, prefix_lookup};
-pub use self::reader::SnapshotReader;
+pub use self::reader::{MAX_CHUNK_BYTES, SnapshotReader};
 use self::threads::KvThreads;
 pub(crate) use self::writer::KvWriter;
 use crate::error::{NodeError, Result};

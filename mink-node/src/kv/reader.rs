@@ -16,6 +16,11 @@ use crate::error::Result;
 /// the rows asked for. The default Snapshot batch fits at once.
 const PREALLOCATED_ROWS: usize = 8192;
 
+/// A chunk ends once its stored rows reach this many bytes, whatever rows it was asked
+/// for: what a stalled reader holds (a chunk read ahead, a chunk being sent) stays small
+/// however wide the rows.
+pub const MAX_CHUNK_BYTES: usize = 8 << 20;
+
 /// A point-in-time view of one KV tablet: the rows and the log offset they reflect.
 pub struct SnapshotReader {
     snapshot: Snapshot,
@@ -50,8 +55,9 @@ impl SnapshotReader {
         self.log_offset
     }
 
-    /// The stored rows in key order as a stream of chunks of at most `chunk` rows (at
-    /// most `limit` rows in all), each turned into a `T` by `convert`.
+    /// The stored rows in key order as a stream of chunks of at most `chunk` rows and
+    /// about [`MAX_CHUNK_BYTES`] (at most `limit` rows in all), each turned into a `T` by
+    /// `convert`.
     ///
     /// Two short jobs on the store's read threads make each chunk: one reads its rows
     /// (continuing after the last key of the chunk before), one converts them. Reading a
@@ -70,60 +76,41 @@ impl SnapshotReader {
         T: Send + 'static,
         F: FnMut(Vec<UserValue>) -> Result<T> + Send + 'static,
     {
-        let tablet = self.tablet.clone();
         let cursor = Cursor {
             reader: self,
             after: None,
             remaining: limit,
             chunk: chunk.max(1),
         };
-        let chunks = Chunks {
-            next: Next::Unread(cursor),
-            convert,
-            tablet,
-        };
-        stream::try_unfold(chunks, |chunks| async move {
-            let Chunks {
-                next,
-                convert,
-                tablet,
-            } = chunks;
-            let reading = match next {
-                Next::Unread(cursor) => match Next::start(cursor)? {
-                    Next::Reading(reading) => reading,
-                    _ => return Ok(None),
-                },
-                Next::Reading(reading) => reading,
-                Next::Done => return Ok(None),
-            };
-            let (cursor, values) = reading.await?;
-            let Some(values) = values else {
-                return Ok(None);
-            };
-            let next = Next::start(cursor)?;
-            let (convert, item) = tablet
-                .queue_read(move || {
-                    let mut convert = convert;
-                    let item = convert(values);
-                    Ok((convert, item))
-                })?
-                .await?;
-            let chunks = Chunks {
-                next,
-                convert,
-                tablet,
-            };
-            Ok(Some((item?, chunks)))
-        })
+        stream::try_unfold(
+            (Next::Unread(cursor), convert),
+            |(next, convert)| async move {
+                let reading = match next {
+                    Next::Unread(cursor) => cursor.read_next()?,
+                    Next::Reading(reading) => Some(reading),
+                    Next::Done => None,
+                };
+                let Some(reading) = reading else {
+                    return Ok(None);
+                };
+                let (cursor, values) = reading.await?;
+                let Some(values) = values else {
+                    return Ok(None);
+                };
+                let tablet = cursor.reader.tablet.clone();
+                let next = cursor.read_next()?.map_or(Next::Done, Next::Reading);
+                let (convert, item) = tablet
+                    .queue_read(move || {
+                        let mut convert = convert;
+                        let item = convert(values);
+                        Ok((convert, item))
+                    })?
+                    .await?;
+                Ok(Some((item?, (next, convert))))
+            },
+        )
         .boxed()
     }
-}
-
-/// A chunked read: its next chunk's rows, and how they become a `T`.
-struct Chunks<F> {
-    next: Next,
-    convert: F,
-    tablet: KvTablet,
 }
 
 /// The rows of a chunk being read on the store's threads, and the cursor after them.
@@ -134,21 +121,6 @@ enum Next {
     Unread(Cursor),
     Reading(Reading),
     Done,
-}
-
-impl Next {
-    /// Starts reading the chunk after `cursor`, unless the read is over.
-    fn start(mut cursor: Cursor) -> Result<Self> {
-        if cursor.remaining == 0 {
-            return Ok(Self::Done);
-        }
-        let tablet = cursor.reader.tablet.clone();
-        let reading = tablet.queue_read(move || {
-            let values = cursor.next_values()?;
-            Ok((cursor, values))
-        })?;
-        Ok(Self::Reading(reading.boxed()))
-    }
 }
 
 /// Where a chunked read of a snapshot stands.
@@ -162,6 +134,20 @@ struct Cursor {
 }
 
 impl Cursor {
+    /// Starts reading the chunk after this one on the store's threads; `None` once the
+    /// read is over.
+    fn read_next(mut self) -> Result<Option<Reading>> {
+        if self.remaining == 0 {
+            return Ok(None);
+        }
+        let tablet = self.reader.tablet.clone();
+        let reading = tablet.queue_read(move || {
+            let values = self.next_values()?;
+            Ok((self, values))
+        })?;
+        Ok(Some(reading.boxed()))
+    }
+
     /// The next chunk's stored rows; `None` past the last row.
     fn next_values(&mut self) -> Result<Option<Vec<UserValue>>> {
         let take = self.chunk.min(self.remaining);
@@ -171,13 +157,18 @@ impl Cursor {
             Some(key) => snapshot.range(rows, (Bound::Excluded(key.clone()), Bound::Unbounded)),
         };
         let mut values = Vec::with_capacity(take.min(PREALLOCATED_ROWS));
-        let mut last = None;
+        let (mut last, mut bytes) = (None, 0);
         for guard in iter.take(take) {
             let (key, value) = guard.into_inner().map_err(kv_error)?;
+            bytes += value.len();
             last = Some(key);
             values.push(value);
+            if bytes >= MAX_CHUNK_BYTES {
+                break;
+            }
         }
-        if values.len() < take {
+        let exhausted = values.len() < take && bytes < MAX_CHUNK_BYTES;
+        if exhausted {
             self.remaining = 0;
         } else {
             self.remaining -= values.len();
@@ -260,5 +251,35 @@ mod tests {
         let (rows, capacity) = capacities[0];
         assert_eq!(rows, 3);
         assert!(capacity <= super::PREALLOCATED_ROWS, "{capacity}");
+    }
+
+    #[tokio::test]
+    async fn a_chunk_of_wide_rows_ends_at_its_byte_bound_and_the_next_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let tablet = KvStore::open(dir.path()).unwrap().tablet("t").unwrap();
+        let wide = super::MAX_CHUNK_BYTES / 3 + 1;
+        for k in 0..7u8 {
+            tablet.rows.insert(vec![k], vec![k; wide]).unwrap();
+        }
+        let chunks: Vec<Vec<u8>> = tablet
+            .snapshot()
+            .unwrap()
+            .into_chunks(1000, usize::MAX, |values| {
+                Ok(values.iter().map(|v| v[0]).collect())
+            })
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(chunks, [vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
+
+        // The limit still counts every row.
+        let rows: Vec<usize> = tablet
+            .snapshot()
+            .unwrap()
+            .into_chunks(1000, 4, |values| Ok(values.len()))
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(rows, [3, 1]);
     }
 }

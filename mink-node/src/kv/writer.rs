@@ -7,9 +7,9 @@
 //! the log has the group durably.
 //!
 //! A key above every key stored or staged (the writer's key bound) is new without any
-//! read: an ascending load, or the new keys of a mix, costs no lookup and no hash (see
-//! [`StagedRows`]); only keys at or below the bound are looked up, in the group's
-//! overlay, then the store.
+//! read: an ascending load, or the new keys of a mix, costs no lookup (see
+//! [`StagedRows`]), and in a group that replaces no key no hash either; only keys at or
+//! below the bound are looked up, in the group's overlay, then the store.
 //!
 //! That update runs on the store's update threads while the appender prepares and writes the next
 //! group (whose prepares see the updating group's rows), so the store's writes and the
@@ -185,6 +185,9 @@ impl KvWriter {
         match row {
             Some(row) if self.above_bound(staged, key) => staged.appended.push((key.to_vec(), row)),
             row => {
+                // Deletes are staged for keys found, at or below the bound (replay too: the
+                // store is a prefix of the log); one above it would shadow a later insert.
+                debug_assert!(row.is_some() || !self.above_bound(staged, key));
                 staged.replaced.insert(key.to_vec(), row);
             }
         }
@@ -363,7 +366,7 @@ fn update_store(tablet: &KvTablet, rows: &StagedRows, end_offset: i64) -> Result
     let mut batch = store.db.batch();
     let replaced = &rows.replaced;
     for (key, row) in &rows.appended {
-        if replaced.is_empty() || !replaced.contains_key(key) {
+        if !replaced.contains_key(key) {
             batch.insert(&tablet.rows, key.as_slice(), row.as_slice());
         }
     }
