@@ -636,13 +636,22 @@ fn replay(
         to = end,
         "replaying the log into the KV store"
     );
-    // A chunk at a time: a whole log rebuilt into an empty store never sits in memory.
+    // A chunk at a time, each committed before the next is read (its update runs beside
+    // that read): a whole log rebuilt into an empty store never sits in memory, and a
+    // crash during the replay resumes after the last chunk applied.
     for chunk in plan.chunks(REPLAY_CHUNK) {
+        let mut chunk_end = None;
         for batch in read_planned(dir, label, chunk.to_vec(), LogBatch::from_found)? {
             changelog.replay(&batch)?;
+            chunk_end = Some(batch.last_offset + 1);
+        }
+        if let Some(chunk_end) = chunk_end {
+            changelog.commit(chunk_end)?;
         }
     }
-    changelog.commit(end)?;
+    if changelog.applied_offset() != end {
+        changelog.commit(end)?;
+    }
     changelog.settle()
 }
 
@@ -819,6 +828,75 @@ mod tests {
             .map(|b| b.changes.unwrap())
             .collect();
         assert_eq!(changes, [vec![0, 0, 0], vec![1, 2], vec![3]]);
+    }
+
+    /// A KV writer that records the offsets it is asked to commit.
+    #[derive(Debug)]
+    struct RecordingCommits {
+        writer: KvWriter,
+        commits: Arc<std::sync::Mutex<Vec<i64>>>,
+    }
+
+    impl Changelog for RecordingCommits {
+        fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>> {
+            self.writer.prepare(write)
+        }
+        fn schema_id(&self) -> u32 {
+            self.writer.schema_id()
+        }
+        fn commit(&mut self, end_offset: i64) -> Result<Applying> {
+            self.commits.lock().unwrap().push(end_offset);
+            self.writer.commit(end_offset)
+        }
+        fn settle(&mut self) -> Result<()> {
+            self.writer.settle()
+        }
+        fn abort(&mut self) {
+            self.writer.abort();
+        }
+        fn applied_offset(&self) -> i64 {
+            self.writer.applied_offset()
+        }
+        fn replay(&mut self, batch: &LogBatch) -> Result<()> {
+            self.writer.replay(batch)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_long_replay_is_applied_a_chunk_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = table(&["id"]);
+        let kv = KvStore::open(&dir.path().join("kv")).unwrap();
+        let writer = KvWriter::new(kv.tablet("source").unwrap(), Arc::clone(&table)).unwrap();
+        let config = || LogConfig {
+            sync: false,
+            ..LogConfig::default()
+        };
+        let log_dir = dir.path().join("log");
+        let log = LogTablet::open("t".into(), &log_dir, config(), Some(Box::new(writer))).unwrap();
+        // Two chunks and one batch of one-row batches.
+        let batches = 2 * REPLAY_CHUNK + 1;
+        for id in 0..batches as i64 {
+            write(&log, &table, WriteOp::Upsert(rows(&table, &[id], "v"))).await;
+        }
+        drop(log);
+
+        let rebuilt = kv.tablet("rebuilt").unwrap();
+        let commits = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recording = RecordingCommits {
+            writer: KvWriter::new(rebuilt.clone(), Arc::clone(&table)).unwrap(),
+            commits: Arc::clone(&commits),
+        };
+        let _log =
+            LogTablet::open("t".into(), &log_dir, config(), Some(Box::new(recording))).unwrap();
+        let chunk = REPLAY_CHUNK as i64;
+        assert_eq!(*commits.lock().unwrap(), [chunk, 2 * chunk, 2 * chunk + 1]);
+        assert_eq!(rebuilt.applied_offset().unwrap(), batches as i64);
+        assert_eq!(
+            kv_rows(&table, &rebuilt),
+            kv_rows(&table, &kv.tablet("source").unwrap())
+        );
+        assert_eq!(kv_rows(&table, &rebuilt).len(), batches);
     }
 
     #[tokio::test]
