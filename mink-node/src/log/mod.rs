@@ -787,12 +787,19 @@ mod tests {
             .collect()
     }
 
-    #[tokio::test]
-    async fn opening_replays_the_log_into_a_kv_store_that_is_behind() {
+    /// A temporary directory with a KV store, a primary-key table (`id`) and a writer of
+    /// the store's tablet `tablet`.
+    fn kv_setup(tablet: &str) -> (tempfile::TempDir, Arc<TableDescriptor>, KvStore, KvWriter) {
         let dir = tempfile::tempdir().unwrap();
         let table = table(&["id"]);
         let kv = KvStore::open(&dir.path().join("kv")).unwrap();
-        let writer = KvWriter::new(kv.tablet("up_to_date").unwrap(), Arc::clone(&table)).unwrap();
+        let writer = KvWriter::new(kv.tablet(tablet).unwrap(), Arc::clone(&table)).unwrap();
+        (dir, table, kv, writer)
+    }
+
+    #[tokio::test]
+    async fn opening_replays_the_log_into_a_kv_store_that_is_behind() {
+        let (dir, table, kv, writer) = kv_setup("up_to_date");
         let log_dir = dir.path().join("log");
         let log = LogTablet::open(
             "t".into(),
@@ -864,10 +871,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_long_replay_is_applied_a_chunk_at_a_time() {
-        let dir = tempfile::tempdir().unwrap();
-        let table = table(&["id"]);
-        let kv = KvStore::open(&dir.path().join("kv")).unwrap();
-        let writer = KvWriter::new(kv.tablet("source").unwrap(), Arc::clone(&table)).unwrap();
+        let (dir, table, kv, writer) = kv_setup("source");
         let config = || LogConfig {
             sync: false,
             ..LogConfig::default()
