@@ -28,7 +28,7 @@ use prost::Message;
 use tonic::Code;
 
 use crate::process::ServerProcess;
-use crate::support::{events, events_table};
+use crate::support::{events, events_table, lake_options};
 
 /// How far above its idle figure the server's resident memory may grow during a case.
 const RSS_HEADROOM_KIB: u64 = 1 << 20;
@@ -591,11 +591,7 @@ async fn a_union_tail_over_the_memory_pool_fails_alone_and_kv_answers_stream() {
     let mut server = Server::start_with(&["--sql-memory-limit", "4MiB"]);
     let client = server.client().await;
     // Tiered only when the test says: a round would shrink the tail.
-    let lake = TableOptions {
-        lake_enabled: true,
-        lake_freshness: std::time::Duration::from_secs(3600),
-        ..TableOptions::default()
-    };
+    let lake = lake_options();
     let create = |name: &str, options: &TableOptions| {
         let table = keyed_table_with(name, options.clone());
         let client = client.clone();
@@ -673,11 +669,7 @@ async fn a_lake_row_group_over_the_memory_pool_fails_alone() {
 
     let mut server = Server::start_with(&["--sql-memory-limit", "4MiB"]);
     let client = server.client().await;
-    let options = TableOptions {
-        lake_enabled: true,
-        lake_freshness: std::time::Duration::from_secs(3600),
-        ..TableOptions::default()
-    };
+    let options = lake_options();
     let table = client
         .create_table(&events_table("fetched", 1, options), false)
         .await
@@ -806,11 +798,7 @@ async fn hundreds_of_snapshot_streams_nobody_reads_never_stall_writes() {
 async fn every_action_refuses_a_body_that_is_not_its_message_and_plan_table_union_bad_input() {
     let mut server = Server::start();
     let client = server.client().await;
-    let lake = TableOptions {
-        lake_enabled: true,
-        lake_freshness: std::time::Duration::from_secs(3600),
-        ..TableOptions::default()
-    };
+    let lake = lake_options();
     let table = client
         .create_table(&keyed_table_with("planned", lake), false)
         .await
@@ -905,11 +893,7 @@ async fn every_action_refuses_a_body_that_is_not_its_message_and_plan_table_unio
 async fn union_and_lake_tickets_refuse_bad_filters_and_apply_good_ones() {
     let mut server = Server::start();
     let client = server.client().await;
-    let lake = TableOptions {
-        lake_enabled: true,
-        lake_freshness: std::time::Duration::from_secs(3600),
-        ..TableOptions::default()
-    };
+    let lake = lake_options();
     let table = client
         .create_table(&keyed_table_with("filtered", lake), false)
         .await

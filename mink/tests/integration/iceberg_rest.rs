@@ -12,24 +12,15 @@ use std::time::Duration;
 
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use mink_client::{ConnectOptions, Credentials, MinkClient};
-use mink_core::options::TableOptions;
 use mink_core::table::TableDescriptor;
 use serde_json::Value;
 
 use crate::process::{ServerProcess, run_server};
 use crate::python::python;
-use crate::support::{events, events_table};
+use crate::support::{events, events_table, lake_options};
 
 pub(crate) const USER: &str = "lakeuser";
 pub(crate) const PASSWORD: &str = "lake-s3cret";
-
-fn lake_options() -> TableOptions {
-    TableOptions {
-        lake_enabled: true,
-        lake_freshness: Duration::from_secs(3600),
-        ..TableOptions::default()
-    }
-}
 
 fn pk_rows(table: &TableDescriptor, ids: impl Iterator<Item = i64>, tag: &str) -> RecordBatch {
     let ids: Vec<i64> = ids.collect();

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
@@ -14,9 +13,9 @@ use mink_core::protocol::BucketId;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::deletes::delete_equality;
 
-use crate::lake_history::lake_options;
 use crate::process::ServerProcess;
 use crate::support::TestNode;
+use crate::support::lake_options;
 
 /// `(id BIGINT, name STRING, PRIMARY KEY (id))` in two buckets, with a lake tiered on
 /// demand.
@@ -27,9 +26,7 @@ pub(crate) fn table() -> TableDescriptor {
     ]);
     let options = TableOptions {
         bucket_num: 2,
-        lake_enabled: true,
-        lake_freshness: Duration::from_secs(3600),
-        ..TableOptions::default()
+        ..lake_options()
     };
     TableDescriptor::new(
         TablePath::new("test", "foreign"),

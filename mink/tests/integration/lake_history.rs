@@ -4,7 +4,6 @@
 //! read under writers; bad input.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use mink_client::MinkClient;
 use mink_core::options::TableOptions;
@@ -15,16 +14,7 @@ use rand::{Rng, SeedableRng};
 use tonic::Code;
 
 use crate::process::ServerProcess;
-use crate::support::{TestNode, events, events_table, first_column_ids, seed};
-
-pub(crate) fn lake_options() -> TableOptions {
-    TableOptions {
-        lake_enabled: true,
-        // Rounds are run by the test (the service's first round would come in an hour).
-        lake_freshness: Duration::from_secs(3600),
-        ..TableOptions::default()
-    }
-}
+use crate::support::{TestNode, events, events_table, first_column_ids, lake_options, seed};
 
 fn ids(batches: &[arrow::array::RecordBatch]) -> Vec<i64> {
     let mut ids = first_column_ids(batches);

@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
@@ -22,7 +21,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::iceberg_rest::{PASSWORD, USER, engines_with, ids_read};
 use crate::process::{ServerProcess, run_mink_with, run_server, run_sql};
-use crate::support::seed;
+use crate::support::{lake_options, seed};
 
 const BUCKETS: u32 = 2;
 
@@ -35,13 +34,11 @@ fn kv_table(path: TablePath) -> TableDescriptor {
     ]);
     let options = TableOptions {
         bucket_num: BUCKETS,
-        lake_enabled: true,
-        lake_freshness: Duration::from_secs(3600),
         lake_properties: BTreeMap::from([(
             "history.expire.max-snapshot-age-ms".to_string(),
             "1".to_string(),
         )]),
-        ..TableOptions::default()
+        ..lake_options()
     };
     TableDescriptor::new(path, schema, vec!["id".into()], vec![], options).expect("table")
 }

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema};
@@ -12,6 +11,8 @@ use mink_core::change::ChangeType;
 use mink_core::options::TableOptions;
 use mink_core::protocol::BucketId;
 use mink_core::table::{TableDescriptor, TablePath};
+
+use crate::support::lake_options;
 
 /// `(dt, id, seq)`.
 pub(crate) type Key = (String, i64, i32);
@@ -62,9 +63,7 @@ pub(crate) fn pk_lake_table(name: &str, buckets: u32) -> TableDescriptor {
     let options = TableOptions {
         bucket_num: buckets,
         bucket_key: Some(vec!["id".into()]),
-        lake_enabled: true,
-        lake_freshness: Duration::from_secs(3600),
-        ..TableOptions::default()
+        ..lake_options()
     };
     let key = ["dt", "id", "seq"].map(String::from).to_vec();
     TableDescriptor::new(

@@ -3,18 +3,15 @@
 //! some not), each bucket's entry is exactly what `plan_union` answers for it (plan,
 //! files, deletes), all from one recorded snapshot, in the order of `list_buckets`.
 
-use std::time::Duration;
-
 use arrow::array::RecordBatch;
 use mink_client::MinkClient;
 use mink_core::filter::{ColumnFilter, FilterOp};
-use mink_core::options::TableOptions;
 use mink_core::protocol::UnionSplit;
 use mink_core::routing::split_by_bucket;
 use mink_core::table::TableDescriptor;
 
 use crate::pk_support::{Key, lake_rows, pk_keys, pk_lake_table};
-use crate::support::{TestNode, events, events_table};
+use crate::support::{TestNode, events, events_table, lake_options};
 
 /// Checks that `plan_table_union` answers, for every bucket `list_buckets` lists and in
 /// its order, what `plan_union` answers (with and without `filters`); returns the
@@ -106,11 +103,7 @@ async fn a_log_tables_plan_is_each_buckets_plan() {
     let node = TestNode::start().await;
     let client = &node.client;
     // Tiered only by the test.
-    let options = TableOptions {
-        lake_enabled: true,
-        lake_freshness: Duration::from_secs(3600),
-        ..TableOptions::default()
-    };
+    let options = lake_options();
     let table = client
         .create_table(&events_table("planned", 4, options), false)
         .await

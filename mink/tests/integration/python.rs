@@ -5,11 +5,10 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use mink_core::options::TableOptions;
 use mink_core::protocol::BucketId;
 
 use crate::pk_support::{Cells, Key, State, lake_rows, lake_values, pk_keys, pk_lake_table};
-use crate::support::{TestNode, events, events_table};
+use crate::support::{TestNode, events, events_table, lake_options};
 
 /// The Python with pyiceberg: `MINK_PYTHON`, else the `.venv` that `scripts/test.sh`
 /// creates at the workspace root.
@@ -28,11 +27,7 @@ pub(crate) fn python() -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pyiceberg_reads_exactly_the_last_round() {
     let node = TestNode::start().await;
-    let options = TableOptions {
-        lake_enabled: true,
-        lake_freshness: std::time::Duration::from_secs(3600),
-        ..TableOptions::default()
-    };
+    let options = lake_options();
     let table = node
         .client
         .create_table(&events_table("pylake", 3, options), false)

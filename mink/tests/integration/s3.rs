@@ -15,7 +15,7 @@ use mink_node::{Node, NodeConfig};
 
 use crate::pk_support::{lake_rows, lake_values, pk_keys, pk_lake_table};
 use crate::python::python;
-use crate::support::{events, events_table};
+use crate::support::{events, events_table, lake_options};
 
 /// A moto S3 server on a free loopback port, stopped on drop.
 struct Moto {
@@ -101,11 +101,7 @@ async fn tiering_and_union_reads_on_s3() {
         .await
         .expect("connect");
 
-    let table_options = TableOptions {
-        lake_enabled: true,
-        lake_freshness: Duration::from_secs(3600),
-        ..TableOptions::default()
-    };
+    let table_options = lake_options();
     let table = client
         .create_table(&events_table("on_s3", 2, table_options), false)
         .await

@@ -92,6 +92,16 @@ async fn open(dir: &Path, log: &LogConfig) -> (Arc<Node>, ServerHandle, MinkClie
     (node, handle, client)
 }
 
+/// Options of a table with a lake that the tiering service leaves alone for an hour:
+/// its rounds are run by the test (`tier`, `CALL system.tier`).
+pub(crate) fn lake_options() -> TableOptions {
+    TableOptions {
+        lake_enabled: true,
+        lake_freshness: std::time::Duration::from_secs(3600),
+        ..TableOptions::default()
+    }
+}
+
 /// `(id BIGINT NOT NULL, name STRING)`, bucketed by id.
 pub(crate) fn events_table(name: &str, buckets: u32, options: TableOptions) -> TableDescriptor {
     let schema = Schema::new(vec![

@@ -12,12 +12,11 @@ use std::time::Duration;
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
 use mink_client::MinkClient;
-use mink_core::options::TableOptions;
 use mink_core::protocol::BucketId;
 use mink_flight_sql::client::FlightSqlConnection;
 
 use crate::process::ServerProcess;
-use crate::support::{events, events_table};
+use crate::support::{events, events_table, lake_options};
 
 /// Appends of the writer, and rows per append.
 const APPENDS: i64 = 80;
@@ -57,11 +56,7 @@ async fn every_union_read_is_a_prefix_of_the_writes_while_tiering_runs() {
     let server = ServerProcess::start(dir.path());
     let client = MinkClient::connect(&server.addr).await.expect("connect");
     // Tiered only by the loop below.
-    let options = TableOptions {
-        lake_enabled: true,
-        lake_freshness: Duration::from_secs(3600),
-        ..TableOptions::default()
-    };
+    let options = lake_options();
     let table = client
         .create_table(&events_table("prefix", 1, options), false)
         .await
