@@ -34,7 +34,7 @@ use mink_lake::{Lake, LakeConfig};
 use tracing::info;
 
 use crate::error::{NodeError, Result};
-use crate::kv::{Found, KvTablet, encode_keys, lookup, prefix_lookup};
+use crate::kv::{BufferLimits, Found, KvTablet, encode_keys, lookup, prefix_lookup};
 use crate::log::{LogConfig, LogTablet, Write, WriteOp, WriteStream, WriterTag};
 use crate::metadata::Metadata;
 use crate::union::{FoldedTail, LocatedTail};
@@ -68,6 +68,9 @@ pub struct NodeConfig {
     /// `RESOURCE_EXHAUSTED`. `mink server` shares its SQL pool (`--sql-memory-limit`) with
     /// the node; the default is unbounded, for embedded nodes and benchmarks.
     pub memory_pool: Arc<dyn MemoryPool>,
+    /// When primary-key tables' committed rows, buffered in memory, are written to the KV
+    /// store's files.
+    pub kv_buffer: BufferLimits,
 }
 
 /// Default bound on `bucket.num`.
@@ -122,6 +125,7 @@ impl NodeConfig {
             max_bucket_num: DEFAULT_MAX_BUCKET_NUM,
             max_partitions: DEFAULT_MAX_PARTITIONS,
             memory_pool: Arc::new(UnboundedMemoryPool::default()),
+            kv_buffer: BufferLimits::default(),
         }
     }
 }
@@ -757,7 +761,16 @@ impl Node {
             let tablets: Vec<Arc<Bucket>> =
                 state.partitions().values().flatten().cloned().collect();
             for tablet in tablets {
-                removed += tablet.log.enforce_retention(ttl)?;
+                // A KV store replays the log from fjall's applied offset: its buffered
+                // rows go to fjall first, and no segment from that offset on is removed.
+                let keep_from = match &tablet.kv {
+                    Some(kv) => {
+                        kv.flush()?;
+                        Some(kv.flushed_offset()?)
+                    }
+                    None => None,
+                };
+                removed += tablet.log.enforce_retention(ttl, keep_from)?;
             }
         }
         Ok(removed)

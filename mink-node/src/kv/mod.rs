@@ -2,29 +2,37 @@
 //!
 //! All tablets of a node share one [fjall] database at `<data-dir>/kv`: a keyspace per
 //! bucket holds key -> row (see [`mink_core::key`] for both encodings), and the `applied`
-//! keyspace holds, per bucket, the log offset the store has applied. A group of writes
-//! updates the rows and the applied offset in one atomic fjall batch, after the log made
-//! them durable (see [`writer::KvWriter`]), so:
+//! keyspace holds, per bucket, the log offset fjall's rows reflect. A committed group's
+//! rows first join the tablet's write buffer in memory, after the log made them durable
+//! (see [`writer::KvWriter`]); a flush writes many groups to fjall at once, then their
+//! applied offset ([`buffer`]). Reads see fjall and the buffer as one, so:
 //!
 //! * a snapshot of the store names exactly the changelog offset it reflects, and a Scan
 //!   from there continues it with nothing missed and nothing doubled;
-//! * the store needs no fsync of its own: after a crash, whatever it lost is replayed from
-//!   the log, starting at its applied offset.
+//! * the store needs no journal or fsync of its own for a group: after a crash, whatever
+//!   it lost is replayed from the log, starting at fjall's applied offset.
 //!
 //! Reads (lookups, snapshots) and the updates of committed groups run on the store's own
 //! threads ([`threads`]).
 
+mod buffer;
 mod lookup;
 mod reader;
+mod runs;
 mod threads;
 mod writer;
 
+use std::ops::Bound;
 use std::path::Path;
+use std::sync::Arc;
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions};
+use fjall::{Database, KeyspaceCreateOptions};
 
+pub use self::buffer::BufferLimits;
+use self::buffer::{TabletState, Tablets};
 pub use self::lookup::{Found, encode_keys, lookup, prefix_lookup};
 pub use self::reader::{MAX_CHUNK_BYTES, SnapshotReader};
+use self::runs::{Merged, Run};
 use self::threads::KvThreads;
 pub(crate) use self::writer::KvWriter;
 use crate::error::{NodeError, Result};
@@ -33,7 +41,7 @@ use crate::error::{NodeError, Result};
 #[derive(Clone)]
 pub struct KvStore {
     db: Database,
-    applied: Keyspace,
+    tablets: Arc<Tablets>,
     /// Lookups and snapshot chunks.
     reads: KvThreads,
     /// The updates of committed groups ([`KvWriter`]).
@@ -47,12 +55,13 @@ impl std::fmt::Debug for KvStore {
 }
 
 impl KvStore {
-    /// Opens (creating if needed) the database at `path`.
+    /// Opens (creating if needed) the database at `path`, its write buffer bounded by
+    /// `limits`.
     ///
     /// The node holds its data directory's lock, so a database found locked can only be
     /// this process's previous node of the directory, whose bucket tasks are still letting
     /// go of it (a node reopened in process): that is waited for, briefly.
-    pub fn open(path: &Path) -> Result<Self> {
+    pub fn open(path: &Path, limits: BufferLimits) -> Result<Self> {
         /// How long a previous node of this process gets to release the database.
         const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
         let deadline = std::time::Instant::now() + RELEASE_WAIT;
@@ -70,31 +79,35 @@ impl KvStore {
         let threads = std::thread::available_parallelism().map_or(2, usize::from);
         Ok(Self {
             db,
-            applied,
+            tablets: Arc::new(Tablets::new(applied, limits)),
             reads: KvThreads::start("mink-kv-read", threads)?,
             updates: KvThreads::start("mink-kv-update", threads)?,
         })
     }
 
-    /// The tablet named `name` (one per bucket), created if needed.
+    /// The tablet named `name` (one per bucket), created if needed. Every handle of one
+    /// name shares its write buffer.
     pub fn tablet(&self, name: &str) -> Result<KvTablet> {
-        let rows = self
-            .db
-            .keyspace(name, KeyspaceCreateOptions::default)
-            .map_err(kv_error)?;
+        let state = self.tablets.get_or_open(name, || {
+            (self.db)
+                .keyspace(name, KeyspaceCreateOptions::default)
+                .map_err(kv_error)
+        })?;
         Ok(KvTablet {
             store: self.clone(),
-            rows,
-            name: name.to_string(),
+            state,
         })
     }
 
-    /// Deletes a tablet and its applied offset (its table was dropped).
+    /// Deletes a tablet, its buffered rows and its applied offset (its table was dropped).
     pub fn drop_tablet(&self, tablet: KvTablet) -> Result<()> {
-        self.applied
-            .remove(tablet.name.as_bytes())
+        self.tablets.remove(&tablet.state);
+        (self.tablets.applied)
+            .remove(tablet.state.name.as_bytes())
             .map_err(kv_error)?;
-        self.db.delete_keyspace(tablet.rows).map_err(kv_error)
+        self.db
+            .delete_keyspace(tablet.state.rows.clone())
+            .map_err(kv_error)
     }
 }
 
@@ -102,46 +115,79 @@ impl KvStore {
 #[derive(Clone)]
 pub struct KvTablet {
     store: KvStore,
-    rows: Keyspace,
-    name: String,
+    state: Arc<TabletState>,
 }
 
 impl std::fmt::Debug for KvTablet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KvTablet")
-            .field("name", &self.name)
+            .field("name", &self.state.name)
             .finish_non_exhaustive()
     }
 }
 
 impl KvTablet {
-    /// The log offset the store has applied (0 for a new store).
+    /// The log offset the store has applied, buffered groups included (0 for a new store).
     pub fn applied_offset(&self) -> Result<i64> {
-        let value = self
-            .store
-            .applied
-            .get(self.name.as_bytes())
+        if let Some(end_offset) = self.state.buffered().end_offset {
+            return Ok(end_offset);
+        }
+        self.flushed_offset()
+    }
+
+    /// The log offset fjall's rows reflect: what survives a crash (the log the rest).
+    pub fn flushed_offset(&self) -> Result<i64> {
+        let value = (self.store.tablets.applied)
+            .get(self.state.name.as_bytes())
             .map_err(kv_error)?;
         decode_offset(value.as_deref())
     }
 
     /// The stored row of `key`.
     pub fn get(&self, key: &[u8]) -> Result<Option<fjall::UserValue>> {
-        self.rows.get(key).map_err(kv_error)
+        if let Some(row) = self.state.buffered().get(key) {
+            return Ok(row.map(fjall::UserValue::from));
+        }
+        self.state.rows.get(key).map_err(kv_error)
     }
 
-    /// The greatest key the store holds.
+    /// The greatest key the store holds (or held, for a buffered deletion).
     pub(crate) fn last_key(&self) -> Result<Option<Vec<u8>>> {
-        let last = self.rows.last_key_value().map(|pair| pair.key());
-        Ok(last.transpose().map_err(kv_error)?.map(|key| key.to_vec()))
+        let buffered = self.state.buffered().last_key().map(<[u8]>::to_vec);
+        let last = self.state.rows.last_key_value().map(|pair| pair.key());
+        let stored = last.transpose().map_err(kv_error)?.map(|key| key.to_vec());
+        Ok(buffered.max(stored))
     }
 
     /// The rows whose key starts with `prefix`, in key order.
     pub fn prefix(&self, prefix: &[u8]) -> Result<Vec<fjall::UserValue>> {
-        self.rows
-            .prefix(prefix)
-            .map(|guard| guard.value().map_err(kv_error))
+        let buffered = self.state.buffered();
+        let stored = self.state.rows.prefix(prefix).map(fjall::Guard::into_inner);
+        Merged::new(stored, &buffered.runs, Bound::Included(prefix))
+            .rows()
+            .take_while(|row| match row {
+                Ok((key, _)) => key.starts_with(prefix),
+                Err(_) => true,
+            })
+            .map(|row| row.map(|(_, value)| value))
             .collect()
+    }
+
+    /// Adds a committed group's rows, reaching `end_offset`, to the store's write buffer:
+    /// readable from now on.
+    pub(crate) fn buffer(&self, rows: Arc<Run>, end_offset: i64) {
+        self.store.tablets.push(&self.state, rows, end_offset);
+    }
+
+    /// Writes the buffered rows to fjall if this tablet, or the node's tablets together,
+    /// buffer too many bytes.
+    pub(crate) fn flush_if_due(&self) -> Result<()> {
+        self.store.tablets.flush_if_due(&self.state)
+    }
+
+    /// Writes the buffered rows to fjall, and the offset they reach.
+    pub fn flush(&self) -> Result<()> {
+        self.store.tablets.flush(&self.state)
     }
 
     /// Runs `read` on the store's read threads.

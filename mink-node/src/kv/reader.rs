@@ -2,12 +2,14 @@
 //! read a chunk at a time as the consumer asks for it.
 
 use std::ops::Bound;
+use std::sync::Arc;
 
 use fjall::{Readable, Snapshot, UserKey, UserValue};
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt as _};
 
+use super::runs::{Merged, Run};
 use super::{KvTablet, decode_offset, kv_error};
 use crate::error::Result;
 
@@ -24,6 +26,8 @@ pub const MAX_CHUNK_BYTES: usize = 8 << 20;
 /// A point-in-time view of one KV tablet: the rows and the log offset they reflect.
 pub struct SnapshotReader {
     snapshot: Snapshot,
+    /// The write buffer's runs as of the snapshot: newer than fjall's rows.
+    runs: Vec<Arc<Run>>,
     tablet: KvTablet,
     log_offset: i64,
 }
@@ -31,21 +35,31 @@ pub struct SnapshotReader {
 impl std::fmt::Debug for SnapshotReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SnapshotReader")
-            .field("tablet", &self.tablet.name)
+            .field("tablet", &self.tablet.state.name)
             .field("log_offset", &self.log_offset)
             .finish_non_exhaustive()
     }
 }
 
 impl SnapshotReader {
+    /// Takes the runs and fjall's snapshot together, under the runs' lock, so a flush
+    /// cannot move rows from one to the other in between (see [`super::buffer`]).
     pub(super) fn new(tablet: &KvTablet) -> Result<Self> {
+        let buffered = tablet.state.buffered();
         let snapshot = tablet.store.db.snapshot();
-        let applied = snapshot
-            .get(&tablet.store.applied, tablet.name.as_bytes())
-            .map_err(kv_error)?;
+        let log_offset = match buffered.end_offset {
+            Some(end_offset) => end_offset,
+            None => {
+                let applied = snapshot
+                    .get(&tablet.store.tablets.applied, tablet.state.name.as_bytes())
+                    .map_err(kv_error)?;
+                decode_offset(applied.as_deref())?
+            }
+        };
         Ok(Self {
-            log_offset: decode_offset(applied.as_deref())?,
+            log_offset,
             snapshot,
+            runs: buffered.runs.clone(),
             tablet: tablet.clone(),
         })
     }
@@ -151,15 +165,20 @@ impl Cursor {
     /// The next chunk's stored rows; `None` past the last row.
     fn next_values(&mut self) -> Result<Option<Vec<UserValue>>> {
         let take = self.chunk.min(self.remaining);
-        let (snapshot, rows) = (&self.reader.snapshot, &self.reader.tablet.rows);
-        let iter = match &self.after {
-            None => snapshot.iter(rows),
-            Some(key) => snapshot.range(rows, (Bound::Excluded(key.clone()), Bound::Unbounded)),
+        let (snapshot, rows) = (&self.reader.snapshot, &self.reader.tablet.state.rows);
+        let (stored, start) = match &self.after {
+            None => (snapshot.iter(rows), Bound::Unbounded),
+            Some(key) => (
+                snapshot.range(rows, (Bound::Excluded(key.clone()), Bound::Unbounded)),
+                Bound::Excluded(key.as_ref()),
+            ),
         };
+        let stored = stored.map(fjall::Guard::into_inner);
+        let merged = Merged::new(stored, &self.reader.runs, start).rows();
         let mut values = Vec::with_capacity(take.min(PREALLOCATED_ROWS));
         let (mut last, mut bytes) = (None, 0);
-        for guard in iter.take(take) {
-            let (key, value) = guard.into_inner().map_err(kv_error)?;
+        for row in merged.take(take) {
+            let (key, value) = row?;
             bytes += value.len();
             last = Some(key);
             values.push(value);
@@ -185,14 +204,17 @@ impl Cursor {
 mod tests {
     use futures::TryStreamExt as _;
 
-    use crate::kv::{KvStore, KvTablet};
+    use crate::kv::{BufferLimits, KvStore, KvTablet};
 
     /// A tablet holding the keys `0..keys`, key `k` with the value `k + 100`.
     fn tablet_with(keys: u8) -> (tempfile::TempDir, KvTablet) {
         let dir = tempfile::tempdir().unwrap();
-        let tablet = KvStore::open(dir.path()).unwrap().tablet("t").unwrap();
+        let tablet = KvStore::open(dir.path(), BufferLimits::default())
+            .unwrap()
+            .tablet("t")
+            .unwrap();
         for k in 0..keys {
-            tablet.rows.insert(vec![k], vec![k + 100]).unwrap();
+            tablet.state.rows.insert(vec![k], vec![k + 100]).unwrap();
         }
         (dir, tablet)
     }
@@ -226,7 +248,7 @@ mod tests {
 
         // The snapshot holds: rows written after it are not read.
         let reader = tablet.snapshot().unwrap();
-        tablet.rows.insert(vec![5u8, 0], vec![0u8]).unwrap();
+        tablet.state.rows.insert(vec![5u8, 0], vec![0u8]).unwrap();
         let rows: Vec<usize> = reader
             .into_chunks(3, usize::MAX, |values| Ok(values.len()))
             .try_collect()
@@ -256,10 +278,13 @@ mod tests {
     #[tokio::test]
     async fn a_chunk_of_wide_rows_ends_at_its_byte_bound_and_the_next_goes_on() {
         let dir = tempfile::tempdir().unwrap();
-        let tablet = KvStore::open(dir.path()).unwrap().tablet("t").unwrap();
+        let tablet = KvStore::open(dir.path(), BufferLimits::default())
+            .unwrap()
+            .tablet("t")
+            .unwrap();
         let wide = super::MAX_CHUNK_BYTES / 3 + 1;
         for k in 0..7u8 {
-            tablet.rows.insert(vec![k], vec![k; wide]).unwrap();
+            tablet.state.rows.insert(vec![k], vec![k; wide]).unwrap();
         }
         let chunks: Vec<Vec<u8>> = tablet
             .snapshot()

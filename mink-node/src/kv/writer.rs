@@ -11,13 +11,16 @@
 //! [`StagedRows`]), and in a group that replaces no key no hash either; only keys at or
 //! below the bound are looked up, in the group's overlay, then the store.
 //!
-//! That update runs on the store's update threads while the appender prepares and writes the next
-//! group (whose prepares see the updating group's rows), so the store's writes and the
-//! log's take two cores rather than one after the other:
+//! At its commit a group's rows become one sorted run, which a job on the store's update
+//! threads adds to the store's write buffer ([`super::buffer`]) while the appender
+//! prepares and writes the next group (whose prepares see the updating group's rows); the
+//! job acknowledges the group's writes once its rows are readable, then writes the buffer
+//! to fjall if it is due. So the store's work and the log's take two cores rather than
+//! one after the other:
 //!
 //! ```text
 //!   appender:  prepare 1 | write+fsync 1 | prepare 2 | write+fsync 2 | prepare 3 ...
-//!   update:                               | store 1 (ack 1) ..        | store 2 (ack 2)
+//!   update:                               | buffer 1 (ack 1) [flush]  | buffer 2 (ack 2)
 //! ```
 //!
 //! The next commit waits for the update before it starts its own, so the store's applied
@@ -37,8 +40,9 @@ use mink_core::schema::normalize_batch;
 use mink_core::table::TableDescriptor;
 use tokio::sync::oneshot;
 
+use super::KvTablet;
+use super::runs::Run;
 use super::threads::Submitted;
-use super::{KvTablet, kv_error};
 use crate::error::{NodeError, Result};
 use crate::log::{Applying, Changelog, LogBatch, StoredBatch, Write, WriteOp};
 
@@ -100,6 +104,17 @@ impl StagedRows {
         self.appended.clear();
         self.replaced.clear();
     }
+
+    /// The staged rows as one sorted run: `replaced` sorted, merged over `appended`.
+    fn into_run(self) -> Run {
+        let mut replaced: Vec<_> = self.replaced.into_iter().collect();
+        replaced.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
+        let appended = self.appended.into_iter().map(|(key, row)| (key, Some(row)));
+        Run::merge(
+            Run::from_sorted(appended.collect()),
+            Run::from_sorted(replaced),
+        )
+    }
 }
 
 /// The [`Changelog`] of a primary-key bucket.
@@ -111,9 +126,9 @@ pub(crate) struct KvWriter {
     rows: RowCodec,
     /// The writes prepared but not yet committed.
     overlay: StagedRows,
-    /// The rows of the last committed group, which its update may still be writing to the
-    /// store.
-    updating: Arc<StagedRows>,
+    /// The rows of the last committed group, which its update may still be adding to the
+    /// store's write buffer.
+    updating: Arc<Run>,
     /// Their update, on the store's update threads.
     update: Option<Submitted<Result<()>>>,
     /// No key in the store, being written to it or staged is greater: a key above it is
@@ -173,9 +188,10 @@ impl KvWriter {
         }
         let found = (staged.get(key))
             .or_else(|| self.overlay.get(key))
+            .map(|row| row.map(Vec::as_slice))
             .or_else(|| self.updating.get(key));
         if let Some(row) = found {
-            return Ok(row.cloned());
+            return Ok(row.map(<[u8]>::to_vec));
         }
         Ok(self.tablet.get(key)?.map(|v| v.to_vec()))
     }
@@ -300,19 +316,14 @@ impl Changelog for KvWriter {
 
     fn commit(&mut self, end_offset: i64) -> Result<Applying> {
         self.settle()?;
-        let rows = Arc::new(std::mem::take(&mut self.overlay));
+        let rows = Arc::new(std::mem::take(&mut self.overlay).into_run());
         self.updating = Arc::clone(&rows);
         let (done, applied) = oneshot::channel();
         let tablet = self.tablet.clone();
         let update = self.tablet.store.updates.submit(move || {
-            let result = update_store(&tablet, &rows, end_offset);
-            let _ = done.send(
-                result
-                    .as_ref()
-                    .map(|_| ())
-                    .map_err(NodeError::for_another_waiter),
-            );
-            result
+            tablet.buffer(rows, end_offset);
+            let _ = done.send(Ok(()));
+            tablet.flush_if_due()
         })?;
         self.update = Some(update);
         self.applied = end_offset;
@@ -357,38 +368,12 @@ impl Changelog for KvWriter {
     }
 }
 
-/// Writes a committed group's rows and its applied offset to the store, in one atomic
-/// batch: the appended rows in key order, then the replaced ones. A key in both is written
-/// once, as replaced: one batch's writes share a sequence number, so the later of two
-/// writes of a key would not win.
-fn update_store(tablet: &KvTablet, rows: &StagedRows, end_offset: i64) -> Result<()> {
-    let store = &tablet.store;
-    let mut batch = store.db.batch();
-    let replaced = &rows.replaced;
-    for (key, row) in &rows.appended {
-        if !replaced.contains_key(key) {
-            batch.insert(&tablet.rows, key.as_slice(), row.as_slice());
-        }
-    }
-    for (key, row) in replaced {
-        match row {
-            Some(row) => batch.insert(&tablet.rows, key.as_slice(), row.as_slice()),
-            None => batch.remove(&tablet.rows, key.as_slice()),
-        }
-    }
-    batch.insert(
-        &store.applied,
-        tablet.name.as_bytes(),
-        end_offset.to_le_bytes(),
-    );
-    batch.commit().map_err(kv_error)
-}
-
 impl Drop for KvWriter {
-    /// The store is not let go of while an update writes to it.
+    /// The store is not let go of while an update writes to it, and the bucket's buffered
+    /// rows are written to fjall, so that reopening it replays nothing.
     fn drop(&mut self) {
-        if let Err(error) = self.settle() {
-            tracing::warn!(bucket = self.tablet.name, %error, "the last KV store update failed");
+        if let Err(error) = self.settle().and_then(|()| self.tablet.flush()) {
+            tracing::warn!(bucket = self.tablet.state.name, %error, "the last KV store update failed");
         }
     }
 }
@@ -401,7 +386,7 @@ mod tests {
     use mink_core::table::TablePath;
 
     use super::*;
-    use crate::kv::KvStore;
+    use crate::kv::{BufferLimits, KvStore};
 
     /// A changelog row as the tests read it: change type, key, value.
     type Row = (&'static str, i64, Option<String>);
@@ -441,7 +426,10 @@ mod tests {
     impl Fixture {
         fn new() -> Self {
             let dir = tempfile::tempdir().unwrap();
-            let tablet = KvStore::open(dir.path()).unwrap().tablet("b0").unwrap();
+            let tablet = KvStore::open(dir.path(), BufferLimits::default())
+                .unwrap()
+                .tablet("b0")
+                .unwrap();
             let table = table();
             let writer = KvWriter::new(tablet.clone(), Arc::clone(&table)).unwrap();
             Self {

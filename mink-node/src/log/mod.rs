@@ -447,8 +447,10 @@ impl LogTablet {
             })
     }
 
-    /// Deletes the sealed segments whose every batch is older than `ttl`; returns how many.
-    pub fn enforce_retention(&self, ttl: Duration) -> Result<usize> {
+    /// Deletes the sealed segments whose every batch is older than `ttl` and, if
+    /// `keep_from` is given (the offset a KV store would replay from), below it; returns
+    /// how many.
+    pub fn enforce_retention(&self, ttl: Duration, keep_from: Option<i64>) -> Result<usize> {
         let cutoff = now_ms() - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let mut state = self.shared.write_state();
         let mut removed = 0;
@@ -457,8 +459,10 @@ impl LogTablet {
                 break;
             }
             let end = state.batches.partition_point(|(_, s)| *s == segment);
-            let newest = state.batches[end - 1].0.commit_timestamp;
-            if newest >= cutoff {
+            let newest = state.batches[end - 1].0;
+            let newest_end = newest.base_offset + i64::from(newest.records);
+            if newest.commit_timestamp >= cutoff || keep_from.is_some_and(|keep| newest_end > keep)
+            {
                 break;
             }
             remove_segment_files(&self.shared.dir, segment)?;
@@ -683,7 +687,7 @@ mod tests {
     use mink_core::table::TablePath;
 
     use super::*;
-    use crate::kv::{KvStore, KvWriter};
+    use crate::kv::{BufferLimits, KvStore, KvWriter};
 
     /// Rolls to a new segment before every write that finds the active one non-empty.
     fn one_write_per_segment() -> LogConfig {
@@ -792,7 +796,7 @@ mod tests {
     fn kv_setup(tablet: &str) -> (tempfile::TempDir, Arc<TableDescriptor>, KvStore, KvWriter) {
         let dir = tempfile::tempdir().unwrap();
         let table = table(&["id"]);
-        let kv = KvStore::open(&dir.path().join("kv")).unwrap();
+        let kv = KvStore::open(&dir.path().join("kv"), BufferLimits::default()).unwrap();
         let writer = KvWriter::new(kv.tablet(tablet).unwrap(), Arc::clone(&table)).unwrap();
         (dir, table, kv, writer)
     }
@@ -949,7 +953,7 @@ mod tests {
     async fn a_kv_store_inside_a_batch_of_the_log_is_corruption() {
         let dir = tempfile::tempdir().unwrap();
         let table = table(&["id"]);
-        let kv = KvStore::open(&dir.path().join("kv")).unwrap();
+        let kv = KvStore::open(&dir.path().join("kv"), BufferLimits::default()).unwrap();
         let log_dir = dir.path().join("log");
         let log = LogTablet::open("t".into(), &log_dir, LogConfig::default(), None).unwrap();
         write(&log, &table, WriteOp::Append(rows(&table, &[1, 2, 3], "a"))).await;

@@ -30,6 +30,7 @@ use mink_core::options::TableOptions;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_flight_sql::{Credentials, FlightSqlConfig, FlightSqlHandle, ServeError, TlsIdentity};
 use mink_lake::LakeConfig;
+use mink_node::kv::BufferLimits;
 use mink_node::log::LogConfig;
 use mink_node::node::Failpoint;
 use mink_node::server::{ServeOptions, serve_with};
@@ -116,6 +117,12 @@ pub(crate) struct ServerArgs {
     /// Default: half the machine's memory.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     sql_memory_limit: Option<usize>,
+    /// The memory primary-key tables' newest rows may take together before they are
+    /// written to the KV store's files: bytes or a size (default 256MiB). A bucket's are
+    /// written once they reach an eighth of it. They are in the log already: a crash
+    /// loses none, the restart replays them.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    kv_write_buffer: Option<usize>,
     /// Run statements on these `mink worker`s (`HOST:PORT,...`) when they are worth it
     /// (`docs/scaling.md`): the Flight SQL endpoint becomes their coordinator, and calls
     /// them with `--sql-user`'s login. A worker that does not answer is left out until
@@ -150,6 +157,9 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     info!(memory_limit, "memory pool of SQL statements and node reads");
     let mut config = NodeConfig::new(&args.data_dir);
     config.memory_pool = Arc::clone(&pool);
+    if let Some(bytes) = args.kv_write_buffer {
+        config.kv_buffer = BufferLimits::within(bytes);
+    }
     config.log = LogConfig {
         sync: !args.no_sync,
         ..LogConfig::default()

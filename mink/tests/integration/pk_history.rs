@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use mink_client::MinkClient;
-use mink_core::protocol::BucketId;
+use mink_core::protocol::{BucketId, list_offsets::Spec};
 use mink_core::table::TableDescriptor;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
@@ -122,7 +122,12 @@ async fn random_pk_histories_match_the_model() {
     let seed = seed("random_pk_histories_match_the_model");
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut server = ServerProcess::start(dir.path());
+    // The KV store's write buffer written to its files after about every group, every
+    // few groups, or only when the node stops.
+    let buffer = ["1KiB", "16KiB", "256MiB"][rng.random_range(0..3)];
+    println!("--kv-write-buffer {buffer}");
+    let start = || ServerProcess::start_with(dir.path(), &["--kv-write-buffer", buffer], &[]);
+    let mut server = start();
     let mut client = MinkClient::connect(&server.addr).await.expect("connect");
     let table = client
         .create_table(&pk_table("pk", 3), false)
@@ -171,7 +176,7 @@ async fn random_pk_histories_match_the_model() {
             }
             80..92 => {
                 server.kill();
-                server = ServerProcess::start(dir.path());
+                server = start();
                 client = MinkClient::connect(&server.addr).await.expect("reconnect");
             }
             _ => {
@@ -182,12 +187,27 @@ async fn random_pk_histories_match_the_model() {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => panic!("remove kv: {e}"),
                     _ => {}
                 }
-                server = ServerProcess::start(dir.path());
+                server = start();
                 client = MinkClient::connect(&server.addr).await.expect("reconnect");
             }
         }
         check(&client, &table, &model, &mut rng, step).await;
     }
+}
+
+/// Creates `table` (of one bucket) without its partitioning; the table and its bucket.
+async fn create_unpartitioned(
+    node: &TestNode,
+    mut table: TableDescriptor,
+) -> (TableDescriptor, BucketId) {
+    table.partition_keys.clear();
+    let table = node
+        .client
+        .create_table(&table, false)
+        .await
+        .expect("create");
+    let bucket = BucketId::new(&table.path, 0);
+    (table, bucket)
 }
 
 /// An operation a writer made, as acknowledged: `(base_offset, empty, op)`.
@@ -204,14 +224,8 @@ async fn snapshot_then_scan_is_a_consistent_bootstrap_under_concurrent_writers()
     let seed = seed("snapshot_then_scan_is_a_consistent_bootstrap");
     let node = TestNode::start().await;
     let mut table = pk_table("bootstrap", 1);
-    table.partition_keys.clear();
     table.bucket_key = vec!["id".into()];
-    let table = node
-        .client
-        .create_table(&table, false)
-        .await
-        .expect("create");
-    let bucket = BucketId::new(&table.path, 0);
+    let (table, bucket) = create_unpartitioned(&node, table).await;
 
     let mut writers = Vec::new();
     for writer in 0..3u64 {
@@ -336,6 +350,58 @@ async fn limit_scan_reads_the_first_keys_or_the_last_log_rows() {
         (25..40).collect::<Vec<i64>>(),
         "the last rows of the log"
     );
+}
+
+/// Retention never removes log a KV store would replay after a crash: a bucket's buffered
+/// rows are written to the store's files before its expired segments go, so the store's
+/// files reach at least the new start of the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_keeps_the_log_a_kv_store_replays_from() {
+    let node = TestNode::start().await;
+    let mut table = pk_table("ttl", 1);
+    table.log_ttl = Some(Duration::from_secs(1));
+    let (table, bucket) = create_unpartitioned(&node, table).await;
+    let mut model = Model::new();
+    for chunk in 0..5 {
+        let rows: Vec<(Key, Option<String>)> = (0..100)
+            .map(|id| (("d".into(), id, 0), Some(format!("v{chunk}"))))
+            .collect();
+        node.client
+            .append(&bucket, vec![pk_rows(&table, &rows)])
+            .await
+            .expect("upsert");
+        model.extend(rows);
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // The active segment is now older than the TTL: this write starts a new segment.
+    let fresh = [(("d".to_string(), 1000, 0), Some("fresh".to_string()))];
+    node.client
+        .append(&bucket, vec![pk_rows(&table, &fresh)])
+        .await
+        .expect("upsert");
+    model.extend(fresh);
+    let (_, kv) = node.node().kv_bucket(&bucket).expect("bucket");
+    let kv = kv.expect("a primary-key bucket");
+    assert_eq!(kv.flushed_offset().expect("offset"), 0, "all rows buffered");
+
+    assert!(node.node().enforce_retention().expect("retention") >= 1);
+    let earliest = node
+        .client
+        .list_offsets(&bucket, Spec::Earliest(true))
+        .await
+        .expect("earliest");
+    assert!(earliest > 0, "expired segments are removed");
+    assert!(
+        kv.flushed_offset().expect("offset") >= earliest,
+        "the store's files reach the start of the log"
+    );
+    let answer = node
+        .client
+        .snapshot(&bucket, &[], 1000)
+        .await
+        .expect("snapshot");
+    let rows: Model = answer.batches.iter().flat_map(values).collect();
+    assert_eq!(rows, model);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
