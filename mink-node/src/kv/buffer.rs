@@ -18,9 +18,14 @@
 //! * Runs are merged as they come, a run with the one before while that one is at most
 //!   twice its size, so a tablet holds a few runs of growing size and a lookup searches
 //!   a few.
-//! * A tablet is flushed once it buffers [`BufferLimits::tablet_bytes`]; once the node's
-//!   tablets buffer [`BufferLimits::node_bytes`] together, the largest is flushed; and
-//!   when its writer is dropped (the bucket closes) or log retention is about to run.
+//! * A tablet is flushed once it buffers [`BufferLimits::tablet_bytes`], and once the
+//!   node's tablets buffer [`BufferLimits::node_bytes`] together the largest is: in the
+//!   background, on the store's update threads, while groups go on joining the runs (the
+//!   runs being flushed are frozen, merged with nothing; a flush takes the runs there are
+//!   when it starts and lets go of those alone). A tablet at twice its limit is flushed
+//!   before its push returns, so writes wait for flushes that do not keep up. A tablet
+//!   is also flushed when its writer is dropped (the bucket closes) and before log
+//!   retention runs.
 
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -31,7 +36,7 @@ use fjall::Keyspace;
 
 use super::kv_error;
 use super::runs::{Merged, Run};
-use crate::error::Result;
+use crate::error::{NodeError, Result};
 
 /// When the write buffer is written to fjall.
 #[derive(Debug, Clone, Copy)]
@@ -75,8 +80,12 @@ pub(super) struct TabletState {
     pub(super) name: String,
     pub(super) rows: Keyspace,
     buffered: RwLock<Buffered>,
-    /// Held through a push or a flush of the runs: a flush sees no run come or go.
-    changing: Mutex<()>,
+    /// Held through a flush: one at a time per tablet.
+    flushing: Mutex<()>,
+    /// A flush in the background is queued and has not started yet.
+    flush_queued: AtomicBool,
+    /// The error of a flush in the background: the tablet's next push fails with it.
+    failed: Mutex<Option<String>>,
     /// The tablet was dropped: nothing is flushed to it any more.
     dropped: AtomicBool,
 }
@@ -86,9 +95,23 @@ pub(super) struct TabletState {
 pub(super) struct Buffered {
     /// Oldest first.
     pub(super) runs: Vec<Arc<Run>>,
+    /// The first runs, which a flush is writing to fjall: merges leave them as they are.
+    frozen: usize,
     /// The offset the buffered groups reach; `None`: none since fjall's applied offset.
     pub(super) end_offset: Option<i64>,
     bytes: usize,
+    /// No key fjall holds (deleted or not) is greater: a key above it that no run has is
+    /// in no source, without a read of fjall.
+    stored_key_bound: Option<Vec<u8>>,
+}
+
+/// A flush a push made due.
+#[derive(Debug)]
+pub(super) struct Due {
+    pub(super) tablet: Arc<TabletState>,
+    /// The pushing tablet buffers twice its limit: flushes do not keep up with its
+    /// writes, which wait for this one.
+    pub(super) wait: bool,
 }
 
 impl Buffered {
@@ -97,9 +120,17 @@ impl Buffered {
         self.runs.iter().rev().find_map(|run| run.get(key))
     }
 
-    /// The greatest key of the runs, deleted or not.
-    pub(super) fn last_key(&self) -> Option<&[u8]> {
-        self.runs.iter().filter_map(|run| run.last_key()).max()
+    /// Whether fjall may hold `key`.
+    pub(super) fn may_store(&self, key: &[u8]) -> bool {
+        self.stored_key_bound
+            .as_deref()
+            .is_some_and(|bound| key <= bound)
+    }
+
+    /// No key of the runs or fjall, deleted or not, is greater.
+    pub(super) fn key_bound(&self) -> Option<&[u8]> {
+        let runs = self.runs.iter().filter_map(|run| run.last_key()).max();
+        runs.max(self.stored_key_bound.as_deref())
     }
 }
 
@@ -123,11 +154,19 @@ impl Tablets {
         if let Some(tablet) = tablets.get(name) {
             return Ok(Arc::clone(tablet));
         }
+        let rows = open()?;
+        let last = rows.last_key_value().map(|pair| pair.key());
+        let stored_key_bound = last.transpose().map_err(kv_error)?.map(|key| key.to_vec());
         let tablet = Arc::new(TabletState {
             name: name.to_string(),
-            rows: open()?,
-            buffered: RwLock::default(),
-            changing: Mutex::default(),
+            rows,
+            buffered: RwLock::new(Buffered {
+                stored_key_bound,
+                ..Buffered::default()
+            }),
+            flushing: Mutex::default(),
+            flush_queued: AtomicBool::new(false),
+            failed: Mutex::default(),
             dropped: AtomicBool::new(false),
         });
         tablets.insert(name.to_string(), Arc::clone(&tablet));
@@ -136,22 +175,28 @@ impl Tablets {
 
     /// Forgets a dropped tablet and its runs.
     pub(super) fn remove(&self, tablet: &TabletState) {
-        let _changing = lock(&tablet.changing);
+        let _flushing = lock(&tablet.flushing);
         tablet.dropped.store(true, Ordering::Release);
         let mut buffered = write(&tablet.buffered);
-        self.buffered_bytes
-            .fetch_sub(buffered.bytes, Ordering::Relaxed);
+        self.account(buffered.bytes, 0);
         *buffered = Buffered::default();
         lock(&self.open).remove(&tablet.name);
     }
 
-    /// Adds a committed group's rows, reaching `end_offset`, to the tablet's runs.
-    pub(super) fn push(&self, tablet: &TabletState, run: Arc<Run>, end_offset: i64) {
-        let _changing = lock(&tablet.changing);
+    /// Adds a committed group's rows, reaching `end_offset`, to the tablet's runs; fails
+    /// if a flush in the background failed.
+    pub(super) fn push(&self, tablet: &TabletState, run: Arc<Run>, end_offset: i64) -> Result<()> {
+        if let Some(error) = lock(&tablet.failed).as_ref() {
+            return Err(NodeError::Kv(format!(
+                "writing buffered rows to the KV store failed: {error}"
+            )));
+        }
         let mut buffered = write(&tablet.buffered);
         let before = buffered.bytes;
-        // Merge the runs before this one first: the writer still reads this one.
-        while let [.., older, newer] = buffered.runs.as_slice()
+        // Merge the runs before this one first (the writer still reads this one), not
+        // those a flush is writing.
+        while buffered.runs.len() >= buffered.frozen + 2
+            && let [.., older, newer] = buffered.runs.as_slice()
             && older.len() <= 2 * newer.len()
         {
             let newer = buffered.runs.pop().expect("two runs");
@@ -164,51 +209,90 @@ impl Tablets {
         }
         buffered.end_offset = Some(end_offset);
         buffered.bytes = buffered.runs.iter().map(|run| run.bytes()).sum();
-        let after = buffered.bytes;
-        drop(buffered);
-        if after >= before {
-            self.buffered_bytes
-                .fetch_add(after - before, Ordering::Relaxed);
+        self.account(before, buffered.bytes);
+        Ok(())
+    }
+
+    /// The flush a push to `tablet` makes due, if any: of the tablet once it buffers
+    /// [`BufferLimits::tablet_bytes`], else of the node's largest buffer once the node's
+    /// reach [`BufferLimits::node_bytes`]. A tablet whose flush is queued is not due again.
+    pub(super) fn due(&self, tablet: &Arc<TabletState>) -> Option<Due> {
+        let bytes = read(&tablet.buffered).bytes;
+        let due = if bytes >= self.limits.tablet_bytes {
+            Arc::clone(tablet)
+        } else if self.buffered_bytes.load(Ordering::Relaxed) >= self.limits.node_bytes {
+            (lock(&self.open).values())
+                .max_by_key(|tablet| read(&tablet.buffered).bytes)
+                .cloned()?
         } else {
-            self.buffered_bytes
-                .fetch_sub(before - after, Ordering::Relaxed);
+            return None;
+        };
+        let wait = Arc::ptr_eq(&due, tablet) && bytes >= 2 * self.limits.tablet_bytes;
+        if !wait && due.flush_queued.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        Some(Due { tablet: due, wait })
+    }
+
+    /// Writes the tablet's runs to fjall (see [`Tablets::flush`]), for nobody waiting:
+    /// skipped if a flush of the tablet runs; a failure is kept for its next push.
+    pub(super) fn flush_in_background(&self, tablet: &TabletState) {
+        tablet.flush_queued.store(false, Ordering::Release);
+        let Ok(_flushing) = tablet.flushing.try_lock() else {
+            return;
+        };
+        if let Err(error) = self.flush_runs(tablet) {
+            tracing::error!(tablet = tablet.name, %error, "writing buffered rows to the KV store failed");
+            *lock(&tablet.failed) = Some(error.to_string());
         }
     }
 
-    /// Flushes the tablet if it buffers [`BufferLimits::tablet_bytes`], or the node's
-    /// largest buffer if the node's reach [`BufferLimits::node_bytes`].
-    pub(super) fn flush_if_due(&self, tablet: &TabletState) -> Result<()> {
-        if read(&tablet.buffered).bytes >= self.limits.tablet_bytes {
-            return self.flush(tablet);
-        }
-        if self.buffered_bytes.load(Ordering::Relaxed) < self.limits.node_bytes {
-            return Ok(());
-        }
-        let largest = lock(&self.open)
-            .values()
-            .max_by_key(|tablet| read(&tablet.buffered).bytes)
-            .cloned();
-        match largest {
-            Some(largest) => self.flush(&largest),
-            None => Ok(()),
-        }
-    }
-
-    /// Writes the tablet's runs to fjall as one sorted table, then their end offset as
-    /// fjall's applied offset, then lets go of them.
+    /// Writes the tablet's runs to fjall as one sorted table, then the offset they reach
+    /// as fjall's applied offset, then lets go of them. Groups pushed meanwhile stay
+    /// buffered.
     pub(super) fn flush(&self, tablet: &TabletState) -> Result<()> {
-        let _changing = lock(&tablet.changing);
+        let _flushing = lock(&tablet.flushing);
+        self.flush_runs(tablet)
+    }
+
+    /// [`Tablets::flush`], its lock held.
+    fn flush_runs(&self, tablet: &TabletState) -> Result<()> {
         if tablet.dropped.load(Ordering::Acquire) {
             return Ok(());
         }
-        let buffered = read(&tablet.buffered).clone();
-        let Some(end_offset) = buffered.end_offset else {
+        let (runs, end_offset) = {
+            let mut buffered = write(&tablet.buffered);
+            buffered.frozen = buffered.runs.len();
+            (buffered.runs.clone(), buffered.end_offset)
+        };
+        let Some(end_offset) = end_offset else {
             return Ok(());
         };
-        if !buffered.runs.is_empty() {
+        let written = self.write_runs(tablet, &runs, end_offset);
+        let mut buffered = write(&tablet.buffered);
+        buffered.frozen = 0;
+        written?;
+        let before = buffered.bytes;
+        buffered.runs.drain(..runs.len());
+        buffered.bytes = buffered.runs.iter().map(|run| run.bytes()).sum();
+        let flushed_bound = runs.iter().filter_map(|run| run.last_key()).max();
+        if flushed_bound > buffered.stored_key_bound.as_deref() {
+            buffered.stored_key_bound = flushed_bound.map(<[u8]>::to_vec);
+        }
+        if buffered.runs.is_empty() && buffered.end_offset == Some(end_offset) {
+            // Nothing buffered: fjall's applied offset is the tablet's.
+            buffered.end_offset = None;
+        }
+        self.account(before, buffered.bytes);
+        Ok(())
+    }
+
+    /// Writes `runs` to fjall as one sorted table, then `end_offset` as its applied offset.
+    fn write_runs(&self, tablet: &TabletState, runs: &[Arc<Run>], end_offset: i64) -> Result<()> {
+        if !runs.is_empty() {
             let mut ingestion = tablet.rows.start_ingestion().map_err(kv_error)?;
             let fjall_rows = std::iter::empty::<fjall::Result<_>>();
-            for entry in Merged::new(fjall_rows, &buffered.runs, Bound::Unbounded) {
+            for entry in Merged::new(fjall_rows, runs, Bound::Unbounded) {
                 let (key, row) = entry?;
                 match row {
                     Some(row) => ingestion.write(key, row),
@@ -220,11 +304,18 @@ impl Tablets {
         }
         self.applied
             .insert(tablet.name.as_bytes(), end_offset.to_le_bytes())
-            .map_err(kv_error)?;
-        *write(&tablet.buffered) = Buffered::default();
-        self.buffered_bytes
-            .fetch_sub(buffered.bytes, Ordering::Relaxed);
-        Ok(())
+            .map_err(kv_error)
+    }
+
+    /// Moves the node's count of buffered bytes from a tablet's `before` to its `after`.
+    fn account(&self, before: usize, after: usize) {
+        if after >= before {
+            self.buffered_bytes
+                .fetch_add(after - before, Ordering::Relaxed);
+        } else {
+            self.buffered_bytes
+                .fetch_sub(before - after, Ordering::Relaxed);
+        }
     }
 }
 
@@ -291,15 +382,18 @@ mod tests {
         (dir, store)
     }
 
-    /// Keys 1, 2, 3 in fjall (rows 1, 2, 3); then a group that writes 2 and 4 (offsets up
-    /// to 5) and one that deletes 3 (up to 7).
+    /// Keys 1, 2, 3 in fjall (rows 1, 2, 3; offsets up to 3); then a group that writes 2
+    /// and 4 (up to 5) and one that deletes 3 (up to 7).
     fn tablet_with_runs(store: &KvStore) -> KvTablet {
         let tablet = store.tablet("t").unwrap();
-        for key in 1..=3u8 {
-            tablet.state.rows.insert([key], [key]).unwrap();
-        }
-        tablet.buffer(run(&[(2, Some(20)), (4, Some(40))]), 5);
-        tablet.buffer(run(&[(3, None)]), 7);
+        tablet
+            .buffer(run(&[(1, Some(1)), (2, Some(2)), (3, Some(3))]), 3)
+            .unwrap();
+        tablet.flush().unwrap();
+        tablet
+            .buffer(run(&[(2, Some(20)), (4, Some(40))]), 5)
+            .unwrap();
+        tablet.buffer(run(&[(3, None)]), 7).unwrap();
         tablet
     }
 
@@ -329,9 +423,9 @@ mod tests {
         let tablet = tablet_with_runs(&store);
         let expected = [(1, 1), (2, 20), (4, 40)];
         assert_eq!(rows(&tablet).await, expected);
-        assert_eq!(tablet.last_key().unwrap(), Some(vec![4]));
+        assert_eq!(tablet.key_bound(), Some(vec![4]));
         assert_eq!(tablet.applied_offset().unwrap(), 7);
-        assert_eq!(tablet.flushed_offset().unwrap(), 0);
+        assert_eq!(tablet.flushed_offset().unwrap(), 3);
 
         tablet.flush().unwrap();
         assert_eq!(rows(&tablet).await, expected, "the deletion flushed too");
@@ -347,7 +441,7 @@ mod tests {
         let tablet = tablet_with_runs(&store);
         let snapshot = tablet.snapshot().unwrap();
         tablet.flush().unwrap();
-        tablet.buffer(run(&[(1, None), (5, Some(50))]), 9);
+        tablet.buffer(run(&[(1, None), (5, Some(50))]), 9).unwrap();
         assert_eq!(snapshot.log_offset(), 7);
         let read: Vec<Vec<u8>> = snapshot
             .into_chunks(10, usize::MAX, |rows| {
@@ -361,12 +455,39 @@ mod tests {
     }
 
     #[test]
+    fn fjall_is_read_only_for_keys_at_or_below_the_greatest_it_may_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = KvStore::open(dir.path(), BufferLimits::default()).unwrap();
+            tablet_with_runs(&store).flush().unwrap();
+        }
+        let store = KvStore::open(dir.path(), BufferLimits::default()).unwrap();
+        let tablet = store.tablet("t").unwrap();
+        assert_eq!(
+            tablet.key_bound(),
+            Some(vec![4]),
+            "fjall's last key, reopened"
+        );
+        // Rows fjall could not hold: written behind the tablet's back, above its bound.
+        tablet.state.rows.insert([3], [33]).unwrap();
+        tablet.state.rows.insert([5], [50]).unwrap();
+        assert_eq!(
+            tablet.get(&[3]).unwrap().unwrap()[0],
+            33,
+            "at or below: read"
+        );
+        assert_eq!(tablet.get(&[5]).unwrap(), None, "above: not read");
+    }
+
+    #[test]
     fn runs_merge_as_they_come_and_a_lookup_searches_a_few() {
         let (_dir, store) = store(BufferLimits::default());
         let tablet = store.tablet("t").unwrap();
         for group in 0..64u8 {
             // Every group writes a new key and rewrites key 0.
-            tablet.buffer(run(&[(0, Some(group)), (group + 1, Some(group))]), 1);
+            tablet
+                .buffer(run(&[(0, Some(group)), (group + 1, Some(group))]), 1)
+                .unwrap();
         }
         let runs = tablet.state.buffered().runs.len();
         assert!(runs <= 8, "{runs} runs");
@@ -374,38 +495,56 @@ mod tests {
         assert_eq!(tablet.get(&[10]).unwrap().unwrap()[0], 9);
     }
 
+    /// Bytes a run holds per entry of a one-byte key and row.
+    const ENTRY: usize = 2 + 64;
+
     #[test]
-    fn a_tablet_over_its_limit_is_flushed_and_over_the_nodes_the_largest() {
+    fn a_tablet_over_its_limit_is_flushed_in_the_background_and_at_twice_it_at_once() {
         let (_dir, store) = store(BufferLimits {
-            tablet_bytes: 3 * (2 + 64),
-            node_bytes: 1 << 30,
+            tablet_bytes: 3 * ENTRY,
+            node_bytes: usize::MAX,
         });
         let tablet = store.tablet("t").unwrap();
-        tablet.buffer(run(&[(1, Some(1)), (2, Some(2))]), 2);
-        tablet.flush_if_due().unwrap();
-        assert_eq!(tablet.flushed_offset().unwrap(), 0, "under its limit");
-        tablet.buffer(run(&[(3, Some(3))]), 3);
-        tablet.flush_if_due().unwrap();
-        assert_eq!(tablet.flushed_offset().unwrap(), 3, "at its limit");
+        tablet
+            .buffer(run(&[(1, Some(1)), (2, Some(2))]), 2)
+            .unwrap();
+        assert!(tablet.flush_if_due().unwrap().is_none(), "under its limit");
+        tablet.buffer(run(&[(3, Some(3))]), 3).unwrap();
+        let flush = tablet.flush_if_due().unwrap().expect("at its limit");
+        flush.wait().unwrap();
+        assert_eq!(tablet.flushed_offset().unwrap(), 3);
+        let six: Vec<_> = (4..10).map(|key| (key, Some(key))).collect();
+        tablet.buffer(run(&six), 9).unwrap();
+        assert!(tablet.flush_if_due().unwrap().is_none(), "flushed at once");
+        assert_eq!(tablet.flushed_offset().unwrap(), 9);
+        assert_eq!(store.tablets.buffered_bytes.load(Ordering::Relaxed), 0);
+    }
 
-        let (_dir, store) = store_with_node_limit(3 * (2 + 64));
+    #[test]
+    fn over_the_nodes_limit_the_largest_buffer_is_flushed() {
+        let (_dir, store) = store(BufferLimits {
+            tablet_bytes: usize::MAX,
+            node_bytes: 3 * ENTRY,
+        });
         let (large, small) = (
             store.tablet("large").unwrap(),
             store.tablet("small").unwrap(),
         );
-        large.buffer(run(&[(1, Some(1)), (2, Some(2))]), 2);
-        small.buffer(run(&[(1, Some(1))]), 1);
-        small.flush_if_due().unwrap();
+        large.buffer(run(&[(1, Some(1)), (2, Some(2))]), 2).unwrap();
+        small.buffer(run(&[(1, Some(1))]), 1).unwrap();
+        small.flush_if_due().unwrap().expect("due").wait().unwrap();
         assert_eq!(large.flushed_offset().unwrap(), 2, "the largest is flushed");
         assert_eq!(small.flushed_offset().unwrap(), 0);
-        assert_eq!(store.tablets.buffered_bytes.load(Ordering::Relaxed), 2 + 64);
+        assert_eq!(store.tablets.buffered_bytes.load(Ordering::Relaxed), ENTRY);
     }
 
-    fn store_with_node_limit(node_bytes: usize) -> (tempfile::TempDir, KvStore) {
-        store(BufferLimits {
-            tablet_bytes: usize::MAX,
-            node_bytes,
-        })
+    #[test]
+    fn after_a_failed_flush_in_the_background_the_next_push_fails() {
+        let (_dir, store) = store(BufferLimits::default());
+        let tablet = store.tablet("t").unwrap();
+        *lock(&tablet.state.failed) = Some("no space left".into());
+        let error = tablet.buffer(run(&[(1, Some(1))]), 1).unwrap_err();
+        assert!(error.to_string().contains("no space left"), "{error}");
     }
 
     #[test]

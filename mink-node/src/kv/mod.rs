@@ -33,7 +33,7 @@ use self::buffer::{TabletState, Tablets};
 pub use self::lookup::{Found, encode_keys, lookup, prefix_lookup};
 pub use self::reader::{MAX_CHUNK_BYTES, SnapshotReader};
 use self::runs::{Merged, Run};
-use self::threads::KvThreads;
+use self::threads::{KvThreads, Submitted};
 pub(crate) use self::writer::KvWriter;
 use crate::error::{NodeError, Result};
 
@@ -143,20 +143,23 @@ impl KvTablet {
         decode_offset(value.as_deref())
     }
 
-    /// The stored row of `key`.
+    /// The stored row of `key`: from the write buffer, or from fjall if it may hold it.
     pub fn get(&self, key: &[u8]) -> Result<Option<fjall::UserValue>> {
-        if let Some(row) = self.state.buffered().get(key) {
-            return Ok(row.map(fjall::UserValue::from));
+        {
+            let buffered = self.state.buffered();
+            if let Some(row) = buffered.get(key) {
+                return Ok(row.map(fjall::UserValue::from));
+            }
+            if !buffered.may_store(key) {
+                return Ok(None);
+            }
         }
         self.state.rows.get(key).map_err(kv_error)
     }
 
-    /// The greatest key the store holds (or held, for a buffered deletion).
-    pub(crate) fn last_key(&self) -> Result<Option<Vec<u8>>> {
-        let buffered = self.state.buffered().last_key().map(<[u8]>::to_vec);
-        let last = self.state.rows.last_key_value().map(|pair| pair.key());
-        let stored = last.transpose().map_err(kv_error)?.map(|key| key.to_vec());
-        Ok(buffered.max(stored))
+    /// No key the store holds is greater (nor any it held since it was opened).
+    pub(crate) fn key_bound(&self) -> Option<Vec<u8>> {
+        self.state.buffered().key_bound().map(<[u8]>::to_vec)
     }
 
     /// The rows whose key starts with `prefix`, in key order.
@@ -174,15 +177,26 @@ impl KvTablet {
     }
 
     /// Adds a committed group's rows, reaching `end_offset`, to the store's write buffer:
-    /// readable from now on.
-    pub(crate) fn buffer(&self, rows: Arc<Run>, end_offset: i64) {
-        self.store.tablets.push(&self.state, rows, end_offset);
+    /// readable from now on. Fails if writing the buffer to fjall failed in the
+    /// background.
+    pub(crate) fn buffer(&self, rows: Arc<Run>, end_offset: i64) -> Result<()> {
+        self.store.tablets.push(&self.state, rows, end_offset)
     }
 
-    /// Writes the buffered rows to fjall if this tablet, or the node's tablets together,
-    /// buffer too many bytes.
-    pub(crate) fn flush_if_due(&self) -> Result<()> {
-        self.store.tablets.flush_if_due(&self.state)
+    /// Writes buffered rows to fjall if this tablet, or the node's tablets together,
+    /// buffer too many bytes: in the background (the flush returned, to wait for if need
+    /// be), or at once if this tablet buffers twice its limit.
+    pub(crate) fn flush_if_due(&self) -> Result<Option<Submitted<()>>> {
+        let Some(due) = self.store.tablets.due(&self.state) else {
+            return Ok(None);
+        };
+        if due.wait {
+            return self.store.tablets.flush(&due.tablet).map(|()| None);
+        }
+        let tablets = Arc::clone(&self.store.tablets);
+        let flush =
+            (self.store.updates).submit(move || tablets.flush_in_background(&due.tablet))?;
+        Ok(Some(flush))
     }
 
     /// Writes the buffered rows to fjall, and the offset they reach.

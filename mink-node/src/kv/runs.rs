@@ -78,6 +78,10 @@ impl Run {
 
     /// The row of `key` (`Some(None)`: deleted), if the run has the key.
     pub(crate) fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        let (first, last) = (self.entries.first()?, self.entries.last()?);
+        if key < first.0.as_slice() || key > last.0.as_slice() {
+            return None;
+        }
         let at = (self.entries)
             .binary_search_by(|(entry, _)| entry.as_slice().cmp(key))
             .ok()?;

@@ -153,7 +153,7 @@ impl KvWriter {
             keys: KeyCodec::new(&table)?,
             rows: RowCodec::new(&table)?,
             applied: tablet.applied_offset()?,
-            key_bound: tablet.last_key()?,
+            key_bound: tablet.key_bound(),
             tablet,
             table,
             overlay: StagedRows::default(),
@@ -321,9 +321,14 @@ impl Changelog for KvWriter {
         let (done, applied) = oneshot::channel();
         let tablet = self.tablet.clone();
         let update = self.tablet.store.updates.submit(move || {
-            tablet.buffer(rows, end_offset);
-            let _ = done.send(Ok(()));
-            tablet.flush_if_due()
+            let buffered = tablet.buffer(rows, end_offset);
+            let _ = done.send(
+                (buffered.as_ref())
+                    .map(|_| ())
+                    .map_err(NodeError::for_another_waiter),
+            );
+            buffered?;
+            tablet.flush_if_due().map(drop)
         })?;
         self.update = Some(update);
         self.applied = end_offset;

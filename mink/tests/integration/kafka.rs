@@ -353,9 +353,11 @@ fn a_waiting_consumer_is_woken_by_a_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fetch_below_log_start_is_out_of_range() {
-    let node = TestNode::start_with(LogConfig {
-        segment_bytes: 4 << 10,
-        ..LogConfig::default()
+    let node = TestNode::start_with(|config| {
+        config.log = LogConfig {
+            segment_bytes: 4 << 10,
+            ..LogConfig::default()
+        }
     })
     .await;
     let options = TableOptions {

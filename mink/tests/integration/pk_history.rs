@@ -7,6 +7,7 @@ use std::time::Duration;
 use mink_client::MinkClient;
 use mink_core::protocol::{BucketId, list_offsets::Spec};
 use mink_core::table::TableDescriptor;
+use mink_node::kv::BufferLimits;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
@@ -357,7 +358,8 @@ async fn limit_scan_reads_the_first_keys_or_the_last_log_rows() {
 /// files reach at least the new start of the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_keeps_the_log_a_kv_store_replays_from() {
-    let node = TestNode::start().await;
+    // A write buffer that holds every row of the test.
+    let node = TestNode::start_with(|config| config.kv_buffer = BufferLimits::default()).await;
     let mut table = pk_table("ttl", 1);
     table.log_ttl = Some(Duration::from_secs(1));
     let (table, bucket) = create_unpartitioned(&node, table).await;

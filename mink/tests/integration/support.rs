@@ -1,6 +1,5 @@
 //! A node served on a loopback port over a temporary data directory, restartable.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
@@ -8,6 +7,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::table::{TableDescriptor, TablePath};
+use mink_node::kv::BufferLimits;
 use mink_node::log::LogConfig;
 use mink_node::server::{ServerHandle, serve};
 use mink_node::{Node, NodeConfig};
@@ -20,29 +20,35 @@ pub(crate) struct TestNode {
     node: Option<Arc<Node>>,
     pub(crate) client: MinkClient,
     handle: Option<ServerHandle>,
-    log: LogConfig,
+    config: NodeConfig,
 }
 
 impl TestNode {
-    /// A node with fsync on and small segments, so tests cross segment boundaries.
+    /// A node with fsync on, small segments, so tests cross segment boundaries, and a
+    /// small KV write buffer (8 KiB a bucket), so primary-key tables' rows go to the KV
+    /// store's files every few writes, beside the writes that follow.
     pub(crate) async fn start() -> Self {
-        Self::start_with(LogConfig {
+        Self::start_with(|_| {}).await
+    }
+
+    /// [`TestNode::start`]'s node, its configuration changed by `configure`.
+    pub(crate) async fn start_with(configure: impl FnOnce(&mut NodeConfig)) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = NodeConfig::new(dir.path());
+        config.log = LogConfig {
             segment_bytes: 64 << 10,
             cache_bytes: 128 << 10,
             ..LogConfig::default()
-        })
-        .await
-    }
-
-    pub(crate) async fn start_with(log: LogConfig) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (node, handle, client) = open(dir.path(), &log).await;
+        };
+        config.kv_buffer = BufferLimits::within(64 << 10);
+        configure(&mut config);
+        let (node, handle, client) = open(&config).await;
         Self {
             dir,
             node: Some(node),
             client,
             handle: Some(handle),
-            log,
+            config,
         }
     }
 
@@ -65,7 +71,7 @@ impl TestNode {
             "the old node is still referenced"
         );
         drop(old);
-        let (node, handle, client) = open(self.dir.path(), &self.log).await;
+        let (node, handle, client) = open(&self.config).await;
         self.node = Some(node);
         self.handle = Some(handle);
         self.client = client;
@@ -80,10 +86,8 @@ impl TestNode {
     }
 }
 
-async fn open(dir: &Path, log: &LogConfig) -> (Arc<Node>, ServerHandle, MinkClient) {
-    let mut config = NodeConfig::new(dir);
-    config.log = log.clone();
-    let node = Node::open(config).expect("open node");
+async fn open(config: &NodeConfig) -> (Arc<Node>, ServerHandle, MinkClient) {
+    let node = Node::open(config.clone()).expect("open node");
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let handle = serve(Arc::clone(&node), listener).expect("serve");
     let client = MinkClient::connect(&handle.addr().to_string())
