@@ -495,26 +495,24 @@ mod tests {
         assert_eq!(tablet.get(&[10]).unwrap().unwrap()[0], 9);
     }
 
-    /// Bytes a run holds per entry of a one-byte key and row.
-    const ENTRY: usize = 2 + 64;
-
     #[test]
     fn a_tablet_over_its_limit_is_flushed_in_the_background_and_at_twice_it_at_once() {
+        let (two, one) = (run(&[(1, Some(1)), (2, Some(2))]), run(&[(3, Some(3))]));
+        let limit = two.bytes() + one.bytes();
+        let many = run(&(4..40).map(|key| (key, Some(key))).collect::<Vec<_>>());
+        assert!(many.bytes() >= 2 * limit);
         let (_dir, store) = store(BufferLimits {
-            tablet_bytes: 3 * ENTRY,
+            tablet_bytes: limit,
             node_bytes: usize::MAX,
         });
         let tablet = store.tablet("t").unwrap();
-        tablet
-            .buffer(run(&[(1, Some(1)), (2, Some(2))]), 2)
-            .unwrap();
+        tablet.buffer(two, 2).unwrap();
         assert!(tablet.flush_if_due().unwrap().is_none(), "under its limit");
-        tablet.buffer(run(&[(3, Some(3))]), 3).unwrap();
+        tablet.buffer(one, 3).unwrap();
         let flush = tablet.flush_if_due().unwrap().expect("at its limit");
         flush.wait().unwrap();
         assert_eq!(tablet.flushed_offset().unwrap(), 3);
-        let six: Vec<_> = (4..10).map(|key| (key, Some(key))).collect();
-        tablet.buffer(run(&six), 9).unwrap();
+        tablet.buffer(many, 9).unwrap();
         assert!(tablet.flush_if_due().unwrap().is_none(), "flushed at once");
         assert_eq!(tablet.flushed_offset().unwrap(), 9);
         assert_eq!(store.tablets.buffered_bytes.load(Ordering::Relaxed), 0);
@@ -522,20 +520,25 @@ mod tests {
 
     #[test]
     fn over_the_nodes_limit_the_largest_buffer_is_flushed() {
+        let (two, one) = (run(&[(1, Some(1)), (2, Some(2))]), run(&[(1, Some(1))]));
         let (_dir, store) = store(BufferLimits {
             tablet_bytes: usize::MAX,
-            node_bytes: 3 * ENTRY,
+            node_bytes: two.bytes() + one.bytes(),
         });
+        let one_bytes = one.bytes();
         let (large, small) = (
             store.tablet("large").unwrap(),
             store.tablet("small").unwrap(),
         );
-        large.buffer(run(&[(1, Some(1)), (2, Some(2))]), 2).unwrap();
-        small.buffer(run(&[(1, Some(1))]), 1).unwrap();
+        large.buffer(two, 2).unwrap();
+        small.buffer(one, 1).unwrap();
         small.flush_if_due().unwrap().expect("due").wait().unwrap();
         assert_eq!(large.flushed_offset().unwrap(), 2, "the largest is flushed");
         assert_eq!(small.flushed_offset().unwrap(), 0);
-        assert_eq!(store.tablets.buffered_bytes.load(Ordering::Relaxed), ENTRY);
+        assert_eq!(
+            store.tablets.buffered_bytes.load(Ordering::Relaxed),
+            one_bytes
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::iter::Peekable;
 use std::ops::Bound;
 use std::sync::Arc;
 
+use fastbloom::BloomFilter;
 use fjall::{UserKey, UserValue};
 
 use super::kv_error;
@@ -23,10 +24,17 @@ pub(crate) type Entry = (Vec<u8>, Option<Vec<u8>>);
 /// allocations, roughly).
 const ENTRY_OVERHEAD: usize = 64;
 
+/// The share of keys a run lacks that its filter lets through to a search.
+const FILTER_FALSE_POSITIVES: f64 = 0.01;
+
 /// Rows sorted by key, each key once.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Run {
     entries: Vec<Entry>,
+    /// The run's keys: a lookup of a key the run lacks (most lookups: a tablet holds a
+    /// few runs, and most of its rows are in fjall) skips the search, whose every step
+    /// is a cache miss.
+    keys: BloomFilter<ahash::RandomState>,
     bytes: usize,
 }
 
@@ -34,11 +42,19 @@ impl Run {
     /// A run of `entries`, which are sorted by key, each key once.
     pub(crate) fn from_sorted(entries: Vec<Entry>) -> Self {
         debug_assert!(entries.windows(2).all(|pair| pair[0].0 < pair[1].0));
+        let keys = BloomFilter::with_false_pos(FILTER_FALSE_POSITIVES)
+            .hasher(ahash::RandomState::new())
+            .items(entries.iter().map(|(key, _)| key));
         let bytes = entries
             .iter()
             .map(|(key, row)| key.len() + row.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD)
-            .sum();
-        Self { entries, bytes }
+            .sum::<usize>()
+            + keys.num_bits() / 8;
+        Self {
+            entries,
+            keys,
+            bytes,
+        }
     }
 
     /// One run of `older`'s and `newer`'s entries; a key in both keeps `newer`'s row.
@@ -78,8 +94,7 @@ impl Run {
 
     /// The row of `key` (`Some(None)`: deleted), if the run has the key.
     pub(crate) fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
-        let (first, last) = (self.entries.first()?, self.entries.last()?);
-        if key < first.0.as_slice() || key > last.0.as_slice() {
+        if !self.keys.contains(key) {
             return None;
         }
         let at = (self.entries)
@@ -248,7 +263,10 @@ mod tests {
     fn a_merge_of_ascending_runs_appends() {
         let merged = Run::merge(run(&[(1, Some(1))]), run(&[(2, Some(2))]));
         assert_eq!(keys_and_rows(&merged), [(1, Some(1)), (2, Some(2))]);
-        assert_eq!(merged.bytes(), 2 * (2 + ENTRY_OVERHEAD));
+        assert_eq!(
+            merged.bytes(),
+            2 * (2 + ENTRY_OVERHEAD) + merged.keys.num_bits() / 8
+        );
     }
 
     #[test]

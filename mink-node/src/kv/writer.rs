@@ -157,7 +157,7 @@ impl KvWriter {
             tablet,
             table,
             overlay: StagedRows::default(),
-            updating: Arc::default(),
+            updating: Arc::new(Run::from_sorted(Vec::new())),
             update: None,
         })
     }
