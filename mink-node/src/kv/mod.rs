@@ -26,7 +26,7 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
-use fjall::{Database, KeyspaceCreateOptions};
+use fjall::{Database, KeyspaceCreateOptions, Readable as _};
 
 pub use self::buffer::BufferLimits;
 use self::buffer::{TabletState, Tablets};
@@ -164,9 +164,14 @@ impl KvTablet {
 
     /// The rows whose key starts with `prefix`, in key order.
     pub fn prefix(&self, prefix: &[u8]) -> Result<Vec<fjall::UserValue>> {
-        let buffered = self.state.buffered();
-        let stored = self.state.rows.prefix(prefix).map(fjall::Guard::into_inner);
-        Merged::new(stored, &buffered.runs, Bound::Included(prefix))
+        // The runs and fjall's snapshot taken together (see `buffer`), then read without
+        // the runs' lock: a long read does not hold up the groups being buffered.
+        let (runs, snapshot) = {
+            let buffered = self.state.buffered();
+            (buffered.runs.clone(), self.store.db.snapshot())
+        };
+        let stored = (snapshot.prefix(&self.state.rows, prefix)).map(fjall::Guard::into_inner);
+        Merged::new(stored, &runs, Bound::Included(prefix))
             .rows()
             .take_while(|row| match row {
                 Ok((key, _)) => key.starts_with(prefix),
