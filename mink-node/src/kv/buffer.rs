@@ -16,8 +16,9 @@
 //!   the runs' read lock; a flush makes its table visible in fjall before it lets go of
 //!   the runs, so a reader sees a flushed row in one or both, never in neither.
 //! * Runs are merged as they come, a run with the one before while that one is at most
-//!   twice its size, so a tablet holds a few runs of growing size and a lookup searches
-//!   a few.
+//!   twice its size, so a tablet holds a few runs of growing size; a lookup searches only
+//!   those whose Bloom filter may hold its key, and reads fjall only for a key at or
+//!   below the greatest fjall may hold (`stored_key_bound`).
 //! * A tablet is flushed once it buffers [`BufferLimits::tablet_bytes`], and once the
 //!   node's tablets buffer [`BufferLimits::node_bytes`] together the largest is: in the
 //!   background, on the store's update threads, while groups go on joining the runs (the
