@@ -34,7 +34,7 @@ use crate::error::{ClientError, Result};
 use crate::pieces::{joined, pieces};
 use crate::read::{
     LookupResult, ReadAnswer, SnapshotAnswer, Tailer, UnionAnswer, read_answer, read_batches,
-    stream_batches,
+    read_to_end, stream_batches,
 };
 
 /// Largest gRPC message the client accepts (one Arrow batch).
@@ -139,10 +139,12 @@ impl MinkClient {
         client
     }
 
+    /// The result of action `name`, its answer read to the end ([`read_to_end`]).
     async fn action(&self, name: &str, body: impl Message) -> Result<Bytes> {
         let action = Action::new(name, body.encode_to_vec());
         let mut results = self.flight().do_action(action).await?;
         let first = results.try_next().await?;
+        read_to_end(&mut results).await?;
         first.ok_or_else(|| ClientError::Protocol(format!("action {name} returned nothing")))
     }
 
@@ -382,7 +384,10 @@ impl MinkClient {
             .flight()
             .do_get(Ticket::new(ticket.encode_to_vec()))
             .await?;
-        read_answer(&mut stream.into_inner(), offset).await
+        let mut answer = stream.into_inner();
+        let read = read_answer(&mut answer, offset).await?;
+        read_to_end(&mut answer).await?;
+        Ok(read)
     }
 
     /// Snapshot: every current row of a primary-key table's bucket in key order,
@@ -748,7 +753,10 @@ impl MinkClient {
             .flight()
             .do_get(Ticket::new(ticket.encode_to_vec()))
             .await?;
-        read_batches(&mut stream.into_inner()).await
+        let mut answer = stream.into_inner();
+        let batches = read_batches(&mut answer).await?;
+        read_to_end(&mut answer).await?;
+        Ok(batches)
     }
 
     /// Opens a Tail session on a bucket (a DoExchange stream); poll it with

@@ -189,10 +189,28 @@ pub(crate) fn stream_batches(
     futures::stream::try_unfold(AnswerReader::new(decoder), |mut answer| async move {
         match answer.next().await? {
             Some(Answered::Batch(batch, _)) => Ok(Some((batch, answer))),
-            Some(Answered::End(_)) | None => Ok(None),
+            Some(Answered::End(_)) => {
+                read_to_end(&mut answer.decoder).await?;
+                Ok(None)
+            }
+            None => Ok(None),
         }
     })
     .boxed()
+}
+
+/// Reads a DoGet or DoAction answer to its end, the server's trailers included. A stream
+/// dropped before them is reset, and trailers that arrive after the reset count as the
+/// server's stream errors: past 1024 of them (h2's limit) the connection is closed with
+/// `ENHANCE_YOUR_CALM`, failing every call it carries.
+pub(crate) async fn read_to_end<S, T, E>(stream: &mut S) -> std::result::Result<(), E>
+where
+    S: Stream<Item = std::result::Result<T, E>> + Unpin,
+{
+    while let Some(message) = stream.next().await {
+        message?;
+    }
+    Ok(())
 }
 
 /// One data message of an answer.
