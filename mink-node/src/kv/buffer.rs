@@ -130,9 +130,13 @@ impl Buffered {
 
     /// No key of the runs or fjall, deleted or not, is greater.
     pub(super) fn key_bound(&self) -> Option<&[u8]> {
-        let runs = self.runs.iter().filter_map(|run| run.last_key()).max();
-        runs.max(self.stored_key_bound.as_deref())
+        last_key(&self.runs).max(self.stored_key_bound.as_deref())
     }
+}
+
+/// The greatest key of `runs`, deleted or not.
+fn last_key(runs: &[Arc<Run>]) -> Option<&[u8]> {
+    runs.iter().filter_map(|run| run.last_key()).max()
 }
 
 impl Tablets {
@@ -179,7 +183,8 @@ impl Tablets {
         let _flushing = lock(&tablet.flushing);
         tablet.dropped.store(true, Ordering::Release);
         let mut buffered = write(&tablet.buffered);
-        self.account(buffered.bytes, 0);
+        buffered.runs.clear();
+        self.recount(&mut buffered);
         *buffered = Buffered::default();
         lock(&self.open).remove(&tablet.name);
     }
@@ -193,7 +198,6 @@ impl Tablets {
             )));
         }
         let mut buffered = write(&tablet.buffered);
-        let before = buffered.bytes;
         // Merge the runs before this one first (the writer still reads this one), not
         // those a flush is writing.
         while buffered.runs.len() >= buffered.frozen + 2
@@ -209,8 +213,7 @@ impl Tablets {
             buffered.runs.push(run);
         }
         buffered.end_offset = Some(end_offset);
-        buffered.bytes = buffered.runs.iter().map(|run| run.bytes()).sum();
-        self.account(before, buffered.bytes);
+        self.recount(&mut buffered);
         Ok(())
     }
 
@@ -273,10 +276,9 @@ impl Tablets {
         let mut buffered = write(&tablet.buffered);
         buffered.frozen = 0;
         written?;
-        let before = buffered.bytes;
         buffered.runs.drain(..runs.len());
-        buffered.bytes = buffered.runs.iter().map(|run| run.bytes()).sum();
-        let flushed_bound = runs.iter().filter_map(|run| run.last_key()).max();
+        self.recount(&mut buffered);
+        let flushed_bound = last_key(&runs);
         if flushed_bound > buffered.stored_key_bound.as_deref() {
             buffered.stored_key_bound = flushed_bound.map(<[u8]>::to_vec);
         }
@@ -284,7 +286,6 @@ impl Tablets {
             // Nothing buffered: fjall's applied offset is the tablet's.
             buffered.end_offset = None;
         }
-        self.account(before, buffered.bytes);
         Ok(())
     }
 
@@ -308,8 +309,13 @@ impl Tablets {
             .map_err(kv_error)
     }
 
-    /// Moves the node's count of buffered bytes from a tablet's `before` to its `after`.
-    fn account(&self, before: usize, after: usize) {
+    /// Counts a tablet's bytes again after its runs changed, and the node's with them.
+    fn recount(&self, buffered: &mut Buffered) {
+        let (before, after) = (
+            buffered.bytes,
+            buffered.runs.iter().map(|run| run.bytes()).sum(),
+        );
+        buffered.bytes = after;
         if after >= before {
             self.buffered_bytes
                 .fetch_add(after - before, Ordering::Relaxed);

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use fjall::{Database, KeyspaceCreateOptions, Readable as _};
 
 pub use self::buffer::BufferLimits;
-use self::buffer::{TabletState, Tablets};
+use self::buffer::{Buffered, TabletState, Tablets};
 pub use self::lookup::{Found, encode_keys, lookup, prefix_lookup};
 pub use self::reader::{MAX_CHUNK_BYTES, SnapshotReader};
 use self::runs::{Merged, Run};
@@ -164,14 +164,10 @@ impl KvTablet {
 
     /// The rows whose key starts with `prefix`, in key order.
     pub fn prefix(&self, prefix: &[u8]) -> Result<Vec<fjall::UserValue>> {
-        // The runs and fjall's snapshot taken together (see `buffer`), then read without
-        // the runs' lock: a long read does not hold up the groups being buffered.
-        let (runs, snapshot) = {
-            let buffered = self.state.buffered();
-            (buffered.runs.clone(), self.store.db.snapshot())
-        };
+        // Read without the runs' lock: a long read does not hold up the groups buffered.
+        let (buffered, snapshot) = self.view();
         let stored = (snapshot.prefix(&self.state.rows, prefix)).map(fjall::Guard::into_inner);
-        Merged::new(stored, &runs, Bound::Included(prefix))
+        Merged::new(stored, &buffered.runs, Bound::Included(prefix))
             .rows()
             .take_while(|row| match row {
                 Ok((key, _)) => key.starts_with(prefix),
@@ -179,6 +175,13 @@ impl KvTablet {
             })
             .map(|row| row.map(|(_, value)| value))
             .collect()
+    }
+
+    /// The write buffer and a fjall snapshot, taken together under the runs' lock, so no
+    /// flush moves rows from one to the other in between (see [`buffer`]).
+    fn view(&self) -> (Buffered, fjall::Snapshot) {
+        let buffered = self.state.buffered();
+        (buffered.clone(), self.store.db.snapshot())
     }
 
     /// Adds a committed group's rows, reaching `end_offset`, to the store's write buffer:

@@ -42,11 +42,8 @@ impl std::fmt::Debug for SnapshotReader {
 }
 
 impl SnapshotReader {
-    /// Takes the runs and fjall's snapshot together, under the runs' lock, so a flush
-    /// cannot move rows from one to the other in between (see [`super::buffer`]).
     pub(super) fn new(tablet: &KvTablet) -> Result<Self> {
-        let buffered = tablet.state.buffered();
-        let snapshot = tablet.store.db.snapshot();
+        let (buffered, snapshot) = tablet.view();
         let log_offset = match buffered.end_offset {
             Some(end_offset) => end_offset,
             None => {
@@ -59,7 +56,7 @@ impl SnapshotReader {
         Ok(Self {
             log_offset,
             snapshot,
-            runs: buffered.runs.clone(),
+            runs: buffered.runs,
             tablet: tablet.clone(),
         })
     }

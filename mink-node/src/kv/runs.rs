@@ -59,37 +59,7 @@ impl Run {
 
     /// One run of `older`'s and `newer`'s entries; a key in both keeps `newer`'s row.
     pub(crate) fn merge(older: Self, newer: Self) -> Self {
-        let (mut older, newer) = (older.entries, newer.entries);
-        let disjoint = match (older.last(), newer.first()) {
-            (Some(last), Some(first)) => last.0 < first.0,
-            _ => true,
-        };
-        if disjoint {
-            // An ascending load: every newer key is above the older ones.
-            older.extend(newer);
-            return Self::from_sorted(older);
-        }
-        let mut entries = Vec::with_capacity(older.len() + newer.len());
-        let mut older = older.into_iter().peekable();
-        let mut newer = newer.into_iter().peekable();
-        loop {
-            let order = match (older.peek(), newer.peek()) {
-                (None, None) => break,
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (Some(old), Some(new)) => old.0.cmp(&new.0),
-            };
-            let next = match order {
-                Ordering::Less => older.next(),
-                Ordering::Greater => newer.next(),
-                Ordering::Equal => {
-                    older.next();
-                    newer.next()
-                }
-            };
-            entries.extend(next);
-        }
-        Self::from_sorted(entries)
+        Self::from_sorted(merge_entries(older.entries, newer.entries))
     }
 
     /// The row of `key` (`Some(None)`: deleted), if the run has the key.
@@ -125,6 +95,41 @@ impl Run {
         };
         self.entries[at..].iter()
     }
+}
+
+/// `older`'s and `newer`'s entries (each sorted by key, each key once) as one such list;
+/// a key in both keeps `newer`'s row.
+pub(crate) fn merge_entries(mut older: Vec<Entry>, newer: Vec<Entry>) -> Vec<Entry> {
+    let disjoint = match (older.last(), newer.first()) {
+        (Some(last), Some(first)) => last.0 < first.0,
+        _ => true,
+    };
+    if disjoint {
+        // An ascending load: every newer key is above the older ones.
+        older.extend(newer);
+        return older;
+    }
+    let mut entries = Vec::with_capacity(older.len() + newer.len());
+    let mut older = older.into_iter().peekable();
+    let mut newer = newer.into_iter().peekable();
+    loop {
+        let order = match (older.peek(), newer.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(old), Some(new)) => old.0.cmp(&new.0),
+        };
+        let next = match order {
+            Ordering::Less => older.next(),
+            Ordering::Greater => newer.next(),
+            Ordering::Equal => {
+                older.next();
+                newer.next()
+            }
+        };
+        entries.extend(next);
+    }
+    entries
 }
 
 /// Rows of fjall and of runs, read as one, from a start key on: in key order, each key as

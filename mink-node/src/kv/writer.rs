@@ -41,7 +41,7 @@ use mink_core::table::TableDescriptor;
 use tokio::sync::oneshot;
 
 use super::KvTablet;
-use super::runs::Run;
+use super::runs::{Run, merge_entries};
 use super::threads::Submitted;
 use crate::error::{NodeError, Result};
 use crate::log::{Applying, Changelog, LogBatch, StoredBatch, Write, WriteOp};
@@ -110,10 +110,7 @@ impl StagedRows {
         let mut replaced: Vec<_> = self.replaced.into_iter().collect();
         replaced.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
         let appended = self.appended.into_iter().map(|(key, row)| (key, Some(row)));
-        Run::merge(
-            Run::from_sorted(appended.collect()),
-            Run::from_sorted(replaced),
-        )
+        Run::from_sorted(merge_entries(appended.collect(), replaced))
     }
 }
 
