@@ -33,8 +33,8 @@ use tonic::transport::Channel;
 use crate::error::{ClientError, Result};
 use crate::pieces::{joined, pieces};
 use crate::read::{
-    LookupResult, ReadAnswer, SnapshotAnswer, Tailer, UnionAnswer, read_answer, read_batches,
-    read_to_end, stream_batches,
+    LookupResult, ReadAnswer, SnapshotAnswer, Tailer, UnionAnswer, read_batches, read_to_end,
+    scan_answer, stream_batches,
 };
 
 /// Largest gRPC message the client accepts (one Arrow batch).
@@ -372,22 +372,13 @@ impl MinkClient {
         max_bytes: u64,
         columns: &[u32],
     ) -> Result<ReadAnswer> {
-        let ticket = ReadTicket {
-            read: Some(read_ticket::Read::Scan(ScanRequest {
-                bucket: Some(bucket.clone()),
-                offset,
-                max_bytes,
-                columns: columns.to_vec(),
-            })),
-        };
-        let stream = self
-            .flight()
-            .do_get(Ticket::new(ticket.encode_to_vec()))
-            .await?;
-        let mut answer = stream.into_inner();
-        let read = read_answer(&mut answer, offset).await?;
-        read_to_end(&mut answer).await?;
-        Ok(read)
+        let read = read_ticket::Read::Scan(ScanRequest {
+            bucket: Some(bucket.clone()),
+            offset,
+            max_bytes,
+            columns: columns.to_vec(),
+        });
+        scan_answer(self.do_get_batches(read).await?, offset)
     }
 
     /// Snapshot: every current row of a primary-key table's bucket in key order,

@@ -48,12 +48,16 @@ impl ReadAnswer {
     }
 }
 
-/// Reads one Scan answer, or one Tail poll's answer (up to its closing [`TailEnd`]).
+/// Reads one Tail poll's answer (up to its closing [`TailEnd`]).
 pub(crate) async fn read_answer(
     decoder: &mut FlightDataDecoder,
     offset: i64,
 ) -> Result<ReadAnswer> {
-    let answer = read_batches(decoder).await?;
+    scan_answer(read_batches(decoder).await?, offset)
+}
+
+/// A Scan's or a Tail poll's answer read from `offset`.
+pub(crate) fn scan_answer(answer: Batches, offset: i64) -> Result<ReadAnswer> {
     let batches = answer
         .batches
         .into_iter()
