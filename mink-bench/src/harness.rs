@@ -70,6 +70,9 @@ pub(crate) struct NodeArgs {
     /// is never synced).
     #[arg(long)]
     no_sync: bool,
+    /// The KV store's block cache (`mink server --kv-cache`): bytes or a size.
+    #[arg(long, value_name = "SIZE", value_parser = mink_sql::session::parse_size)]
+    kv_cache: Option<usize>,
 }
 
 impl NodeArgs {
@@ -82,15 +85,19 @@ impl NodeArgs {
         let mut config = NodeConfig::new(scratch.path.join("node"));
         config.log.sync = self.sync();
         config.log.cache_bytes = cache_bytes;
+        if let Some(bytes) = self.kv_cache {
+            config.kv.cache_bytes = bytes as u64;
+        }
         config
     }
 
     /// How the node runs, for the heading of the results.
     pub(crate) fn describe(&self, config: &NodeConfig, scratch: &Scratch) -> String {
         format!(
-            "fsync {}, log cache {} MB per bucket, dir {}",
+            "fsync {}, log cache {} MB per bucket, KV cache {} MB, dir {}",
             if self.sync() { "on" } else { "off" },
             config.log.cache_bytes >> 20,
+            config.kv.cache_bytes >> 20,
             scratch.path.display()
         )
     }

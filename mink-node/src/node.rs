@@ -34,7 +34,7 @@ use mink_lake::{Lake, LakeConfig};
 use tracing::info;
 
 use crate::error::{NodeError, Result};
-use crate::kv::{BufferLimits, Found, KvTablet, encode_keys, lookup, prefix_lookup};
+use crate::kv::{Found, KvConfig, KvTablet, encode_keys, lookup, prefix_lookup};
 use crate::log::{LogConfig, LogTablet, Write, WriteOp, WriteStream, WriterTag};
 use crate::metadata::Metadata;
 use crate::union::{FoldedTail, LocatedTail};
@@ -68,9 +68,8 @@ pub struct NodeConfig {
     /// `RESOURCE_EXHAUSTED`. `mink server` shares its SQL pool (`--sql-memory-limit`) with
     /// the node; the default is unbounded, for embedded nodes and benchmarks.
     pub memory_pool: Arc<dyn MemoryPool>,
-    /// When primary-key tables' committed rows, buffered in memory, are written to the KV
-    /// store's files.
-    pub kv_buffer: BufferLimits,
+    /// The memory of the KV store of primary-key tables: its write buffer and its cache.
+    pub kv: KvConfig,
 }
 
 /// Default bound on `bucket.num`.
@@ -125,7 +124,7 @@ impl NodeConfig {
             max_bucket_num: DEFAULT_MAX_BUCKET_NUM,
             max_partitions: DEFAULT_MAX_PARTITIONS,
             memory_pool: Arc::new(UnboundedMemoryPool::default()),
-            kv_buffer: BufferLimits::default(),
+            kv: KvConfig::default(),
         }
     }
 }

@@ -373,7 +373,7 @@ mod tests {
     use futures::TryStreamExt as _;
 
     use super::*;
-    use crate::kv::{KvStore, KvTablet};
+    use crate::kv::{KvConfig, KvStore, KvTablet};
 
     /// A run of `(key, row)` (`None`: deleted), keys and rows one byte each.
     fn run(entries: &[(u8, Option<u8>)]) -> Arc<Run> {
@@ -385,7 +385,11 @@ mod tests {
 
     fn store(limits: BufferLimits) -> (tempfile::TempDir, KvStore) {
         let dir = tempfile::tempdir().unwrap();
-        let store = KvStore::open(dir.path(), limits).unwrap();
+        let config = KvConfig {
+            buffer: limits,
+            ..KvConfig::default()
+        };
+        let store = KvStore::open(dir.path(), &config).unwrap();
         (dir, store)
     }
 
@@ -422,6 +426,49 @@ mod tests {
             .filter_map(|key| Some((key, tablet.get(&[key]).unwrap()?[0])))
             .inspect(|(_, row)| assert!(rows.contains(row), "a get finds a snapshot's row"))
             .collect()
+    }
+
+    /// Enough keys that `get_many` splits fjall's reads over threads: each key's row is
+    /// found where it is (fjall, a run, deleted in a run, nowhere), in the keys' order.
+    #[test]
+    fn many_gets_read_each_key_where_it_is() {
+        let (_dir, store) = store(BufferLimits::default());
+        let tablet = store.tablet("t").unwrap();
+        let key = |i: u16| i.to_be_bytes().to_vec();
+        let rows = |keys: &mut dyn Iterator<Item = u16>, row: fn(u16) -> Option<Vec<u8>>| {
+            Arc::new(Run::from_sorted(keys.map(|i| (key(i), row(i))).collect()))
+        };
+        // Even keys below 2000 in fjall; every sixth replaced, every tenth deleted.
+        tablet
+            .buffer(
+                rows(&mut (0..2000).step_by(2), |i| {
+                    Some(i.to_le_bytes().to_vec())
+                }),
+                1,
+            )
+            .unwrap();
+        tablet.flush().unwrap();
+        tablet
+            .buffer(rows(&mut (0..2000).step_by(6), |_| Some(vec![6])), 2)
+            .unwrap();
+        tablet
+            .buffer(rows(&mut (0..2000).step_by(10), |_| None), 3)
+            .unwrap();
+        let expected = |i: u16| match i {
+            _ if i.is_multiple_of(10) || !i.is_multiple_of(2) || i >= 2000 => None,
+            _ if i.is_multiple_of(6) => Some(vec![6]),
+            _ => Some(i.to_le_bytes().to_vec()),
+        };
+        // Backwards, so the reads go in another order than the keys.
+        let keys: Vec<Vec<u8>> = (0..2100).rev().map(key).collect();
+        let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let found = tablet.get_many(&keys).unwrap();
+        let found: Vec<Option<Vec<u8>>> = found
+            .into_iter()
+            .map(|row| row.map(|row| row.to_vec()))
+            .collect();
+        let expected: Vec<Option<Vec<u8>>> = (0..2100).rev().map(expected).collect();
+        assert_eq!(found, expected);
     }
 
     #[tokio::test]
@@ -465,10 +512,10 @@ mod tests {
     fn fjall_is_read_only_for_keys_at_or_below_the_greatest_it_may_hold() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let store = KvStore::open(dir.path(), BufferLimits::default()).unwrap();
+            let store = KvStore::open(dir.path(), &KvConfig::default()).unwrap();
             tablet_with_runs(&store).flush().unwrap();
         }
-        let store = KvStore::open(dir.path(), BufferLimits::default()).unwrap();
+        let store = KvStore::open(dir.path(), &KvConfig::default()).unwrap();
         let tablet = store.tablet("t").unwrap();
         assert_eq!(
             tablet.key_bound(),

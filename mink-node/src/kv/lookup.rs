@@ -17,13 +17,14 @@ pub struct Found {
     pub key_indices: Vec<u32>,
 }
 
-/// One store get per key of `keys` (a batch holding the primary-key columns).
+/// The stored row of each key of `keys` (a batch holding the primary-key columns).
 pub fn lookup(table: &TableDescriptor, kv: &KvTablet, keys: &RecordBatch) -> Result<Found> {
     let encoded = encode_keys(table, keys, false)?;
+    let keys: Vec<&[u8]> = encoded.iter().map(|key| key.data()).collect();
     let mut values = Vec::new();
     let mut key_indices = Vec::new();
-    for (index, key) in encoded.iter().enumerate() {
-        if let Some(value) = kv.get(key.as_ref())? {
+    for (index, value) in kv.get_many(&keys)?.into_iter().enumerate() {
+        if let Some(value) = value {
             values.push(value);
             key_indices.push(index as u32);
         }

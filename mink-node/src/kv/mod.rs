@@ -26,7 +26,7 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
-use fjall::{Database, KeyspaceCreateOptions, Readable as _};
+use fjall::{Database, KeyspaceCreateOptions, Readable as _, UserValue};
 
 pub use self::buffer::BufferLimits;
 use self::buffer::{Buffered, TabletState, Tablets};
@@ -37,10 +37,36 @@ use self::threads::{KvThreads, Submitted};
 pub(crate) use self::writer::KvWriter;
 use crate::error::{NodeError, Result};
 
+/// The memory a node's KV store may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct KvConfig {
+    /// When committed rows buffered in memory are written to fjall.
+    pub buffer: BufferLimits,
+    /// fjall's cache of table blocks (default 256 MiB). Every lookup of a key that may
+    /// exist reads a block, and so does every upsert of a key already stored: with the
+    /// blocks of the stored rows cached, neither goes to the file.
+    pub cache_bytes: u64,
+}
+
+impl Default for KvConfig {
+    fn default() -> Self {
+        Self {
+            buffer: BufferLimits::default(),
+            cache_bytes: 256 << 20,
+        }
+    }
+}
+
+/// Reads of fjall that [`KvTablet::get_many`] gives a thread: fewer are not worth
+/// starting one.
+const MIN_READS_PER_THREAD: usize = 64;
+
 /// The node's KV database.
 #[derive(Clone)]
 pub struct KvStore {
     db: Database,
+    /// The machine's cores: the threads of each pool, and the most a split read uses.
+    cores: usize,
     tablets: Arc<Tablets>,
     /// Lookups and snapshot chunks.
     reads: KvThreads,
@@ -55,18 +81,20 @@ impl std::fmt::Debug for KvStore {
 }
 
 impl KvStore {
-    /// Opens (creating if needed) the database at `path`, its write buffer bounded by
-    /// `limits`.
+    /// Opens (creating if needed) the database at `path`, with `config`'s memory.
     ///
     /// The node holds its data directory's lock, so a database found locked can only be
     /// this process's previous node of the directory, whose bucket tasks are still letting
     /// go of it (a node reopened in process): that is waited for, briefly.
-    pub fn open(path: &Path, limits: BufferLimits) -> Result<Self> {
+    pub fn open(path: &Path, config: &KvConfig) -> Result<Self> {
         /// How long a previous node of this process gets to release the database.
         const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
         let deadline = std::time::Instant::now() + RELEASE_WAIT;
         let db = loop {
-            match Database::builder(path).open() {
+            match Database::builder(path)
+                .cache_size(config.cache_bytes)
+                .open()
+            {
                 Err(fjall::Error::Locked) if std::time::Instant::now() < deadline => {
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
@@ -76,12 +104,13 @@ impl KvStore {
         let applied = db
             .keyspace("applied", KeyspaceCreateOptions::default)
             .map_err(kv_error)?;
-        let threads = std::thread::available_parallelism().map_or(2, usize::from);
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
         Ok(Self {
             db,
-            tablets: Arc::new(Tablets::new(applied, limits)),
-            reads: KvThreads::start("mink-kv-read", threads)?,
-            updates: KvThreads::start("mink-kv-update", threads)?,
+            cores,
+            tablets: Arc::new(Tablets::new(applied, config.buffer)),
+            reads: KvThreads::start("mink-kv-read", cores)?,
+            updates: KvThreads::start("mink-kv-update", cores)?,
         })
     }
 
@@ -144,17 +173,38 @@ impl KvTablet {
     }
 
     /// The stored row of `key`: from the write buffer, or from fjall if it may hold it.
-    pub fn get(&self, key: &[u8]) -> Result<Option<fjall::UserValue>> {
+    pub fn get(&self, key: &[u8]) -> Result<Option<UserValue>> {
+        Ok(self.get_many(&[key])?.pop().flatten())
+    }
+
+    /// [`Self::get`] of each of `keys`, in their order. fjall's reads go in key order
+    /// (neighbouring keys share blocks) and, when there are many, are spread over the
+    /// machine's cores: the reads of the stored rows a group of upserts replaces are most
+    /// of the group's work.
+    pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<UserValue>>> {
+        let mut rows = Vec::with_capacity(keys.len());
+        let mut in_fjall = Vec::new();
         {
             let buffered = self.state.buffered();
-            if let Some(row) = buffered.get(key) {
-                return Ok(row.map(fjall::UserValue::from));
-            }
-            if !buffered.may_store(key) {
-                return Ok(None);
+            for (index, key) in keys.iter().enumerate() {
+                let row = buffered.get(key);
+                if row.is_none() && buffered.may_store(key) {
+                    in_fjall.push(index);
+                }
+                rows.push(row.flatten().map(UserValue::from));
             }
         }
-        self.state.rows.get(key).map_err(kv_error)
+        in_fjall.sort_unstable_by_key(|&index| keys[index]);
+        let threads = (in_fjall.len() / MIN_READS_PER_THREAD).clamp(1, self.store.cores);
+        let read_rows = threads::split_over(&in_fjall, threads, |part| {
+            (part.iter())
+                .map(|&index| self.state.rows.get(keys[index]).map_err(kv_error))
+                .collect()
+        })?;
+        for (index, row) in in_fjall.into_iter().zip(read_rows) {
+            rows[index] = row;
+        }
+        Ok(rows)
     }
 
     /// No key the store holds is greater (nor any it held since it was opened).

@@ -201,12 +201,12 @@ impl Cursor {
 mod tests {
     use futures::TryStreamExt as _;
 
-    use crate::kv::{BufferLimits, KvStore, KvTablet};
+    use crate::kv::{KvConfig, KvStore, KvTablet};
 
     /// A tablet holding the keys `0..keys`, key `k` with the value `k + 100`.
     fn tablet_with(keys: u8) -> (tempfile::TempDir, KvTablet) {
         let dir = tempfile::tempdir().unwrap();
-        let tablet = KvStore::open(dir.path(), BufferLimits::default())
+        let tablet = KvStore::open(dir.path(), &KvConfig::default())
             .unwrap()
             .tablet("t")
             .unwrap();
@@ -275,7 +275,7 @@ mod tests {
     #[tokio::test]
     async fn a_chunk_of_wide_rows_ends_at_its_byte_bound_and_the_next_goes_on() {
         let dir = tempfile::tempdir().unwrap();
-        let tablet = KvStore::open(dir.path(), BufferLimits::default())
+        let tablet = KvStore::open(dir.path(), &KvConfig::default())
             .unwrap()
             .tablet("t")
             .unwrap();

@@ -7,6 +7,13 @@
 //! retention), cost no thread start each, and no more of them run at once than a pool has
 //! threads, however many clients read or buckets write: the others wait in the queue, in
 //! order.
+//!
+//! One exception: many point reads at once (a lookup of many keys, the stored rows a group
+//! of upserts replaces) are split over the machine's cores by [`split_over`], on threads
+//! started for them and ended with them, as the waiting thread cannot hand them to a pool
+//! whose threads may all be waiting alike. Only a pool thread or a bucket's appender
+//! splits its reads, one split at a time, so the threads started at once stay below
+//! (pool threads + buckets written) × cores.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{self, Receiver, Sender, channel};
@@ -111,9 +118,65 @@ fn serve(queue: &Mutex<Receiver<Job>>) {
     }
 }
 
+/// `work` done on `items` split into up to `threads` parts, each on a thread of its own
+/// but the first, which this thread does; the results in the order of `items`.
+///
+/// A thread that cannot be started leaves its part to this thread.
+pub(super) fn split_over<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    work: impl Fn(&[T]) -> Result<Vec<R>> + Sync,
+) -> Result<Vec<R>> {
+    let parts: Vec<&[T]> = items.chunks(items.len().div_ceil(threads).max(1)).collect();
+    let Some((first, others)) = parts.split_first() else {
+        return Ok(Vec::new());
+    };
+    std::thread::scope(|scope| {
+        let work = &work;
+        let started: Vec<_> = (others.iter())
+            .map(|&part| {
+                std::thread::Builder::new()
+                    .name("mink-kv-split".into())
+                    .spawn_scoped(scope, move || work(part))
+            })
+            .collect();
+        let mut results = work(first)?;
+        for (&part, thread) in others.iter().zip(started) {
+            let part_results = match thread {
+                Ok(thread) => thread.join().unwrap_or_else(|_| {
+                    Err(NodeError::Kv("a thread of the KV store panicked".into()))
+                })?,
+                Err(_) => work(part)?,
+            };
+            results.extend(part_results);
+        }
+        Ok(results)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn split_work_keeps_the_order_of_its_items() {
+        let doubled = |part: &[u32]| Ok(part.iter().map(|n| n * 2).collect());
+        let items: Vec<u32> = (0..1000).collect();
+        let expected: Vec<u32> = items.iter().map(|n| n * 2).collect();
+        for threads in [1, 2, 3, 7, 2000] {
+            assert_eq!(
+                split_over(&items, threads, doubled).unwrap(),
+                expected,
+                "{threads}"
+            );
+        }
+        assert!(split_over(&[], 4, doubled).unwrap().is_empty());
+        let failed = split_over(&items, 4, |part: &[u32]| match part.contains(&900) {
+            true => Err(NodeError::Kv("broken".into())),
+            false => Ok(vec![0]),
+        });
+        assert!(failed.is_err(), "a part's error is the split's");
+    }
 
     #[tokio::test]
     async fn jobs_run_and_a_panicking_one_leaves_the_threads_serving() {

@@ -34,6 +34,8 @@
 use std::sync::Arc;
 
 use arrow::compute::interleave_record_batch;
+use arrow::row::Rows;
+use fjall::UserValue;
 use mink_core::change::ChangeType;
 use mink_core::key::{KeyCodec, RowCodec};
 use mink_core::schema::normalize_batch;
@@ -178,19 +180,44 @@ impl KvWriter {
         }
     }
 
-    /// The row stored under `key`, as the group sees it so far.
-    fn current(&self, staged: &StagedRows, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    /// The store's rows of `keys` as of the groups committed before this one, read at
+    /// once; `None` also for a key above the bound, which only this group can hold.
+    fn stored_rows(&self, keys: &Rows) -> Result<Vec<Option<UserValue>>> {
+        let Some(bound) = self.key_bound.as_deref() else {
+            return Ok(vec![None; keys.num_rows()]);
+        };
+        let (maybe_stored, indices): (Vec<&[u8]>, Vec<usize>) = (keys.iter().enumerate())
+            .filter(|(_, key)| key.data() <= bound)
+            .map(|(index, key)| (key.data(), index))
+            .unzip();
+        let mut rows = vec![None; keys.num_rows()];
+        for (index, row) in indices
+            .into_iter()
+            .zip(self.tablet.get_many(&maybe_stored)?)
+        {
+            rows[index] = row;
+        }
+        Ok(rows)
+    }
+
+    /// The row of `key` as the group sees it so far; `stored`: the store's row of it.
+    fn current(
+        &self,
+        staged: &StagedRows,
+        key: &[u8],
+        stored: Option<&UserValue>,
+    ) -> Option<Vec<u8>> {
         if self.above_bound(staged, key) {
-            return Ok(None);
+            return None;
         }
         let found = (staged.get(key))
             .or_else(|| self.overlay.get(key))
             .map(|row| row.map(Vec::as_slice))
             .or_else(|| self.updating.get(key));
-        if let Some(row) = found {
-            return Ok(row.map(<[u8]>::to_vec));
+        match found {
+            Some(row) => row.map(<[u8]>::to_vec),
+            None => stored.map(|row| row.to_vec()),
         }
-        Ok(self.tablet.get(key)?.map(|v| v.to_vec()))
     }
 
     /// Stages the row of `key` (`None`: deleted) after the rows of `staged`.
@@ -227,6 +254,7 @@ impl KvWriter {
             }
         };
         let keys = self.keys.encode(batch)?;
+        let stored = self.stored_rows(&keys)?;
         // An upsert's rows in the writer's schema, which may be newer than the write's.
         let batch = match upsert {
             true => &normalize_batch(batch, self.table.schema())?,
@@ -244,7 +272,7 @@ impl KvWriter {
         let mut changes = Vec::with_capacity(keys.num_rows());
         for (row, key) in keys.iter().enumerate() {
             let key = key.as_ref();
-            let old = self.current(&staged, key)?;
+            let old = self.current(&staged, key, stored[row].as_ref());
             match (old, upsert) {
                 (Some(old), true) => {
                     sources.push(Source::Old(old_rows.len()));
@@ -388,7 +416,7 @@ mod tests {
     use mink_core::table::TablePath;
 
     use super::*;
-    use crate::kv::{BufferLimits, KvStore};
+    use crate::kv::{KvConfig, KvStore};
 
     /// A changelog row as the tests read it: change type, key, value.
     type Row = (&'static str, i64, Option<String>);
@@ -428,7 +456,7 @@ mod tests {
     impl Fixture {
         fn new() -> Self {
             let dir = tempfile::tempdir().unwrap();
-            let tablet = KvStore::open(dir.path(), BufferLimits::default())
+            let tablet = KvStore::open(dir.path(), &KvConfig::default())
                 .unwrap()
                 .tablet("b0")
                 .unwrap();

@@ -687,7 +687,7 @@ mod tests {
     use mink_core::table::TablePath;
 
     use super::*;
-    use crate::kv::{BufferLimits, KvStore, KvWriter};
+    use crate::kv::{KvConfig, KvStore, KvWriter};
 
     /// Rolls to a new segment before every write that finds the active one non-empty.
     fn one_write_per_segment() -> LogConfig {
@@ -796,7 +796,7 @@ mod tests {
     fn kv_setup(tablet: &str) -> (tempfile::TempDir, Arc<TableDescriptor>, KvStore, KvWriter) {
         let dir = tempfile::tempdir().unwrap();
         let table = table(&["id"]);
-        let kv = KvStore::open(&dir.path().join("kv"), BufferLimits::default()).unwrap();
+        let kv = KvStore::open(&dir.path().join("kv"), &KvConfig::default()).unwrap();
         let writer = KvWriter::new(kv.tablet(tablet).unwrap(), Arc::clone(&table)).unwrap();
         (dir, table, kv, writer)
     }
@@ -953,7 +953,7 @@ mod tests {
     async fn a_kv_store_inside_a_batch_of_the_log_is_corruption() {
         let dir = tempfile::tempdir().unwrap();
         let table = table(&["id"]);
-        let kv = KvStore::open(&dir.path().join("kv"), BufferLimits::default()).unwrap();
+        let kv = KvStore::open(&dir.path().join("kv"), &KvConfig::default()).unwrap();
         let log_dir = dir.path().join("log");
         let log = LogTablet::open("t".into(), &log_dir, LogConfig::default(), None).unwrap();
         write(&log, &table, WriteOp::Append(rows(&table, &[1, 2, 3], "a"))).await;

@@ -29,7 +29,7 @@ impl Storage {
         if let Some(store) = &*kv {
             return Ok(store.clone());
         }
-        let store = KvStore::open(&self.config.data_dir.join("kv"), self.config.kv_buffer)?;
+        let store = KvStore::open(&self.config.data_dir.join("kv"), &self.config.kv)?;
         *kv = Some(store.clone());
         Ok(store)
     }

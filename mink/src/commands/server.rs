@@ -123,6 +123,10 @@ pub(crate) struct ServerArgs {
     /// loses none, the restart replays them.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     kv_write_buffer: Option<usize>,
+    /// The memory the KV store keeps of its files' blocks, read by lookups and by upserts
+    /// of stored keys: bytes or a size (default 256MiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    kv_cache: Option<usize>,
     /// Run statements on these `mink worker`s (`HOST:PORT,...`) when they are worth it
     /// (`docs/scaling.md`): the Flight SQL endpoint becomes their coordinator, and calls
     /// them with `--sql-user`'s login. A worker that does not answer is left out until
@@ -158,7 +162,10 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     let mut config = NodeConfig::new(&args.data_dir);
     config.memory_pool = Arc::clone(&pool);
     if let Some(bytes) = args.kv_write_buffer {
-        config.kv_buffer = BufferLimits::within(bytes);
+        config.kv.buffer = BufferLimits::within(bytes);
+    }
+    if let Some(bytes) = args.kv_cache {
+        config.kv.cache_bytes = bytes as u64;
     }
     config.log = LogConfig {
         sync: !args.no_sync,

@@ -126,8 +126,11 @@ async fn random_pk_histories_match_the_model() {
     // The KV store's write buffer written to its files after about every group, every
     // few groups, or only when the node stops.
     let buffer = ["1KiB", "16KiB", "256MiB"][rng.random_range(0..3)];
-    println!("--kv-write-buffer {buffer}");
-    let start = || ServerProcess::start_with(dir.path(), &["--kv-write-buffer", buffer], &[]);
+    // A block cache that holds a few blocks, or every block the history writes.
+    let cache = ["16KiB", "256MiB"][rng.random_range(0..2)];
+    println!("--kv-write-buffer {buffer} --kv-cache {cache}");
+    let flags = ["--kv-write-buffer", buffer, "--kv-cache", cache];
+    let start = || ServerProcess::start_with(dir.path(), &flags, &[]);
     let mut server = start();
     let mut client = MinkClient::connect(&server.addr).await.expect("connect");
     let table = client
@@ -359,7 +362,7 @@ async fn limit_scan_reads_the_first_keys_or_the_last_log_rows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_keeps_the_log_a_kv_store_replays_from() {
     // A write buffer that holds every row of the test.
-    let node = TestNode::start_with(|config| config.kv_buffer = BufferLimits::default()).await;
+    let node = TestNode::start_with(|config| config.kv.buffer = BufferLimits::default()).await;
     let mut table = pk_table("ttl", 1);
     table.log_ttl = Some(Duration::from_secs(1));
     let (table, bucket) = create_unpartitioned(&node, table).await;

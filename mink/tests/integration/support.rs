@@ -40,7 +40,7 @@ impl TestNode {
             cache_bytes: 128 << 10,
             ..LogConfig::default()
         };
-        config.kv_buffer = BufferLimits::within(64 << 10);
+        config.kv.buffer = BufferLimits::within(64 << 10);
         configure(&mut config);
         let (node, handle, client) = open(&config).await;
         Self {
