@@ -172,21 +172,28 @@ impl KvTablet {
         decode_offset(value.as_deref())
     }
 
-    /// The stored row of `key`: from the write buffer, or from fjall if it may hold it.
-    pub fn get(&self, key: &[u8]) -> Result<Option<UserValue>> {
+    /// The stored row of `key`.
+    #[cfg(test)]
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<UserValue>> {
         Ok(self.get_many(&[key])?.pop().flatten())
     }
 
-    /// [`Self::get`] of each of `keys`, in their order. fjall's reads go in key order
-    /// (neighbouring keys share blocks) and, when there are many, are spread over the
-    /// machine's cores: the reads of the stored rows a group of upserts replaces are most
-    /// of the group's work.
+    /// The stored row of each of `keys`, in their order: from the write buffer, or from
+    /// fjall if it may hold it; a key above every key the tablet holds (every key of an
+    /// ascending load) is not looked for. fjall's reads go in key order (neighbouring keys
+    /// share blocks) and, when there are many, are spread over the machine's cores: the
+    /// reads of the stored rows a group of upserts replaces are most of the group's work.
     pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<UserValue>>> {
         let mut rows = Vec::with_capacity(keys.len());
         let mut in_fjall = Vec::new();
         {
             let buffered = self.state.buffered();
-            for (index, key) in keys.iter().enumerate() {
+            let bound = buffered.key_bound();
+            for (index, &key) in keys.iter().enumerate() {
+                if bound.is_none_or(|bound| key > bound) {
+                    rows.push(None);
+                    continue;
+                }
                 let row = buffered.get(key);
                 if row.is_none() && buffered.may_store(key) {
                     in_fjall.push(index);

@@ -181,23 +181,10 @@ impl KvWriter {
     }
 
     /// The store's rows of `keys` as of the groups committed before this one, read at
-    /// once; `None` also for a key above the bound, which only this group can hold.
+    /// once.
     fn stored_rows(&self, keys: &Rows) -> Result<Vec<Option<UserValue>>> {
-        let Some(bound) = self.key_bound.as_deref() else {
-            return Ok(vec![None; keys.num_rows()]);
-        };
-        let (maybe_stored, indices): (Vec<&[u8]>, Vec<usize>) = (keys.iter().enumerate())
-            .filter(|(_, key)| key.data() <= bound)
-            .map(|(index, key)| (key.data(), index))
-            .unzip();
-        let mut rows = vec![None; keys.num_rows()];
-        for (index, row) in indices
-            .into_iter()
-            .zip(self.tablet.get_many(&maybe_stored)?)
-        {
-            rows[index] = row;
-        }
-        Ok(rows)
+        let keys: Vec<&[u8]> = keys.iter().map(|key| key.data()).collect();
+        self.tablet.get_many(&keys)
     }
 
     /// The row of `key` as the group sees it so far; `stored`: the store's row of it.
