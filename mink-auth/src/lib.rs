@@ -13,7 +13,8 @@
 //! - [`Auth`] is the server side: [`Auth::check`] is the tonic interceptor every call
 //!   passes through, [`Auth::handshake_response`] answers `Handshake` with a token.
 //! - [`login`] and [`basic_header`] are the client side: a handshake with basic
-//!   credentials, answered by the bearer token every later call carries.
+//!   credentials, answered by the bearer token every later call carries;
+//!   [`CLIENT_MAX_FRAME_BYTES`] the HTTP/2 frames mink's clients take.
 //! - [`server_tls`] and [`client_tls`] build tonic's TLS configuration from PEM files;
 //!   [`stream_tls`] the same certificate for a port that is not gRPC (Kafka).
 //! - [`check_listen`] is the rule for a server without credentials: it listens on a
@@ -32,7 +33,7 @@ mod tls;
 
 use std::net::SocketAddr;
 
-pub use client::{AUTHORIZATION, basic_header, bearer_header, login};
+pub use client::{AUTHORIZATION, CLIENT_MAX_FRAME_BYTES, basic_header, bearer_header, login};
 pub use connections::{
     DEFAULT_MAX_CONNECTIONS, LimitedConnection, ListenerHandle, limit_connections, next_connection,
     spawn_until_stopped,

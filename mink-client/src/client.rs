@@ -104,7 +104,8 @@ impl MinkClient {
             source,
         };
         let mut endpoint = Channel::from_shared(url)
-            .map_err(|e| ClientError::Protocol(format!("bad address '{address}': {e}")))?;
+            .map_err(|e| ClientError::Protocol(format!("bad address '{address}': {e}")))?
+            .max_frame_size(mink_auth::CLIENT_MAX_FRAME_BYTES);
         if tls {
             endpoint = endpoint
                 .tls_config(mink_auth::client_tls(options.tls_ca.as_deref()))

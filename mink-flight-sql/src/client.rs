@@ -58,7 +58,8 @@ impl FlightSqlConnection {
         };
         let mut endpoint = Endpoint::from_shared(uri)
             .map_err(transport_error)?
-            .connect_timeout(CONNECT_TIMEOUT);
+            .connect_timeout(CONNECT_TIMEOUT)
+            .max_frame_size(mink_auth::CLIENT_MAX_FRAME_BYTES);
         if tls {
             endpoint = endpoint
                 .tls_config(mink_auth::client_tls(tls_ca))

@@ -85,7 +85,9 @@ impl LoginChannels {
         let invalid = |e: tonic::transport::Error| {
             DataFusionError::Configuration(format!("worker address '{worker}': {e}"))
         };
-        let mut endpoint = Endpoint::from_shared(worker.to_string()).map_err(invalid)?;
+        let mut endpoint = Endpoint::from_shared(worker.to_string())
+            .map_err(invalid)?
+            .max_frame_size(mink_auth::CLIENT_MAX_FRAME_BYTES);
         if let Some(tls) = &self.tls {
             endpoint = endpoint.tls_config(tls.clone()).map_err(invalid)?;
         }
