@@ -36,6 +36,7 @@ use mink_core::table::{TableDescriptor, TablePath};
 use mink_flight_sql::{FlightSqlConfig, FlightSqlHandle};
 use mink_lake::storage::LakeStorage;
 use mink_lake::writer::writer_properties;
+use mink_node::kv::BufferLimits;
 use mink_node::{Node, NodeConfig, NodeError};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::ProjectionMask;
@@ -73,6 +74,9 @@ pub(crate) struct NodeArgs {
     /// The KV store's block cache (`mink server --kv-cache`): bytes or a size.
     #[arg(long, value_name = "SIZE", value_parser = mink_sql::session::parse_size)]
     kv_cache: Option<usize>,
+    /// The KV store's write buffer (`mink server --kv-write-buffer`): bytes or a size.
+    #[arg(long, value_name = "SIZE", value_parser = mink_sql::session::parse_size)]
+    kv_write_buffer: Option<usize>,
 }
 
 impl NodeArgs {
@@ -88,16 +92,20 @@ impl NodeArgs {
         if let Some(bytes) = self.kv_cache {
             config.kv.cache_bytes = bytes as u64;
         }
+        if let Some(bytes) = self.kv_write_buffer {
+            config.kv.buffer = BufferLimits::within(bytes);
+        }
         config
     }
 
     /// How the node runs, for the heading of the results.
     pub(crate) fn describe(&self, config: &NodeConfig, scratch: &Scratch) -> String {
         format!(
-            "fsync {}, log cache {} MB per bucket, KV cache {} MB, dir {}",
+            "fsync {}, log cache {} MB per bucket, KV cache {} MB, KV write buffer {} MB, dir {}",
             if self.sync() { "on" } else { "off" },
             config.log.cache_bytes >> 20,
             config.kv.cache_bytes >> 20,
+            config.kv.buffer.node_bytes >> 20,
             scratch.path.display()
         )
     }

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p mink-bench -- kv [--keys 1000000] [--buckets 1] [--dir DIR] [--no-sync]
+//!     [--kv-cache SIZE] [--kv-write-buffer SIZE]
 //! ```
 //!
 //! Primary-key tables, on the same kind of node and with the same schema as `log`'s, in a table
