@@ -36,7 +36,7 @@ use mink_core::table::{TableDescriptor, TablePath};
 use mink_flight_sql::{FlightSqlConfig, FlightSqlHandle};
 use mink_lake::storage::LakeStorage;
 use mink_lake::writer::writer_properties;
-use mink_node::kv::BufferLimits;
+use mink_node::kv::KvConfig;
 use mink_node::{Node, NodeConfig, NodeError};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::ProjectionMask;
@@ -89,12 +89,7 @@ impl NodeArgs {
         let mut config = NodeConfig::new(scratch.path.join("node"));
         config.log.sync = self.sync();
         config.log.cache_bytes = cache_bytes;
-        if let Some(bytes) = self.kv_cache {
-            config.kv.cache_bytes = bytes as u64;
-        }
-        if let Some(bytes) = self.kv_write_buffer {
-            config.kv.buffer = BufferLimits::within(bytes);
-        }
+        config.kv = KvConfig::sized(self.kv_write_buffer, self.kv_cache);
         config
     }
 

@@ -57,6 +57,18 @@ impl Default for KvConfig {
     }
 }
 
+impl KvConfig {
+    /// The defaults but for the sizes given, as `mink server --kv-write-buffer` (the
+    /// node's write buffer, see [`BufferLimits::within`]) and `--kv-cache` take them.
+    pub fn sized(write_buffer_bytes: Option<usize>, cache_bytes: Option<usize>) -> Self {
+        let default = Self::default();
+        Self {
+            buffer: write_buffer_bytes.map_or(default.buffer, BufferLimits::within),
+            cache_bytes: cache_bytes.map_or(default.cache_bytes, |bytes| bytes as u64),
+        }
+    }
+}
+
 /// Reads of fjall that [`KvTablet::get_many`] gives a thread: fewer are not worth
 /// starting one.
 const MIN_READS_PER_THREAD: usize = 64;

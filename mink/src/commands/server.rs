@@ -30,7 +30,7 @@ use mink_core::options::TableOptions;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_flight_sql::{Credentials, FlightSqlConfig, FlightSqlHandle, ServeError, TlsIdentity};
 use mink_lake::LakeConfig;
-use mink_node::kv::BufferLimits;
+use mink_node::kv::KvConfig;
 use mink_node::log::LogConfig;
 use mink_node::node::Failpoint;
 use mink_node::server::{ServeOptions, serve_with};
@@ -161,12 +161,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     info!(memory_limit, "memory pool of SQL statements and node reads");
     let mut config = NodeConfig::new(&args.data_dir);
     config.memory_pool = Arc::clone(&pool);
-    if let Some(bytes) = args.kv_write_buffer {
-        config.kv.buffer = BufferLimits::within(bytes);
-    }
-    if let Some(bytes) = args.kv_cache {
-        config.kv.cache_bytes = bytes as u64;
-    }
+    config.kv = KvConfig::sized(args.kv_write_buffer, args.kv_cache);
     config.log = LogConfig {
         sync: !args.no_sync,
         ..LogConfig::default()
