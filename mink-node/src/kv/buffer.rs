@@ -206,7 +206,7 @@ impl Tablets {
         {
             let newer = buffered.runs.pop().expect("two runs");
             let older = buffered.runs.pop().expect("two runs");
-            let merged = Run::merge(unshared(older), unshared(newer));
+            let merged = Run::merge(&older, &newer);
             buffered.runs.push(Arc::new(merged));
         }
         if run.len() > 0 {
@@ -350,12 +350,6 @@ impl TabletState {
     }
 }
 
-/// A run's rows to merge: taken if nobody else holds the run (a snapshot being read),
-/// copied if somebody does.
-fn unshared(run: Arc<Run>) -> Run {
-    Arc::try_unwrap(run).unwrap_or_else(|shared| (*shared).clone())
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -377,10 +371,10 @@ mod tests {
 
     /// A run of `(key, row)` (`None`: deleted), keys and rows one byte each.
     fn run(entries: &[(u8, Option<u8>)]) -> Arc<Run> {
-        let entries = entries
-            .iter()
-            .map(|&(key, row)| (vec![key], row.map(|row| vec![row])));
-        Arc::new(Run::from_sorted(entries.collect()))
+        let entries: Vec<_> = (entries.iter())
+            .map(|&(key, row)| (vec![key], row.map(|row| vec![row])))
+            .collect();
+        Arc::new(Run::from_owned(&entries))
     }
 
     fn store(limits: BufferLimits) -> (tempfile::TempDir, KvStore) {
@@ -436,7 +430,8 @@ mod tests {
         let tablet = store.tablet("t").unwrap();
         let key = |i: u16| i.to_be_bytes().to_vec();
         let rows = |keys: &mut dyn Iterator<Item = u16>, row: fn(u16) -> Option<Vec<u8>>| {
-            Arc::new(Run::from_sorted(keys.map(|i| (key(i), row(i))).collect()))
+            let entries: Vec<_> = keys.map(|i| (key(i), row(i))).collect();
+            Arc::new(Run::from_owned(&entries))
         };
         // Even keys below 2000 in fjall; every sixth replaced, every tenth deleted.
         tablet

@@ -6,60 +6,125 @@
 //! fjall and a tablet's runs as one: key order, each key as its newest source has it,
 //! deleted keys left out.
 
-use std::cmp::Ordering;
 use std::iter::Peekable;
 use std::ops::Bound;
 use std::sync::Arc;
 
 use fastbloom::BloomFilter;
 use fjall::{UserKey, UserValue};
+use itertools::{EitherOrBoth, Itertools as _};
 
 use super::kv_error;
 use crate::error::Result;
 
-/// A key and its row; `None`: the key was deleted.
-pub(crate) type Entry = (Vec<u8>, Option<Vec<u8>>);
-
-/// Bytes a run holds per entry besides its key and row (the entry and the two vectors'
-/// allocations, roughly).
-const ENTRY_OVERHEAD: usize = 64;
+/// A key and its row, as a run holds them; `None`: the key was deleted.
+pub(crate) type Entry<'a> = (&'a [u8], Option<&'a [u8]>);
 
 /// The share of keys a run lacks that its filter lets through to a search.
 const FILTER_FALSE_POSITIVES: f64 = 0.01;
 
-/// Rows sorted by key, each key once.
-#[derive(Debug, Clone)]
+/// Rows sorted by key, each key once, their bytes back to back in one buffer: building,
+/// merging and dropping a run costs no allocation per row, and a merge of runs whose keys
+/// do not interleave (an ascending load) is two copies of their buffers.
+#[derive(Debug)]
 pub(crate) struct Run {
-    entries: Vec<Entry>,
+    /// Each entry's key, then its row if it has one.
+    data: Vec<u8>,
+    /// Where each entry is in `data`, in key order.
+    spans: Vec<Span>,
     /// The run's keys: a lookup of a key the run lacks (most lookups: a tablet holds a
     /// few runs, and most of its rows are in fjall) skips the search, whose every step
     /// is a cache miss.
     keys: BloomFilter<ahash::RandomState>,
-    bytes: usize,
+}
+
+/// Where an entry is in its run's `data`.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: usize,
+    key_len: usize,
+    /// `None`: the key was deleted.
+    row_len: Option<usize>,
+}
+
+impl Span {
+    /// The span moved `by` bytes further into the data.
+    fn shifted(self, by: usize) -> Self {
+        Self {
+            start: self.start + by,
+            ..self
+        }
+    }
 }
 
 impl Run {
     /// A run of `entries`, which are sorted by key, each key once.
-    pub(crate) fn from_sorted(entries: Vec<Entry>) -> Self {
-        debug_assert!(entries.windows(2).all(|pair| pair[0].0 < pair[1].0));
-        let keys = BloomFilter::with_false_pos(FILTER_FALSE_POSITIVES)
-            .hasher(ahash::RandomState::new())
-            .items(entries.iter().map(|(key, _)| key));
-        let bytes = entries
-            .iter()
-            .map(|(key, row)| key.len() + row.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD)
-            .sum::<usize>()
-            + keys.num_bits() / 8;
-        Self {
-            entries,
-            keys,
-            bytes,
+    pub(crate) fn from_sorted<'a>(entries: impl IntoIterator<Item = Entry<'a>>) -> Self {
+        Self::build(entries, 0)
+    }
+
+    /// [`Run::from_sorted`], with room for `data_bytes` bytes of keys and rows.
+    fn build<'a>(entries: impl IntoIterator<Item = Entry<'a>>, data_bytes: usize) -> Self {
+        let entries = entries.into_iter();
+        let mut data = Vec::with_capacity(data_bytes);
+        let mut spans = Vec::with_capacity(entries.size_hint().0);
+        for (key, row) in entries {
+            debug_assert!(spans.last().is_none_or(|&last| entry(&data, last).0 < key));
+            spans.push(Span {
+                start: data.len(),
+                key_len: key.len(),
+                row_len: row.map(<[u8]>::len),
+            });
+            data.extend_from_slice(key);
+            data.extend_from_slice(row.unwrap_or_default());
         }
+        Self::with_filter(data, spans)
+    }
+
+    /// A run of owned `(key, row)` pairs, sorted by key, each key once.
+    #[cfg(test)]
+    pub(crate) fn from_owned(entries: &[(Vec<u8>, Option<Vec<u8>>)]) -> Self {
+        Self::from_sorted(
+            entries
+                .iter()
+                .map(|(key, row)| (key.as_slice(), row.as_deref())),
+        )
+    }
+
+    /// One run of `older`'s and `newer`'s entries (each sorted by key, each key once); a
+    /// key in both keeps `newer`'s row.
+    pub(crate) fn from_merged<'a>(
+        older: impl IntoIterator<Item = Entry<'a>>,
+        newer: impl IntoIterator<Item = Entry<'a>>,
+    ) -> Self {
+        Self::from_sorted(merge_sorted(older, newer))
     }
 
     /// One run of `older`'s and `newer`'s entries; a key in both keeps `newer`'s row.
-    pub(crate) fn merge(older: Self, newer: Self) -> Self {
-        Self::from_sorted(merge_entries(older.entries, newer.entries))
+    pub(crate) fn merge(older: &Self, newer: &Self) -> Self {
+        let disjoint = match (older.last_key(), newer.spans.first()) {
+            (Some(last), Some(&first)) => last < entry(&newer.data, first).0,
+            _ => true,
+        };
+        if !disjoint {
+            let data_bytes = older.data.len() + newer.data.len();
+            return Self::build(merge_sorted(older.iter(), newer.iter()), data_bytes);
+        }
+        // An ascending load: every newer key is above the older ones.
+        let data = [older.data.as_slice(), &newer.data].concat();
+        let newer_spans = (newer.spans.iter()).map(|span| span.shifted(older.data.len()));
+        let spans = older.spans.iter().copied().chain(newer_spans).collect();
+        Self::with_filter(data, spans)
+    }
+
+    fn with_filter(data: Vec<u8>, spans: Vec<Span>) -> Self {
+        let mut keys = BloomFilter::with_false_pos(FILTER_FALSE_POSITIVES)
+            .hasher(ahash::RandomState::new())
+            .expected_items(spans.len());
+        for &span in &spans {
+            keys.insert(entry(&data, span).0);
+        }
+        Self { data, spans, keys }
     }
 
     /// The row of `key` (`Some(None)`: deleted), if the run has the key.
@@ -67,69 +132,78 @@ impl Run {
         if !self.keys.contains(key) {
             return None;
         }
-        let at = (self.entries)
-            .binary_search_by(|(entry, _)| entry.as_slice().cmp(key))
+        let at = (self.spans)
+            .binary_search_by(|&span| entry(&self.data, span).0.cmp(key))
             .ok()?;
-        Some(self.entries[at].1.as_deref())
+        Some(entry(&self.data, self.spans[at]).1)
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.spans.len()
     }
 
     /// About the memory the run holds.
     pub(crate) fn bytes(&self) -> usize {
-        self.bytes
+        self.data.len() + self.spans.len() * size_of::<Span>() + self.keys.num_bits() / 8
     }
 
     pub(crate) fn last_key(&self) -> Option<&[u8]> {
-        self.entries.last().map(|(key, _)| key.as_slice())
+        (self.spans.last()).map(|&span| entry(&self.data, span).0)
+    }
+
+    /// The entries, in key order.
+    pub(crate) fn iter(&self) -> RunIter<'_> {
+        self.from(Bound::Unbounded)
     }
 
     /// The entries from `start` on.
-    fn from(&self, start: Bound<&[u8]>) -> std::slice::Iter<'_, Entry> {
+    fn from(&self, start: Bound<&[u8]>) -> RunIter<'_> {
+        let key_of = |span: &Span| entry(&self.data, *span).0;
         let at = match start {
             Bound::Unbounded => 0,
-            Bound::Included(key) => self.entries.partition_point(|(k, _)| k.as_slice() < key),
-            Bound::Excluded(key) => self.entries.partition_point(|(k, _)| k.as_slice() <= key),
+            Bound::Included(key) => self.spans.partition_point(|span| key_of(span) < key),
+            Bound::Excluded(key) => self.spans.partition_point(|span| key_of(span) <= key),
         };
-        self.entries[at..].iter()
+        RunIter {
+            data: &self.data,
+            spans: self.spans[at..].iter(),
+        }
     }
 }
 
-/// `older`'s and `newer`'s entries (each sorted by key, each key once) as one such list;
-/// a key in both keeps `newer`'s row.
-pub(crate) fn merge_entries(mut older: Vec<Entry>, newer: Vec<Entry>) -> Vec<Entry> {
-    let disjoint = match (older.last(), newer.first()) {
-        (Some(last), Some(first)) => last.0 < first.0,
-        _ => true,
-    };
-    if disjoint {
-        // An ascending load: every newer key is above the older ones.
-        older.extend(newer);
-        return older;
+/// `older`'s and `newer`'s entries (each sorted by key, each key once) in key order; a
+/// key in both keeps `newer`'s row.
+fn merge_sorted<'a>(
+    older: impl IntoIterator<Item = Entry<'a>>,
+    newer: impl IntoIterator<Item = Entry<'a>>,
+) -> impl Iterator<Item = Entry<'a>> {
+    (older.into_iter())
+        .merge_join_by(newer, |old, new| old.0.cmp(new.0))
+        .map(|pair| match pair {
+            EitherOrBoth::Left(old) => old,
+            EitherOrBoth::Right(new) | EitherOrBoth::Both(_, new) => new,
+        })
+}
+
+/// The key and row of the entry at `span` of `data`.
+fn entry(data: &[u8], span: Span) -> Entry<'_> {
+    let key_end = span.start + span.key_len;
+    let row = (span.row_len).map(|len| &data[key_end..key_end + len]);
+    (&data[span.start..key_end], row)
+}
+
+/// A run's entries, in key order.
+pub(crate) struct RunIter<'a> {
+    data: &'a [u8],
+    spans: std::slice::Iter<'a, Span>,
+}
+
+impl<'a> Iterator for RunIter<'a> {
+    type Item = Entry<'a>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.spans.next().map(|&span| entry(self.data, span))
     }
-    let mut entries = Vec::with_capacity(older.len() + newer.len());
-    let mut older = older.into_iter().peekable();
-    let mut newer = newer.into_iter().peekable();
-    loop {
-        let order = match (older.peek(), newer.peek()) {
-            (None, None) => break,
-            (Some(_), None) => Ordering::Less,
-            (None, Some(_)) => Ordering::Greater,
-            (Some(old), Some(new)) => old.0.cmp(&new.0),
-        };
-        let next = match order {
-            Ordering::Less => older.next(),
-            Ordering::Greater => newer.next(),
-            Ordering::Equal => {
-                older.next();
-                newer.next()
-            }
-        };
-        entries.extend(next);
-    }
-    entries
 }
 
 /// Rows of fjall and of runs, read as one, from a start key on: in key order, each key as
@@ -138,7 +212,7 @@ pub(crate) fn merge_entries(mut older: Vec<Entry>, newer: Vec<Entry>) -> Vec<Ent
 pub(crate) struct Merged<'a, S: Iterator> {
     store: Peekable<S>,
     /// Oldest first, as the tablet keeps them.
-    runs: Vec<Peekable<std::slice::Iter<'a, Entry>>>,
+    runs: Vec<Peekable<RunIter<'a>>>,
 }
 
 impl<'a, S> Merged<'a, S>
@@ -177,7 +251,7 @@ where
                 continue;
             };
             // Later runs are newer: on an equal key they win.
-            if best.is_none_or(|(_, smallest)| key.as_slice() <= smallest) {
+            if best.is_none_or(|(_, smallest)| *key <= smallest) {
                 best = Some((Some(index), key));
             }
         }
@@ -192,7 +266,7 @@ where
             self.store.next();
         }
         for run in &mut self.runs {
-            run.next_if(|(head, _)| head.as_slice() == key);
+            run.next_if(|(head, _)| *head == key);
         }
     }
 }
@@ -215,10 +289,7 @@ where
             },
             Some(index) => {
                 let (key, row) = self.runs[index].next()?;
-                (
-                    UserKey::from(key.as_slice()),
-                    row.as_deref().map(UserValue::from),
-                )
+                (UserKey::from(key), row.map(UserValue::from))
             }
         };
         self.skip(&key);
@@ -231,16 +302,15 @@ mod tests {
     use super::*;
 
     fn run(entries: &[(u8, Option<u8>)]) -> Run {
-        Run::from_sorted(
-            (entries.iter())
-                .map(|&(key, row)| (vec![key], row.map(|row| vec![row])))
-                .collect(),
-        )
+        let entries: Vec<_> = (entries.iter())
+            .map(|&(key, row)| (vec![key], row.map(|row| vec![row])))
+            .collect();
+        Run::from_owned(&entries)
     }
 
     fn keys_and_rows(run: &Run) -> Vec<(u8, Option<u8>)> {
-        (run.entries.iter())
-            .map(|(key, row)| (key[0], row.as_ref().map(|row| row[0])))
+        (run.iter())
+            .map(|(key, row)| (key[0], row.map(|row| row[0])))
             .collect()
     }
 
@@ -248,7 +318,7 @@ mod tests {
     fn a_merge_keeps_the_newer_row_of_a_key_in_both() {
         let older = run(&[(1, Some(10)), (3, Some(30)), (5, Some(50))]);
         let newer = run(&[(2, Some(21)), (3, None), (6, Some(61))]);
-        let merged = Run::merge(older, newer);
+        let merged = Run::merge(&older, &newer);
         assert_eq!(
             keys_and_rows(&merged),
             [
@@ -266,11 +336,16 @@ mod tests {
 
     #[test]
     fn a_merge_of_ascending_runs_appends() {
-        let merged = Run::merge(run(&[(1, Some(1))]), run(&[(2, Some(2))]));
-        assert_eq!(keys_and_rows(&merged), [(1, Some(1)), (2, Some(2))]);
+        let merged = Run::merge(&run(&[(1, Some(1))]), &run(&[(2, Some(2)), (3, None)]));
+        assert_eq!(
+            keys_and_rows(&merged),
+            [(1, Some(1)), (2, Some(2)), (3, None)]
+        );
+        assert_eq!(merged.get(&[3]), Some(None));
+        assert_eq!(merged.get(&[2]), Some(Some(&[2][..])));
         assert_eq!(
             merged.bytes(),
-            2 * (2 + ENTRY_OVERHEAD) + merged.keys.num_bits() / 8
+            5 + 3 * size_of::<Span>() + merged.keys.num_bits() / 8
         );
     }
 

@@ -43,7 +43,7 @@ use mink_core::table::TableDescriptor;
 use tokio::sync::oneshot;
 
 use super::KvTablet;
-use super::runs::{Run, merge_entries};
+use super::runs::Run;
 use super::threads::Submitted;
 use crate::error::{NodeError, Result};
 use crate::log::{Applying, Changelog, LogBatch, StoredBatch, Write, WriteOp};
@@ -111,8 +111,10 @@ impl StagedRows {
     fn into_run(self) -> Run {
         let mut replaced: Vec<_> = self.replaced.into_iter().collect();
         replaced.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
-        let appended = self.appended.into_iter().map(|(key, row)| (key, Some(row)));
-        Run::from_sorted(merge_entries(appended.collect(), replaced))
+        let appended =
+            (self.appended.iter()).map(|(key, row)| (key.as_slice(), Some(row.as_slice())));
+        let replaced = (replaced.iter()).map(|(key, row)| (key.as_slice(), row.as_deref()));
+        Run::from_merged(appended, replaced)
     }
 }
 
@@ -156,7 +158,7 @@ impl KvWriter {
             tablet,
             table,
             overlay: StagedRows::default(),
-            updating: Arc::new(Run::from_sorted(Vec::new())),
+            updating: Arc::new(Run::from_sorted([])),
             update: None,
         })
     }
