@@ -324,6 +324,12 @@ pub(crate) fn median(mut durations: Vec<Duration>) -> Duration {
         .unwrap_or_default()
 }
 
+/// The median of `values` (0 if there are none).
+pub(crate) fn median_ratio(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or_default()
+}
+
 /// Latencies of `calls` calls after `warmup` uncounted ones. Call `i` returns the rows it
 /// got, which must be `rows`.
 pub(crate) async fn latency<C, Call>(

@@ -20,7 +20,11 @@
 //!    `bench.kv_log` with the same schema and no primary key; the ratio is the cost of the
 //!    changelog and the KV store. The log table is written first, both phases, so its
 //!    writes never overlap the KV store's background flushes and compactions (the update
-//!    phase does pay for those the load leaves behind).
+//!    phase does pay for those the load leaves behind). Three rounds, each on fresh tables
+//!    (`bench.kv_round1`, `bench.kv_round2`, then `bench.kv`; each round's log table is
+//!    its name with `_log`, dropped once written, as are the first rounds' primary-key
+//!    tables): each figure is the median of its rounds, its ratio the median of the
+//!    rounds' ratios, printed with each round's.
 //! 2. **Lookup latency**, p50 and p99, of 2000 [`MinkClient::lookup`] calls of 1 key and
 //!    500 calls of 100 keys (after 20 uncounted warm-up calls each), the keys drawn at
 //!    random from the `--keys` loaded ones, so all exist. Baseline: a Scan of one batch of
@@ -43,6 +47,7 @@
 //! [`MinkClient::snapshot`]: mink_client::MinkClient::snapshot
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -57,8 +62,8 @@ use crate::data::{BATCH_ROWS, Data, ipc_len, make_batch, seeded};
 use crate::error::BenchError;
 use crate::harness::{
     CALL_WARMUP, NodeArgs, ROUNDS, Running, Scratch, Throughput, append_parts, buckets_of,
-    check_logged, check_rows, create_table, measure, median, paired_latency, report, scan_bucket,
-    write_batches,
+    check_logged, check_rows, create_table, measure, median, median_ratio, paired_latency, report,
+    scan_bucket, write_batches,
 };
 
 /// Arguments of `mink-bench kv`.
@@ -138,45 +143,99 @@ pub(crate) async fn run(args: KvArgs) -> Result<(), BenchError> {
 }
 
 /// Figure 1: upsert throughput, loading new keys and then with 10% updates, against
-/// writing the same batches to a log table. Returns the primary-key table, loaded.
+/// writing the same batches to a log table, in [`ROUNDS`] rounds on fresh tables: each
+/// figure is the median of its rounds, each ratio the median of the rounds' ratios (this
+/// machine's own rates move 2x-3x between runs, so one round says little). Returns the
+/// last round's primary-key table, loaded.
 async fn upsert_figure(
     running: &Running,
     data: &KvData,
     buckets: u32,
 ) -> Result<TableDescriptor, BenchError> {
     let client = &running.client;
-    let schema = &data.load.schema;
-    let log_path = TablePath::new("bench", "kv_log");
-    let log = create_table(client, &log_path, buckets, schema, &[]).await?;
-    let kv_path = TablePath::new("bench", "kv");
-    let kv = create_table(client, &kv_path, buckets, schema, &["id"]).await?;
-    // Each phase with the rows of it that update a key: they log -U and +U, inserts +I.
-    let (load, upserts) = (&data.load, &data.upserts);
-    let phases = [
-        ("load", "upsert load (all keys new)", load, 0),
-        ("10% updates", "upsert 10% updates", upserts, data.updates),
-    ];
-    // The log table first, so its writes never share the machine with the KV store's
-    // background work.
-    let mut baselines = Vec::new();
-    for (phase, _, rows, _) in phases {
-        let write = write_batches(client, &log, &rows.batches);
-        let ((), elapsed) = measure(&format!("log write: {phase}"), write).await?;
-        baselines.push(Throughput::new(rows.rows, ipc_len(&rows.batches)?, elapsed));
+    let mut rounds = Vec::with_capacity(ROUNDS);
+    for round in 1..ROUNDS {
+        let (times, kv) = upsert_round(client, data, buckets, &format!("kv_round{round}")).await?;
+        client.drop_table_instance(&kv).await?;
+        rounds.push(times);
     }
-    check_logged(client, &log, data.load.rows + data.upserts.rows).await?;
-    let mut changelog_rows = 0;
-    for ((phase, label, rows, updates), baseline) in phases.into_iter().zip(baselines) {
-        let write = write_batches(client, &kv, &rows.batches);
-        let ((), elapsed) = measure(&format!("upsert: {phase}"), write).await?;
-        changelog_rows += rows.rows + updates;
-        check_logged(client, &kv, changelog_rows).await?;
-        let figure = Throughput::new(rows.rows, baseline.bytes, elapsed);
-        report(&format!("baseline log write: {phase}"), baseline, &[]);
-        let ratio = format!("vs log write {:.2}", figure.ratio_to(&baseline));
-        report(label, figure, &[ratio]);
+    let (times, kv) = upsert_round(client, data, buckets, "kv").await?;
+    rounds.push(times);
+    for (index, phase) in data.phases().into_iter().enumerate() {
+        let rows = phase.rows;
+        let bytes = ipc_len(&rows.batches)?;
+        let throughput = |times: Vec<Duration>| Throughput::new(rows.rows, bytes, median(times));
+        let log = throughput(rounds.iter().map(|round| round[index].log).collect());
+        let upsert = throughput(rounds.iter().map(|round| round[index].upsert).collect());
+        // Each round's ratio is its log write's time over its upserts'.
+        let ratios: Vec<f64> = (rounds.iter())
+            .map(|round| round[index].log.as_secs_f64() / round[index].upsert.as_secs_f64())
+            .collect();
+        let each: Vec<String> = ratios.iter().map(|ratio| format!("{ratio:.2}")).collect();
+        report(&format!("baseline log write: {}", phase.name), log, &[]);
+        let ratio = format!(
+            "vs log write {:.2} (rounds {})",
+            median_ratio(ratios),
+            each.join(", ")
+        );
+        report(phase.label, upsert, &[ratio]);
     }
     Ok(kv)
+}
+
+/// A phase of [`upsert_figure`].
+struct Phase<'a> {
+    name: &'static str,
+    /// Of its figure.
+    label: &'static str,
+    rows: &'a Data,
+    /// Rows that update a key.
+    updates: usize,
+}
+
+/// The times of one phase of a round of [`upsert_figure`].
+#[derive(Debug, Clone, Copy)]
+struct PhaseTimes {
+    log: Duration,
+    upsert: Duration,
+}
+
+/// One round of [`upsert_figure`]: a log table and a primary-key table `bench.{name}`,
+/// created for it, take both phases, the log table first, so its writes never share the
+/// machine with the KV store's background work (the update phase does pay for what the
+/// load leaves behind). Drops the log table; returns the primary-key table, loaded.
+async fn upsert_round(
+    client: &MinkClient,
+    data: &KvData,
+    buckets: u32,
+    name: &str,
+) -> Result<(Vec<PhaseTimes>, TableDescriptor), BenchError> {
+    let schema = &data.load.schema;
+    let log_path = TablePath::new("bench", format!("{name}_log"));
+    let log = create_table(client, &log_path, buckets, schema, &[]).await?;
+    let kv_path = TablePath::new("bench", name);
+    let kv = create_table(client, &kv_path, buckets, schema, &["id"]).await?;
+    let mut log_times = Vec::new();
+    for phase in data.phases() {
+        let write = write_batches(client, &log, &phase.rows.batches);
+        let what = format!("log write: {} ({name})", phase.name);
+        let ((), elapsed) = measure(&what, write).await?;
+        log_times.push(elapsed);
+    }
+    check_logged(client, &log, data.load.rows + data.upserts.rows).await?;
+    client.drop_table_instance(&log).await?;
+    let mut changelog_rows = 0;
+    let mut times = Vec::new();
+    for (phase, log) in data.phases().into_iter().zip(log_times) {
+        let write = write_batches(client, &kv, &phase.rows.batches);
+        let what = format!("upsert: {} ({name})", phase.name);
+        let ((), upsert) = measure(&what, write).await?;
+        // Rows that update a key log -U and +U, inserts +I.
+        changelog_rows += phase.rows.rows + phase.updates;
+        check_logged(client, &kv, changelog_rows).await?;
+        times.push(PhaseTimes { log, upsert });
+    }
+    Ok((times, kv))
 }
 
 /// The baseline of the lookup figures: a log table `bench.ping` holding one batch per
@@ -350,6 +409,24 @@ impl KvData {
             upserts: Data::with_ids(&ids, rng.random())?,
             updates,
         })
+    }
+
+    /// The two phases of the upsert figure, in order.
+    fn phases(&self) -> [Phase<'_>; 2] {
+        [
+            Phase {
+                name: "load",
+                label: "upsert load (all keys new)",
+                rows: &self.load,
+                updates: 0,
+            },
+            Phase {
+                name: "10% updates",
+                label: "upsert 10% updates",
+                rows: &self.upserts,
+                updates: self.updates,
+            },
+        ]
     }
 
     /// Rows of the primary-key table once both phases are written.
