@@ -117,6 +117,7 @@ impl Run {
         Self::with_filter(data, spans)
     }
 
+    /// The run of the entries at `spans` of `data`, with the filter of their keys.
     fn with_filter(data: Vec<u8>, spans: Vec<Span>) -> Self {
         let mut keys = BloomFilter::with_false_pos(FILTER_FALSE_POSITIVES)
             .hasher(ahash::RandomState::new())
@@ -203,6 +204,10 @@ impl<'a> Iterator for RunIter<'a> {
 
     fn next(&mut self) -> Option<Self::Item> {
         self.spans.next().map(|&span| entry(self.data, span))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.spans.size_hint()
     }
 }
 
