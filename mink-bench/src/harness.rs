@@ -324,10 +324,16 @@ pub(crate) fn median(mut durations: Vec<Duration>) -> Duration {
         .unwrap_or_default()
 }
 
-/// The median of `values` (0 if there are none).
-pub(crate) fn median_ratio(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or_default()
+/// A figure's ratio to `baseline` over rounds, each round's the baseline's time over the
+/// figure's: "vs {baseline} {median} (rounds {each})".
+pub(crate) fn ratio_over_rounds(baseline: &str, rounds: &[(Duration, Duration)]) -> String {
+    let mut ratios: Vec<f64> = (rounds.iter())
+        .map(|(base, figure)| base.as_secs_f64() / figure.as_secs_f64())
+        .collect();
+    let each: Vec<String> = ratios.iter().map(|ratio| format!("{ratio:.2}")).collect();
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios.get(ratios.len() / 2).copied().unwrap_or_default();
+    format!("vs {baseline} {median:.2} (rounds {})", each.join(", "))
 }
 
 /// Latencies of `calls` calls after `warmup` uncounted ones. Call `i` returns the rows it

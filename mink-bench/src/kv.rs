@@ -62,8 +62,8 @@ use crate::data::{BATCH_ROWS, Data, ipc_len, make_batch, seeded};
 use crate::error::BenchError;
 use crate::harness::{
     CALL_WARMUP, NodeArgs, ROUNDS, Running, Scratch, Throughput, append_parts, buckets_of,
-    check_logged, check_rows, create_table, measure, median, median_ratio, paired_latency, report,
-    scan_bucket, write_batches,
+    check_logged, check_rows, create_table, measure, median, paired_latency, ratio_over_rounds,
+    report, scan_bucket, write_batches,
 };
 
 /// Arguments of `mink-bench kv`.
@@ -165,20 +165,17 @@ async fn upsert_figure(
         let rows = phase.rows;
         let bytes = ipc_len(&rows.batches)?;
         let throughput = |times: Vec<Duration>| Throughput::new(rows.rows, bytes, median(times));
-        let log = throughput(rounds.iter().map(|round| round[index].log).collect());
-        let upsert = throughput(rounds.iter().map(|round| round[index].upsert).collect());
-        // Each round's ratio is its log write's time over its upserts'.
-        let ratios: Vec<f64> = (rounds.iter())
-            .map(|round| round[index].log.as_secs_f64() / round[index].upsert.as_secs_f64())
+        let times: Vec<(Duration, Duration)> = (rounds.iter())
+            .map(|round| (round[index].log, round[index].upsert))
             .collect();
-        let each: Vec<String> = ratios.iter().map(|ratio| format!("{ratio:.2}")).collect();
+        let log = throughput(times.iter().map(|(log, _)| *log).collect());
+        let upsert = throughput(times.iter().map(|(_, upsert)| *upsert).collect());
         report(&format!("baseline log write: {}", phase.name), log, &[]);
-        let ratio = format!(
-            "vs log write {:.2} (rounds {})",
-            median_ratio(ratios),
-            each.join(", ")
+        report(
+            phase.label,
+            upsert,
+            &[ratio_over_rounds("log write", &times)],
         );
-        report(phase.label, upsert, &[ratio]);
     }
     Ok(kv)
 }

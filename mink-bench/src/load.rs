@@ -12,24 +12,27 @@
 //! in a random order (every key then lands below the keys already loaded, where the
 //! primary-key writer must look each one up). A node is served on a loopback port in this
 //! process; the real `mink` binary (`--mink`, default: the `mink` beside this program)
-//! loads the file with `mink load --connect`, first into a log table `bench.load_log`,
-//! then into a primary-key table `bench.load_pk` (primary key `id`), both of `--buckets`
-//! buckets. Each load is timed from the command's start to its exit
-//! (the file read, the writes and every acknowledgement), and the rows logged are checked.
-//! Ratio: the primary-key load's rows/s over the log table's.
+//! loads the file with `mink load --connect`, first into a log table `bench.load_log_N`,
+//! then into a primary-key table `bench.load_pk_N` (primary key `id`), both of
+//! `--buckets` buckets, created for round N of three and dropped after it. Each load is
+//! timed from the command's start to its exit (the file read, the writes and every
+//! acknowledgement), and the rows logged are checked. Each figure is the median of its
+//! rounds; ratio: the median of the rounds' ratios of the primary-key load's rows/s over
+//! the log table's, printed with each round's.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use arrow::datatypes::SchemaRef;
 use mink_core::table::{TableDescriptor, TablePath};
 use rand::seq::SliceRandom;
 
 use crate::data::{Data, GENERATED_SEED, seeded};
 use crate::error::BenchError;
 use crate::harness::{
-    NodeArgs, Running, Throughput, blocking, check_logged, create_table, prepare_data, report,
-    write_parquet,
+    NodeArgs, ROUNDS, Running, Throughput, blocking, check_logged, create_table, median,
+    prepare_data, ratio_over_rounds, report, write_parquet,
 };
 
 #[derive(Debug, clap::Args)]
@@ -92,18 +95,41 @@ pub(crate) async fn run(args: LoadArgs) -> Result<(), BenchError> {
         args.node.describe(&config, &scratch)
     );
     let running = Running::start(config).await?;
-    let client = &running.client;
-    let log = TablePath::new("bench", "load_log");
-    let pk = TablePath::new("bench", "load_pk");
-    let log = create_table(client, &log, args.buckets, &data.schema, &[]).await?;
-    let pk = create_table(client, &pk, args.buckets, &data.schema, &["id"]).await?;
-    let baseline = mink_load(&running, &mink, &log, &file).await?;
-    let figure = mink_load(&running, &mink, &pk, &file).await?;
-    report("baseline mink load, log table", baseline, &[]);
-    let ratio = format!("vs log table {:.2}", figure.ratio_to(&baseline));
-    report("mink load, primary-key table", figure, &[ratio]);
+    let mut rounds = Vec::with_capacity(ROUNDS);
+    for round in 1..=ROUNDS {
+        rounds.push(load_round(&running, &mink, &args, &data.schema, &file, round).await?);
+    }
+    let throughput = |times: Vec<Duration>| Throughput::new(file.rows, file.bytes, median(times));
+    let log = throughput(rounds.iter().map(|(log, _)| *log).collect());
+    let pk = throughput(rounds.iter().map(|(_, pk)| *pk).collect());
+    report("baseline mink load, log table", log, &[]);
+    let ratio = ratio_over_rounds("log table", &rounds);
+    report("mink load, primary-key table", pk, &[ratio]);
     running.stop().await?;
     Ok(())
+}
+
+/// One round: `mink load` of `file` into a log table `bench.load_log_{round}`, then into
+/// a primary-key table `bench.load_pk_{round}`, both created for it and dropped after.
+/// Returns the two loads' times.
+async fn load_round(
+    running: &Running,
+    mink: &Path,
+    args: &LoadArgs,
+    schema: &SchemaRef,
+    file: &ParquetFile,
+    round: usize,
+) -> Result<(Duration, Duration), BenchError> {
+    let client = &running.client;
+    let log = TablePath::new("bench", format!("load_log_{round}"));
+    let pk = TablePath::new("bench", format!("load_pk_{round}"));
+    let log = create_table(client, &log, args.buckets, schema, &[]).await?;
+    let pk = create_table(client, &pk, args.buckets, schema, &["id"]).await?;
+    let log_time = mink_load(running, mink, &log, file).await?;
+    let pk_time = mink_load(running, mink, &pk, file).await?;
+    client.drop_table_instance(&log).await?;
+    client.drop_table_instance(&pk).await?;
+    Ok((log_time, pk_time))
 }
 
 /// The file the loads read.
@@ -113,14 +139,14 @@ struct ParquetFile {
     rows: usize,
 }
 
-/// Runs `mink load` of `file` into `table`, checks the rows logged, and returns its
-/// throughput.
+/// Runs `mink load` of `file` into `table`, checks the rows logged, and returns how long
+/// it took.
 async fn mink_load(
     running: &Running,
     mink: &Path,
     table: &TableDescriptor,
     file: &ParquetFile,
-) -> Result<Throughput, BenchError> {
+) -> Result<Duration, BenchError> {
     let mut command = Command::new(mink);
     command
         .args(["load", "--connect", &running.address(), "--table"])
@@ -144,7 +170,7 @@ async fn mink_load(
     }
     eprintln!("bench: {}", String::from_utf8_lossy(&output.stdout).trim());
     check_logged(&running.client, table, file.rows).await?;
-    Ok(Throughput::new(file.rows, file.bytes, elapsed))
+    Ok(elapsed)
 }
 
 /// The path of `name` in this program's directory.
