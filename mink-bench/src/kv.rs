@@ -165,9 +165,7 @@ async fn upsert_figure(
         let rows = phase.rows;
         let bytes = ipc_len(&rows.batches)?;
         let throughput = |times: Vec<Duration>| Throughput::new(rows.rows, bytes, median(times));
-        let times: Vec<(Duration, Duration)> = (rounds.iter())
-            .map(|round| (round[index].log, round[index].upsert))
-            .collect();
+        let times: Vec<(Duration, Duration)> = rounds.iter().map(|round| round[index]).collect();
         let log = throughput(times.iter().map(|(log, _)| *log).collect());
         let upsert = throughput(times.iter().map(|(_, upsert)| *upsert).collect());
         report(&format!("baseline log write: {}", phase.name), log, &[]);
@@ -190,23 +188,17 @@ struct Phase<'a> {
     updates: usize,
 }
 
-/// The times of one phase of a round of [`upsert_figure`].
-#[derive(Debug, Clone, Copy)]
-struct PhaseTimes {
-    log: Duration,
-    upsert: Duration,
-}
-
 /// One round of [`upsert_figure`]: a log table and a primary-key table `bench.{name}`,
 /// created for it, take both phases, the log table first, so its writes never share the
 /// machine with the KV store's background work (the update phase does pay for what the
-/// load leaves behind). Drops the log table; returns the primary-key table, loaded.
+/// load leaves behind). Drops the log table; returns, per phase, the log write's time and
+/// the upserts', and the primary-key table, loaded.
 async fn upsert_round(
     client: &MinkClient,
     data: &KvData,
     buckets: u32,
     name: &str,
-) -> Result<(Vec<PhaseTimes>, TableDescriptor), BenchError> {
+) -> Result<(Vec<(Duration, Duration)>, TableDescriptor), BenchError> {
     let schema = &data.load.schema;
     let log_path = TablePath::new("bench", format!("{name}_log"));
     let log = create_table(client, &log_path, buckets, schema, &[]).await?;
@@ -230,7 +222,7 @@ async fn upsert_round(
         // Rows that update a key log -U and +U, inserts +I.
         changelog_rows += phase.rows.rows + phase.updates;
         check_logged(client, &kv, changelog_rows).await?;
-        times.push(PhaseTimes { log, upsert });
+        times.push((log, upsert));
     }
     Ok((times, kv))
 }
