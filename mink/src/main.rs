@@ -60,7 +60,7 @@ enum Command {
 /// free large Arrow buffers at a high rate, which glibc's allocator serves by mapping
 /// fresh pages again and again (`docs/benchmarks.md`: 1.3x to 1.9x faster queries).
 /// Built without transparent huge pages: the kernel would zero 2 MiB on each first touch
-/// of a region mimalloc maps again (`docs/running.md`, Memory: writes 1.5x to 1.9x faster).
+/// of a region mimalloc maps again (`docs/running.md`, Memory: writes 1.5x to 2.5x faster).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
