@@ -324,16 +324,31 @@ pub(crate) fn median(mut durations: Vec<Duration>) -> Duration {
         .unwrap_or_default()
 }
 
-/// A figure's ratio to `baseline` over rounds, each round's the baseline's time over the
-/// figure's: "vs {baseline} {median} (rounds {each})".
-pub(crate) fn ratio_over_rounds(baseline: &str, rounds: &[(Duration, Duration)]) -> String {
+/// Reports a figure measured in rounds against its baseline, each round's times
+/// `(baseline, figure)` for `rows` rows of `bytes` bytes: each as the median of its rounds,
+/// the figure with the median of the rounds' ratios (the baseline's time over the
+/// figure's) and each round's.
+pub(crate) fn report_rounds(
+    [baseline_label, label]: [&str; 2],
+    baseline_name: &str,
+    (rows, bytes): (usize, u64),
+    rounds: &[(Duration, Duration)],
+) {
+    let throughput = |times: Vec<Duration>| Throughput::new(rows, bytes, median(times));
+    let baseline = throughput(rounds.iter().map(|(base, _)| *base).collect());
+    let figure = throughput(rounds.iter().map(|(_, figure)| *figure).collect());
     let mut ratios: Vec<f64> = (rounds.iter())
         .map(|(base, figure)| base.as_secs_f64() / figure.as_secs_f64())
         .collect();
     let each: Vec<String> = ratios.iter().map(|ratio| format!("{ratio:.2}")).collect();
     ratios.sort_by(f64::total_cmp);
-    let median = ratios.get(ratios.len() / 2).copied().unwrap_or_default();
-    format!("vs {baseline} {median:.2} (rounds {})", each.join(", "))
+    let median_ratio = ratios.get(ratios.len() / 2).copied().unwrap_or_default();
+    report(baseline_label, baseline, &[]);
+    let ratio = format!(
+        "vs {baseline_name} {median_ratio:.2} (rounds {})",
+        each.join(", ")
+    );
+    report(label, figure, &[ratio]);
 }
 
 /// Latencies of `calls` calls after `warmup` uncounted ones. Call `i` returns the rows it

@@ -62,8 +62,8 @@ use crate::data::{BATCH_ROWS, Data, ipc_len, make_batch, seeded};
 use crate::error::BenchError;
 use crate::harness::{
     CALL_WARMUP, NodeArgs, ROUNDS, Running, Scratch, Throughput, append_parts, buckets_of,
-    check_logged, check_rows, create_table, measure, median, paired_latency, ratio_over_rounds,
-    report, scan_bucket, write_batches,
+    check_logged, check_rows, create_table, measure, median, paired_latency, report, report_rounds,
+    scan_bucket, write_batches,
 };
 
 /// Arguments of `mink-bench kv`.
@@ -162,18 +162,10 @@ async fn upsert_figure(
     let (times, kv) = upsert_round(client, data, buckets, "kv").await?;
     rounds.push(times);
     for (index, phase) in data.phases().into_iter().enumerate() {
-        let rows = phase.rows;
-        let bytes = ipc_len(&rows.batches)?;
-        let throughput = |times: Vec<Duration>| Throughput::new(rows.rows, bytes, median(times));
         let times: Vec<(Duration, Duration)> = rounds.iter().map(|round| round[index]).collect();
-        let log = throughput(times.iter().map(|(log, _)| *log).collect());
-        let upsert = throughput(times.iter().map(|(_, upsert)| *upsert).collect());
-        report(&format!("baseline log write: {}", phase.name), log, &[]);
-        report(
-            phase.label,
-            upsert,
-            &[ratio_over_rounds("log write", &times)],
-        );
+        let size = (phase.rows.rows, ipc_len(&phase.rows.batches)?);
+        let baseline_label = format!("baseline log write: {}", phase.name);
+        report_rounds([&baseline_label, phase.label], "log write", size, &times);
     }
     Ok(kv)
 }

@@ -31,8 +31,8 @@ use rand::seq::SliceRandom;
 use crate::data::{Data, GENERATED_SEED, seeded};
 use crate::error::BenchError;
 use crate::harness::{
-    NodeArgs, ROUNDS, Running, Throughput, blocking, check_logged, create_table, median,
-    prepare_data, ratio_over_rounds, report, write_parquet,
+    NodeArgs, ROUNDS, Running, blocking, check_logged, create_table, prepare_data, report_rounds,
+    write_parquet,
 };
 
 #[derive(Debug, clap::Args)]
@@ -99,12 +99,11 @@ pub(crate) async fn run(args: LoadArgs) -> Result<(), BenchError> {
     for round in 1..=ROUNDS {
         rounds.push(load_round(&running, &mink, &args, &data.schema, &file, round).await?);
     }
-    let throughput = |times: Vec<Duration>| Throughput::new(file.rows, file.bytes, median(times));
-    let log = throughput(rounds.iter().map(|(log, _)| *log).collect());
-    let pk = throughput(rounds.iter().map(|(_, pk)| *pk).collect());
-    report("baseline mink load, log table", log, &[]);
-    let ratio = ratio_over_rounds("log table", &rounds);
-    report("mink load, primary-key table", pk, &[ratio]);
+    let labels = [
+        "baseline mink load, log table",
+        "mink load, primary-key table",
+    ];
+    report_rounds(labels, "log table", (file.rows, file.bytes), &rounds);
     running.stop().await?;
     Ok(())
 }

@@ -153,7 +153,7 @@ impl Run {
     }
 
     /// The entries, in key order.
-    pub(crate) fn iter(&self) -> RunIter<'_> {
+    fn iter(&self) -> RunIter<'_> {
         self.from(Bound::Unbounded)
     }
 
@@ -194,7 +194,7 @@ fn entry(data: &[u8], span: Span) -> Entry<'_> {
 }
 
 /// A run's entries, in key order.
-pub(crate) struct RunIter<'a> {
+struct RunIter<'a> {
     data: &'a [u8],
     spans: std::slice::Iter<'a, Span>,
 }
