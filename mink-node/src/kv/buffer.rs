@@ -15,10 +15,12 @@
 //!   or its deletion, hides fjall's. A reader takes the runs and its fjall snapshot under
 //!   the runs' read lock; a flush makes its table visible in fjall before it lets go of
 //!   the runs, so a reader sees a flushed row in one or both, never in neither.
-//! * Runs are merged as they come, a run with the one before while that one is at most
-//!   twice its size, so a tablet holds a few runs of growing size; a lookup searches only
-//!   those whose Bloom filter may hold its key, and reads fjall only for a key at or
-//!   below the greatest fjall may hold (`stored_key_bound`).
+//! * Runs are merged as they come, four of a like size into one (in one pass, each entry
+//!   copied once), so a tablet holds a few runs of growing size, about five, and a row is
+//!   copied about twice before its flush (merging two at a time copied it about five
+//!   times); a lookup searches only the runs whose Bloom filter may hold its key, and
+//!   reads fjall only for a key at or below the greatest fjall may hold
+//!   (`stored_key_bound`).
 //! * A tablet is flushed once it buffers [`BufferLimits::tablet_bytes`], and once the
 //!   node's tablets buffer [`BufferLimits::node_bytes`] together the largest is: in the
 //!   background, on the store's update threads, while groups go on joining the runs (the
@@ -38,6 +40,9 @@ use fjall::Keyspace;
 use super::kv_error;
 use super::runs::{Merged, Run};
 use crate::error::{NodeError, Result};
+
+/// Runs merged into one at a time (see [`like_sized_tail`]).
+const MERGE_FAN_IN: usize = 4;
 
 /// When the write buffer is written to fjall.
 #[derive(Debug, Clone, Copy)]
@@ -134,6 +139,14 @@ impl Buffered {
     }
 }
 
+/// Where the last [`MERGE_FAN_IN`] of `runs` start, if they are of a like size (the
+/// oldest at most twice the newest): then they are merged into one.
+fn like_sized_tail(runs: &[Arc<Run>]) -> Option<usize> {
+    let from = runs.len().checked_sub(MERGE_FAN_IN)?;
+    let (oldest, newest) = (&runs[from], runs.last()?);
+    (oldest.len() <= 2 * newest.len()).then_some(from)
+}
+
 /// The greatest key of `runs`, deleted or not.
 fn last_key(runs: &[Arc<Run>]) -> Option<&[u8]> {
     runs.iter().filter_map(|run| run.last_key()).max()
@@ -200,13 +213,10 @@ impl Tablets {
         let mut buffered = write(&tablet.buffered);
         // Merge the runs before this one first (the writer still reads this one), not
         // those a flush is writing.
-        while buffered.runs.len() >= buffered.frozen + 2
-            && let [.., older, newer] = buffered.runs.as_slice()
-            && older.len() <= 2 * newer.len()
-        {
-            let newer = buffered.runs.pop().expect("two runs");
-            let older = buffered.runs.pop().expect("two runs");
-            let merged = Run::merge(&older, &newer);
+        while let Some(from) = like_sized_tail(&buffered.runs[buffered.frozen..]) {
+            let from = buffered.frozen + from;
+            let merged = Run::merge(&buffered.runs[from..]);
+            buffered.runs.truncate(from);
             buffered.runs.push(Arc::new(merged));
         }
         if run.len() > 0 {
@@ -538,8 +548,9 @@ mod tests {
                 .buffer(run(&[(0, Some(group)), (group + 1, Some(group))]), 1)
                 .unwrap();
         }
+        // At most three runs of each size, and sizes grow fourfold: 64 groups are 3 sizes.
         let runs = tablet.state.buffered().runs.len();
-        assert!(runs <= 8, "{runs} runs");
+        assert!(runs <= 3 * (MERGE_FAN_IN - 1) + 1, "{runs} runs");
         assert_eq!(tablet.get(&[0]).unwrap().unwrap()[0], 63);
         assert_eq!(tablet.get(&[10]).unwrap().unwrap()[0], 9);
     }

@@ -100,20 +100,32 @@ impl Run {
         Self::from_sorted(merge_sorted(older, newer))
     }
 
-    /// One run of `older`'s and `newer`'s entries; a key in both keeps `newer`'s row.
-    pub(crate) fn merge(older: &Self, newer: &Self) -> Self {
-        let disjoint = match (older.last_key(), newer.spans.first()) {
-            (Some(last), Some(&first)) => last < entry(&newer.data, first).0,
-            _ => true,
-        };
-        if !disjoint {
-            let data_bytes = older.data.len() + newer.data.len();
-            return Self::build(merge_sorted(older.iter(), newer.iter()), data_bytes);
+    /// One run of the entries of `runs`, oldest first; a key in several keeps the newest
+    /// run's row. Each entry is copied once, however many runs there are.
+    pub(crate) fn merge(runs: &[Arc<Run>]) -> Self {
+        let ascending = (runs.iter())
+            .try_fold(None::<&[u8]>, |last, run| match (last, run.first_key()) {
+                (Some(last), Some(first)) if last >= first => None,
+                _ => Some(run.last_key().or(last)),
+            })
+            .is_some();
+        if !ascending {
+            let data_bytes = runs.iter().map(|run| run.data.len()).sum();
+            let entries = (runs.iter())
+                .map(|run| Box::new(run.iter()) as Box<dyn Iterator<Item = Entry<'_>>>)
+                .reduce(|older, newer| Box::new(merge_sorted(older, newer)))
+                .into_iter()
+                .flatten();
+            return Self::build(entries, data_bytes);
         }
-        // An ascending load: every newer key is above the older ones.
-        let data = [older.data.as_slice(), &newer.data].concat();
-        let newer_spans = (newer.spans.iter()).map(|span| span.shifted(older.data.len()));
-        let spans = older.spans.iter().copied().chain(newer_spans).collect();
+        // An ascending load: each run's keys are above those of the runs before it.
+        let mut data = Vec::with_capacity(runs.iter().map(|run| run.data.len()).sum());
+        let mut spans = Vec::with_capacity(runs.iter().map(|run| run.len()).sum());
+        for run in runs {
+            let shift = data.len();
+            data.extend_from_slice(&run.data);
+            spans.extend(run.spans.iter().map(|span| span.shifted(shift)));
+        }
         Self::with_filter(data, spans)
     }
 
@@ -150,6 +162,10 @@ impl Run {
 
     pub(crate) fn last_key(&self) -> Option<&[u8]> {
         (self.spans.last()).map(|&span| entry(&self.data, span).0)
+    }
+
+    fn first_key(&self) -> Option<&[u8]> {
+        (self.spans.first()).map(|&span| entry(&self.data, span).0)
     }
 
     /// The entries, in key order.
@@ -320,28 +336,34 @@ mod tests {
     }
 
     #[test]
-    fn a_merge_keeps_the_newer_row_of_a_key_in_both() {
-        let older = run(&[(1, Some(10)), (3, Some(30)), (5, Some(50))]);
-        let newer = run(&[(2, Some(21)), (3, None), (6, Some(61))]);
-        let merged = Run::merge(&older, &newer);
+    fn a_merge_keeps_the_newest_row_of_a_key_in_several() {
+        let oldest = run(&[(1, Some(10)), (3, Some(30)), (5, Some(50))]);
+        let older = run(&[(2, Some(21)), (3, None), (6, Some(61))]);
+        let newest = run(&[(3, Some(32)), (6, Some(62)), (7, None)]);
+        let merged = Run::merge(&[Arc::new(oldest), Arc::new(older), Arc::new(newest)]);
         assert_eq!(
             keys_and_rows(&merged),
             [
                 (1, Some(10)),
                 (2, Some(21)),
-                (3, None),
+                (3, Some(32)),
                 (5, Some(50)),
-                (6, Some(61))
+                (6, Some(62)),
+                (7, None)
             ]
         );
-        assert_eq!(merged.get(&[3]), Some(None));
+        assert_eq!(merged.get(&[7]), Some(None));
         assert_eq!(merged.get(&[4]), None);
-        assert_eq!(merged.get(&[6]), Some(Some(&[61][..])));
+        assert_eq!(merged.get(&[3]), Some(Some(&[32][..])));
     }
 
     #[test]
     fn a_merge_of_ascending_runs_appends() {
-        let merged = Run::merge(&run(&[(1, Some(1))]), &run(&[(2, Some(2)), (3, None)]));
+        let merged = Run::merge(&[
+            Arc::new(run(&[(1, Some(1))])),
+            Arc::new(run(&[])),
+            Arc::new(run(&[(2, Some(2)), (3, None)])),
+        ]);
         assert_eq!(
             keys_and_rows(&merged),
             [(1, Some(1)), (2, Some(2)), (3, None)]

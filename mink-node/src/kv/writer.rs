@@ -11,12 +11,13 @@
 //! [`StagedRows`]), and in a group that replaces no key no hash either; only keys at or
 //! below the bound are looked up, in the group's overlay, then the store.
 //!
-//! At its commit a group's rows become one sorted run, which a job on the store's update
-//! threads adds to the store's write buffer ([`super::buffer`]) while the appender
-//! prepares and writes the next group (whose prepares see the updating group's rows); the
-//! job acknowledges the group's writes once its rows are readable, then writes the buffer
-//! to fjall if it is due. So the store's work and the log's take two cores rather than
-//! one after the other:
+//! At its commit a group's rows go to a job on the store's update threads, which makes
+//! them one sorted run and adds it to the store's write buffer ([`super::buffer`]) while
+//! the appender prepares and writes the next group (whose prepares see the updating
+//! group's rows where they were staged); the job acknowledges the group's writes once its
+//! rows are readable, then writes the buffer to fjall if it is due. So the store's work
+//! and the log's take two cores rather than one after the other (the appender is the one
+//! thread a bucket's writes go through: what can leave it, does):
 //!
 //! ```text
 //!   appender:  prepare 1 | write+fsync 1 | prepare 2 | write+fsync 2 | prepare 3 ...
@@ -108,12 +109,13 @@ impl StagedRows {
     }
 
     /// The staged rows as one sorted run: `replaced` sorted, merged over `appended`.
-    fn into_run(self) -> Run {
-        let mut replaced: Vec<_> = self.replaced.into_iter().collect();
-        replaced.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
+    fn to_run(&self) -> Run {
+        let mut replaced: Vec<_> = (self.replaced.iter())
+            .map(|(key, row)| (key.as_slice(), row.as_deref()))
+            .collect();
+        replaced.sort_unstable_by_key(|(key, _)| *key);
         let appended =
             (self.appended.iter()).map(|(key, row)| (key.as_slice(), Some(row.as_slice())));
-        let replaced = (replaced.iter()).map(|(key, row)| (key.as_slice(), row.as_deref()));
         Run::from_merged(appended, replaced)
     }
 }
@@ -129,7 +131,7 @@ pub(crate) struct KvWriter {
     overlay: StagedRows,
     /// The rows of the last committed group, which its update may still be adding to the
     /// store's write buffer.
-    updating: Arc<Run>,
+    updating: Arc<StagedRows>,
     /// Their update, on the store's update threads.
     update: Option<Submitted<Result<()>>>,
     /// No key in the store, being written to it or staged is greater: a key above it is
@@ -158,7 +160,7 @@ impl KvWriter {
             tablet,
             table,
             overlay: StagedRows::default(),
-            updating: Arc::new(Run::from_sorted([])),
+            updating: Arc::default(),
             update: None,
         })
     }
@@ -201,10 +203,9 @@ impl KvWriter {
         }
         let found = (staged.get(key))
             .or_else(|| self.overlay.get(key))
-            .map(|row| row.map(Vec::as_slice))
             .or_else(|| self.updating.get(key));
         match found {
-            Some(row) => row.map(<[u8]>::to_vec),
+            Some(row) => row.cloned(),
             None => stored.map(|row| row.to_vec()),
         }
     }
@@ -330,12 +331,14 @@ impl Changelog for KvWriter {
 
     fn commit(&mut self, end_offset: i64) -> Result<Applying> {
         self.settle()?;
-        let rows = Arc::new(std::mem::take(&mut self.overlay).into_run());
-        self.updating = Arc::clone(&rows);
+        let rows = Arc::new(std::mem::take(&mut self.overlay));
+        // The group before's rows are let go of on the update thread too: a row at a time.
+        let before = std::mem::replace(&mut self.updating, Arc::clone(&rows));
         let (done, applied) = oneshot::channel();
         let tablet = self.tablet.clone();
         let update = self.tablet.store.updates.submit(move || {
-            let buffered = tablet.buffer(rows, end_offset);
+            drop(before);
+            let buffered = tablet.buffer(Arc::new(rows.to_run()), end_offset);
             let _ = done.send(
                 (buffered.as_ref())
                     .map(|_| ())
