@@ -177,6 +177,40 @@ fn key_arrays(batch: &RecordBatch, columns: &[String]) -> Result<Vec<ArrayRef>> 
         .collect()
 }
 
+/// Rows encoded as KV values by [`RowCodec::encode`], back to back in one buffer.
+#[derive(Debug)]
+pub struct Values {
+    data: Vec<u8>,
+    /// Where each value ends in `data`.
+    ends: Vec<usize>,
+}
+
+impl Values {
+    /// Value `i`.
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = i.checked_sub(1).map_or(0, |before| self.ends[before]);
+        &self.data[start..self.ends[i]]
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The bytes of all values.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// The values in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        (0..self.len()).map(|i| self.get(i))
+    }
+}
+
 /// Encodes whole rows as KV values and decodes them back, across schema versions.
 #[derive(Debug)]
 pub struct RowCodec {
@@ -214,18 +248,20 @@ impl RowCodec {
     }
 
     /// Encodes every row of `batch`, written under `schema_id`; value `i` is row `i`.
-    pub fn encode(&self, batch: &RecordBatch, schema_id: u32) -> Result<Vec<Vec<u8>>> {
+    pub fn encode(&self, batch: &RecordBatch, schema_id: u32) -> Result<Values> {
         let (_, converter) = self.version(schema_id)?;
         let rows = converter.convert_columns(batch.columns())?;
-        Ok(rows
-            .iter()
-            .map(|row| {
-                let mut value = Vec::with_capacity(4 + row.as_ref().len());
-                value.extend_from_slice(&schema_id.to_le_bytes());
-                value.extend_from_slice(row.as_ref());
-                value
-            })
-            .collect())
+        let prefix = schema_id.to_le_bytes();
+        let mut values = Values {
+            data: Vec::with_capacity(rows.size() + rows.num_rows() * prefix.len()),
+            ends: Vec::with_capacity(rows.num_rows()),
+        };
+        for row in &rows {
+            values.data.extend_from_slice(&prefix);
+            values.data.extend_from_slice(row.as_ref());
+            values.ends.push(values.data.len());
+        }
+        Ok(values)
     }
 
     /// Decodes values into one batch of the current schema, in order.
@@ -380,7 +416,7 @@ mod tests {
         columns.push(w);
         new_batch = RecordBatch::try_new(Arc::clone(v1.schema()), columns).unwrap();
         let new = codec.encode(&new_batch, 1).unwrap();
-        let values = vec![old[0].clone(), new[0].clone(), old[1].clone()];
+        let values = [old.get(0), new.get(0), old.get(1)];
         let decoded = codec.decode(&values).unwrap();
         assert_eq!(decoded.schema(), *v1.schema());
         let ids = decoded

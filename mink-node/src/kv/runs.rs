@@ -23,22 +23,18 @@ pub(crate) type Entry<'a> = (&'a [u8], Option<&'a [u8]>);
 /// The share of keys a run lacks that its filter lets through to a search.
 const FILTER_FALSE_POSITIVES: f64 = 0.01;
 
-/// Rows sorted by key, each key once, their bytes back to back in one buffer: building,
-/// merging and dropping a run costs no allocation per row, and a merge of runs whose keys
-/// do not interleave (an ascending load) is two copies of their buffers.
-#[derive(Debug)]
-pub(crate) struct Run {
+/// Entries sorted by key, each key once, their bytes back to back in one buffer: building,
+/// merging and dropping them costs no allocation per entry, and joining entries whose
+/// keys do not interleave (an ascending load) is a copy of their buffers.
+#[derive(Debug, Default)]
+pub(crate) struct Entries {
     /// Each entry's key, then its row if it has one.
     data: Vec<u8>,
     /// Where each entry is in `data`, in key order.
     spans: Vec<Span>,
-    /// The run's keys: a lookup of a key the run lacks (most lookups: a tablet holds a
-    /// few runs, and most of its rows are in fjall) skips the search, whose every step
-    /// is a cache miss.
-    keys: BloomFilter<ahash::RandomState>,
 }
 
-/// Where an entry is in its run's `data`.
+/// Where an entry is in its [`Entries`]' `data`.
 #[derive(Debug, Clone, Copy)]
 struct Span {
     start: usize,
@@ -57,28 +53,114 @@ impl Span {
     }
 }
 
+impl Entries {
+    /// Room for `entries` entries of `data_bytes` bytes of keys and rows.
+    pub(crate) fn with_capacity(entries: usize, data_bytes: usize) -> Self {
+        Self {
+            data: Vec::with_capacity(data_bytes),
+            spans: Vec::with_capacity(entries),
+        }
+    }
+
+    /// Adds the entry of `key`, which is above every key so far.
+    pub(crate) fn push(&mut self, (key, row): Entry<'_>) {
+        debug_assert!(self.last_key().is_none_or(|last| last < key));
+        self.spans.push(Span {
+            start: self.data.len(),
+            key_len: key.len(),
+            row_len: row.map(<[u8]>::len),
+        });
+        self.data.extend_from_slice(key);
+        self.data.extend_from_slice(row.unwrap_or_default());
+    }
+
+    /// Adds `later`'s entries, whose keys are above every key so far.
+    pub(crate) fn append(&mut self, later: &Entries) {
+        debug_assert!(match (self.last_key(), later.first_key()) {
+            (Some(last), Some(first)) => last < first,
+            _ => true,
+        });
+        let shift = self.data.len();
+        self.data.extend_from_slice(&later.data);
+        (self.spans).extend(later.spans.iter().map(|span| span.shifted(shift)));
+    }
+
+    fn from_sorted<'a>(entries: impl IntoIterator<Item = Entry<'a>>, data_bytes: usize) -> Self {
+        let entries = entries.into_iter();
+        let mut built = Self::with_capacity(entries.size_hint().0, data_bytes);
+        entries.for_each(|entry| built.push(entry));
+        built
+    }
+
+    /// The row of `key` (`Some(None)`: deleted), if there is an entry of the key.
+    pub(crate) fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        let at = (self.spans)
+            .binary_search_by(|&span| self.entry(span).0.cmp(key))
+            .ok()?;
+        Some(self.entry(self.spans[at]).1)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// About the memory the entries hold.
+    fn bytes(&self) -> usize {
+        self.data.len() + self.spans.len() * size_of::<Span>()
+    }
+
+    pub(crate) fn last_key(&self) -> Option<&[u8]> {
+        (self.spans.last()).map(|&span| self.entry(span).0)
+    }
+
+    fn first_key(&self) -> Option<&[u8]> {
+        (self.spans.first()).map(|&span| self.entry(span).0)
+    }
+
+    /// The entries, in key order.
+    pub(crate) fn iter(&self) -> EntriesIter<'_> {
+        self.from(Bound::Unbounded)
+    }
+
+    /// The entries from `start` on.
+    fn from(&self, start: Bound<&[u8]>) -> EntriesIter<'_> {
+        let key_of = |span: &Span| self.entry(*span).0;
+        let at = match start {
+            Bound::Unbounded => 0,
+            Bound::Included(key) => self.spans.partition_point(|span| key_of(span) < key),
+            Bound::Excluded(key) => self.spans.partition_point(|span| key_of(span) <= key),
+        };
+        EntriesIter {
+            data: &self.data,
+            spans: self.spans[at..].iter(),
+        }
+    }
+
+    /// The key and row of the entry at `span`.
+    fn entry(&self, span: Span) -> Entry<'_> {
+        entry(&self.data, span)
+    }
+}
+
+/// Rows sorted by key, each key once, a deleted key as `None`: [`Entries`] and the filter
+/// of their keys.
+#[derive(Debug)]
+pub(crate) struct Run {
+    entries: Entries,
+    /// The run's keys: a lookup of a key the run lacks (most lookups: a tablet holds a
+    /// few runs, and most of its rows are in fjall) skips the search, whose every step
+    /// is a cache miss.
+    keys: BloomFilter<ahash::RandomState>,
+}
+
 impl Run {
     /// A run of `entries`, which are sorted by key, each key once.
     pub(crate) fn from_sorted<'a>(entries: impl IntoIterator<Item = Entry<'a>>) -> Self {
-        Self::build(entries, 0)
-    }
-
-    /// [`Run::from_sorted`], with room for `data_bytes` bytes of keys and rows.
-    fn build<'a>(entries: impl IntoIterator<Item = Entry<'a>>, data_bytes: usize) -> Self {
-        let entries = entries.into_iter();
-        let mut data = Vec::with_capacity(data_bytes);
-        let mut spans = Vec::with_capacity(entries.size_hint().0);
-        for (key, row) in entries {
-            debug_assert!(spans.last().is_none_or(|&last| entry(&data, last).0 < key));
-            spans.push(Span {
-                start: data.len(),
-                key_len: key.len(),
-                row_len: row.map(<[u8]>::len),
-            });
-            data.extend_from_slice(key);
-            data.extend_from_slice(row.unwrap_or_default());
-        }
-        Self::with_filter(data, spans)
+        Self::new(Entries::from_sorted(entries, 0))
     }
 
     /// A run of owned `(key, row)` pairs, sorted by key, each key once.
@@ -104,87 +186,60 @@ impl Run {
     /// run's row. Each entry is copied once, however many runs there are.
     pub(crate) fn merge(runs: &[Arc<Run>]) -> Self {
         let ascending = (runs.iter())
-            .try_fold(None::<&[u8]>, |last, run| match (last, run.first_key()) {
-                (Some(last), Some(first)) if last >= first => None,
-                _ => Some(run.last_key().or(last)),
+            .try_fold(None::<&[u8]>, |last, run| {
+                match (last, run.entries.first_key()) {
+                    (Some(last), Some(first)) if last >= first => None,
+                    _ => Some(run.last_key().or(last)),
+                }
             })
             .is_some();
-        if !ascending {
-            let data_bytes = runs.iter().map(|run| run.data.len()).sum();
-            let entries = (runs.iter())
-                .map(|run| Box::new(run.iter()) as Box<dyn Iterator<Item = Entry<'_>>>)
+        let data_bytes = runs.iter().map(|run| run.entries.data.len()).sum();
+        let mut entries =
+            Entries::with_capacity(runs.iter().map(|run| run.len()).sum(), data_bytes);
+        if ascending {
+            // An ascending load: each run's keys are above those of the runs before it.
+            runs.iter().for_each(|run| entries.append(&run.entries));
+        } else {
+            (runs.iter())
+                .map(|run| Box::new(run.entries.iter()) as Box<dyn Iterator<Item = Entry<'_>>>)
                 .reduce(|older, newer| Box::new(merge_sorted(older, newer)))
                 .into_iter()
-                .flatten();
-            return Self::build(entries, data_bytes);
+                .flatten()
+                .for_each(|entry| entries.push(entry));
         }
-        // An ascending load: each run's keys are above those of the runs before it.
-        let mut data = Vec::with_capacity(runs.iter().map(|run| run.data.len()).sum());
-        let mut spans = Vec::with_capacity(runs.iter().map(|run| run.len()).sum());
-        for run in runs {
-            let shift = data.len();
-            data.extend_from_slice(&run.data);
-            spans.extend(run.spans.iter().map(|span| span.shifted(shift)));
-        }
-        Self::with_filter(data, spans)
+        Self::new(entries)
     }
 
-    /// The run of the entries at `spans` of `data`, with the filter of their keys.
-    fn with_filter(data: Vec<u8>, spans: Vec<Span>) -> Self {
+    /// The run of `entries`, with the filter of their keys.
+    fn new(entries: Entries) -> Self {
         let mut keys = BloomFilter::with_false_pos(FILTER_FALSE_POSITIVES)
             .hasher(ahash::RandomState::new())
-            .expected_items(spans.len());
-        for &span in &spans {
-            keys.insert(entry(&data, span).0);
+            .expected_items(entries.len());
+        for (key, _) in entries.iter() {
+            keys.insert(key);
         }
-        Self { data, spans, keys }
+        Self { entries, keys }
     }
 
     /// The row of `key` (`Some(None)`: deleted), if the run has the key.
     pub(crate) fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
-        if !self.keys.contains(key) {
-            return None;
+        match self.keys.contains(key) {
+            true => self.entries.get(key),
+            false => None,
         }
-        let at = (self.spans)
-            .binary_search_by(|&span| entry(&self.data, span).0.cmp(key))
-            .ok()?;
-        Some(entry(&self.data, self.spans[at]).1)
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.spans.len()
+        self.entries.len()
     }
 
     /// About the memory the run holds.
     pub(crate) fn bytes(&self) -> usize {
-        self.data.len() + self.spans.len() * size_of::<Span>() + self.keys.num_bits() / 8
+        self.entries.bytes() + self.keys.num_bits() / 8
     }
 
     pub(crate) fn last_key(&self) -> Option<&[u8]> {
-        (self.spans.last()).map(|&span| entry(&self.data, span).0)
-    }
-
-    fn first_key(&self) -> Option<&[u8]> {
-        (self.spans.first()).map(|&span| entry(&self.data, span).0)
-    }
-
-    /// The entries, in key order.
-    fn iter(&self) -> RunIter<'_> {
-        self.from(Bound::Unbounded)
-    }
-
-    /// The entries from `start` on.
-    fn from(&self, start: Bound<&[u8]>) -> RunIter<'_> {
-        let key_of = |span: &Span| entry(&self.data, *span).0;
-        let at = match start {
-            Bound::Unbounded => 0,
-            Bound::Included(key) => self.spans.partition_point(|span| key_of(span) < key),
-            Bound::Excluded(key) => self.spans.partition_point(|span| key_of(span) <= key),
-        };
-        RunIter {
-            data: &self.data,
-            spans: self.spans[at..].iter(),
-        }
+        self.entries.last_key()
     }
 }
 
@@ -209,13 +264,13 @@ fn entry(data: &[u8], span: Span) -> Entry<'_> {
     (&data[span.start..key_end], row)
 }
 
-/// A run's entries, in key order.
-struct RunIter<'a> {
+/// Entries in key order.
+pub(crate) struct EntriesIter<'a> {
     data: &'a [u8],
     spans: std::slice::Iter<'a, Span>,
 }
 
-impl<'a> Iterator for RunIter<'a> {
+impl<'a> Iterator for EntriesIter<'a> {
     type Item = Entry<'a>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -233,7 +288,7 @@ impl<'a> Iterator for RunIter<'a> {
 pub(crate) struct Merged<'a, S: Iterator> {
     store: Peekable<S>,
     /// Oldest first, as the tablet keeps them.
-    runs: Vec<Peekable<RunIter<'a>>>,
+    runs: Vec<Peekable<EntriesIter<'a>>>,
 }
 
 impl<'a, S> Merged<'a, S>
@@ -244,7 +299,9 @@ where
     pub(crate) fn new(store: S, runs: &'a [Arc<Run>], start: Bound<&[u8]>) -> Self {
         Self {
             store: store.peekable(),
-            runs: runs.iter().map(|run| run.from(start).peekable()).collect(),
+            runs: (runs.iter())
+                .map(|run| run.entries.from(start).peekable())
+                .collect(),
         }
     }
 
@@ -330,7 +387,7 @@ mod tests {
     }
 
     fn keys_and_rows(run: &Run) -> Vec<(u8, Option<u8>)> {
-        (run.iter())
+        (run.entries.iter())
             .map(|(key, row)| (key[0], row.map(|row| row[0])))
             .collect()
     }

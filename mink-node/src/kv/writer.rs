@@ -44,7 +44,7 @@ use mink_core::table::TableDescriptor;
 use tokio::sync::oneshot;
 
 use super::KvTablet;
-use super::runs::Run;
+use super::runs::{Entries, Run};
 use super::threads::Submitted;
 use crate::error::{NodeError, Result};
 use crate::log::{Applying, Changelog, LogBatch, StoredBatch, Write, WriteOp};
@@ -55,47 +55,45 @@ type KeyMap = ahash::HashMap<Vec<u8>, Option<Vec<u8>>>;
 /// The rows of writes on their way to the store, in two parts.
 ///
 /// * `appended`: rows whose key was above every key before it (stored or staged), in
-///   ascending key order. They were known new without a read or a hash of the key: an
-///   ascending load is all appended, and so are the new keys of a mix of inserts and
-///   updates.
+///   ascending key order, back to back in one buffer. They were known new without a read
+///   or a hash of the key, and are staged without an allocation each: an ascending load is
+///   all appended, and so are the new keys of a mix of inserts and updates.
 /// * `replaced`: every other key -> row (`None`: deleted). A key in both is the later
 ///   write's: `replaced` shadows `appended`.
 #[derive(Debug, Default)]
 struct StagedRows {
-    appended: Vec<(Vec<u8>, Vec<u8>)>,
+    appended: Entries,
     replaced: KeyMap,
 }
 
 impl StagedRows {
-    /// Room for `rows` appended rows (the common case: new keys).
-    fn for_rows(rows: usize) -> Self {
+    /// Room for `rows` appended rows of `bytes` bytes of keys and rows (the common case:
+    /// new keys).
+    fn for_rows(rows: usize, bytes: usize) -> Self {
         Self {
-            appended: Vec::with_capacity(rows),
+            appended: Entries::with_capacity(rows, bytes),
             replaced: KeyMap::default(),
         }
     }
 
     /// The row staged for `key` (`Some(None)`: deleted), if any.
-    fn get(&self, key: &[u8]) -> Option<Option<&Vec<u8>>> {
-        if let Some(row) = self.replaced.get(key) {
-            return Some(row.as_ref());
+    fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        match self.replaced.get(key) {
+            Some(row) => Some(row.as_deref()),
+            None => self.appended.get(key),
         }
-        let at = (self.appended)
-            .binary_search_by(|(appended, _)| appended.as_slice().cmp(key))
-            .ok()?;
-        Some(Some(&self.appended[at].1))
     }
 
     /// The greatest appended key.
     fn last_appended(&self) -> Option<&[u8]> {
-        self.appended.last().map(|(key, _)| key.as_slice())
+        self.appended.last_key()
     }
 
     /// Takes in the rows of a later write.
     fn extend(&mut self, later: StagedRows) {
         match self.appended.is_empty() {
             true => self.appended = later.appended,
-            false => self.appended.extend(later.appended),
+            false => self.appended.append(&later.appended),
         }
         match self.replaced.is_empty() {
             true => self.replaced = later.replaced,
@@ -104,8 +102,7 @@ impl StagedRows {
     }
 
     fn clear(&mut self) {
-        self.appended.clear();
-        self.replaced.clear();
+        *self = Self::default();
     }
 
     /// The staged rows as one sorted run: `replaced` sorted, merged over `appended`.
@@ -114,9 +111,7 @@ impl StagedRows {
             .map(|(key, row)| (key.as_slice(), row.as_deref()))
             .collect();
         replaced.sort_unstable_by_key(|(key, _)| *key);
-        let appended =
-            (self.appended.iter()).map(|(key, row)| (key.as_slice(), Some(row.as_slice())));
-        Run::from_merged(appended, replaced)
+        Run::from_merged(self.appended.iter(), replaced)
     }
 }
 
@@ -205,20 +200,22 @@ impl KvWriter {
             .or_else(|| self.overlay.get(key))
             .or_else(|| self.updating.get(key));
         match found {
-            Some(row) => row.cloned(),
+            Some(row) => row.map(<[u8]>::to_vec),
             None => stored.map(|row| row.to_vec()),
         }
     }
 
     /// Stages the row of `key` (`None`: deleted) after the rows of `staged`.
-    fn stage(&self, staged: &mut StagedRows, key: &[u8], row: Option<Vec<u8>>) {
+    fn stage(&self, staged: &mut StagedRows, key: &[u8], row: Option<&[u8]>) {
         match row {
-            Some(row) if self.above_bound(staged, key) => staged.appended.push((key.to_vec(), row)),
+            Some(row) if self.above_bound(staged, key) => staged.appended.push((key, Some(row))),
             row => {
                 // Deletes are staged for keys found, at or below the bound (replay too: the
                 // store is a prefix of the log); one above it would shadow a later insert.
                 debug_assert!(row.is_some() || !self.above_bound(staged, key));
-                staged.replaced.insert(key.to_vec(), row);
+                staged
+                    .replaced
+                    .insert(key.to_vec(), row.map(<[u8]>::to_vec));
             }
         }
     }
@@ -250,13 +247,15 @@ impl KvWriter {
             true => &normalize_batch(batch, self.table.schema())?,
             false => batch,
         };
-        let mut new_rows = if upsert {
-            self.rows.encode(batch, self.table.current().schema_id)?
-        } else {
-            Vec::new()
+        // Only an upsert stages rows.
+        let (new_rows, mut staged) = match upsert {
+            true => {
+                let new_rows = self.rows.encode(batch, self.table.current().schema_id)?;
+                let staged = StagedRows::for_rows(keys.num_rows(), keys.size() + new_rows.bytes());
+                (Some(new_rows), staged)
+            }
+            false => (None, StagedRows::default()),
         };
-        // Only an upsert appends rows.
-        let mut staged = StagedRows::for_rows(if upsert { keys.num_rows() } else { 0 });
         let mut old_rows: Vec<Vec<u8>> = Vec::new();
         let mut sources = Vec::with_capacity(keys.num_rows());
         let mut changes = Vec::with_capacity(keys.num_rows());
@@ -284,7 +283,7 @@ impl KvWriter {
                 }
                 (None, false) => continue,
             }
-            let value = upsert.then(|| std::mem::take(&mut new_rows[row]));
+            let value = new_rows.as_ref().map(|new_rows| new_rows.get(row));
             self.stage(&mut staged, key, value);
         }
         if changes.is_empty() {
@@ -376,8 +375,8 @@ impl Changelog for KvWriter {
         })?;
         let keys = self.keys.encode(&batch.batch)?;
         let rows = self.rows.encode(&batch.batch, batch.schema_id)?;
-        let mut staged = StagedRows::for_rows(keys.num_rows());
-        for ((key, row), change) in keys.iter().zip(rows).zip(changes) {
+        let mut staged = StagedRows::for_rows(keys.num_rows(), keys.size() + rows.bytes());
+        for ((key, row), change) in keys.iter().zip(rows.iter()).zip(changes) {
             let row = match ChangeType::from_byte(*change)? {
                 ChangeType::Insert | ChangeType::UpdateAfter => Some(row),
                 ChangeType::Delete => None,
