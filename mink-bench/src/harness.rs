@@ -295,6 +295,25 @@ pub(crate) async fn measure<T>(
     Ok((output, elapsed))
 }
 
+/// Runs `work` as [`measure`] does; returns also the CPU time the process used meanwhile
+/// (all its threads: the node's and the client's, background work included).
+pub(crate) async fn measure_with_cpu<T>(
+    what: &str,
+    work: impl Future<Output = Result<T, BenchError>>,
+) -> Result<(T, Duration, Duration), BenchError> {
+    let cpu = process_cpu_time();
+    let (output, elapsed) = measure(what, work).await?;
+    Ok((output, elapsed, process_cpu_time().saturating_sub(cpu)))
+}
+
+/// The CPU time the process has used so far, on all its threads.
+fn process_cpu_time() -> Duration {
+    let time = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    let nanos = u64::try_from(time.tv_sec).unwrap_or(0) * 1_000_000_000
+        + u64::try_from(time.tv_nsec).unwrap_or(0);
+    Duration::from_nanos(nanos)
+}
+
 /// Runs `round` [`ROUNDS`] times; returns its last answer and the median time.
 pub(crate) async fn timed_rounds<T, F, Round>(
     what: &str,
@@ -349,6 +368,24 @@ pub(crate) fn report_rounds(
         each.join(", ")
     );
     report(label, figure, &[ratio]);
+}
+
+/// Reports the CPU time per row of a figure measured in rounds and of its baseline, each
+/// round's CPU times `(baseline, figure)` for `rows` rows: each the median of its rounds.
+/// A steadier figure than the throughput, which moves with how the machine schedules.
+pub(crate) fn report_cpu_per_row(
+    label: &str,
+    baseline_name: &str,
+    rows: usize,
+    rounds: &[(Duration, Duration)],
+) {
+    let per_row = |times: Vec<Duration>| median(times).as_secs_f64() * 1e6 / rows.max(1) as f64;
+    let baseline = per_row(rounds.iter().map(|(base, _)| *base).collect());
+    let figure = per_row(rounds.iter().map(|(_, figure)| *figure).collect());
+    let times = figure / baseline.max(f64::MIN_POSITIVE);
+    println!(
+        "{label:<31}: {figure:7.2} µs per row   {baseline_name} {baseline:.2} µs per row, {times:.1}x"
+    );
 }
 
 /// Latencies of `calls` calls after `warmup` uncounted ones. Call `i` returns the rows it

@@ -24,7 +24,10 @@
 //!    (`bench.kv_round1`, `bench.kv_round2`, then `bench.kv`; each round's log table is
 //!    its name with `_log`, dropped once written, as are the first rounds' primary-key
 //!    tables): each figure is the median of its rounds, its ratio the median of the
-//!    rounds' ratios, printed with each round's.
+//!    rounds' ratios, printed with each round's. Each phase also prints the CPU time per
+//!    row the process used during its writes and during the log table's (all threads, the
+//!    node's background work and the client included; medians of the rounds): the work
+//!    a row costs, steadier than the throughput.
 //! 2. **Lookup latency**, p50 and p99, of 2000 [`MinkClient::lookup`] calls of 1 key and
 //!    500 calls of 100 keys (after 20 uncounted warm-up calls each), the keys drawn at
 //!    random from the `--keys` loaded ones, so all exist. Baseline: a Scan of one batch of
@@ -62,8 +65,8 @@ use crate::data::{BATCH_ROWS, Data, ipc_len, make_batch, seeded};
 use crate::error::BenchError;
 use crate::harness::{
     CALL_WARMUP, NodeArgs, ROUNDS, Running, Scratch, Throughput, append_parts, buckets_of,
-    check_logged, check_rows, create_table, measure, median, paired_latency, report, report_rounds,
-    scan_bucket, write_batches,
+    check_logged, check_rows, create_table, measure, measure_with_cpu, median, paired_latency,
+    report, report_cpu_per_row, report_rounds, scan_bucket, write_batches,
 };
 
 /// Arguments of `mink-bench kv`.
@@ -162,12 +165,34 @@ async fn upsert_figure(
     let (times, kv) = upsert_round(client, data, buckets, "kv").await?;
     rounds.push(times);
     for (index, phase) in data.phases().into_iter().enumerate() {
-        let times: Vec<(Duration, Duration)> = rounds.iter().map(|round| round[index]).collect();
+        let times = |of: fn(&PhaseTimes) -> (Duration, Duration)| -> Vec<(Duration, Duration)> {
+            rounds.iter().map(|round| of(&round[index])).collect()
+        };
         let size = (phase.rows.rows, ipc_len(&phase.rows.batches)?);
         let baseline_label = format!("baseline log write: {}", phase.name);
-        report_rounds([&baseline_label, phase.label], "log write", size, &times);
+        report_rounds(
+            [&baseline_label, phase.label],
+            "log write",
+            size,
+            &times(|round| round.elapsed),
+        );
+        let cpu_label = format!("{}, CPU", phase.label);
+        report_cpu_per_row(
+            &cpu_label,
+            "log write",
+            phase.rows.rows,
+            &times(|round| round.cpu),
+        );
     }
     Ok(kv)
+}
+
+/// A round's `(log write, upserts)` times of a phase of [`upsert_figure`].
+struct PhaseTimes {
+    elapsed: (Duration, Duration),
+    /// The CPU time the process used meanwhile, on all its threads (the node's and the
+    /// client's): what the writes cost, however the machine schedules them.
+    cpu: (Duration, Duration),
 }
 
 /// A phase of [`upsert_figure`].
@@ -190,7 +215,7 @@ async fn upsert_round(
     data: &KvData,
     buckets: u32,
     name: &str,
-) -> Result<(Vec<(Duration, Duration)>, TableDescriptor), BenchError> {
+) -> Result<(Vec<PhaseTimes>, TableDescriptor), BenchError> {
     let schema = &data.load.schema;
     let log_path = TablePath::new("bench", format!("{name}_log"));
     let log = create_table(client, &log_path, buckets, schema, &[]).await?;
@@ -200,8 +225,8 @@ async fn upsert_round(
     for phase in data.phases() {
         let write = write_batches(client, &log, &phase.rows.batches);
         let what = format!("log write: {} ({name})", phase.name);
-        let ((), elapsed) = measure(&what, write).await?;
-        log_times.push(elapsed);
+        let ((), elapsed, cpu) = measure_with_cpu(&what, write).await?;
+        log_times.push((elapsed, cpu));
     }
     check_logged(client, &log, data.load.rows + data.upserts.rows).await?;
     client.drop_table_instance(&log).await?;
@@ -210,11 +235,14 @@ async fn upsert_round(
     for (phase, log) in data.phases().into_iter().zip(log_times) {
         let write = write_batches(client, &kv, &phase.rows.batches);
         let what = format!("upsert: {} ({name})", phase.name);
-        let ((), upsert) = measure(&what, write).await?;
+        let ((), upsert, upsert_cpu) = measure_with_cpu(&what, write).await?;
         // Rows that update a key log -U and +U, inserts +I.
         changelog_rows += phase.rows.rows + phase.updates;
         check_logged(client, &kv, changelog_rows).await?;
-        times.push((log, upsert));
+        times.push(PhaseTimes {
+            elapsed: (log.0, upsert),
+            cpu: (log.1, upsert_cpu),
+        });
     }
     Ok((times, kv))
 }
