@@ -182,22 +182,26 @@ impl Run {
         Self::from_sorted(merge_sorted(older, newer))
     }
 
-    /// One run of the entries of `runs`, oldest first; a key in several keeps the newest
-    /// run's row. Each entry is copied once, however many runs there are.
-    pub(crate) fn merge(runs: &[Arc<Run>]) -> Self {
-        let ascending = (runs.iter())
+    /// Whether each of `runs`' keys are above those of the runs before it (an ascending
+    /// load): then their entries in turn are in key order, without comparing any.
+    pub(crate) fn ascending(runs: &[Arc<Run>]) -> bool {
+        (runs.iter())
             .try_fold(None::<&[u8]>, |last, run| {
                 match (last, run.entries.first_key()) {
                     (Some(last), Some(first)) if last >= first => None,
                     _ => Some(run.last_key().or(last)),
                 }
             })
-            .is_some();
+            .is_some()
+    }
+
+    /// One run of the entries of `runs`, oldest first; a key in several keeps the newest
+    /// run's row. Each entry is copied once, however many runs there are.
+    pub(crate) fn merge(runs: &[Arc<Run>]) -> Self {
         let data_bytes = runs.iter().map(|run| run.entries.data.len()).sum();
         let mut entries =
             Entries::with_capacity(runs.iter().map(|run| run.len()).sum(), data_bytes);
-        if ascending {
-            // An ascending load: each run's keys are above those of the runs before it.
+        if Self::ascending(runs) {
             runs.iter().for_each(|run| entries.append(&run.entries));
         } else {
             (runs.iter())
@@ -240,6 +244,11 @@ impl Run {
 
     pub(crate) fn last_key(&self) -> Option<&[u8]> {
         self.entries.last_key()
+    }
+
+    /// The entries, in key order.
+    pub(crate) fn iter(&self) -> EntriesIter<'_> {
+        self.entries.iter()
     }
 }
 
