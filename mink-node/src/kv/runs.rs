@@ -85,9 +85,10 @@ impl Entries {
         (self.spans).extend(later.spans.iter().map(|span| span.shifted(shift)));
     }
 
-    fn from_sorted<'a>(entries: impl IntoIterator<Item = Entry<'a>>, data_bytes: usize) -> Self {
+    /// The entries of `entries`, which are sorted by key, each key once.
+    fn from_sorted<'a>(entries: impl IntoIterator<Item = Entry<'a>>) -> Self {
         let entries = entries.into_iter();
-        let mut built = Self::with_capacity(entries.size_hint().0, data_bytes);
+        let mut built = Self::with_capacity(entries.size_hint().0, 0);
         entries.for_each(|entry| built.push(entry));
         built
     }
@@ -160,7 +161,7 @@ pub(crate) struct Run {
 impl Run {
     /// A run of `entries`, which are sorted by key, each key once.
     pub(crate) fn from_sorted<'a>(entries: impl IntoIterator<Item = Entry<'a>>) -> Self {
-        Self::new(Entries::from_sorted(entries, 0))
+        Self::new(Entries::from_sorted(entries))
     }
 
     /// A run of owned `(key, row)` pairs, sorted by key, each key once.
