@@ -232,7 +232,7 @@ async fn upsert_round(
     client.drop_table_instance(&log).await?;
     let mut changelog_rows = 0;
     let mut times = Vec::new();
-    for (phase, log) in data.phases().into_iter().zip(log_times) {
+    for (phase, (log, log_cpu)) in data.phases().into_iter().zip(log_times) {
         let write = write_batches(client, &kv, &phase.rows.batches);
         let what = format!("upsert: {} ({name})", phase.name);
         let ((), upsert, upsert_cpu) = measure_with_cpu(&what, write).await?;
@@ -240,8 +240,8 @@ async fn upsert_round(
         changelog_rows += phase.rows.rows + phase.updates;
         check_logged(client, &kv, changelog_rows).await?;
         times.push(PhaseTimes {
-            elapsed: (log.0, upsert),
-            cpu: (log.1, upsert_cpu),
+            elapsed: (log, upsert),
+            cpu: (log_cpu, upsert_cpu),
         });
     }
     Ok((times, kv))
