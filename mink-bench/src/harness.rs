@@ -309,9 +309,10 @@ pub(crate) async fn measure_with_cpu<T>(
 /// The CPU time the process has used so far, on all its threads.
 fn process_cpu_time() -> Duration {
     let time = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    let nanos = u64::try_from(time.tv_sec).unwrap_or(0) * 1_000_000_000
-        + u64::try_from(time.tv_nsec).unwrap_or(0);
-    Duration::from_nanos(nanos)
+    Duration::new(
+        u64::try_from(time.tv_sec).unwrap_or(0),
+        u32::try_from(time.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// Runs `round` [`ROUNDS`] times; returns its last answer and the median time.
@@ -334,6 +335,12 @@ where
     Ok((answer, median(times)))
 }
 
+/// The medians of rounds' `(baseline, figure)` times: the baseline's and the figure's.
+fn medians(rounds: &[(Duration, Duration)]) -> (Duration, Duration) {
+    let (baselines, figures) = rounds.iter().copied().unzip();
+    (median(baselines), median(figures))
+}
+
 /// The median of some durations (the upper one of an even count).
 pub(crate) fn median(mut durations: Vec<Duration>) -> Duration {
     durations.sort();
@@ -353,9 +360,11 @@ pub(crate) fn report_rounds(
     (rows, bytes): (usize, u64),
     rounds: &[(Duration, Duration)],
 ) {
-    let throughput = |times: Vec<Duration>| Throughput::new(rows, bytes, median(times));
-    let baseline = throughput(rounds.iter().map(|(base, _)| *base).collect());
-    let figure = throughput(rounds.iter().map(|(_, figure)| *figure).collect());
+    let (baseline, figure) = medians(rounds);
+    let (baseline, figure) = (
+        Throughput::new(rows, bytes, baseline),
+        Throughput::new(rows, bytes, figure),
+    );
     let mut ratios: Vec<f64> = (rounds.iter())
         .map(|(base, figure)| base.as_secs_f64() / figure.as_secs_f64())
         .collect();
@@ -379,9 +388,9 @@ pub(crate) fn report_cpu_per_row(
     rows: usize,
     rounds: &[(Duration, Duration)],
 ) {
-    let per_row = |times: Vec<Duration>| median(times).as_secs_f64() * 1e6 / rows.max(1) as f64;
-    let baseline = per_row(rounds.iter().map(|(base, _)| *base).collect());
-    let figure = per_row(rounds.iter().map(|(_, figure)| *figure).collect());
+    let per_row = |time: Duration| time.as_secs_f64() * 1e6 / rows.max(1) as f64;
+    let (baseline, figure) = medians(rounds);
+    let (baseline, figure) = (per_row(baseline), per_row(figure));
     let times = figure / baseline.max(f64::MIN_POSITIVE);
     println!(
         "{label:<31}: {figure:7.2} µs per row   {baseline_name} {baseline:.2} µs per row, {times:.1}x"

@@ -101,7 +101,7 @@ impl Entries {
         Some(self.entry(self.spans[at]).1)
     }
 
-    pub(crate) fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.spans.len()
     }
 

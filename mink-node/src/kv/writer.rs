@@ -38,7 +38,7 @@ use arrow::compute::interleave_record_batch;
 use arrow::row::Rows;
 use fjall::UserValue;
 use mink_core::change::ChangeType;
-use mink_core::key::{KeyCodec, RowCodec};
+use mink_core::key::{KeyCodec, RowCodec, Values};
 use mink_core::schema::normalize_batch;
 use mink_core::table::TableDescriptor;
 use tokio::sync::oneshot;
@@ -67,11 +67,10 @@ struct StagedRows {
 }
 
 impl StagedRows {
-    /// Room for `rows` appended rows of `bytes` bytes of keys and rows (the common case:
-    /// new keys).
-    fn for_rows(rows: usize, bytes: usize) -> Self {
+    /// Room for every one of `keys` and `rows` to be appended (the common case: new keys).
+    fn for_rows(keys: &Rows, rows: &Values) -> Self {
         Self {
-            appended: Entries::with_capacity(rows, bytes),
+            appended: Entries::with_capacity(keys.num_rows(), keys.size() + rows.bytes()),
             replaced: KeyMap::default(),
         }
     }
@@ -251,7 +250,7 @@ impl KvWriter {
         let (new_rows, mut staged) = match upsert {
             true => {
                 let new_rows = self.rows.encode(batch, self.table.current().schema_id)?;
-                let staged = StagedRows::for_rows(keys.num_rows(), keys.size() + new_rows.bytes());
+                let staged = StagedRows::for_rows(&keys, &new_rows);
                 (Some(new_rows), staged)
             }
             false => (None, StagedRows::default()),
@@ -331,7 +330,8 @@ impl Changelog for KvWriter {
     fn commit(&mut self, end_offset: i64) -> Result<Applying> {
         self.settle()?;
         let rows = Arc::new(std::mem::take(&mut self.overlay));
-        // The group before's rows are let go of on the update thread too: a row at a time.
+        // The group before's rows are let go of on the update thread too (its replaced
+        // rows one by one).
         let before = std::mem::replace(&mut self.updating, Arc::clone(&rows));
         let (done, applied) = oneshot::channel();
         let tablet = self.tablet.clone();
@@ -375,7 +375,7 @@ impl Changelog for KvWriter {
         })?;
         let keys = self.keys.encode(&batch.batch)?;
         let rows = self.rows.encode(&batch.batch, batch.schema_id)?;
-        let mut staged = StagedRows::for_rows(keys.num_rows(), keys.size() + rows.bytes());
+        let mut staged = StagedRows::for_rows(&keys, &rows);
         for ((key, row), change) in keys.iter().zip(rows.iter()).zip(changes) {
             let row = match ChangeType::from_byte(*change)? {
                 ChangeType::Insert | ChangeType::UpdateAfter => Some(row),
