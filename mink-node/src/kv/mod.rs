@@ -226,6 +226,28 @@ impl KvTablet {
         Ok(rows)
     }
 
+    /// Whether the store holds a key from `first` to `last`, or a deletion of one it has
+    /// not written to fjall yet.
+    pub(crate) fn holds_key_in(&self, first: &[u8], last: &[u8]) -> Result<bool> {
+        {
+            // The runs before fjall: a flush moves rows from them to fjall, never back.
+            let buffered = self.state.buffered();
+            if (buffered.runs.iter()).any(|run| run.holds_key_in(first, last)) {
+                return Ok(true);
+            }
+            if !buffered.may_store(first) {
+                return Ok(false);
+            }
+        }
+        let found = self
+            .state
+            .rows
+            .range(first..=last)
+            .next()
+            .map(fjall::Guard::key);
+        Ok(found.transpose().map_err(kv_error)?.is_some())
+    }
+
     /// No key the store holds is greater (nor any it held since it was opened).
     pub(crate) fn key_bound(&self) -> Option<Vec<u8>> {
         self.state.buffered().key_bound().map(<[u8]>::to_vec)

@@ -95,10 +95,28 @@ impl Entries {
 
     /// The row of `key` (`Some(None)`: deleted), if there is an entry of the key.
     pub(crate) fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        if !self.spans_across(key, key) {
+            return None;
+        }
         let at = (self.spans)
             .binary_search_by(|&span| self.entry(span).0.cmp(key))
             .ok()?;
         Some(self.entry(self.spans[at]).1)
+    }
+
+    /// Whether there is an entry (deleted or not) of a key from `first` to `last`.
+    pub(crate) fn holds_key_in(&self, first: &[u8], last: &[u8]) -> bool {
+        self.spans_across(first, last)
+            && (self.from(Bound::Included(first)).next()).is_some_and(|(key, _)| key <= last)
+    }
+
+    /// Whether the keys from `first` to `last` meet the range from the first entry's key
+    /// to the last's: a cheap test before a search.
+    fn spans_across(&self, first: &[u8], last: &[u8]) -> bool {
+        match (self.first_key(), self.last_key()) {
+            (Some(lowest), Some(highest)) => lowest <= last && first <= highest,
+            _ => false,
+        }
     }
 
     fn len(&self) -> usize {
@@ -118,7 +136,7 @@ impl Entries {
         (self.spans.last()).map(|&span| self.entry(span).0)
     }
 
-    fn first_key(&self) -> Option<&[u8]> {
+    pub(crate) fn first_key(&self) -> Option<&[u8]> {
         (self.spans.first()).map(|&span| self.entry(span).0)
     }
 
@@ -205,14 +223,14 @@ impl Run {
         if Self::ascending(runs) {
             runs.iter().for_each(|run| entries.append(&run.entries));
         } else {
-            (runs.iter())
-                .map(|run| Box::new(run.entries.iter()) as Box<dyn Iterator<Item = Entry<'_>>>)
-                .reduce(|older, newer| Box::new(merge_sorted(older, newer)))
-                .into_iter()
-                .flatten()
-                .for_each(|entry| entries.push(entry));
+            merge_newest(runs.iter().map(|run| &run.entries)).for_each(|entry| entries.push(entry));
         }
         Self::new(entries)
+    }
+
+    /// Whether the run has an entry (deleted or not) of a key from `first` to `last`.
+    pub(crate) fn holds_key_in(&self, first: &[u8], last: &[u8]) -> bool {
+        self.entries.holds_key_in(first, last)
     }
 
     /// The run of `entries`, with the filter of their keys.
@@ -265,6 +283,18 @@ fn merge_sorted<'a>(
             EitherOrBoth::Left(old) => old,
             EitherOrBoth::Right(new) | EitherOrBoth::Both(_, new) => new,
         })
+}
+
+/// The entries of `sources`, oldest first, in key order; a key in several keeps the newest
+/// source's row.
+pub(crate) fn merge_newest<'a>(
+    sources: impl IntoIterator<Item = &'a Entries>,
+) -> impl Iterator<Item = Entry<'a>> {
+    (sources.into_iter())
+        .map(|entries| Box::new(entries.iter()) as Box<dyn Iterator<Item = Entry<'a>>>)
+        .reduce(|older, newer| Box::new(merge_sorted(older, newer)))
+        .into_iter()
+        .flatten()
 }
 
 /// The key and row of the entry at `span` of `data`.

@@ -8,8 +8,11 @@
 //!
 //! A key above every key stored or staged (the writer's key bound) is new without any
 //! read: an ascending load, or the new keys of a mix, costs no lookup (see
-//! [`StagedRows`]), and in a group that replaces no key no hash either; only keys at or
-//! below the bound are looked up, in the group's overlay, then the store.
+//! [`StagedRows`]), and in a group that replaces no key no hash either. A write whose
+//! keys ascend over a range that no source holds a key in is new as a whole, known from
+//! one search per source rather than a read per key: the batches of an ascending load
+//! that reach the node out of order (a client keeps several in flight) are. Other keys at
+//! or below the bound are looked up one by one, in the group's overlay, then the store.
 //!
 //! At its commit a group's rows go to a job on the store's update threads, which makes
 //! them one sorted run and adds it to the store's write buffer ([`super::buffer`]) while
@@ -34,9 +37,11 @@
 
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use arrow::compute::interleave_record_batch;
 use arrow::row::Rows;
 use fjall::UserValue;
+use itertools::Itertools as _;
 use mink_core::change::ChangeType;
 use mink_core::key::{KeyCodec, RowCodec, Values};
 use mink_core::schema::normalize_batch;
@@ -44,7 +49,7 @@ use mink_core::table::TableDescriptor;
 use tokio::sync::oneshot;
 
 use super::KvTablet;
-use super::runs::{Entries, Run};
+use super::runs::{Entries, Run, merge_newest};
 use super::threads::Submitted;
 use crate::error::{NodeError, Result};
 use crate::log::{Applying, Changelog, LogBatch, StoredBatch, Write, WriteOp};
@@ -54,23 +59,28 @@ type KeyMap = ahash::HashMap<Vec<u8>, Option<Vec<u8>>>;
 
 /// The rows of writes on their way to the store, in two parts.
 ///
-/// * `appended`: rows whose key was above every key before it (stored or staged), in
-///   ascending key order, back to back in one buffer. They were known new without a read
-///   or a hash of the key, and are staged without an allocation each: an ascending load is
-///   all appended, and so are the new keys of a mix of inserts and updates.
+/// * `inserted`: rows of keys that were new, in parts sorted by key, each back to back in
+///   one buffer, no key in two parts. They were known new without a read or a hash of
+///   each key, and are staged without an allocation each: a write whose keys ascend over a
+///   range no source holds a key in is one part (an ascending load is, even when its
+///   batches reach the node out of order), and keys above every key before them join the
+///   last part.
 /// * `replaced`: every other key -> row (`None`: deleted). A key in both is the later
-///   write's: `replaced` shadows `appended`.
+///   write's: `replaced` shadows `inserted`.
 #[derive(Debug, Default)]
 struct StagedRows {
-    appended: Entries,
+    inserted: Vec<Entries>,
     replaced: KeyMap,
 }
 
 impl StagedRows {
-    /// Room for every one of `keys` and `rows` to be appended (the common case: new keys).
+    /// Room for every one of `keys` and `rows` to be inserted (the common case: new keys).
     fn for_rows(keys: &Rows, rows: &Values) -> Self {
         Self {
-            appended: Entries::with_capacity(keys.num_rows(), keys.size() + rows.bytes()),
+            inserted: vec![Entries::with_capacity(
+                keys.num_rows(),
+                keys.size() + rows.bytes(),
+            )],
             replaced: KeyMap::default(),
         }
     }
@@ -79,20 +89,42 @@ impl StagedRows {
     fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
         match self.replaced.get(key) {
             Some(row) => Some(row.as_deref()),
-            None => self.appended.get(key),
+            None => self.inserted.iter().find_map(|part| part.get(key)),
         }
     }
 
-    /// The greatest appended key.
-    fn last_appended(&self) -> Option<&[u8]> {
-        self.appended.last_key()
+    /// Whether a key from `first` to `last` is staged, deleted or not.
+    fn holds_key_in(&self, first: &[u8], last: &[u8]) -> bool {
+        (self.inserted.iter()).any(|part| part.holds_key_in(first, last))
+            || (self.replaced.keys()).any(|key| (first..=last).contains(&key.as_slice()))
+    }
+
+    /// Stages the new row of `key`, which is above every key of the last part.
+    fn insert(&mut self, key: &[u8], row: &[u8]) {
+        if self.inserted.is_empty() {
+            self.inserted.push(Entries::default());
+        }
+        let last = self.inserted.len() - 1;
+        self.inserted[last].push((key, Some(row)));
+    }
+
+    /// The greatest key of the last part.
+    fn last_inserted(&self) -> Option<&[u8]> {
+        self.inserted.last().and_then(Entries::last_key)
+    }
+
+    /// The greatest inserted key.
+    fn greatest_inserted(&self) -> Option<&[u8]> {
+        self.inserted.iter().filter_map(Entries::last_key).max()
     }
 
     /// Takes in the rows of a later write.
     fn extend(&mut self, later: StagedRows) {
-        match self.appended.is_empty() {
-            true => self.appended = later.appended,
-            false => self.appended.append(&later.appended),
+        for part in later.inserted.into_iter().filter(|part| !part.is_empty()) {
+            match self.inserted.last_mut() {
+                Some(last) if last.last_key() < part.first_key() => last.append(&part),
+                _ => self.inserted.push(part),
+            }
         }
         match self.replaced.is_empty() {
             true => self.replaced = later.replaced,
@@ -104,13 +136,13 @@ impl StagedRows {
         *self = Self::default();
     }
 
-    /// The staged rows as one sorted run: `replaced` sorted, merged over `appended`.
+    /// The staged rows as one sorted run: `replaced` sorted, merged over `inserted`.
     fn to_run(&self) -> Run {
         let mut replaced: Vec<_> = (self.replaced.iter())
             .map(|(key, row)| (key.as_slice(), row.as_deref()))
             .collect();
         replaced.sort_unstable_by_key(|(key, _)| *key);
-        Run::from_merged(self.appended.iter(), replaced)
+        Run::from_merged(merge_newest(&self.inserted), replaced)
     }
 }
 
@@ -172,7 +204,7 @@ impl KvWriter {
     /// Whether `key` is above every key stored or staged, `staged` (this write's rows so
     /// far) included: then it is new.
     fn above_bound(&self, staged: &StagedRows, key: &[u8]) -> bool {
-        match staged.last_appended() {
+        match staged.last_inserted() {
             Some(last) => key > last,
             None => self.key_bound.as_deref().is_none_or(|bound| key > bound),
         }
@@ -207,7 +239,7 @@ impl KvWriter {
     /// Stages the row of `key` (`None`: deleted) after the rows of `staged`.
     fn stage(&self, staged: &mut StagedRows, key: &[u8], row: Option<&[u8]>) {
         match row {
-            Some(row) if self.above_bound(staged, key) => staged.appended.push((key, Some(row))),
+            Some(row) if self.above_bound(staged, key) => staged.insert(key, row),
             row => {
                 // Deletes are staged for keys found, at or below the bound (replay too: the
                 // store is a prefix of the log); one above it would shadow a later insert.
@@ -221,10 +253,40 @@ impl KvWriter {
 
     /// Keeps a write's staged rows for the group's commit.
     fn keep(&mut self, staged: StagedRows) {
-        if let Some(last) = staged.last_appended() {
-            self.key_bound = Some(last.to_vec());
+        if let Some(greatest) = staged.greatest_inserted()
+            && self.key_bound.as_deref() < Some(greatest)
+        {
+            self.key_bound = Some(greatest.to_vec());
         }
         self.overlay.extend(staged);
+    }
+
+    /// Whether `keys` ascend over a range no source holds a key in, deleted or not (the
+    /// group's staged rows, the updating group's, the store): then each is new, known
+    /// without a read of it.
+    fn all_new(&self, keys: &Rows) -> Result<bool> {
+        let Some(end) = keys.num_rows().checked_sub(1) else {
+            return Ok(true);
+        };
+        let (first, last) = (keys.row(0), keys.row(end));
+        let (first, last) = (first.as_ref(), last.as_ref());
+        let ascending = (keys.iter().tuple_windows()).all(|(a, b)| a.as_ref() < b.as_ref());
+        if !ascending {
+            return Ok(false);
+        }
+        if self.key_bound.as_deref().is_none_or(|bound| first > bound) {
+            return Ok(true);
+        }
+        // The staged replaced keys are searched one by one: no longer than reading the
+        // write's keys one by one would take.
+        let replaced = self.overlay.replaced.len() + self.updating.replaced.len();
+        if replaced > keys.num_rows()
+            || self.overlay.holds_key_in(first, last)
+            || self.updating.holds_key_in(first, last)
+        {
+            return Ok(false);
+        }
+        Ok(!self.tablet.holds_key_in(first, last)?)
     }
 
     /// The changelog of an upsert or delete; `None` when it changes nothing.
@@ -240,21 +302,53 @@ impl KvWriter {
             }
         };
         let keys = self.keys.encode(batch)?;
-        let stored = self.stored_rows(&keys)?;
-        // An upsert's rows in the writer's schema, which may be newer than the write's.
-        let batch = match upsert {
-            true => &normalize_batch(batch, self.table.schema())?,
-            false => batch,
+        if keys.num_rows() == 0 {
+            return Ok(None);
+        }
+        let all_new = self.all_new(&keys)?;
+        if !upsert {
+            return match all_new {
+                true => Ok(None),
+                false => self.key_by_key(&keys, batch, None),
+            };
+        }
+        // The rows in the writer's schema, which may be newer than the write's.
+        let batch = normalize_batch(batch, self.table.schema())?;
+        let rows = self.rows.encode(&batch, self.table.current().schema_id)?;
+        match all_new {
+            true => Ok(Some(self.insert_all(&keys, batch, &rows))),
+            false => self.key_by_key(&keys, &batch, Some(&rows)),
+        }
+    }
+
+    /// The changelog of an upsert of new keys alone: the batch, all `+I`.
+    fn insert_all(&mut self, keys: &Rows, batch: RecordBatch, rows: &Values) -> StoredBatch {
+        let mut staged = StagedRows::for_rows(keys, rows);
+        for (key, row) in keys.iter().zip(rows.iter()) {
+            staged.insert(key.as_ref(), row);
+        }
+        self.keep(staged);
+        StoredBatch {
+            changes: Some(vec![ChangeType::Insert as u8; batch.num_rows()]),
+            batch,
+            writer: None,
+        }
+    }
+
+    /// The changelog of an upsert (`new_rows`: its rows, encoded) or a delete (`None`),
+    /// each key's current row read in turn; `None` when it changes nothing.
+    fn key_by_key(
+        &mut self,
+        keys: &Rows,
+        batch: &RecordBatch,
+        new_rows: Option<&Values>,
+    ) -> Result<Option<StoredBatch>> {
+        let upsert = new_rows.is_some();
+        let mut staged = match new_rows {
+            Some(rows) => StagedRows::for_rows(keys, rows),
+            None => StagedRows::default(),
         };
-        // Only an upsert stages rows.
-        let (new_rows, mut staged) = match upsert {
-            true => {
-                let new_rows = self.rows.encode(batch, self.table.current().schema_id)?;
-                let staged = StagedRows::for_rows(&keys, &new_rows);
-                (Some(new_rows), staged)
-            }
-            false => (None, StagedRows::default()),
-        };
+        let stored = self.stored_rows(keys)?;
         let mut old_rows: Vec<Vec<u8>> = Vec::new();
         let mut sources = Vec::with_capacity(keys.num_rows());
         let mut changes = Vec::with_capacity(keys.num_rows());
@@ -282,7 +376,7 @@ impl KvWriter {
                 }
                 (None, false) => continue,
             }
-            let value = new_rows.as_ref().map(|new_rows| new_rows.get(row));
+            let value = new_rows.map(|new_rows| new_rows.get(row));
             self.stage(&mut staged, key, value);
         }
         if changes.is_empty() {
@@ -627,6 +721,136 @@ mod tests {
         let values = f.tablet.prefix(&[]).unwrap();
         let rows = RowCodec::new(&newer).unwrap().decode(&values).unwrap();
         assert_eq!(id_and_value(&rows), [(1, s("b"))]);
+    }
+
+    #[test]
+    fn new_keys_below_the_greatest_are_inserted_whole_unless_their_range_holds_a_key() {
+        let mut f = Fixture::new();
+        f.upsert(&[(10, Some("a")), (20, Some("b"))]);
+        f.writer.apply(2);
+        f.tablet.flush().unwrap();
+        f.upsert(&[(30, Some("c")), (40, Some("d"))]);
+        f.writer.apply(4);
+        // Between keys fjall holds, between keys of a run, staged in the group.
+        assert_eq!(
+            f.upsert(&[(11, Some("e")), (12, Some("f"))]),
+            [("+I", 11, s("e")), ("+I", 12, s("f"))]
+        );
+        assert_eq!(
+            f.upsert(&[(31, Some("g")), (39, None)]),
+            [("+I", 31, s("g")), ("+I", 39, None)]
+        );
+        assert!(
+            f.delete(&[13, 14]).is_empty(),
+            "a range of no key deletes nothing"
+        );
+        // Ranges that hold a key, of fjall, of a run, staged, and a staged deletion.
+        assert_eq!(
+            f.upsert(&[(9, Some("h")), (11, Some("i"))]),
+            [("+I", 9, s("h")), ("-U", 11, s("e")), ("+U", 11, s("i"))]
+        );
+        assert_eq!(
+            f.upsert(&[(19, None), (21, Some("j"))]),
+            [("+I", 19, None), ("+I", 21, s("j"))]
+        );
+        assert_eq!(f.delete(&[31]), [("-D", 31, s("g"))]);
+        assert_eq!(
+            f.upsert(&[(30, Some("k")), (31, Some("l"))]),
+            [("-U", 30, s("c")), ("+U", 30, s("k")), ("+I", 31, s("l"))]
+        );
+        f.writer.apply(17);
+        let stored = f.stored();
+        assert_eq!(
+            stored,
+            [
+                (9, s("h")),
+                (10, s("a")),
+                (11, s("i")),
+                (12, s("f")),
+                (19, None),
+                (20, s("b")),
+                (21, s("j")),
+                (30, s("k")),
+                (31, s("l")),
+                (39, None),
+                (40, s("d")),
+            ]
+        );
+    }
+
+    /// Random histories of writes against a model of the rows: ascending runs of keys
+    /// (new or not, below the greatest or above it), scattered keys, deletes, commits
+    /// waited for or not, flushes to fjall. Each write's changelog, and the stored rows
+    /// at each commit waited for, are the model's.
+    #[test]
+    fn random_histories_match_a_model_of_the_rows() {
+        for seed in 0..64 {
+            random_history(seed);
+        }
+    }
+
+    fn random_history(seed: u64) {
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        const KEYS: i64 = 400;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut f = Fixture::new();
+        let mut model = std::collections::BTreeMap::<i64, Option<String>>::new();
+        let (mut offset, mut committed) = (0, 0);
+        for step in 0..300 {
+            let ids: Vec<i64> = match rng.random_range(0..3) {
+                0 | 1 => {
+                    let (start, step) = (rng.random_range(0..KEYS), rng.random_range(1..4));
+                    (0..rng.random_range(1..30))
+                        .map(|i| start + i * step)
+                        .collect()
+                }
+                _ => (0..rng.random_range(1..8))
+                    .map(|_| rng.random_range(0..KEYS))
+                    .collect(),
+            };
+            let mut expected = Vec::new();
+            let changes = if rng.random_bool(0.8) {
+                let rows: Vec<(i64, Option<String>)> = (ids.iter())
+                    .map(|&id| (id, rng.random_bool(0.8).then(|| format!("{step}"))))
+                    .collect();
+                for (id, row) in &rows {
+                    match model.insert(*id, row.clone()) {
+                        Some(old) => expected.extend([("-U", *id, old), ("+U", *id, row.clone())]),
+                        None => expected.push(("+I", *id, row.clone())),
+                    }
+                }
+                let rows: Vec<_> = (rows.iter())
+                    .map(|(id, row)| (*id, row.as_deref()))
+                    .collect();
+                f.upsert(&rows)
+            } else {
+                for id in &ids {
+                    if let Some(old) = model.remove(id) {
+                        expected.push(("-D", *id, old));
+                    }
+                }
+                f.delete(&ids)
+            };
+            assert_eq!(changes, expected, "seed {seed}, step {step}: {ids:?}");
+            offset += changes.len() as i64;
+            match rng.random_range(0..10) {
+                0..3 if offset > committed => {
+                    f.writer.commit(offset).unwrap();
+                    committed = offset;
+                }
+                3 if offset > committed => {
+                    f.writer.apply(offset);
+                    committed = offset;
+                    let stored: Vec<_> = model.clone().into_iter().collect();
+                    assert_eq!(f.stored(), stored, "seed {seed}, step {step}");
+                }
+                4 => {
+                    f.writer.settle().unwrap();
+                    f.tablet.flush().unwrap();
+                }
+                _ => {}
+            }
+        }
     }
 
     #[test]
