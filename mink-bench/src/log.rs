@@ -18,7 +18,13 @@
 //!    the same batches written by one `arrow::ipc::writer::StreamWriter` to a file in the
 //!    same directory, with `sync_data` after each batch (mink acknowledges only after an
 //!    fsync, one per group commit), and with one `sync_data` at the end. With `--no-sync`
-//!    mink does not fsync and the single baseline never does either.
+//!    mink does not fsync and the single baseline never does either. Three rounds, each
+//!    writing the baselines then appending to fresh tables (`bench.log1_round1`, ...,
+//!    dropped once written; the last round's are `bench.log1` and `bench.log8`): each
+//!    figure is the median of its rounds, each ratio the median of the rounds' ratios,
+//!    printed with each round's (this machine's write rates, the baselines' too, move
+//!    2x-3x between runs). Each append also prints the CPU time per row the process used
+//!    (all threads, the client's included) against the first baseline's.
 //! 2. **Scan throughput** of the 1-bucket table from offset 0 to the high watermark, with
 //!    the server's default answer size: first from the log cache (sized to hold the
 //!    table), then from cold segments after a restart (the server is shut down, the node
@@ -50,8 +56,9 @@ use tokio::task::JoinSet;
 use crate::data::{BATCH_ROWS, Data, make_batch, seeded};
 use crate::error::BenchError;
 use crate::harness::{
-    Latency, NodeArgs, Running, Throughput, append_parts, blocking, check_rows, create_table,
-    measure, prepare, report, scan_bucket, split,
+    Latency, NodeArgs, ROUNDS, Running, Throughput, append_parts, blocking, check_rows,
+    create_table, measure, measure_with_cpu, median, prepare, ratio_of_rounds, report,
+    report_cpu_per_row, scan_bucket, split,
 };
 use crate::ipc::{Fsync, read_ipc, read_ipc_through_loopback, write_ipc};
 
@@ -104,7 +111,8 @@ struct IpcFile {
     bytes: u64,
 }
 
-/// Figure 1: append throughput to 1 and to 8 buckets, against IPC file writes.
+/// Figure 1: append throughput to 1 and to 8 buckets, against IPC file writes, in
+/// [`ROUNDS`] rounds (see the module's documentation).
 async fn append_figure(
     running: &Running,
     data: &Data,
@@ -116,51 +124,84 @@ async fn append_figure(
     } else {
         vec![Fsync::Never]
     };
-    let mut baselines = Vec::new();
+    let mut rounds = Vec::with_capacity(ROUNDS);
     let mut file = None;
-    for mode in modes {
-        let path = dir.join(format!("baseline-{mode:?}.arrows"));
-        let (written, elapsed) = {
-            let (path, batches) = (path.clone(), data.batches.clone());
-            measure(
-                mode.label(),
-                blocking(move || write_ipc(&path, &batches, mode)),
-            )
-            .await?
-        };
-        let figure = Throughput::new(data.rows, written.bytes, elapsed);
-        report(&format!("baseline {}", mode.label()), figure, &[]);
-        baselines.push((mode.label(), figure));
-        file.get_or_insert(IpcFile {
-            path,
-            bytes: written.bytes,
-        });
+    for round in 1..=ROUNDS {
+        let mut baselines = Vec::with_capacity(modes.len());
+        for &mode in &modes {
+            let path = dir.join(format!("baseline-{mode:?}.arrows"));
+            let (batches, written_to) = (data.batches.clone(), path.clone());
+            let write = blocking(move || write_ipc(&written_to, &batches, mode));
+            let (written, elapsed, cpu) = measure_with_cpu(mode.label(), write).await?;
+            baselines.push(Timed { elapsed, cpu });
+            file.get_or_insert(IpcFile {
+                path,
+                bytes: written.bytes,
+            });
+        }
+        let mut appends = Vec::with_capacity(APPEND_BUCKETS.len());
+        for buckets in APPEND_BUCKETS {
+            // The last round's tables stay: the scan figure reads the 1-bucket one.
+            let path = match round {
+                ROUNDS => log_table(buckets),
+                round => TablePath::new("bench", format!("log{buckets}_round{round}")),
+            };
+            let table = create_table(&running.client, &path, buckets, &data.schema, &[]).await?;
+            let parts = split(&data.batches, buckets);
+            let append = append_parts(&running.client, &path, parts);
+            let ((), elapsed, cpu) = measure_with_cpu(&append_label(buckets), append).await?;
+            appends.push(Timed { elapsed, cpu });
+            if round != ROUNDS {
+                running.client.drop_table_instance(&table).await?;
+            }
+        }
+        rounds.push(AppendRound { baselines, appends });
     }
     let file = file.ok_or_else(|| BenchError::Usage("no baseline was written".into()))?;
-    for buckets in APPEND_BUCKETS {
-        let table = create_table(
-            &running.client,
-            &log_table(buckets),
-            buckets,
-            &data.schema,
-            &[],
-        )
-        .await?
-        .path;
-        let parts = split(&data.batches, buckets);
-        let label = format!(
-            "append {buckets} bucket{}",
-            if buckets == 1 { "" } else { "s" }
-        );
-        let ((), elapsed) = measure(&label, append_parts(&running.client, &table, parts)).await?;
-        let figure = Throughput::new(data.rows, file.bytes, elapsed);
-        let ratios: Vec<String> = baselines
-            .iter()
-            .map(|(name, baseline)| format!("vs {name} {:.2}", figure.ratio_to(baseline)))
+    let throughput = |times: Vec<Duration>| Throughput::new(data.rows, file.bytes, median(times));
+    for (index, mode) in modes.iter().enumerate() {
+        let times = rounds.iter().map(|round| round.baselines[index].elapsed);
+        let label = format!("baseline {}", mode.label());
+        report(&label, throughput(times.collect()), &[]);
+    }
+    for (index, &buckets) in APPEND_BUCKETS.iter().enumerate() {
+        let paired = |mode: usize, of: fn(&Timed) -> Duration| -> Vec<(Duration, Duration)> {
+            (rounds.iter())
+                .map(|round| (of(&round.baselines[mode]), of(&round.appends[index])))
+                .collect()
+        };
+        let ratios: Vec<String> = (modes.iter().enumerate())
+            .map(|(mode, name)| ratio_of_rounds(name.label(), &paired(mode, |t| t.elapsed)))
             .collect();
-        report(&label, figure, &ratios);
+        let times = rounds.iter().map(|round| round.appends[index].elapsed);
+        let label = append_label(buckets);
+        report(&label, throughput(times.collect()), &ratios);
+        let cpu_label = format!("{label}, CPU");
+        let cpu = paired(0, |t| t.cpu);
+        report_cpu_per_row(&cpu_label, modes[0].label(), data.rows, &cpu);
     }
     Ok(file)
+}
+
+/// A round of [`append_figure`]: per baseline mode and per bucket count, its times.
+struct AppendRound {
+    baselines: Vec<Timed>,
+    appends: Vec<Timed>,
+}
+
+/// How long a write took, and the CPU time the process used meanwhile (on all its
+/// threads: the node's and the client's).
+#[derive(Debug, Clone, Copy)]
+struct Timed {
+    elapsed: Duration,
+    cpu: Duration,
+}
+
+fn append_label(buckets: u32) -> String {
+    format!(
+        "append {buckets} bucket{}",
+        if buckets == 1 { "" } else { "s" }
+    )
 }
 
 /// Figure 2: scan throughput from the log cache and from cold segments, against reading
