@@ -35,7 +35,7 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 
-use fjall::{Keyspace, UserKey, UserValue};
+use fjall::Keyspace;
 
 use super::kv_error;
 use super::runs::{Merged, Run};
@@ -300,28 +300,16 @@ impl Tablets {
     }
 
     /// Writes `runs` to fjall as one sorted table, then `end_offset` as its applied offset.
-    /// Runs whose keys do not interleave (an ascending load) are written one after the
-    /// other, without comparing their keys.
     fn write_runs(&self, tablet: &TabletState, runs: &[Arc<Run>], end_offset: i64) -> Result<()> {
         if !runs.is_empty() {
             let mut ingestion = tablet.rows.start_ingestion().map_err(kv_error)?;
-            let mut write = |key: UserKey, row: Option<UserValue>| {
-                match row {
-                    Some(row) => ingestion.write(key, row),
-                    None => ingestion.write_tombstone(key),
+            let fjall_rows = std::iter::empty::<fjall::Result<_>>();
+            for entry in Merged::new(fjall_rows, runs, Bound::Unbounded) {
+                match entry? {
+                    (key, Some(row)) => ingestion.write(key, row),
+                    (key, None) => ingestion.write_tombstone(key),
                 }
-                .map_err(kv_error)
-            };
-            if Run::ascending(runs) {
-                for (key, row) in runs.iter().flat_map(|run| run.iter()) {
-                    write(key.into(), row.map(UserValue::from))?;
-                }
-            } else {
-                let fjall_rows = std::iter::empty::<fjall::Result<_>>();
-                for entry in Merged::new(fjall_rows, runs, Bound::Unbounded) {
-                    let (key, row) = entry?;
-                    write(key, row)?;
-                }
+                .map_err(kv_error)?;
             }
             ingestion.finish().map_err(kv_error)?;
         }
@@ -506,14 +494,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn runs_that_do_not_interleave_are_flushed_in_turn_with_their_deletions() {
+    async fn runs_that_do_not_interleave_are_flushed_with_their_deletions() {
         let (_dir, store) = store(BufferLimits::default());
         let tablet = store.tablet("t").unwrap();
         tablet.buffer(run(&[(3, Some(3))]), 1).unwrap();
         tablet.flush().unwrap();
         tablet.buffer(run(&[(1, Some(1))]), 2).unwrap();
         tablet.buffer(run(&[(2, Some(2)), (3, None)]), 3).unwrap();
-        assert!(Run::ascending(&tablet.state.buffered().runs));
         tablet.flush().unwrap();
         assert!(tablet.state.buffered().runs.is_empty());
         assert_eq!(rows(&tablet).await, [(1, 1), (2, 2)], "3 deleted in fjall");

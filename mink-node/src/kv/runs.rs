@@ -203,7 +203,7 @@ impl Run {
 
     /// Whether each of `runs`' keys are above those of the runs before it (an ascending
     /// load): then their entries in turn are in key order, without comparing any.
-    pub(crate) fn ascending(runs: &[Arc<Run>]) -> bool {
+    fn ascending(runs: &[Arc<Run>]) -> bool {
         (runs.iter())
             .try_fold(None::<&[u8]>, |last, run| {
                 match (last, run.entries.first_key()) {
@@ -264,11 +264,6 @@ impl Run {
     pub(crate) fn last_key(&self) -> Option<&[u8]> {
         self.entries.last_key()
     }
-
-    /// The entries, in key order.
-    pub(crate) fn iter(&self) -> EntriesIter<'_> {
-        self.entries.iter()
-    }
 }
 
 /// `older`'s and `newer`'s entries (each sorted by key, each key once) in key order; a
@@ -310,6 +305,16 @@ pub(crate) struct EntriesIter<'a> {
     spans: std::slice::Iter<'a, Span>,
 }
 
+impl<'a> EntriesIter<'a> {
+    /// The next entry, left in place.
+    fn peek(&self) -> Option<Entry<'a>> {
+        self.spans
+            .as_slice()
+            .first()
+            .map(|&span| entry(self.data, span))
+    }
+}
+
 impl<'a> Iterator for EntriesIter<'a> {
     type Item = Entry<'a>;
 
@@ -325,10 +330,26 @@ impl<'a> Iterator for EntriesIter<'a> {
 /// Rows of fjall and of runs, read as one, from a start key on: in key order, each key as
 /// its newest source has it (the newest run, then older runs, then fjall), a deleted key
 /// as `None` ([`Merged::rows`] leaves them out).
+///
+/// Where one source's keys run below every other's (runs that do not interleave, as an
+/// ascending load's, or a stretch of fjall between two runs' keys), its rows are taken
+/// one after the other, each compared with the head of one other source only.
 pub(crate) struct Merged<'a, S: Iterator> {
     store: Peekable<S>,
     /// Oldest first, as the tablet keeps them.
-    runs: Vec<Peekable<EntriesIter<'a>>>,
+    runs: Vec<EntriesIter<'a>>,
+    /// A source whose head is below every other source's head, and the source of the
+    /// smallest of those (`None`: no other source has rows left): rows are taken from the
+    /// first while they stay below that head.
+    streak: Option<(Source, Option<Source>)>,
+}
+
+/// One of the sources of a [`Merged`] read.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    Store,
+    /// Run `i`, oldest first.
+    Run(usize),
 }
 
 impl<'a, S> Merged<'a, S>
@@ -339,9 +360,8 @@ where
     pub(crate) fn new(store: S, runs: &'a [Arc<Run>], start: Bound<&[u8]>) -> Self {
         Self {
             store: store.peekable(),
-            runs: (runs.iter())
-                .map(|run| run.entries.from(start).peekable())
-                .collect(),
+            runs: runs.iter().map(|run| run.entries.from(start)).collect(),
+            streak: None,
         }
     }
 
@@ -353,27 +373,81 @@ where
         })
     }
 
-    /// The newest source of the smallest key left: `None` for fjall, `Some(i)` for run
-    /// `i`; `Err` for fjall's error; `Ok(None)` past the end of every source.
-    fn smallest(&mut self) -> Result<Option<Option<usize>>> {
-        let mut best: Option<(Option<usize>, &[u8])> = match self.store.peek() {
+    /// Whether the head of `ahead` is below that of `bound` (`None`: no other source has
+    /// rows left), as the streak needs to go on; `false` on fjall's error, which the next
+    /// full step returns.
+    fn stays_below(&mut self, ahead: Source, bound: Option<Source>) -> bool {
+        let store_head = match self.store.peek() {
+            Some(Ok((key, _))) => Some(key.as_ref()),
+            _ => None,
+        };
+        let head = |source| match source {
+            Source::Store => store_head,
+            Source::Run(index) => self.runs[index].peek().map(|(key, _)| key),
+        };
+        match (head(ahead), bound.map(head)) {
+            (Some(_), None) => true,
+            (Some(key), Some(Some(bound))) => key < bound,
+            _ => false,
+        }
+    }
+
+    /// Takes the next row of every source's, by comparing all their heads: returns the
+    /// smallest key's newest row, moves past the key in every source, and starts a streak
+    /// when no other source has the key.
+    fn step(&mut self) -> Option<Result<(UserKey, Option<UserValue>)>> {
+        let mut smallest = match self.store.peek() {
             None => None,
-            Some(Ok((key, _))) => Some((None, key)),
+            Some(Ok((key, _))) => Some((Source::Store, key.as_ref())),
             Some(Err(_)) => {
                 let error = self.store.next().and_then(Result::err).expect("peeked");
-                return Err(kv_error(error));
+                return Some(Err(kv_error(error)));
             }
         };
-        for (index, run) in self.runs.iter_mut().enumerate() {
+        let (mut runner_up, mut tied) = (None::<(Source, &[u8])>, false);
+        for (index, run) in self.runs.iter().enumerate() {
             let Some((key, _)) = run.peek() else {
                 continue;
             };
-            // Later runs are newer: on an equal key they win.
-            if best.is_none_or(|(_, smallest)| *key <= smallest) {
-                best = Some((Some(index), key));
+            match smallest {
+                Some((_, least)) if key > least => {
+                    if runner_up.is_none_or(|(_, second)| key < second) {
+                        runner_up = Some((Source::Run(index), key));
+                    }
+                }
+                // Later runs are newer: on an equal key they win.
+                Some((_, least)) if key == least => {
+                    smallest = Some((Source::Run(index), key));
+                    tied = true;
+                }
+                _ => {
+                    runner_up = smallest;
+                    smallest = Some((Source::Run(index), key));
+                    tied = false;
+                }
             }
         }
-        Ok(best.map(|(source, _)| source))
+        let (source, runner_up) = (smallest?.0, runner_up.map(|(source, _)| source));
+        self.streak = (!tied).then_some((source, runner_up));
+        let row = self.take(source);
+        if tied {
+            self.skip(&row.0);
+        }
+        Some(Ok(row))
+    }
+
+    /// The head of `source`, which has one.
+    fn take(&mut self, source: Source) -> (UserKey, Option<UserValue>) {
+        match source {
+            Source::Store => match self.store.next() {
+                Some(Ok((key, row))) => (key, Some(row)),
+                _ => unreachable!("fjall's next row was peeked"),
+            },
+            Source::Run(index) => {
+                let (key, row) = self.runs[index].next().expect("the run's head was peeked");
+                (UserKey::from(key), row.map(UserValue::from))
+            }
+        }
     }
 
     /// Moves every source past `key`.
@@ -384,7 +458,9 @@ where
             self.store.next();
         }
         for run in &mut self.runs {
-            run.next_if(|(head, _)| *head == key);
+            if run.peek().is_some_and(|(head, _)| head == key) {
+                run.next();
+            }
         }
     }
 }
@@ -396,22 +472,13 @@ where
     type Item = Result<(UserKey, Option<UserValue>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let source = match self.smallest() {
-            Err(error) => return Some(Err(error)),
-            Ok(source) => source?,
-        };
-        let (key, row) = match source {
-            None => match self.store.next() {
-                Some(Ok((key, row))) => (key, Some(row)),
-                _ => unreachable!("fjall's next row was peeked"),
-            },
-            Some(index) => {
-                let (key, row) = self.runs[index].next()?;
-                (UserKey::from(key), row.map(UserValue::from))
+        if let Some((ahead, bound)) = self.streak {
+            if self.stays_below(ahead, bound) {
+                return Some(Ok(self.take(ahead)));
             }
-        };
-        self.skip(&key);
-        Some(Ok((key, row)))
+            self.streak = None;
+        }
+        self.step()
     }
 }
 
@@ -499,5 +566,69 @@ mod tests {
         assert_eq!(read(Bound::Unbounded), [(1, 100), (2, 2), (4, 1), (5, 2)]);
         assert_eq!(read(Bound::Excluded(&[2])), [(4, 1), (5, 2)]);
         assert_eq!(read(Bound::Included(&[5])), [(5, 2)]);
+    }
+
+    /// Random runs over fjall's rows, interleaving or not, with deletions: a merged read
+    /// from any start is what applying the sources oldest first gives.
+    #[test]
+    fn merged_reads_of_random_sources_match_applying_them_in_turn() {
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        for seed in 0..200 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            // Keys of a source: random ones, or a stretch of consecutive ones.
+            let keys = |rng: &mut StdRng| -> Vec<u8> {
+                let mut keys: Vec<u8> = match rng.random_bool(0.5) {
+                    true => (0..rng.random_range(0..40)).map(|_| rng.random()).collect(),
+                    false => {
+                        let start = rng.random_range(0..200);
+                        (start..start + rng.random_range(0..50)).collect()
+                    }
+                };
+                keys.sort_unstable();
+                keys.dedup();
+                keys
+            };
+            let store: Vec<(u8, u8)> = keys(&mut rng).into_iter().map(|key| (key, 0)).collect();
+            let mut model: std::collections::BTreeMap<u8, u8> = store.iter().copied().collect();
+            let runs: Vec<Arc<Run>> = (1..=rng.random_range(0..6))
+                .map(|version| {
+                    let entries: Vec<(u8, Option<u8>)> = (keys(&mut rng).into_iter())
+                        .map(|key| (key, rng.random_bool(0.8).then_some(version)))
+                        .collect();
+                    for &(key, row) in &entries {
+                        match row {
+                            Some(row) => model.insert(key, row),
+                            None => model.remove(&key),
+                        };
+                    }
+                    Arc::new(run(&entries))
+                })
+                .collect();
+            let start = rng.random::<u8>();
+            let stored = (store.iter())
+                .filter(|(key, _)| *key >= start)
+                .map(|&(key, row)| Ok((UserKey::from([key]), UserValue::from([row]))));
+            let read: Vec<(u8, u8)> = Merged::new(stored, &runs, Bound::Included(&[start]))
+                .rows()
+                .map(|row| row.map(|(key, row)| (key[0], row[0])).unwrap())
+                .collect();
+            let expected: Vec<(u8, u8)> = model.range(start..).map(|(&k, &r)| (k, r)).collect();
+            assert_eq!(read, expected, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn a_merged_read_returns_fjalls_error_in_key_order() {
+        let runs = [Arc::new(run(&[(1, Some(1)), (2, Some(1))]))];
+        let store = [
+            Ok((UserKey::from([0]), UserValue::from([0]))),
+            Err(fjall::Error::Poisoned),
+        ];
+        let mut read = Merged::new(store.into_iter(), &runs, Bound::Unbounded);
+        assert_eq!(read.next().unwrap().unwrap().0.as_ref(), [0]);
+        assert!(
+            read.next().unwrap().is_err(),
+            "fjall's error before the run's keys"
+        );
     }
 }
