@@ -190,6 +190,27 @@ async fn upsert_figure(
     Ok(kv)
 }
 
+/// How long `read` takes over every bucket of `table` at once; each bucket's read returns
+/// the rows it read, `rows` in all.
+async fn read_buckets<Read, F>(
+    what: &str,
+    table: &TableDescriptor,
+    rows: usize,
+    read: Read,
+) -> Result<Duration, BenchError>
+where
+    Read: FnMut(BucketId) -> F,
+    F: Future<Output = Result<usize, BenchError>>,
+{
+    let reads = buckets_of(table).into_iter().map(read);
+    let (read_rows, elapsed) = measure(what, async {
+        Ok(try_join_all(reads).await?.into_iter().sum())
+    })
+    .await?;
+    check_rows(what, read_rows, rows)?;
+    Ok(elapsed)
+}
+
 /// The rows of `bucket`'s snapshot, read as a stream: one batch held at a time.
 async fn snapshot_rows(client: &MinkClient, bucket: &BucketId) -> Result<usize, BenchError> {
     let mut batches = client
@@ -361,36 +382,16 @@ async fn snapshot_figure(
     let kept: usize = parts.iter().flatten().map(RecordBatch::num_rows).sum();
     check_rows("the snapshot", kept, rows)?;
     let bytes = ipc_len(parts.iter().flatten())?;
-    let snapshot = async || {
-        let snapshots = buckets_of(table)
-            .into_iter()
-            .map(|bucket| async move { snapshot_rows(client, &bucket).await });
-        let (read, elapsed) = measure("snapshot", async {
-            Ok(try_join_all(snapshots).await?.into_iter().sum())
-        })
-        .await?;
-        check_rows("the snapshot", read, rows)?;
-        Ok::<_, BenchError>(elapsed)
-    };
     let copy_path = TablePath::new("bench", "kv_rows");
     let copy = create_table(client, &copy_path, table.bucket_num, table.schema(), &[]).await?;
     append_parts(client, &copy.path, parts).await?;
-    let scan = async || {
-        let scans = buckets_of(&copy)
-            .into_iter()
-            .map(|bucket| async move { scan_bucket(client, &bucket).await });
-        let (scanned, elapsed) = measure("scan the same rows", async {
-            Ok(try_join_all(scans).await?.into_iter().sum())
-        })
-        .await?;
-        check_rows("the scan of the snapshot's rows", scanned, rows)?;
-        Ok::<_, BenchError>(elapsed)
-    };
     // Alternate, so both see the same conditions.
     let (mut scans, mut snapshots) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        scans.push(scan().await?);
-        snapshots.push(snapshot().await?);
+        let scan = |bucket| async move { scan_bucket(client, &bucket).await };
+        scans.push(read_buckets("scan the same rows", &copy, rows, scan).await?);
+        let snapshot = |bucket| async move { snapshot_rows(client, &bucket).await };
+        snapshots.push(read_buckets("snapshot", table, rows, snapshot).await?);
     }
     let figure = Throughput::new(rows, bytes, median(snapshots));
     let baseline = Throughput::new(rows, bytes, median(scans));
