@@ -5,9 +5,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use fjall::{Readable, Snapshot, UserKey, UserValue};
-use futures::FutureExt as _;
-use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt as _};
+use tokio::sync::mpsc;
 
 use super::runs::{Merged, Run};
 use super::{KvTablet, decode_offset, kv_error};
@@ -22,6 +21,10 @@ const PREALLOCATED_ROWS: usize = 8192;
 /// for: what a stalled reader holds (a chunk read ahead, a chunk being sent) stays small
 /// however wide the rows.
 pub const MAX_CHUNK_BYTES: usize = 8 << 20;
+
+/// Chunks a Snapshot read holds read ahead of the one being converted and sent (one more
+/// is being read).
+const READ_AHEAD: usize = 1;
 
 /// A point-in-time view of one KV tablet: the rows and the log offset they reflect.
 pub struct SnapshotReader {
@@ -70,13 +73,15 @@ impl SnapshotReader {
     /// about [`MAX_CHUNK_BYTES`] (at most `limit` rows in all), each turned into a `T` by
     /// `convert`.
     ///
-    /// Two short jobs on the store's read threads make each chunk: one reads its rows
-    /// (continuing after the last key of the chunk before), one converts them. Reading a
-    /// chunk is started when the stream is first polled, then as soon as the chunk before
-    /// has been read, so the store reads chunk n + 1 on one thread while chunk n is
-    /// converted on another and sent. A consumer that stops reading holds no thread at
-    /// all, only the snapshot, its last key and one chunk read ahead; a few hundred
-    /// stalled readers cannot starve the store's threads.
+    /// Two kinds of short jobs on the store's read threads make the chunks: one reads a
+    /// chunk's rows (continuing after the last key of the chunk before), one converts
+    /// them. A task on the runtime reads chunk after chunk, each job started as soon as
+    /// the one before is done, into a queue of [`READ_AHEAD`] chunks; the stream converts
+    /// each as it takes it. So the store reads the next chunks while one is converted and
+    /// sent, without waiting for the consumer to ask. A consumer that stops reading holds
+    /// no thread at all, only the snapshot, its last key and the chunks read ahead; a few
+    /// hundred stalled readers cannot starve the store's threads. Must be called within a
+    /// Tokio runtime.
     pub fn into_chunks<T, F>(
         self,
         chunk: usize,
@@ -87,29 +92,21 @@ impl SnapshotReader {
         T: Send + 'static,
         F: FnMut(Vec<UserValue>) -> Result<T> + Send + 'static,
     {
+        let tablet = self.tablet.clone();
         let cursor = Cursor {
             reader: self,
             after: None,
             remaining: limit,
             chunk: chunk.max(1),
         };
-        stream::try_unfold(
-            (Next::Unread(cursor), convert),
-            |(next, convert)| async move {
-                let reading = match next {
-                    Next::Unread(cursor) => cursor.read_next()?,
-                    Next::Reading(reading) => Some(reading),
-                    Next::Done => None,
-                };
-                let Some(reading) = reading else {
+        let (read, chunks) = mpsc::channel(READ_AHEAD);
+        tokio::spawn(cursor.read_all(read));
+        stream::try_unfold((chunks, convert), move |(mut chunks, convert)| {
+            let tablet = tablet.clone();
+            async move {
+                let Some(values) = chunks.recv().await.transpose()? else {
                     return Ok(None);
                 };
-                let (cursor, values) = reading.await?;
-                let Some(values) = values else {
-                    return Ok(None);
-                };
-                let tablet = cursor.reader.tablet.clone();
-                let next = cursor.read_next()?.map_or(Next::Done, Next::Reading);
                 let (convert, item) = tablet
                     .queue_read(move || {
                         let mut convert = convert;
@@ -117,21 +114,11 @@ impl SnapshotReader {
                         Ok((convert, item))
                     })?
                     .await?;
-                Ok(Some((item?, (next, convert))))
-            },
-        )
+                Ok(Some((item?, (chunks, convert))))
+            }
+        })
         .boxed()
     }
-}
-
-/// The rows of a chunk being read on the store's threads, and the cursor after them.
-type Reading = BoxFuture<'static, Result<(Cursor, Option<Vec<UserValue>>)>>;
-
-/// The next chunk of a chunked read: not asked for yet, being read, or past the end.
-enum Next {
-    Unread(Cursor),
-    Reading(Reading),
-    Done,
 }
 
 /// Where a chunked read of a snapshot stands.
@@ -145,18 +132,32 @@ struct Cursor {
 }
 
 impl Cursor {
-    /// Starts reading the chunk after this one on the store's threads; `None` once the
-    /// read is over.
-    fn read_next(mut self) -> Result<Option<Reading>> {
-        if self.remaining == 0 {
-            return Ok(None);
+    /// Reads chunk after chunk on the store's threads into `read`, until the last row, an
+    /// error (sent on), or the stream that takes them is gone.
+    async fn read_all(mut self, read: mpsc::Sender<Result<Vec<UserValue>>>) {
+        while self.remaining > 0 {
+            let tablet = self.reader.tablet.clone();
+            let chunk = async {
+                let reading = tablet.queue_read(move || {
+                    let values = self.next_values()?;
+                    Ok((self, values))
+                });
+                reading?.await
+            };
+            match chunk.await {
+                Ok((_, None)) => return,
+                Ok((cursor, Some(values))) => {
+                    if read.send(Ok(values)).await.is_err() {
+                        return;
+                    }
+                    self = cursor;
+                }
+                Err(error) => {
+                    let _ = read.send(Err(error)).await;
+                    return;
+                }
+            }
         }
-        let tablet = self.reader.tablet.clone();
-        let reading = tablet.queue_read(move || {
-            let values = self.next_values()?;
-            Ok((self, values))
-        })?;
-        Ok(Some(reading.boxed()))
     }
 
     /// The next chunk's stored rows; `None` past the last row.
