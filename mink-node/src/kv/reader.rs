@@ -18,8 +18,8 @@ use crate::error::Result;
 const PREALLOCATED_ROWS: usize = 8192;
 
 /// A chunk ends once its stored rows reach this many bytes, whatever rows it was asked
-/// for: what a stalled reader holds (a chunk read ahead, a chunk being sent) stays small
-/// however wide the rows.
+/// for: what a stalled reader holds (the chunks read ahead, a chunk being sent) stays
+/// small however wide the rows.
 pub const MAX_CHUNK_BYTES: usize = 8 << 20;
 
 /// Chunks a Snapshot read holds read ahead of the one being converted and sent (one more
