@@ -5,8 +5,10 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use fjall::{Readable, Snapshot, UserKey, UserValue};
+use futures::future;
 use futures::stream::{self, BoxStream, StreamExt as _};
 use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 
 use super::runs::{Merged, Run};
 use super::{KvTablet, decode_offset, kv_error};
@@ -22,9 +24,19 @@ const PREALLOCATED_ROWS: usize = 8192;
 /// small however wide the rows.
 pub const MAX_CHUNK_BYTES: usize = 8 << 20;
 
-/// Chunks a Snapshot read holds read ahead of the one being converted and sent (one more
-/// is being read).
+/// Chunks each key range of a Snapshot read holds read ahead of the one taken from it
+/// (one more is being read).
 const READ_AHEAD: usize = 1;
+
+/// Key ranges a Snapshot read reads at once: the one its chunks are taken from and the
+/// next.
+const PARTS_AT_ONCE: usize = 2;
+
+/// About how many chunks' rows a key range of a Snapshot read holds.
+const PART_CHUNKS: usize = 4;
+
+/// Key ranges a Snapshot read is split into, at most.
+const MAX_PARTS: usize = 1024;
 
 /// A point-in-time view of one KV tablet: the rows and the log offset they reflect.
 pub struct SnapshotReader {
@@ -75,13 +87,15 @@ impl SnapshotReader {
     ///
     /// Two kinds of short jobs on the store's read threads make the chunks: one reads a
     /// chunk's rows (continuing after the last key of the chunk before), one converts
-    /// them. A task on the runtime reads chunk after chunk, each job started as soon as
-    /// the one before is done, into a queue of [`READ_AHEAD`] chunks; the stream converts
-    /// each as it takes it. So the store reads the next chunks while one is converted and
-    /// sent, without waiting for the consumer to ask. A consumer that stops reading holds
-    /// no thread at all, only the snapshot, its last key and the chunks read ahead; a few
-    /// hundred stalled readers cannot starve the store's threads. Must be called within a
-    /// Tokio runtime.
+    /// them. A bucket of many rows is read as consecutive key ranges ([`Self::part_bounds`]),
+    /// [`PARTS_AT_ONCE`] at a time: a task on the runtime per range reads chunk after
+    /// chunk, each job started as soon as the one before is done, into a queue of
+    /// [`READ_AHEAD`] chunks, and the stream takes the ranges' chunks in key order and
+    /// converts each. So the store reads the next chunks, of this range and the next, on
+    /// both threads while one is converted and sent, without waiting for the consumer to
+    /// ask. A consumer that stops reading holds no thread at all, only the snapshot and
+    /// the chunks read ahead; a few hundred stalled readers cannot starve the store's
+    /// threads. Must be called within a Tokio runtime.
     pub fn into_chunks<T, F>(
         self,
         chunk: usize,
@@ -92,48 +106,144 @@ impl SnapshotReader {
         T: Send + 'static,
         F: FnMut(Vec<UserValue>) -> Result<T> + Send + 'static,
     {
+        let chunk = chunk.max(1);
+        let bounds = self.part_bounds(chunk);
+        self.read_parts(bounds, chunk, limit, convert)
+    }
+
+    /// Where the key ranges of a read in parts begin, after the first (which starts at
+    /// the first key): none for a bucket of fewer rows than two parts of
+    /// [`PART_CHUNKS`] chunks. The bounds split the span from the first key to the last
+    /// evenly, so ranges hold about as many rows where keys are spread evenly; any split
+    /// reads every row once.
+    fn part_bounds(&self, chunk: usize) -> Vec<UserKey> {
+        let buffered: usize = self.runs.iter().map(|run| run.len()).sum();
+        let rows = self.tablet.state.rows.approximate_len() + buffered;
+        let parts = (rows / chunk.saturating_mul(PART_CHUNKS)).min(MAX_PARTS);
+        if parts < 2 {
+            return Vec::new();
+        }
+        let keyspace = &self.tablet.state.rows;
+        // A key fjall fails to give is no bound; the read itself returns the error.
+        let stored = |guard: Option<fjall::Guard>| guard.and_then(|guard| guard.key().ok());
+        let first = (self.runs.iter().filter_map(|run| run.first_key()))
+            .chain(stored(self.snapshot.first_key_value(keyspace)).as_deref())
+            .min()
+            .map(<[u8]>::to_vec);
+        let last = (self.runs.iter().filter_map(|run| run.last_key()))
+            .chain(stored(self.snapshot.last_key_value(keyspace)).as_deref())
+            .max()
+            .map(<[u8]>::to_vec);
+        match (first, last) {
+            (Some(first), Some(last)) if first < last => split_span(&first, &last, parts),
+            _ => Vec::new(),
+        }
+    }
+
+    /// [`Self::into_chunks`], reading the key ranges that `bounds` (ascending) begin,
+    /// after the one before the first bound.
+    fn read_parts<T, F>(
+        self,
+        bounds: Vec<UserKey>,
+        chunk: usize,
+        limit: usize,
+        convert: F,
+    ) -> BoxStream<'static, Result<T>>
+    where
+        T: Send + 'static,
+        F: FnMut(Vec<UserValue>) -> Result<T> + Send + 'static,
+    {
         let tablet = self.tablet.clone();
-        let cursor = Cursor {
-            reader: self,
-            after: None,
-            remaining: limit,
-            chunk: chunk.max(1),
-        };
-        let (read, chunks) = mpsc::channel(READ_AHEAD);
-        tokio::spawn(cursor.read_all(read));
-        stream::try_unfold((chunks, convert), move |(mut chunks, convert)| {
-            let tablet = tablet.clone();
-            async move {
-                let Some(values) = chunks.recv().await.transpose()? else {
-                    return Ok(None);
-                };
-                let (convert, item) = tablet
-                    .queue_read(move || {
-                        let mut convert = convert;
-                        let item = convert(values);
-                        Ok((convert, item))
-                    })?
-                    .await?;
-                Ok(Some((item?, (chunks, convert))))
-            }
-        })
+        let reader = Arc::new(self);
+        let starts = std::iter::once(Bound::Unbounded)
+            .chain(bounds.clone().into_iter().map(Bound::Included));
+        let ends = bounds.into_iter().map(Some).chain(std::iter::once(None));
+        let parts = starts.zip(ends).map(move |(from, end)| {
+            let (read, chunks) = mpsc::channel(READ_AHEAD);
+            let cursor = Cursor {
+                reader: Arc::clone(&reader),
+                from,
+                end,
+                remaining: limit,
+                chunk,
+            };
+            tokio::spawn(cursor.read_all(read));
+            future::ready(ReceiverStream::new(chunks))
+        });
+        let chunks = stream::iter(parts)
+            .buffered(PARTS_AT_ONCE)
+            .flatten()
+            .boxed();
+        stream::try_unfold(
+            (chunks, convert, limit),
+            move |(mut chunks, convert, remaining)| {
+                let tablet = tablet.clone();
+                async move {
+                    if remaining == 0 {
+                        return Ok(None);
+                    }
+                    let Some(mut values) = chunks.next().await.transpose()? else {
+                        return Ok(None);
+                    };
+                    // Each range reads up to the limit: the first ranges' rows count.
+                    values.truncate(remaining);
+                    let remaining = remaining - values.len();
+                    let (convert, item) = tablet
+                        .queue_read(move || {
+                            let mut convert = convert;
+                            let item = convert(values);
+                            Ok((convert, item))
+                        })?
+                        .await?;
+                    Ok(Some((item?, (chunks, convert, remaining))))
+                }
+            },
+        )
         .boxed()
     }
 }
 
-/// Where a chunked read of a snapshot stands.
+/// `parts - 1` keys that split the span from `first` to `last` (`first < last`) into
+/// `parts` ranges of about equal width: ascending, each above `first` and below `last`.
+/// Keys are compared as bytes, so the span is measured on the eight bytes after the
+/// keys' common prefix.
+fn split_span(first: &[u8], last: &[u8], parts: usize) -> Vec<UserKey> {
+    let common = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+    let word = |key: &[u8]| {
+        let tail = &key[common..];
+        let mut word = [0; 8];
+        let len = tail.len().min(8);
+        word[..len].copy_from_slice(&tail[..len]);
+        u64::from_be_bytes(word)
+    };
+    let (low, high) = (word(first), word(last));
+    let step = (high - low) / parts as u64;
+    if step == 0 {
+        return Vec::new();
+    }
+    (1..parts as u64)
+        .map(|part| {
+            let bound = [&first[..common], &(low + step * part).to_be_bytes()].concat();
+            UserKey::from(bound)
+        })
+        .collect()
+}
+
+/// Where a chunked read of a snapshot's key range stands.
 struct Cursor {
-    reader: SnapshotReader,
-    /// The last key returned so far.
-    after: Option<UserKey>,
-    /// Rows still to return (0 once the store is exhausted).
+    reader: Arc<SnapshotReader>,
+    /// Where the next chunk starts: the range's start, then after the last key read.
+    from: Bound<UserKey>,
+    /// Where the range ends, excluded (`None`: past the last key).
+    end: Option<UserKey>,
+    /// Rows still to return (0 once the range is exhausted).
     remaining: usize,
     chunk: usize,
 }
 
 impl Cursor {
-    /// Reads chunk after chunk on the store's threads into `read`, until the last row, an
-    /// error (sent on), or the stream that takes them is gone.
+    /// Reads chunk after chunk on the store's threads into `read`, until the range's last
+    /// row, an error (sent on), or the stream that takes them is gone.
     async fn read_all(mut self, read: mpsc::Sender<Result<Vec<UserValue>>>) {
         while self.remaining > 0 {
             let tablet = self.reader.tablet.clone();
@@ -160,19 +270,23 @@ impl Cursor {
         }
     }
 
-    /// The next chunk's stored rows; `None` past the last row.
+    /// The next chunk's stored rows; `None` past the range's last row.
     fn next_values(&mut self) -> Result<Option<Vec<UserValue>>> {
         let take = self.chunk.min(self.remaining);
         let (snapshot, rows) = (&self.reader.snapshot, &self.reader.tablet.state.rows);
-        let (stored, start) = match &self.after {
-            None => (snapshot.iter(rows), Bound::Unbounded),
-            Some(key) => (
-                snapshot.range(rows, (Bound::Excluded(key.clone()), Bound::Unbounded)),
-                Bound::Excluded(key.as_ref()),
-            ),
+        let end = match &self.end {
+            Some(end) => Bound::Excluded(end.clone()),
+            None => Bound::Unbounded,
         };
+        let stored = snapshot.range(rows, (self.from.clone(), end));
         let stored = stored.map(fjall::Guard::into_inner);
-        let merged = Merged::new(stored, &self.reader.runs, start).rows();
+        let start = self.from.as_ref().map(|key| key.as_ref());
+        let merged = Merged::new(stored, &self.reader.runs, start)
+            .rows()
+            .take_while(|row| match (row, &self.end) {
+                (Ok((key, _)), Some(end)) => key < end,
+                _ => true,
+            });
         let mut values = Vec::with_capacity(take.min(PREALLOCATED_ROWS));
         let (mut last, mut bytes) = (None, 0);
         for row in merged.take(take) {
@@ -193,15 +307,24 @@ impl Cursor {
         if values.is_empty() {
             return Ok(None);
         }
-        self.after = last;
+        if let Some(last) = last {
+            self.from = Bound::Excluded(last);
+        }
         Ok(Some(values))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use futures::TryStreamExt as _;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
 
+    use fjall::UserKey;
+    use futures::TryStreamExt as _;
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+
+    use super::split_span;
+    use crate::kv::runs::Run;
     use crate::kv::{KvConfig, KvStore, KvTablet};
 
     /// A tablet holding the keys `0..keys`, key `k` with the value `k + 100`.
@@ -304,5 +427,121 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(rows, [3, 1]);
+    }
+
+    #[tokio::test]
+    async fn a_bucket_of_many_chunks_is_read_in_key_ranges_in_order() {
+        let (_dir, tablet) = tablet_with(150);
+        let reader = tablet.snapshot().unwrap();
+        assert!(
+            reader.part_bounds(3).len() > 4,
+            "150 rows in chunks of 3 are split"
+        );
+        let values: Vec<u8> = reader
+            .into_chunks(3, usize::MAX, |values| {
+                Ok(values.iter().map(|v| v[0]).collect::<Vec<u8>>())
+            })
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap()
+            .concat();
+        assert_eq!(values, (100..250).collect::<Vec<u8>>());
+    }
+
+    #[test]
+    fn a_span_splits_into_ascending_bounds_inside_it() {
+        let bounds = split_span(&[1, 0, 0], &[1, 200, 5], 4);
+        let bounds: Vec<&[u8]> = bounds.iter().map(|bound| bound.as_ref()).collect();
+        assert_eq!(bounds.len(), 3);
+        assert!(bounds.is_sorted(), "{bounds:?}");
+        assert!(
+            bounds
+                .iter()
+                .all(|&b| b > [1, 0, 0].as_slice() && b < [1, 200, 5].as_slice())
+        );
+        // A first key that is a prefix of the last; a span too narrow to split.
+        assert_eq!(
+            split_span(&[7], &[7, 0, 0, 0, 0, 0, 0, 0, 0, 9], 2).len(),
+            0
+        );
+        assert_eq!(split_span(&[7], &[7, 0, 0, 0, 0, 0, 0, 0, 1], 2).len(), 0);
+        assert_eq!(
+            split_span(&[7], &[7, 0, 0, 0, 0, 0, 0, 0, 2], 2),
+            [UserKey::from([7, 0, 0, 0, 0, 0, 0, 0, 1])]
+        );
+    }
+
+    /// Random stored rows, random runs over them (deletions too), random range bounds,
+    /// chunk sizes and limits: a read in parts returns every current row once, in key
+    /// order, up to the limit.
+    #[tokio::test]
+    async fn reads_in_key_ranges_return_the_rows_in_order_whatever_the_bounds() {
+        for seed in 0..60 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let dir = tempfile::tempdir().unwrap();
+            let tablet = KvStore::open(dir.path(), &KvConfig::default())
+                .unwrap()
+                .tablet("t")
+                .unwrap();
+            let key = |rng: &mut StdRng| vec![rng.random_range(0..4u8), rng.random::<u8>()];
+            let mut model = BTreeMap::<Vec<u8>, Vec<u8>>::new();
+            for _ in 0..rng.random_range(0..300) {
+                let key = key(&mut rng);
+                tablet
+                    .state
+                    .rows
+                    .insert(&key, [&key[..], &[0]].concat())
+                    .unwrap();
+                model.insert(key.clone(), [&key[..], &[0]].concat());
+            }
+            for version in 1..=rng.random_range(0..4u8) {
+                let mut entries: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+                for _ in 0..rng.random_range(0..100) {
+                    let key = key(&mut rng);
+                    let row = rng
+                        .random_bool(0.8)
+                        .then(|| [&key[..], &[version]].concat());
+                    entries.insert(key, row);
+                }
+                for (key, row) in &entries {
+                    match row {
+                        Some(row) => model.insert(key.clone(), row.clone()),
+                        None => model.remove(key),
+                    };
+                }
+                let entries: Vec<_> = entries.into_iter().collect();
+                tablet
+                    .buffer(Arc::new(Run::from_owned(&entries)), i64::from(version))
+                    .unwrap();
+            }
+            let mut bounds: Vec<Vec<u8>> =
+                (0..rng.random_range(0..6)).map(|_| key(&mut rng)).collect();
+            bounds.sort();
+            bounds.dedup();
+            let bounds = bounds.into_iter().map(UserKey::from).collect();
+            let (chunk, limit) = (
+                rng.random_range(1..8),
+                match rng.random_bool(0.7) {
+                    true => usize::MAX,
+                    false => rng.random_range(0..200),
+                },
+            );
+            let read: Vec<Vec<u8>> = tablet
+                .snapshot()
+                .unwrap()
+                .read_parts(bounds, chunk, limit, move |values| {
+                    assert!(!values.is_empty() && values.len() <= chunk);
+                    Ok(values
+                        .iter()
+                        .map(|value| value.to_vec())
+                        .collect::<Vec<_>>())
+                })
+                .try_collect::<Vec<_>>()
+                .await
+                .unwrap()
+                .concat();
+            let expected: Vec<Vec<u8>> = model.into_values().take(limit).collect();
+            assert_eq!(read, expected, "seed {seed}");
+        }
     }
 }

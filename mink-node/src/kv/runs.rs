@@ -261,6 +261,10 @@ impl Run {
         self.entries.bytes() + self.keys.num_bits() / 8
     }
 
+    pub(crate) fn first_key(&self) -> Option<&[u8]> {
+        self.entries.first_key()
+    }
+
     pub(crate) fn last_key(&self) -> Option<&[u8]> {
         self.entries.last_key()
     }
