@@ -1,5 +1,6 @@
 //! Snapshot reads: every row of a bucket's store in key order, as of one applied offset,
-//! read a chunk at a time as the consumer asks for it.
+//! read a chunk at a time a little ahead of the consumer, a large bucket over two key
+//! ranges at once.
 
 use std::ops::Bound;
 use std::sync::Arc;
