@@ -127,37 +127,11 @@ async fn append_figure(
     let mut rounds = Vec::with_capacity(ROUNDS);
     let mut file = None;
     for round in 1..=ROUNDS {
-        let mut baselines = Vec::with_capacity(modes.len());
-        for &mode in &modes {
-            let path = dir.join(format!("baseline-{mode:?}.arrows"));
-            let (batches, written_to) = (data.batches.clone(), path.clone());
-            let write = blocking(move || write_ipc(&written_to, &batches, mode));
-            let (written, elapsed, cpu) = measure_with_cpu(mode.label(), write).await?;
-            baselines.push(Timed { elapsed, cpu });
-            file.get_or_insert(IpcFile {
-                path,
-                bytes: written.bytes,
-            });
-        }
-        let mut appends = Vec::with_capacity(APPEND_BUCKETS.len());
-        for buckets in APPEND_BUCKETS {
-            // The last round's tables stay: the scan figure reads the 1-bucket one.
-            let path = match round {
-                ROUNDS => log_table(buckets),
-                round => TablePath::new("bench", format!("log{buckets}_round{round}")),
-            };
-            let table = create_table(&running.client, &path, buckets, &data.schema, &[]).await?;
-            let parts = split(&data.batches, buckets);
-            let append = append_parts(&running.client, &path, parts);
-            let ((), elapsed, cpu) = measure_with_cpu(&append_label(buckets), append).await?;
-            appends.push(Timed { elapsed, cpu });
-            if round != ROUNDS {
-                running.client.drop_table_instance(&table).await?;
-            }
-        }
-        rounds.push(AppendRound { baselines, appends });
+        let (times, written) = append_round(running, data, dir, &modes, round).await?;
+        rounds.push(times);
+        file.get_or_insert(written);
     }
-    let file = file.ok_or_else(|| BenchError::Usage("no baseline was written".into()))?;
+    let file = file.ok_or_else(|| BenchError::Usage("no rounds".into()))?;
     let throughput = |times: Vec<Duration>| Throughput::new(data.rows, file.bytes, median(times));
     for (index, mode) in modes.iter().enumerate() {
         let times = rounds.iter().map(|round| round.baselines[index].elapsed);
@@ -181,6 +155,49 @@ async fn append_figure(
         report_cpu_per_row(&cpu_label, modes[0].label(), data.rows, &cpu);
     }
     Ok(file)
+}
+
+/// Round `round` of [`append_figure`]: the IPC file written in each of `modes`, then the
+/// batches appended to a fresh table of each bucket count (dropped after, but in the last
+/// round). Returns the times and the first mode's file.
+async fn append_round(
+    running: &Running,
+    data: &Data,
+    dir: &Path,
+    modes: &[Fsync],
+    round: usize,
+) -> Result<(AppendRound, IpcFile), BenchError> {
+    let mut baselines = Vec::with_capacity(modes.len());
+    let mut file = None;
+    for &mode in modes {
+        let path = dir.join(format!("baseline-{mode:?}.arrows"));
+        let (batches, written_to) = (data.batches.clone(), path.clone());
+        let write = blocking(move || write_ipc(&written_to, &batches, mode));
+        let (written, elapsed, cpu) = measure_with_cpu(mode.label(), write).await?;
+        baselines.push(Timed { elapsed, cpu });
+        file.get_or_insert(IpcFile {
+            path,
+            bytes: written.bytes,
+        });
+    }
+    let file = file.ok_or_else(|| BenchError::Usage("no baseline was written".into()))?;
+    let mut appends = Vec::with_capacity(APPEND_BUCKETS.len());
+    for buckets in APPEND_BUCKETS {
+        // The last round's tables stay: the scan figure reads the 1-bucket one.
+        let path = match round {
+            ROUNDS => log_table(buckets),
+            round => TablePath::new("bench", format!("log{buckets}_round{round}")),
+        };
+        let table = create_table(&running.client, &path, buckets, &data.schema, &[]).await?;
+        let parts = split(&data.batches, buckets);
+        let append = append_parts(&running.client, &path, parts);
+        let ((), elapsed, cpu) = measure_with_cpu(&append_label(buckets), append).await?;
+        appends.push(Timed { elapsed, cpu });
+        if round != ROUNDS {
+            running.client.drop_table_instance(&table).await?;
+        }
+    }
+    Ok((AppendRound { baselines, appends }, file))
 }
 
 /// A round of [`append_figure`]: per baseline mode and per bucket count, its times.
