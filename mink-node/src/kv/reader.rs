@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use fjall::{Readable, Snapshot, UserKey, UserValue};
 use futures::future;
-use futures::stream::{self, BoxStream, StreamExt as _};
+use futures::stream::{self, BoxStream, StreamExt as _, TryStreamExt as _};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -108,8 +108,20 @@ impl SnapshotReader {
         F: FnMut(Vec<UserValue>) -> Result<T> + Send + 'static,
     {
         let chunk = chunk.max(1);
-        let bounds = self.part_bounds(chunk);
-        self.read_parts(bounds, chunk, limit, convert)
+        let tablet = self.tablet.clone();
+        // Splitting reads fjall's first and last keys: on a read thread too.
+        let split = async move {
+            let (reader, bounds) = tablet
+                .queue_read(move || {
+                    let bounds = self.part_bounds(chunk);
+                    Ok((self, bounds))
+                })?
+                .await?;
+            let chunks: Result<BoxStream<'static, Result<T>>> =
+                Ok(reader.read_parts(bounds, chunk, limit, convert));
+            chunks
+        };
+        stream::once(split).try_flatten().boxed()
     }
 
     /// Where the key ranges of a read in parts begin, after the first (which starts at
