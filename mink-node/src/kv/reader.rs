@@ -91,9 +91,8 @@ impl SnapshotReader {
     /// them. A bucket of many rows is read as consecutive key ranges ([`Self::part_bounds`]),
     /// [`PARTS_AT_ONCE`] at a time: a task on the runtime per range reads chunk after
     /// chunk, each job started as soon as the one before is done, into a queue of
-    /// [`READ_AHEAD`] chunks, and the stream takes the ranges' rows in key order, in the
-    /// chunks one read of the whole store would make (a range's short last chunk is
-    /// filled up from the next range), and converts each. So the store reads the next chunks, of this range and the next, on
+    /// [`READ_AHEAD`] chunks, and the stream takes the ranges' chunks in key order and
+    /// converts each. So the store reads the next chunks, of this range and the next, on
     /// both threads while one is converted and sent, without waiting for the consumer to
     /// ask. A consumer that stops reading holds no thread at all, only the snapshot and
     /// the chunks read ahead; a few hundred stalled readers cannot starve the store's
@@ -189,27 +188,19 @@ impl SnapshotReader {
             .flatten()
             .boxed();
         stream::try_unfold(
-            (chunks, convert, limit, Vec::new()),
-            move |(mut chunks, convert, remaining, mut carried)| {
+            (chunks, convert, limit),
+            move |(mut chunks, convert, remaining)| {
                 let tablet = tablet.clone();
                 async move {
-                    // A range's last chunk can be short: the next range's rows fill it up,
-                    // so the chunks are those one read of the whole store would make.
-                    // Each range reads up to the limit: the first ranges' rows count.
-                    let rows = chunk.min(remaining);
-                    while carried.len() < rows && !reaches_byte_bound(&carried) {
-                        match chunks.next().await.transpose()? {
-                            Some(values) => carried.extend(values),
-                            None => break,
-                        }
-                    }
-                    let taken = chunk_len(&carried, rows);
-                    if taken == 0 {
+                    if remaining == 0 {
                         return Ok(None);
                     }
-                    let rest = carried.split_off(taken);
-                    let values = std::mem::replace(&mut carried, rest);
-                    let remaining = remaining - taken;
+                    let Some(mut values) = chunks.next().await.transpose()? else {
+                        return Ok(None);
+                    };
+                    // Each range reads up to the limit: the first ranges' rows count.
+                    values.truncate(remaining);
+                    let remaining = remaining - values.len();
                     let (convert, item) = tablet
                         .queue_read(move || {
                             let mut convert = convert;
@@ -217,28 +208,12 @@ impl SnapshotReader {
                             Ok((convert, item))
                         })?
                         .await?;
-                    Ok(Some((item?, (chunks, convert, remaining, carried))))
+                    Ok(Some((item?, (chunks, convert, remaining))))
                 }
             },
         )
         .boxed()
     }
-}
-
-/// How many of `values` the next chunk takes: up to `rows`, ending early with the value
-/// that brings the chunk's bytes to [`MAX_CHUNK_BYTES`], as one read of the store chunks.
-fn chunk_len(values: &[UserValue], rows: usize) -> usize {
-    let mut bytes = 0;
-    let within = values.iter().take(rows).position(|value| {
-        bytes += value.len();
-        bytes >= MAX_CHUNK_BYTES
-    });
-    within.map_or(values.len().min(rows), |last| last + 1)
-}
-
-/// Whether `values` reach [`MAX_CHUNK_BYTES`]: a chunk of them would end.
-fn reaches_byte_bound(values: &[UserValue]) -> bool {
-    values.iter().map(|value| value.len()).sum::<usize>() >= MAX_CHUNK_BYTES
 }
 
 /// `parts - 1` keys that split the span from `first` to `last` (`first < last`) into
@@ -566,25 +541,22 @@ mod tests {
                     false => rng.random_range(0..200),
                 },
             );
-            let read = async |bounds| -> Vec<Vec<Vec<u8>>> {
-                tablet
-                    .snapshot()
-                    .unwrap()
-                    .read_parts(bounds, chunk, limit, move |values| {
-                        assert!(!values.is_empty() && values.len() <= chunk);
-                        Ok(values.iter().map(|value| value.to_vec()).collect())
-                    })
-                    .try_collect()
-                    .await
-                    .unwrap()
-            };
-            let chunks = read(bounds).await;
+            let read: Vec<Vec<u8>> = tablet
+                .snapshot()
+                .unwrap()
+                .read_parts(bounds, chunk, limit, move |values| {
+                    assert!(!values.is_empty() && values.len() <= chunk);
+                    Ok(values
+                        .iter()
+                        .map(|value| value.to_vec())
+                        .collect::<Vec<_>>())
+                })
+                .try_collect::<Vec<_>>()
+                .await
+                .unwrap()
+                .concat();
             let expected: Vec<Vec<u8>> = model.into_values().take(limit).collect();
-            assert!(chunks.concat() == expected, "seed {seed}: the rows");
-            assert!(
-                chunks == read(Vec::new()).await,
-                "seed {seed}: as one range chunks them"
-            );
+            assert_eq!(read, expected, "seed {seed}");
         }
     }
 }
