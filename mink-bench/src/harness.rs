@@ -295,15 +295,24 @@ pub(crate) async fn measure<T>(
     Ok((output, elapsed))
 }
 
-/// Runs `work` as [`measure`] does; returns also the CPU time the process used meanwhile
-/// (all its threads: the node's and the client's, background work included).
+/// How long some work took, and the CPU time the process used meanwhile.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timed {
+    pub(crate) elapsed: Duration,
+    /// On all the process's threads (the node's and the client's, background work
+    /// included): what the work cost, however the machine schedules it.
+    pub(crate) cpu: Duration,
+}
+
+/// Runs `work` as [`measure`] does; returns also the CPU time the process used meanwhile.
 pub(crate) async fn measure_with_cpu<T>(
     what: &str,
     work: impl Future<Output = Result<T, BenchError>>,
-) -> Result<(T, Duration, Duration), BenchError> {
+) -> Result<(T, Timed), BenchError> {
     let cpu = process_cpu_time();
     let (output, elapsed) = measure(what, work).await?;
-    Ok((output, elapsed, process_cpu_time().saturating_sub(cpu)))
+    let cpu = process_cpu_time().saturating_sub(cpu);
+    Ok((output, Timed { elapsed, cpu }))
 }
 
 /// The CPU time the process has used so far, on all its threads.

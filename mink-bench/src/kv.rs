@@ -67,7 +67,7 @@ use rand::seq::SliceRandom;
 use crate::data::{BATCH_ROWS, Data, ipc_len, make_batch, seeded};
 use crate::error::BenchError;
 use crate::harness::{
-    CALL_WARMUP, NodeArgs, ROUNDS, Running, Scratch, Throughput, append_parts, buckets_of,
+    CALL_WARMUP, NodeArgs, ROUNDS, Running, Scratch, Throughput, Timed, append_parts, buckets_of,
     check_logged, check_rows, create_table, measure, measure_with_cpu, median, paired_latency,
     report, report_cpu_per_row, report_rounds, scan_bucket, write_batches,
 };
@@ -168,8 +168,10 @@ async fn upsert_figure(
     let (times, kv) = upsert_round(client, data, buckets, "kv").await?;
     rounds.push(times);
     for (index, phase) in data.phases().into_iter().enumerate() {
-        let times = |of: fn(&PhaseTimes) -> (Duration, Duration)| -> Vec<(Duration, Duration)> {
-            rounds.iter().map(|round| of(&round[index])).collect()
+        let times = |of: fn(&Timed) -> Duration| -> Vec<(Duration, Duration)> {
+            (rounds.iter())
+                .map(|round| (of(&round[index].log), of(&round[index].upsert)))
+                .collect()
         };
         let size = (phase.rows.rows, ipc_len(&phase.rows.batches)?);
         let baseline_label = format!("baseline log write: {}", phase.name);
@@ -177,14 +179,14 @@ async fn upsert_figure(
             [&baseline_label, phase.label],
             "log write",
             size,
-            &times(|round| round.elapsed),
+            &times(|timed| timed.elapsed),
         );
         let cpu_label = format!("{}, CPU", phase.label);
         report_cpu_per_row(
             &cpu_label,
             "log write",
             phase.rows.rows,
-            &times(|round| round.cpu),
+            &times(|timed| timed.cpu),
         );
     }
     Ok(kv)
@@ -223,12 +225,10 @@ async fn snapshot_rows(client: &MinkClient, bucket: &BucketId) -> Result<usize, 
     Ok(rows)
 }
 
-/// A round's `(log write, upserts)` times of a phase of [`upsert_figure`].
+/// A round's times of a phase of [`upsert_figure`]: of the log write, of the upserts.
 struct PhaseTimes {
-    elapsed: (Duration, Duration),
-    /// The CPU time the process used meanwhile, on all its threads (the node's and the
-    /// client's): what the writes cost, however the machine schedules them.
-    cpu: (Duration, Duration),
+    log: Timed,
+    upsert: Timed,
 }
 
 /// A phase of [`upsert_figure`].
@@ -261,24 +261,21 @@ async fn upsert_round(
     for phase in data.phases() {
         let write = write_batches(client, &log, &phase.rows.batches);
         let what = format!("log write: {} ({name})", phase.name);
-        let ((), elapsed, cpu) = measure_with_cpu(&what, write).await?;
-        log_times.push((elapsed, cpu));
+        let ((), timed) = measure_with_cpu(&what, write).await?;
+        log_times.push(timed);
     }
     check_logged(client, &log, data.load.rows + data.upserts.rows).await?;
     client.drop_table_instance(&log).await?;
     let mut changelog_rows = 0;
     let mut times = Vec::new();
-    for (phase, (log, log_cpu)) in data.phases().into_iter().zip(log_times) {
+    for (phase, log) in data.phases().into_iter().zip(log_times) {
         let write = write_batches(client, &kv, &phase.rows.batches);
         let what = format!("upsert: {} ({name})", phase.name);
-        let ((), upsert, upsert_cpu) = measure_with_cpu(&what, write).await?;
+        let ((), upsert) = measure_with_cpu(&what, write).await?;
         // Rows that update a key log -U and +U, inserts +I.
         changelog_rows += phase.rows.rows + phase.updates;
         check_logged(client, &kv, changelog_rows).await?;
-        times.push(PhaseTimes {
-            elapsed: (log, upsert),
-            cpu: (log_cpu, upsert_cpu),
-        });
+        times.push(PhaseTimes { log, upsert });
     }
     Ok((times, kv))
 }

@@ -56,7 +56,7 @@ use tokio::task::JoinSet;
 use crate::data::{BATCH_ROWS, Data, make_batch, seeded};
 use crate::error::BenchError;
 use crate::harness::{
-    Latency, NodeArgs, ROUNDS, Running, Throughput, append_parts, blocking, check_rows,
+    Latency, NodeArgs, ROUNDS, Running, Throughput, Timed, append_parts, blocking, check_rows,
     create_table, measure, measure_with_cpu, median, prepare, ratio_of_rounds, report,
     report_cpu_per_row, scan_bucket, split,
 };
@@ -173,8 +173,8 @@ async fn append_round(
         let path = dir.join(format!("baseline-{mode:?}.arrows"));
         let (batches, written_to) = (data.batches.clone(), path.clone());
         let write = blocking(move || write_ipc(&written_to, &batches, mode));
-        let (written, elapsed, cpu) = measure_with_cpu(mode.label(), write).await?;
-        baselines.push(Timed { elapsed, cpu });
+        let (written, timed) = measure_with_cpu(mode.label(), write).await?;
+        baselines.push(timed);
         file.get_or_insert(IpcFile {
             path,
             bytes: written.bytes,
@@ -191,8 +191,8 @@ async fn append_round(
         let table = create_table(&running.client, &path, buckets, &data.schema, &[]).await?;
         let parts = split(&data.batches, buckets);
         let append = append_parts(&running.client, &path, parts);
-        let ((), elapsed, cpu) = measure_with_cpu(&append_label(buckets), append).await?;
-        appends.push(Timed { elapsed, cpu });
+        let ((), timed) = measure_with_cpu(&append_label(buckets), append).await?;
+        appends.push(timed);
         if round != ROUNDS {
             running.client.drop_table_instance(&table).await?;
         }
@@ -204,14 +204,6 @@ async fn append_round(
 struct AppendRound {
     baselines: Vec<Timed>,
     appends: Vec<Timed>,
-}
-
-/// How long a write took, and the CPU time the process used meanwhile (on all its
-/// threads: the node's and the client's).
-#[derive(Debug, Clone, Copy)]
-struct Timed {
-    elapsed: Duration,
-    cpu: Duration,
 }
 
 fn append_label(buckets: u32) -> String {
