@@ -85,10 +85,11 @@ impl Entries {
         (self.spans).extend(later.spans.iter().map(|span| span.shifted(shift)));
     }
 
-    /// The entries of `entries`, which are sorted by key, each key once.
-    fn from_sorted<'a>(entries: impl IntoIterator<Item = Entry<'a>>) -> Self {
+    /// The entries of `entries`, which are sorted by key, each key once, in room made at
+    /// once for `data_bytes` bytes of keys and rows.
+    fn from_sorted<'a>(entries: impl IntoIterator<Item = Entry<'a>>, data_bytes: usize) -> Self {
         let entries = entries.into_iter();
-        let mut built = Self::with_capacity(entries.size_hint().0, 0);
+        let mut built = Self::with_capacity(entries.size_hint().0, data_bytes);
         entries.for_each(|entry| built.push(entry));
         built
     }
@@ -127,9 +128,14 @@ impl Entries {
         self.spans.is_empty()
     }
 
+    /// The bytes of the entries' keys and rows.
+    pub(crate) fn data_bytes(&self) -> usize {
+        self.data.len()
+    }
+
     /// About the memory the entries hold.
     fn bytes(&self) -> usize {
-        self.data.len() + self.spans.len() * size_of::<Span>()
+        self.data_bytes() + self.spans.len() * size_of::<Span>()
     }
 
     pub(crate) fn last_key(&self) -> Option<&[u8]> {
@@ -177,28 +183,22 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    /// A run of `entries`, which are sorted by key, each key once.
-    pub(crate) fn from_sorted<'a>(entries: impl IntoIterator<Item = Entry<'a>>) -> Self {
-        Self::new(Entries::from_sorted(entries))
-    }
-
     /// A run of owned `(key, row)` pairs, sorted by key, each key once.
     #[cfg(test)]
     pub(crate) fn from_owned(entries: &[(Vec<u8>, Option<Vec<u8>>)]) -> Self {
-        Self::from_sorted(
-            entries
-                .iter()
-                .map(|(key, row)| (key.as_slice(), row.as_deref())),
-        )
+        let entries = (entries.iter()).map(|(key, row)| (key.as_slice(), row.as_deref()));
+        Self::new(Entries::from_sorted(entries, 0))
     }
 
     /// One run of `older`'s and `newer`'s entries (each sorted by key, each key once); a
-    /// key in both keeps `newer`'s row.
+    /// key in both keeps `newer`'s row. `data_bytes`: the bytes of their keys and rows
+    /// (at most), which the run makes room for at once.
     pub(crate) fn from_merged<'a>(
         older: impl IntoIterator<Item = Entry<'a>>,
         newer: impl IntoIterator<Item = Entry<'a>>,
+        data_bytes: usize,
     ) -> Self {
-        Self::from_sorted(merge_sorted(older, newer))
+        Self::new(Entries::from_sorted(merge_sorted(older, newer), data_bytes))
     }
 
     /// Whether each of `runs`' keys are above those of the runs before it (an ascending
@@ -217,7 +217,7 @@ impl Run {
     /// One run of the entries of `runs`, oldest first; a key in several keeps the newest
     /// run's row. Each entry is copied once, however many runs there are.
     pub(crate) fn merge(runs: &[Arc<Run>]) -> Self {
-        let data_bytes = runs.iter().map(|run| run.entries.data.len()).sum();
+        let data_bytes = runs.iter().map(|run| run.entries.data_bytes()).sum();
         let mut entries =
             Entries::with_capacity(runs.iter().map(|run| run.len()).sum(), data_bytes);
         if Self::ascending(runs) {

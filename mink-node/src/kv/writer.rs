@@ -142,7 +142,13 @@ impl StagedRows {
             .map(|(key, row)| (key.as_slice(), row.as_deref()))
             .collect();
         replaced.sort_unstable_by_key(|(key, _)| *key);
-        Run::from_merged(merge_newest(&self.inserted), replaced)
+        let data_bytes = (self.inserted.iter())
+            .map(Entries::data_bytes)
+            .sum::<usize>()
+            + (replaced.iter())
+                .map(|(key, row)| key.len() + row.map_or(0, <[u8]>::len))
+                .sum::<usize>();
+        Run::from_merged(merge_newest(&self.inserted), replaced, data_bytes)
     }
 }
 
