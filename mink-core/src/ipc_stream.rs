@@ -9,7 +9,9 @@
 //!
 //! A Flight `FlightData` carries exactly one such message: its `data_header` is the header,
 //! its `data_body` the body. So the messages of a stored stream can be sent as they are,
-//! and a stream's headers can be judged before anything decodes them ([`crate::ipc_guard`]).
+//! a stream's headers can be judged before anything decodes them ([`crate::ipc_guard`]),
+//! and the messages a client sent can be written into a stream as they are
+//! ([`write_message`], [`END_OF_STREAM`]).
 //!
 //! # Examples
 //!
@@ -32,6 +34,37 @@ use std::ops::Range;
 use arrow::ipc::{MessageHeader, root_as_message};
 
 use crate::{CoreError, Result};
+
+const CONTINUATION: [u8; 4] = [0xff; 4];
+
+/// The marker that ends a stream: a continuation and a header length of zero.
+pub const END_OF_STREAM: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+
+/// Bytes [`write_message`] writes for a message of a `header`-byte header and a
+/// `body`-byte body.
+pub fn message_len(header: usize, body: usize) -> usize {
+    8 + header.next_multiple_of(8) + body
+}
+
+/// Appends one message to a stream: the continuation, the header's length, the header
+/// padded with zeros to a multiple of 8 bytes (so the body starts 8-aligned, as the
+/// format asks), and the body.
+///
+/// # Errors
+///
+/// [`CoreError::InvalidRequest`] when the header is 2 GiB or more.
+pub fn write_message(out: &mut Vec<u8>, header: &[u8], body: &[u8]) -> Result<()> {
+    let padded = header.len().next_multiple_of(8);
+    let length = i32::try_from(padded)
+        .map_err(|_| CoreError::InvalidRequest("an Arrow IPC header of 2 GiB or more".into()))?;
+    out.reserve(message_len(header.len(), body.len()));
+    out.extend_from_slice(&CONTINUATION);
+    out.extend_from_slice(&length.to_le_bytes());
+    out.extend_from_slice(header);
+    out.resize(out.len() + padded - header.len(), 0);
+    out.extend_from_slice(body);
+    Ok(())
+}
 
 /// One message of an IPC stream: where its header and its body are in the stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +103,6 @@ pub fn messages(bytes: &[u8]) -> impl Iterator<Item = Result<IpcMessage>> + '_ {
 
 /// The message at `at` and where the next one starts; `None` at the end-of-stream marker.
 fn next_message(bytes: &[u8], mut at: usize) -> Result<Option<(IpcMessage, usize)>> {
-    const CONTINUATION: [u8; 4] = [0xff; 4];
     let truncated = || CoreError::InvalidRequest("a truncated Arrow IPC stream".into());
     if bytes.get(at..at.saturating_add(4)) == Some(&CONTINUATION[..]) {
         at += 4;
@@ -121,10 +153,31 @@ mod tests {
         assert_eq!((found[0].header.start, found[0].body.len()), (8, 0));
         assert_eq!(found[1].header.start, found[0].body.end + 8);
         assert!(found[1].body.len() >= 16, "the two values, padded");
-        assert_eq!(
-            &stream[found[1].body.end..],
-            [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]
-        );
+        assert_eq!(&stream[found[1].body.end..], END_OF_STREAM);
+    }
+
+    #[test]
+    fn messages_written_again_make_a_stream_that_decodes_to_the_same_batch() {
+        let stream = stream();
+        let mut copy = Vec::new();
+        for message in messages(&stream) {
+            let message = message.unwrap();
+            // A header one byte past a multiple of 8 (a flatbuffer may be followed by
+            // anything): written again, it is padded again.
+            let mut header = stream[message.header].to_vec();
+            header.push(0);
+            write_message(&mut copy, &header, &stream[message.body]).unwrap();
+            assert_eq!(copy.len() % 8, 0);
+        }
+        copy.extend_from_slice(&END_OF_STREAM);
+        let decode = |bytes: &[u8]| {
+            arrow::ipc::reader::StreamReader::try_new(bytes, None)
+                .unwrap()
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .unwrap()
+        };
+        assert_eq!(decode(&copy), decode(&stream));
+        assert_eq!(message_len(5, 16), 8 + 8 + 16);
     }
 
     #[test]

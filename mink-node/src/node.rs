@@ -35,7 +35,7 @@ use tracing::info;
 
 use crate::error::{NodeError, Result};
 use crate::kv::{Found, KvConfig, KvTablet, encode_keys, lookup, prefix_lookup};
-use crate::log::{LogConfig, LogTablet, Write, WriteOp, WriteStream, WriterTag};
+use crate::log::{LogConfig, LogTablet, SentBatch, Write, WriteOp, WriteStream, WriterTag};
 use crate::metadata::Metadata;
 use crate::union::{FoldedTail, LocatedTail};
 
@@ -544,11 +544,13 @@ impl Node {
     ///
     /// `stream` is the DoPut stream the batch belongs to (see [`WriteStream`]): once a
     /// write of the stream is refused or fails in the log, none of its later writes is
-    /// written. `None` for a write on its own.
+    /// written. `None` for a write on its own. A batch that comes with the IPC message a
+    /// client sent it in ([`SentBatch`]) is stored as that message when it is stored
+    /// unchanged.
     pub async fn write(
         &self,
         bucket: &BucketId,
-        batch: RecordBatch,
+        batch: impl Into<SentBatch>,
         delete: bool,
         stream: Option<&WriteStream>,
     ) -> Result<AppendAck> {
@@ -560,11 +562,12 @@ impl Node {
     pub async fn write_as(
         &self,
         bucket: &BucketId,
-        batch: RecordBatch,
+        batch: impl Into<SentBatch>,
         delete: bool,
         stream: Option<&WriteStream>,
         writer: Option<WriterTag>,
     ) -> Result<AppendAck> {
+        let SentBatch { batch, message } = batch.into();
         let state = self.table(&TablePath::parse(&bucket.table)?)?;
         let table = state.descriptor();
         check_bucket_address(&table, bucket)?;
@@ -592,6 +595,8 @@ impl Node {
         }
         let target = self.bucket_for_write(&state, &table, bucket)?;
         let write = Write {
+            // Keys to delete are a batch of their own, not the one sent.
+            sent: message.filter(|_| !delete),
             op,
             table,
             stream: stream.cloned(),

@@ -23,7 +23,6 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
@@ -185,9 +184,7 @@ impl FlightService for MinkFlightService {
             .chain(input)
             .map(|data| data.and_then(put::check_flight_data))
             .map_err(|status| FlightError::Tonic(Box::new(status)));
-        let batches = FlightRecordBatchStream::new_from_flight_data(data)
-            .map_err(flight_error_to_status)
-            .boxed();
+        let batches = put::sent_batches(data).boxed();
         let node = Arc::clone(&self.node);
         let start = move |batch, stream: WriteStream| {
             let node = Arc::clone(&node);

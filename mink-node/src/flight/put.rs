@@ -34,18 +34,20 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use arrow::array::RecordBatch;
 use arrow_flight::FlightData;
+use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
+use arrow_flight::error::FlightError;
 use futures::future::{self, BoxFuture};
 use futures::stream::FuturesOrdered;
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use mink_core::ipc_guard;
 use tonic::Status;
 
+use super::flight_error_to_status;
 #[cfg(doc)]
 use super::limits::PUT_PIPELINE;
 use crate::error::NodeError;
-use crate::log::WriteStream;
+use crate::log::{SentBatch, WriteStream};
 
 /// Refuses a FlightData whose IPC header declares compression, before any decoder sees
 /// it. A message without a header (a descriptor only) passes: nothing in it is decoded.
@@ -54,6 +56,32 @@ pub(super) fn check_flight_data(data: FlightData) -> Result<FlightData, Status> 
         ipc_guard::check_header(&data.data_header).map_err(NodeError::from)?;
     }
     Ok(data)
+}
+
+/// The batches of a DoPut stream, each with the message it came in (see [`SentBatch`]):
+/// one schema message first, then record batch messages (dictionaries between them).
+pub(super) fn sent_batches(
+    data: impl Stream<Item = Result<FlightData, FlightError>> + Send + 'static,
+) -> impl Stream<Item = Result<SentBatch, Status>> {
+    let mut schema_seen = false;
+    FlightDataDecoder::new(data)
+        .map_err(flight_error_to_status)
+        .try_filter_map(move |decoded| {
+            let batch = match decoded.payload {
+                DecodedPayload::Schema(_) if schema_seen => Err(Status::invalid_argument(
+                    "a DoPut stream has one schema message",
+                )),
+                DecodedPayload::Schema(_) => {
+                    schema_seen = true;
+                    Ok(None)
+                }
+                DecodedPayload::None => Ok(None),
+                DecodedPayload::RecordBatch(batch) => {
+                    Ok(Some(SentBatch::from_flight(decoded.inner, batch)))
+                }
+            };
+            future::ready(batch)
+        })
 }
 
 /// The acknowledgements of a DoPut stream: `start` begins the write of one batch, a
@@ -80,10 +108,10 @@ impl<I, S, T> std::fmt::Debug for Pipeline<I, S, T> {
     }
 }
 
-impl<I, S, T> Pipeline<I, S, T>
+impl<I, B, S, T> Pipeline<I, S, T>
 where
-    I: Stream<Item = Result<RecordBatch, Status>> + Unpin,
-    S: FnMut(RecordBatch, WriteStream) -> BoxFuture<'static, Result<T, Status>> + Unpin,
+    I: Stream<Item = Result<B, Status>> + Unpin,
+    S: FnMut(B, WriteStream) -> BoxFuture<'static, Result<T, Status>> + Unpin,
     T: Send + 'static,
 {
     /// A pipeline of at most `depth` writes in flight over the decoded `input`.
@@ -130,10 +158,10 @@ where
     }
 }
 
-impl<I, S, T> Stream for Pipeline<I, S, T>
+impl<I, B, S, T> Stream for Pipeline<I, S, T>
 where
-    I: Stream<Item = Result<RecordBatch, Status>> + Unpin,
-    S: FnMut(RecordBatch, WriteStream) -> BoxFuture<'static, Result<T, Status>> + Unpin,
+    I: Stream<Item = Result<B, Status>> + Unpin,
+    S: FnMut(B, WriteStream) -> BoxFuture<'static, Result<T, Status>> + Unpin,
     T: Send + 'static,
 {
     type Item = Result<T, Status>;
@@ -174,7 +202,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
-    use arrow::array::{AsArray, Int64Array};
+    use arrow::array::{AsArray, Int64Array, RecordBatch};
     use arrow::datatypes::Int64Type;
     use futures::stream;
 
@@ -311,6 +339,7 @@ mod tests {
                         table,
                         stream,
                         writer: None,
+                        sent: None,
                     })
                     .await?;
                 Ok::<_, Status>(ack.base_offset)

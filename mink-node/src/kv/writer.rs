@@ -338,6 +338,7 @@ impl KvWriter {
             changes: Some(vec![ChangeType::Insert as u8; batch.num_rows()]),
             batch,
             writer: None,
+            sent: None,
         }
     }
 
@@ -409,6 +410,7 @@ impl KvWriter {
             batch: changelog,
             changes: Some(changes),
             writer: None,
+            sent: None,
         }))
     }
 }
@@ -417,8 +419,11 @@ impl Changelog for KvWriter {
     fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>> {
         self.refresh(&write.table)?;
         let changelog = self.changelog(&write.op)?;
+        // A changelog that is the written batch itself (new keys alone) is stored as the
+        // client sent it; any other is encoded (see `SentMessage::describes`).
         Ok(changelog.map(|stored| StoredBatch {
             writer: write.writer,
+            sent: write.sent.clone(),
             ..stored
         }))
     }
@@ -577,6 +582,7 @@ mod tests {
                 table: Arc::clone(&self.table),
                 stream: None,
                 writer: None,
+                sent: None,
             };
             self.writer
                 .prepare(&write)
@@ -703,6 +709,7 @@ mod tests {
             table: Arc::clone(table),
             stream: None,
             writer: None,
+            sent: None,
         };
         f.writer
             .prepare(&write(WriteOp::Upsert(batch), &newer))
@@ -999,6 +1006,7 @@ mod tests {
             table: Arc::clone(&f.table),
             stream: None,
             writer: None,
+            sent: None,
         };
         let error = f.writer.prepare(&write).unwrap_err();
         assert!(
@@ -1028,6 +1036,7 @@ mod tests {
             table: Arc::clone(&f.table),
             stream: None,
             writer: None,
+            sent: None,
         };
         let stored = f.writer.prepare(&write).unwrap().unwrap();
         assert_eq!(stored.batch.schema(), *f.table.schema());
@@ -1060,6 +1069,7 @@ mod tests {
                 table: Arc::clone(&source.table),
                 stream: None,
                 writer: None,
+                sent: None,
             };
             let stored = source.writer.prepare(&write).unwrap().unwrap();
             let rows = stored.batch.num_rows() as i64;

@@ -449,6 +449,7 @@ impl Appender {
                 batch: batch.clone(),
                 changes: None,
                 writer: write.writer,
+                sent: write.sent.clone(),
             })),
             (None, WriteOp::Upsert(_) | WriteOp::Delete(_)) => {
                 Err(NodeError::InvalidArgument(format!(
@@ -527,6 +528,7 @@ mod tests {
             table: Arc::clone(table),
             stream: None,
             writer: None,
+            sent: None,
         };
         WriteRequest {
             write,
@@ -609,6 +611,7 @@ mod tests {
                 batch: batch.clone(),
                 changes: None,
                 writer: None,
+                sent: None,
             };
             encode_frame(&mut header, stored).unwrap().0.len() as u64
         };
@@ -776,6 +779,7 @@ mod tests {
                 batch: batch.clone(),
                 changes: None,
                 writer: None,
+                sent: None,
             }))
         }
         fn commit(&mut self, end_offset: i64) -> Result<Applying> {

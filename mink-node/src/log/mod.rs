@@ -20,6 +20,8 @@
 //! * **Reads.** [`LogTablet::read`] returns batches decoded; [`LogTablet::read_frames`]
 //!   returns them as stored, one Arrow IPC stream each, which Scan and Tail send to
 //!   clients without decoding or encoding them again.
+//! * **Writes as sent.** A batch a client sent as an IPC message is stored as that
+//!   message when it is stored unchanged ([`SentBatch`]), not encoded again.
 //! * **Retention.** With a `log.ttl`, whole sealed segments older than the TTL are deleted
 //!   and `log_start` moves to the first remaining offset.
 
@@ -27,6 +29,7 @@ mod appender;
 mod cache;
 mod recovery;
 mod segment;
+mod sent;
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -47,6 +50,7 @@ use self::appender::{Appender, WriteRequest};
 use self::cache::LogCache;
 pub(crate) use self::segment::StoredBatch;
 use self::segment::{CachedBatch, FrameHeader, HEADER_LEN, Payload};
+pub use self::sent::{SentBatch, SentMessage};
 use crate::error::{NodeError, Result};
 
 /// How a tablet stores its log.
@@ -137,6 +141,9 @@ pub struct Write {
     pub stream: Option<WriteStream>,
     /// The idempotent producer writing, stored with the batch; `None` for other writers.
     pub writer: Option<WriterTag>,
+    /// The message the client sent the op's rows in, which the log stores as it is when
+    /// it stores those rows unchanged.
+    pub sent: Option<SentMessage>,
 }
 
 /// The kinds of write.
@@ -740,6 +747,7 @@ mod tests {
             table,
             stream: None,
             writer: None,
+            sent: None,
         })
         .await
         .unwrap()
@@ -925,6 +933,7 @@ mod tests {
             table: Arc::clone(&table),
             stream: stream.cloned(),
             writer: None,
+            sent: None,
         };
         let first = log.write(append(&[1], Some(&stream))).await.unwrap();
         assert_eq!((first.base_offset, first.last_offset), (0, 0));

@@ -167,6 +167,7 @@ mod tests {
                 batch: RecordBatch::try_from_iter(vec![("v", values)]).unwrap(),
                 changes: None,
                 writer: None,
+                sent: None,
             };
             let mut header = FrameHeader {
                 base_offset: offset,

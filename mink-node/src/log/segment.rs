@@ -28,11 +28,14 @@ use std::path::{Path, PathBuf};
 
 use arrow::array::RecordBatch;
 use arrow::buffer::Buffer;
+use arrow::datatypes::SchemaRef;
 use arrow::ipc::reader::StreamDecoder;
-use arrow::ipc::writer::StreamWriter;
+use arrow::ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteOptions, StreamWriter};
 use bytes::Bytes;
+use mink_core::ipc_stream;
 
 use super::WriterTag;
+use super::sent::SentMessage;
 use crate::error::{NodeError, Result};
 
 /// Bytes of a frame header.
@@ -92,12 +95,15 @@ impl FrameHeader {
     }
 }
 
-/// A batch to store: decoded Arrow data plus its change vector and writer tag.
+/// A batch to store: decoded Arrow data plus its change vector and writer tag, and the
+/// message a client sent the rows in, stored instead of encoding `batch` when it describes
+/// it (see [`super::sent`]).
 #[derive(Debug, Clone)]
 pub(crate) struct StoredBatch {
     pub(crate) batch: RecordBatch,
     pub(crate) changes: Option<Vec<u8>>,
     pub(crate) writer: Option<WriterTag>,
+    pub(crate) sent: Option<SentMessage>,
 }
 
 /// A frame's payload, not decoded: the Arrow IPC stream of its batch (which Flight reads
@@ -155,10 +161,17 @@ pub(crate) fn encode_frame(
         frame.extend_from_slice(changes);
     }
     let ipc_start = frame.len();
+    match stored
+        .sent
+        .as_ref()
+        .filter(|sent| sent.describes(&stored.batch))
     {
-        let mut writer = StreamWriter::try_new(&mut frame, stored.batch.schema_ref())?;
-        writer.write(&stored.batch)?;
-        writer.finish()?;
+        Some(sent) => write_as_sent(&mut frame, stored.batch.schema_ref(), sent)?,
+        None => {
+            let mut writer = StreamWriter::try_new(&mut frame, stored.batch.schema_ref())?;
+            writer.write(&stored.batch)?;
+            writer.finish()?;
+        }
     }
     let payload_len = frame.len() - HEADER_LEN;
     header.payload_len = u32::try_from(payload_len)
@@ -176,6 +189,25 @@ pub(crate) fn encode_frame(
         },
     };
     Ok((frame, cached))
+}
+
+/// Appends the IPC stream of a batch as its client sent it: the schema's message, the
+/// client's message, the end marker.
+fn write_as_sent(frame: &mut Vec<u8>, schema: &SchemaRef, sent: &SentMessage) -> Result<()> {
+    let schema = IpcDataGenerator::default().schema_to_bytes_with_dictionary_tracker(
+        schema,
+        &mut DictionaryTracker::new(false),
+        &IpcWriteOptions::default(),
+    );
+    frame.reserve(
+        ipc_stream::message_len(schema.ipc_message.len(), 0)
+            + ipc_stream::message_len(sent.header().len(), sent.body().len())
+            + ipc_stream::END_OF_STREAM.len(),
+    );
+    ipc_stream::write_message(frame, &schema.ipc_message, &[])?;
+    ipc_stream::write_message(frame, sent.header(), sent.body())?;
+    frame.extend_from_slice(&ipc_stream::END_OF_STREAM);
+    Ok(())
 }
 
 impl Payload {
@@ -390,6 +422,7 @@ mod tests {
             batch: RecordBatch::try_from_iter(vec![("v", column)]).unwrap(),
             changes,
             writer: None,
+            sent: None,
         }
     }
 
