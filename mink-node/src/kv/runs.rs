@@ -7,12 +7,11 @@
 //! deleted keys left out.
 
 use std::iter::Peekable;
-use std::ops::Bound;
+use std::ops::{Bound, Range};
 use std::sync::Arc;
 
 use fastbloom::BloomFilter;
 use fjall::{UserKey, UserValue};
-use itertools::{EitherOrBoth, Itertools as _};
 
 use super::kv_error;
 use crate::error::Result;
@@ -44,10 +43,15 @@ struct Span {
 }
 
 impl Span {
-    /// The span moved `by` bytes further into the data.
-    fn shifted(self, by: usize) -> Self {
+    /// Where the entry's bytes end.
+    fn end(self) -> usize {
+        self.start + self.key_len + self.row_len.unwrap_or(0)
+    }
+
+    /// The span of the entry once the bytes at `from` are moved to `to`.
+    fn moved(self, from: usize, to: usize) -> Self {
         Self {
-            start: self.start + by,
+            start: self.start - from + to,
             ..self
         }
     }
@@ -76,21 +80,77 @@ impl Entries {
 
     /// Adds `later`'s entries, whose keys are above every key so far.
     pub(crate) fn append(&mut self, later: &Entries) {
-        debug_assert!(match (self.last_key(), later.first_key()) {
-            (Some(last), Some(first)) => last < first,
-            _ => true,
-        });
-        let shift = self.data.len();
-        self.data.extend_from_slice(&later.data);
-        (self.spans).extend(later.spans.iter().map(|span| span.shifted(shift)));
+        self.copy_from(later, 0..later.len());
     }
 
-    /// The entries of `entries`, which are sorted by key, each key once, in room made at
-    /// once for `data_bytes` bytes of keys and rows.
-    fn from_sorted<'a>(entries: impl IntoIterator<Item = Entry<'a>>, data_bytes: usize) -> Self {
-        let entries = entries.into_iter();
-        let mut built = Self::with_capacity(entries.size_hint().0, data_bytes);
-        entries.for_each(|entry| built.push(entry));
+    /// Adds the entries at `range` of `other`, whose keys are above every key so far: one
+    /// copy of their bytes, which lie back to back.
+    fn copy_from(&mut self, other: &Entries, range: Range<usize>) {
+        let spans = &other.spans[range];
+        let (Some(&first), Some(&last)) = (spans.first(), spans.last()) else {
+            return;
+        };
+        debug_assert!(self.last_key() < Some(other.entry(first).0));
+        let to = self.data.len();
+        self.data
+            .extend_from_slice(&other.data[first.start..last.end()]);
+        (self.spans).extend(spans.iter().map(|span| span.moved(first.start, to)));
+    }
+
+    /// The entries of `sources`, oldest first, as one: in key order, a key in several
+    /// keeps the newest source's row. Where one source's keys run below every other
+    /// source's next key (runs that do not interleave, as an ascending load's), they are
+    /// copied as one block; entries are compared one by one only where sources meet.
+    pub(crate) fn merge(sources: &[&Entries]) -> Self {
+        let mut merged = Self::with_capacity(
+            sources.iter().map(|source| source.len()).sum(),
+            sources.iter().map(|source| source.data_bytes()).sum(),
+        );
+        let mut next = vec![0; sources.len()];
+        let key_at = |source: usize, at: usize| {
+            let entries = sources[source];
+            (entries.spans.get(at)).map(|&span| entries.entry(span).0)
+        };
+        while let Some(head) = next_source((0..sources.len()).map(|i| (i, key_at(i, next[i])))) {
+            let (source, entries) = (head.source, sources[head.source]);
+            if head.tied {
+                merged.push(entries.entry(entries.spans[next[source]]));
+                for (i, at) in next.iter_mut().enumerate() {
+                    *at += usize::from(key_at(i, *at) == Some(head.key));
+                }
+                continue;
+            }
+            let end = match head.above {
+                None => entries.len(),
+                Some((_, bound)) => entries.first_at_or_above(next[source], bound),
+            };
+            merged.copy_from(entries, next[source]..end);
+            next[source] = end;
+        }
+        merged
+    }
+
+    /// The first entry from `start` on whose key is `bound` or above; the entry at
+    /// `start` is below it. Searched from `start` in steps that double, so a short streak
+    /// costs a comparison or two.
+    fn first_at_or_above(&self, start: usize, bound: &[u8]) -> usize {
+        let spans = &self.spans[start..];
+        let below = |span: &Span| self.entry(*span).0 < bound;
+        let mut step = 1;
+        while step < spans.len() && below(&spans[step]) {
+            step *= 2;
+        }
+        let from = step / 2;
+        start + from + spans[from..step.min(spans.len())].partition_point(below)
+    }
+
+    /// The entries of `entries`, which are sorted by key, each key once.
+    pub(crate) fn from_sorted(entries: &[Entry<'_>]) -> Self {
+        let data_bytes = (entries.iter())
+            .map(|(key, row)| key.len() + row.map_or(0, <[u8]>::len))
+            .sum();
+        let mut built = Self::with_capacity(entries.len(), data_bytes);
+        entries.iter().for_each(|&entry| built.push(entry));
         built
     }
 
@@ -186,46 +246,22 @@ impl Run {
     /// A run of owned `(key, row)` pairs, sorted by key, each key once.
     #[cfg(test)]
     pub(crate) fn from_owned(entries: &[(Vec<u8>, Option<Vec<u8>>)]) -> Self {
-        let entries = (entries.iter()).map(|(key, row)| (key.as_slice(), row.as_deref()));
-        Self::new(Entries::from_sorted(entries, 0))
+        let entries: Vec<Entry<'_>> = (entries.iter())
+            .map(|(key, row)| (key.as_slice(), row.as_deref()))
+            .collect();
+        Self::new(Entries::from_sorted(&entries))
     }
 
-    /// One run of `older`'s and `newer`'s entries (each sorted by key, each key once); a
-    /// key in both keeps `newer`'s row. `data_bytes`: the bytes of their keys and rows
-    /// (at most), which the run makes room for at once.
-    pub(crate) fn from_merged<'a>(
-        older: impl IntoIterator<Item = Entry<'a>>,
-        newer: impl IntoIterator<Item = Entry<'a>>,
-        data_bytes: usize,
-    ) -> Self {
-        Self::new(Entries::from_sorted(merge_sorted(older, newer), data_bytes))
-    }
-
-    /// Whether each of `runs`' keys are above those of the runs before it (an ascending
-    /// load): then their entries in turn are in key order, without comparing any.
-    fn ascending(runs: &[Arc<Run>]) -> bool {
-        (runs.iter())
-            .try_fold(None::<&[u8]>, |last, run| {
-                match (last, run.entries.first_key()) {
-                    (Some(last), Some(first)) if last >= first => None,
-                    _ => Some(run.last_key().or(last)),
-                }
-            })
-            .is_some()
+    /// The run of `sources`' entries, oldest first ([`Entries::merge`]).
+    pub(crate) fn from_merged(sources: &[&Entries]) -> Self {
+        Self::new(Entries::merge(sources))
     }
 
     /// One run of the entries of `runs`, oldest first; a key in several keeps the newest
     /// run's row. Each entry is copied once, however many runs there are.
     pub(crate) fn merge(runs: &[Arc<Run>]) -> Self {
-        let data_bytes = runs.iter().map(|run| run.entries.data_bytes()).sum();
-        let mut entries =
-            Entries::with_capacity(runs.iter().map(|run| run.len()).sum(), data_bytes);
-        if Self::ascending(runs) {
-            runs.iter().for_each(|run| entries.append(&run.entries));
-        } else {
-            merge_newest(runs.iter().map(|run| &run.entries)).for_each(|entry| entries.push(entry));
-        }
-        Self::new(entries)
+        let sources: Vec<&Entries> = runs.iter().map(|run| &run.entries).collect();
+        Self::from_merged(&sources)
     }
 
     /// Whether the run has an entry (deleted or not) of a key from `first` to `last`.
@@ -270,30 +306,50 @@ impl Run {
     }
 }
 
-/// `older`'s and `newer`'s entries (each sorted by key, each key once) in key order; a
-/// key in both keeps `newer`'s row.
-fn merge_sorted<'a>(
-    older: impl IntoIterator<Item = Entry<'a>>,
-    newer: impl IntoIterator<Item = Entry<'a>>,
-) -> impl Iterator<Item = Entry<'a>> {
-    (older.into_iter())
-        .merge_join_by(newer, |old, new| old.0.cmp(new.0))
-        .map(|pair| match pair {
-            EitherOrBoth::Left(old) => old,
-            EitherOrBoth::Right(new) | EitherOrBoth::Both(_, new) => new,
-        })
+/// The source a merge of sorted sources takes from next ([`next_source`]).
+#[derive(Debug, Clone, Copy)]
+struct Head<'k, S> {
+    /// The newest source of the smallest next key.
+    source: S,
+    key: &'k [u8],
+    /// Whether an older source's next key is that key too.
+    tied: bool,
+    /// The least next key above it, and its source (`None`: no other source has one).
+    above: Option<(S, &'k [u8])>,
 }
 
-/// The entries of `sources`, oldest first, in key order; a key in several keeps the newest
-/// source's row.
-pub(crate) fn merge_newest<'a>(
-    sources: impl IntoIterator<Item = &'a Entries>,
-) -> impl Iterator<Item = Entry<'a>> {
-    (sources.into_iter())
-        .map(|entries| Box::new(entries.iter()) as Box<dyn Iterator<Item = Entry<'a>>>)
-        .reduce(|older, newer| Box::new(merge_sorted(older, newer)))
-        .into_iter()
-        .flatten()
+/// Where a merge of sorted sources goes on, from each source's next key (oldest source
+/// first; `None`: it has no key left); `None` when no source has a key left.
+fn next_source<'k, S: Copy>(
+    heads: impl IntoIterator<Item = (S, Option<&'k [u8]>)>,
+) -> Option<Head<'k, S>> {
+    let mut next: Option<Head<'k, S>> = None;
+    for (source, key) in heads {
+        let Some(key) = key else {
+            continue;
+        };
+        match &mut next {
+            Some(head) if key > head.key => {
+                if head.above.is_none_or(|(_, above)| key < above) {
+                    head.above = Some((source, key));
+                }
+            }
+            // Later sources are newer: on an equal key they win.
+            Some(head) if key == head.key => {
+                head.source = source;
+                head.tied = true;
+            }
+            _ => {
+                next = Some(Head {
+                    source,
+                    key,
+                    tied: false,
+                    above: next.map(|head| (head.source, head.key)),
+                });
+            }
+        }
+    }
+    next
 }
 
 /// The key and row of the entry at `span` of `data`.
@@ -400,39 +456,19 @@ where
     /// smallest key's newest row, moves past the key in every source, and starts a streak
     /// when no other source has the key.
     fn step(&mut self) -> Option<Result<(UserKey, Option<UserValue>)>> {
-        let mut smallest = match self.store.peek() {
+        let store_head = match self.store.peek() {
             None => None,
-            Some(Ok((key, _))) => Some((Source::Store, key.as_ref())),
+            Some(Ok((key, _))) => Some(key.as_ref()),
             Some(Err(_)) => {
                 let error = self.store.next().and_then(Result::err).expect("peeked");
                 return Some(Err(kv_error(error)));
             }
         };
-        let (mut runner_up, mut tied) = (None::<(Source, &[u8])>, false);
-        for (index, run) in self.runs.iter().enumerate() {
-            let Some((key, _)) = run.peek() else {
-                continue;
-            };
-            match smallest {
-                Some((_, least)) if key > least => {
-                    if runner_up.is_none_or(|(_, second)| key < second) {
-                        runner_up = Some((Source::Run(index), key));
-                    }
-                }
-                // Later runs are newer: on an equal key they win.
-                Some((_, least)) if key == least => {
-                    smallest = Some((Source::Run(index), key));
-                    tied = true;
-                }
-                _ => {
-                    runner_up = smallest;
-                    smallest = Some((Source::Run(index), key));
-                    tied = false;
-                }
-            }
-        }
-        let (source, runner_up) = (smallest?.0, runner_up.map(|(source, _)| source));
-        self.streak = (!tied).then_some((source, runner_up));
+        let run_heads = (self.runs.iter().enumerate())
+            .map(|(index, run)| (Source::Run(index), run.peek().map(|(key, _)| key)));
+        let head = next_source([(Source::Store, store_head)].into_iter().chain(run_heads))?;
+        let (source, tied) = (head.source, head.tied);
+        self.streak = (!tied).then_some((source, head.above.map(|(source, _)| source)));
         let row = self.take(source);
         if tied {
             self.skip(&row.0);
@@ -618,6 +654,40 @@ mod tests {
                 .collect();
             let expected: Vec<(u8, u8)> = model.range(start..).map(|(&k, &r)| (k, r)).collect();
             assert_eq!(read, expected, "seed {seed}");
+        }
+    }
+
+    /// Random runs, interleaving or not, with deletions: their merge holds each key as
+    /// the newest run has it, deletions included, whichever stretches it copied whole.
+    #[test]
+    fn merges_of_random_runs_match_applying_them_in_turn() {
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        for seed in 0..300 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut model = std::collections::BTreeMap::new();
+            let runs: Vec<Arc<Run>> = (1..=rng.random_range(0..7))
+                .map(|version| {
+                    let start = rng.random_range(0..200);
+                    let mut keys: Vec<u8> = match rng.random_bool(0.5) {
+                        true => (0..rng.random_range(0..60)).map(|_| rng.random()).collect(),
+                        false => (start..start + rng.random_range(0..55)).collect(),
+                    };
+                    keys.sort_unstable();
+                    keys.dedup();
+                    let entries: Vec<(u8, Option<u8>)> = (keys.into_iter())
+                        .map(|key| (key, rng.random_bool(0.8).then_some(version)))
+                        .collect();
+                    model.extend(entries.iter().copied());
+                    Arc::new(run(&entries))
+                })
+                .collect();
+            let merged = Run::merge(&runs);
+            let expected: Vec<(u8, Option<u8>)> = model.into_iter().collect();
+            assert_eq!(keys_and_rows(&merged), expected, "seed {seed}");
+            for &(key, row) in &expected {
+                let found = merged.get(&[key]).map(|row| row.map(|row| row[0]));
+                assert_eq!(found, Some(row), "seed {seed}, key {key}");
+            }
         }
     }
 

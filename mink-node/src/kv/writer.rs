@@ -49,7 +49,7 @@ use mink_core::table::TableDescriptor;
 use tokio::sync::oneshot;
 
 use super::KvTablet;
-use super::runs::{Entries, Run, merge_newest};
+use super::runs::{Entries, Run};
 use super::threads::Submitted;
 use crate::error::{NodeError, Result};
 use crate::log::{Applying, Changelog, LogBatch, StoredBatch, Write, WriteOp};
@@ -142,13 +142,9 @@ impl StagedRows {
             .map(|(key, row)| (key.as_slice(), row.as_deref()))
             .collect();
         replaced.sort_unstable_by_key(|(key, _)| *key);
-        let data_bytes = (self.inserted.iter())
-            .map(Entries::data_bytes)
-            .sum::<usize>()
-            + (replaced.iter())
-                .map(|(key, row)| key.len() + row.map_or(0, <[u8]>::len))
-                .sum::<usize>();
-        Run::from_merged(merge_newest(&self.inserted), replaced, data_bytes)
+        let replaced = Entries::from_sorted(&replaced);
+        let sources: Vec<&Entries> = self.inserted.iter().chain([&replaced]).collect();
+        Run::from_merged(&sources)
     }
 }
 
