@@ -26,6 +26,7 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
+use fjall::config::BlockSizePolicy;
 use fjall::{Database, KeyspaceCreateOptions, Readable as _, UserValue};
 
 pub use self::buffer::BufferLimits;
@@ -72,6 +73,13 @@ impl KvConfig {
 /// Reads of fjall that [`KvTablet::get_many`] gives a thread: fewer are not worth
 /// starting one.
 const MIN_READS_PER_THREAD: usize = 64;
+
+/// The size of a tablet's data blocks in fjall (fjall's default: 4 KiB). A Snapshot reads
+/// its rows block by block, and each block costs a cache lookup and an iterator of its
+/// own: 16 KiB blocks made a Snapshot 1.1x as fast (32 KiB: less), with lookups and
+/// upserts unchanged (docs/benchmarks.md). fjall keeps a keyspace's options from its
+/// creation: tablets created before this setting keep theirs.
+const DATA_BLOCK_BYTES: u32 = 16 * 1024;
 
 /// The node's KV database.
 #[derive(Clone)]
@@ -131,7 +139,10 @@ impl KvStore {
     pub fn tablet(&self, name: &str) -> Result<KvTablet> {
         let state = self.tablets.get_or_open(name, || {
             (self.db)
-                .keyspace(name, KeyspaceCreateOptions::default)
+                .keyspace(name, || {
+                    KeyspaceCreateOptions::default()
+                        .data_block_size_policy(BlockSizePolicy::all(DATA_BLOCK_BYTES))
+                })
                 .map_err(kv_error)
         })?;
         Ok(KvTablet {
