@@ -1092,3 +1092,47 @@ async fn record_batch_messages_of_every_shape_are_stored_and_read_back_exactly()
     }
     assert!(process.is_running());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_do_put_with_a_second_schema_message_is_refused_after_the_batches_before_it() {
+    let mut server = Server::start();
+    let client = server.client().await;
+    let table = client
+        .create_table(
+            &events_table("two_schemas", 1, TableOptions::default()),
+            false,
+        )
+        .await
+        .expect("create");
+    let bucket = BucketId::new(&table.path, 0);
+    let mut messages = put_messages(
+        &bucket,
+        &table,
+        &[
+            (events(&table, &[1, 2]), MessageShape::Plain),
+            (events(&table, &[3, 4]), MessageShape::Plain),
+        ],
+    );
+    // The schema again, between the two batches.
+    let schema = messages[0]
+        .clone()
+        .with_descriptor(FlightDescriptor::new_cmd(vec![]));
+    messages.insert(2, schema);
+    let mut raw = server.raw().await;
+    let mut acks = raw
+        .do_put(stream::iter(messages.into_iter().map(Ok)))
+        .await
+        .expect("do_put");
+    assert!(matches!(acks.next().await, Some(Ok(_))), "the first batch");
+    let (code, message) = status_of(acks.next().await.expect("an answer").unwrap_err());
+    assert_eq!(code, Code::InvalidArgument, "{message}");
+    assert!(message.contains("one schema message"), "{message}");
+    drop(acks);
+    let answer = client.scan(&bucket, 0, 0, &[]).await.expect("scan");
+    assert_eq!(
+        answer.num_rows(),
+        2,
+        "only the batch before the second schema"
+    );
+    server.assert_alive().await;
+}
