@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use crate::error::{NodeError, Result};
 use crate::flight::MinkFlightService;
 use crate::flight::limits::{
-    MAX_HEADER_LIST_BYTES, MAX_REQUESTS_PER_CONNECTION, MAX_STREAMS_PER_CONNECTION,
+    MAX_FRAME_BYTES, MAX_HEADER_LIST_BYTES, MAX_REQUESTS_PER_CONNECTION, MAX_STREAMS_PER_CONNECTION,
 };
 use crate::node::Node;
 use crate::tiering::run_tiering;
@@ -206,9 +206,11 @@ pub fn serve_with(
 /// A server builder with the per-connection bounds of [`crate::flight::limits`]: at most
 /// [`MAX_STREAMS_PER_CONNECTION`] calls open at once (announced in the HTTP/2 SETTINGS,
 /// so a client's further calls wait for one to end), [`MAX_REQUESTS_PER_CONNECTION`]
-/// worked on at once, headers of [`MAX_HEADER_LIST_BYTES`] at most.
+/// worked on at once, headers of [`MAX_HEADER_LIST_BYTES`] at most, frames of
+/// [`MAX_FRAME_BYTES`] at most.
 fn bounded_builder() -> tonic::transport::Server {
     tonic::transport::Server::builder()
+        .max_frame_size(MAX_FRAME_BYTES)
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .concurrency_limit_per_connection(MAX_REQUESTS_PER_CONNECTION)
         .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
