@@ -1136,3 +1136,81 @@ async fn a_do_put_with_a_second_schema_message_is_refused_after_the_batches_befo
     );
     server.assert_alive().await;
 }
+
+/// Connections that each announce an HTTP/2 frame of the largest size the node takes
+/// (`MAX_FRAME_BYTES`, 1 MiB), send a few bytes of it and stall.
+const STALLED_FRAMES: usize = 300;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_clients_announcing_the_largest_frames_hold_only_what_they_sent() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut server = Server::start();
+    server.assert_alive().await;
+    let idle = server.process.rss_kib();
+    let frame = mink_node::flight::limits::MAX_FRAME_BYTES.to_be_bytes();
+    let mut stalled = Vec::with_capacity(STALLED_FRAMES);
+    for _ in 0..STALLED_FRAMES {
+        let mut connection = tokio::net::TcpStream::connect(&server.addr)
+            .await
+            .expect("connect");
+        // The preface and empty SETTINGS; then, once the server's SETTINGS arrive, their
+        // ACK (the node reads frames of its announced size only once it is acknowledged).
+        connection
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            .await
+            .expect("preface");
+        let mut head = [0u8; 9];
+        connection.read_exact(&mut head).await.expect("settings");
+        assert_eq!(head[3], 4, "the server opens with its SETTINGS");
+        let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        connection
+            .read_exact(&mut vec![0; length])
+            .await
+            .expect("settings payload");
+        connection
+            .write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0])
+            .await
+            .expect("ack");
+        // A DATA frame of 1 MiB on stream 1: its header and 1 KiB of it.
+        let mut data = vec![frame[1], frame[2], frame[3], 0, 0, 0, 0, 0, 1];
+        data.extend_from_slice(&[0x5a; 1024]);
+        connection.write_all(&data).await.expect("a frame's start");
+        stalled.push(connection);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let rss = server.process.rss_kib();
+    // Had the node filled a buffer of each announced frame it would hold 300 MiB more.
+    assert!(
+        rss < idle + (128 << 10),
+        "resident memory grew from {idle} KiB to {rss} KiB with {STALLED_FRAMES} stalled frames"
+    );
+    // The node took the frames (one over its size would end the connection with a GOAWAY):
+    // it answers with SETTINGS acknowledgements and window updates, and keeps the
+    // connection.
+    for connection in stalled.iter_mut().take(10) {
+        let mut answered = Vec::new();
+        let mut buffer = [0u8; 256];
+        loop {
+            let read = tokio::time::timeout(
+                std::time::Duration::from_millis(100),
+                connection.read(&mut buffer),
+            );
+            match read.await {
+                Err(_) => break,
+                Ok(Ok(0)) => panic!("the node closed a connection holding a frame of its size"),
+                Ok(Ok(n)) => answered.extend_from_slice(&buffer[..n]),
+                Ok(Err(error)) => panic!("reading a stalled connection: {error}"),
+            }
+        }
+        let mut at = 0;
+        while at + 9 <= answered.len() {
+            let length = u32::from_be_bytes([0, answered[at], answered[at + 1], answered[at + 2]]);
+            assert_ne!(answered[at + 3], 7, "a GOAWAY: {answered:?}");
+            at += 9 + length as usize;
+        }
+        assert_eq!(at, answered.len(), "whole frames: {answered:?}");
+    }
+    server.assert_alive().await;
+    drop(stalled);
+    server.assert_alive().await;
+}
