@@ -63,15 +63,7 @@ impl Server {
     }
 
     async fn raw(&self) -> FlightClient {
-        let channel = tonic::transport::Channel::from_shared(format!("http://{}", self.addr))
-            .expect("url")
-            .connect()
-            .await
-            .expect("raw connect");
-        let inner = FlightServiceClient::new(channel)
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX);
-        FlightClient::new_from_inner(inner)
+        raw_client(&self.addr).await
     }
 
     /// The process has not exited and still answers a Flight call.
@@ -88,6 +80,19 @@ impl Server {
             "resident memory grew from {idle_kib} KiB to {rss} KiB"
         );
     }
+}
+
+/// A bare Flight client of the node at `addr`, taking and sending messages of any size.
+async fn raw_client(addr: &str) -> FlightClient {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .expect("raw connect");
+    let inner = FlightServiceClient::new(channel)
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
+    FlightClient::new_from_inner(inner)
 }
 
 /// `(id BIGINT NOT NULL, name STRING, PRIMARY KEY (id))`, one bucket.
@@ -1051,13 +1056,7 @@ async fn record_batch_messages_of_every_shape_are_stored_and_read_back_exactly()
             .enumerate()
             .map(|(i, shape)| (events(table, &ids(i)), *shape))
             .collect();
-        let mut raw = FlightClient::new_from_inner(FlightServiceClient::new(
-            tonic::transport::Channel::from_shared(format!("http://{}", process.addr))
-                .expect("url")
-                .connect()
-                .await
-                .expect("raw connect"),
-        ));
+        let mut raw = raw_client(&process.addr).await;
         let messages = put_messages(&bucket, table, &batches);
         let acks: Vec<_> = raw
             .do_put(stream::iter(messages.into_iter().map(Ok)))
