@@ -10,7 +10,7 @@ use mink_core::table::{TableDescriptor, TablePath};
 use mink_node::kv::BufferLimits;
 use mink_node::log::LogConfig;
 use mink_node::server::{ServerHandle, serve};
-use mink_node::{Node, NodeConfig};
+use mink_node::{Node, NodeConfig, NodeError};
 use tempfile::TempDir;
 use tokio::net::TcpListener;
 
@@ -87,7 +87,17 @@ impl TestNode {
 }
 
 async fn open(config: &NodeConfig) -> (Arc<Node>, ServerHandle, MinkClient) {
-    let node = Node::open(config.clone()).expect("open node");
+    // The old node's lock file is closed, but a process another test spawns at that moment
+    // carries a copy of every open file until it starts its program, the lock with it:
+    // the lock is gone within moments, so a reopen waits for it briefly.
+    let mut attempts = 0;
+    let node = loop {
+        match Node::open(config.clone()) {
+            Err(NodeError::DataDirLocked(_)) if attempts < 250 => attempts += 1,
+            opened => break opened.expect("open node"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let handle = serve(Arc::clone(&node), listener).expect("serve");
     let client = MinkClient::connect(&handle.addr().to_string())
