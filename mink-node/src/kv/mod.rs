@@ -81,6 +81,17 @@ const MIN_READS_PER_THREAD: usize = 64;
 /// creation: tablets created before this setting keep theirs.
 const DATA_BLOCK_BYTES: u32 = 16 * 1024;
 
+/// fjall's background threads, which compact the tablets' tables (mink's own threads
+/// write them, [`buffer`]). fjall defaults to one per core, up to four, but in a pool of
+/// more than one its first worker never compacts: it hands each compaction on to the
+/// others and, while they are all busy, takes it back and hands it on again, a core
+/// spinning for as long as any compaction runs (fjall 3.1's `worker_tick`; upstream's
+/// fjall-rs/fjall#323 reworks it). A pool of two compacts on one thread as this one
+/// does, plus that spin: one worker made a 1M-key upsert load cost 0.45-0.46 µs of CPU
+/// per row instead of 0.46-0.61, a 3M-key one 0.55 instead of 1.31 (docs/benchmarks.md).
+/// Compactions of several tablets run one at a time.
+const FJALL_WORKERS: usize = 1;
+
 /// The node's KV database.
 #[derive(Clone)]
 pub struct KvStore {
@@ -113,6 +124,7 @@ impl KvStore {
         let db = loop {
             match Database::builder(path)
                 .cache_size(config.cache_bytes)
+                .worker_threads(FJALL_WORKERS)
                 .open()
             {
                 Err(fjall::Error::Locked) if std::time::Instant::now() < deadline => {
