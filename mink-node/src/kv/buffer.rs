@@ -5,8 +5,9 @@
 //! compacts it: about 1.3 µs per row here, more than the rest of an upsert. The log
 //! already is the store's write-ahead log, so a committed group's rows only need to be
 //! readable, not durable: each group's rows join the tablet's [`Run`]s in memory, and a
-//! flush writes all of a tablet's runs to fjall as one sorted table (fjall's ingestion, a
-//! sequential write per row), then the applied offset they reach.
+//! flush writes all of a tablet's runs to fjall as sorted tables (fjall's ingestion, a
+//! sequential write per row; a large flush split by key over the cores), then the
+//! applied offset they reach.
 //!
 //! * fjall's applied offset is what fjall holds; the runs cover the log from there to the
 //!   buffer's end. After a crash the runs are gone and the log's replay from fjall's
@@ -39,10 +40,15 @@ use fjall::Keyspace;
 
 use super::kv_error;
 use super::runs::{Merged, Run};
+use super::threads::split_over;
 use crate::error::{NodeError, Result};
 
 /// Runs merged into one at a time (see [`like_sized_tail`]).
 const MERGE_FAN_IN: usize = 4;
+
+/// Rows a flush gives each of its parts at least (see [`Tablets::write_runs`]): fewer are
+/// not worth a thread.
+const MIN_ROWS_PER_INGESTION: usize = 50_000;
 
 /// When the write buffer is written to fjall.
 #[derive(Debug, Clone, Copy)]
@@ -77,6 +83,8 @@ pub(super) struct Tablets {
     /// Per tablet, the log offset fjall's rows reflect.
     pub(super) applied: Keyspace,
     limits: BufferLimits,
+    /// The most parts a flush is split into.
+    cores: usize,
     open: Mutex<HashMap<String, Arc<TabletState>>>,
     buffered_bytes: AtomicUsize,
 }
@@ -139,6 +147,30 @@ impl Buffered {
     }
 }
 
+/// Writes the entries of `runs` from `start` to below `end` (`None`: to the last) to
+/// fjall's `rows` as one table.
+fn ingest(
+    rows: &Keyspace,
+    runs: &[Arc<Run>],
+    start: Bound<&[u8]>,
+    end: Option<&[u8]>,
+) -> Result<()> {
+    let mut ingestion = rows.start_ingestion().map_err(kv_error)?;
+    let fjall_rows = std::iter::empty::<fjall::Result<_>>();
+    for entry in Merged::new(fjall_rows, runs, start) {
+        let (key, row) = entry?;
+        if end.is_some_and(|end| *key >= *end) {
+            break;
+        }
+        match row {
+            Some(row) => ingestion.write(key, row),
+            None => ingestion.write_tombstone(key),
+        }
+        .map_err(kv_error)?;
+    }
+    ingestion.finish().map_err(kv_error)
+}
+
 /// Where the last [`MERGE_FAN_IN`] of `runs` start, if they are of a like size (the
 /// oldest at most twice the newest): then they are merged into one.
 fn like_sized_tail(runs: &[Arc<Run>]) -> Option<usize> {
@@ -153,10 +185,11 @@ fn last_key(runs: &[Arc<Run>]) -> Option<&[u8]> {
 }
 
 impl Tablets {
-    pub(super) fn new(applied: Keyspace, limits: BufferLimits) -> Self {
+    pub(super) fn new(applied: Keyspace, limits: BufferLimits, cores: usize) -> Self {
         Self {
             applied,
             limits,
+            cores,
             open: Mutex::default(),
             buffered_bytes: AtomicUsize::new(0),
         }
@@ -299,19 +332,27 @@ impl Tablets {
         Ok(())
     }
 
-    /// Writes `runs` to fjall as one sorted table, then `end_offset` as its applied offset.
+    /// Writes `runs` to fjall as sorted tables, then `end_offset` as its applied offset.
+    ///
+    /// fjall's ingestion of a row costs more than the rest of its upsert, so many rows
+    /// are split by key into parts ingested side by side, up to one per core (fjall
+    /// registers each part's tables in turn). A crash between the parts leaves fjall some
+    /// of the rows and its old applied offset: the replay from there writes them again,
+    /// as it would after a crash between the table and the offset.
     fn write_runs(&self, tablet: &TabletState, runs: &[Arc<Run>], end_offset: i64) -> Result<()> {
-        if !runs.is_empty() {
-            let mut ingestion = tablet.rows.start_ingestion().map_err(kv_error)?;
-            let fjall_rows = std::iter::empty::<fjall::Result<_>>();
-            for entry in Merged::new(fjall_rows, runs, Bound::Unbounded) {
-                match entry? {
-                    (key, Some(row)) => ingestion.write(key, row),
-                    (key, None) => ingestion.write_tombstone(key),
-                }
-                .map_err(kv_error)?;
-            }
-            ingestion.finish().map_err(kv_error)?;
+        let entries: usize = runs.iter().map(|run| run.len()).sum();
+        if entries > 0 {
+            let parts = (entries / MIN_ROWS_PER_INGESTION).clamp(1, self.cores);
+            let splits = Run::split_keys(runs, parts);
+            let starts = std::iter::once(Bound::Unbounded)
+                .chain(splits.iter().map(|&key| Bound::Included(key)));
+            let ends = splits.iter().map(|&key| Some(key)).chain([None]);
+            let ranges: Vec<_> = starts.zip(ends).collect();
+            split_over(&ranges, ranges.len(), |ranges| {
+                (ranges.iter())
+                    .map(|&(start, end)| ingest(&tablet.rows, runs, start, end))
+                    .collect()
+            })?;
         }
         self.applied
             .insert(tablet.name.as_bytes(), end_offset.to_le_bytes())
@@ -565,6 +606,45 @@ mod tests {
         assert!(runs <= 3 * (MERGE_FAN_IN - 1) + 1, "{runs} runs");
         assert_eq!(tablet.get(&[0]).unwrap().unwrap()[0], 63);
         assert_eq!(tablet.get(&[10]).unwrap().unwrap()[0], 9);
+    }
+
+    /// Flushes large enough to be split by key (on a machine of more than one core): fjall
+    /// ends up with every row of the runs, each key once, deletions applied.
+    #[test]
+    fn a_large_flush_split_by_key_writes_each_row_once() {
+        let (_dir, store) = store(BufferLimits::default());
+        let tablet = store.tablet("t").unwrap();
+        let mut model = std::collections::BTreeMap::new();
+        let mut push = |keys: &mut dyn Iterator<Item = u32>, row: Option<u8>, offset| {
+            let entries: Vec<_> = keys
+                .map(|key| (key.to_be_bytes().to_vec(), row.map(|row| vec![row])))
+                .inspect(|(key, row)| match row {
+                    Some(row) => drop(model.insert(key.clone(), row.clone())),
+                    None => drop(model.remove(key)),
+                })
+                .collect();
+            tablet
+                .buffer(Arc::new(Run::from_owned(&entries)), offset)
+                .unwrap();
+        };
+        let rows = 4 * MIN_ROWS_PER_INGESTION as u32;
+        push(&mut (0..rows).step_by(2), Some(1), 1);
+        tablet.flush().unwrap();
+        push(&mut (1..rows).step_by(2), Some(2), 2);
+        push(&mut (0..rows).step_by(3), None, 3);
+        push(&mut (0..rows).step_by(5), Some(3), 4);
+        tablet.flush().unwrap();
+        assert!(tablet.state.buffered().runs.is_empty());
+        assert_eq!(tablet.flushed_offset().unwrap(), 4);
+        let stored: Vec<Vec<u8>> = (tablet.state.rows.iter())
+            .map(|entry| entry.into_inner().unwrap().1.to_vec())
+            .collect();
+        let expected: Vec<Vec<u8>> = model.into_values().collect();
+        assert_eq!(stored.len(), expected.len());
+        assert!(
+            stored == expected,
+            "fjall's rows are the model's, in key order"
+        );
     }
 
     #[test]

@@ -140,7 +140,7 @@ impl KvStore {
         Ok(Self {
             db,
             cores,
-            tablets: Arc::new(Tablets::new(applied, config.buffer)),
+            tablets: Arc::new(Tablets::new(applied, config.buffer, cores)),
             reads: KvThreads::start("mink-kv-read", cores)?,
             updates: KvThreads::start("mink-kv-update", cores)?,
         })

@@ -264,6 +264,31 @@ impl Run {
         Self::from_merged(&sources)
     }
 
+    /// Up to `parts - 1` keys, ascending, that split the entries of `runs` into `parts`
+    /// of about as many entries each: quantiles of keys sampled from each run in
+    /// proportion to its length.
+    pub(crate) fn split_keys(runs: &[Arc<Run>], parts: usize) -> Vec<&[u8]> {
+        /// Samples per part: enough for parts within a few percent of each other.
+        const SAMPLES_PER_PART: usize = 32;
+        let entries: usize = runs.iter().map(|run| run.len()).sum();
+        if parts < 2 || entries == 0 {
+            return Vec::new();
+        }
+        let mut samples: Vec<&[u8]> = (runs.iter())
+            .flat_map(|run| {
+                let samples = (SAMPLES_PER_PART * parts * run.len()).div_ceil(entries);
+                let spans = &run.entries.spans;
+                (0..samples).map(move |i| run.entries.entry(spans[i * spans.len() / samples]).0)
+            })
+            .collect();
+        samples.sort_unstable();
+        let mut keys: Vec<&[u8]> = (1..parts)
+            .map(|part| samples[part * samples.len() / parts])
+            .collect();
+        keys.dedup();
+        keys
+    }
+
     /// Whether the run has an entry (deleted or not) of a key from `first` to `last`.
     pub(crate) fn holds_key_in(&self, first: &[u8], last: &[u8]) -> bool {
         self.entries.holds_key_in(first, last)
@@ -537,6 +562,48 @@ mod tests {
         (run.entries.iter())
             .map(|(key, row)| (key[0], row.map(|row| row[0])))
             .collect()
+    }
+
+    #[test]
+    fn split_keys_cut_the_runs_into_parts_of_about_as_many_entries() {
+        let keys = |keys: &mut dyn Iterator<Item = u32>| {
+            let entries: Vec<_> = keys.map(|key| (key.to_be_bytes().to_vec(), None)).collect();
+            Arc::new(Run::from_owned(&entries))
+        };
+        // A large run, and smaller ones above it, interleaved with it and each other.
+        let runs = [
+            keys(&mut (0..60_000).step_by(2)),
+            keys(&mut (40_001..80_000).step_by(2)),
+            keys(&mut (50_000..90_000).step_by(7)),
+        ];
+        let entries: Vec<u32> = (runs.iter())
+            .flat_map(|run| {
+                run.entries
+                    .iter()
+                    .map(|(key, _)| u32::from_be_bytes(key.try_into().unwrap()))
+            })
+            .collect();
+        assert!(Run::split_keys(&runs, 1).is_empty());
+        for parts in 2..6 {
+            let splits: Vec<u32> = (Run::split_keys(&runs, parts).iter())
+                .map(|key| u32::from_be_bytes((*key).try_into().unwrap()))
+                .collect();
+            assert_eq!(splits.len(), parts - 1);
+            assert!(splits.is_sorted_by(|a, b| a < b), "{splits:?}");
+            let bounds: Vec<u32> = [0].into_iter().chain(splits).chain([u32::MAX]).collect();
+            for part in bounds.windows(2) {
+                let in_part = entries
+                    .iter()
+                    .filter(|&&key| (part[0]..part[1]).contains(&key))
+                    .count();
+                let even = entries.len() / parts;
+                assert!(
+                    in_part.abs_diff(even) < even / 5,
+                    "{parts} parts: {in_part} of {}",
+                    entries.len()
+                );
+            }
+        }
     }
 
     #[test]

@@ -9,11 +9,11 @@
 //! order.
 //!
 //! One exception: many point reads at once (a lookup of many keys, the stored rows a group
-//! of upserts replaces) are split over the machine's cores by [`split_over`], on threads
-//! started for them and ended with them, as the waiting thread cannot hand them to a pool
-//! whose threads may all be waiting alike. Only a pool thread or a bucket's appender
-//! splits its reads, one split at a time, so the threads started at once stay below
-//! (pool threads + buckets written) × cores.
+//! of upserts replaces) and the ingestion of a large flush are split over the machine's
+//! cores by [`split_over`], on threads started for them and ended with them, as the
+//! waiting thread cannot hand them to a pool whose threads may all be waiting alike. Only
+//! a pool thread or a bucket's appender splits its work, one split at a time, so the
+//! threads started at once stay below (pool threads + buckets written) × cores.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{self, Receiver, Sender, channel};
