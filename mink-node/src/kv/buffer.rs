@@ -19,9 +19,11 @@
 //! * Runs are merged as they come, four of a like size into one (in one pass, each entry
 //!   copied once), so a tablet holds a few runs of growing size, about five, and a row is
 //!   copied about twice before its flush (merging two at a time copied it about five
-//!   times); a lookup searches only the runs whose Bloom filter may hold its key, and
-//!   reads fjall only for a key at or below the greatest fjall may hold
-//!   (`stored_key_bound`).
+//!   times); a lookup searches only the runs whose key range holds its key and whose
+//!   Bloom filter may, and reads fjall only for a key at or below the greatest fjall may
+//!   hold (`stored_key_bound`). Runs of an ascending load, each above the one before,
+//!   are not merged once they hold a few thousand entries each: their key ranges do not
+//!   meet, so a lookup searches one of them, and a merge would only copy them.
 //! * A tablet is flushed once it buffers [`BufferLimits::tablet_bytes`], and once the
 //!   node's tablets buffer [`BufferLimits::node_bytes`] together the largest is: in the
 //!   background, on the store's update threads, while groups go on joining the runs (the
@@ -45,6 +47,10 @@ use crate::error::{NodeError, Result};
 
 /// Runs merged into one at a time (see [`like_sized_tail`]).
 const MERGE_FAN_IN: usize = 4;
+
+/// Entries a run holds at least to stay apart from the runs beside it when their keys do
+/// not interleave (see [`ascending_apart`]).
+const MIN_ENTRIES_APART: usize = 4096;
 
 /// Rows a flush gives each of its parts at least (see [`Tablets::write_runs`]): fewer are
 /// not worth a thread.
@@ -172,11 +178,23 @@ fn ingest(
 }
 
 /// Where the last [`MERGE_FAN_IN`] of `runs` start, if they are of a like size (the
-/// oldest at most twice the newest): then they are merged into one.
+/// oldest at most twice the newest) and not runs of an ascending load: then they are
+/// merged into one.
 fn like_sized_tail(runs: &[Arc<Run>]) -> Option<usize> {
     let from = runs.len().checked_sub(MERGE_FAN_IN)?;
-    let (oldest, newest) = (&runs[from], runs.last()?);
-    (oldest.len() <= 2 * newest.len()).then_some(from)
+    let tail = &runs[from..];
+    let (oldest, newest) = (&tail[0], tail.last()?);
+    let like_sized = oldest.len() <= 2 * newest.len();
+    (like_sized && !ascending_apart(tail)).then_some(from)
+}
+
+/// Whether `runs` each hold [`MIN_ENTRIES_APART`] entries or more, each run's keys above
+/// the one's before: runs an ascending load leaves, which stay apart. Merged, they would
+/// only be copied; apart, a key's search skips each run whose keys end below it or start
+/// above it, and a tablet holds at most one run per [`MIN_ENTRIES_APART`] entries.
+fn ascending_apart(runs: &[Arc<Run>]) -> bool {
+    runs.iter().all(|run| run.len() >= MIN_ENTRIES_APART)
+        && (runs.windows(2)).all(|pair| pair[0].last_key() < pair[1].first_key())
 }
 
 /// The greatest key of `runs`, deleted or not.
@@ -606,6 +624,55 @@ mod tests {
         assert!(runs <= 3 * (MERGE_FAN_IN - 1) + 1, "{runs} runs");
         assert_eq!(tablet.get(&[0]).unwrap().unwrap()[0], 63);
         assert_eq!(tablet.get(&[10]).unwrap().unwrap()[0], 9);
+    }
+
+    /// Runs of `count` keys from `first` on, each key's row the key's low byte.
+    fn ascending(first: u32, count: u32) -> Arc<Run> {
+        let entries: Vec<_> = (first..first + count)
+            .map(|key| (key.to_be_bytes().to_vec(), Some(vec![key as u8])))
+            .collect();
+        Arc::new(Run::from_owned(&entries))
+    }
+
+    #[test]
+    fn large_runs_of_an_ascending_load_stay_apart_and_small_ones_merge() {
+        let (_dir, store) = store(BufferLimits::default());
+        let tablet = store.tablet("t").unwrap();
+        let apart = MIN_ENTRIES_APART as u32;
+        for run in 0..12 {
+            tablet.buffer(ascending(run * apart, apart), 1).unwrap();
+        }
+        assert_eq!(
+            tablet.state.buffered().runs.len(),
+            12,
+            "large ascending runs apart"
+        );
+        for key in [0, apart - 1, 5 * apart + 7, 12 * apart - 1] {
+            let row = tablet.get(&key.to_be_bytes()).unwrap();
+            assert_eq!(row.unwrap().as_ref(), [key as u8], "{key}");
+        }
+        assert_eq!(tablet.get(&(12 * apart).to_be_bytes()).unwrap(), None);
+        // Small ascending runs merge, as do large ones that interleave.
+        for run in 0..64 {
+            tablet
+                .buffer(ascending(12 * apart + run * 10, 10), 1)
+                .unwrap();
+        }
+        let runs = tablet.state.buffered().runs.len();
+        assert!(runs <= 12 + 3 * (MERGE_FAN_IN - 1) + 1, "{runs} runs");
+        for _ in 0..MERGE_FAN_IN {
+            tablet.buffer(ascending(0, apart), 1).unwrap();
+        }
+        let runs_after = tablet.state.buffered().runs.len();
+        assert!(runs_after <= runs + 1, "{runs} then {runs_after} runs");
+        assert_eq!(
+            tablet
+                .get(&(12 * apart + 639).to_be_bytes())
+                .unwrap()
+                .unwrap()
+                .as_ref(),
+            [(12 * apart + 639) as u8]
+        );
     }
 
     /// Flushes large enough to be split by key (on a machine of more than one core): fjall

@@ -305,9 +305,11 @@ impl Run {
         Self { entries, keys }
     }
 
-    /// The row of `key` (`Some(None)`: deleted), if the run has the key.
+    /// The row of `key` (`Some(None)`: deleted), if the run has the key. The run's key
+    /// range is tested before its filter, which hashes the key: of the runs an ascending
+    /// load leaves apart, all but one end below the key or start above it.
     pub(crate) fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
-        match self.keys.contains(key) {
+        match self.entries.spans_across(key, key) && self.keys.contains(key) {
             true => self.entries.get(key),
             false => None,
         }
