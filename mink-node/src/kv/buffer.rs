@@ -675,42 +675,117 @@ mod tests {
         );
     }
 
-    /// Flushes large enough to be split by key (on a machine of more than one core): fjall
-    /// ends up with every row of the runs, each key once, deletions applied.
+    /// Groups of writes large enough that a flush of them is split by key (on a machine
+    /// of more than one core), with their offsets: inserts, deletes and updates across
+    /// the keys. The first is flushed on its own before the others.
+    fn large_groups() -> Vec<(Arc<Run>, i64)> {
+        let rows = 4 * MIN_ROWS_PER_INGESTION as u32;
+        let group = |keys: std::iter::StepBy<std::ops::Range<u32>>, row: Option<u8>| {
+            let entries: Vec<_> = keys
+                .map(|key| (key.to_be_bytes().to_vec(), row.map(|row| vec![row])))
+                .collect();
+            Arc::new(Run::from_owned(&entries))
+        };
+        vec![
+            (group((0..rows).step_by(2), Some(1)), 1),
+            (group((1..rows).step_by(2), Some(2)), 2),
+            (group((0..rows).step_by(3), None), 3),
+            (group((0..rows).step_by(5), Some(3)), 4),
+        ]
+    }
+
+    /// Flushes the first of [`large_groups`], then buffers the others.
+    fn buffer_large_groups(tablet: &KvTablet) {
+        let groups = large_groups();
+        tablet
+            .buffer(Arc::clone(&groups[0].0), groups[0].1)
+            .unwrap();
+        tablet.flush().unwrap();
+        for (run, offset) in &groups[1..] {
+            tablet.buffer(Arc::clone(run), *offset).unwrap();
+        }
+    }
+
+    /// The rows [`large_groups`] leave, in key order.
+    fn model_of_large_groups() -> Vec<Vec<u8>> {
+        (0..4 * MIN_ROWS_PER_INGESTION as u32)
+            .filter_map(|key| match key {
+                _ if key % 5 == 0 => Some(3),
+                _ if key % 3 == 0 => None,
+                _ => Some(if key % 2 == 0 { 1 } else { 2 }),
+            })
+            .map(|row| vec![row])
+            .collect()
+    }
+
+    /// fjall's rows, in key order.
+    fn fjall_rows(tablet: &KvTablet) -> Vec<Vec<u8>> {
+        (tablet.state.rows.iter())
+            .map(|entry| entry.into_inner().unwrap().1.to_vec())
+            .collect()
+    }
+
+    /// fjall ends up with every row of a flush split by key, each key once, deletions
+    /// applied.
     #[test]
     fn a_large_flush_split_by_key_writes_each_row_once() {
         let (_dir, store) = store(BufferLimits::default());
         let tablet = store.tablet("t").unwrap();
-        let mut model = std::collections::BTreeMap::new();
-        let mut push = |keys: &mut dyn Iterator<Item = u32>, row: Option<u8>, offset| {
-            let entries: Vec<_> = keys
-                .map(|key| (key.to_be_bytes().to_vec(), row.map(|row| vec![row])))
-                .inspect(|(key, row)| match row {
-                    Some(row) => drop(model.insert(key.clone(), row.clone())),
-                    None => drop(model.remove(key)),
-                })
-                .collect();
-            tablet
-                .buffer(Arc::new(Run::from_owned(&entries)), offset)
-                .unwrap();
-        };
-        let rows = 4 * MIN_ROWS_PER_INGESTION as u32;
-        push(&mut (0..rows).step_by(2), Some(1), 1);
-        tablet.flush().unwrap();
-        push(&mut (1..rows).step_by(2), Some(2), 2);
-        push(&mut (0..rows).step_by(3), None, 3);
-        push(&mut (0..rows).step_by(5), Some(3), 4);
+        buffer_large_groups(&tablet);
         tablet.flush().unwrap();
         assert!(tablet.state.buffered().runs.is_empty());
         assert_eq!(tablet.flushed_offset().unwrap(), 4);
-        let stored: Vec<Vec<u8>> = (tablet.state.rows.iter())
-            .map(|entry| entry.into_inner().unwrap().1.to_vec())
-            .collect();
-        let expected: Vec<Vec<u8>> = model.into_values().collect();
+        let (stored, expected) = (fjall_rows(&tablet), model_of_large_groups());
         assert_eq!(stored.len(), expected.len());
+        assert!(stored == expected, "fjall's rows are the model's");
+    }
+
+    /// A crash between the parts of a split flush leaves fjall the rows of the parts that
+    /// landed under its old applied offset. The groups after that offset, buffered again
+    /// as the log's replay does, read and flush as if no part had landed.
+    #[tokio::test]
+    async fn a_crash_between_the_parts_of_a_flush_is_mended_by_the_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let groups = large_groups();
+        {
+            let store = KvStore::open(dir.path(), &KvConfig::default()).unwrap();
+            let tablet = store.tablet("t").unwrap();
+            buffer_large_groups(&tablet);
+            // The parts from the first split key on land, the first does not.
+            let runs = tablet.state.buffered().runs.clone();
+            let split = Run::split_keys(&runs, 2)[0];
+            ingest(&tablet.state.rows, &runs, Bound::Included(split), None).unwrap();
+        }
+        let store = KvStore::open(dir.path(), &KvConfig::default()).unwrap();
+        let tablet = store.tablet("t").unwrap();
+        assert_eq!(
+            tablet.flushed_offset().unwrap(),
+            1,
+            "the old applied offset"
+        );
+        for (run, offset) in &groups[1..] {
+            tablet.buffer(Arc::clone(run), *offset).unwrap();
+        }
+        let expected = model_of_large_groups();
+        let read: Vec<Vec<u8>> = (tablet.prefix(&[]).unwrap().iter())
+            .map(|row| row.to_vec())
+            .collect();
+        assert!(read == expected, "reads before the flush are the model's");
+        let keys: Vec<Vec<u8>> = (0..4 * MIN_ROWS_PER_INGESTION as u32)
+            .step_by(7)
+            .map(|key| key.to_be_bytes().to_vec())
+            .collect();
+        let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let before = tablet.get_many(&keys).unwrap();
+        tablet.flush().unwrap();
         assert!(
-            stored == expected,
-            "fjall's rows are the model's, in key order"
+            fjall_rows(&tablet) == expected,
+            "fjall's rows are the model's"
+        );
+        assert_eq!(
+            tablet.get_many(&keys).unwrap(),
+            before,
+            "gets before and after"
         );
     }
 
