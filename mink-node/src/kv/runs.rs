@@ -156,9 +156,14 @@ impl Entries {
 
     /// The row of `key` (`Some(None)`: deleted), if there is an entry of the key.
     pub(crate) fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
-        if !self.spans_across(key, key) {
-            return None;
+        match self.spans_across(key, key) {
+            true => self.search(key),
+            false => None,
         }
+    }
+
+    /// [`Entries::get`] without its first test of the key against the entries' range.
+    fn search(&self, key: &[u8]) -> Option<Option<&[u8]>> {
         let at = (self.spans)
             .binary_search_by(|&span| self.entry(span).0.cmp(key))
             .ok()?;
@@ -310,7 +315,7 @@ impl Run {
     /// load leaves apart, all but one end below the key or start above it.
     pub(crate) fn get(&self, key: &[u8]) -> Option<Option<&[u8]>> {
         match self.entries.spans_across(key, key) && self.keys.contains(key) {
-            true => self.entries.get(key),
+            true => self.entries.search(key),
             false => None,
         }
     }
