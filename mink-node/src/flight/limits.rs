@@ -19,7 +19,7 @@
 //! | [`MAX_ANSWER_BYTES`]             | 32 MiB     | clamped  |
 //! | [`DEFAULT_BATCH_ROWS`]           | 8192       | a Snapshot `batch_rows` of 0 |
 //! | [`MAX_BATCH_ROWS`]               | 65 536     | clamped  |
-//! | [`crate::kv::MAX_CHUNK_BYTES`]   | 8 MiB      | a Snapshot batch ends past it (clamped) |
+//! | [`crate::kv::MAX_CHUNK_BYTES`]   | 2 MiB      | a Snapshot batch ends past it (clamped) |
 //! | [`MAX_TAIL_WAIT`]                | 60 s       | clamped  |
 //! | min_bytes                        | the answer's max_bytes | clamped |
 //! | projection                       | unique indexes < table width | refused |
