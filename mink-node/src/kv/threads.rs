@@ -16,6 +16,7 @@
 //! threads started at once stay below (pool threads + buckets written) × cores.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 
@@ -118,40 +119,65 @@ fn serve(queue: &Mutex<Receiver<Job>>) {
     }
 }
 
-/// `work` done on `items` split into up to `threads` parts, each on a thread of its own
-/// but the first, which this thread does; the results in the order of `items`.
+/// How many pieces [`split_over`] cuts its items into per thread: a thread that starts
+/// late, or loses its core for a while, leaves its pieces to the others.
+const PIECES_PER_THREAD: usize = 8;
+
+/// `work` done on `items` by this thread and up to `threads - 1` threads started for it;
+/// the results in the order of `items`.
 ///
-/// A thread that cannot be started leaves its part to this thread.
+/// The items are cut into pieces that the threads take in turn until none is left, so
+/// none waits for another's fixed share: the thread started last on a busy machine
+/// (which began up to 2.5 ms late under an upsert load) takes fewer pieces. A thread that
+/// cannot be started leaves its pieces to the others; a piece that fails stops the taking.
 pub(super) fn split_over<T: Sync, R: Send>(
     items: &[T],
     threads: usize,
     work: impl Fn(&[T]) -> Result<Vec<R>> + Sync,
 ) -> Result<Vec<R>> {
-    let parts: Vec<&[T]> = items.chunks(items.len().div_ceil(threads).max(1)).collect();
-    let Some((first, others)) = parts.split_first() else {
-        return Ok(Vec::new());
+    let piece = items.len().div_ceil(threads.max(1) * PIECES_PER_THREAD);
+    let pieces: Vec<&[T]> = items.chunks(piece.max(1)).collect();
+    let next = AtomicUsize::new(0);
+    let take_pieces = || -> Result<Vec<(usize, Vec<R>)>> {
+        let mut done = Vec::new();
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&piece) = pieces.get(index) else {
+                return Ok(done);
+            };
+            match work(piece) {
+                Ok(results) => done.push((index, results)),
+                Err(error) => {
+                    next.store(pieces.len(), Ordering::Relaxed);
+                    return Err(error);
+                }
+            }
+        }
     };
-    std::thread::scope(|scope| {
-        let work = &work;
-        let started: Vec<_> = (others.iter())
-            .map(|&part| {
+    let mut done = std::thread::scope(|scope| {
+        let take_pieces = &take_pieces;
+        let started: Vec<_> = (1..threads.min(pieces.len()))
+            .filter_map(|_| {
                 std::thread::Builder::new()
                     .name("mink-kv-split".into())
-                    .spawn_scoped(scope, move || work(part))
+                    .spawn_scoped(scope, take_pieces)
+                    .ok()
             })
             .collect();
-        let mut results = work(first)?;
-        for (&part, thread) in others.iter().zip(started) {
-            let part_results = match thread {
-                Ok(thread) => thread.join().unwrap_or_else(|_| {
-                    Err(NodeError::Kv("a thread of the KV store panicked".into()))
-                })?,
-                Err(_) => work(part)?,
-            };
-            results.extend(part_results);
+        let mut done = take_pieces();
+        for thread in started {
+            let taken = thread
+                .join()
+                .unwrap_or_else(|_| Err(NodeError::Kv("a thread of the KV store panicked".into())));
+            done = done.and_then(|mut done| {
+                done.extend(taken?);
+                Ok(done)
+            });
         }
-        Ok(results)
-    })
+        done
+    })?;
+    done.sort_unstable_by_key(|&(index, _)| index);
+    Ok(done.into_iter().flat_map(|(_, results)| results).collect())
 }
 
 #[cfg(test)]
