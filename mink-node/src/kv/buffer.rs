@@ -42,7 +42,7 @@ use fjall::Keyspace;
 
 use super::kv_error;
 use super::runs::{Merged, Run};
-use super::threads::split_over;
+use super::threads::{self, split_over};
 use crate::error::{NodeError, Result};
 
 /// Runs merged into one at a time (see [`like_sized_tail`]).
@@ -89,8 +89,6 @@ pub(super) struct Tablets {
     /// Per tablet, the log offset fjall's rows reflect.
     pub(super) applied: Keyspace,
     limits: BufferLimits,
-    /// The most parts a flush is split into.
-    cores: usize,
     open: Mutex<HashMap<String, Arc<TabletState>>>,
     buffered_bytes: AtomicUsize,
 }
@@ -203,11 +201,10 @@ fn last_key(runs: &[Arc<Run>]) -> Option<&[u8]> {
 }
 
 impl Tablets {
-    pub(super) fn new(applied: Keyspace, limits: BufferLimits, cores: usize) -> Self {
+    pub(super) fn new(applied: Keyspace, limits: BufferLimits) -> Self {
         Self {
             applied,
             limits,
-            cores,
             open: Mutex::default(),
             buffered_bytes: AtomicUsize::new(0),
         }
@@ -360,7 +357,7 @@ impl Tablets {
     fn write_runs(&self, tablet: &TabletState, runs: &[Arc<Run>], end_offset: i64) -> Result<()> {
         let entries: usize = runs.iter().map(|run| run.len()).sum();
         if entries > 0 {
-            let parts = (entries / MIN_ROWS_PER_INGESTION).clamp(1, self.cores);
+            let parts = (entries / MIN_ROWS_PER_INGESTION).clamp(1, threads::cores());
             let splits = Run::split_keys(runs, parts);
             let starts = std::iter::once(Bound::Unbounded)
                 .chain(splits.iter().map(|&key| Bound::Included(key)));

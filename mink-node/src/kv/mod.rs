@@ -96,8 +96,6 @@ const FJALL_WORKERS: usize = 1;
 #[derive(Clone)]
 pub struct KvStore {
     db: Database,
-    /// The machine's cores: the threads of each pool, and the most a split read uses.
-    cores: usize,
     tablets: Arc<Tablets>,
     /// Lookups and snapshot chunks.
     reads: KvThreads,
@@ -136,11 +134,10 @@ impl KvStore {
         let applied = db
             .keyspace("applied", KeyspaceCreateOptions::default)
             .map_err(kv_error)?;
-        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        let cores = threads::cores();
         Ok(Self {
             db,
-            cores,
-            tablets: Arc::new(Tablets::new(applied, config.buffer, cores)),
+            tablets: Arc::new(Tablets::new(applied, config.buffer)),
             reads: KvThreads::start("mink-kv-read", cores)?,
             updates: KvThreads::start("mink-kv-update", cores)?,
         })
@@ -237,7 +234,7 @@ impl KvTablet {
             }
         }
         in_fjall.sort_unstable_by_key(|&index| keys[index]);
-        let threads = (in_fjall.len() / MIN_READS_PER_THREAD).clamp(1, self.store.cores);
+        let threads = (in_fjall.len() / MIN_READS_PER_THREAD).clamp(1, threads::cores());
         let read_rows = threads::split_over(&in_fjall, threads, |part| {
             (part.iter())
                 .map(|&index| self.state.rows.get(keys[index]).map_err(kv_error))

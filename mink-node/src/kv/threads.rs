@@ -18,7 +18,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::oneshot;
 
@@ -117,6 +117,13 @@ fn serve(queue: &Mutex<Receiver<Job>>) {
         };
         let _ = catch_unwind(AssertUnwindSafe(job));
     }
+}
+
+/// The machine's cores (two where it cannot be told): the threads of each of the store's
+/// pools, and the most threads a split uses.
+pub(super) fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(2, usize::from))
 }
 
 /// How many pieces [`split_over`] cuts its items into per thread: a thread that starts
