@@ -42,7 +42,7 @@ use fjall::Keyspace;
 
 use super::kv_error;
 use super::runs::{Merged, Run};
-use super::threads::{self, split_over};
+use super::threads;
 use crate::error::{NodeError, Result};
 
 /// Runs merged into one at a time (see [`like_sized_tail`]).
@@ -363,7 +363,7 @@ impl Tablets {
                 .chain(splits.iter().map(|&key| Bound::Included(key)));
             let ends = splits.iter().map(|&key| Some(key)).chain([None]);
             let ranges: Vec<_> = starts.zip(ends).collect();
-            split_over(&ranges, ranges.len(), |ranges| {
+            threads::split_over(&ranges, ranges.len(), |ranges| {
                 (ranges.iter())
                     .map(|&(start, end)| ingest(&tablet.rows, runs, start, end))
                     .collect()

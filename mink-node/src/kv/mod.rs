@@ -234,8 +234,8 @@ impl KvTablet {
             }
         }
         in_fjall.sort_unstable_by_key(|&index| keys[index]);
-        let threads = (in_fjall.len() / MIN_READS_PER_THREAD).clamp(1, threads::cores());
-        let read_rows = threads::split_over(&in_fjall, threads, |part| {
+        let split_threads = (in_fjall.len() / MIN_READS_PER_THREAD).clamp(1, threads::cores());
+        let read_rows = threads::split_over(&in_fjall, split_threads, |part| {
             (part.iter())
                 .map(|&index| self.state.rows.get(keys[index]).map_err(kv_error))
                 .collect()

@@ -22,14 +22,15 @@ const PREALLOCATED_ROWS: usize = 8192;
 
 /// A chunk ends once its stored rows reach this many bytes, whatever rows it was asked
 /// for: what a stalled reader holds (the chunks read ahead, a chunk being sent) stays
-/// small however wide the rows. The default Snapshot batch of 60-byte rows is a fourth
-/// of it.
+/// small however wide the rows. The default Snapshot batch (8192 rows) reaches it with
+/// rows of 256 bytes; of 60-byte rows it is about a fourth of it.
 pub const MAX_CHUNK_BYTES: usize = 2 << 20;
 
 /// Chunks each key range of a Snapshot read holds read ahead of the one taken from it
-/// (one more is being read): a stalled reader holds at most 2 x 5 chunks of
-/// [`MAX_CHUNK_BYTES`]. Four rather than one keep both read threads busier: a 1M-row
-/// Snapshot of one bucket 1.06-1.12x as fast (docs/benchmarks.md).
+/// (one more is being read): a stalled reader holds at most [`PARTS_AT_ONCE`] x
+/// (`READ_AHEAD` + 1) chunks of about [`MAX_CHUNK_BYTES`]. Four rather than one keep both
+/// read threads busier: a 1M-row Snapshot of one bucket 1.06-1.12x as fast
+/// (docs/benchmarks.md).
 const READ_AHEAD: usize = 4;
 
 /// Key ranges a Snapshot read reads at once: the one its chunks are taken from and the

@@ -135,25 +135,29 @@ const PIECES_PER_THREAD: usize = 8;
 ///
 /// The items are cut into pieces that the threads take in turn until none is left, so
 /// none waits for another's fixed share: the thread started last on a busy machine
-/// (which began up to 2.5 ms late under an upsert load) takes fewer pieces. A thread that
-/// cannot be started leaves its pieces to the others; a piece that fails stops the taking.
+/// (which began up to 2.5 ms late during the upserts of `mink-bench kv`) takes fewer
+/// pieces. A thread that cannot be started leaves its pieces to the others; a piece that
+/// fails or panics stops the taking, and the split returns its error.
 pub(super) fn split_over<T: Sync, R: Send>(
     items: &[T],
     threads: usize,
     work: impl Fn(&[T]) -> Result<Vec<R>> + Sync,
 ) -> Result<Vec<R>> {
-    let piece = items.len().div_ceil(threads.max(1) * PIECES_PER_THREAD);
-    let pieces: Vec<&[T]> = items.chunks(piece.max(1)).collect();
+    if threads <= 1 {
+        return work(items);
+    }
+    let piece_len = items.len().div_ceil(threads * PIECES_PER_THREAD).max(1);
+    let pieces: Vec<&[T]> = items.chunks(piece_len).collect();
     let next = AtomicUsize::new(0);
     let take_pieces = || -> Result<Vec<(usize, Vec<R>)>> {
-        let mut done = Vec::new();
+        let mut taken = Vec::new();
         loop {
             let index = next.fetch_add(1, Ordering::Relaxed);
             let Some(&piece) = pieces.get(index) else {
-                return Ok(done);
+                return Ok(taken);
             };
-            match work(piece) {
-                Ok(results) => done.push((index, results)),
+            match catch_unwind(AssertUnwindSafe(|| work(piece))).unwrap_or_else(panicked) {
+                Ok(results) => taken.push((index, results)),
                 Err(error) => {
                     next.store(pieces.len(), Ordering::Relaxed);
                     return Err(error);
@@ -161,7 +165,7 @@ pub(super) fn split_over<T: Sync, R: Send>(
             }
         }
     };
-    let mut done = std::thread::scope(|scope| {
+    let taken: Result<Vec<_>> = std::thread::scope(|scope| {
         let take_pieces = &take_pieces;
         let started: Vec<_> = (1..threads.min(pieces.len()))
             .filter_map(|_| {
@@ -171,20 +175,27 @@ pub(super) fn split_over<T: Sync, R: Send>(
                     .ok()
             })
             .collect();
-        let mut done = take_pieces();
-        for thread in started {
-            let taken = thread
-                .join()
-                .unwrap_or_else(|_| Err(NodeError::Kv("a thread of the KV store panicked".into())));
-            done = done.and_then(|mut done| {
-                done.extend(taken?);
-                Ok(done)
-            });
+        let mine = take_pieces();
+        // Every thread is joined before the first error is returned.
+        let others: Vec<_> = started.into_iter().map(|thread| thread.join()).collect();
+        let mut taken = mine?;
+        for other in others {
+            taken.extend(other.unwrap_or_else(panicked)?);
         }
-        done
-    })?;
-    done.sort_unstable_by_key(|&(index, _)| index);
-    Ok(done.into_iter().flat_map(|(_, results)| results).collect())
+        Ok(taken)
+    });
+    let mut taken = taken?;
+    taken.sort_unstable_by_key(|&(index, _)| index);
+    let mut results = Vec::with_capacity(taken.iter().map(|(_, results)| results.len()).sum());
+    for (_, piece_results) in taken {
+        results.extend(piece_results);
+    }
+    Ok(results)
+}
+
+/// The error of a split's work that panicked.
+fn panicked<T>(_: Box<dyn std::any::Any + Send>) -> Result<T> {
+    Err(NodeError::Kv("a thread of the KV store panicked".into()))
 }
 
 #[cfg(test)]
@@ -196,7 +207,7 @@ mod tests {
         let doubled = |part: &[u32]| Ok(part.iter().map(|n| n * 2).collect());
         let items: Vec<u32> = (0..1000).collect();
         let expected: Vec<u32> = items.iter().map(|n| n * 2).collect();
-        for threads in [1, 2, 3, 7, 2000] {
+        for threads in [0, 1, 2, 3, 7, 2000] {
             assert_eq!(
                 split_over(&items, threads, doubled).unwrap(),
                 expected,
@@ -204,11 +215,47 @@ mod tests {
             );
         }
         assert!(split_over(&[], 4, doubled).unwrap().is_empty());
-        let failed = split_over(&items, 4, |part: &[u32]| match part.contains(&900) {
-            true => Err(NodeError::Kv("broken".into())),
-            false => Ok(vec![0]),
-        });
-        assert!(failed.is_err(), "a part's error is the split's");
+        // The first pieces finish last: the results still come in the items' order.
+        let early_pieces_slow = |part: &[u32]| {
+            if part[0] < 100 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            doubled(part)
+        };
+        assert_eq!(split_over(&items, 4, early_pieces_slow).unwrap(), expected);
+    }
+
+    #[test]
+    fn a_failed_or_panicking_piece_stops_the_split_with_an_error() {
+        let items: Vec<u32> = (0..1000).collect();
+        for panics in [false, true] {
+            let pieces_worked = AtomicUsize::new(0);
+            let failed = split_over(&items, 2, |part: &[u32]| {
+                pieces_worked.fetch_add(1, Ordering::Relaxed);
+                if part.contains(&0) {
+                    // The first piece fails once the other thread had time to start.
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    match panics {
+                        true => panic!("a broken piece"),
+                        false => return Err(NodeError::Kv("broken".into())),
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                Ok(vec![0])
+            });
+            let error = failed.unwrap_err().to_string();
+            let expected = if panics { "panicked" } else { "broken" };
+            assert!(error.contains(expected), "{error}");
+            // 16 pieces: the other thread works two or three while the first fails, then
+            // stops. (A panic prints its backtrace first, which may take the others'
+            // time: there only the error is checked.)
+            if !panics {
+                assert!(
+                    pieces_worked.load(Ordering::Relaxed) < 16,
+                    "the taking stopped"
+                );
+            }
+        }
     }
 
     #[tokio::test]
