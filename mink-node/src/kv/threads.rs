@@ -137,14 +137,15 @@ const PIECES_PER_THREAD: usize = 8;
 /// none waits for another's fixed share: the thread started last on a busy machine
 /// (which began up to 2.5 ms late during the upserts of `mink-bench kv`) takes fewer
 /// pieces. A thread that cannot be started leaves its pieces to the others; a piece that
-/// fails or panics stops the taking, and the split returns its error.
+/// fails or panics stops the taking, and the split returns its error (a panic is one too,
+/// with one thread as with many).
 pub(super) fn split_over<T: Sync, R: Send>(
     items: &[T],
     threads: usize,
     work: impl Fn(&[T]) -> Result<Vec<R>> + Sync,
 ) -> Result<Vec<R>> {
     if threads <= 1 {
-        return work(items);
+        return catch_unwind(AssertUnwindSafe(|| work(items))).unwrap_or_else(panicked);
     }
     let piece_len = items.len().div_ceil(threads * PIECES_PER_THREAD).max(1);
     let pieces: Vec<&[T]> = items.chunks(piece_len).collect();
@@ -256,6 +257,13 @@ mod tests {
                 );
             }
         }
+        let alone = split_over(&items, 1, |_: &[u32]| -> Result<Vec<u32>> {
+            panic!("broken")
+        });
+        assert!(
+            alone.unwrap_err().to_string().contains("panicked"),
+            "one thread too"
+        );
     }
 
     #[tokio::test]
