@@ -623,12 +623,17 @@ mod tests {
         assert_eq!(tablet.get(&[10]).unwrap().unwrap()[0], 9);
     }
 
-    /// Runs of `count` keys from `first` on, each key's row the key's low byte.
-    fn ascending(first: u32, count: u32) -> Arc<Run> {
-        let entries: Vec<_> = (first..first + count)
-            .map(|key| (key.to_be_bytes().to_vec(), Some(vec![key as u8])))
+    /// The run of `keys` (four-byte keys), each with the row `row` gives it.
+    fn run_of(keys: impl Iterator<Item = u32>, row: impl Fn(u32) -> Option<u8>) -> Arc<Run> {
+        let entries: Vec<_> = keys
+            .map(|key| (key.to_be_bytes().to_vec(), row(key).map(|row| vec![row])))
             .collect();
         Arc::new(Run::from_owned(&entries))
+    }
+
+    /// Runs of `count` keys from `first` on, each key's row the key's low byte.
+    fn ascending(first: u32, count: u32) -> Arc<Run> {
+        run_of(first..first + count, |key| Some(key as u8))
     }
 
     #[test]
@@ -677,12 +682,8 @@ mod tests {
     /// the keys. The first is flushed on its own before the others.
     fn large_groups() -> Vec<(Arc<Run>, i64)> {
         let rows = 4 * MIN_ROWS_PER_INGESTION as u32;
-        let group = |keys: std::iter::StepBy<std::ops::Range<u32>>, row: Option<u8>| {
-            let entries: Vec<_> = keys
-                .map(|key| (key.to_be_bytes().to_vec(), row.map(|row| vec![row])))
-                .collect();
-            Arc::new(Run::from_owned(&entries))
-        };
+        let group =
+            |keys: std::iter::StepBy<std::ops::Range<u32>>, row: Option<u8>| run_of(keys, |_| row);
         vec![
             (group((0..rows).step_by(2), Some(1)), 1),
             (group((1..rows).step_by(2), Some(2)), 2),
