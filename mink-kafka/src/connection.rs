@@ -10,7 +10,10 @@
 //! (a Fetch's long poll holds its connection, never another's). With a login configured,
 //! a connection may only ask `ApiVersions`, `SaslHandshake` (PLAIN) and
 //! `SaslAuthenticate` until it has logged in; anything else closes it, as a Kafka broker
-//! does. A request at a version the listener does not serve is answered with
+//! does, and so does a frame larger than [`MAX_LOGIN_REQUEST_BYTES`]. A connection must
+//! send its first request (with a login configured: log in) within [`LOGIN_TIMEOUT`] of
+//! its start, so sockets that say nothing hold a connection slot for seconds, not for
+//! the [`IDLE_TIMEOUT`] a working client may pause between requests. A request at a version the listener does not serve is answered with
 //! `UNSUPPORTED_VERSION` where its answer has a place for an error code; a frame that is
 //! not Kafka's protocol, or an API the listener does not know, closes the connection.
 
@@ -27,11 +30,14 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
 use tracing::debug;
 
 use crate::broker::Broker;
 use crate::error::{KafkaError, Result};
-use crate::limits::{IDLE_TIMEOUT, MAX_REQUEST_BYTES, REQUEST_READ_TIMEOUT};
+use crate::limits::{
+    IDLE_TIMEOUT, LOGIN_TIMEOUT, MAX_LOGIN_REQUEST_BYTES, MAX_REQUEST_BYTES, REQUEST_READ_TIMEOUT,
+};
 use crate::{cluster, fetch, offsets, produce, versions};
 
 /// The one SASL mechanism served.
@@ -47,8 +53,12 @@ pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
         logged_in: !broker.requires_login(),
         mechanism_chosen: false,
         login_failed: false,
+        login_deadline: Some(Instant::now() + LOGIN_TIMEOUT),
     };
-    while let Some(frame) = read_frame(&mut stream).await? {
+    while let Some(frame) = read_frame(&mut stream, &session.next_frame()).await? {
+        if session.logged_in {
+            session.login_deadline = None;
+        }
         let answer = answer(&broker, &mut session, frame).await?;
         stream
             .write_all(&answer)
@@ -70,33 +80,75 @@ struct Session {
     mechanism_chosen: bool,
     /// The connection's login was refused: it is closed after the answer.
     login_failed: bool,
+    /// When the connection is closed unless it has sent its first request by then
+    /// (with a login configured: has logged in); `None` once it has.
+    login_deadline: Option<Instant>,
+}
+
+/// How the next request frame is read.
+#[derive(Debug)]
+struct FrameLimits {
+    /// When the connection is closed if the frame has not begun.
+    start_by: Instant,
+    /// The longest the frame's bytes may take once its size has come (or before the
+    /// login deadline).
+    read_by: Option<Instant>,
+    /// The largest frame.
+    max_bytes: usize,
+}
+
+impl Session {
+    /// Before a login, the frame must come by the login deadline and, with a login
+    /// configured, be at most [`MAX_LOGIN_REQUEST_BYTES`] (what a client that has not
+    /// proven who it is may make the server read and decode); after it, the frame may
+    /// wait [`IDLE_TIMEOUT`] and be [`MAX_REQUEST_BYTES`].
+    fn next_frame(&self) -> FrameLimits {
+        let max_bytes = if self.logged_in {
+            MAX_REQUEST_BYTES
+        } else {
+            MAX_LOGIN_REQUEST_BYTES
+        };
+        FrameLimits {
+            start_by: self
+                .login_deadline
+                .unwrap_or_else(|| Instant::now() + IDLE_TIMEOUT),
+            read_by: self.login_deadline,
+            max_bytes,
+        }
+    }
 }
 
 /// The next request frame; `None` when the client closed the connection or idled out.
-async fn read_frame<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Option<Bytes>> {
+async fn read_frame<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    limits: &FrameLimits,
+) -> Result<Option<Bytes>> {
     let mut size = [0u8; 4];
-    match tokio::time::timeout(IDLE_TIMEOUT, stream.read_exact(&mut size)).await {
+    match tokio::time::timeout_at(limits.start_by, stream.read_exact(&mut size)).await {
         Err(_idle) => return Ok(None),
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Ok(Err(e)) => return Err(KafkaError::Malformed(format!("reading a request: {e}"))),
         Ok(Ok(_)) => {}
     }
     let size = i32::from_be_bytes(size);
+    let max = limits.max_bytes;
     // api_key, api_version and correlation_id at least.
     let size = usize::try_from(size)
         .ok()
-        .filter(|size| (8..=MAX_REQUEST_BYTES).contains(size))
+        .filter(|size| (8..=max).contains(size))
         .ok_or_else(|| {
             KafkaError::Malformed(format!(
-                "a request of {size} bytes (a request holds 8 to {MAX_REQUEST_BYTES})"
+                "a request of {size} bytes (a request holds 8 to {max})"
             ))
         })?;
+    let stall_by = Instant::now() + REQUEST_READ_TIMEOUT;
+    let read_by = limits.read_by.map_or(stall_by, |by| by.min(stall_by));
     let mut frame = vec![0u8; size];
-    match tokio::time::timeout(REQUEST_READ_TIMEOUT, stream.read_exact(&mut frame)).await {
+    match tokio::time::timeout_at(read_by, stream.read_exact(&mut frame)).await {
         Ok(Ok(_)) => Ok(Some(Bytes::from(frame))),
         Ok(Err(e)) => Err(KafkaError::Malformed(format!("reading a request: {e}"))),
         Err(_) => Err(KafkaError::Malformed(format!(
-            "a request's {size} bytes did not arrive within {REQUEST_READ_TIMEOUT:?}"
+            "a request's {size} bytes did not arrive in time"
         ))),
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! The answer holds every asked partition's batches from its fetch offset up to the high
 //! watermark, within `max_bytes` over all partitions and `partition_max_bytes` each (the
-//! batch at the fetch offset of the first partition with data is always sent whole, so
-//! a consumer makes progress). When the answer holds fewer than `min_bytes`, the fetch
+//! first chunk of rows at the fetch offset of the first partition with data is always
+//! sent, so a consumer makes progress; a bound is passed by at most one chunk,
+//! [`crate::limits::FETCH_CHUNK_ROWS`] rows). When the answer holds fewer than `min_bytes`, the fetch
 //! waits, up to `max_wait_ms`, for any asked partition's watermark to move, and reads
 //! again. A fetch offset outside `[log_start, high watermark]` is `OFFSET_OUT_OF_RANGE`
 //! for that partition. Fetch sessions (KIP-227) are not kept: every answer carries
@@ -114,8 +115,8 @@ async fn read(asked: &[(TopicName, Vec<Asked>)], max_bytes: u64) -> (FetchRespon
     )
 }
 
-/// One partition's records from its fetch offset, within `left` bytes (the first batch
-/// whole when `first` is set: nothing was sent yet).
+/// One partition's records from its fetch offset, within `left` bytes (the first chunk
+/// of rows at least when `first` is set: nothing was sent yet).
 async fn read_partition(
     asked: &Asked,
     left: u64,
@@ -138,7 +139,7 @@ async fn read_partition(
                 if !records.is_empty() && records.len() as u64 + batch.size > budget {
                     break;
                 }
-                encode_batch(table, batch, offset, &mut records)?;
+                encode_batch(table, batch, offset, budget, &mut records)?;
             }
         }
     }

@@ -15,6 +15,14 @@
 //! the other members' SyncGroups wait for. A member whose heartbeats stop for its
 //! session timeout is removed, which starts a rebalance.
 //!
+//! What the coordinator holds is bounded ([`crate::limits`]): groups and members by
+//! count, a member's protocols and its assignment by [`MAX_MEMBER_BYTES`], and
+//! everything every group holds (ids, protocols, assignments, each entry counted at
+//! [`ENTRY_BYTES`] beyond its strings) by [`MAX_COORDINATOR_BYTES`]. Members expire by
+//! their session timeout ([`SESSION_TIMEOUTS`]) whether or not their group hears from
+//! anyone again: at most every [`GROUP_SWEEP_INTERVAL`], a request of any group first
+//! removes the expired members of every group and drops the groups left empty.
+//!
 //! Membership lives in memory only (a restart makes every member join again, as after a
 //! coordinator move in Kafka); the offsets a group commits are stored durably
 //! ([`crate::offsets`]). Static membership (`group.instance.id`) is treated as dynamic.
@@ -35,20 +43,95 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::limits::{MAX_GROUP_MEMBERS, MAX_GROUPS};
+use crate::limits::{
+    GROUP_SWEEP_INTERVAL, MAX_COORDINATOR_BYTES, MAX_GROUP_ID_BYTES, MAX_GROUP_MEMBERS, MAX_GROUPS,
+    MAX_MEMBER_BYTES, MAX_REBALANCE_TIMEOUT, SESSION_TIMEOUTS,
+};
 
-/// The session timeouts a member may ask for.
-const SESSION_TIMEOUTS: std::ops::RangeInclusive<i32> = 1_000..=1_800_000;
-/// The longest a rebalance waits for members to join again.
-const MAX_REBALANCE_TIMEOUT: Duration = Duration::from_secs(300);
 /// How often a waiting join or sync looks for expired sessions.
 const EXPIRY_CHECK: Duration = Duration::from_millis(200);
+/// What a group, a member, a protocol or an assignment is counted at beyond its
+/// strings: its entry in its map and its bookkeeping.
+const ENTRY_BYTES: usize = 128;
 
 /// Every group this node coordinates.
 pub(crate) struct Groups {
-    groups: Mutex<HashMap<String, Group>>,
+    registry: Mutex<Registry>,
     /// Woken on every change of any group: joins and syncs waiting for one look again.
     changed: Notify,
+}
+
+/// The groups, and the bytes they hold in all.
+struct Registry {
+    groups: HashMap<String, Group>,
+    /// The sum of every group's [`Group::held`].
+    held: usize,
+    /// When every group was last swept of expired members.
+    swept: Instant,
+}
+
+impl Registry {
+    /// Runs `change` on a group, then counts what the group holds again.
+    fn update<T>(&mut self, group_id: &str, change: impl FnOnce(&mut Group) -> T) -> Option<T> {
+        let group = self.groups.get_mut(group_id)?;
+        let before = group.held;
+        let out = change(group);
+        group.held = group.bytes();
+        self.held = self.held + group.held - before;
+        Some(out)
+    }
+
+    /// The bytes a group may still take before [`MAX_COORDINATOR_BYTES`].
+    fn room(&self) -> usize {
+        MAX_COORDINATOR_BYTES.saturating_sub(self.held)
+    }
+
+    /// Adds an empty group, unless there are [`MAX_GROUPS`] already even after a sweep.
+    fn create(&mut self, group_id: &str, now: Instant) -> Result<(), ResponseError> {
+        if self.groups.contains_key(group_id) {
+            return Ok(());
+        }
+        if self.groups.len() >= MAX_GROUPS {
+            self.sweep_now(now);
+            if self.groups.len() >= MAX_GROUPS {
+                return Err(ResponseError::CoordinatorNotAvailable);
+            }
+        }
+        let group = Group::new(group_id.len());
+        self.held += group.held;
+        self.groups.insert(group_id.to_string(), group);
+        Ok(())
+    }
+
+    /// Drops a group that has no members left.
+    fn drop_if_empty(&mut self, group_id: &str) {
+        if let Some(group) = self.groups.get(group_id)
+            && group.state == State::Empty
+        {
+            self.held -= group.held;
+            self.groups.remove(group_id);
+        }
+    }
+
+    /// [`Self::sweep_now`], at most every [`GROUP_SWEEP_INTERVAL`].
+    fn sweep(&mut self, now: Instant) {
+        if now.duration_since(self.swept) >= GROUP_SWEEP_INTERVAL {
+            self.sweep_now(now);
+        }
+    }
+
+    /// Removes the expired members of every group (ending the rebalances whose time is
+    /// up) and drops the groups left empty.
+    fn sweep_now(&mut self, now: Instant) {
+        self.swept = now;
+        self.groups.retain(|_, group| {
+            group.expire(now);
+            group.complete_join(now);
+            group.held = group.bytes();
+            group.state != State::Empty
+        });
+        self.held = self.groups.values().map(|group| group.held).sum();
+    }
 }
 
 impl std::fmt::Debug for Groups {
@@ -67,6 +150,10 @@ enum State {
 
 #[derive(Debug)]
 struct Group {
+    /// The length of the group's id.
+    id_bytes: usize,
+    /// What the group holds ([`Group::bytes`]) when last counted.
+    held: usize,
     state: State,
     generation: i32,
     protocol_type: String,
@@ -90,8 +177,10 @@ struct Member {
 }
 
 impl Group {
-    fn new() -> Self {
-        Self {
+    fn new(id_bytes: usize) -> Self {
+        let mut group = Self {
+            id_bytes,
+            held: 0,
             state: State::Empty,
             generation: 0,
             protocol_type: String::new(),
@@ -100,7 +189,25 @@ impl Group {
             members: BTreeMap::new(),
             rebalance_deadline: Instant::now(),
             assignments: None,
-        }
+        };
+        group.held = group.bytes();
+        group
+    }
+
+    /// The bytes the group holds: its id, protocol type, members and assignments.
+    fn bytes(&self) -> usize {
+        let members: usize = self
+            .members
+            .iter()
+            .map(|(id, member)| member_bytes(id, &member.protocols))
+            .sum();
+        let assignments: usize = self
+            .assignments
+            .iter()
+            .flatten()
+            .map(|(id, assignment)| ENTRY_BYTES + id.len() + assignment.len())
+            .sum();
+        ENTRY_BYTES + self.id_bytes + self.protocol_type.len() + members + assignments
     }
 
     fn start_rebalance(&mut self, now: Instant) {
@@ -199,13 +306,20 @@ impl Group {
 impl Groups {
     pub(crate) fn new() -> Self {
         Self {
-            groups: Mutex::default(),
+            registry: Mutex::new(Registry {
+                groups: HashMap::new(),
+                held: 0,
+                swept: Instant::now(),
+            }),
             changed: Notify::new(),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
-        self.groups.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The registry, swept of expired members if that is due.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
+        let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        registry.sweep(Instant::now());
+        registry
     }
 
     /// `JoinGroup`: joins (or rejoins) and waits for the rebalance to end.
@@ -216,85 +330,44 @@ impl Groups {
                 .with_generation_id(-1)
         };
         let group_id = request.group_id.0.to_string();
-        if group_id.is_empty() {
-            return refuse(ResponseError::InvalidGroupId);
-        }
-        if !SESSION_TIMEOUTS.contains(&request.session_timeout_ms) {
-            return refuse(ResponseError::InvalidSessionTimeout);
-        }
-        let session_timeout = Duration::from_millis(request.session_timeout_ms as u64);
-        let rebalance_timeout = match version {
-            0 => session_timeout,
-            _ => Duration::from_millis(u64::try_from(request.rebalance_timeout_ms).unwrap_or(0)),
-        }
-        .min(MAX_REBALANCE_TIMEOUT);
+        let member = match Joining::of(&request, version) {
+            Ok(member) => member,
+            Err(error) => return refuse(error),
+        };
         let member_id = {
-            let mut groups = self.lock();
-            if !groups.contains_key(&group_id) && groups.len() >= MAX_GROUPS {
-                // Groups whose members all went away without leaving are dropped first.
-                let now = Instant::now();
-                groups.retain(|_, group| {
-                    group.expire(now);
-                    group.complete_join(now);
-                    group.state != State::Empty
-                });
-                if groups.len() >= MAX_GROUPS {
-                    return refuse(ResponseError::CoordinatorNotAvailable);
-                }
-            }
-            let group = groups.entry(group_id.clone()).or_insert_with(Group::new);
+            let mut registry = self.lock();
             let now = Instant::now();
-            group.expire(now);
-            let member_id = match request.member_id.as_str() {
-                "" => format!("{}-{}", client_name(&request), uuid::Uuid::new_v4()),
-                known if group.members.contains_key(known) => known.to_string(),
-                _ => return refuse(ResponseError::UnknownMemberId),
-            };
-            if !group.members.contains_key(&member_id) && group.members.len() >= MAX_GROUP_MEMBERS {
-                return refuse(ResponseError::GroupMaxSizeReached);
+            if let Err(error) = registry.create(&group_id, now) {
+                return refuse(error);
             }
-            let protocol_type = request.protocol_type.to_string();
-            if group.state != State::Empty && group.protocol_type != protocol_type {
-                return refuse(ResponseError::InconsistentGroupProtocol);
+            let room = registry.room();
+            let joined = registry.update(&group_id, |group| group.join(member, room, now));
+            match joined {
+                Some(Ok(member_id)) => member_id,
+                Some(Err(error)) => {
+                    registry.drop_if_empty(&group_id);
+                    return refuse(error);
+                }
+                None => return refuse(ResponseError::CoordinatorNotAvailable),
             }
-            group.protocol_type = protocol_type;
-            let protocols = request
-                .protocols
-                .iter()
-                .map(|p| (p.name.to_string(), p.metadata.clone()))
-                .collect();
-            group.members.insert(
-                member_id.clone(),
-                Member {
-                    protocols,
-                    session_timeout,
-                    rebalance_timeout,
-                    last_seen: now,
-                    joined: true,
-                },
-            );
-            if group.state != State::PreparingRebalance {
-                group.start_rebalance(now);
-            }
-            group.complete_join(now);
-            member_id
         };
         self.changed.notify_waiters();
         loop {
             let changed = self.changed.notified();
             {
-                let mut groups = self.lock();
-                let Some(group) = groups.get_mut(&group_id) else {
-                    return refuse(ResponseError::UnknownMemberId);
-                };
+                let mut registry = self.lock();
                 let now = Instant::now();
-                group.expire(now);
-                group.complete_join(now);
-                let Some(member) = group.members.get(&member_id) else {
-                    return refuse(ResponseError::UnknownMemberId);
-                };
-                if group.state != State::PreparingRebalance && !member.joined {
-                    return joined(group, &member_id);
+                let answer = registry.update(&group_id, |group| {
+                    group.expire(now);
+                    group.complete_join(now);
+                    let member = group.members.get(&member_id)?;
+                    let done = group.state != State::PreparingRebalance && !member.joined;
+                    Some(done.then(|| joined(group, &member_id)))
+                });
+                match answer.flatten() {
+                    None => return refuse(ResponseError::UnknownMemberId),
+                    Some(Some(answer)) => return answer,
+                    Some(None) => {}
                 }
             }
             let _ = tokio::time::timeout(EXPIRY_CHECK, changed).await;
@@ -309,45 +382,20 @@ impl Groups {
         let member_id = request.member_id.to_string();
         loop {
             let changed = self.changed.notified();
-            {
-                let mut groups = self.lock();
-                let Some(group) = groups.get_mut(&group_id) else {
-                    return refuse(ResponseError::UnknownMemberId);
-                };
-                if let Some(error) = group.check_member(&member_id, request.generation_id) {
-                    return refuse(error);
+            let step = {
+                let mut registry = self.lock();
+                let room = registry.room();
+                registry.update(&group_id, |group| group.sync(&member_id, &request, room))
+            };
+            match step {
+                None => return refuse(ResponseError::UnknownMemberId),
+                Some(Err(error)) => return refuse(error),
+                Some(Ok(Some(answer))) => {
+                    // The leader's answer is the first: the others waiting get theirs.
+                    self.changed.notify_waiters();
+                    return answer;
                 }
-                if let Some(member) = group.members.get_mut(&member_id) {
-                    member.last_seen = Instant::now();
-                }
-                match group.state {
-                    State::PreparingRebalance | State::Empty => {
-                        return refuse(ResponseError::RebalanceInProgress);
-                    }
-                    State::CompletingRebalance if group.leader.as_deref() == Some(&member_id) => {
-                        group.assignments = Some(
-                            request
-                                .assignments
-                                .iter()
-                                .map(|a| (a.member_id.to_string(), a.assignment.clone()))
-                                .collect(),
-                        );
-                        group.state = State::Stable;
-                        self.changed.notify_waiters();
-                    }
-                    State::CompletingRebalance => {}
-                    State::Stable => {}
-                }
-                if let Some(assignments) = &group.assignments {
-                    let assignment = assignments.get(&member_id).cloned().unwrap_or_default();
-                    return SyncGroupResponse::default()
-                        .with_protocol_type(Some(StrBytes::from_string(
-                            group.protocol_type.clone(),
-                        )))
-                        .with_protocol_name(group.protocol_name.clone().map(StrBytes::from_string))
-                        .with_assignment(assignment);
-                }
-                group.expire(Instant::now());
+                Some(Ok(None)) => {}
             }
             let _ = tokio::time::timeout(EXPIRY_CHECK, changed).await;
         }
@@ -358,23 +406,20 @@ impl Groups {
         let answer = |error: Option<ResponseError>| {
             HeartbeatResponse::default().with_error_code(error.map_or(0, |e| e.code()))
         };
-        let mut groups = self.lock();
-        let Some(group) = groups.get_mut(request.group_id.0.as_str()) else {
-            return answer(Some(ResponseError::UnknownMemberId));
-        };
-        let now = Instant::now();
-        group.expire(now);
-        let member_id = request.member_id.as_str();
-        if let Some(member) = group.members.get_mut(member_id) {
-            member.last_seen = now;
-        }
-        if let Some(error) = group.check_member(member_id, request.generation_id) {
-            return answer(Some(error));
-        }
-        match group.state {
-            State::PreparingRebalance => answer(Some(ResponseError::RebalanceInProgress)),
-            _ => answer(None),
-        }
+        let mut registry = self.lock();
+        let error = registry.update(request.group_id.0.as_str(), |group| {
+            let now = Instant::now();
+            group.expire(now);
+            let member_id = request.member_id.as_str();
+            if let Some(member) = group.members.get_mut(member_id) {
+                member.last_seen = now;
+            }
+            group
+                .check_member(member_id, request.generation_id)
+                .or((group.state == State::PreparingRebalance)
+                    .then_some(ResponseError::RebalanceInProgress))
+        });
+        answer(error.unwrap_or(Some(ResponseError::UnknownMemberId)))
     }
 
     /// `LeaveGroup`: the members go; a rebalance starts for the rest.
@@ -390,27 +435,19 @@ impl Groups {
         };
         let group_id = request.group_id.0.as_str();
         let known: Vec<bool> = {
-            let mut groups = self.lock();
-            let known = match groups.get_mut(group_id) {
-                None => vec![false; leaving.len()],
-                Some(group) => {
-                    let known: Vec<bool> = leaving
-                        .iter()
-                        .map(|member_id| group.members.remove(member_id).is_some())
-                        .collect();
-                    if known.contains(&true) {
-                        group.after_departure(Instant::now());
-                    }
-                    known
+            let mut registry = self.lock();
+            let known = registry.update(group_id, |group| {
+                let known: Vec<bool> = leaving
+                    .iter()
+                    .map(|member_id| group.members.remove(member_id).is_some())
+                    .collect();
+                if known.contains(&true) {
+                    group.after_departure(Instant::now());
                 }
-            };
-            if groups
-                .get(group_id)
-                .is_some_and(|g| g.state == State::Empty)
-            {
-                groups.remove(group_id);
-            }
-            known
+                known
+            });
+            registry.drop_if_empty(group_id);
+            known.unwrap_or_else(|| vec![false; leaving.len()])
         };
         let any_unknown = known.contains(&false);
         let responses = leaving
@@ -447,8 +484,8 @@ impl Groups {
         generation: i32,
         member_id: &str,
     ) -> Option<i16> {
-        let groups = self.lock();
-        let group = groups.get(group_id)?;
+        let registry = self.lock();
+        let group = registry.groups.get(group_id)?;
         if group.members.is_empty() && generation < 0 {
             return None;
         }
@@ -457,6 +494,180 @@ impl Groups {
         }
         (group.state == State::PreparingRebalance)
             .then(|| ResponseError::RebalanceInProgress.code())
+    }
+}
+
+/// A member as its JoinGroup asks to join: checked, its protocols copied out of the
+/// request (so the member holds its own bytes, not the whole request frame).
+struct Joining {
+    /// The id it asks to rejoin as; empty for a new member.
+    member_id: String,
+    /// The prefix of a new member's id.
+    client: String,
+    protocol_type: String,
+    protocols: Vec<(String, Bytes)>,
+    session_timeout: Duration,
+    rebalance_timeout: Duration,
+}
+
+impl Joining {
+    fn of(request: &JoinGroupRequest, version: i16) -> Result<Self, ResponseError> {
+        let group_id = request.group_id.0.as_str();
+        if group_id.is_empty() || group_id.len() > MAX_GROUP_ID_BYTES {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        if !SESSION_TIMEOUTS.contains(&request.session_timeout_ms) {
+            return Err(ResponseError::InvalidSessionTimeout);
+        }
+        let asked: usize = request
+            .protocols
+            .iter()
+            .map(|p| ENTRY_BYTES + p.name.len() + p.metadata.len())
+            .sum();
+        if asked > MAX_MEMBER_BYTES {
+            return Err(ResponseError::InvalidRequest);
+        }
+        let session_timeout = Duration::from_millis(request.session_timeout_ms as u64);
+        let rebalance_timeout = match version {
+            0 => session_timeout,
+            _ => Duration::from_millis(u64::try_from(request.rebalance_timeout_ms).unwrap_or(0)),
+        }
+        .min(MAX_REBALANCE_TIMEOUT);
+        Ok(Self {
+            member_id: request.member_id.to_string(),
+            client: client_name(request),
+            protocol_type: request.protocol_type.to_string(),
+            protocols: request
+                .protocols
+                .iter()
+                .map(|p| (p.name.to_string(), Bytes::copy_from_slice(&p.metadata)))
+                .collect(),
+            session_timeout,
+            rebalance_timeout,
+        })
+    }
+}
+
+/// What a member holds: its id and protocols, each entry at [`ENTRY_BYTES`] more.
+fn member_bytes(member_id: &str, protocols: &[(String, Bytes)]) -> usize {
+    let protocols: usize = protocols
+        .iter()
+        .map(|(name, metadata)| ENTRY_BYTES + name.len() + metadata.len())
+        .sum();
+    ENTRY_BYTES + member_id.len() + protocols
+}
+
+impl Group {
+    /// Adds (or renews) a member and starts a rebalance; its id. `room`: the bytes the
+    /// coordinator may still take.
+    fn join(
+        &mut self,
+        joining: Joining,
+        room: usize,
+        now: Instant,
+    ) -> Result<String, ResponseError> {
+        self.expire(now);
+        let member_id = match joining.member_id.as_str() {
+            "" => format!("{}-{}", joining.client, uuid::Uuid::new_v4()),
+            known if self.members.contains_key(known) => known.to_string(),
+            _ => return Err(ResponseError::UnknownMemberId),
+        };
+        let previous = self.members.get(&member_id);
+        if previous.is_none() && self.members.len() >= MAX_GROUP_MEMBERS {
+            return Err(ResponseError::GroupMaxSizeReached);
+        }
+        let freed = previous.map_or(0, |m| member_bytes(&member_id, &m.protocols));
+        let taken = member_bytes(&member_id, &joining.protocols) + joining.protocol_type.len();
+        if taken > room + freed {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        if self.state != State::Empty && self.protocol_type != joining.protocol_type {
+            return Err(ResponseError::InconsistentGroupProtocol);
+        }
+        self.protocol_type = joining.protocol_type;
+        self.members.insert(
+            member_id.clone(),
+            Member {
+                protocols: joining.protocols,
+                session_timeout: joining.session_timeout,
+                rebalance_timeout: joining.rebalance_timeout,
+                last_seen: now,
+                joined: true,
+            },
+        );
+        if self.state != State::PreparingRebalance {
+            self.start_rebalance(now);
+        }
+        self.complete_join(now);
+        Ok(member_id)
+    }
+
+    /// One look at the group for a member's SyncGroup: the leader's hands in the
+    /// assignments (only those of members, each within [`MAX_MEMBER_BYTES`], all
+    /// within `room`); a member's answer once they are in, `None` until then.
+    fn sync(
+        &mut self,
+        member_id: &str,
+        request: &SyncGroupRequest,
+        room: usize,
+    ) -> Result<Option<SyncGroupResponse>, ResponseError> {
+        if let Some(error) = self.check_member(member_id, request.generation_id) {
+            return Err(error);
+        }
+        let now = Instant::now();
+        if let Some(member) = self.members.get_mut(member_id) {
+            member.last_seen = now;
+        }
+        match self.state {
+            State::PreparingRebalance | State::Empty => {
+                return Err(ResponseError::RebalanceInProgress);
+            }
+            State::CompletingRebalance if self.leader.as_deref() == Some(member_id) => {
+                self.assignments = Some(self.checked_assignments(request, room)?);
+                self.state = State::Stable;
+            }
+            State::CompletingRebalance | State::Stable => {}
+        }
+        let Some(assignments) = &self.assignments else {
+            self.expire(now);
+            return Ok(None);
+        };
+        let assignment = assignments.get(member_id).cloned().unwrap_or_default();
+        Ok(Some(
+            SyncGroupResponse::default()
+                .with_protocol_type(Some(StrBytes::from_string(self.protocol_type.clone())))
+                .with_protocol_name(self.protocol_name.clone().map(StrBytes::from_string))
+                .with_assignment(assignment),
+        ))
+    }
+
+    /// The leader's assignments to members of the group, copied out of the request.
+    fn checked_assignments(
+        &self,
+        request: &SyncGroupRequest,
+        room: usize,
+    ) -> Result<HashMap<String, Bytes>, ResponseError> {
+        let mut assignments = HashMap::new();
+        let mut taken = 0usize;
+        for given in &request.assignments {
+            let member_id = given.member_id.as_str();
+            if !self.members.contains_key(member_id) {
+                continue;
+            }
+            let bytes = ENTRY_BYTES + member_id.len() + given.assignment.len();
+            if bytes > MAX_MEMBER_BYTES {
+                return Err(ResponseError::InvalidRequest);
+            }
+            taken += bytes;
+            if taken > room {
+                return Err(ResponseError::CoordinatorNotAvailable);
+            }
+            assignments.insert(
+                member_id.to_string(),
+                Bytes::copy_from_slice(&given.assignment),
+            );
+        }
+        Ok(assignments)
     }
 }
 
@@ -503,4 +714,62 @@ fn client_name(request: &JoinGroupRequest) -> String {
         .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
         .take(32)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::GroupId;
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+
+    use super::*;
+
+    fn request(metadata: usize) -> JoinGroupRequest {
+        let protocol = JoinGroupRequestProtocol::default()
+            .with_name(StrBytes::from_static_str("range"))
+            .with_metadata(Bytes::from(vec![0u8; metadata]));
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_session_timeout_ms(*SESSION_TIMEOUTS.start())
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![protocol])
+    }
+
+    /// A member's protocols are bounded, so is what every group holds, and members
+    /// whose sessions ended are removed (their groups dropped) by a sweep, without a
+    /// request of their own group.
+    #[test]
+    fn members_are_bounded_in_bytes_and_expire_without_requests() {
+        assert!(matches!(
+            Joining::of(&request(MAX_MEMBER_BYTES), 1),
+            Err(ResponseError::InvalidRequest)
+        ));
+        let groups = Groups::new();
+        let now = Instant::now();
+        let mut registry = groups.lock();
+        let mut joined = 0;
+        let refused = loop {
+            let id = format!("g{joined}");
+            registry.create(&id, now).unwrap();
+            let member = Joining::of(&request(MAX_MEMBER_BYTES / 2), 1).unwrap();
+            let room = registry.room();
+            match registry.update(&id, |group| group.join(member, room, now)) {
+                Some(Ok(_)) => joined += 1,
+                Some(Err(error)) => break error,
+                None => panic!("group {id} was not created"),
+            }
+        };
+        assert!(matches!(refused, ResponseError::CoordinatorNotAvailable));
+        let fits = MAX_COORDINATOR_BYTES / (MAX_MEMBER_BYTES / 2);
+        assert!((fits - 2..fits).contains(&joined), "{joined} members");
+        assert!(registry.held <= MAX_COORDINATOR_BYTES);
+        let counted: usize = registry.groups.values().map(Group::bytes).sum();
+        assert_eq!(registry.held, counted, "the running count is the sum");
+
+        let timeout = Duration::from_millis(*SESSION_TIMEOUTS.start() as u64);
+        registry.sweep_now(now + timeout / 2);
+        assert_eq!(registry.groups.len(), joined, "sessions not over yet");
+        registry.sweep_now(now + timeout);
+        assert!(registry.groups.is_empty());
+        assert_eq!(registry.held, 0);
+    }
 }

@@ -26,6 +26,7 @@ use mink_node::metadata::ConsumerOffset;
 
 use crate::broker::Broker;
 use crate::error::KafkaError;
+use crate::limits::{MAX_GROUP_ID_BYTES, MAX_OFFSET_METADATA_BYTES};
 use crate::topics::Topic;
 
 /// `ListOffsets` timestamps with a meaning of their own.
@@ -102,14 +103,20 @@ async fn offset_at(
 }
 
 /// `OffsetCommit`: every partition of a known topic is stored, in one transaction;
-/// partitions of unknown topics are refused one by one.
+/// partitions of unknown topics, and those whose metadata is longer than
+/// [`MAX_OFFSET_METADATA_BYTES`] (`OFFSET_METADATA_TOO_LARGE`), are refused one by one;
+/// a group id longer than [`MAX_GROUP_ID_BYTES`] refuses them all (`INVALID_GROUP_ID`).
 pub(crate) async fn commit(broker: &Broker, request: OffsetCommitRequest) -> OffsetCommitResponse {
     let group = request.group_id.0.to_string();
-    let refused = broker.groups.check_commit(
-        &group,
-        request.generation_id_or_member_epoch,
-        request.member_id.as_str(),
-    );
+    let refused = if group.len() > MAX_GROUP_ID_BYTES {
+        Some(ResponseError::InvalidGroupId.code())
+    } else {
+        broker.groups.check_commit(
+            &group,
+            request.generation_id_or_member_epoch,
+            request.member_id.as_str(),
+        )
+    };
     let mut stored = Vec::new();
     let mut topics = Vec::with_capacity(request.topics.len());
     for asked in request.topics {
@@ -119,10 +126,14 @@ pub(crate) async fn commit(broker: &Broker, request: OffsetCommitRequest) -> Off
             let known = topic
                 .as_ref()
                 .is_some_and(|t| t.bucket(partition.partition_index).is_some());
+            let metadata_bytes = partition.committed_metadata.as_ref().map_or(0, |m| m.len());
             let code = match (refused, known, &topic) {
                 (Some(code), _, _) => code,
                 (None, false, _) | (None, true, None) => {
                     ResponseError::UnknownTopicOrPartition.code()
+                }
+                (None, true, Some(_)) if metadata_bytes > MAX_OFFSET_METADATA_BYTES => {
+                    ResponseError::OffsetMetadataTooLarge.code()
                 }
                 (None, true, Some(topic)) => {
                     stored.push(ConsumerOffset {

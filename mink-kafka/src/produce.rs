@@ -44,6 +44,7 @@ use mink_node::metadata::ProducerBatch;
 use crate::broker::Broker;
 use crate::compression::decompress;
 use crate::error::{KafkaError, Result};
+use crate::limits::{MAX_BATCH_RECORDS, MAX_CACHED_PRODUCERS, MAX_REQUEST_RECORDS};
 use crate::rows::{Rows, rows_of};
 use crate::topics::Topic;
 
@@ -51,7 +52,9 @@ use crate::topics::Topic;
 const RECOVERY_READ_BYTES: u64 = 8 << 20;
 
 /// The idempotent producers' last batches, per producer; each producer's map is locked
-/// while one of its batches is checked, written and recorded.
+/// while one of its batches is checked, written and recorded. A cache of what
+/// `meta.db` records: past [`MAX_CACHED_PRODUCERS`], the producers not writing at the
+/// moment are dropped, and found again in `meta.db` and the log when they next write.
 #[derive(Debug, Default)]
 pub(crate) struct Producers {
     producers: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<LastBatches>>>>,
@@ -66,6 +69,10 @@ impl Producers {
             .producers
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        if producers.len() >= MAX_CACHED_PRODUCERS && !producers.contains_key(&producer_id) {
+            // Only the map hands out its entries: one no batch holds now is idle.
+            producers.retain(|_, batches| Arc::strong_count(batches) > 1);
+        }
         Arc::clone(producers.entry(producer_id).or_default())
     }
 }
@@ -98,10 +105,28 @@ pub(crate) async fn init_producer_id(
 
 /// `Produce`: each partition's record batches written, in order.
 pub(crate) async fn produce(broker: &Broker, request: ProduceRequest) -> ProduceResponse {
+    let announced: usize = request
+        .topic_data
+        .iter()
+        .flat_map(|data| &data.partition_data)
+        .filter_map(|partition| partition.records.as_ref())
+        // A partition whose batches do not parse is refused on its own below.
+        .map(|records| announced_records(records).unwrap_or(0))
+        .sum();
     let refused = if request.transactional_id.is_some() {
-        Some(ResponseError::TransactionalIdAuthorizationFailed)
+        Some((
+            ResponseError::TransactionalIdAuthorizationFailed,
+            "refused".into(),
+        ))
     } else if !matches!(request.acks, -1..=1) {
-        Some(ResponseError::InvalidRequiredAcks)
+        Some((ResponseError::InvalidRequiredAcks, "refused".into()))
+    } else if announced > MAX_REQUEST_RECORDS {
+        Some((
+            ResponseError::MessageTooLarge,
+            format!(
+                "the request's batches announce {announced} records (at most {MAX_REQUEST_RECORDS} in one Produce)"
+            ),
+        ))
     } else {
         None
     };
@@ -116,7 +141,7 @@ pub(crate) async fn produce(broker: &Broker, request: ProduceRequest) -> Produce
                 .with_log_append_time_ms(-1)
                 .with_log_start_offset(-1);
             let written = match (&refused, &topic) {
-                (Some(error), _) => Err(KafkaError::Refused(*error, "refused".into())),
+                (Some((error, message)), _) => Err(KafkaError::Refused(*error, message.clone())),
                 (None, None) => Err(KafkaError::Refused(
                     ResponseError::UnknownTopicOrPartition,
                     format!("no table '{}'", data.name.as_str()),
@@ -158,6 +183,7 @@ async fn produce_partition(
             format!("topic {} has no partition {index}", topic.table.path),
         )
     })?;
+    announced_records(&records)?;
     let mut base_offset = None;
     while records.has_remaining() {
         let set =
@@ -167,6 +193,27 @@ async fn produce_partition(
         base_offset.get_or_insert(written);
     }
     Ok(base_offset.unwrap_or(-1))
+}
+
+/// The records the batches of one partition announce in their headers, read before
+/// any is inflated or decoded; a batch announcing more than [`MAX_BATCH_RECORDS`] is
+/// refused (`MESSAGE_TOO_LARGE`, on which a Java producer splits its batch and retries).
+fn announced_records(records: &Bytes) -> Result<usize> {
+    let batches = RecordBatchDecoder::decode_batch_info(&mut records.clone())
+        .map_err(|e| KafkaError::Malformed(format!("a produced record batch: {e}")))?;
+    let mut total = 0usize;
+    for batch in batches {
+        // The decoder refuses a negative count.
+        let count = usize::try_from(batch.record_count).unwrap_or(usize::MAX);
+        if count > MAX_BATCH_RECORDS {
+            return Err(KafkaError::Refused(
+                ResponseError::MessageTooLarge,
+                format!("a batch announcing {count} records (at most {MAX_BATCH_RECORDS})"),
+            ));
+        }
+        total += count;
+    }
+    Ok(total)
 }
 
 /// Writes one record batch, or finds it was written before (an idempotent retry).

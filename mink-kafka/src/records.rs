@@ -10,11 +10,15 @@
 //! | headers | the `headers` column (`MAP<VARCHAR, BYTEA>`), if any | the same |
 //! | timestamp | the `timestamp` column (ms); without one, the commit time | the same |
 //!
-//! A `-U` row is not sent. One mink batch becomes one Kafka record batch whose offsets
-//! still reach the mink batch's last offset (`lastOffsetDelta`), so a consumer moves
-//! past rows that were not sent. String and binary columns are sent as their bytes, other
-//! types as their text (`42`, `2026-12-02T10:00:00`).
+//! A `-U` row is not sent. One mink batch becomes Kafka record batches of at most
+//! [`FETCH_CHUNK_ROWS`] rows each, whose offsets still reach the chunk's last row (the
+//! last chunk's: the mink batch's last offset; `lastOffsetDelta`), so a consumer moves
+//! past rows that were not sent. A Fetch stops after the chunk that fills its byte
+//! bound, so a stored batch of millions of rows is sent, and converted, in parts.
+//! String and binary columns are sent as their bytes, other types as their text (`42`,
+//! `2026-12-02T10:00:00`).
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, MapArray, RecordBatch};
@@ -32,6 +36,7 @@ use mink_core::table::TableDescriptor;
 use mink_node::log::LogBatch;
 
 use crate::error::{KafkaError, Result};
+use crate::limits::FETCH_CHUNK_ROWS;
 
 /// The column a record's key comes from in a log table.
 pub(crate) const KEY: &str = "key";
@@ -42,25 +47,50 @@ pub(crate) const HEADERS: &str = "headers";
 /// The column of a record's timestamp.
 pub(crate) const TIMESTAMP: &str = "timestamp";
 
-/// Appends the rows of `batch` from offset `from` on to `out` as one Kafka record batch
-/// (nothing when no row at or after `from` is sent).
+/// Appends the rows of `batch` from offset `from` on to `out`, as Kafka record batches
+/// of at most [`FETCH_CHUNK_ROWS`] rows each, until `out` holds `budget` bytes (one
+/// chunk at least; nothing when no row at or after `from` is sent). A stored batch of
+/// millions of small rows is so sent in parts, and only the rows sent are converted.
 pub(crate) fn encode_batch(
     table: &TableDescriptor,
     batch: &LogBatch,
     from: i64,
+    budget: u64,
     out: &mut BytesMut,
 ) -> Result<()> {
-    let skip = usize::try_from(from.saturating_sub(batch.base_offset)).unwrap_or(0);
-    if skip >= batch.batch.num_rows() {
-        return Ok(());
+    let rows = batch.batch.num_rows();
+    let mut start = usize::try_from(from.saturating_sub(batch.base_offset)).unwrap_or(0);
+    while start < rows {
+        let end = rows.min(start + FETCH_CHUNK_ROWS);
+        encode_chunk(table, batch, start..end, out)?;
+        if out.len() as u64 >= budget {
+            break;
+        }
+        start = end;
     }
-    let rows = batch.batch.slice(skip, batch.batch.num_rows() - skip);
+    Ok(())
+}
+
+/// Appends the rows `chunk` of `batch` to `out` as one Kafka record batch whose offsets
+/// reach the chunk's last row (the batch's last offset for its last chunk), sent or not.
+fn encode_chunk(
+    table: &TableDescriptor,
+    batch: &LogBatch,
+    chunk: Range<usize>,
+    out: &mut BytesMut,
+) -> Result<()> {
+    let rows = batch.batch.slice(chunk.start, chunk.len());
     let changes = batch
         .changes
         .as_deref()
-        .map(|changes| ChangeType::decode_vector(&changes[skip..]))
+        .map(|changes| ChangeType::decode_vector(&changes[chunk.clone()]))
         .transpose()?;
-    let first_offset = batch.base_offset + skip as i64;
+    let first_offset = batch.base_offset + chunk.start as i64;
+    let last_offset = if chunk.end == batch.batch.num_rows() {
+        batch.last_offset
+    } else {
+        batch.base_offset + chunk.end as i64 - 1
+    };
     let columns = RecordColumns::of(table, &rows)?;
     let mut records = Vec::with_capacity(rows.num_rows());
     for row in 0..rows.num_rows() {
@@ -110,7 +140,7 @@ pub(crate) fn encode_batch(
     };
     RecordBatchEncoder::encode(out, &records, &options)
         .map_err(|e| KafkaError::Internal(format!("encoding a record batch: {e}")))?;
-    cover_offsets(&mut out[start..], batch.last_offset - base_offset);
+    cover_offsets(&mut out[start..], last_offset - base_offset);
     Ok(())
 }
 
@@ -333,6 +363,13 @@ mod tests {
         }
     }
 
+    /// The rows of `batch` from `from` on, with no byte bound.
+    fn encode_whole(table: &TableDescriptor, batch: &LogBatch, from: i64) -> BytesMut {
+        let mut out = BytesMut::new();
+        encode_batch(table, batch, from, u64::MAX, &mut out).unwrap();
+        out
+    }
+
     fn decode(bytes: BytesMut) -> Vec<Record> {
         let mut bytes = bytes.freeze();
         let sets = RecordBatchDecoder::decode_all(&mut bytes).unwrap();
@@ -343,8 +380,7 @@ mod tests {
     #[test]
     fn a_log_table_without_value_sends_rows_as_json() {
         let table = table(&[]);
-        let mut out = BytesMut::new();
-        encode_batch(&table, &log_batch(&table, None), 11, &mut out).unwrap();
+        let out = encode_whole(&table, &log_batch(&table, None), 11);
         let records = decode(out);
         let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, [11, 12, 13]);
@@ -367,8 +403,7 @@ mod tests {
             ChangeType::UpdateAfter as u8,
             ChangeType::Delete as u8,
         ];
-        let mut out = BytesMut::new();
-        encode_batch(&table, &log_batch(&table, Some(changes)), 10, &mut out).unwrap();
+        let out = encode_whole(&table, &log_batch(&table, Some(changes)), 10);
         let mut bytes = out.clone().freeze();
         let info = RecordBatchDecoder::decode_batch_info(&mut bytes).unwrap();
         assert_eq!(info[0].min_offset, 10);
@@ -434,8 +469,7 @@ mod tests {
             writer: None,
             size: 0,
         };
-        let mut out = BytesMut::new();
-        encode_batch(&table, &batch, 0, &mut out).unwrap();
+        let out = encode_whole(&table, &batch, 0);
         let fetched = decode(out).remove(0);
         assert_eq!(fetched.key, produced.key);
         assert_eq!(fetched.value, produced.value);
@@ -452,10 +486,52 @@ mod tests {
             ChangeType::Insert as u8,
             ChangeType::UpdateBefore as u8,
         ];
-        let mut out = BytesMut::new();
-        encode_batch(&table, &log_batch(&table, Some(changes)), 10, &mut out).unwrap();
+        let out = encode_whole(&table, &log_batch(&table, Some(changes)), 10);
         // lastOffsetDelta reaches offset 13, and the CRC still checks (decode verifies it).
         assert_eq!(&out[23..27], &3i32.to_be_bytes());
         assert_eq!(decode(out).len(), 3);
+    }
+
+    /// A stored batch of many rows goes out in chunks, and a Fetch's byte bound stops
+    /// it after the chunk that reaches it: the consumer goes on from there.
+    #[test]
+    fn a_large_batch_is_sent_in_chunks_up_to_the_budget() {
+        let table = table(&[]);
+        let rows = FETCH_CHUNK_ROWS * 2 + 5;
+        let batch = RecordBatch::try_new(
+            Arc::clone(table.schema()),
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..rows as i64)),
+                Arc::new(StringArray::from(vec![Some("x"); rows])),
+            ],
+        )
+        .unwrap();
+        let batch = LogBatch {
+            base_offset: 100,
+            last_offset: 100 + rows as i64 - 1,
+            batch,
+            ..log_batch(&table, None)
+        };
+        let mut out = BytesMut::new();
+        encode_batch(&table, &batch, 100, 1, &mut out).unwrap();
+        let info = RecordBatchDecoder::decode_batch_info(&mut out.clone().freeze()).unwrap();
+        assert_eq!(info.len(), 1, "one chunk reaches a budget of one byte");
+        assert_eq!(info[0].record_count as usize, FETCH_CHUNK_ROWS);
+        assert_eq!(
+            &out[23..27],
+            &(FETCH_CHUNK_ROWS as i32 - 1).to_be_bytes(),
+            "the chunk covers its own rows only"
+        );
+
+        let from = 100 + FETCH_CHUNK_ROWS as i64 + 3;
+        let mut bytes = encode_whole(&table, &batch, from).freeze();
+        let sets = RecordBatchDecoder::decode_all(&mut bytes).unwrap();
+        let offsets: Vec<i64> = sets
+            .iter()
+            .flat_map(|s| &s.records)
+            .map(|r| r.offset)
+            .collect();
+        assert_eq!(offsets, (from..=batch.last_offset).collect::<Vec<_>>());
+        assert_eq!(sets.len(), 2, "two chunks from the fetch offset on");
     }
 }

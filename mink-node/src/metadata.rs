@@ -488,11 +488,15 @@ impl Metadata {
         Ok(())
     }
 
-    /// A producer id never handed out before, not even before a restart.
+    /// A producer id never handed out before, not even before a restart. Only the
+    /// newest is kept: AUTOINCREMENT remembers the highest id ever used, so the table
+    /// does not grow with every producer.
     pub fn new_producer_id(&self) -> Result<i64> {
         let connection = self.connection();
         connection.execute("INSERT INTO producer_ids DEFAULT VALUES", [])?;
-        Ok(connection.last_insert_rowid())
+        let id = connection.last_insert_rowid();
+        connection.execute("DELETE FROM producer_ids WHERE producer_id < ?1", [id])?;
+        Ok(id)
     }
 }
 
