@@ -13,6 +13,12 @@
 //!   key   = row_format(partition keys ++ bucket key ++ other pk columns)
 //!   value = schema_id (u32 LE) ++ row_format(all columns of that schema version)
 //! ```
+//!
+//! **Key length.** The KV store keeps a key as it is encoded here, and cannot keep one
+//! longer than 65 535 bytes (its format stores a key's length in 16 bits). A write is
+//! refused when a key of it encodes to more than [`MAX_KEY_BYTES`]
+//! ([`KeyCodec::check_lengths`]); the encoded length, not the columns' values, is what is
+//! bounded: a string key of `n` bytes encodes to about `n * 33 / 32` bytes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,6 +40,12 @@ pub type MapKey = smallvec::SmallVec<[u8; INLINE_KEY_BYTES]>;
 
 /// The longest key a [`MapKey`] holds inline (a 64-bit integer key encodes to 9 bytes).
 pub const INLINE_KEY_BYTES: usize = 24;
+
+/// The longest encoded key a primary-key table takes: 63 KiB. The KV store asserts keys
+/// of at most 65 535 bytes; mink adds nothing to the encoded key today (one keyspace per
+/// bucket), and the bound keeps a KiB below the store's limit for a prefix a later layout
+/// may add. Writes of a longer key are refused ([`KeyCodec::check_lengths`]).
+pub const MAX_KEY_BYTES: usize = 63 << 10;
 
 /// Encodes primary keys (and key prefixes) of one table.
 #[derive(Debug)]
@@ -100,6 +112,27 @@ impl KeyCodec {
     pub fn encode(&self, batch: &RecordBatch) -> Result<Rows> {
         let columns = key_arrays(batch, &self.columns)?;
         Ok(self.converter.convert_columns(&columns)?)
+    }
+
+    /// Checks that every key of `keys` (this codec's) fits [`MAX_KEY_BYTES`].
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidRequest`] naming the first row whose key is longer, its
+    /// length and the limit.
+    pub fn check_lengths(&self, keys: &Rows) -> Result<()> {
+        let Some((row, key)) = keys
+            .iter()
+            .enumerate()
+            .find(|(_, key)| key.as_ref().len() > MAX_KEY_BYTES)
+        else {
+            return Ok(());
+        };
+        Err(CoreError::InvalidRequest(format!(
+            "row {row}: its primary key ({}) encodes to {} bytes, more than the {MAX_KEY_BYTES} \
+             a key may have (MAX_KEY_BYTES)",
+            self.columns.join(", "),
+            key.as_ref().len()
+        )))
     }
 }
 
@@ -397,6 +430,37 @@ mod tests {
         .unwrap();
         let err = codec.encode(&batch).unwrap_err();
         assert!(err.to_string().contains("'id' is missing"), "{err}");
+    }
+
+    #[test]
+    fn keys_are_bounded_by_their_encoded_length() {
+        let table = table();
+        let codec = KeyCodec::new(&table).unwrap();
+        let key_of = |dt_len: usize| {
+            let dt = "x".repeat(dt_len);
+            codec.encode(&rows(&table, &[("v", 1, &dt, 1)])).unwrap()
+        };
+        // The longest partition value whose whole key fits, found by bisection.
+        let (mut fits, mut too_long) = (0, MAX_KEY_BYTES);
+        while too_long - fits > 1 {
+            let middle = (fits + too_long) / 2;
+            match key_of(middle).row(0).as_ref().len() <= MAX_KEY_BYTES {
+                true => fits = middle,
+                false => too_long = middle,
+            }
+        }
+        codec.check_lengths(&key_of(fits)).unwrap();
+        let batch = rows(
+            &table,
+            &[("a", 1, "short", 1), ("b", 2, &"x".repeat(too_long), 2)],
+        );
+        let error = codec.check_lengths(&codec.encode(&batch).unwrap());
+        let error = error.unwrap_err().to_string();
+        assert!(error.contains("row 1"), "{error}");
+        assert!(
+            error.contains(&format!("more than the {MAX_KEY_BYTES}")),
+            "{error}"
+        );
     }
 
     #[test]

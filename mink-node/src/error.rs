@@ -171,6 +171,7 @@ impl NodeError {
                 bucket: bucket.clone(),
                 source: std::io::Error::new(source.kind(), source.to_string()),
             },
+            Self::ShuttingDown(what) => Self::ShuttingDown(what.clone()),
             other => Self::Io(std::io::Error::other(other.to_string())),
         }
     }

@@ -30,6 +30,7 @@
 //! | [`MAX_HEADER_LIST_BYTES`]        | 64 KiB     | refused by HTTP/2 |
 //! | [`MAX_FRAME_BYTES`]              | 1 MiB      | HTTP/2 SETTINGS: the client sends smaller frames |
 //! | [`PUT_PIPELINE`]                 | 64         | batches of one DoPut in flight |
+//! | [`mink_core::key::MAX_KEY_BYTES`] | 63 KiB    | an encoded primary key: the write refused, naming the row |
 //!
 //! Compressed Arrow IPC is refused wherever the node decodes a client's IPC (DoPut
 //! batches, lookup keys, prefix-lookup prefixes) by [`mink_core::ipc_guard`].

@@ -102,7 +102,8 @@ pub(super) struct TabletState {
     flushing: Mutex<()>,
     /// A flush in the background is queued and has not started yet.
     flush_queued: AtomicBool,
-    /// The error of a flush in the background: the tablet's next push fails with it.
+    /// Why the tablet can no longer follow its log (a flush in the background or an
+    /// update failed): it takes no more groups and answers no reads ([`TabletState::fail`]).
     failed: Mutex<Option<String>>,
     /// The tablet was dropped: nothing is flushed to it any more.
     dropped: AtomicBool,
@@ -253,10 +254,8 @@ impl Tablets {
     /// Adds a committed group's rows, reaching `end_offset`, to the tablet's runs; fails
     /// if a flush in the background failed.
     pub(super) fn push(&self, tablet: &TabletState, run: Arc<Run>, end_offset: i64) -> Result<()> {
-        if let Some(error) = lock(&tablet.failed).as_ref() {
-            return Err(NodeError::Kv(format!(
-                "writing buffered rows to the KV store failed: {error}"
-            )));
+        if let Some(failure) = tablet.failure() {
+            return Err(NodeError::Kv(failure));
         }
         let mut buffered = write(&tablet.buffered);
         // Merge the runs before this one first (the writer still reads this one), not
@@ -305,7 +304,9 @@ impl Tablets {
         };
         if let Err(error) = self.flush_runs(tablet) {
             tracing::error!(tablet = tablet.name, %error, "writing buffered rows to the KV store failed");
-            *lock(&tablet.failed) = Some(error.to_string());
+            tablet.fail(format!(
+                "writing buffered rows to the KV store failed: {error}"
+            ));
         }
     }
 
@@ -412,6 +413,17 @@ impl TabletState {
     /// The runs, read-locked: no flush lets go of them while the guard is held.
     pub(super) fn buffered(&self) -> RwLockReadGuard<'_, Buffered> {
         read(&self.buffered)
+    }
+
+    /// The tablet can no longer follow its log: its next pushes fail, and so do its reads,
+    /// until a restart replays the log into it. The first failure is the one kept.
+    pub(super) fn fail(&self, reason: String) {
+        lock(&self.failed).get_or_insert(reason);
+    }
+
+    /// Why the tablet can no longer follow its log, if it cannot.
+    pub(super) fn failure(&self) -> Option<String> {
+        lock(&self.failed).clone()
     }
 }
 
@@ -834,12 +846,14 @@ mod tests {
     }
 
     #[test]
-    fn after_a_failed_flush_in_the_background_the_next_push_fails() {
+    fn after_a_failed_flush_in_the_background_the_next_push_and_reads_fail() {
         let (_dir, store) = store(BufferLimits::default());
         let tablet = store.tablet("t").unwrap();
-        *lock(&tablet.state.failed) = Some("no space left".into());
+        tablet.state.fail("no space left".into());
         let error = tablet.buffer(run(&[(1, Some(1))]), 1).unwrap_err();
         assert!(error.to_string().contains("no space left"), "{error}");
+        let error = tablet.snapshot().unwrap_err();
+        assert!(error.to_string().contains("restart the node"), "{error}");
     }
 
     #[test]

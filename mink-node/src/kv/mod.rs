@@ -14,6 +14,24 @@
 //!
 //! Reads (lookups, snapshots) and the updates of committed groups run on the store's own
 //! threads ([`threads`]).
+//!
+//! # Keys the store cannot keep
+//!
+//! fjall asserts that a key is at most 65 535 bytes, and would panic on every flush of a
+//! longer one. A write whose encoded key is longer than [`MAX_KEY_BYTES`] is refused when
+//! its changelog is prepared ([`writer`]), before anything is logged: every write into a
+//! primary-key table goes through there (DoPut, so `mink sql` and Flight SQL's DML and
+//! bulk ingest, and the Kafka listener's produce). A log written before keys were bounded
+//! may hold such a key: its replay leaves the key's rows out of the store with an error
+//! logged (they stay in the log and the lake; no write can reach that key again). A
+//! lookup or prefix of a longer key finds nothing, without reading fjall.
+//!
+//! # A store behind its log
+//!
+//! When the update of a group that is durable in the log fails (fjall cannot write a
+//! flush, say), the tablet is fenced (`KvTablet::fence`): it takes no more groups and
+//! answers no reads, until a restart replays the log into it. The group itself is
+//! acknowledged: it is in the log (see the appender's "Durable means written").
 
 mod buffer;
 mod lookup;
@@ -28,6 +46,7 @@ use std::sync::Arc;
 
 use fjall::config::BlockSizePolicy;
 use fjall::{Database, KeyspaceCreateOptions, Readable as _, UserValue};
+use mink_core::key::MAX_KEY_BYTES;
 
 pub use self::buffer::BufferLimits;
 use self::buffer::{Buffered, TabletState, Tablets};
@@ -69,6 +88,9 @@ impl KvConfig {
         }
     }
 }
+
+// fjall (lsm-tree) asserts that a key is at most 65 535 bytes long.
+const _: () = assert!(MAX_KEY_BYTES <= u16::MAX as usize);
 
 /// Reads of fjall that [`KvTablet::get_many`] gives a thread: fewer are not worth
 /// starting one.
@@ -222,7 +244,9 @@ impl KvTablet {
             let buffered = self.state.buffered();
             let bound = buffered.key_bound();
             for (index, &key) in keys.iter().enumerate() {
-                if bound.is_none_or(|bound| key > bound) {
+                // A key longer than any a write may store is in no source (and fjall
+                // asserts on keys past its own limit).
+                if key.len() > MAX_KEY_BYTES || bound.is_none_or(|bound| key > bound) {
                     rows.push(None);
                     continue;
                 }
@@ -275,6 +299,10 @@ impl KvTablet {
 
     /// The rows whose key starts with `prefix`, in key order.
     pub fn prefix(&self, prefix: &[u8]) -> Result<Vec<fjall::UserValue>> {
+        if prefix.len() > MAX_KEY_BYTES {
+            // No stored key is that long (and fjall asserts on bounds past its limit).
+            return Ok(Vec::new());
+        }
         // Read without the runs' lock: a long read does not hold up the groups buffered.
         let (buffered, snapshot) = self.view();
         let stored = (snapshot.prefix(&self.state.rows, prefix)).map(fjall::Guard::into_inner);
@@ -324,11 +352,39 @@ impl KvTablet {
     }
 
     /// Runs `read` on the store's read threads.
+    ///
+    /// # Errors
+    /// The tablet no longer follows its log ([`KvTablet::fence`]).
     pub(crate) async fn read<T: Send + 'static>(
         &self,
         read: impl FnOnce() -> Result<T> + Send + 'static,
     ) -> Result<T> {
+        self.check_readable()?;
         self.store.reads.run(read).await
+    }
+
+    /// An update of the tablet failed after its group was durable in the log: the
+    /// tablet is behind the log for good, so it takes no more groups and answers no
+    /// reads (a read would miss writes the log acknowledged) until a restart replays the
+    /// log into it.
+    pub(crate) fn fence(&self, error: &NodeError) {
+        self.state.fail(error.to_string());
+    }
+
+    /// Why the tablet no longer follows its log, if it does not ([`KvTablet::fence`]).
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.state.failure()
+    }
+
+    fn check_readable(&self) -> Result<()> {
+        match self.failure() {
+            None => Ok(()),
+            Some(reason) => Err(NodeError::ShuttingDown(format!(
+                "the KV store of bucket {} (it is behind its log after a failed update; \
+                 restart the node: {reason})",
+                self.state.name
+            ))),
+        }
     }
 
     /// Queues `read` on the store's read threads now; the future resolves with its result.
@@ -340,7 +396,12 @@ impl KvTablet {
     }
 
     /// A consistent view of the store for a Snapshot read.
+    ///
+    /// # Errors
+    /// The tablet no longer follows its log, after a failed update (see "A store behind
+    /// its log" in the module doc).
     pub fn snapshot(&self) -> Result<SnapshotReader> {
+        self.check_readable()?;
         SnapshotReader::new(self)
     }
 }

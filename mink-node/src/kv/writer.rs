@@ -30,6 +30,12 @@
 //! The next commit waits for the update before it starts its own, so the store's applied
 //! offset moves in log order and is never past the durable log.
 //!
+//! A write whose encoded key is longer than [`MAX_KEY_BYTES`] is refused here, as its
+//! changelog is prepared: nothing of it is logged, and its stream stops (the appender's
+//! stop rule). A replayed changelog row of such a key, logged before keys were bounded,
+//! is left out of the store with an error logged (see "Keys the store cannot keep" in
+//! [`super`]). An update that fails fences the tablet ([`KvTablet::fence`]).
+//!
 //! The writer follows the table's schema forward only. A write validated before a column
 //! was added can reach the log after one validated after it; its rows are brought to the
 //! newer schema (the new columns null, as for any row written before them), so every
@@ -43,7 +49,7 @@ use arrow::row::Rows;
 use fjall::UserValue;
 use itertools::Itertools as _;
 use mink_core::change::ChangeType;
-use mink_core::key::{KeyCodec, RowCodec, Values};
+use mink_core::key::{KeyCodec, MAX_KEY_BYTES, RowCodec, Values};
 use mink_core::schema::normalize_batch;
 use mink_core::table::TableDescriptor;
 use tokio::sync::oneshot;
@@ -304,6 +310,9 @@ impl KvWriter {
             }
         };
         let keys = self.keys.encode(batch)?;
+        self.keys.check_lengths(&keys).map_err(|error| {
+            NodeError::InvalidArgument(format!("not written to table {}: {error}", self.table.path))
+        })?;
         if keys.num_rows() == 0 {
             return Ok(None);
         }
@@ -429,27 +438,15 @@ impl Changelog for KvWriter {
     }
 
     fn commit(&mut self, end_offset: i64) -> Result<Applying> {
-        self.settle()?;
-        let rows = Arc::new(std::mem::take(&mut self.overlay));
-        // The group before's rows are let go of on the update thread too (its replaced
-        // rows one by one).
-        let before = std::mem::replace(&mut self.updating, Arc::clone(&rows));
-        let (done, applied) = oneshot::channel();
-        let tablet = self.tablet.clone();
-        let update = self.tablet.store.updates.submit(move || {
-            drop(before);
-            let buffered = tablet.buffer(Arc::new(rows.to_run()), end_offset);
-            let _ = done.send(
-                (buffered.as_ref())
-                    .map(|_| ())
-                    .map_err(NodeError::for_another_waiter),
-            );
-            buffered?;
-            tablet.flush_if_due().map(drop)
-        })?;
-        self.update = Some(update);
-        self.applied = end_offset;
-        Ok(Applying::pending(applied))
+        let started = self.start_update(end_offset);
+        if let Err(error) = &started {
+            self.tablet.fence(error);
+        }
+        started
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.tablet.failure()
     }
 
     fn settle(&mut self) -> Result<()> {
@@ -477,7 +474,12 @@ impl Changelog for KvWriter {
         let keys = self.keys.encode(&batch.batch)?;
         let rows = self.rows.encode(&batch.batch, batch.schema_id)?;
         let mut staged = StagedRows::for_rows(&keys, &rows);
+        let mut too_long = 0;
         for ((key, row), change) in keys.iter().zip(rows.iter()).zip(changes) {
+            if key.as_ref().len() > MAX_KEY_BYTES {
+                too_long += 1;
+                continue;
+            }
             let row = match ChangeType::from_byte(*change)? {
                 ChangeType::Insert | ChangeType::UpdateAfter => Some(row),
                 ChangeType::Delete => None,
@@ -485,8 +487,49 @@ impl Changelog for KvWriter {
             };
             self.stage(&mut staged, key.as_ref(), row);
         }
+        if too_long > 0 {
+            tracing::error!(
+                bucket = self.tablet.state.name,
+                offsets = %format!("{}..={}", batch.base_offset, batch.last_offset),
+                rows = too_long,
+                max_key_bytes = MAX_KEY_BYTES,
+                "changelog rows whose key is too long for the KV store (logged before keys \
+                 were bounded) are left out of it: they stay in the log and the lake"
+            );
+        }
         self.keep(staged);
         Ok(())
+    }
+}
+
+impl KvWriter {
+    /// [`Changelog::commit`]: waits for the group before's update, then starts this
+    /// group's on the store's update threads. A failure of either fences the tablet.
+    fn start_update(&mut self, end_offset: i64) -> Result<Applying> {
+        self.settle()?;
+        let rows = Arc::new(std::mem::take(&mut self.overlay));
+        // The group before's rows are let go of on the update thread too (its replaced
+        // rows one by one).
+        let before = std::mem::replace(&mut self.updating, Arc::clone(&rows));
+        let (done, applied) = oneshot::channel();
+        let tablet = self.tablet.clone();
+        let update = self.tablet.store.updates.submit(move || {
+            drop(before);
+            let buffered = tablet.buffer(Arc::new(rows.to_run()), end_offset);
+            let _ = done.send(
+                (buffered.as_ref())
+                    .map(|_| ())
+                    .map_err(NodeError::for_another_waiter),
+            );
+            let updated = buffered.and_then(|()| tablet.flush_if_due().map(drop));
+            if let Err(error) = &updated {
+                tablet.fence(error);
+            }
+            updated
+        })?;
+        self.update = Some(update);
+        self.applied = end_offset;
+        Ok(Applying::pending(applied))
     }
 }
 

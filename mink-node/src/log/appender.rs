@@ -36,12 +36,31 @@
 //! A DoPut writes one bucket, and its one appender takes the writes in the order they
 //! were queued and sets and reads the flags itself, between and within groups: no write
 //! queued after a failure of its stream is ever written, whichever group it lands in.
-//! Writes before the failure are untouched, so those acknowledged read back once. The
-//! one group that fails yet is in the log is one whose KV store update failed after it
-//! was durable: it is answered with the error, and the bucket refuses every write after
-//! it until a restart replays the log into the store. The KV store's update of a group
-//! runs while the next group is written (see [`Changelog::commit`]), so that next group
-//! can be durable too when the failure is found: it is answered with the error as well.
+//! Writes before the failure are untouched, so those acknowledged read back once.
+//!
+//! # Durable means written
+//!
+//! An error answered to a write means it is not in the log and never will be: no write
+//! is answered with an error once its group is durable. The only failure that can come
+//! after that point is the KV store's update of a primary-key table's group (it runs
+//! after the fsync, and beside the next group's write: see [`Changelog::commit`]). Such a
+//! group is in the log, and log readers already see it; a restart replays it into the
+//! store. So it is acknowledged, and the bucket is fenced instead:
+//!
+//! * the group whose update failed, and the group written while that update ran (durable
+//!   too when the failure is found, at its own commit), are acknowledged;
+//! * the store takes no more groups and answers no reads, since a read would miss
+//!   acknowledged writes ([`crate::kv::KvTablet::fence`]);
+//! * the bucket refuses every later write before writing anything, with `UNAVAILABLE`
+//!   and the store's error ("restart the node");
+//! * a restart replays the log from the store's applied offset, and the store holds
+//!   every acknowledged write again.
+//!
+//! ```text
+//!   group n:    written, fsynced, published | update n fails -> n acknowledged, fenced
+//!   group n+1:  written, fsynced, published | finds n's failure -> n+1 acknowledged
+//!   group n+2:  refused before a byte is written: "restart the node"
+//! ```
 
 use std::io;
 use std::os::unix::fs::FileExt as _;
@@ -84,14 +103,9 @@ impl WriteRequest {
     }
 }
 
-/// Answers each write of a group with its outcome, or with `applied`'s error when the
-/// group's changelog update failed.
-fn acknowledge(group: Vec<WriteRequest>, outcomes: Vec<Result<AppendAck>>, applied: Result<()>) {
+/// Answers each write of a group with its outcome.
+fn acknowledge(group: Vec<WriteRequest>, outcomes: Vec<Result<AppendAck>>) {
     for (request, outcome) in group.into_iter().zip(outcomes) {
-        let outcome = match &applied {
-            Ok(()) => outcome,
-            Err(error) => Err(error.for_another_waiter()),
-        };
         let _ = request.reply.send(outcome);
     }
 }
@@ -213,17 +227,17 @@ impl Appender {
             self = appender;
             match outcome {
                 // Nothing left to apply (a log table): acknowledged now.
-                Ok((outcomes, Applying(None))) => acknowledge(group, outcomes, Ok(())),
+                Ok((outcomes, Applying(None))) => acknowledge(group, outcomes),
                 // The KV store's update runs on while the next group is written; the
-                // group is acknowledged once readers see it.
+                // group is acknowledged once readers see it, or once the update failed:
+                // it is durable all the same (see "Durable means written").
                 Ok((outcomes, applying)) => {
                     let label = self.shared.label.clone();
                     tokio::spawn(async move {
-                        let applied = applying.wait().await;
-                        if let Err(error) = &applied {
-                            error!(bucket = %label, %error, "KV store update failed after a durable write");
+                        if let Err(error) = applying.wait().await {
+                            error!(bucket = %label, %error, "KV store update failed after a durable write: the bucket is fenced until a restart");
                         }
-                        acknowledge(group, outcomes, applied);
+                        acknowledge(group, outcomes);
                     });
                 }
                 Err(error) => {
@@ -240,7 +254,8 @@ impl Appender {
 
     /// Writes a group, makes it durable, then publishes it. On an I/O error the segment
     /// is cut back to where it was, so the log stays exactly as acknowledged, and every
-    /// stream with a write in the group stops (see the stop rule in the module doc).
+    /// stream with a write in the group stops (see the stop rule in the module doc). An
+    /// error means that no write of the group is in the log.
     fn commit(&mut self, group: &[WriteRequest]) -> Result<(Vec<Result<AppendAck>>, Applying)> {
         let committed = self.commit_group(group);
         if committed.is_err() {
@@ -253,9 +268,13 @@ impl Appender {
         &mut self,
         group: &[WriteRequest],
     ) -> Result<(Vec<Result<AppendAck>>, Applying)> {
+        if self.broken.is_none() {
+            self.broken = self.changelog.as_deref().and_then(Changelog::failure);
+        }
         if let Some(reason) = &self.broken {
             return Err(NodeError::ShuttingDown(format!(
-                "bucket {} (restart the node: {reason})",
+                "bucket {} (its KV store is behind its log after a failed update; restart \
+                 the node: {reason})",
                 self.shared.label
             )));
         }
@@ -293,11 +312,11 @@ impl Appender {
             Some(changelog) => match changelog.commit(end_offset) {
                 Ok(applying) => applying,
                 Err(error) => {
-                    // The log is durable, the KV store is behind it: a restart replays
-                    // the log.
-                    error!(bucket = %self.shared.label, %error, "KV store update failed after a durable write");
+                    // The group is durable, the KV store is behind the log: the group is
+                    // acknowledged, the bucket fenced, and a restart replays the log.
+                    error!(bucket = %self.shared.label, %error, "KV store update failed after a durable write: the bucket is fenced until a restart");
                     self.broken = Some(error.to_string());
-                    return Err(error);
+                    Applying::done()
                 }
             },
         };
@@ -762,12 +781,16 @@ mod tests {
     }
 
     /// A changelog for the appender's tests: it stores writes as written and records the
-    /// high watermark it sees at each commit; when `failing`, every update it starts fails.
+    /// high watermark it sees at each commit; when `failing`, every update it starts fails,
+    /// and with `reports_failure` it tells so before the next group is written (else
+    /// only the next commit finds it, as when the update fails while that group is
+    /// written).
     #[derive(Debug, Default)]
     struct TestChangelog {
         shared: Option<Arc<Shared>>,
         seen: Arc<std::sync::Mutex<Vec<(i64, i64)>>>,
         failing: bool,
+        reports_failure: bool,
         commits: u32,
     }
 
@@ -802,6 +825,10 @@ mod tests {
                 false => Ok(()),
             }
         }
+        fn failure(&self) -> Option<String> {
+            let failed = self.failing && self.commits > 0 && self.reports_failure;
+            failed.then(|| "injected: the update failed".into())
+        }
         fn schema_id(&self) -> u32 {
             0
         }
@@ -834,31 +861,50 @@ mod tests {
         assert_eq!(*seen.lock().unwrap(), [(2, 2), (3, 3)]);
     }
 
-    #[tokio::test]
-    async fn a_failed_store_update_fails_its_group_and_the_one_written_meanwhile() {
-        let dir = tempfile::tempdir().unwrap();
-        let table = table();
+    /// An upsert of `ids`, outside any stream.
+    fn upsert(table: &Arc<TableDescriptor>, ids: &[i64]) -> Write {
+        request(table, ids, WriteOp::Upsert).write
+    }
+
+    /// A log whose changelog fails every update, started.
+    fn failing_log(dir: &Path, reports_failure: bool) -> LogTablet {
         let changelog = Box::new(TestChangelog {
             failing: true,
+            reports_failure,
             ..TestChangelog::default()
         });
-        let appender = Appender::recover(
-            "t".into(),
-            dir.path(),
-            LogConfig::default(),
-            Some(changelog),
-        )
-        .unwrap();
-        let log = LogTablet::start(appender);
-        let write = |ids: &[i64]| request(&table, ids, WriteOp::Upsert).write;
-        // The group whose update fails, then the one written while it ran.
-        let error = log.write(write(&[1])).await.unwrap_err();
-        assert!(error.to_string().contains("the update fails"), "{error}");
-        let error = log.write(write(&[2])).await.unwrap_err();
-        assert!(error.to_string().contains("the update failed"), "{error}");
+        let config = LogConfig::default();
+        LogTablet::start(Appender::recover("t".into(), dir, config, Some(changelog)).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_durable_group_is_acknowledged_though_its_store_update_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = table();
+        let log = failing_log(dir.path(), false);
+        let write = |ids: &[i64]| upsert(&table, ids);
+        // The group whose update fails, then the one written while it ran: both durable,
+        // both acknowledged.
+        let first = log.write(write(&[1])).await.unwrap();
+        assert_eq!((first.base_offset, first.last_offset), (0, 0));
+        let second = log.write(write(&[2])).await.unwrap();
+        assert_eq!((second.base_offset, second.last_offset), (1, 1));
+        // The bucket is fenced: nothing more is written.
         let error = log.write(write(&[3])).await.unwrap_err();
         assert!(error.to_string().contains("restart the node"), "{error}");
-        // Both failed groups are durable in the log: a restart replays them.
+        assert_eq!(error.code(), tonic::Code::Unavailable);
         assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), [[1], [2]]);
+    }
+
+    #[tokio::test]
+    async fn a_group_after_a_failure_the_store_reports_is_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = table();
+        let log = failing_log(dir.path(), true);
+        log.write(upsert(&table, &[1])).await.unwrap();
+        let error = log.write(upsert(&table, &[2])).await.unwrap_err();
+        assert!(error.to_string().contains("restart the node"), "{error}");
+        assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), [[1]]);
+        assert_eq!(log.offsets(), (0, 1), "no offset taken");
     }
 }

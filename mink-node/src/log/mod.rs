@@ -195,8 +195,12 @@ pub(crate) trait Changelog: Send + std::fmt::Debug + 'static {
     /// changelog has seen, which may be newer than the write's.
     fn schema_id(&self) -> u32;
     /// The prepared writes are durable up to `end_offset`: apply them. Fails when the
-    /// previous commit's update failed.
+    /// previous commit's update failed; the state then no longer follows the log
+    /// ([`Changelog::failure`]).
     fn commit(&mut self, end_offset: i64) -> Result<Applying>;
+    /// Why the state no longer follows the log, once an update of it failed: the
+    /// appender writes no group after that (see the appender's module doc).
+    fn failure(&self) -> Option<String>;
     /// Waits until every committed write is applied.
     fn settle(&mut self) -> Result<()>;
     /// The prepared writes failed: forget them.
@@ -689,6 +693,7 @@ pub(crate) fn now_ms() -> i64 {
 mod tests {
     use arrow::array::{Array, ArrayRef, AsArray, Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use mink_core::change::ChangeType;
     use mink_core::key::RowCodec;
     use mink_core::options::TableOptions;
     use mink_core::table::TablePath;
@@ -870,6 +875,9 @@ mod tests {
         fn settle(&mut self) -> Result<()> {
             self.writer.settle()
         }
+        fn failure(&self) -> Option<String> {
+            self.writer.failure()
+        }
         fn abort(&mut self) {
             self.writer.abort();
         }
@@ -913,6 +921,113 @@ mod tests {
             kv_rows(&table, &kv.tablet("source").unwrap())
         );
         assert_eq!(kv_rows(&table, &rebuilt).len(), batches);
+    }
+
+    /// A changelog that logs each upsert as inserts and checks nothing: the log of a node
+    /// from before keys were bounded.
+    #[derive(Debug)]
+    struct Unchecked;
+
+    impl Changelog for Unchecked {
+        fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>> {
+            let (WriteOp::Append(batch) | WriteOp::Upsert(batch) | WriteOp::Delete(batch)) =
+                &write.op;
+            Ok(Some(StoredBatch {
+                changes: Some(vec![ChangeType::Insert as u8; batch.num_rows()]),
+                batch: batch.clone(),
+                writer: None,
+                sent: None,
+            }))
+        }
+        fn schema_id(&self) -> u32 {
+            0
+        }
+        fn commit(&mut self, _: i64) -> Result<Applying> {
+            Ok(Applying::done())
+        }
+        fn failure(&self) -> Option<String> {
+            None
+        }
+        fn settle(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn abort(&mut self) {}
+        fn applied_offset(&self) -> i64 {
+            0
+        }
+        fn replay(&mut self, _: &LogBatch) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_logged_key_too_long_for_the_store_is_left_out_of_it_on_replay() {
+        // `v TEXT PRIMARY KEY, id BIGINT`, keyed by the string.
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("v", DataType::Utf8, false),
+        ]);
+        let path = TablePath::new("db", "t");
+        let options = TableOptions::default();
+        let table = TableDescriptor::new(path, schema, vec!["v".into()], vec![], options);
+        let table = Arc::new(table.unwrap());
+        let upsert = |ids: &[i64], keys: &[&str]| Write {
+            op: WriteOp::Upsert(
+                RecordBatch::try_new(
+                    Arc::clone(table.schema()),
+                    vec![
+                        Arc::new(Int64Array::from(ids.to_vec())),
+                        Arc::new(StringArray::from(keys.to_vec())),
+                    ],
+                )
+                .unwrap(),
+            ),
+            table: Arc::clone(&table),
+            stream: None,
+            writer: None,
+            sent: None,
+        };
+        let long = "x".repeat(70_000);
+        let dir = tempfile::tempdir().unwrap();
+        let log_dir = dir.path().join("log");
+        let config = || LogConfig {
+            sync: false,
+            ..LogConfig::default()
+        };
+        let log = LogTablet::open("t".into(), &log_dir, config(), Some(Box::new(Unchecked)));
+        let log = log.unwrap();
+        log.write(upsert(&[1, 2, 3], &["a", &long, "b"]))
+            .await
+            .unwrap();
+        drop(log);
+
+        // The replay leaves the long key out; the rest is stored, and flushed to fjall.
+        let kv = KvStore::open(&dir.path().join("kv"), &KvConfig::default()).unwrap();
+        let tablet = kv.tablet("b").unwrap();
+        let writer = KvWriter::new(tablet.clone(), Arc::clone(&table)).unwrap();
+        let log = LogTablet::open("t".into(), &log_dir, config(), Some(Box::new(writer)));
+        let log = log.unwrap();
+        tablet.flush().unwrap();
+        assert_eq!(tablet.flushed_offset().unwrap(), 3);
+        let stored = RowCodec::new(&table)
+            .unwrap()
+            .decode(&tablet.prefix(&[]).unwrap());
+        let stored = stored.unwrap();
+        let stored_ids = stored
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec();
+        assert_eq!(stored_ids, [1, 3]);
+
+        // The bucket goes on: a long key is refused, nothing of it written; others are.
+        let error = log.write(upsert(&[4], &[&long])).await.unwrap_err();
+        assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error}");
+        assert!(error.to_string().contains("MAX_KEY_BYTES"), "{error}");
+        let ack = log.write(upsert(&[5], &["c"])).await.unwrap();
+        assert_eq!((ack.base_offset, ack.last_offset), (3, 3));
+        tablet.flush().unwrap();
+        assert_eq!(tablet.flushed_offset().unwrap(), 4);
     }
 
     #[tokio::test]
