@@ -6,23 +6,52 @@
 //! (a foreign data file would duplicate keys that the union read merges away). What
 //! another engine may do is append to a log table's lake, which tiering already takes in
 //! its stride (it plans each round on the current snapshot and finds its own offsets on
-//! the newest snapshot that carries them). So a foreign commit ([`commit_foreign`]) is
-//! accepted when:
+//! the newest snapshot that carries them).
+//!
+//! # What tiering depends on
+//!
+//! The snapshot another engine adds becomes the parent of mink's next commit, and Iceberg
+//! checks every commit against its parent: a snapshot stamped in the year 2100 would make
+//! each later round "before last snapshot timestamp", a sequence number of 2^63-1 each
+//! later one "older than last sequence number". So every field a later commit builds on is
+//! checked ([`check_lineage`]), not only the files:
+//!
+//! | field | must be | else |
+//! |---|---|---|
+//! | `parent-snapshot-id` | the table's current snapshot | `409` conflict |
+//! | `snapshot-id` | positive, no snapshot's of the table | `400` |
+//! | `sequence-number` | the table's last + 1 | `400` |
+//! | `timestamp-ms` | not before the parent's, at most [`MAX_CLOCK_SKEW`] ahead of now | `400` |
+//! | `schema-id` | the table's current schema | `409` if an older one, `400` if unknown |
+//! | `manifest-list` | a new file inside the table's location | `400` if another snapshot's, `403` outside |
+//! | each new manifest | of the default partition spec, added by this snapshot at its sequence number, data files only, all `ADDED` by it | `409` (older spec), `400`, `403` (deletes) |
+//! | summary | no `mink.` property | `403` |
+//! | `set-snapshot-ref` | `main`, to the added snapshot, a branch with no retention of its own | `403` |
+//!
+//! Every other update (`set-current-schema`, `add-schema`, `remove-snapshots`,
+//! `set-properties`, `assign-uuid`, `upgrade-format-version`, `set-location`, other refs
+//! ...) is refused (`403`): mink's tiering, expiry and reads depend on all of them. So a
+//! foreign commit ([`commit_foreign`]) is accepted when:
 //!
 //! - its requirements hold against the table as it is now (else a conflict);
-//! - its updates are `add-snapshot` of `append` snapshots and `set-snapshot-ref` of
-//!   `main` to one of them, nothing else (none: nothing is written);
-//! - no added snapshot carries a `mink.` summary property (tiering takes the newest
-//!   snapshot with `mink.bucket-offsets` for its own);
-//! - each added snapshot builds on the current `main` snapshot and keeps every one of its
-//!   manifests, and its manifest list, its manifests and their files lie inside the
-//!   table's location, its new manifests hold data files only;
+//! - its updates are one `add-snapshot` of an `append` snapshot and `set-snapshot-ref` of
+//!   `main` to it, nothing else (none: nothing is written);
+//! - the snapshot's fields pass the table above, it keeps every manifest of the current
+//!   `main` snapshot, and its manifest list, its manifests and their files lie inside the
+//!   table's location;
 //! - the table is a log table.
 //!
 //! A table a REST client created in a namespace it created ([`commit_hosted`]; another mink
 //! server using this one's catalog, say) is that client's: any update is taken, except a
-//! new location, as long as the requirements hold and every file an added snapshot names
-//! lies inside the table's location.
+//! new location, as long as the requirements hold, every file an added snapshot names
+//! lies inside the table's location, and each added snapshot's sequence number and
+//! timestamp are ones later commits can follow (the next sequence number, a timestamp at
+//! most [`MAX_CLOCK_SKEW`] ahead): another mink server tiers into such tables.
+//!
+//! A refusal names the field: `400` is an Iceberg `DataInvalid` error (what iceberg's own
+//! metadata builder answers for a malformed snapshot), `409` a
+//! [`LakeError::CommitConflict`] the client retries on the table as it is, `403` a
+//! [`LakeError::Refused`].
 //!
 //! The new metadata is published as mink's own metadata-only commits are
 //! ([`commit_metadata`], as an expiry); a lost race is a conflict.
@@ -31,14 +60,15 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use iceberg::spec::{
-    DataContentType, MAIN_BRANCH, Manifest, ManifestContentType, ManifestFile, Operation, Snapshot,
-    TableMetadata,
+    DataContentType, FormatVersion, MAIN_BRANCH, Manifest, ManifestContentType, ManifestFile,
+    ManifestStatus, Operation, Snapshot, SnapshotReference, SnapshotRetention, TableMetadata,
 };
 use iceberg::table::Table;
-use iceberg::{TableRequirement, TableUpdate};
+use iceberg::{ErrorKind, TableRequirement, TableUpdate};
 use mink_core::table::TablePath;
 
-use super::commit_metadata;
+use super::limits::{MAX_CLOCK_SKEW, MAX_SNAPSHOTS_PER_COMMIT};
+use super::{commit_metadata, now_ms, show_optional};
 use crate::catalog::Lake;
 use crate::error::{LakeError, Result};
 use crate::layout::{check_inside, relocates_files};
@@ -47,13 +77,15 @@ use crate::layout::{check_inside, relocates_files};
 /// of `path`, one of mink's own; returns the table's metadata as committed and its location.
 ///
 /// # Errors
-/// - [`LakeError::CommitConflict`] when a requirement does not hold or another commit
-///   swapped the table's metadata first (nothing was committed);
+/// - [`LakeError::CommitConflict`] when a requirement does not hold, the snapshot builds
+///   on one that is no longer current or on an older schema or partition spec, or another
+///   commit swapped the table's metadata first (nothing was committed);
 /// - [`LakeError::Refused`] for an update mink does not take from other engines (see the
 ///   module docs) or a file outside the table's location;
-/// - [`LakeError::Iceberg`] when the table does not exist (`TableNotFound`), its files
-///   cannot be read or the updates do not apply to its metadata; [`LakeError::Catalog`]
-///   when the catalog's database fails.
+/// - [`LakeError::Iceberg`] of kind `DataInvalid` for a snapshot field later commits could
+///   not build on (see the module docs), or updates that do not apply to the metadata;
+///   of kind `TableNotFound` when the table does not exist; other kinds when its files
+///   cannot be read; [`LakeError::Catalog`] when the catalog's database fails.
 pub async fn commit_foreign(
     lake: &Lake,
     path: &TablePath,
@@ -65,15 +97,25 @@ pub async fn commit_foreign(
     for update in &updates {
         match update {
             TableUpdate::AddSnapshot { snapshot } => {
-                check_append(&current, snapshot)
-                    .await
-                    .map_err(|message| refused(path, message))?;
+                if added.len() == MAX_SNAPSHOTS_PER_COMMIT {
+                    return Err(refused(
+                        path,
+                        format!(
+                            "a commit to a mink table adds at most {MAX_SNAPSHOTS_PER_COMMIT} \
+                             snapshot"
+                        ),
+                    ));
+                }
+                check_lineage(path, current.metadata(), snapshot)?;
+                check_append(path, &current, snapshot).await?;
                 added.insert(snapshot.snapshot_id());
             }
             TableUpdate::SetSnapshotRef {
                 ref_name,
                 reference,
-            } if ref_name == MAIN_BRANCH && added.contains(&reference.snapshot_id) => {}
+            } if ref_name == MAIN_BRANCH && added.contains(&reference.snapshot_id) => {
+                check_main_ref(path, reference)?;
+            }
             other => {
                 return Err(refused(
                     path,
@@ -96,7 +138,8 @@ pub async fn commit_foreign(
 ///
 /// # Errors
 /// As [`commit_foreign`]'s; refused are a new location and a file outside the table's
-/// location.
+/// location, invalid an added snapshot's sequence number other than the next or a
+/// timestamp too far ahead.
 pub async fn commit_hosted(
     lake: &Lake,
     path: &TablePath,
@@ -104,9 +147,15 @@ pub async fn commit_hosted(
     updates: Vec<TableUpdate>,
 ) -> Result<(TableMetadata, String)> {
     let current = checked(lake, path, requirements).await?;
+    let mut last_sequence_number = current.metadata().last_sequence_number();
     for update in &updates {
         match update {
             TableUpdate::AddSnapshot { snapshot } => {
+                if current.metadata().format_version() != FormatVersion::V1 {
+                    check_sequence_number(path, last_sequence_number, snapshot)?;
+                    last_sequence_number = snapshot.sequence_number();
+                }
+                check_timestamp(path, snapshot, None)?;
                 check_files_inside(&current, snapshot)
                     .await
                     .map_err(|message| refused(path, message))?;
@@ -141,10 +190,7 @@ async fn checked(
     for requirement in requirements {
         requirement
             .check(Some(current.metadata()))
-            .map_err(|error| LakeError::CommitConflict {
-                table: path.to_string(),
-                message: error.message().to_string(),
-            })?;
+            .map_err(|error| conflict(path, error.message().to_string()))?;
     }
     Ok(current)
 }
@@ -167,6 +213,7 @@ async fn apply(
     .await
 }
 
+/// An update mink does not take (`403`).
 fn refused(path: &TablePath, message: String) -> LakeError {
     LakeError::Refused {
         table: path.to_string(),
@@ -174,60 +221,265 @@ fn refused(path: &TablePath, message: String) -> LakeError {
     }
 }
 
+/// A commit planned on a state of the table that is gone (`409`): the client reloads the
+/// table and tries again.
+fn conflict(path: &TablePath, message: String) -> LakeError {
+    LakeError::CommitConflict {
+        table: path.to_string(),
+        message,
+    }
+}
+
+/// A snapshot field later commits could not build on (`400`).
+fn invalid(path: &TablePath, message: String) -> LakeError {
+    LakeError::Iceberg(iceberg::Error::new(
+        ErrorKind::DataInvalid,
+        format!("lake table {path}: {message}"),
+    ))
+}
+
+/// Checks the fields of `snapshot` that mink's next commit builds on, against `metadata`
+/// (the table it is added to; see the module docs).
+fn check_lineage(path: &TablePath, metadata: &TableMetadata, snapshot: &Snapshot) -> Result<()> {
+    let id = snapshot.snapshot_id();
+    if snapshot.parent_snapshot_id() != metadata.current_snapshot_id() {
+        return Err(conflict(
+            path,
+            format!(
+                "parent-snapshot-id of snapshot {id} is {}, not the table's current snapshot {}",
+                show_optional(snapshot.parent_snapshot_id()),
+                show_optional(metadata.current_snapshot_id())
+            ),
+        ));
+    }
+    if id <= 0 || metadata.snapshot_by_id(id).is_some() {
+        return Err(invalid(
+            path,
+            format!("snapshot-id {id} is taken or not positive: a new snapshot needs a new id"),
+        ));
+    }
+    check_sequence_number(path, metadata.last_sequence_number(), snapshot)?;
+    check_timestamp(
+        path,
+        snapshot,
+        metadata.current_snapshot().map(|p| p.timestamp_ms()),
+    )?;
+    check_schema(path, metadata, snapshot)?;
+    let list = snapshot.manifest_list();
+    if let Some(other) = metadata.snapshots().find(|s| s.manifest_list() == list) {
+        return Err(invalid(
+            path,
+            format!(
+                "manifest-list {list} is snapshot {}'s: a new snapshot writes its own \
+                 (expiring the other would delete it)",
+                other.snapshot_id()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that `snapshot`'s sequence number follows `last`, the table's last one.
+fn check_sequence_number(path: &TablePath, last: i64, snapshot: &Snapshot) -> Result<()> {
+    let next = last.checked_add(1);
+    match Some(snapshot.sequence_number()) == next {
+        true => Ok(()),
+        false => Err(invalid(
+            path,
+            format!(
+                "sequence-number {} of snapshot {} is not the table's next, {}",
+                snapshot.sequence_number(),
+                snapshot.snapshot_id(),
+                show_optional(next)
+            ),
+        )),
+    }
+}
+
+/// Checks that `snapshot`'s timestamp is at most [`MAX_CLOCK_SKEW`] ahead of the server's
+/// clock and not before `parent_ms`, its parent's.
+fn check_timestamp(path: &TablePath, snapshot: &Snapshot, parent_ms: Option<i64>) -> Result<()> {
+    let timestamp = snapshot.timestamp_ms();
+    let skew = i64::try_from(MAX_CLOCK_SKEW.as_millis()).unwrap_or(i64::MAX);
+    let now = now_ms();
+    if timestamp.saturating_sub(now) > skew {
+        return Err(invalid(
+            path,
+            format!(
+                "timestamp-ms {timestamp} of snapshot {} is {} ms ahead of the catalog's \
+                 clock ({now}); at most {skew} ms are taken",
+                snapshot.snapshot_id(),
+                timestamp.saturating_sub(now)
+            ),
+        ));
+    }
+    match parent_ms {
+        Some(parent) if timestamp < parent => Err(invalid(
+            path,
+            format!(
+                "timestamp-ms {timestamp} of snapshot {} is before its parent's ({parent})",
+                snapshot.snapshot_id()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Checks that `snapshot` was written with the table's current schema.
+fn check_schema(path: &TablePath, metadata: &TableMetadata, snapshot: &Snapshot) -> Result<()> {
+    let current = metadata.current_schema_id();
+    match snapshot.schema_id() {
+        Some(id) if id == current => Ok(()),
+        Some(id) if metadata.schema_by_id(id).is_some() => Err(conflict(
+            path,
+            format!(
+                "schema-id {id} of snapshot {} is an older schema: the table's is now {current}",
+                snapshot.snapshot_id()
+            ),
+        )),
+        Some(id) => Err(invalid(
+            path,
+            format!(
+                "schema-id {id} of snapshot {} is no schema of the table (its schema is {current})",
+                snapshot.snapshot_id()
+            ),
+        )),
+        None => Err(invalid(
+            path,
+            format!(
+                "snapshot {} has no schema-id (the table's schema is {current})",
+                snapshot.snapshot_id()
+            ),
+        )),
+    }
+}
+
+/// Checks that `set-snapshot-ref` keeps `main` a branch with no retention of its own, as
+/// mink's commits leave it (its expiry follows the table's properties).
+fn check_main_ref(path: &TablePath, reference: &SnapshotReference) -> Result<()> {
+    match reference.retention == SnapshotRetention::branch(None, None, None) {
+        true => Ok(()),
+        false => Err(refused(
+            path,
+            format!(
+                "set-snapshot-ref main: main stays a branch without retention settings of \
+                 its own, not {:?}",
+                reference.retention
+            ),
+        )),
+    }
+}
+
 /// Checks that `snapshot` appends data files to `table`'s current snapshot, all inside
-/// the table's location; the message says why not.
-async fn check_append(table: &Table, snapshot: &Snapshot) -> Result<(), String> {
+/// the table's location, in manifests of its own.
+async fn check_append(path: &TablePath, table: &Table, snapshot: &Snapshot) -> Result<()> {
     let metadata = table.metadata();
     if is_primary_key_table(metadata) {
-        return Err(
+        return Err(refused(
+            path,
             "a primary-key table's lake takes no data files from other engines: its keys \
              would duplicate those mink tiers"
                 .to_string(),
-        );
+        ));
     }
     let operation = &snapshot.summary().operation;
     if *operation != Operation::Append {
-        return Err(format!(
-            "other engines may only append to mink's lake, not commit a {} snapshot",
-            operation.as_str()
+        return Err(refused(
+            path,
+            format!(
+                "other engines may only append to mink's lake, not commit a {} snapshot",
+                operation.as_str()
+            ),
         ));
     }
     let properties = &snapshot.summary().additional_properties;
     if let Some(property) = properties.keys().find(|key| key.starts_with(MINK_PREFIX)) {
-        return Err(format!(
-            "snapshot summary property {property} is mink's own (tiering finds its offsets \
-             by it): other engines may not set it"
+        return Err(refused(
+            path,
+            format!(
+                "snapshot summary property {property} is mink's own (tiering finds its \
+                 offsets by it): other engines may not set it"
+            ),
         ));
     }
-    if snapshot.parent_snapshot_id() != metadata.current_snapshot_id() {
-        return Err(format!(
-            "snapshot {} builds on snapshot {:?}, not on the table's current snapshot {:?}",
-            snapshot.snapshot_id(),
-            snapshot.parent_snapshot_id(),
-            metadata.current_snapshot_id()
-        ));
-    }
-    let files = new_files(table, snapshot).await?;
+    let files = new_files(table, snapshot)
+        .await
+        .map_err(|message| refused(path, message))?;
     if let Some(dropped) = files.dropped.first() {
-        return Err(format!(
-            "an append keeps every manifest of its parent, and this one drops {dropped}"
+        return Err(refused(
+            path,
+            format!("an append keeps every manifest of its parent, and this one drops {dropped}"),
         ));
     }
     for (manifest, entries) in &files.added {
-        if manifest.content != ManifestContentType::Data {
-            return Err(format!(
-                "an append adds data files only, and manifest {} holds deletes",
-                manifest.manifest_path
+        check_added_manifest(path, metadata, snapshot, manifest, entries)?;
+    }
+    Ok(())
+}
+
+/// Checks a manifest `snapshot` adds: data files only, of the table's default partition
+/// spec, every entry added by `snapshot` at its sequence number.
+fn check_added_manifest(
+    path: &TablePath,
+    metadata: &TableMetadata,
+    snapshot: &Snapshot,
+    manifest: &ManifestFile,
+    entries: &Manifest,
+) -> Result<()> {
+    let (id, sequence_number) = (snapshot.snapshot_id(), snapshot.sequence_number());
+    let manifest_path = &manifest.manifest_path;
+    if manifest.content != ManifestContentType::Data {
+        return Err(refused(
+            path,
+            format!("an append adds data files only, and manifest {manifest_path} holds deletes"),
+        ));
+    }
+    let spec = manifest.partition_spec_id;
+    let default_spec = metadata.default_partition_spec_id();
+    if spec != default_spec {
+        let message = format!(
+            "partition-spec-id {spec} of manifest {manifest_path} is not the table's \
+             partition spec {default_spec}"
+        );
+        return Err(match metadata.partition_spec_by_id(spec) {
+            Some(_) => conflict(path, message),
+            None => invalid(path, message),
+        });
+    }
+    if manifest.added_snapshot_id != id || manifest.sequence_number != sequence_number {
+        return Err(invalid(
+            path,
+            format!(
+                "manifest {manifest_path} is not snapshot {id}'s own: it was added by snapshot \
+                 {} at sequence number {} (an append's new manifests are its own, at {sequence_number})",
+                manifest.added_snapshot_id, manifest.sequence_number
+            ),
+        ));
+    }
+    for entry in entries.entries() {
+        if entry.content_type() != DataContentType::Data {
+            return Err(refused(
+                path,
+                format!(
+                    "an append adds data files only, and {} holds deletes",
+                    entry.file_path()
+                ),
             ));
         }
-        if let Some(entry) = entries
-            .entries()
-            .iter()
-            .find(|entry| entry.content_type() != DataContentType::Data)
-        {
-            return Err(format!(
-                "an append adds data files only, and {} holds deletes",
-                entry.file_path()
+        let own = entry.status() == ManifestStatus::Added
+            && entry.snapshot_id() == Some(id)
+            && entry.sequence_number() == Some(sequence_number);
+        if !own {
+            return Err(invalid(
+                path,
+                format!(
+                    "data file {} in manifest {manifest_path} is not one snapshot {id} adds \
+                     (status {:?}, snapshot {}, sequence number {})",
+                    entry.file_path(),
+                    entry.status(),
+                    show_optional(entry.snapshot_id()),
+                    show_optional(entry.sequence_number())
+                ),
             ));
         }
     }
@@ -322,4 +574,166 @@ fn update_name(update: &TableUpdate) -> String {
         .ok()
         .and_then(|value| value.get("action")?.as_str().map(str::to_string))
         .unwrap_or_else(|| "this update".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use iceberg::spec::Summary;
+
+    use super::super::{SnapshotChanges, commit_snapshot};
+    use super::*;
+    use crate::catalog::fixture::lake_table;
+
+    /// The metadata of a lake table with one snapshot, and that snapshot.
+    async fn one_snapshot() -> (tempfile::TempDir, TableMetadata, Snapshot) {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, _, table) = lake_table(dir.path()).await;
+        let table = commit_snapshot(
+            &lake,
+            &table,
+            None,
+            Operation::Append,
+            SnapshotChanges::default(),
+        )
+        .await
+        .unwrap();
+        let metadata = table.metadata().clone();
+        let current = metadata.current_snapshot().unwrap().as_ref().clone();
+        (dir, metadata, current)
+    }
+
+    /// A snapshot on `parent` of `metadata`, valid in every field but those `edit` changes.
+    fn on(metadata: &TableMetadata, parent: &Snapshot, edit: impl FnOnce(&mut Fields)) -> Snapshot {
+        let mut fields = Fields {
+            id: parent.snapshot_id() + 1,
+            parent: Some(parent.snapshot_id()),
+            sequence_number: metadata.last_sequence_number() + 1,
+            timestamp_ms: now_ms(),
+            schema_id: Some(metadata.current_schema_id()),
+            manifest_list: format!("{}/metadata/snap-new.avro", metadata.location()),
+        };
+        edit(&mut fields);
+        Snapshot::builder()
+            .with_snapshot_id(fields.id)
+            .with_parent_snapshot_id(fields.parent)
+            .with_sequence_number(fields.sequence_number)
+            .with_timestamp_ms(fields.timestamp_ms)
+            .with_manifest_list(fields.manifest_list)
+            .with_summary(Summary {
+                operation: Operation::Append,
+                additional_properties: HashMap::new(),
+            })
+            .schema_id_opt(fields.schema_id)
+            .build()
+    }
+
+    /// A change of a valid snapshot's fields.
+    type Edit = Box<dyn FnOnce(&mut Fields)>;
+
+    struct Fields {
+        id: i64,
+        parent: Option<i64>,
+        sequence_number: i64,
+        timestamp_ms: i64,
+        schema_id: Option<i32>,
+        manifest_list: String,
+    }
+
+    /// What `check_lineage` answers: `400` as "invalid", `409` as "conflict".
+    fn verdict(
+        metadata: &TableMetadata,
+        snapshot: &Snapshot,
+    ) -> Result<(), (&'static str, String)> {
+        check_lineage(&TablePath::new("db", "t"), metadata, snapshot).map_err(|error| {
+            let kind = match &error {
+                LakeError::Iceberg(e) if e.kind() == ErrorKind::DataInvalid => "invalid",
+                LakeError::CommitConflict { .. } => "conflict",
+                _ => "other",
+            };
+            (kind, error.to_string())
+        })
+    }
+
+    #[tokio::test]
+    async fn every_field_a_later_commit_builds_on_is_checked() {
+        let (_dir, metadata, parent) = one_snapshot().await;
+        assert_eq!(verdict(&metadata, &on(&metadata, &parent, |_| {})), Ok(()));
+        let reused = parent.manifest_list().to_string();
+        let skew = i64::try_from(MAX_CLOCK_SKEW.as_millis()).unwrap();
+        let cases: [(&str, Edit, &str); 10] = [
+            (
+                "invalid",
+                Box::new(|f| f.timestamp_ms = 4_102_444_800_000),
+                "timestamp-ms",
+            ),
+            (
+                "invalid",
+                Box::new(move |f| f.timestamp_ms += 2 * skew),
+                "ahead",
+            ),
+            (
+                "invalid",
+                Box::new(|f| f.timestamp_ms = 0),
+                "before its parent",
+            ),
+            (
+                "invalid",
+                Box::new(|f| f.sequence_number = i64::MAX),
+                "sequence-number",
+            ),
+            (
+                "invalid",
+                Box::new(|f| f.sequence_number -= 1),
+                "sequence-number",
+            ),
+            (
+                "invalid",
+                Box::new(|f| f.schema_id = Some(99)),
+                "schema-id 99",
+            ),
+            ("invalid", Box::new(|f| f.schema_id = None), "no schema-id"),
+            (
+                "invalid",
+                Box::new(|f| f.id = f.parent.unwrap()),
+                "snapshot-id",
+            ),
+            (
+                "conflict",
+                Box::new(|f| f.parent = None),
+                "parent-snapshot-id",
+            ),
+            (
+                "invalid",
+                Box::new(move |f| f.manifest_list = reused),
+                "manifest-list",
+            ),
+        ];
+        for (kind, edit, field) in cases {
+            let (found, message) = verdict(&metadata, &on(&metadata, &parent, edit)).unwrap_err();
+            assert_eq!(found, kind, "{message}");
+            assert!(message.contains(field), "{field}: {message}");
+        }
+    }
+
+    #[test]
+    fn main_stays_a_branch_without_retention_of_its_own() {
+        let path = TablePath::new("db", "t");
+        let plain = SnapshotReference::new(1, SnapshotRetention::branch(None, None, None));
+        assert!(check_main_ref(&path, &plain).is_ok());
+        for retention in [
+            SnapshotRetention::branch(Some(1), None, None),
+            SnapshotRetention::branch(None, Some(1), None),
+            SnapshotRetention::Tag {
+                max_ref_age_ms: None,
+            },
+        ] {
+            let reference = SnapshotReference::new(1, retention);
+            assert!(matches!(
+                check_main_ref(&path, &reference),
+                Err(LakeError::Refused { .. })
+            ));
+        }
+    }
 }

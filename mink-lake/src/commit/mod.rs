@@ -46,12 +46,14 @@
 //!   them again (steps 3 and 4);
 //! - `validate`: checking the added files against the table before anything is written;
 //! - `foreign`: checking and committing other engines' commits ([`commit_foreign`]);
+//! - [`limits`]: the bounds those commits are held to;
 //! - `manifests`: carrying the parent's manifests forward and rewriting those that hold
 //!   removed files (step 2), and the writer of every new manifest;
 //! - `merge`: merging manifests so that planning reads few (step 3);
 //! - `summary`: the snapshot summary's counts and totals (pure).
 
 mod foreign;
+pub mod limits;
 mod manifests;
 mod merge;
 mod summary;
@@ -139,8 +141,8 @@ pub async fn commit_snapshot(
             table: name,
             message: format!(
                 "the commit was planned on snapshot {} but the table is now at snapshot {}",
-                show_snapshot(parent),
-                show_snapshot(current_id)
+                show_optional(parent),
+                show_optional(current_id)
             ),
         });
     }
@@ -207,8 +209,9 @@ pub(crate) async fn commit_metadata(
     }
 }
 
-fn show_snapshot(id: Option<i64>) -> String {
-    id.map_or_else(|| "none".to_string(), |id| id.to_string())
+/// A snapshot id or sequence number for a message: `none` when absent.
+fn show_optional(value: Option<i64>) -> String {
+    value.map_or_else(|| "none".to_string(), |value| value.to_string())
 }
 
 /// One commit attempt and the files it wrote (deleted again if it fails).

@@ -154,13 +154,17 @@ pub(super) fn summarize(
                 continue;
             }
         };
-        let total = (previous + added).checked_sub(removed).unwrap_or_else(|| {
-            warn!(
-                property = key,
-                previous, added, removed, "total below zero; the parent's summary undercounts"
-            );
-            0
-        });
+        // A total another engine's summary set near u64::MAX stays there, never wraps.
+        let total = previous
+            .saturating_add(added)
+            .checked_sub(removed)
+            .unwrap_or_else(|| {
+                warn!(
+                    property = key,
+                    previous, added, removed, "total below zero; the parent's summary undercounts"
+                );
+                0
+            });
         summary.insert(key.to_string(), total.to_string());
     }
     Summary {
@@ -228,6 +232,21 @@ mod tests {
                 ("total-records", "15"),
             ])
         );
+    }
+
+    #[test]
+    fn a_total_near_the_top_stays_there() {
+        let mut metrics = Metrics::default();
+        metrics.add(&file(DataContentType::Data, "a", 10, 100, 0));
+        let parent = Summary {
+            operation: Operation::Append,
+            additional_properties: HashMap::from([(
+                "total-records".to_string(),
+                u64::MAX.to_string(),
+            )]),
+        };
+        let summary = summarize(Operation::Append, HashMap::new(), &metrics, Some(&parent));
+        assert_eq!(props(&summary)["total-records"], u64::MAX.to_string());
     }
 
     #[test]
