@@ -19,6 +19,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{arrow_status, invalid};
 use crate::handle::StatementHandle;
+use crate::memory::CallMemory;
 use crate::service::{MinkFlightSql, decode_handle, schema_bytes};
 
 type Sql = MinkFlightSql;
@@ -57,7 +58,8 @@ impl FlightService for FlightSqlEndpoint {
                     .await?
             }
             Command::CommandPreparedStatementQuery(query) => {
-                let handle = decode_handle(&query.prepared_statement_handle)?;
+                let memory = CallMemory::of(&request)?;
+                let handle = decode_handle(&query.prepared_statement_handle, &memory)?;
                 self.0.statement_schema(handle).await?
             }
             _ => {

@@ -13,7 +13,7 @@
 //! | the node or the lake's object store cannot be reached | `Unavailable`  |
 //! | a SQL worker cannot be reached or is lost during the statement (named in the message) | `Unavailable` |
 //! | Arrow data of the node or lake the server cannot read | `Internal`    |
-//! | memory or disk exhausted (a statement over the server's SQL memory pool: DataFusion's `ResourcesExhausted`, however deeply wrapped) | `ResourceExhausted`|
+//! | memory or disk exhausted (a statement, or a buffer a call holds for its client, over the server's SQL memory pool: DataFusion's `ResourcesExhausted`, however deeply wrapped) | `ResourceExhausted`|
 //! | anything else (I/O, internal errors)              | `Internal`         |
 
 use arrow::error::ArrowError;

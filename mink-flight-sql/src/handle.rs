@@ -127,6 +127,15 @@ impl StatementHandle {
 }
 
 impl Ticket {
+    /// The Arrow memory of the rows the ticket carries: its parameters, or its result.
+    pub(crate) fn carried_bytes(&self) -> usize {
+        let batches = match self {
+            Self::Run(handle, _) => handle.parameters.as_slice(),
+            Self::Computed(_, batches) => batches.as_slice(),
+        };
+        batches.iter().map(RecordBatch::get_array_memory_size).sum()
+    }
+
     /// The ticket's bytes.
     ///
     /// # Errors

@@ -4,8 +4,9 @@
 //! The client streams Arrow batches in one `DoPut`; each batch is conformed to the
 //! table's current schema (columns matched by name, types cast, missing nullable columns
 //! null) and written through [`MinkClient::write`] as it arrives: appended to a log table,
-//! upserted into a primary-key table. Memory holds one batch at a time. The answer is the
-//! number of rows written.
+//! upserted into a primary-key table. Memory holds one batch at a time, reserved in the
+//! call's memory while it is written ([`BATCH_COPIES`] times its bytes: the decoded batch
+//! and its conformed copy). The answer is the number of rows written.
 //!
 //! The table definition options say what to do about the table:
 //!
@@ -42,6 +43,8 @@ use tonic::{Code, Status};
 use tracing::{info, warn};
 
 use crate::error::{client_status, invalid, put_stream_status};
+use crate::limits::BATCH_COPIES;
+use crate::memory::CallMemory;
 use crate::prepared::record_batches;
 
 /// Writes the streamed batches into the table `command` names; answers the rows written.
@@ -54,6 +57,7 @@ pub(crate) async fn ingest(
     client: &MinkClient,
     command: &CommandStatementIngest,
     data: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
+    memory: &CallMemory,
 ) -> Result<i64, Status> {
     if command.temporary {
         return Err(Status::unimplemented("mink has no temporary tables"));
@@ -76,7 +80,10 @@ pub(crate) async fn ingest(
     let mut next = first;
     let written = async {
         while let Some(batch) = next {
+            let size = BATCH_COPIES * batch.get_array_memory_size();
+            let held = memory.hold(size, "a batch being ingested")?;
             rows += write(client, &table, &batch).await?;
+            drop((held, batch));
             next = batches.try_next().await.map_err(put_stream_status)?;
         }
         Ok::<_, Status>(())

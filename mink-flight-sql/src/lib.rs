@@ -28,6 +28,12 @@
 //! - **Authentication** with a user and password exchanged for a bearer token, and TLS
 //!   ([`auth`], [`FlightSqlConfig`]).
 //!
+//! Whatever a call holds on its client's behalf (the message being received, bound
+//! parameters, a handle or ticket sent back, the ticket answered, a batch being written)
+//! is reserved in the SQL memory pool the statements draw on, while it is held: a call
+//! that does not fit fails alone with `RESOURCE_EXHAUSTED` ([`memory`], [`metered`],
+//! and every bound of a call in [`limits`]).
+//!
 //! Errors are gRPC statuses carrying the SQL error's text ([`error`]). [`client`] is the
 //! other side, for `mink sql --flight-sql`.
 //!
@@ -39,7 +45,10 @@ mod endpoint;
 mod error;
 mod handle;
 mod ingest;
+pub mod limits;
+mod memory;
 mod metadata;
+mod metered;
 mod prepared;
 mod running;
 mod service;
@@ -53,19 +62,19 @@ use std::time::Duration;
 use arrow_flight::flight_service_server::FlightServiceServer;
 use mink_client::MinkClient;
 use mink_lake::storage::LakeStorage;
-use mink_node::server::MAX_MESSAGE_BYTES;
 use mink_sql::session::{SqlRuntime, default_memory_limit, memory_pool};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::Server;
 use tracing::{info, warn};
 
 pub use auth::{Credentials, TOKEN_LIFETIME};
 
 use auth::Auth;
 use endpoint::FlightSqlEndpoint;
+use limits::MAX_MESSAGE_BYTES;
+use metered::Metered;
 use running::Stopper;
 use service::MinkFlightSql;
 use statement::Statements;
@@ -224,7 +233,8 @@ pub fn serve(
 }
 
 /// [`serve`], every statement's session in `runtime`: its memory pool is the limit of
-/// all the service's statements together (`mink server --sql-memory-limit`), and it
+/// all the service's statements together (`mink server --sql-memory-limit`), and of
+/// what every call holds on its client's behalf ([`limits`]); it
 /// refuses statements that touch files unless it is a local runtime. At most
 /// `max_connections` connections are open at once (`mink server --max-connections`,
 /// [`mink_auth::limit_connections`]): one more is closed at once.
@@ -242,6 +252,7 @@ pub fn serve_in(
     let auth = Arc::new(Auth::new(config.credentials));
     let authenticated = auth.is_enabled();
     let (running, stopper) = running::running();
+    let pool = Arc::clone(&runtime.runtime_env().memory_pool);
     let service = MinkFlightSql::new(
         Statements::new(config.client, config.storage, runtime),
         running,
@@ -255,7 +266,12 @@ pub fn serve_in(
     let service = tonic::service::interceptor::InterceptedService::new(service, move |request| {
         auth.check(request)
     });
-    let mut builder = Server::builder();
+    let service = Metered::new(service, pool);
+    let mut builder = mink_auth::server_builder()
+        .max_frame_size(limits::MAX_FRAME_BYTES)
+        .max_concurrent_streams(limits::MAX_STREAMS_PER_CONNECTION)
+        .concurrency_limit_per_connection(limits::MAX_REQUESTS_PER_CONNECTION)
+        .http2_max_header_list_size(limits::MAX_HEADER_LIST_BYTES);
     if let Some(tls) = &config.tls {
         builder = builder.tls_config(mink_auth::server_tls(tls))?;
     }

@@ -33,10 +33,11 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use futures::{Stream, TryStreamExt};
 use mink_core::ipc_guard::check_header;
-use mink_node::server::MAX_MESSAGE_BYTES;
 use tonic::Status;
 
 use crate::error::{arrow_status, invalid, put_stream_status};
+use crate::limits::{MAX_BOUND_PARAMETER_BYTES, PARAMETER_COPIES};
+use crate::memory::CallMemory;
 
 /// `sql` with its `?` placeholders numbered `$1, $2, ...`; SQL that does not tokenize is
 /// left as it is (planning reports the error).
@@ -71,25 +72,31 @@ pub(crate) fn positional(sql: &str) -> String {
 }
 
 /// The parameters a client binds to a query: the batches of its `DoPut` as one batch,
-/// `None` when it sent no rows.
+/// `None` when it sent no rows. [`PARAMETER_COPIES`] times their bytes are kept in the
+/// call's memory as they arrive: the batches, the handle answering the bind, and its
+/// answer.
 ///
 /// # Errors
 /// `InvalidArgument` when the stream is not Arrow data; `ResourceExhausted` past
-/// [`MAX_MESSAGE_BYTES`], since the parameters travel back in the handle, one message.
+/// [`MAX_BOUND_PARAMETER_BYTES`], since the parameters travel back in the handle, one
+/// message, or when the server's SQL memory cannot hold them.
 pub(crate) async fn parameters(
     data: impl Stream<Item = Result<FlightData, Status>> + Send + Unpin + 'static,
+    memory: &CallMemory,
 ) -> Result<Option<RecordBatch>, Status> {
     let mut stream = parameter_batches(data);
     let (mut batches, mut bytes) = (Vec::new(), 0);
     while let Some(batch) = stream.try_next().await? {
-        bytes += batch.get_array_memory_size();
-        if bytes > MAX_MESSAGE_BYTES {
+        let size = batch.get_array_memory_size();
+        bytes += size;
+        if bytes > MAX_BOUND_PARAMETER_BYTES {
             return Err(Status::resource_exhausted(format!(
-                "parameters bound to a query are limited to {} MB, since they travel in \
+                "parameters bound to a query are limited to {} MiB, since they travel in \
                  the statement handle: bind fewer rows",
-                MAX_MESSAGE_BYTES >> 20
+                MAX_BOUND_PARAMETER_BYTES >> 20
             )));
         }
+        memory.keep(PARAMETER_COPIES * size, "parameters bound to a statement")?;
         batches.push(batch);
     }
     let Some(first) = batches.first() else {
@@ -347,6 +354,46 @@ mod tests {
             .reading(&parameters())
             .expect_err("no $3");
         assert!(error.to_string().contains("$3 is not bound"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn bound_parameters_are_kept_in_the_memory_pool_or_refused() {
+        let rows = RecordBatch::try_from_iter(vec![(
+            "0",
+            Arc::new(Int32Array::from_iter_values(0..25_000)) as _,
+        )])
+        .expect("100 KB of parameters");
+        let size = rows.get_array_memory_size();
+        let put = || async {
+            let data = FlightDataEncoderBuilder::new()
+                .build(futures::stream::iter([Ok(rows.clone())]))
+                .map_err(Status::from)
+                .collect::<Vec<_>>()
+                .await;
+            futures::stream::iter(data)
+        };
+        let pool = mink_sql::session::memory_pool(1 << 20);
+        let memory = CallMemory::new(&pool, "DoPut");
+        let bound = super::parameters(put().await, &memory).await.expect("fits");
+        let bound = bound.expect("rows");
+        assert_eq!(bound.num_rows(), 25_000);
+        let decoded = bound.get_array_memory_size();
+        assert_eq!(pool.reserved(), PARAMETER_COPIES * decoded);
+        drop(memory);
+        assert_eq!(pool.reserved(), 0, "released with the call");
+
+        let small = mink_sql::session::memory_pool(2 * size);
+        let memory = CallMemory::new(&small, "DoPut");
+        let refused = super::parameters(put().await, &memory)
+            .await
+            .expect_err("over the pool");
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused}");
+        assert!(
+            refused
+                .message()
+                .contains("parameters bound to a statement"),
+            "{refused}"
+        );
     }
 
     #[tokio::test]

@@ -41,6 +41,8 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::auth::{Auth, HandshakeStream};
 use crate::error::{arrow_status, invalid, status};
 use crate::handle::{StatementHandle, Ticket};
+use crate::limits::{ANSWER_COPIES, DECODED_COPIES};
+use crate::memory::CallMemory;
 use crate::running::{DataStream, Running};
 use crate::statement::Statements;
 use crate::{ingest, metadata, prepared};
@@ -93,11 +95,13 @@ impl MinkFlightSql {
         }
     }
 
-    /// Plans a statement: its FlightInfo, whose ticket streams its result.
+    /// Plans a statement: its FlightInfo, whose ticket streams its result. The rows
+    /// the ticket carries are kept in the call's memory until the answer is sent.
     async fn statement_info(
         &self,
         handle: StatementHandle,
         descriptor: FlightDescriptor,
+        memory: &CallMemory,
     ) -> Result<Response<FlightInfo>, Status> {
         // DML and commands (DDL, `CALL`) run while they are planned.
         let planned = self.statements.plan(handle);
@@ -105,6 +109,10 @@ impl MinkFlightSql {
             .running
             .call(async { planned.await.map_err(status) })
             .await?;
+        memory.keep(
+            ANSWER_COPIES * ticket.carried_bytes(),
+            "the ticket of a FlightInfo",
+        )?;
         let ticket = TicketStatementQuery {
             statement_handle: ticket.encode().map_err(arrow_status)?.into(),
         };
@@ -207,7 +215,10 @@ pub(crate) fn schema_bytes(schema: &Schema) -> Result<prost::bytes::Bytes, Statu
     Ok(bytes)
 }
 
-pub(crate) fn decode_handle(bytes: &[u8]) -> Result<StatementHandle, Status> {
+/// The statement a handle names, [`DECODED_COPIES`] times its bytes kept in the call's
+/// memory first.
+pub(crate) fn decode_handle(bytes: &[u8], memory: &CallMemory) -> Result<StatementHandle, Status> {
+    memory.keep(DECODED_COPIES * bytes.len(), "a statement handle")?;
     StatementHandle::decode(bytes).map_err(invalid)
 }
 
@@ -227,7 +238,9 @@ impl FlightSqlService for MinkFlightSql {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.statement_info(StatementHandle::new(query.query), request.into_inner())
+        let memory = CallMemory::of(&request)?;
+        let handle = StatementHandle::new(query.query);
+        self.statement_info(handle, request.into_inner(), &memory)
             .await
     }
 
@@ -236,8 +249,10 @@ impl FlightSqlService for MinkFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let handle = decode_handle(&query.prepared_statement_handle)?;
-        self.statement_info(handle, request.into_inner()).await
+        let memory = CallMemory::of(&request)?;
+        let handle = decode_handle(&query.prepared_statement_handle, &memory)?;
+        self.statement_info(handle, request.into_inner(), &memory)
+            .await
     }
 
     async fn get_flight_info_catalogs(
@@ -335,6 +350,8 @@ impl FlightSqlService for MinkFlightSql {
         ticket: TicketStatementQuery,
         request: Request<FlightTicket>,
     ) -> Result<Response<DoGetStream>, Status> {
+        let bytes = ticket.statement_handle.len();
+        CallMemory::of(&request)?.keep(DECODED_COPIES * bytes, "a ticket")?;
         let statement = Ticket::decode(&ticket.statement_handle).map_err(invalid)?;
         let rows = self.statements.stream(statement).await?;
         let ticket = request.into_inner().ticket;
@@ -448,10 +465,13 @@ impl FlightSqlService for MinkFlightSql {
     async fn do_put_statement_update(
         &self,
         command: CommandStatementUpdate,
-        _request: Request<PeekableFlightDataStream>,
+        request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
+        let memory = CallMemory::of(&request)?;
         let handle = StatementHandle::new(command.query);
-        let update = self.statements.update(&handle, futures::stream::empty());
+        let update = self
+            .statements
+            .update(&handle, futures::stream::empty(), &memory);
         self.running.call(update).await
     }
 
@@ -460,7 +480,13 @@ impl FlightSqlService for MinkFlightSql {
         command: CommandStatementIngest,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let ingest = ingest::ingest(self.statements.client(), &command, request.into_inner());
+        let memory = CallMemory::of(&request)?;
+        let ingest = ingest::ingest(
+            self.statements.client(),
+            &command,
+            request.into_inner(),
+            &memory,
+        );
         self.running.call(ingest).await
     }
 
@@ -469,8 +495,9 @@ impl FlightSqlService for MinkFlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
-        let mut handle = decode_handle(&query.prepared_statement_handle)?;
-        handle.parameters = prepared::parameters(request.into_inner()).await?;
+        let memory = CallMemory::of(&request)?;
+        let mut handle = decode_handle(&query.prepared_statement_handle, &memory)?;
+        handle.parameters = prepared::parameters(request.into_inner(), &memory).await?;
         Ok(DoPutPreparedStatementResult {
             prepared_statement_handle: Some(handle.encode().map_err(arrow_status)?.into()),
         })
@@ -481,9 +508,10 @@ impl FlightSqlService for MinkFlightSql {
         query: CommandPreparedStatementUpdate,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let handle = decode_handle(&query.prepared_statement_handle)?;
+        let memory = CallMemory::of(&request)?;
+        let handle = decode_handle(&query.prepared_statement_handle, &memory)?;
         let parameters = prepared::parameter_batches(request.into_inner());
-        let update = self.statements.update(&handle, parameters);
+        let update = self.statements.update(&handle, parameters, &memory);
         self.running.call(update).await
     }
 
@@ -519,10 +547,11 @@ impl FlightSqlService for MinkFlightSql {
     async fn do_action_close_prepared_statement(
         &self,
         query: ActionClosePreparedStatementRequest,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<(), Status> {
         // Nothing is kept for a prepared statement; the handle must still be one.
-        decode_handle(&query.prepared_statement_handle).map(|_| ())
+        let memory = CallMemory::of(&request)?;
+        decode_handle(&query.prepared_statement_handle, &memory).map(|_| ())
     }
 
     async fn do_action_fallback(

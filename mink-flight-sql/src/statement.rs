@@ -47,6 +47,8 @@ use tonic::Status;
 
 use crate::error::status;
 use crate::handle::{StatementHandle, Ticket};
+use crate::limits::BATCH_COPIES;
+use crate::memory::CallMemory;
 use crate::prepared::BatchInsert;
 use mink_sql::session::{MinkSession, SqlRuntime, is_create_table};
 
@@ -258,11 +260,14 @@ impl Statements {
     /// client streams (`streamed`, taken as they arrive), or else those bound in the
     /// handle, or once without parameters. A batch insert runs once per batch of rows
     /// (see [`BatchInsert`]). A failure midway says how many parameter rows ran
-    /// before it and what they changed; those changes stay.
+    /// before it and what they changed; those changes stay. Each batch of parameters is
+    /// held in the call's `memory` while it runs ([`BATCH_COPIES`] times its bytes), and
+    /// its rows are bound one at a time.
     pub(crate) async fn update(
         &self,
         handle: &StatementHandle,
         streamed: impl Stream<Item = Result<RecordBatch, Status>> + Send + Unpin,
+        memory: &CallMemory,
     ) -> Result<i64, Status> {
         let session = self.statement_session();
         let planned = session.sql(&handle.sql).await.map_err(status)?;
@@ -277,6 +282,8 @@ impl Statements {
             let mut bound = false;
             while let Some(batch) = parameters.try_next().await? {
                 bound = true;
+                let size = BATCH_COPIES * batch.get_array_memory_size();
+                let _held = memory.hold(size, "a batch of parameters")?;
                 if let Some(insert) = &batch_insert {
                     let state = session.context().state();
                     let frame = insert
@@ -286,7 +293,8 @@ impl Statements {
                     progress.record(batch.num_rows(), changed);
                     continue;
                 }
-                for values in parameter_rows(&batch).map_err(status)? {
+                for row in 0..batch.num_rows() {
+                    let values = parameter_row(&batch, row).map_err(status)?;
                     let frame = planned.clone().with_param_values(values);
                     progress.record(1, run_update(frame).await.map_err(status)?);
                 }
@@ -310,11 +318,10 @@ impl Statements {
         let Some(parameters) = &handle.parameters else {
             return Ok(frame);
         };
-        match <[ParamValues; 1]>::try_from(parameter_rows(parameters)?) {
-            Ok([values]) => frame.with_param_values(values),
-            Err(rows) => Err(DataFusionError::Plan(format!(
-                "a query binds one row of parameters, not {}",
-                rows.len()
+        match parameters.num_rows() {
+            1 => frame.with_param_values(parameter_row(parameters, 0)?),
+            rows => Err(DataFusionError::Plan(format!(
+                "a query binds one row of parameters, not {rows}"
             ))),
         }
     }
@@ -359,19 +366,15 @@ fn parameter_schema(frame: &DataFrame) -> Result<Schema> {
     ))
 }
 
-/// The parameter values of each execution: one per row of `parameters` (column `i` is
+/// The parameter values of the execution for `row` of `parameters` (column `i` is
 /// `$(i + 1)`).
-fn parameter_rows(parameters: &RecordBatch) -> Result<Vec<ParamValues>> {
-    (0..parameters.num_rows())
-        .map(|row| {
-            let values = parameters
-                .columns()
-                .iter()
-                .map(|column| ScalarValue::try_from_array(column, row))
-                .collect::<Result<Vec<_>>>()?;
-            Ok(ParamValues::from(values))
-        })
-        .collect()
+fn parameter_row(parameters: &RecordBatch, row: usize) -> Result<ParamValues> {
+    let values = parameters
+        .columns()
+        .iter()
+        .map(|column| ScalarValue::try_from_array(column, row))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ParamValues::from(values))
 }
 
 /// Runs one execution of an update; answers the rows it changed.
@@ -476,10 +479,9 @@ mod tests {
             ("b", Arc::new(StringArray::from(vec![Some("x"), None])) as _),
         ])
         .unwrap();
-        let rows = parameter_rows(&batch).unwrap();
-        assert_eq!(rows.len(), 2);
-        let ParamValues::List(second) = &rows[1] else {
-            panic!("positional values: {rows:?}");
+        let second = parameter_row(&batch, 1).unwrap();
+        let ParamValues::List(second) = &second else {
+            panic!("positional values: {second:?}");
         };
         assert_eq!(second[0].value, ScalarValue::Int64(Some(2)));
         assert_eq!(second[1].value, ScalarValue::Utf8(None));
