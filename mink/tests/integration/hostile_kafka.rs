@@ -345,9 +345,26 @@ fn record_counts_are_bounded_in_produce_and_fetch() {
     assert_eq!((error, base_offset), (NONE, 0));
     let (error, _, counts) = fetch(&mut client, "default.victims", 0, 1 << 20);
     assert_eq!((error, counts), (NONE, vec![3]));
+    // A batch at the bound is written, and fetched whole in chunks.
+    let at_bound = record_batch(
+        &record(b"").repeat(MAX_BATCH_RECORDS),
+        MAX_BATCH_RECORDS,
+        true,
+    );
+    assert_eq!(
+        produce(&mut client, "default.victims", &at_bound),
+        (NONE, 3)
+    );
+    let (error, size, counts) = fetch(&mut client, "default.victims", 3, 32 << 20);
+    assert_eq!(error, NONE);
+    assert_eq!(counts.iter().sum::<i32>() as usize, MAX_BATCH_RECORDS);
+    let grown = server.rss_kib().saturating_sub(before);
+    eprintln!(
+        "a batch of {MAX_BATCH_RECORDS} records produced and fetched ({size} bytes): RSS grown by {grown} KiB"
+    );
 
     // A stored batch of 300 000 rows: one chunk answers a fetch of one byte, and a
-    // fetch of at most 32 MiB holds a few MiB at most.
+    // fetch of at most 1 MiB holds one chunk more at most.
     let (error, size, counts) = fetch(&mut client, "default.wide", 0, 1);
     assert_eq!(error, NONE);
     assert_eq!(counts, [FETCH_CHUNK_ROWS as i32], "{size} bytes");
@@ -367,7 +384,7 @@ fn record_counts_are_bounded_in_produce_and_fetch() {
     );
     assert_eq!(
         rows.split_whitespace().collect::<Vec<_>>(),
-        ["n", "3", "n", "300000"]
+        ["n", &(3 + MAX_BATCH_RECORDS).to_string(), "n", "300000"]
     );
 }
 
