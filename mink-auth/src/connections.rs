@@ -1,20 +1,37 @@
-//! A bound on the connections one port holds open at once, so a client cannot open
-//! thousands of them (each with its own HTTP/2 streams, buffers and file descriptor) and
-//! take the server's memory or descriptors from everyone else.
+//! Bounds on the connections one port holds open, so a client cannot open thousands of
+//! them (each with its own HTTP/2 streams, buffers and file descriptor) and take the
+//! server's memory or descriptors from everyone else, nor keep the slots of the clients
+//! after it by opening connections and sending nothing.
 //!
 //! ```text
-//!  listener ──accept──> a permit left? ──yes──> LimitedConnection { stream, permit } ──> tonic
-//!                            │                  (TLS, HTTP/2; the permit returns when the
-//!                            │                   connection ends and tonic drops it)
-//!                            └──no──> closed at once; a warning at most once a second,
-//!                                     with the count refused since the last one
+//!  listener ──accept──> its address's share left? ──yes──> a permit left? ──yes──┐
+//!                         (127.0.0.1, ::1 exempt)                                │
+//!                              │ no                         │ no                 │
+//!                              └────> closed at once; a warning at most once a   │
+//!                                     second, with the count refused since        │
+//!                                                                                 v
+//!      LimitedConnection { stream, permit, address slot, first-bytes deadline } ──> tonic
+//!      (TLS, HTTP/2; the permit and the slot return when the connection ends and
+//!       tonic drops it; no byte within FIRST_BYTES_TIMEOUT: its reads fail, it closes)
 //! ```
 //!
-//! A connection over the limit is accepted and closed rather than left in the kernel's
+//! A connection over a limit is accepted and closed rather than left in the kernel's
 //! backlog: the accept loop never waits, the client sees its connection end at once
-//! instead of hanging until a deadline, and the connections within the limit are served
+//! instead of hanging until a deadline, and the connections within the limits are served
 //! as before. The permit sits below TLS (tonic's `tls_config` wraps the
-//! [`LimitedConnection`]), so a client that stalls its TLS handshake holds a permit too.
+//! [`LimitedConnection`]), so a client that stalls its TLS handshake holds a permit too,
+//! until the handshake's own timeout ([`crate::server_tls`]) or the first-bytes deadline
+//! ends it.
+//!
+//! Three things end the connections of clients that do nothing (`crate::limits`):
+//! - the **first-bytes deadline**: a connection whose first byte has not arrived
+//!   [`FIRST_BYTES_TIMEOUT`] after it was accepted fails its reads, and the server above
+//!   closes it. Every client mink serves speaks first (the HTTP/2 preface, a TLS hello, a
+//!   Kafka request, an HTTP request line), so no honest one waits that long;
+//! - **TCP keepalive** on every accepted socket, so a peer that vanished (a crash, a NAT
+//!   that forgot the flow) is found and its connection closed;
+//! - the **per-address share** (`crate::addresses`): what one client does at most, it
+//!   does to its own share of the port.
 //!
 //! Every connection admitted also has Nagle's algorithm turned off: small answers (an
 //! ack, a FlightInfo, a one-row result) would otherwise wait for the client's delayed
@@ -50,25 +67,31 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt, future};
+use socket2::{SockRef, TcpKeepalive};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Sleep;
 use tonic::transport::server::{Connected, TcpConnectInfo};
-use tracing::warn;
+use tracing::{debug, warn};
 
-/// How many connections a port holds open at once unless told otherwise (`mink server
-/// --max-connections`).
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+use crate::addresses::{AddressCounts, AddressSlot};
+use crate::limits::{
+    FIRST_BYTES_TIMEOUT, TCP_KEEPALIVE_INTERVAL, TCP_KEEPALIVE_RETRIES, TCP_KEEPALIVE_TIME,
+    per_address_limit,
+};
 
 /// The least time between two warnings about refused connections.
 const WARN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The connections of `accepted` (a listener's accepted streams), at most
-/// `max_connections` open at once: each comes with a permit it holds until it is
-/// dropped, and one accepted while none is left is closed at once (logged at most once
-/// a second). Errors of `accepted` pass through. `port` names the port in the log
-/// (`the node`, `Flight SQL`).
+/// `max_connections` open at once and at most [`per_address_limit`] of them from one
+/// address other than 127.0.0.1 and ::1: each comes with a permit (and its address's
+/// slot) it holds until it is dropped, and one accepted over a limit is closed at once
+/// (logged at most once a second). Each admitted one must send its first byte within
+/// [`FIRST_BYTES_TIMEOUT`] and has TCP keepalive on. Errors of `accepted` pass through.
+/// `port` names the port in the log (`the node`, `Flight SQL`).
 pub fn limit_connections<S>(
     port: &'static str,
     accepted: S,
@@ -77,38 +100,137 @@ pub fn limit_connections<S>(
 where
     S: Stream<Item = io::Result<TcpStream>>,
 {
-    let permits = Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS)));
-    let mut refusals = Refusals::default();
+    limit_with_deadline(port, accepted, max_connections, FIRST_BYTES_TIMEOUT)
+}
+
+/// [`limit_connections`] with `first_bytes` as the first-bytes deadline.
+fn limit_with_deadline<S>(
+    port: &'static str,
+    accepted: S,
+    max_connections: usize,
+    first_bytes: Duration,
+) -> impl Stream<Item = io::Result<LimitedConnection>>
+where
+    S: Stream<Item = io::Result<TcpStream>>,
+{
+    let mut gate = Gate {
+        port,
+        max_connections,
+        permits: Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS))),
+        addresses: AddressCounts::new(per_address_limit(max_connections)),
+        port_full: Refusals::default(),
+        address_full: Refusals::default(),
+    };
     accepted.filter_map(move |accepted| {
         let admitted = match accepted {
             Err(error) => Some(Err(error)),
-            Ok(stream) => match Arc::clone(&permits).try_acquire_owned() {
-                Ok(permit) => Some(stream.set_nodelay(true).map(|()| LimitedConnection {
-                    stream,
-                    _permit: permit,
-                })),
-                Err(TryAcquireError::NoPermits | TryAcquireError::Closed) => {
-                    refusals.refuse(port, max_connections, stream.peer_addr().ok());
-                    drop(stream);
-                    None
-                }
-            },
+            Ok(stream) => gate
+                .admit(&stream)
+                .map(|(permit, slot)| LimitedConnection::open(stream, permit, slot, first_bytes)),
         };
         future::ready(admitted)
     })
 }
 
-/// An accepted connection holding one of its port's permits until it is dropped.
+/// What a port's accepted connections pass: its permits, its addresses' shares, and the
+/// refusals to report.
+#[derive(Debug)]
+struct Gate {
+    port: &'static str,
+    max_connections: usize,
+    permits: Arc<Semaphore>,
+    addresses: Arc<AddressCounts>,
+    port_full: Refusals,
+    address_full: Refusals,
+}
+
+impl Gate {
+    /// The permit and address slot `stream` is admitted with, or `None` (the stream is
+    /// then dropped, closing it) when its address holds its share, the port holds all its
+    /// permits, or the peer is already gone.
+    fn admit(&mut self, stream: &TcpStream) -> Option<(OwnedSemaphorePermit, Option<AddressSlot>)> {
+        let port = self.port;
+        let peer = match stream.peer_addr() {
+            Ok(peer) => peer,
+            Err(error) => {
+                debug!(port, %error, "an accepted connection ended before it was admitted");
+                return None;
+            }
+        };
+        let Ok(slot) = self.addresses.admit(peer.ip()) else {
+            if let Some(refused) = self.address_full.refuse() {
+                let share = per_address_limit(self.max_connections);
+                warn!(
+                    port, share, refused, last_peer = %peer,
+                    "an address holds its {share} connections to {port}: closed its new ones at once"
+                );
+            }
+            return None;
+        };
+        let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
+            if let Some(refused) = self.port_full.refuse() {
+                let max_connections = self.max_connections;
+                warn!(
+                    port, max_connections, refused, last_peer = %peer,
+                    "{port} holds its {max_connections} connections (--max-connections): closed new ones at once"
+                );
+            }
+            return None;
+        };
+        Some((permit, slot))
+    }
+}
+
+/// An accepted connection holding one of its port's permits (and its address's slot)
+/// until it is dropped. Its reads fail with `TimedOut` once its first-bytes deadline
+/// passes with no byte read.
 #[derive(Debug)]
 pub struct LimitedConnection {
     stream: TcpStream,
+    first_bytes: Option<Pin<Box<Sleep>>>,
     _permit: OwnedSemaphorePermit,
+    _address: Option<AddressSlot>,
 }
 
 impl LimitedConnection {
+    /// `stream` admitted with `permit` and `address`: Nagle off, TCP keepalive on, its
+    /// first byte due within `first_bytes`.
+    fn open(
+        stream: TcpStream,
+        permit: OwnedSemaphorePermit,
+        address: Option<AddressSlot>,
+        first_bytes: Duration,
+    ) -> io::Result<Self> {
+        stream.set_nodelay(true)?;
+        let keepalive = TcpKeepalive::new()
+            .with_time(TCP_KEEPALIVE_TIME)
+            .with_interval(TCP_KEEPALIVE_INTERVAL)
+            .with_retries(TCP_KEEPALIVE_RETRIES);
+        SockRef::from(&stream).set_tcp_keepalive(&keepalive)?;
+        Ok(Self {
+            stream,
+            first_bytes: Some(Box::pin(tokio::time::sleep(first_bytes))),
+            _permit: permit,
+            _address: address,
+        })
+    }
+
     /// The address of the connection's other end.
     pub fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
         self.stream.peer_addr()
+    }
+
+    /// The error of a read once the first-bytes deadline has passed with nothing read,
+    /// `None` before it or once a byte has come.
+    fn past_first_bytes(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
+        let deadline = self.first_bytes.as_mut()?;
+        deadline.as_mut().poll(cx).is_ready().then(|| {
+            debug!(peer = ?self.stream.peer_addr().ok(), "a connection sent nothing in time: closed");
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client sent no byte before its first-bytes deadline",
+            )
+        })
     }
 }
 
@@ -127,7 +249,16 @@ impl AsyncRead for LimitedConnection {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+        let this = self.get_mut();
+        if let Some(late) = this.past_first_bytes(cx) {
+            return Poll::Ready(Err(late));
+        }
+        let filled = buf.filled().len();
+        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if buf.filled().len() > filled {
+            this.first_bytes = None;
+        }
+        read
     }
 }
 
@@ -169,24 +300,19 @@ struct Refusals {
 }
 
 impl Refusals {
-    fn refuse(&mut self, port: &'static str, max_connections: usize, peer: Option<SocketAddr>) {
+    /// Counts one more refusal: the count to report when a warning is due (none this past
+    /// [`WARN_INTERVAL`]), else `None`.
+    fn refuse(&mut self) -> Option<u64> {
         self.unreported += 1;
         let now = Instant::now();
         if self
             .last_warned
             .is_some_and(|warned| now.duration_since(warned) < WARN_INTERVAL)
         {
-            return;
+            return None;
         }
-        warn!(
-            port,
-            max_connections,
-            refused = self.unreported,
-            last_peer = ?peer,
-            "{port} holds its {max_connections} connections (--max-connections): closed new ones at once"
-        );
-        self.unreported = 0;
         self.last_warned = Some(now);
+        Some(std::mem::take(&mut self.unreported))
     }
 }
 
@@ -287,11 +413,23 @@ mod tests {
     /// An echo server on 127.0.0.1:0 holding at most `max` connections; aborting the
     /// task drops its connections.
     async fn echo_server(max: usize) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+        echo_server_with(max, FIRST_BYTES_TIMEOUT).await
+    }
+
+    /// [`echo_server`] with `first_bytes` as the first-bytes deadline.
+    async fn echo_server_with(
+        max: usize,
+        first_bytes: Duration,
+    ) -> (SocketAddr, tokio::task::JoinHandle<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move {
-            let mut incoming =
-                Box::pin(limit_connections("the test port", accepted(listener), max));
+            let mut incoming = Box::pin(limit_with_deadline(
+                "the test port",
+                accepted(listener),
+                max,
+                first_bytes,
+            ));
             let mut connections = JoinSet::new();
             while let Some(connection) = incoming.next().await {
                 let mut connection = connection.unwrap();
@@ -361,6 +499,69 @@ mod tests {
         server.abort();
     }
 
+    /// Whether the server has closed `stream` (read end of file or an error) within
+    /// [`PATIENCE`].
+    async fn closed(stream: &mut TcpStream) -> bool {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(PATIENCE, stream.read(&mut byte))
+            .await
+            .expect("the server neither answered nor closed the connection");
+        matches!(read, Ok(0) | Err(_))
+    }
+
+    /// A connection to `addr` from the local address `from` (any of 127.0.0.0/8).
+    async fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::new(from.parse().unwrap(), 0))
+            .unwrap();
+        socket.connect(addr).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_silent_connection_is_closed_at_its_deadline_and_one_that_spoke_stays() {
+        let (addr, server) = echo_server_with(4, Duration::from_millis(300)).await;
+        let mut spoke = TcpStream::connect(addr).await.unwrap();
+        assert!(echoes(&mut spoke).await);
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        assert!(closed(&mut silent).await, "the silent connection was kept");
+        // Long past the deadline, the connection that spoke is served as before.
+        assert!(echoes(&mut spoke).await);
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn an_address_over_its_share_is_closed_and_loopback_one_is_still_served() {
+        // A port of 8 connections: one address holds at most 2.
+        let (addr, server) = echo_server(8).await;
+        let mut first = connect_from("127.0.0.2", addr).await;
+        let mut second = connect_from("127.0.0.2", addr).await;
+        assert!(echoes(&mut first).await && echoes(&mut second).await);
+        let mut third = connect_from("127.0.0.2", addr).await;
+        assert!(
+            closed(&mut third).await,
+            "a third connection from one address was kept"
+        );
+        // Another address has its own share; 127.0.0.1 is not counted.
+        let mut other = connect_from("127.0.0.3", addr).await;
+        assert!(echoes(&mut other).await);
+        let mut locals = Vec::new();
+        for _ in 0..3 {
+            let mut local = TcpStream::connect(addr).await.unwrap();
+            assert!(echoes(&mut local).await);
+            locals.push(local);
+        }
+        // A connection of the address closed gives its place back.
+        drop(first);
+        let mut attempts = 0;
+        while !echoes(&mut connect_from("127.0.0.2", addr).await).await {
+            attempts += 1;
+            assert!(attempts < 100, "the address's place never came back");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        server.abort();
+    }
+
     #[tokio::test]
     async fn an_admitted_connection_keeps_its_addresses_and_has_no_delay() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -372,6 +573,13 @@ mod tests {
         assert_eq!(info.remote_addr(), Some(client.local_addr().unwrap()));
         assert_eq!(info.local_addr(), Some(addr));
         assert!(connection.stream.nodelay().unwrap());
+        assert!(SockRef::from(&connection.stream).keepalive().unwrap());
+        assert_eq!(
+            SockRef::from(&connection.stream)
+                .tcp_keepalive_time()
+                .unwrap(),
+            TCP_KEEPALIVE_TIME
+        );
     }
 
     #[tokio::test]

@@ -20,14 +20,22 @@
 //! - [`check_listen`] is the rule for a server without credentials: it listens on a
 //!   loopback address only, so nothing on the network reaches it unauthenticated.
 //! - [`limit_connections`] bounds the connections a port holds open at once
-//!   ([`DEFAULT_MAX_CONNECTIONS`]), below TLS; one over the bound is accepted and closed
-//!   at once, so one client cannot open thousands and the accept loop never waits.
+//!   ([`DEFAULT_MAX_CONNECTIONS`]) and those of one address
+//!   ([`MAX_CONNECTIONS_PER_ADDRESS`], 127.0.0.1 and ::1 exempt), below TLS; one over a
+//!   bound is accepted and closed at once, so one client cannot open thousands and the
+//!   accept loop never waits. A connection that sends nothing within
+//!   [`FIRST_BYTES_TIMEOUT`] is closed, and TCP keepalive finds vanished peers.
+//! - [`server_builder`] is where every gRPC port's server starts: HTTP/2 keepalive
+//!   pings. [`limits`] holds every bound of this crate.
 //!
 //! This is what the ADBC Flight SQL driver (`username` / `password` options) and the
 //! Flight SQL JDBC driver (`user` / `password` properties) do, so both ports answer them.
 
+mod addresses;
 mod client;
 mod connections;
+mod grpc;
+pub mod limits;
 mod server;
 mod tls;
 
@@ -35,8 +43,12 @@ use std::net::SocketAddr;
 
 pub use client::{AUTHORIZATION, CLIENT_MAX_FRAME_BYTES, basic_header, bearer_header, login};
 pub use connections::{
-    DEFAULT_MAX_CONNECTIONS, LimitedConnection, ListenerHandle, limit_connections, next_connection,
-    spawn_until_stopped,
+    LimitedConnection, ListenerHandle, limit_connections, next_connection, spawn_until_stopped,
+};
+pub use grpc::server_builder;
+pub use limits::{
+    DEFAULT_MAX_CONNECTIONS, FIRST_BYTES_TIMEOUT, MAX_CONNECTIONS_PER_ADDRESS,
+    TLS_HANDSHAKE_TIMEOUT,
 };
 pub use server::{Auth, HandshakeStream, TOKEN_LIFETIME, attach_token, basic_credentials};
 pub use tls::{TlsIdentity, client_tls, server_tls, stream_tls};

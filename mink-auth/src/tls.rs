@@ -7,6 +7,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
+use crate::limits::TLS_HANDSHAKE_TIMEOUT;
+
 /// A server certificate and its key, PEM-encoded.
 #[derive(Clone)]
 pub struct TlsIdentity {
@@ -22,12 +24,16 @@ impl std::fmt::Debug for TlsIdentity {
     }
 }
 
-/// The server side of TLS with `identity`.
+/// The server side of TLS with `identity` for a gRPC port: a handshake not done within
+/// [`TLS_HANDSHAKE_TIMEOUT`] is dropped, so a client that stalls it does not keep its
+/// connection (tonic sets no timeout of its own).
 pub fn server_tls(identity: &TlsIdentity) -> ServerTlsConfig {
-    ServerTlsConfig::new().identity(Identity::from_pem(
-        &identity.certificate_pem,
-        &identity.key_pem,
-    ))
+    ServerTlsConfig::new()
+        .identity(Identity::from_pem(
+            &identity.certificate_pem,
+            &identity.key_pem,
+        ))
+        .timeout(TLS_HANDSHAKE_TIMEOUT)
 }
 
 /// The client side: the server's certificate is checked against `ca_pem` (a PEM

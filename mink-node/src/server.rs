@@ -34,8 +34,11 @@ pub struct ServerHandle {
     background: Vec<JoinHandle<()>>,
 }
 
-/// How the node's port is served: its login, its TLS and its connection limit
-/// (`docs/security.md`).
+/// How the node's port is served: its login, its TLS and its connection limits
+/// (`docs/security.md`). Both the port and the internal one take their connections
+/// through [`mink_auth::limit_connections`]: at most `max_connections` at once, a share of
+/// them per client address (127.0.0.1 and ::1 exempt), a first byte due within
+/// [`mink_auth::FIRST_BYTES_TIMEOUT`], TCP keepalive on.
 #[derive(Debug)]
 pub struct ServeOptions {
     /// The user and password every call must present (or the token a `Handshake`
@@ -207,9 +210,10 @@ pub fn serve_with(
 /// [`MAX_STREAMS_PER_CONNECTION`] calls open at once (announced in the HTTP/2 SETTINGS,
 /// so a client's further calls wait for one to end), [`MAX_REQUESTS_PER_CONNECTION`]
 /// worked on at once, headers of [`MAX_HEADER_LIST_BYTES`] at most, frames of
-/// [`MAX_FRAME_BYTES`] at most.
+/// [`MAX_FRAME_BYTES`] at most; and every gRPC port's HTTP/2 keepalive
+/// ([`mink_auth::server_builder`]).
 fn bounded_builder() -> tonic::transport::Server {
-    tonic::transport::Server::builder()
+    mink_auth::server_builder()
         .max_frame_size(MAX_FRAME_BYTES)
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .concurrency_limit_per_connection(MAX_REQUESTS_PER_CONNECTION)

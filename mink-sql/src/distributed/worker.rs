@@ -28,7 +28,6 @@ use mink_scan::tail::LogSource;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Server;
 
 use super::codec::EngineCodec;
 use super::network::LoginChannels;
@@ -106,7 +105,7 @@ pub fn serve(
     mink_auth::check_listen("the worker", addr, config.credentials.as_ref())
         .map_err(|e| DataFusionError::Configuration(e.to_string()))?;
     let auth = Arc::new(Auth::new(config.credentials.clone()));
-    let mut server = Server::builder();
+    let mut server = mink_auth::server_builder();
     if let Some((identity, _)) = &config.tls {
         server = server
             .tls_config(server_tls(identity))
