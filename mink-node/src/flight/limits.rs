@@ -17,6 +17,7 @@
 //! |----------------------------------|------------|----------|
 //! | [`DEFAULT_MAX_BYTES`]            | 8 MiB      | a Scan/Tail `max_bytes` of 0 |
 //! | [`MAX_ANSWER_BYTES`]             | 32 MiB     | clamped  |
+//! | [`LIMIT_SCAN_READ_BYTES`]        | 8 MiB      | a log table's LimitScan is streamed, read this much of the log at a time; its `limit` (a row count) is not clamped |
 //! | [`DEFAULT_BATCH_ROWS`]           | 8192       | a Snapshot `batch_rows` of 0 |
 //! | [`MAX_BATCH_ROWS`]               | 65 536     | clamped  |
 //! | [`crate::kv::MAX_CHUNK_BYTES`]   | 2 MiB      | a Snapshot batch ends past it (clamped) |
@@ -45,6 +46,10 @@ pub const DEFAULT_MAX_BYTES: u64 = 8 << 20;
 /// always sent whole, so an answer can exceed this by one batch). Larger `max_bytes` are
 /// clamped: the client continues from the answer's next offset.
 pub const MAX_ANSWER_BYTES: u64 = 32 << 20;
+/// The log a log table's LimitScan reads at a time: its answer is streamed as the client
+/// takes it, so a `limit` beyond the rows of the bucket (up to 2^32 - 1) holds one such
+/// read in memory, not the bucket's whole log.
+pub const LIMIT_SCAN_READ_BYTES: u64 = 8 << 20;
 /// Rows per Snapshot batch when the request says 0.
 pub const DEFAULT_BATCH_ROWS: u32 = 8192;
 /// The most rows of one Snapshot batch. Larger `batch_rows` are clamped: the client gets

@@ -23,7 +23,8 @@ use super::limits::{self, DEFAULT_BATCH_ROWS};
 use super::{FlightStream, MinkFlightService, projection, required_bucket};
 use crate::error::NodeError;
 use crate::kv::{KvTablet, SnapshotReader};
-use crate::node::Node;
+use crate::log::{LastRows, LogBatch};
+use crate::node::{Bucket, Node};
 use crate::union::{LocalLog, PlannedUnion};
 
 impl MinkFlightService {
@@ -86,6 +87,9 @@ impl MinkFlightService {
     }
 
     /// LimitScan: the first rows of a KV store, or the last rows of a log table's log.
+    /// Both are streamed as the client takes them, a bounded piece at a time: `limit` is
+    /// a row count the client relies on, never clamped, and one larger than the bucket
+    /// holds costs one piece's memory, not the bucket's.
     pub(super) async fn limit_scan(
         &self,
         request: LimitScanRequest,
@@ -98,13 +102,68 @@ impl MinkFlightService {
             let rows = limit.clamp(1, DEFAULT_BATCH_ROWS as usize);
             return stream_kv(table, target.kv.clone(), projection, rows, limit);
         }
-        let mut encoder = BatchEncoder::new(projection);
-        let batches = target.log.read_last(limit as u64).await?;
-        let (_, high_watermark) = target.log.offsets();
-        let messages = encoder.encode_all(&table, &batches, |encoder, batch| {
-            encoder.encode_log(batch, high_watermark)
-        })?;
-        Ok(stream::iter(messages.into_iter().map(Ok)).boxed())
+        stream_last_rows(table, target, projection, u64::from(request.limit))
+    }
+}
+
+/// The last `rows` rows of `bucket`'s log, as they stood when asked, read
+/// [`limits::LIMIT_SCAN_READ_BYTES`] of log at a time as the client takes the answer:
+/// the schema, then the batches as a Scan sends them, the first one without its rows
+/// before the last `rows`.
+fn stream_last_rows(
+    table: Arc<TableDescriptor>,
+    bucket: Arc<Bucket>,
+    projection: Vec<usize>,
+    rows: u64,
+) -> Result<FlightStream<FlightData>, NodeError> {
+    let mut encoder = BatchEncoder::new(projection);
+    let schema = encoder.start(&table)?;
+    let last = bucket.log.last_rows(rows);
+    let pieces = stream::try_unfold((encoder, last), move |(mut encoder, last)| {
+        let bucket = Arc::clone(&bucket);
+        async move {
+            if last.start >= last.end {
+                return Ok(None);
+            }
+            let mut batches = bucket
+                .log
+                .read(last.start, limits::LIMIT_SCAN_READ_BYTES)
+                .await?;
+            batches.retain(|batch| batch.base_offset < last.end);
+            let Some(next) = batches.last().map(|batch| batch.last_offset + 1) else {
+                return Ok(None);
+            };
+            if let Some(first) = batches.first_mut() {
+                skip_rows(first, last.skip);
+            }
+            let (_, high_watermark) = bucket.log.offsets();
+            let mut messages = Vec::new();
+            for batch in &batches {
+                messages.extend(encoder.encode_log(batch, high_watermark)?);
+            }
+            let rest = LastRows {
+                start: next,
+                skip: 0,
+                ..last
+            };
+            Ok(Some((messages, (encoder, rest))))
+        }
+    });
+    Ok(answer(schema, pieces.boxed(), None))
+}
+
+/// `batch` without its first `rows` rows (and their changes), its offsets moved on.
+fn skip_rows(batch: &mut LogBatch, rows: u64) {
+    let rows = usize::try_from(rows).map_or(batch.batch.num_rows(), |rows| {
+        rows.min(batch.batch.num_rows())
+    });
+    if rows == 0 {
+        return;
+    }
+    batch.base_offset += rows as i64;
+    batch.batch = batch.batch.slice(rows, batch.batch.num_rows() - rows);
+    if let Some(changes) = &mut batch.changes {
+        changes.drain(..rows.min(changes.len()));
     }
 }
 

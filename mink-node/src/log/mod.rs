@@ -79,6 +79,19 @@ impl Default for LogConfig {
     }
 }
 
+/// The last rows of a log, as [`LogTablet::last_rows`] found them: the batches from
+/// `start` (a batch's first offset) below `end` (the high watermark then), less the first
+/// `skip` rows of the first batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastRows {
+    /// The first offset of the batch holding the first row.
+    pub start: i64,
+    /// The rows of that batch before the first row (fewer than the batch holds).
+    pub skip: u64,
+    /// The high watermark when they were found: rows from it on are not among them.
+    pub end: i64,
+}
+
 /// One batch read from the log.
 #[derive(Debug, Clone)]
 pub struct LogBatch {
@@ -346,35 +359,27 @@ impl LogTablet {
             .map_err(|e| NodeError::Io(std::io::Error::other(e)))?
     }
 
-    /// The last `rows` rows of the log (fewer when the log holds fewer).
-    pub async fn read_last(&self, rows: u64) -> Result<Vec<LogBatch>> {
-        let (start, end) = {
-            let state = self.shared.read_state();
-            let mut wanted = rows;
-            let mut start = state.high_watermark;
-            for (header, _) in state.batches.iter().rev() {
-                if wanted == 0 {
-                    break;
-                }
-                wanted = wanted.saturating_sub(u64::from(header.records));
+    /// Where the last `rows` rows below the high watermark lie (fewer when the log holds
+    /// fewer): nothing is read, so a caller reads them a bounded piece at a time.
+    pub fn last_rows(&self, rows: u64) -> LastRows {
+        let state = self.shared.read_state();
+        let end = state.high_watermark;
+        let mut start = end;
+        let mut covered = 0u64;
+        for (header, _) in state.batches.iter().rev() {
+            if covered >= rows {
+                break;
+            }
+            if header.base_offset < end {
+                covered += u64::from(header.records);
                 start = header.base_offset;
             }
-            (start, state.high_watermark)
-        };
-        let mut batches = self.read(start, u64::MAX).await?;
-        batches.retain(|b| b.base_offset < end);
-        let total: u64 = batches.iter().map(|b| b.batch.num_rows() as u64).sum();
-        if let Some(first) = batches.first_mut()
-            && total > rows
-        {
-            let skip = (total - rows) as usize;
-            first.base_offset += skip as i64;
-            first.batch = first.batch.slice(skip, first.batch.num_rows() - skip);
-            if let Some(changes) = &mut first.changes {
-                changes.drain(..skip);
-            }
         }
-        Ok(batches)
+        LastRows {
+            start,
+            skip: covered.saturating_sub(rows),
+            end,
+        }
     }
 
     /// Checks that `offset` lies in the log: from its start to the high watermark.
