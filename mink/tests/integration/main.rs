@@ -14,6 +14,7 @@ mod distributed;
 mod flight_sql;
 mod hostile_auth;
 mod hostile_connections;
+mod hostile_idle;
 mod hostile_kafka;
 mod hostile_keys;
 mod hostile_lake_commits;
