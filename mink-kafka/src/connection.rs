@@ -56,10 +56,10 @@ pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
         login_deadline: Some(Instant::now() + LOGIN_TIMEOUT),
     };
     while let Some(frame) = read_frame(&mut stream, &session.next_frame()).await? {
+        let answer = answer(&broker, &mut session, frame).await?;
         if session.logged_in {
             session.login_deadline = None;
         }
-        let answer = answer(&broker, &mut session, frame).await?;
         stream
             .write_all(&answer)
             .await

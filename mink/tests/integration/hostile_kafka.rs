@@ -19,7 +19,9 @@ const PRODUCE: i16 = 0;
 const FETCH: i16 = 1;
 const OFFSET_COMMIT: i16 = 8;
 const JOIN_GROUP: i16 = 11;
+const SASL_HANDSHAKE: i16 = 17;
 const API_VERSIONS: i16 = 18;
+const SASL_AUTHENTICATE: i16 = 36;
 const NONE: i16 = 0;
 const MESSAGE_TOO_LARGE: i16 = 10;
 const OFFSET_METADATA_TOO_LARGE: i16 = 12;
@@ -535,16 +537,31 @@ fn api_versions_answered(client: &mut Client) -> bool {
     Answer(&answer).i16() == NONE
 }
 
+/// Logs in with SASL/PLAIN: whether the login was taken.
+fn log_in(client: &mut Client, user: &str, password: &str) -> bool {
+    let handshake = Wire::default().string("PLAIN");
+    let answer = client.ask(&Wire::request(SASL_HANDSHAKE, 1, false, handshake));
+    assert_eq!(Answer(&answer).i16(), NONE, "PLAIN is served");
+    let token = format!("\0{user}\0{password}");
+    let authenticate = Wire::default().bytes(token.as_bytes());
+    let answer = client.ask(&Wire::request(SASL_AUTHENTICATE, 0, false, authenticate));
+    Answer(&answer).i16() == NONE
+}
+
 /// With a login configured: connections from 127.0.0.2 on that say nothing, with one
-/// that only asks ApiVersions filling `--max-connections`, are closed after the login
-/// timeout and a client is served again, as is a frame over 512 KiB before a login.
-/// The attackers come from one address each, within any per-address share.
+/// that only asks ApiVersions and one that logged in filling `--max-connections`: the
+/// first two kinds are closed after the login timeout and a client is served again;
+/// the logged-in one is still served after it; a frame over 512 KiB before a login
+/// closes its connection. The attackers come from one address each, within any
+/// per-address share.
 #[test]
 fn idle_and_unauthenticated_connections_lose_their_slot() {
     let dir = tempfile::tempdir().expect("temp dir");
     let login = [("MINK_SQL_USER", "ann"), ("MINK_SQL_PASSWORD", "s3cret")];
-    let (_server, kafka) = kafka_server(dir.path(), &["--max-connections", "8"], &login);
+    let (_server, kafka) = kafka_server(dir.path(), &["--max-connections", "9"], &login);
     let start = Instant::now();
+    let mut working = Client::connect(kafka);
+    assert!(log_in(&mut working, "ann", "s3cret"));
     let mut chatty = Client::connect(kafka);
     assert!(api_versions_answered(&mut chatty));
     let mut idle: Vec<TcpStream> = (2..9)
@@ -555,7 +572,7 @@ fn idle_and_unauthenticated_connections_lose_their_slot() {
     let mut refused = TcpStream::connect(kafka).expect("connect");
     assert!(
         closed_within(&mut refused, Duration::from_secs(5)),
-        "a ninth connection was kept"
+        "a tenth connection was kept"
     );
     // ApiVersions now and then does not keep a connection that never logs in.
     while start.elapsed() < LOGIN_TIMEOUT - Duration::from_secs(2) {
@@ -573,6 +590,7 @@ fn idle_and_unauthenticated_connections_lose_their_slot() {
         "a connection without a login was kept"
     );
     assert!(start.elapsed() < LOGIN_TIMEOUT + Duration::from_secs(6));
+    assert!(api_versions_answered(&mut working), "the logged-in client");
     let mut client = Client::connect(kafka);
     assert!(
         api_versions_answered(&mut client),
