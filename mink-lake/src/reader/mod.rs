@@ -42,6 +42,7 @@
 //! stream without them.
 
 mod delete_files;
+mod foreign_files;
 mod positions;
 mod selection;
 mod wire;
@@ -67,6 +68,8 @@ use parquet::errors::ParquetError;
 
 use self::delete_files::SplitDeletes;
 pub(crate) use self::delete_files::load_positions;
+use self::foreign_files::BucketPartitions;
+pub use self::foreign_files::bucket_of_partition;
 pub use self::positions::{EqualityFilter, PositionDeleteCache, split_position_deletes};
 pub(crate) use self::selection::pick_rows;
 pub use self::selection::{GroupRows, rows_per_group};
@@ -209,8 +212,9 @@ pub async fn plan_split(
 /// Plans the split of each of `buckets` in `snapshot_id` from one planning of the
 /// snapshot's files (one read of its manifests, however many buckets): the split at `i`
 /// is `buckets[i]`'s, holding the files under that bucket's directory
-/// ([`bucket_dir`]); files of no listed bucket are left out. `predicate` prunes as in
-/// [`plan_split`].
+/// ([`bucket_dir`]) and the files other engines wrote elsewhere whose partition is the
+/// bucket's ([`bucket_of_partition`]); files of no listed bucket are left out.
+/// `predicate` prunes as in [`plan_split`].
 ///
 /// # Errors
 /// As [`plan_split`].
@@ -222,6 +226,7 @@ pub async fn plan_bucket_splits(
 ) -> Result<Vec<LakeSplit>> {
     let tasks = plan_tasks(table, snapshot_id, predicate).await?;
     let dirs = BucketDirs::new(table.metadata().location(), buckets);
+    let partitions = BucketPartitions::new(table.metadata(), buckets);
     let table_name = table.identifier().to_string();
     let mut splits = vec![
         LakeSplit {
@@ -231,7 +236,10 @@ pub async fn plan_bucket_splits(
         buckets.len()
     ];
     for task in tasks {
-        let owners: Vec<usize> = dirs.owners(&task.data_file_path).collect();
+        let mut owners: Vec<usize> = dirs.owners(&task.data_file_path).collect();
+        if owners.is_empty() {
+            owners = partitions.owners(task.partition.as_ref());
+        }
         let Some((&last, others)) = owners.split_last() else {
             continue;
         };

@@ -36,7 +36,7 @@ use mink_scan::lake_scan::LakeScan;
 use mink_scan::union::execute_in_order;
 use tracing::info;
 
-use super::lake_index::{BucketIndex, MAX_FILES, split_by_bucket_dir};
+use super::lake_index::{BucketIndex, MAX_FILES, split_by_bucket};
 use super::{commit_and_record, current_index, open_lake_table, reconcile, recorded_offsets};
 use crate::error::{NodeError, Result};
 use crate::node::{Failpoint, Node};
@@ -102,7 +102,7 @@ async fn compact(node: &Node, path: &TablePath, selection: Selection) -> Result<
     }
     let split = plan_split(&lake_table, snapshot_id, &SplitScope::Table, None).await?;
     let chosen: Vec<(BucketId, LakeSplit)> =
-        split_by_bucket_dir(lake_table.metadata().location(), split, &table)?
+        split_by_bucket(&lake_table, split, &table)?
             .into_iter()
             .filter(|(bucket, split)| selected(selection, due.as_ref(), bucket, split))
             .collect();

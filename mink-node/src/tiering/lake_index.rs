@@ -26,7 +26,9 @@ use mink_core::key::{KeyCodec, MapKey};
 use mink_core::protocol::BucketId;
 use mink_core::table::TableDescriptor;
 use mink_lake::layout::bucket_dir;
-use mink_lake::reader::{LakeSplit, SplitScope, plan_split, read_split_positioned};
+use mink_lake::reader::{
+    LakeFile, LakeSplit, SplitScope, bucket_of_partition, plan_split, read_split_positioned,
+};
 use mink_lake::{DataFile, Struct};
 use mink_lake::{LakeTable, storage::LakeStorage};
 
@@ -352,20 +354,53 @@ pub(super) fn split_by_bucket_dir(
     split: LakeSplit,
     table: &TableDescriptor,
 ) -> Result<HashMap<BucketId, LakeSplit>> {
+    group_by_bucket(split, table, |file| {
+        bucket_of_path(location, table, &file.path)
+    })
+}
+
+/// A whole-table split grouped by bucket: by the directory of each file and, for a log
+/// table, by the partition of a file another engine appended elsewhere
+/// ([`bucket_of_partition`]).
+///
+/// # Errors
+/// [`NodeError::Corrupt`] for a data file in no bucket.
+pub(super) fn split_by_bucket(
+    lake_table: &LakeTable,
+    split: LakeSplit,
+    table: &TableDescriptor,
+) -> Result<HashMap<BucketId, LakeSplit>> {
+    let metadata = lake_table.metadata();
+    group_by_bucket(split, table, |file| {
+        bucket_of_path(metadata.location(), table, &file.path).or_else(|| {
+            let partition = file
+                .partition
+                .as_ref()
+                .filter(|_| !table.has_primary_key())?;
+            let (partition, bucket) = bucket_of_partition(metadata, partition)?;
+            (bucket < table.bucket_num).then(|| BucketId {
+                table: table.path.to_string(),
+                partition,
+                bucket,
+            })
+        })
+    })
+}
+
+/// `split`'s files grouped by the bucket `bucket_of` finds for each.
+fn group_by_bucket(
+    split: LakeSplit,
+    table: &TableDescriptor,
+    bucket_of: impl Fn(&LakeFile) -> Option<BucketId>,
+) -> Result<HashMap<BucketId, LakeSplit>> {
     let mut by_bucket: HashMap<BucketId, LakeSplit> = HashMap::new();
     for file in split.files {
-        let bucket = file
-            .path
-            .rsplit_once('/')
-            .and_then(|(dir, _)| dir.strip_prefix(location.trim_end_matches('/')))
-            .and_then(|dir| dir.strip_prefix('/'))
-            .and_then(|dir| bucket_of_dir(table, dir))
-            .ok_or_else(|| {
-                NodeError::Corrupt(format!(
-                    "lake file {} of {} is in no bucket directory of mink's",
-                    file.path, table.path
-                ))
-            })?;
+        let bucket = bucket_of(&file).ok_or_else(|| {
+            NodeError::Corrupt(format!(
+                "lake file {} of {} is in no bucket of mink's",
+                file.path, table.path
+            ))
+        })?;
         by_bucket
             .entry(bucket)
             .or_insert_with(|| LakeSplit {
@@ -376,6 +411,14 @@ pub(super) fn split_by_bucket_dir(
             .push(file);
     }
     Ok(by_bucket)
+}
+
+/// The bucket whose directory holds the file at `path` in the table at `location`.
+fn bucket_of_path(location: &str, table: &TableDescriptor, path: &str) -> Option<BucketId> {
+    path.rsplit_once('/')
+        .and_then(|(dir, _)| dir.strip_prefix(location.trim_end_matches('/')))
+        .and_then(|dir| dir.strip_prefix('/'))
+        .and_then(|dir| bucket_of_dir(table, dir))
 }
 
 /// The bucket whose directory is `dir` (see [`bucket_dir`]).

@@ -108,18 +108,14 @@ impl Node {
             None => (None, BucketOffsets::default()),
         };
         let lake_ends: Vec<i64> = buckets.iter().map(|(id, _)| seams.get(id)).collect();
-        // Only buckets with tiered rows have lake files to plan.
-        let tiered: Vec<BucketId> = buckets
-            .iter()
-            .zip(&lake_ends)
-            .filter(|(_, lake_end)| **lake_end > 0)
-            .map(|((id, _), _)| id.clone())
-            .collect();
+        // Every bucket may have lake files, tiered or not: rows other engines appended
+        // to a log table's lake lie in the bucket their partition names, below its seam.
+        let ids: Vec<BucketId> = buckets.iter().map(|(id, _)| id.clone()).collect();
         let mut splits = match snapshot_id {
-            Some(snapshot_id) if !tiered.is_empty() => {
+            Some(snapshot_id) if !ids.is_empty() => {
                 let lake_table = self.lake().await?.load(&table.path).await?;
                 let predicate = to_predicate(filters, table.schema());
-                plan_bucket_splits(&lake_table, snapshot_id, &tiered, predicate).await?
+                plan_bucket_splits(&lake_table, snapshot_id, &ids, predicate).await?
             }
             _ => Vec::new(),
         }
@@ -128,10 +124,7 @@ impl Node {
             .into_iter()
             .zip(lake_ends)
             .map(|((id, bucket), lake_end)| {
-                let split = match lake_end > 0 {
-                    true => splits.next().unwrap_or_default(),
-                    false => LakeSplit::default(),
-                };
+                let split = splits.next().unwrap_or_default();
                 // Read after the record: the high watermark is at or past the seam.
                 let (log_start, high_watermark) = bucket.log.offsets();
                 let plan = UnionPlan {
