@@ -759,21 +759,29 @@ impl Node {
             .collect();
         let mut removed = 0;
         for state in tables {
-            let Some(ttl) = state.descriptor().log_ttl else {
+            let table = state.descriptor();
+            let Some(ttl) = table.log_ttl else {
                 continue;
             };
-            let tablets: Vec<Arc<Bucket>> =
-                state.partitions().values().flatten().cloned().collect();
-            for tablet in tablets {
+            // A table with a lake keeps its log from the recorded seam on: rows not yet
+            // tiered (a round that keeps failing, say) are never removed before the lake
+            // holds them.
+            let seams = match table.lake_enabled {
+                true => Some(crate::tiering::recorded_offsets(self, &table)?),
+                false => None,
+            };
+            for (id, tablet) in self.table_buckets(&table.path)?.1 {
                 // A KV store replays the log from fjall's applied offset: its buffered
                 // rows go to fjall first, and no segment from that offset on is removed.
-                let keep_from = match &tablet.kv {
+                let replay_from = match &tablet.kv {
                     Some(kv) => {
                         kv.flush()?;
                         Some(kv.flushed_offset()?)
                     }
                     None => None,
                 };
+                let untiered_from = seams.as_ref().map(|seams| seams.get(&id));
+                let keep_from = replay_from.into_iter().chain(untiered_from).min();
                 removed += tablet.log.enforce_retention(ttl, keep_from)?;
             }
         }
