@@ -42,11 +42,17 @@ pub(crate) fn engines(uri: &str, step: &[&str]) -> Value {
 
 /// [`engines`] with more environment (`MINK_TEST_CA` for an `https://` catalog).
 pub(crate) fn engines_with(uri: &str, step: &[&str], env: &[(&str, &str)]) -> Value {
+    python_step("iceberg_rest.py", uri, step, env)
+}
+
+/// Runs one step of `tests/python/<script>` against the catalog at `uri`, with the login
+/// and `env`; its JSON answer.
+pub(crate) fn python_step(script: &str, uri: &str, step: &[&str], env: &[(&str, &str)]) -> Value {
     let output = Command::new(python())
         .envs(env.iter().copied())
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/python/iceberg_rest.py"
+        .arg(format!(
+            "{}/tests/python/{script}",
+            env!("CARGO_MANIFEST_DIR")
         ))
         .args([uri, USER, PASSWORD])
         .args(step)
@@ -78,15 +84,10 @@ pub(crate) fn ids_read(answer: &Value, table: &str) -> Vec<i64> {
     pyiceberg
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn other_engines_read_and_append_through_the_rest_catalog() {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// A server with the REST catalog and a login, a client logged in, and the catalog's URI.
+pub(crate) async fn rest_server(dir: &std::path::Path) -> (ServerProcess, MinkClient, String) {
     let login = [("MINK_SQL_USER", USER), ("MINK_SQL_PASSWORD", PASSWORD)];
-    let server = ServerProcess::start_with(
-        dir.path(),
-        &["--iceberg-rest-listen", "127.0.0.1:0"],
-        &login,
-    );
+    let server = ServerProcess::start_with(dir, &["--iceberg-rest-listen", "127.0.0.1:0"], &login);
     let uri = format!(
         "http://{}",
         server.iceberg_rest_addr.as_ref().expect("REST")
@@ -98,6 +99,13 @@ async fn other_engines_read_and_append_through_the_rest_catalog() {
     let client = MinkClient::connect_with(&server.addr, &options)
         .await
         .expect("connect");
+    (server, client, uri)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_engines_read_and_append_through_the_rest_catalog() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_server, client, uri) = rest_server(dir.path()).await;
 
     // A log table: 100 rows tiered, 20 more in the log only.
     let log = client
