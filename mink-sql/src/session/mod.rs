@@ -22,7 +22,10 @@
 //! share one runtime, and with it one memory pool ([`runtime`]).
 
 mod create;
+pub mod depth;
+pub mod functions;
 pub mod guard;
+pub mod limits;
 pub mod runtime;
 
 use std::sync::Arc;
@@ -119,6 +122,9 @@ impl MinkSession {
         };
         let changes = Arc::new(TableChanges::new(client.clone(), storage.clone()));
         context.register_udtf(TABLE_CHANGES, Arc::clone(&changes) as _);
+        for function in functions::sized_functions(&context) {
+            context.register_udf(function);
+        }
         Self {
             client,
             storage,
@@ -139,6 +145,7 @@ impl MinkSession {
     /// # Errors
     /// The statement does not parse, plan or run; the message says why.
     pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
+        depth::check_statement(sql)?;
         self.changes.prepare(sql).await?;
         self.reload().await?;
         if is_create_table(sql) {
