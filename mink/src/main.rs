@@ -30,6 +30,7 @@ mod repl;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use mink_sql::session::limits::STATEMENT_STACK_BYTES;
 
 use crate::commands::{load, read, server, sql, worker};
 use crate::error::CliError;
@@ -73,8 +74,11 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    // Statements are planned and run on the runtime's threads: their stacks hold the
+    // deepest statement a client may send (mink_sql::session::limits).
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(STATEMENT_STACK_BYTES)
         .build()
     {
         Ok(runtime) => runtime,
