@@ -20,7 +20,9 @@
 //!
 //! [`check_header`] judges one header (a Flight `FlightData.data_header`);
 //! [`check_stream`] walks a whole IPC stream (a lookup's key batch) header by header
-//! without decoding a body. Both are pure and never panic on garbage.
+//! without decoding a body; [`check_embedded`] judges bytes that may be either or
+//! neither (a bytes field of a plan, where DataFusion keeps nested literals as a bare
+//! header and in-memory tables as streams). All are pure and never panic on garbage.
 //!
 //! # Examples
 //!
@@ -79,6 +81,24 @@ pub fn check_stream(bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Checks bytes that may hold IPC, read both ways a decoder could read them: as one
+/// message header and as a stream (its messages up to the first that does not parse).
+/// Bytes that are neither pass: only a header that parses and declares compression is
+/// refused.
+///
+/// # Errors
+///
+/// [`CoreError::InvalidRequest`] when, read either way, a header declares compression.
+pub fn check_embedded(bytes: &[u8]) -> Result<()> {
+    if root_as_message(bytes).is_ok() {
+        check_header(bytes)?;
+    }
+    for message in messages(bytes).map_while(Result::ok) {
+        check_header(&bytes[message.header])?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -130,6 +150,26 @@ mod tests {
         assert!(err.to_string().contains("compressed Arrow IPC"), "{err}");
         let err = check_header(second_header(&forged)).unwrap_err();
         assert!(err.to_string().contains("compressed Arrow IPC"), "{err}");
+    }
+
+    #[test]
+    fn embedded_ipc_is_refused_read_either_way_and_other_bytes_pass() {
+        let forged = hex(FORGED_LZ4);
+        for bytes in [&forged[..], second_header(&forged)] {
+            let err = check_embedded(bytes).unwrap_err();
+            assert!(err.to_string().contains("compressed Arrow IPC"), "{err}");
+        }
+        let stream = plain();
+        assert!(check_embedded(&stream).is_ok());
+        assert!(check_embedded(second_header(&stream)).is_ok());
+        for garbage in [
+            &b"a file path"[..],
+            &[],
+            &[0xff; 9],
+            &stream[..stream.len() / 2],
+        ] {
+            assert!(check_embedded(garbage).is_ok());
+        }
     }
 
     #[test]

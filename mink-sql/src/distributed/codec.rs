@@ -17,16 +17,13 @@ use mink_scan::codec::MinkCodec;
 use mink_scan::tail::LogSource;
 use prost::Message;
 
+use super::limits::MAX_TASK_COUNT;
 use super::tasks::{BucketRead, UnionTasksExec};
 
 /// The first byte of a [`UnionTasksExec`]'s bytes.
 const UNION_TASKS: u8 = 1;
 /// The first byte of a node of [`MinkCodec`].
 const MINK_SCAN: u8 = 2;
-
-/// The most tasks a decoded read may be dealt to: far more than any stage has, so a
-/// hostile plan cannot make a worker allocate without bound.
-const MAX_TASKS: usize = 1 << 16;
 
 /// Encodes and decodes the nodes of a distributed union read (see the module docs).
 #[derive(Debug)]
@@ -67,9 +64,10 @@ impl PhysicalExtensionCodec for EngineCodec {
                         })
                     })
                     .collect::<Result<Vec<_>>>()?;
+                // A hostile plan cannot make a worker allocate without bound.
                 let tasks = usize::try_from(node.task_count)
                     .ok()
-                    .filter(|tasks| *tasks <= MAX_TASKS)
+                    .filter(|_| node.task_count <= MAX_TASK_COUNT)
                     .ok_or_else(|| malformed(&format!("{} tasks", node.task_count)))?;
                 Ok(Arc::new(UnionTasksExec::try_new(
                     node.table, buckets, tasks,

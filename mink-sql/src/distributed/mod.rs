@@ -18,16 +18,23 @@
 //! - [`codec`]: how the plan travels ([`EngineCodec`]).
 //! - [`rule`]: which statements run distributed ([`DistributeWhenShippable`]).
 //! - [`network`]: the live workers and login-carrying channels to them.
-//! - [`worker`]: the worker's service.
+//! - [`worker`]: the worker's service, behind a guard that checks every call before
+//!   datafusion-distributed decodes it (`guard`, `plan_check`, `held`), within the
+//!   bounds of [`limits`]; [`wire`]: the worker protocol's messages it reads.
 //!
 //! In datafusion-distributed 1.0 tasks go to the live workers at random; the number of
 //! tasks of the stage reading a table is its rows over [`Distribution::rows_per_task`],
 //! at most one per bucket and one per live worker.
 
 pub mod codec;
+mod guard;
+mod held;
+pub mod limits;
 pub mod network;
+mod plan_check;
 pub mod rule;
 pub mod tasks;
+pub mod wire;
 pub mod worker;
 
 use std::sync::Arc;

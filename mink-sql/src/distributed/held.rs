@@ -1,0 +1,205 @@
+//! The tasks a worker holds, counted in front of datafusion-distributed's task cache
+//! ([`HeldTasks`]), which keeps every plan it is sent and has no bound of its own.
+//!
+//! ```text
+//!   SetPlan:      reserve(declared bytes) --read, checked--> hold(key) --> the worker decodes
+//!                   | full: ResourceExhausted        | refused: the reservation is dropped
+//!   ExecuteTask:  wait until key is held (PLAN_WAIT) --> the worker runs it; touch(key)
+//!   every call:   tasks idle for TASK_IDLE are let go
+//! ```
+//!
+//! A task counts from its plan's arrival until [`TASK_IDLE`] after its last call, a little
+//! longer than the cache may keep it, so the cache never holds more tasks or plan bytes
+//! than counted here. A task the worker finished early still counts until then: the
+//! bounds are what a worker may be made to hold in a minute, not only what it holds now.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use datafusion_distributed::TaskKey;
+use tokio::sync::Notify;
+
+use super::limits::{MAX_PLAN_BYTES_HELD, MAX_TASKS_HELD, PLAN_WAIT, TASK_IDLE};
+
+/// The tasks a worker holds (see the module docs); clones share them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HeldTasks {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// Woken when a task is held.
+    held: Notify,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    tasks: HashMap<TaskKey, Task>,
+    /// Plans being received: their count and declared bytes.
+    receiving: usize,
+    /// Bytes of the tasks' plans and of the plans being received.
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct Task {
+    bytes: usize,
+    touched: Instant,
+}
+
+/// Room for one plan being received, given back when dropped unless held.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    /// `None` once held.
+    tasks: Option<HeldTasks>,
+    bytes: usize,
+}
+
+/// Why a plan was not let in: the worker holds too much.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Full(String);
+
+impl std::fmt::Display for Full {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (retry once its tasks end)", self.0)
+    }
+}
+
+impl std::error::Error for Full {}
+
+impl HeldTasks {
+    /// Room for a plan of `bytes`.
+    ///
+    /// # Errors
+    /// [`MAX_TASKS_HELD`] tasks, or [`MAX_PLAN_BYTES_HELD`] bytes with this plan, are held.
+    pub(crate) fn reserve(&self, bytes: usize) -> Result<Reservation, Full> {
+        let mut state = self.state();
+        state.let_go_idle();
+        if state.tasks.len() + state.receiving >= MAX_TASKS_HELD {
+            return Err(Full(format!(
+                "the worker holds {MAX_TASKS_HELD} tasks, its most"
+            )));
+        }
+        if state.bytes.saturating_add(bytes) > MAX_PLAN_BYTES_HELD {
+            return Err(Full(format!(
+                "the worker holds {} bytes of plans and may hold {MAX_PLAN_BYTES_HELD}: \
+                 no room for {bytes} more",
+                state.bytes
+            )));
+        }
+        state.receiving += 1;
+        state.bytes += bytes;
+        Ok(Reservation {
+            tasks: Some(self.clone()),
+            bytes,
+        })
+    }
+
+    /// Marks task `key` as called now; whether it is held.
+    pub(crate) fn touch(&self, key: &TaskKey) -> bool {
+        let mut state = self.state();
+        state.let_go_idle();
+        match state.tasks.get_mut(key) {
+            Some(task) => {
+                task.touched = Instant::now();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Waits up to [`PLAN_WAIT`] for task `key` to be held, touching it: whether it is.
+    pub(crate) async fn wait_for(&self, key: &TaskKey) -> bool {
+        let deadline = tokio::time::Instant::now() + PLAN_WAIT;
+        loop {
+            let held = self.shared.held.notified();
+            if self.touch(key) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, held).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Counts task `key` with no plan bytes: the worker keeps only its error.
+    pub(crate) fn forget_plan(&self, key: &TaskKey) {
+        let mut state = self.state();
+        if let Some(task) = state.tasks.get_mut(key) {
+            let bytes = std::mem::take(&mut task.bytes);
+            state.bytes -= bytes;
+        }
+    }
+
+    /// How many tasks are held and the bytes of their plans (those being received too).
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by tests only so far (added by part 6 to build)"
+        )
+    )]
+    pub(crate) fn held(&self) -> (usize, usize) {
+        let state = self.state();
+        (state.tasks.len() + state.receiving, state.bytes)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // The state stays consistent across a panic: every change is one statement.
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl State {
+    fn let_go_idle(&mut self) {
+        let now = Instant::now();
+        let mut freed = 0;
+        self.tasks.retain(|_, task| {
+            let kept = now.duration_since(task.touched) < TASK_IDLE;
+            if !kept {
+                freed += task.bytes;
+            }
+            kept
+        });
+        self.bytes -= freed;
+    }
+}
+
+impl Reservation {
+    /// Holds the plan as task `key`'s (a task sent its plan again holds the latest).
+    pub(crate) fn hold(mut self, key: TaskKey) {
+        let Some(tasks) = self.tasks.take() else {
+            return;
+        };
+        let mut state = tasks.state();
+        state.receiving -= 1;
+        let task = Task {
+            bytes: self.bytes,
+            touched: Instant::now(),
+        };
+        if let Some(replaced) = state.tasks.insert(key, task) {
+            state.bytes -= replaced.bytes;
+        }
+        drop(state);
+        tasks.shared.held.notify_waiters();
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(tasks) = self.tasks.take() {
+            let mut state = tasks.state();
+            state.receiving -= 1;
+            state.bytes -= self.bytes;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

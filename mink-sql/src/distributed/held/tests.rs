@@ -1,0 +1,58 @@
+use std::time::Duration;
+
+use super::*;
+
+fn key(task_number: u64) -> TaskKey {
+    TaskKey {
+        query_id: vec![7; 16],
+        stage_id: 1,
+        task_number,
+    }
+}
+
+#[test]
+fn plans_count_from_their_reservation_and_a_dropped_one_gives_its_room_back() {
+    let tasks = HeldTasks::default();
+    let reservation = tasks.reserve(100).expect("room");
+    assert_eq!(tasks.held(), (1, 100));
+    drop(reservation);
+    assert_eq!(tasks.held(), (0, 0));
+
+    tasks.reserve(100).expect("room").hold(key(0));
+    assert_eq!(tasks.held(), (1, 100));
+    assert!(tasks.touch(&key(0)));
+    assert!(!tasks.touch(&key(1)));
+    // A plan sent again replaces the first; one whose decoding failed keeps no bytes.
+    tasks.reserve(40).expect("room").hold(key(0));
+    assert_eq!(tasks.held(), (1, 40));
+    tasks.forget_plan(&key(0));
+    assert_eq!(tasks.held(), (1, 0));
+}
+
+#[test]
+fn plans_beyond_the_bytes_or_the_count_are_refused() {
+    let tasks = HeldTasks::default();
+    let big = tasks.reserve(MAX_PLAN_BYTES_HELD - 10).expect("room");
+    let error = tasks.reserve(11).expect_err("full");
+    assert!(error.to_string().contains("bytes of plans"), "{error}");
+    drop(big);
+
+    for task in 0..MAX_TASKS_HELD {
+        tasks.reserve(1).expect("room").hold(key(task as u64));
+    }
+    let error = tasks.reserve(1).expect_err("full");
+    assert!(error.to_string().contains("tasks, its most"), "{error}");
+}
+
+#[tokio::test]
+async fn a_task_is_waited_for_until_its_plan_is_held() {
+    let tasks = HeldTasks::default();
+    let reservation = tasks.reserve(10).expect("room");
+    let waiting = tokio::spawn({
+        let tasks = tasks.clone();
+        async move { tasks.wait_for(&key(3)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    reservation.hold(key(3));
+    assert!(waiting.await.expect("waited"));
+}
