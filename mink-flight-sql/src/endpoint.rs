@@ -48,19 +48,18 @@ impl FlightService for FlightSqlEndpoint {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<SchemaResult>, Status> {
+        let memory = CallMemory::of(&request)?;
         let command = Any::decode(&*request.get_ref().cmd)
             .map_err(invalid)
             .and_then(|any| Command::try_from(any).map_err(invalid))?;
         let schema = match command {
             Command::CommandStatementQuery(query) => {
-                self.0
-                    .statement_schema(StatementHandle::new(query.query))
-                    .await?
+                let handle = StatementHandle::new(query.query);
+                self.0.statement_schema(handle, &memory).await?
             }
             Command::CommandPreparedStatementQuery(query) => {
-                let memory = CallMemory::of(&request)?;
                 let handle = decode_handle(&query.prepared_statement_handle, &memory)?;
-                self.0.statement_schema(handle).await?
+                self.0.statement_schema(handle, &memory).await?
             }
             _ => {
                 let info = FlightService::get_flight_info(&self.0, request).await?;

@@ -14,7 +14,8 @@
 //! - the parameters a bind collects, and the handle answering it;
 //! - a handle or ticket the client sends back, decoded, and its parameters bound;
 //! - the ticket a FlightInfo answers;
-//! - a batch being ingested or run as parameters of an update.
+//! - a batch being ingested or run as parameters of an update;
+//! - the plans of a statement, at [`PLANNING_BYTES_PER_SQL_BYTE`] per byte of its SQL.
 //!
 //! What a call keeps ([`CallMemory::keep`]) is released when the call ends: when its
 //! answer has been handed to the connection and its request is gone. The message being
@@ -34,6 +35,7 @@ use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReser
 use tonic::{Request, Status};
 
 use crate::error::status;
+use crate::limits::PLANNING_BYTES_PER_SQL_BYTE;
 
 /// The memory one call holds, reserved in the SQL memory pool (see the module docs).
 /// Clones share the reservations; they are released when the last is dropped.
@@ -94,6 +96,15 @@ impl CallMemory {
         self.kept
             .try_grow(bytes)
             .map_err(|error| exhausted(error, bytes, what))
+    }
+
+    /// Reserves what planning and running `sql` holds until the call ends.
+    ///
+    /// # Errors
+    /// `ResourceExhausted` when the pool cannot grant it.
+    pub(crate) fn keep_planning(&self, sql: &str) -> Result<(), Status> {
+        let what = format!("the plans of a statement of {}", human(sql.len()));
+        self.keep(PLANNING_BYTES_PER_SQL_BYTE * sql.len(), &what)
     }
 
     /// Reserves `bytes` for `what` until the answer is dropped.

@@ -103,6 +103,7 @@ impl MinkFlightSql {
         descriptor: FlightDescriptor,
         memory: &CallMemory,
     ) -> Result<Response<FlightInfo>, Status> {
+        memory.keep_planning(&handle.sql)?;
         // DML and commands (DDL, `CALL`) run while they are planned.
         let planned = self.statements.plan(handle);
         let (schema, ticket) = self
@@ -120,7 +121,12 @@ impl MinkFlightSql {
     }
 
     /// The schema a statement's rows will stream in, found without running it.
-    pub(crate) async fn statement_schema(&self, handle: StatementHandle) -> Result<Schema, Status> {
+    pub(crate) async fn statement_schema(
+        &self,
+        handle: StatementHandle,
+        memory: &CallMemory,
+    ) -> Result<Schema, Status> {
+        memory.keep_planning(&handle.sql)?;
         let schema = self.statements.schema(&handle).await.map_err(status)?;
         streamed_schema(schema)
     }
@@ -350,9 +356,13 @@ impl FlightSqlService for MinkFlightSql {
         ticket: TicketStatementQuery,
         request: Request<FlightTicket>,
     ) -> Result<Response<DoGetStream>, Status> {
+        let memory = CallMemory::of(&request)?;
         let bytes = ticket.statement_handle.len();
-        CallMemory::of(&request)?.keep(DECODED_COPIES * bytes, "a ticket")?;
+        memory.keep(DECODED_COPIES * bytes, "a ticket")?;
         let statement = Ticket::decode(&ticket.statement_handle).map_err(invalid)?;
+        if let Ticket::Run(handle, _) = &statement {
+            memory.keep_planning(&handle.sql)?;
+        }
         let rows = self.statements.stream(statement).await?;
         let ticket = request.into_inner().ticket;
         Ok(Response::new(
@@ -529,11 +539,12 @@ impl FlightSqlService for MinkFlightSql {
     async fn do_action_create_prepared_statement(
         &self,
         query: ActionCreatePreparedStatementRequest,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         if query.transaction_id.is_some() {
             return Err(Status::unimplemented("mink has no transactions"));
         }
+        CallMemory::of(&request)?.keep_planning(&query.query)?;
         let sql = prepared::positional(&query.query);
         let (dataset, parameters) = self.statements.prepare(&sql).await.map_err(status)?;
         let handle = StatementHandle::new(sql).encode().map_err(arrow_status)?;

@@ -50,7 +50,7 @@ use crate::handle::{StatementHandle, Ticket};
 use crate::limits::BATCH_COPIES;
 use crate::memory::CallMemory;
 use crate::prepared::BatchInsert;
-use mink_sql::session::{MinkSession, SqlRuntime, is_create_table};
+use mink_sql::session::{MinkSession, SqlRuntime, depth, is_create_table};
 
 /// When a statement acts (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +67,10 @@ pub(crate) enum StatementKind {
 /// The kind of `sql`. SQL DataFusion's parser does not take (mink's `CREATE TABLE ...
 /// WITH (...)`, or an error) is a command: the session runs it or reports why not.
 pub(crate) fn classify(sql: &str) -> StatementKind {
+    // Measured before it is parsed: a statement too deep to parse is the session's to refuse.
+    if depth::check_statement(sql).is_err() {
+        return StatementKind::Command;
+    }
     let Ok(mut statements) = DFParser::parse_sql_with_dialect(sql, &GenericDialect {}) else {
         return StatementKind::Command;
     };
@@ -121,6 +125,7 @@ fn analyzed(explained: StatementKind) -> StatementKind {
 
 /// Checks that `sql` is one statement mink's parser takes, without planning it.
 fn check_parses(sql: &str) -> Result<()> {
+    depth::check_statement(sql)?;
     if is_create_table(sql) {
         return Ok(()); // mink's own syntax: the session parses it when it runs
     }
@@ -269,6 +274,7 @@ impl Statements {
         streamed: impl Stream<Item = Result<RecordBatch, Status>> + Send + Unpin,
         memory: &CallMemory,
     ) -> Result<i64, Status> {
+        memory.keep_planning(&handle.sql)?;
         let session = self.statement_session();
         let planned = session.sql(&handle.sql).await.map_err(status)?;
         let mut streamed = streamed.peekable();

@@ -6,7 +6,8 @@
 //! `RESOURCE_EXHAUSTED` while the server's memory stays within the pool and some
 //! headroom (before, all eight were taken and the server grew by about 3 GB); afterwards
 //! the pool is whole again and a bind of a normal size runs. A single message larger
-//! than the pool is refused from its length prefix, before the server buffers it.
+//! than the pool is refused from its length prefix, before the server buffers it, and a
+//! statement whose plans would not fit is refused before it is parsed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -47,7 +48,8 @@ const LENGTH_OF: &str = "SELECT octet_length($1) AS n";
 fn binds_over_the_memory_pool_fail_alone_and_the_server_stays_within_it() {
     let dir = tempfile::tempdir().expect("temp dir");
     let limit = format!("{POOL_MIB}MiB");
-    let server = ServerProcess::start_with(dir.path(), &["--sql-memory-limit", limit.as_str()], &[]);
+    let server =
+        ServerProcess::start_with(dir.path(), &["--sql-memory-limit", limit.as_str()], &[]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let addr = server.sql_addr.clone();
     assert_eq!(runtime.block_on(bound_length(&addr, 1 << 20)), 1 << 20);
@@ -97,7 +99,7 @@ fn binds_over_the_memory_pool_fail_alone_and_the_server_stays_within_it() {
 }
 
 #[test]
-fn a_message_larger_than_the_pool_is_refused_from_its_prefix() {
+fn a_message_or_a_statement_larger_than_the_pool_is_refused_before_it_is_held() {
     let dir = tempfile::tempdir().expect("temp dir");
     let server = ServerProcess::start_with(dir.path(), &["--sql-memory-limit", "16MiB"], &[]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -114,6 +116,29 @@ fn a_message_larger_than_the_pool_is_refused_from_its_prefix() {
             .contains("for a request message (24.0 MiB)"),
         "{refused}"
     );
+
+    // A long IN list: its tokens, syntax tree and plans took 670 bytes per byte of SQL.
+    let idle = server.rss_kib();
+    let ones = vec!["1"; 500_000].join(",");
+    let sql = format!("SELECT count(*) FROM (VALUES (1)) t(x) WHERE x IN ({ones})");
+    let refused = runtime
+        .block_on(async {
+            let mut client = FlightSqlServiceClient::new(channel(&addr).await);
+            client.execute(sql, None).await
+        })
+        .expect_err("a statement of 1 MB");
+    let refused = refused.to_string();
+    assert!(
+        refused.contains("Some resource has been exhausted"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("for the plans of a statement of 976.6 KiB"),
+        "{refused}"
+    );
+    let grown_mib = server.rss_kib().saturating_sub(idle) >> 10;
+    assert!(grown_mib < 64, "the server grew by {grown_mib} MiB");
+
     assert_eq!(runtime.block_on(bound_length(&addr, 1 << 20)), 1 << 20);
 }
 
