@@ -24,6 +24,8 @@
 //! | [`MAX_REBALANCE_TIMEOUT`] | 5 min | clamped |
 //! | [`GROUP_SWEEP_INTERVAL`] | 1 s | at most this often a group request first removes expired members and empty groups of every group |
 //! | [`MAX_CACHED_PRODUCERS`] | 10 000 | the idle producers' last batches are dropped from memory (they are read again from `meta.db`) |
+//! | [`PRODUCER_EXPIRATION`] | 1 day | a producer that wrote nothing for that long is forgotten in `meta.db` (Kafka's `producer.id.expiration.ms`) |
+//! | [`PRODUCER_EXPIRY_INTERVAL`] | 1 min | how often an InitProducerId or a producer's first batch looks for them |
 //! | connections | `--max-connections` | one more is closed at once |
 //!
 //! Every array and record count in a request is checked against the bytes that carry
@@ -80,6 +82,10 @@ pub(crate) const MAX_REBALANCE_TIMEOUT: Duration = Duration::from_secs(300);
 pub(crate) const GROUP_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// The most idempotent producers whose last batches are kept in memory.
 pub(crate) const MAX_CACHED_PRODUCERS: usize = 10_000;
+/// How long a producer that writes nothing keeps its last batches in `meta.db`.
+pub(crate) const PRODUCER_EXPIRATION: Duration = Duration::from_secs(24 * 60 * 60);
+/// How often idle producers are looked for.
+pub(crate) const PRODUCER_EXPIRY_INTERVAL: Duration = Duration::from_secs(60);
 
 /// A Fetch's byte bound for a requested one (non-positive means the most).
 pub(crate) fn fetch_bytes(requested: i32) -> u64 {

@@ -44,7 +44,10 @@ use mink_node::metadata::ProducerBatch;
 use crate::broker::Broker;
 use crate::compression::decompress;
 use crate::error::{KafkaError, Result};
-use crate::limits::{MAX_BATCH_RECORDS, MAX_CACHED_PRODUCERS, MAX_REQUEST_RECORDS};
+use crate::limits::{
+    MAX_BATCH_RECORDS, MAX_CACHED_PRODUCERS, MAX_REQUEST_RECORDS, PRODUCER_EXPIRATION,
+    PRODUCER_EXPIRY_INTERVAL,
+};
 use crate::rows::{Rows, rows_of};
 use crate::topics::Topic;
 
@@ -58,6 +61,8 @@ const RECOVERY_READ_BYTES: u64 = 8 << 20;
 #[derive(Debug, Default)]
 pub(crate) struct Producers {
     producers: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<LastBatches>>>>,
+    /// When `meta.db` was last rid of idle producers.
+    expired: Mutex<Option<std::time::Instant>>,
 }
 
 /// One producer's last batch per (topic, partition); `None`: looked up, never written.
@@ -75,6 +80,40 @@ impl Producers {
         }
         Arc::clone(producers.entry(producer_id).or_default())
     }
+
+    /// Whether idle producers are due to be forgotten (at most every
+    /// [`PRODUCER_EXPIRY_INTERVAL`]); from now on, they are not.
+    fn expiry_due(&self) -> bool {
+        let mut expired = self.expired.lock().unwrap_or_else(PoisonError::into_inner);
+        let due = expired.is_none_or(|at| at.elapsed() >= PRODUCER_EXPIRY_INTERVAL);
+        if due {
+            *expired = Some(std::time::Instant::now());
+        }
+        due
+    }
+}
+
+/// Forgets, in `meta.db`, the last batches of producers that wrote nothing for
+/// [`PRODUCER_EXPIRATION`] (Kafka's `producer.id.expiration.ms`), when that is due: a
+/// new producer id for every producer started, and a record for each one that writes,
+/// would otherwise pile up for good. Such a producer writing again starts over.
+async fn forget_idle_producers(broker: &Broker) {
+    if !broker.producers.expiry_due() {
+        return;
+    }
+    let idle_since = std::time::SystemTime::now()
+        .checked_sub(PRODUCER_EXPIRATION)
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
+    let node = Arc::clone(&broker.node);
+    let forgotten =
+        tokio::task::spawn_blocking(move || node.kafka_state().forget_idle_producers(idle_since))
+            .await;
+    match forgotten {
+        Ok(Ok(0)) => {}
+        Ok(Ok(count)) => tracing::info!(count, "forgot idle Kafka producers"),
+        failed => tracing::warn!(?failed, "forgetting idle Kafka producers failed"),
+    }
 }
 
 /// `InitProducerId`: a new producer id, epoch 0.
@@ -88,6 +127,7 @@ pub(crate) async fn init_producer_id(
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1);
     }
+    forget_idle_producers(broker).await;
     let node = Arc::clone(&broker.node);
     match tokio::task::spawn_blocking(move || node.kafka_state().new_producer_id()).await {
         Ok(Ok(id)) => InitProducerIdResponse::default()
@@ -263,6 +303,7 @@ async fn write_batch(
             return Ok(previous.base_offset);
         }
     } else {
+        forget_idle_producers(broker).await;
         // The first batch of this producer here: where a later recovery starts looking
         // for its batches in the log, stored before any is written.
         let (_, tablet) = broker.node.bucket(bucket)?;

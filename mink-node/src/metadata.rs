@@ -82,12 +82,22 @@ impl Metadata {
                  base_offset    INTEGER NOT NULL,
                  PRIMARY KEY (producer_id, topic, partition)
              );
+             CREATE TABLE IF NOT EXISTS producer_activity (
+                 producer_id INTEGER PRIMARY KEY,
+                 written_at  INTEGER NOT NULL
+             );
              CREATE TABLE IF NOT EXISTS lake_pending (
                  table_id        INTEGER PRIMARY KEY REFERENCES tables (table_id) ON DELETE CASCADE,
                  parent_snapshot INTEGER,
                  files           TEXT NOT NULL
              );
              PRAGMA foreign_keys = ON;",
+        )?;
+        // Producers recorded before their activity was: their idle time starts now.
+        connection.execute(
+            "INSERT OR IGNORE INTO producer_activity (producer_id, written_at)
+             SELECT DISTINCT producer_id, ?1 FROM producer_batches",
+            [now_ms()],
         )?;
         Ok(Self {
             connection: Mutex::new(connection),
@@ -451,7 +461,7 @@ impl Metadata {
             .optional()?)
     }
 
-    /// Records the batch `producer_id` just wrote to a topic's partition.
+    /// Records the batch `producer_id` just wrote to a topic's partition, and when.
     pub fn record_producer_batch(
         &self,
         producer_id: i64,
@@ -459,7 +469,9 @@ impl Metadata {
         partition: i32,
         batch: &ProducerBatch,
     ) -> Result<()> {
-        self.connection().execute(
+        let mut connection = self.connection();
+        let transaction = connection.transaction()?;
+        transaction.execute(
             "INSERT OR REPLACE INTO producer_batches
              (producer_id, topic, partition, epoch, first_sequence, last_sequence, base_offset)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -473,7 +485,32 @@ impl Metadata {
                 batch.base_offset
             ],
         )?;
+        transaction.execute(
+            "INSERT OR REPLACE INTO producer_activity (producer_id, written_at) VALUES (?1, ?2)",
+            params![producer_id, now_ms()],
+        )?;
+        transaction.commit()?;
         Ok(())
+    }
+
+    /// Forgets the last batches of the producers that have written nothing since
+    /// `idle_since` (ms since the epoch), as Kafka brokers expire producer state
+    /// (`producer.id.expiration.ms`); how many producers were forgotten. A forgotten
+    /// producer that writes again starts over as a new one.
+    pub fn forget_idle_producers(&self, idle_since: i64) -> Result<usize> {
+        let mut connection = self.connection();
+        let transaction = connection.transaction()?;
+        transaction.execute(
+            "DELETE FROM producer_batches WHERE producer_id IN
+             (SELECT producer_id FROM producer_activity WHERE written_at < ?1)",
+            [idle_since],
+        )?;
+        let forgotten = transaction.execute(
+            "DELETE FROM producer_activity WHERE written_at < ?1",
+            [idle_since],
+        )?;
+        transaction.commit()?;
+        Ok(forgotten)
     }
 
     /// Forgets what Kafka clients kept for a topic (`database.table`): its committed
@@ -498,6 +535,15 @@ impl Metadata {
         connection.execute("DELETE FROM producer_ids WHERE producer_id < ?1", [id])?;
         Ok(id)
     }
+}
+
+/// Now, in milliseconds since the epoch.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        })
 }
 
 fn encode(table: &TableDescriptor) -> Vec<u8> {
@@ -604,6 +650,45 @@ mod tests {
             [offset("db.u", 1, 3)]
         );
         assert_eq!(metadata.last_producer_batch(1, "db.t", 0).unwrap(), None);
+    }
+
+    /// Producers that wrote nothing since a time are forgotten, the others kept; ids
+    /// handed out are kept to one row.
+    #[test]
+    fn idle_producers_are_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let metadata = Metadata::open(&dir.path().join("meta.db")).unwrap();
+        let batch = ProducerBatch {
+            epoch: 0,
+            first_sequence: 0,
+            last_sequence: 0,
+            base_offset: 0,
+        };
+        metadata
+            .record_producer_batch(1, "db.t", 0, &batch)
+            .unwrap();
+        metadata
+            .record_producer_batch(1, "db.t", 1, &batch)
+            .unwrap();
+        assert_eq!(
+            metadata.forget_idle_producers(now_ms() - 60_000).unwrap(),
+            0
+        );
+        assert_eq!(
+            metadata.last_producer_batch(1, "db.t", 1).unwrap(),
+            Some(batch)
+        );
+        assert_eq!(metadata.forget_idle_producers(now_ms() + 1).unwrap(), 1);
+        assert_eq!(metadata.last_producer_batch(1, "db.t", 0).unwrap(), None);
+        assert_eq!(metadata.last_producer_batch(1, "db.t", 1).unwrap(), None);
+        for _ in 0..3 {
+            metadata.new_producer_id().unwrap();
+        }
+        let ids: i64 = metadata
+            .connection()
+            .query_row("SELECT count(*) FROM producer_ids", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(ids, 1);
     }
 
     #[test]
