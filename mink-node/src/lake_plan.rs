@@ -2,6 +2,12 @@
 //! one snapshot) and incremental reads between two of its snapshots
 //! ([`mink_lake::delta`]). Union reads, which add the log after the seam, are planned in
 //! [`crate::union`].
+//!
+//! Every plan holds the snapshots it names for a lease period
+//! ([`mink_lake::upkeep::leases`]), so that this node's upkeep keeps their files until the
+//! reader, in whatever process, holds its own lease: the latest recorded one atomically
+//! with reading the record ([`Node::hold_latest_lake_snapshot`]), one a read names itself
+//! before the metadata that has it is loaded.
 
 use std::sync::Arc;
 
@@ -10,9 +16,12 @@ use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::delta::{DeltaPlan, plan_delta};
 use mink_lake::predicate::to_predicate;
 use mink_lake::reader::{LakeSplit, SplitScope, plan_split};
+use mink_lake::upkeep::leases::{hold_planned, hold_planned_snapshots, release_planned};
 
 use crate::error::{NodeError, Result};
+use crate::metadata::LakeSnapshotRecord;
 use crate::node::Node;
+use crate::tiering::lease_location;
 use crate::union::check_filters;
 
 impl Node {
@@ -30,17 +39,29 @@ impl Node {
             return Err(NodeError::NoLake(path.to_string()));
         }
         check_filters(&table, filters)?;
-        let recorded = self.metadata.latest_lake_snapshot(table.table_id)?;
-        let Some(snapshot_id) = snapshot_id.or(recorded.map(|r| r.snapshot_id)) else {
+        let snapshot_id = match snapshot_id {
+            Some(named) => {
+                hold_planned_snapshots(&lease_location(self.lake().await?, path), &[named]);
+                Some(named)
+            }
+            None => self
+                .hold_latest_lake_snapshot(&table)
+                .await?
+                .map(|r| r.snapshot_id),
+        };
+        let Some(snapshot_id) = snapshot_id else {
             return Ok((table, LakeSplit::default()));
         };
-        let lake_table = self.lake().await?.load(path).await?;
+        let lake = self.lake().await?;
+        let lake_table = lake.load(path).await?;
         let scope = match partition {
             Some(partition) => SplitScope::Partition(partition),
             None => SplitScope::Table,
         };
         let predicate = to_predicate(filters, table.schema());
-        let split = plan_split(&lake_table, snapshot_id, &scope, predicate).await?;
+        let split = plan_split(&lake_table, snapshot_id, &scope, predicate)
+            .await
+            .inspect_err(|_| release_planned(&lease_location(lake, path), &[snapshot_id]))?;
         Ok((table, split))
     }
 
@@ -56,7 +77,37 @@ impl Node {
         if !table.lake_enabled {
             return Err(NodeError::NoLake(path.to_string()));
         }
-        let lake_table = self.lake().await?.load(path).await?;
-        Ok(plan_delta(&lake_table, from, to).await?)
+        let lake = self.lake().await?;
+        let location = lease_location(lake, path);
+        hold_planned_snapshots(&location, &[from, to]);
+        let planned = match lake.load(path).await {
+            Ok(lake_table) => plan_delta(&lake_table, from, to).await,
+            Err(error) => Err(error),
+        };
+        let plan = planned.inspect_err(|_| release_planned(&location, &[from, to]))?;
+        let between: Vec<i64> = plan.snapshots.iter().map(|s| s.snapshot_id).collect();
+        hold_planned_snapshots(&location, &between);
+        Ok(plan)
+    }
+
+    /// The latest lake snapshot recorded for `table`, held for the read about to plan on
+    /// it: read under the lock upkeep reads the holds under, so that an expiry either sees
+    /// the hold or keeps the snapshot as its seam.
+    ///
+    /// # Errors
+    /// The metadata store's; the lake's for a table with a lake.
+    pub(crate) async fn hold_latest_lake_snapshot(
+        &self,
+        table: &TableDescriptor,
+    ) -> Result<Option<LakeSnapshotRecord>> {
+        if !table.lake_enabled {
+            return self.metadata.latest_lake_snapshot(table.table_id);
+        }
+        let location = lease_location(self.lake().await?, &table.path);
+        hold_planned(
+            &location,
+            || self.metadata.latest_lake_snapshot(table.table_id),
+            |record| record.as_ref().map(|r| r.snapshot_id),
+        )
     }
 }

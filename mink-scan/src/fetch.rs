@@ -13,6 +13,10 @@
 //!
 //! DataFusion hands a reader factory no task context, so the pool is the one of the
 //! context the plan was built (or decoded) in, which is the one it runs in.
+//!
+//! The factory also holds the leases of the snapshots the scan reads
+//! ([`mink_lake::upkeep::leases`]): the plan and every stream of it hold the factory, so
+//! the leases last exactly as long as something may still open one of the files.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -24,21 +28,32 @@ use datafusion_datasource_parquet::ParquetFileReaderFactory;
 use datafusion_execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion_physical_plan::metrics::ExecutionPlanMetricsSet;
 use futures::future::{BoxFuture, FutureExt as _};
+use mink_lake::upkeep::leases::Lease;
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
 
-/// Readers whose fetches are reserved in `pool` (see the module docs).
+/// Readers whose fetches are reserved in `pool`, of files `leases` keep (see the module
+/// docs).
 #[derive(Debug)]
 pub struct ReservedReaderFactory {
     inner: Arc<dyn ParquetFileReaderFactory>,
     pool: Arc<dyn MemoryPool>,
+    _leases: Vec<Lease>,
 }
 
 impl ReservedReaderFactory {
-    pub fn new(inner: Arc<dyn ParquetFileReaderFactory>, pool: Arc<dyn MemoryPool>) -> Self {
-        Self { inner, pool }
+    pub fn new(
+        inner: Arc<dyn ParquetFileReaderFactory>,
+        pool: Arc<dyn MemoryPool>,
+        leases: Vec<Lease>,
+    ) -> Self {
+        Self {
+            inner,
+            pool,
+            _leases: leases,
+        }
     }
 }
 

@@ -48,6 +48,7 @@ use mink_lake::reader::{
     split_position_deletes,
 };
 use mink_lake::storage::LakeStorage;
+use mink_lake::upkeep::leases::Lease;
 use object_store::ObjectStore;
 
 use crate::equality::EqualityDeleteExec;
@@ -80,12 +81,13 @@ pub struct LakeScan<'a> {
     pub predicate: Option<Arc<dyn PhysicalExpr>>,
 }
 
-/// Where a scan's files are read from: the store, its URL in DataFusion's runtime, and
-/// the runtime's cache of Parquet footers.
+/// Where a scan's files are read from: the store, its URL in DataFusion's runtime, the
+/// runtime's cache of Parquet footers, and the leases that keep the files.
 struct Store {
     store: Arc<dyn ObjectStore>,
     url: ObjectStoreUrl,
     footers: Arc<dyn FileMetadataCache>,
+    leases: Vec<Lease>,
 }
 
 impl LakeScan<'_> {
@@ -100,6 +102,20 @@ impl LakeScan<'_> {
         context: &TaskContext,
         splits: &[&LakeSplit],
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.plan_holding(context, splits, Vec::new()).await
+    }
+
+    /// [`Self::plan`], the plan holding `leases` (on the splits' snapshots) for as long as
+    /// it or a stream of it lives.
+    ///
+    /// # Errors
+    /// As [`Self::plan`].
+    pub async fn plan_holding(
+        &self,
+        context: &TaskContext,
+        splits: &[&LakeSplit],
+        leases: Vec<Lease>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         let projected = Arc::new(self.table_schema.project(&self.projection)?);
         if splits.iter().all(|split| split.files.is_empty()) {
             return Ok(Arc::new(EmptyExec::new(projected)));
@@ -110,6 +126,7 @@ impl LakeScan<'_> {
             store,
             url,
             footers: runtime.cache_manager.get_file_metadata_cache(),
+            leases,
         };
         let mut plain = Vec::with_capacity(splits.len());
         // The files that equality deletes apply to, by the paths of those deletes.
@@ -194,7 +211,11 @@ impl LakeScan<'_> {
         };
         let mut source = ParquetSource::new(Arc::clone(&self.table_schema))
             .with_table_parquet_options(options)
-            .with_parquet_file_reader_factory(reader_factory(context, Arc::clone(&store.store)));
+            .with_parquet_file_reader_factory(leased_reader_factory(
+                context,
+                Arc::clone(&store.store),
+                store.leases.clone(),
+            ));
         if let Some(predicate) = &self.predicate {
             source = source.with_predicate(Arc::clone(predicate));
         }
@@ -248,13 +269,22 @@ pub fn reader_factory(
     context: &TaskContext,
     store: Arc<dyn ObjectStore>,
 ) -> Arc<dyn ParquetFileReaderFactory> {
+    leased_reader_factory(context, store, Vec::new())
+}
+
+/// [`reader_factory`], holding `leases` while any reader may be created.
+fn leased_reader_factory(
+    context: &TaskContext,
+    store: Arc<dyn ObjectStore>,
+    leases: Vec<Lease>,
+) -> Arc<dyn ParquetFileReaderFactory> {
     let footers = context
         .runtime_env()
         .cache_manager
         .get_file_metadata_cache();
     let cached = CachedParquetFileReaderFactory::new(store, footers);
     let pool = Arc::clone(context.memory_pool());
-    Arc::new(ReservedReaderFactory::new(Arc::new(cached), pool))
+    Arc::new(ReservedReaderFactory::new(Arc::new(cached), pool, leases))
 }
 
 /// Registers the lake's store in `runtime` under the URL its scans name (a process that

@@ -26,6 +26,7 @@ use mink_core::protocol::{BucketId, MAX_LIVE_TAIL_ROWS, UnionPlan};
 use mink_core::table::TableDescriptor;
 use mink_lake::reader::LakeSplit;
 use mink_lake::storage::LakeStorage;
+use mink_lake::upkeep::leases::{Lease, location_of_file};
 
 use crate::external;
 use crate::lake_scan::LakeScan;
@@ -199,15 +200,36 @@ impl UnionScan<'_> {
         for lake in lakes {
             check_files(storage, self.table, lake)?;
         }
+        let leases = take_leases(storage, self.table, lakes);
         LakeScan {
             storage,
             table_schema,
             projection,
             predicate: self.predicate.clone(),
         }
-        .plan(context, lakes)
+        .plan_holding(context, lakes, leases)
         .await
     }
+}
+
+/// Leases on the snapshots of `lakes` that have files: the scan's plan holds them, so
+/// that upkeep keeps the files while the read runs ([`mink_lake::upkeep::leases`]).
+fn take_leases(storage: &LakeStorage, table: &TableDescriptor, lakes: &[&LakeSplit]) -> Vec<Lease> {
+    let path = &table.path;
+    let mut leases: Vec<(String, i64)> = lakes
+        .iter()
+        .filter_map(|lake| {
+            let file = lake.files.first()?;
+            let location = location_of_file(&path.database, &path.name, &file.path)?;
+            Some((location, lake.snapshot_id?))
+        })
+        .collect();
+    leases.sort_unstable();
+    leases.dedup();
+    leases
+        .into_iter()
+        .map(|(location, snapshot_id)| Lease::take(storage, &location, snapshot_id))
+        .collect()
 }
 
 /// The columns a read of `table` reads, by index in the table: the `projection`, then the

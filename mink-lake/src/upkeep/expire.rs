@@ -178,6 +178,35 @@ impl Expiry {
         &self.expired
     }
 
+    /// Keeps the files `snapshots` read, of those this expiry expired: a read planned on
+    /// them between the choice of what to expire and the commit (a read naming an older
+    /// snapshot itself). They are left for orphan removal once no lease holds them.
+    ///
+    /// # Errors
+    /// The snapshots' manifest lists or manifests could not be read (nothing is deleted
+    /// then).
+    pub async fn spare(&mut self, snapshots: &HashSet<i64>) -> Result<()> {
+        let spared: Vec<SnapshotRef> = self
+            .expired
+            .iter()
+            .filter(|id| snapshots.contains(id))
+            .filter_map(|id| self.table.metadata().snapshot_by_id(*id).cloned())
+            .collect();
+        if spared.is_empty() {
+            return Ok(());
+        }
+        let read = Reachable::of(&self.table, &spared).await?;
+        let doomed = &mut self.doomed;
+        doomed
+            .manifest_lists
+            .retain(|path| !read.manifest_lists.contains(path));
+        doomed
+            .manifests
+            .retain(|path| !read.manifests.contains(path));
+        doomed.files.retain(|(path, _)| !read.files.contains(path));
+        Ok(())
+    }
+
     /// Deletes the files only the expired snapshots referenced, then the metadata files
     /// older than the table's metadata log. Best effort: a file that cannot be deleted is
     /// logged and left, an orphan [`super::remove_orphan_files`] deletes later.

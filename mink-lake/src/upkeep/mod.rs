@@ -12,20 +12,27 @@
 //! - **Removing orphan files** ([`remove_orphan_files`]): deletes files under the table's
 //!   location that nothing references (left by a crash, by an expiry interrupted between
 //!   its commit and its deletes, or metadata files that fell out of the metadata log),
-//!   older than a grace period so that a commit in flight keeps its files.
+//!   older than a grace period (at least [`limits::MIN_ORPHAN_GRACE`]) so that a commit
+//!   in flight keeps its files.
 //! - **Rewriting manifests**: a commit that merges every manifest
 //!   ([`crate::commit::SnapshotChanges::rewrite_manifests`]); every commit also merges
 //!   them once there are enough ([`crate::commit`]'s `merge`).
 //!
+//! Neither deletes a file a running read planned on: reads hold [`leases`] on their
+//! snapshot, in whatever process they run, and both procedures keep what the leases hold.
+//!
 //! [`LakeTableStats`] counts what a table holds (`system.lake_tables`).
 
 mod expire;
+pub mod leases;
+pub mod limits;
 mod orphans;
 mod reachable;
 mod retention;
 mod stats;
 
 pub use expire::{ExpireReport, Expiry, expirable_snapshots, expire_snapshots};
+pub use limits::MIN_ORPHAN_GRACE;
 pub use orphans::{DEFAULT_ORPHAN_GRACE, OrphanReport, remove_orphan_files};
 pub use retention::{DEFAULT_MAX_SNAPSHOT_AGE, READ_GRACE, Retention};
 pub use stats::LakeTableStats;

@@ -5,7 +5,14 @@
 //! names them; an expiry's deletes after its commit), from a failed delete, and from other
 //! engines' aborted commits. Only files older than a grace period go, so that a commit in
 //! flight (another engine's, or one of a process that does not hold the tiering lock)
-//! keeps the files it wrote before its swap.
+//! keeps the files it wrote before its swap: at least [`super::MIN_ORPHAN_GRACE`], as Iceberg's
+//! Spark procedure requires, since such a commit writes its data files minutes before its
+//! manifests name them.
+//!
+//! Lease objects ([`super::leases`]) are not orphans: their lapsed ones go with expiry.
+//! A snapshot a read holds stays readable: while a lease names a snapshot the metadata no
+//! longer has (an expiry spared its files for a read planned during it), nothing is
+//! removed.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -16,6 +23,7 @@ use object_store::path::Path as StorePath;
 use object_store::{ObjectMeta, ObjectStoreExt};
 use tracing::{info, warn};
 
+use super::leases::LEASES_DIR;
 use super::reachable::Reachable;
 use super::retention::Retention;
 use crate::catalog::Lake;
@@ -35,7 +43,11 @@ pub struct OrphanReport {
 }
 
 /// Removes the files under `table`'s location that nothing references and that were last
-/// modified before `older_than_ms`.
+/// modified before `older_than_ms`, unless a read holds a snapshot of `leased` that the
+/// metadata no longer has (then nothing is removed).
+///
+/// This is the mechanism, with any cutoff: the node holds requests to
+/// [`super::MIN_ORPHAN_GRACE`].
 ///
 /// # Errors
 /// [`LakeError::Layout`] when the table's `gc.enabled` is false; read errors of the
@@ -45,6 +57,7 @@ pub async fn remove_orphan_files(
     lake: &Lake,
     table: &Table,
     older_than_ms: i64,
+    leased: &HashSet<i64>,
 ) -> Result<OrphanReport> {
     let name = table.identifier().to_string();
     let metadata = table.metadata();
@@ -53,6 +66,13 @@ pub async fn remove_orphan_files(
             &name,
             "gc.enabled is false: its files may be shared, so mink removes none",
         ));
+    }
+    if let Some(gone) = leased
+        .iter()
+        .find(|id| metadata.snapshot_by_id(**id).is_none())
+    {
+        info!(table = %name, snapshot_id = gone, "a read holds a snapshot expired under it; orphans are removed once it ends");
+        return Ok(OrphanReport::default());
     }
     // Listed before the references are read: a file committed in between is referenced.
     let listing = list_files(lake, metadata.location()).await?;
@@ -75,9 +95,14 @@ pub async fn remove_orphan_files(
         // A location outside the store is not under the table's location either.
         .filter_map(|location| storage.path(location).ok())
         .collect();
+    let leases = storage.path(&format!(
+        "{}/{LEASES_DIR}",
+        metadata.location().trim_end_matches('/')
+    ))?;
     let mut report = OrphanReport::default();
     for file in listing {
         if referenced.contains(&file.location)
+            || file.location.prefix_matches(&leases)
             || file.last_modified.timestamp_millis() >= older_than_ms
         {
             continue;

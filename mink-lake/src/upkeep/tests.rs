@@ -290,7 +290,7 @@ async fn no_file_goes_while_gc_is_disabled() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("gc.enabled"), "{err}");
-    let err = remove_orphan_files(&f.lake, &f.table, i64::MAX)
+    let err = remove_orphan_files(&f.lake, &f.table, i64::MAX, &HashSet::new())
         .await
         .unwrap_err();
     assert!(err.to_string().contains("gc.enabled"), "{err}");
@@ -315,7 +315,7 @@ async fn orphans_older_than_the_grace_go_and_referenced_files_stay() {
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64;
-    let report = remove_orphan_files(&f.lake, &f.table, cutoff)
+    let report = remove_orphan_files(&f.lake, &f.table, cutoff, &HashSet::new())
         .await
         .unwrap();
     assert_eq!(report.removed, [f.path("old-stray")]);
@@ -323,11 +323,154 @@ async fn orphans_older_than_the_grace_go_and_referenced_files_stay() {
     assert!(!f.exists("old-stray").await);
     assert!(f.exists("new-stray").await, "younger than the grace");
     // Every file a snapshot reads stays, a's too (the first snapshot reads it).
-    let report = remove_orphan_files(&f.lake, &f.table, i64::MAX)
+    let report = remove_orphan_files(&f.lake, &f.table, i64::MAX, &HashSet::new())
         .await
         .unwrap();
     assert_eq!(report.removed, [f.path("new-stray")]);
     assert!(f.exists("a").await && f.exists("b").await);
     f.reload().await;
     assert_eq!(f.live().await, names(&["b"]));
+}
+
+/// Waits (up to 10 s) until `done` holds.
+async fn eventually(mut done: impl AsyncFnMut() -> bool) {
+    for _ in 0..1000 {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("not within 10 s");
+}
+
+/// The lease objects under a table's location.
+fn lease_objects(f: &Fixture) -> Vec<std::path::PathBuf> {
+    let dir = std::path::Path::new(f.table.metadata().location()).join(leases::LEASES_DIR);
+    match std::fs::read_dir(dir) {
+        Ok(entries) => entries.map(|entry| entry.unwrap().path()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Writes a lease object as another process would.
+fn foreign_lease(f: &Fixture, name: &str, body: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(f.table.metadata().location()).join(leases::LEASES_DIR);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    path
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test]
+async fn a_lease_is_held_here_written_for_others_and_gone_once_dropped() {
+    let mut f = Fixture::new(&[]).await;
+    let s1 = f.commit(&["a"], &[], false).await;
+    let location = f.table.metadata().location().to_string();
+    let storage = f.lake.storage().clone();
+    let lease = leases::Lease::take(&storage, &location, s1);
+    let shared = leases::Lease::take(&storage, &location, s1);
+    assert_eq!(leases::held_here(&location), HashSet::from([s1]));
+    eventually(async || lease_objects(&f).len() == 1).await;
+    // This process's own objects are left to its registry.
+    let others = leases::leased_in_store(&storage, &location, now_ms())
+        .await
+        .unwrap();
+    assert!(others.is_empty(), "{others:?}");
+    drop(lease);
+    assert_eq!(leases::held_here(&location), HashSet::from([s1]), "shared");
+    drop(shared);
+    assert!(leases::held_here(&location).is_empty());
+    eventually(async || lease_objects(&f).is_empty()).await;
+}
+
+#[tokio::test]
+async fn other_processes_leases_count_until_they_lapse_and_then_go() {
+    let f = Fixture::new(&[]).await;
+    let location = f.table.metadata().location().to_string();
+    let storage = f.lake.storage().clone();
+    let now = now_ms();
+    let skew = limits::LEASE_CLOCK_SKEW.as_millis() as i64;
+    let live = foreign_lease(
+        &f,
+        "other-1.json",
+        &format!(r#"{{"snapshot-id": 7, "expires-at-ms": {}}}"#, now - skew + 60_000),
+    );
+    let lapsed = foreign_lease(
+        &f,
+        "other-2.json",
+        &format!(r#"{{"snapshot-id": 8, "expires-at-ms": {}}}"#, now - skew - 1),
+    );
+    let junk = foreign_lease(&f, "other-3.json", "not a lease");
+    let leased = leases::leased_in_store(&storage, &location, now)
+        .await
+        .unwrap();
+    assert_eq!(leased, HashSet::from([7]), "within the clock skew");
+    assert!(live.exists() && junk.exists(), "a young object is kept");
+    assert!(!lapsed.exists(), "lapsed leases are deleted");
+    let much_later = now + 3_600_000;
+    let leased = leases::leased_in_store(&storage, &location, much_later)
+        .await
+        .unwrap();
+    assert!(leased.is_empty());
+    assert!(lease_objects(&f).is_empty(), "every lapsed object went");
+}
+
+#[tokio::test]
+async fn a_planned_read_is_held_until_its_lease_takes_over() {
+    let mut f = Fixture::new(&[]).await;
+    let s1 = f.commit(&["a"], &[], false).await;
+    let location = f.table.metadata().location().to_string();
+    let planned = leases::hold_planned(&location, || Ok::<_, ()>(Some(s1)), |s| *s).unwrap();
+    assert_eq!(planned, Some(s1));
+    leases::hold_planned_snapshots(&format!("file://{location}/"), &[42]);
+    assert_eq!(leases::held_here(&location), HashSet::from([s1, 42]));
+    // The reader's lease releases the node's hold of its plan: once it is dropped, only
+    // the other hold is left.
+    drop(leases::Lease::take(f.lake.storage(), &location, s1));
+    assert_eq!(leases::held_here(&location), HashSet::from([42]));
+}
+
+#[tokio::test]
+async fn an_expiry_spares_the_files_of_a_snapshot_held_meanwhile() {
+    let mut f = Fixture::new(&[]).await;
+    let s1 = f.commit(&["a"], &[], false).await;
+    f.commit(&["b"], &["a"], false).await;
+    let mut expiry = expire_snapshots(&f.lake, &f.table, &[s1]).await.unwrap();
+    expiry.spare(&HashSet::from([s1])).await.unwrap();
+    let report = expiry.delete_unreferenced(&f.lake).await;
+    assert_eq!(report.expired, [s1]);
+    assert_eq!(report.data_files_deleted, 0, "{report:?}");
+    assert!(f.exists("a").await, "the read planned on s1 still finds a");
+    // While a lease names the expired snapshot, orphan removal removes nothing; after,
+    // its files are orphans.
+    f.reload().await;
+    let leased = HashSet::from([s1]);
+    let report = remove_orphan_files(&f.lake, &f.table, i64::MAX, &leased)
+        .await
+        .unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+    assert!(f.exists("a").await);
+    let report = remove_orphan_files(&f.lake, &f.table, i64::MAX, &HashSet::new())
+        .await
+        .unwrap();
+    assert!(report.removed.contains(&f.path("a")), "{report:?}");
+}
+
+#[tokio::test]
+async fn orphan_removal_leaves_lease_objects_alone() {
+    let mut f = Fixture::new(&[]).await;
+    f.commit(&["a"], &[], false).await;
+    let lease = foreign_lease(&f, "other-1.json", "{}");
+    let report = remove_orphan_files(&f.lake, &f.table, i64::MAX, &HashSet::new())
+        .await
+        .unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+    assert!(lease.exists());
 }

@@ -55,6 +55,7 @@ mod upsert;
 pub use compaction::{CompactReport, compact_table};
 use lake_index::LakeIndex;
 pub(crate) use lake_index::LocatedRows;
+pub(crate) use upkeep::lease_location;
 pub use upkeep::{
     EXPIRE_EVERY, REMOVE_ORPHANS_EVERY, RewriteManifestsReport, UpkeepIntervals, UpkeepSchedule,
     expire_table_snapshots, lake_table_stats, remove_table_orphan_files, rewrite_table_manifests,

@@ -8,6 +8,12 @@
 //! records of the snapshots it expired, so `system.lake_snapshots` lists only snapshots
 //! that can still be read.
 //!
+//! Neither expiry nor orphan removal deletes a file a running read planned on: both keep
+//! the snapshots leased by reads ([`mink_lake::upkeep::leases`]), this node's (the reads
+//! it planned, held in memory) and other processes' (objects under the table's location).
+//! Expiry reads the leases after it fixed the seam, and again after its commit, before it
+//! deletes. An orphan grace under [`MIN_ORPHAN_GRACE`] is refused.
+//!
 //! The schedule ([`UpkeepSchedule`]), after each round of a table: expiry when a snapshot
 //! is due and the last expiry of the table is [`EXPIRE_EVERY`] old; orphan removal every
 //! [`REMOVE_ORPHANS_EVERY`] (files older than
@@ -19,9 +25,12 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use mink_core::table::TablePath;
+use mink_lake::Lake;
 use mink_lake::commit::{SnapshotChanges, rewrite_would_merge};
+use mink_lake::layout::table_location;
+use mink_lake::upkeep::leases::{held_here, leased_snapshots};
 use mink_lake::upkeep::{
-    DEFAULT_ORPHAN_GRACE, ExpireReport, LakeTableStats, OrphanReport, Retention,
+    DEFAULT_ORPHAN_GRACE, ExpireReport, LakeTableStats, MIN_ORPHAN_GRACE, OrphanReport, Retention,
     expirable_snapshots, expire_snapshots, remove_orphan_files,
 };
 use tracing::{info, warn};
@@ -49,13 +58,18 @@ pub async fn expire_table_snapshots(node: &Node, path: &TablePath) -> Result<Exp
     reconcile(node, &table, &lake_table).await?;
     let metadata = lake_table.metadata();
     let retention = Retention::of(&lake_table.identifier().to_string(), metadata)?;
+    // The seam cannot move while the tiering lock is held: a read planned from here on
+    // plans on it, and one planned before holds its snapshot by now.
     let seam = node.metadata.latest_lake_snapshot(table.table_id)?;
-    let keep: HashSet<i64> = seam.iter().map(|record| record.snapshot_id).collect();
+    let mut keep: HashSet<i64> = seam.iter().map(|record| record.snapshot_id).collect();
+    keep.extend(leased(lake, path, &lake_table).await?);
     let expired = expirable_snapshots(metadata, &retention, now_ms(), &keep);
-    let expiry = expire_snapshots(lake, &lake_table, &expired).await?;
+    let mut expiry = expire_snapshots(lake, &lake_table, &expired).await?;
     if !expired.is_empty() {
         crash_at(node, Failpoint::AbortAfterExpiryCommit);
     }
+    // A read that named an expired snapshot itself may have taken its hold meanwhile.
+    expiry.spare(&held(lake, path, &lake_table)).await?;
     // Also the records of snapshots an earlier expiry dropped before a crash.
     let lost: Vec<i64> = node
         .metadata
@@ -78,12 +92,57 @@ pub async fn remove_table_orphan_files(
     path: &TablePath,
     grace: Duration,
 ) -> Result<OrphanReport> {
+    if grace < MIN_ORPHAN_GRACE {
+        return Err(crate::NodeError::InvalidArgument(format!(
+            "remove_orphan_files on {path}: an orphan must be at least {} hours old, not \
+             {grace:?}: a younger file may belong to a commit another engine is still writing \
+             (Iceberg's Spark procedure refuses under 24 hours too)",
+            MIN_ORPHAN_GRACE.as_secs() / 3600
+        )));
+    }
+    remove_orphans_older_than(node, path, grace).await
+}
+
+/// [`remove_table_orphan_files`] with any grace: the schedule's own (benchmarks compress
+/// days into minutes).
+async fn remove_orphans_older_than(
+    node: &Node,
+    path: &TablePath,
+    grace: Duration,
+) -> Result<OrphanReport> {
     let _indexes = node.tiering.lock().await;
     let (table, lake, lake_table) = open_lake_table(node, path).await?;
     // A crashed round's files go here (its pending record names them), not as orphans.
     reconcile(node, &table, &lake_table).await?;
     let older_than = now_ms().saturating_sub(i64::try_from(grace.as_millis()).unwrap_or(i64::MAX));
-    Ok(remove_orphan_files(lake, &lake_table, older_than).await?)
+    let leased = leased(lake, path, &lake_table).await?;
+    Ok(remove_orphan_files(lake, &lake_table, older_than, &leased).await?)
+}
+
+/// Where this node holds the reads it plans of a table's lake ([`held_here`]): the
+/// table's location in the warehouse.
+pub(crate) fn lease_location(lake: &Lake, path: &TablePath) -> String {
+    table_location(lake.warehouse(), path)
+}
+
+/// The snapshots of a table's lake this process holds for reads (planned here, or read
+/// here).
+fn held(lake: &Lake, path: &TablePath, lake_table: &mink_lake::LakeTable) -> HashSet<i64> {
+    let mut held = held_here(&lease_location(lake, path));
+    held.extend(held_here(lake_table.metadata().location()));
+    held
+}
+
+/// Every snapshot of a table's lake a running read holds, here or in another process.
+async fn leased(
+    lake: &Lake,
+    path: &TablePath,
+    lake_table: &mink_lake::LakeTable,
+) -> Result<HashSet<i64>> {
+    let location = lake_table.metadata().location();
+    let mut leased = leased_snapshots(lake.storage(), location).await?;
+    leased.extend(held(lake, path, lake_table));
+    Ok(leased)
 }
 
 /// What rewriting a table's manifests did.
@@ -219,7 +278,7 @@ impl UpkeepSchedule {
         }
         if last_orphans.elapsed() >= remove_orphans_every {
             *last_orphans = now;
-            match remove_table_orphan_files(node, path, orphan_grace).await {
+            match remove_orphans_older_than(node, path, orphan_grace).await {
                 Ok(report) if !report.removed.is_empty() => {
                     info!(table = %path, files = report.removed.len(), "removed orphan lake files");
                 }

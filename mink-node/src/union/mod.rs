@@ -99,7 +99,7 @@ impl Node {
         check_filters(&table, filters)?;
         // The snapshot and its seams come from one record: read apart, a tiering round
         // recorded in between would pair one snapshot's files with the next one's seam.
-        let record = self.metadata.latest_lake_snapshot(table.table_id)?;
+        let record = self.hold_latest_lake_snapshot(&table).await?;
         let (snapshot_id, seams) = match record.filter(|_| table.lake_enabled) {
             Some(record) => (
                 Some(record.snapshot_id),

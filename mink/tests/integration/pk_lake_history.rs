@@ -17,13 +17,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use mink_client::MinkClient;
 use mink_core::filter::{ColumnFilter, FilterOp};
 use mink_core::protocol::BucketId;
 use mink_core::routing::split_by_bucket;
-use mink_core::table::TableDescriptor;
+use mink_core::table::{TableDescriptor, TablePath};
 use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, IteratorRandom};
 use rand::{Rng, SeedableRng};
@@ -230,6 +230,10 @@ impl Model {
     }
 }
 
+/// The server's lease period: the reads a step plans are held that long, so that the
+/// expiry of a later step expires every snapshot but the recorded one.
+const LEASES: &[(&str, &str)] = &[("MINK_LAKE_LEASE_MS", "100")];
+
 /// The server under test and a client of it.
 struct Server {
     dir: tempfile::TempDir,
@@ -240,7 +244,7 @@ struct Server {
 impl Server {
     async fn start() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let process = ServerProcess::start(dir.path());
+        let process = ServerProcess::start_with_env(dir.path(), LEASES);
         let client = MinkClient::connect(&process.addr).await.expect("connect");
         Self {
             dir,
@@ -249,12 +253,38 @@ impl Server {
         }
     }
 
+    /// Removes the table's orphan files: every file of the lake is made two days old
+    /// first (as a crash's leftovers would be by then), and orphans a day old go.
+    async fn remove_orphan_files(&self, path: &TablePath) -> Vec<String> {
+        let two_days_ago = SystemTime::now() - Duration::from_secs(2 * 86_400);
+        let table = self
+            .dir
+            .path()
+            .join(format!("lake/warehouse/{}/{}", path.database, path.name));
+        let mut dirs = vec![table];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read the lake") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                let file = std::fs::File::options().write(true).open(&path);
+                file.and_then(|f| f.set_modified(two_days_ago))
+                    .expect("age a lake file");
+            }
+        }
+        let day = Some(Duration::from_secs(86_400));
+        let reply = self.client.remove_orphan_files(path, day).await;
+        reply.expect("remove orphan files").removed
+    }
+
     /// `kill -9`, then a normal start over the same files.
     async fn restart(&mut self) {
         if let Some(process) = self.process.take() {
             process.kill();
         }
-        let process = ServerProcess::start(self.dir.path());
+        let process = ServerProcess::start_with_env(self.dir.path(), LEASES);
         self.client = MinkClient::connect(&process.addr).await.expect("reconnect");
         self.process = Some(process);
     }
@@ -694,9 +724,7 @@ async fn random_pk_lake_histories_match_the_model() {
             74..78 => expire(&client, &table, &mut model, step).await,
             78..80 => rewrite_manifests(&client, &table, &mut model).await,
             80..82 => {
-                let grace = Some(Duration::ZERO);
-                let reply = client.remove_orphan_files(&table.path, grace).await;
-                let removed = reply.expect("remove orphan files").removed;
+                let removed = server.remove_orphan_files(&table.path).await;
                 eprintln!("step {step}: removed {} orphan files", removed.len());
                 // Like every upkeep call, it records a snapshot left unrecorded first
                 // (whose files are then no orphans).
@@ -751,9 +779,7 @@ async fn random_pk_lake_histories_match_the_model() {
                         // records, and the files left are orphans.
                         let client = server.client.clone();
                         expire(&client, &table, &mut model, step).await;
-                        let grace = Some(Duration::ZERO);
-                        let reply = client.remove_orphan_files(&table.path, grace).await;
-                        let removed = reply.expect("remove orphan files").removed;
+                        let removed = server.remove_orphan_files(&table.path).await;
                         assert!(!removed.is_empty(), "step {step}: the crash left orphans");
                     }
                 } else if failpoint.call() == Call::Compaction {

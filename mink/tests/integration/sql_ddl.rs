@@ -7,7 +7,7 @@ use mink_core::table::TablePath;
 use crate::sql_reads::{count, error, query, session};
 use crate::support::TestNode;
 
-fn column_u64(batches: &[RecordBatch], name: &str) -> u64 {
+pub(crate) fn column_u64(batches: &[RecordBatch], name: &str) -> u64 {
     batches[0]
         .column_by_name(name)
         .unwrap_or_else(|| panic!("no column {name}"))
@@ -157,7 +157,8 @@ async fn a_table_lives_and_dies_through_sql() {
         "expired snapshots are forgotten"
     );
     // An orphan, as a writer that crashed before its commit leaves one: kept while it is
-    // younger than the grace, removed when the call's own age allows.
+    // younger than the grace, removed once it is older. A grace under a day is refused:
+    // a younger file may be another engine's commit in flight.
     let stray = node
         .dir
         .path()
@@ -176,9 +177,19 @@ async fn a_table_lives_and_dies_through_sql() {
         bad_age.contains("how old an orphan file must be"),
         "{bad_age}"
     );
-    let orphans = query(
+    let too_young = error(
         &session,
         "CALL system.remove_orphan_files('shop.orders', '0s')",
+    )
+    .await;
+    assert!(too_young.contains("at least 24 hours"), "{too_young}");
+    let two_days_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 86_400);
+    let file = std::fs::File::options().write(true).open(&stray);
+    file.and_then(|f| f.set_modified(two_days_ago))
+        .expect("age the stray file");
+    let orphans = query(
+        &session,
+        "CALL system.remove_orphan_files('shop.orders', '1d')",
     )
     .await;
     let removed: Vec<String> = orphans
