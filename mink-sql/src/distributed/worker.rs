@@ -5,12 +5,7 @@
 //! leaders over Flight with the worker's own login (no credential travels in a plan);
 //! lake files are read from the object store the worker was pointed at, the only store
 //! its runtime knows (no `file://` over the machine). A plan that writes (a
-//! `DataSinkExec`), or whose nodes have more than [`MAX_PARTITIONS`] partitions, is
-//! refused: a worker only reads.
-//!
-//! [`serve`] puts the guard of [`super::guard`] between the login check and the
-//! service: every call's message is read and checked before datafusion-distributed
-//! decodes it, and the tasks it holds are bounded ([`super::limits`]).
+//! `DataSinkExec`) is refused: a worker only reads.
 
 use std::any::Any;
 use std::fmt;
@@ -35,13 +30,6 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
 
 use super::codec::EngineCodec;
-use super::guard::CallGuard;
-use super::held::HeldTasks;
-pub use super::limits::MAX_PLAN_BYTES;
-use super::limits::{
-    MAX_FRAME_BYTES, MAX_HEADER_LIST_BYTES, MAX_PARTITIONS, MAX_REQUESTS_PER_CONNECTION,
-    MAX_STREAMS_PER_CONNECTION,
-};
 use super::network::LoginChannels;
 use crate::session::SqlRuntime;
 use crate::session::functions::sized_functions;
@@ -99,9 +87,13 @@ pub fn worker(config: WorkerConfig) -> Result<Worker> {
     let mut worker = Worker::from_session_builder(sessions)
         .with_runtime_env(Arc::clone(runtime.runtime_env()))
         .with_version(env!("CARGO_PKG_VERSION"));
-    worker.add_on_plan_hook(refuse_unrunnable);
+    worker.add_on_plan_hook(refuse_writes);
     Ok(worker)
 }
+
+/// The largest plan a worker accepts in one message: 256 MiB (a plan carries its lake
+/// files' deleted positions).
+pub const MAX_PLAN_BYTES: usize = 256 << 20;
 
 /// Serves the worker of `config` on `listener` (over TLS when `config` has it) until
 /// `shutdown` completes: every call must carry `config`'s login (any call is accepted
@@ -120,11 +112,7 @@ pub fn serve(
     mink_auth::check_listen("the worker", addr, config.credentials.as_ref())
         .map_err(|e| DataFusionError::Configuration(e.to_string()))?;
     let auth = Arc::new(Auth::new(config.credentials.clone()));
-    let mut server = mink_auth::server_builder()
-        .max_frame_size(MAX_FRAME_BYTES)
-        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
-        .concurrency_limit_per_connection(MAX_REQUESTS_PER_CONNECTION)
-        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES);
+    let mut server = mink_auth::server_builder();
     if let Some((identity, _)) = &config.tls {
         server = server
             .tls_config(server_tls(identity))
@@ -133,7 +121,6 @@ pub fn serve(
     let service = worker(config)?
         .into_worker_server()
         .max_decoding_message_size(MAX_PLAN_BYTES);
-    let service = CallGuard::new(service, HeldTasks::default());
     let service = InterceptedService::new(service, move |request| auth.check(request));
     let incoming = mink_auth::limit_connections(
         "the worker",
@@ -150,40 +137,22 @@ pub fn serve(
     })
 }
 
-/// `plan`, or a plan of the same shape that fails with a clear error when a worker must
-/// not run it: it writes, or a node has more than [`MAX_PARTITIONS`] partitions (a node
-/// allocates per partition when it runs).
-fn refuse_unrunnable(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
-    let mut refusal = None;
+/// `plan`, or a plan of the same shape that fails with a clear error when it writes.
+fn refuse_writes(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+    let mut writes = false;
     // apply's closure never fails here.
     let _ = plan.apply(|node| {
-        refusal = refusal_of(node.as_ref());
-        Ok(match refusal {
-            Some(_) => TreeNodeRecursion::Stop,
-            None => TreeNodeRecursion::Continue,
+        writes = node.as_any().is::<DataSinkExec>();
+        Ok(match writes {
+            true => TreeNodeRecursion::Stop,
+            false => TreeNodeRecursion::Continue,
         })
     });
-    match refusal {
-        Some(reason) => Arc::new(RefusedExec {
+    match writes {
+        true => Arc::new(RefusedExec {
             properties: Arc::clone(plan.properties()),
-            reason,
         }),
-        None => plan,
-    }
-}
-
-/// Why a worker must not run `node`, if it must not.
-fn refusal_of(node: &dyn ExecutionPlan) -> Option<String> {
-    let partitions = node.properties().partitioning.partition_count();
-    if node.as_any().is::<DataSinkExec>() {
-        Some("a mink worker only reads: this stage writes".into())
-    } else if u64::try_from(partitions).map_or(true, |count| count > MAX_PARTITIONS) {
-        Some(format!(
-            "{} has {partitions} partitions: a worker runs at most {MAX_PARTITIONS}",
-            node.name()
-        ))
-    } else {
-        None
+        false => plan,
     }
 }
 
@@ -191,8 +160,6 @@ fn refusal_of(node: &dyn ExecutionPlan) -> Option<String> {
 #[derive(Debug)]
 struct RefusedExec {
     properties: Arc<PlanProperties>,
-    /// Why, in each partition's error.
-    reason: String,
 }
 
 impl DisplayAs for RefusedExec {
@@ -230,7 +197,9 @@ impl ExecutionPlan for RefusedExec {
         _partition: usize,
         _context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        Err(DataFusionError::Plan(self.reason.clone()))
+        Err(DataFusionError::Plan(
+            "a mink worker only reads: this stage writes".into(),
+        ))
     }
 }
 
@@ -238,9 +207,6 @@ impl ExecutionPlan for RefusedExec {
 mod tests {
     use arrow::datatypes::{DataType, Field, Schema};
     use datafusion::datasource::MemTable;
-    use datafusion::physical_plan::Partitioning;
-    use datafusion::physical_plan::empty::EmptyExec;
-    use datafusion::physical_plan::repartition::RepartitionExec;
     use datafusion::prelude::SessionContext;
 
     use super::*;
@@ -262,34 +228,14 @@ mod tests {
         };
 
         let read = plan("SELECT x FROM m").await;
-        assert!(Arc::ptr_eq(&refuse_unrunnable(Arc::clone(&read)), &read));
+        assert!(Arc::ptr_eq(&refuse_writes(Arc::clone(&read)), &read));
 
-        let refused = refuse_unrunnable(plan("INSERT INTO m VALUES (1)").await);
+        let refused = refuse_writes(plan("INSERT INTO m VALUES (1)").await);
         assert_eq!(refused.name(), "RefusedExec");
         let error = refused
             .execute(0, context.task_ctx())
             .err()
             .expect("refused");
         assert!(error.to_string().contains("only reads"), "{error}");
-    }
-
-    #[test]
-    fn plans_with_more_partitions_than_a_worker_runs_are_refused() {
-        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
-        let partitions = |count: u64| -> Arc<dyn ExecutionPlan> {
-            let input = Arc::new(EmptyExec::new(Arc::clone(&schema)));
-            let spread = Partitioning::RoundRobinBatch(count as usize);
-            Arc::new(RepartitionExec::try_new(input, spread).expect("repartition"))
-        };
-        let kept = partitions(MAX_PARTITIONS);
-        assert!(Arc::ptr_eq(&refuse_unrunnable(Arc::clone(&kept)), &kept));
-
-        let refused = refuse_unrunnable(partitions(MAX_PARTITIONS + 1));
-        assert_eq!(refused.name(), "RefusedExec");
-        let error = refused
-            .execute(0, SessionContext::new().task_ctx())
-            .err()
-            .expect("refused");
-        assert!(error.to_string().contains("at most 1024"), "{error}");
     }
 }
