@@ -18,6 +18,7 @@
 //! | [`MAX_TASK_COUNT`]               | 65 536  | a task count above it, a task number not below it: `InvalidArgument` |
 //! | [`MAX_QUERY_ID_BYTES`]           | 64      | `InvalidArgument` |
 //! | [`MAX_PARTITIONS`]               | 1 024   | an `ExecuteTaskRequest` range wider, or reversed: `InvalidArgument`; a plan node with more: its stage fails |
+//! | [`MAX_BATCH_ROWS`]               | 1 048 576 | a plan node building larger batches (a filter's or coalescer's batch size): its stage fails |
 //! | [`MAX_TASKS_HELD`]               | 4 096   | a plan beyond it: `ResourceExhausted` |
 //! | [`MAX_PLAN_BYTES_HELD`]          | 1 GiB   | a plan beyond it: `ResourceExhausted` |
 //! | [`TASK_IDLE`]                    | 65 s    | how long a task counts after its last call |
@@ -55,6 +56,10 @@ pub const MAX_QUERY_ID_BYTES: usize = 64;
 /// The most partitions of one plan node, and of one `ExecuteTaskRequest`'s range: far
 /// more than any machine's cores (DataFusion's partitions per stage).
 pub const MAX_PARTITIONS: u64 = 1 << 10;
+/// The most rows of the batches a plan node builds (DataFusion's default is 8192): a
+/// filter or coalescer allocates a batch's buffers for that many rows before it fills
+/// them.
+pub const MAX_BATCH_ROWS: u64 = 1 << 20;
 /// The most tasks a worker holds at once (see the module docs).
 pub const MAX_TASKS_HELD: usize = 4096;
 /// The most bytes of plans a worker holds at once, those being received included.

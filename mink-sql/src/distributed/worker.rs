@@ -5,7 +5,12 @@
 //! leaders over Flight with the worker's own login (no credential travels in a plan);
 //! lake files are read from the object store the worker was pointed at, the only store
 //! its runtime knows (no `file://` over the machine). A plan that writes (a
-//! `DataSinkExec`) is refused: a worker only reads.
+//! `DataSinkExec`), or whose nodes have more than [`MAX_PARTITIONS`] partitions or build
+//! batches of more than [`MAX_BATCH_ROWS`] rows, is refused: a worker only reads.
+//!
+//! [`serve`] puts the guard of [`super::guard`] between the login check and the
+//! service: every call's message is read and checked before datafusion-distributed
+//! decodes it, and the tasks it holds are bounded ([`super::limits`]).
 
 use std::any::Any;
 use std::fmt;
@@ -16,6 +21,12 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::sink::DataSinkExec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{FunctionRegistry, TaskContext};
+#[expect(
+    deprecated,
+    reason = "DataFusion 53 still decodes CoalesceBatchesExec from a plan"
+)]
+use datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec;
+use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
@@ -30,6 +41,13 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
 
 use super::codec::EngineCodec;
+use super::guard::CallGuard;
+use super::held::HeldTasks;
+pub use super::limits::MAX_PLAN_BYTES;
+use super::limits::{
+    MAX_BATCH_ROWS, MAX_FRAME_BYTES, MAX_HEADER_LIST_BYTES, MAX_PARTITIONS,
+    MAX_REQUESTS_PER_CONNECTION, MAX_STREAMS_PER_CONNECTION,
+};
 use super::network::LoginChannels;
 use crate::session::SqlRuntime;
 use crate::session::functions::sized_functions;
@@ -87,13 +105,9 @@ pub fn worker(config: WorkerConfig) -> Result<Worker> {
     let mut worker = Worker::from_session_builder(sessions)
         .with_runtime_env(Arc::clone(runtime.runtime_env()))
         .with_version(env!("CARGO_PKG_VERSION"));
-    worker.add_on_plan_hook(refuse_writes);
+    worker.add_on_plan_hook(refuse_unrunnable);
     Ok(worker)
 }
-
-/// The largest plan a worker accepts in one message: 256 MiB (a plan carries its lake
-/// files' deleted positions).
-pub const MAX_PLAN_BYTES: usize = 256 << 20;
 
 /// Serves the worker of `config` on `listener` (over TLS when `config` has it) until
 /// `shutdown` completes: every call must carry `config`'s login (any call is accepted
@@ -112,7 +126,11 @@ pub fn serve(
     mink_auth::check_listen("the worker", addr, config.credentials.as_ref())
         .map_err(|e| DataFusionError::Configuration(e.to_string()))?;
     let auth = Arc::new(Auth::new(config.credentials.clone()));
-    let mut server = mink_auth::server_builder();
+    let mut server = mink_auth::server_builder()
+        .max_frame_size(MAX_FRAME_BYTES)
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        .concurrency_limit_per_connection(MAX_REQUESTS_PER_CONNECTION)
+        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES);
     if let Some((identity, _)) = &config.tls {
         server = server
             .tls_config(server_tls(identity))
@@ -121,6 +139,7 @@ pub fn serve(
     let service = worker(config)?
         .into_worker_server()
         .max_decoding_message_size(MAX_PLAN_BYTES);
+    let service = CallGuard::new(service, HeldTasks::default());
     let service = InterceptedService::new(service, move |request| auth.check(request));
     let incoming = mink_auth::limit_connections(
         "the worker",
@@ -137,29 +156,69 @@ pub fn serve(
     })
 }
 
-/// `plan`, or a plan of the same shape that fails with a clear error when it writes.
-fn refuse_writes(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
-    let mut writes = false;
+/// `plan`, or a plan of the same shape that fails with a clear error when a worker must
+/// not run it: it writes, or a node has more than [`MAX_PARTITIONS`] partitions (a node
+/// allocates per partition when it runs).
+fn refuse_unrunnable(plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+    let mut refusal = None;
     // apply's closure never fails here.
     let _ = plan.apply(|node| {
-        writes = node.as_any().is::<DataSinkExec>();
-        Ok(match writes {
-            true => TreeNodeRecursion::Stop,
-            false => TreeNodeRecursion::Continue,
+        refusal = refusal_of(node.as_ref());
+        Ok(match refusal {
+            Some(_) => TreeNodeRecursion::Stop,
+            None => TreeNodeRecursion::Continue,
         })
     });
-    match writes {
-        true => Arc::new(RefusedExec {
+    match refusal {
+        Some(reason) => Arc::new(RefusedExec {
             properties: Arc::clone(plan.properties()),
+            reason,
         }),
-        false => plan,
+        None => plan,
     }
+}
+
+/// Why a worker must not run `node`, if it must not.
+fn refusal_of(node: &dyn ExecutionPlan) -> Option<String> {
+    let partitions = node.properties().partitioning.partition_count();
+    let batch_rows = batch_rows(node).unwrap_or(0);
+    if node.as_any().is::<DataSinkExec>() {
+        Some("a mink worker only reads: this stage writes".into())
+    } else if u64::try_from(partitions).map_or(true, |count| count > MAX_PARTITIONS) {
+        Some(format!(
+            "{} has {partitions} partitions: a worker runs at most {MAX_PARTITIONS}",
+            node.name()
+        ))
+    } else if u64::try_from(batch_rows).map_or(true, |rows| rows > MAX_BATCH_ROWS) {
+        Some(format!(
+            "{} makes batches of {batch_rows} rows: a worker makes at most {MAX_BATCH_ROWS}",
+            node.name()
+        ))
+    } else {
+        None
+    }
+}
+
+/// The rows of the batches `node` builds, whose buffers it allocates up front, when a
+/// plan sets them.
+fn batch_rows(node: &dyn ExecutionPlan) -> Option<usize> {
+    let any = node.as_any();
+    #[expect(
+        deprecated,
+        reason = "DataFusion 53 still decodes CoalesceBatchesExec from a plan"
+    )]
+    let coalesced = any
+        .downcast_ref::<CoalesceBatchesExec>()
+        .map(CoalesceBatchesExec::target_batch_size);
+    coalesced.or_else(|| any.downcast_ref::<FilterExec>().map(FilterExec::batch_size))
 }
 
 /// A stage a worker refused to run: every partition fails.
 #[derive(Debug)]
 struct RefusedExec {
     properties: Arc<PlanProperties>,
+    /// Why, in each partition's error.
+    reason: String,
 }
 
 impl DisplayAs for RefusedExec {
@@ -197,9 +256,7 @@ impl ExecutionPlan for RefusedExec {
         _partition: usize,
         _context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        Err(DataFusionError::Plan(
-            "a mink worker only reads: this stage writes".into(),
-        ))
+        Err(DataFusionError::Plan(self.reason.clone()))
     }
 }
 
@@ -207,6 +264,9 @@ impl ExecutionPlan for RefusedExec {
 mod tests {
     use arrow::datatypes::{DataType, Field, Schema};
     use datafusion::datasource::MemTable;
+    use datafusion::physical_plan::Partitioning;
+    use datafusion::physical_plan::empty::EmptyExec;
+    use datafusion::physical_plan::repartition::RepartitionExec;
     use datafusion::prelude::SessionContext;
 
     use super::*;
@@ -228,14 +288,47 @@ mod tests {
         };
 
         let read = plan("SELECT x FROM m").await;
-        assert!(Arc::ptr_eq(&refuse_writes(Arc::clone(&read)), &read));
+        assert!(Arc::ptr_eq(&refuse_unrunnable(Arc::clone(&read)), &read));
 
-        let refused = refuse_writes(plan("INSERT INTO m VALUES (1)").await);
+        let refused = refuse_unrunnable(plan("INSERT INTO m VALUES (1)").await);
         assert_eq!(refused.name(), "RefusedExec");
         let error = refused
             .execute(0, context.task_ctx())
             .err()
             .expect("refused");
         assert!(error.to_string().contains("only reads"), "{error}");
+    }
+
+    #[test]
+    fn plans_with_more_partitions_or_larger_batches_than_a_worker_runs_are_refused() {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
+        let partitions = |count: u64| -> Arc<dyn ExecutionPlan> {
+            let input = Arc::new(EmptyExec::new(Arc::clone(&schema)));
+            let spread = Partitioning::RoundRobinBatch(count as usize);
+            Arc::new(RepartitionExec::try_new(input, spread).expect("repartition"))
+        };
+        let kept = partitions(MAX_PARTITIONS);
+        assert!(Arc::ptr_eq(&refuse_unrunnable(Arc::clone(&kept)), &kept));
+
+        let refused = refuse_unrunnable(partitions(MAX_PARTITIONS + 1));
+        assert_eq!(refused.name(), "RefusedExec");
+        let error = refused
+            .execute(0, SessionContext::new().task_ctx())
+            .err()
+            .expect("refused");
+        assert!(error.to_string().contains("at most 1024"), "{error}");
+
+        let input: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(Arc::clone(&schema)));
+        let predicate = datafusion::physical_expr::expressions::lit(true);
+        let filter = |rows: u64| -> Arc<dyn ExecutionPlan> {
+            let filter = FilterExec::try_new(Arc::clone(&predicate), Arc::clone(&input))
+                .and_then(|filter| filter.with_batch_size(rows as usize))
+                .expect("filter");
+            Arc::new(filter)
+        };
+        let kept = filter(MAX_BATCH_ROWS);
+        assert!(Arc::ptr_eq(&refuse_unrunnable(Arc::clone(&kept)), &kept));
+        let refused = refuse_unrunnable(filter(u64::from(u32::MAX)));
+        assert_eq!(refused.name(), "RefusedExec");
     }
 }

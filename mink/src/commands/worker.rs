@@ -9,7 +9,9 @@
 //! a loopback address only. With `--tls-cert`/`--tls-key` the port serves TLS and the
 //! worker calls other workers over TLS. Its tasks share one memory pool of
 //! `--memory-limit`; it reads lake files from `--lake-warehouse` and nothing else of the
-//! machine, and refuses plans that write.
+//! machine, and refuses plans that write. Every call is read and checked before
+//! datafusion-distributed decodes it, and the tasks it holds are bounded
+//! (`mink_sql::distributed::limits`, `docs/security.md`).
 
 use std::path::PathBuf;
 
