@@ -3,9 +3,12 @@
 //! SQL).
 //!
 //! A commit to a mink table is another engine's, checked by
-//! [`mink_lake::commit::commit_foreign`] (appends to log tables only); a commit to a table
-//! in a hosted namespace is its creator's, checked by [`mink_lake::commit::commit_hosted`]
-//! (any update, its files inside the table's location). A new table gets the location the
+//! [`mink_lake::commit::commit_foreign`] (appends to log tables only, every field later
+//! commits build on: `400` for a field out of range, `409` for a stale parent or schema,
+//! `403` for what mink does not take); a commit to a table in a hosted namespace is its
+//! creator's, checked by [`mink_lake::commit::commit_hosted`] (any update, its files inside
+//! the table's location, each snapshot's sequence number the next and its timestamp not
+//! ahead of the clock). A new table gets the location the
 //! catalog chooses in its warehouse, and no property that would write its files elsewhere.
 
 use axum::Json;

@@ -57,7 +57,7 @@ use futures::future;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use iceberg::expr::Predicate;
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
-use iceberg::spec::{DataContentType, Struct};
+use iceberg::spec::{DataContentType, Struct, TableMetadata};
 use iceberg::table::Table;
 use mink_core::protocol::BucketId;
 use mink_core::schema::normalize_batch;
@@ -185,10 +185,14 @@ pub async fn plan_split(
     scope: &SplitScope,
     predicate: Option<Predicate>,
 ) -> Result<LakeSplit> {
-    let location = table.metadata().location();
-    let prefix = match scope {
-        SplitScope::Table => format!("{location}/"),
-        SplitScope::Partition(partition) => format!("{location}/data/{partition}/"),
+    let metadata = table.metadata();
+    let location = metadata.location();
+    let (prefix, partition) = match scope {
+        SplitScope::Table => (format!("{location}/"), None),
+        SplitScope::Partition(partition) => (
+            format!("{location}/data/{partition}/"),
+            Some(partition.as_str()),
+        ),
         SplitScope::Bucket(bucket) => {
             let mut splits =
                 plan_bucket_splits(table, snapshot_id, std::slice::from_ref(bucket), predicate)
@@ -200,13 +204,28 @@ pub async fn plan_split(
     let table_name = table.identifier().to_string();
     let files = tasks
         .into_iter()
-        .filter(|task| task.data_file_path.starts_with(&prefix))
+        .filter(|task| {
+            task.data_file_path.starts_with(&prefix)
+                || partition.is_some_and(|partition| foreign_in(metadata, task, partition))
+        })
         .map(|task| lake_file(task, &table_name))
         .collect::<Result<_>>()?;
     Ok(LakeSplit {
         snapshot_id: Some(snapshot_id),
         files,
     })
+}
+
+/// Whether `task` is another engine's file (inside the table's location) whose partition
+/// values name the mink partition `partition` ([`bucket_of_partition`]).
+fn foreign_in(metadata: &TableMetadata, task: &FileScanTask, partition: &str) -> bool {
+    task.data_file_path
+        .starts_with(&format!("{}/", metadata.location()))
+        && task
+            .partition
+            .as_ref()
+            .and_then(|values| bucket_of_partition(metadata, values))
+            .is_some_and(|(name, _)| name.as_deref() == Some(partition))
 }
 
 /// Plans the split of each of `buckets` in `snapshot_id` from one planning of the

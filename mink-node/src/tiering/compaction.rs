@@ -101,11 +101,10 @@ async fn compact(node: &Node, path: &TablePath, selection: Selection) -> Result<
         return Ok(CompactReport::default());
     }
     let split = plan_split(&lake_table, snapshot_id, &SplitScope::Table, None).await?;
-    let chosen: Vec<(BucketId, LakeSplit)> =
-        split_by_bucket(&lake_table, split, &table)?
-            .into_iter()
-            .filter(|(bucket, split)| selected(selection, due.as_ref(), bucket, split))
-            .collect();
+    let chosen: Vec<(BucketId, LakeSplit)> = split_by_bucket(&lake_table, split, &table)?
+        .into_iter()
+        .filter(|(bucket, split)| selected(selection, due.as_ref(), bucket, split))
+        .collect();
     if chosen.is_empty() {
         indexes.extend(index.map(|index| (table.table_id, index)));
         return Ok(CompactReport::default());

@@ -145,7 +145,7 @@ pub async fn tier_table(node: &Node, path: &TablePath) -> Result<TierReport> {
         let _ = delete_files(&lake_table, &written_paths(&changes)).await;
         return Err(error);
     }
-    if !advanced {
+    if !advanced && !lake_moved_on(node, &table, &lake_table)? {
         indexes.extend(index.map(|index| (table.table_id, index)));
         return Ok(report);
     }
@@ -176,6 +176,15 @@ pub async fn tier_table(node: &Node, path: &TablePath) -> Result<TierReport> {
         deleted_rows = report.deleted_rows, "tiered");
     report.snapshot_id = Some(snapshot_id);
     Ok(report)
+}
+
+/// Whether the lake table's current snapshot is not the one mink recorded: another engine
+/// committed on top of it (mink's own commits are recorded, or reconciled first). A round
+/// with nothing to tier then still commits, with the same offsets, so that reads, which
+/// plan on the recorded snapshot, take the other engine's rows in.
+fn lake_moved_on(node: &Node, table: &TableDescriptor, lake_table: &Table) -> Result<bool> {
+    let recorded = node.metadata.latest_lake_snapshot(table.table_id)?;
+    Ok(lake_table.metadata().current_snapshot_id() != recorded.map(|r| r.snapshot_id))
 }
 
 /// The live lake rows of each bucket's keys (encoded by the table's key codec), by data

@@ -9,12 +9,16 @@
 //!   round records the snapshot holding them, and survive a compaction.
 //! - `log.ttl` retention keeps a lake table's rows that are not tiered yet.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
 
 use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::protocol::BucketId;
-use mink_core::table::TableDescriptor;
+use mink_core::table::{TableDescriptor, TablePath};
 use serde_json::Value;
 
 use crate::iceberg_rest::{PASSWORD, USER, python_step, rest_server};
@@ -189,6 +193,59 @@ async fn rows_other_engines_append_are_read_by_sql() {
     let compacted = client.compact(&table.path).await.expect("compact");
     assert!(compacted.files_removed > 0, "{compacted:?}");
     assert_eq!(sql_ids(&server, "test.appended"), expected);
+}
+
+/// `(dt STRING, id BIGINT NOT NULL, name STRING)` partitioned by `dt`, two buckets by id.
+fn partitioned_table(name: &str) -> TableDescriptor {
+    let schema = Schema::new(vec![
+        Field::new("dt", DataType::Utf8, true),
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+    ]);
+    let options = TableOptions {
+        bucket_num: 2,
+        bucket_key: Some(vec!["id".into()]),
+        ..lake_options()
+    };
+    TableDescriptor::new(
+        TablePath::new("test", name),
+        schema,
+        vec![],
+        vec!["dt".into()],
+        options,
+    )
+    .expect("table")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_other_engines_append_to_a_partition_are_read_by_sql() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client, uri) = rest_server(dir.path()).await;
+    let table = client
+        .create_table(&partitioned_table("days"), false)
+        .await
+        .expect("create");
+    let ids: Vec<i64> = (0..50).collect();
+    let rows = RecordBatch::try_new(
+        Arc::clone(table.schema()),
+        vec![
+            Arc::new(StringArray::from(vec!["2024-01-01"; ids.len()])),
+            Arc::new(Int64Array::from(ids.clone())),
+            Arc::new(StringArray::from_iter_values(
+                ids.iter().map(|i| format!("e{i}")),
+            )),
+        ],
+    )
+    .expect("rows");
+    client.write(&table, &rows).await.expect("write");
+    assert_eq!(client.tier(&table.path).await.expect("tier").rows, 50);
+    let step = ["append", "test", "days", "1000", "5", "dt", "2024-01-01"];
+    assert_eq!(engine(&uri, &step)["rows"], serde_json::json!(55));
+    // Nothing to tier, but the round records the lake as the other engine left it.
+    let round = client.tier(&table.path).await.expect("tier");
+    assert!(round.rows == 0 && round.snapshot_id.is_some(), "{round:?}");
+    let expected: Vec<i64> = (0..50).chain(1000..1005).collect();
+    assert_eq!(sql_ids(&server, "test.days"), expected);
 }
 
 /// Appends rows `chunks` x 2000 ids on to `bucket`, a chunk a batch (about 40 KiB each,

@@ -6,9 +6,9 @@ Steps (each prints one JSON object):
 - forge NS TABLE: sends commits a client controls, each valid but for one field later commits
   depend on, as raw HTTP: {"answers": {name: [status, type, message]}, "snapshot": id}
   (the table's current snapshot afterwards).
-- append NS TABLE FIRST COUNT: appends rows FIRST..FIRST+COUNT through pyiceberg (as
-  iceberg_rest.py does), then counts the table's rows as pyiceberg reads them:
-  {"snapshot": id, "rows": n}.
+- append NS TABLE FIRST COUNT [COLUMN VALUE]: appends rows FIRST..FIRST+COUNT through
+  pyiceberg (as iceberg_rest.py does; with COLUMN set to VALUE in each, a partition key),
+  then counts the table's rows as pyiceberg reads them: {"snapshot": id, "rows": n}.
 """
 
 import json
@@ -18,10 +18,12 @@ import time
 import urllib.error
 import urllib.request
 
+import pyarrow as pa
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from iceberg_rest import append as pyiceberg_append  # noqa: E402
-from iceberg_rest import bearer_token, catalog  # noqa: E402
+from iceberg_rest import bearer_token, catalog, rows_for  # noqa: E402
 
 
 def call(uri: str, method: str, path: str, token: str, body: dict | None = None) -> tuple[int, dict]:
@@ -103,10 +105,19 @@ def forge(uri: str, user: str, password: str, namespace: str, name: str) -> dict
     return {"answers": answers, "snapshot": loaded["metadata"]["current-snapshot-id"]}
 
 
-def append(uri: str, user: str, password: str, namespace: str, name: str, first: str, count: str) -> dict:
-    appended = pyiceberg_append(uri, user, password, namespace, name, first, count)
+def append(uri: str, user: str, password: str, namespace: str, name: str, first: str, count: str,
+           *column_value: str) -> dict:
+    if column_value:
+        column, value = column_value
+        table = catalog(uri, user, password).load_table((namespace, name))
+        rows = rows_for(table, int(first), int(count))
+        index = rows.schema.get_field_index(column)
+        rows = rows.set_column(index, rows.schema.field(index), pa.array([value] * rows.num_rows, type=rows.schema.field(index).type))
+        table.append(rows)
+    else:
+        pyiceberg_append(uri, user, password, namespace, name, first, count)
     table = catalog(uri, user, password).load_table((namespace, name))
-    return {"snapshot": appended["snapshot"], "rows": table.scan().to_arrow().num_rows}
+    return {"snapshot": table.current_snapshot().snapshot_id, "rows": table.scan().to_arrow().num_rows}
 
 
 def main() -> None:
