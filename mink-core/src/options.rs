@@ -6,7 +6,7 @@
 //! | `bucket.key`    | comma-separated bucket-key columns                  | PK minus partition keys |
 //! | `log.ttl`       | how long log batches are kept (`7d`, `12h`, `30m`)  | kept forever     |
 //! | `lake.enabled`  | tier the table into the Iceberg lake                | `false`          |
-//! | `lake.freshness`| how often the tiering service runs for the table    | `30s`            |
+//! | `lake.freshness`| how often the tiering service runs for the table (at least `1s`) | `30s` |
 //!
 //! The Iceberg table properties of [`LAKE_PROPERTIES`] are accepted too, and given to the
 //! table's lake table when it is created (where every engine sees them):
@@ -100,38 +100,34 @@ impl TableOptions {
                         .map_err(|_| invalid(key, value, "true or false"))?;
                 }
                 "lake.freshness" => {
-                    options.lake_freshness = parse_duration(value)
-                        .filter(|d| !d.is_zero())
-                        .ok_or_else(|| invalid(key, value, "a positive duration"))?;
+                    let freshness =
+                        parse_duration(value).ok_or_else(|| invalid(key, value, "a duration"))?;
+                    options.lake_freshness = check_lake_freshness(freshness)?;
                 }
                 other => {
-                    let Some(&(_, numeric)) = LAKE_PROPERTIES.iter().find(|(k, _)| *k == other)
-                    else {
-                        let properties: Vec<&str> =
-                            LAKE_PROPERTIES.iter().map(|(k, _)| *k).collect();
-                        return Err(CoreError::InvalidTable(format!(
-                            "unknown table option '{other}' (known: bucket.num, bucket.key, log.ttl, lake.enabled, lake.freshness, {})",
-                            properties.join(", ")
-                        )));
-                    };
-                    let value = value.trim().to_ascii_lowercase();
-                    let valid = match numeric {
-                        true => value.parse::<u64>().is_ok(),
-                        false => value.parse::<bool>().is_ok(),
-                    };
-                    if !valid {
-                        let expected = if numeric {
-                            "a non-negative integer"
-                        } else {
-                            "true or false"
-                        };
-                        return Err(invalid(key, &value, expected));
-                    }
+                    let value = lake_property(other, value)?;
                     options.lake_properties.insert(other.to_string(), value);
                 }
             }
         }
         Ok(options)
+    }
+
+    /// Checks options that did not come from a `WITH` map (a descriptor a client sent the
+    /// node) as [`TableOptions::from_map`] checks a map: only the Iceberg properties of
+    /// [`LAKE_PROPERTIES`], with valid values (returned in their normal form), and a
+    /// `lake.freshness` of at least [`MIN_LAKE_FRESHNESS`].
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidTable`] naming the first option that is not accepted.
+    pub fn checked(mut self) -> Result<Self> {
+        self.lake_freshness = check_lake_freshness(self.lake_freshness)?;
+        self.lake_properties = self
+            .lake_properties
+            .iter()
+            .map(|(key, value)| Ok((key.clone(), lake_property(key, value)?)))
+            .collect::<Result<_>>()?;
+        Ok(self)
     }
 
     /// The options as a `WITH` map, the inverse of [`TableOptions::from_map`].
@@ -152,6 +148,47 @@ impl TableOptions {
         map.extend(self.lake_properties.clone());
         map
     }
+}
+
+/// The shortest `lake.freshness`: every tiering round commits a lake snapshot.
+pub const MIN_LAKE_FRESHNESS: Duration = Duration::from_secs(1);
+
+fn check_lake_freshness(freshness: Duration) -> Result<Duration> {
+    if freshness < MIN_LAKE_FRESHNESS {
+        let value = format_duration(freshness);
+        let expected = format!("at least {}", format_duration(MIN_LAKE_FRESHNESS));
+        return Err(invalid("lake.freshness", &value, &expected));
+    }
+    Ok(freshness)
+}
+
+/// The value of the Iceberg property `key` in its normal form (a number without leading
+/// zeros, `true` or `false`).
+///
+/// # Errors
+/// [`CoreError::InvalidTable`] for a key not in [`LAKE_PROPERTIES`] or a value not of its
+/// type.
+fn lake_property(key: &str, value: &str) -> Result<String> {
+    let Some(&(_, numeric)) = LAKE_PROPERTIES.iter().find(|(k, _)| *k == key) else {
+        let properties: Vec<&str> = LAKE_PROPERTIES.iter().map(|(k, _)| *k).collect();
+        return Err(CoreError::InvalidTable(format!(
+            "unknown table option '{key}' (known: bucket.num, bucket.key, log.ttl, lake.enabled, lake.freshness, {})",
+            properties.join(", ")
+        )));
+    };
+    let value = value.trim().to_ascii_lowercase();
+    let normal = match numeric {
+        true => value.parse::<u64>().map(|n| n.to_string()).ok(),
+        false => value.parse::<bool>().map(|b| b.to_string()).ok(),
+    };
+    normal.ok_or_else(|| {
+        let expected = if numeric {
+            "a non-negative integer"
+        } else {
+            "true or false"
+        };
+        invalid(key, &value, expected)
+    })
 }
 
 fn invalid(key: &str, value: &str, expected: &str) -> CoreError {
@@ -260,5 +297,39 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("a non-negative integer"), "{err}");
         assert!(TableOptions::from_map(&map(&[("commit.manifest-merge.enabled", "1")])).is_err());
+        let err = TableOptions::from_map(&map(&[("lake.freshness", "999ms")])).unwrap_err();
+        assert!(err.to_string().contains("at least 1s"), "{err}");
+    }
+
+    #[test]
+    fn options_from_elsewhere_are_checked_as_a_map_is() {
+        let mut options = TableOptions::default();
+        options.lake_properties.insert(
+            "history.expire.min-snapshots-to-keep".into(),
+            " 0007".into(),
+        );
+        let checked = options.clone().checked().unwrap();
+        assert_eq!(
+            checked.lake_properties["history.expire.min-snapshots-to-keep"],
+            "7"
+        );
+        options
+            .lake_properties
+            .insert("mink.table-id".into(), "42".into());
+        let err = options.checked().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("unknown table option 'mink.table-id'"),
+            "{err}"
+        );
+        let instant = TableOptions {
+            lake_freshness: Duration::ZERO,
+            ..TableOptions::default()
+        };
+        let err = instant.checked().unwrap_err();
+        assert!(
+            err.to_string().contains("'lake.freshness' = '0ms'"),
+            "{err}"
+        );
     }
 }

@@ -43,7 +43,9 @@ mod storage;
 mod validate;
 
 use storage::Storage;
-use validate::{check_bucket_address, check_routing, conform_keys, conform_to_schema};
+use validate::{
+    check_bucket_address, check_routing, check_table_size, conform_keys, conform_to_schema,
+};
 
 /// How a node is run.
 #[derive(Debug, Clone)]
@@ -259,6 +261,11 @@ impl Node {
         Arc::new(TaskContext::default().with_runtime(Arc::clone(&self.reads)))
     }
 
+    /// The memory pool of the node ([`NodeConfig::memory_pool`]).
+    pub(crate) fn memory_pool(&self) -> &Arc<dyn MemoryPool> {
+        &self.reads.memory_pool
+    }
+
     /// The configured failpoint.
     pub(crate) fn failpoint(&self) -> Option<Failpoint> {
         self.storage.config.failpoint
@@ -283,8 +290,9 @@ impl Node {
     ///
     /// # Errors
     /// [`NodeError::TableExists`]; [`NodeError::InvalidArgument`] for a `bucket.num`
-    /// above [`NodeConfig::max_bucket_num`] or an invalid descriptor; I/O, metadata and
-    /// lake errors.
+    /// above [`NodeConfig::max_bucket_num`], an option SQL's `WITH` would not take, a
+    /// table over the size bounds of [`crate::flight::limits`] or an invalid descriptor;
+    /// I/O, metadata and lake errors.
     pub async fn create_table(
         &self,
         descriptor: TableDescriptor,
@@ -342,8 +350,9 @@ impl Node {
             current,
             descriptor.primary_key.clone(),
             descriptor.partition_keys.clone(),
-            descriptor.options(),
+            descriptor.options().checked()?,
         )?;
+        check_table_size(&validated)?;
         let max = self.storage.config.max_bucket_num;
         if validated.bucket_num == 0 || validated.bucket_num > max {
             return Err(NodeError::InvalidArgument(format!(
@@ -472,6 +481,7 @@ impl Node {
         let state = self.table(path)?;
         let mut descriptor = state.descriptor.write().unwrap_or_else(|p| p.into_inner());
         let evolved = descriptor.with_added_column(field)?;
+        check_table_size(&evolved)?;
         self.metadata.update_table(&evolved)?;
         *descriptor = Arc::new(evolved.clone());
         info!(table = %path, schema_id = evolved.current().schema_id, "added column");

@@ -31,7 +31,20 @@
 //! | [`MAX_HEADER_LIST_BYTES`]        | 64 KiB     | refused by HTTP/2 |
 //! | [`MAX_FRAME_BYTES`]              | 1 MiB      | HTTP/2 SETTINGS: the client sends smaller frames |
 //! | [`PUT_PIPELINE`]                 | 64         | batches of one DoPut in flight |
+//! | [`PUT_PIPELINE_BYTES`]           | 64 MiB     | bytes of one DoPut's batches in flight, reserved in the node's memory pool: the stream waits for its acks (a batch alone that the pool cannot take: `ResourceExhausted`) |
 //! | [`mink_core::key::MAX_KEY_BYTES`] | 63 KiB    | an encoded primary key: the write refused, naming the row |
+//!
+//! A table's definition is bounded too, on every path that creates or alters one (the
+//! node port, SQL, Flight SQL's bulk ingest), since each schema version is a full copy of
+//! the columns stored in `meta.db`, held in memory and sent by `describe_table`:
+//!
+//! | limit                            | value      | how      |
+//! |----------------------------------|------------|----------|
+//! | [`MAX_COLUMNS`]                  | 4096       | fields of a schema, nested ones counted: refused |
+//! | [`MAX_SCHEMA_VERSIONS`]          | 1000       | schema versions of a table (an ADD COLUMN adds one): refused |
+//! | [`MAX_DESCRIPTOR_BYTES`]         | 64 MiB     | a table's encoded descriptor (every schema version): refused |
+//! | [`mink_core::options::MIN_LAKE_FRESHNESS`] | 1 s | `lake.freshness`: refused below |
+//! | table options                    | those of [`mink_core::options`] | anything else refused, Iceberg properties included |
 //!
 //! Compressed Arrow IPC is refused wherever the node decodes a client's IPC (DoPut
 //! batches, lookup keys, prefix-lookup prefixes) by [`mink_core::ipc_guard`].
@@ -77,10 +90,27 @@ pub const MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
 pub const MAX_FRAME_BYTES: u32 = 1 << 20;
 /// Batches of one DoPut stream in flight at once (they are group-committed together).
 pub const PUT_PIPELINE: usize = 64;
+/// The bytes (IPC messages as received) of one DoPut stream's batches in flight: a batch
+/// that would take them past this waits for the acknowledgements of earlier ones. They are
+/// reserved in the node's memory pool, so many streams together stay within it. A batch
+/// larger than this is still written, alone.
+pub const PUT_PIPELINE_BYTES: usize = 64 << 20;
+/// The most fields one schema of a table has, nested fields counted.
+pub const MAX_COLUMNS: usize = 4096;
+/// The most schema versions a table has: every ADD COLUMN stores a new one, a full copy
+/// of the columns.
+pub const MAX_SCHEMA_VERSIONS: usize = 1000;
+/// The largest table descriptor (names, options and every schema version, as `meta.db`
+/// stores it and `describe_table` sends it). A column costs about 50 bytes in each
+/// version, so a table of one column takes its 999 additions (26 MB) while a wide one
+/// reaches this bound first.
+pub const MAX_DESCRIPTOR_BYTES: usize = 64 << 20;
 
 // A default never exceeds its limit.
 const _: () = assert!(DEFAULT_MAX_BYTES <= MAX_ANSWER_BYTES);
 const _: () = assert!(DEFAULT_BATCH_ROWS <= MAX_BATCH_ROWS);
+// Every table the node keeps can be described in one message.
+const _: () = assert!(MAX_DESCRIPTOR_BYTES <= MAX_MESSAGE_BYTES);
 
 /// The bytes a Scan or Tail answers for a requested `max_bytes`: 0 means
 /// [`DEFAULT_MAX_BYTES`], anything above [`MAX_ANSWER_BYTES`] is clamped to it.

@@ -185,6 +185,8 @@ impl FlightService for MinkFlightService {
             .map(|data| data.and_then(put::check_flight_data))
             .map_err(|status| FlightError::Tonic(Box::new(status)));
         let batches = put::sent_batches(data).boxed();
+        let name = format!("DoPut to {bucket}");
+        let budget = put::Budget::new(self.node.memory_pool(), name, limits::PUT_PIPELINE_BYTES);
         let node = Arc::clone(&self.node);
         let start = move |batch, stream: WriteStream| {
             let node = Arc::clone(&node);
@@ -197,7 +199,7 @@ impl FlightService for MinkFlightService {
             }
             .boxed()
         };
-        let acks = put::Pipeline::new(batches, limits::PUT_PIPELINE, start);
+        let acks = put::Pipeline::new(batches, limits::PUT_PIPELINE, budget, start);
         Ok(Response::new(acks.boxed()))
     }
 

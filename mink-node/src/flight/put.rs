@@ -1,12 +1,20 @@
 //! DoPut: a client's batches in, one acknowledgement per batch out, in order.
 //!
 //! Up to [`PUT_PIPELINE`] batches of one stream are in flight at once, so they share
-//! group commits. The pipeline keeps one promise: **after an error, nothing later in the
+//! group commits, and at most [`PUT_PIPELINE_BYTES`] of them: a batch holds the bytes of
+//! its IPC message from the moment it is read until its acknowledgement is sent, reserved
+//! in the node's memory pool ([`Budget`]). A stream whose budget is spent reads no further
+//! until its acknowledgements free some: the client waits, as a slow disk makes it wait.
+//! Only a batch that the pool cannot take while nothing of its stream is in flight is
+//! refused (`ResourceExhausted`, the acks before it sent): waiting could not help it.
+//! Together, the streams of the node hold at most what its pool has (`--sql-memory-limit`
+//! in `mink server`), plus one batch each that is read and waits for room. The pipeline keeps one promise: **after an error, nothing later in the
 //! stream is written.** A client that sees acks for batches `0..k` and then an error may
 //! retry from batch `k` without duplicating anything.
 //!
 //! ```text
 //!   client ──FlightData──► IPC guard ──► decoder ──► admit ──► [write k-2][write k-1][write k] ──► acks, in order
+//!                                                     │  bytes reserved ─┘      bytes freed as each ack is sent ─┘
 //!                                                     │                 │
 //!                                                     │                 └─ in the log, one WriteStream:
 //!                                                     │                      failed in its group -> k+1.. never written
@@ -31,12 +39,15 @@
 //! Either way the acknowledgements of the batches before the failed one are still sent,
 //! then its error, and the stream ends.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use arrow_flight::FlightData;
 use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
 use arrow_flight::error::FlightError;
+use datafusion_execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use futures::future::{self, BoxFuture};
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
@@ -45,7 +56,7 @@ use tonic::Status;
 
 use super::flight_error_to_status;
 #[cfg(doc)]
-use super::limits::PUT_PIPELINE;
+use super::limits::{PUT_PIPELINE, PUT_PIPELINE_BYTES};
 use crate::error::NodeError;
 use crate::log::{SentBatch, WriteStream};
 
@@ -58,11 +69,19 @@ pub(super) fn check_flight_data(data: FlightData) -> Result<FlightData, Status> 
     Ok(data)
 }
 
+/// A batch read from a client's stream, and the bytes it holds until it is acknowledged.
+#[derive(Debug)]
+pub(super) struct Received<B> {
+    pub(super) batch: B,
+    pub(super) bytes: usize,
+}
+
 /// The batches of a DoPut stream, each with the message it came in (see [`SentBatch`]):
-/// one schema message first, then record batch messages (dictionaries between them).
+/// one schema message first, then record batch messages (dictionaries between them). A
+/// batch holds the bytes of its message (header and body).
 pub(super) fn sent_batches(
     data: impl Stream<Item = Result<FlightData, FlightError>> + Send + 'static,
-) -> impl Stream<Item = Result<SentBatch, Status>> {
+) -> impl Stream<Item = Result<Received<SentBatch>, Status>> {
     let mut schema_seen = false;
     FlightDataDecoder::new(data)
         .map_err(flight_error_to_status)
@@ -77,19 +96,84 @@ pub(super) fn sent_batches(
                 }
                 DecodedPayload::None => Ok(None),
                 DecodedPayload::RecordBatch(batch) => {
-                    Ok(Some(SentBatch::from_flight(decoded.inner, batch)))
+                    let bytes = decoded.inner.data_header.len() + decoded.inner.data_body.len();
+                    let batch = SentBatch::from_flight(decoded.inner, batch);
+                    Ok(Some(Received { batch, bytes }))
                 }
             };
             future::ready(batch)
         })
 }
 
+/// The bytes of a pipeline's writes in flight, reserved in a memory pool, at most `limit`
+/// of them unless a single batch is larger.
+#[derive(Debug)]
+pub(super) struct Budget {
+    limit: usize,
+    reservation: MemoryReservation,
+    /// The bytes of each write in flight, oldest first: acknowledged in this order.
+    writes: VecDeque<usize>,
+}
+
+/// What [`Budget::admit`] decides for a batch.
+enum Admission {
+    /// Its bytes are reserved: start its write.
+    Admitted,
+    /// Not now: writes in flight will free bytes when they are acknowledged.
+    Wait,
+    /// Never: nothing is in flight and the pool cannot take it.
+    Refused(Status),
+}
+
+impl Budget {
+    /// A budget of `limit` bytes, reserved in `pool` under `name`.
+    pub(super) fn new(pool: &Arc<dyn MemoryPool>, name: String, limit: usize) -> Self {
+        Self {
+            limit,
+            reservation: MemoryConsumer::new(name).register(pool),
+            writes: VecDeque::new(),
+        }
+    }
+
+    /// Reserves a batch of `bytes` for a write, or says why not.
+    fn admit(&mut self, bytes: usize) -> Admission {
+        let alone = self.writes.is_empty();
+        if !alone && self.reservation.size() + bytes > self.limit {
+            return Admission::Wait;
+        }
+        match self.reservation.try_grow(bytes) {
+            Ok(()) => {
+                self.writes.push_back(bytes);
+                Admission::Admitted
+            }
+            Err(_) if !alone => Admission::Wait,
+            Err(error) => Admission::Refused(
+                NodeError::MemoryExhausted(format!(
+                    "a DoPut batch of {bytes} bytes (the node's memory pool is full; send \
+                     smaller batches or retry later): {error}"
+                ))
+                .into(),
+            ),
+        }
+    }
+
+    /// Frees the bytes of the oldest write, acknowledged.
+    fn release_oldest(&mut self) {
+        if let Some(bytes) = self.writes.pop_front() {
+            self.reservation.shrink(bytes);
+        }
+    }
+}
+
 /// The acknowledgements of a DoPut stream: `start` begins the write of one batch, a
 /// write of the pipeline's [`WriteStream`].
-pub(super) struct Pipeline<I, S, T> {
+pub(super) struct Pipeline<I, B, S, T> {
     input: Option<I>,
+    /// A batch read and not yet admitted: its stream's [`Budget`] is spent.
+    waiting: Option<Received<B>>,
     start: S,
     in_flight: FuturesOrdered<BoxFuture<'static, Result<T, Status>>>,
+    budget: Budget,
     /// What the log knows the writes of this pipeline by.
     stream: WriteStream,
     depth: usize,
@@ -97,10 +181,12 @@ pub(super) struct Pipeline<I, S, T> {
     done: bool,
 }
 
-impl<I, S, T> std::fmt::Debug for Pipeline<I, S, T> {
+impl<I, B, S, T> std::fmt::Debug for Pipeline<I, B, S, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pipeline")
             .field("in_flight", &self.in_flight.len())
+            .field("budget", &self.budget)
+            .field("waiting", &self.waiting.as_ref().map(|w| w.bytes))
             .field("depth", &self.depth)
             .field("reading", &self.input.is_some())
             .field("failed", &self.failed)
@@ -108,18 +194,22 @@ impl<I, S, T> std::fmt::Debug for Pipeline<I, S, T> {
     }
 }
 
-impl<I, B, S, T> Pipeline<I, S, T>
+impl<I, B, S, T> Pipeline<I, B, S, T>
 where
-    I: Stream<Item = Result<B, Status>> + Unpin,
+    I: Stream<Item = Result<Received<B>, Status>> + Unpin,
+    B: Unpin,
     S: FnMut(B, WriteStream) -> BoxFuture<'static, Result<T, Status>> + Unpin,
     T: Send + 'static,
 {
-    /// A pipeline of at most `depth` writes in flight over the decoded `input`.
-    pub(super) fn new(input: I, depth: usize, start: S) -> Self {
+    /// A pipeline of at most `depth` writes, and the bytes `budget` allows, in flight over
+    /// the decoded `input`.
+    pub(super) fn new(input: I, depth: usize, budget: Budget, start: S) -> Self {
         Self {
             input: Some(input),
+            waiting: None,
             start,
             in_flight: FuturesOrdered::new(),
+            budget,
             stream: WriteStream::default(),
             depth: depth.max(1),
             failed: None,
@@ -130,37 +220,68 @@ where
     /// Stops reading the client's stream; `status` follows the acks already in flight.
     fn fail(&mut self, status: Status) {
         self.failed = Some(status);
+        self.stop_reading();
+    }
+
+    fn stop_reading(&mut self) {
         self.input = None;
+        self.waiting = None;
     }
 
     /// Starts writes while there is room and input is ready.
     fn admit(&mut self, cx: &mut Context<'_>) {
         while self.failed.is_none() && self.in_flight.len() < self.depth {
-            let Some(input) = self.input.as_mut() else {
+            let Some(next) = self.next_batch(cx) else {
                 return;
             };
-            match input.poll_next_unpin(cx) {
-                Poll::Ready(Some(Ok(batch))) => {
-                    let mut write = (self.start)(batch, self.stream.clone());
-                    match write.poll_unpin(cx) {
-                        Poll::Ready(Err(status)) => self.fail(status),
-                        Poll::Ready(Ok(ack)) => {
-                            self.in_flight.push_back(future::ready(Ok(ack)).boxed());
-                        }
-                        Poll::Pending => self.in_flight.push_back(write),
-                    }
+            match self.budget.admit(next.bytes) {
+                Admission::Admitted => self.start_write(next.batch, cx),
+                Admission::Wait => {
+                    self.waiting = Some(next);
+                    return;
                 }
-                Poll::Ready(Some(Err(status))) => self.fail(status),
-                Poll::Ready(None) => self.input = None,
-                Poll::Pending => return,
+                Admission::Refused(status) => self.fail(status),
             }
+        }
+    }
+
+    /// The batch waiting for room, else the client's next one if it is ready.
+    fn next_batch(&mut self, cx: &mut Context<'_>) -> Option<Received<B>> {
+        if let Some(waiting) = self.waiting.take() {
+            return Some(waiting);
+        }
+        match self.input.as_mut()?.poll_next_unpin(cx) {
+            Poll::Ready(Some(Ok(batch))) => Some(batch),
+            Poll::Ready(Some(Err(status))) => {
+                self.fail(status);
+                None
+            }
+            Poll::Ready(None) => {
+                self.input = None;
+                None
+            }
+            Poll::Pending => None,
+        }
+    }
+
+    /// Starts the write of an admitted batch and polls it once (see the module doc).
+    fn start_write(&mut self, batch: B, cx: &mut Context<'_>) {
+        let mut write = (self.start)(batch, self.stream.clone());
+        match write.poll_unpin(cx) {
+            // Its bytes stay reserved until the pipeline, which reads nothing more, ends.
+            Poll::Ready(Err(status)) => self.fail(status),
+            Poll::Ready(Ok(ack)) => {
+                self.in_flight.push_back(future::ready(Ok(ack)).boxed());
+            }
+            Poll::Pending => self.in_flight.push_back(write),
         }
     }
 }
 
-impl<I, B, S, T> Stream for Pipeline<I, S, T>
+impl<I, B, S, T> Stream for Pipeline<I, B, S, T>
 where
-    I: Stream<Item = Result<B, Status>> + Unpin,
+    I: Stream<Item = Result<Received<B>, Status>> + Unpin,
+    B: Unpin,
     S: FnMut(B, WriteStream) -> BoxFuture<'static, Result<T, Status>> + Unpin,
     T: Send + 'static,
 {
@@ -173,12 +294,15 @@ where
         }
         this.admit(cx);
         match this.in_flight.poll_next_unpin(cx) {
-            Poll::Ready(Some(Ok(ack))) => Poll::Ready(Some(Ok(ack))),
+            Poll::Ready(Some(Ok(ack))) => {
+                this.budget.release_oldest();
+                Poll::Ready(Some(Ok(ack)))
+            }
             Poll::Ready(Some(Err(status))) => {
                 // A write that failed in the log itself: the stream ends here. The log
                 // writes none of the writes queued behind it, and they are not answered.
                 this.done = true;
-                this.input = None;
+                this.stop_reading();
                 Poll::Ready(Some(Err(status)))
             }
             Poll::Ready(None) => {
@@ -204,6 +328,7 @@ mod tests {
 
     use arrow::array::{AsArray, Int64Array, RecordBatch};
     use arrow::datatypes::Int64Type;
+    use datafusion_execution::memory_pool::{GreedyMemoryPool, UnboundedMemoryPool};
     use futures::stream;
 
     use super::*;
@@ -216,36 +341,109 @@ mod tests {
         batch.column(0).as_primitive::<Int64Type>().value(0)
     }
 
+    fn received(id: i64, bytes: usize) -> Result<Received<RecordBatch>, Status> {
+        Ok(Received {
+            batch: batch(id),
+            bytes,
+        })
+    }
+
+    fn unbounded() -> Budget {
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
+        Budget::new(&pool, "test".into(), usize::MAX)
+    }
+
+    /// What a pipeline over the fake log of [`run_in`] answered and did.
+    struct Run {
+        answers: Vec<Result<i64, String>>,
+        /// The ids written, in order.
+        queued: Vec<i64>,
+        /// The most writes the log had at once.
+        most_at_once: usize,
+    }
+
     /// A fake log: a write of a negative id is refused on its first poll; every other
     /// one is "queued" (recorded) on its first poll and acknowledged after a delay.
     fn run(ids: Vec<i64>, depth: usize) -> (Vec<Result<i64, String>>, Vec<i64>) {
+        let batches = ids.into_iter().map(|id| (id, 1)).collect();
+        let run = run_in(batches, depth, unbounded());
+        (run.answers, run.queued)
+    }
+
+    /// [`run`] of batches `(id, bytes)` under `budget`.
+    fn run_in(batches: Vec<(i64, usize)>, depth: usize, budget: Budget) -> Run {
         let queued = Arc::new(Mutex::new(Vec::new()));
-        let log = Arc::clone(&queued);
+        let open = Arc::new(Mutex::new((0, 0)));
+        let (log, writes) = (Arc::clone(&queued), Arc::clone(&open));
         let start = move |batch: RecordBatch, _| {
-            let log = Arc::clone(&log);
+            let (log, writes) = (Arc::clone(&log), Arc::clone(&writes));
             async move {
                 let id = id(&batch);
                 if id < 0 {
                     return Err(Status::invalid_argument(format!("bad batch {id}")));
                 }
                 log.lock().unwrap().push(id);
+                {
+                    let mut open = writes.lock().unwrap();
+                    open.0 += 1;
+                    open.1 = open.1.max(open.0);
+                }
                 tokio::time::sleep(Duration::from_millis(5)).await;
+                writes.lock().unwrap().0 -= 1;
                 Ok(id)
             }
             .boxed()
         };
-        let input = stream::iter(ids.into_iter().map(|i| Ok(batch(i))));
+        let input = stream::iter(batches.into_iter().map(|(id, bytes)| received(id, bytes)));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
             .unwrap();
         let answers = runtime.block_on(
-            Pipeline::new(input, depth, start)
+            Pipeline::new(input, depth, budget, start)
                 .map(|r| r.map_err(|s| s.message().to_string()))
                 .collect::<Vec<_>>(),
         );
         let queued = queued.lock().unwrap().clone();
-        (answers, queued)
+        let most_at_once = open.lock().unwrap().1;
+        Run {
+            answers,
+            queued,
+            most_at_once,
+        }
+    }
+
+    #[test]
+    fn the_bytes_in_flight_stay_within_the_budget() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
+        let batches = (0..20).map(|id| (id, 10)).collect();
+        let run = run_in(batches, 64, Budget::new(&pool, "t".into(), 35));
+        assert_eq!(run.answers, (0..20).map(Ok).collect::<Vec<_>>());
+        assert_eq!(run.most_at_once, 3, "3 batches of 10 bytes fit in 35");
+        assert_eq!(pool.reserved(), 0, "every byte freed once acknowledged");
+
+        let batches = (0..5).map(|id| (id, 100)).collect();
+        let run = run_in(batches, 64, Budget::new(&pool, "t".into(), 35));
+        assert_eq!(run.answers, (0..5).map(Ok).collect::<Vec<_>>());
+        assert_eq!(run.most_at_once, 1, "a batch over the budget goes alone");
+    }
+
+    #[test]
+    fn a_full_pool_holds_the_stream_back_and_refuses_a_batch_alone_it_cannot_take() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(25));
+        let batches = (0..10).map(|id| (id, 10)).collect();
+        let run = run_in(batches, 64, Budget::new(&pool, "t".into(), usize::MAX));
+        assert_eq!(run.answers, (0..10).map(Ok).collect::<Vec<_>>());
+        assert_eq!(run.most_at_once, 2, "the pool takes 2 batches of 10 bytes");
+
+        let batches = vec![(0, 10), (1, 10), (2, 30), (3, 10)];
+        let run = run_in(batches, 64, Budget::new(&pool, "t".into(), usize::MAX));
+        assert_eq!(run.queued, vec![0, 1], "nothing after the refused batch");
+        assert_eq!(run.answers[..2], [Ok(0), Ok(1)]);
+        assert_eq!(run.answers.len(), 3);
+        let refused = run.answers[2].as_ref().unwrap_err();
+        assert!(refused.contains("a DoPut batch of 30 bytes"), "{refused}");
+        assert_eq!(pool.reserved(), 0);
     }
 
     #[test]
@@ -284,16 +482,16 @@ mod tests {
         let queued = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&queued);
         let input = stream::iter(vec![
-            Ok(batch(1)),
+            received(1, 1),
             Err(Status::invalid_argument("malformed")),
-            Ok(batch(2)),
+            received(2, 1),
         ]);
         let start = move |batch: RecordBatch, _| {
             log.lock().unwrap().push(id(&batch));
             future::ready(Ok(id(&batch))).boxed()
         };
         let answers = futures::executor::block_on(
-            Pipeline::new(input, 64, start)
+            Pipeline::new(input, 64, unbounded(), start)
                 .map(|r| r.map_err(|s| s.message().to_string()))
                 .collect::<Vec<_>>(),
         );
@@ -346,8 +544,8 @@ mod tests {
             }
             .boxed()
         };
-        let input = stream::iter(ids.into_iter().map(|i| Ok(batch(i))));
-        let answers = Pipeline::new(input, depth, start)
+        let input = stream::iter(ids.into_iter().map(|i| received(i, 1)));
+        let answers = Pipeline::new(input, depth, unbounded(), start)
             .map(|r| r.map_err(|s| s.message().to_string()))
             .collect::<Vec<_>>()
             .await;
