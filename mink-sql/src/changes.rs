@@ -50,6 +50,7 @@ use mink_lake::delta::{
     delta_schema, read_delta,
 };
 use mink_lake::storage::LakeStorage;
+use mink_lake::upkeep::leases::{Lease, location_of_file};
 
 use crate::split::external;
 
@@ -308,8 +309,10 @@ impl TableProvider for ChangesTable {
                 self.to
             )));
         }
-        let partition =
+        let leases = lease_range(&self.storage, &self.table.path, self.from, &plan);
+        let mut partition =
             ChangesPartition::new(plan, self.table.schema(), projection, self.storage.clone())?;
+        partition.leases = leases;
         let schema = Arc::clone(partition.schema());
         let ordering = apply_order(&schema);
         Ok(Arc::new(StreamingTableExec::try_new(
@@ -321,6 +324,32 @@ impl TableProvider for ChangesTable {
             limit,
         )?))
     }
+}
+
+/// Leases on every snapshot of `plan`'s range, from `from` on, so that upkeep keeps the
+/// files the read reads while it runs ([`mink_lake::upkeep::leases`]); none when it reads
+/// no file.
+fn lease_range(
+    storage: &LakeStorage,
+    table: &TablePath,
+    from: i64,
+    plan: &DeltaPlan,
+) -> Vec<Lease> {
+    let files = plan.snapshots.iter().flat_map(|snapshot| {
+        let added = snapshot.added_files.iter().map(|f| f.path.as_str());
+        added.chain(snapshot.delete_files.iter().map(|f| f.path.as_str()))
+    });
+    let Some(location) = files
+        .into_iter()
+        .find_map(|file| location_of_file(&table.database, &table.name, file))
+    else {
+        return Vec::new();
+    };
+    let between = plan.snapshots.iter().map(|snapshot| snapshot.snapshot_id);
+    std::iter::once(from)
+        .chain(between)
+        .map(|snapshot_id| Lease::take(storage, &location, snapshot_id))
+        .collect()
 }
 
 /// The order the rows come in, `_sequence_number, _change_type` ('delete' before
@@ -353,6 +382,8 @@ struct ChangesPartition {
     output: Vec<usize>,
     schema: SchemaRef,
     storage: LakeStorage,
+    /// Held by the partition and its stream: the range's files stay while either lives.
+    leases: Vec<Lease>,
 }
 
 impl ChangesPartition {
@@ -389,6 +420,7 @@ impl ChangesPartition {
             output,
             schema,
             storage,
+            leases: Vec::new(),
         })
     }
 }
@@ -400,6 +432,7 @@ impl PartitionStream for ChangesPartition {
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let output = self.output.clone();
+        let leases = self.leases.clone();
         let rows = read_delta(
             &self.storage,
             self.plan.clone(),
@@ -407,6 +440,7 @@ impl PartitionStream for ChangesPartition {
             DeletedRows::Whole,
         )
         .map(move |batch| {
+            let _held = &leases;
             let batch = batch.map_err(external)?;
             Ok(batch.project(&output)?)
         });
