@@ -95,15 +95,20 @@ impl Node {
     /// the hold or keeps the snapshot as its seam.
     ///
     /// # Errors
-    /// The metadata store's; the lake's for a table with a lake.
+    /// The metadata store's.
     pub(crate) async fn hold_latest_lake_snapshot(
         &self,
         table: &TableDescriptor,
     ) -> Result<Option<LakeSnapshotRecord>> {
-        if !table.lake_enabled {
+        // A lake that cannot be opened has no upkeep to hold a snapshot against either.
+        let lake = match table.lake_enabled {
+            true => self.lake().await.ok(),
+            false => None,
+        };
+        let Some(lake) = lake else {
             return self.metadata.latest_lake_snapshot(table.table_id);
-        }
-        let location = lease_location(self.lake().await?, &table.path);
+        };
+        let location = lease_location(lake, &table.path);
         hold_planned(
             &location,
             || self.metadata.latest_lake_snapshot(table.table_id),
