@@ -7,6 +7,7 @@ use mink_auth::Credentials;
 use mink_node::Node;
 
 use crate::groups::Groups;
+use crate::offsets::OffsetsExpiry;
 use crate::produce::Producers;
 use crate::server::ServeError;
 
@@ -23,6 +24,7 @@ pub(crate) struct Broker {
     pub(crate) port: i32,
     credentials: Option<Credentials>,
     pub(crate) groups: Groups,
+    pub(crate) offsets_expiry: OffsetsExpiry,
     pub(crate) producers: Producers,
 }
 
@@ -45,6 +47,7 @@ impl Broker {
         }
         Ok(Self {
             groups: Groups::new(),
+            offsets_expiry: OffsetsExpiry::default(),
             producers: Producers::default(),
             node,
             host,

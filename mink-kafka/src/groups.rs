@@ -475,6 +475,18 @@ impl Groups {
         }
     }
 
+    /// The ids of the groups that have members now: their committed offsets are in use
+    /// (`crate::offsets` keeps them).
+    pub(crate) fn with_members(&self) -> Vec<String> {
+        let registry = self.lock();
+        registry
+            .groups
+            .iter()
+            .filter(|(_, group)| !group.members.is_empty())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// Whether a member may commit offsets for `group` at `generation`: a group with
     /// members takes commits from its members of the current generation; a group with
     /// none takes them from anyone (a consumer that assigns its partitions itself).

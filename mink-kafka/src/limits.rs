@@ -15,6 +15,9 @@
 //! | [`FETCH_CHUNK_ROWS`] | 1 024 | a Fetch answer stops after the first chunk of rows past its byte bound |
 //! | Fetch `max_wait_ms` | 60 s | clamped (the node's Tail bound) |
 //! | [`MAX_OFFSET_METADATA_BYTES`] | 4 KiB | a committed offset's metadata beyond it is refused for its partition (`OFFSET_METADATA_TOO_LARGE`; Kafka's `offset.metadata.max.bytes`) |
+//! | [`MAX_COMMITTED_GROUPS`] | 100 000 | a commit of a group with no committed offsets beyond it is refused (`COORDINATOR_NOT_AVAILABLE` for each partition) |
+//! | [`OFFSETS_RETENTION`] | 7 days | a group without members and without a commit for that long loses its committed offsets in `meta.db` (Kafka's `offsets.retention.minutes`) |
+//! | [`OFFSETS_EXPIRY_INTERVAL`] | 1 min | how often an OffsetCommit or an OffsetFetch looks for them |
 //! | [`MAX_GROUP_ID_BYTES`] | 1 KiB | a join (`INVALID_GROUP_ID`) or a commit (`INVALID_GROUP_ID` for each partition) naming a longer group is refused |
 //! | [`MAX_GROUPS`] | 10 000 | a new group beyond it is refused (`COORDINATOR_NOT_AVAILABLE`) |
 //! | [`MAX_GROUP_MEMBERS`] | 1 000 | a join beyond it is refused (`GROUP_MAX_SIZE_REACHED`) |
@@ -64,6 +67,14 @@ pub(crate) const MAX_FETCH_BYTES: u64 = mink_node::flight::limits::MAX_ANSWER_BY
 pub(crate) const FETCH_CHUNK_ROWS: usize = 1024;
 /// The most bytes of metadata a committed offset may carry.
 pub(crate) const MAX_OFFSET_METADATA_BYTES: usize = 4 << 10;
+/// The most groups with committed offsets in `meta.db`: each takes a row per
+/// partition it commits, so without a bound a client naming a new group in every
+/// commit fills the disk long before [`OFFSETS_RETENTION`] frees anything.
+pub(crate) const MAX_COMMITTED_GROUPS: usize = 100_000;
+/// How long the committed offsets of a group without members outlive its last commit.
+pub(crate) const OFFSETS_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+/// How often groups idle for [`OFFSETS_RETENTION`] are looked for.
+pub(crate) const OFFSETS_EXPIRY_INTERVAL: Duration = Duration::from_secs(60);
 /// The longest group id: it is held in memory and, with committed offsets, in `meta.db`.
 pub(crate) const MAX_GROUP_ID_BYTES: usize = 1 << 10;
 /// The most consumer groups the coordinator keeps in memory.

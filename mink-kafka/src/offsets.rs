@@ -1,9 +1,16 @@
 //! Offsets: `ListOffsets` (by position and time, `spec/reads.md`), and the offsets
 //! consumer groups commit (`OffsetCommit`, `OffsetFetch`), stored durably in the node's
 //! metadata (`meta.db`) under the topic's full name `database.table`.
+//!
+//! Committed offsets do not pile up for good: as Kafka's `offsets.retention.minutes`,
+//! a group without members that commits nothing for [`OFFSETS_RETENTION`] loses them
+//! (an OffsetCommit or OffsetFetch looks for such groups at most every
+//! [`OFFSETS_EXPIRY_INTERVAL`]), and at most [`MAX_COMMITTED_GROUPS`] groups have some,
+//! so that a client naming a new group in every commit cannot fill the disk meanwhile.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{
@@ -22,11 +29,14 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use mink_core::protocol::BucketId;
 use mink_core::protocol::list_offsets::Spec;
-use mink_node::metadata::ConsumerOffset;
+use mink_node::metadata::{ConsumerOffset, OffsetsCommitted, now_ms};
 
 use crate::broker::Broker;
 use crate::error::KafkaError;
-use crate::limits::{MAX_GROUP_ID_BYTES, MAX_OFFSET_METADATA_BYTES};
+use crate::limits::{
+    MAX_COMMITTED_GROUPS, MAX_GROUP_ID_BYTES, MAX_OFFSET_METADATA_BYTES, OFFSETS_EXPIRY_INTERVAL,
+    OFFSETS_RETENTION,
+};
 use crate::topics::Topic;
 
 /// `ListOffsets` timestamps with a meaning of their own.
@@ -102,11 +112,53 @@ async fn offset_at(
     Ok((offset, committed))
 }
 
+/// When `meta.db` was last rid of idle groups' committed offsets.
+#[derive(Debug, Default)]
+pub(crate) struct OffsetsExpiry {
+    last: Mutex<Option<Instant>>,
+}
+
+impl OffsetsExpiry {
+    /// Whether idle groups are due to be looked for (at most every
+    /// [`OFFSETS_EXPIRY_INTERVAL`]); from now on, they are not.
+    fn due(&self) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        let due = last.is_none_or(|at| at.elapsed() >= OFFSETS_EXPIRY_INTERVAL);
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
+    }
+}
+
+/// Forgets, in `meta.db`, the committed offsets of the groups without members that
+/// committed nothing for [`OFFSETS_RETENTION`], when that is due.
+async fn forget_idle_groups(broker: &Broker) {
+    if !broker.offsets_expiry.due() {
+        return;
+    }
+    let active = broker.groups.with_members();
+    let node = Arc::clone(&broker.node);
+    let forgotten = tokio::task::spawn_blocking(move || {
+        node.kafka_state()
+            .forget_idle_groups(now_ms(), OFFSETS_RETENTION, &active)
+    })
+    .await;
+    match forgotten {
+        Ok(Ok(0)) => {}
+        Ok(Ok(count)) => tracing::info!(count, "forgot the committed offsets of idle groups"),
+        failed => tracing::warn!(?failed, "forgetting idle groups' committed offsets failed"),
+    }
+}
+
 /// `OffsetCommit`: every partition of a known topic is stored, in one transaction;
 /// partitions of unknown topics, and those whose metadata is longer than
 /// [`MAX_OFFSET_METADATA_BYTES`] (`OFFSET_METADATA_TOO_LARGE`), are refused one by one;
-/// a group id longer than [`MAX_GROUP_ID_BYTES`] refuses them all (`INVALID_GROUP_ID`).
+/// a group id longer than [`MAX_GROUP_ID_BYTES`] refuses them all (`INVALID_GROUP_ID`),
+/// and so does a group with no offsets stored once [`MAX_COMMITTED_GROUPS`] groups have
+/// some (`COORDINATOR_NOT_AVAILABLE`).
 pub(crate) async fn commit(broker: &Broker, request: OffsetCommitRequest) -> OffsetCommitResponse {
+    forget_idle_groups(broker).await;
     let group = request.group_id.0.to_string();
     let refused = if group.len() > MAX_GROUP_ID_BYTES {
         Some(ResponseError::InvalidGroupId.code())
@@ -160,22 +212,41 @@ pub(crate) async fn commit(broker: &Broker, request: OffsetCommitRequest) -> Off
     if !stored.is_empty() {
         let node = Arc::clone(&broker.node);
         let saved = tokio::task::spawn_blocking(move || {
-            node.kafka_state().commit_consumer_offsets(&group, &stored)
+            node.kafka_state().commit_consumer_offsets(
+                &group,
+                &stored,
+                now_ms(),
+                MAX_COMMITTED_GROUPS,
+            )
         })
         .await;
-        if !matches!(saved, Ok(Ok(()))) {
-            tracing::warn!(?saved, "storing committed offsets failed");
-            let failed = ResponseError::KafkaStorageError.code();
-            for topic in &mut topics {
-                for partition in &mut topic.partitions {
-                    if partition.error_code == 0 {
-                        partition.error_code = failed;
-                    }
-                }
+        match saved {
+            Ok(Ok(OffsetsCommitted::Stored)) => {}
+            Ok(Ok(OffsetsCommitted::TooManyGroups)) => {
+                tracing::warn!(
+                    MAX_COMMITTED_GROUPS,
+                    "a new group's commit refused: as many groups as allowed have committed offsets"
+                );
+                refuse_stored(&mut topics, ResponseError::CoordinatorNotAvailable);
+            }
+            failed => {
+                tracing::warn!(?failed, "storing committed offsets failed");
+                refuse_stored(&mut topics, ResponseError::KafkaStorageError);
             }
         }
     }
     OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// Answers `error` for every partition of a commit that was to be stored.
+fn refuse_stored(topics: &mut [OffsetCommitResponseTopic], error: ResponseError) {
+    for topic in topics {
+        for partition in &mut topic.partitions {
+            if partition.error_code == 0 {
+                partition.error_code = error.code();
+            }
+        }
+    }
 }
 
 /// `OffsetFetch`: the offsets a group committed (-1 for a partition it never did); every
@@ -185,6 +256,7 @@ pub(crate) async fn fetch_committed(
     request: OffsetFetchRequest,
     version: i16,
 ) -> OffsetFetchResponse {
+    forget_idle_groups(broker).await;
     let group = request.group_id.0.to_string();
     let node = Arc::clone(&broker.node);
     let committed = match tokio::task::spawn_blocking(move || {

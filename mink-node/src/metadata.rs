@@ -2,6 +2,10 @@
 //! schema versions, the partitions created so far, the lake snapshots mink recorded, and
 //! what its Kafka listener keeps (consumer groups' committed offsets, producer ids).
 //!
+//! Kafka state a client creates by naming something new (a group id, a producer id)
+//! is recorded with when it was last used, so that what nobody uses any more can be
+//! forgotten ([`Metadata::forget_idle_groups`], [`Metadata::forget_idle_producers`]).
+//!
 //! Descriptors are stored as their protobuf encoding ([`TableDescriptorProto`]), the same
 //! bytes the Flight protocol carries, so there is one serialization of a table.
 //!
@@ -11,6 +15,7 @@
 
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use mink_core::protocol::{TableDescriptorProto, decode};
 use mink_core::table::{TableDescriptor, TablePath};
@@ -69,6 +74,10 @@ impl Metadata {
                  metadata  TEXT,
                  PRIMARY KEY (group_id, topic, partition)
              );
+             CREATE TABLE IF NOT EXISTS consumer_group_activity (
+                 group_id  TEXT PRIMARY KEY,
+                 active_at INTEGER NOT NULL
+             );
              CREATE TABLE IF NOT EXISTS producer_ids (
                  producer_id INTEGER PRIMARY KEY AUTOINCREMENT
              );
@@ -93,12 +102,8 @@ impl Metadata {
              );
              PRAGMA foreign_keys = ON;",
         )?;
-        // Producers recorded before their activity was: their idle time starts now.
-        connection.execute(
-            "INSERT OR IGNORE INTO producer_activity (producer_id, written_at)
-             SELECT DISTINCT producer_id, ?1 FROM producer_batches",
-            [now_ms()],
-        )?;
+        PRODUCER_ACTIVITY.fill(&connection, now_ms())?;
+        GROUP_ACTIVITY.fill(&connection, now_ms())?;
         Ok(Self {
             connection: Mutex::new(connection),
         })
@@ -381,6 +386,15 @@ pub struct ConsumerOffset {
     pub metadata: Option<String>,
 }
 
+/// What became of a group's commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetsCommitted {
+    /// Its offsets are stored.
+    Stored,
+    /// Refused: the group has none stored and as many groups as allowed have some.
+    TooManyGroups,
+}
+
 /// The last batch an idempotent Kafka producer wrote to one partition: what tells a
 /// retry of it (or of an older batch) from a new one, also after a restart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -396,10 +410,26 @@ pub struct ProducerBatch {
 }
 
 impl Metadata {
-    /// Stores a group's committed offsets, all of them or none (one transaction).
-    pub fn commit_consumer_offsets(&self, group: &str, offsets: &[ConsumerOffset]) -> Result<()> {
+    /// Stores a group's committed offsets, all of them or none (one transaction), and
+    /// notes the group active at `now` (ms since the epoch). A group that has none
+    /// stored yet is refused when `max_groups` groups already have some.
+    pub fn commit_consumer_offsets(
+        &self,
+        group: &str,
+        offsets: &[ConsumerOffset],
+        now: i64,
+        max_groups: usize,
+    ) -> Result<OffsetsCommitted> {
+        if offsets.is_empty() {
+            return Ok(OffsetsCommitted::Stored);
+        }
         let mut connection = self.connection();
         let transaction = connection.transaction()?;
+        if !group_has_offsets(&transaction, group)?
+            && groups_with_offsets(&transaction)? >= max_groups
+        {
+            return Ok(OffsetsCommitted::TooManyGroups);
+        }
         {
             let mut insert = transaction.prepare(
                 "INSERT OR REPLACE INTO consumer_offsets (group_id, topic, partition, offset, metadata)
@@ -415,8 +445,41 @@ impl Metadata {
                 ])?;
             }
         }
+        transaction.execute(
+            "INSERT OR REPLACE INTO consumer_group_activity (group_id, active_at) VALUES (?1, ?2)",
+            params![group, now],
+        )?;
         transaction.commit()?;
-        Ok(())
+        Ok(OffsetsCommitted::Stored)
+    }
+
+    /// Forgets the committed offsets of the groups that have been idle for `retention`
+    /// at `now` (ms since the epoch), as Kafka brokers expire them
+    /// (`offsets.retention.minutes`); how many groups were forgotten. A group is idle
+    /// from its last commit, except while it is `active` (it has members): those are
+    /// noted active at `now`, so their time starts when their last member is gone.
+    pub fn forget_idle_groups(
+        &self,
+        now: i64,
+        retention: Duration,
+        active: &[String],
+    ) -> Result<usize> {
+        let idle_since =
+            now.saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+        let mut connection = self.connection();
+        let transaction = connection.transaction()?;
+        {
+            let mut keep = transaction.prepare(
+                "UPDATE consumer_group_activity SET active_at = max(active_at, ?2)
+                 WHERE group_id = ?1",
+            )?;
+            for group in active {
+                keep.execute(params![group, now])?;
+            }
+        }
+        let forgotten = GROUP_ACTIVITY.forget(&transaction, idle_since)?;
+        transaction.commit()?;
+        Ok(forgotten)
     }
 
     /// Every offset a group committed.
@@ -500,15 +563,7 @@ impl Metadata {
     pub fn forget_idle_producers(&self, idle_since: i64) -> Result<usize> {
         let mut connection = self.connection();
         let transaction = connection.transaction()?;
-        transaction.execute(
-            "DELETE FROM producer_batches WHERE producer_id IN
-             (SELECT producer_id FROM producer_activity WHERE written_at < ?1)",
-            [idle_since],
-        )?;
-        let forgotten = transaction.execute(
-            "DELETE FROM producer_activity WHERE written_at < ?1",
-            [idle_since],
-        )?;
+        let forgotten = PRODUCER_ACTIVITY.forget(&transaction, idle_since)?;
         transaction.commit()?;
         Ok(forgotten)
     }
@@ -520,6 +575,11 @@ impl Metadata {
         let mut connection = self.connection();
         let transaction = connection.transaction()?;
         transaction.execute("DELETE FROM consumer_offsets WHERE topic = ?1", [topic])?;
+        transaction.execute(
+            "DELETE FROM consumer_group_activity WHERE group_id NOT IN
+             (SELECT group_id FROM consumer_offsets)",
+            [],
+        )?;
         transaction.execute("DELETE FROM producer_batches WHERE topic = ?1", [topic])?;
         transaction.commit()?;
         Ok(())
@@ -537,8 +597,93 @@ impl Metadata {
     }
 }
 
+/// A table of when each key a Kafka client names (a group, a producer) was last used,
+/// beside the table of what the key holds.
+struct Activity {
+    table: &'static str,
+    key: &'static str,
+    used_at: &'static str,
+    /// The rows each key holds, under the same key column.
+    state: &'static str,
+}
+
+/// When each group last committed offsets (or was seen with members).
+const GROUP_ACTIVITY: Activity = Activity {
+    table: "consumer_group_activity",
+    key: "group_id",
+    used_at: "active_at",
+    state: "consumer_offsets",
+};
+
+/// When each producer last wrote.
+const PRODUCER_ACTIVITY: Activity = Activity {
+    table: "producer_activity",
+    key: "producer_id",
+    used_at: "written_at",
+    state: "producer_batches",
+};
+
+impl Activity {
+    /// Notes the keys holding state recorded before their activity was as used at
+    /// `now`: their idle time starts then.
+    fn fill(&self, connection: &Connection, now: i64) -> Result<()> {
+        connection.execute(
+            &self.sql(
+                "INSERT OR IGNORE INTO {table} ({key}, {used_at})
+                 SELECT DISTINCT {key}, ?1 FROM {state}",
+            ),
+            [now],
+        )?;
+        Ok(())
+    }
+
+    /// Deletes what the keys unused since `idle_since` hold, then their activity; how
+    /// many keys were forgotten.
+    fn forget(&self, connection: &Connection, idle_since: i64) -> Result<usize> {
+        connection.execute(
+            &self.sql(
+                "DELETE FROM {state} WHERE {key} IN
+                 (SELECT {key} FROM {table} WHERE {used_at} < ?1)",
+            ),
+            [idle_since],
+        )?;
+        Ok(connection.execute(
+            &self.sql("DELETE FROM {table} WHERE {used_at} < ?1"),
+            [idle_since],
+        )?)
+    }
+
+    /// `template` with this table's names in place of `{table}`, `{key}`, `{used_at}`
+    /// and `{state}`.
+    fn sql(&self, template: &str) -> String {
+        template
+            .replace("{table}", self.table)
+            .replace("{key}", self.key)
+            .replace("{used_at}", self.used_at)
+            .replace("{state}", self.state)
+    }
+}
+
+/// Whether `group` has committed offsets stored.
+fn group_has_offsets(connection: &Connection, group: &str) -> Result<bool> {
+    Ok(connection.query_row(
+        "SELECT EXISTS (SELECT 1 FROM consumer_group_activity WHERE group_id = ?1)",
+        [group],
+        |row| row.get(0),
+    )?)
+}
+
+/// How many groups have committed offsets stored.
+fn groups_with_offsets(connection: &Connection) -> Result<usize> {
+    let count: i64 =
+        connection.query_row("SELECT count(*) FROM consumer_group_activity", [], |row| {
+            row.get(0)
+        })?;
+    Ok(usize::try_from(count).unwrap_or(usize::MAX))
+}
+
 /// Now, in milliseconds since the epoch.
-fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| {
@@ -622,9 +767,11 @@ mod tests {
         let first_id = {
             let metadata = Metadata::open(&path).unwrap();
             let committed = [offset("db.t", 0, 7), offset("db.u", 1, 3)];
-            metadata.commit_consumer_offsets("g", &committed).unwrap();
             metadata
-                .commit_consumer_offsets("g", &[offset("db.t", 0, 8)])
+                .commit_consumer_offsets("g", &committed, now_ms(), 1)
+                .unwrap();
+            metadata
+                .commit_consumer_offsets("g", &[offset("db.t", 0, 8)], now_ms(), 1)
                 .unwrap();
             metadata
                 .record_producer_batch(1, "db.t", 0, &batch)
@@ -689,6 +836,110 @@ mod tests {
             .query_row("SELECT count(*) FROM producer_ids", [], |row| row.get(0))
             .unwrap();
         assert_eq!(ids, 1);
+    }
+
+    /// A group's committed offsets are forgotten once it has been idle for the
+    /// retention: from its last commit, or from when it was last seen with members.
+    /// Groups with a recent commit, or with members, keep theirs; a new group is
+    /// refused once the bound's number of groups have offsets.
+    #[test]
+    fn idle_groups_are_forgotten_and_groups_are_bounded() {
+        const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+        let retention = Duration::from_millis(7 * DAY_MS as u64);
+        let dir = tempfile::tempdir().unwrap();
+        let metadata = Metadata::open(&dir.path().join("meta.db")).unwrap();
+        let offsets = [ConsumerOffset {
+            topic: "db.t".into(),
+            partition: 0,
+            offset: 1,
+            metadata: None,
+        }];
+        let commit = |group: &str, at: i64| {
+            metadata
+                .commit_consumer_offsets(group, &offsets, at, 3)
+                .unwrap()
+        };
+        let start = 1_000 * DAY_MS;
+        assert_eq!(commit("idle", start), OffsetsCommitted::Stored);
+        assert_eq!(commit("consuming", start), OffsetsCommitted::Stored);
+        assert_eq!(commit("recent", start), OffsetsCommitted::Stored);
+        assert_eq!(commit("fourth", start), OffsetsCommitted::TooManyGroups);
+        assert!(metadata.consumer_offsets("fourth").unwrap().is_empty());
+        assert_eq!(commit("recent", start + DAY_MS), OffsetsCommitted::Stored);
+
+        let later = start + 7 * DAY_MS + 1;
+        let active = ["consuming".to_string()];
+        assert_eq!(
+            metadata
+                .forget_idle_groups(later, retention, &active)
+                .unwrap(),
+            1
+        );
+        assert!(metadata.consumer_offsets("idle").unwrap().is_empty());
+        assert_eq!(metadata.consumer_offsets("consuming").unwrap(), offsets);
+        assert_eq!(metadata.consumer_offsets("recent").unwrap(), offsets);
+        assert_eq!(
+            commit("fourth", later),
+            OffsetsCommitted::Stored,
+            "room again"
+        );
+
+        // Its members gone at `later`, "consuming" is idle from then on.
+        let end = later + 7 * DAY_MS;
+        assert_eq!(metadata.forget_idle_groups(end, retention, &[]).unwrap(), 1);
+        assert!(metadata.consumer_offsets("recent").unwrap().is_empty());
+        assert_eq!(metadata.consumer_offsets("consuming").unwrap(), offsets);
+        assert_eq!(
+            metadata
+                .forget_idle_groups(end + 1, retention, &[])
+                .unwrap(),
+            2
+        );
+        assert!(metadata.consumer_offsets("consuming").unwrap().is_empty());
+    }
+
+    /// Groups that committed before their activity was recorded are counted, and idle,
+    /// from the first open after it was.
+    #[test]
+    fn groups_committed_before_their_activity_was_recorded_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.db");
+        {
+            let metadata = Metadata::open(&path).unwrap();
+            metadata
+                .connection()
+                .execute_batch(
+                    "DROP TABLE consumer_group_activity;
+                     INSERT INTO consumer_offsets VALUES ('old', 'db.t', 0, 5, NULL);",
+                )
+                .unwrap();
+        }
+        let metadata = Metadata::open(&path).unwrap();
+        let offsets = [ConsumerOffset {
+            topic: "db.t".into(),
+            partition: 0,
+            offset: 1,
+            metadata: None,
+        }];
+        assert_eq!(
+            metadata
+                .commit_consumer_offsets("new", &offsets, now_ms(), 1)
+                .unwrap(),
+            OffsetsCommitted::TooManyGroups
+        );
+        let retention = Duration::from_secs(60);
+        assert_eq!(
+            metadata
+                .forget_idle_groups(now_ms(), retention, &[])
+                .unwrap(),
+            0
+        );
+        let after = now_ms() + 60_001;
+        assert_eq!(
+            metadata.forget_idle_groups(after, retention, &[]).unwrap(),
+            1
+        );
+        assert!(metadata.consumer_offsets("old").unwrap().is_empty());
     }
 
     #[test]
