@@ -489,7 +489,7 @@ pub struct ExpireSnapshotsReply {
 }
 
 /// RemoveOrphanFiles { table, grace_ms }: deletes the unreferenced files under a table's
-/// lake location last modified more than `grace_ms` ago (default: three days).
+/// lake location last modified more than `grace_ms` ago (at least 24 h; default: three days).
 #[derive(Clone, PartialEq, Message)]
 pub struct RemoveOrphanFiles {
     /// `database.name`.

@@ -399,17 +399,16 @@ impl MinkSession {
     }
 }
 
-/// The only argument of a procedure call, a string literal.
 /// The arguments of a `CALL`: a table name, and for `system.remove_orphan_files` an
-/// optional age an orphan must have (`'1h'`, `'0s'`; default the node's grace of 3
-/// days), all as string literals.
+/// optional age an orphan must have (`'2d'`, `'36h'`: at least a day, the node refuses
+/// less; default the node's grace of 3 days), all as string literals.
 fn call_arguments(procedure: &str, args: &FunctionArguments) -> Result<(String, Option<Duration>)> {
     const REMOVE_ORPHAN_FILES: &str = "system.remove_orphan_files";
     let usage = || {
         DataFusionError::Plan(match procedure {
             REMOVE_ORPHAN_FILES => format!(
                 "{procedure} takes a table name and optionally how old an orphan file must \
-                 be ('500ms', '30s', '5m', '12h', '7d'): CALL {procedure}('t', '1h')"
+                 be, at least a day ('24h', '36h', '7d'): CALL {procedure}('t', '7d')"
             ),
             _ => format!("{procedure} takes one table name: CALL {procedure}('t')"),
         })
