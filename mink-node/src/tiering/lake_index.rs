@@ -354,24 +354,29 @@ pub(super) fn split_by_bucket_dir(
     split: LakeSplit,
     table: &TableDescriptor,
 ) -> Result<HashMap<BucketId, LakeSplit>> {
-    group_by_bucket(split, table, |file| {
+    group_by_bucket(split, table, Unplaced::Refused, |file| {
         bucket_of_path(location, table, &file.path)
     })
 }
 
 /// A whole-table split grouped by bucket: by the directory of each file and, for a log
 /// table, by the partition of a file another engine appended elsewhere
-/// ([`bucket_of_partition`]).
+/// ([`bucket_of_partition`]). A log table's file in no bucket (another engine's, of a
+/// bucket the table does not have) is left out: no read takes it either.
 ///
 /// # Errors
-/// [`NodeError::Corrupt`] for a data file in no bucket.
+/// [`NodeError::Corrupt`] for a primary-key table's data file in no bucket directory.
 pub(super) fn split_by_bucket(
     lake_table: &LakeTable,
     split: LakeSplit,
     table: &TableDescriptor,
 ) -> Result<HashMap<BucketId, LakeSplit>> {
     let metadata = lake_table.metadata();
-    group_by_bucket(split, table, |file| {
+    let unplaced = match table.has_primary_key() {
+        true => Unplaced::Refused,
+        false => Unplaced::LeftOut,
+    };
+    group_by_bucket(split, table, unplaced, |file| {
         bucket_of_path(metadata.location(), table, &file.path).or_else(|| {
             let partition = file
                 .partition
@@ -387,20 +392,34 @@ pub(super) fn split_by_bucket(
     })
 }
 
+/// What [`group_by_bucket`] does with a file in no bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unplaced {
+    /// It is an error ([`NodeError::Corrupt`]).
+    Refused,
+    /// It is left out of every bucket.
+    LeftOut,
+}
+
 /// `split`'s files grouped by the bucket `bucket_of` finds for each.
 fn group_by_bucket(
     split: LakeSplit,
     table: &TableDescriptor,
+    unplaced: Unplaced,
     bucket_of: impl Fn(&LakeFile) -> Option<BucketId>,
 ) -> Result<HashMap<BucketId, LakeSplit>> {
     let mut by_bucket: HashMap<BucketId, LakeSplit> = HashMap::new();
     for file in split.files {
-        let bucket = bucket_of(&file).ok_or_else(|| {
-            NodeError::Corrupt(format!(
-                "lake file {} of {} is in no bucket of mink's",
-                file.path, table.path
-            ))
-        })?;
+        let bucket = match (bucket_of(&file), unplaced) {
+            (Some(bucket), _) => bucket,
+            (None, Unplaced::LeftOut) => continue,
+            (None, Unplaced::Refused) => {
+                return Err(NodeError::Corrupt(format!(
+                    "lake file {} of {} is in no bucket of mink's",
+                    file.path, table.path
+                )));
+            }
+        };
         by_bucket
             .entry(bucket)
             .or_insert_with(|| LakeSplit {
