@@ -26,7 +26,7 @@
 //! | a statement handle or ticket sent back           | the pool: [`DECODED_COPIES`] times its bytes while its statement runs | refused (`RESOURCE_EXHAUSTED`) |
 //! | a ticket a FlightInfo answers                   | the pool: [`ANSWER_COPIES`] times its parameters' or result's bytes until the answer is sent | refused (`RESOURCE_EXHAUSTED`) |
 //! | a batch of an ingest or prepared update         | the pool: [`BATCH_COPIES`] times its bytes while it is written | refused (`RESOURCE_EXHAUSTED`) |
-//! | the SQL of a statement planned                  | the pool: [`PLANNING_BYTES_PER_SQL_BYTE`] per byte of SQL until the call ends | refused (`RESOURCE_EXHAUSTED`) |
+//! | the SQL of a statement planned                  | the pool: [`PLANNING_BYTES_PER_SQL_BYTE`] per byte of SQL while it is planned (an update: and run) | refused (`RESOURCE_EXHAUSTED`) |
 //! | prepared statements, sessions                   | nothing is kept: handles carry the statement, session options are not stored | none |
 //! | result streams running (the cancel registry)    | one entry per open `DoGet`, removed when it ends; its ticket is the call's message | the call's message |
 
@@ -59,9 +59,10 @@ pub const ANSWER_COPIES: usize = 3;
 /// decoded batch and the copy conformed to the table (or bound into a statement).
 pub const BATCH_COPIES: usize = 2;
 
-/// The bytes a statement's SQL is reserved at, per byte, while it is planned and run:
-/// its tokens, its syntax tree, its logical and physical plans each hold every list
-/// item again, many times the text's size. Measured on the server: 670 bytes per byte
-/// for a long `IN (...)` list, 1 400 for a long select list; a statement of 1 MiB is
-/// thus refused under a pool of less than 1 GiB instead of growing the server by as much.
+/// The bytes a statement's SQL is reserved at, per byte, while it is planned (an update
+/// while it runs too): its tokens, its syntax tree, its logical and physical plans each
+/// hold every list item again, many times the text's size. Measured on the server: 670
+/// bytes per byte for a long `IN (...)` list, 1 400 for a long select list; a statement
+/// of 1 MiB is thus refused under a pool of less than 1 GiB instead of growing the
+/// server by as much.
 pub const PLANNING_BYTES_PER_SQL_BYTE: usize = 1024;

@@ -15,7 +15,8 @@
 //! - a handle or ticket the client sends back, decoded, and its parameters bound;
 //! - the ticket a FlightInfo answers;
 //! - a batch being ingested or run as parameters of an update;
-//! - the plans of a statement, at [`PLANNING_BYTES_PER_SQL_BYTE`] per byte of its SQL.
+//! - the plans of a statement while it is planned (or, for an update, run), at
+//!   [`PLANNING_BYTES_PER_SQL_BYTE`] per byte of its SQL.
 //!
 //! What a call keeps ([`CallMemory::keep`]) is released when the call ends: when its
 //! answer has been handed to the connection and its request is gone. The message being
@@ -98,13 +99,14 @@ impl CallMemory {
             .map_err(|error| exhausted(error, bytes, what))
     }
 
-    /// Reserves what planning and running `sql` holds until the call ends.
+    /// Reserves what planning `sql` holds (its tokens, syntax tree and plans) until the
+    /// answer is dropped: once the statement is planned, or has run.
     ///
     /// # Errors
     /// `ResourceExhausted` when the pool cannot grant it.
-    pub(crate) fn keep_planning(&self, sql: &str) -> Result<(), Status> {
+    pub(crate) fn planning(&self, sql: &str) -> Result<Held, Status> {
         let what = format!("the plans of a statement of {}", human(sql.len()));
-        self.keep(PLANNING_BYTES_PER_SQL_BYTE * sql.len(), &what)
+        self.hold(PLANNING_BYTES_PER_SQL_BYTE * sql.len(), &what)
     }
 
     /// Reserves `bytes` for `what` until the answer is dropped.

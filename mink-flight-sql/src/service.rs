@@ -103,7 +103,7 @@ impl MinkFlightSql {
         descriptor: FlightDescriptor,
         memory: &CallMemory,
     ) -> Result<Response<FlightInfo>, Status> {
-        memory.keep_planning(&handle.sql)?;
+        let _planning = memory.planning(&handle.sql)?;
         // DML and commands (DDL, `CALL`) run while they are planned.
         let planned = self.statements.plan(handle);
         let (schema, ticket) = self
@@ -126,7 +126,7 @@ impl MinkFlightSql {
         handle: StatementHandle,
         memory: &CallMemory,
     ) -> Result<Schema, Status> {
-        memory.keep_planning(&handle.sql)?;
+        let _planning = memory.planning(&handle.sql)?;
         let schema = self.statements.schema(&handle).await.map_err(status)?;
         streamed_schema(schema)
     }
@@ -360,10 +360,12 @@ impl FlightSqlService for MinkFlightSql {
         let bytes = ticket.statement_handle.len();
         memory.keep(DECODED_COPIES * bytes, "a ticket")?;
         let statement = Ticket::decode(&ticket.statement_handle).map_err(invalid)?;
-        if let Ticket::Run(handle, _) = &statement {
-            memory.keep_planning(&handle.sql)?;
-        }
+        let planning = match &statement {
+            Ticket::Run(handle, _) => Some(memory.planning(&handle.sql)?),
+            Ticket::Computed(..) => None,
+        };
         let rows = self.statements.stream(statement).await?;
+        drop(planning);
         let ticket = request.into_inner().ticket;
         Ok(Response::new(
             self.running.stream(ticket, flight_stream(rows)),
@@ -544,7 +546,7 @@ impl FlightSqlService for MinkFlightSql {
         if query.transaction_id.is_some() {
             return Err(Status::unimplemented("mink has no transactions"));
         }
-        CallMemory::of(&request)?.keep_planning(&query.query)?;
+        let _planning = CallMemory::of(&request)?.planning(&query.query)?;
         let sql = prepared::positional(&query.query);
         let (dataset, parameters) = self.statements.prepare(&sql).await.map_err(status)?;
         let handle = StatementHandle::new(sql).encode().map_err(arrow_status)?;

@@ -274,7 +274,7 @@ impl Statements {
         streamed: impl Stream<Item = Result<RecordBatch, Status>> + Send + Unpin,
         memory: &CallMemory,
     ) -> Result<i64, Status> {
-        memory.keep_planning(&handle.sql)?;
+        let _planning = memory.planning(&handle.sql)?;
         let session = self.statement_session();
         let planned = session.sql(&handle.sql).await.map_err(status)?;
         let mut streamed = streamed.peekable();
