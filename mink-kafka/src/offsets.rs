@@ -223,10 +223,6 @@ pub(crate) async fn commit(broker: &Broker, request: OffsetCommitRequest) -> Off
         match saved {
             Ok(Ok(OffsetsCommitted::Stored)) => {}
             Ok(Ok(OffsetsCommitted::TooManyGroups)) => {
-                tracing::warn!(
-                    MAX_COMMITTED_GROUPS,
-                    "a new group's commit refused: as many groups as allowed have committed offsets"
-                );
                 refuse_stored(&mut topics, ResponseError::CoordinatorNotAvailable);
             }
             failed => {

@@ -1,5 +1,6 @@
 //! Hostile Kafka clients (issue 47), in raw frames where real clients cannot send the
-//! input: record counts, group and commit metadata, bytes before a login, idle sockets.
+//! input: record counts, group and commit metadata, groups with committed offsets,
+//! bytes before a login, idle sockets.
 //!
 //! Each test starts the real `mink server --kafka-listen 127.0.0.1:0`, sends what an
 //! attacker would, and then proves the server still runs, the bound held (its RSS, the
@@ -13,11 +14,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::process::{ServerProcess, run_mink_with};
+use crate::python::python;
 
 // Kafka's API keys and error codes used here.
 const PRODUCE: i16 = 0;
 const FETCH: i16 = 1;
 const OFFSET_COMMIT: i16 = 8;
+const OFFSET_FETCH: i16 = 9;
 const JOIN_GROUP: i16 = 11;
 const SASL_HANDSHAKE: i16 = 17;
 const API_VERSIONS: i16 = 18;
@@ -35,6 +38,8 @@ const MAX_MEMBER_BYTES: usize = 1 << 20;
 const MAX_COORDINATOR_BYTES: usize = 64 << 20;
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
 const MIN_SESSION_TIMEOUT_MS: i32 = 6_000;
+const MAX_COMMITTED_GROUPS: usize = 100_000;
+const OFFSETS_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// `mink server` serving Kafka on a loopback port, and that port.
 fn kafka_server(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (ServerProcess, SocketAddr) {
@@ -609,4 +614,94 @@ fn idle_and_unauthenticated_connections_lose_their_slot() {
         closed_within(&mut client.0, Duration::from_secs(5)),
         "a 600 KiB frame before a login"
     );
+}
+
+/// OffsetFetch v1 for partition 0 of `topic`: the offset `group` committed (-1 for
+/// none).
+fn committed(client: &mut Client, group: &str, topic: &str) -> i64 {
+    let body = Wire::default()
+        .string(group)
+        .i32(1) // one topic
+        .string(topic)
+        .i32(1) // one partition
+        .i32(0);
+    let answer = client.ask(&Wire::request(OFFSET_FETCH, 1, false, body));
+    let mut answer = Answer(&answer);
+    assert_eq!(answer.i32(), 1, "one topic");
+    answer.string();
+    assert_eq!(answer.i32(), 1, "one partition");
+    assert_eq!(answer.i32(), 0, "partition 0");
+    let offset = answer.i64();
+    answer.string(); // metadata
+    assert_eq!(answer.i16(), NONE, "{group}'s offset");
+    offset
+}
+
+/// `kafka_committed_groups.py`: `fresh` groups with an offset committed in the stopped
+/// server's `meta.db`, and `idle` with one committed at `idle_since` (ms since the
+/// epoch).
+fn fill_committed_groups(dir: &Path, topic: &str, fresh: usize, idle: &str, idle_since: u128) {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/kafka_committed_groups.py"
+    );
+    let output = std::process::Command::new(python())
+        .arg(script)
+        .arg(dir.join("meta.db"))
+        .args([topic, &fresh.to_string(), idle, &idle_since.to_string()])
+        .output()
+        .expect("run python");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "kafka_committed_groups.py: {stderr}"
+    );
+}
+
+/// Groups with committed offsets are bounded and expire. A server whose `meta.db` holds
+/// the bound's number of groups (filled while it was stopped, most of them recorded
+/// before their activity was) forgets, at its first OffsetCommit, the one idle for
+/// longer than the retention; a new group takes its place, and the next new groups
+/// (100 commits with 4 KiB of metadata each) are refused with COORDINATOR_NOT_AVAILABLE
+/// and leave `meta.db` as it was. Existing groups commit and read theirs as before.
+#[test]
+fn groups_with_committed_offsets_are_bounded_and_expire() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let topic = "default.followed";
+    let (server, kafka) = kafka_server(dir.path(), &[], &[]);
+    sql(&server, &["CREATE TABLE followed (\"value\" VARCHAR)"], &[]);
+    let mut client = Client::connect(kafka);
+    assert_eq!(commit(&mut client, "readers", topic, 5, b""), NONE);
+    server.kill();
+    let idle_since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        - OFFSETS_RETENTION
+        - Duration::from_secs(3600);
+    // "readers", the fresh groups and the idle one: as many as the bound.
+    let fresh = MAX_COMMITTED_GROUPS - 2;
+    fill_committed_groups(dir.path(), topic, fresh, "idle", idle_since.as_millis());
+
+    let (mut server, kafka) = kafka_server(dir.path(), &[], &[]);
+    let mut client = Client::connect(kafka);
+    assert_eq!(committed(&mut client, "idle", topic), -1, "the idle group");
+    assert_eq!(commit(&mut client, "newcomer", topic, 1, b""), NONE);
+    let before = meta_db_bytes(dir.path());
+    let metadata = [b'm'; 4096];
+    for n in 0..100 {
+        let error = commit(&mut client, &format!("intruder-{n}"), topic, 1, &metadata);
+        assert_eq!(error, COORDINATOR_NOT_AVAILABLE, "intruder-{n}");
+    }
+    let grown = meta_db_bytes(dir.path()).saturating_sub(before);
+    eprintln!("meta.db and its WAL: {before} bytes, grown by {grown} bytes");
+    assert!(grown < 64 << 10, "meta.db grew by {grown} bytes");
+    assert_eq!(committed(&mut client, "intruder-0", topic), -1);
+    assert_eq!(commit(&mut client, "readers", topic, 6, b""), NONE);
+    assert_eq!(committed(&mut client, "readers", topic), 6);
+    assert_eq!(
+        committed(&mut client, &format!("fresh-{}", fresh - 1), topic),
+        1
+    );
+    assert_eq!(committed(&mut client, "newcomer", topic), 1);
+    assert!(server.is_running());
 }
