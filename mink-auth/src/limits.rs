@@ -12,6 +12,7 @@
 //! | [`TCP_KEEPALIVE_TIME`]            | 60 s       | TCP keepalive probes on every accepted socket: a peer gone without a word is found in about 90 s |
 //! | [`HTTP2_KEEPALIVE_INTERVAL`]      | 60 s       | a gRPC port pings each connection this long quiet |
 //! | [`HTTP2_KEEPALIVE_TIMEOUT`]       | 20 s       | a ping not answered by then closes the connection |
+//! | [`MAX_LIVE_TOKENS`]               | 65 536     | bearer tokens a port keeps (12 h each): a new one past it ends the oldest, whose client handshakes again |
 //!
 //! Every port takes its connections through [`crate::limit_connections`], so the
 //! connection counts, the first-bytes deadline and TCP keepalive hold on each of them (the
@@ -51,6 +52,11 @@ pub const TCP_KEEPALIVE_RETRIES: u32 = 3;
 pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
 /// How long the server waits for the answer to its ping before it closes the connection.
 pub const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The most bearer tokens a port keeps live at once: each handshake (and each token the
+/// Iceberg REST catalog issues) adds one for 12 hours, so a client looping on handshakes
+/// would otherwise grow the server's memory for as long.
+pub const MAX_LIVE_TOKENS: usize = 65_536;
 
 /// The connections one address may hold on a port of `max_connections`: at most
 /// [`MAX_CONNECTIONS_PER_ADDRESS`] and at most a quarter of the port's, so one address

@@ -3,11 +3,12 @@
 //!
 //! Every call passes through [`Auth::check`] (a tonic interceptor) first; a call with
 //! Basic credentials is accepted too, for clients that send them on every call. Tokens
-//! live in this server's memory for [`TOKEN_LIFETIME`]; a restart ends them and clients
-//! handshake again. With no credentials configured every call is accepted, and the
+//! live in this server's memory for [`TOKEN_LIFETIME`], at most [`MAX_LIVE_TOKENS`] of
+//! them (a new one past it ends the oldest); a restart ends them and clients handshake
+//! again. With no credentials configured every call is accepted, and the
 //! server only listens on a loopback address ([`crate::check_listen`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -20,6 +21,7 @@ use tonic::{Request, Response, Status};
 
 use crate::Credentials;
 use crate::client::{AUTHORIZATION, BASE64};
+use crate::limits::MAX_LIVE_TOKENS;
 
 /// How long a token is accepted after its handshake.
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(12 * 3600);
@@ -31,7 +33,7 @@ pub type HandshakeStream = Pin<Box<dyn Stream<Item = Result<HandshakeResponse, S
 #[derive(Default)]
 pub struct Auth {
     credentials: Option<Credentials>,
-    tokens: Mutex<HashMap<String, Instant>>,
+    tokens: Mutex<Tokens>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -135,16 +137,47 @@ impl Auth {
     fn issue(&self) -> String {
         let bytes: [u8; 32] = rand::random();
         let token = bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
-        let now = Instant::now();
         let mut tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
-        tokens.retain(|_, issued| now.duration_since(*issued) < TOKEN_LIFETIME);
-        tokens.insert(token.clone(), now);
+        tokens.insert(token.clone());
         token
     }
 
     fn is_live(&self, token: &str) -> bool {
         let tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
-        tokens
+        tokens.is_live(token)
+    }
+}
+
+/// The live tokens, with the order they were issued in: the oldest go first, when their
+/// lifetime ends or to make room past [`MAX_LIVE_TOKENS`].
+#[derive(Debug, Default)]
+struct Tokens {
+    issued_at: HashMap<String, Instant>,
+    oldest_first: VecDeque<String>,
+}
+
+impl Tokens {
+    fn insert(&mut self, token: String) {
+        let now = Instant::now();
+        while let Some(oldest) = self.oldest_first.front() {
+            let expired = self
+                .issued_at
+                .get(oldest)
+                .is_none_or(|issued| now.duration_since(*issued) >= TOKEN_LIFETIME);
+            if !expired && self.oldest_first.len() < MAX_LIVE_TOKENS {
+                break;
+            }
+            // Expired, or the oldest making room: its client handshakes again.
+            if let Some(oldest) = self.oldest_first.pop_front() {
+                self.issued_at.remove(&oldest);
+            }
+        }
+        self.issued_at.insert(token.clone(), now);
+        self.oldest_first.push_back(token);
+    }
+
+    fn is_live(&self, token: &str) -> bool {
+        self.issued_at
             .get(token)
             .is_some_and(|issued| issued.elapsed() < TOKEN_LIFETIME)
     }
@@ -218,6 +251,25 @@ mod tests {
         assert!(auth.accepts_token(&token));
         assert!(!auth.accepts_token("made-up"));
         assert!(Auth::new(None).accepts_token("anything"));
+    }
+
+    #[test]
+    fn past_the_bound_a_new_token_ends_the_oldest() {
+        let auth = Auth::new(Some(Credentials::new("ann", "pw")));
+        let issue = || auth.issue_token(&Credentials::new("ann", "pw")).unwrap();
+        let first = issue();
+        let second = issue();
+        for _ in 2..MAX_LIVE_TOKENS {
+            issue();
+        }
+        assert!(auth.accepts_token(&first), "within the bound");
+        let newest = issue();
+        assert!(!auth.accepts_token(&first), "the oldest made room");
+        assert!(auth.accepts_token(&second));
+        assert!(auth.accepts_token(&newest));
+        let tokens = auth.tokens.lock().unwrap();
+        assert_eq!(tokens.issued_at.len(), MAX_LIVE_TOKENS);
+        assert_eq!(tokens.oldest_first.len(), MAX_LIVE_TOKENS);
     }
 
     #[test]
