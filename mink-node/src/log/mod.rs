@@ -464,8 +464,8 @@ impl LogTablet {
     }
 
     /// Deletes the sealed segments whose every batch is older than `ttl` and, if
-    /// `keep_from` is given (the offset a KV store would replay from), below it; returns
-    /// how many.
+    /// `keep_from` is given, below it (the lower of the offset a KV store would replay
+    /// from and the lake's recorded seam: rows not yet tiered stay); returns how many.
     pub fn enforce_retention(&self, ttl: Duration, keep_from: Option<i64>) -> Result<usize> {
         let cutoff = now_ms() - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let mut state = self.shared.write_state();
