@@ -106,6 +106,26 @@ impl std::fmt::Debug for Lake {
     }
 }
 
+/// The most one length in an Avro file (a manifest list's or a manifest's) may ask the
+/// decoder to allocate: a block's bytes, an array's or a map's items, a string. The Avro
+/// crate's own bound is 512 MiB, and an array's count reserves that many values of about
+/// 48 bytes each: a manifest of a few bytes another engine committed through the REST
+/// catalog could ask for 24 GiB at once and abort the process. Real manifests are written
+/// in blocks of about 64 KB (Iceberg's and Avro's default sync interval).
+pub const MAX_AVRO_ALLOCATION_BYTES: usize = 16 << 20;
+
+/// Sets the Avro decoder's allocation bound for the process ([`MAX_AVRO_ALLOCATION_BYTES`]);
+/// the crate takes the first value it is given, so this runs before any lake is read.
+fn bound_avro_allocations() {
+    let bound = apache_avro::util::max_allocation_bytes(MAX_AVRO_ALLOCATION_BYTES);
+    if bound != MAX_AVRO_ALLOCATION_BYTES {
+        tracing::warn!(
+            bound,
+            "the Avro decoder's allocation bound was set before mink's"
+        );
+    }
+}
+
 /// Whether a REST catalog client created `namespace` ([`HOSTED_NAMESPACE_PROPERTY`]).
 fn is_hosted(namespace: &Namespace) -> bool {
     namespace
@@ -132,6 +152,7 @@ impl Lake {
     /// and [`LakeError::Config`] for a catalog URI that is neither `sqlite:...` nor
     /// `rest:URL`.
     pub async fn open(config: LakeConfig) -> Result<Self> {
+        bound_avro_allocations();
         let (catalog, publisher): (Arc<dyn Catalog>, _) = match config.rest_uri() {
             Some(uri) => {
                 let (catalog, commits) = rest::open(&config, uri).await?;
@@ -457,5 +478,33 @@ pub(crate) mod fixture {
             .file_size_in_bytes(1)
             .build()
             .unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_avro_count_past_the_bound_is_an_error_not_an_allocation() {
+        bound_avro_allocations();
+        let schema = apache_avro::Schema::parse_str(r#"{"type": "array", "items": "long"}"#)
+            .expect("schema");
+        // An array block announcing 2^40 items in five bytes (a zigzag varint).
+        let mut count = Vec::new();
+        let mut zigzag = (1u64 << 40) << 1;
+        while zigzag >= 0x80 {
+            count.push(u8::try_from(zigzag & 0x7f).expect("7 bits") | 0x80);
+            zigzag >>= 7;
+        }
+        count.push(u8::try_from(zigzag).expect("7 bits"));
+        let error = apache_avro::from_avro_datum(&schema, &mut count.as_slice(), None)
+            .expect_err("a count past the bound");
+        assert!(
+            error
+                .to_string()
+                .contains(&MAX_AVRO_ALLOCATION_BYTES.to_string()),
+            "{error}"
+        );
     }
 }
