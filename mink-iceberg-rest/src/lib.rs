@@ -16,7 +16,8 @@
 //!   HTTP/1.1 with a header-read timeout;
 //! - `oauth`: the OAuth2 client-credentials token endpoint (`/v1/oauth/tokens`), mapped
 //!   onto mink's user and password, and the bearer check of every other route;
-//! - `routes`: the router, config, the limits on requests;
+//! - `routes`: the router, config, the checks of every request (body size and deadline);
+//! - `limits`: every bound of requests and of what clients create, with its table;
 //! - `namespaces`: mink databases, and the hosted namespaces clients create;
 //! - `tables`: list, load, commit; create and drop in hosted namespaces;
 //! - `error`: the protocol's error model (`{"error": {"message", "type", "code"}}`).
@@ -31,6 +32,7 @@
 //! [Iceberg REST catalog protocol]: https://iceberg.apache.org/rest-catalog-spec/
 
 mod error;
+mod limits;
 mod namespaces;
 mod oauth;
 mod routes;

@@ -1,9 +1,10 @@
 //! Namespaces: mink databases with lake tables, and the namespaces REST clients create for
 //! their own tables (marked hosted, [`HOSTED_NAMESPACE_PROPERTY`]).
 //!
-//! A client may create a namespace (one level, a valid mink name, not a mink database's; no
-//! `location` and no `mink.` property, which would place its tables elsewhere or pose as
-//! mink's own) and drop one it created once it is empty. A mink database's namespace is
+//! A client may create a namespace (one level, a valid mink name, not a mink database's nor
+//! `default`, mink's default database; no `location` and no `mink.` property, which would
+//! place its tables elsewhere or pose as mink's own) while the catalog holds fewer than
+//! [`MAX_NAMESPACES`], and drop one it created once it is empty. A mink database's namespace is
 //! never dropped here, and mink refuses to create a database's lake tables in a hosted
 //! namespace.
 
@@ -13,12 +14,13 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use iceberg::{ErrorKind, NamespaceIdent};
-use mink_core::table::TablePath;
+use mink_core::table::{DEFAULT_DATABASE, TablePath};
 use mink_lake::catalog::HOSTED_NAMESPACE_PROPERTY;
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::RestError;
+use crate::limits::MAX_NAMESPACES;
 use crate::routes::{CatalogState, Shared, lake};
 
 /// A namespace of the path: one level, a valid mink name (multi-level namespaces are
@@ -120,17 +122,22 @@ pub(crate) async fn create_namespace(
              and mink. properties are mink's own"
         )));
     }
-    if !state.node.list_tables(Some(name)).is_empty() {
+    if name == DEFAULT_DATABASE || !state.node.list_tables(Some(name)).is_empty() {
         return Err(RestError::already_exists(format!(
             "namespace {name} is a mink database"
+        )));
+    }
+    let catalog = lake(&state).await?.catalog();
+    let count = catalog.list_namespaces(None).await?.len();
+    if count >= MAX_NAMESPACES {
+        return Err(RestError::bad_request(format!(
+            "the catalog holds {count} namespaces, the most a client may add to              ({MAX_NAMESPACES}): drop an empty one first"
         )));
     }
     let mut properties = request.properties;
     properties.insert(HOSTED_NAMESPACE_PROPERTY.to_string(), "true".to_string());
     let ident = NamespaceIdent::new(name.clone());
-    let created = lake(&state)
-        .await?
-        .catalog()
+    let created = catalog
         .create_namespace(&ident, properties)
         .await
         .map_err(|e| match e.kind() {

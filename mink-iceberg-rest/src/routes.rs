@@ -21,8 +21,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::header::CONTENT_LENGTH;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::header::{CONNECTION, CONTENT_LENGTH, HeaderValue};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -34,11 +35,9 @@ use mink_node::Node;
 use serde_json::json;
 
 use crate::error::RestError;
+use crate::limits::{BODY_READ_TIMEOUT, MAX_BODY_BYTES};
 use crate::oauth::{issue_token, require_token};
 use crate::{namespaces, tables};
-
-/// The largest request body taken (a commit names its snapshots, not their files).
-pub(crate) const MAX_BODY_BYTES: usize = 1 << 20;
 
 /// What every route reads: the node (for its lake), the login and the file IO properties
 /// handed to clients.
@@ -85,6 +84,7 @@ pub(crate) fn router(state: CatalogState) -> Router {
         .merge(catalog)
         .fallback(unknown_route)
         .method_not_allowed_fallback(unsupported_method)
+        .layer(middleware::from_fn(read_body_within_deadline))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(refuse_announced_large_bodies))
         .with_state(state)
@@ -106,6 +106,44 @@ async fn refuse_announced_large_bodies(request: Request, next: Next) -> Response
         .into_response(),
         _ => next.run(request).await,
     }
+}
+
+/// Reads a request's whole body (at most [`MAX_BODY_BYTES`], the limit the layer outside
+/// sets) within [`BODY_READ_TIMEOUT`] before any route, login included, sees it: a body
+/// still incomplete then is answered `408` and its connection closed.
+async fn read_body_within_deadline(request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let read = Bytes::from_request(Request::from_parts(parts.clone(), body), &());
+    match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Ok(Err(rejection)) => RestError::new(
+            rejection.status(),
+            "BadRequestException",
+            rejection.body_text(),
+        )
+        .into_response(),
+        Err(_) => body_read_timed_out(),
+    }
+}
+
+/// `408`, with `Connection: close` so hyper drops the connection and its unread body.
+fn body_read_timed_out() -> Response {
+    let mut response = RestError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "BadRequestException",
+        format!(
+            "the request body did not arrive within {} s",
+            BODY_READ_TIMEOUT.as_secs()
+        ),
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// The endpoints a client may call (`GET /v1/config`'s `endpoints`).

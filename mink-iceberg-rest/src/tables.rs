@@ -19,12 +19,14 @@ use iceberg::spec::TableMetadata;
 use iceberg::{ErrorKind, TableCreation};
 use iceberg_catalog_rest::{CommitTableRequest, CreateTableRequest, LoadTableResult};
 use mink_core::table::TablePath;
+use mink_lake::Lake;
 use mink_lake::commit::{commit_foreign, commit_hosted};
 use mink_lake::layout::{relocates_files, table_location};
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::RestError;
+use crate::limits::MAX_HOSTED_TABLES;
 use crate::namespaces::{checked_namespace, hosted_namespace, namespace};
 use crate::routes::{CatalogState, Shared, lake};
 
@@ -104,6 +106,7 @@ pub(crate) async fn create_table(
         ));
     }
     let lake = lake(&state).await?;
+    check_hosted_table_count(lake).await?;
     let warehouse_location = table_location(lake.warehouse(), &path);
     if let Some(location) = request
         .location
@@ -143,6 +146,23 @@ pub(crate) async fn create_table(
         table.metadata_location_result()?,
         table.metadata().clone(),
     ))
+}
+
+/// Refuses a new hosted table while hosted namespaces hold [`MAX_HOSTED_TABLES`] in all.
+async fn check_hosted_table_count(lake: &Lake) -> Result<(), RestError> {
+    let catalog = lake.catalog();
+    let mut count = 0;
+    for namespace in catalog.list_namespaces(None).await? {
+        if lake.is_hosted(&namespace).await? {
+            count += catalog.list_tables(&namespace).await?.len();
+        }
+    }
+    if count >= MAX_HOSTED_TABLES {
+        return Err(RestError::bad_request(format!(
+            "the catalog's hosted namespaces hold {count} tables, the most it keeps for its              clients ({MAX_HOSTED_TABLES}): drop one first"
+        )));
+    }
+    Ok(())
 }
 
 /// The query of `DELETE .../tables/{t}`.
