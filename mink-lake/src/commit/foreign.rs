@@ -25,7 +25,7 @@
 //! | `schema-id` | the table's current schema | `409` if an older one, `400` if unknown |
 //! | `manifest-list` | a new file inside the table's location | `400` if another snapshot's, `403` outside |
 //! | each new manifest | of the default partition spec, added by this snapshot at its sequence number, data files only, all `ADDED` by it | `409` (older spec), `400`, `403` (deletes) |
-//! | summary | no `mink.` property | `403` |
+//! | summary | no `mink.` property, at most [`MAX_SUMMARY_BYTES`](super::limits::MAX_SUMMARY_BYTES) | `403`, `400` |
 //! | `set-snapshot-ref` | `main`, to the added snapshot, a branch with no retention of its own | `403` |
 //!
 //! Every other update (`set-current-schema`, `add-schema`, `remove-snapshots`,
@@ -46,7 +46,8 @@
 //! new location, as long as the requirements hold, every file an added snapshot names
 //! lies inside the table's location, and each added snapshot's sequence number and
 //! timestamp are ones later commits can follow (the next sequence number, a timestamp at
-//! most [`MAX_CLOCK_SKEW`] ahead): another mink server tiers into such tables.
+//! most [`MAX_CLOCK_SKEW`] ahead): another mink server tiers into such tables. Its
+//! snapshot summaries, snapshots, properties and metadata file are bounded (`bounds`).
 //!
 //! A refusal names the field: `400` is an Iceberg `DataInvalid` error (what iceberg's own
 //! metadata builder answers for a malformed snapshot), `409` a
@@ -67,8 +68,9 @@ use iceberg::table::Table;
 use iceberg::{ErrorKind, TableRequirement, TableUpdate};
 use mink_core::table::TablePath;
 
+use super::bounds::{check_hosted_metadata, check_summary};
 use super::limits::{MAX_CLOCK_SKEW, MAX_SNAPSHOTS_PER_COMMIT};
-use super::{commit_metadata, now_ms, show_optional};
+use super::{commit_metadata_within, now_ms, show_optional};
 use crate::catalog::Lake;
 use crate::error::{LakeError, Result};
 use crate::layout::{check_inside, relocates_files};
@@ -107,6 +109,7 @@ pub async fn commit_foreign(
                     ));
                 }
                 check_lineage(path, current.metadata(), snapshot)?;
+                check_summary(path, snapshot)?;
                 check_append(path, &current, snapshot).await?;
                 added.insert(snapshot.snapshot_id());
             }
@@ -129,7 +132,7 @@ pub async fn commit_foreign(
             }
         }
     }
-    apply(lake, &current, updates).await
+    apply(lake, &current, updates, |_| Ok(())).await
 }
 
 /// Checks and commits `requirements` and `updates` of the REST client that created the
@@ -156,6 +159,7 @@ pub async fn commit_hosted(
                     last_sequence_number = snapshot.sequence_number();
                 }
                 check_timestamp(path, snapshot, None)?;
+                check_summary(path, snapshot)?;
                 check_files_inside(&current, snapshot)
                     .await
                     .map_err(|message| refused(path, message))?;
@@ -177,7 +181,10 @@ pub async fn commit_hosted(
             _ => {}
         }
     }
-    apply(lake, &current, updates).await
+    apply(lake, &current, updates, |next| {
+        check_hosted_metadata(path, current.metadata(), next)
+    })
+    .await
 }
 
 /// The table of `path`, loaded, if `requirements` hold against it.
@@ -195,22 +202,26 @@ async fn checked(
     Ok(current)
 }
 
-/// Commits `updates`, checked, on `current` (none: nothing is written).
+/// Commits `updates`, checked, on `current` (none: nothing is written) if the metadata
+/// they build passes `bounds`.
 async fn apply(
     lake: &Lake,
     current: &Table,
     updates: Vec<TableUpdate>,
+    bounds: impl FnOnce(&TableMetadata) -> Result<()>,
 ) -> Result<(TableMetadata, String)> {
     if updates.is_empty() {
         let location = current.metadata_location_result()?.to_string();
         return Ok((current.metadata().clone(), location));
     }
-    commit_metadata(lake, current, |builder| {
+    let edit = |builder| {
         updates
             .into_iter()
-            .try_fold(builder, |builder, update| update.apply(builder))
-    })
-    .await
+            .try_fold(builder, |builder, update: TableUpdate| {
+                update.apply(builder)
+            })
+    };
+    commit_metadata_within(lake, current, edit, bounds).await
 }
 
 /// An update mink does not take (`403`).
@@ -231,7 +242,7 @@ fn conflict(path: &TablePath, message: String) -> LakeError {
 }
 
 /// A snapshot field later commits could not build on (`400`).
-fn invalid(path: &TablePath, message: String) -> LakeError {
+pub(super) fn invalid(path: &TablePath, message: String) -> LakeError {
     LakeError::Iceberg(iceberg::Error::new(
         ErrorKind::DataInvalid,
         format!("lake table {path}: {message}"),

@@ -46,12 +46,14 @@
 //!   them again (steps 3 and 4);
 //! - `validate`: checking the added files against the table before anything is written;
 //! - `foreign`: checking and committing other engines' commits ([`commit_foreign`]);
+//! - `bounds`: the size bounds of those commits (summaries, a hosted table's metadata);
 //! - [`limits`]: the bounds those commits are held to;
 //! - `manifests`: carrying the parent's manifests forward and rewriting those that hold
 //!   removed files (step 2), and the writer of every new manifest;
 //! - `merge`: merging manifests so that planning reads few (step 3);
 //! - `summary`: the snapshot summary's counts and totals (pure).
 
+mod bounds;
 mod foreign;
 pub mod limits;
 mod manifests;
@@ -199,11 +201,24 @@ pub(crate) async fn commit_metadata(
     current: &Table,
     edit: impl FnOnce(TableMetadataBuilder) -> iceberg::Result<TableMetadataBuilder>,
 ) -> Result<(TableMetadata, String)> {
+    commit_metadata_within(lake, current, edit, |_| Ok(())).await
+}
+
+/// [`commit_metadata`], refused with `bounds`' error if the metadata `edit` builds does
+/// not pass it (nothing is written then).
+pub(crate) async fn commit_metadata_within(
+    lake: &Lake,
+    current: &Table,
+    edit: impl FnOnce(TableMetadataBuilder) -> iceberg::Result<TableMetadataBuilder>,
+    bounds: impl FnOnce(&TableMetadata) -> Result<()>,
+) -> Result<(TableMetadata, String)> {
     let builder = current
         .metadata()
         .clone()
         .into_builder(Some(current.metadata_location_result()?.to_string()));
-    match lake.publish(current, edit(builder)?.build()?).await {
+    let next = edit(builder)?.build()?;
+    bounds(&next.metadata)?;
+    match lake.publish(current, next).await {
         Swap::Committed(metadata, location) => Ok((*metadata, location)),
         Swap::Lost(error) | Swap::Unknown(error) => Err(error),
     }
