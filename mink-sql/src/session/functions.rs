@@ -5,9 +5,12 @@
 //! one allocation of a terabyte: the allocation fails and the process aborts. So do
 //! `array_repeat`, `range`, `generate_series`, and `lpad`, `rpad`, `array_resize` and
 //! `replace` up to gigabytes a row. The other built-in functions' results are bounded by
-//! the size of their inputs (`concat`, `overlay`, `string_to_array`, `to_char`, ...),
-//! except `regexp_replace`'s (its text times its replacement), which is not wrapped yet;
-//! the table functions `range` and `generate_series` produce their rows a batch at a time.
+//! the size of their inputs (`concat`, `concat_ws`, `overlay`, `translate`, `to_hex`,
+//! `encode`, `substr_index`, `btrim`, `string_to_array`, `to_char`, ...), except
+//! `regexp_replace`'s, wrapped too: `regexp_replace(repeat('x', 10000000), '',
+//! repeat('y', 10000000), 'g')` replaces ten million empty matches with ten million bytes
+//! each. The table functions `range` and `generate_series` produce their rows a batch at
+//! a time.
 //!
 //! [`sized_functions`] wraps each of these functions of a registry in a [`SizedResult`],
 //! to register in its place. The wrapper delegates everything to DataFusion's function
@@ -21,11 +24,20 @@
 //! `from` string can have (`replace`), an element's bytes and an 8-byte index per
 //! element (`array_repeat`, `array_resize`), 8 bytes per value of a series, whose step is
 //! taken at its shortest (a month as 28 days, a day as 23 hours).
+//!
+//! `regexp_replace`'s size comes from its pattern's shortest match, read by
+//! `regex-syntax` from the pattern as DataFusion compiles it (its flags but `g` in front),
+//! see [`RegexpReplace`]: a text of `n` bytes has at most `n / shortest` matches, or
+//! `n + 1` when the pattern matches the empty string, and at most one without the `g`
+//! flag. Each match adds its replacement's bytes, less the shortest match it takes out;
+//! a group reference in the replacement (`\1`, `$1`, `${name}`) copies part of a match,
+//! and as matches do not overlap, each reference copies at most the text over all of
+//! them. So `'\s+'` replaced by `' '` is sized at its text, whatever the text.
 
 use std::any::Any;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int64Array, PrimitiveArray};
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, PrimitiveArray, StringArray};
 use arrow::compute::cast;
 use arrow::compute::kernels::length::length;
 use arrow::datatypes::{
@@ -48,11 +60,12 @@ use datafusion::logical_expr::{
 use super::limits::MAX_FUNCTION_RESULT_BYTES;
 
 /// The functions wrapped, by name, and how each one's result is sized.
-const SIZED_FUNCTIONS: [(&str, Sizing); 8] = [
+const SIZED_FUNCTIONS: [(&str, Sizing); 9] = [
     ("repeat", Sizing::Repeat),
     ("lpad", Sizing::Pad),
     ("rpad", Sizing::Pad),
     ("replace", Sizing::Replace),
+    ("regexp_replace", Sizing::RegexpReplace),
     ("array_repeat", Sizing::ArrayRepeat),
     ("array_resize", Sizing::ArrayResize),
     ("range", Sizing::Series),
@@ -109,6 +122,9 @@ enum Sizing {
     Pad,
     /// `replace(text, from, to)`: the text, and `to` for every match of `from`.
     Replace,
+    /// `regexp_replace(text, pattern, replacement[, flags])`: the text, and the
+    /// replacement for every match of the pattern (see [`RegexpReplace`]).
+    RegexpReplace,
     /// `array_repeat(element, count)`: the element, `count` times.
     ArrayRepeat,
     /// `array_resize(array, length[, value])`: `length` elements of the array or the value.
@@ -159,6 +175,11 @@ impl Sizing {
                     };
                     Ok(text.size(row) + matches * to.size(row))
                 })
+            }
+            (Self::RegexpReplace, [text, pattern, replacement, flags @ ..]) => {
+                let text = Values::byte_lengths(text)?;
+                let replace = RegexpReplace::of(pattern, replacement, flags.first())?;
+                Box::new(move |row| Ok(replace.result_bytes(row, text.size(row))))
             }
             (Self::ArrayRepeat, [element, count]) => {
                 let (element, count) = (Values::bytes(element)?, Values::integers(count)?);
@@ -309,6 +330,20 @@ impl IntervalUnits {
     }
 }
 
+/// An argument's values as an array, and whether it is a scalar: an array of one value
+/// every row reads.
+fn rows_of(value: &ColumnarValue) -> Result<(ArrayRef, bool)> {
+    Ok(match value {
+        ColumnarValue::Array(array) => (Arc::clone(array), false),
+        ColumnarValue::Scalar(value) => (value.to_array_of_size(1)?, true),
+    })
+}
+
+/// The row of an argument's array that `row` of the call reads.
+fn row_of(row: usize, scalar: bool) -> usize {
+    if scalar { 0 } else { row }
+}
+
 /// An argument's values, one per row of the call (a scalar is one value every row reads).
 struct Values<T: ArrowPrimitiveType> {
     values: PrimitiveArray<T>,
@@ -326,10 +361,7 @@ impl<T: ArrowPrimitiveType> Values<T> {
         value: &ColumnarValue,
         convert: impl Fn(&ArrayRef) -> Result<ArrayRef>,
     ) -> Result<Self> {
-        let (array, scalar) = match value {
-            ColumnarValue::Array(array) => (Arc::clone(array), false),
-            ColumnarValue::Scalar(value) => (value.to_array_of_size(1)?, true),
-        };
+        let (array, scalar) = rows_of(value)?;
         let values = cast(&convert(&array)?, &T::DATA_TYPE)?
             .as_primitive::<T>()
             .clone();
@@ -338,7 +370,7 @@ impl<T: ArrowPrimitiveType> Values<T> {
 
     /// The value of `row`, `None` where it is null.
     fn get(&self, row: usize) -> Option<T::Native> {
-        let row = if self.scalar { 0 } else { row };
+        let row = row_of(row, self.scalar);
         self.values.is_valid(row).then(|| self.values.value(row))
     }
 }
@@ -390,6 +422,142 @@ impl Values<Int64Type> {
             .and_then(|value| u128::try_from(value).ok())
             .unwrap_or(0)
     }
+}
+
+/// A string argument's values, one per row of the call (a scalar is one value every row
+/// reads).
+struct Strings {
+    values: StringArray,
+    scalar: bool,
+}
+
+impl Strings {
+    fn of(value: &ColumnarValue) -> Result<Self> {
+        let (array, scalar) = rows_of(value)?;
+        let values = cast(&array, &DataType::Utf8)?.as_string::<i32>().clone();
+        Ok(Self { values, scalar })
+    }
+
+    /// The value of `row`, `None` where it is null.
+    fn get(&self, row: usize) -> Option<&str> {
+        let row = row_of(row, self.scalar);
+        self.values.is_valid(row).then(|| self.values.value(row))
+    }
+}
+
+/// The patterns and replacements of a `regexp_replace` call, which size its result row
+/// by row (see the module docs).
+struct RegexpReplace {
+    /// What each row's pattern matches with its flags: one for every row when both are
+    /// scalars. `None` where the pattern cannot match anything, is null, or does not
+    /// parse (DataFusion then refuses it with its own error).
+    matches: Vec<Option<Matches>>,
+    scalar: bool,
+    replacements: Strings,
+}
+
+/// What a pattern with its flags matches.
+#[derive(Debug, Clone, Copy)]
+struct Matches {
+    /// The fewest bytes a match takes.
+    shortest: u128,
+    /// Whether every match is replaced (the `g` flag), or only the first.
+    global: bool,
+}
+
+impl RegexpReplace {
+    fn of(
+        pattern: &ColumnarValue,
+        replacement: &ColumnarValue,
+        flags: Option<&ColumnarValue>,
+    ) -> Result<Self> {
+        let patterns = Strings::of(pattern)?;
+        let flags = flags.map(Strings::of).transpose()?;
+        let scalar = patterns.scalar && flags.as_ref().is_none_or(|flags| flags.scalar);
+        let rows = flags
+            .as_ref()
+            .map_or(0, |flags| flags.values.len())
+            .max(patterns.values.len());
+        let matches = (0..rows)
+            .map(|row| {
+                let flags = match &flags {
+                    Some(flags) => Some(flags.get(row)?),
+                    None => None,
+                };
+                Matches::of(patterns.get(row)?, flags)
+            })
+            .collect();
+        Ok(Self {
+            matches,
+            scalar,
+            replacements: Strings::of(replacement)?,
+        })
+    }
+
+    /// The bytes the call produces at most for `row`, whose text has `text` bytes.
+    fn result_bytes(&self, row: usize, text: u128) -> u128 {
+        let Some(matches) = self.matches[row_of(row, self.scalar)] else {
+            return text;
+        };
+        let replacement = self.replacements.get(row).unwrap_or_default();
+        let literal = replacement.len() as u128;
+        let references = group_references(replacement);
+        // Without a reference, a match takes out at least its shortest; with them, each
+        // reference copies at most the text over all matches, one of them in place of
+        // the match it replaces.
+        let per_match = if references == 0 {
+            literal.saturating_sub(matches.shortest)
+        } else {
+            literal
+        };
+        text + matches.most(text) * per_match + references.saturating_sub(1) * text
+    }
+}
+
+impl Matches {
+    /// What `pattern` matches, compiled as DataFusion compiles it: with the `flags` but
+    /// `g` in front. `None` when it cannot match anything or does not parse.
+    fn of(pattern: &str, flags: Option<&str>) -> Option<Self> {
+        let (pattern, global) = match flags {
+            None => (pattern.to_string(), false),
+            Some("g") => (pattern.to_string(), true),
+            Some(flags) => (
+                format!("(?{}){pattern}", flags.replace('g', "")),
+                flags.contains('g'),
+            ),
+        };
+        let shortest = regex_syntax::parse(&pattern)
+            .ok()?
+            .properties()
+            .minimum_len()?;
+        Some(Self {
+            shortest: shortest as u128,
+            global,
+        })
+    }
+
+    /// How many matches a text of `text` bytes has at most: one without the `g` flag,
+    /// one at each position and the end when the pattern matches the empty string.
+    fn most(self, text: u128) -> u128 {
+        match (self.global, self.shortest) {
+            (false, _) => 1,
+            (true, 0) => text + 1,
+            (true, shortest) => text / shortest,
+        }
+    }
+}
+
+/// How many group references a `regexp_replace` replacement has at most: every `$`
+/// (`$1`, `${name}`, and twice for the literal `$$`), and every backslash before a digit
+/// (`\1`, which DataFusion turns into `${1}`).
+fn group_references(replacement: &str) -> u128 {
+    let bytes = replacement.as_bytes();
+    let dollars = bytes.iter().filter(|&&byte| byte == b'$').count();
+    let backslashed = bytes
+        .windows(2)
+        .filter(|pair| pair[0] == b'\\' && pair[1].is_ascii_digit())
+        .count();
+    (dollars + backslashed) as u128
 }
 
 /// A DataFusion function that refuses a call whose result would be over
@@ -548,7 +716,7 @@ mod tests {
     }
 
     /// Statements that asked DataFusion for an allocation of gigabytes or terabytes.
-    const OVER: [(&str, &str); 9] = [
+    const OVER: [(&str, &str); 11] = [
         ("SELECT array_repeat(1, 100000000000)", "array_repeat"),
         ("SELECT range(100000000000)", "range"),
         ("SELECT generate_series(1, 100000000000)", "generate_series"),
@@ -565,6 +733,14 @@ mod tests {
         (
             "SELECT length(replace(repeat('x', 9000), 'x', repeat('y', 9000)))",
             "replace",
+        ),
+        (
+            "SELECT length(regexp_replace(repeat('x', 1000000), '', repeat('y', 1000000), 'g'))",
+            "regexp_replace",
+        ),
+        (
+            "SELECT length(regexp_replace(repeat('x', 1000000), 'x?', repeat('y', 100), 'gi'))",
+            "regexp_replace",
         ),
         (
             "SELECT range(TIMESTAMP '1970-01-01', TIMESTAMP '2100-01-01', INTERVAL '1 second')",
@@ -628,6 +804,64 @@ mod tests {
             let answer = answer(&context, sql).await.unwrap();
             assert!(answer.contains(expected), "{sql}: {answer}");
         }
+    }
+
+    #[tokio::test]
+    async fn regexp_replace_of_empty_matches_over_ten_megabytes_is_refused() {
+        let context = context();
+        let sql = "SELECT length(regexp_replace(repeat('x', 10000000), '', \
+                   repeat('y', 10000000), 'g'))";
+        let error = answer(&context, sql).await.unwrap_err();
+        assert!(
+            matches!(error.find_root(), DataFusionError::ResourcesExhausted(_)),
+            "{error}"
+        );
+        assert!(error.to_string().contains("regexp_replace()"), "{error}");
+        // Without `g`, one match: ten megabytes more.
+        let sql = "SELECT length(regexp_replace(repeat('x', 10000000), '', \
+                   repeat('y', 10000000)))";
+        assert!(answer(&context, sql).await.unwrap().contains("20000000"));
+    }
+
+    #[tokio::test]
+    async fn regexp_replace_is_sized_by_its_shortest_match() {
+        let context = context();
+        // 12 000 bytes, 6 000 of them in 2 000 runs of spaces: sized at the text.
+        let sql = "SELECT regexp_replace(repeat('ab   c', 2000), '\\s+', ' ', 'g') AS r";
+        let replaced = answer(&context, sql).await.unwrap();
+        assert!(replaced.contains(&"ab c".repeat(2000)), "{replaced}");
+        // The pattern of each row: the empty one has a million matches, `x{100}` 10 000
+        // that take out as much as they put in.
+        let sql = "SELECT sum(length(regexp_replace(v, p, repeat('y', 100), 'g'))) \
+                   FROM (VALUES (repeat('x', 1000000), 'x{100}'), (repeat('x', 1000000), '')) \
+                   t(v, p)";
+        let error = answer(&context, sql).await.unwrap_err();
+        assert!(error.to_string().contains("regexp_replace()"), "{error}");
+        let sql = sql.replace("''", "'x{200}'");
+        assert!(answer(&context, &sql).await.unwrap().contains("1500000"));
+    }
+
+    #[tokio::test]
+    async fn regexp_replace_s_group_references_copy_up_to_the_text_each() {
+        let context = context();
+        let answered = [
+            (
+                "SELECT regexp_replace('abc', '(b)', '\\1\\1$1') AS r",
+                "abbbc",
+            ),
+            (
+                "SELECT length(regexp_replace(repeat('xy', 1000000), '(x)(y)', '\\2\\1', 'g')) AS r",
+                "2000000",
+            ),
+        ];
+        for (sql, expected) in answered {
+            let answer = answer(&context, sql).await.unwrap();
+            assert!(answer.contains(expected), "{sql}: {answer}");
+        }
+        // One match of 2 MB, copied 40 times.
+        let sql = "SELECT length(regexp_replace(repeat('x', 2000000), '.*', repeat('\\0', 40)))";
+        let error = answer(&context, sql).await.unwrap_err();
+        assert!(error.to_string().contains("regexp_replace()"), "{error}");
     }
 
     #[tokio::test]

@@ -14,15 +14,17 @@
 //! - **Results sized by an argument.** `repeat('x', 1099511627776)`, `array_repeat(1,
 //!   100000000000)`, `range(100000000000)` ask DataFusion for one allocation of the size
 //!   an argument names; the allocation fails and the process aborts, even under
-//!   `EXPLAIN`, since the optimizer folds constant calls. mink registers these functions
-//!   wrapped ([`super::functions`]): each call computes its result's size from its
-//!   arguments first and refuses more than [`MAX_FUNCTION_RESULT_BYTES`].
+//!   `EXPLAIN`, since the optimizer folds constant calls; `regexp_replace(repeat('x',
+//!   10000000), '', repeat('y', 10000000), 'g')` asks for 5 GB, ten million bytes for
+//!   each empty match. mink registers these functions wrapped ([`super::functions`]):
+//!   each call computes its result's size from its arguments first and refuses more than
+//!   [`MAX_FUNCTION_RESULT_BYTES`].
 //!
 //! | bounded                                                   | limit                                  | when over                    |
 //! |-----------------------------------------------------------|----------------------------------------|------------------------------|
 //! | the text of one statement                                 | [`MAX_STATEMENT_BYTES`] (16 MiB)       | refused (`INVALID_ARGUMENT`) |
 //! | operators in a chain, plus brackets around it              | [`MAX_EXPRESSION_DEPTH`] (2 048)       | refused (`INVALID_ARGUMENT`) |
-//! | the result of one call of `repeat`, `lpad`, `rpad`, `replace`, `array_repeat`, `array_resize`, `range`, `generate_series` (over a batch of rows) | [`MAX_FUNCTION_RESULT_BYTES`] (64 MiB) | refused (`RESOURCE_EXHAUSTED`) |
+//! | the result of one call of `repeat`, `lpad`, `rpad`, `replace`, `regexp_replace`, `array_repeat`, `array_resize`, `range`, `generate_series` (over a batch of rows) | [`MAX_FUNCTION_RESULT_BYTES`] (64 MiB) | refused (`RESOURCE_EXHAUSTED`) |
 //! | the stack of a thread planning or running statements       | [`STATEMENT_STACK_BYTES`] (64 MiB)     | (a size, not a refusal)      |
 
 /// The longest statement text: a 100 000-literal `IN` list is about 1 MiB. Tokens take
