@@ -39,14 +39,13 @@ use super::limits::{
     PLAN_READ_TIMEOUT,
 };
 use super::plan_check::check_plan;
-use super::wire::{CoordinatorMessage, ExecuteTask, TaskKey};
+use super::wire::{
+    CoordinatorMessage, ExecuteTask, GRPC_PREFIX as PREFIX, TaskKey, message_length,
+};
 
 const SET_PLAN: &str = "/worker.WorkerService/CoordinatorChannel";
 const EXECUTE_TASK: &str = "/worker.WorkerService/ExecuteTask";
 const WORKER_INFO: &str = "/worker.WorkerService/GetWorkerInfo";
-
-/// A gRPC message's prefix: a compression flag, then its length (big-endian).
-const PREFIX: usize = 5;
 
 /// The worker's service `inner` behind the guard (see the module docs).
 #[derive(Debug, Clone)]
@@ -208,22 +207,11 @@ async fn first_message<T>(
     let reading = async {
         let mut buffer = BytesMut::new();
         fill(&mut body, &mut buffer, PREFIX).await?;
-        if buffer[0] != 0 {
-            return Err(Status::invalid_argument(
-                "compressed gRPC messages are not accepted",
-            ));
-        }
-        let length = u32::from_be_bytes([buffer[1], buffer[2], buffer[3], buffer[4]]);
-        let length = usize::try_from(length).unwrap_or(usize::MAX);
-        if length > max {
-            return Err(Status::out_of_range(format!(
-                "a message of {length} bytes: this call takes at most {max}"
-            )));
-        }
+        let length = message_length([buffer[0], buffer[1], buffer[2], buffer[3], buffer[4]], max)?;
         let admitted = admit(length)?;
         buffer.reserve(length);
         fill(&mut body, &mut buffer, PREFIX + length).await?;
-        Ok((buffer.split_to(PREFIX + length).freeze(), admitted))
+        Ok::<_, Status>((buffer.split_to(PREFIX + length).freeze(), admitted))
     };
     let (message, admitted) = tokio::time::timeout(PLAN_READ_TIMEOUT, reading)
         .await

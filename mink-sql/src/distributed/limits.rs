@@ -27,6 +27,8 @@
 //! | [`MAX_REQUESTS_PER_CONNECTION`]  | 256     | queued per connection |
 //! | [`MAX_HEADER_LIST_BYTES`]        | 64 KiB  | refused by HTTP/2 |
 //! | [`MAX_FRAME_BYTES`]              | 1 MiB   | HTTP/2 SETTINGS: the client sends smaller frames |
+//! | compressed Arrow IPC in another worker's answer | none | the stage reading it fails (`InvalidArgument`, `answers`) |
+//! | [`MAX_ANSWER_MESSAGE_BYTES`]     | 1 GiB   | a message of another worker's answer declaring more: the stage reading it fails (`OutOfRange`) |
 //!
 //! The tasks held are those the worker's task cache may hold: datafusion-distributed
 //! keeps every plan it was sent, decoded, until its partitions were all executed or for
@@ -34,6 +36,12 @@
 //! plan's arrival until [`TASK_IDLE`] after its last call (a little more than the cache's
 //! 60 s, so it never counts less than the cache holds), and lets an `ExecuteTaskRequest`
 //! through only for a task it counts: the cache holds no task the guard does not.
+//!
+//! A plan also names the workers its stage reads its input from, so whoever sends it
+//! chooses who answers the worker's `ExecuteTask` calls. Those answers are read through
+//! the check of `answers`: compressed Arrow IPC and oversized messages fail the
+//! stage reading them, not the process. mink's coordinators ask every stage for
+//! uncompressed output (datafusion-distributed compresses with LZ4 by default).
 
 use std::time::Duration;
 
@@ -77,6 +85,11 @@ pub const MAX_REQUESTS_PER_CONNECTION: usize = 256;
 pub const MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
 /// The largest HTTP/2 frame the worker takes (its `SETTINGS_MAX_FRAME_SIZE`).
 pub const MAX_FRAME_BYTES: u32 = 1 << 20;
+/// The largest message (one `FlightData`: a batch of a stage's output) of another
+/// worker's answer that a worker or coordinator reads: tonic reserves a message's
+/// declared length before it arrives, and datafusion-distributed sends a batch of up to
+/// [`MAX_BATCH_ROWS`] rows as one message, however large.
+pub const MAX_ANSWER_MESSAGE_BYTES: usize = 1 << 30;
 
 // One plan fits in what the worker holds.
 const _: () = assert!(MAX_PLAN_BYTES <= MAX_PLAN_BYTES_HELD);

@@ -17,7 +17,9 @@
 //!   how many tasks a read is worth ([`UnionTaskEstimator`]).
 //! - [`codec`]: how the plan travels ([`EngineCodec`]).
 //! - [`rule`]: which statements run distributed ([`DistributeWhenShippable`]).
-//! - [`network`]: the live workers and login-carrying channels to them.
+//! - [`network`]: the live workers and login-carrying channels to them, whose answers of
+//!   stage output are checked before they are decoded (`answers`): stages send their
+//!   output uncompressed.
 //! - [`worker`]: the worker's service, behind a guard that checks every call before
 //!   datafusion-distributed decodes it (`guard`, `plan_check`, `held`), within the
 //!   bounds of [`limits`]; [`wire`]: the worker protocol's messages it reads.
@@ -26,6 +28,7 @@
 //! tasks of the stage reading a table is its rows over [`Distribution::rows_per_task`],
 //! at most one per bucket and one per live worker.
 
+mod answers;
 pub mod codec;
 mod guard;
 mod held;
@@ -115,8 +118,14 @@ impl Distribution {
         runtime: Arc<RuntimeEnv>,
         log: Arc<dyn LogSource>,
     ) -> SessionState {
+        // Stages send their output uncompressed: the workers and the coordinator refuse
+        // compressed Arrow IPC in what they read (`answers`). LZ4 would save network
+        // bytes at the cost of a compression and a decompression of every batch.
+        let mut uncompressed = DistributedConfig::default();
+        uncompressed.compression = "none".into();
         SessionStateBuilder::new()
             .with_config(config)
+            .with_distributed_option_extension(uncompressed)
             .with_runtime_env(runtime)
             .with_default_features()
             .with_distributed_worker_resolver(self.workers.clone())

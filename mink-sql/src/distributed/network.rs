@@ -2,7 +2,8 @@
 //! workers that answered lately (datafusion-distributed's `WorkerResolver`), and
 //! [`LoginChannels`], gRPC channels to workers whose every call carries the login
 //! (its `ChannelResolver`, for the coordinator and for workers reading each other's
-//! stages).
+//! stages), whose answers carrying stage output are checked before they are decoded
+//! (`answers`).
 //!
 //! A call that cannot reach its worker, or whose answer breaks off (the worker died),
 //! fails with `UNAVAILABLE` naming the worker, and the worker is left out of the queries
@@ -26,6 +27,8 @@ use tonic::body::Body;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tower::ServiceBuilder;
 use url::Url;
+
+use super::answers::CheckedAnswers;
 
 /// How often the configured workers are asked whether they are up.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -124,6 +127,8 @@ impl ChannelResolver for LoginChannels {
             })
             .map_result(move |answer| Ok(unreachable.naming(&worker, answer)))
             .service(channel);
+        // Outside the naming: a refused answer fails its stage, the worker stays live.
+        let channel = CheckedAnswers::new(channel);
         Ok(create_worker_client(BoxCloneSyncChannel::new(channel)))
     }
 }
