@@ -1,20 +1,22 @@
 //! DoPut: a client's batches in, one acknowledgement per batch out, in order.
 //!
 //! Up to [`PUT_PIPELINE`] batches of one stream are in flight at once, so they share
-//! group commits, and at most [`PUT_PIPELINE_BYTES`] of them: a batch holds the bytes of
-//! its IPC message from the moment it is read until its acknowledgement is sent, reserved
-//! in the node's memory pool ([`Budget`]). A stream whose budget is spent reads no further
-//! until its acknowledgements free some: the client waits, as a slow disk makes it wait.
-//! Only a batch that the pool cannot take while nothing of its stream is in flight is
-//! refused (`ResourceExhausted`, the acks before it sent): waiting could not help it.
-//! Together, the streams of the node hold at most what its pool has (`--sql-memory-limit`
-//! in `mink server`), plus one batch each that is read and waits for room. The pipeline keeps one promise: **after an error, nothing later in the
-//! stream is written.** A client that sees acks for batches `0..k` and then an error may
-//! retry from batch `k` without duplicating anything.
+//! group commits, and at most [`PUT_PIPELINE_BYTES`] of them: a batch holds twice the
+//! bytes of its IPC message (see [`sent_batches`]) from the moment it is read until its
+//! acknowledgement is sent, reserved in the node's memory pool ([`Budget`]). A stream
+//! whose budget is spent reads no further until its acknowledgements free some: the
+//! client waits, as a slow disk makes it wait. Only a batch that the pool cannot take
+//! while nothing of its stream is in flight is refused (`ResourceExhausted`, the acks
+//! before it sent). Together, the streams of the node hold at most what its pool has
+//! (`--sql-memory-limit` in `mink server`), plus one batch each that is read and waits
+//! for room.
+//!
+//! The pipeline keeps one promise: **after an error, nothing later in the stream is
+//! written.** A client that sees acks for batches `0..k` and then an error may retry
+//! from batch `k` without duplicating anything.
 //!
 //! ```text
 //!   client ──FlightData──► IPC guard ──► decoder ──► admit ──► [write k-2][write k-1][write k] ──► acks, in order
-//!                                                     │  bytes reserved ─┘      bytes freed as each ack is sent ─┘
 //!                                                     │                 │
 //!                                                     │                 └─ in the log, one WriteStream:
 //!                                                     │                      failed in its group -> k+1.. never written
@@ -78,7 +80,8 @@ pub(super) struct Received<B> {
 
 /// The batches of a DoPut stream, each with the message it came in (see [`SentBatch`]):
 /// one schema message first, then record batch messages (dictionaries between them). A
-/// batch holds the bytes of its message (header and body).
+/// batch holds twice the bytes of its message (header and body): the node was measured to
+/// hold that much per message in flight (the message and the buffer it was received in).
 pub(super) fn sent_batches(
     data: impl Stream<Item = Result<FlightData, FlightError>> + Send + 'static,
 ) -> impl Stream<Item = Result<Received<SentBatch>, Status>> {
@@ -96,7 +99,8 @@ pub(super) fn sent_batches(
                 }
                 DecodedPayload::None => Ok(None),
                 DecodedPayload::RecordBatch(batch) => {
-                    let bytes = decoded.inner.data_header.len() + decoded.inner.data_body.len();
+                    let message = decoded.inner.data_header.len() + decoded.inner.data_body.len();
+                    let bytes = message.saturating_mul(2);
                     let batch = SentBatch::from_flight(decoded.inner, batch);
                     Ok(Some(Received { batch, bytes }))
                 }
