@@ -83,7 +83,7 @@ impl Server {
 }
 
 /// A bare Flight client of the node at `addr`, taking and sending messages of any size.
-async fn raw_client(addr: &str) -> FlightClient {
+pub(crate) async fn raw_client(addr: &str) -> FlightClient {
     let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
         .expect("url")
         .connect()

@@ -23,6 +23,7 @@ mod hostile_memory;
 mod hostile_node;
 mod hostile_sql;
 mod hostile_statements;
+mod hostile_tables;
 mod hostile_worker;
 mod hostile_writes;
 mod iceberg_rest;
