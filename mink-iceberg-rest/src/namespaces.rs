@@ -128,6 +128,7 @@ pub(crate) async fn create_namespace(
         )));
     }
     let catalog = lake(&state).await?.catalog();
+    let _creating = state.creating.lock().await;
     let count = catalog.list_namespaces(None).await?.len();
     if count >= MAX_NAMESPACES {
         return Err(RestError::bad_request(format!(

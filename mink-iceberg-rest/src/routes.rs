@@ -45,6 +45,9 @@ pub(crate) struct CatalogState {
     pub(crate) node: Arc<Node>,
     pub(crate) auth: Auth,
     pub(crate) file_io: HashMap<String, String>,
+    /// Held while a client's namespace or table is counted and created, so that
+    /// concurrent creates cannot pass the count bounds together.
+    pub(crate) creating: tokio::sync::Mutex<()>,
 }
 
 pub(crate) type Shared = State<Arc<CatalogState>>;

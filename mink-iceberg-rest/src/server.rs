@@ -101,6 +101,7 @@ pub fn serve(
         node,
         auth: mink_auth::Auth::new(options.credentials),
         file_io: options.file_io,
+        creating: tokio::sync::Mutex::new(()),
     });
     let connections = mink_auth::limit_connections(
         "the Iceberg REST catalog",

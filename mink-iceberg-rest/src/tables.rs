@@ -106,6 +106,7 @@ pub(crate) async fn create_table(
         ));
     }
     let lake = lake(&state).await?;
+    let _creating = state.creating.lock().await;
     check_hosted_table_count(lake).await?;
     let warehouse_location = table_location(lake.warehouse(), &path);
     if let Some(location) = request

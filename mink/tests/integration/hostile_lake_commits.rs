@@ -8,6 +8,10 @@
 //! - Rows pyiceberg appends to a log table's lake are read by SQL beside mink's own once a
 //!   round records the snapshot holding them, and survive a compaction.
 //! - `log.ttl` retention keeps a lake table's rows that are not tiered yet.
+//! - The REST port's bounds, in raw HTTP: a request body trickled slower than the 30 s
+//!   deadline is answered `408` and its connection closed while other clients are served;
+//!   1 000 hosted tables and 1 000 namespaces, no more (`400`); `default` is mink's; a
+//!   snapshot summary over 64 KiB is refused; pyiceberg and DuckDB still read mink's table.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,11 +19,14 @@ use std::time::Duration;
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 
+use futures::StreamExt;
 use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::protocol::BucketId;
 use mink_core::table::{TableDescriptor, TablePath};
 use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::iceberg_rest::{PASSWORD, USER, python_step, rest_server};
 use crate::process::{ServerProcess, run_mink_with};
@@ -290,4 +297,204 @@ async fn retention_keeps_rows_not_yet_tiered() {
     let mut ids = first_column_ids(&answer.batches);
     ids.sort_unstable();
     assert_eq!(ids, (0..22_000).collect::<Vec<_>>());
+}
+
+/// One HTTP/1.1 request to the REST port at `addr` over a fresh connection (bearer
+/// `token`, JSON or form `body`); the status and the body answered.
+async fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect REST");
+    let login = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    let kind = match body.starts_with('{') {
+        true => "application/json",
+        false => "application/x-www-form-urlencoded",
+    };
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: mink\r\nConnection: close\r\n{login}\
+         Content-Type: {kind}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.expect("answer");
+    parse_answer(&answer)
+}
+
+/// The status and body of a whole HTTP/1.1 answer.
+fn parse_answer(answer: &str) -> (u16, String) {
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {answer}"));
+    let (_, body) = answer.split_once("\r\n\r\n").unwrap_or((answer, ""));
+    (status, body.to_string())
+}
+
+/// A bearer token of the REST port, logged in as the test user.
+async fn rest_token(addr: &str) -> String {
+    let form = format!("grant_type=client_credentials&client_id={USER}&client_secret={PASSWORD}");
+    let (status, body) = http(addr, "POST", "/v1/oauth/tokens", None, &form).await;
+    assert_eq!(status, 200, "{body}");
+    let token: Value = serde_json::from_str(&body).expect("token JSON");
+    token["access_token"].as_str().expect("token").to_string()
+}
+
+/// Sends `(path, body)` POSTs, 8 at a time; the statuses and bodies in order.
+async fn post_all(addr: &str, token: &str, requests: Vec<(String, String)>) -> Vec<(u16, String)> {
+    futures::stream::iter(requests)
+        .map(|(path, body)| async move { http(addr, "POST", &path, Some(token), &body).await })
+        .buffered(8)
+        .collect()
+        .await
+}
+
+/// A create-table request of a one-column table `name`.
+fn create_table_body(name: &str) -> String {
+    serde_json::json!({
+        "name": name,
+        "schema": {"type": "struct", "schema-id": 0,
+                   "fields": [{"id": 1, "name": "id", "required": true, "type": "long"}]},
+    })
+    .to_string()
+}
+
+/// A commit adding a snapshot whose summary holds 70 000 bytes to the table at `location`.
+fn oversized_summary_commit(location: &str) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis();
+    serde_json::json!({
+        "requirements": [],
+        "updates": [{"action": "add-snapshot", "snapshot": {
+            "snapshot-id": 1, "sequence-number": 1, "timestamp-ms": now,
+            "manifest-list": format!("{location}/metadata/snap-1.avro"),
+            "summary": {"operation": "append", "note": "x".repeat(70_000)},
+            "schema-id": 0,
+        }}],
+    })
+    .to_string()
+}
+
+/// Starts a token request whose body never arrives whole: headers announcing 1 000 bytes,
+/// then 10 of them.
+async fn slow_body(addr: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.expect("connect REST");
+    let head = "POST /v1/oauth/tokens HTTP/1.1\r\nHost: mink\r\n\
+                Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\n\
+                grant_type";
+    stream.write_all(head.as_bytes()).await.expect("send");
+    stream
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rest_port_bounds_slow_bodies_counts_and_summaries() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client, uri) = rest_server(dir.path()).await;
+    let addr = server.iceberg_rest_addr.clone().expect("REST");
+    tiered_table(&client, "served").await;
+    let mut slow = slow_body(&addr).await;
+    let started = std::time::Instant::now();
+
+    // Other clients are served meanwhile: 1 000 hosted tables, no more.
+    let token = rest_token(&addr).await;
+    let (status, body) = http(
+        &addr,
+        "POST",
+        "/v1/namespaces",
+        Some(&token),
+        r#"{"namespace":["ns0"]}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let tables = (0..=1_000)
+        .map(|i| {
+            (
+                "/v1/namespaces/ns0/tables".to_string(),
+                create_table_body(&format!("t{i}")),
+            )
+        })
+        .collect();
+    let answers = post_all(&addr, &token, tables).await;
+    let refused: Vec<_> = answers
+        .iter()
+        .filter(|(status, _)| *status != 200)
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].0, 400, "{refused:?}");
+    assert!(refused[0].1.contains("(1000)"), "{refused:?}");
+
+    // A snapshot summary over 64 KiB is refused, naming the limit.
+    let created: Value = serde_json::from_str(&answers[0].1).expect("created JSON");
+    let location = created["metadata"]["location"].as_str().expect("location");
+    let commit = oversized_summary_commit(location);
+    let (status, body) = http(
+        &addr,
+        "POST",
+        "/v1/namespaces/ns0/tables/t0",
+        Some(&token),
+        &commit,
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("summary") && body.contains("65536"), "{body}");
+
+    // 1 000 namespaces (test, ns0 and 998 more), no more; default is mink's.
+    let namespaces = (1..=999)
+        .map(|i| {
+            (
+                "/v1/namespaces".to_string(),
+                format!(r#"{{"namespace":["ns{i}"]}}"#),
+            )
+        })
+        .collect();
+    let answers = post_all(&addr, &token, namespaces).await;
+    let refused: Vec<_> = answers
+        .iter()
+        .filter(|(status, _)| *status != 200)
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].0 == 400 && refused[0].1.contains("(1000)"),
+        "{refused:?}"
+    );
+    let (status, body) = http(
+        &addr,
+        "POST",
+        "/v1/namespaces",
+        Some(&token),
+        r#"{"namespace":["default"]}"#,
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+
+    // The slow body is answered 408 at the deadline and its connection closed.
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(60), slow.read_to_string(&mut answer))
+        .await
+        .expect("the slow body's connection is closed")
+        .expect("read");
+    assert_eq!(parse_answer(&answer).0, 408, "{answer}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(29),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // pyiceberg and DuckDB still read mink's table.
+    let read = python_step(
+        "hostile_rest_port.py",
+        &uri,
+        &["read", "test", "served"],
+        &[],
+    );
+    let ids: Vec<i64> = (0..100).collect();
+    assert_eq!(read["pyiceberg"], serde_json::json!(ids), "{read}");
+    assert_eq!(read["duckdb"], serde_json::json!(ids), "{read}");
 }
