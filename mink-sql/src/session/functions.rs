@@ -6,11 +6,11 @@
 //! `array_repeat`, `range`, `generate_series`, and `lpad`, `rpad`, `array_resize` and
 //! `replace` up to gigabytes a row. The other built-in functions' results are bounded by
 //! the size of their inputs (`concat`, `concat_ws`, `overlay`, `translate`, `to_hex`,
-//! `encode`, `substr_index`, `btrim`, `string_to_array`, `to_char`, ...), except
-//! `regexp_replace`'s, wrapped too: `regexp_replace(repeat('x', 10000000), '',
-//! repeat('y', 10000000), 'g')` replaces ten million empty matches with ten million bytes
-//! each. The table functions `range` and `generate_series` produce their rows a batch at
-//! a time.
+//! `encode`, `substr_index`, `btrim`, `string_to_array`, `to_char`, ...), except two,
+//! wrapped too: `regexp_replace(repeat('x', 10000000), '', repeat('y', 10000000), 'g')`
+//! replaces ten million empty matches with ten million bytes each, and `regexp_match`'s
+//! groups copy its text as many times as they nest (`((x*))` twice). The table functions
+//! `range` and `generate_series` produce their rows a batch at a time.
 //!
 //! [`sized_functions`] wraps each of these functions of a registry in a [`SizedResult`],
 //! to register in its place. The wrapper delegates everything to DataFusion's function
@@ -29,10 +29,11 @@
 //! `regex-syntax` from the pattern as DataFusion compiles it (its flags but `g` in front),
 //! see [`RegexpReplace`]: a text of `n` bytes has at most `n / shortest` matches, or
 //! `n + 1` when the pattern matches the empty string, and at most one without the `g`
-//! flag. Each match adds its replacement's bytes, less the shortest match it takes out;
-//! a group reference in the replacement (`\1`, `$1`, `${name}`) copies part of a match,
+//! flag. Each match adds its replacement's bytes, less the shortest match it takes out
+//! when the replacement has no group reference; a group reference in the replacement (`\1`, `$1`, `${name}`) copies part of a match,
 //! and as matches do not overlap, each reference copies at most the text over all of
 //! them. So `'\s+'` replaced by `' '` is sized at its text, whatever the text.
+//! `regexp_match`'s size is its text times the groups nested in each other ([`Groups`]).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -57,15 +58,18 @@ use datafusion::logical_expr::{
     ScalarUDF, ScalarUDFImpl, Signature,
 };
 
+use regex_syntax::hir::{Hir, HirKind};
+
 use super::limits::MAX_FUNCTION_RESULT_BYTES;
 
 /// The functions wrapped, by name, and how each one's result is sized.
-const SIZED_FUNCTIONS: [(&str, Sizing); 9] = [
+const SIZED_FUNCTIONS: [(&str, Sizing); 10] = [
     ("repeat", Sizing::Repeat),
     ("lpad", Sizing::Pad),
     ("rpad", Sizing::Pad),
     ("replace", Sizing::Replace),
     ("regexp_replace", Sizing::RegexpReplace),
+    ("regexp_match", Sizing::RegexpMatch),
     ("array_repeat", Sizing::ArrayRepeat),
     ("array_resize", Sizing::ArrayResize),
     ("range", Sizing::Series),
@@ -125,6 +129,9 @@ enum Sizing {
     /// `regexp_replace(text, pattern, replacement[, flags])`: the text, and the
     /// replacement for every match of the pattern (see [`RegexpReplace`]).
     RegexpReplace,
+    /// `regexp_match(text, pattern[, flags])`: the groups of the first match (see
+    /// [`Groups`]).
+    RegexpMatch,
     /// `array_repeat(element, count)`: the element, `count` times.
     ArrayRepeat,
     /// `array_resize(array, length[, value])`: `length` elements of the array or the value.
@@ -180,6 +187,14 @@ impl Sizing {
                 let text = Values::byte_lengths(text)?;
                 let replace = RegexpReplace::of(pattern, replacement, flags.first())?;
                 Box::new(move |row| Ok(replace.result_bytes(row, text.size(row))))
+            }
+            (Self::RegexpMatch, [text, pattern, flags @ ..]) => {
+                let text = Values::byte_lengths(text)?;
+                let groups = Patterns::of(pattern, flags.first(), Groups::of)?;
+                Box::new(move |row| {
+                    let groups = groups.get(row).unwrap_or(Groups::WHOLE_MATCH);
+                    Ok(groups.result_bytes(text.size(row)))
+                })
             }
             (Self::ArrayRepeat, [element, count]) => {
                 let (element, count) = (Values::bytes(element)?, Values::integers(count)?);
@@ -445,14 +460,50 @@ impl Strings {
     }
 }
 
+/// What each row's pattern, with its flags, is to a call: one for every row when both
+/// are scalars. `None` where the pattern or the flags are null, or where the parse
+/// gives none: the pattern does not parse (DataFusion then refuses it with its own
+/// error), or cannot match anything.
+struct Patterns<T> {
+    parsed: Vec<Option<T>>,
+    scalar: bool,
+}
+
+impl<T: Copy> Patterns<T> {
+    /// Each row's `pattern` with its `flags`, `parse`d.
+    fn of(
+        pattern: &ColumnarValue,
+        flags: Option<&ColumnarValue>,
+        parse: impl Fn(&str, Option<&str>) -> Option<T>,
+    ) -> Result<Self> {
+        let patterns = Strings::of(pattern)?;
+        let flags = flags.map(Strings::of).transpose()?;
+        let scalar = patterns.scalar && flags.as_ref().is_none_or(|flags| flags.scalar);
+        let rows = flags
+            .as_ref()
+            .map_or(0, |flags| flags.values.len())
+            .max(patterns.values.len());
+        let parsed = (0..rows)
+            .map(|row| {
+                let flags = match &flags {
+                    Some(flags) => Some(flags.get(row)?),
+                    None => None,
+                };
+                parse(patterns.get(row)?, flags)
+            })
+            .collect();
+        Ok(Self { parsed, scalar })
+    }
+
+    fn get(&self, row: usize) -> Option<T> {
+        self.parsed[row_of(row, self.scalar)]
+    }
+}
+
 /// The patterns and replacements of a `regexp_replace` call, which size its result row
 /// by row (see the module docs).
 struct RegexpReplace {
-    /// What each row's pattern matches with its flags: one for every row when both are
-    /// scalars. `None` where the pattern cannot match anything, is null, or does not
-    /// parse (DataFusion then refuses it with its own error).
-    matches: Vec<Option<Matches>>,
-    scalar: bool,
+    matches: Patterns<Matches>,
     replacements: Strings,
 }
 
@@ -471,32 +522,15 @@ impl RegexpReplace {
         replacement: &ColumnarValue,
         flags: Option<&ColumnarValue>,
     ) -> Result<Self> {
-        let patterns = Strings::of(pattern)?;
-        let flags = flags.map(Strings::of).transpose()?;
-        let scalar = patterns.scalar && flags.as_ref().is_none_or(|flags| flags.scalar);
-        let rows = flags
-            .as_ref()
-            .map_or(0, |flags| flags.values.len())
-            .max(patterns.values.len());
-        let matches = (0..rows)
-            .map(|row| {
-                let flags = match &flags {
-                    Some(flags) => Some(flags.get(row)?),
-                    None => None,
-                };
-                Matches::of(patterns.get(row)?, flags)
-            })
-            .collect();
         Ok(Self {
-            matches,
-            scalar,
+            matches: Patterns::of(pattern, flags, Matches::of)?,
             replacements: Strings::of(replacement)?,
         })
     }
 
     /// The bytes the call produces at most for `row`, whose text has `text` bytes.
     fn result_bytes(&self, row: usize, text: u128) -> u128 {
-        let Some(matches) = self.matches[row_of(row, self.scalar)] else {
+        let Some(matches) = self.matches.get(row) else {
             return text;
         };
         let replacement = self.replacements.get(row).unwrap_or_default();
@@ -526,10 +560,7 @@ impl Matches {
                 flags.contains('g'),
             ),
         };
-        let shortest = regex_syntax::parse(&pattern)
-            .ok()?
-            .properties()
-            .minimum_len()?;
+        let shortest = parse(&pattern)?.properties().minimum_len()?;
         Some(Self {
             shortest: shortest as u128,
             global,
@@ -545,6 +576,61 @@ impl Matches {
             (true, shortest) => text / shortest,
         }
     }
+}
+
+/// What `regexp_match` copies of its first match: each group's text, or the whole match
+/// when the pattern has no group. Groups side by side take different parts of the
+/// match, so all of them copy at most the match as many times as groups nest in each
+/// other (`((x*))` twice): `regex-syntax` bounds that nesting at 250.
+#[derive(Debug, Clone, Copy)]
+struct Groups {
+    /// How many groups nest in each other at most, one when there is none.
+    nesting: u128,
+    /// How many values the list of a row holds.
+    count: u128,
+}
+
+impl Groups {
+    /// A pattern without groups, or one DataFusion refuses.
+    const WHOLE_MATCH: Self = Self {
+        nesting: 1,
+        count: 1,
+    };
+
+    /// The groups of `pattern`, compiled as arrow compiles it: with the `flags` in front.
+    fn of(pattern: &str, flags: Option<&str>) -> Option<Self> {
+        let pattern = match flags {
+            Some(flags) => format!("(?{flags}){pattern}"),
+            None => pattern.to_string(),
+        };
+        let hir = parse(&pattern)?;
+        Some(Self {
+            nesting: nesting(&hir).max(1),
+            count: hir.properties().explicit_captures_len().max(1) as u128,
+        })
+    }
+
+    /// The bytes of a row's list over a text of `text` bytes, an offset per value.
+    fn result_bytes(self, text: u128) -> u128 {
+        self.nesting * text + (self.count + 1) * VALUE_BYTES
+    }
+}
+
+/// How many groups of `hir` nest in each other at most.
+fn nesting(hir: &Hir) -> u128 {
+    match hir.kind() {
+        HirKind::Capture(capture) => 1 + nesting(&capture.sub),
+        HirKind::Repetition(repetition) => nesting(&repetition.sub),
+        HirKind::Concat(parts) | HirKind::Alternation(parts) => {
+            parts.iter().map(nesting).max().unwrap_or(0)
+        }
+        HirKind::Empty | HirKind::Literal(_) | HirKind::Class(_) | HirKind::Look(_) => 0,
+    }
+}
+
+/// A pattern as DataFusion's regular expressions read it, `None` when they refuse it.
+fn parse(pattern: &str) -> Option<Hir> {
+    regex_syntax::parse(pattern).ok()
 }
 
 /// How many group references a `regexp_replace` replacement has at most: every `$`
@@ -862,6 +948,34 @@ mod tests {
         let sql = "SELECT length(regexp_replace(repeat('x', 2000000), '.*', repeat('\\0', 40)))";
         let error = answer(&context, sql).await.unwrap_err();
         assert!(error.to_string().contains("regexp_replace()"), "{error}");
+    }
+
+    /// A pattern of `depth` groups nested in each other around `x*`.
+    fn nested_groups(depth: usize) -> String {
+        format!("{}x*{}", "(".repeat(depth), ")".repeat(depth))
+    }
+
+    #[tokio::test]
+    async fn regexp_match_s_nested_groups_copy_the_text_each() {
+        let context = context();
+        let sql = |depth| {
+            format!(
+                "SELECT cardinality(regexp_match(repeat('x', 1000000), '{}')) AS r",
+                nested_groups(depth)
+            )
+        };
+        let error = answer(&context, &sql(70)).await.unwrap_err();
+        assert!(
+            matches!(error.find_root(), DataFusionError::ResourcesExhausted(_)),
+            "{error}"
+        );
+        assert!(error.to_string().contains("regexp_match()"), "{error}");
+        assert!(answer(&context, &sql(10)).await.unwrap().contains("10"));
+        // Groups side by side copy the text once.
+        let sql = "SELECT regexp_match(repeat('x', 1000000) || '-2024-01-02', \
+                   '-(\\d+)-(\\d+)-(\\d+)$', 'i') AS r";
+        let answer = answer(&context, sql).await.unwrap();
+        assert!(answer.contains("[2024, 01, 02]"), "{answer}");
     }
 
     #[tokio::test]

@@ -16,7 +16,8 @@
 //!   an argument names; the allocation fails and the process aborts, even under
 //!   `EXPLAIN`, since the optimizer folds constant calls; `regexp_replace(repeat('x',
 //!   10000000), '', repeat('y', 10000000), 'g')` asks for 5 GB, ten million bytes for
-//!   each empty match. mink registers these functions wrapped ([`super::functions`]):
+//!   each empty match, and `regexp_match` copies its text once per group nested in
+//!   another. mink registers these functions wrapped ([`super::functions`]):
 //!   each call computes its result's size from its arguments first and refuses more than
 //!   [`MAX_FUNCTION_RESULT_BYTES`].
 //!
@@ -24,7 +25,7 @@
 //! |-----------------------------------------------------------|----------------------------------------|------------------------------|
 //! | the text of one statement                                 | [`MAX_STATEMENT_BYTES`] (16 MiB)       | refused (`INVALID_ARGUMENT`) |
 //! | operators in a chain, plus brackets around it              | [`MAX_EXPRESSION_DEPTH`] (2 048)       | refused (`INVALID_ARGUMENT`) |
-//! | the result of one call of `repeat`, `lpad`, `rpad`, `replace`, `regexp_replace`, `array_repeat`, `array_resize`, `range`, `generate_series` (over a batch of rows) | [`MAX_FUNCTION_RESULT_BYTES`] (64 MiB) | refused (`RESOURCE_EXHAUSTED`) |
+//! | the result of one call of `repeat`, `lpad`, `rpad`, `replace`, `regexp_replace`, `regexp_match`, `array_repeat`, `array_resize`, `range`, `generate_series` (over a batch of rows) | [`MAX_FUNCTION_RESULT_BYTES`] (64 MiB) | refused (`RESOURCE_EXHAUSTED`) |
 //! | the stack of a thread planning or running statements       | [`STATEMENT_STACK_BYTES`] (64 MiB)     | (a size, not a refusal)      |
 
 /// The longest statement text: a 100 000-literal `IN` list is about 1 MiB. Tokens take

@@ -1,8 +1,8 @@
 //! One SQL statement must not stop the server: against the real `mink server` over
 //! Flight SQL (the ADBC Python driver), statements whose functions ask for results of
-//! gigabytes or terabytes (`repeat`, `array_repeat`, `range`, ...) are refused with
-//! RESOURCE_EXHAUSTED, their `EXPLAIN` answered, and the server's memory does not grow;
-//! operator chains deeper than mink's bound are refused with INVALID_ARGUMENT, while a
+//! gigabytes or terabytes (`repeat`, `array_repeat`, `range`, `regexp_replace`, ...) are
+//! refused with RESOURCE_EXHAUSTED, their `EXPLAIN` answered, and the server's memory does
+//! not grow; operator chains deeper than mink's bound are refused with INVALID_ARGUMENT, while a
 //! 1 000-term `OR` list and a 100 000-literal `IN` list are answered. After each
 //! statement the server answers `SELECT 1`, and it is running at the end.
 
@@ -61,7 +61,7 @@ fn over_adbc(server: &ServerProcess, statements: &[String]) -> Vec<Outcome> {
 
 /// Statements that aborted DataFusion 53 with one allocation of gigabytes or terabytes,
 /// and the function each names.
-const SIZED_BY_AN_ARGUMENT: [(&str, &str); 8] = [
+const SIZED_BY_AN_ARGUMENT: [(&str, &str); 9] = [
     ("SELECT array_repeat(1, 100000000000)", "array_repeat"),
     ("SELECT range(100000000000)", "range"),
     ("SELECT generate_series(1, 100000000000)", "generate_series"),
@@ -81,6 +81,10 @@ const SIZED_BY_AN_ARGUMENT: [(&str, &str); 8] = [
     (
         "SELECT length(replace(repeat('x', 9000), 'x', repeat('y', 9000)))",
         "replace",
+    ),
+    (
+        "SELECT length(regexp_replace(repeat('x', 300000), '', repeat('y', 300000), 'g'))",
+        "regexp_replace",
     ),
 ];
 
