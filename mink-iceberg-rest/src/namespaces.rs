@@ -1,9 +1,9 @@
 //! Namespaces: mink databases with lake tables, and the namespaces REST clients create for
 //! their own tables (marked hosted, [`HOSTED_NAMESPACE_PROPERTY`]).
 //!
-//! A client may create a namespace (one level, a valid mink name, not a mink database's nor
-//! `default`, mink's default database; no `location` and no `mink.` property, which would
-//! place its tables elsewhere or pose as mink's own) while the catalog holds fewer than
+//! A client may create a namespace (one level, a valid mink name, not that of a mink
+//! database with tables; no `location` and no `mink.` property, which would place its
+//! tables elsewhere or pose as mink's own) while the catalog holds fewer than
 //! [`MAX_NAMESPACES`], and drop one it created once it is empty. A mink database's namespace is
 //! never dropped here, and mink refuses to create a database's lake tables in a hosted
 //! namespace.
@@ -14,7 +14,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use iceberg::{ErrorKind, NamespaceIdent};
-use mink_core::table::{DEFAULT_DATABASE, TablePath};
+use mink_core::table::TablePath;
 use mink_lake::catalog::HOSTED_NAMESPACE_PROPERTY;
 use serde::Deserialize;
 use serde_json::json;
@@ -122,7 +122,7 @@ pub(crate) async fn create_namespace(
              and mink. properties are mink's own"
         )));
     }
-    if name == DEFAULT_DATABASE || !state.node.list_tables(Some(name)).is_empty() {
+    if !state.node.list_tables(Some(name)).is_empty() {
         return Err(RestError::already_exists(format!(
             "namespace {name} is a mink database"
         )));

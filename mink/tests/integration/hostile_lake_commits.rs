@@ -10,8 +10,9 @@
 //! - `log.ttl` retention keeps a lake table's rows that are not tiered yet.
 //! - The REST port's bounds, in raw HTTP: a request body trickled slower than the 30 s
 //!   deadline is answered `408` and its connection closed while other clients are served;
-//!   1 000 hosted tables and 1 000 namespaces, no more (`400`); `default` is mink's; a
-//!   snapshot summary over 64 KiB is refused; pyiceberg and DuckDB still read mink's table.
+//!   1 000 hosted tables and 1 000 namespaces, no more (`400`); a mink database's name is
+//!   taken (`409`); a snapshot summary over 64 KiB is refused; pyiceberg and DuckDB still
+//!   read mink's table.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -445,7 +446,7 @@ async fn the_rest_port_bounds_slow_bodies_counts_and_summaries() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("summary") && body.contains("65536"), "{body}");
 
-    // 1 000 namespaces (test, ns0 and 998 more), no more; default is mink's.
+    // 1 000 namespaces (test, ns0 and 998 more), no more; test is a mink database.
     let namespaces = (1..=999)
         .map(|i| {
             (
@@ -469,7 +470,7 @@ async fn the_rest_port_bounds_slow_bodies_counts_and_summaries() {
         "POST",
         "/v1/namespaces",
         Some(&token),
-        r#"{"namespace":["default"]}"#,
+        r#"{"namespace":["test"]}"#,
     )
     .await;
     assert_eq!(status, 409, "{body}");
