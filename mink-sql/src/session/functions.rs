@@ -1,5 +1,6 @@
 //! DataFusion's functions whose result is sized by an argument's value, wrapped so that
-//! a call computes the size first and refuses more than [`MAX_FUNCTION_RESULT_BYTES`].
+//! a call computes the size first and refuses more than [`MAX_FUNCTION_RESULT_BYTES`]
+//! beyond the bytes of its array arguments.
 //!
 //! `repeat('x', 1099511627776)` is 18 bytes of SQL, and DataFusion answers it by asking for
 //! one allocation of a terabyte: the allocation fails and the process aborts. So do
@@ -15,7 +16,9 @@
 //! [`sized_functions`] wraps each of these functions of a registry in a [`SizedResult`],
 //! to register in its place. The wrapper delegates everything to DataFusion's function
 //! but, before each call, adds up over the call's rows the size its arguments ask for
-//! ([`Sizing`]) and refuses the call when that is over the bound, with
+//! ([`Sizing`]) and refuses the call when that is more than the bound beyond the bytes of
+//! the call's array arguments (a `replace` over a batch of long strings is as large as
+//! the batch, already in memory; what a value asks for on top of it is not), with
 //! `ResourcesExhausted` naming the function. The optimizer folds constant calls through
 //! the registered function too, so an `EXPLAIN` of such a call is refused the same way.
 //!
@@ -176,11 +179,13 @@ impl Sizing {
                 let text = Values::byte_lengths(text)?;
                 let (from, to) = (Values::byte_lengths(from)?, Values::byte_lengths(to)?);
                 Box::new(move |row| {
-                    let matches = match from.size(row) {
-                        0 => text.size(row) + 1,
-                        from => text.size(row) / from,
-                    };
-                    Ok(text.size(row) + matches * to.size(row))
+                    let (text, from, to) = (text.size(row), from.size(row), to.size(row));
+                    // An empty `from` matches around every character and takes nothing
+                    // out; any other match takes out its own bytes.
+                    Ok(match from {
+                        0 => text + (text + 1) * to,
+                        from => text + text / from * to.saturating_sub(from),
+                    })
                 })
             }
             (Self::RegexpReplace, [text, pattern, replacement, flags @ ..]) => {
@@ -646,6 +651,18 @@ fn group_references(replacement: &str) -> u128 {
     (dollars + backslashed) as u128
 }
 
+/// The bytes of a call's array arguments (scalars count nothing: a literal is sized
+/// by the function's result alone).
+fn input_bytes(args: &[ColumnarValue]) -> u128 {
+    args.iter()
+        .map(|arg| match arg {
+            // Every buffer the array holds (a view array's data buffers too).
+            ColumnarValue::Array(array) => array.get_array_memory_size() as u128,
+            ColumnarValue::Scalar(_) => 0,
+        })
+        .sum()
+}
+
 /// A DataFusion function that refuses a call whose result would be over
 /// [`MAX_FUNCTION_RESULT_BYTES`], and otherwise is the function (see the module docs).
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -660,12 +677,18 @@ impl SizedResult {
         self.inner.inner().as_ref()
     }
 
+    /// Refuses a call whose result could be more than [`MAX_FUNCTION_RESULT_BYTES`]
+    /// beyond the bytes of its arguments' arrays: a result the size of its input (a
+    /// `replace` over a batch of long strings) is as bounded as the input, already in
+    /// memory; what an argument's value asks for on top of it is not.
     fn check(&self, args: &ScalarFunctionArgs) -> Result<()> {
         let bytes = self.sizing.result_bytes(&args.args, args.number_rows)?;
-        if bytes > u128::from(MAX_FUNCTION_RESULT_BYTES) {
+        let input = input_bytes(&args.args);
+        if bytes > u128::from(MAX_FUNCTION_RESULT_BYTES) + input {
             return Err(DataFusionError::ResourcesExhausted(format!(
-                "{}() would produce up to {bytes} bytes in one call, over mink's bound of \
-                 {MAX_FUNCTION_RESULT_BYTES} bytes per call: ask for fewer or shorter values",
+                "{}() would produce up to {bytes} bytes in one call, more than mink's bound \
+                 of {MAX_FUNCTION_RESULT_BYTES} bytes per call beyond its arguments' {input}: \
+                 ask for fewer or shorter values",
                 self.inner.name()
             )));
         }
@@ -976,6 +999,27 @@ mod tests {
                    '-(\\d+)-(\\d+)-(\\d+)$', 'i') AS r";
         let answer = answer(&context, sql).await.unwrap();
         assert!(answer.contains("[2024, 01, 02]"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn a_result_the_size_of_a_large_batch_is_answered() {
+        let context = context();
+        // One batch of 1 000 strings of 80 KB: 80 MB, more than the bound on its own.
+        let over_long_rows = |call: &str| {
+            format!(
+                "SELECT sum(length({call})) AS n FROM (SELECT repeat('a', 80000) || \
+                 CAST(v AS VARCHAR) AS s FROM generate_series(1000, 1999) AS t(v))"
+            )
+        };
+        for call in ["replace(s, 'a', 'b')", "regexp_replace(s, 'a+', ' ', 'g')"] {
+            let answer = answer(&context, &over_long_rows(call)).await.unwrap();
+            assert!(answer.contains('|'), "{call}: {answer}");
+        }
+        // What an argument asks for beyond the input is still bounded.
+        let error = answer(&context, &over_long_rows("repeat(s, 2)"))
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("repeat()"), "{error}");
     }
 
     #[tokio::test]

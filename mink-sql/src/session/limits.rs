@@ -19,13 +19,13 @@
 //!   each empty match, and `regexp_match` copies its text once per group nested in
 //!   another. mink registers these functions wrapped ([`super::functions`]):
 //!   each call computes its result's size from its arguments first and refuses more than
-//!   [`MAX_FUNCTION_RESULT_BYTES`].
+//!   [`MAX_FUNCTION_RESULT_BYTES`] beyond its array arguments' bytes.
 //!
 //! | bounded                                                   | limit                                  | when over                    |
 //! |-----------------------------------------------------------|----------------------------------------|------------------------------|
 //! | the text of one statement                                 | [`MAX_STATEMENT_BYTES`] (16 MiB)       | refused (`INVALID_ARGUMENT`) |
 //! | operators in a chain, plus brackets around it              | [`MAX_EXPRESSION_DEPTH`] (2 048)       | refused (`INVALID_ARGUMENT`) |
-//! | the result of one call of `repeat`, `lpad`, `rpad`, `replace`, `regexp_replace`, `regexp_match`, `array_repeat`, `array_resize`, `range`, `generate_series` (over a batch of rows) | [`MAX_FUNCTION_RESULT_BYTES`] (64 MiB) | refused (`RESOURCE_EXHAUSTED`) |
+//! | the result of one call of `repeat`, `lpad`, `rpad`, `replace`, `regexp_replace`, `regexp_match`, `array_repeat`, `array_resize`, `range`, `generate_series` (over a batch of rows) | [`MAX_FUNCTION_RESULT_BYTES`] (64 MiB) beyond its array arguments' bytes | refused (`RESOURCE_EXHAUSTED`) |
 //! | the stack of a thread planning or running statements       | [`STATEMENT_STACK_BYTES`] (64 MiB)     | (a size, not a refusal)      |
 
 /// The longest statement text: a 100 000-literal `IN` list is about 1 MiB. Tokens take
@@ -45,8 +45,9 @@ pub const MAX_STATEMENT_BYTES: usize = 16 << 20;
 /// is the other reason the bound is no higher.
 pub const MAX_EXPRESSION_DEPTH: usize = 2048;
 
-/// The most one call of a function whose result is sized by an argument may produce,
-/// over the rows of one batch.
+/// The most one call of a function whose result is sized by an argument may produce
+/// over the rows of one batch, beyond the bytes of its array arguments (a result the
+/// size of its input is as bounded as the input).
 pub const MAX_FUNCTION_RESULT_BYTES: u64 = 64 << 20;
 
 /// The stack of every thread of mink's runtime, where statements are planned and run
