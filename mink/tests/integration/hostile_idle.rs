@@ -17,7 +17,6 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
@@ -238,20 +237,10 @@ fn a_limit_scan_past_the_log_streams_every_row_in_bounded_memory() {
     let (client, bucket) = runtime.block_on(log_of_128_mib(&server.addr));
     let idle = server.rss_kib();
 
-    let peak = AtomicU64::new(idle);
-    let done = AtomicBool::new(false);
-    let answer = std::thread::scope(|scope| {
-        scope.spawn(|| {
-            while !done.load(Ordering::Relaxed) {
-                peak.fetch_max(server.rss_kib(), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        });
-        let answer = runtime.block_on(client.limit_scan(&bucket, u32::MAX, &[0, 1]));
-        done.store(true, Ordering::Relaxed);
-        answer
+    let (answer, peak) = server.peak_rss_kib_while(idle, || {
+        runtime.block_on(client.limit_scan(&bucket, u32::MAX, &[0, 1]))
     });
-    let grown_mib = peak.into_inner().saturating_sub(idle) >> 10;
+    let grown_mib = peak.saturating_sub(idle) >> 10;
     let ids = first_column_ids(&answer.expect("a LimitScan of 2^32 - 1 rows"));
     assert_eq!(ids.len(), ROWS, "every row of the log");
     assert!(

@@ -10,8 +10,6 @@
 //! statement whose plans would not fit is refused before it is parsed.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
 use arrow::array::{Array, AsArray, RecordBatch, StringArray};
 use arrow::buffer::{Buffer, OffsetBuffer};
@@ -55,25 +53,15 @@ fn binds_over_the_memory_pool_fail_alone_and_the_server_stays_within_it() {
     assert_eq!(runtime.block_on(bound_length(&addr, 1 << 20)), 1 << 20);
     let idle = server.rss_kib();
 
-    let peak = AtomicU64::new(idle);
-    let done = AtomicBool::new(false);
-    let outcomes = std::thread::scope(|scope| {
-        scope.spawn(|| {
-            while !done.load(Ordering::Relaxed) {
-                peak.fetch_max(server.rss_kib(), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        });
-        let outcomes = runtime.block_on(async {
+    let (outcomes, peak) = server.peak_rss_kib_while(idle, || {
+        runtime.block_on(async {
             let handle = prepared_handle(&addr, LENGTH_OF).await;
             let parameters = rows_of_zeros(BIND_BYTES / ROW_BYTES, ROW_BYTES);
             let binds = (0..BINDS).map(|_| bind(&addr, handle.clone(), parameters.clone()));
             futures::future::join_all(binds).await
-        });
-        done.store(true, Ordering::Relaxed);
-        outcomes
+        })
     });
-    let grown_mib = peak.into_inner().saturating_sub(idle) >> 10;
+    let grown_mib = peak.saturating_sub(idle) >> 10;
     for outcome in &outcomes {
         let refused = outcome.as_ref().expect_err("a 200 MiB bind cannot fit");
         assert_eq!(refused.code(), Code::ResourceExhausted, "{refused}");

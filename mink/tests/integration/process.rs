@@ -3,6 +3,8 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 /// A `mink server` process listening on loopback ports it chose.
 pub(crate) struct ServerProcess {
@@ -72,6 +74,29 @@ impl ServerProcess {
             .find_map(|line| line.strip_prefix("VmRSS:"))
             .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
             .expect("VmRSS")
+    }
+
+    /// Runs `work` while sampling the process's VmRSS every 10 ms; returns what `work`
+    /// returned and the highest VmRSS seen, in KiB (at least `from_kib`).
+    pub(crate) fn peak_rss_kib_while<T>(
+        &self,
+        from_kib: u64,
+        work: impl FnOnce() -> T,
+    ) -> (T, u64) {
+        let peak = AtomicU64::new(from_kib);
+        let done = AtomicBool::new(false);
+        let outcome = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    peak.fetch_max(self.rss_kib(), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            });
+            let outcome = work();
+            done.store(true, Ordering::Relaxed);
+            outcome
+        });
+        (outcome, peak.into_inner())
     }
 
     /// Waits for the process to end by itself (an abort at a failpoint).
