@@ -92,3 +92,64 @@ fn json_bytes(metadata: &TableMetadata) -> Result<usize> {
     })?;
     Ok(bytes.len())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use iceberg::TableUpdate;
+
+    use super::super::commit_hosted;
+    use super::*;
+    use crate::catalog::fixture::lake_table;
+    use crate::error::LakeError;
+
+    /// `count` properties `p<first>`... as one `set-properties` update.
+    fn properties(first: usize, count: usize) -> Vec<TableUpdate> {
+        let updates: HashMap<_, _> = (first..first + count)
+            .map(|i| (format!("p{i}"), "v".to_string()))
+            .collect();
+        vec![TableUpdate::SetProperties { updates }]
+    }
+
+    #[tokio::test]
+    async fn a_hosted_table_keeps_at_most_its_bound_of_properties() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, descriptor, table) = lake_table(dir.path()).await;
+        let path = &descriptor.path;
+        let had = table.metadata().properties().len();
+        let room = MAX_TABLE_PROPERTIES - had;
+        commit_hosted(&lake, path, &[], properties(0, room))
+            .await
+            .unwrap();
+        let error = commit_hosted(&lake, path, &[], properties(room, 1))
+            .await
+            .unwrap_err();
+        let LakeError::Iceberg(error) = error else {
+            panic!("{error}")
+        };
+        assert!(
+            error
+                .message()
+                .contains("1001 properties, above the limit of 1000"),
+            "{error}"
+        );
+        assert_eq!(
+            lake.load(path).await.unwrap().metadata().properties().len(),
+            MAX_TABLE_PROPERTIES
+        );
+        // One that does not grow them is taken past the bound.
+        let removals = vec![TableUpdate::RemoveProperties {
+            removals: vec!["p0".to_string()],
+        }];
+        commit_hosted(&lake, path, &[], removals).await.unwrap();
+    }
+
+    #[test]
+    fn a_bound_holds_only_where_a_commit_grows_the_table() {
+        let path = TablePath::new("db", "t");
+        assert!(check_grown(&path, "snapshots", 10, 10_000, MAX_SNAPSHOTS).is_ok());
+        assert!(check_grown(&path, "snapshots", 10_000, 10_001, MAX_SNAPSHOTS).is_err());
+        assert!(check_grown(&path, "snapshots", 10_005, 10_004, MAX_SNAPSHOTS).is_ok());
+    }
+}
