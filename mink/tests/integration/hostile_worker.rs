@@ -7,6 +7,13 @@
 //! aborted the worker), a task's execution over 2^40 partitions, and more tasks than a
 //! worker holds. Each is refused with a status naming its limit; the worker lives, its
 //! memory does not grow, and statements still run on it.
+//!
+//! A plan also names the workers a stage reads its input from. In process, a statement
+//! whose stages two forging "workers" answer (served here on loopback ports: they take
+//! probes and plans, and answer every `ExecuteTask` with the forged batch as Arrow Flight
+//! data) fails with the reason, and its reader lives: without the check of these answers
+//! the process aborted ("memory allocation of 1125899906842624 bytes failed"). A worker
+//! reads other workers' stages through the same channels as the coordinator.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -311,4 +318,207 @@ async fn the_tasks_a_worker_holds_are_bounded() {
         after < before + 256 * 1024,
         "RSS {before} KiB -> {after} KiB"
     );
+}
+
+/// Arrow Flight's `FlightData` as a worker's `ExecuteTask` answers it (`app_metadata`
+/// left empty: partition 0).
+#[derive(Clone, PartialEq, Message)]
+struct FlightMessage {
+    #[prost(bytes = "vec", tag = "2")]
+    data_header: Vec<u8>,
+    #[prost(bytes = "vec", tag = "1000")]
+    data_body: Vec<u8>,
+}
+
+/// The messages of [`FORGED_LZ4`] as Flight data: its schema, then its batch whose
+/// buffer declares 2^50 bytes.
+fn forged_flight_data() -> Vec<FlightMessage> {
+    let stream = hex(FORGED_LZ4);
+    let length = |at: usize| {
+        let bytes = stream[at + 4..at + 8].try_into().expect("a length");
+        usize::try_from(i32::from_le_bytes(bytes)).expect("positive")
+    };
+    let schema_end = 8 + length(0);
+    let batch_header_end = schema_end + 8 + length(schema_end);
+    let end_marker = stream.len() - 8;
+    vec![
+        FlightMessage {
+            data_header: stream[8..schema_end].to_vec(),
+            data_body: Vec::new(),
+        },
+        FlightMessage {
+            data_header: stream[schema_end + 8..batch_header_end].to_vec(),
+            data_body: stream[batch_header_end..end_marker].to_vec(),
+        },
+    ]
+}
+
+/// What a plan can point a stage's reader at: an address answering as a worker does
+/// (probes, plans), whose `ExecuteTask` answers the forged LZ4 batch.
+#[derive(Debug, Clone)]
+struct ForgingWorker;
+
+impl tonic::server::NamedService for ForgingWorker {
+    const NAME: &'static str = "worker.WorkerService";
+}
+
+impl tonic::codegen::Service<http::Request<tonic::body::Body>> for ForgingWorker {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        Box::pin(async move {
+            let answer = match request.uri().path() {
+                EXECUTE_TASK => {
+                    let codec: ProstCodec<FlightMessage, ExecuteTask> = ProstCodec::default();
+                    let mut grpc = tonic::server::Grpc::new(codec);
+                    grpc.server_streaming(Forge, request).await
+                }
+                SET_PLAN => {
+                    let codec: ProstCodec<Empty, CoordinatorMessage> = ProstCodec::default();
+                    let mut grpc = tonic::server::Grpc::new(codec);
+                    grpc.streaming(Forge, request).await
+                }
+                _ => {
+                    let codec: ProstCodec<Empty, Empty> = ProstCodec::default();
+                    let mut grpc = tonic::server::Grpc::new(codec);
+                    grpc.unary(Forge, request).await
+                }
+            };
+            Ok(answer)
+        })
+    }
+}
+
+/// [`ForgingWorker`]'s answers: the forged batch for a task, nothing for the rest.
+struct Forge;
+
+type Answer<T> = std::future::Ready<Result<tonic::Response<T>, tonic::Status>>;
+
+impl tonic::server::ServerStreamingService<ExecuteTask> for Forge {
+    type Response = FlightMessage;
+    type ResponseStream =
+        futures::stream::Iter<std::vec::IntoIter<Result<FlightMessage, tonic::Status>>>;
+    type Future = Answer<Self::ResponseStream>;
+
+    fn call(&mut self, _: tonic::Request<ExecuteTask>) -> Self::Future {
+        let messages: Vec<_> = forged_flight_data().into_iter().map(Ok).collect();
+        std::future::ready(Ok(tonic::Response::new(futures::stream::iter(messages))))
+    }
+}
+
+impl tonic::server::StreamingService<CoordinatorMessage> for Forge {
+    type Response = Empty;
+    type ResponseStream = futures::stream::Empty<Result<Empty, tonic::Status>>;
+    type Future = Answer<Self::ResponseStream>;
+
+    fn call(&mut self, _: tonic::Request<tonic::Streaming<CoordinatorMessage>>) -> Self::Future {
+        std::future::ready(Ok(tonic::Response::new(futures::stream::empty())))
+    }
+}
+
+impl tonic::server::UnaryService<Empty> for Forge {
+    type Response = Empty;
+    type Future = Answer<Empty>;
+
+    fn call(&mut self, _: tonic::Request<Empty>) -> Self::Future {
+        std::future::ready(Ok(tonic::Response::new(Empty {})))
+    }
+}
+
+/// A statement whose stages a [`ForgingWorker`] answers: its stage reading the forged
+/// batch fails with the reason, and the reader (this process, the coordinator: a worker
+/// reads other stages through the same channels) lives on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stage_answered_a_forged_lz4_batch_fails_and_its_reader_lives() {
+    use datafusion::physical_plan::collect;
+    use mink_lake::storage::LakeStorage;
+    use mink_sql::MinkSession;
+    use mink_sql::distributed::Distribution;
+    use mink_sql::session::{SqlRuntime, memory_pool};
+
+    use crate::sql_reads::query;
+    use crate::support::TestNode;
+
+    // Two, so that the read is cut into tasks (one per live worker at most).
+    let ((first, first_server), (second, second_server)) = (serve_forging(), serve_forging());
+    let node = TestNode::start().await;
+    let client = &node.client;
+    let storage = LakeStorage::new(
+        std::sync::Arc::new(object_store::local::LocalFileSystem::new()),
+        "",
+    );
+    let distribution = Distribution::new(&[first, second], None, None, 1).expect("workers");
+    let runtime = SqlRuntime::server(memory_pool(1 << 30), &storage)
+        .expect("runtime")
+        .with_distribution(distribution.clone());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while distribution.workers().live().len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the forging workers never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let session = MinkSession::connect_in(client.clone(), storage, &runtime)
+        .await
+        .expect("session");
+    for statement in [
+        "CREATE TABLE forged (id BIGINT NOT NULL, n BIGINT, PRIMARY KEY (id)) \
+         WITH ('bucket.num' = '4', 'lake.enabled' = 'true', 'lake.freshness' = '1h')",
+        "INSERT INTO forged SELECT value, value % 7 FROM generate_series(0, 399)",
+        "CALL system.tier('forged')",
+    ] {
+        query(&session, statement).await;
+    }
+    let frame = session
+        .sql("SELECT n, count(*) FROM forged GROUP BY n")
+        .await
+        .expect("plan");
+    let (state, logical) = frame.into_parts();
+    let plan = state
+        .create_physical_plan(&logical)
+        .await
+        .expect("physical plan");
+    let shown = datafusion::physical_plan::displayable(plan.as_ref())
+        .indent(true)
+        .to_string();
+    assert!(shown.contains("DistributedExec"), "{shown}");
+    let error = collect(plan, state.task_ctx())
+        .await
+        .expect_err("the forged batch was read");
+    let error = error.to_string();
+    assert!(
+        error.contains("compressed Arrow IPC is not accepted"),
+        "{error}"
+    );
+    for server in [first_server, second_server] {
+        assert!(!server.is_finished(), "a forging worker stopped");
+        server.abort();
+    }
+}
+
+/// A [`ForgingWorker`] served on a loopback port: its address and its server.
+fn serve_forging() -> (
+    String,
+    tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+) {
+    let incoming =
+        tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().expect("address"))
+            .expect("bind");
+    let address = incoming.local_addr().expect("address").to_string();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ForgingWorker)
+            .serve_with_incoming(incoming),
+    );
+    (address, server)
 }
