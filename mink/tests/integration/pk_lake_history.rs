@@ -234,6 +234,11 @@ impl Model {
 /// expiry of a later step expires every snapshot but the recorded one.
 const LEASES: &[(&str, &str)] = &[("MINK_LAKE_LEASE_MS", "100")];
 
+/// How long an expiry waits after the reads before it: a planned read's hold counts for
+/// the lease period and the clock skew the server allows (each 100 ms here), with a margin
+/// for a loaded machine.
+const HOLDS_LAPSE: Duration = Duration::from_millis(300);
+
 /// The server under test and a client of it.
 struct Server {
     dir: tempfile::TempDir,
@@ -487,6 +492,7 @@ async fn compact(client: &MinkClient, table: &TableDescriptor, model: &mut Model
 /// the current one.
 async fn expire(client: &MinkClient, table: &TableDescriptor, model: &mut Model, step: usize) {
     model.reconciled();
+    tokio::time::sleep(HOLDS_LAPSE).await;
     let reply = client.expire_snapshots(&table.path).await.expect("expire");
     let recorded = client
         .lake_snapshots(&table.path)
