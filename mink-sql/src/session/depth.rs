@@ -11,8 +11,9 @@
 //! group; commas split a group into items. The depth of an item is the number of
 //! operators in it plus the depth of its deepest group; the depth of a group is that of
 //! its deepest item, plus one for its brackets. Operators are every token that is not
-//! a name, a literal or punctuation, and the keywords that join two operands (`AND`,
-//! `OR`, `LIKE`, `UNION`, `JOIN`, ...). Operators of different precedence are counted
+//! a name, a literal or punctuation, the keywords that join two operands (`AND`, `OR`,
+//! `LIKE`, `UNION`, `JOIN`, ...), and field accesses and indexes (`a.b`, `a[1]`: a chain
+//! of them is as deep as one of operators). Operators of different precedence are counted
 //! alike (`c = 0 OR c = 1` counts three where the tree is two deep), and an item runs
 //! across clauses (`... WHERE a = 1 GROUP BY b`), so the bound is generous for what
 //! clients write by hand or by tool.
@@ -111,7 +112,15 @@ fn expression_depth(tokens: &[Token]) -> Depth {
     let mut open = vec![Group::default()];
     for token in tokens {
         match token {
-            Token::LParen | Token::LBracket | Token::LBrace => open.push(Group::default()),
+            // An index (`a[1]`) applies to the operand before it, as an operator does: a
+            // chain of them (`a[1][1][1]`) is a tree as deep as it is long.
+            Token::LBracket => {
+                open.last_mut()
+                    .into_iter()
+                    .for_each(|group| group.operators += 1);
+                open.push(Group::default());
+            }
+            Token::LParen | Token::LBrace => open.push(Group::default()),
             Token::RParen | Token::RBracket | Token::RBrace if open.len() > 1 => {
                 let closed = open.pop().map_or(0, |group| group.depth() + 1);
                 if let Some(group) = open.last_mut() {
@@ -146,7 +155,6 @@ fn is_operator(token: &Token) -> bool {
         | Token::Placeholder(_)
         | Token::Whitespace(_)
         | Token::Comma
-        | Token::Period
         | Token::Colon
         | Token::SemiColon
         | Token::LParen
@@ -210,7 +218,7 @@ mod tests {
         );
         assert_eq!(
             depth("SELECT * FROM a JOIN b ON a.x = b.x UNION SELECT 1"),
-            Depth::Within(4)
+            Depth::Within(6)
         );
         assert_eq!(depth("SELECT 'a + b', \"x-y\", $1"), Depth::Within(0));
         assert_eq!(depth("SELECT x::int::text"), Depth::Within(2));
@@ -221,7 +229,8 @@ mod tests {
         assert_eq!(depth("SELECT 1 + 1, 2 + 2 + 2"), Depth::Within(2));
         assert_eq!(depth("SELECT f(1 + 1, 2) + 3"), Depth::Within(3));
         assert_eq!(depth("SELECT ((1 + 1) + 1) + 1"), Depth::Within(5));
-        assert_eq!(depth("SELECT [1, [2 + 2]]"), Depth::Within(3));
+        // An index or an array's brackets apply to what they follow: one more each.
+        assert_eq!(depth("SELECT [1, [2 + 2]]"), Depth::Within(5));
         // A closing bracket too many is the parser's to report.
         assert_eq!(depth("SELECT 1)) + 1"), Depth::Within(1));
     }
@@ -248,6 +257,11 @@ mod tests {
             stacked = format!("({stacked}{})", "+1".repeat(64));
         }
         assert_eq!(depth(&format!("SELECT {stacked}")), Depth::Over);
+        // Indexes and field accesses chain as deep as operators do.
+        let indexes = format!("SELECT make_array(1){}", "[1]".repeat(10_000));
+        assert_eq!(depth(&indexes), Depth::Over);
+        let fields = format!("SELECT s{}", ".f".repeat(10_000));
+        assert_eq!(depth(&fields), Depth::Over);
     }
 
     #[test]
