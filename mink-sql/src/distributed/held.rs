@@ -135,13 +135,7 @@ impl HeldTasks {
     }
 
     /// How many tasks are held and the bytes of their plans (those being received too).
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "read by tests only so far (added by part 6 to build)"
-        )
-    )]
+    #[cfg(test)]
     pub(crate) fn held(&self) -> (usize, usize) {
         let state = self.state();
         (state.tasks.len() + state.receiving, state.bytes)
