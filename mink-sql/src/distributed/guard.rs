@@ -11,7 +11,8 @@
 //!
 //!   CoordinatorChannel  [flag|len] -> len <= MAX_PLAN_BYTES, room reserved in HeldTasks
 //!                       SetPlanRequest -> task key and count, plan_check::check_plan
-//!                       -> held; the message goes on alone (the worker reads only it)
+//!                       -> held (a task takes one plan); the message goes on alone
+//!                       (the worker reads only it)
 //!   ExecuteTask         [flag|len] -> len <= MAX_CALL_BYTES; partition range <= MAX_PARTITIONS;
 //!                       waits for its task to be held (PLAN_WAIT)
 //!   GetWorkerInfo       [flag|len] -> len <= MAX_CALL_BYTES
@@ -139,12 +140,16 @@ where
             key.task_number, set.task_count
         )));
     }
+    // The check cannot be cancelled: it keeps the plan's room until it ends, even if the
+    // call is dropped meanwhile.
     let plan = set.plan;
-    tokio::task::spawn_blocking(move || check_plan(&plan))
+    let reservation = tokio::task::spawn_blocking(move || check_plan(&plan).map(|()| reservation))
         .await
         .map_err(|e| Status::internal(format!("checking a plan: {e}")))?
         .map_err(|refused| Status::invalid_argument(refused.to_string()))?;
-    reservation.hold(key.clone());
+    reservation
+        .hold(key.clone())
+        .map_err(|held| Status::already_exists(held.to_string()))?;
     let response = serve(inner, parts, message).await;
     if is_error(&response) {
         tasks.forget_plan(&key);

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!   SetPlan:      reserve(declared bytes) --read, checked--> hold(key) --> the worker decodes
-//!                   | full: ResourceExhausted        | refused: the reservation is dropped
+//!                   | full: ResourceExhausted        | refused, or key held: the room is given back
 //!   ExecuteTask:  wait until key is held (PLAN_WAIT) --> the worker runs it; touch(key)
 //!   every call:   tasks idle for TASK_IDLE are let go
 //! ```
@@ -12,6 +12,14 @@
 //! longer than the cache may keep it, so the cache never holds more tasks or plan bytes
 //! than counted here. A task the worker finished early still counts until then: the
 //! bounds are what a worker may be made to hold in a minute, not only what it holds now.
+//!
+//! A task takes one plan: datafusion-distributed keeps the first it is sent and fails
+//! later ones, so a plan for a task counted here is refused (`AlreadyExists`) before the
+//! worker sees it; counting the later plan instead would leave the first uncounted.
+//!
+//! The bytes counted are the plans' encoded bytes (their protobuf, as sent): a decoded
+//! plan takes more memory, by a factor that depends on its nodes, so the bound on bytes
+//! bounds the worker's memory in proportion, not exactly.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -69,6 +77,23 @@ impl std::fmt::Display for Full {
 }
 
 impl std::error::Error for Full {}
+
+/// Why a plan was not held: its task has one. datafusion-distributed keeps a task's
+/// first plan and fails any later one, so a later plan must not replace the one counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AlreadyHeld(TaskKey);
+
+impl std::fmt::Display for AlreadyHeld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "task {} of stage {} has its plan already: a task takes one plan",
+            self.0.task_number, self.0.stage_id
+        )
+    }
+}
+
+impl std::error::Error for AlreadyHeld {}
 
 impl HeldTasks {
     /// Room for a plan of `bytes`.
@@ -151,6 +176,12 @@ impl HeldTasks {
 }
 
 impl State {
+    /// Gives back the room reserved for a plan of `bytes` that is not held.
+    fn release(&mut self, bytes: usize) {
+        self.receiving -= 1;
+        self.bytes -= bytes;
+    }
+
     fn let_go_idle(&mut self) {
         let now = Instant::now();
         let mut freed = 0;
@@ -166,31 +197,37 @@ impl State {
 }
 
 impl Reservation {
-    /// Holds the plan as task `key`'s (a task sent its plan again holds the latest).
-    pub(crate) fn hold(mut self, key: TaskKey) {
+    /// Holds the plan as task `key`'s.
+    ///
+    /// # Errors
+    /// Task `key` is held already (its room is given back): the worker would keep its
+    /// first plan.
+    pub(crate) fn hold(mut self, key: TaskKey) -> Result<(), AlreadyHeld> {
         let Some(tasks) = self.tasks.take() else {
-            return;
+            return Ok(());
         };
         let mut state = tasks.state();
+        state.let_go_idle();
+        if state.tasks.contains_key(&key) {
+            state.release(self.bytes);
+            return Err(AlreadyHeld(key));
+        }
         state.receiving -= 1;
         let task = Task {
             bytes: self.bytes,
             touched: Instant::now(),
         };
-        if let Some(replaced) = state.tasks.insert(key, task) {
-            state.bytes -= replaced.bytes;
-        }
+        state.tasks.insert(key, task);
         drop(state);
         tasks.shared.held.notify_waiters();
+        Ok(())
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
         if let Some(tasks) = self.tasks.take() {
-            let mut state = tasks.state();
-            state.receiving -= 1;
-            state.bytes -= self.bytes;
+            tasks.state().release(self.bytes);
         }
     }
 }

@@ -18,15 +18,42 @@ fn plans_count_from_their_reservation_and_a_dropped_one_gives_its_room_back() {
     drop(reservation);
     assert_eq!(tasks.held(), (0, 0));
 
-    tasks.reserve(100).expect("room").hold(key(0));
+    tasks
+        .reserve(100)
+        .expect("room")
+        .hold(key(0))
+        .expect("held");
     assert_eq!(tasks.held(), (1, 100));
     assert!(tasks.touch(&key(0)));
     assert!(!tasks.touch(&key(1)));
-    // A plan sent again replaces the first; one whose decoding failed keeps no bytes.
-    tasks.reserve(40).expect("room").hold(key(0));
-    assert_eq!(tasks.held(), (1, 40));
+    // One whose decoding failed keeps no bytes.
     tasks.forget_plan(&key(0));
     assert_eq!(tasks.held(), (1, 0));
+}
+
+#[test]
+fn a_second_plan_for_a_held_task_is_refused_and_the_first_stays_counted() {
+    // The worker keeps a task's first plan: a small second one must not take its place
+    // in the count (nor its failure in the worker zero the first's bytes).
+    let tasks = HeldTasks::default();
+    tasks
+        .reserve(256)
+        .expect("room")
+        .hold(key(0))
+        .expect("held");
+    let error = tasks
+        .reserve(1)
+        .expect("room")
+        .hold(key(0))
+        .expect_err("held already");
+    assert_eq!(error, AlreadyHeld(key(0)));
+    assert!(
+        error.to_string().contains("has its plan already"),
+        "{error}"
+    );
+    assert_eq!(tasks.held(), (1, 256));
+    tasks.reserve(1).expect("room").hold(key(1)).expect("held");
+    assert_eq!(tasks.held(), (2, 257));
 }
 
 #[test]
@@ -38,7 +65,11 @@ fn plans_beyond_the_bytes_or_the_count_are_refused() {
     drop(big);
 
     for task in 0..MAX_TASKS_HELD {
-        tasks.reserve(1).expect("room").hold(key(task as u64));
+        tasks
+            .reserve(1)
+            .expect("room")
+            .hold(key(task as u64))
+            .expect("held");
     }
     let error = tasks.reserve(1).expect_err("full");
     assert!(error.to_string().contains("tasks, its most"), "{error}");
@@ -53,6 +84,6 @@ async fn a_task_is_waited_for_until_its_plan_is_held() {
         async move { tasks.wait_for(&key(3)).await }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    reservation.hold(key(3));
+    reservation.hold(key(3)).expect("held");
     assert!(waiting.await.expect("waited"));
 }
