@@ -16,8 +16,9 @@
 //!                                            checked (ipc_guard::check_header), then passed on
 //! ```
 //!
-//! A refusal ends the answer with an `INVALID_ARGUMENT` status naming the reason: the
-//! stage reading it fails, with the statement it belongs to, and the process goes on.
+//! A refusal ends the answer with a status naming the reason, `OUT_OF_RANGE` for a
+//! message over `MAX_ANSWER_MESSAGE_BYTES` and `INVALID_ARGUMENT` otherwise: the stage
+//! reading it fails, with the statement it belongs to, and the process goes on.
 //! An answer that ends (or sends its trailers) within a message fails the same way, so
 //! nothing is dropped silently. tonic reserves a message's declared length as soon as it
 //! sees its prefix, so the bound on a message's length is checked before tonic sees it.

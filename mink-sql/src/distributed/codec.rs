@@ -65,9 +65,9 @@ impl PhysicalExtensionCodec for EngineCodec {
                     })
                     .collect::<Result<Vec<_>>>()?;
                 // A hostile plan cannot make a worker allocate without bound.
-                let tasks = usize::try_from(node.task_count)
-                    .ok()
-                    .filter(|_| node.task_count <= MAX_TASK_COUNT)
+                let tasks = Some(node.task_count)
+                    .filter(|count| *count <= MAX_TASK_COUNT)
+                    .and_then(|count| usize::try_from(count).ok())
                     .ok_or_else(|| malformed(&format!("{} tasks", node.task_count)))?;
                 Ok(Arc::new(UnionTasksExec::try_new(
                     node.table, buckets, tasks,

@@ -20,7 +20,7 @@
 //! | [`MAX_PARTITIONS`]               | 1 024   | an `ExecuteTaskRequest` range wider, or reversed: `InvalidArgument`; a plan node with more: its stage fails |
 //! | [`MAX_BATCH_ROWS`]               | 1 048 576 | a plan node building larger batches (a filter's or coalescer's batch size): its stage fails |
 //! | [`MAX_TASKS_HELD`]               | 4 096   | a plan beyond it: `ResourceExhausted` |
-//! | [`MAX_PLAN_BYTES_HELD`]          | 1 GiB   | a plan beyond it: `ResourceExhausted` |
+//! | [`MAX_PLAN_BYTES_HELD`]          | 1 GiB   | encoded plans beyond it: `ResourceExhausted`; a second plan for a held task: `AlreadyExists` |
 //! | [`TASK_IDLE`]                    | 65 s    | how long a task counts after its last call |
 //! | [`PLAN_WAIT`]                    | 10 s    | an `ExecuteTaskRequest` for a task whose plan never came: `FailedPrecondition` |
 //! | [`MAX_STREAMS_PER_CONNECTION`]   | 256     | HTTP/2 SETTINGS: the client waits |
@@ -70,7 +70,9 @@ pub const MAX_PARTITIONS: u64 = 1 << 10;
 pub const MAX_BATCH_ROWS: u64 = 1 << 20;
 /// The most tasks a worker holds at once (see the module docs).
 pub const MAX_TASKS_HELD: usize = 4096;
-/// The most bytes of plans a worker holds at once, those being received included.
+/// The most bytes of plans a worker holds at once, those being received included. These
+/// are encoded bytes (a plan's protobuf as sent): the decoded plans the worker keeps are
+/// larger, by a factor their nodes set.
 pub const MAX_PLAN_BYTES_HELD: usize = 1 << 30;
 /// How long a task counts as held after its last call.
 pub const TASK_IDLE: Duration = Duration::from_secs(65);
