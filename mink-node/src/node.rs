@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::Field;
@@ -31,7 +32,7 @@ use mink_core::protocol::{
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::{Lake, LakeConfig};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::error::{NodeError, Result};
 use crate::kv::{Found, KvConfig, KvTablet, encode_keys, lookup, prefix_lookup};
@@ -39,9 +40,12 @@ use crate::log::{LogConfig, LogTablet, SentBatch, Write, WriteOp, WriteStream, W
 use crate::metadata::Metadata;
 use crate::union::{FoldedTail, LocatedTail};
 
+mod open_buckets;
 mod storage;
 mod validate;
 
+use open_buckets::OpenBuckets;
+pub use open_buckets::raise_open_file_limit;
 use storage::Storage;
 use validate::{
     check_bucket_address, check_routing, check_table_size, conform_keys, conform_to_schema,
@@ -65,6 +69,11 @@ pub struct NodeConfig {
     /// Most partitions a partitioned table may have; default [`DEFAULT_MAX_PARTITIONS`].
     /// A partition opens `bucket.num` buckets.
     pub max_partitions: usize,
+    /// Most buckets the node holds open, over every table and partition; `None` (the
+    /// default): no bound. `mink server` derives it from its open-file limit
+    /// ([`crate::flight::limits::max_open_buckets`], after
+    /// [`raise_open_file_limit`]).
+    pub max_open_buckets: Option<usize>,
     /// The memory the node's reads hold beyond a batch in flight (the tail a union read
     /// folds by key) is reserved here; a read past it fails alone with
     /// `RESOURCE_EXHAUSTED`. `mink server` shares its SQL pool (`--sql-memory-limit`) with
@@ -125,6 +134,7 @@ impl NodeConfig {
             failpoint: None,
             max_bucket_num: DEFAULT_MAX_BUCKET_NUM,
             max_partitions: DEFAULT_MAX_PARTITIONS,
+            max_open_buckets: None,
             memory_pool: Arc::new(UnboundedMemoryPool::default()),
             kv: KvConfig::default(),
         }
@@ -137,6 +147,8 @@ pub struct Node {
     storage: Storage,
     pub(crate) metadata: Metadata,
     tables: RwLock<BTreeMap<TablePath, Arc<TableState>>>,
+    /// The buckets of every table, against [`NodeConfig::max_open_buckets`].
+    open_buckets: OpenBuckets,
     /// Opened on first use: a node whose tables have no lake never touches it.
     lake: tokio::sync::OnceCell<Lake>,
     /// One tiering round or compaction at a time (mink is the only writer of its lake
@@ -205,11 +217,13 @@ impl Node {
             .with_memory_pool(Arc::clone(&config.memory_pool))
             .build_arc()
             .map_err(|e| NodeError::Io(std::io::Error::other(format!("the read runtime: {e}"))))?;
+        let open_buckets = OpenBuckets::new(config.max_open_buckets);
         let storage = Storage {
             config,
             kv: Mutex::new(None),
         };
         let mut tables = BTreeMap::new();
+        let mut opened = 0;
         for descriptor in metadata.load_tables()? {
             let descriptor = Arc::new(descriptor);
             let mut partitions = BTreeMap::new();
@@ -222,6 +236,7 @@ impl Node {
                 partitions.insert(None, storage.open_partition(&descriptor, None)?);
             }
             info!(table = %descriptor.path, partitions = partitions.len(), "opened table");
+            opened += partitions.values().map(Vec::len).sum::<usize>();
             tables.insert(
                 descriptor.path.clone(),
                 Arc::new(TableState {
@@ -230,10 +245,12 @@ impl Node {
                 }),
             );
         }
+        open_buckets.opened_at_start(opened);
         Ok(Arc::new(Self {
             storage,
             metadata,
             tables: RwLock::new(tables),
+            open_buckets,
             lake: tokio::sync::OnceCell::new(),
             tiering: tokio::sync::Mutex::default(),
             ddl: tokio::sync::Mutex::default(),
@@ -290,7 +307,8 @@ impl Node {
     ///
     /// # Errors
     /// [`NodeError::TableExists`]; [`NodeError::InvalidArgument`] for a `bucket.num`
-    /// above [`NodeConfig::max_bucket_num`], an option SQL's `WITH` would not take, a
+    /// above [`NodeConfig::max_bucket_num`], buckets past
+    /// [`NodeConfig::max_open_buckets`], an option SQL's `WITH` would not take, a
     /// table over the size bounds of [`crate::flight::limits`] or an invalid descriptor;
     /// I/O, metadata and lake errors.
     pub async fn create_table(
@@ -307,7 +325,25 @@ impl Node {
                 Err(NodeError::TableExists(validated.path.to_string()))
             };
         }
-        let created = Arc::new(self.metadata.create_table(&validated)?);
+        // A partitioned table opens its buckets with each partition.
+        let buckets = if validated.is_partitioned() {
+            0
+        } else {
+            validated.bucket_num as usize
+        };
+        self.open_buckets
+            .reserve(buckets, &format!("table {}", validated.path))?;
+        let created = self.create_new_table(&validated).await;
+        if created.is_err() {
+            self.open_buckets.release(buckets);
+        }
+        created
+    }
+
+    /// Creates a table that does not exist yet, its buckets reserved: its metadata, its
+    /// tablets and its lake table, each step undone when a later one fails.
+    async fn create_new_table(&self, validated: &TableDescriptor) -> Result<TableDescriptor> {
+        let created = Arc::new(self.metadata.create_table(validated)?);
         let mut partitions = BTreeMap::new();
         if !created.is_partitioned() {
             match self.storage.create_partition(&created, None) {
@@ -438,6 +474,7 @@ impl Node {
             .into_values()
             .flatten()
             .collect();
+        self.open_buckets.release(buckets.len());
         for bucket in buckets {
             if let Some(kv) = &bucket.kv {
                 self.storage.kv()?.drop_tablet(kv.clone())?;
@@ -530,22 +567,37 @@ impl Node {
                     partitions.len()
                 )));
             }
-            let record = self.metadata.ensure_partition(descriptor.table_id, name)?;
-            let tablets = match self.storage.create_partition(descriptor, Some(&record)) {
-                Ok(tablets) => tablets,
-                Err(error) => {
-                    if let Err(e) = self.metadata.delete_partition(record.partition_id) {
-                        tracing::warn!(partition = name, error = %e, "could not roll back a failed partition");
-                    }
-                    return Err(error);
-                }
-            };
+            let buckets = descriptor.bucket_num as usize;
+            let what = format!("partition '{name}' of table {}", descriptor.path);
+            self.open_buckets.reserve(buckets, &what)?;
+            let tablets = self
+                .create_new_partition(descriptor, name)
+                .inspect_err(|_| {
+                    self.open_buckets.release(buckets);
+                })?;
             info!(table = %descriptor.path, partition = name, "created partition");
             partitions.insert(bucket.partition.clone(), tablets);
         }
         Ok(Arc::clone(
             &partitions[&bucket.partition][bucket.bucket as usize],
         ))
+    }
+
+    /// Creates a partition that does not exist yet, its buckets reserved: its metadata,
+    /// then its tablets, the metadata undone when they fail.
+    fn create_new_partition(
+        &self,
+        descriptor: &Arc<TableDescriptor>,
+        name: &str,
+    ) -> Result<Vec<Arc<Bucket>>> {
+        let record = self.metadata.ensure_partition(descriptor.table_id, name)?;
+        self.storage
+            .create_partition(descriptor, Some(&record))
+            .inspect_err(|_| {
+                if let Err(e) = self.metadata.delete_partition(record.partition_id) {
+                    tracing::warn!(partition = name, error = %e, "could not roll back a failed partition");
+                }
+            })
     }
 
     /// Writes a batch to a bucket once it checks out against the table's schema and the
@@ -759,6 +811,8 @@ impl Node {
     }
 
     /// Applies `log.ttl` retention to every table that has one; returns segments removed.
+    /// A table that fails (dropped meanwhile, its metadata unreadable) is logged and
+    /// skipped: the others are still trimmed.
     pub fn enforce_retention(&self) -> Result<usize> {
         let tables: Vec<Arc<TableState>> = self
             .tables
@@ -773,27 +827,36 @@ impl Node {
             let Some(ttl) = table.log_ttl else {
                 continue;
             };
-            // A table with a lake keeps its log from the recorded seam on: rows not yet
-            // tiered (a round that keeps failing, say) are never removed before the lake
-            // holds them.
-            let seams = match table.lake_enabled {
-                true => Some(crate::tiering::recorded_offsets(self, &table)?),
-                false => None,
-            };
-            for (id, tablet) in self.table_buckets(&table.path)?.1 {
-                // A KV store replays the log from fjall's applied offset: its buffered
-                // rows go to fjall first, and no segment from that offset on is removed.
-                let replay_from = match &tablet.kv {
-                    Some(kv) => {
-                        kv.flush()?;
-                        Some(kv.flushed_offset()?)
-                    }
-                    None => None,
-                };
-                let untiered_from = seams.as_ref().map(|seams| seams.get(&id));
-                let keep_from = replay_from.into_iter().chain(untiered_from).min();
-                removed += tablet.log.enforce_retention(ttl, keep_from)?;
+            match self.enforce_table_retention(&table, ttl) {
+                Ok(segments) => removed += segments,
+                Err(error) => warn!(table = %table.path, %error, "log retention skipped"),
             }
+        }
+        Ok(removed)
+    }
+
+    /// Removes `table`'s segments older than `ttl`, keeping what its KV stores would replay
+    /// and, with a lake, its log from the recorded seam on: rows not yet tiered (a round
+    /// that keeps failing, say) are never removed before the lake holds them.
+    fn enforce_table_retention(&self, table: &TableDescriptor, ttl: Duration) -> Result<usize> {
+        let seams = match table.lake_enabled {
+            true => Some(crate::tiering::recorded_offsets(self, table)?),
+            false => None,
+        };
+        let mut removed = 0;
+        for (id, tablet) in self.table_buckets(&table.path)?.1 {
+            // A KV store replays the log from fjall's applied offset: its buffered
+            // rows go to fjall first, and no segment from that offset on is removed.
+            let replay_from = match &tablet.kv {
+                Some(kv) => {
+                    kv.flush()?;
+                    Some(kv.flushed_offset()?)
+                }
+                None => None,
+            };
+            let untiered_from = seams.as_ref().map(|seams| seams.get(&id));
+            let keep_from = replay_from.into_iter().chain(untiered_from).min();
+            removed += tablet.log.enforce_retention(ttl, keep_from)?;
         }
         Ok(removed)
     }

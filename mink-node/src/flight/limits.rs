@@ -46,6 +46,22 @@
 //! | [`mink_core::options::MIN_LAKE_FRESHNESS`] | 1 s | `lake.freshness`: refused below |
 //! | table options                    | those of [`mink_core::options`] | anything else refused, Iceberg properties included |
 //!
+//! The node as a whole is bounded too: every open bucket holds files for as long as the
+//! node runs, so the buckets of every table and partition together are bounded by the
+//! process's open-file limit (`ulimit -n`, raised to its hard limit at start), less what
+//! connections and the node's own files take ([`max_open_buckets`]). A `create_table` or
+//! a write creating a partition past it is refused, naming the bound; a start opens every
+//! table it has, over the bound or not:
+//!
+//! | limit                            | value      | how      |
+//! |----------------------------------|------------|----------|
+//! | [`crate::node::DEFAULT_MAX_BUCKET_NUM`] | 1024 | `bucket.num` of a table: refused |
+//! | [`crate::node::DEFAULT_MAX_PARTITIONS`] | 1024 | partitions of a table: refused |
+//! | open buckets of the node         | (`ulimit -n` - [`RESERVED_FILES`] - [`KV_CACHED_FILES`] - connections) / [`FILES_PER_BUCKET`], at least 1 | refused |
+//! | [`FILES_PER_BUCKET`]             | 2          | files counted for each bucket |
+//! | [`RESERVED_FILES`]               | 256        | files kept for the node's own use |
+//! | [`KV_CACHED_FILES`]              | 900        | files kept for the KV store's cache of open table files |
+//!
 //! Compressed Arrow IPC is refused wherever the node decodes a client's IPC (DoPut
 //! batches, lookup keys, prefix-lookup prefixes) by [`mink_core::ipc_guard`].
 
@@ -108,6 +124,33 @@ pub const MAX_SCHEMA_VERSIONS: usize = 1000;
 /// version, so a table of one column takes its 999 additions (26 MB) while a wide one
 /// reaches this bound first.
 pub const MAX_DESCRIPTOR_BYTES: usize = 64 << 20;
+
+/// The files one open bucket is counted for: its log's active segment stays open (reads
+/// open older segments only while they read them). One was measured per bucket, of log
+/// and primary-key tables alike; the second is a margin.
+pub const FILES_PER_BUCKET: u64 = 2;
+/// The open files kept out of the bucket bound for the node's own use beyond buckets,
+/// connections and the KV cache: `meta.db` and the lake catalog with their journals, the
+/// KV store's journal, segments being read, files a tiering round writes, the runtime's
+/// descriptors (a node of no table holds about 25).
+pub const RESERVED_FILES: u64 = 256;
+/// The table files the KV store keeps open for its reads, over every primary-key bucket:
+/// fjall's descriptor cache, 900 files on Linux (fjall 3.1's default, `db_config.rs`).
+pub const KV_CACHED_FILES: u64 = 900;
+
+/// The most buckets a node may hold open when the process may open `open_files` files
+/// and its ports together may hold `connections` connections (each one a socket): what
+/// is left once [`RESERVED_FILES`], [`KV_CACHED_FILES`] and the connections are set
+/// aside, divided by [`FILES_PER_BUCKET`]. No fewer than 1, so a node whose limit is
+/// below its headroom still takes one table of one bucket.
+pub fn max_open_buckets(open_files: u64, connections: u64) -> usize {
+    let left = open_files
+        .saturating_sub(RESERVED_FILES + KV_CACHED_FILES)
+        .saturating_sub(connections);
+    usize::try_from(left / FILES_PER_BUCKET)
+        .unwrap_or(usize::MAX)
+        .max(1)
+}
 
 // A default never exceeds its limit.
 const _: () = assert!(DEFAULT_MAX_BYTES <= MAX_ANSWER_BYTES);
@@ -207,6 +250,15 @@ mod tests {
             Err(NodeError::InvalidArgument(message)) => message,
             other => panic!("expected InvalidArgument, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn open_buckets_are_what_the_file_limit_leaves() {
+        // 20 000 files, four ports of 1024 connections: (20000 - 256 - 900 - 4096) / 2.
+        assert_eq!(max_open_buckets(20_000, 4 * 1024), 7374);
+        assert_eq!(max_open_buckets(2048, 0), 446);
+        assert_eq!(max_open_buckets(1024, 64), 1);
+        assert!(max_open_buckets(u64::MAX, 0) > 1 << 60);
     }
 
     #[test]

@@ -53,6 +53,61 @@ async fn a_write_past_the_partition_bound_is_refused_and_creates_nothing() {
 }
 
 #[tokio::test]
+async fn buckets_past_the_node_bound_are_refused_and_a_drop_gives_them_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = NodeConfig::new(dir.path());
+    config.log.sync = false;
+    config.max_open_buckets = Some(3);
+    let node = Node::open(config).unwrap();
+    let schema = Schema::new(vec![
+        Field::new("p", DataType::Utf8, false),
+        Field::new("v", DataType::Int64, false),
+    ]);
+    let daily = TableDescriptor::new(
+        TablePath::new("db", "daily"),
+        schema.clone(),
+        vec![],
+        vec!["p".into()],
+        TableOptions::default(),
+    );
+    let daily = node.create_table(daily.unwrap(), false).await.unwrap();
+    for partition in ["a", "b"] {
+        let (bucket, batch) = rows(&daily, partition);
+        node.write(&bucket, batch, false, None).await.unwrap();
+    }
+    let table_of = |name, bucket_num| {
+        let options = TableOptions {
+            bucket_num,
+            ..TableOptions::default()
+        };
+        TableDescriptor::new(
+            TablePath::new("db", name),
+            schema.clone(),
+            vec![],
+            vec![],
+            options,
+        )
+        .unwrap()
+    };
+    let error = node
+        .create_table(table_of("two", 2), false)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("holds 2 of the 3"), "{error}");
+    assert_eq!(node.metadata.load_tables().unwrap().len(), 1);
+    let one = node.create_table(table_of("one", 1), false).await.unwrap();
+    let (bucket, batch) = rows(&daily, "c");
+    let error = node.write(&bucket, batch.clone(), false, None).await;
+    assert!(
+        matches!(error, Err(NodeError::InvalidArgument(_))),
+        "{error:?}"
+    );
+    assert_eq!(node.metadata.partitions(daily.table_id).unwrap().len(), 2);
+    node.drop_table(&one.path, false, None).await.unwrap();
+    node.write(&bucket, batch, false, None).await.unwrap();
+}
+
+#[tokio::test]
 async fn a_bucket_num_past_the_bound_is_refused_before_anything_is_stored() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = NodeConfig::new(dir.path());

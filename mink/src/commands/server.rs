@@ -30,6 +30,7 @@ use mink_core::options::TableOptions;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_flight_sql::{Credentials, FlightSqlConfig, FlightSqlHandle, ServeError, TlsIdentity};
 use mink_lake::LakeConfig;
+use mink_node::flight::limits::max_open_buckets;
 use mink_node::kv::KvConfig;
 use mink_node::log::LogConfig;
 use mink_node::node::Failpoint;
@@ -166,6 +167,11 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         sync: !args.no_sync,
         ..LogConfig::default()
     };
+    // Every port holds up to --max-connections sockets; buckets get the files left.
+    let ports =
+        2 + u64::from(args.kafka_listen.is_some()) + u64::from(args.iceberg_rest_listen.is_some());
+    config.max_open_buckets = mink_node::node::raise_open_file_limit()
+        .map(|files| max_open_buckets(files, ports * args.max_connections as u64));
     let lake = lake_config(&args)?;
     let warehouse = lake.warehouse.clone();
     config.lake = Some(lake.clone());

@@ -15,7 +15,17 @@
 //!   `MAX_COLUMNS` columns, and its descriptor (every schema version, each a full copy of
 //!   the columns) at most `MAX_DESCRIPTOR_BYTES`: the ADD COLUMN past it is refused and
 //!   the table is left as it was.
+//! - The buckets of the whole node are bounded by its open-file limit (each bucket keeps
+//!   files open): under `ulimit -n 1300` and 8 connections a port, a server holds at
+//!   most (1300 - `RESERVED_FILES` - `KV_CACHED_FILES` - 16) / `FILES_PER_BUCKET` = 64
+//!   buckets. A table or a
+//!   partition past them is refused naming `ulimit -n`, the server answers on and stays
+//!   under its limit, a dropped table's buckets are taken again; restarted under a lower
+//!   limit, with more buckets than its bound, it starts with every table and row.
 
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -30,7 +40,10 @@ use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::protocol::{BucketId, WriteHeader, list_offsets};
 use mink_core::table::{TableDescriptor, TablePath};
-use mink_node::flight::limits::{MAX_COLUMNS, MAX_DESCRIPTOR_BYTES, PUT_PIPELINE_BYTES};
+use mink_node::flight::limits::{
+    FILES_PER_BUCKET, KV_CACHED_FILES, MAX_COLUMNS, MAX_DESCRIPTOR_BYTES, PUT_PIPELINE_BYTES,
+    RESERVED_FILES,
+};
 use prost::Message;
 use tonic::Code;
 
@@ -268,4 +281,148 @@ async fn create_table_and_add_column_take_only_what_sql_takes_and_are_bounded() 
     let stored = mink_core::protocol::TableDescriptorProto::from(&described).encoded_len();
     assert!(stored <= MAX_DESCRIPTOR_BYTES, "{stored} bytes");
     assert_eq!(client.list_tables(None).await.expect("list").len(), 2);
+}
+
+/// A `mink server` whose process may open at most `files` files (`ulimit -n`, soft and
+/// hard), with 8 connections a port; killed when dropped.
+struct FileLimitedServer {
+    child: Child,
+    addr: String,
+}
+
+impl FileLimitedServer {
+    const MAX_CONNECTIONS: u64 = 8;
+
+    fn start(data_dir: &Path, files: u64) -> Self {
+        let script = format!("ulimit -n {files} && exec \"$0\" \"$@\"");
+        let connections = Self::MAX_CONNECTIONS.to_string();
+        let mut child = Command::new("sh")
+            .args(["-c", &script, env!("CARGO_BIN_EXE_mink"), "server"])
+            .args(["--listen", "127.0.0.1:0", "--sql-listen", "127.0.0.1:0"])
+            .args(["--max-connections", &connections, "--data-dir"])
+            .arg(data_dir)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start mink server");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read a line");
+        let addr = (line.trim().strip_prefix("mink node listening on "))
+            .unwrap_or_else(|| panic!("the server did not start: {line:?}"))
+            .to_string();
+        std::thread::spawn(move || for _ in stdout.lines() {});
+        Self { child, addr }
+    }
+
+    /// The buckets it may hold: what its file limit leaves beside two ports' connections.
+    fn max_buckets(files: u64) -> u64 {
+        let connections = 2 * Self::MAX_CONNECTIONS;
+        (files - RESERVED_FILES - KV_CACHED_FILES - connections) / FILES_PER_BUCKET
+    }
+
+    /// The files it has open.
+    fn open_files(&self) -> usize {
+        let fds = format!("/proc/{}/fd", self.child.id());
+        std::fs::read_dir(fds).expect("list fds").count()
+    }
+}
+
+impl Drop for FileLimitedServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A log table partitioned by `day`, of 8 buckets.
+fn daily_table(name: &str) -> TableDescriptor {
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("day", DataType::Utf8, false),
+    ]);
+    let options = TableOptions {
+        bucket_num: 8,
+        bucket_key: Some(vec!["id".into()]),
+        ..TableOptions::default()
+    };
+    let path = TablePath::new("test", name);
+    TableDescriptor::new(path, schema, vec![], vec!["day".into()], options).expect("valid table")
+}
+
+/// 16 rows of `day`.
+fn rows_of_day(table: &TableDescriptor, day: &str) -> RecordBatch {
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(0..16)),
+        Arc::new(StringArray::from_iter_values(std::iter::repeat_n(day, 16))),
+    ];
+    RecordBatch::try_new(Arc::clone(table.schema()), columns).expect("batch")
+}
+
+/// Writes the 16 rows of `day`; the buckets they went to.
+async fn write_day(client: &MinkClient, table: &TableDescriptor, day: &str) -> Vec<BucketId> {
+    let acks = client.write(table, &rows_of_day(table, day)).await;
+    acks.expect("write").into_iter().map(|(id, _)| id).collect()
+}
+
+/// The rows in `buckets`, summed.
+async fn rows_in(client: &MinkClient, buckets: &[BucketId]) -> i64 {
+    let mut rows = 0;
+    for id in buckets {
+        let latest = list_offsets::Spec::Latest(true);
+        rows += client.list_offsets(id, latest).await.expect("offsets");
+    }
+    rows
+}
+
+fn assert_over_open_buckets<T: std::fmt::Debug>(result: mink_client::Result<T>) {
+    assert_invalid(result, "raise the limit (ulimit -n)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_holds_the_buckets_its_file_limit_allows_and_restarts_over_them() {
+    const FILES: u64 = 1300;
+    assert_eq!(FileLimitedServer::max_buckets(FILES), 64);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = FileLimitedServer::start(dir.path(), FILES);
+    let client = MinkClient::connect(&server.addr).await.expect("connect");
+
+    // Seven tables of 8 buckets and one partition of 8: the 64 the bound allows.
+    for i in 0..7 {
+        let table = events_table(&format!("t{i}"), 8, TableOptions::default());
+        client.create_table(&table, false).await.expect("create");
+    }
+    let daily = client
+        .create_table(&daily_table("daily"), false)
+        .await
+        .expect("a partitioned table opens no bucket");
+    let monday = write_day(&client, &daily, "mon").await;
+    assert_over_open_buckets(client.write(&daily, &rows_of_day(&daily, "tue")).await);
+    let one_more = events_table("one_more", 1, TableOptions::default());
+    assert_over_open_buckets(client.create_table(&one_more, false).await);
+
+    // The server answers, within its limit; a dropped table's buckets are taken again.
+    let open = server.open_files();
+    let connections = 2 * FileLimitedServer::MAX_CONNECTIONS;
+    assert!(
+        open as u64 + connections < FILES - KV_CACHED_FILES,
+        "{open} files open under a limit of {FILES}"
+    );
+    assert_eq!(client.list_tables(None).await.expect("list").len(), 8);
+    client
+        .drop_table(&TablePath::new("test", "t6"), false)
+        .await
+        .expect("drop");
+    let tuesday = write_day(&client, &daily, "tue").await;
+    drop(server);
+
+    // Under a lower limit the node holds more buckets than its bound of 54: it starts
+    // with them all and opens no more.
+    let server = FileLimitedServer::start(dir.path(), FILES - 20);
+    let client = MinkClient::connect(&server.addr).await.expect("connect");
+    assert_eq!(client.list_tables(None).await.expect("list").len(), 7);
+    assert_eq!(rows_in(&client, &monday).await, 16);
+    assert_eq!(rows_in(&client, &tuesday).await, 16);
+    assert_over_open_buckets(client.create_table(&one_more, false).await);
+    assert_over_open_buckets(client.write(&daily, &rows_of_day(&daily, "wed")).await);
 }
