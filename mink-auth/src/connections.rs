@@ -12,7 +12,8 @@
 //!                                                                                 v
 //!      LimitedConnection { stream, permit, address slot, first-bytes deadline } ──> tonic
 //!      (TLS, HTTP/2; the permit and the slot return when the connection ends and
-//!       tonic drops it; no byte within FIRST_BYTES_TIMEOUT: its reads fail, it closes)
+//!       tonic drops it; its port's first bytes not all in within FIRST_BYTES_TIMEOUT:
+//!       its reads fail, it closes)
 //! ```
 //!
 //! A connection over a limit is accepted and closed rather than left in the kernel's
@@ -24,10 +25,17 @@
 //! ends it.
 //!
 //! Three things end the connections of clients that do nothing (`crate::limits`):
-//! - the **first-bytes deadline**: a connection whose first byte has not arrived
-//!   [`FIRST_BYTES_TIMEOUT`] after it was accepted fails its reads, and the server above
-//!   closes it. Every client mink serves speaks first (the HTTP/2 preface, a TLS hello, a
-//!   Kafka request, an HTTP request line), so no honest one waits that long;
+//! - the **first-bytes deadline**: a connection whose port's first bytes have not all
+//!   arrived [`FIRST_BYTES_TIMEOUT`] after it was accepted fails its reads, and the server
+//!   above closes it. Every client mink serves speaks first (the HTTP/2 preface, a TLS
+//!   hello, a Kafka request, an HTTP request line), so no honest one waits that long. How
+//!   many bytes are due is the port's: a gRPC port wants the whole 24-byte HTTP/2 preface
+//!   ([`GRPC_FIRST_BYTES`]), since the HTTP/2 handshake that reads it has no deadline of
+//!   its own and a client that sent one byte of it would be kept for good; Kafka and the
+//!   REST catalog want one ([`KAFKA_FIRST_BYTES`], [`HTTP1_FIRST_BYTES`]), their own
+//!   request deadlines taking over from there. On a TLS port the bytes are TLS bytes,
+//!   so there the deadline ends a connection that stalls before or in its handshake, not
+//!   one that completes it and sends no preface;
 //! - **TCP keepalive** on every accepted socket, so a peer that vanished (a crash, a NAT
 //!   that forgot the flow) is found and its connection closed;
 //! - the **per-address share** (`crate::addresses`): what one client does at most, it
@@ -45,7 +53,7 @@
 //! ```no_run
 //! # async fn example() -> std::io::Result<()> {
 //! use futures::StreamExt;
-//! use mink_auth::{DEFAULT_MAX_CONNECTIONS, limit_connections};
+//! use mink_auth::{DEFAULT_MAX_CONNECTIONS, GRPC_FIRST_BYTES, limit_connections};
 //!
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! let accepted = futures::stream::unfold(listener, |listener| async move {
@@ -53,7 +61,12 @@
 //!     Some((next, listener))
 //! });
 //! // Give this to tonic's `Server::serve_with_incoming`.
-//! let mut incoming = Box::pin(limit_connections("the node", accepted, DEFAULT_MAX_CONNECTIONS));
+//! let mut incoming = Box::pin(limit_connections(
+//!     "the node",
+//!     accepted,
+//!     DEFAULT_MAX_CONNECTIONS,
+//!     GRPC_FIRST_BYTES,
+//! ));
 //! let _first = incoming.next().await;
 //! # Ok(())
 //! # }
@@ -81,6 +94,8 @@ use crate::limits::{
     FIRST_BYTES_TIMEOUT, TCP_KEEPALIVE_INTERVAL, TCP_KEEPALIVE_RETRIES, TCP_KEEPALIVE_TIME,
     per_address_limit,
 };
+#[cfg(doc)]
+use crate::limits::{GRPC_FIRST_BYTES, HTTP1_FIRST_BYTES, KAFKA_FIRST_BYTES};
 
 /// The least time between two warnings about refused connections.
 const WARN_INTERVAL: Duration = Duration::from_secs(1);
@@ -89,26 +104,32 @@ const WARN_INTERVAL: Duration = Duration::from_secs(1);
 /// `max_connections` open at once and at most [`per_address_limit`] of them from one
 /// address other than 127.0.0.1 and ::1: each comes with a permit (and its address's
 /// slot) it holds until it is dropped, and one accepted over a limit is closed at once
-/// (logged at most once a second). Each admitted one must send its first byte within
-/// [`FIRST_BYTES_TIMEOUT`] and has TCP keepalive on. Errors of `accepted` pass through.
-/// `port` names the port in the log (`the node`, `Flight SQL`).
+/// (logged at most once a second). Each admitted one must send its first `first_bytes`
+/// bytes (the port's: [`GRPC_FIRST_BYTES`], [`KAFKA_FIRST_BYTES`], [`HTTP1_FIRST_BYTES`])
+/// within [`FIRST_BYTES_TIMEOUT`] and has TCP keepalive on. Errors of `accepted` pass
+/// through. `port` names the port in the log (`the node`, `Flight SQL`).
 pub fn limit_connections<S>(
     port: &'static str,
     accepted: S,
     max_connections: usize,
+    first_bytes: usize,
 ) -> impl Stream<Item = io::Result<LimitedConnection>>
 where
     S: Stream<Item = io::Result<TcpStream>>,
 {
-    limit_with_deadline(port, accepted, max_connections, FIRST_BYTES_TIMEOUT)
+    let due = FirstBytesDue {
+        bytes: first_bytes,
+        within: FIRST_BYTES_TIMEOUT,
+    };
+    limit_with_deadline(port, accepted, max_connections, due)
 }
 
-/// [`limit_connections`] with `first_bytes` as the first-bytes deadline.
+/// [`limit_connections`] with `due` as the first bytes each connection owes.
 fn limit_with_deadline<S>(
     port: &'static str,
     accepted: S,
     max_connections: usize,
-    first_bytes: Duration,
+    due: FirstBytesDue,
 ) -> impl Stream<Item = io::Result<LimitedConnection>>
 where
     S: Stream<Item = io::Result<TcpStream>>,
@@ -126,7 +147,7 @@ where
             Err(error) => Some(Err(error)),
             Ok(stream) => gate
                 .admit(&stream)
-                .map(|(permit, slot)| LimitedConnection::open(stream, permit, slot, first_bytes)),
+                .map(|(permit, slot)| LimitedConnection::open(stream, permit, slot, due)),
         };
         future::ready(admitted)
     })
@@ -181,25 +202,39 @@ impl Gate {
     }
 }
 
+/// The first bytes a port's connections owe: how many, and how long after the accept.
+#[derive(Debug, Clone, Copy)]
+struct FirstBytesDue {
+    bytes: usize,
+    within: Duration,
+}
+
+/// A connection's first bytes still to come, and when they are due.
+#[derive(Debug)]
+struct FirstBytes {
+    missing: usize,
+    deadline: Pin<Box<Sleep>>,
+}
+
 /// An accepted connection holding one of its port's permits (and its address's slot)
 /// until it is dropped. Its reads fail with `TimedOut` once its first-bytes deadline
-/// passes with no byte read.
+/// passes before its port's first bytes have all been read.
 #[derive(Debug)]
 pub struct LimitedConnection {
     stream: TcpStream,
-    first_bytes: Option<Pin<Box<Sleep>>>,
+    first_bytes: Option<FirstBytes>,
     _permit: OwnedSemaphorePermit,
     _address: Option<AddressSlot>,
 }
 
 impl LimitedConnection {
-    /// `stream` admitted with `permit` and `address`: Nagle off, TCP keepalive on, its
-    /// first byte due within `first_bytes`.
+    /// `stream` admitted with `permit` and `address`: Nagle off, TCP keepalive on, the
+    /// first bytes `due`.
     fn open(
         stream: TcpStream,
         permit: OwnedSemaphorePermit,
         address: Option<AddressSlot>,
-        first_bytes: Duration,
+        due: FirstBytesDue,
     ) -> io::Result<Self> {
         stream.set_nodelay(true)?;
         let keepalive = TcpKeepalive::new()
@@ -209,7 +244,10 @@ impl LimitedConnection {
         SockRef::from(&stream).set_tcp_keepalive(&keepalive)?;
         Ok(Self {
             stream,
-            first_bytes: Some(Box::pin(tokio::time::sleep(first_bytes))),
+            first_bytes: Some(FirstBytes {
+                missing: due.bytes,
+                deadline: Box::pin(tokio::time::sleep(due.within)),
+            }),
             _permit: permit,
             _address: address,
         })
@@ -220,17 +258,35 @@ impl LimitedConnection {
         self.stream.peer_addr()
     }
 
-    /// The error of a read once the first-bytes deadline has passed with nothing read,
-    /// `None` before it or once a byte has come.
+    /// The error of a read once the first-bytes deadline has passed with some of the
+    /// first bytes still missing, `None` before it or once they have all come.
     fn past_first_bytes(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
-        let deadline = self.first_bytes.as_mut()?;
-        deadline.as_mut().poll(cx).is_ready().then(|| {
-            debug!(peer = ?self.stream.peer_addr().ok(), "a connection sent nothing in time: closed");
+        let first = self.first_bytes.as_mut()?;
+        let missing = first.missing;
+        first.deadline.as_mut().poll(cx).is_ready().then(|| {
+            debug!(
+                peer = ?self.stream.peer_addr().ok(), missing,
+                "a connection did not send its first bytes in time: closed"
+            );
             io::Error::new(
                 io::ErrorKind::TimedOut,
-                "the client sent no byte before its first-bytes deadline",
+                format!(
+                    "the client's first bytes were {missing} short at its first-bytes deadline"
+                ),
             )
         })
+    }
+
+    /// Counts `read` bytes against the first bytes due; once they have all come, the
+    /// deadline is gone.
+    fn count_first_bytes(&mut self, read: usize) {
+        let Some(first) = self.first_bytes.as_mut() else {
+            return;
+        };
+        first.missing = first.missing.saturating_sub(read);
+        if first.missing == 0 {
+            self.first_bytes = None;
+        }
     }
 }
 
@@ -255,9 +311,7 @@ impl AsyncRead for LimitedConnection {
         }
         let filled = buf.filled().len();
         let read = Pin::new(&mut this.stream).poll_read(cx, buf);
-        if buf.filled().len() > filled {
-            this.first_bytes = None;
-        }
+        this.count_first_bytes(buf.filled().len() - filled);
         read
     }
 }
@@ -398,6 +452,7 @@ mod tests {
     use tokio::task::JoinSet;
 
     use super::*;
+    use crate::limits::GRPC_FIRST_BYTES;
 
     /// How long a test waits for the server before failing (never reached when it works).
     const PATIENCE: Duration = Duration::from_secs(10);
@@ -413,13 +468,17 @@ mod tests {
     /// An echo server on 127.0.0.1:0 holding at most `max` connections; aborting the
     /// task drops its connections.
     async fn echo_server(max: usize) -> (SocketAddr, tokio::task::JoinHandle<()>) {
-        echo_server_with(max, FIRST_BYTES_TIMEOUT).await
+        let due = FirstBytesDue {
+            bytes: 1,
+            within: FIRST_BYTES_TIMEOUT,
+        };
+        echo_server_with(max, due).await
     }
 
-    /// [`echo_server`] with `first_bytes` as the first-bytes deadline.
+    /// [`echo_server`] whose connections owe `due`.
     async fn echo_server_with(
         max: usize,
-        first_bytes: Duration,
+        due: FirstBytesDue,
     ) -> (SocketAddr, tokio::task::JoinHandle<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -428,7 +487,7 @@ mod tests {
                 "the test port",
                 accepted(listener),
                 max,
-                first_bytes,
+                due,
             ));
             let mut connections = JoinSet::new();
             while let Some(connection) = incoming.next().await {
@@ -518,15 +577,42 @@ mod tests {
         socket.connect(addr).await.unwrap()
     }
 
+    /// A first-bytes deadline of 300 ms for `bytes` bytes.
+    fn due_soon(bytes: usize) -> FirstBytesDue {
+        FirstBytesDue {
+            bytes,
+            within: Duration::from_millis(300),
+        }
+    }
+
     #[tokio::test]
     async fn a_silent_connection_is_closed_at_its_deadline_and_one_that_spoke_stays() {
-        let (addr, server) = echo_server_with(4, Duration::from_millis(300)).await;
+        let (addr, server) = echo_server_with(4, due_soon(1)).await;
         let mut spoke = TcpStream::connect(addr).await.unwrap();
         assert!(echoes(&mut spoke).await);
         let mut silent = TcpStream::connect(addr).await.unwrap();
         assert!(closed(&mut silent).await, "the silent connection was kept");
         // Long past the deadline, the connection that spoke is served as before.
         assert!(echoes(&mut spoke).await);
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_connection_short_of_its_first_bytes_is_closed_at_its_deadline() {
+        // The port wants 24 bytes (an HTTP/2 preface) within 300 ms.
+        let (addr, server) = echo_server_with(4, due_soon(24)).await;
+        let mut one_byte = TcpStream::connect(addr).await.unwrap();
+        assert!(echoes(&mut one_byte).await, "the first byte was not served");
+        let mut whole = TcpStream::connect(addr).await.unwrap();
+        for _ in 0..24 {
+            assert!(echoes(&mut whole).await);
+        }
+        assert!(
+            closed(&mut one_byte).await,
+            "a connection that sent 1 of its 24 first bytes was kept"
+        );
+        // Long past the deadline, the connection that sent all 24 is served as before.
+        assert!(echoes(&mut whole).await);
         server.abort();
     }
 
@@ -566,7 +652,12 @@ mod tests {
     async fn an_admitted_connection_keeps_its_addresses_and_has_no_delay() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut incoming = Box::pin(limit_connections("the test port", accepted(listener), 1));
+        let mut incoming = Box::pin(limit_connections(
+            "the test port",
+            accepted(listener),
+            1,
+            GRPC_FIRST_BYTES,
+        ));
         let client = TcpStream::connect(addr).await.unwrap();
         let connection = incoming.next().await.unwrap().unwrap();
         let info = connection.connect_info();
@@ -585,13 +676,23 @@ mod tests {
     #[tokio::test]
     async fn no_permits_refuses_every_connection_and_accept_errors_pass_through() {
         let refused = futures::stream::iter([Err(io::Error::other("EMFILE"))]);
-        let mut incoming = Box::pin(limit_connections("the test port", refused, 0));
+        let mut incoming = Box::pin(limit_connections(
+            "the test port",
+            refused,
+            0,
+            GRPC_FIRST_BYTES,
+        ));
         let error = incoming.next().await.unwrap().unwrap_err();
         assert_eq!(error.to_string(), "EMFILE");
 
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut incoming = Box::pin(limit_connections("the test port", accepted(listener), 0));
+        let mut incoming = Box::pin(limit_connections(
+            "the test port",
+            accepted(listener),
+            0,
+            GRPC_FIRST_BYTES,
+        ));
         let admitted = tokio::spawn(async move { incoming.next().await.map(|next| next.is_ok()) });
         let mut client = TcpStream::connect(addr).await.unwrap();
         let mut byte = [0u8; 1];

@@ -23,7 +23,8 @@
 //!   ([`DEFAULT_MAX_CONNECTIONS`]) and those of one address
 //!   ([`MAX_CONNECTIONS_PER_ADDRESS`], 127.0.0.1 and ::1 exempt), below TLS; one over a
 //!   bound is accepted and closed at once, so one client cannot open thousands and the
-//!   accept loop never waits. A connection that sends nothing within
+//!   accept loop never waits. A connection that has not sent its port's first bytes
+//!   ([`GRPC_FIRST_BYTES`], [`KAFKA_FIRST_BYTES`], [`HTTP1_FIRST_BYTES`]) within
 //!   [`FIRST_BYTES_TIMEOUT`] is closed, and TCP keepalive finds vanished peers.
 //! - [`server_builder`] is where every gRPC port's server starts: HTTP/2 keepalive
 //!   pings. [`limits`] holds every bound of this crate.
@@ -47,8 +48,8 @@ pub use connections::{
 };
 pub use grpc::server_builder;
 pub use limits::{
-    DEFAULT_MAX_CONNECTIONS, FIRST_BYTES_TIMEOUT, MAX_CONNECTIONS_PER_ADDRESS,
-    TLS_HANDSHAKE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS, FIRST_BYTES_TIMEOUT, GRPC_FIRST_BYTES, HTTP1_FIRST_BYTES,
+    KAFKA_FIRST_BYTES, MAX_CONNECTIONS_PER_ADDRESS, TLS_HANDSHAKE_TIMEOUT,
 };
 pub use server::{Auth, HandshakeStream, TOKEN_LIFETIME, attach_token, basic_credentials};
 pub use tls::{TlsIdentity, client_tls, server_tls, stream_tls};

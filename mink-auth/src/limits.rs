@@ -7,7 +7,10 @@
 //! |-----------------------------------|------------|-----|
 //! | [`DEFAULT_MAX_CONNECTIONS`]       | 1024       | a port's connections at once (`--max-connections`): one more is closed at once |
 //! | [`MAX_CONNECTIONS_PER_ADDRESS`]   | 64, at most a quarter of the port's | one address's connections at once (an IPv6 address counts with its /64): one more is closed at once; 127.0.0.1 and ::1 are exempt |
-//! | [`FIRST_BYTES_TIMEOUT`]           | 10 s       | a connection that has sent no byte by then is closed |
+//! | [`FIRST_BYTES_TIMEOUT`]           | 10 s       | a connection that has not sent its port's first bytes by then is closed |
+//! | [`GRPC_FIRST_BYTES`]              | 24         | the first bytes due on a gRPC port: the whole HTTP/2 client preface (TLS bytes on a TLS port) |
+//! | [`KAFKA_FIRST_BYTES`]             | 1          | the first bytes due on the Kafka port, whose login and first-request deadline take over from there |
+//! | [`HTTP1_FIRST_BYTES`]             | 1          | the first bytes due on the Iceberg REST port, whose header-read timeout takes over from there |
 //! | [`TLS_HANDSHAKE_TIMEOUT`]         | 10 s       | a gRPC port's TLS handshake not done by then is dropped |
 //! | [`TCP_KEEPALIVE_TIME`]            | 60 s       | TCP keepalive probes on every accepted socket: a peer gone without a word is found in about 90 s |
 //! | [`HTTP2_KEEPALIVE_INTERVAL`]      | 60 s       | a gRPC port pings each connection this long quiet |
@@ -32,10 +35,28 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// and local clients connect from 127.0.0.1 or ::1, which this does not bound.
 pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 64;
 
-/// How long a new connection may take to send its first byte: a gRPC client sends the
-/// HTTP/2 preface (or its TLS hello) at once, a Kafka client its first request, an HTTP
-/// client its request line.
+/// How long a new connection may take to send its port's first bytes ([`GRPC_FIRST_BYTES`],
+/// [`KAFKA_FIRST_BYTES`], [`HTTP1_FIRST_BYTES`]): a gRPC client sends the HTTP/2 preface
+/// (or its TLS hello) at once, a Kafka client its first request, an HTTP client its
+/// request line.
 pub const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The bytes a connection to a gRPC port (the node, its internal port, Flight SQL, a
+/// worker) sends by [`FIRST_BYTES_TIMEOUT`]: the whole HTTP/2 client preface
+/// (`PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`). The server's HTTP/2 handshake, which reads it,
+/// has no deadline of its own and its pings start only after it, so a client that sent
+/// part of it would otherwise be kept for good. On a TLS port the bytes counted are TLS
+/// bytes, of which a handshake alone sends more.
+pub const GRPC_FIRST_BYTES: usize = 24;
+
+/// The bytes a connection to the Kafka port sends by [`FIRST_BYTES_TIMEOUT`]: one. A
+/// Kafka request is at least 14 bytes, but from its first byte the port's own login and
+/// first-request deadline hold.
+pub const KAFKA_FIRST_BYTES: usize = 1;
+
+/// The bytes a connection to the Iceberg REST port sends by [`FIRST_BYTES_TIMEOUT`]: one.
+/// From its first byte the port's own header-read timeout holds.
+pub const HTTP1_FIRST_BYTES: usize = 1;
 
 /// How long a gRPC port's TLS handshake may take (Kafka and the REST catalog use 10 s
 /// too).

@@ -281,6 +281,7 @@ pub fn serve_in(
             "Flight SQL",
             TcpListenerStream::new(listener),
             max_connections,
+            mink_auth::GRPC_FIRST_BYTES,
         ),
         async {
             let _ = shutdown_signal.await;

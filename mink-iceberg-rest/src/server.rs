@@ -107,6 +107,7 @@ pub fn serve(
         "the Iceberg REST catalog",
         TcpListenerStream::new(listener),
         options.max_connections,
+        mink_auth::HTTP1_FIRST_BYTES,
     );
     Ok(IcebergRestHandle::spawn(addr, |stopped| {
         accept(connections, tls, app, stopped)

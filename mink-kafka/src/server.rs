@@ -118,6 +118,7 @@ pub fn serve(
         "Kafka",
         TcpListenerStream::new(listener),
         options.max_connections,
+        mink_auth::KAFKA_FIRST_BYTES,
     );
     let listener =
         mink_auth::ListenerHandle::spawn(addr, |stopped| accept(connections, broker, tls, stopped));

@@ -167,6 +167,7 @@ pub fn serve_with(
                             "the node's internal port",
                             TcpListenerStream::new(internal),
                             max_connections,
+                            mink_auth::GRPC_FIRST_BYTES,
                         ),
                         async move {
                             let _ = signal.wait_for(|stop| *stop).await;
@@ -182,6 +183,7 @@ pub fn serve_with(
             "the node",
             TcpListenerStream::new(listener),
             max_connections,
+            mink_auth::GRPC_FIRST_BYTES,
         ),
         async move {
             let _ = shutdown_signal.await;

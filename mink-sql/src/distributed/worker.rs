@@ -145,6 +145,7 @@ pub fn serve(
         "the worker",
         TcpListenerStream::new(listener),
         max_connections,
+        mink_auth::GRPC_FIRST_BYTES,
     );
     let serving = server
         .add_service(service)
