@@ -57,7 +57,7 @@
 //! |----------------------------------|------------|----------|
 //! | [`crate::node::DEFAULT_MAX_BUCKET_NUM`] | 1024 | `bucket.num` of a table: refused |
 //! | [`crate::node::DEFAULT_MAX_PARTITIONS`] | 1024 | partitions of a table: refused |
-//! | open buckets of the node         | (`ulimit -n` - [`RESERVED_FILES`] - [`KV_CACHED_FILES`] - connections) / [`FILES_PER_BUCKET`], at least 1 | refused |
+//! | open buckets of the node         | (`ulimit -n` - [`RESERVED_FILES`] - [`KV_CACHED_FILES`] - connections) / [`FILES_PER_BUCKET`], at least [`MIN_OPEN_BUCKETS`] (16) | refused |
 //! | [`FILES_PER_BUCKET`]             | 2          | files counted for each bucket |
 //! | [`RESERVED_FILES`]               | 256        | files kept for the node's own use |
 //! | [`KV_CACHED_FILES`]              | 900        | files kept for the KV store's cache of open table files |
@@ -141,16 +141,20 @@ pub const KV_CACHED_FILES: u64 = 900;
 /// The most buckets a node may hold open when the process may open `open_files` files
 /// and its ports together may hold `connections` connections (each one a socket): what
 /// is left once [`RESERVED_FILES`], [`KV_CACHED_FILES`] and the connections are set
-/// aside, divided by [`FILES_PER_BUCKET`]. No fewer than 1, so a node whose limit is
-/// below its headroom still takes one table of one bucket.
+/// aside, divided by [`FILES_PER_BUCKET`]. No fewer than [`MIN_OPEN_BUCKETS`]: the
+/// headroom is a worst case, and a node whose hard limit is as low as 1024 files still
+/// takes a few small tables (`mink server --demo`'s among them).
 pub fn max_open_buckets(open_files: u64, connections: u64) -> usize {
     let left = open_files
         .saturating_sub(RESERVED_FILES + KV_CACHED_FILES)
         .saturating_sub(connections);
     usize::try_from(left / FILES_PER_BUCKET)
         .unwrap_or(usize::MAX)
-        .max(1)
+        .max(MIN_OPEN_BUCKETS)
 }
+
+/// The fewest buckets a node may hold open, whatever its open-file limit.
+pub const MIN_OPEN_BUCKETS: usize = 16;
 
 // A default never exceeds its limit.
 const _: () = assert!(DEFAULT_MAX_BYTES <= MAX_ANSWER_BYTES);
@@ -257,7 +261,7 @@ mod tests {
         // 20 000 files, four ports of 1024 connections: (20000 - 256 - 900 - 4096) / 2.
         assert_eq!(max_open_buckets(20_000, 4 * 1024), 7374);
         assert_eq!(max_open_buckets(2048, 0), 446);
-        assert_eq!(max_open_buckets(1024, 64), 1);
+        assert_eq!(max_open_buckets(1024, 64), MIN_OPEN_BUCKETS);
         assert!(max_open_buckets(u64::MAX, 0) > 1 << 60);
     }
 
