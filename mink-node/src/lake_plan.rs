@@ -7,7 +7,8 @@
 //! ([`mink_lake::upkeep::leases`]), so that this node's upkeep keeps their files until the
 //! reader, in whatever process, holds its own lease: the latest recorded one atomically
 //! with reading the record ([`Node::hold_latest_lake_snapshot`]), one a read names itself
-//! before the metadata that has it is loaded.
+//! before the metadata that has it is loaded. A plan that fails releases its holds
+//! ([`mink_lake::upkeep::leases::PlannedHold`]).
 
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::delta::{DeltaPlan, plan_delta};
 use mink_lake::predicate::to_predicate;
 use mink_lake::reader::{LakeSplit, SplitScope, plan_split};
-use mink_lake::upkeep::leases::{hold_planned, hold_planned_snapshots, release_planned};
+use mink_lake::upkeep::leases::{PlannedHold, hold_planned, hold_planned_snapshots};
 
 use crate::error::{NodeError, Result};
 use crate::metadata::LakeSnapshotRecord;
@@ -39,29 +40,27 @@ impl Node {
             return Err(NodeError::NoLake(path.to_string()));
         }
         check_filters(&table, filters)?;
-        let snapshot_id = match snapshot_id {
+        let (snapshot_id, hold) = match snapshot_id {
             Some(named) => {
-                hold_planned_snapshots(&lease_location(self.lake().await?, path), &[named]);
-                Some(named)
+                let location = lease_location(self.lake().await?, path);
+                (Some(named), hold_planned_snapshots(&location, &[named]))
             }
-            None => self
-                .hold_latest_lake_snapshot(&table)
-                .await?
-                .map(|r| r.snapshot_id),
+            None => {
+                let (record, hold) = self.hold_latest_lake_snapshot(&table).await?;
+                (record.map(|r| r.snapshot_id), hold)
+            }
         };
         let Some(snapshot_id) = snapshot_id else {
             return Ok((table, LakeSplit::default()));
         };
-        let lake = self.lake().await?;
-        let lake_table = lake.load(path).await?;
+        let lake_table = self.lake().await?.load(path).await?;
         let scope = match partition {
             Some(partition) => SplitScope::Partition(partition),
             None => SplitScope::Table,
         };
         let predicate = to_predicate(filters, table.schema());
-        let split = plan_split(&lake_table, snapshot_id, &scope, predicate)
-            .await
-            .inspect_err(|_| release_planned(&lease_location(lake, path), &[snapshot_id]))?;
+        let split = plan_split(&lake_table, snapshot_id, &scope, predicate).await?;
+        hold.keep();
         Ok((table, split))
     }
 
@@ -79,34 +78,33 @@ impl Node {
         }
         let lake = self.lake().await?;
         let location = lease_location(lake, path);
-        hold_planned_snapshots(&location, &[from, to]);
-        let planned = match lake.load(path).await {
-            Ok(lake_table) => plan_delta(&lake_table, from, to).await,
-            Err(error) => Err(error),
-        };
-        let plan = planned.inspect_err(|_| release_planned(&location, &[from, to]))?;
+        let ends = hold_planned_snapshots(&location, &[from, to]);
+        let plan = plan_delta(&lake.load(path).await?, from, to).await?;
         let between: Vec<i64> = plan.snapshots.iter().map(|s| s.snapshot_id).collect();
-        hold_planned_snapshots(&location, &between);
+        hold_planned_snapshots(&location, &between).keep();
+        ends.keep();
         Ok(plan)
     }
 
     /// The latest lake snapshot recorded for `table`, held for the read about to plan on
-    /// it: read under the lock upkeep reads the holds under, so that an expiry either sees
-    /// the hold or keeps the snapshot as its seam.
+    /// it: read under the lock upkeep reads the table's holds under, so that an expiry
+    /// either sees the hold or keeps the snapshot as its seam. The hold is released when
+    /// dropped unless the caller keeps it once its plan is made.
     ///
     /// # Errors
     /// The metadata store's.
     pub(crate) async fn hold_latest_lake_snapshot(
         &self,
         table: &TableDescriptor,
-    ) -> Result<Option<LakeSnapshotRecord>> {
+    ) -> Result<(Option<LakeSnapshotRecord>, PlannedHold)> {
         // A lake that cannot be opened has no upkeep to hold a snapshot against either.
         let lake = match table.lake_enabled {
             true => self.lake().await.ok(),
             false => None,
         };
         let Some(lake) = lake else {
-            return self.metadata.latest_lake_snapshot(table.table_id);
+            let record = self.metadata.latest_lake_snapshot(table.table_id)?;
+            return Ok((record, PlannedHold::default()));
         };
         let location = lease_location(lake, &table.path);
         hold_planned(

@@ -21,26 +21,32 @@
 //!
 //! The node is the only process that expires its tables' snapshots, and it plans every
 //! read of them, so the gap between a plan and the reader's first write is covered by the
-//! node's own memory: [`hold_planned`] records the planned snapshot under the same lock
-//! that upkeep reads the holds under ([`held_here`]), atomically with reading which
-//! snapshot to plan on, and keeps it for a [`LEASE_PERIOD`]. A reader in this process
-//! releases one such hold when it takes its lease, which holds the snapshot from then on
-//! (a hold it releases may be another process's whose lease is not written yet: that
-//! reader is then covered only while this one's lease lives, a gap of the few
+//! node's own memory: [`hold_planned`] records the planned snapshot under the table's own
+//! lock, the one upkeep reads the table's holds under ([`held_here`]), atomically with
+//! reading which snapshot to plan on, and keeps it for a [`LEASE_PERIOD`]. The holds of a
+//! table are one entry per snapshot (how many reads hold it, until when), so a client
+//! planning reads in a loop grows a count, not a list; lapsed entries are pruned as holds
+//! are added. A plan that fails releases its holds ([`PlannedHold`]). A reader in this
+//! process releases one such hold when it takes its lease, which holds the snapshot from
+//! then on (a hold it releases may be another process's whose lease is not written yet:
+//! that reader is then covered only while this one's lease lives, a gap of the few
 //! milliseconds between a plan and its first write). Expiry reads the holds after it
 //! fixed the seam it keeps, so a read planned before is held and one planned after plans
-//! on a snapshot expiry keeps; a read that names an older snapshot itself
+//! on a snapshot expiry keeps. A read that names an older snapshot itself
 //! ([`hold_planned_snapshots`]) is held before its metadata is loaded, and expiry reads
-//! the holds again after its commit, before it deletes anything.
+//! this node's holds again after its commit, before it deletes anything: a read that
+//! loaded the metadata before the commit is held; one that loads it after finds the
+//! snapshot gone, a clear `NOT_FOUND`.
 //!
 //! A lease of this process is the same one for every read of the snapshot at once (one
 //! write per snapshot, not per statement); its objects are ignored by this process's own
 //! upkeep, which sees the lease in memory. `table_changes` cursors kept by clients between
 //! statements are not leases: an expired snapshot is a clear `NOT_FOUND` to them.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::TryStreamExt;
@@ -108,39 +114,118 @@ struct Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let mut registry = registry();
-        if registry
-            .leases
+        let mut leases = leases();
+        if leases
             .get(&self.key)
             .is_some_and(|held| held.strong_count() == 0)
         {
-            registry.leases.remove(&self.key);
+            leases.remove(&self.key);
         }
     }
 }
 
-/// This process's leases and the node's holds of planned reads, by table key
-/// ([`table_key`]).
-#[derive(Debug, Default)]
-struct Registry {
-    leases: HashMap<(String, i64), Weak<Held>>,
-    /// Per table: each planned read's snapshot and when its hold ends.
-    planned: HashMap<String, Vec<(i64, Instant)>>,
+/// This process's leases, by table key ([`table_key`]) and snapshot.
+type LeaseRegistry = HashMap<(String, i64), Weak<Held>>;
+
+fn leases() -> MutexGuard<'static, LeaseRegistry> {
+    static LEASES: LazyLock<Mutex<LeaseRegistry>> = LazyLock::new(Mutex::default);
+    lock(&LEASES)
 }
 
-impl Registry {
-    /// The planned holds of `key` that have not ended, the ended ones dropped.
-    fn planned(&mut self, key: &str) -> &mut Vec<(i64, Instant)> {
-        let now = Instant::now();
-        let holds = self.planned.entry(key.to_string()).or_default();
-        holds.retain(|(_, until)| *until > now);
-        holds
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The node's holds of one planned snapshot: how many reads hold it, and when the latest
+/// hold ends.
+#[derive(Debug, Clone, Copy)]
+struct Holds {
+    count: u64,
+    until: Instant,
+}
+
+/// The smallest number of held snapshots at which a table's lapsed holds are pruned.
+const MIN_PRUNE_AT: usize = 16;
+
+/// The node's holds of planned reads of one table: one entry per snapshot, however many
+/// reads hold it, dropped once its last hold lapses or is released.
+#[derive(Debug, Default)]
+struct TableHolds {
+    by_snapshot: HashMap<i64, Holds>,
+    /// The number of held snapshots at which lapsed holds are next pruned: twice the
+    /// number left by the last pruning, so that pruning costs O(1) a hold, amortised.
+    prune_at: usize,
+}
+
+impl TableHolds {
+    /// Holds each of `snapshots` once more, until `until` at least.
+    fn hold(&mut self, snapshots: &[i64], until: Instant) {
+        for snapshot_id in snapshots {
+            let holds = self
+                .by_snapshot
+                .entry(*snapshot_id)
+                .or_insert(Holds { count: 0, until });
+            holds.count += 1;
+            holds.until = holds.until.max(until);
+        }
+        if self.by_snapshot.len() >= self.prune_at {
+            self.prune(Instant::now());
+        }
+    }
+
+    /// Releases one hold of each of `snapshots`; a snapshot released by all its holders is
+    /// dropped.
+    fn release(&mut self, snapshots: &[i64]) {
+        for snapshot_id in snapshots {
+            if let Entry::Occupied(mut holds) = self.by_snapshot.entry(*snapshot_id) {
+                holds.get_mut().count -= 1;
+                if holds.get().count == 0 {
+                    holds.remove();
+                }
+            }
+        }
+    }
+
+    /// Drops the snapshots whose every hold has lapsed by `now`.
+    fn prune(&mut self, now: Instant) {
+        self.by_snapshot.retain(|_, holds| holds.until > now);
+        self.prune_at = (2 * self.by_snapshot.len()).max(MIN_PRUNE_AT);
+    }
+
+    /// The snapshots held now, the lapsed ones dropped.
+    fn held(&mut self) -> impl Iterator<Item = i64> {
+        self.prune(Instant::now());
+        self.by_snapshot.keys().copied()
     }
 }
 
-fn registry() -> std::sync::MutexGuard<'static, Registry> {
-    static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(Mutex::default);
-    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
+/// Every table's planned holds, by table key ([`table_key`]); a table holding nothing has
+/// no entry. Each table has its own lock, taken while its holds are read or changed and
+/// while a read plans on it ([`hold_planned`]); this one is held only to find it.
+type PlannedRegistry = HashMap<String, Arc<Mutex<TableHolds>>>;
+
+fn planned() -> MutexGuard<'static, PlannedRegistry> {
+    static PLANNED: LazyLock<Mutex<PlannedRegistry>> = LazyLock::new(Mutex::default);
+    lock(&PLANNED)
+}
+
+/// Runs `f` on the planned holds of the table at `location` under that table's lock, then
+/// drops the table's entry if it holds nothing.
+fn with_table<R>(location: &str, f: impl FnOnce(&mut TableHolds) -> R) -> R {
+    let key = table_key(location);
+    let table = Arc::clone(planned().entry(key.clone()).or_default());
+    let result = f(&mut lock(&table));
+    let mut planned = planned();
+    // Shared only by the registry and this call, nobody else can be holding its lock or
+    // about to add a hold: the lock below is free.
+    if Arc::strong_count(&table) == 2 && lock(&table).by_snapshot.is_empty() {
+        planned.remove(&key);
+    }
+    // Dropped under the registry's lock, so that of two calls ending together the last
+    // sees itself alone.
+    drop(table);
+    drop(planned);
+    result
 }
 
 /// This process's prefix of its lease objects' names.
@@ -166,9 +251,36 @@ pub fn location_of_file(database: &str, name: &str, file: &str) -> Option<String
     Some(file[..at + table.len()].to_string())
 }
 
-/// Runs `plan` (which reads the snapshot a read plans on) under the registry's lock and
-/// holds the snapshot `snapshot_of` finds in its result for a lease period: upkeep reading
-/// the holds either sees it or runs after it, when the seam it keeps is what `plan` read.
+/// The node's holds of the snapshots a read it is planning names: released when dropped,
+/// unless [`Self::keep`] is called once the plan is made (they then last a lease period,
+/// or until the reader's lease takes over). A plan that fails leaves nothing held. The
+/// default holds nothing.
+#[derive(Debug, Default)]
+#[must_use = "dropping the hold releases it"]
+pub struct PlannedHold {
+    location: String,
+    snapshots: Vec<i64>,
+}
+
+impl PlannedHold {
+    /// Keeps the holds for their lease period: the read was planned.
+    pub fn keep(mut self) {
+        self.snapshots.clear();
+    }
+}
+
+impl Drop for PlannedHold {
+    fn drop(&mut self) {
+        if !self.snapshots.is_empty() {
+            release_planned(&self.location, &self.snapshots);
+        }
+    }
+}
+
+/// Runs `plan` (which reads the snapshot a read plans on) under the table's lock and holds
+/// the snapshot `snapshot_of` finds in its result for a lease period: upkeep reading the
+/// table's holds either sees it or runs after it, when the seam it keeps is what `plan`
+/// read. Other tables' reads and upkeep do not wait for `plan`.
 ///
 /// # Errors
 /// `plan`'s.
@@ -176,52 +288,46 @@ pub fn hold_planned<T, E>(
     location: &str,
     plan: impl FnOnce() -> std::result::Result<T, E>,
     snapshot_of: impl FnOnce(&T) -> Option<i64>,
-) -> std::result::Result<T, E> {
-    let mut registry = registry();
-    let planned = plan()?;
-    if let Some(snapshot_id) = snapshot_of(&planned) {
-        let until = Instant::now() + lease_period();
-        registry
-            .planned(&table_key(location))
-            .push((snapshot_id, until));
-    }
-    Ok(planned)
+) -> std::result::Result<(T, PlannedHold), E> {
+    with_table(location, |holds| {
+        let planned = plan()?;
+        let snapshots: Vec<i64> = snapshot_of(&planned).into_iter().collect();
+        holds.hold(&snapshots, Instant::now() + lease_period());
+        Ok((planned, planned_hold(location, snapshots)))
+    })
 }
 
 /// Holds `snapshots` of the table at `location` for a lease period: a read that names its
 /// snapshots itself (a Lake read of an older one, the changes between two), before it
 /// loads the metadata that has them.
-pub fn hold_planned_snapshots(location: &str, snapshots: &[i64]) {
+pub fn hold_planned_snapshots(location: &str, snapshots: &[i64]) -> PlannedHold {
     let until = Instant::now() + lease_period();
-    let mut registry = registry();
-    let planned = registry.planned(&table_key(location));
-    planned.extend(snapshots.iter().map(|id| (*id, until)));
+    with_table(location, |holds| holds.hold(snapshots, until));
+    planned_hold(location, snapshots.to_vec())
 }
 
-/// Releases one hold of each of `snapshots` ([`hold_planned_snapshots`]): the read was
-/// not planned (a snapshot it named is not the table's).
-pub fn release_planned(location: &str, snapshots: &[i64]) {
-    let mut registry = registry();
-    let planned = registry.planned(&table_key(location));
-    for snapshot_id in snapshots {
-        if let Some(at) = planned.iter().position(|(id, _)| id == snapshot_id) {
-            planned.remove(at);
-        }
+fn planned_hold(location: &str, snapshots: Vec<i64>) -> PlannedHold {
+    PlannedHold {
+        location: location.to_string(),
+        snapshots,
     }
+}
+
+/// Releases one hold of each of `snapshots` of the table at `location`.
+fn release_planned(location: &str, snapshots: &[i64]) {
+    with_table(location, |holds| holds.release(snapshots));
 }
 
 /// The snapshots of the table at `location` that this process holds: its leases and the
 /// holds of the reads it planned.
 pub fn held_here(location: &str) -> HashSet<i64> {
     let key = table_key(location);
-    let mut registry = registry();
-    let mut held: HashSet<i64> = registry
-        .leases
+    let mut held: HashSet<i64> = leases()
         .iter()
         .filter(|((table, _), lease)| *table == key && lease.strong_count() > 0)
         .map(|((_, snapshot), _)| *snapshot)
         .collect();
-    held.extend(registry.planned(&key).iter().map(|(id, _)| *id));
+    with_table(location, |holds| held.extend(holds.held()));
     held
 }
 
@@ -234,8 +340,8 @@ impl Lease {
         let key = (table_key(location), snapshot_id);
         // This read's lease now covers what the node's hold of its plan did.
         release_planned(location, &[snapshot_id]);
-        let mut registry = registry();
-        if let Some(held) = registry.leases.get(&key).and_then(Weak::upgrade) {
+        let mut leases = leases();
+        if let Some(held) = leases.get(&key).and_then(Weak::upgrade) {
             return Self { _held: held };
         }
         let (stop, stopped) = oneshot::channel();
@@ -243,8 +349,8 @@ impl Lease {
             key: key.clone(),
             _stop: stop,
         });
-        registry.leases.insert(key, Arc::downgrade(&held));
-        drop(registry);
+        leases.insert(key, Arc::downgrade(&held));
+        drop(leases);
         match (
             tokio::runtime::Handle::try_current(),
             lease_object(storage, location),
@@ -394,5 +500,37 @@ mod tests {
         );
         assert_eq!(location_of_file("shop", "other", file), None);
         assert_eq!(table_key("file:///w/shop/orders/"), "/w/shop/orders");
+    }
+
+    #[test]
+    fn many_holds_of_a_snapshot_take_one_entry_and_lapsed_ones_are_pruned() {
+        let now = Instant::now();
+        let mut holds = TableHolds::default();
+        for _ in 0..10_000 {
+            holds.hold(&[5], now + Duration::from_secs(60));
+        }
+        assert_eq!(holds.by_snapshot.len(), 1, "one entry a snapshot");
+        holds.release(&[5]);
+        assert_eq!(holds.by_snapshot[&5].count, 9_999);
+        // Holds that lapse are pruned as new ones are added, once their number doubles.
+        let lapsed = now.checked_sub(Duration::from_secs(1)).unwrap();
+        for snapshot_id in 100..100 + 4 * MIN_PRUNE_AT as i64 {
+            holds.hold(&[snapshot_id], lapsed);
+        }
+        assert!(
+            holds.by_snapshot.len() < 2 * MIN_PRUNE_AT,
+            "pruned while held"
+        );
+        assert_eq!(holds.held().collect::<Vec<_>>(), [5]);
+    }
+
+    #[test]
+    fn a_table_holding_nothing_has_no_entry() {
+        let location = "/nowhere/shop/released";
+        let hold = hold_planned_snapshots(location, &[7, 7, 8]);
+        assert_eq!(held_here(location), HashSet::from([7, 8]));
+        drop(hold);
+        assert!(held_here(location).is_empty());
+        assert!(!planned().contains_key(location), "the table's entry went");
     }
 }

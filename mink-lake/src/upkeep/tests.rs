@@ -400,12 +400,18 @@ async fn other_processes_leases_count_until_they_lapse_and_then_go() {
     let live = foreign_lease(
         &f,
         "other-1.json",
-        &format!(r#"{{"snapshot-id": 7, "expires-at-ms": {}}}"#, now - skew + 60_000),
+        &format!(
+            r#"{{"snapshot-id": 7, "expires-at-ms": {}}}"#,
+            now - skew + 60_000
+        ),
     );
     let lapsed = foreign_lease(
         &f,
         "other-2.json",
-        &format!(r#"{{"snapshot-id": 8, "expires-at-ms": {}}}"#, now - skew - 1),
+        &format!(
+            r#"{{"snapshot-id": 8, "expires-at-ms": {}}}"#,
+            now - skew - 1
+        ),
     );
     let junk = foreign_lease(&f, "other-3.json", "not a lease");
     let leased = leases::leased_in_store(&storage, &location, now)
@@ -427,14 +433,28 @@ async fn a_planned_read_is_held_until_its_lease_takes_over() {
     let mut f = Fixture::new(&[]).await;
     let s1 = f.commit(&["a"], &[], false).await;
     let location = f.table.metadata().location().to_string();
-    let planned = leases::hold_planned(&location, || Ok::<_, ()>(Some(s1)), |s| *s).unwrap();
+    let (planned, hold) =
+        leases::hold_planned(&location, || Ok::<_, ()>(Some(s1)), |s| *s).unwrap();
     assert_eq!(planned, Some(s1));
-    leases::hold_planned_snapshots(&format!("file://{location}/"), &[42]);
+    hold.keep();
+    leases::hold_planned_snapshots(&format!("file://{location}/"), &[42]).keep();
     assert_eq!(leases::held_here(&location), HashSet::from([s1, 42]));
     // The reader's lease releases the node's hold of its plan: once it is dropped, only
     // the other hold is left.
     drop(leases::Lease::take(f.lake.storage(), &location, s1));
     assert_eq!(leases::held_here(&location), HashSet::from([42]));
+}
+
+#[test]
+fn a_plan_that_fails_holds_nothing() {
+    let location = "/nowhere/shop/failed";
+    let failed = leases::hold_planned(location, || Err::<Option<i64>, _>("no"), |s| *s);
+    assert!(failed.is_err());
+    // Held until the plan is made, released when it fails.
+    let hold = leases::hold_planned_snapshots(location, &[7, 8]);
+    assert_eq!(leases::held_here(location), HashSet::from([7, 8]));
+    drop(hold);
+    assert!(leases::held_here(location).is_empty());
 }
 
 #[tokio::test]

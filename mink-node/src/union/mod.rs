@@ -99,7 +99,8 @@ impl Node {
         check_filters(&table, filters)?;
         // The snapshot and its seams come from one record: read apart, a tiering round
         // recorded in between would pair one snapshot's files with the next one's seam.
-        let record = self.hold_latest_lake_snapshot(&table).await?;
+        // Released if planning fails, or when no split has a file to read.
+        let (record, hold) = self.hold_latest_lake_snapshot(&table).await?;
         let (snapshot_id, seams) = match record.filter(|_| table.lake_enabled) {
             Some(record) => (
                 Some(record.snapshot_id),
@@ -147,6 +148,9 @@ impl Node {
         if let Some(snapshot_id) = snapshot_id.filter(|_| table.has_primary_key()) {
             self.locate_replaced_rows(&table, snapshot_id, &mut planned)
                 .await?;
+        }
+        if planned.iter().any(|p| !p.split.files.is_empty()) {
+            hold.keep();
         }
         Ok(planned)
     }
