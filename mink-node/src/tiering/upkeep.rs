@@ -11,8 +11,9 @@
 //! Neither expiry nor orphan removal deletes a file a running read planned on: both keep
 //! the snapshots leased by reads ([`mink_lake::upkeep::leases`]), this node's (the reads
 //! it planned, held in memory) and other processes' (objects under the table's location).
-//! Expiry reads the leases after it fixed the seam, and again after its commit, before it
-//! deletes. An orphan grace under [`MIN_ORPHAN_GRACE`] is refused.
+//! Expiry reads the leases after it fixed the seam, and this node's holds again after its
+//! commit, before it deletes (it plans every read, so a read that names an older snapshot
+//! is held here before it loads the metadata). An orphan grace under [`MIN_ORPHAN_GRACE`] is refused.
 //!
 //! The schedule ([`UpkeepSchedule`]), after each round of a table: expiry when a snapshot
 //! is due and the last expiry of the table is [`EXPIRE_EVERY`] old; orphan removal every
