@@ -531,11 +531,15 @@ impl Joining {
         if !SESSION_TIMEOUTS.contains(&request.session_timeout_ms) {
             return Err(ResponseError::InvalidSessionTimeout);
         }
-        let asked: usize = request
+        let client = client_name(request);
+        // Everything the member keeps, each reply to its group repeats the protocol type.
+        let protocols: usize = request
             .protocols
             .iter()
             .map(|p| ENTRY_BYTES + p.name.len() + p.metadata.len())
             .sum();
+        let asked =
+            protocols + request.protocol_type.len() + request.member_id.len() + client.len();
         if asked > MAX_MEMBER_BYTES {
             return Err(ResponseError::InvalidRequest);
         }
@@ -547,7 +551,7 @@ impl Joining {
         .min(MAX_REBALANCE_TIMEOUT);
         Ok(Self {
             member_id: request.member_id.to_string(),
-            client: client_name(request),
+            client,
             protocol_type: request.protocol_type.to_string(),
             protocols: request
                 .protocols

@@ -21,7 +21,7 @@
 //! | [`MAX_GROUP_ID_BYTES`] | 1 KiB | a join (`INVALID_GROUP_ID`) or a commit (`INVALID_GROUP_ID` for each partition) naming a longer group is refused |
 //! | [`MAX_GROUPS`] | 10 000 | a new group beyond it is refused (`COORDINATOR_NOT_AVAILABLE`) |
 //! | [`MAX_GROUP_MEMBERS`] | 1 000 | a join beyond it is refused (`GROUP_MAX_SIZE_REACHED`) |
-//! | [`MAX_MEMBER_BYTES`] | 1 MiB | a join whose protocols (names and metadata) are larger, or an assignment that is, is refused (`INVALID_REQUEST`) |
+//! | [`MAX_MEMBER_BYTES`] | 1 MiB | a join whose protocols (names and metadata), protocol type, member id and client id together are larger, or an assignment that is, is refused (`INVALID_REQUEST`) |
 //! | [`MAX_COORDINATOR_BYTES`] | 64 MiB | a join or a leader's assignments that would take what every group holds past it is refused (`COORDINATOR_NOT_AVAILABLE`) |
 //! | [`SESSION_TIMEOUTS`] | 6 s to 30 min | a join asking for another is refused (`INVALID_SESSION_TIMEOUT`; Kafka's `group.min/max.session.timeout.ms`) |
 //! | [`MAX_REBALANCE_TIMEOUT`] | 5 min | clamped |
@@ -81,7 +81,8 @@ pub(crate) const MAX_GROUP_ID_BYTES: usize = 1 << 10;
 pub(crate) const MAX_GROUPS: usize = 10_000;
 /// The most members of one group.
 pub(crate) const MAX_GROUP_MEMBERS: usize = 1_000;
-/// The most bytes one member's protocols (or its assignment) may hold.
+/// The most bytes one member's protocols, protocol type and ids (or its assignment) may
+/// hold.
 pub(crate) const MAX_MEMBER_BYTES: usize = 1 << 20;
 /// The most bytes every group together holds: members' ids and protocols, assignments.
 pub(crate) const MAX_COORDINATOR_BYTES: usize = 64 << 20;
