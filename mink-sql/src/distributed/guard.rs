@@ -14,7 +14,8 @@
 //!                       -> held (a task takes one plan); the message goes on alone
 //!                       (the worker reads only it)
 //!   ExecuteTask         [flag|len] -> len <= MAX_CALL_BYTES; partition range <= MAX_PARTITIONS;
-//!                       waits for its task to be held (PLAN_WAIT)
+//!                       waits for its task to be held (PLAN_WAIT), which counts
+//!                       until the answer is dropped
 //!   GetWorkerInfo       [flag|len] -> len <= MAX_CALL_BYTES
 //! ```
 //!
@@ -34,7 +35,7 @@ use tonic::body::Body;
 use tonic::server::NamedService;
 use tower::Service;
 
-use super::held::HeldTasks;
+use super::held::{HeldTasks, InUse};
 use super::limits::{
     MAX_CALL_BYTES, MAX_PARTITIONS, MAX_PLAN_BYTES, MAX_QUERY_ID_BYTES, MAX_TASK_COUNT,
     PLAN_READ_TIMEOUT,
@@ -177,15 +178,24 @@ where
             "partitions {start}..{end}: a call runs at most {MAX_PARTITIONS}, in order"
         )));
     }
-    if !tasks.wait_for(&key).await {
+    let Some(in_use) = tasks.wait_for(&key).await else {
         return Err(Status::failed_precondition(format!(
             "no plan was sent for task {} of stage {}",
             key.task_number, key.stage_id
         )));
-    }
+    };
     let response = serve(inner, parts, message).await;
-    tasks.touch(&key);
-    Ok(response)
+    Ok(response.map(|body| in_use_while_read(body, in_use)))
+}
+
+/// `body`, an execution's answer, keeping its task in use until it is dropped: the
+/// answer streams for as long as the task runs, which may be longer than `TASK_IDLE`.
+fn in_use_while_read(body: Body, in_use: InUse) -> Body {
+    Body::new(body.map_frame(move |frame| {
+        // The closure owns `in_use`, so the body does: both are dropped together.
+        let _owned = &in_use;
+        frame
+    }))
 }
 
 /// A task's key, when it has one with a query id of at most [`MAX_QUERY_ID_BYTES`].

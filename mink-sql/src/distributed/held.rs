@@ -4,13 +4,16 @@
 //! ```text
 //!   SetPlan:      reserve(declared bytes) --read, checked--> hold(key) --> the worker decodes
 //!                   | full: ResourceExhausted        | refused, or key held: the room is given back
-//!   ExecuteTask:  wait until key is held (PLAN_WAIT) --> the worker runs it; touch(key)
-//!   every call:   tasks idle for TASK_IDLE are let go
+//!   ExecuteTask:  wait until key is held (PLAN_WAIT) --> InUse --> the worker runs it
+//!                   and streams its answer; the answer dropped: InUse dropped, touch(key)
+//!   every call:   tasks idle for TASK_IDLE, and in use by no call, are let go
 //! ```
 //!
-//! A task counts from its plan's arrival until [`TASK_IDLE`] after its last call, a little
-//! longer than the cache may keep it, so the cache never holds more tasks or plan bytes
-//! than counted here. A task the worker finished early still counts until then: the
+//! A task counts from its plan's arrival until [`TASK_IDLE`] after its last call ended, a
+//! little longer than the cache may keep it, so the cache never holds more tasks or plan
+//! bytes than counted here. An execution's answer streams for as long as the task runs
+//! (and holds its plan meanwhile, whatever the cache does), so a task counts, however
+//! long, while an answer of it is not dropped ([`InUse`]). A task the worker finished early still counts until then: the
 //! bounds are what a worker may be made to hold in a minute, not only what it holds now.
 //!
 //! A task takes one plan: datafusion-distributed keeps the first it is sent and fails
@@ -56,6 +59,15 @@ struct State {
 struct Task {
     bytes: usize,
     touched: Instant,
+    /// Calls using the task now (their [`InUse`] not dropped).
+    calls: usize,
+}
+
+/// Task `key` in use by a call: it counts while this lives, and for [`TASK_IDLE`] after.
+#[derive(Debug)]
+pub(crate) struct InUse {
+    tasks: HeldTasks,
+    key: TaskKey,
 }
 
 /// Room for one plan being received, given back when dropped unless held.
@@ -136,18 +148,31 @@ impl HeldTasks {
         }
     }
 
-    /// Waits up to [`PLAN_WAIT`] for task `key` to be held, touching it: whether it is.
-    pub(crate) async fn wait_for(&self, key: &TaskKey) -> bool {
+    /// Waits up to [`PLAN_WAIT`] for task `key` to be held: it in use, if it is.
+    pub(crate) async fn wait_for(&self, key: &TaskKey) -> Option<InUse> {
         let deadline = tokio::time::Instant::now() + PLAN_WAIT;
         loop {
             let held = self.shared.held.notified();
-            if self.touch(key) {
-                return true;
+            if let Some(in_use) = self.use_task(key) {
+                return Some(in_use);
             }
             if tokio::time::timeout_at(deadline, held).await.is_err() {
-                return false;
+                return None;
             }
         }
+    }
+
+    /// Task `key` in use, if it is held.
+    fn use_task(&self, key: &TaskKey) -> Option<InUse> {
+        let mut state = self.state();
+        state.let_go_idle();
+        let task = state.tasks.get_mut(key)?;
+        task.calls += 1;
+        task.touched = Instant::now();
+        Some(InUse {
+            tasks: self.clone(),
+            key: key.clone(),
+        })
     }
 
     /// Counts task `key` with no plan bytes: the worker keeps only its error.
@@ -186,7 +211,7 @@ impl State {
         let now = Instant::now();
         let mut freed = 0;
         self.tasks.retain(|_, task| {
-            let kept = now.duration_since(task.touched) < TASK_IDLE;
+            let kept = task.calls > 0 || now.duration_since(task.touched) < TASK_IDLE;
             if !kept {
                 freed += task.bytes;
             }
@@ -216,11 +241,22 @@ impl Reservation {
         let task = Task {
             bytes: self.bytes,
             touched: Instant::now(),
+            calls: 0,
         };
         state.tasks.insert(key, task);
         drop(state);
         tasks.shared.held.notify_waiters();
         Ok(())
+    }
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        let mut state = self.tasks.state();
+        if let Some(task) = state.tasks.get_mut(&self.key) {
+            task.calls -= 1;
+            task.touched = Instant::now();
+        }
     }
 }
 

@@ -21,7 +21,7 @@
 //! | [`MAX_BATCH_ROWS`]               | 1 048 576 | a plan node building larger batches (a filter's or coalescer's batch size): its stage fails |
 //! | [`MAX_TASKS_HELD`]               | 4 096   | a plan beyond it: `ResourceExhausted` |
 //! | [`MAX_PLAN_BYTES_HELD`]          | 1 GiB   | encoded plans beyond it: `ResourceExhausted`; a second plan for a held task: `AlreadyExists` |
-//! | [`TASK_IDLE`]                    | 65 s    | how long a task counts after its last call |
+//! | [`TASK_IDLE`]                    | 65 s    | how long a task counts after its last call ended (it counts while an answer of it streams) |
 //! | [`PLAN_WAIT`]                    | 10 s    | an `ExecuteTaskRequest` for a task whose plan never came: `FailedPrecondition` |
 //! | [`MAX_STREAMS_PER_CONNECTION`]   | 256     | HTTP/2 SETTINGS: the client waits |
 //! | [`MAX_REQUESTS_PER_CONNECTION`]  | 256     | queued per connection |
@@ -32,10 +32,12 @@
 //!
 //! The tasks held are those the worker's task cache may hold: datafusion-distributed
 //! keeps every plan it was sent, decoded, until its partitions were all executed or for
-//! 60 s after its last call, with no bound of its own. The guard counts a task from its
-//! plan's arrival until [`TASK_IDLE`] after its last call (a little more than the cache's
-//! 60 s, so it never counts less than the cache holds), and lets an `ExecuteTaskRequest`
-//! through only for a task it counts: the cache holds no task the guard does not.
+//! 60 s after its last call, with no bound of its own, and an execution's answer holds
+//! its plan while it streams. The guard counts a task from its plan's arrival until
+//! [`TASK_IDLE`] after its last call ended (a little more than the cache's 60 s, so it
+//! never counts less than the cache holds), counts it while an answer of it streams, and
+//! lets an `ExecuteTaskRequest` through only for a task it counts: the cache holds no
+//! task the guard does not.
 //!
 //! A plan also names the workers its stage reads its input from, so whoever sends it
 //! chooses who answers the worker's `ExecuteTask` calls. Those answers are read through
@@ -74,7 +76,8 @@ pub const MAX_TASKS_HELD: usize = 4096;
 /// are encoded bytes (a plan's protobuf as sent): the decoded plans the worker keeps are
 /// larger, by a factor their nodes set.
 pub const MAX_PLAN_BYTES_HELD: usize = 1 << 30;
-/// How long a task counts as held after its last call.
+/// How long a task counts as held after its last call ended (an execution's answer
+/// keeps it counted while it streams).
 pub const TASK_IDLE: Duration = Duration::from_secs(65);
 /// How long an `ExecuteTaskRequest` waits for its task's plan (as the worker itself does).
 pub const PLAN_WAIT: Duration = Duration::from_secs(10);

@@ -85,5 +85,30 @@ async fn a_task_is_waited_for_until_its_plan_is_held() {
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     reservation.hold(key(3)).expect("held");
-    assert!(waiting.await.expect("waited"));
+    assert!(waiting.await.expect("waited").is_some());
+}
+
+/// Task `key`'s last call as if it had ended longer than [`TASK_IDLE`] ago.
+fn age(tasks: &HeldTasks, key: &TaskKey) {
+    let long_ago = Instant::now()
+        .checked_sub(TASK_IDLE * 2)
+        .expect("an instant long ago");
+    tasks.state().tasks.get_mut(key).expect("held").touched = long_ago;
+}
+
+#[tokio::test]
+async fn a_task_in_use_counts_until_its_call_ends_and_idle_after_is_let_go() {
+    let tasks = HeldTasks::default();
+    tasks.reserve(10).expect("room").hold(key(0)).expect("held");
+    let in_use = tasks.wait_for(&key(0)).await.expect("held");
+    age(&tasks, &key(0));
+    assert_eq!(tasks.held(), (1, 10));
+    assert!(tasks.touch(&key(0)), "in use: not let go, however idle");
+
+    age(&tasks, &key(0));
+    drop(in_use);
+    assert!(tasks.touch(&key(0)), "its call just ended");
+    age(&tasks, &key(0));
+    assert!(!tasks.touch(&key(0)), "idle and in use by no call");
+    assert_eq!(tasks.held(), (0, 0));
 }
