@@ -294,3 +294,6 @@ async fn call_now<S: Inner>(mut inner: S, request: http::Request<Body>) -> http:
         Err(never) => match never {},
     }
 }
+
+#[cfg(test)]
+mod tests;
