@@ -35,7 +35,7 @@ use mink_node::Node;
 use serde_json::json;
 
 use crate::error::RestError;
-use crate::limits::{BODY_READ_TIMEOUT, MAX_BODY_BYTES};
+use crate::limits::{BODY_READ_TIMEOUT, MAX_BODY_BYTES, MAX_TOKEN_BODY_BYTES};
 use crate::oauth::{issue_token, require_token};
 use crate::{namespaces, tables};
 
@@ -78,42 +78,60 @@ pub(crate) fn router(state: CatalogState) -> Router {
                 .post(tables::commit_table)
                 .delete(tables::drop_table),
         )
+        // Outermost last: the token is checked before the body is read.
+        .route_layer(middleware::from_fn(read_body_within_deadline))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             require_token,
         ));
-    Router::new()
+    let login = Router::new()
         .route("/v1/oauth/tokens", post(issue_token))
+        .route_layer(middleware::from_fn(read_body_within_deadline))
+        .route_layer(DefaultBodyLimit::max(MAX_TOKEN_BODY_BYTES))
+        .route_layer(middleware::from_fn_with_state(
+            MAX_TOKEN_BODY_BYTES,
+            refuse_announced_large_bodies,
+        ));
+    Router::new()
+        .merge(login)
         .merge(catalog)
         .fallback(unknown_route)
         .method_not_allowed_fallback(unsupported_method)
-        .layer(middleware::from_fn(read_body_within_deadline))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(middleware::from_fn(refuse_announced_large_bodies))
+        .layer(middleware::from_fn_with_state(
+            MAX_BODY_BYTES,
+            refuse_announced_large_bodies,
+        ))
         .with_state(state)
 }
 
-/// Answers a request whose `Content-Length` is above [`MAX_BODY_BYTES`] at once, before
-/// its body is read (the body limit alone stops a body only once that much has arrived).
-async fn refuse_announced_large_bodies(request: Request, next: Next) -> Response {
+/// Answers a request whose `Content-Length` is above `limit` at once, before its body is
+/// read (the body limit alone stops a body only once that much has arrived).
+async fn refuse_announced_large_bodies(
+    State(limit): State<usize>,
+    request: Request,
+    next: Next,
+) -> Response {
     let announced = request
         .headers()
         .get(CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
     match announced {
-        Some(length) if length > MAX_BODY_BYTES as u64 => RestError::new(
+        Some(length) if length > limit as u64 => RestError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "BadRequestException",
-            format!("a request body of {length} bytes is above the limit of {MAX_BODY_BYTES}"),
+            format!("a request body of {length} bytes is above the limit of {limit}"),
         )
         .into_response(),
         _ => next.run(request).await,
     }
 }
 
-/// Reads a request's whole body (at most [`MAX_BODY_BYTES`], the limit the layer outside
-/// sets) within [`BODY_READ_TIMEOUT`] before any route, login included, sees it: a body
-/// still incomplete then is answered `408` and its connection closed.
+/// Reads a request's whole body (at most the limit a layer outside sets:
+/// [`MAX_BODY_BYTES`], [`MAX_TOKEN_BODY_BYTES`] for a token) within [`BODY_READ_TIMEOUT`]
+/// before its route sees it: a body still incomplete then is answered `408` and its
+/// connection closed. A catalog route reads it only once the bearer token is checked, so
+/// a client without one holds no connection for a body.
 async fn read_body_within_deadline(request: Request, next: Next) -> Response {
     let (parts, body) = request.into_parts();
     let read = Bytes::from_request(Request::from_parts(parts.clone(), body), &());

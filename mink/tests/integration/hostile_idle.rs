@@ -7,9 +7,14 @@
 //!   and a client on 127.0.0.1 is served meanwhile. The two are closed once
 //!   [`FIRST_BYTES_TIMEOUT`] has passed without a byte, the attacker's share comes back,
 //!   and the local client is served again. Before, eight silent connections took a port
-//!   for good.
+//!   for good. One of the two kept sends all but the last byte of the HTTP/2 preface and
+//!   is closed at the deadline too: before, one byte of it kept a connection for good.
 //! - With TLS, a client that starts its handshake and stalls it is closed at the TLS
 //!   handshake timeout, on both ports.
+//! - On the Iceberg REST port, a catalog request without a token that announces a body
+//!   and never sends it is answered `401` at once: the body is read only after the token
+//!   is checked (before, the client held its connection for the 30 s body deadline). A
+//!   token request announcing more than 16 KiB is answered `413` at once.
 //! - A LimitScan of `limit = 2^32 - 1` on a log table of 128 MiB answers every row, in
 //!   order, while the server grows by a bounded amount (before, it held the whole bucket
 //!   decoded and once more encoded); a limit that starts inside a batch answers the
@@ -21,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_flight::sql::client::FlightSqlServiceClient;
-use mink_auth::{FIRST_BYTES_TIMEOUT, TLS_HANDSHAKE_TIMEOUT};
+use mink_auth::{FIRST_BYTES_TIMEOUT, GRPC_FIRST_BYTES, TLS_HANDSHAKE_TIMEOUT};
 use mink_client::MinkClient;
 use mink_core::protocol::BucketId;
 use mink_core::table::TableDescriptor;
@@ -29,6 +34,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tonic::transport::Channel;
 
+use crate::iceberg_rest::rest_server;
 use crate::process::ServerProcess;
 use crate::support::{events_table, first_column_ids};
 
@@ -43,6 +49,8 @@ const ATTACKER: &str = "127.0.0.2";
 const PATIENCE: Duration = Duration::from_secs(30);
 /// How long a connection the server kept is watched to see it stay open.
 const KEPT_FOR: Duration = Duration::from_secs(1);
+/// The client preface every HTTP/2 connection starts with.
+const HTTP2_PREFACE: &[u8; GRPC_FIRST_BYTES] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_connections_hold_only_their_address_share_until_the_first_bytes_deadline() {
@@ -75,6 +83,47 @@ async fn a_stalled_tls_handshake_is_closed_on_every_port() {
             "{port} closed a stalled handshake after {held:?}, before its timeout"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rest_port_reads_no_body_before_the_token_and_a_small_one_for_a_token() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, _client, _uri) = rest_server(dir.path()).await;
+    let addr = server.iceberg_rest_addr.as_deref().expect("REST");
+    let catalog = "POST /v1/namespaces HTTP/1.1\r\nHost: mink\r\n\
+                   Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n";
+    let (status, took) = answer_to_headers(addr, catalog).await;
+    assert_eq!(status, 401, "a catalog request without a token");
+    assert!(
+        took < FIRST_BYTES_TIMEOUT,
+        "a catalog request without a token waited {took:?} for its body"
+    );
+    let token = "POST /v1/oauth/tokens HTTP/1.1\r\nHost: mink\r\n\
+                 Content-Type: application/x-www-form-urlencoded\r\n\
+                 Content-Length: 16385\r\n\r\n";
+    let (status, took) = answer_to_headers(addr, token).await;
+    assert_eq!(status, 413, "a token request of 16 KiB + 1");
+    assert!(took < FIRST_BYTES_TIMEOUT, "answered after {took:?}");
+}
+
+/// Sends `headers` (a request whose body never comes) to `addr` and reads the answer
+/// until the server closes the connection: its status and how long it took.
+async fn answer_to_headers(addr: &str, headers: &str) -> (u16, Duration) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect REST");
+    let sent = Instant::now();
+    stream.write_all(headers.as_bytes()).await.expect("send");
+    let mut answer = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut answer))
+        .await
+        .expect("the request was neither answered nor its connection closed")
+        .expect("read the answer");
+    let answer = String::from_utf8_lossy(&answer);
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {answer}"));
+    (status, sent.elapsed())
 }
 
 /// The ports attacked, and how a client on 127.0.0.1 is served by each.
@@ -115,8 +164,9 @@ impl Port {
 }
 
 /// The attack on one port: eight silent connections from [`ATTACKER`], of which the
-/// server keeps [`SHARE`], a local client served meanwhile, the kept ones closed at the
-/// first-bytes deadline, and then both the attacker's share and the local client served.
+/// server keeps [`SHARE`], one of them then sending all of the HTTP/2 preface but its last
+/// byte, a local client served meanwhile, the kept ones closed at the first-bytes
+/// deadline, and then both the attacker's share and the local client served.
 async fn silent_attack(addr: &str, port: Port) {
     let target: SocketAddr = addr.parse().expect("address");
     let opened = Instant::now();
@@ -124,13 +174,17 @@ async fn silent_attack(addr: &str, port: Port) {
     for _ in 0..MAX_CONNECTIONS {
         silent.push(connect_from(ATTACKER, target).await);
     }
-    let kept = kept_open(silent).await;
+    let mut kept = kept_open(silent).await;
     assert_eq!(
         kept.len(),
         SHARE,
         "{port:?}: the server kept {} of {MAX_CONNECTIONS} connections from one address",
         kept.len()
     );
+    kept[0]
+        .write_all(&HTTP2_PREFACE[..GRPC_FIRST_BYTES - 1])
+        .await
+        .expect("send the preface but its last byte");
     assert!(
         port.serves(addr).await,
         "{port:?}: a local client was refused while an attacker held its share"
