@@ -15,6 +15,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use iceberg::{ErrorKind, NamespaceIdent};
 use mink_core::table::TablePath;
+use mink_lake::Lake;
 use mink_lake::catalog::HOSTED_NAMESPACE_PROPERTY;
 use serde::Deserialize;
 use serde_json::json;
@@ -127,17 +128,13 @@ pub(crate) async fn create_namespace(
             "namespace {name} is a mink database"
         )));
     }
-    let catalog = lake(&state).await?.catalog();
+    let lake = lake(&state).await?;
+    let catalog = lake.catalog();
+    let ident = NamespaceIdent::new(name.clone());
     let _creating = state.creating.lock().await;
-    let count = catalog.list_namespaces(None).await?.len();
-    if count >= MAX_NAMESPACES {
-        return Err(RestError::bad_request(format!(
-            "the catalog holds {count} namespaces, the most a client may add to              ({MAX_NAMESPACES}): drop an empty one first"
-        )));
-    }
+    check_room_for_namespace(lake, &ident).await?;
     let mut properties = request.properties;
     properties.insert(HOSTED_NAMESPACE_PROPERTY.to_string(), "true".to_string());
-    let ident = NamespaceIdent::new(name.clone());
     let created = catalog
         .create_namespace(&ident, properties)
         .await
@@ -150,6 +147,26 @@ pub(crate) async fn create_namespace(
     Ok(Json(
         json!({ "namespace": ident.as_ref(), "properties": created.properties() }),
     ))
+}
+
+/// Refuses `ident` when the catalog holds it already (`409`, as a client creating one
+/// twice expects) or holds [`MAX_NAMESPACES`] (`400`).
+async fn check_room_for_namespace(lake: &Lake, ident: &NamespaceIdent) -> Result<(), RestError> {
+    let namespaces = lake.catalog().list_namespaces(None).await?;
+    if namespaces.contains(ident) {
+        return Err(RestError::already_exists(format!(
+            "namespace {} already exists",
+            ident.join(".")
+        )));
+    }
+    let count = namespaces.len();
+    if count >= MAX_NAMESPACES {
+        return Err(RestError::bad_request(format!(
+            "the catalog holds {count} namespaces, the most a client may add to \
+             ({MAX_NAMESPACES}): drop an empty one first"
+        )));
+    }
+    Ok(())
 }
 
 pub(crate) async fn drop_namespace(

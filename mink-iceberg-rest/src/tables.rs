@@ -160,7 +160,8 @@ async fn check_hosted_table_count(lake: &Lake) -> Result<(), RestError> {
     }
     if count >= MAX_HOSTED_TABLES {
         return Err(RestError::bad_request(format!(
-            "the catalog's hosted namespaces hold {count} tables, the most it keeps for its              clients ({MAX_HOSTED_TABLES}): drop one first"
+            "the catalog's hosted namespaces hold {count} tables, the most it keeps for its \
+             clients ({MAX_HOSTED_TABLES}): drop one first"
         )));
     }
     Ok(())
