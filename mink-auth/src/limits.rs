@@ -15,7 +15,7 @@
 //! | [`TCP_KEEPALIVE_TIME`]            | 60 s       | TCP keepalive probes on every accepted socket: a peer gone without a word is found in about 90 s |
 //! | [`HTTP2_KEEPALIVE_INTERVAL`]      | 60 s       | a gRPC port pings each connection this long quiet |
 //! | [`HTTP2_KEEPALIVE_TIMEOUT`]       | 20 s       | a ping not answered by then closes the connection |
-//! | [`MAX_LIVE_TOKENS`]               | 65 536     | bearer tokens a port keeps (12 h each): a new one past it ends the oldest, whose client handshakes again |
+//! | [`MAX_LIVE_TOKENS`]               | 65 536     | bearer tokens a port keeps (12 h each): a new one past it ends the oldest not used lately, whose client handshakes again |
 //!
 //! Every port takes its connections through [`crate::limit_connections`], so the
 //! connection counts, the first-bytes deadline and TCP keepalive hold on each of them (the

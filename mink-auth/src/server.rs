@@ -4,8 +4,8 @@
 //! Every call passes through [`Auth::check`] (a tonic interceptor) first; a call with
 //! Basic credentials is accepted too, for clients that send them on every call. Tokens
 //! live in this server's memory for [`TOKEN_LIFETIME`], at most [`MAX_LIVE_TOKENS`] of
-//! them (a new one past it ends the oldest); a restart ends them and clients handshake
-//! again. With no credentials configured every call is accepted, and the
+//! them (a new one past it ends the oldest not in use); a restart ends them and clients
+//! handshake again. With no credentials configured every call is accepted, and the
 //! server only listens on a loopback address ([`crate::check_listen`]).
 
 use std::collections::{HashMap, VecDeque};
@@ -143,43 +143,67 @@ impl Auth {
     }
 
     fn is_live(&self, token: &str) -> bool {
-        let tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
         tokens.is_live(token)
     }
 }
 
-/// The live tokens, with the order they were issued in: the oldest go first, when their
-/// lifetime ends or to make room past [`MAX_LIVE_TOKENS`].
+/// The live tokens, in the order they were issued in (or given a second chance): expired
+/// ones go from the front, and past [`MAX_LIVE_TOKENS`] the first one not used since it
+/// last came to the front makes room (a "second chance", as a CLOCK cache evicts), so a
+/// client using its token keeps it however many others handshake.
 #[derive(Debug, Default)]
 struct Tokens {
-    issued_at: HashMap<String, Instant>,
-    oldest_first: VecDeque<String>,
+    live: HashMap<String, Token>,
+    queue: VecDeque<String>,
+}
+
+#[derive(Debug)]
+struct Token {
+    issued: Instant,
+    used: bool,
 }
 
 impl Tokens {
     fn insert(&mut self, token: String) {
         let now = Instant::now();
-        while let Some(oldest) = self.oldest_first.front() {
-            let expired = self
-                .issued_at
-                .get(oldest)
-                .is_none_or(|issued| now.duration_since(*issued) >= TOKEN_LIFETIME);
-            if !expired && self.oldest_first.len() < MAX_LIVE_TOKENS {
+        let mut chances = self.queue.len();
+        while let Some(front) = self.queue.pop_front() {
+            let Some(entry) = self.live.get_mut(&front) else {
+                continue;
+            };
+            let full = self.queue.len() + 1 >= MAX_LIVE_TOKENS;
+            if now.duration_since(entry.issued) >= TOKEN_LIFETIME {
+                self.live.remove(&front);
+            } else if !full {
+                self.queue.push_front(front);
                 break;
-            }
-            // Expired, or the oldest making room: its client handshakes again.
-            if let Some(oldest) = self.oldest_first.pop_front() {
-                self.issued_at.remove(&oldest);
+            } else if entry.used && chances > 0 {
+                entry.used = false;
+                chances -= 1;
+                self.queue.push_back(front);
+            } else {
+                // Making room: its client handshakes again when it next calls.
+                self.live.remove(&front);
             }
         }
-        self.issued_at.insert(token.clone(), now);
-        self.oldest_first.push_back(token);
+        let entry = Token {
+            issued: now,
+            used: false,
+        };
+        self.live.insert(token.clone(), entry);
+        self.queue.push_back(token);
     }
 
-    fn is_live(&self, token: &str) -> bool {
-        self.issued_at
-            .get(token)
-            .is_some_and(|issued| issued.elapsed() < TOKEN_LIFETIME)
+    /// Whether `token` is live, marking it used.
+    fn is_live(&mut self, token: &str) -> bool {
+        match self.live.get_mut(token) {
+            Some(entry) if entry.issued.elapsed() < TOKEN_LIFETIME => {
+                entry.used = true;
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -254,22 +278,26 @@ mod tests {
     }
 
     #[test]
-    fn past_the_bound_a_new_token_ends_the_oldest() {
+    fn past_the_bound_a_new_token_ends_the_oldest_not_in_use() {
         let auth = Auth::new(Some(Credentials::new("ann", "pw")));
         let issue = || auth.issue_token(&Credentials::new("ann", "pw")).unwrap();
-        let first = issue();
-        let second = issue();
-        for _ in 2..MAX_LIVE_TOKENS {
+        let (first, second, third) = (issue(), issue(), issue());
+        for _ in 3..MAX_LIVE_TOKENS {
             issue();
         }
+        // The first is in use: the second, the oldest not used, makes room.
         assert!(auth.accepts_token(&first), "within the bound");
         let newest = issue();
-        assert!(!auth.accepts_token(&first), "the oldest made room");
-        assert!(auth.accepts_token(&second));
+        assert!(auth.accepts_token(&first), "a token in use stays");
+        assert!(!auth.accepts_token(&second), "the oldest unused made room");
         assert!(auth.accepts_token(&newest));
+        // Then the third: the first now stands behind it.
+        issue();
+        assert!(!auth.accepts_token(&third));
+        assert!(auth.accepts_token(&first));
         let tokens = auth.tokens.lock().unwrap();
-        assert_eq!(tokens.issued_at.len(), MAX_LIVE_TOKENS);
-        assert_eq!(tokens.oldest_first.len(), MAX_LIVE_TOKENS);
+        assert_eq!(tokens.live.len(), MAX_LIVE_TOKENS);
+        assert_eq!(tokens.queue.len(), MAX_LIVE_TOKENS);
     }
 
     #[test]
