@@ -55,7 +55,7 @@ fn sql(server: &ServerProcess, statement: &str) -> String {
 }
 
 /// A free loopback port, for a worker the server is told of before it starts.
-fn free_port() -> String {
+pub(crate) fn free_port() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.local_addr().expect("address").to_string()
 }

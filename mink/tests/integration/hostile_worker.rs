@@ -26,6 +26,7 @@ use tonic_prost::ProstCodec;
 
 use mink_sql::distributed::wire::{CoordinatorMessage, ExecuteTask, SetPlan, TaskKey};
 
+use crate::distributed::free_port;
 use crate::process::{ServerProcess, WorkerProcess, run_mink};
 
 /// An IPC stream of one `a: Int64` batch, LZ4-compressed, its first buffer's declared
@@ -122,35 +123,6 @@ async fn answers(channel: &Channel) -> bool {
         .is_ok()
 }
 
-/// The pid of the `mink worker` child of this thread listening on `listen` (process.rs's
-/// [`WorkerProcess`] keeps its child to itself).
-fn worker_pid(listen: &str) -> u32 {
-    let children = std::fs::read_to_string("/proc/thread-self/children").expect("children");
-    children
-        .split_whitespace()
-        .filter_map(|pid| pid.parse::<u32>().ok())
-        .find(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|line| line.split(|b| *b == 0).any(|arg| arg == listen.as_bytes()))
-        })
-        .expect("a mink worker child")
-}
-
-/// The resident memory of process `pid`, in KiB; `None` once it is gone.
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    if status
-        .lines()
-        .any(|line| line.starts_with("State:") && line.contains("zombie"))
-    {
-        return None;
-    }
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// `mink sql --flight-sql` to the server: the CSV printed.
 fn sql(server: &ServerProcess, statement: &str) -> String {
     let (ok, stdout, stderr) = run_mink(&[
@@ -168,14 +140,8 @@ fn sql(server: &ServerProcess, statement: &str) -> String {
 
 const COUNT: &str = "SELECT g, count(*) FROM t GROUP BY g ORDER BY g";
 
-/// A free loopback address, for a worker the server is told of before it starts.
-fn free_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address").to_string()
-}
-
-/// `mink worker` on `listen` for `server` (data directory `data_dir`), and its pid.
-fn start_worker(server: &ServerProcess, data_dir: &Path, listen: &str) -> (WorkerProcess, u32) {
+/// `mink worker` on `listen` for `server` (data directory `data_dir`).
+fn start_worker(server: &ServerProcess, data_dir: &Path, listen: &str) -> WorkerProcess {
     let data_dir = data_dir.display().to_string();
     let args = [
         "--listen",
@@ -185,16 +151,14 @@ fn start_worker(server: &ServerProcess, data_dir: &Path, listen: &str) -> (Worke
         "--data-dir",
         &data_dir,
     ];
-    let worker = WorkerProcess::start(&args, &[]);
-    let pid = worker_pid(listen);
-    (worker, pid)
+    WorkerProcess::start(&args, &[])
 }
 
 /// A server running statements on two workers (a stage has at most one task per live
 /// worker, and a single task stays on the server), with a tiered table of 4 buckets
-/// whose reads go to them: the server and the workers with their pids.
-fn cluster(data_dir: &Path) -> (ServerProcess, Vec<(WorkerProcess, u32)>) {
-    let addresses = [free_address(), free_address()];
+/// whose reads go to them: the server and the workers.
+fn cluster(data_dir: &Path) -> (ServerProcess, Vec<WorkerProcess>) {
+    let addresses = [free_port(), free_port()];
     let server = ServerProcess::start_with(
         data_dir,
         &[
@@ -240,13 +204,12 @@ async fn connect(worker: &WorkerProcess) -> Channel {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_plan_is_refused_and_the_worker_runs_statements_after_it() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (server, workers) = cluster(dir.path());
-    let (worker, pid) = &workers[0];
-    let pid = *pid;
+    let (server, mut workers) = cluster(dir.path());
+    let worker = &mut workers[0];
     let counted = "g,count(*)\n0,100\n1,100\n2,100\n3,100\n";
     assert_eq!(sql(&server, COUNT), counted);
     let channel = connect(worker).await;
-    let before = rss_kib(pid).expect("running");
+    let before = worker.rss_kib();
 
     let forged = MemoryScanPlan {
         memory_scan: Some(MemoryScan {
@@ -269,7 +232,8 @@ async fn a_forged_plan_is_refused_and_the_worker_runs_statements_after_it() {
     assert_eq!(status.code(), Code::InvalidArgument, "{status}");
 
     assert!(answers(&channel).await, "the worker answers");
-    let after = rss_kib(pid).expect("the worker lives");
+    assert!(worker.is_running(), "the worker lives");
+    let after = worker.rss_kib();
     assert!(
         after < before + 64 * 1024,
         "RSS {before} KiB -> {after} KiB"
@@ -282,9 +246,9 @@ async fn a_forged_plan_is_refused_and_the_worker_runs_statements_after_it() {
 async fn the_tasks_a_worker_holds_are_bounded() {
     let dir = tempfile::tempdir().expect("temp dir");
     let server = ServerProcess::start(dir.path());
-    let (worker, pid) = start_worker(&server, dir.path(), "127.0.0.1:0");
+    let mut worker = start_worker(&server, dir.path(), "127.0.0.1:0");
     let channel = connect(&worker).await;
-    let before = rss_kib(pid).expect("running");
+    let before = worker.rss_kib();
 
     // Tasks whose plans the worker never runs: each is held for a minute all the same.
     let plan = vec![0xff; 1024];
@@ -313,7 +277,8 @@ async fn the_tasks_a_worker_holds_are_bounded() {
     assert_eq!(status.code(), Code::FailedPrecondition, "{status}");
 
     assert!(answers(&channel).await, "the worker answers");
-    let after = rss_kib(pid).expect("the worker lives");
+    assert!(worker.is_running(), "the worker lives");
+    let after = worker.rss_kib();
     assert!(
         after < before + 256 * 1024,
         "RSS {before} KiB -> {after} KiB"

@@ -63,17 +63,7 @@ impl ServerProcess {
 
     /// VmRSS of the process, in KiB.
     pub(crate) fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(
-            Path::new("/proc")
-                .join(self.child.id().to_string())
-                .join("status"),
-        )
-        .expect("read /proc/<pid>/status");
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS")
+        rss_kib_of(&self.child)
     }
 
     /// Runs `work` while sampling the process's VmRSS every 10 ms; returns what `work`
@@ -166,6 +156,21 @@ impl Drop for ServerProcess {
     }
 }
 
+/// VmRSS of a running child process, in KiB.
+fn rss_kib_of(child: &Child) -> u64 {
+    let status = std::fs::read_to_string(
+        Path::new("/proc")
+            .join(child.id().to_string())
+            .join("status"),
+    )
+    .expect("read /proc/<pid>/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
 /// The address on the next line of a process's `stdout`, after `prefix`.
 fn listening_address(stdout: &mut impl BufRead, prefix: &str) -> String {
     let mut line = String::new();
@@ -186,6 +191,16 @@ pub(crate) struct WorkerProcess {
 impl WorkerProcess {
     /// Starts `mink worker` with `args` and `env` (no login but what `env` gives) and
     /// waits for its `listening on` line.
+    /// Whether the process is still running.
+    pub(crate) fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+
+    /// VmRSS of the process, in KiB.
+    pub(crate) fn rss_kib(&self) -> u64 {
+        rss_kib_of(&self.child)
+    }
+
     pub(crate) fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_mink"))
             .arg("worker")
