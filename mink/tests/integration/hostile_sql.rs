@@ -6,66 +6,9 @@
 
 use std::process::Command;
 
+use crate::hostile_statements::over_adbc;
 use crate::process::ServerProcess;
 use crate::python::python;
-
-/// Runs each statement (argv[2:]) over ADBC, `PREPARE:` ones as prepared statements, and
-/// `SELECT 1` after each; prints one line per statement: `ok|error <TAB> after <TAB>
-/// message`.
-const HOSTILE: &str = r#"
-import sys
-import adbc_driver_manager
-import adbc_driver_flightsql.dbapi as flight_sql
-
-with flight_sql.connect(sys.argv[1], autocommit=True) as conn:
-    for sql in sys.argv[2:]:
-        with conn.cursor() as cursor:
-            try:
-                if sql.startswith("PREPARE:"):
-                    cursor.adbc_prepare(sql[len("PREPARE:"):])
-                    cursor.execute(sql[len("PREPARE:"):])
-                else:
-                    cursor.execute(sql)
-                cursor.fetchall()
-                outcome, message = "ok", ""
-            except adbc_driver_manager.Error as error:
-                outcome, message = "error", str(error).replace("\n", " ")
-        with conn.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            after = cursor.fetchall()[0][0]
-        print(f"{outcome}\t{after}\t{message}", flush=True)
-"#;
-
-/// Runs [`HOSTILE`]: per statement, `(refused, message)`, having checked that the server
-/// answered `SELECT 1` after it.
-fn over_adbc(server: &ServerProcess, statements: &[String]) -> Vec<(bool, String)> {
-    let output = Command::new(python())
-        .args(["-c", HOSTILE, &server.sql_uri()])
-        .args(statements)
-        .output()
-        .expect("python");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), statements.len(), "{stdout}");
-    lines
-        .iter()
-        .zip(statements)
-        .map(|(line, sql)| {
-            let mut fields = line.splitn(3, '\t');
-            let outcome = fields.next().unwrap_or_default();
-            assert_eq!(fields.next(), Some("1"), "SELECT 1 after {sql}: {line}");
-            (
-                outcome == "error",
-                fields.next().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
-}
 
 #[test]
 fn sql_never_reaches_the_server_s_files() {
@@ -130,8 +73,9 @@ fn sql_never_reaches_the_server_s_files() {
         ),
     ];
     let sql: Vec<String> = statements.iter().map(|(sql, _)| sql.clone()).collect();
-    for ((refused, message), (sql, names)) in over_adbc(&server, &sql).iter().zip(&statements) {
-        assert!(*refused, "ADBC ran {sql}");
+    for (outcome, (sql, names)) in over_adbc(&server, &sql).iter().zip(&statements) {
+        let (refused, message) = (outcome.refused, &outcome.message);
+        assert!(refused, "ADBC ran {sql}");
         assert!(message.contains(names), "{sql}: {message}");
         assert!(
             !message.contains("root:") && !message.contains("secret"),

@@ -14,14 +14,14 @@ use crate::python::python;
 
 /// What a statement got: refused or not, and the first value of its answer or the
 /// error's message.
-struct Outcome {
-    refused: bool,
-    message: String,
+pub(crate) struct Outcome {
+    pub(crate) refused: bool,
+    pub(crate) message: String,
 }
 
-/// Runs `statements` over ADBC (`tests/python/hostile_statements.py`), having checked
-/// that the server answered `SELECT 1` after each.
-fn over_adbc(server: &ServerProcess, statements: &[String]) -> Vec<Outcome> {
+/// Runs `statements` over ADBC (`tests/python/hostile_statements.py`; `PREPARE:<sql>` as a
+/// prepared statement), having checked that the server answered `SELECT 1` after each.
+pub(crate) fn over_adbc(server: &ServerProcess, statements: &[String]) -> Vec<Outcome> {
     let mut child = Command::new(python())
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),

@@ -1,5 +1,6 @@
 """Runs statements over Flight SQL with the ADBC driver: one statement per line of
-stdin (statements too long for a command line), and `SELECT 1` after each. Prints one
+stdin (statements too long for a command line), those written `PREPARE:<sql>` as prepared
+statements, and `SELECT 1` after each. Prints one
 line per statement: `ok|error <TAB> the answer to SELECT 1 <TAB> the first value of
 the answer, or the error's message`."""
 
@@ -13,6 +14,9 @@ with flight_sql.connect(sys.argv[1], autocommit=True) as conn:
         sql = line.rstrip("\n")
         with conn.cursor() as cursor:
             try:
+                if sql.startswith("PREPARE:"):
+                    sql = sql[len("PREPARE:"):]
+                    cursor.adbc_prepare(sql)
                 cursor.execute(sql)
                 rows = cursor.fetchall()
                 outcome, message = "ok", str(rows[0][0]) if rows else ""
