@@ -145,13 +145,23 @@ pub(crate) async fn init_producer_id(
 
 /// `Produce`: each partition's record batches written, in order.
 pub(crate) async fn produce(broker: &Broker, request: ProduceRequest) -> ProduceResponse {
-    let announced: usize = request
+    // Each partition's batch headers are read once, before anything is inflated: their
+    // counts bound the request, and a partition whose batches do not parse or announce
+    // too many records is refused on its own below.
+    let counted: Vec<Vec<Result<usize>>> = request
         .topic_data
         .iter()
-        .flat_map(|data| &data.partition_data)
-        .filter_map(|partition| partition.records.as_ref())
-        // A partition whose batches do not parse is refused on its own below.
-        .map(|records| announced_records(records).unwrap_or(0))
+        .map(|data| {
+            let records = data.partition_data.iter().map(|p| p.records.as_ref());
+            records
+                .map(|records| records.map_or(Ok(0), announced_records))
+                .collect()
+        })
+        .collect();
+    let announced: usize = counted
+        .iter()
+        .flatten()
+        .filter_map(|n| n.as_ref().ok())
         .sum();
     let refused = if request.transactional_id.is_some() {
         Some((
@@ -171,10 +181,10 @@ pub(crate) async fn produce(broker: &Broker, request: ProduceRequest) -> Produce
         None
     };
     let mut topics = Vec::with_capacity(request.topic_data.len());
-    for data in request.topic_data {
+    for (data, counted) in request.topic_data.into_iter().zip(counted) {
         let topic = Topic::find(&broker.node, data.name.as_str());
         let mut partitions = Vec::with_capacity(data.partition_data.len());
-        for partition in data.partition_data {
+        for (partition, counted) in data.partition_data.into_iter().zip(counted) {
             let answer = PartitionProduceResponse::default()
                 .with_index(partition.index)
                 .with_base_offset(-1)
@@ -188,7 +198,7 @@ pub(crate) async fn produce(broker: &Broker, request: ProduceRequest) -> Produce
                 )),
                 (None, Some(topic)) => {
                     let records = partition.records.unwrap_or_default();
-                    produce_partition(broker, topic, partition.index, records).await
+                    produce_partition(broker, topic, partition.index, records, counted).await
                 }
             };
             partitions.push(match written {
@@ -210,12 +220,14 @@ pub(crate) async fn produce(broker: &Broker, request: ProduceRequest) -> Produce
     ProduceResponse::default().with_responses(topics)
 }
 
-/// Writes the record batches of one partition; the base offset of the first.
+/// Writes the record batches of one partition, given what [`announced_records`] found in
+/// their headers; the base offset of the first.
 async fn produce_partition(
     broker: &Broker,
     topic: &Topic,
     index: i32,
     mut records: Bytes,
+    announced: Result<usize>,
 ) -> Result<i64> {
     let bucket = topic.bucket(index).ok_or_else(|| {
         KafkaError::Refused(
@@ -223,7 +235,7 @@ async fn produce_partition(
             format!("topic {} has no partition {index}", topic.table.path),
         )
     })?;
-    announced_records(&records)?;
+    announced?;
     let mut base_offset = None;
     while records.has_remaining() {
         let set =
