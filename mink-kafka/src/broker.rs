@@ -7,7 +7,8 @@ use mink_auth::Credentials;
 use mink_node::Node;
 
 use crate::groups::Groups;
-use crate::offsets::OffsetsExpiry;
+use crate::limits::OFFSETS_EXPIRY_INTERVAL;
+use crate::periodic::AtMostEvery;
 use crate::produce::Producers;
 use crate::server::ServeError;
 
@@ -24,7 +25,7 @@ pub(crate) struct Broker {
     pub(crate) port: i32,
     credentials: Option<Credentials>,
     pub(crate) groups: Groups,
-    pub(crate) offsets_expiry: OffsetsExpiry,
+    pub(crate) offsets_expiry: AtMostEvery,
     pub(crate) producers: Producers,
 }
 
@@ -47,7 +48,7 @@ impl Broker {
         }
         Ok(Self {
             groups: Groups::new(),
-            offsets_expiry: OffsetsExpiry::default(),
+            offsets_expiry: AtMostEvery::new(OFFSETS_EXPIRY_INTERVAL),
             producers: Producers::default(),
             node,
             host,

@@ -25,6 +25,7 @@ mod fetch;
 mod groups;
 mod limits;
 mod offsets;
+mod periodic;
 mod produce;
 mod records;
 mod rows;

@@ -5,12 +5,12 @@
 //! Committed offsets do not pile up for good: as Kafka's `offsets.retention.minutes`,
 //! a group without members that commits nothing for [`OFFSETS_RETENTION`] loses them
 //! (an OffsetCommit or OffsetFetch looks for such groups at most every
-//! [`OFFSETS_EXPIRY_INTERVAL`]), and at most [`MAX_COMMITTED_GROUPS`] groups have some,
-//! so that a client naming a new group in every commit cannot fill the disk meanwhile.
+//! [`OFFSETS_EXPIRY_INTERVAL`](crate::limits::OFFSETS_EXPIRY_INTERVAL)), and at most
+//! [`MAX_COMMITTED_GROUPS`] groups have some, so that a client naming a new group in
+//! every commit cannot fill the disk meanwhile.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::sync::Arc;
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{
@@ -34,8 +34,7 @@ use mink_node::metadata::{ConsumerOffset, OffsetsCommitted, now_ms};
 use crate::broker::Broker;
 use crate::error::KafkaError;
 use crate::limits::{
-    MAX_COMMITTED_GROUPS, MAX_GROUP_ID_BYTES, MAX_OFFSET_METADATA_BYTES, OFFSETS_EXPIRY_INTERVAL,
-    OFFSETS_RETENTION,
+    MAX_COMMITTED_GROUPS, MAX_GROUP_ID_BYTES, MAX_OFFSET_METADATA_BYTES, OFFSETS_RETENTION,
 };
 use crate::topics::Topic;
 
@@ -110,25 +109,6 @@ async fn offset_at(
         .first()
         .map_or(timestamp, |batch| batch.commit_timestamp);
     Ok((offset, committed))
-}
-
-/// When `meta.db` was last rid of idle groups' committed offsets.
-#[derive(Debug, Default)]
-pub(crate) struct OffsetsExpiry {
-    last: Mutex<Option<Instant>>,
-}
-
-impl OffsetsExpiry {
-    /// Whether idle groups are due to be looked for (at most every
-    /// [`OFFSETS_EXPIRY_INTERVAL`]); from now on, they are not.
-    fn due(&self) -> bool {
-        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
-        let due = last.is_none_or(|at| at.elapsed() >= OFFSETS_EXPIRY_INTERVAL);
-        if due {
-            *last = Some(Instant::now());
-        }
-        due
-    }
 }
 
 /// Forgets, in `meta.db`, the committed offsets of the groups without members that

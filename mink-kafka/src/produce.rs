@@ -48,6 +48,7 @@ use crate::limits::{
     MAX_BATCH_RECORDS, MAX_CACHED_PRODUCERS, MAX_REQUEST_RECORDS, PRODUCER_EXPIRATION,
     PRODUCER_EXPIRY_INTERVAL,
 };
+use crate::periodic::AtMostEvery;
 use crate::rows::{Rows, rows_of};
 use crate::topics::Topic;
 
@@ -58,11 +59,20 @@ const RECOVERY_READ_BYTES: u64 = 8 << 20;
 /// while one of its batches is checked, written and recorded. A cache of what
 /// `meta.db` records: past [`MAX_CACHED_PRODUCERS`], the producers not writing at the
 /// moment are dropped, and found again in `meta.db` and the log when they next write.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Producers {
     producers: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<LastBatches>>>>,
-    /// When `meta.db` was last rid of idle producers.
-    expired: Mutex<Option<std::time::Instant>>,
+    /// When `meta.db` is next rid of idle producers.
+    expiry: AtMostEvery,
+}
+
+impl Default for Producers {
+    fn default() -> Self {
+        Self {
+            producers: Mutex::default(),
+            expiry: AtMostEvery::new(PRODUCER_EXPIRY_INTERVAL),
+        }
+    }
 }
 
 /// One producer's last batch per (topic, partition); `None`: looked up, never written.
@@ -80,17 +90,6 @@ impl Producers {
         }
         Arc::clone(producers.entry(producer_id).or_default())
     }
-
-    /// Whether idle producers are due to be forgotten (at most every
-    /// [`PRODUCER_EXPIRY_INTERVAL`]); from now on, they are not.
-    fn expiry_due(&self) -> bool {
-        let mut expired = self.expired.lock().unwrap_or_else(PoisonError::into_inner);
-        let due = expired.is_none_or(|at| at.elapsed() >= PRODUCER_EXPIRY_INTERVAL);
-        if due {
-            *expired = Some(std::time::Instant::now());
-        }
-        due
-    }
 }
 
 /// Forgets, in `meta.db`, the last batches of producers that wrote nothing for
@@ -98,7 +97,7 @@ impl Producers {
 /// new producer id for every producer started, and a record for each one that writes,
 /// would otherwise pile up for good. Such a producer writing again starts over.
 async fn forget_idle_producers(broker: &Broker) {
-    if !broker.producers.expiry_due() {
+    if !broker.producers.expiry.due() {
         return;
     }
     let idle_since = std::time::SystemTime::now()
