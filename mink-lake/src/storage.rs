@@ -4,12 +4,34 @@
 //! Locations are URLs of the store: absolute paths (or `file://` URLs) for the local file
 //! system, `s3://bucket/key` for S3.
 //!
+//! # Durability
+//!
 //! On the local file system every file written is fsynced, and so is every directory from
 //! its parent up to the warehouse, before the write counts as done (`LocalSync`): neither
 //! object_store's `LocalFileSystem` nor iceberg's FileIO syncs, and a commit's
-//! compare-and-swap in the catalog must never point at files a crash can still lose. An
-//! object store (S3) is durable once a put returns.
+//! compare-and-swap in the catalog must never point at files a crash can still lose. Every
+//! file of the lake goes through here: mink's data and delete files, manifests and manifest
+//! lists, and the metadata files, whether mink writes them (the SQL catalog's swap) or
+//! iceberg does (creating a table, `Transaction::commit`: the catalog's FileIO is this
+//! storage, [`LakeStorageFactory`]). `LocalFileSystem` writes a file under a temporary
+//! name (`<name>#<n>`) and renames it into place: the rename is in the same directory, so
+//! the directory's fsync makes it durable too. Files another engine writes and commits
+//! through mink's REST catalog are synced before the commit
+//! ([`LakeStorage::sync_files`]). The warehouse's own entry in its parent is made durable
+//! when the lake opens (`LakeConfig::create_local_warehouse`). An object store (S3) is
+//! durable once a put returns.
+//!
+//! Deletes are not followed by a directory fsync: a file deleted again after a power cut
+//! is one no snapshot, metadata file or pending round of the catalog names any more (a lost
+//! round's files, an expired snapshot's, a lost swap's metadata file, a dropped table's,
+//! a lapsed lease), so nothing reads it, and orphan removal deletes it again (its
+//! modification time is as old as it was: [`crate::upkeep::remove_orphan_files`]). A lease
+//! that comes back holds its snapshot only until its own expiry. The one leftover nothing
+//! removes is the temporary file of a write cut short (`<name>#<n>`, which
+//! `LocalFileSystem` does not list), never referenced either.
 
+use std::collections::HashSet;
+use std::io::ErrorKind as ErrorKindIo;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -127,6 +149,25 @@ impl LakeStorage {
         }
     }
 
+    /// Makes files another process wrote durable as this storage's own writes are (each
+    /// file, then its directories up to the warehouse, fsynced): the files of a commit
+    /// another engine sends mink's REST catalog, before the catalog names them. A file
+    /// that does not exist is skipped (nothing of it can be lost); nothing to do for a
+    /// store that is not on the local file system.
+    ///
+    /// # Errors
+    /// A location that is not in the store, or a file or directory that cannot be synced.
+    pub(crate) async fn sync_files(&self, locations: &[&str]) -> iceberg::Result<()> {
+        let Some(local) = &self.local else {
+            return Ok(());
+        };
+        let files = locations
+            .iter()
+            .map(|location| self.path(location))
+            .collect::<iceberg::Result<Vec<_>>>()?;
+        local.sync(&files, Missing::Skipped).await
+    }
+
     /// The object store.
     pub fn store(&self) -> iceberg::Result<Arc<dyn ObjectStore>> {
         self.store
@@ -177,6 +218,15 @@ struct LocalSync {
     root: Option<PathBuf>,
 }
 
+/// What a sync does with a file that does not exist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Missing {
+    /// Fails: the store just wrote it.
+    Fails,
+    /// Skips it: another engine's commit names it, and there is nothing of it to lose.
+    Skipped,
+}
+
 impl LocalSync {
     /// The sync of a store whose root is the location `url_prefix`, with the warehouse
     /// `warehouse`; `None` for a store that is not on the local file system.
@@ -192,23 +242,21 @@ impl LocalSync {
         })
     }
 
-    /// What is synced after `path` is written, in order: the file, then its directories
-    /// from the parent up.
-    fn paths(&self, path: &StorePath) -> Vec<PathBuf> {
-        let file = self.file(path);
-        let mut paths = vec![file.clone()];
-        if let Some(parent) = file.parent() {
-            match self.root.as_deref().filter(|root| parent.starts_with(root)) {
-                Some(root) => paths.extend(
-                    parent
-                        .ancestors()
-                        .take_while(|dir| dir.starts_with(root))
-                        .map(Path::to_path_buf),
-                ),
-                None => paths.push(parent.to_path_buf()),
-            }
-        }
-        paths
+    /// What is synced after `files` are written, in order and each once: the files, then
+    /// their directories, each file's from its parent up.
+    fn paths(&self, files: &[StorePath]) -> Vec<PathBuf> {
+        let files: Vec<PathBuf> = files.iter().map(|path| self.file(path)).collect();
+        let directories = files.iter().filter_map(|file| file.parent()).flat_map(|parent| {
+            let up_to_root = self.root.as_deref().filter(|root| parent.starts_with(root));
+            let count = match up_to_root {
+                Some(root) => parent.ancestors().take_while(|dir| dir.starts_with(root)).count(),
+                None => 1,
+            };
+            parent.ancestors().take(count).map(Path::to_path_buf)
+        });
+        let mut seen = HashSet::new();
+        let directories: Vec<PathBuf> = directories.filter(|dir| seen.insert(dir.clone())).collect();
+        files.into_iter().chain(directories).collect()
     }
 
     /// The file a store path names: LocalFileSystem puts a store path's (encoded) parts
@@ -217,31 +265,35 @@ impl LocalSync {
         self.base.join(path.as_ref())
     }
 
-    /// Fsyncs what [`LocalSync::paths`] names for `path`, on a blocking thread.
+    /// Fsyncs what [`LocalSync::paths`] names for `files`, on a blocking thread.
     ///
     /// # Errors
-    /// The first path that cannot be opened or synced, named in the error.
-    async fn sync(&self, path: &StorePath) -> iceberg::Result<()> {
-        let paths = self.paths(path);
-        let file = self.file(path);
+    /// The first path that cannot be opened or synced, named in the error (a missing one
+    /// only when `missing` says it fails).
+    async fn sync(&self, files: &[StorePath], missing: Missing) -> iceberg::Result<()> {
+        let paths = self.paths(files);
+        let first = paths.first().cloned().unwrap_or_default();
         tokio::task::spawn_blocking(move || {
             paths.iter().try_for_each(|path| {
-                std::fs::File::open(path)
-                    .and_then(|file| file.sync_all())
-                    .map_err(|e| {
+                match std::fs::File::open(path).and_then(|file| file.sync_all()) {
+                    Err(e) if e.kind() == ErrorKindIo::NotFound && missing == Missing::Skipped => {
+                        Ok(())
+                    }
+                    synced => synced.map_err(|e| {
                         Error::new(
                             ErrorKind::Unexpected,
                             format!("syncing lake file {}: {e}", path.display()),
                         )
                         .with_source(e)
-                    })
+                    }),
+                }
             })
         })
         .await
         .map_err(|e| {
             Error::new(
                 ErrorKind::Unexpected,
-                format!("syncing lake file {}: {e}", file.display()),
+                format!("syncing lake file {}: {e}", first.display()),
             )
             .with_source(e)
         })?
@@ -277,7 +329,7 @@ impl FileWrite for StoreWrite {
             .await
             .map_err(|e| Error::new(ErrorKind::Unexpected, "closing a lake file").with_source(e))?;
         match &self.local {
-            Some(local) => local.sync(&self.path).await,
+            Some(local) => local.sync(std::slice::from_ref(&self.path), Missing::Fails).await,
             None => Ok(()),
         }
     }
@@ -323,7 +375,7 @@ impl Storage for LakeStorage {
             .await
             .map_err(store_error)?;
         match &self.local {
-            Some(local) => local.sync(&path).await,
+            Some(local) => local.sync(&[path], Missing::Fails).await,
             None => Ok(()),
         }
     }
@@ -427,7 +479,7 @@ mod tests {
         storage
             .local
             .as_ref()
-            .map(|local| local.paths(&storage.path(location).unwrap()))
+            .map(|local| local.paths(&[storage.path(location).unwrap()]))
             .unwrap_or_default()
     }
 
@@ -504,7 +556,10 @@ mod tests {
         let storage = LakeStorage::local(&dir.path().display().to_string()).unwrap();
         let local = storage.local.as_ref().unwrap();
         let missing = StorePath::from("db/t/data/gone.parquet");
-        let error = local.sync(&missing).await.unwrap_err();
+        let error = local
+            .sync(std::slice::from_ref(&missing), Missing::Fails)
+            .await
+            .unwrap_err();
         let path = dir.path().join("db/t/data/gone.parquet");
         assert!(
             error
@@ -512,5 +567,44 @@ mod tests {
                 .contains(&format!("syncing lake file {}", path.display())),
             "{error}"
         );
+        // Another engine's commit may name a file that is not there: nothing to sync.
+        let location = path.display().to_string();
+        storage.sync_files(&[location.as_str()]).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn files_synced_together_sync_each_directory_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().display().to_string();
+        let storage = LakeStorage::local(&w).unwrap();
+        let files = [
+            format!("{w}/db/t/data/bucket=0/a.parquet"),
+            format!("{w}/db/t/data/bucket=1/b.parquet"),
+            format!("{w}/db/t/metadata/snap-1.avro"),
+        ];
+        let store_paths: Vec<StorePath> = files.iter().map(|f| storage.path(f).unwrap()).collect();
+        let synced = storage.local.as_ref().unwrap().paths(&store_paths);
+        let expected = paths(&[
+            &files[0],
+            &files[1],
+            &files[2],
+            &format!("{w}/db/t/data/bucket=0"),
+            &format!("{w}/db/t/data"),
+            &format!("{w}/db/t"),
+            &format!("{w}/db"),
+            &w,
+            &format!("{w}/db/t/data/bucket=1"),
+            &format!("{w}/db/t/metadata"),
+        ]);
+        assert_eq!(synced, expected);
+        for file in &files {
+            Storage::write(&storage, file, Bytes::from_static(b"x"))
+                .await
+                .unwrap();
+        }
+        let locations: Vec<&str> = files.iter().map(String::as_str).collect();
+        storage.sync_files(&locations).await.unwrap();
+        let s3 = LakeStorage::new(Arc::new(InMemory::new()), "s3://bucket/");
+        s3.sync_files(&["s3://bucket/w/a.parquet"]).await.unwrap();
     }
 }

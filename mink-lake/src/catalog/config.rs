@@ -8,7 +8,6 @@
 //! tiered offsets live in the remembered catalog, and a silent switch would tier everything
 //! again into another.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -56,11 +55,12 @@ struct Remembered {
 
 impl LakeConfig {
     /// The embedded lake of a data directory: `<data-dir>/lake/{catalog.db,warehouse}`.
+    /// The directories are created durably (each parent that gained one fsynced): the
+    /// catalog and every file of the warehouse are found in them after a power cut.
     pub fn embedded(data_dir: &Path) -> Result<Self> {
         let lake_dir = lake_dir(data_dir)?;
         let warehouse = lake_dir.join("warehouse");
-        std::fs::create_dir_all(&warehouse)
-            .map_err(|e| LakeError::Config(format!("creating {}: {e}", warehouse.display())))?;
+        mink_durable::create_dir_all(&warehouse).map_err(|e| LakeError::Config(e.to_string()))?;
         Self::local(
             &warehouse.display().to_string(),
             format!("sqlite:{}?mode=rwc", lake_dir.join("catalog.db").display()),
@@ -180,6 +180,21 @@ impl LakeConfig {
     pub(crate) fn rest_uri(&self) -> Option<&str> {
         self.catalog_uri.strip_prefix(REST_CATALOG_PREFIX)
     }
+
+    /// Creates a warehouse on the local file system if it is missing, durably (each parent
+    /// that gained a directory fsynced): the lake's storage syncs the directories from a
+    /// file it writes up to the warehouse, not the warehouse's own entry in its parent.
+    /// Nothing to do for a warehouse on S3.
+    ///
+    /// # Errors
+    /// [`LakeError::Config`] when a directory cannot be created or synced.
+    pub(crate) fn create_local_warehouse(&self) -> Result<()> {
+        match self.warehouse.starts_with('/') {
+            true => mink_durable::create_dir_all(Path::new(&self.warehouse))
+                .map_err(|e| LakeError::Config(format!("the lake warehouse: {e}"))),
+            false => Ok(()),
+        }
+    }
 }
 
 fn lake_dir(data_dir: &Path) -> Result<PathBuf> {
@@ -209,19 +224,14 @@ fn remembered(data_dir: &Path) -> Result<Option<Remembered>> {
         .map_err(|e| LakeError::Config(format!("{}: {e}", path.display())))
 }
 
-/// Writes `lake` to `data_dir`'s remembered file, durably (a temporary file synced, then
-/// renamed over it, then the directory synced).
+/// Writes `lake` to `data_dir`'s remembered file, durably
+/// ([`mink_durable::write_atomically`], its directory created durably first).
 fn remember(data_dir: &Path, lake: &Remembered) -> Result<()> {
     let path = remembered_path(data_dir)?;
     let write = || -> std::io::Result<()> {
-        let dir = path.parent().unwrap_or(Path::new("/"));
-        std::fs::create_dir_all(dir)?;
-        let temporary = path.with_extension("json.tmp");
-        let mut file = std::fs::File::create(&temporary)?;
-        file.write_all(&serde_json::to_vec_pretty(lake).map_err(std::io::Error::other)?)?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, &path)?;
-        std::fs::File::open(dir)?.sync_all()
+        mink_durable::create_dir_all(path.parent().unwrap_or(Path::new("/")))?;
+        let bytes = serde_json::to_vec_pretty(lake).map_err(std::io::Error::other)?;
+        mink_durable::write_atomically(&path, &bytes)
     };
     write().map_err(|e| LakeError::Config(format!("writing {}: {e}", path.display())))
 }

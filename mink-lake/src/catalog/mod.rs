@@ -144,15 +144,17 @@ fn ident(path: &TablePath) -> TableIdent {
 impl Lake {
     /// Opens the catalog (a SQL catalog's tables are created if needed; a REST catalog is
     /// reached on first use, with the `client_id:secret` in
-    /// [`config::CATALOG_CREDENTIAL_ENV`] if set).
+    /// [`config::CATALOG_CREDENTIAL_ENV`] if set). A local warehouse is created, durably,
+    /// if it is missing.
     ///
     /// # Errors
     /// [`LakeError::Iceberg`] when the catalog cannot be reached or opened,
     /// [`LakeError::Catalog`] when a SQL catalog's database cannot be opened for commits,
     /// and [`LakeError::Config`] for a catalog URI that is neither `sqlite:...` nor
-    /// `rest:URL`.
+    /// `rest:URL`, or a local warehouse that cannot be created.
     pub async fn open(config: LakeConfig) -> Result<Self> {
         bound_avro_allocations();
+        config.create_local_warehouse()?;
         let (catalog, publisher): (Arc<dyn Catalog>, _) = match config.rest_uri() {
             Some(uri) => {
                 let (catalog, commits) = rest::open(&config, uri).await?;

@@ -96,6 +96,7 @@ pub async fn commit_foreign(
 ) -> Result<(TableMetadata, String)> {
     let current = checked(lake, path, requirements).await?;
     let mut added = HashSet::new();
+    let mut written = Vec::new();
     for update in &updates {
         match update {
             TableUpdate::AddSnapshot { snapshot } => {
@@ -110,7 +111,8 @@ pub async fn commit_foreign(
                 }
                 check_lineage(path, current.metadata(), snapshot)?;
                 check_summary(path, snapshot)?;
-                check_append(path, &current, snapshot).await?;
+                let files = check_append(path, &current, snapshot).await?;
+                written.extend(files.written(snapshot));
                 added.insert(snapshot.snapshot_id());
             }
             TableUpdate::SetSnapshotRef {
@@ -132,6 +134,7 @@ pub async fn commit_foreign(
             }
         }
     }
+    sync_written(lake, &written).await?;
     apply(lake, &current, updates, |_| Ok(())).await
 }
 
@@ -151,6 +154,7 @@ pub async fn commit_hosted(
 ) -> Result<(TableMetadata, String)> {
     let current = checked(lake, path, requirements).await?;
     let mut last_sequence_number = current.metadata().last_sequence_number();
+    let mut written = Vec::new();
     for update in &updates {
         match update {
             TableUpdate::AddSnapshot { snapshot } => {
@@ -160,9 +164,10 @@ pub async fn commit_hosted(
                 }
                 check_timestamp(path, snapshot, None)?;
                 check_summary(path, snapshot)?;
-                check_files_inside(&current, snapshot)
+                let files = new_files(&current, snapshot)
                     .await
                     .map_err(|message| refused(path, message))?;
+                written.extend(files.written(snapshot));
             }
             TableUpdate::SetLocation { .. } => {
                 return Err(refused(
@@ -181,10 +186,20 @@ pub async fn commit_hosted(
             _ => {}
         }
     }
+    sync_written(lake, &written).await?;
     apply(lake, &current, updates, |next| {
         check_hosted_metadata(path, current.metadata(), next)
     })
     .await
+}
+
+/// Makes the files a client wrote for its commit durable before the catalog names them
+/// (`written`: [`NewFiles::written`]): pyiceberg, say, writes the warehouse's files
+/// without an fsync, and a power cut after the commit must not leave the catalog naming
+/// a manifest list that is gone ([`crate::storage::LakeStorage::sync_files`]).
+async fn sync_written(lake: &Lake, written: &[String]) -> Result<()> {
+    let locations: Vec<&str> = written.iter().map(String::as_str).collect();
+    Ok(lake.storage().sync_files(&locations).await?)
 }
 
 /// The table of `path`, loaded, if `requirements` hold against it.
@@ -382,8 +397,8 @@ fn check_main_ref(path: &TablePath, reference: &SnapshotReference) -> Result<()>
 }
 
 /// Checks that `snapshot` appends data files to `table`'s current snapshot, all inside
-/// the table's location, in manifests of its own.
-async fn check_append(path: &TablePath, table: &Table, snapshot: &Snapshot) -> Result<()> {
+/// the table's location, in manifests of its own; returns what it adds.
+async fn check_append(path: &TablePath, table: &Table, snapshot: &Snapshot) -> Result<NewFiles> {
     let metadata = table.metadata();
     if is_primary_key_table(metadata) {
         return Err(refused(
@@ -425,7 +440,7 @@ async fn check_append(path: &TablePath, table: &Table, snapshot: &Snapshot) -> R
     for (manifest, entries) in &files.added {
         check_added_manifest(path, metadata, snapshot, manifest, entries)?;
     }
-    Ok(())
+    Ok(files)
 }
 
 /// Checks a manifest `snapshot` adds: data files only, of the table's default partition
@@ -497,12 +512,6 @@ fn check_added_manifest(
     Ok(())
 }
 
-/// Checks that every file `snapshot` names lies inside `table`'s location; the message
-/// says which does not.
-async fn check_files_inside(table: &Table, snapshot: &Snapshot) -> Result<(), String> {
-    new_files(table, snapshot).await.map(|_| ())
-}
-
 /// What a snapshot changes against the table's current snapshot, at the manifest level.
 struct NewFiles {
     /// The snapshot's manifests the current snapshot does not have, loaded.
@@ -511,9 +520,28 @@ struct NewFiles {
     dropped: Vec<String>,
 }
 
+impl NewFiles {
+    /// The files a commit of `snapshot` writes: its manifest list, its new manifests and
+    /// the files they add.
+    fn written(&self, snapshot: &Snapshot) -> Vec<String> {
+        let manifests = self.added.iter().flat_map(|(manifest, entries)| {
+            let added = entries
+                .entries()
+                .iter()
+                .filter(|entry| entry.status() == ManifestStatus::Added)
+                .map(|entry| entry.file_path().to_string());
+            std::iter::once(manifest.manifest_path.clone()).chain(added)
+        });
+        std::iter::once(snapshot.manifest_list().to_string())
+            .chain(manifests)
+            .collect()
+    }
+}
+
 /// Reads `snapshot`'s manifest list and the manifests it adds to the table's current
 /// snapshot, checking that the list, every manifest and every added manifest's files lie
-/// inside the table's location (the current snapshot's files were checked when they came).
+/// inside the table's location (the current snapshot's files were checked when they came);
+/// the message says which does not.
 async fn new_files(table: &Table, snapshot: &Snapshot) -> Result<NewFiles, String> {
     let metadata = table.metadata();
     let location = metadata.location();
