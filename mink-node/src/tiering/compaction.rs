@@ -84,8 +84,8 @@ pub(super) async fn compact_due(node: &Node, path: &TablePath) -> Result<Compact
 
 async fn compact(node: &Node, path: &TablePath, selection: Selection) -> Result<CompactReport> {
     let mut indexes = node.tiering.lock().await;
-    let (table, lake, lake_table) = open_lake_table(node, path).await?;
-    reconcile(node, &table, &lake_table).await?;
+    let (table, lake, mut lake_table) = open_lake_table(node, path).await?;
+    reconcile(node, &table, &mut lake_table).await?;
     let Some(snapshot_id) = lake_table.metadata().current_snapshot_id() else {
         return Ok(CompactReport::default());
     };

@@ -3,7 +3,8 @@
 //! A round, for one table:
 //!
 //! ```text
-//!  1. reconcile   the lake's latest snapshot vs mink's record of it (repair a crash)
+//!  1. reconcile   the lake's latest snapshot vs mink's record of it (repair a crash; go
+//!                 back to what the lake holds when it lost commits)
 //!  2. per bucket  read the log [tiered offset, high watermark) -> Parquet data files:
 //!                 a log table's rows as they are (`append`); for a primary-key table the
 //!                 newest live version of each changed key, plus position deletes of the
@@ -17,9 +18,22 @@
 //! **Exactly once.** A crash before step 4 leaves files no snapshot references: step 1 of
 //! the next round deletes them. A crash between 4 and 5 leaves a snapshot mink did not
 //! record: step 1 finds it (the newest snapshot carrying `mink.bucket-offsets` is mink's,
-//! even when another engine committed on top of it) and records it from its summary. Either way nothing is tiered twice and
-//! nothing is skipped. Rounds run one at a time per node. The same steps commit a
-//! compaction (`compaction`), whose `replace` snapshot carries the offsets forward.
+//! even when another engine committed on top of it) and records it from its summary.
+//! Either way nothing is tiered twice and nothing is skipped. Rounds run one at a time per
+//! node. The same steps commit a compaction (`compaction`), whose `replace` snapshot
+//! carries the offsets forward.
+//!
+//! **The lake is the truth.** The record can also be *ahead* of the lake: a catalog that
+//! lost its last commits (a power cut on a catalog whose commit was not durable, a catalog
+//! restored from a backup) no longer has the snapshot `meta.db` recorded. Reads would plan
+//! on a snapshot the lake does not have, and the next round would tier from offsets whose
+//! rows the lake does not hold, skipping them. Step 1 then goes back to what the lake
+//! holds: its newest snapshot of mink's becomes the latest record again, or, when the lake
+//! has none, an empty snapshot saying nothing is tiered (`{}`) is committed and recorded;
+//! the rows after that seam are tiered again from the log by the next round, and log
+//! retention, which keeps the log from the recorded seam on, keeps them meanwhile. The
+//! node runs step 1 for every lake table when it starts ([`check_lake_records`]), so that
+//! reads plan on a snapshot the lake has.
 //!
 //! Iceberg 0.10 cannot commit delete files or replace files, so every snapshot is built
 //! at the metadata layer and swapped in on the catalog ([`mink_lake::commit`]).
@@ -91,9 +105,9 @@ pub struct TierReport {
 /// round is then not recorded, and the next one starts over from the recorded offsets).
 pub async fn tier_table(node: &Node, path: &TablePath) -> Result<TierReport> {
     let mut indexes = node.tiering.lock().await;
-    let (table, lake, lake_table) = open_lake_table(node, path).await?;
+    let (table, lake, mut lake_table) = open_lake_table(node, path).await?;
     let mut report = TierReport {
-        repaired: reconcile(node, &table, &lake_table).await?,
+        repaired: reconcile(node, &table, &mut lake_table).await?,
         ..TierReport::default()
     };
     let mut index = match table.has_primary_key() {
@@ -335,14 +349,21 @@ pub(crate) fn recorded_offsets(node: &Node, table: &TableDescriptor) -> Result<B
     }
 }
 
-/// Step 1: brings mink's record in line with the lake after a crash. Returns whether a
-/// committed but unrecorded snapshot was recorded.
-async fn reconcile(node: &Node, table: &TableDescriptor, lake_table: &Table) -> Result<bool> {
-    let newest = newest_mink_snapshot(lake_table);
+/// Step 1: brings mink's record in line with the lake (see the module docs): deletes the
+/// files of a round that never committed, records a snapshot committed before a crash,
+/// and goes back to what the lake holds when the record names a snapshot the lake lost.
+/// `lake_table` is replaced by the table as committed when going back commits. Returns
+/// whether the record changed.
+async fn reconcile(node: &Node, table: &TableDescriptor, lake_table: &mut Table) -> Result<bool> {
+    let seam = lake_seam(lake_table);
+    let newest = match &seam {
+        LakeSeam::Tiered(newest) => Some(newest),
+        LakeSeam::Nothing | LakeSeam::Unknown => None,
+    };
     if let Some(pending) = node.metadata.pending_round(table.table_id)? {
         // The pending round committed iff mink's newest snapshot is its commit: the one
         // made on top of the snapshot the round was planned on.
-        let committed = newest.as_ref().is_some_and(|snapshot| {
+        let committed = newest.is_some_and(|snapshot| {
             snapshot.parent == pending.parent_snapshot
                 && Some(snapshot.id) != pending.parent_snapshot
         });
@@ -352,24 +373,112 @@ async fn reconcile(node: &Node, table: &TableDescriptor, lake_table: &Table) -> 
         }
         node.metadata.clear_pending_round(table.table_id)?;
     }
-    let Some(newest) = newest else {
-        return Ok(false);
-    };
     let recorded = node.metadata.latest_lake_snapshot(table.table_id)?;
-    if recorded.as_ref().map(|r| r.snapshot_id) == Some(newest.id) {
-        return Ok(false);
+    let recorded_id = recorded.as_ref().map(|record| record.snapshot_id);
+    match seam {
+        LakeSeam::Tiered(newest) if recorded_id == Some(newest.id) => Ok(false),
+        LakeSeam::Tiered(newest) => {
+            BucketOffsets::from_json(&newest.offsets)?;
+            match recorded_id {
+                Some(lost) if !is_ancestor(lake_table, lost, newest.id) => {
+                    warn!(table = %table.path, lost, snapshot_id = newest.id,
+                        "the lake's main branch does not hold the snapshot mink recorded last \
+                         (its catalog lost its last commits, or another engine rolled it back): \
+                         going back to the lake's newest snapshot and tiering the rows after it \
+                         again");
+                }
+                _ => {
+                    warn!(table = %table.path, snapshot_id = newest.id, "recording a lake snapshot committed before a crash");
+                }
+            }
+            record_as_latest(node, table.table_id, &newest)?;
+            forget_lost_records(node, table.table_id, lake_table)?;
+            Ok(true)
+        }
+        LakeSeam::Nothing => {
+            let Some(lost) = recorded_id else {
+                return Ok(false);
+            };
+            warn!(table = %table.path, lost,
+                "the lake holds no snapshot of mink's, and mink recorded one (its catalog lost \
+                 its commits): tiering every row again");
+            // No record says "nothing tiered": a snapshot saying it is committed and recorded.
+            commit_and_record(
+                node,
+                table,
+                lake_table,
+                Operation::Append,
+                SnapshotChanges::default(),
+                &BucketOffsets::default(),
+                [
+                    Failpoint::AbortBeforeLakeCommit,
+                    Failpoint::AbortAfterLakeCommit,
+                ],
+            )
+            .await?;
+            *lake_table = node.lake().await?.load(&table.path).await?;
+            forget_lost_records(node, table.table_id, lake_table)?;
+            Ok(true)
+        }
+        LakeSeam::Unknown => {
+            if let Some(lost) = recorded_id
+                && lake_table.metadata().snapshot_by_id(lost).is_none()
+            {
+                warn!(table = %table.path, lost,
+                    "the lake has neither the snapshot mink recorded last nor, on its main \
+                     branch, an older one of mink's (expired by another engine?): the record \
+                     is kept");
+            }
+            Ok(false)
+        }
     }
-    BucketOffsets::from_json(&newest.offsets)?;
-    warn!(table = %table.path, snapshot_id = newest.id, "recording a lake snapshot committed before a crash");
+}
+
+/// Makes `snapshot` the latest record of table `table_id`. A record of it may be there
+/// already, older than the records of snapshots the lake lost: it is forgotten first, so
+/// that recording it again makes it the latest (the seam reads plan on). A crash in
+/// between leaves the lost record the latest, and the next reconcile does this again.
+fn record_as_latest(node: &Node, table_id: u64, snapshot: &MinkSnapshot) -> Result<()> {
+    node.metadata
+        .forget_lake_snapshots(table_id, &[snapshot.id])?;
     node.metadata.record_lake_snapshot(
-        table.table_id,
+        table_id,
         &LakeSnapshotRecord {
-            snapshot_id: newest.id,
-            offsets: newest.offsets,
-            committed_at: newest.timestamp_ms,
+            snapshot_id: snapshot.id,
+            offsets: snapshot.offsets.clone(),
+            committed_at: snapshot.timestamp_ms,
         },
-    )?;
-    Ok(true)
+    )
+}
+
+/// Forgets the records of table `table_id` whose snapshots `lake_table` does not have
+/// (the latest record is always kept), so that `system.lake_snapshots` lists only
+/// snapshots that can be read.
+fn forget_lost_records(node: &Node, table_id: u64, lake_table: &Table) -> Result<()> {
+    let metadata = lake_table.metadata();
+    let lost: Vec<i64> = node
+        .metadata
+        .lake_snapshots(table_id)?
+        .into_iter()
+        .map(|record| record.snapshot_id)
+        .filter(|id| metadata.snapshot_by_id(*id).is_none())
+        .collect();
+    node.metadata.forget_lake_snapshots(table_id, &lost)
+}
+
+/// Whether snapshot `ancestor` is `of` or one of its ancestors in `lake_table`.
+fn is_ancestor(lake_table: &Table, ancestor: i64, of: i64) -> bool {
+    let metadata = lake_table.metadata();
+    let mut snapshot = metadata.snapshot_by_id(of);
+    while let Some(current) = snapshot {
+        if current.snapshot_id() == ancestor {
+            return true;
+        }
+        snapshot = current
+            .parent_snapshot_id()
+            .and_then(|parent| metadata.snapshot_by_id(parent));
+    }
+    false
 }
 
 /// A snapshot mink committed (it carries `mink.bucket-offsets`).
@@ -381,9 +490,22 @@ struct MinkSnapshot {
     timestamp_ms: i64,
 }
 
-/// The newest snapshot mink committed: the current one or, when other engines committed
-/// on top of it, the first of its ancestors that carries `mink.bucket-offsets`.
-fn newest_mink_snapshot(lake_table: &Table) -> Option<MinkSnapshot> {
+/// What a lake table's main branch says mink tiered.
+#[derive(Debug)]
+enum LakeSeam {
+    /// The newest snapshot mink committed: the current one or, when other engines
+    /// committed on top of it, the first of its ancestors that carries
+    /// `mink.bucket-offsets`.
+    Tiered(MinkSnapshot),
+    /// Nothing: the branch has no snapshot, or none of its snapshots down to the first
+    /// one carries mink's offsets.
+    Nothing,
+    /// The branch is cut before a snapshot of mink's (an ancestor expired): it cannot say.
+    Unknown,
+}
+
+/// Where `lake_table`'s main branch puts mink's seam.
+fn lake_seam(lake_table: &Table) -> LakeSeam {
     let metadata = lake_table.metadata();
     let mut snapshot = metadata.current_snapshot();
     while let Some(current) = snapshot {
@@ -392,18 +514,46 @@ fn newest_mink_snapshot(lake_table: &Table) -> Option<MinkSnapshot> {
             .additional_properties
             .get(BUCKET_OFFSETS_PROPERTY)
         {
-            return Some(MinkSnapshot {
+            return LakeSeam::Tiered(MinkSnapshot {
                 id: current.snapshot_id(),
                 parent: current.parent_snapshot_id(),
                 offsets: offsets.clone(),
                 timestamp_ms: current.timestamp_ms(),
             });
         }
-        snapshot = current
-            .parent_snapshot_id()
-            .and_then(|parent| metadata.snapshot_by_id(parent));
+        let Some(parent) = current.parent_snapshot_id() else {
+            return LakeSeam::Nothing;
+        };
+        snapshot = metadata.snapshot_by_id(parent);
+        if snapshot.is_none() {
+            return LakeSeam::Unknown;
+        }
     }
-    None
+    LakeSeam::Nothing
+}
+
+/// Brings mink's record of every lake table in line with its lake ([`reconcile`]): run
+/// when the node starts, so that after a catalog lost its last commits neither reads nor
+/// log retention go by a seam the lake does not hold. A table that fails (a catalog out
+/// of reach) is logged and left to its next round, which reconciles first.
+pub async fn check_lake_records(node: &Node) {
+    for path in node.list_tables(None) {
+        if !node.describe(&path).is_ok_and(|table| table.lake_enabled) {
+            continue;
+        }
+        let _indexes = node.tiering.lock().await;
+        let checked = async {
+            let (table, _, mut lake_table) = open_lake_table(node, &path).await?;
+            reconcile(node, &table, &mut lake_table).await
+        };
+        match checked.await {
+            Ok(true) => info!(table = %path, "brought the record of the lake in line with it"),
+            Ok(false) => {}
+            Err(error) => {
+                warn!(table = %path, %error, "checking the record of the lake failed; its next round checks again");
+            }
+        }
+    }
 }
 
 /// What the tiering service does for a table that is due: a round, the compaction due
@@ -429,9 +579,11 @@ pub async fn service_round(
     Ok(report)
 }
 
-/// Runs due tiering rounds forever: each lake-enabled table every `lake.freshness`
-/// (the first one freshness interval after the node starts or the table is created).
+/// Checks the records of the lake ([`check_lake_records`]), then runs due tiering rounds
+/// forever: each lake-enabled table every `lake.freshness` (the first one freshness
+/// interval after the node starts or the table is created).
 pub async fn run_tiering(node: Arc<Node>) {
+    check_lake_records(&node).await;
     let mut last_round: HashMap<u64, Instant> = HashMap::new();
     let mut upkeep = UpkeepSchedule::default();
     let mut ticks = tokio::time::interval(CHECK_EVERY);

@@ -55,8 +55,8 @@ pub const REMOVE_ORPHANS_EVERY: Duration = Duration::from_secs(3600);
 /// [`crate::NodeError::NoLake`] for a table without a lake; lake errors otherwise.
 pub async fn expire_table_snapshots(node: &Node, path: &TablePath) -> Result<ExpireReport> {
     let _indexes = node.tiering.lock().await;
-    let (table, lake, lake_table) = open_lake_table(node, path).await?;
-    reconcile(node, &table, &lake_table).await?;
+    let (table, lake, mut lake_table) = open_lake_table(node, path).await?;
+    reconcile(node, &table, &mut lake_table).await?;
     let metadata = lake_table.metadata();
     let retention = Retention::of(&lake_table.identifier().to_string(), metadata)?;
     // The seam cannot move while the tiering lock is held: a read planned from here on
@@ -112,9 +112,9 @@ async fn remove_orphans_older_than(
     grace: Duration,
 ) -> Result<OrphanReport> {
     let _indexes = node.tiering.lock().await;
-    let (table, lake, lake_table) = open_lake_table(node, path).await?;
+    let (table, lake, mut lake_table) = open_lake_table(node, path).await?;
     // A crashed round's files go here (its pending record names them), not as orphans.
-    reconcile(node, &table, &lake_table).await?;
+    reconcile(node, &table, &mut lake_table).await?;
     let older_than = now_ms().saturating_sub(i64::try_from(grace.as_millis()).unwrap_or(i64::MAX));
     let leased = leased(lake, path, &lake_table).await?;
     Ok(remove_orphan_files(lake, &lake_table, older_than, &leased).await?)
@@ -168,8 +168,8 @@ pub async fn rewrite_table_manifests(
     path: &TablePath,
 ) -> Result<RewriteManifestsReport> {
     let mut indexes = node.tiering.lock().await;
-    let (table, _, lake_table) = open_lake_table(node, path).await?;
-    reconcile(node, &table, &lake_table).await?;
+    let (table, _, mut lake_table) = open_lake_table(node, path).await?;
+    reconcile(node, &table, &mut lake_table).await?;
     let Some(parent) = lake_table.metadata().current_snapshot_id() else {
         return Ok(RewriteManifestsReport::default());
     };
