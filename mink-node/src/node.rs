@@ -205,7 +205,9 @@ impl Node {
     /// [`NodeError::DataDirLocked`] when another process holds the directory; I/O,
     /// metadata and corruption errors from recovery.
     pub fn open(config: NodeConfig) -> Result<Arc<Self>> {
-        std::fs::create_dir_all(config.data_dir.join("log"))?;
+        // Durably, the data directory's own name included: a power cut must not take the
+        // directory, and every table in it, away.
+        mink_durable::create_dir_all(&config.data_dir.join("log"))?;
         let lock = File::create(config.data_dir.join("LOCK"))?;
         if lock.try_lock().is_err() {
             return Err(NodeError::DataDirLocked(
@@ -480,7 +482,7 @@ impl Node {
                 self.storage.kv()?.drop_tablet(kv.clone())?;
             }
         }
-        match std::fs::remove_dir_all(self.storage.table_dir(&descriptor)) {
+        match mink_durable::remove_dir_all(&self.storage.table_dir(&descriptor)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
             _ => {}
         }

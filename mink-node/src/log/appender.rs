@@ -72,7 +72,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{error, warn};
 
 use super::cache::LogCache;
-use super::recovery::{ActiveSegment, create_durable_dir, recover};
+use super::recovery::{ActiveSegment, recover};
 use super::segment::{self, CachedBatch, FrameHeader, StoredBatch};
 use super::{
     Applying, Changelog, LogConfig, LogState, Shared, Write, WriteOp, WriteStream, now_ms, replay,
@@ -163,7 +163,7 @@ impl Appender {
         config: LogConfig,
         mut changelog: Option<Box<dyn Changelog>>,
     ) -> Result<Self> {
-        create_durable_dir(dir)?;
+        mink_durable::create_dir_all(dir)?;
         let recovered = recover(&label, dir)?;
         if let Some(changelog) = &mut changelog {
             replay(

@@ -675,6 +675,9 @@ fn replay(
     changelog.settle()
 }
 
+/// Removes a sealed segment and its index, then fsyncs the directory before the next
+/// segment goes: a power cut may bring back the last segment removed, never one whose
+/// successor stays removed, so the log it leaves may start earlier but has no gap.
 fn remove_segment_files(dir: &Path, base: i64) -> Result<()> {
     for path in [
         segment::segment_path(dir, base),
@@ -685,6 +688,7 @@ fn remove_segment_files(dir: &Path, base: i64) -> Result<()> {
             _ => {}
         }
     }
+    mink_durable::sync_dir(dir)?;
     Ok(())
 }
 

@@ -10,28 +10,6 @@ use tracing::warn;
 use super::segment::{self, FrameHeader};
 use crate::error::{NodeError, Result};
 
-/// Creates `dir` and its missing ancestors, fsyncing each parent that gained an entry, so
-/// a new tablet directory survives a machine crash.
-pub(super) fn create_durable_dir(dir: &Path) -> Result<()> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    if let Some(parent) = dir.parent() {
-        create_durable_dir(parent)?;
-        std::fs::create_dir(dir).or_else(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => Ok(()),
-            _ => Err(e),
-        })?;
-        sync_dir(parent)?;
-    }
-    Ok(())
-}
-
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)?.sync_all()?;
-    Ok(())
-}
-
 /// The segment being appended to.
 #[derive(Debug)]
 pub(super) struct ActiveSegment {
@@ -48,7 +26,8 @@ impl ActiveSegment {
             .truncate(true)
             .write(true)
             .open(segment::segment_path(dir, base))?;
-        sync_dir(dir)?;
+        // The segment's name must outlive a power cut before a frame in it is acknowledged.
+        mink_durable::sync_dir(dir)?;
         Ok(Self {
             base,
             file,

@@ -23,7 +23,7 @@
 //! not read its sealed segments at all. The active segment is scanned on open.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use arrow::array::RecordBatch;
@@ -355,7 +355,8 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<i64>> {
     Ok(bases)
 }
 
-/// Writes the offset index of a sealed segment (fsynced, then renamed into place).
+/// Writes the offset index of a sealed segment (fsynced, renamed into place, the directory
+/// fsynced).
 pub(crate) fn write_index(dir: &Path, base_offset: i64, frames: &[FrameHeader]) -> Result<()> {
     let mut bytes = Vec::with_capacity(frames.len() * INDEX_ENTRY_LEN);
     for frame in frames {
@@ -366,12 +367,7 @@ pub(crate) fn write_index(dir: &Path, base_offset: i64, frames: &[FrameHeader]) 
     }
     let crc = crc32fast::hash(&bytes);
     bytes.extend_from_slice(&crc.to_le_bytes());
-    let path = index_path(dir, base_offset);
-    let tmp = path.with_extension("index.tmp");
-    let mut file = File::create(&tmp)?;
-    file.write_all(&bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
+    mink_durable::write_atomically(&index_path(dir, base_offset), &bytes)?;
     Ok(())
 }
 

@@ -93,7 +93,7 @@ impl Storage {
         if let Some(partition) = partition {
             dir.push(format!("p{}", partition.partition_id));
         }
-        match std::fs::remove_dir_all(&dir) {
+        match mink_durable::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 tracing::warn!(dir = %dir.display(), error = %e, "could not remove tablets");
             }
