@@ -848,14 +848,14 @@ impl Node {
         let mut removed = 0;
         for (id, tablet) in self.table_buckets(&table.path)?.1 {
             // A KV store replays the log from fjall's applied offset: its buffered
-            // rows go to fjall first, and no segment from that offset on is removed.
-            let replay_from = match &tablet.kv {
-                Some(kv) => {
-                    kv.flush()?;
-                    Some(kv.flushed_offset()?)
-                }
-                None => None,
-            };
+            // rows go to fjall first, the offset is made durable (a power cut must not
+            // take it back below the log's new start), and no segment from it on is
+            // removed.
+            let replay_from = tablet
+                .kv
+                .as_ref()
+                .map(KvTablet::flush_durably)
+                .transpose()?;
             let untiered_from = seams.as_ref().map(|seams| seams.get(&id));
             let keep_from = replay_from.into_iter().chain(untiered_from).min();
             removed += tablet.log.enforce_retention(ttl, keep_from)?;

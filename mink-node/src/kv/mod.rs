@@ -26,6 +26,28 @@
 //! logged (they stay in the log and the lake; no write can reach that key again). A
 //! lookup or prefix of a longer key finds nothing, without reading fjall.
 //!
+//! # Power cuts
+//!
+//! fjall makes the rows of a flush durable before the flush writes its applied offset:
+//! an ingestion's tables are fsynced, with their folder, and registered in a manifest
+//! that is fsynced and swapped in atomically before it returns. The applied offset goes
+//! to fjall's journal, which fjall fsyncs only when it rotates or closes it: a power cut
+//! may take the offset back (never ahead of the rows), and the replay from there writes
+//! rows fjall holds again, which changes nothing. The log below an applied offset is
+//! deleted (retention) only once that offset is durable ([`KvTablet::flush_durably`]).
+//!
+//! fjall fsyncs the folders it creates but not the directories that hold them, so mink
+//! creates `<data-dir>/kv` itself, durably, and fsyncs `kv/keyspaces` once fjall created
+//! a tablet's folder there: otherwise a cut could take the folder of a tablet whose rows
+//! were durable while fjall's list of keyspaces and the tablet's applied offset still
+//! name it, and the replay would start past rows the tablet no longer has. A cut inside
+//! fjall's creation of the database can leave its first journal without its `version`
+//! marker, a directory fjall refuses to open; it holds nothing yet, and is created again.
+//! What fjall deletes without fsyncing the directory (old journals, compacted tables, a
+//! dropped tablet's folder) a cut may bring back, and fjall's recovery recognizes it:
+//! journal entries its tables hold are skipped, tables and folders nothing references
+//! are deleted.
+//!
 //! # A store behind its log
 //!
 //! When the update of a group that is durable in the log fails (fjall cannot write a
@@ -45,7 +67,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fjall::config::BlockSizePolicy;
-use fjall::{Database, KeyspaceCreateOptions, Readable as _, UserValue};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable as _, UserValue};
 use mink_core::key::MAX_KEY_BYTES;
 
 pub use self::buffer::BufferLimits;
@@ -141,6 +163,7 @@ impl KvStore {
         /// How long a previous node of this process gets to release the database.
         const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
         let deadline = std::time::Instant::now() + RELEASE_WAIT;
+        prepare_dir(path)?;
         let db = loop {
             match Database::builder(path)
                 .cache_size(config.cache_bytes)
@@ -153,9 +176,7 @@ impl KvStore {
                 opened => break opened.map_err(kv_error)?,
             }
         };
-        let applied = db
-            .keyspace("applied", KeyspaceCreateOptions::default)
-            .map_err(kv_error)?;
+        let applied = keyspace(&db, "applied", KeyspaceCreateOptions::default)?;
         let cores = threads::cores();
         Ok(Self {
             db,
@@ -169,12 +190,10 @@ impl KvStore {
     /// name shares its write buffer.
     pub fn tablet(&self, name: &str) -> Result<KvTablet> {
         let state = self.tablets.get_or_open(name, || {
-            (self.db)
-                .keyspace(name, || {
-                    KeyspaceCreateOptions::default()
-                        .data_block_size_policy(BlockSizePolicy::all(DATA_BLOCK_BYTES))
-                })
-                .map_err(kv_error)
+            keyspace(&self.db, name, || {
+                KeyspaceCreateOptions::default()
+                    .data_block_size_policy(BlockSizePolicy::all(DATA_BLOCK_BYTES))
+            })
         })?;
         Ok(KvTablet {
             store: self.clone(),
@@ -218,7 +237,9 @@ impl KvTablet {
         self.flushed_offset()
     }
 
-    /// The log offset fjall's rows reflect: what survives a crash (the log the rest).
+    /// The log offset fjall's rows reflect: what survives a process crash (the log the
+    /// rest). A power cut may take it back to the last one made durable
+    /// ([`KvTablet::flush_durably`]).
     pub fn flushed_offset(&self) -> Result<i64> {
         let value = (self.store.tablets.applied)
             .get(self.state.name.as_bytes())
@@ -351,6 +372,18 @@ impl KvTablet {
         self.store.tablets.flush(&self.state)
     }
 
+    /// Writes the buffered rows to fjall and makes the offset they reach survive a power
+    /// cut (fjall's journal fsynced); returns it. Once it returns, the log below that
+    /// offset is no longer needed to rebuild the tablet.
+    pub fn flush_durably(&self) -> Result<i64> {
+        self.flush()?;
+        let offset = self.flushed_offset()?;
+        (self.store.db)
+            .persist(PersistMode::SyncAll)
+            .map_err(kv_error)?;
+        Ok(offset)
+    }
+
     /// Runs `read` on the store's read threads.
     ///
     /// # Errors
@@ -406,6 +439,38 @@ impl KvTablet {
     }
 }
 
+/// The file fjall writes last when it creates a database (its `create_new`); fjall opens
+/// a directory that has it, and creates a database in one that has not.
+const FJALL_VERSION_MARKER: &str = "version";
+
+/// Makes `path` ready for fjall: created durably (fjall fsyncs nothing above it). A
+/// database whose creation a crash cut short (its first journal written, its
+/// [`FJALL_VERSION_MARKER`] not) holds nothing, and fjall would refuse to create it
+/// again over that journal: it is removed first.
+fn prepare_dir(path: &Path) -> Result<()> {
+    if path.is_dir() && !path.join(FJALL_VERSION_MARKER).try_exists()? {
+        mink_durable::remove_dir_all(path)?;
+    }
+    mink_durable::create_dir_all(path)?;
+    Ok(())
+}
+
+/// The keyspace `name` of `db`, created with `options` if it is new. fjall fsyncs a new
+/// keyspace's folder but not the folder holding it: that is fsynced here, before
+/// anything is written to the keyspace.
+fn keyspace(
+    db: &Database,
+    name: &str,
+    options: impl FnOnce() -> KeyspaceCreateOptions,
+) -> Result<Keyspace> {
+    let created = !db.keyspace_exists(name);
+    let keyspace = db.keyspace(name, options).map_err(kv_error)?;
+    if created && let Some(folder) = keyspace.path().parent() {
+        mink_durable::sync_dir(folder)?;
+    }
+    Ok(keyspace)
+}
+
 fn decode_offset(value: Option<&[u8]>) -> Result<i64> {
     match value {
         None => Ok(0),
@@ -418,4 +483,29 @@ fn decode_offset(value: Option<&[u8]>) -> Result<i64> {
 
 fn kv_error(error: fjall::Error) -> NodeError {
     NodeError::Kv(error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What fjall leaves when a crash cuts its creation of a database short: its lock,
+    /// its keyspaces folder and its first journal, not its version marker. The store
+    /// opens there as a new one, and keeps what is written to it from then on.
+    #[test]
+    fn a_store_whose_creation_a_crash_cut_short_is_created_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kv");
+        std::fs::create_dir_all(path.join("keyspaces")).unwrap();
+        std::fs::write(path.join("lock"), b"").unwrap();
+        std::fs::write(path.join("0.jnl"), b"").unwrap();
+        {
+            let store = KvStore::open(&path, &KvConfig::default()).expect("created again");
+            store.tablet("t1.b0").unwrap();
+            let applied = &store.tablets.applied;
+            applied.insert("t1.b0", 7_i64.to_le_bytes()).unwrap();
+        }
+        let store = KvStore::open(&path, &KvConfig::default()).expect("reopened");
+        assert_eq!(store.tablet("t1.b0").unwrap().flushed_offset().unwrap(), 7);
+    }
 }
