@@ -4,22 +4,23 @@
 # DuckDB, through mink's Iceberg REST catalog) and the
 # lake on a local S3-compatible server (moto), the ADBC Flight SQL driver against the
 # Flight SQL endpoint, and kafka-python, confluent-kafka (librdkafka) and kcat against the
-# Kafka listener. Installs what the tests need (pyiceberg, DuckDB and its iceberg, avro and
-# httpfs extensions, moto, adbc-driver-flightsql, pyarrow,
-# kafka-python and confluent-kafka into ./.venv; kcat from Debian) itself.
+# Kafka listener, and mink on a FUSE file system that drops what was not fsynced at a power
+# cut (mfusepy; needs /dev/fuse and root). Installs what the tests need (pyiceberg, DuckDB
+# and its iceberg, avro and httpfs extensions, moto, adbc-driver-flightsql, pyarrow,
+# kafka-python, confluent-kafka and mfusepy into ./.venv; kcat from Debian) itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ ! -x .venv/bin/moto_server ] \
-  || ! .venv/bin/python -c 'import pyiceberg_core, duckdb_extension_iceberg, adbc_driver_flightsql, pyarrow, kafka, confluent_kafka' 2>/dev/null; then
-  echo "installing pyiceberg, DuckDB with its iceberg extension, moto, adbc-driver-flightsql, pyarrow, kafka-python and confluent-kafka into .venv" >&2
+  || ! .venv/bin/python -c 'import pyiceberg_core, duckdb_extension_iceberg, adbc_driver_flightsql, pyarrow, kafka, confluent_kafka, mfusepy' 2>/dev/null; then
+  echo "installing pyiceberg, DuckDB with its iceberg extension, moto, adbc-driver-flightsql, pyarrow, kafka-python, confluent-kafka and mfusepy into .venv" >&2
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check \
     'pyiceberg[sql-sqlite,pyarrow,pyiceberg-core]==0.12.0' 'moto[server]==5.2.5' \
     'duckdb==1.5.5' 'duckdb-extension-iceberg==1.5.5' 'duckdb-extension-avro==1.5.5' \
     'duckdb-extension-httpfs==1.5.5' \
     'adbc-driver-flightsql==1.13.0' 'pyarrow' \
-    'kafka-python==2.2.21' 'confluent-kafka==2.16.1'
+    'kafka-python==2.2.21' 'confluent-kafka==2.16.1' 'mfusepy==3.1.1'
 fi
 if ! command -v kcat >/dev/null; then
   echo "installing kcat (Debian) into the system" >&2

@@ -37,6 +37,7 @@ mod pk_history;
 mod pk_lake_history;
 mod pk_support;
 mod plan_table_union;
+mod power_loss_fs;
 mod process;
 mod python;
 mod s3;
