@@ -40,13 +40,14 @@
 //! creates `<data-dir>/kv` itself, durably, and fsyncs `kv/keyspaces` once fjall created
 //! a tablet's folder there: otherwise a cut could take the folder of a tablet whose rows
 //! were durable while fjall's list of keyspaces and the tablet's applied offset still
-//! name it, and the replay would start past rows the tablet no longer has. A cut inside
-//! fjall's creation of the database can leave its first journal without its `version`
-//! marker, a directory fjall refuses to open; it holds nothing yet, and is created again.
-//! What fjall deletes without fsyncing the directory (old journals, compacted tables, a
-//! dropped tablet's folder) a cut may bring back, and fjall's recovery recognizes it:
-//! journal entries its tables hold are skipped, tables and folders nothing references
-//! are deleted.
+//! name it, and the replay would start past rows the tablet no longer has. A tablet fjall
+//! comes back without (in a store written before) has that offset forgotten and the
+//! whole log replayed into it ([`KvStore::tablet`]). A cut inside fjall's creation of
+//! the database can leave its first journal without its `version` marker, a directory
+//! fjall refuses to open; it holds nothing yet, and is created again. What fjall deletes
+//! without fsyncing the directory (old journals, compacted tables, a dropped tablet's
+//! folder) a cut may bring back, and fjall's recovery recognizes it: journal entries its
+//! tables hold are skipped, tables and folders nothing references are deleted.
 //!
 //! # A store behind its log
 //!
@@ -176,7 +177,7 @@ impl KvStore {
                 opened => break opened.map_err(kv_error)?,
             }
         };
-        let applied = keyspace(&db, "applied", KeyspaceCreateOptions::default)?;
+        let (applied, _) = keyspace(&db, "applied", KeyspaceCreateOptions::default)?;
         let cores = threads::cores();
         Ok(Self {
             db,
@@ -190,15 +191,37 @@ impl KvStore {
     /// name shares its write buffer.
     pub fn tablet(&self, name: &str) -> Result<KvTablet> {
         let state = self.tablets.get_or_open(name, || {
-            keyspace(&self.db, name, || {
+            let (rows, created) = keyspace(&self.db, name, || {
                 KeyspaceCreateOptions::default()
                     .data_block_size_policy(BlockSizePolicy::all(DATA_BLOCK_BYTES))
-            })
+            })?;
+            if created {
+                self.forget_applied_offset(name)?;
+            }
+            Ok(rows)
         })?;
         Ok(KvTablet {
             store: self.clone(),
             state,
         })
+    }
+
+    /// A tablet fjall had no keyspace for holds no rows, whatever offset `applied` keeps
+    /// for it: its folder was lost in a power cut (a store written before mink fsynced
+    /// `kv/keyspaces`). That offset is removed, durably, so the whole log is replayed
+    /// into the tablet, or its start fails loudly if retention removed part of it.
+    fn forget_applied_offset(&self, name: &str) -> Result<()> {
+        let applied = &self.tablets.applied;
+        if let Some(offset) = applied.get(name).map_err(kv_error)? {
+            tracing::warn!(
+                tablet = name,
+                offset = decode_offset(Some(&offset))?,
+                "the KV store lost a tablet it had applied the log to: rebuilding it from the log"
+            );
+            applied.remove(name).map_err(kv_error)?;
+            self.db.persist(PersistMode::SyncAll).map_err(kv_error)?;
+        }
+        Ok(())
     }
 
     /// Deletes a tablet, its buffered rows and its applied offset (its table was dropped).
@@ -455,20 +478,20 @@ fn prepare_dir(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The keyspace `name` of `db`, created with `options` if it is new. fjall fsyncs a new
-/// keyspace's folder but not the folder holding it: that is fsynced here, before
-/// anything is written to the keyspace.
+/// The keyspace `name` of `db`, created with `options` if it is new, and whether it is.
+/// fjall fsyncs a new keyspace's folder but not the folder holding it: that is fsynced
+/// here, before anything is written to the keyspace.
 fn keyspace(
     db: &Database,
     name: &str,
     options: impl FnOnce() -> KeyspaceCreateOptions,
-) -> Result<Keyspace> {
+) -> Result<(Keyspace, bool)> {
     let created = !db.keyspace_exists(name);
     let keyspace = db.keyspace(name, options).map_err(kv_error)?;
     if created && let Some(folder) = keyspace.path().parent() {
         mink_durable::sync_dir(folder)?;
     }
-    Ok(keyspace)
+    Ok((keyspace, created))
 }
 
 fn decode_offset(value: Option<&[u8]>) -> Result<i64> {
@@ -507,5 +530,26 @@ mod tests {
         }
         let store = KvStore::open(&path, &KvConfig::default()).expect("reopened");
         assert_eq!(store.tablet("t1.b0").unwrap().flushed_offset().unwrap(), 7);
+    }
+
+    /// A tablet whose folder a power cut took, while fjall's list of keyspaces and the
+    /// tablet's applied offset stayed, holds none of the rows that offset names: the
+    /// offset is forgotten, so the log is replayed into the tablet from its start.
+    #[test]
+    fn a_tablet_whose_folder_was_lost_forgets_its_applied_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kv");
+        let folder = {
+            let store = KvStore::open(&path, &KvConfig::default()).unwrap();
+            let tablet = store.tablet("t1.b0").unwrap();
+            let applied = &store.tablets.applied;
+            applied.insert("t1.b0", 7_i64.to_le_bytes()).unwrap();
+            tablet.state.rows.path().to_path_buf()
+        };
+        std::fs::remove_dir_all(folder).unwrap();
+        for _ in 0..2 {
+            let store = KvStore::open(&path, &KvConfig::default()).unwrap();
+            assert_eq!(store.tablet("t1.b0").unwrap().flushed_offset().unwrap(), 0);
+        }
     }
 }
