@@ -32,8 +32,8 @@
 //! has none, an empty snapshot saying nothing is tiered (`{}`) is committed and recorded;
 //! the rows after that seam are tiered again from the log by the next round, and log
 //! retention, which keeps the log from the recorded seam on, keeps them meanwhile. The
-//! node runs step 1 for every lake table when it starts ([`check_lake_records`]), so that
-//! reads plan on a snapshot the lake has.
+//! node runs step 1 when it starts for every lake table whose record is ahead of its lake
+//! ([`check_lake_records`]), so that reads plan on a snapshot the lake has.
 //!
 //! Iceberg 0.10 cannot commit delete files or replace files, so every snapshot is built
 //! at the metadata layer and swapped in on the catalog ([`mink_lake::commit`]).
@@ -532,10 +532,13 @@ fn lake_seam(lake_table: &Table) -> LakeSeam {
     LakeSeam::Nothing
 }
 
-/// Brings mink's record of every lake table in line with its lake ([`reconcile`]): run
-/// when the node starts, so that after a catalog lost its last commits neither reads nor
-/// log retention go by a seam the lake does not hold. A table that fails (a catalog out
-/// of reach) is logged and left to its next round, which reconciles first.
+/// A start that checks its records agree: reconciles ([`reconcile`]) every lake table
+/// whose latest record names a snapshot the lake's main branch does not hold (its catalog
+/// lost its last commits), so that neither reads nor log retention go by a seam the lake
+/// does not hold. A record *behind* the lake (a crash between a commit and its record) is
+/// left to the table's next round: reads of the older snapshot are still right, and
+/// retention keeps more of the log. A table that fails (a catalog out of reach) is logged
+/// and left to its next round, which reconciles first.
 pub async fn check_lake_records(node: &Node) {
     for path in node.list_tables(None) {
         if !node.describe(&path).is_ok_and(|table| table.lake_enabled) {
@@ -544,10 +547,20 @@ pub async fn check_lake_records(node: &Node) {
         let _indexes = node.tiering.lock().await;
         let checked = async {
             let (table, _, mut lake_table) = open_lake_table(node, &path).await?;
-            reconcile(node, &table, &mut lake_table).await
+            let recorded = node.metadata.latest_lake_snapshot(table.table_id)?;
+            let current = lake_table.metadata().current_snapshot_id();
+            let held = |recorded: i64| {
+                current.is_some_and(|current| is_ancestor(&lake_table, recorded, current))
+            };
+            match recorded {
+                Some(record) if !held(record.snapshot_id) => {
+                    reconcile(node, &table, &mut lake_table).await
+                }
+                _ => Ok(false),
+            }
         };
         match checked.await {
-            Ok(true) => info!(table = %path, "brought the record of the lake in line with it"),
+            Ok(true) => info!(table = %path, "brought the record of the lake back to what the lake holds"),
             Ok(false) => {}
             Err(error) => {
                 warn!(table = %path, %error, "checking the record of the lake failed; its next round checks again");

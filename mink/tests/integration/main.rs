@@ -31,6 +31,7 @@ mod kafka;
 mod lake_foreign;
 mod lake_history;
 mod lake_on_rest;
+mod lake_seam_rollback;
 mod live_tail;
 mod log_history;
 mod pk_history;
