@@ -38,6 +38,7 @@ mod pk_history;
 mod pk_lake_history;
 mod pk_support;
 mod plan_table_union;
+mod power_cut;
 mod power_loss_fs;
 mod process;
 mod python;

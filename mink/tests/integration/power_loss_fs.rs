@@ -60,8 +60,8 @@ impl PowerLossFs {
     }
 
     /// A power cut: kills the file system process (SIGKILL), unmounts (`umount -l`),
-    /// keeps only what was durable (`power_loss_fs.py cut`, whose summary goes to
-    /// stderr) and mounts it again at the same path. The caller kills every process
+    /// keeps only what was durable (`power_loss_fs.py cut --verbose`, whose summary and
+    /// list of what was lost go to stderr: a failing test shows them) and mounts it again at the same path. The caller kills every process
     /// using the mount (the mink server) first.
     pub(crate) fn power_cut(&mut self) {
         self.kill();
@@ -76,6 +76,7 @@ impl PowerLossFs {
             .arg(SCRIPT)
             .arg("cut")
             .arg(self.dir.path().join("state"))
+            .arg("--verbose")
             .output()
             .expect("run power_loss_fs.py cut");
         let summary = String::from_utf8_lossy(&cut.stderr);
