@@ -18,7 +18,7 @@ use crate::flight::limits::{
     MAX_FRAME_BYTES, MAX_HEADER_LIST_BYTES, MAX_REQUESTS_PER_CONNECTION, MAX_STREAMS_PER_CONNECTION,
 };
 use crate::node::Node;
-use crate::tiering::run_tiering;
+use crate::tiering::{check_lake_records, run_tiering};
 
 pub use crate::flight::limits::MAX_MESSAGE_BYTES;
 /// How often retention runs.
@@ -190,10 +190,12 @@ pub fn serve_with(
             let _ = stop_internal.send(true);
         },
     ));
-    let background = vec![
-        tokio::spawn(run_retention(Arc::clone(&node))),
-        tokio::spawn(run_tiering(node)),
-    ];
+    // Retention keeps the log from the recorded seam on, so it starts once the start's
+    // check has put a seam the lake lost back to what the lake holds.
+    let background = vec![tokio::spawn(async move {
+        check_lake_records(&node).await;
+        tokio::join!(run_retention(Arc::clone(&node)), run_tiering(node));
+    })];
     if authenticated {
         info!(%addr, tls, max_connections, "mink node serving Arrow Flight; clients authenticate with a user and password");
     } else {

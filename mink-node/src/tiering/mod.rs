@@ -33,7 +33,8 @@
 //! the rows after that seam are tiered again from the log by the next round, and log
 //! retention, which keeps the log from the recorded seam on, keeps them meanwhile. The
 //! node runs step 1 when it starts for every lake table whose record is ahead of its lake
-//! ([`check_lake_records`]), so that reads plan on a snapshot the lake has.
+//! ([`check_lake_records`]), before log retention's first pass; a read served while the
+//! check runs (the first moments of the start) may still fail with `has no snapshot`.
 //!
 //! Iceberg 0.10 cannot commit delete files or replace files, so every snapshot is built
 //! at the metadata layer and swapped in on the catalog ([`mink_lake::commit`]).
@@ -592,11 +593,10 @@ pub async fn service_round(
     Ok(report)
 }
 
-/// Checks the records of the lake ([`check_lake_records`]), then runs due tiering rounds
-/// forever: each lake-enabled table every `lake.freshness` (the first one freshness
-/// interval after the node starts or the table is created).
+/// Runs due tiering rounds forever: each lake-enabled table every `lake.freshness` (the
+/// first one freshness interval after the node starts or the table is created). The
+/// server runs [`check_lake_records`] first.
 pub async fn run_tiering(node: Arc<Node>) {
-    check_lake_records(&node).await;
     let mut last_round: HashMap<u64, Instant> = HashMap::new();
     let mut upkeep = UpkeepSchedule::default();
     let mut ticks = tokio::time::interval(CHECK_EVERY);
