@@ -220,7 +220,7 @@ impl Running {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(BenchError::io("binding a loopback port"))?;
-        let server = mink_node::server::serve(Arc::clone(&node), listener)?;
+        let server = mink_node::server::serve(Arc::clone(&node), listener).await?;
         let client = MinkClient::connect(&server.addr().to_string()).await?;
         Ok(Self {
             config,

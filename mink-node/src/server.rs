@@ -112,18 +112,24 @@ impl Drop for ServerHandle {
 ///
 /// # Errors
 /// A non-loopback listener, see [`serve_with`].
-pub fn serve(node: Arc<Node>, listener: TcpListener) -> Result<ServerHandle> {
-    serve_with(node, listener, ServeOptions::default())
+pub async fn serve(node: Arc<Node>, listener: TcpListener) -> Result<ServerHandle> {
+    serve_with(node, listener, ServeOptions::default()).await
 }
 
 /// Serves `node` on `listener` with `options`' login, TLS and connection limit until the
 /// handle is shut down or dropped. Every call passes [`mink_auth::Auth::check`] first;
 /// `Handshake` exchanges the credentials for a bearer token.
 ///
+/// Before the first call is served, the start checks its lake records
+/// ([`check_lake_records`]): a seam the lake lost (its catalog's last commits) goes back to
+/// what the lake holds, so that no read plans on a snapshot the lake does not have and log
+/// retention, which keeps the log from the recorded seam on, never drops rows the lake
+/// does not hold.
+///
 /// # Errors
 /// `InvalidArgument` for a listener that is not on a loopback address when no
 /// credentials are configured ([`mink_auth::check_listen`]); the TLS identity refused.
-pub fn serve_with(
+pub async fn serve_with(
     node: Arc<Node>,
     listener: TcpListener,
     options: ServeOptions,
@@ -131,6 +137,7 @@ pub fn serve_with(
     let addr = listener.local_addr()?;
     mink_auth::check_listen("the node", addr, options.credentials.as_ref())
         .map_err(|e| NodeError::InvalidArgument(e.to_string()))?;
+    check_lake_records(&node).await;
     let authenticated = options.credentials.is_some();
     let auth = Arc::new(mink_auth::Auth::new(options.credentials));
     let service = FlightServiceServer::new(MinkFlightService::with_auth(
@@ -190,12 +197,10 @@ pub fn serve_with(
             let _ = stop_internal.send(true);
         },
     ));
-    // Retention keeps the log from the recorded seam on, so it starts once the start's
-    // check has put a seam the lake lost back to what the lake holds.
-    let background = vec![tokio::spawn(async move {
-        check_lake_records(&node).await;
-        tokio::join!(run_retention(Arc::clone(&node)), run_tiering(node));
-    })];
+    let background = vec![
+        tokio::spawn(run_retention(Arc::clone(&node))),
+        tokio::spawn(run_tiering(node)),
+    ];
     if authenticated {
         info!(%addr, tls, max_connections, "mink node serving Arrow Flight; clients authenticate with a user and password");
     } else {

@@ -133,7 +133,7 @@ pub(crate) async fn start(node: Arc<Node>) -> Result<ServerHandle, CliError> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(CliError::io("binding a loopback port"))?;
-    Ok(serve(node, listener)?)
+    Ok(serve(node, listener).await?)
 }
 
 /// The bytes of the file at `path` (a certificate, a key), with the path in the error.

@@ -253,7 +253,7 @@ impl TestNode {
         let dir = tempfile::tempdir()?;
         let node = Node::open(NodeConfig::new(dir.path()))?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let handle = serve(node, listener)?;
+        let handle = serve(node, listener).await?;
         let client = mink_client::MinkClient::connect(&handle.addr().to_string()).await?;
         let config = FlightSqlConfig {
             client: client.clone(),

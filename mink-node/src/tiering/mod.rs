@@ -33,8 +33,8 @@
 //! the rows after that seam are tiered again from the log by the next round, and log
 //! retention, which keeps the log from the recorded seam on, keeps them meanwhile. The
 //! node runs step 1 when it starts for every lake table whose record is ahead of its lake
-//! ([`check_lake_records`]), before log retention's first pass; a read served while the
-//! check runs (the first moments of the start) may still fail with `has no snapshot`.
+//! ([`check_lake_records`]), before it serves a call and before log retention's first
+//! pass.
 //!
 //! Iceberg 0.10 cannot commit delete files or replace files, so every snapshot is built
 //! at the metadata layer and swapped in on the catalog ([`mink_lake::commit`]).

@@ -208,7 +208,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         internal: Some(internal),
         max_connections: args.max_connections,
     };
-    let handle = serve_with(Arc::clone(&node), listener, options)?;
+    let handle = serve_with(Arc::clone(&node), listener, options).await?;
     let address = handle.addr();
     let engine_address = handle.internal_addr().unwrap_or(address).to_string();
     let engine = ConnectOptions {

@@ -140,23 +140,6 @@ async fn recorded_snapshot(client: &MinkClient, table: &TablePath) -> Option<i64
     snapshot
 }
 
-/// The snapshot `table`'s reads plan on once the start checked the lake's records
-/// (`mink_node::tiering::check_lake_records`): waits up to 5 s for it to be `expected`.
-/// The tiering service runs the check as it starts, beside the first requests.
-async fn checked_snapshot(
-    client: &MinkClient,
-    table: &TablePath,
-    expected: Option<i64>,
-) -> Option<i64> {
-    for _ in 0..100 {
-        if recorded_snapshot(client, table).await == expected {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    recorded_snapshot(client, table).await
-}
-
 /// `read_lake_rows.py` of `test.lg`: the current snapshot's rows as pyiceberg reads them
 /// through the catalog, the server running.
 fn pyiceberg_lines(data_dir: &Path) -> Vec<String> {
@@ -207,11 +190,9 @@ async fn a_catalog_that_lost_its_last_commit_is_tiered_again_from_the_log() {
     restore_catalog(data_dir, aside.path());
     let server = ServerProcess::start(data_dir);
     let client = MinkClient::connect(&server.addr).await.expect("connect");
-    // Reads plan on the snapshot the lake has, and read every row once.
-    assert_eq!(
-        checked_snapshot(&client, &lg.path, kept.snapshot_id).await,
-        kept.snapshot_id
-    );
+    // From the first call on (the start checks the lake's records before it serves),
+    // reads plan on the snapshot the lake has, and read every row once.
+    assert_eq!(recorded_snapshot(&client, &lg.path).await, kept.snapshot_id);
     let all: Vec<i64> = (0..300).collect();
     assert_eq!(union_ids(&client, &lg).await, all, "union: every row once");
     assert_eq!(

@@ -99,7 +99,7 @@ async fn open(config: &NodeConfig) -> (Arc<Node>, ServerHandle, MinkClient) {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let handle = serve(Arc::clone(&node), listener).expect("serve");
+    let handle = serve(Arc::clone(&node), listener).await.expect("serve");
     let client = MinkClient::connect(&handle.addr().to_string())
         .await
         .expect("connect");
