@@ -22,12 +22,17 @@ if [ ! -x .venv/bin/moto_server ] \
     'adbc-driver-flightsql==1.13.0' 'pyarrow' \
     'kafka-python==2.2.21' 'confluent-kafka==2.16.1' 'mfusepy==3.1.1'
 fi
-if ! command -v kcat >/dev/null; then
-  echo "installing kcat (Debian) into the system" >&2
+# Debian packages: kcat (a Kafka client of the Kafka tests) and libfuse3 (the power-cut
+# tests' file system mounts through it, which needs root and /dev/fuse).
+missing=()
+command -v kcat >/dev/null || missing+=(kcat)
+dpkg -s libfuse3-3 >/dev/null 2>&1 || missing+=(libfuse3-3)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]} (Debian) into the system" >&2
   as_root=""
   [ "$(id -u)" = 0 ] || as_root="sudo"
-  $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q kcat >/dev/null \
-    || { $as_root apt-get update -q >/dev/null && $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q kcat >/dev/null; }
+  apt_install() { $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }
+  apt_install || { $as_root apt-get update -q >/dev/null && apt_install; }
 fi
 export MINK_PYTHON="$PWD/.venv/bin/python"
 # A cold build gains nothing from incremental state, which would double the target
