@@ -46,7 +46,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a node: every bucket of every table, served over Arrow Flight.
-    Server(server::ServerArgs),
+    Server(Box<server::ServerArgs>),
     /// Read one bucket (or every bucket) of a table.
     Read(read::ReadArgs),
     /// Bulk-load a CSV, Parquet or newline-delimited JSON file into a table.
@@ -89,7 +89,7 @@ fn main() -> ExitCode {
     };
     let result: Result<(), CliError> = runtime.block_on(async {
         match cli.command {
-            Command::Server(args) => server::run(args).await,
+            Command::Server(args) => server::run(*args).await,
             Command::Read(args) => read::run(args).await,
             Command::Load(args) => load::run(args).await,
             Command::Sql(args) => sql::run(args).await,

@@ -112,6 +112,11 @@ pub(crate) struct ServerArgs {
     /// writes, a process crash cannot).
     #[arg(long)]
     no_sync: bool,
+    /// The size at which a bucket's log rolls to a new segment file: bytes or a size
+    /// (default 128MiB, at least 4KiB). `log.ttl` retention removes whole segments, so
+    /// smaller ones follow the TTL more closely, at the cost of more files.
+    #[arg(long, value_name = "SIZE", value_parser = parse_segment_size)]
+    log_segment_size: Option<u64>,
     /// The memory all SQL statements and the node's union reads together may use: bytes
     /// (1073741824) or a size (512MiB, 2GiB). A statement or read that needs more than is
     /// left fails alone (gRPC RESOURCE_EXHAUSTED); the node and other statements go on.
@@ -155,6 +160,18 @@ pub(crate) struct ServerArgs {
     max_connections: usize,
 }
 
+/// The smallest `--log-segment-size`: below it a segment would hold a write or two.
+const MIN_LOG_SEGMENT_BYTES: u64 = 4 << 10;
+
+/// A `--log-segment-size`: a size of at least [`MIN_LOG_SEGMENT_BYTES`].
+fn parse_segment_size(text: &str) -> Result<u64, String> {
+    let bytes = parse_size(text)? as u64;
+    match bytes >= MIN_LOG_SEGMENT_BYTES {
+        true => Ok(bytes),
+        false => Err(format!("a log segment must be at least 4KiB, not {text}")),
+    }
+}
+
 pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     let memory_limit = args.sql_memory_limit.unwrap_or_else(default_memory_limit);
     // One pool for SQL statements and the node's reads: neither can starve the process.
@@ -163,9 +180,11 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     let mut config = NodeConfig::new(&args.data_dir);
     config.memory_pool = Arc::clone(&pool);
     config.kv = KvConfig::sized(args.kv_write_buffer, args.kv_cache);
+    let defaults = LogConfig::default();
     config.log = LogConfig {
         sync: !args.no_sync,
-        ..LogConfig::default()
+        segment_bytes: args.log_segment_size.unwrap_or(defaults.segment_bytes),
+        ..defaults
     };
     // Every port holds up to --max-connections sockets; buckets get the files left.
     let ports =

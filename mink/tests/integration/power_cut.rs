@@ -5,8 +5,9 @@
 //!
 //! A history appends to a log table (in concurrent writes, so that they share group
 //! commits), upserts and deletes in a primary-key table, runs tiering rounds, compactions
-//! and snapshot expiries on both (each has a lake), produces to a Kafka topic and commits
-//! a group's offset, and creates tables. A power cut comes between steps or while one is
+//! and snapshot expiries on both (each has a lake, and a `log.ttl` that lets each start's
+//! retention remove the small segments their logs roll to), produces to a Kafka topic and
+//! commits a group's offset, and creates and drops tables. A power cut comes between steps or while one is
 //! under way (inside a round, a compaction, a group commit): the server is killed, every
 //! write, create, rename and unlink not made durable is dropped, and the server starts
 //! again. Then:
@@ -34,7 +35,7 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, join_all};
 use mink_client::MinkClient;
 use mink_core::options::TableOptions;
-use mink_core::protocol::BucketId;
+use mink_core::protocol::{BucketId, list_offsets};
 use mink_core::table::{TableDescriptor, TablePath};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -68,13 +69,16 @@ const GROUP: &str = "power-cut";
 /// The server's lease period: expiries may drop what reads planned 100 ms ago.
 const ENV: &[(&str, &str)] = &[("MINK_LAKE_LEASE_MS", "100")];
 
-/// Kafka on, and a small KV write buffer (8 KiB a bucket), so that primary-key rows reach
-/// the KV store's files every few writes.
+/// Kafka on; a small KV write buffer (8 KiB a bucket), so that primary-key rows reach the
+/// KV store's files every few writes; the smallest log segments, so that logs roll and
+/// retention removes segments.
 const ARGS: &[&str] = &[
     "--kafka-listen",
     "127.0.0.1:0",
     "--kv-write-buffer",
     "64KiB",
+    "--log-segment-size",
+    "4KiB",
 ];
 
 /// Values written with their acknowledgement held by the test, and values whose write a
@@ -248,13 +252,16 @@ struct Tables {
 
 impl Tables {
     fn new() -> Self {
-        // One snapshot kept: an expiry drops every older one.
         let mut log = events_table("lg", 2, lake_options());
         let mut pk = pk_lake_table("pk", 2);
         for table in [&mut log, &mut pk] {
+            // One snapshot kept: an expiry drops every older one.
             table
                 .lake_properties
                 .insert("history.expire.max-snapshot-age-ms".into(), "1".into());
+            // Each start's retention removes every sealed segment the lake and the KV
+            // store no longer need.
+            table.log_ttl = Some(Duration::from_millis(1));
         }
         let schema = Schema::new(vec![Field::new("value", DataType::Utf8, true)]);
         let options = TableOptions {
@@ -646,6 +653,18 @@ async fn check(node: &Node, model: &mut Model, tables: &Tables, step: usize) {
     model.topic.settle(
         "Kafka records",
         topic_values(client, &tables.topic, step).await,
+    );
+
+    let mut starts = Vec::new();
+    for table in tables.lakes() {
+        for bucket in buckets(client, table, step).await {
+            let start = client.list_offsets(&bucket, list_offsets::Spec::Earliest(true));
+            starts.push(format!("{bucket} {}", start.await.expect("log start")));
+        }
+    }
+    eprintln!(
+        "step {step}: log starts after retention: {}",
+        starts.join(", ")
     );
 
     let args = ["committed", &node.kafka, TOPIC, GROUP]
