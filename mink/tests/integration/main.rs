@@ -46,6 +46,7 @@ mod s3;
 mod sql_connect;
 mod sql_ddl;
 mod sql_reads;
+mod sqlalchemy;
 mod support;
 mod table_changes;
 mod tail;
