@@ -10,13 +10,20 @@
 //! plain SQL that DataFusion plans, so column types map exactly as in queries. The
 //! statement is split at the token level (quotes and comments are respected): the two
 //! clauses are taken out and the remaining text goes to DataFusion's planner.
+//!
+//! Column names are taken as users type them: `key` and `index`, where a column definition
+//! starts, are column names (see [`column_name`]), as `value` and `timestamp` are:
+//!
+//! ```sql
+//! CREATE TABLE events (key VARCHAR, value VARCHAR, timestamp TIMESTAMP)
+//! ```
 
 use std::collections::BTreeMap;
 
 use datafusion::error::{DataFusionError, Result};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Word};
 
 /// A `CREATE TABLE` statement split into what DataFusion plans and mink's clauses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +61,7 @@ pub(crate) fn split_create_table(sql: &str) -> Result<CreateTable> {
     let mut partitioned_by = Vec::new();
     let mut options = BTreeMap::new();
     let mut depth = 0usize;
+    let mut columns = ColumnList::Before;
     let mut i = 0;
     while i < tokens.len() {
         let token = &tokens[i];
@@ -93,12 +101,32 @@ pub(crate) fn split_create_table(sql: &str) -> Result<CreateTable> {
             i = end;
             continue;
         }
+        let text = match columns {
+            ColumnList::ItemStart if !is_whitespace(token) => {
+                columns = ColumnList::InItem;
+                column_name(token, &tokens[i + 1..])
+            }
+            _ => token.to_string(),
+        };
         match token {
-            Token::LParen => depth += 1,
-            Token::RParen => depth = depth.saturating_sub(1),
+            Token::LParen => {
+                if depth == 0 && columns == ColumnList::Before {
+                    columns = ColumnList::ItemStart;
+                }
+                depth += 1;
+            }
+            Token::RParen => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 && columns != ColumnList::Before {
+                    columns = ColumnList::After;
+                }
+            }
+            Token::Comma if depth == 1 && columns == ColumnList::InItem => {
+                columns = ColumnList::ItemStart;
+            }
             _ => {}
         }
-        standard.push_str(&token.to_string());
+        standard.push_str(&text);
         i += 1;
     }
     Ok(CreateTable {
@@ -106,6 +134,46 @@ pub(crate) fn split_create_table(sql: &str) -> Result<CreateTable> {
         partitioned_by,
         options,
     })
+}
+
+/// Where [`split_create_table`] is with respect to the column list (the statement's first
+/// parenthesized group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ColumnList {
+    Before,
+    /// Before the first token of a column definition or table constraint.
+    ItemStart,
+    InItem,
+    After,
+}
+
+/// The text of `token`, the first of a column definition or table constraint (`rest`
+/// follows it).
+///
+/// sqlparser's generic dialect reads an unquoted `KEY` or `INDEX` there as the start of a
+/// MySQL index definition (`KEY [name] (c, ...)`), which mink never takes (DataFusion
+/// refuses indexes), so `key VARCHAR` failed with "Expected: a list of columns in
+/// parentheses". Followed by a word (a type name, not `USING`) the keyword is the column's
+/// name and is written as a quoted identifier, lowercase as DataFusion normalizes an
+/// unquoted one. `PRIMARY KEY (c)`, `UNIQUE KEY (c)` and `c BIGINT PRIMARY KEY` do not start
+/// with it, and `KEY (c)` stays an index definition, refused by DataFusion as before.
+fn column_name(token: &Token, rest: &[Token]) -> String {
+    let next = rest.iter().find(|t| !is_whitespace(t));
+    match token {
+        Token::Word(word)
+            if word.quote_style.is_none()
+                && matches!(word.keyword, Keyword::KEY | Keyword::INDEX)
+                && matches!(next, Some(Token::Word(next)) if next.keyword != Keyword::USING) =>
+        {
+            Token::Word(Word {
+                value: word.value.to_lowercase(),
+                quote_style: Some('"'),
+                keyword: Keyword::NoKeyword,
+            })
+            .to_string()
+        }
+        token => token.to_string(),
+    }
 }
 
 fn clause_error(message: &str) -> DataFusionError {
@@ -213,6 +281,88 @@ mod tests {
             !is_create_table("-- CREATE TABLE\nSELECT 1")
                 || is_create_table("CREATE TABLE t (a INT)")
         );
+    }
+
+    #[test]
+    fn key_and_index_are_column_names() {
+        for (sql, standard) in [
+            (
+                "CREATE TABLE events (key VARCHAR, value VARCHAR, timestamp TIMESTAMP)",
+                r#"CREATE TABLE events ("key" VARCHAR, value VARCHAR, timestamp TIMESTAMP)"#,
+            ),
+            (
+                "CREATE TABLE t (id BIGINT, KEY VARCHAR(10) NOT NULL, Index INT)",
+                r#"CREATE TABLE t (id BIGINT, "key" VARCHAR(10) NOT NULL, "index" INT)"#,
+            ),
+            (
+                "CREATE TABLE t (\n  -- the record key\n  key VARCHAR,\n  id BIGINT PRIMARY KEY)",
+                "CREATE TABLE t (\n  -- the record key\n  \"key\" VARCHAR,\n  id BIGINT PRIMARY KEY)",
+            ),
+        ] {
+            assert_eq!(split_create_table(sql).unwrap().standard, standard, "{sql}");
+        }
+    }
+
+    #[test]
+    fn key_elsewhere_is_left_alone() {
+        for sql in [
+            // Constraints, quoted names, strings, defaults and mink's clauses.
+            "CREATE TABLE t (key VARCHAR NOT NULL, PRIMARY KEY (key))",
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR UNIQUE KEY)",
+            r#"CREATE TABLE t ("key" VARCHAR, "KEY" VARCHAR)"#,
+            "CREATE TABLE t (a VARCHAR DEFAULT 'key', b DECIMAL(10, 2))",
+            "CREATE TABLE t (a INT, KEY (a))",
+            "CREATE TABLE t (a INT, INDEX USING BTREE (a))",
+            "CREATE TABLE key_log (a INT)",
+        ] {
+            let split = split_create_table(sql).unwrap().standard;
+            let expected = sql.replacen("CREATE TABLE t (key", r#"CREATE TABLE t ("key""#, 1);
+            assert_eq!(split, expected, "{sql}");
+        }
+        let split = split_create_table(
+            "CREATE TABLE t (key VARCHAR) PARTITIONED BY (key) WITH ('bucket.key' = 'key')",
+        )
+        .unwrap();
+        assert_eq!(split.standard, r#"CREATE TABLE t ("key" VARCHAR)"#);
+        assert_eq!(split.partitioned_by, vec!["key"]);
+        assert_eq!(split.options["bucket.key"], "key");
+    }
+
+    /// What DataFusion plans from the split statement: the columns, named as typed.
+    #[tokio::test]
+    async fn datafusion_plans_key_columns() {
+        use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+        use datafusion::prelude::SessionContext;
+
+        let context = SessionContext::new();
+        // What the split is for (sqlparser 0.61's generic dialect).
+        let unsplit = "CREATE TABLE t (key VARCHAR, value VARCHAR)";
+        let refused = context.state().create_logical_plan(unsplit).await;
+        assert!(refused.is_err(), "{refused:?}");
+        for (sql, names) in [
+            (
+                "CREATE TABLE t (key VARCHAR, value VARCHAR, timestamp TIMESTAMP)",
+                vec!["key", "value", "timestamp"],
+            ),
+            (
+                "CREATE TABLE t (KEY BIGINT PRIMARY KEY, index VARCHAR)",
+                vec!["key", "index"],
+            ),
+            (
+                "CREATE TABLE t (key VARCHAR NOT NULL, v INT, PRIMARY KEY (key))",
+                vec!["key", "v"],
+            ),
+        ] {
+            let standard = split_create_table(sql).unwrap().standard;
+            let plan = context.state().create_logical_plan(&standard).await;
+            let Ok(LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create))) = plan else {
+                panic!("{sql}: {plan:?}");
+            };
+            let schema = create.input.schema();
+            let planned: Vec<_> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            assert_eq!(planned, names, "{sql}");
+            assert_eq!(create.constraints.is_empty(), !sql.contains("PRIMARY"), "{sql}");
+        }
     }
 
     #[test]

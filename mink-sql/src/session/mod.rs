@@ -281,8 +281,13 @@ impl MinkSession {
 
     /// The Arrow field of a column definition, typed by DataFusion's planner.
     async fn column_field(&self, column_def: &str) -> Result<Field> {
-        let sql = format!("CREATE TABLE mink_column ({column_def})");
-        let plan = self.context.state().create_logical_plan(&sql).await?;
+        // Split as a CREATE TABLE is, so a column named `key` plans as there.
+        let sql = split_create_table(&format!("CREATE TABLE mink_column ({column_def})"))?;
+        let plan = self
+            .context
+            .state()
+            .create_logical_plan(&sql.standard)
+            .await?;
         let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) = plan else {
             return Err(DataFusionError::Plan(format!("not a column: {column_def}")));
         };
