@@ -39,7 +39,7 @@ from mink_sqlalchemy.expressions import (
     TIME_GRAIN_EXPRESSIONS,
     datetime_literal,
 )
-from mink_sqlalchemy.types import from_type_name, sql_name
+from mink_sqlalchemy.types import from_arrow, from_type_name, sql_name
 
 # A warning of SQLAlchemy's says the dialect does something wrong (a reflection that
 # failed) or uses an API the other version lacks. SQLAlchemy 1.4's warnings about the
@@ -296,14 +296,24 @@ def check_reflection(engine, after_pandas=False):
     everything.reflect(engine, schema="sa")
     check({"sa.log_t", "sa.pk_t", "sa.made", "sa.zoned"} <= set(everything.tables), f"{everything.tables}")
 
-    # Which column source answered: the server's Flight SQL column metadata, when it
-    # sends it, else information_schema; both must agree where both answer.
+    # Which column source answered: the table schema's Flight SQL column metadata, when
+    # the server sends it, else information_schema; both must agree where both answer,
+    # and each SQL type name the server sends must read as the Arrow type it labels.
+    simplify = lambda cols: [(c["name"], repr(c["type"]), c["nullable"]) for c in cols]
     with engine.connect() as conn:
-        from_flight = engine.dialect._columns_from_flight_metadata(conn, "sa", "log_t")
-        from_schema = engine.dialect._columns_from_information_schema(conn, "sa", "log_t")
-    if from_flight:
-        simplify = lambda cols: [(c["name"], type(c["type"]).__name__, c["nullable"]) for c in cols]
-        equal(simplify(from_flight), simplify(from_schema), "Flight SQL metadata and information_schema")
+        for table in ("log_t", "pk_t", "made", "zoned"):
+            from_flight = engine.dialect._columns_from_flight_metadata(conn, "sa", table)
+            from_schema = engine.dialect._columns_from_information_schema(conn, "sa", table)
+            if from_flight:
+                equal(simplify(from_flight), simplify(from_schema), f"Flight SQL metadata and information_schema of {table}")
+            raw = mink_dialect._raw(conn)
+            for field in raw.adbc_get_table_schema(table, db_schema_filter="sa"):
+                name = (field.metadata or {}).get(b"ARROW:FLIGHT:SQL:TYPE_NAME")
+                if name is not None:
+                    named, arrow = from_type_name(name.decode()), from_arrow(field.type)
+                    equal((type(named).__name__, getattr(named, "timezone", None)),
+                          (type(arrow).__name__, getattr(arrow, "timezone", None)),
+                          f"type name {name!r} of {table}.{field.name} ({field.type})")
     return "flight" if from_flight else "information_schema"
 
 

@@ -19,8 +19,8 @@ sends it:
 
 * schemas, tables and views from ``information_schema`` (``SHOW TABLES`` calls mink's
   tables ``BASE TABLE`` and the ``system`` and ``information_schema`` tables ``VIEW``);
-* columns from ADBC's ``get_objects`` when the server fills in each column's type name
-  and nullability (Flight SQL column metadata), else from
+* columns from the table's Arrow schema as Flight SQL's ``GetTables`` sends it, when
+  its fields carry Flight SQL column metadata naming the table, else from
   ``information_schema.columns`` (types as DataFusion prints Arrow types), else, for the
   ``information_schema`` views that list nothing there, from the Arrow schema of
   ``SELECT *`` (Flight SQL ``GetSchema``: nothing runs);
@@ -43,7 +43,7 @@ from sqlalchemy.sql import compiler
 
 from . import flight
 from .target import Target, UrlError
-from .types import OpaqueType, from_arrow, from_type_name
+from .types import from_arrow, from_type_name
 
 __all__ = ["MinkDialect"]
 
@@ -232,6 +232,10 @@ class _Time(sqltypes.Time):
     def literal_processor(self, dialect: Any) -> Any:
         return lambda value: f"TIME '{value.isoformat() if hasattr(value, 'isoformat') else value}'"
 
+
+# Flight SQL column metadata keys (arrow-flight's `sql::metadata`).
+_FLIGHT_SCHEMA_NAME = b"ARROW:FLIGHT:SQL:DB_SCHEMA_NAME"
+_FLIGHT_TABLE_NAME = b"ARROW:FLIGHT:SQL:TABLE_NAME"
 
 # A statement that changes rows (comments and a WITH before it are not looked through).
 _DML = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.I)
@@ -481,23 +485,30 @@ class MinkDialect(default.DefaultDialect):
     def _columns_from_flight_metadata(
         self, connection: Any, schema: str, table: str
     ) -> Optional[List[Dict[str, Any]]]:
-        """The columns ADBC's ``get_objects`` reports, if the server gave each its type
-        name and nullability (Flight SQL column metadata); else None."""
+        """The columns of the table's schema as Flight SQL's ``GetTables`` sends it (ADBC's
+        ``adbc_get_table_schema``): Arrow types and nullability, taken when every field's
+        Flight SQL column metadata names this table; else None.
+
+        ADBC passes the names as LIKE patterns (``log_t`` also matches ``logxt``), so only
+        the metadata (``ARROW:FLIGHT:SQL:DB_SCHEMA_NAME`` and ``TABLE_NAME``) tells which
+        table answered; a server that sends none is read through ``information_schema``.
+        (``get_objects`` carries the type names too, but ADBC 1.13 leaves its nullability
+        empty.)
+        """
         try:
-            reader = _raw(connection).adbc_get_objects(
-                depth="columns", db_schema_filter=_like(schema), table_name_filter=_like(table)
-            )
-            catalogs = reader.read_all().to_pylist()
-        except Exception:  # noqa: BLE001 - an older server or driver: use the fallbacks
+            arrow_schema = _raw(connection).adbc_get_table_schema(table, db_schema_filter=schema)
+        except self.dbapi.Error:
             return None
-        for catalog in catalogs:
-            for db_schema in catalog.get("catalog_db_schemas") or []:
-                if db_schema.get("db_schema_name") != schema:
-                    continue
-                for entry in db_schema.get("db_schema_tables") or []:
-                    if entry.get("table_name") == table:
-                        return _columns_of_objects(entry.get("table_columns") or [])
-        return None
+        columns = []
+        for field in arrow_schema:
+            metadata = field.metadata or {}
+            if (
+                metadata.get(_FLIGHT_SCHEMA_NAME) != schema.encode()
+                or metadata.get(_FLIGHT_TABLE_NAME) != table.encode()
+            ):
+                return None
+            columns.append(_column(field.name, from_arrow(field.type), field.nullable))
+        return columns or None
 
     def _columns_from_information_schema(
         self, connection: Any, schema: str, table: str
@@ -573,12 +584,6 @@ def _raw(connection: Any) -> Any:
     return getattr(fairy, "dbapi_connection", None) or fairy.connection
 
 
-def _like(name: str) -> str:
-    """`name` as ADBC's LIKE-pattern filters take it. Flight SQL defines no escape, so
-    `_` and `%` in the name stay wildcards: callers keep the exact name's entries."""
-    return name
-
-
 def _column(name: str, type_: Any, nullable: bool) -> Dict[str, Any]:
     return {
         "name": name,
@@ -588,27 +593,3 @@ def _column(name: str, type_: Any, nullable: bool) -> Dict[str, Any]:
         "autoincrement": False,
         "comment": None,
     }
-
-
-def _columns_of_objects(columns: List[Dict[str, Any]]) -> Optional[List[Dict[str, Any]]]:
-    """A table's columns from ``get_objects``, or None unless every column has a type
-    name SQLAlchemy knows and a known nullability."""
-    if not columns:
-        return None
-    found = []
-    for column in sorted(columns, key=lambda c: c.get("ordinal_position") or 0):
-        type_name = column.get("xdbc_type_name")
-        sqla_type = from_type_name(type_name) if type_name else None
-        if sqla_type is None or isinstance(sqla_type, (OpaqueType, sqltypes.NullType)):
-            return None
-        is_nullable = (column.get("xdbc_is_nullable") or "").upper()
-        nullable_code = column.get("xdbc_nullable")
-        if is_nullable in ("YES", "NO"):
-            nullable = is_nullable == "YES"
-        elif nullable_code in (0, 1):
-            nullable = nullable_code == 1
-        else:
-            return None
-        found.append(_column(column["column_name"], sqla_type, nullable))
-    return found
-
