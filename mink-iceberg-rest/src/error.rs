@@ -34,11 +34,12 @@ impl RestError {
         Self::new(StatusCode::UNAUTHORIZED, "NotAuthorizedException", message)
     }
 
+    /// `namespace` as the path names it (levels joined by the unit separator).
     pub(crate) fn no_such_namespace(namespace: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
             "NoSuchNamespaceException",
-            format!("namespace {namespace} does not exist"),
+            format!("namespace {} does not exist", dotted(namespace)),
         )
     }
 
@@ -46,7 +47,18 @@ impl RestError {
         Self::new(
             StatusCode::NOT_FOUND,
             "NoSuchTableException",
-            format!("table {namespace}.{table} does not exist"),
+            format!("table {}.{table} does not exist", dotted(namespace)),
+        )
+    }
+
+    pub(crate) fn no_such_view(namespace: &str, view: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "NoSuchViewException",
+            format!(
+                "view {}.{view} does not exist: mink's catalog holds no views",
+                dotted(namespace)
+            ),
         )
     }
 
@@ -74,6 +86,24 @@ impl RestError {
     pub(crate) fn status(&self) -> StatusCode {
         self.status
     }
+
+    /// The failure of a commit: a server error is `CommitStateUnknownException`, as the
+    /// spec types a commit's `5xx` (Iceberg's clients take any `500`, `502`, `503` or `504`
+    /// of a commit so, and keep the files it names).
+    pub(crate) fn of_commit(self) -> Self {
+        match self.status.is_server_error() {
+            true => Self {
+                kind: "CommitStateUnknownException",
+                ..self
+            },
+            false => self,
+        }
+    }
+}
+
+/// A namespace of a path (levels joined by the unit separator, `0x1F`) as messages show it.
+fn dotted(namespace: &str) -> String {
+    namespace.replace('\u{1f}', ".")
 }
 
 impl From<LakeError> for RestError {
@@ -134,5 +164,47 @@ impl IntoResponse for RestError {
             }
         });
         (self.status, Json(body)).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_things_name_their_namespace_levels_with_dots() {
+        let table = RestError::no_such_table("demo\u{1f}events", "snapshots");
+        assert_eq!(
+            (table.status, table.kind),
+            (StatusCode::NOT_FOUND, "NoSuchTableException")
+        );
+        assert_eq!(table.message, "table demo.events.snapshots does not exist");
+        let namespace = RestError::no_such_namespace("demo\u{1f}events");
+        assert_eq!(namespace.kind, "NoSuchNamespaceException");
+        assert_eq!(namespace.message, "namespace demo.events does not exist");
+        assert_eq!(
+            RestError::no_such_view("demo", "v").kind,
+            "NoSuchViewException"
+        );
+    }
+
+    #[test]
+    fn a_commit_failing_on_the_server_has_an_unknown_outcome() {
+        let failed = RestError::from(LakeError::Config("the catalog is gone".into())).of_commit();
+        assert_eq!(
+            (failed.status, failed.kind),
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "CommitStateUnknownException"
+            )
+        );
+        // A refusal is known: nothing was committed.
+        for (error, kind) in [
+            (RestError::bad_request("no"), "BadRequestException"),
+            (RestError::forbidden("no"), "ForbiddenException"),
+            (RestError::no_such_table("t", "t"), "NoSuchTableException"),
+        ] {
+            assert_eq!(error.of_commit().kind, kind);
+        }
     }
 }

@@ -20,6 +20,8 @@
 //! - `limits`: every bound of requests and of what clients create, with its table;
 //! - `namespaces`: mink databases, and the hosted namespaces clients create;
 //! - `tables`: list, load, commit; create and drop in hosted namespaces;
+//! - `unserved`: the spec's routes mink does not serve, answered as the spec documents
+//!   (no views; `406` for renames, registrations, transactions, ...);
 //! - `error`: the protocol's error model (`{"error": {"message", "type", "code"}}`).
 //!
 //! Namespaces are mink databases, tables the lake tables of mink tables; a client may also
@@ -38,5 +40,6 @@ mod oauth;
 mod routes;
 mod server;
 mod tables;
+mod unserved;
 
 pub use server::{IcebergRestHandle, IcebergRestOptions, ServeError, serve};

@@ -11,7 +11,8 @@
 use std::collections::HashMap;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use iceberg::{ErrorKind, NamespaceIdent};
 use mink_core::table::TablePath;
@@ -66,9 +67,26 @@ pub(crate) async fn hosted_namespace(
     Ok(ident)
 }
 
+/// The query of `GET /v1/namespaces` (its paging is not taken: one page holds them all).
+#[derive(Deserialize)]
+pub(crate) struct ListNamespacesQuery {
+    /// The namespace to list the namespaces of (levels joined by the unit separator);
+    /// absent or empty: the top level.
+    parent: Option<String>,
+}
+
+/// `GET /v1/namespaces`: every namespace, all of one level. Under a `parent` (Spark's `SHOW
+/// NAMESPACES IN mink.demo`), none; `404 NoSuchNamespaceException` for a parent that does
+/// not exist, as the spec documents.
 pub(crate) async fn list_namespaces(
     State(state): Shared,
+    query: Result<Query<ListNamespacesQuery>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, RestError> {
+    let Query(query) = query.map_err(|e| RestError::bad_request(e.body_text()))?;
+    if let Some(parent) = query.parent.filter(|parent| !parent.is_empty()) {
+        checked_namespace(&state, &parent).await?;
+        return Ok(Json(json!({ "namespaces": [] })));
+    }
     let namespaces = lake(&state).await?.catalog().list_namespaces(None).await?;
     let names: Vec<_> = namespaces.iter().map(|n| n.as_ref().clone()).collect();
     Ok(Json(json!({ "namespaces": names })))

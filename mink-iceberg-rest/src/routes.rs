@@ -14,7 +14,9 @@
 //! | `POST /v1/namespaces/{ns}/tables/{t}` | a commit (`tables`) |
 //! | `DELETE /v1/namespaces/{ns}/tables/{t}` | a hosted table dropped (files too if `purgeRequested`) |
 //!
-//! An unknown path is a `404 NotFoundException`, another method of a known path a `406
+//! The spec's other routes answer as it documents for a catalog without them (`unserved`:
+//! no views, `406 UnsupportedOperationException` for renames and the rest). An unknown path
+//! is a `404 NotFoundException`, another method of a known path a `406
 //! UnsupportedOperationException`: mink's own tables are created, altered and dropped
 //! through mink's SQL.
 
@@ -37,7 +39,7 @@ use serde_json::json;
 use crate::error::RestError;
 use crate::limits::{BODY_READ_TIMEOUT, MAX_BODY_BYTES, MAX_TOKEN_BODY_BYTES};
 use crate::oauth::{issue_token, require_token};
-use crate::{namespaces, tables};
+use crate::{namespaces, tables, unserved};
 
 /// What every route reads: the node (for its lake), the login and the file IO properties
 /// handed to clients.
@@ -78,6 +80,7 @@ pub(crate) fn router(state: CatalogState) -> Router {
                 .post(tables::commit_table)
                 .delete(tables::drop_table),
         )
+        .merge(unserved::routes())
         // Outermost last: the token is checked before the body is read.
         .route_layer(middleware::from_fn(read_body_within_deadline))
         .route_layer(middleware::from_fn_with_state(

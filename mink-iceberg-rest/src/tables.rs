@@ -10,9 +10,14 @@
 //! the table's location, each snapshot's sequence number the next and its timestamp not
 //! ahead of the clock). A new table gets the location the
 //! catalog chooses in its warehouse, and no property that would write its files elsewhere.
+//!
+//! Every route of one table answers a table of a missing namespace as a missing table,
+//! `404 NoSuchTableException` ([`existing_table`]); the routes of a namespace's tables
+//! (list, create) answer `404 NoSuchNamespaceException`.
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use iceberg::spec::TableMetadata;
@@ -30,16 +35,24 @@ use crate::limits::MAX_HOSTED_TABLES;
 use crate::namespaces::{checked_namespace, hosted_namespace, namespace};
 use crate::routes::{CatalogState, Shared, lake};
 
-/// The mink table a path names, checked to have a lake table.
-async fn existing_table(
+/// The table a path names, checked to have a lake table.
+///
+/// A table of a namespace that does not exist, or has several levels (`demo%1Fevents`,
+/// which this catalog never holds), does not exist either: `404 NoSuchTableException`, as
+/// the spec documents for loading, checking, committing to and dropping a table. Iceberg's
+/// Java client (Spark's, Trino's) tries a metadata table on that exception only: Spark
+/// loads `mink.demo.events.snapshots` as table `snapshots` of namespace `demo.events`
+/// first, then as the `snapshots` metadata table of `demo.events`.
+pub(crate) async fn existing_table(
     state: &CatalogState,
     namespace_name: &str,
     name: &str,
 ) -> Result<TablePath, RestError> {
-    namespace(namespace_name)?;
+    let missing = || RestError::no_such_table(namespace_name, name);
+    namespace(namespace_name).map_err(|_| missing())?;
     let path = TablePath::new(namespace_name, name);
     if !lake(state).await?.exists(&path).await? {
-        return Err(RestError::no_such_table(namespace_name, name));
+        return Err(missing());
     }
     Ok(path)
 }
@@ -178,10 +191,11 @@ pub(crate) struct DropTableQuery {
 pub(crate) async fn drop_table(
     State(state): Shared,
     Path((namespace_name, name)): Path<(String, String)>,
-    Query(query): Query<DropTableQuery>,
+    query: Result<Query<DropTableQuery>, QueryRejection>,
 ) -> Result<StatusCode, RestError> {
-    hosted_namespace(&state, &namespace_name, "tables are dropped").await?;
+    let Query(query) = query.map_err(|e| RestError::bad_request(e.body_text()))?;
     let path = existing_table(&state, &namespace_name, &name).await?;
+    hosted_namespace(&state, &namespace_name, "tables are dropped").await?;
     let lake = lake(&state).await?;
     let purge = query
         .purge_requested
@@ -206,7 +220,7 @@ pub(crate) async fn commit_table(
         true => commit_hosted(lake, &path, &request.requirements, request.updates).await,
         false => commit_foreign(lake, &path, &request.requirements, request.updates).await,
     };
-    let (metadata, location) = commit?;
+    let (metadata, location) = commit.map_err(|e| RestError::from(e).of_commit())?;
     Ok(Json(
         json!({ "metadata-location": location, "metadata": metadata }),
     ))

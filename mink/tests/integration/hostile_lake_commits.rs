@@ -35,7 +35,10 @@ use crate::support::{TestNode, events, events_table, first_column_ids, lake_opti
 
 /// A log table of two buckets with 100 rows tiered and 20 in the log only, and the
 /// snapshot of the round.
-async fn tiered_table(client: &MinkClient, name: &str) -> (TableDescriptor, Option<i64>) {
+pub(crate) async fn tiered_table(
+    client: &MinkClient,
+    name: &str,
+) -> (TableDescriptor, Option<i64>) {
     let table = client
         .create_table(&events_table(name, 2, lake_options()), false)
         .await
@@ -302,7 +305,7 @@ async fn retention_keeps_rows_not_yet_tiered() {
 
 /// One HTTP/1.1 request to the REST port at `addr` over a fresh connection (bearer
 /// `token`, JSON or form `body`); the status and the body answered.
-async fn http(
+pub(crate) async fn http(
     addr: &str,
     method: &str,
     path: &str,
@@ -338,7 +341,7 @@ fn parse_answer(answer: &str) -> (u16, String) {
 }
 
 /// A bearer token of the REST port, logged in as the test user.
-async fn rest_token(addr: &str) -> String {
+pub(crate) async fn rest_token(addr: &str) -> String {
     let form = format!("grant_type=client_credentials&client_id={USER}&client_secret={PASSWORD}");
     let (status, body) = http(addr, "POST", "/v1/oauth/tokens", None, &form).await;
     assert_eq!(status, 200, "{body}");

@@ -27,6 +27,7 @@ mod hostile_tables;
 mod hostile_worker;
 mod hostile_writes;
 mod iceberg_rest;
+mod iceberg_rest_errors;
 mod kafka;
 mod lake_foreign;
 mod lake_history;
