@@ -361,7 +361,11 @@ mod tests {
             let schema = create.input.schema();
             let planned: Vec<_> = schema.fields().iter().map(|f| f.name().as_str()).collect();
             assert_eq!(planned, names, "{sql}");
-            assert_eq!(create.constraints.is_empty(), !sql.contains("PRIMARY"), "{sql}");
+            assert_eq!(
+                create.constraints.is_empty(),
+                !sql.contains("PRIMARY"),
+                "{sql}"
+            );
         }
     }
 
