@@ -21,6 +21,7 @@ import argparse
 import collections
 import datetime
 import decimal
+import doctest
 import json
 import random
 import sys
@@ -33,6 +34,10 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import types as sqltypes
 
 from mink_sqlalchemy import dialect as mink_dialect
+from mink_sqlalchemy import expressions
+from mink_sqlalchemy import flight as mink_flight
+from mink_sqlalchemy import target as mink_target
+from mink_sqlalchemy import types as mink_types
 from mink_sqlalchemy.expressions import (
     EPOCH_MS_TO_DTTM,
     EPOCH_TO_DTTM,
@@ -540,7 +545,9 @@ def check_tls(args):
 
 
 def check_pure_parts():
-    """The parts that need no server: type names both ways."""
+    """The parts that need no server: the modules' examples, type names both ways."""
+    for module in (mink_types, expressions, mink_flight, mink_target):
+        equal(doctest.testmod(module).failed, 0, f"the examples of {module.__name__}")
     equal(repr(from_type_name('Timestamp(µs, "UTC")')), "TIMESTAMP(timezone=True)", "a zoned Arrow timestamp")
     equal(from_type_name("Timestamp(ns)").timezone, False, "a zoneless one")
     equal(from_type_name("Timestamp(Microsecond, Some(\"UTC\"))").timezone, True, "arrow-rs's older form")
