@@ -1,6 +1,11 @@
 //! `MinkCatalog`: every mink database as a DataFusion schema, every table in it as a
 //! [`MinkTable`], and the `system` schema of the node's state.
 //!
+//! A database exists while it holds a table, except [`DEFAULT_DATABASE`], where a table
+//! named without a database goes: it is always listed, empty or not, so that clients
+//! browsing the catalog (`information_schema.schemata`, Flight SQL's `GetDbSchemas`)
+//! find the database their unqualified names mean.
+//!
 //! The catalog is a view of the node taken when it is loaded: the table names are listed
 //! then (DataFusion asks for them synchronously), and a table's descriptor is fetched
 //! when a query names it. Load it again to see tables created since.
@@ -11,6 +16,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
+use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result};
 use mink_client::{ClientError, MinkClient};
 use mink_core::table::TablePath;
@@ -39,6 +45,7 @@ impl MinkCatalog {
     /// The node could not be reached.
     pub async fn load(client: MinkClient, storage: LakeStorage) -> Result<Self, ClientError> {
         let mut databases: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        databases.insert(DEFAULT_DATABASE.to_string(), Vec::new());
         for path in client.list_tables(None).await? {
             databases.entry(path.database).or_default().push(path.name);
         }
@@ -115,6 +122,13 @@ impl SchemaProvider for MinkDatabase {
         }
         let provider = MinkTable::new(table, kind, self.client.clone(), self.storage.clone());
         Ok(Some(Arc::new(provider)))
+    }
+
+    /// Every table is a base table; answered without asking the node for it (as
+    /// [`SchemaProvider::table`] does), so listing tables (`SHOW TABLES`, Flight SQL's
+    /// `GetTables`) costs no call per table.
+    async fn table_type(&self, name: &str) -> Result<Option<TableType>> {
+        Ok(self.table_exist(name).then_some(TableType::Base))
     }
 
     /// `t`, `t$lake` and `t$changelog` for every table `t`.

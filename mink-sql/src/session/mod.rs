@@ -106,8 +106,15 @@ impl MinkSession {
         let mut config = SessionConfig::new()
             .with_default_catalog_and_schema(CATALOG_NAME, DEFAULT_DATABASE)
             .with_information_schema(true);
-        // mink's columns (and its lake) use Utf8, not views.
-        config.options_mut().sql_parser.map_string_types_to_utf8view = false;
+        // mink's columns (and its lake) use Utf8, not views: a `VARCHAR` of a statement
+        // (a `CAST`, a `CREATE TABLE` column) is `Utf8`, and a Parquet file's schema
+        // inferred for `CREATE EXTERNAL TABLE` (a local `mink sql`) reads strings as
+        // `Utf8` too. mink's own scans read the lake in the table's declared types
+        // whatever this says; Flight SQL casts any view a function still computes
+        // (`mink_flight_sql`'s `columns`).
+        let options = config.options_mut();
+        options.sql_parser.map_string_types_to_utf8view = false;
+        options.execution.parquet.schema_force_view_types = false;
         // No URL tables (`SELECT * FROM '/etc/passwd'`): `enable_url_table` is never called.
         let context = match runtime.distribution() {
             Some(distribution) => {
