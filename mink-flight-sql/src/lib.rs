@@ -20,7 +20,10 @@
 //! - **Bulk ingestion** into a table, appended or upserted by the table's kind
 //!   ([`ingest`]).
 //! - **Metadata**: SQL info, catalogs, databases, tables with schemas, table types,
-//!   primary keys, foreign keys (none), XDBC types ([`metadata`], [`sql_info`]).
+//!   primary keys, foreign keys (none), XDBC types ([`metadata`], [`sql_info`],
+//!   [`sql_types`]). Every column of a table's schema and of a result carries Flight
+//!   SQL's column metadata (type name, precision, scale, its table, ...), and travels
+//!   in the type its table declares, never as a `Utf8View` ([`columns`], [`lineage`]).
 //! - **`GetSchema` and `PollFlightInfo`**, which arrow-flight's dispatch leaves out
 //!   ([`endpoint`]); **`CancelFlightInfo`** and `CancelQuery`, which stop the result
 //!   streams of a FlightInfo ([`running`]).
@@ -41,11 +44,13 @@
 
 mod auth;
 pub mod client;
+mod columns;
 mod endpoint;
 mod error;
 mod handle;
 mod ingest;
 pub mod limits;
+mod lineage;
 mod memory;
 mod metadata;
 mod metered;
@@ -53,6 +58,7 @@ mod prepared;
 mod running;
 mod service;
 mod sql_info;
+mod sql_types;
 mod statement;
 
 use std::net::SocketAddr;
@@ -257,8 +263,8 @@ pub fn serve_in(
         Statements::new(config.client, config.storage, runtime),
         running,
         Arc::clone(&auth),
-        sql_info::sql_info()?,
-        metadata::xdbc_types()?,
+        sql_info::sql_info(max_connections)?,
+        sql_types::xdbc_types()?,
     );
     let service = FlightServiceServer::new(FlightSqlEndpoint::new(service))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)

@@ -1,36 +1,54 @@
 //! The metadata calls clients make on connect and browse with: catalogs, databases
 //! (Flight SQL's "db schemas"), tables with their Arrow schemas, table types, primary
-//! keys, foreign keys (mink has none) and the SQL types (XDBC type info).
+//! keys, foreign keys (mink has none) and the SQL types (XDBC type info, see
+//! [`sql_types`](super::sql_types)).
 //!
 //! Everything is read from a fresh [`MinkSession`]'s catalog, so the answers list the
-//! tables as they are now, including the `system` tables and DataFusion's
-//! `information_schema`. Filtering by catalog, pattern and table type is done by
-//! arrow-flight's builders, which implement the spec's `%` / `_` patterns.
+//! tables as they are now, and agree with what SQL shows of the same catalog:
+//!
+//! | Flight SQL       | lists                                                      | as SQL shows it |
+//! |------------------|------------------------------------------------------------|-----------------|
+//! | `GetDbSchemas`   | `default` (always), every database holding a table, `system`, `information_schema` | `information_schema.schemata` (which, as DataFusion's, leaves `information_schema` itself out) |
+//! | `GetTables`      | every table of those, typed `TABLE` (mink's tables) or `VIEW` (`system.*`, `information_schema.*`) | `SHOW TABLES` (`information_schema.tables`), `BASE TABLE` or `VIEW` |
+//! | `GetTableTypes`  | `TABLE`, `VIEW`                                            |                 |
+//!
+//! A table's type is its provider's, the same `SHOW TABLES` reads, under the name JDBC
+//! uses for it. A table's schema (`include_schema`) carries the Flight SQL column
+//! metadata of each column ([`columns`](super::columns)). Filtering by catalog, pattern
+//! and table type is done by arrow-flight's builders, which implement the spec's `%` /
+//! `_` patterns; `GetTables` applies them before it loads a schema, which costs a call
+//! to the node.
 
 use std::sync::{Arc, LazyLock};
 
+use arrow::array::{BooleanArray, Scalar};
 use arrow::array::{Int32Array, RecordBatch, StringArray};
+use arrow::compute::kernels::comparison::like;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use arrow_flight::error::FlightError;
-use arrow_flight::sql::metadata::{XdbcTypeInfo, XdbcTypeInfoData, XdbcTypeInfoDataBuilder};
 use arrow_flight::sql::{
     CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetTableTypes,
-    CommandGetTables, Nullable, Searchable, XdbcDataType,
+    CommandGetTables,
 };
+use datafusion::catalog::information_schema::INFORMATION_SCHEMA;
+use datafusion::catalog::{SchemaProvider, TableProvider};
+use datafusion::common::TableReference;
+use datafusion::datasource::TableType;
+use datafusion::execution::SessionState;
 use mink_client::MinkClient;
 use mink_core::table::TablePath;
 use mink_sql::{CATALOG_NAME, DEFAULT_DATABASE};
 use tonic::Status;
 
+use crate::columns::{ColumnOrigin, READ_ONLY_DATABASES, wire_schema};
 use crate::error::{arrow_status, client_status, status};
 use mink_sql::session::MinkSession;
 
-/// The type of a user table.
+/// The type of a mink table (SQL's `BASE TABLE`).
 const TABLE: &str = "TABLE";
-/// The type of `system.*` and `information_schema.*`.
-const SYSTEM_TABLE: &str = "SYSTEM TABLE";
-/// Databases whose tables are [`SYSTEM_TABLE`]s.
-const SYSTEM_DATABASES: [&str; 2] = ["system", "information_schema"];
+/// The type of the tables of `system` and `information_schema`.
+const VIEW: &str = "VIEW";
+/// The type of a session's temporary table (none is listed: a session lasts one call).
+const LOCAL_TEMPORARY: &str = "LOCAL TEMPORARY";
 
 /// `GetCatalogs`: mink's one catalog.
 pub(crate) fn catalogs(session: &MinkSession) -> Result<RecordBatch, Status> {
@@ -41,7 +59,7 @@ pub(crate) fn catalogs(session: &MinkSession) -> Result<RecordBatch, Status> {
     Ok(builder.build()?)
 }
 
-/// `GetDbSchemas`: the databases, `system` and `information_schema`.
+/// `GetDbSchemas`: the databases (see the module docs).
 pub(crate) fn db_schemas(
     session: &MinkSession,
     command: CommandGetDbSchemas,
@@ -53,46 +71,113 @@ pub(crate) fn db_schemas(
     Ok(builder.build()?)
 }
 
-/// `GetTables`, with each table's Arrow schema when the command asks for it.
+/// `GetTables`, with each table's Arrow schema and its columns' metadata when the
+/// command asks for it.
 pub(crate) async fn tables(
     session: &MinkSession,
     command: CommandGetTables,
 ) -> Result<RecordBatch, Status> {
+    let state = session.context().state();
+    let wanted = Wanted::of(&command);
     let include_schema = command.include_schema;
     let mut builder = command.into_builder();
-    let context = session.context();
-    for (catalog_name, database) in databases(session) {
-        let Some(schema) = context
-            .catalog(&catalog_name)
-            .and_then(|catalog| catalog.schema(&database))
-        else {
+    for (catalog, database) in databases(session) {
+        let Some(schema) = schema_provider(&state, &catalog, &database) else {
             continue;
         };
-        for table in schema.table_names() {
-            // A table's schema costs a call to the node: only when asked for.
-            let provider = match include_schema {
-                true => schema.table(&table).await.map_err(status)?,
-                false => None,
+        let mut names = schema.table_names();
+        names.sort();
+        for table in names {
+            let Some(table_type) = schema.table_type(&table).await.map_err(status)? else {
+                continue;
             };
-            let table_schema = provider.map_or_else(|| Arc::new(Schema::empty()), |p| p.schema());
-            builder.append(
-                &catalog_name,
-                &database,
-                &table,
-                table_type(&database),
-                &table_schema,
-            )?;
+            let table_type = flight_table_type(table_type);
+            if !wanted.matches(&catalog, &database, &table, table_type)? {
+                continue;
+            }
+            // A table's schema costs a call to the node: only when asked for.
+            let table_schema = match include_schema {
+                true => {
+                    let provider = schema.table(&table).await.map_err(status)?;
+                    provider.map_or_else(Schema::empty, |provider| {
+                        column_schema(provider.as_ref(), &catalog, &database, &table)
+                    })
+                }
+                false => Schema::empty(),
+            };
+            builder.append(&catalog, &database, &table, table_type, &table_schema)?;
         }
     }
     Ok(builder.build()?)
 }
 
-/// `GetTableTypes`.
+/// `GetTableTypes`: the types [`tables`] gives.
 pub(crate) fn table_types() -> Result<RecordBatch, Status> {
     let mut builder = CommandGetTableTypes {}.into_builder();
     builder.append(TABLE);
-    builder.append(SYSTEM_TABLE);
+    builder.append(VIEW);
     Ok(builder.build()?)
+}
+
+/// The name Flight SQL (and JDBC) give a table of type `table_type`.
+fn flight_table_type(table_type: TableType) -> &'static str {
+    match table_type {
+        TableType::Base => TABLE,
+        TableType::View => VIEW,
+        TableType::Temporary => LOCAL_TEMPORARY,
+    }
+}
+
+/// A table's schema as `GetTables` answers it: each column with its Flight SQL metadata.
+fn column_schema(table: &dyn TableProvider, catalog: &str, database: &str, name: &str) -> Schema {
+    let schema = table.schema();
+    let origin = ColumnOrigin::new(catalog, database, name);
+    let origins = vec![Some(origin); schema.fields().len()];
+    wire_schema(&schema, &origins)
+}
+
+/// The filters of a `GetTables` command, applied before a table's schema is loaded
+/// (arrow-flight's builder applies them again, to the same effect).
+struct Wanted {
+    catalog: Option<String>,
+    database: Option<String>,
+    table: Option<String>,
+    types: Vec<String>,
+}
+
+impl Wanted {
+    fn of(command: &CommandGetTables) -> Self {
+        Self {
+            catalog: command.catalog.clone(),
+            database: command.db_schema_filter_pattern.clone(),
+            table: command.table_name_filter_pattern.clone(),
+            types: command.table_types.clone(),
+        }
+    }
+
+    /// Whether a table passes the filters: the catalog named exactly, the database and
+    /// table names matching their `LIKE` patterns, its type one of those asked for.
+    fn matches(
+        &self,
+        catalog: &str,
+        database: &str,
+        table: &str,
+        table_type: &str,
+    ) -> Result<bool, Status> {
+        let like_pattern = |pattern: &Option<String>, name: &str| -> Result<bool, Status> {
+            let Some(pattern) = pattern else {
+                return Ok(true);
+            };
+            let name = StringArray::from(vec![name]);
+            let pattern = Scalar::new(StringArray::from(vec![pattern.as_str()]));
+            let matched: BooleanArray = like(&name, &pattern).map_err(arrow_status)?;
+            Ok(matched.value(0))
+        };
+        Ok(self.catalog.as_deref().is_none_or(|c| c == catalog)
+            && (self.types.is_empty() || self.types.iter().any(|t| t == table_type))
+            && like_pattern(&self.database, database)?
+            && like_pattern(&self.table, table)?)
+    }
 }
 
 /// The schema of `GetPrimaryKeys` answers.
@@ -121,7 +206,7 @@ pub(crate) async fn primary_keys(
         .catalog
         .as_deref()
         .is_some_and(|c| c != CATALOG_NAME);
-    let columns = if other_catalog || SYSTEM_DATABASES.contains(&database) {
+    let columns = if other_catalog || READ_ONLY_DATABASES.contains(&database) {
         Vec::new()
     } else {
         let path = TablePath::new(database, command.table.as_str());
@@ -167,61 +252,18 @@ pub(crate) fn foreign_keys_schema() -> SchemaRef {
     Arc::clone(&SCHEMA)
 }
 
-/// The SQL types mink's tables store, for `GetXdbcTypeInfo`.
-pub(crate) fn xdbc_types() -> Result<XdbcTypeInfoData, FlightError> {
-    use XdbcDataType as X;
-    let mut builder = XdbcTypeInfoDataBuilder::new();
-    // (name, type, column size, quoted literal, number radix)
-    let types = [
-        ("BOOLEAN", X::XdbcBit, 1, false, None),
-        ("TINYINT", X::XdbcTinyint, 3, false, Some(10)),
-        ("SMALLINT", X::XdbcSmallint, 5, false, Some(10)),
-        ("INT", X::XdbcInteger, 10, false, Some(10)),
-        ("BIGINT", X::XdbcBigint, 19, false, Some(10)),
-        ("FLOAT", X::XdbcFloat, 24, false, Some(2)),
-        ("DOUBLE", X::XdbcDouble, 53, false, Some(2)),
-        ("DECIMAL", X::XdbcDecimal, 38, false, Some(10)),
-        ("VARCHAR", X::XdbcVarchar, i32::MAX, true, None),
-        ("BYTEA", X::XdbcVarbinary, i32::MAX, true, None),
-        ("DATE", X::XdbcDate, 10, true, None),
-        ("TIME", X::XdbcTime, 15, true, None),
-        ("TIMESTAMP", X::XdbcTimestamp, 26, true, None),
-    ];
-    for (name, data_type, column_size, quoted, radix) in types {
-        let quote = quoted.then(|| "'".to_string());
-        builder.append(XdbcTypeInfo {
-            type_name: name.into(),
-            data_type,
-            column_size: Some(column_size),
-            literal_prefix: quote.clone(),
-            literal_suffix: quote,
-            create_params: (name == "DECIMAL")
-                .then(|| vec!["precision".to_string(), "scale".to_string()]),
-            nullable: Nullable::NullabilityNullable,
-            case_sensitive: quoted,
-            searchable: Searchable::Full,
-            unsigned_attribute: radix.map(|_| false),
-            fixed_prec_scale: name == "DECIMAL",
-            auto_increment: radix.map(|_| false),
-            local_type_name: Some(name.into()),
-            minimum_scale: None,
-            maximum_scale: None,
-            sql_data_type: data_type,
-            datetime_subcode: None,
-            num_prec_radix: radix,
-            interval_precision: None,
-        });
-    }
-    builder.build()
-}
-
-/// Every `(catalog, database)` of the session.
+/// Every `(catalog, database)` of the session: its catalogs' databases and
+/// `information_schema`, which DataFusion serves in every catalog, sorted.
 fn databases(session: &MinkSession) -> Vec<(String, String)> {
     let context = session.context();
+    let information_schema = context.state().config().information_schema();
     let mut databases = Vec::new();
     for catalog_name in context.catalog_names() {
         if let Some(catalog) = context.catalog(&catalog_name) {
             let mut names = catalog.schema_names();
+            if information_schema && !names.iter().any(|n| n == INFORMATION_SCHEMA) {
+                names.push(INFORMATION_SCHEMA.to_string());
+            }
             names.sort();
             databases.extend(names.into_iter().map(|name| (catalog_name.clone(), name)));
         }
@@ -229,12 +271,15 @@ fn databases(session: &MinkSession) -> Vec<(String, String)> {
     databases
 }
 
-fn table_type(database: &str) -> &'static str {
-    if SYSTEM_DATABASES.contains(&database) {
-        SYSTEM_TABLE
-    } else {
-        TABLE
-    }
+/// The provider of a database, `information_schema` included.
+fn schema_provider(
+    state: &SessionState,
+    catalog: &str,
+    database: &str,
+) -> Option<Arc<dyn SchemaProvider>> {
+    state
+        .schema_for_ref(TableReference::full(catalog, database, ""))
+        .ok()
 }
 
 #[cfg(test)]
@@ -242,15 +287,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn system_databases_hold_system_tables() {
-        assert_eq!(table_type("system"), SYSTEM_TABLE);
-        assert_eq!(table_type("information_schema"), SYSTEM_TABLE);
-        assert_eq!(table_type("default"), TABLE);
+    fn table_types_are_named_as_jdbc_names_them() {
+        assert_eq!(flight_table_type(TableType::Base), TABLE);
+        assert_eq!(flight_table_type(TableType::View), VIEW);
+        assert_eq!(flight_table_type(TableType::Temporary), LOCAL_TEMPORARY);
+        let listed = table_types().unwrap();
+        assert_eq!(listed.num_rows(), 2);
     }
 
     #[test]
-    fn every_stored_type_is_described() {
-        let types = xdbc_types().unwrap().record_batch(None).unwrap();
-        assert_eq!(types.num_rows(), 13);
+    fn tables_are_filtered_by_catalog_patterns_and_types() {
+        let command = CommandGetTables {
+            catalog: Some("mink".into()),
+            db_schema_filter_pattern: Some("de%".into()),
+            table_name_filter_pattern: Some("ev_nts".into()),
+            table_types: vec![TABLE.into()],
+            include_schema: true,
+        };
+        let wanted = Wanted::of(&command);
+        assert!(wanted.matches("mink", "demo", "events", TABLE).unwrap());
+        assert!(!wanted.matches("other", "demo", "events", TABLE).unwrap());
+        assert!(!wanted.matches("mink", "system", "events", TABLE).unwrap());
+        assert!(!wanted.matches("mink", "demo", "accounts", TABLE).unwrap());
+        assert!(!wanted.matches("mink", "demo", "events", VIEW).unwrap());
+        let everything = Wanted::of(&CommandGetTables::default());
+        assert!(
+            everything
+                .matches("mink", "system", "buckets", VIEW)
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn a_table_schema_carries_its_columns_metadata() {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let table = datafusion::datasource::MemTable::try_new(schema, vec![vec![]]).unwrap();
+        let described = column_schema(&table, "mink", "demo", "events");
+        let id = described.field(0);
+        assert!(!id.is_nullable());
+        assert_eq!(id.metadata()[crate::columns::TABLE_NAME], "events");
+        assert_eq!(id.metadata()[crate::columns::TYPE_NAME], "BIGINT");
+        assert_eq!(id.metadata()[crate::columns::IS_READ_ONLY], "0");
     }
 }

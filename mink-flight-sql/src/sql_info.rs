@@ -5,7 +5,9 @@
 //! uses) and the functions by kind, taken from DataFusion's function registry and the
 //! documentation section of each function, so the lists are exactly what a query can
 //! call. Every `SqlInfo` the spec defines is answered (the JDBC driver's `DatabaseMetaData`
-//! fails on a missing one); a test checks.
+//! fails on a missing one); a test checks. Each answer is what the service does: where
+//! one is a claim about SQL (quoting, `LIKE ... ESCAPE`, subqueries, identifiers), the
+//! integration tests (`flight_sql_metadata`) run the SQL it claims works.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,12 +22,14 @@ use arrow_flight::sql::{
 use datafusion::execution::SessionState;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::keywords::ALL_KEYWORDS;
+use mink_sql::session::limits::MAX_STATEMENT_BYTES;
 
-/// The server's answers (built once, when the server starts).
+/// The server's answers (built once, when the server starts), for a server that takes
+/// at most `max_connections` connections.
 ///
 /// # Errors
 /// A value does not have its spec type (a bug).
-pub(crate) fn sql_info() -> Result<SqlInfoData, FlightError> {
+pub(crate) fn sql_info(max_connections: usize) -> Result<SqlInfoData, FlightError> {
     let state = SessionContext::new().state();
     let functions = Functions::of(&state);
     let mut info = SqlInfoDataBuilder::new();
@@ -42,12 +46,15 @@ pub(crate) fn sql_info() -> Result<SqlInfoData, FlightError> {
         SqlInfo::FlightSqlServerTransaction,
         SqlSupportedTransaction::None as i32,
     );
-    info.append(SqlInfo::FlightSqlServerCancel, false);
+    // `CancelFlightInfo` and the older `CancelQuery` stop a FlightInfo's result streams.
+    info.append(SqlInfo::FlightSqlServerCancel, true);
     info.append(SqlInfo::FlightSqlServerBulkIngestion, true);
     info.append(SqlInfo::FlightSqlServerIngestTransactionsSupported, false);
+    // No timeouts: a statement runs until it ends, is cancelled or its client goes.
     info.append(SqlInfo::FlightSqlServerStatementTimeout, 0i32);
     info.append(SqlInfo::FlightSqlServerTransactionTimeout, 0i32);
     info.append(SqlInfo::SqlDdlCatalog, false);
+    // Databases exist through their tables: no `CREATE SCHEMA`.
     info.append(SqlInfo::SqlDdlSchema, false);
     info.append(SqlInfo::SqlDdlTable, true);
     info.append(
@@ -55,9 +62,12 @@ pub(crate) fn sql_info() -> Result<SqlInfoData, FlightError> {
         SqlSupportedCaseSensitivity::SqlCaseSensitivityLowercase as i32,
     );
     info.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
+    // `"Name"` keeps its case and is told from `"name"`: case sensitive, which Flight SQL's
+    // enum has no value for; `UNKNOWN` is what its ODBC driver reads as SQL_IC_SENSITIVE
+    // (`CASE_INSENSITIVE` would say `"Name"` and `"name"` are the same column).
     info.append(
         SqlInfo::SqlQuotedIdentifierCase,
-        SqlSupportedCaseSensitivity::SqlCaseSensitivityCaseInsensitive as i32,
+        SqlSupportedCaseSensitivity::SqlCaseSensitivityUnknown as i32,
     );
     info.append(SqlInfo::SqlAllTablesAreSelectable, true);
     info.append(
@@ -70,15 +80,18 @@ pub(crate) fn sql_info() -> Result<SqlInfoData, FlightError> {
     info.append(SqlInfo::SqlStringFunctions, functions.string);
     info.append(SqlInfo::SqlDatetimeFunctions, functions.datetime);
     info.append(SqlInfo::SqlSystemFunctions, functions.system);
+    // `LIKE` escapes with a backslash, and `ESCAPE '\'` says so (DataFusion takes no
+    // other escape character).
     info.append(SqlInfo::SqlSearchStringEscape, "\\");
-    info.append(SqlInfo::SqlExtraNameCharacters, "$");
+    // sqlparser's generic dialect: `@`, `$`, `#` within an unquoted name (`t$lake`).
+    info.append(SqlInfo::SqlExtraNameCharacters, "@$#");
     info.append(SqlInfo::SqlSupportsColumnAliasing, true);
     info.append(SqlInfo::SqlNullPlusNullIsNull, true);
     info.append(SqlInfo::SqlSupportsTableCorrelationNames, true);
     info.append(SqlInfo::SqlSupportsDifferentTableCorrelationNames, false);
     info.append(SqlInfo::SqlSupportsExpressionsInOrderBy, true);
     info.append(SqlInfo::SqlSupportsOrderByUnrelated, true);
-    info.append(SqlInfo::SqlSupportsLikeEscapeClause, false);
+    info.append(SqlInfo::SqlSupportsLikeEscapeClause, true);
     info.append(SqlInfo::SqlSupportsNonNullableColumns, true);
     info.append(
         SqlInfo::SqlSupportedGrammar,
@@ -106,6 +119,7 @@ pub(crate) fn sql_info() -> Result<SqlInfoData, FlightError> {
             SqlSupportedSubqueries::SqlSubqueriesInComparisons as i32,
             SqlSupportedSubqueries::SqlSubqueriesInExists as i32,
             SqlSupportedSubqueries::SqlSubqueriesInIns as i32,
+            SqlSupportedSubqueries::SqlSubqueriesInQuantifieds as i32,
         ]),
     );
     info.append(
@@ -152,6 +166,10 @@ pub(crate) fn sql_info() -> Result<SqlInfoData, FlightError> {
     info.append(SqlInfo::SqlStoredFunctionsUsingCallSyntaxSupported, false);
     info.append(SqlInfo::SqlMaxRowSizeIncludesBlobs, true);
     // Limits: 0 means none (or unknown).
+    let max_connections = i64::try_from(max_connections).unwrap_or(i64::MAX);
+    info.append(SqlInfo::SqlMaxConnections, max_connections);
+    let max_statement = i64::try_from(MAX_STATEMENT_BYTES).unwrap_or(i64::MAX);
+    info.append(SqlInfo::SqlMaxStatementLength, max_statement);
     for limit in [
         SqlInfo::SqlMaxBinaryLiteralLength,
         SqlInfo::SqlMaxCharLiteralLength,
@@ -161,14 +179,12 @@ pub(crate) fn sql_info() -> Result<SqlInfoData, FlightError> {
         SqlInfo::SqlMaxColumnsInOrderBy,
         SqlInfo::SqlMaxColumnsInSelect,
         SqlInfo::SqlMaxColumnsInTable,
-        SqlInfo::SqlMaxConnections,
         SqlInfo::SqlMaxCursorNameLength,
         SqlInfo::SqlMaxIndexLength,
         SqlInfo::SqlDbSchemaNameLength,
         SqlInfo::SqlMaxProcedureNameLength,
         SqlInfo::SqlMaxCatalogNameLength,
         SqlInfo::SqlMaxRowSize,
-        SqlInfo::SqlMaxStatementLength,
         SqlInfo::SqlMaxStatements,
         SqlInfo::SqlMaxTableNameLength,
         SqlInfo::SqlMaxTablesInSelect,
@@ -181,6 +197,8 @@ pub(crate) fn sql_info() -> Result<SqlInfoData, FlightError> {
     info.append(SqlInfo::SqlCatalogTerm, "catalog");
     info.append(SqlInfo::SqlCatalogAtStart, true);
     info.append(SqlInfo::SqlSelectForUpdateSupported, false);
+    // `CALL system.tier('t')` runs mink's procedures, but JDBC's `{call ...}` escape and
+    // procedure metadata are not served.
     info.append(SqlInfo::SqlStoredProceduresSupported, false);
     info.append(SqlInfo::SqlCorrelatedSubqueriesSupported, true);
     info.build()
@@ -234,6 +252,7 @@ impl Functions {
 #[cfg(test)]
 mod tests {
     use arrow::array::AsArray;
+    use arrow::datatypes::Int64Type;
 
     use super::*;
 
@@ -255,7 +274,7 @@ mod tests {
 
     #[test]
     fn every_sql_info_is_answered() {
-        let info = sql_info().unwrap();
+        let info = sql_info(64).unwrap();
         let missing: Vec<SqlInfo> = (0..=1000)
             .filter_map(|id| SqlInfo::try_from(id).ok())
             .filter(|name| info.record_batch([*name as u32]).unwrap().num_rows() == 0)
@@ -264,8 +283,20 @@ mod tests {
     }
 
     #[test]
+    fn cancellation_and_the_connection_bound_are_what_the_server_serves() {
+        let info = sql_info(64).unwrap();
+        let value = |name: SqlInfo| {
+            let batch = info.record_batch([name as u32]).unwrap();
+            batch.column(1).as_union().value(0)
+        };
+        assert!(value(SqlInfo::FlightSqlServerCancel).as_boolean().value(0));
+        let connections = value(SqlInfo::SqlMaxConnections);
+        assert_eq!(connections.as_primitive::<Int64Type>().value(0), 64);
+    }
+
+    #[test]
     fn the_server_names_itself() {
-        let batch = sql_info()
+        let batch = sql_info(64)
             .unwrap()
             .record_batch([SqlInfo::FlightSqlServerName as u32])
             .unwrap();

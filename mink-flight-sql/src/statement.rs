@@ -25,6 +25,14 @@
 //! A query's rows are streamed from DataFusion's `execute_stream`, so a result of any
 //! size is produced as the client reads it; when the client goes away, tonic drops the
 //! stream and with it the query.
+//!
+//! Every schema a client is given (the FlightInfo's, `GetSchema`'s, a prepared
+//! statement's, the stream's) is the planned one as it travels ([`columns`]): each
+//! column with its Flight SQL metadata, naming the table it reads ([`lineage`]), and
+//! views cast to plain strings and bytes. The ticket keeps the planned schema itself.
+//!
+//! [`columns`]: crate::columns
+//! [`lineage`]: crate::lineage
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -45,9 +53,11 @@ use mink_client::MinkClient;
 use mink_lake::storage::LakeStorage;
 use tonic::Status;
 
+use crate::columns::{to_wire, wire_schema};
 use crate::error::status;
 use crate::handle::{StatementHandle, Ticket};
 use crate::limits::BATCH_COPIES;
+use crate::lineage::result_origins;
 use crate::memory::CallMemory;
 use crate::prepared::BatchInsert;
 use mink_sql::session::{MinkSession, SqlRuntime, depth, is_create_table};
@@ -173,22 +183,26 @@ impl Statements {
         MinkSession::new(self.client.clone(), self.storage.clone(), &self.runtime)
     }
 
-    /// Plans `handle` for a FlightInfo: the schema of its result and the ticket that
-    /// streams it. A statement that changes something (DML, a command) runs now, and
-    /// its result travels in the ticket (see the module docs).
+    /// Plans `handle` for a FlightInfo: the schema of its result as it travels, and the
+    /// ticket that streams it. A statement that changes something (DML, a command) runs
+    /// now, and its result travels in the ticket (see the module docs).
     pub(crate) async fn plan(&self, handle: StatementHandle) -> Result<(SchemaRef, Ticket)> {
         let frame = self.frame(&handle).await?;
-        let schema = arrow_schema(&frame);
+        let wire = result_schema(&frame);
         let ticket = match classify(&handle.sql) {
-            StatementKind::Query => Ticket::Run(handle, Arc::clone(&schema)),
+            StatementKind::Query => Ticket::Run(handle, arrow_schema(&frame)),
             StatementKind::Update | StatementKind::Command => {
                 let mut batches = frame.collect().await?;
                 // DDL answers a row of no columns; a client expects no rows.
                 batches.retain(|batch| batch.num_columns() > 0);
-                Ticket::Computed(Arc::clone(&schema), batches)
+                let batches = batches
+                    .iter()
+                    .map(|batch| to_wire(batch, &wire))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ticket::Computed(Arc::clone(&wire), batches)
             }
         };
-        Ok((schema, ticket))
+        Ok((wire, ticket))
     }
 
     /// The schema of a statement's result, found without running it: a command (which
@@ -197,7 +211,7 @@ impl Statements {
     pub(crate) async fn schema(&self, handle: &StatementHandle) -> Result<SchemaRef> {
         match classify(&handle.sql) {
             StatementKind::Query | StatementKind::Update => {
-                Ok(arrow_schema(&self.frame(handle).await?))
+                Ok(result_schema(&self.frame(handle).await?))
             }
             StatementKind::Command => {
                 check_parses(&handle.sql)?;
@@ -220,7 +234,7 @@ impl Statements {
             LogicalPlan::Dml(_) | LogicalPlan::Copy(_)
         );
         let dataset = if answers_rows {
-            arrow_schema(&frame).as_ref().clone()
+            result_schema(&frame).as_ref().clone()
         } else {
             Schema::empty()
         };
@@ -228,7 +242,7 @@ impl Statements {
     }
 
     /// The rows a ticket names, as a stream that runs the statement while it is polled;
-    /// its schema is the planned one, which the FlightInfo announced.
+    /// its schema is the planned one as it travels, which the FlightInfo announced.
     ///
     /// # Errors
     /// `FailedPrecondition` when the statement, planned again, no longer has the
@@ -248,8 +262,11 @@ impl Statements {
                         columns(&schema)
                     )));
                 }
+                let wire = result_schema(&frame);
                 let rows = frame.execute_stream().await.map_err(status)?;
-                Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rows)))
+                let travelling = Arc::clone(&wire);
+                let rows = rows.map(move |batch| Ok(to_wire(&batch?, &travelling)?));
+                Ok(Box::pin(RecordBatchStreamAdapter::new(wire, rows)))
             }
             Ticket::Computed(schema, batches) => Ok(Box::pin(RecordBatchStreamAdapter::new(
                 schema,
@@ -336,6 +353,14 @@ impl Statements {
 /// The Arrow schema of a planned statement.
 fn arrow_schema(frame: &DataFrame) -> SchemaRef {
     Arc::new(frame.schema().as_arrow().clone())
+}
+
+/// The schema of a planned statement's result as it travels to the client: its columns
+/// in their wire types with their Flight SQL metadata ([`crate::columns`]).
+fn result_schema(frame: &DataFrame) -> SchemaRef {
+    let (state, plan) = frame.clone().into_parts();
+    let origins = result_origins(&state, &plan);
+    Arc::new(wire_schema(frame.schema().as_arrow(), &origins))
 }
 
 /// A schema's columns for a message: `(id Int64, name Utf8)`.

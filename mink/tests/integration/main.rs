@@ -12,6 +12,7 @@ mod cli;
 mod crash;
 mod distributed;
 mod flight_sql;
+mod flight_sql_metadata;
 mod hostile_auth;
 mod hostile_connections;
 mod hostile_idle;
