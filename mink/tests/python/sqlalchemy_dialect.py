@@ -342,6 +342,8 @@ def check_parameters(engine, rows):
 
         got = conn.execute(sa.select(pk_t.c.v, pk_t.c.n).where(pk_t.c.region == "eu", pk_t.c.id == 1)).one()
         equal(tuple(got), ("new", None), "the upserted row")
+        updated = conn.execute(sa.text("UPDATE sa.pk_t SET v = :v WHERE region = :r AND id < :n"), {"v": "x", "r": "us", "n": 3})
+        equal(updated.rowcount, 3, "an UPDATE's rowcount")
 
         # Parameters of every type, in a Core select.
         some = rows[17]
