@@ -335,12 +335,20 @@ impl Statements {
     }
 
     /// The statement planned in a new session, its parameters bound. A query binds one
-    /// row of parameters.
+    /// row of parameters; an `INSERT ... VALUES (?, ...)` reads every row of them, each
+    /// value cast to its column's type, as [`update`](Self::update) runs it (bound as
+    /// literals, they would keep the client's types: an `INT` column given a Python `int`
+    /// would be refused as `Int64`).
     async fn frame(&self, handle: &StatementHandle) -> Result<DataFrame> {
-        let frame = self.statement_session().sql(&handle.sql).await?;
+        let session = self.statement_session();
+        let frame = session.sql(&handle.sql).await?;
         let Some(parameters) = &handle.parameters else {
             return Ok(frame);
         };
+        if let Some(insert) = BatchInsert::of(frame.logical_plan()) {
+            let plan = insert.reading(parameters)?;
+            return Ok(DataFrame::new(session.context().state(), plan));
+        }
         match parameters.num_rows() {
             1 => frame.with_param_values(parameter_row(parameters, 0)?),
             rows => Err(DataFusionError::Plan(format!(

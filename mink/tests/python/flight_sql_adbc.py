@@ -91,6 +91,12 @@ def main():
             [(3000000 + i, f"many{i}", float(i)) for i in range(5)],
         )
         assert one(cursor, "SELECT count(*) FROM events WHERE id >= ?", (3000000,)) == [(5,)]
+        # One row of parameters through cursor.execute (the query path): each value is
+        # cast to its column's type (an int for a DOUBLE, a None), as executemany does.
+        assert one(cursor, "INSERT INTO events VALUES (?, ?, ?)", (3000005, None, 7)) == [(1,)]
+        assert one(cursor, "SELECT name, amount FROM events WHERE id = ?", (3000005,)) == [
+            (None, 7.0)
+        ]
 
         # Metadata, as ADBC and tools browse it.
         objects = conn.adbc_get_objects(depth="columns", table_name_filter="events")
