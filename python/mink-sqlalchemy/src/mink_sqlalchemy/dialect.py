@@ -386,10 +386,9 @@ class MinkDialect(default.DefaultDialect):
             # An empty parameter tuple would make ADBC prepare and bind nothing.
             cursor.execute(statement)
         elif _DML.match(statement):
-            # Flight SQL's update path, as one parameter row of executemany: it casts
-            # each value to its column's type (a None, an int for an INT column), where
-            # the query path's INSERT refuses parameters of another type than the
-            # column's. It also answers the changed rows as the rowcount.
+            # Flight SQL's update path, as one parameter row of executemany: ADBC then
+            # answers the changed rows as the cursor's rowcount, which SQLAlchemy reads
+            # after DML (the query path answers them as a result row).
             cursor.executemany(statement, [parameters])
         else:
             cursor.execute(statement, parameters)
