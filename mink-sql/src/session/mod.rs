@@ -222,11 +222,7 @@ impl MinkSession {
 
     async fn create_table(&self, sql: &str) -> Result<DataFrame> {
         let split = split_create_table(sql)?;
-        let plan = self
-            .context
-            .state()
-            .create_logical_plan(&split.standard)
-            .await?;
+        let plan = self.plan_table_definition(&split.standard).await?;
         let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) = plan else {
             return Err(DataFusionError::NotImplemented(
                 "this form of CREATE TABLE (only CREATE TABLE t (columns ...))".into(),
@@ -287,14 +283,20 @@ impl MinkSession {
     }
 
     /// The Arrow field of a column definition, typed by DataFusion's planner.
+    /// Plans a `CREATE TABLE`'s standard SQL (see [`split_create_table`]) with
+    /// `TIMESTAMP WITH TIME ZONE` columns in UTC (`+00:00`, as Iceberg's `timestamptz`
+    /// reads back): DataFusion takes their zone from the session's `time_zone`, which mink
+    /// leaves unset (so that `now()` and casts keep their types), and would drop it.
+    async fn plan_table_definition(&self, standard_sql: &str) -> Result<LogicalPlan> {
+        let mut state = self.context.state();
+        state.config_mut().options_mut().execution.time_zone = Some("+00:00".into());
+        state.create_logical_plan(standard_sql).await
+    }
+
     async fn column_field(&self, column_def: &str) -> Result<Field> {
         // Split as a CREATE TABLE is, so a column named `key` plans as there.
         let sql = split_create_table(&format!("CREATE TABLE mink_column ({column_def})"))?;
-        let plan = self
-            .context
-            .state()
-            .create_logical_plan(&sql.standard)
-            .await?;
+        let plan = self.plan_table_definition(&sql.standard).await?;
         let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) = plan else {
             return Err(DataFusionError::Plan(format!("not a column: {column_def}")));
         };
