@@ -1,6 +1,6 @@
 """A Kafka producer and a group's offset commits (confluent-kafka) for the power-cut
 histories of mink/tests/integration/power_cut.rs. The server may be killed while a command
-runs: every command gives up within seconds and reports what was acknowledged.
+runs: every command gives up within seconds (TIMEOUT_MS) and reports what was acknowledged.
 
     power_cut_kafka.py produce BOOTSTRAP TOPIC FIRST COUNT
         produces the values FIRST..FIRST+COUNT to partition 0 (acks=all); prints
@@ -17,8 +17,9 @@ import sys
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-# How long a command waits for the broker before it gives up.
-TIMEOUT_MS = 3000
+# How long a command waits for the broker before it gives up: long enough for a loaded
+# machine, short enough for a killed server's calls to end soon.
+TIMEOUT_MS = 10000
 
 
 def produce(bootstrap, topic, first, count):
