@@ -138,7 +138,10 @@ mod tests {
         let file = root.path().join("f");
         std::fs::write(&file, b"x").expect("write");
         let error = create_dir_all(&file.join("d")).expect_err("a file is in the way");
-        assert!(error.to_string().contains(&file.display().to_string()), "{error}");
+        assert!(
+            error.to_string().contains(&file.display().to_string()),
+            "{error}"
+        );
     }
 
     #[test]

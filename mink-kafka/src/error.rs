@@ -2,6 +2,8 @@
 //! failure is answered with.
 
 use kafka_protocol::ResponseError;
+use mink_kv::KvError;
+use mink_log::LogError;
 use mink_node::NodeError;
 
 /// A failure while serving one request (or one partition of it).
@@ -42,18 +44,32 @@ impl KafkaError {
     pub fn code(&self) -> i16 {
         let error = match self {
             Self::Refused(error, _) => *error,
-            Self::Node(NodeError::OffsetOutOfRange { .. }) => ResponseError::OffsetOutOfRange,
+            Self::Node(NodeError::Log(LogError::OffsetOutOfRange { .. })) => {
+                ResponseError::OffsetOutOfRange
+            }
             Self::Node(NodeError::TableNotFound(_) | NodeError::BucketNotFound(_)) => {
                 ResponseError::UnknownTopicOrPartition
             }
-            Self::Node(NodeError::InvalidArgument(_) | NodeError::SchemaMismatch(_))
+            Self::Node(
+                NodeError::InvalidArgument(_)
+                | NodeError::SchemaMismatch(_)
+                | NodeError::Log(LogError::InvalidArgument(_))
+                | NodeError::Kv(KvError::InvalidArgument(_) | KvError::Core(_)),
+            )
             | Self::InvalidRecord(_)
             | Self::Arrow(_)
             | Self::Core(_) => ResponseError::InvalidRecord,
-            Self::Node(NodeError::ShuttingDown(_)) => ResponseError::NotLeaderOrFollower,
-            Self::Node(NodeError::DiskFull { .. } | NodeError::Io(_) | NodeError::Corrupt(_)) => {
-                ResponseError::KafkaStorageError
-            }
+            Self::Node(
+                NodeError::ShuttingDown(_)
+                | NodeError::Log(LogError::ShuttingDown(_))
+                | NodeError::Kv(KvError::ShuttingDown(_)),
+            ) => ResponseError::NotLeaderOrFollower,
+            Self::Node(
+                NodeError::Io(_)
+                | NodeError::Corrupt(_)
+                | NodeError::Log(LogError::DiskFull { .. } | LogError::Io(_) | LogError::Corrupt(_))
+                | NodeError::Kv(KvError::Io(_) | KvError::Corrupt(_)),
+            ) => ResponseError::KafkaStorageError,
             Self::UnsupportedCompression(_) => ResponseError::UnsupportedCompressionType,
             Self::Malformed(_) => ResponseError::CorruptMessage,
             Self::Node(_) | Self::Internal(_) => ResponseError::UnknownServerError,

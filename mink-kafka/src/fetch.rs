@@ -19,6 +19,7 @@ use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use mink_core::table::TableDescriptor;
+use mink_log::LogError;
 use mink_node::NodeError;
 use mink_node::flight::limits::tail_wait;
 use mink_node::node::Bucket;
@@ -134,7 +135,11 @@ async fn read_partition(
     if budget > 0 || first {
         let (_, high_watermark) = bucket.log.offsets();
         if offset != high_watermark {
-            let batches = bucket.log.read(offset, budget.max(1)).await?;
+            let batches = bucket
+                .log
+                .read(offset, budget.max(1))
+                .await
+                .map_err(NodeError::from)?;
             for batch in &batches {
                 if !records.is_empty() && records.len() as u64 + batch.size > budget {
                     break;
@@ -146,12 +151,14 @@ async fn read_partition(
     // Read after the batches, so the watermark is never below what was sent.
     let (log_start, high_watermark) = bucket.log.offsets();
     if offset < log_start || offset > high_watermark {
-        return Err(KafkaError::Node(NodeError::OffsetOutOfRange {
-            bucket: asked.partition.partition.to_string(),
-            offset,
-            log_start,
-            high_watermark,
-        }));
+        return Err(KafkaError::Node(NodeError::Log(
+            LogError::OffsetOutOfRange {
+                bucket: asked.partition.partition.to_string(),
+                offset,
+                log_start,
+                high_watermark,
+            },
+        )));
     }
     let data = PartitionData::default()
         .with_high_watermark(high_watermark)

@@ -104,7 +104,11 @@ async fn offset_at(
     if offset >= high_watermark {
         return Ok((-1, -1));
     }
-    let found = tablet.log.read(offset, 1).await?;
+    let found = tablet
+        .log
+        .read(offset, 1)
+        .await
+        .map_err(mink_node::NodeError::from)?;
     let committed = found
         .first()
         .map_or(timestamp, |batch| batch.commit_timestamp);

@@ -38,7 +38,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Record, RecordBatchDecoder};
 use mink_core::protocol::BucketId;
 use mink_core::routing::split_by_bucket;
-use mink_node::log::WriterTag;
+use mink_log::WriterTag;
 use mink_node::metadata::ProducerBatch;
 
 use crate::broker::Broker;
@@ -366,7 +366,11 @@ async fn recover_last_batch(
     let mut offset = recorded.base_offset.max(log_start);
     let mut last = recorded;
     while offset < high_watermark {
-        let batches = tablet.log.read(offset, RECOVERY_READ_BYTES).await?;
+        let batches = tablet
+            .log
+            .read(offset, RECOVERY_READ_BYTES)
+            .await
+            .map_err(mink_node::NodeError::from)?;
         for batch in &batches {
             if let Some(found) = batch.writer.filter(|w| w.producer_id == tag.producer_id) {
                 last = ProducerBatch {

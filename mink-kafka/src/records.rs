@@ -33,7 +33,7 @@ use kafka_protocol::records::{
 };
 use mink_core::change::ChangeType;
 use mink_core::table::TableDescriptor;
-use mink_node::log::LogBatch;
+use mink_log::LogBatch;
 
 use crate::error::{KafkaError, Result};
 use crate::limits::FETCH_CHUNK_ROWS;

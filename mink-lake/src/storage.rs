@@ -246,16 +246,23 @@ impl LocalSync {
     /// their directories, each file's from its parent up.
     fn paths(&self, files: &[StorePath]) -> Vec<PathBuf> {
         let files: Vec<PathBuf> = files.iter().map(|path| self.file(path)).collect();
-        let directories = files.iter().filter_map(|file| file.parent()).flat_map(|parent| {
-            let up_to_root = self.root.as_deref().filter(|root| parent.starts_with(root));
-            let count = match up_to_root {
-                Some(root) => parent.ancestors().take_while(|dir| dir.starts_with(root)).count(),
-                None => 1,
-            };
-            parent.ancestors().take(count).map(Path::to_path_buf)
-        });
+        let directories = files
+            .iter()
+            .filter_map(|file| file.parent())
+            .flat_map(|parent| {
+                let up_to_root = self.root.as_deref().filter(|root| parent.starts_with(root));
+                let count = match up_to_root {
+                    Some(root) => parent
+                        .ancestors()
+                        .take_while(|dir| dir.starts_with(root))
+                        .count(),
+                    None => 1,
+                };
+                parent.ancestors().take(count).map(Path::to_path_buf)
+            });
         let mut seen = HashSet::new();
-        let directories: Vec<PathBuf> = directories.filter(|dir| seen.insert(dir.clone())).collect();
+        let directories: Vec<PathBuf> =
+            directories.filter(|dir| seen.insert(dir.clone())).collect();
         files.into_iter().chain(directories).collect()
     }
 
@@ -329,7 +336,11 @@ impl FileWrite for StoreWrite {
             .await
             .map_err(|e| Error::new(ErrorKind::Unexpected, "closing a lake file").with_source(e))?;
         match &self.local {
-            Some(local) => local.sync(std::slice::from_ref(&self.path), Missing::Fails).await,
+            Some(local) => {
+                local
+                    .sync(std::slice::from_ref(&self.path), Missing::Fails)
+                    .await
+            }
             None => Ok(()),
         }
     }

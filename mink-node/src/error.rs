@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 use datafusion_common::DataFusionError;
 use mink_core::CoreError;
+use mink_kv::KvError;
+use mink_log::LogError;
 use tonic::{Code, Status};
 
 /// Everything a node request can fail with.
@@ -22,44 +24,24 @@ pub enum NodeError {
     /// The table exists but not the bucket (or partition).
     #[error("bucket {0} does not exist")]
     BucketNotFound(String),
-    /// A read outside `[log_start, high_watermark]`.
-    #[error(
-        "offset {offset} of bucket {bucket} is out of range: the log holds [{log_start}, {high_watermark})"
-    )]
-    OffsetOutOfRange {
-        /// The bucket read.
-        bucket: String,
-        /// The offset asked for.
-        offset: i64,
-        /// The first offset still retained.
-        log_start: i64,
-        /// The offset after the last durable row.
-        high_watermark: i64,
-    },
     /// A request or batch that cannot be served as given.
     #[error("{0}")]
     InvalidArgument(String),
     /// A batch whose schema is not the table's.
     #[error("{0}")]
     SchemaMismatch(String),
-    /// No space for the write (disk full, quota or file size limit): the write was rolled
-    /// back, nothing acknowledged is lost.
-    #[error("no space to write bucket {bucket} (disk full?): {source}")]
-    DiskFull {
-        /// The bucket being written.
-        bucket: String,
-        /// The I/O error.
-        source: std::io::Error,
-    },
     /// Another I/O failure.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
     /// Stored data that does not decode.
     #[error("corrupt log: {0}")]
     Corrupt(String),
-    /// The KV store failed.
-    #[error("KV store: {0}")]
-    Kv(String),
+    /// A bucket's log failed or refused the request.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// The KV store failed or refused the request.
+    #[error(transparent)]
+    Kv(#[from] KvError),
     /// The metadata database failed.
     #[error("metadata store: {0}")]
     Metadata(#[from] rusqlite::Error),
@@ -131,6 +113,14 @@ fn from_external(error: Box<dyn std::error::Error + Send + Sync>) -> NodeError {
         Ok(node) => return *node,
         Err(other) => other,
     };
+    let error = match error.downcast::<LogError>() {
+        Ok(log) => return NodeError::Log(*log),
+        Err(other) => other,
+    };
+    let error = match error.downcast::<KvError>() {
+        Ok(kv) => return NodeError::Kv(*kv),
+        Err(other) => other,
+    };
     let error = match error.downcast::<mink_lake::LakeError>() {
         Ok(lake) => return NodeError::Lake(*lake),
         Err(other) => other,
@@ -148,32 +138,49 @@ impl NodeError {
             Self::TableNotFound(_) | Self::BucketNotFound(_) => Code::NotFound,
             Self::TableExists(_) => Code::AlreadyExists,
             Self::TableReplaced(_) => Code::FailedPrecondition,
-            Self::OffsetOutOfRange { .. } => Code::OutOfRange,
             Self::InvalidArgument(_) | Self::SchemaMismatch(_) => Code::InvalidArgument,
-            Self::DiskFull { .. } | Self::MemoryExhausted(_) => Code::ResourceExhausted,
+            Self::MemoryExhausted(_) => Code::ResourceExhausted,
             Self::ShuttingDown(_) => Code::Unavailable,
             Self::DataDirLocked(_) | Self::NoLake(_) => Code::FailedPrecondition,
             Self::Lake(error) => lake_code(error),
+            Self::Log(error) => log_code(error),
+            Self::Kv(error) => kv_code(error),
             Self::Corrupt(_) => Code::DataLoss,
-            Self::Io(_) | Self::Metadata(_) | Self::Kv(_) | Self::Arrow(_) | Self::Read(_) => {
-                Code::Internal
-            }
+            Self::Io(_) | Self::Metadata(_) | Self::Arrow(_) | Self::Read(_) => Code::Internal,
         }
     }
 }
 
-impl NodeError {
-    /// The same failure, for the next of several appends that failed together in one
-    /// group commit (I/O errors are not `Clone`).
-    pub(crate) fn for_another_waiter(&self) -> Self {
-        match self {
-            Self::DiskFull { bucket, source } => Self::DiskFull {
-                bucket: bucket.clone(),
-                source: std::io::Error::new(source.kind(), source.to_string()),
-            },
-            Self::ShuttingDown(what) => Self::ShuttingDown(what.clone()),
-            other => Self::Io(std::io::Error::other(other.to_string())),
-        }
+fn log_code(error: &LogError) -> Code {
+    match error {
+        LogError::OffsetOutOfRange { .. } => Code::OutOfRange,
+        LogError::InvalidArgument(_) => Code::InvalidArgument,
+        LogError::DiskFull { .. } => Code::ResourceExhausted,
+        LogError::ShuttingDown(_) => Code::Unavailable,
+        LogError::Corrupt(_) => Code::DataLoss,
+        LogError::Io(_) | LogError::Arrow(_) | LogError::Changelog(_) => Code::Internal,
+    }
+}
+
+fn kv_code(error: &KvError) -> Code {
+    match error {
+        KvError::InvalidArgument(_) => Code::InvalidArgument,
+        KvError::Core(error) => core_code(error),
+        KvError::ShuttingDown(_) => Code::Unavailable,
+        KvError::Corrupt(_) => Code::DataLoss,
+        KvError::Store(_) | KvError::Io(_) | KvError::Arrow(_) => Code::Internal,
+    }
+}
+
+/// The code of a core error, as [`NodeError::from`] maps it.
+fn core_code(error: &CoreError) -> Code {
+    match error {
+        CoreError::Arrow(_) => Code::Internal,
+        CoreError::SchemaMismatch(_)
+        | CoreError::InvalidTable(_)
+        | CoreError::InvalidRequest(_)
+        | CoreError::Malformed { .. }
+        | CoreError::Bucket(_) => Code::InvalidArgument,
     }
 }
 

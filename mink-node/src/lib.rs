@@ -1,20 +1,23 @@
 //! The mink node: the leader of every bucket of every table in one process.
 //!
-//! - [`log`]: log tablets, the durable per-bucket log.
-//! - [`kv`]: KV tablets, the current rows of primary-key tables.
+//! The storage engine is below it: [`mink_log`] keeps each bucket's durable log, and
+//! [`mink_kv`] the current rows of primary-key tables, fed by the log through its
+//! changelog hook ([`mink_log::Changelog`]). The node holds the rest:
+//!
 //! - [`metadata`]: tables and partitions in SQLite.
 //! - [`node`]: tables, tablets, validated writes.
 //! - [`flight`]: the Arrow Flight service of `spec/reads.md`.
 //! - [`tiering`]: copying logs into the Iceberg lake, exactly once.
+//! - `lake_index`: where each key's live lake row is, which tiering keeps for its
+//!   position deletes and Union planning reads to locate the lake rows a read replaces.
 //! - [`union`]: planning Union reads (the lake below the seam, then the log).
 //! - [`lake_plan`]: planning Lake reads and the changes between two lake snapshots.
 //! - [`server`]: serving the node on a socket.
 
 pub mod error;
 pub mod flight;
-pub mod kv;
+mod lake_index;
 pub mod lake_plan;
-pub mod log;
 pub mod metadata;
 pub mod node;
 pub mod server;

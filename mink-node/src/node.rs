@@ -35,10 +35,10 @@ use mink_lake::{Lake, LakeConfig};
 use tracing::{info, warn};
 
 use crate::error::{NodeError, Result};
-use crate::kv::{Found, KvConfig, KvTablet, encode_keys, lookup, prefix_lookup};
-use crate::log::{LogConfig, LogTablet, SentBatch, Write, WriteOp, WriteStream, WriterTag};
 use crate::metadata::Metadata;
 use crate::union::{FoldedTail, LocatedTail};
+use mink_kv::{Found, KvConfig, KvTablet, encode_keys, lookup, prefix_lookup};
+use mink_log::{LogConfig, LogTablet, SentBatch, Write, WriteOp, WriteStream, WriterTag};
 
 mod open_buckets;
 mod storage;
@@ -153,7 +153,7 @@ pub struct Node {
     lake: tokio::sync::OnceCell<Lake>,
     /// One tiering round or compaction at a time (mink is the only writer of its lake
     /// tables); the lock holds the lake indexes of primary-key tables.
-    pub(crate) tiering: tokio::sync::Mutex<crate::tiering::LakeIndexes>,
+    pub(crate) tiering: tokio::sync::Mutex<crate::lake_index::LakeIndexes>,
     /// One CREATE or DROP TABLE at a time: a create opens its tablets without holding
     /// the table map's lock, so readers and writers of other tables never wait for it.
     ddl: tokio::sync::Mutex<()>,
@@ -666,7 +666,7 @@ impl Node {
             stream: stream.cloned(),
             writer,
         };
-        target.log.write(write).await
+        Ok(target.log.write(write).await?)
     }
 
     /// The table and KV tablet of a primary-key table's bucket; `None` for a partition
@@ -708,12 +708,13 @@ impl Node {
             });
         };
         let store = kv.clone();
-        store
+        let found = store
             .read(move || match prefix {
                 true => prefix_lookup(&table, &kv, &keys),
                 false => lookup(&table, &kv, &keys),
             })
-            .await
+            .await?;
+        Ok(found)
     }
 
     /// Every bucket of a table created so far, with its offsets.

@@ -20,7 +20,7 @@ use mink_core::table::TableDescriptor;
 use prost::Message;
 
 use crate::error::NodeError;
-use crate::log::{LogBatch, LogFrame};
+use mink_log::{LogBatch, LogFrame};
 
 /// Turns batches into FlightData: projected, with a schema message whenever the schema
 /// changes, and each batch's metadata ([`ScanBatch`], [`SnapshotBatch`]) in its

@@ -20,7 +20,7 @@
 //! | [`LIMIT_SCAN_READ_BYTES`]        | 8 MiB      | a log table's LimitScan is streamed, read this much of the log at a time; its `limit` (a row count) is not clamped |
 //! | [`DEFAULT_BATCH_ROWS`]           | 8192       | a Snapshot `batch_rows` of 0 |
 //! | [`MAX_BATCH_ROWS`]               | 65 536     | clamped  |
-//! | [`crate::kv::MAX_CHUNK_BYTES`]   | 2 MiB      | a Snapshot batch ends past it (clamped) |
+//! | [`mink_kv::MAX_CHUNK_BYTES`]   | 2 MiB      | a Snapshot batch ends past it (clamped) |
 //! | [`MAX_TAIL_WAIT`]                | 60 s       | clamped  |
 //! | min_bytes                        | the answer's max_bytes | clamped |
 //! | projection                       | unique indexes < table width | refused |

@@ -44,8 +44,8 @@ mod put;
 mod reads;
 
 use crate::error::NodeError;
-use crate::log::WriteStream;
 use crate::node::Node;
+use mink_log::WriteStream;
 
 pub use limits::{DEFAULT_MAX_BYTES, MAX_TAIL_WAIT};
 

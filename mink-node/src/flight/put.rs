@@ -60,7 +60,7 @@ use super::flight_error_to_status;
 #[cfg(doc)]
 use super::limits::{PUT_PIPELINE, PUT_PIPELINE_BYTES};
 use crate::error::NodeError;
-use crate::log::{SentBatch, WriteStream};
+use mink_log::{SentBatch, WriteStream};
 
 /// Refuses a FlightData whose IPC header declares compression, before any decoder sees
 /// it. A message without a header (a descriptor only) passes: nothing in it is decoded.
@@ -512,7 +512,7 @@ mod tests {
         use mink_core::options::TableOptions;
         use mink_core::table::{TableDescriptor, TablePath};
 
-        use crate::log::{LogConfig, LogTablet, Write, WriteOp};
+        use mink_log::{LogConfig, LogTablet, Write, WriteOp};
 
         let dir = tempfile::tempdir().unwrap();
         let config = LogConfig {
@@ -543,7 +543,8 @@ mod tests {
                         writer: None,
                         sent: None,
                     })
-                    .await?;
+                    .await
+                    .map_err(NodeError::from)?;
                 Ok::<_, Status>(ack.base_offset)
             }
             .boxed()

@@ -22,10 +22,10 @@ use super::encoder::{BatchEncoder, metadata_only};
 use super::limits::{self, DEFAULT_BATCH_ROWS};
 use super::{FlightStream, MinkFlightService, projection, required_bucket};
 use crate::error::NodeError;
-use crate::kv::{KvTablet, SnapshotReader};
-use crate::log::{LastRows, LogBatch};
 use crate::node::{Bucket, Node};
 use crate::union::{LocalLog, PlannedUnion};
+use mink_kv::{KvTablet, SnapshotReader};
+use mink_log::{LastRows, LogBatch};
 
 impl MinkFlightService {
     /// Scan: log batches from an offset, bounded by `max_bytes` (clamped to

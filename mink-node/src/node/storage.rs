@@ -8,9 +8,9 @@ use mink_core::protocol::BucketId;
 use mink_core::table::TableDescriptor;
 
 use crate::error::Result;
-use crate::kv::{KvStore, KvWriter};
-use crate::log::{Changelog, LogTablet};
 use crate::metadata::PartitionRecord;
+use mink_kv::{KvStore, KvWriter};
+use mink_log::{Changelog, LogTablet};
 
 use super::{Bucket, Failpoint, NodeConfig};
 use crate::union::{FoldedTail, LocatedTail};
@@ -84,7 +84,9 @@ impl Storage {
     ) {
         for bucket in buckets {
             if let Some(kv) = &bucket.kv
-                && let Err(error) = self.kv().and_then(|store| store.drop_tablet(kv.clone()))
+                && let Err(error) = self
+                    .kv()
+                    .and_then(|store| Ok(store.drop_tablet(kv.clone())?))
             {
                 tracing::warn!(table = %table.path, %error, "could not remove a KV tablet");
             }

@@ -12,9 +12,9 @@ use mink_lake::writer::BucketWriter;
 use super::RoundTarget;
 use super::upsert::BucketRound;
 use crate::error::Result;
-use crate::log::LogBatch;
 use crate::node::Bucket;
 use crate::union::log_range;
+use mink_log::LogBatch;
 
 /// The log `[from, to)` of a log table's bucket as data files.
 pub(super) async fn tier_bucket(

@@ -36,9 +36,9 @@ use mink_scan::lake_scan::LakeScan;
 use mink_scan::union::execute_in_order;
 use tracing::info;
 
-use super::lake_index::{BucketIndex, MAX_FILES, split_by_bucket};
 use super::{commit_and_record, current_index, open_lake_table, reconcile, recorded_offsets};
 use crate::error::{NodeError, Result};
+use crate::lake_index::{BucketIndex, MAX_FILES, split_by_bucket};
 use crate::node::{Failpoint, Node};
 
 /// Where a test crashes a `replace` commit (compaction's, and rewriting manifests'):
@@ -269,10 +269,10 @@ impl<'a> Rewrite<'a> {
 mod tests {
     use mink_lake::reader::{DeleteKind, LakeDeleteFile, LakeFile};
 
-    use super::super::lake_index::LakeIndex;
     use super::super::tests::{D, log_batch};
     use super::super::tests::{TestLake, bucket, indexed, keys, located, table, two_rounds};
     use super::*;
+    use crate::lake_index::LakeIndex;
 
     /// A data file of `rows` rows with `deletes` delete files.
     fn lake_file(number: usize, deletes: usize) -> LakeFile {

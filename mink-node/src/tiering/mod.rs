@@ -9,7 +9,7 @@
 //!                 a log table's rows as they are (`append`); for a primary-key table the
 //!                 newest live version of each changed key, plus position deletes of the
 //!                 lake rows those keys replace or remove, found through the table's
-//!                 lake index (`upsert`, `lake_index`)
+//!                 lake index (`upsert`, `crate::lake_index`)
 //!  3. pending     note the round's files in metadata (orphans are cleaned after a crash)
 //!  4. commit      one Iceberg snapshot, summary `mink.bucket-offsets` = every bucket's end
 //!  5. record      CommitLakeSnapshot in metadata, then forget the pending round
@@ -43,8 +43,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow::row::Rows;
-use mink_core::protocol::BucketId;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::Operation;
 use mink_lake::commit::{SnapshotChanges, commit_snapshot};
@@ -55,29 +53,24 @@ use mink_lake::{Lake, LakeError, LakeTable as Table};
 use tracing::{info, warn};
 
 use crate::error::{NodeError, Result};
-use crate::log::now_ms;
+use crate::lake_index::{LakeIndex, LakeIndexes};
+use crate::metadata::now_ms;
 use crate::metadata::{LakeSnapshotRecord, PendingRound};
 use crate::node::{Failpoint, Node};
 
 mod append;
 mod compaction;
-mod lake_index;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod upkeep;
 mod upsert;
 
 pub use compaction::{CompactReport, compact_table};
-use lake_index::LakeIndex;
-pub(crate) use lake_index::LocatedRows;
 pub(crate) use upkeep::lease_location;
 pub use upkeep::{
     EXPIRE_EVERY, REMOVE_ORPHANS_EVERY, RewriteManifestsReport, UpkeepIntervals, UpkeepSchedule,
     expire_table_snapshots, lake_table_stats, remove_table_orphan_files, rewrite_table_manifests,
 };
-
-/// The lake indexes of primary-key tables by table id, kept under the tiering lock.
-pub(crate) type LakeIndexes = HashMap<u64, LakeIndex>;
 
 /// How often the service looks for tables due for a round.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
@@ -200,35 +193,6 @@ pub async fn tier_table(node: &Node, path: &TablePath) -> Result<TierReport> {
 fn lake_moved_on(node: &Node, table: &TableDescriptor, lake_table: &Table) -> Result<bool> {
     let recorded = node.metadata.latest_lake_snapshot(table.table_id)?;
     Ok(lake_table.metadata().current_snapshot_id() != recorded.map(|r| r.snapshot_id))
-}
-
-/// The live lake rows of each bucket's keys (encoded by the table's key codec), by data
-/// file ([`lake_index::BucketIndex::locate`]), from the lake index of table `table_id`
-/// when it describes `snapshot_id`. `None` when no such index is at hand without
-/// waiting: a round or a compaction holds it, none was built since the node started, or
-/// it cannot locate every row of a key.
-pub(crate) fn locate_lake_rows(
-    node: &Node,
-    table_id: u64,
-    snapshot_id: i64,
-    keys: &[(&BucketId, &[Rows])],
-) -> Option<Vec<LocatedRows>> {
-    let indexes = node.tiering.try_lock().ok()?;
-    index_at(&indexes, table_id, snapshot_id)?.locate(keys)
-}
-
-/// Whether [`locate_lake_rows`] would find the lake index of table `table_id` at
-/// `snapshot_id` now: a caller asks before it reads the keys to locate.
-pub(crate) fn has_lake_index(node: &Node, table_id: u64, snapshot_id: i64) -> bool {
-    let indexes = node.tiering.try_lock();
-    indexes.is_ok_and(|indexes| index_at(&indexes, table_id, snapshot_id).is_some())
-}
-
-/// The lake index of table `table_id`, when it describes `snapshot_id`.
-fn index_at(indexes: &LakeIndexes, table_id: u64, snapshot_id: i64) -> Option<&LakeIndex> {
-    indexes
-        .get(&table_id)
-        .filter(|index| index.snapshot_id == Some(snapshot_id))
 }
 
 /// What a round writes to: the table, its lake table and the Arrow schema of lake rows.
@@ -561,7 +525,9 @@ pub async fn check_lake_records(node: &Node) {
             }
         };
         match checked.await {
-            Ok(true) => info!(table = %path, "brought the record of the lake back to what the lake holds"),
+            Ok(true) => {
+                info!(table = %path, "brought the record of the lake back to what the lake holds")
+            }
             Ok(false) => {}
             Err(error) => {
                 warn!(table = %path, %error, "checking the record of the lake failed; its next round checks again");

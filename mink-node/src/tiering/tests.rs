@@ -21,9 +21,9 @@ use mink_lake::reader::{SplitScope, plan_split, read_split};
 use mink_lake::{Lake, LakeConfig, LakeTable, Operation, Struct};
 
 use super::RoundTarget;
-use super::lake_index::{BucketIndex, IndexedFile, LakeIndex, split_by_bucket_dir};
 use super::upsert::tier_tail;
-use crate::log::LogBatch;
+use crate::lake_index::{BucketIndex, IndexedFile, LakeIndex, split_by_bucket_dir};
+use mink_log::LogBatch;
 
 /// `+I`
 pub(super) const I: u8 = ChangeType::Insert as u8;
@@ -35,7 +35,7 @@ pub(super) const UA: u8 = ChangeType::UpdateAfter as u8;
 pub(super) const D: u8 = ChangeType::Delete as u8;
 
 /// `db.users (id BIGINT PRIMARY KEY, name TEXT)`, lake enabled, one bucket.
-pub(super) fn table() -> TableDescriptor {
+pub(crate) fn table() -> TableDescriptor {
     users_table(vec!["id".into()])
 }
 
@@ -65,7 +65,7 @@ fn users_table(primary_key: Vec<String>) -> TableDescriptor {
 }
 
 /// The bucket `bucket` of an unpartitioned table.
-pub(super) fn bucket(table: &TableDescriptor, bucket: u32) -> BucketId {
+pub(crate) fn bucket(table: &TableDescriptor, bucket: u32) -> BucketId {
     BucketId {
         table: table.path.to_string(),
         partition: None,
@@ -74,19 +74,19 @@ pub(super) fn bucket(table: &TableDescriptor, bucket: u32) -> BucketId {
 }
 
 /// The encoded key of `id`.
-pub(super) fn key(table: &TableDescriptor, id: i64) -> Box<[u8]> {
+pub(crate) fn key(table: &TableDescriptor, id: i64) -> Box<[u8]> {
     let codec = KeyCodec::new(table).unwrap();
     let batch = users(table, &[(id, "")]);
     codec.encode(&batch).unwrap().row(0).as_ref().into()
 }
 
 /// The encoded keys of `ids`, in order.
-pub(super) fn keys(table: &TableDescriptor, ids: &[i64]) -> Vec<Box<[u8]>> {
+pub(crate) fn keys(table: &TableDescriptor, ids: &[i64]) -> Vec<Box<[u8]>> {
     ids.iter().map(|id| key(table, *id)).collect()
 }
 
 /// `(id, name)` rows in the table's schema.
-pub(super) fn users(table: &TableDescriptor, rows: &[(i64, &str)]) -> RecordBatch {
+pub(crate) fn users(table: &TableDescriptor, rows: &[(i64, &str)]) -> RecordBatch {
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
         Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
@@ -115,7 +115,7 @@ pub(super) fn log_batch(
 }
 
 /// A data file of the index that holds `rows` rows.
-pub(super) fn indexed(path: &str, rows: u64) -> IndexedFile {
+pub(crate) fn indexed(path: &str, rows: u64) -> IndexedFile {
     IndexedFile {
         path: path.into(),
         partition: Struct::empty(),

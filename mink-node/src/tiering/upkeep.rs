@@ -39,7 +39,7 @@ use tracing::{info, warn};
 use super::compaction::commit_replace;
 use super::{crash_at, open_lake_table, reconcile};
 use crate::error::Result;
-use crate::log::now_ms;
+use crate::metadata::now_ms;
 use crate::node::{Failpoint, Node};
 
 /// The shortest time between two scheduled expiries of a table.

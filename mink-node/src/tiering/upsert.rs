@@ -28,11 +28,11 @@ use mink_lake::layout::lake_rows;
 use mink_lake::writer::BucketWriter;
 
 use super::RoundTarget;
-use super::lake_index::BucketIndex;
 use crate::error::{NodeError, Result};
-use crate::log::LogBatch;
+use crate::lake_index::BucketIndex;
 use crate::node::Bucket;
 use crate::union::{changelog_rows, log_range};
+use mink_log::LogBatch;
 
 /// What one bucket adds to a round.
 #[derive(Debug, Default)]

@@ -35,8 +35,8 @@ use tokio::sync::Mutex;
 
 use super::{change_types, key_columns, log_range};
 use crate::error::{NodeError, Result};
-use crate::log::LogBatch;
 use crate::node::{Bucket, Node};
+use mink_log::LogBatch;
 
 /// The column of a fold's batches holding each row's log offset.
 const OFFSET_COLUMN: &str = "__mink_offset";
@@ -65,7 +65,7 @@ impl Node {
     ///
     /// # Errors
     /// [`NodeError::InvalidArgument`] for a log table or a range longer than
-    /// [`MAX_LIVE_TAIL_ROWS`]; [`NodeError::OffsetOutOfRange`] for a range outside the
+    /// [`MAX_LIVE_TAIL_ROWS`]; [`mink_log::LogError::OffsetOutOfRange`] for a range outside the
     /// log.
     pub async fn live_tail(
         &self,

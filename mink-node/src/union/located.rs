@@ -14,7 +14,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::tiering::LocatedRows;
+use crate::lake_index::LocatedRows;
 
 /// What a bucket's last plan located (see the module docs).
 #[derive(Debug, Default)]

@@ -34,8 +34,8 @@ use mink_scan::external;
 use mink_scan::tail::{LogSource, TailBatch, TailRange};
 
 use crate::error::{NodeError, Result};
+use crate::lake_index::{self, LocatedRows};
 use crate::node::{Bucket, BucketTablets, Node};
-use crate::tiering::{self, LocatedRows};
 
 mod live;
 mod located;
@@ -162,7 +162,7 @@ impl Node {
     /// only the rows written since are read ([`located`]). Nothing is marked when the
     /// tails are longer than [`MAX_LOCATED_TAIL_ROWS`], or when rows are left to locate
     /// and the lake index is not at hand for the planned snapshot
-    /// ([`tiering::locate_lake_rows`]); the read then probes.
+    /// ([`lake_index::locate_lake_rows`]); the read then probes.
     async fn locate_replaced_rows(
         &self,
         table: &TableDescriptor,
@@ -237,7 +237,7 @@ impl Node {
         }
         // The keys are read only when there is an index to look them up in (it may still
         // be gone by the lookup: a round can take it meanwhile).
-        if !tiering::has_lake_index(self, table.table_id, snapshot_id) {
+        if !lake_index::has_lake_index(self, table.table_id, snapshot_id) {
             return Ok(None);
         }
         // Each bucket's tail read and encoded on a task of its own (on all cores).
@@ -261,7 +261,7 @@ impl Node {
             .map(|(p, _)| &p.id)
             .zip(keys.iter().map(Vec::as_slice))
             .collect();
-        let located = tiering::locate_lake_rows(self, table.table_id, snapshot_id, &buckets);
+        let located = lake_index::locate_lake_rows(self, table.table_id, snapshot_id, &buckets);
         Ok(located.map(|located| {
             let ids = unlocated.iter().map(|(p, _)| p.id.clone());
             ids.zip(located).collect()
@@ -379,7 +379,7 @@ pub fn log_range(
     bucket: Arc<Bucket>,
     from: i64,
     to: i64,
-) -> futures::stream::BoxStream<'static, Result<crate::log::LogBatch>> {
+) -> futures::stream::BoxStream<'static, Result<mink_log::LogBatch>> {
     use futures::{StreamExt, TryStreamExt};
     /// Bytes read from the log at a time.
     const READ_BYTES: u64 = 8 << 20;
@@ -394,7 +394,7 @@ pub fn log_range(
                 return Ok(None);
             };
             let next = last.last_offset + 1;
-            let trimmed: Vec<Result<crate::log::LogBatch>> = batches
+            let trimmed: Vec<Result<mink_log::LogBatch>> = batches
                 .into_iter()
                 .filter_map(|batch| trim(batch, offset, to))
                 .map(Ok)
@@ -413,7 +413,7 @@ pub fn log_range(
 /// [`NodeError::Corrupt`] for a batch without change types.
 pub fn changelog_rows(
     table: &TableDescriptor,
-    batch: crate::log::LogBatch,
+    batch: mink_log::LogBatch,
 ) -> Result<(RecordBatch, Vec<u8>)> {
     let changes = change_types(table, batch.changes)?;
     Ok((
@@ -436,7 +436,7 @@ fn change_types(table: &TableDescriptor, changes: Option<Vec<u8>>) -> Result<Vec
 }
 
 /// The part of a log batch inside `[from, to)`.
-fn trim(mut batch: crate::log::LogBatch, from: i64, to: i64) -> Option<crate::log::LogBatch> {
+fn trim(mut batch: mink_log::LogBatch, from: i64, to: i64) -> Option<mink_log::LogBatch> {
     let start = (from - batch.base_offset).max(0) as usize;
     let end = ((to - batch.base_offset).max(0) as usize).min(batch.batch.num_rows());
     if end <= start {

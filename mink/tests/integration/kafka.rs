@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use mink_core::options::TableOptions;
 use mink_core::protocol::BucketId;
-use mink_node::log::LogConfig;
+use mink_log::LogConfig;
 use serde_json::Value;
 
 use crate::process::{ServerProcess, run_mink};

@@ -7,7 +7,7 @@ use std::time::Duration;
 use mink_client::MinkClient;
 use mink_core::protocol::{BucketId, list_offsets::Spec};
 use mink_core::table::TableDescriptor;
-use mink_node::kv::BufferLimits;
+use mink_kv::BufferLimits;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};

@@ -96,7 +96,9 @@ async fn tiering_and_union_reads_on_s3() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let handle = mink_node::server::serve(Arc::clone(&node), listener).await.expect("serve");
+    let handle = mink_node::server::serve(Arc::clone(&node), listener)
+        .await
+        .expect("serve");
     let client = MinkClient::connect(&handle.addr().to_string())
         .await
         .expect("connect");
@@ -266,7 +268,9 @@ async fn an_unreachable_object_store_is_a_clear_error() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let handle = mink_node::server::serve(node, listener).await.expect("serve");
+    let handle = mink_node::server::serve(node, listener)
+        .await
+        .expect("serve");
     let client = MinkClient::connect(&handle.addr().to_string())
         .await
         .expect("connect");

@@ -8,7 +8,7 @@ use std::path::Path;
 use tracing::warn;
 
 use super::segment::{self, FrameHeader};
-use crate::error::{NodeError, Result};
+use crate::error::{LogError, Result};
 
 /// The segment being appended to.
 #[derive(Debug)]
@@ -54,7 +54,7 @@ pub(super) fn recover(label: &str, dir: &Path) -> Result<Recovered> {
     let log_start = next_offset;
     for (i, &base) in bases.iter().enumerate() {
         if base != next_offset {
-            return Err(NodeError::Corrupt(format!(
+            return Err(LogError::Corrupt(format!(
                 "bucket {label}: segment {base} follows a log that ends at {next_offset}"
             )));
         }
@@ -69,7 +69,7 @@ pub(super) fn recover(label: &str, dir: &Path) -> Result<Recovered> {
                 let outcome = segment::scan_frames(&path, base)?;
                 if outcome.torn {
                     if !is_active {
-                        return Err(NodeError::Corrupt(format!(
+                        return Err(LogError::Corrupt(format!(
                             "bucket {label}: sealed segment {base} is damaged at byte {}",
                             outcome.valid_len
                         )));
@@ -130,7 +130,7 @@ mod tests {
     use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 
     use super::*;
-    use crate::log::segment::{HEADER_LEN, StoredBatch, encode_frame, index_path, segment_path};
+    use crate::segment::{HEADER_LEN, StoredBatch, encode_frame, index_path, segment_path};
 
     /// Frames of batches of `counts` rows, the first at offset `base` and byte `start`;
     /// batch `b` is committed at `1_000 + b`.
@@ -189,7 +189,7 @@ mod tests {
 
     fn corruption(dir: &Path) -> String {
         match recover("t", dir).unwrap_err() {
-            NodeError::Corrupt(message) => message,
+            LogError::Corrupt(message) => message,
             other => panic!("expected Corrupt, got {other}"),
         }
     }

@@ -13,7 +13,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::runs::{Merged, Run};
 use super::{KvTablet, decode_offset, kv_error};
-use crate::error::Result;
+use crate::error::{KvError, Result};
 
 /// Rows a chunk's buffer is made for before any is read: a larger chunk (a client's
 /// `batch_rows`) grows it as rows come, so memory follows the rows the store holds, not
@@ -88,7 +88,7 @@ impl SnapshotReader {
 
     /// The stored rows in key order as a stream of chunks of at most `chunk` rows and
     /// about [`MAX_CHUNK_BYTES`] (at most `limit` rows in all), each turned into a `T` by
-    /// `convert`.
+    /// `convert`. The stream's error is `convert`'s, which the store's own convert into.
     ///
     /// Two kinds of short jobs on the store's read threads make the chunks: one reads a
     /// chunk's rows (continuing after the last key of the chunk before), one converts
@@ -101,15 +101,16 @@ impl SnapshotReader {
     /// ask. A consumer that stops reading holds no thread at all, only the snapshot and
     /// the chunks read ahead; a few hundred stalled readers cannot starve the store's
     /// threads. Must be called within a Tokio runtime.
-    pub fn into_chunks<T, F>(
+    pub fn into_chunks<T, E, F>(
         self,
         chunk: usize,
         limit: usize,
         convert: F,
-    ) -> BoxStream<'static, Result<T>>
+    ) -> BoxStream<'static, Result<T, E>>
     where
         T: Send + 'static,
-        F: FnMut(Vec<UserValue>) -> Result<T> + Send + 'static,
+        E: From<KvError> + Send + 'static,
+        F: FnMut(Vec<UserValue>) -> Result<T, E> + Send + 'static,
     {
         let chunk = chunk.max(1);
         let tablet = self.tablet.clone();
@@ -121,7 +122,7 @@ impl SnapshotReader {
                     Ok((self, bounds))
                 })?
                 .await?;
-            let chunks: Result<BoxStream<'static, Result<T>>> =
+            let chunks: Result<BoxStream<'static, Result<T, E>>, E> =
                 Ok(reader.read_parts(bounds, chunk, limit, convert));
             chunks
         };
@@ -159,16 +160,17 @@ impl SnapshotReader {
 
     /// [`Self::into_chunks`], reading the key ranges that `bounds` (ascending) begin,
     /// after the one before the first bound.
-    fn read_parts<T, F>(
+    fn read_parts<T, E, F>(
         self,
         bounds: Vec<UserKey>,
         chunk: usize,
         limit: usize,
         convert: F,
-    ) -> BoxStream<'static, Result<T>>
+    ) -> BoxStream<'static, Result<T, E>>
     where
         T: Send + 'static,
-        F: FnMut(Vec<UserValue>) -> Result<T> + Send + 'static,
+        E: From<KvError> + Send + 'static,
+        F: FnMut(Vec<UserValue>) -> Result<T, E> + Send + 'static,
     {
         let tablet = self.tablet.clone();
         let reader = Arc::new(self);
@@ -341,8 +343,8 @@ mod tests {
     use rand::{Rng, SeedableRng, rngs::StdRng};
 
     use super::split_span;
-    use crate::kv::runs::Run;
-    use crate::kv::{KvConfig, KvStore, KvTablet};
+    use crate::runs::Run;
+    use crate::{KvConfig, KvError, KvStore, KvTablet};
 
     /// A tablet holding the keys `0..keys`, key `k` with the value `k + 100`.
     fn tablet_with(keys: u8) -> (tempfile::TempDir, KvTablet) {
@@ -364,7 +366,7 @@ mod tests {
             let reader = tablet.snapshot().unwrap();
             reader
                 .into_chunks(chunk, limit, |values| {
-                    Ok(values.iter().map(|v| v[0]).collect::<Vec<u8>>())
+                    Ok::<_, KvError>(values.iter().map(|v| v[0]).collect::<Vec<u8>>())
                 })
                 .try_collect::<Vec<_>>()
         };
@@ -388,7 +390,7 @@ mod tests {
         let reader = tablet.snapshot().unwrap();
         tablet.state.rows.insert(vec![5u8, 0], vec![0u8]).unwrap();
         let rows: Vec<usize> = reader
-            .into_chunks(3, usize::MAX, |values| Ok(values.len()))
+            .into_chunks(3, usize::MAX, |values| Ok::<_, KvError>(values.len()))
             .try_collect()
             .await
             .unwrap();
@@ -402,7 +404,7 @@ mod tests {
             .snapshot()
             .unwrap()
             .into_chunks(usize::MAX, usize::MAX, |values| {
-                Ok((values.len(), values.capacity()))
+                Ok::<_, KvError>((values.len(), values.capacity()))
             })
             .try_collect()
             .await
@@ -428,7 +430,7 @@ mod tests {
             .snapshot()
             .unwrap()
             .into_chunks(1000, usize::MAX, |values| {
-                Ok(values.iter().map(|v| v[0]).collect())
+                Ok::<_, KvError>(values.iter().map(|v| v[0]).collect())
             })
             .try_collect()
             .await
@@ -439,7 +441,7 @@ mod tests {
         let rows: Vec<usize> = tablet
             .snapshot()
             .unwrap()
-            .into_chunks(1000, 4, |values| Ok(values.len()))
+            .into_chunks(1000, 4, |values| Ok::<_, KvError>(values.len()))
             .try_collect()
             .await
             .unwrap();
@@ -456,7 +458,7 @@ mod tests {
         );
         let values: Vec<u8> = reader
             .into_chunks(3, usize::MAX, |values| {
-                Ok(values.iter().map(|v| v[0]).collect::<Vec<u8>>())
+                Ok::<_, KvError>(values.iter().map(|v| v[0]).collect::<Vec<u8>>())
             })
             .try_collect::<Vec<_>>()
             .await
@@ -550,10 +552,12 @@ mod tests {
                 .unwrap()
                 .read_parts(bounds, chunk, limit, move |values| {
                     assert!(!values.is_empty() && values.len() <= chunk);
-                    Ok(values
-                        .iter()
-                        .map(|value| value.to_vec())
-                        .collect::<Vec<_>>())
+                    Ok::<_, KvError>(
+                        values
+                            .iter()
+                            .map(|value| value.to_vec())
+                            .collect::<Vec<_>>(),
+                    )
                 })
                 .try_collect::<Vec<_>>()
                 .await

@@ -57,6 +57,7 @@
 //! acknowledged: it is in the log (see the appender's "Durable means written").
 
 mod buffer;
+mod error;
 mod lookup;
 mod reader;
 mod runs;
@@ -73,12 +74,12 @@ use mink_core::key::MAX_KEY_BYTES;
 
 pub use self::buffer::BufferLimits;
 use self::buffer::{Buffered, TabletState, Tablets};
+pub use self::error::{KvError, Result};
 pub use self::lookup::{Found, encode_keys, lookup, prefix_lookup};
 pub use self::reader::{MAX_CHUNK_BYTES, SnapshotReader};
 use self::runs::{Merged, Run};
 use self::threads::{KvThreads, Submitted};
-pub(crate) use self::writer::KvWriter;
-use crate::error::{NodeError, Result};
+pub use self::writer::KvWriter;
 
 /// The memory a node's KV store may hold.
 #[derive(Debug, Clone, Copy)]
@@ -411,7 +412,7 @@ impl KvTablet {
     ///
     /// # Errors
     /// The tablet no longer follows its log ([`KvTablet::fence`]).
-    pub(crate) async fn read<T: Send + 'static>(
+    pub async fn read<T: Send + 'static>(
         &self,
         read: impl FnOnce() -> Result<T> + Send + 'static,
     ) -> Result<T> {
@@ -423,7 +424,7 @@ impl KvTablet {
     /// tablet is behind the log for good, so it takes no more groups and answers no
     /// reads (a read would miss writes the log acknowledged) until a restart replays the
     /// log into it.
-    pub(crate) fn fence(&self, error: &NodeError) {
+    pub(crate) fn fence(&self, error: &KvError) {
         self.state.fail(error.to_string());
     }
 
@@ -435,7 +436,7 @@ impl KvTablet {
     fn check_readable(&self) -> Result<()> {
         match self.failure() {
             None => Ok(()),
-            Some(reason) => Err(NodeError::ShuttingDown(format!(
+            Some(reason) => Err(KvError::ShuttingDown(format!(
                 "the KV store of bucket {} (it is behind its log after a failed update; \
                  restart the node: {reason})",
                 self.state.name
@@ -500,14 +501,16 @@ fn decode_offset(value: Option<&[u8]>) -> Result<i64> {
         Some(bytes) => bytes
             .try_into()
             .map(i64::from_le_bytes)
-            .map_err(|_| NodeError::Corrupt("a stored applied offset is not 8 bytes".into())),
+            .map_err(|_| KvError::Corrupt("a stored applied offset is not 8 bytes".into())),
     }
 }
 
-fn kv_error(error: fjall::Error) -> NodeError {
-    NodeError::Kv(error.to_string())
+fn kv_error(error: fjall::Error) -> KvError {
+    KvError::Store(error.to_string())
 }
 
+#[cfg(test)]
+mod over_the_log;
 #[cfg(test)]
 mod tests {
     use super::*;

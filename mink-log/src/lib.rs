@@ -27,6 +27,7 @@
 
 mod appender;
 mod cache;
+mod error;
 mod recovery;
 mod segment;
 mod sent;
@@ -48,10 +49,10 @@ use tracing::info;
 
 use self::appender::{Appender, WriteRequest};
 use self::cache::LogCache;
-pub(crate) use self::segment::StoredBatch;
-use self::segment::{CachedBatch, FrameHeader, HEADER_LEN, Payload};
+pub use self::error::{LogError, Result};
+use self::segment::{CachedBatch, HEADER_LEN};
+pub use self::segment::{FrameHeader, Payload, StoredBatch};
 pub use self::sent::{SentBatch, SentMessage};
-use crate::error::{NodeError, Result};
 
 /// How a tablet stores its log.
 #[derive(Debug, Clone)]
@@ -116,14 +117,16 @@ pub struct LogBatch {
 /// One batch read from the log as it is stored: its frame header and its payload, the
 /// batch an Arrow IPC stream not decoded.
 #[derive(Debug, Clone)]
-pub(crate) struct LogFrame {
-    pub(crate) header: FrameHeader,
-    pub(crate) payload: Payload,
+pub struct LogFrame {
+    /// What the frame header says about the batch.
+    pub header: FrameHeader,
+    /// The batch as stored.
+    pub payload: Payload,
 }
 
 impl LogFrame {
     /// The batch, decoded.
-    pub(crate) fn decode(&self) -> Result<RecordBatch> {
+    pub fn decode(&self) -> Result<RecordBatch> {
         self.payload.decode(&self.header)
     }
 }
@@ -200,7 +203,7 @@ impl WriteStream {
 /// [`Changelog::abort`] when the group failed. A commit may update the state in the
 /// background while the appender writes the next group: the group is acknowledged once
 /// its [`Applying`] resolves, and the prepares after the commit see its writes already.
-pub(crate) trait Changelog: Send + std::fmt::Debug + 'static {
+pub trait Changelog: Send + std::fmt::Debug + 'static {
     /// The changelog batch of one write, seeing every earlier write of the group;
     /// `None` when the write changes nothing.
     fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>>;
@@ -228,16 +231,16 @@ pub(crate) trait Changelog: Send + std::fmt::Debug + 'static {
 /// A commit's update of the changelog's state, which may still be running: resolves once
 /// readers of the state see the commit's writes, with the update's error if it failed.
 #[derive(Debug)]
-pub(crate) struct Applying(Option<oneshot::Receiver<Result<()>>>);
+pub struct Applying(Option<oneshot::Receiver<Result<()>>>);
 
 impl Applying {
     /// An update that is already done.
-    pub(crate) fn done() -> Self {
+    pub fn done() -> Self {
         Self(None)
     }
 
     /// An update that reports on `done` when it ends.
-    pub(crate) fn pending(done: oneshot::Receiver<Result<()>>) -> Self {
+    pub fn pending(done: oneshot::Receiver<Result<()>>) -> Self {
         Self(Some(done))
     }
 
@@ -246,7 +249,7 @@ impl Applying {
             None => Ok(()),
             Some(done) => done
                 .await
-                .unwrap_or_else(|_| Err(NodeError::Kv("the KV store update stopped".into()))),
+                .unwrap_or_else(|_| Err(LogError::Changelog("the KV store update stopped".into()))),
         }
     }
 }
@@ -280,7 +283,7 @@ impl LogTablet {
     /// Opens (or creates) the log in `dir`, recovering it after a crash, brings the
     /// changelog hook (if any) in line with it, and starts its appender task on the
     /// current tokio runtime.
-    pub(crate) fn open(
+    pub fn open(
         label: String,
         dir: &Path,
         config: LogConfig,
@@ -307,12 +310,12 @@ impl LogTablet {
     pub async fn write(&self, write: Write) -> Result<AppendAck> {
         let (WriteOp::Append(batch) | WriteOp::Upsert(batch) | WriteOp::Delete(batch)) = &write.op;
         if batch.num_rows() == 0 {
-            return Err(NodeError::InvalidArgument(
+            return Err(LogError::InvalidArgument(
                 "an empty batch cannot be written".into(),
             ));
         }
         let (reply, ack) = oneshot::channel();
-        let closed = || NodeError::ShuttingDown(format!("bucket {}", self.shared.label));
+        let closed = || LogError::ShuttingDown(format!("bucket {}", self.shared.label));
         self.writes
             .send(WriteRequest { write, reply })
             .await
@@ -334,7 +337,7 @@ impl LogTablet {
     }
 
     /// [`LogTablet::read`], the batches as stored: nothing is decoded.
-    pub(crate) async fn read_frames(&self, offset: i64, max_bytes: u64) -> Result<Vec<LogFrame>> {
+    pub async fn read_frames(&self, offset: i64, max_bytes: u64) -> Result<Vec<LogFrame>> {
         self.read_as(offset, max_bytes, LogFrame::from_found).await
     }
 
@@ -356,7 +359,7 @@ impl LogTablet {
         let label = self.shared.label.clone();
         tokio::task::spawn_blocking(move || read_planned(&dir, &label, plan, convert))
             .await
-            .map_err(|e| NodeError::Io(std::io::Error::other(e)))?
+            .map_err(|e| LogError::Io(std::io::Error::other(e)))?
     }
 
     /// Where the last `rows` rows below the high watermark lie (fewer when the log holds
@@ -385,7 +388,7 @@ impl LogTablet {
     /// Checks that `offset` lies in the log: from its start to the high watermark.
     ///
     /// # Errors
-    /// [`NodeError::OffsetOutOfRange`] otherwise.
+    /// [`LogError::OffsetOutOfRange`] otherwise.
     pub fn check_offset(&self, offset: i64) -> Result<()> {
         let state = self.shared.read_state();
         self.shared.check_offset(offset, &state)
@@ -427,7 +430,7 @@ impl LogTablet {
                 Err(_elapsed) => return Ok(()),
                 Ok(Ok(())) => {}
                 Ok(Err(_closed)) => {
-                    return Err(NodeError::ShuttingDown(format!(
+                    return Err(LogError::ShuttingDown(format!(
                         "bucket {}",
                         self.shared.label
                     )));
@@ -502,7 +505,7 @@ impl Shared {
     /// [`LogTablet::check_offset`] against `state`.
     fn check_offset(&self, offset: i64, state: &LogState) -> Result<()> {
         match offset < state.log_start || offset > state.high_watermark {
-            true => Err(NodeError::OffsetOutOfRange {
+            true => Err(LogError::OffsetOutOfRange {
                 bucket: self.label.clone(),
                 offset,
                 log_start: state.log_start,
@@ -525,8 +528,9 @@ impl Shared {
     }
 }
 
-/// Batches read at once while replaying the log into a changelog hook.
-const REPLAY_CHUNK: usize = 64;
+/// Batches read at once while replaying the log into a changelog hook: the hook is
+/// committed after each chunk ([`Changelog::replay`]).
+pub const REPLAY_CHUNK: usize = 64;
 
 #[derive(Debug, Clone)]
 struct PlannedBatch {
@@ -603,7 +607,7 @@ fn read_planned<T>(
         let end = last.position + last.frame_len();
         let file = File::open(segment::segment_path(dir, segment)).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
-                NodeError::Corrupt(format!(
+                LogError::Corrupt(format!(
                     "segment {segment} of bucket {label} was removed by retention during the read; read again from log_start"
                 ))
             } else {
@@ -638,7 +642,7 @@ fn replay(
     }
     let first = batches.partition_point(|(h, _)| h.base_offset < applied);
     if batches.get(first).map(|(h, _)| h.base_offset) != Some(applied) {
-        return Err(NodeError::Corrupt(format!(
+        return Err(LogError::Corrupt(format!(
             "bucket {label}: the KV store is at offset {applied}, which is not a batch boundary of the retained log"
         )));
     }
@@ -699,411 +703,4 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use arrow::array::{Array, ArrayRef, AsArray, Int64Array, StringArray};
-    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
-    use mink_core::change::ChangeType;
-    use mink_core::key::RowCodec;
-    use mink_core::options::TableOptions;
-    use mink_core::table::TablePath;
-
-    use super::*;
-    use crate::kv::{KvConfig, KvStore, KvWriter};
-
-    /// Rolls to a new segment before every write that finds the active one non-empty.
-    fn one_write_per_segment() -> LogConfig {
-        LogConfig {
-            sync: false,
-            segment_bytes: 1,
-            ..LogConfig::default()
-        }
-    }
-
-    fn table(primary_key: &[&str]) -> Arc<TableDescriptor> {
-        let schema = Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("v", DataType::Utf8, true),
-        ]);
-        let table = TableDescriptor::new(
-            TablePath::new("db", "t"),
-            schema,
-            primary_key.iter().map(|c| c.to_string()).collect(),
-            vec![],
-            TableOptions::default(),
-        );
-        Arc::new(table.unwrap())
-    }
-
-    fn rows(table: &TableDescriptor, ids: &[i64], v: &str) -> RecordBatch {
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(Int64Array::from(ids.to_vec())),
-            Arc::new(StringArray::from_iter_values(ids.iter().map(|_| v))),
-        ];
-        RecordBatch::try_new(Arc::clone(table.schema()), columns).unwrap()
-    }
-
-    /// The ids of each batch.
-    pub(super) fn ids(batches: &[LogBatch]) -> Vec<Vec<i64>> {
-        let ids = |b: &LogBatch| {
-            b.batch
-                .column(0)
-                .as_primitive::<Int64Type>()
-                .values()
-                .to_vec()
-        };
-        batches.iter().map(ids).collect()
-    }
-
-    async fn write(log: &LogTablet, table: &Arc<TableDescriptor>, op: WriteOp) -> AppendAck {
-        let table = Arc::clone(table);
-        log.write(Write {
-            op,
-            table,
-            stream: None,
-            writer: None,
-            sent: None,
-        })
-        .await
-        .unwrap()
-    }
-
-    #[tokio::test]
-    async fn a_reopened_log_reads_back_every_batch_across_rolled_segments() {
-        let dir = tempfile::tempdir().unwrap();
-        let table = table(&[]);
-        let log = LogTablet::open("t".into(), dir.path(), one_write_per_segment(), None).unwrap();
-        for batch in [&[1, 2, 3][..], &[4], &[5, 6], &[7, 8]] {
-            write(&log, &table, WriteOp::Append(rows(&table, batch, "x"))).await;
-        }
-        drop(log);
-        assert_eq!(segment::list_segments(dir.path()).unwrap(), [0, 3, 4, 6]);
-        // A missing index and a torn tail, as a crash leaves them.
-        std::fs::remove_file(segment::index_path(dir.path(), 3)).unwrap();
-        let mut active = std::fs::OpenOptions::new()
-            .append(true)
-            .open(segment::segment_path(dir.path(), 6))
-            .unwrap();
-        std::io::Write::write_all(&mut active, &[7; 20]).unwrap();
-
-        let log = LogTablet::open("t".into(), dir.path(), one_write_per_segment(), None).unwrap();
-        assert_eq!(log.offsets(), (0, 8));
-        let read = log.read(0, u64::MAX).await.unwrap();
-        assert_eq!(ids(&read), [&[1, 2, 3][..], &[4], &[5, 6], &[7, 8]]);
-        let offsets: Vec<(i64, i64)> = read
-            .iter()
-            .map(|b| (b.base_offset, b.last_offset))
-            .collect();
-        assert_eq!(offsets, [(0, 2), (3, 3), (4, 5), (6, 7)]);
-        let ack = write(&log, &table, WriteOp::Append(rows(&table, &[9], "x"))).await;
-        assert_eq!((ack.base_offset, ack.last_offset), (8, 8));
-        assert_eq!(ids(&log.read(8, u64::MAX).await.unwrap()), [[9]]);
-    }
-
-    /// Every stored row of a KV tablet as `(id, v)`, in key order.
-    fn kv_rows(table: &TableDescriptor, kv: &crate::kv::KvTablet) -> Vec<(i64, String)> {
-        let batch = RowCodec::new(table)
-            .unwrap()
-            .decode(&kv.prefix(&[]).unwrap())
-            .unwrap();
-        let id = batch.column(0).as_primitive::<Int64Type>();
-        let v = batch.column(1).as_string::<i32>();
-        assert_eq!(v.null_count(), 0);
-        (0..batch.num_rows())
-            .map(|i| (id.value(i), v.value(i).to_string()))
-            .collect()
-    }
-
-    /// A temporary directory with a KV store, a primary-key table (`id`) and a writer of
-    /// the store's tablet `tablet`.
-    fn kv_setup(tablet: &str) -> (tempfile::TempDir, Arc<TableDescriptor>, KvStore, KvWriter) {
-        let dir = tempfile::tempdir().unwrap();
-        let table = table(&["id"]);
-        let kv = KvStore::open(&dir.path().join("kv"), &KvConfig::default()).unwrap();
-        let writer = KvWriter::new(kv.tablet(tablet).unwrap(), Arc::clone(&table)).unwrap();
-        (dir, table, kv, writer)
-    }
-
-    #[tokio::test]
-    async fn opening_replays_the_log_into_a_kv_store_that_is_behind() {
-        let (dir, table, kv, writer) = kv_setup("up_to_date");
-        let log_dir = dir.path().join("log");
-        let log = LogTablet::open(
-            "t".into(),
-            &log_dir,
-            one_write_per_segment(),
-            Some(Box::new(writer)),
-        )
-        .unwrap();
-        write(&log, &table, WriteOp::Upsert(rows(&table, &[1, 2, 3], "a"))).await;
-        write(&log, &table, WriteOp::Upsert(rows(&table, &[2], "b"))).await;
-        let ack = write(&log, &table, WriteOp::Delete(rows(&table, &[3, 4], "-"))).await;
-        assert_eq!((ack.base_offset, ack.last_offset), (5, 5), "-D of 3 only");
-        drop(log);
-
-        let behind = kv.tablet("behind").unwrap();
-        let writer = KvWriter::new(behind.clone(), Arc::clone(&table)).unwrap();
-        let log = LogTablet::open(
-            "t".into(),
-            &log_dir,
-            one_write_per_segment(),
-            Some(Box::new(writer)),
-        )
-        .unwrap();
-        assert_eq!(behind.applied_offset().unwrap(), 6);
-        let expected = [(1, "a".to_string()), (2, "b".to_string())];
-        assert_eq!(kv_rows(&table, &behind), expected);
-        assert_eq!(kv_rows(&table, &kv.tablet("up_to_date").unwrap()), expected);
-        let changes: Vec<Vec<u8>> = log
-            .read(0, u64::MAX)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|b| b.changes.unwrap())
-            .collect();
-        assert_eq!(changes, [vec![0, 0, 0], vec![1, 2], vec![3]]);
-    }
-
-    /// A KV writer that records the offsets it is asked to commit.
-    #[derive(Debug)]
-    struct RecordingCommits {
-        writer: KvWriter,
-        commits: Arc<std::sync::Mutex<Vec<i64>>>,
-    }
-
-    impl Changelog for RecordingCommits {
-        fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>> {
-            self.writer.prepare(write)
-        }
-        fn schema_id(&self) -> u32 {
-            self.writer.schema_id()
-        }
-        fn commit(&mut self, end_offset: i64) -> Result<Applying> {
-            self.commits.lock().unwrap().push(end_offset);
-            self.writer.commit(end_offset)
-        }
-        fn settle(&mut self) -> Result<()> {
-            self.writer.settle()
-        }
-        fn failure(&self) -> Option<String> {
-            self.writer.failure()
-        }
-        fn abort(&mut self) {
-            self.writer.abort();
-        }
-        fn applied_offset(&self) -> i64 {
-            self.writer.applied_offset()
-        }
-        fn replay(&mut self, batch: &LogBatch) -> Result<()> {
-            self.writer.replay(batch)
-        }
-    }
-
-    #[tokio::test]
-    async fn a_long_replay_is_applied_a_chunk_at_a_time() {
-        let (dir, table, kv, writer) = kv_setup("source");
-        let config = || LogConfig {
-            sync: false,
-            ..LogConfig::default()
-        };
-        let log_dir = dir.path().join("log");
-        let log = LogTablet::open("t".into(), &log_dir, config(), Some(Box::new(writer))).unwrap();
-        // Two chunks and one batch of one-row batches.
-        let batches = 2 * REPLAY_CHUNK + 1;
-        for id in 0..batches as i64 {
-            write(&log, &table, WriteOp::Upsert(rows(&table, &[id], "v"))).await;
-        }
-        drop(log);
-
-        let rebuilt = kv.tablet("rebuilt").unwrap();
-        let commits = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let recording = RecordingCommits {
-            writer: KvWriter::new(rebuilt.clone(), Arc::clone(&table)).unwrap(),
-            commits: Arc::clone(&commits),
-        };
-        let _log =
-            LogTablet::open("t".into(), &log_dir, config(), Some(Box::new(recording))).unwrap();
-        let chunk = REPLAY_CHUNK as i64;
-        assert_eq!(*commits.lock().unwrap(), [chunk, 2 * chunk, 2 * chunk + 1]);
-        assert_eq!(rebuilt.applied_offset().unwrap(), batches as i64);
-        assert_eq!(
-            kv_rows(&table, &rebuilt),
-            kv_rows(&table, &kv.tablet("source").unwrap())
-        );
-        assert_eq!(kv_rows(&table, &rebuilt).len(), batches);
-    }
-
-    /// A changelog that logs each upsert as inserts and checks nothing: the log of a node
-    /// from before keys were bounded.
-    #[derive(Debug)]
-    struct Unchecked;
-
-    impl Changelog for Unchecked {
-        fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>> {
-            let (WriteOp::Append(batch) | WriteOp::Upsert(batch) | WriteOp::Delete(batch)) =
-                &write.op;
-            Ok(Some(StoredBatch {
-                changes: Some(vec![ChangeType::Insert as u8; batch.num_rows()]),
-                batch: batch.clone(),
-                writer: None,
-                sent: None,
-            }))
-        }
-        fn schema_id(&self) -> u32 {
-            0
-        }
-        fn commit(&mut self, _: i64) -> Result<Applying> {
-            Ok(Applying::done())
-        }
-        fn failure(&self) -> Option<String> {
-            None
-        }
-        fn settle(&mut self) -> Result<()> {
-            Ok(())
-        }
-        fn abort(&mut self) {}
-        fn applied_offset(&self) -> i64 {
-            0
-        }
-        fn replay(&mut self, _: &LogBatch) -> Result<()> {
-            Ok(())
-        }
-    }
-
-    #[tokio::test]
-    async fn a_logged_key_too_long_for_the_store_is_left_out_of_it_on_replay() {
-        // `v TEXT PRIMARY KEY, id BIGINT`, keyed by the string.
-        let schema = Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("v", DataType::Utf8, false),
-        ]);
-        let path = TablePath::new("db", "t");
-        let options = TableOptions::default();
-        let table = TableDescriptor::new(path, schema, vec!["v".into()], vec![], options);
-        let table = Arc::new(table.unwrap());
-        let upsert = |ids: &[i64], keys: &[&str]| Write {
-            op: WriteOp::Upsert(
-                RecordBatch::try_new(
-                    Arc::clone(table.schema()),
-                    vec![
-                        Arc::new(Int64Array::from(ids.to_vec())),
-                        Arc::new(StringArray::from(keys.to_vec())),
-                    ],
-                )
-                .unwrap(),
-            ),
-            table: Arc::clone(&table),
-            stream: None,
-            writer: None,
-            sent: None,
-        };
-        let long = "x".repeat(70_000);
-        let dir = tempfile::tempdir().unwrap();
-        let log_dir = dir.path().join("log");
-        let config = || LogConfig {
-            sync: false,
-            ..LogConfig::default()
-        };
-        let log = LogTablet::open("t".into(), &log_dir, config(), Some(Box::new(Unchecked)));
-        let log = log.unwrap();
-        log.write(upsert(&[1, 2, 3], &["a", &long, "b"]))
-            .await
-            .unwrap();
-        drop(log);
-
-        // The replay leaves the long key out; the rest is stored, and flushed to fjall.
-        let kv = KvStore::open(&dir.path().join("kv"), &KvConfig::default()).unwrap();
-        let tablet = kv.tablet("b").unwrap();
-        let writer = KvWriter::new(tablet.clone(), Arc::clone(&table)).unwrap();
-        let log = LogTablet::open("t".into(), &log_dir, config(), Some(Box::new(writer)));
-        let log = log.unwrap();
-        tablet.flush().unwrap();
-        assert_eq!(tablet.flushed_offset().unwrap(), 3);
-        let stored = RowCodec::new(&table)
-            .unwrap()
-            .decode(&tablet.prefix(&[]).unwrap());
-        let stored = stored.unwrap();
-        let stored_ids = stored
-            .column(0)
-            .as_primitive::<Int64Type>()
-            .values()
-            .to_vec();
-        assert_eq!(stored_ids, [1, 3]);
-
-        // The bucket goes on: a long key is refused, nothing of it written; others are.
-        let error = log.write(upsert(&[4], &[&long])).await.unwrap_err();
-        assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error}");
-        assert!(error.to_string().contains("MAX_KEY_BYTES"), "{error}");
-        let ack = log.write(upsert(&[5], &["c"])).await.unwrap();
-        assert_eq!((ack.base_offset, ack.last_offset), (3, 3));
-        tablet.flush().unwrap();
-        assert_eq!(tablet.flushed_offset().unwrap(), 4);
-    }
-
-    #[tokio::test]
-    async fn a_write_queued_behind_a_failed_group_of_its_stream_is_not_written() {
-        let dir = tempfile::tempdir().unwrap();
-        let table = table(&[]);
-        let config = LogConfig {
-            sync: false,
-            ..LogConfig::default()
-        };
-        let mut appender = Appender::recover("t".into(), dir.path(), config, None).unwrap();
-        // Room for a few one-row frames, not for a thousand rows.
-        appender.faults.space = Some(4096);
-        let log = LogTablet::start(appender);
-        let stream = WriteStream::default();
-        let append = |ids: &[i64], stream: Option<&WriteStream>| Write {
-            op: WriteOp::Append(rows(&table, ids, "x")),
-            table: Arc::clone(&table),
-            stream: stream.cloned(),
-            writer: None,
-            sent: None,
-        };
-        let first = log.write(append(&[1], Some(&stream))).await.unwrap();
-        assert_eq!((first.base_offset, first.last_offset), (0, 0));
-
-        let big: Vec<i64> = (0..1000).collect();
-        let mut failing = std::pin::pin!(log.write(append(&big, Some(&stream))));
-        assert!(futures::poll!(failing.as_mut()).is_pending());
-        // Once the appender has taken it into a group, the next write lands in a later one.
-        while log.writes.capacity() < log.writes.max_capacity() {
-            tokio::task::yield_now().await;
-        }
-        let mut behind = std::pin::pin!(log.write(append(&[2], Some(&stream))));
-        assert!(futures::poll!(behind.as_mut()).is_pending());
-        let error = failing.await.unwrap_err();
-        assert!(matches!(error, NodeError::DiskFull { .. }), "{error}");
-        let error = behind.await.unwrap_err();
-        assert!(error.to_string().contains("earlier batch"), "{error}");
-
-        // The write fits, another stream (or none) writes it: the stream alone stopped.
-        let other = log.write(append(&[3], None)).await.unwrap();
-        assert_eq!((other.base_offset, other.last_offset), (1, 1));
-        assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), [[1], [3]]);
-    }
-
-    #[tokio::test]
-    async fn a_kv_store_inside_a_batch_of_the_log_is_corruption() {
-        let dir = tempfile::tempdir().unwrap();
-        let table = table(&["id"]);
-        let kv = KvStore::open(&dir.path().join("kv"), &KvConfig::default()).unwrap();
-        let log_dir = dir.path().join("log");
-        let log = LogTablet::open("t".into(), &log_dir, LogConfig::default(), None).unwrap();
-        write(&log, &table, WriteOp::Append(rows(&table, &[1, 2, 3], "a"))).await;
-        drop(log);
-        let mut writer = KvWriter::new(kv.tablet("b").unwrap(), Arc::clone(&table)).unwrap();
-        writer.commit(1).unwrap();
-        writer.settle().unwrap();
-        let error = LogTablet::open(
-            "t".into(),
-            &log_dir,
-            LogConfig::default(),
-            Some(Box::new(writer)),
-        )
-        .unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "corrupt log: bucket t: the KV store is at offset 1, which is not a batch boundary of the retained log"
-        );
-    }
-}
+mod tests;

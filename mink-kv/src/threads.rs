@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::oneshot;
 
-use crate::error::{NodeError, Result};
+use crate::error::{KvError, Result};
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -42,7 +42,7 @@ impl<T> Submitted<T> {
     pub(crate) fn wait(self) -> Result<T> {
         self.0
             .recv()
-            .map_err(|_| NodeError::Kv("a KV store job panicked".into()))
+            .map_err(|_| KvError::Store("a KV store job panicked".into()))
     }
 }
 
@@ -81,7 +81,7 @@ impl KvThreads {
         Ok(async move {
             result
                 .await
-                .map_err(|_| NodeError::Kv("a KV store job panicked".into()))?
+                .map_err(|_| KvError::Store("a KV store job panicked".into()))?
         })
     }
 
@@ -100,7 +100,7 @@ impl KvThreads {
     fn send(&self, job: Job) -> Result<()> {
         self.jobs
             .send(job)
-            .map_err(|_| NodeError::ShuttingDown("the KV store's threads".into()))
+            .map_err(|_| KvError::ShuttingDown("the KV store's threads".into()))
     }
 }
 
@@ -196,7 +196,7 @@ pub(super) fn split_over<T: Sync, R: Send>(
 
 /// The error of a split's work that panicked.
 fn panicked<T>(_: Box<dyn std::any::Any + Send>) -> Result<T> {
-    Err(NodeError::Kv("a thread of the KV store panicked".into()))
+    Err(KvError::Store("a thread of the KV store panicked".into()))
 }
 
 #[cfg(test)]
@@ -238,7 +238,7 @@ mod tests {
                     std::thread::sleep(std::time::Duration::from_millis(20));
                     match panics {
                         true => panic!("a broken piece"),
-                        false => return Err(NodeError::Kv("broken".into())),
+                        false => return Err(KvError::Store("broken".into())),
                     }
                 }
                 std::thread::sleep(std::time::Duration::from_millis(10));

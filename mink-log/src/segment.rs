@@ -36,7 +36,7 @@ use mink_core::ipc_stream;
 
 use super::WriterTag;
 use super::sent::SentMessage;
-use crate::error::{NodeError, Result};
+use crate::error::{LogError, Result};
 
 /// Bytes of a frame header.
 pub(crate) const HEADER_LEN: usize = 33;
@@ -49,33 +49,33 @@ const INDEX_ENTRY_LEN: usize = 40;
 
 /// What a frame header says about its batch, plus where the frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FrameHeader {
+pub struct FrameHeader {
     /// Offset of the batch's first row.
-    pub(crate) base_offset: i64,
+    pub base_offset: i64,
     /// Number of rows.
-    pub(crate) records: u32,
+    pub records: u32,
     /// Commit time, ms since the epoch.
-    pub(crate) commit_timestamp: i64,
+    pub commit_timestamp: i64,
     /// Schema version of the batch.
-    pub(crate) schema_id: u32,
+    pub schema_id: u32,
     /// Whether a change vector precedes the Arrow data.
-    pub(crate) has_changes: bool,
+    pub has_changes: bool,
     /// Whether a writer tag precedes the change vector and the Arrow data.
-    pub(crate) has_writer: bool,
+    pub has_writer: bool,
     /// Position of the frame in its segment.
-    pub(crate) position: u64,
+    pub position: u64,
     /// Payload length in bytes.
-    pub(crate) payload_len: u32,
+    pub payload_len: u32,
 }
 
 impl FrameHeader {
     /// Offset of the batch's last row.
-    pub(crate) fn last_offset(&self) -> i64 {
+    pub fn last_offset(&self) -> i64 {
         self.base_offset + i64::from(self.records) - 1
     }
 
     /// Bytes of the whole frame.
-    pub(crate) fn frame_len(&self) -> u64 {
+    pub fn frame_len(&self) -> u64 {
         HEADER_LEN as u64 + u64::from(self.payload_len)
     }
 
@@ -99,20 +99,27 @@ impl FrameHeader {
 /// message a client sent the rows in, stored instead of encoding `batch` when it describes
 /// it (see [`super::sent`]).
 #[derive(Debug, Clone)]
-pub(crate) struct StoredBatch {
-    pub(crate) batch: RecordBatch,
-    pub(crate) changes: Option<Vec<u8>>,
-    pub(crate) writer: Option<WriterTag>,
-    pub(crate) sent: Option<SentMessage>,
+pub struct StoredBatch {
+    /// The rows.
+    pub batch: RecordBatch,
+    /// The change type of each row (primary-key tables).
+    pub changes: Option<Vec<u8>>,
+    /// The idempotent producer that wrote the batch, if one did.
+    pub writer: Option<WriterTag>,
+    /// The message the rows were sent in, when it describes `batch`.
+    pub sent: Option<SentMessage>,
 }
 
 /// A frame's payload, not decoded: the Arrow IPC stream of its batch (which Flight reads
 /// send as it is), its change vector and its writer tag.
 #[derive(Debug, Clone)]
-pub(crate) struct Payload {
-    pub(crate) ipc: Bytes,
-    pub(crate) changes: Option<Vec<u8>>,
-    pub(crate) writer: Option<WriterTag>,
+pub struct Payload {
+    /// The batch as one Arrow IPC stream (its schema message, then its batch).
+    pub ipc: Bytes,
+    /// The change type of each row (primary-key tables).
+    pub changes: Option<Vec<u8>>,
+    /// The idempotent producer that wrote the batch, if one did.
+    pub writer: Option<WriterTag>,
 }
 
 /// A written batch as the log cache keeps it: decoded, and as stored.
@@ -175,7 +182,7 @@ pub(crate) fn encode_frame(
     }
     let payload_len = frame.len() - HEADER_LEN;
     header.payload_len = u32::try_from(payload_len)
-        .map_err(|_| NodeError::InvalidArgument("a batch larger than 4 GiB".into()))?;
+        .map_err(|_| LogError::InvalidArgument("a batch larger than 4 GiB".into()))?;
     frame[0..4].copy_from_slice(&header.payload_len.to_le_bytes());
     let crc = crc32fast::hash(&frame[8..]);
     frame[4..8].copy_from_slice(&crc.to_le_bytes());
@@ -204,8 +211,10 @@ fn write_as_sent(frame: &mut Vec<u8>, schema: &SchemaRef, sent: &SentMessage) ->
             + ipc_stream::message_len(sent.header().len(), sent.body().len())
             + ipc_stream::END_OF_STREAM.len(),
     );
-    ipc_stream::write_message(frame, &schema.ipc_message, &[])?;
-    ipc_stream::write_message(frame, sent.header(), sent.body())?;
+    // A message too large for IPC is the client's: refused as the write.
+    let refused = |e: mink_core::CoreError| LogError::InvalidArgument(e.to_string());
+    ipc_stream::write_message(frame, &schema.ipc_message, &[]).map_err(refused)?;
+    ipc_stream::write_message(frame, sent.header(), sent.body()).map_err(refused)?;
     frame.extend_from_slice(&ipc_stream::END_OF_STREAM);
     Ok(())
 }
@@ -253,8 +262,8 @@ impl Payload {
     }
 }
 
-fn corrupt(header: &FrameHeader, what: &str) -> NodeError {
-    NodeError::Corrupt(format!("batch at offset {}: {what}", header.base_offset))
+fn corrupt(header: &FrameHeader, what: &str) -> LogError {
+    LogError::Corrupt(format!("batch at offset {}: {what}", header.base_offset))
 }
 
 /// Parses a frame header from the first [`HEADER_LEN`] bytes of `bytes`, checking the

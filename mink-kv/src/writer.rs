@@ -57,8 +57,8 @@ use tokio::sync::oneshot;
 use super::KvTablet;
 use super::runs::{Entries, Run};
 use super::threads::Submitted;
-use crate::error::{NodeError, Result};
-use crate::log::{Applying, Changelog, LogBatch, StoredBatch, Write, WriteOp};
+use crate::error::{KvError, Result};
+use mink_log::{Applying, Changelog, LogBatch, StoredBatch, Write, WriteOp};
 
 /// Keys and rows by key bytes; a fast hasher, since every written row goes through it.
 type KeyMap = ahash::HashMap<Vec<u8>, Option<Vec<u8>>>;
@@ -156,7 +156,7 @@ impl StagedRows {
 
 /// The [`Changelog`] of a primary-key bucket.
 #[derive(Debug)]
-pub(crate) struct KvWriter {
+pub struct KvWriter {
     tablet: KvTablet,
     table: Arc<TableDescriptor>,
     keys: KeyCodec,
@@ -185,7 +185,8 @@ enum Source {
 }
 
 impl KvWriter {
-    pub(crate) fn new(tablet: KvTablet, table: Arc<TableDescriptor>) -> Result<Self> {
+    /// The writer of `tablet`, the store of `table`'s bucket.
+    pub fn new(tablet: KvTablet, table: Arc<TableDescriptor>) -> Result<Self> {
         Ok(Self {
             keys: KeyCodec::new(&table)?,
             rows: RowCodec::new(&table)?,
@@ -303,7 +304,7 @@ impl KvWriter {
             WriteOp::Upsert(batch) => (batch, true),
             WriteOp::Delete(batch) => (batch, false),
             WriteOp::Append(_) => {
-                return Err(NodeError::InvalidArgument(format!(
+                return Err(KvError::InvalidArgument(format!(
                     "table {} has a primary key: write upserts or deletes",
                     self.table.path
                 )));
@@ -311,7 +312,7 @@ impl KvWriter {
         };
         let keys = self.keys.encode(batch)?;
         self.keys.check_lengths(&keys).map_err(|error| {
-            NodeError::InvalidArgument(format!("not written to table {}: {error}", self.table.path))
+            KvError::InvalidArgument(format!("not written to table {}: {error}", self.table.path))
         })?;
         if keys.num_rows() == 0 {
             return Ok(None);
@@ -421,7 +422,7 @@ impl KvWriter {
 }
 
 impl Changelog for KvWriter {
-    fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>> {
+    fn prepare(&mut self, write: &Write) -> mink_log::Result<Option<StoredBatch>> {
         self.refresh(&write.table)?;
         let changelog = self.changelog(&write.op)?;
         // A changelog that is the written batch itself (new keys alone) is stored as the
@@ -437,23 +438,20 @@ impl Changelog for KvWriter {
         self.table.current().schema_id
     }
 
-    fn commit(&mut self, end_offset: i64) -> Result<Applying> {
+    fn commit(&mut self, end_offset: i64) -> mink_log::Result<Applying> {
         let started = self.start_update(end_offset);
         if let Err(error) = &started {
             self.tablet.fence(error);
         }
-        started
+        Ok(started?)
     }
 
     fn failure(&self) -> Option<String> {
         self.tablet.failure()
     }
 
-    fn settle(&mut self) -> Result<()> {
-        match self.update.take() {
-            None => Ok(()),
-            Some(update) => update.wait()?,
-        }
+    fn settle(&mut self) -> mink_log::Result<()> {
+        Ok(self.wait_update()?)
     }
 
     fn abort(&mut self) {
@@ -464,9 +462,16 @@ impl Changelog for KvWriter {
         self.applied
     }
 
-    fn replay(&mut self, batch: &LogBatch) -> Result<()> {
+    fn replay(&mut self, batch: &LogBatch) -> mink_log::Result<()> {
+        Ok(self.replay_changes(batch)?)
+    }
+}
+
+impl KvWriter {
+    /// [`Changelog::replay`]: stages the rows of a durable changelog batch.
+    fn replay_changes(&mut self, batch: &LogBatch) -> Result<()> {
         let changes = batch.changes.as_deref().ok_or_else(|| {
-            NodeError::Corrupt(format!(
+            KvError::Corrupt(format!(
                 "batch at offset {} of a primary-key table has no change vector",
                 batch.base_offset
             ))
@@ -500,13 +505,19 @@ impl Changelog for KvWriter {
         self.keep(staged);
         Ok(())
     }
-}
 
-impl KvWriter {
+    /// [`Changelog::settle`]: waits for the running update, if any.
+    fn wait_update(&mut self) -> Result<()> {
+        match self.update.take() {
+            None => Ok(()),
+            Some(update) => update.wait()?,
+        }
+    }
+
     /// [`Changelog::commit`]: waits for the group before's update, then starts this
     /// group's on the store's update threads. A failure of either fences the tablet.
     fn start_update(&mut self, end_offset: i64) -> Result<Applying> {
-        self.settle()?;
+        self.wait_update()?;
         let rows = Arc::new(std::mem::take(&mut self.overlay));
         // The group before's rows are let go of on the update thread too (its replaced
         // rows one by one).
@@ -519,7 +530,7 @@ impl KvWriter {
             let _ = done.send(
                 (buffered.as_ref())
                     .map(|_| ())
-                    .map_err(NodeError::for_another_waiter),
+                    .map_err(|error| error.for_another_waiter().into()),
             );
             let updated = buffered.and_then(|()| tablet.flush_if_due().map(drop));
             if let Err(error) = &updated {
@@ -537,7 +548,7 @@ impl Drop for KvWriter {
     /// The store is not let go of while an update writes to it, and the bucket's buffered
     /// rows are written to fjall, so that reopening it replays nothing.
     fn drop(&mut self) {
-        if let Err(error) = self.settle().and_then(|()| self.tablet.flush()) {
+        if let Err(error) = self.wait_update().and_then(|()| self.tablet.flush()) {
             tracing::warn!(bucket = self.tablet.state.name, %error, "the last KV store update failed");
         }
     }
@@ -551,7 +562,8 @@ mod tests {
     use mink_core::table::TablePath;
 
     use super::*;
-    use crate::kv::{KvConfig, KvStore};
+    use crate::{KvConfig, KvStore};
+    use mink_log::LogError;
 
     /// A changelog row as the tests read it: change type, key, value.
     type Row = (&'static str, i64, Option<String>);
@@ -1049,7 +1061,7 @@ mod tests {
         };
         let error = f.writer.prepare(&write).unwrap_err();
         assert!(
-            matches!(&error, NodeError::InvalidArgument(m) if m.contains("has a primary key")),
+            matches!(&error, LogError::InvalidArgument(m) if m.contains("has a primary key")),
             "{error}"
         );
     }
@@ -1150,7 +1162,7 @@ mod tests {
         };
         let error = f.writer.replay(&batch).unwrap_err();
         assert!(
-            matches!(&error, NodeError::Corrupt(m) if m.contains("offset 5")),
+            matches!(&error, LogError::Corrupt(m) if m.contains("offset 5")),
             "{error}"
         );
     }

@@ -43,7 +43,7 @@ use fjall::Keyspace;
 use super::kv_error;
 use super::runs::{Merged, Run};
 use super::threads;
-use crate::error::{NodeError, Result};
+use crate::error::{KvError, Result};
 
 /// Runs merged into one at a time (see [`like_sized_tail`]).
 const MERGE_FAN_IN: usize = 4;
@@ -255,7 +255,7 @@ impl Tablets {
     /// if a flush in the background failed.
     pub(super) fn push(&self, tablet: &TabletState, run: Arc<Run>, end_offset: i64) -> Result<()> {
         if let Some(failure) = tablet.failure() {
-            return Err(NodeError::Kv(failure));
+            return Err(KvError::Store(failure));
         }
         let mut buffered = write(&tablet.buffered);
         // Merge the runs before this one first (the writer still reads this one), not
@@ -444,7 +444,7 @@ mod tests {
     use futures::TryStreamExt as _;
 
     use super::*;
-    use crate::kv::{KvConfig, KvStore, KvTablet};
+    use crate::{KvConfig, KvStore, KvTablet};
 
     /// A run of `(key, row)` (`None`: deleted), keys and rows one byte each.
     fn run(entries: &[(u8, Option<u8>)]) -> Arc<Run> {
@@ -483,7 +483,7 @@ mod tests {
     async fn rows(tablet: &KvTablet) -> Vec<(u8, u8)> {
         let chunks: Vec<Vec<u8>> = (tablet.snapshot().unwrap())
             .into_chunks(2, usize::MAX, |rows| {
-                Ok(rows.iter().map(|row| row[0]).collect())
+                Ok::<_, KvError>(rows.iter().map(|row| row[0]).collect())
             })
             .try_collect()
             .await
@@ -584,7 +584,7 @@ mod tests {
         assert_eq!(snapshot.log_offset(), 7);
         let read: Vec<Vec<u8>> = snapshot
             .into_chunks(10, usize::MAX, |rows| {
-                Ok(rows.iter().map(|row| row[0]).collect())
+                Ok::<_, KvError>(rows.iter().map(|row| row[0]).collect())
             })
             .try_collect()
             .await

@@ -32,7 +32,40 @@ use mink_lake::reader::{
 use mink_lake::{DataFile, Struct};
 use mink_lake::{LakeTable, storage::LakeStorage};
 
+use crate::Node;
 use crate::error::{NodeError, Result};
+
+/// The lake indexes of primary-key tables by table id, kept under the tiering lock.
+pub(crate) type LakeIndexes = HashMap<u64, LakeIndex>;
+
+/// The live lake rows of each bucket's keys (encoded by the table's key codec), by data
+/// file ([`BucketIndex::locate`]), from the lake index of table `table_id`
+/// when it describes `snapshot_id`. `None` when no such index is at hand without
+/// waiting: a round or a compaction holds it, none was built since the node started, or
+/// it cannot locate every row of a key.
+pub(crate) fn locate_lake_rows(
+    node: &Node,
+    table_id: u64,
+    snapshot_id: i64,
+    keys: &[(&BucketId, &[Rows])],
+) -> Option<Vec<LocatedRows>> {
+    let indexes = node.tiering.try_lock().ok()?;
+    index_at(&indexes, table_id, snapshot_id)?.locate(keys)
+}
+
+/// Whether [`locate_lake_rows`] would find the lake index of table `table_id` at
+/// `snapshot_id` now: a caller asks before it reads the keys to locate.
+pub(crate) fn has_lake_index(node: &Node, table_id: u64, snapshot_id: i64) -> bool {
+    let indexes = node.tiering.try_lock();
+    indexes.is_ok_and(|indexes| index_at(&indexes, table_id, snapshot_id).is_some())
+}
+
+/// The lake index of table `table_id`, when it describes `snapshot_id`.
+fn index_at(indexes: &LakeIndexes, table_id: u64, snapshot_id: i64) -> Option<&LakeIndex> {
+    indexes
+        .get(&table_id)
+        .filter(|index| index.snapshot_id == Some(snapshot_id))
+}
 
 /// The lake index of one table, as of one snapshot.
 #[derive(Debug, Default)]
@@ -463,8 +496,8 @@ fn bucket_of_dir(table: &TableDescriptor, dir: &str) -> Option<BucketId> {
 mod tests {
     use mink_lake::reader::{LakeFile, LakeSplit};
 
-    use super::super::tests::{bucket, indexed, key, keys, table, users};
     use super::*;
+    use crate::tiering::tests::{bucket, indexed, key, keys, table, users};
 
     /// An index of bucket files `(path, ids of its rows in order)`.
     fn index_of(files: &[(&str, &[i64])]) -> BucketIndex {

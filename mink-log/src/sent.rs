@@ -118,7 +118,7 @@ mod tests {
     use mink_core::ipc_stream::messages;
 
     use super::*;
-    use crate::log::segment::{FrameHeader, StoredBatch, encode_frame};
+    use crate::segment::{FrameHeader, StoredBatch, encode_frame};
 
     fn rows(ids: &[i64]) -> RecordBatch {
         let names = StringArray::from_iter_values(ids.iter().map(|id| format!("row {id}")));

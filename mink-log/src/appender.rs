@@ -50,7 +50,7 @@
 //! * the group whose update failed, and the group written while that update ran (durable
 //!   too when the failure is found, at its own commit), are acknowledged;
 //! * the store takes no more groups and answers no reads, since a read would miss
-//!   acknowledged writes ([`crate::kv::KvTablet::fence`]);
+//!   acknowledged writes (mink-kv's `KvTablet::fence`);
 //! * the bucket refuses every later write before writing anything, with `UNAVAILABLE`
 //!   and the store's error ("restart the node");
 //! * a restart replays the log from the store's applied offset, and the store holds
@@ -77,7 +77,7 @@ use super::segment::{self, CachedBatch, FrameHeader, StoredBatch};
 use super::{
     Applying, Changelog, LogConfig, LogState, Shared, Write, WriteOp, WriteStream, now_ms, replay,
 };
-use crate::error::{NodeError, Result};
+use crate::error::{LogError, Result};
 
 /// Most writes one group commit takes.
 const MAX_GROUP: usize = 256;
@@ -118,7 +118,7 @@ enum Outcome {
     /// Nothing to store (a delete of missing keys), at this offset.
     Nothing(i64),
     /// Refused; the rest of the group goes on.
-    Refused(NodeError),
+    Refused(LogError),
 }
 
 /// The single writer of a tablet.
@@ -272,7 +272,7 @@ impl Appender {
             self.broken = self.changelog.as_deref().and_then(Changelog::failure);
         }
         if let Some(reason) = &self.broken {
-            return Err(NodeError::ShuttingDown(format!(
+            return Err(LogError::ShuttingDown(format!(
                 "bucket {} (its KV store is behind its log after a failed update; restart \
                  the node: {reason})",
                 self.shared.label
@@ -402,7 +402,7 @@ impl Appender {
         let mut outcomes = Vec::with_capacity(group.len());
         for request in group {
             if request.stream_stopped() {
-                outcomes.push(Outcome::Refused(NodeError::InvalidArgument(format!(
+                outcomes.push(Outcome::Refused(LogError::InvalidArgument(format!(
                     "not written: an earlier batch of this stream to bucket {} failed",
                     self.shared.label
                 ))));
@@ -426,7 +426,7 @@ impl Appender {
             self.last_timestamp = self.last_timestamp.max(now_ms());
             let records = u32::try_from(stored.batch.num_rows());
             let Ok(records) = records else {
-                outcomes.push(refuse(NodeError::InvalidArgument(
+                outcomes.push(refuse(LogError::InvalidArgument(
                     "a batch of more than 2^32 rows".into(),
                 )));
                 continue;
@@ -471,7 +471,7 @@ impl Appender {
                 sent: write.sent.clone(),
             })),
             (None, WriteOp::Upsert(_) | WriteOp::Delete(_)) => {
-                Err(NodeError::InvalidArgument(format!(
+                Err(LogError::InvalidArgument(format!(
                     "table {} has no primary key to upsert or delete by",
                     write.table.path
                 )))
@@ -495,9 +495,9 @@ impl Appender {
         Ok(())
     }
 
-    fn classify(&self, error: NodeError) -> NodeError {
+    fn classify(&self, error: LogError) -> LogError {
         match error {
-            NodeError::Io(source)
+            LogError::Io(source)
                 if matches!(
                     source.kind(),
                     std::io::ErrorKind::StorageFull
@@ -505,7 +505,7 @@ impl Appender {
                         | std::io::ErrorKind::QuotaExceeded
                 ) =>
             {
-                NodeError::DiskFull {
+                LogError::DiskFull {
                     bucket: self.shared.label.clone(),
                     source,
                 }
@@ -523,9 +523,9 @@ mod tests {
     use mink_core::table::{TableDescriptor, TablePath};
 
     use super::*;
-    use crate::log::segment::{encode_frame, scan_frames, segment_path};
-    use crate::log::tests::ids;
-    use crate::log::{LogBatch, LogTablet, PlannedBatch, read_planned};
+    use crate::segment::{encode_frame, scan_frames, segment_path};
+    use crate::tests::ids;
+    use crate::{LogBatch, LogTablet, PlannedBatch, read_planned};
 
     fn table() -> Arc<TableDescriptor> {
         let schema = Schema::new(vec![Field::new("id", DataType::Int64, false)]);
@@ -658,7 +658,7 @@ mod tests {
             appender.faults.fail_sync = fail_sync;
             let error = appender.commit(&failing()).unwrap_err();
             assert!(
-                !what.contains("disk fills") || matches!(error, NodeError::DiskFull { .. }),
+                !what.contains("disk fills") || matches!(error, LogError::DiskFull { .. }),
                 "{what}: {error}"
             );
             assert_eq!(segment_bytes(dir.path()), good, "{what}: byte for byte");
@@ -764,7 +764,7 @@ mod tests {
             streamed(&other, &table, &[2]),
         ];
         let error = appender.commit(&failing).unwrap_err();
-        assert!(matches!(error, NodeError::DiskFull { .. }), "{error}");
+        assert!(matches!(error, LogError::DiskFull { .. }), "{error}");
         assert_eq!(segment_bytes(dir.path()), good, "byte for byte");
 
         // A small write of each stream would fit now: only the stream that had no write
@@ -816,12 +816,14 @@ mod tests {
                 return Ok(Applying::done());
             }
             let (done, applying) = oneshot::channel();
-            let _ = done.send(Err(NodeError::Kv("injected: the update fails".into())));
+            let _ = done.send(Err(LogError::Changelog(
+                "injected: the update fails".into(),
+            )));
             Ok(Applying::pending(applying))
         }
         fn settle(&mut self) -> Result<()> {
             match self.failing && self.commits > 0 {
-                true => Err(NodeError::Kv("injected: the update failed".into())),
+                true => Err(LogError::Changelog("injected: the update failed".into())),
                 false => Ok(()),
             }
         }
@@ -892,7 +894,7 @@ mod tests {
         // The bucket is fenced: nothing more is written.
         let error = log.write(write(&[3])).await.unwrap_err();
         assert!(error.to_string().contains("restart the node"), "{error}");
-        assert_eq!(error.code(), tonic::Code::Unavailable);
+        assert!(matches!(error, LogError::ShuttingDown(_)), "{error}");
         assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), [[1], [2]]);
     }
 

@@ -61,7 +61,7 @@ mod tests {
     use arrow::array::RecordBatch;
 
     use super::*;
-    use crate::log::segment::Payload;
+    use crate::segment::Payload;
 
     fn batch() -> Arc<CachedBatch> {
         Arc::new(CachedBatch {
