@@ -24,35 +24,43 @@
 //!   message when it is stored unchanged ([`SentBatch`]), not encoded again.
 //! * **Retention.** With a `log.ttl`, whole sealed segments older than the TTL are deleted
 //!   and `log_start` moves to the first remaining offset.
+//! * **The changelog hook.** A primary-key table's writes become its changelog through a
+//!   [`Changelog`] the tablet is opened with (mink-kv's `KvWriter`), which keeps the
+//!   table's current rows in line with the log: the log depends on no store.
+//!
+//! The modules: `appender` (group commit, the stop rule), `segment` (the frame and index
+//! formats), `recovery` (opening after a crash), `read` (batches from the cache or their
+//! segments), `cache`, `sent` (batches stored as their client sent them), `write` (what a
+//! write carries), `changelog` (the hook and its replay), `error` ([`LogError`]).
 
 mod appender;
 mod cache;
+mod changelog;
 mod error;
+mod read;
 mod recovery;
 mod segment;
 mod sent;
+mod write;
 
 use std::collections::VecDeque;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arrow::array::RecordBatch;
-use bytes::Bytes;
 use mink_core::protocol::AppendAck;
-use mink_core::table::TableDescriptor;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::info;
 
 use self::appender::{Appender, WriteRequest};
 use self::cache::LogCache;
+pub use self::changelog::{Applying, Changelog, REPLAY_CHUNK};
 pub use self::error::{LogError, Result};
-use self::segment::{CachedBatch, HEADER_LEN};
+use self::read::{Found, PlannedBatch, read_planned};
 pub use self::segment::{FrameHeader, Payload, StoredBatch};
 pub use self::sent::{SentBatch, SentMessage};
+pub use self::write::{Write, WriteOp, WriteStream, WriterTag};
 
 /// How a tablet stores its log.
 #[derive(Debug, Clone)]
@@ -128,129 +136,6 @@ impl LogFrame {
     /// The batch, decoded.
     pub fn decode(&self) -> Result<RecordBatch> {
         self.payload.decode(&self.header)
-    }
-}
-
-/// An idempotent Kafka producer's batch: who wrote it and its sequence numbers. It is
-/// stored in the batch's frame, atomically with the rows, so after a crash the log
-/// itself tells whether a batch the producer sends again was written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WriterTag {
-    /// The producer id.
-    pub producer_id: i64,
-    /// The producer's epoch.
-    pub epoch: i16,
-    /// The sequence number of the batch's first record.
-    pub first_sequence: i32,
-    /// The sequence number of its last record.
-    pub last_sequence: i32,
-}
-
-/// One write to a bucket, validated against its table.
-#[derive(Debug)]
-pub struct Write {
-    /// What to do.
-    pub op: WriteOp,
-    /// The table as the write was validated against (its current schema version).
-    pub table: Arc<TableDescriptor>,
-    /// The DoPut stream the write belongs to; `None` for a write on its own.
-    pub stream: Option<WriteStream>,
-    /// The idempotent producer writing, stored with the batch; `None` for other writers.
-    pub writer: Option<WriterTag>,
-    /// The message the client sent the op's rows in, which the log stores as it is when
-    /// it stores those rows unchanged.
-    pub sent: Option<SentMessage>,
-}
-
-/// The kinds of write.
-#[derive(Debug)]
-pub enum WriteOp {
-    /// Append rows to a log table.
-    Append(RecordBatch),
-    /// Upsert whole rows into a primary-key table.
-    Upsert(RecordBatch),
-    /// Delete rows of a primary-key table by key (the batch holds the key columns).
-    Delete(RecordBatch),
-}
-
-/// The writes of one client stream (a DoPut) to a tablet, which stop at their first
-/// failure: once one of them is refused or fails, the appender writes none of the later
-/// ones (see the stop rule in the appender's module doc).
-///
-/// A write joins the stream by carrying it in [`Write::stream`]; the clones of one
-/// `WriteStream` share one flag, so a DoPut makes one (the default) and gives each of its
-/// writes a clone.
-#[derive(Debug, Clone, Default)]
-pub struct WriteStream(Arc<AtomicBool>);
-
-impl WriteStream {
-    /// Whether a write of the stream was refused or failed.
-    fn stopped(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-
-    /// A write of the stream was refused or failed: none of the later ones is written.
-    fn stop(&self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
-
-/// What turns a primary-key table's writes into its changelog, and keeps the state the
-/// changelog folds to (the KV store) in line with the log.
-///
-/// The appender calls [`Changelog::prepare`] for each write of a group (in the order they
-/// are logged), then, once the group is durable, [`Changelog::commit`] — or
-/// [`Changelog::abort`] when the group failed. A commit may update the state in the
-/// background while the appender writes the next group: the group is acknowledged once
-/// its [`Applying`] resolves, and the prepares after the commit see its writes already.
-pub trait Changelog: Send + std::fmt::Debug + 'static {
-    /// The changelog batch of one write, seeing every earlier write of the group;
-    /// `None` when the write changes nothing.
-    fn prepare(&mut self, write: &Write) -> Result<Option<StoredBatch>>;
-    /// The schema version of the batches [`Changelog::prepare`] returns: the newest the
-    /// changelog has seen, which may be newer than the write's.
-    fn schema_id(&self) -> u32;
-    /// The prepared writes are durable up to `end_offset`: apply them. Fails when the
-    /// previous commit's update failed; the state then no longer follows the log
-    /// ([`Changelog::failure`]).
-    fn commit(&mut self, end_offset: i64) -> Result<Applying>;
-    /// Why the state no longer follows the log, once an update of it failed: the
-    /// appender writes no group after that (see the appender's module doc).
-    fn failure(&self) -> Option<String>;
-    /// Waits until every committed write is applied.
-    fn settle(&mut self) -> Result<()>;
-    /// The prepared writes failed: forget them.
-    fn abort(&mut self);
-    /// The offset up to which the durable log has been applied (or is being applied).
-    fn applied_offset(&self) -> i64;
-    /// Applies a durable changelog batch (recovery replays the log from
-    /// [`Changelog::applied_offset`]); [`Changelog::commit`] follows the last one.
-    fn replay(&mut self, batch: &LogBatch) -> Result<()>;
-}
-
-/// A commit's update of the changelog's state, which may still be running: resolves once
-/// readers of the state see the commit's writes, with the update's error if it failed.
-#[derive(Debug)]
-pub struct Applying(Option<oneshot::Receiver<Result<()>>>);
-
-impl Applying {
-    /// An update that is already done.
-    pub fn done() -> Self {
-        Self(None)
-    }
-
-    /// An update that reports on `done` when it ends.
-    pub fn pending(done: oneshot::Receiver<Result<()>>) -> Self {
-        Self(Some(done))
-    }
-
-    async fn wait(self) -> Result<()> {
-        match self.0 {
-            None => Ok(()),
-            Some(done) => done
-                .await
-                .unwrap_or_else(|_| Err(LogError::Changelog("the KV store update stopped".into()))),
-        }
     }
 }
 
@@ -526,157 +411,6 @@ impl Shared {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-}
-
-/// Batches read at once while replaying the log into a changelog hook: the hook is
-/// committed after each chunk ([`Changelog::replay`]).
-pub const REPLAY_CHUNK: usize = 64;
-
-#[derive(Debug, Clone)]
-struct PlannedBatch {
-    header: FrameHeader,
-    segment: i64,
-    cached: Option<Arc<CachedBatch>>,
-}
-
-/// A planned batch, found in the log cache or read from its segment.
-enum Found {
-    Cached(Arc<CachedBatch>),
-    Read(Payload),
-}
-
-impl LogBatch {
-    fn from_found(header: &FrameHeader, found: Found) -> Result<Self> {
-        let (batch, payload) = match found {
-            Found::Cached(cached) => (cached.batch.clone(), cached.payload.clone()),
-            Found::Read(payload) => (payload.decode(header)?, payload),
-        };
-        Ok(Self {
-            base_offset: header.base_offset,
-            last_offset: header.last_offset(),
-            commit_timestamp: header.commit_timestamp,
-            schema_id: header.schema_id,
-            batch,
-            changes: payload.changes,
-            writer: payload.writer,
-            size: u64::from(header.payload_len),
-        })
-    }
-}
-
-impl LogFrame {
-    fn from_found(header: &FrameHeader, found: Found) -> Result<Self> {
-        let payload = match found {
-            Found::Cached(cached) => cached.payload.clone(),
-            Found::Read(payload) => payload,
-        };
-        Ok(Self {
-            header: *header,
-            payload,
-        })
-    }
-}
-
-/// Reads the planned batches that are not cached from their segments, each turned into a
-/// `T` by `convert`. Consecutive frames of one segment are read with a single positioned
-/// read (readahead over the whole span).
-fn read_planned<T>(
-    dir: &Path,
-    label: &str,
-    plan: Vec<PlannedBatch>,
-    convert: fn(&FrameHeader, Found) -> Result<T>,
-) -> Result<Vec<T>> {
-    let mut result = Vec::with_capacity(plan.len());
-    let mut index = 0;
-    while index < plan.len() {
-        if let Some(cached) = &plan[index].cached {
-            result.push(convert(
-                &plan[index].header,
-                Found::Cached(Arc::clone(cached)),
-            )?);
-            index += 1;
-            continue;
-        }
-        let segment = plan[index].segment;
-        let run_end = plan[index..]
-            .iter()
-            .position(|p| p.cached.is_some() || p.segment != segment)
-            .map_or(plan.len(), |n| index + n);
-        let start = plan[index].header.position;
-        let last = &plan[run_end - 1].header;
-        let end = last.position + last.frame_len();
-        let file = File::open(segment::segment_path(dir, segment)).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                LogError::Corrupt(format!(
-                    "segment {segment} of bucket {label} was removed by retention during the read; read again from log_start"
-                ))
-            } else {
-                e.into()
-            }
-        })?;
-        let mut span = vec![0u8; usize::try_from(end - start).unwrap_or(usize::MAX)];
-        file.read_exact_at(&mut span, start)?;
-        let span = Bytes::from(span);
-        for planned in &plan[index..run_end] {
-            let from = (planned.header.position - start) as usize + HEADER_LEN;
-            let payload = span.slice(from..from + planned.header.payload_len as usize);
-            let payload = Payload::parse(&planned.header, payload)?;
-            result.push(convert(&planned.header, Found::Read(payload))?);
-        }
-        index = run_end;
-    }
-    Ok(result)
-}
-
-/// Replays the durable log from the changelog hook's applied offset into it.
-fn replay(
-    label: &str,
-    dir: &Path,
-    batches: &VecDeque<(FrameHeader, i64)>,
-    end: i64,
-    changelog: &mut dyn Changelog,
-) -> Result<()> {
-    let applied = changelog.applied_offset();
-    if applied == end {
-        return Ok(());
-    }
-    let first = batches.partition_point(|(h, _)| h.base_offset < applied);
-    if batches.get(first).map(|(h, _)| h.base_offset) != Some(applied) {
-        return Err(LogError::Corrupt(format!(
-            "bucket {label}: the KV store is at offset {applied}, which is not a batch boundary of the retained log"
-        )));
-    }
-    let plan: Vec<PlannedBatch> = batches
-        .range(first..)
-        .map(|(header, segment)| PlannedBatch {
-            header: *header,
-            segment: *segment,
-            cached: None,
-        })
-        .collect();
-    info!(
-        bucket = label,
-        from = applied,
-        to = end,
-        "replaying the log into the KV store"
-    );
-    // A chunk at a time, each committed before the next is read (its update runs beside
-    // that read): a whole log rebuilt into an empty store never sits in memory, and a
-    // crash during the replay resumes after the last chunk applied.
-    for chunk in plan.chunks(REPLAY_CHUNK) {
-        let mut chunk_end = None;
-        for batch in read_planned(dir, label, chunk.to_vec(), LogBatch::from_found)? {
-            changelog.replay(&batch)?;
-            chunk_end = Some(batch.last_offset + 1);
-        }
-        if let Some(chunk_end) = chunk_end {
-            changelog.commit(chunk_end)?;
-        }
-    }
-    if changelog.applied_offset() != end {
-        changelog.commit(end)?;
-    }
-    changelog.settle()
 }
 
 /// Removes a sealed segment and its index, then fsyncs the directory before the next

@@ -3,7 +3,7 @@
 use arrow::array::{ArrayRef, AsArray, Int64Array, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use mink_core::options::TableOptions;
-use mink_core::table::TablePath;
+use mink_core::table::{TableDescriptor, TablePath};
 
 use super::*;
 
