@@ -1,11 +1,18 @@
 //! KV tablets: the current rows of a primary-key table's bucket, in key order.
 //!
+//! The store follows the log of its bucket ([`mink_log`]) as that log's changelog hook:
+//! [`KvWriter`] implements [`mink_log::Changelog`], so the log turns each write into its
+//! changelog through the store and applies each durable group to it, and replays the log
+//! into a store that is behind when the bucket opens. The log knows nothing of the store.
+//! The store's failures are [`KvError`]s; as the hook's, they reach the log's writers as
+//! [`mink_log::LogError`]s (a refused write stays refused, a failed update is the hook's).
+//!
 //! All tablets of a node share one [fjall] database at `<data-dir>/kv`: a keyspace per
 //! bucket holds key -> row (see [`mink_core::key`] for both encodings), and the `applied`
 //! keyspace holds, per bucket, the log offset fjall's rows reflect. A committed group's
 //! rows first join the tablet's write buffer in memory, after the log made them durable
-//! (see [`writer::KvWriter`]); a flush writes many groups to fjall at once, then their
-//! applied offset ([`buffer`]). Reads see fjall and the buffer as one, so:
+//! (see [`KvWriter`]); a flush writes many groups to fjall at once, then their
+//! applied offset (`buffer`). Reads see fjall and the buffer as one, so:
 //!
 //! * a snapshot of the store names exactly the changelog offset it reflects, and a Scan
 //!   from there continues it with nothing missed and nothing doubled;
@@ -13,13 +20,13 @@
 //!   it lost is replayed from the log, starting at fjall's applied offset.
 //!
 //! Reads (lookups, snapshots) and the updates of committed groups run on the store's own
-//! threads ([`threads`]).
+//! threads (`threads`).
 //!
 //! # Keys the store cannot keep
 //!
 //! fjall asserts that a key is at most 65 535 bytes, and would panic on every flush of a
 //! longer one. A write whose encoded key is longer than [`MAX_KEY_BYTES`] is refused when
-//! its changelog is prepared ([`writer`]), before anything is logged: every write into a
+//! its changelog is prepared (`writer`), before anything is logged: every write into a
 //! primary-key table goes through there (DoPut, so `mink sql` and Flight SQL's DML and
 //! bulk ingest, and the Kafka listener's produce). A log written before keys were bounded
 //! may hold such a key: its replay leaves the key's rows out of the store with an error

@@ -97,7 +97,7 @@ impl FrameHeader {
 
 /// A batch to store: decoded Arrow data plus its change vector and writer tag, and the
 /// message a client sent the rows in, stored instead of encoding `batch` when it describes
-/// it (see [`super::sent`]).
+/// it (see the `sent` module).
 #[derive(Debug, Clone)]
 pub struct StoredBatch {
     /// The rows.
