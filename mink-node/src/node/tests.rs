@@ -1,5 +1,5 @@
-use arrow::array::{ArrayRef, Int64Array, StringArray};
-use arrow::datatypes::{DataType, Schema};
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
 use mink_core::options::TableOptions;
 use mink_core::routing::row_addresses;
 

@@ -1,0 +1,100 @@
+//! How a node is run: its data directory, the stores' settings, the bounds on what
+//! clients may create, and the crash point tests set.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use datafusion_execution::memory_pool::{MemoryPool, UnboundedMemoryPool};
+use mink_kv::KvConfig;
+use mink_lake::LakeConfig;
+use mink_log::LogConfig;
+
+/// How a node is run.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Where everything is stored.
+    pub data_dir: PathBuf,
+    /// How logs are stored.
+    pub log: LogConfig,
+    /// Where the lake is; `None`: the embedded lake in `<data-dir>/lake`.
+    pub lake: Option<LakeConfig>,
+    /// A deliberate crash point, for crash tests (`MINK_FAILPOINT`).
+    pub failpoint: Option<Failpoint>,
+    /// Most buckets a table may have (`bucket.num`); default
+    /// [`DEFAULT_MAX_BUCKET_NUM`]. Every bucket holds an open segment file (and, for a
+    /// primary-key table, a KV keyspace) for as long as the node runs.
+    pub max_bucket_num: u32,
+    /// Most partitions a partitioned table may have; default [`DEFAULT_MAX_PARTITIONS`].
+    /// A partition opens `bucket.num` buckets.
+    pub max_partitions: usize,
+    /// Most buckets the node holds open, over every table and partition; `None` (the
+    /// default): no bound. `mink server` derives it from its open-file limit
+    /// ([`crate::flight::limits::max_open_buckets`], after
+    /// [`raise_open_file_limit`](super::raise_open_file_limit)).
+    pub max_open_buckets: Option<usize>,
+    /// The memory the node's reads hold beyond a batch in flight (the tail a union read
+    /// folds by key) is reserved here; a read past it fails alone with
+    /// `RESOURCE_EXHAUSTED`. `mink server` shares its SQL pool (`--sql-memory-limit`) with
+    /// the node; the default is unbounded, for embedded nodes and benchmarks.
+    pub memory_pool: Arc<dyn MemoryPool>,
+    /// The memory of the KV store of primary-key tables: its write buffer and its cache.
+    pub kv: KvConfig,
+}
+
+/// Default bound on `bucket.num`.
+pub const DEFAULT_MAX_BUCKET_NUM: u32 = 1024;
+/// Default bound on the partitions of one table.
+pub const DEFAULT_MAX_PARTITIONS: usize = 1024;
+
+/// Where a node deliberately crashes, so tests can check what recovery makes of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failpoint {
+    /// Abort the process once a tiering round's files are written, before its commit.
+    AbortBeforeLakeCommit,
+    /// Abort the process after a tiering round's Iceberg commit, before mink records it.
+    AbortAfterLakeCommit,
+    /// Abort the process once a compaction's files are written, before its commit.
+    AbortBeforeCompactionCommit,
+    /// Abort the process after a compaction's Iceberg commit, before mink records it.
+    AbortAfterCompactionCommit,
+    /// Abort the process while creating a table: its metadata committed, half of its
+    /// buckets opened.
+    AbortDuringCreateTable,
+    /// Abort the process after an expiry's Iceberg commit, before mink forgets the expired
+    /// snapshots and deletes their files.
+    AbortAfterExpiryCommit,
+}
+
+impl Failpoint {
+    /// Parses `MINK_FAILPOINT` values (`abort-before-lake-commit`,
+    /// `abort-after-lake-commit`, `abort-before-compaction-commit`, `abort-after-compaction-commit`,
+    /// `abort-during-create-table`, `abort-after-expiry-commit`).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "abort-before-lake-commit" => Some(Self::AbortBeforeLakeCommit),
+            "abort-after-lake-commit" => Some(Self::AbortAfterLakeCommit),
+            "abort-before-compaction-commit" => Some(Self::AbortBeforeCompactionCommit),
+            "abort-after-compaction-commit" => Some(Self::AbortAfterCompactionCommit),
+            "abort-during-create-table" => Some(Self::AbortDuringCreateTable),
+            "abort-after-expiry-commit" => Some(Self::AbortAfterExpiryCommit),
+            _ => None,
+        }
+    }
+}
+
+impl NodeConfig {
+    /// The default configuration for a data directory.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            log: LogConfig::default(),
+            lake: None,
+            failpoint: None,
+            max_bucket_num: DEFAULT_MAX_BUCKET_NUM,
+            max_partitions: DEFAULT_MAX_PARTITIONS,
+            max_open_buckets: None,
+            memory_pool: Arc::new(UnboundedMemoryPool::default()),
+            kv: KvConfig::default(),
+        }
+    }
+}

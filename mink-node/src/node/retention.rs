@@ -1,0 +1,65 @@
+//! Log retention (`log.ttl`): a table's segments older than its ttl are removed, but
+//! never what its KV stores would replay nor, with a lake, what is not tiered yet.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mink_core::table::TableDescriptor;
+use mink_kv::KvTablet;
+use tracing::warn;
+
+use super::{Node, TableState};
+use crate::error::Result;
+
+impl Node {
+    /// Applies `log.ttl` retention to every table that has one; returns segments removed.
+    /// A table that fails (dropped meanwhile, its metadata unreadable) is logged and
+    /// skipped: the others are still trimmed.
+    pub fn enforce_retention(&self) -> Result<usize> {
+        let tables: Vec<Arc<TableState>> = self
+            .tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let mut removed = 0;
+        for state in tables {
+            let table = state.descriptor();
+            let Some(ttl) = table.log_ttl else {
+                continue;
+            };
+            match self.enforce_table_retention(&table, ttl) {
+                Ok(segments) => removed += segments,
+                Err(error) => warn!(table = %table.path, %error, "log retention skipped"),
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Removes `table`'s segments older than `ttl`, keeping what its KV stores would replay
+    /// and, with a lake, its log from the recorded seam on: rows not yet tiered (a round
+    /// that keeps failing, say) are never removed before the lake holds them.
+    fn enforce_table_retention(&self, table: &TableDescriptor, ttl: Duration) -> Result<usize> {
+        let seams = match table.lake_enabled {
+            true => Some(crate::tiering::recorded_offsets(self, table)?),
+            false => None,
+        };
+        let mut removed = 0;
+        for (id, tablet) in self.table_buckets(&table.path)?.1 {
+            // A KV store replays the log from fjall's applied offset: its buffered
+            // rows go to fjall first, the offset is made durable (a power cut must not
+            // take it back below the log's new start), and no segment from it on is
+            // removed.
+            let replay_from = tablet
+                .kv
+                .as_ref()
+                .map(KvTablet::flush_durably)
+                .transpose()?;
+            let untiered_from = seams.as_ref().map(|seams| seams.get(&id));
+            let keep_from = replay_from.into_iter().chain(untiered_from).min();
+            removed += tablet.log.enforce_retention(ttl, keep_from)?;
+        }
+        Ok(removed)
+    }
+}

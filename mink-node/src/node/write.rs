@@ -1,0 +1,144 @@
+//! Writes into a bucket: the batch checked against the table's schema and the bucket's
+//! routing, then appended, upserted or deleted by key through the bucket's log. A
+//! partition is created by the first write into it, within the node's bounds.
+
+use std::sync::Arc;
+
+use mink_core::protocol::{AppendAck, BucketId};
+use mink_core::table::{TableDescriptor, TablePath};
+use mink_log::{SentBatch, Write, WriteOp, WriteStream, WriterTag};
+use tracing::info;
+
+use super::validate::{check_bucket_address, check_routing, conform_keys, conform_to_schema};
+use super::{Bucket, Node, TableState};
+use crate::error::{NodeError, Result};
+
+impl Node {
+    /// Checks that writes to `bucket` can be accepted (the table exists, the bucket and
+    /// partition address fit it), before any data arrives.
+    pub fn check_write_address(&self, bucket: &BucketId) -> Result<()> {
+        let state = self.table(&TablePath::parse(&bucket.table)?)?;
+        check_bucket_address(&state.descriptor(), bucket)
+    }
+
+    /// The bucket a write goes to, creating its partition on first write.
+    fn bucket_for_write(
+        &self,
+        state: &TableState,
+        descriptor: &Arc<TableDescriptor>,
+        bucket: &BucketId,
+    ) -> Result<Arc<Bucket>> {
+        let mut partitions = state.partitions();
+        if !partitions.contains_key(&bucket.partition) {
+            let name = bucket
+                .partition
+                .as_deref()
+                .ok_or_else(|| NodeError::BucketNotFound(bucket.to_string()))?;
+            let max = self.storage.config.max_partitions;
+            if partitions.len() >= max {
+                return Err(NodeError::InvalidArgument(format!(
+                    "table {} has {} partitions, the most a table may have: partition '{name}' is not created",
+                    descriptor.path,
+                    partitions.len()
+                )));
+            }
+            let buckets = descriptor.bucket_num as usize;
+            let what = format!("partition '{name}' of table {}", descriptor.path);
+            self.open_buckets.reserve(buckets, &what)?;
+            let tablets = self
+                .create_new_partition(descriptor, name)
+                .inspect_err(|_| {
+                    self.open_buckets.release(buckets);
+                })?;
+            info!(table = %descriptor.path, partition = name, "created partition");
+            partitions.insert(bucket.partition.clone(), tablets);
+        }
+        Ok(Arc::clone(
+            &partitions[&bucket.partition][bucket.bucket as usize],
+        ))
+    }
+
+    /// Creates a partition that does not exist yet, its buckets reserved: its metadata,
+    /// then its tablets, the metadata undone when they fail.
+    fn create_new_partition(
+        &self,
+        descriptor: &Arc<TableDescriptor>,
+        name: &str,
+    ) -> Result<Vec<Arc<Bucket>>> {
+        let record = self.metadata.ensure_partition(descriptor.table_id, name)?;
+        self.storage
+            .create_partition(descriptor, Some(&record))
+            .inspect_err(|_| {
+                if let Err(e) = self.metadata.delete_partition(record.partition_id) {
+                    tracing::warn!(partition = name, error = %e, "could not roll back a failed partition");
+                }
+            })
+    }
+
+    /// Writes a batch to a bucket once it checks out against the table's schema and the
+    /// bucket's routing: appended to a log table, upserted into a primary-key table, or
+    /// (with `delete`) deleted from it by key. Resolves when the write is durable.
+    ///
+    /// `stream` is the DoPut stream the batch belongs to (see [`WriteStream`]): once a
+    /// write of the stream is refused or fails in the log, none of its later writes is
+    /// written. `None` for a write on its own. A batch that comes with the IPC message a
+    /// client sent it in ([`SentBatch`]) is stored as that message when it is stored
+    /// unchanged.
+    pub async fn write(
+        &self,
+        bucket: &BucketId,
+        batch: impl Into<SentBatch>,
+        delete: bool,
+        stream: Option<&WriteStream>,
+    ) -> Result<AppendAck> {
+        self.write_as(bucket, batch, delete, stream, None).await
+    }
+
+    /// [`Node::write`] by an idempotent producer: its [`WriterTag`] is stored with the
+    /// batch (see [`WriterTag`]).
+    pub async fn write_as(
+        &self,
+        bucket: &BucketId,
+        batch: impl Into<SentBatch>,
+        delete: bool,
+        stream: Option<&WriteStream>,
+        writer: Option<WriterTag>,
+    ) -> Result<AppendAck> {
+        let SentBatch { batch, message } = batch.into();
+        let state = self.table(&TablePath::parse(&bucket.table)?)?;
+        let table = state.descriptor();
+        check_bucket_address(&table, bucket)?;
+        let op = match (table.has_primary_key(), delete) {
+            (false, false) => WriteOp::Append(conform_to_schema(&table, batch)?),
+            (false, true) => {
+                return Err(NodeError::InvalidArgument(format!(
+                    "table {} is a log table: it has no primary key to delete by",
+                    table.path
+                )));
+            }
+            (true, false) => WriteOp::Upsert(conform_to_schema(&table, batch)?),
+            (true, true) => WriteOp::Delete(conform_keys(&table, batch)?),
+        };
+        let (WriteOp::Append(rows) | WriteOp::Upsert(rows) | WriteOp::Delete(rows)) = &op;
+        check_routing(&table, bucket, rows)?;
+        // Only a valid write creates a partition, and a delete never does: deleting from a
+        // partition with no rows changes nothing.
+        if delete && !state.partitions().contains_key(&bucket.partition) {
+            return Ok(AppendAck {
+                base_offset: 0,
+                last_offset: -1,
+                high_watermark: 0,
+            });
+        }
+        let target = self.bucket_for_write(&state, &table, bucket)?;
+        let write = Write {
+            // Keys to delete are a batch of their own, not the one sent.
+            sent: message.filter(|_| !delete),
+            op,
+            table,
+            stream: stream.cloned(),
+            writer,
+        };
+        Ok(target.log.write(write).await?)
+    }
+}
