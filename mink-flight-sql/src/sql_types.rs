@@ -8,9 +8,8 @@
 //! the types a table can be created with under the same names.
 //!
 //! Names are SQL's, as mink's `CREATE TABLE` spells them, so a name read back creates
-//! the same type; but for `TIMESTAMP WITH TIME ZONE`, which DataFusion 53 creates
-//! without a zone (its sessions have no time zone), a zoned column comes from Arrow data
-//! (an ingest, the demo's tables):
+//! the same type (`TIMESTAMP WITH TIME ZONE` creates a UTC column, `+00:00`; a column of
+//! another zone comes from Arrow data, an ingest or the demo's tables):
 //!
 //! | Arrow                                   | name                     | precision (JDBC column size)      | scale            |
 //! |-----------------------------------------|--------------------------|-----------------------------------|------------------|

@@ -160,8 +160,8 @@ def setup(engine, rows):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS sa.{table}")
         conn.exec_driver_sql(LOG_DDL)
         conn.exec_driver_sql(PK_DDL)
-        # A zoned timestamp column: SQL's TIMESTAMP WITH TIME ZONE gives a zoneless one
-        # in mink, an ingest of an Arrow table keeps the zone.
+        # A zoned timestamp column made by an ingest of an Arrow table, which keeps its
+        # zone (SQL's TIMESTAMP WITH TIME ZONE makes a UTC one too).
         zoned = pa.table(
             {
                 "id": pa.array([r["id"] for r in rows], pa.int64()),
