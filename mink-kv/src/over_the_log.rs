@@ -3,64 +3,19 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray};
+use arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use mink_core::change::ChangeType;
 use mink_core::key::RowCodec;
 use mink_core::options::TableOptions;
-use mink_core::protocol::AppendAck;
 use mink_core::table::{TableDescriptor, TablePath};
+use mink_log::testing::{one_write_per_segment, rows, table, write};
 use mink_log::{
     Applying, Changelog, LogBatch, LogConfig, LogError, LogTablet, REPLAY_CHUNK, StoredBatch,
     Write, WriteOp,
 };
 
 use crate::{KvConfig, KvStore, KvTablet, KvWriter};
-
-/// Rolls to a new segment before every write that finds the active one non-empty.
-fn one_write_per_segment() -> LogConfig {
-    LogConfig {
-        sync: false,
-        segment_bytes: 1,
-        ..LogConfig::default()
-    }
-}
-
-fn table(primary_key: &[&str]) -> Arc<TableDescriptor> {
-    let schema = Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("v", DataType::Utf8, true),
-    ]);
-    let table = TableDescriptor::new(
-        TablePath::new("db", "t"),
-        schema,
-        primary_key.iter().map(|c| c.to_string()).collect(),
-        vec![],
-        TableOptions::default(),
-    );
-    Arc::new(table.unwrap())
-}
-
-fn rows(table: &TableDescriptor, ids: &[i64], v: &str) -> RecordBatch {
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(Int64Array::from(ids.to_vec())),
-        Arc::new(StringArray::from_iter_values(ids.iter().map(|_| v))),
-    ];
-    RecordBatch::try_new(Arc::clone(table.schema()), columns).unwrap()
-}
-
-async fn write(log: &LogTablet, table: &Arc<TableDescriptor>, op: WriteOp) -> AppendAck {
-    let table = Arc::clone(table);
-    log.write(Write {
-        op,
-        table,
-        stream: None,
-        writer: None,
-        sent: None,
-    })
-    .await
-    .unwrap()
-}
 
 /// Every stored row of a KV tablet as `(id, v)`, in key order.
 fn kv_rows(table: &TableDescriptor, kv: &KvTablet) -> Vec<(i64, String)> {

@@ -41,6 +41,8 @@ mod read;
 mod recovery;
 mod segment;
 mod sent;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 mod write;
 
 use std::collections::VecDeque;

@@ -1,43 +1,10 @@
 //! The log tablet's reads and writes, across reopens and failed groups.
 
-use arrow::array::{ArrayRef, AsArray, Int64Array, StringArray};
-use arrow::datatypes::{DataType, Field, Int64Type, Schema};
-use mink_core::options::TableOptions;
-use mink_core::table::{TableDescriptor, TablePath};
+use arrow::array::AsArray;
+use arrow::datatypes::Int64Type;
 
 use super::*;
-
-/// Rolls to a new segment before every write that finds the active one non-empty.
-fn one_write_per_segment() -> LogConfig {
-    LogConfig {
-        sync: false,
-        segment_bytes: 1,
-        ..LogConfig::default()
-    }
-}
-
-fn table(primary_key: &[&str]) -> Arc<TableDescriptor> {
-    let schema = Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("v", DataType::Utf8, true),
-    ]);
-    let table = TableDescriptor::new(
-        TablePath::new("db", "t"),
-        schema,
-        primary_key.iter().map(|c| c.to_string()).collect(),
-        vec![],
-        TableOptions::default(),
-    );
-    Arc::new(table.unwrap())
-}
-
-fn rows(table: &TableDescriptor, ids: &[i64], v: &str) -> RecordBatch {
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(Int64Array::from(ids.to_vec())),
-        Arc::new(StringArray::from_iter_values(ids.iter().map(|_| v))),
-    ];
-    RecordBatch::try_new(Arc::clone(table.schema()), columns).unwrap()
-}
+use crate::testing::{one_write_per_segment, rows, table, write};
 
 /// The ids of each batch.
 pub(super) fn ids(batches: &[LogBatch]) -> Vec<Vec<i64>> {
@@ -49,19 +16,6 @@ pub(super) fn ids(batches: &[LogBatch]) -> Vec<Vec<i64>> {
             .to_vec()
     };
     batches.iter().map(ids).collect()
-}
-
-async fn write(log: &LogTablet, table: &Arc<TableDescriptor>, op: WriteOp) -> AppendAck {
-    let table = Arc::clone(table);
-    log.write(Write {
-        op,
-        table,
-        stream: None,
-        writer: None,
-        sent: None,
-    })
-    .await
-    .unwrap()
 }
 
 #[tokio::test]

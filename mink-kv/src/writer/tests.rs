@@ -2,32 +2,15 @@
 //! row and against a model in random histories; commits, aborts and replays.
 
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Int64Type, Schema};
-use mink_core::options::TableOptions;
-use mink_core::table::TablePath;
+use arrow::datatypes::{DataType, Field, Int64Type};
 
 use super::*;
 use crate::{KvConfig, KvStore};
 use mink_log::LogError;
+use mink_log::testing::table;
 
 /// A changelog row as the tests read it: change type, key, value.
 type Row = (&'static str, i64, Option<String>);
-
-/// `id BIGINT PRIMARY KEY, v TEXT`.
-fn table() -> Arc<TableDescriptor> {
-    let schema = Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("v", DataType::Utf8, true),
-    ]);
-    let table = TableDescriptor::new(
-        TablePath::new("db", "t"),
-        schema,
-        vec!["id".into()],
-        vec![],
-        TableOptions::default(),
-    );
-    Arc::new(table.unwrap())
-}
 
 impl KvWriter {
     /// Commits and waits for the store's update.
@@ -52,7 +35,7 @@ impl Fixture {
             .unwrap()
             .tablet("b0")
             .unwrap();
-        let table = table();
+        let table = table(&["id"]);
         let writer = KvWriter::new(tablet.clone(), Arc::clone(&table)).unwrap();
         Self {
             _dir: dir,
