@@ -41,7 +41,7 @@
 //! to fjall's journal, which fjall fsyncs only when it rotates or closes it: a power cut
 //! may take the offset back (never ahead of the rows), and the replay from there writes
 //! rows fjall holds again, which changes nothing. The log below an applied offset is
-//! deleted (retention) only once that offset is durable ([`KvTablet::flush_durably`]).
+//! deleted (retention) only once that offset is durable ([`KvStore::sync_applied_offsets`]).
 //!
 //! fjall fsyncs the folders it creates but not the directories that hold them, so mink
 //! creates `<data-dir>/kv` itself, durably, and fsyncs `kv/keyspaces` once fjall created
@@ -232,6 +232,14 @@ impl KvStore {
         Ok(())
     }
 
+    /// Makes every tablet's applied offset written so far ([`KvTablet::flush`]) survive a
+    /// power cut: one fsync of fjall's journal, which all the store's tablets share. Once
+    /// it returns, the log below a flushed tablet's offset is no longer needed to rebuild
+    /// it.
+    pub fn sync_applied_offsets(&self) -> Result<()> {
+        self.db.persist(PersistMode::SyncAll).map_err(kv_error)
+    }
+
     /// Deletes a tablet, its buffered rows and its applied offset (its table was dropped).
     pub fn drop_tablet(&self, tablet: KvTablet) -> Result<()> {
         self.tablets.remove(&tablet.state);
@@ -270,7 +278,7 @@ impl KvTablet {
 
     /// The log offset fjall's rows reflect: what survives a process crash (the log the
     /// rest). A power cut may take it back to the last one made durable
-    /// ([`KvTablet::flush_durably`]).
+    /// ([`KvStore::sync_applied_offsets`]).
     pub fn flushed_offset(&self) -> Result<i64> {
         let value = (self.store.tablets.applied)
             .get(self.state.name.as_bytes())
@@ -401,18 +409,6 @@ impl KvTablet {
     /// Writes the buffered rows to fjall, and the offset they reach.
     pub fn flush(&self) -> Result<()> {
         self.store.tablets.flush(&self.state)
-    }
-
-    /// Writes the buffered rows to fjall and makes the offset they reach survive a power
-    /// cut (fjall's journal fsynced); returns it. Once it returns, the log below that
-    /// offset is no longer needed to rebuild the tablet.
-    pub fn flush_durably(&self) -> Result<i64> {
-        self.flush()?;
-        let offset = self.flushed_offset()?;
-        (self.store.db)
-            .persist(PersistMode::SyncAll)
-            .map_err(kv_error)?;
-        Ok(offset)
     }
 
     /// Runs `read` on the store's read threads.

@@ -45,21 +45,29 @@ impl Node {
             true => Some(crate::tiering::recorded_offsets(self, table)?),
             false => None,
         };
+        let buckets = self.table_buckets(&table.path)?.1;
+        // A KV store replays the log from fjall's applied offset: every bucket's buffered
+        // rows go to fjall first, then the offsets are made durable, with one sync of the
+        // store for them all (a power cut must not take them back below the log's new
+        // start), and no segment from a bucket's offset on is removed.
+        let replay_from = (buckets.iter())
+            .map(|(_, tablet)| tablet.kv.as_ref().map(flushed).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        if replay_from.iter().any(Option::is_some) {
+            self.storage.kv()?.sync_applied_offsets()?;
+        }
         let mut removed = 0;
-        for (id, tablet) in self.table_buckets(&table.path)?.1 {
-            // A KV store replays the log from fjall's applied offset: its buffered
-            // rows go to fjall first, the offset is made durable (a power cut must not
-            // take it back below the log's new start), and no segment from it on is
-            // removed.
-            let replay_from = tablet
-                .kv
-                .as_ref()
-                .map(KvTablet::flush_durably)
-                .transpose()?;
+        for ((id, tablet), replay_from) in buckets.into_iter().zip(replay_from) {
             let untiered_from = seams.as_ref().map(|seams| seams.get(&id));
             let keep_from = replay_from.into_iter().chain(untiered_from).min();
             removed += tablet.log.enforce_retention(ttl, keep_from)?;
         }
         Ok(removed)
     }
+}
+
+/// Writes a tablet's buffered rows to fjall; the log offset they reach.
+fn flushed(kv: &KvTablet) -> mink_kv::Result<i64> {
+    kv.flush()?;
+    kv.flushed_offset()
 }
