@@ -14,8 +14,8 @@
 //! - [`rename`], [`remove_file`], [`remove_dir_all`]: the change, then its directory fsynced;
 //! - [`write_atomically`]: a temporary file written and fsynced, renamed over the target,
 //!   its directory fsynced: readers see the old bytes or the new, after any crash;
-//! - [`sync_dir`]: the directory fsync itself, for callers that create files with their
-//!   own options.
+//! - [`sync_dir`], [`sync_parent`]: the directory fsync itself, for files created with
+//!   other options or by others (SQLite).
 //!
 //! Errors name the path they concern.
 
@@ -31,6 +31,16 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)
         .and_then(|dir| dir.sync_all())
         .map_err(|e| with_path(e, "syncing directory", dir))
+}
+
+/// Fsyncs the directory holding `path` (`.` for a bare name), making `path`'s name
+/// durable: for files created by others (SQLite syncs the directory of a journal it
+/// creates, not of a database file).
+///
+/// # Errors
+/// When the directory cannot be opened or synced.
+pub fn sync_parent(path: &Path) -> io::Result<()> {
+    sync_dir(parent(path))
 }
 
 /// Creates `dir` and its missing ancestors, fsyncing each parent that gained an entry.
@@ -75,7 +85,7 @@ pub fn rename(from: &Path, to: &Path) -> io::Result<()> {
 /// When the unlink or the directory sync fails (a missing file included).
 pub fn remove_file(path: &Path) -> io::Result<()> {
     std::fs::remove_file(path).map_err(|e| with_path(e, "removing", path))?;
-    sync_dir(parent(path))
+    sync_parent(path)
 }
 
 /// Removes the directory `path` with everything under it and fsyncs its parent.
@@ -84,7 +94,7 @@ pub fn remove_file(path: &Path) -> io::Result<()> {
 /// When the removal or the parent's sync fails (a missing directory included).
 pub fn remove_dir_all(path: &Path) -> io::Result<()> {
     std::fs::remove_dir_all(path).map_err(|e| with_path(e, "removing", path))?;
-    sync_dir(parent(path))
+    sync_parent(path)
 }
 
 /// Replaces `path`'s contents with `bytes` so that after any crash it holds either the old

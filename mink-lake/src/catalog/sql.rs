@@ -25,7 +25,6 @@
 //! file beside it, as they do the rollback journal.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -109,13 +108,7 @@ impl SqlDatabase {
                 .await?;
         }
         match mode.as_str() {
-            "wal" => {
-                let directory = match file.parent() {
-                    Some(parent) if !parent.as_os_str().is_empty() => parent,
-                    _ => Path::new("."),
-                };
-                mink_durable::sync_dir(directory).map_err(sqlx::Error::Io)?;
-            }
+            "wal" => mink_durable::sync_parent(&file).map_err(sqlx::Error::Io)?,
             "memory" => {}
             other => {
                 return Err(LakeError::Config(format!(

@@ -57,8 +57,7 @@ impl Metadata {
         // SQLite fsyncs the directory when it creates a journal or a WAL file, never when
         // it creates the database file: a new `meta.db`'s name is made durable here,
         // before anything stored in it is acknowledged.
-        let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty());
-        mink_durable::sync_dir(dir.unwrap_or(Path::new(".")))?;
+        mink_durable::sync_parent(path)?;
         Ok(Self {
             connection: Mutex::new(connection),
         })
