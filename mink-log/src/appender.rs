@@ -67,6 +67,7 @@ use std::os::unix::fs::FileExt as _;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
+use bytes::Bytes;
 use mink_core::protocol::AppendAck;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{error, warn};
@@ -76,7 +77,8 @@ use super::changelog::replay;
 use super::recovery::{ActiveSegment, recover};
 use super::segment::{self, CachedBatch, FrameHeader, StoredBatch};
 use super::{
-    Applying, Changelog, LogConfig, LogState, Shared, Write, WriteOp, WriteStream, now_ms,
+    Applying, Changelog, LogConfig, LogState, LogStore, Shared, Write, WriteOp, WriteStream,
+    now_ms,
 };
 use crate::error::{LogError, Result};
 
@@ -137,6 +139,10 @@ pub(super) struct Appender {
     /// Set when a failed group could not be cut back: the segment may hold bytes past
     /// `active.len`, and no group is written until the cut succeeds.
     pub(super) uncut: bool,
+    /// The log store that makes groups durable, and this bucket's key in it.
+    pub(super) store: Option<(Arc<LogStore>, String)>,
+    /// The frames of the group being committed, for the log store.
+    pub(super) group_frames: Vec<u8>,
     /// Injected I/O failures (unit tests).
     #[cfg(test)]
     pub(super) faults: Faults,
@@ -165,6 +171,10 @@ impl Appender {
         mut changelog: Option<Box<dyn Changelog>>,
     ) -> Result<Self> {
         mink_durable::create_dir_all(dir)?;
+        let store = match &config.store {
+            Some(store) => Some((Arc::clone(store), store.key_of(dir)?)),
+            None => None,
+        };
         let recovered = recover(&label, dir)?;
         if let Some(changelog) = &mut changelog {
             replay(
@@ -199,6 +209,8 @@ impl Appender {
             changelog,
             broken: None,
             uncut: false,
+            store,
+            group_frames: Vec::new(),
             #[cfg(test)]
             faults: Faults::default(),
         })
@@ -285,10 +297,9 @@ impl Appender {
         self.roll_if_needed().map_err(|e| self.classify(e))?;
         let (start_len, start_frames, start_offset) =
             (self.active.len, self.active.frames.len(), self.next_offset);
+        self.group_frames.clear();
         let written = self.write_group(group).and_then(|outcomes| {
-            if self.config.sync {
-                self.sync()?;
-            }
+            self.make_durable()?;
             Ok(outcomes)
         });
         let outcomes = match written {
@@ -334,11 +345,29 @@ impl Appender {
             return Err(io::Error::other("injected: the cut fails"));
         }
         self.active.file.set_len(self.active.len)?;
-        if self.config.sync {
+        if self.syncs_locally() {
             self.sync()?;
         }
         self.uncut = false;
         Ok(())
+    }
+
+    /// Makes the group just written durable: in the log store when there is one (the
+    /// local segment is a copy of it), else by an fsync of the segment if `sync` is on.
+    fn make_durable(&mut self) -> Result<()> {
+        match &self.store {
+            Some(_) if self.group_frames.is_empty() => Ok(()),
+            Some((store, key)) => {
+                store.persist(key, Bytes::from(std::mem::take(&mut self.group_frames)))
+            }
+            None if self.config.sync => Ok(self.sync()?),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the local segments are fsynced: without a log store, if `sync` is on.
+    fn syncs_locally(&self) -> bool {
+        self.config.sync && self.store.is_none()
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -444,6 +473,9 @@ impl Appender {
             };
             let (frame, cached) = segment::encode_frame(&mut header, stored)?;
             self.write_frame(&frame)?;
+            if self.store.is_some() {
+                self.group_frames.extend_from_slice(&frame);
+            }
             self.active.len += frame.len() as u64;
             self.active.frames.push(header);
             self.next_offset = header.last_offset() + 1;
@@ -490,7 +522,9 @@ impl Appender {
         if self.active.len < self.config.segment_bytes && age <= max_age {
             return Ok(());
         }
-        self.active.file.sync_data()?;
+        if self.syncs_locally() {
+            self.active.file.sync_data()?;
+        }
         segment::write_index(&self.shared.dir, self.active.base, &self.active.frames)?;
         self.active = ActiveSegment::create(&self.shared.dir, self.next_offset)?;
         Ok(())

@@ -44,6 +44,19 @@ pub enum LogError {
     /// The changelog hook failed to keep its state (the KV store) in line with the log.
     #[error(transparent)]
     Changelog(Box<dyn std::error::Error + Send + Sync>),
+    /// The log store (`--log-store`) failed: the write was not acknowledged, and whether
+    /// its WAL object landed is unknown when the message says so.
+    #[error("log store: {0}")]
+    Store(String),
+    /// A newer writer of the log store (a node started later over the same store) took
+    /// this one's place: this node acknowledges no more writes.
+    #[error(
+        "this node's log store writer (epoch {epoch}) was fenced by a newer writer: it acknowledges no more writes; restart it to take the store back"
+    )]
+    Fenced {
+        /// This writer's epoch.
+        epoch: u64,
+    },
 }
 
 /// Result with [`LogError`].
@@ -59,6 +72,8 @@ impl LogError {
                 source: std::io::Error::new(source.kind(), source.to_string()),
             },
             Self::ShuttingDown(what) => Self::ShuttingDown(what.clone()),
+            Self::Store(what) => Self::Store(what.clone()),
+            Self::Fenced { epoch } => Self::Fenced { epoch: *epoch },
             other => Self::Io(std::io::Error::other(other.to_string())),
         }
     }

@@ -22,6 +22,9 @@
 //!   clients without decoding or encoding them again.
 //! * **Writes as sent.** A batch a client sent as an IPC message is stored as that
 //!   message when it is stored unchanged ([`SentBatch`]), not encoded again.
+//! * **On object storage.** With a [`LogStore`] (`--log-store`), a group is made durable
+//!   by a WAL object in the store instead of an fsync, and a node's logs are rebuilt from
+//!   the store when it opens (the `store` module).
 //! * **Retention.** With a `log.ttl`, whole sealed segments older than the TTL are deleted
 //!   and `log_start` moves to the first remaining offset.
 //! * **The changelog hook.** A primary-key table's writes become its changelog through a
@@ -41,6 +44,7 @@ mod read;
 mod recovery;
 mod segment;
 mod sent;
+mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod write;
@@ -62,6 +66,7 @@ pub use self::error::{LogError, Result};
 use self::read::{Found, PlannedBatch, read_planned};
 pub use self::segment::{FrameHeader, Payload, StoredBatch};
 pub use self::sent::{SentBatch, SentMessage};
+pub use self::store::{DEFAULT_BATCH_BYTES, LogStore, LogStoreConfig, default_interval};
 pub use self::write::{Write, WriteOp, WriteStream, WriterTag};
 
 /// How a tablet stores its log.
@@ -77,6 +82,10 @@ pub struct LogConfig {
     pub segment_max_age: Duration,
     /// Bytes of recent batches kept decoded in memory.
     pub cache_bytes: u64,
+    /// The object store that is the log's durable home (`--log-store`); `None`: the
+    /// local segments are, fsynced as `sync` says. With a store, the local segments are a
+    /// copy of it and never fsynced; `sync` does not apply to them.
+    pub store: Option<Arc<LogStore>>,
 }
 
 impl Default for LogConfig {
@@ -86,6 +95,7 @@ impl Default for LogConfig {
             segment_bytes: 128 << 20,
             segment_max_age: Duration::from_secs(3600),
             cache_bytes: 32 << 20,
+            store: None,
         }
     }
 }

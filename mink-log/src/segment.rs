@@ -340,6 +340,44 @@ pub(crate) fn scan_frames(path: &Path, expected_base: i64) -> Result<ScanOutcome
     })
 }
 
+/// The frames of `bytes`, which must hold whole frames only, each continuing the offsets
+/// from `expected_base` (`None`: from the first frame's) and passing its checksum: the
+/// frames of a WAL object, whose bytes were stored whole.
+///
+/// # Errors
+/// [`LogError::Corrupt`] for bytes that are not such frames.
+pub(crate) fn frames_in(bytes: &[u8], expected_base: Option<i64>) -> Result<Vec<FrameHeader>> {
+    let mut frames = Vec::new();
+    let mut position = 0usize;
+    let mut next_offset = expected_base;
+    while position < bytes.len() {
+        let rest = &bytes[position..];
+        let corrupt = |what: &str| {
+            LogError::Corrupt(format!("the frame at byte {position} of a WAL section {what}"))
+        };
+        let (header, crc) =
+            parse_header(rest, position as u64).ok_or_else(|| corrupt("has no valid header"))?;
+        let end = usize::try_from(header.frame_len())
+            .ok()
+            .filter(|&len| len <= rest.len())
+            .ok_or_else(|| corrupt("is cut short"))?;
+        if crc32fast::hash(&rest[8..end]) != crc {
+            return Err(corrupt("fails its checksum"));
+        }
+        if next_offset.is_some_and(|next| next != header.base_offset) {
+            return Err(corrupt(&format!(
+                "starts at offset {}, not {}",
+                header.base_offset,
+                next_offset.unwrap_or_default()
+            )));
+        }
+        next_offset = Some(header.last_offset() + 1);
+        position += end;
+        frames.push(header);
+    }
+    Ok(frames)
+}
+
 /// File name of the segment whose first row has `base_offset`.
 pub(crate) fn segment_path(dir: &Path, base_offset: i64) -> PathBuf {
     dir.join(format!("{base_offset:020}.log"))

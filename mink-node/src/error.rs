@@ -156,7 +156,9 @@ fn log_code(error: &LogError) -> Code {
         LogError::OffsetOutOfRange { .. } => Code::OutOfRange,
         LogError::InvalidArgument(_) => Code::InvalidArgument,
         LogError::DiskFull { .. } => Code::ResourceExhausted,
-        LogError::ShuttingDown(_) => Code::Unavailable,
+        LogError::ShuttingDown(_) | LogError::Store(_) | LogError::Fenced { .. } => {
+            Code::Unavailable
+        }
         LogError::Corrupt(_) => Code::DataLoss,
         LogError::Io(_) | LogError::Arrow(_) | LogError::Changelog(_) => Code::Internal,
     }

@@ -1,0 +1,204 @@
+//! The log on a `file://` store: what is acknowledged is rebuilt from the store alone, a
+//! newer writer fences an older one, and one upload carries many buckets' writes.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::testing::{rows, table, write};
+use crate::segment;
+use crate::tests::ids;
+use crate::{LogConfig, LogTablet, Write, WriteOp};
+
+fn store_config(store: &Path) -> LogStoreConfig {
+    LogStoreConfig::new(format!("file://{}", store.display()))
+}
+
+fn log_config(store: &Arc<LogStore>) -> LogConfig {
+    LogConfig {
+        segment_bytes: 256,
+        store: Some(Arc::clone(store)),
+        ..LogConfig::default()
+    }
+}
+
+/// The WAL objects of `epoch` in a local store, in order.
+fn wal_objects(store: &Path, epoch: u64) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(store.join("wal").join(wal::number(epoch)))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.contains('#'))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_node_that_lost_its_disk_rebuilds_every_acknowledged_batch_from_the_store() {
+    let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let table = table(&[]);
+    let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
+        .await
+        .unwrap();
+    assert_eq!(store.epoch(), 1);
+    let (a, b) = (disk.path().join("t1/b0"), disk.path().join("t1/p2/b1"));
+    let log_a = LogTablet::open("a".into(), &a, log_config(&store), None).unwrap();
+    let log_b = LogTablet::open("b".into(), &b, log_config(&store), None).unwrap();
+    for i in 0..20 {
+        write(&log_a, &table, WriteOp::Append(rows(&table, &[i, i + 100], "a"))).await;
+        write(&log_b, &table, WriteOp::Append(rows(&table, &[i], "b"))).await;
+    }
+    drop((log_a, log_b, store));
+
+    let lost = tempfile::tempdir().unwrap();
+    let store = LogStore::open(store_config(store_dir.path()), lost.path(), 256)
+        .await
+        .unwrap();
+    assert_eq!(store.epoch(), 2);
+    let (a, b) = (lost.path().join("t1/b0"), lost.path().join("t1/p2/b1"));
+    let log_a = LogTablet::open("a".into(), &a, log_config(&store), None).unwrap();
+    let log_b = LogTablet::open("b".into(), &b, log_config(&store), None).unwrap();
+    assert_eq!((log_a.offsets(), log_b.offsets()), ((0, 40), (0, 20)));
+    let expected_a: Vec<Vec<i64>> = (0..20).map(|i| vec![i, i + 100]).collect();
+    assert_eq!(ids(&log_a.read(0, u64::MAX).await.unwrap()), expected_a);
+    assert!(
+        segment::list_segments(&a).unwrap().len() > 1,
+        "the rebuilt log rolls its segments"
+    );
+    // The rebuilt log goes on, and its next life reads both epochs back.
+    write(&log_b, &table, WriteOp::Append(rows(&table, &[20], "b"))).await;
+    drop((log_a, log_b, store));
+    let store = LogStore::open(store_config(store_dir.path()), lost.path(), 1 << 20)
+        .await
+        .unwrap();
+    let log_b = LogTablet::open("b".into(), &b, log_config(&store), None).unwrap();
+    let expected_b: Vec<Vec<i64>> = (0..21).map(|i| vec![i]).collect();
+    assert_eq!(ids(&log_b.read(0, u64::MAX).await.unwrap()), expected_b);
+}
+
+#[tokio::test]
+async fn a_newer_writer_fences_the_older_which_acknowledges_nothing_more() {
+    let (store_dir, disk_a, disk_b) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let table = table(&[]);
+    let old = LogStore::open(store_config(store_dir.path()), disk_a.path(), 256)
+        .await
+        .unwrap();
+    let old_log =
+        LogTablet::open("a".into(), &disk_a.path().join("t1/b0"), log_config(&old), None).unwrap();
+    write(&old_log, &table, WriteOp::Append(rows(&table, &[1], "old"))).await;
+
+    let new = LogStore::open(store_config(store_dir.path()), disk_b.path(), 256)
+        .await
+        .unwrap();
+    assert!(new.epoch() > old.epoch());
+    let refused = old_log
+        .write(Write {
+            op: WriteOp::Append(rows(&table, &[2], "old")),
+            table: Arc::clone(&table),
+            stream: None,
+            writer: None,
+            sent: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, LogError::Fenced { epoch: 1 }), "{refused}");
+    assert_eq!(old_log.offsets(), (0, 1), "the refused write is not visible");
+
+    let new_log =
+        LogTablet::open("a".into(), &disk_b.path().join("t1/b0"), log_config(&new), None).unwrap();
+    write(&new_log, &table, WriteOp::Append(rows(&table, &[3], "new"))).await;
+    assert_eq!(ids(&new_log.read(0, u64::MAX).await.unwrap()), [[1], [3]]);
+    drop((old_log, new_log));
+
+    // A third life sees what each acknowledged, nothing the fenced one wrote after.
+    let disk_c = tempfile::tempdir().unwrap();
+    let third = LogStore::open(store_config(store_dir.path()), disk_c.path(), 256)
+        .await
+        .unwrap();
+    let log =
+        LogTablet::open("a".into(), &disk_c.path().join("t1/b0"), log_config(&third), None)
+            .unwrap();
+    assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), [[1], [3]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_upload_carries_the_writes_of_many_buckets() {
+    let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let table = table(&[]);
+    let mut config = store_config(store_dir.path());
+    config.interval = Duration::from_millis(200);
+    let store = LogStore::open(config, disk.path(), 1 << 20).await.unwrap();
+    let logs: Vec<LogTablet> = (0..8)
+        .map(|b| {
+            let dir = disk.path().join(format!("t1/b{b}"));
+            LogTablet::open(format!("b{b}"), &dir, log_config(&store), None).unwrap()
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let writes = logs
+        .iter()
+        .map(|log| write(log, &table, WriteOp::Append(rows(&table, &[1], "x"))));
+    futures::future::join_all(writes).await;
+    let elapsed = started.elapsed();
+    let objects = wal_objects(store_dir.path(), store.epoch());
+    assert!(
+        objects.len() <= 2,
+        "8 buckets' writes in {elapsed:?} took {} uploads",
+        objects.len()
+    );
+}
+
+#[tokio::test]
+async fn a_torn_last_object_of_a_local_store_was_never_acknowledged_and_is_skipped() {
+    let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let table = table(&[]);
+    let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
+        .await
+        .unwrap();
+    let dir = disk.path().join("t1/b0");
+    let log = LogTablet::open("a".into(), &dir, log_config(&store), None).unwrap();
+    write(&log, &table, WriteOp::Append(rows(&table, &[1], "x"))).await;
+    drop((log, store));
+    // A power cut kept the next object's name, not its bytes.
+    let torn = store_dir.path().join("wal").join(wal::number(1)).join(wal::number(1));
+    std::fs::write(&torn, b"MINKWAL1\0\0").unwrap();
+
+    let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
+        .await
+        .unwrap();
+    let log = LogTablet::open("a".into(), &dir, log_config(&store), None).unwrap();
+    assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), [[1]]);
+    assert_eq!(
+        wal_objects(store_dir.path(), 1),
+        [wal::number(0), wal::number(1), wal::number(2)],
+        "the fence goes after the torn object"
+    );
+}
+
+#[tokio::test]
+async fn a_damaged_object_before_the_last_is_corruption() {
+    let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let table = table(&[]);
+    let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
+        .await
+        .unwrap();
+    let log = LogTablet::open("a".into(), &disk.path().join("t1/b0"), log_config(&store), None)
+        .unwrap();
+    for i in 0..2 {
+        write(&log, &table, WriteOp::Append(rows(&table, &[i], "x"))).await;
+    }
+    drop((log, store));
+    let first = store_dir.path().join("wal").join(wal::number(1)).join(wal::number(0));
+    let mut bytes = std::fs::read(&first).unwrap();
+    bytes[40] ^= 0xff;
+    std::fs::write(&first, bytes).unwrap();
+    let error = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, LogError::Corrupt(_)), "{error}");
+}
