@@ -216,7 +216,7 @@ pub(crate) struct Running {
 
 impl Running {
     pub(crate) async fn start(config: NodeConfig) -> Result<Self, BenchError> {
-        let node = Node::open(config.clone())?;
+        let node = Node::open(config.clone()).await?;
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(BenchError::io("binding a loopback port"))?;

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! <data-dir>/LOCK                         held while the node runs
+//! <data-dir>/log-store                    the log store's URL, with --log-store
 //! <data-dir>/meta.db                      tables, schema versions, partitions (SQLite)
 //! <data-dir>/kv/                          KV tablets of primary-key tables (fjall)
 //! <data-dir>/log/t<table_id>/b<bucket>/   segments of an unpartitioned table's bucket
@@ -46,6 +47,7 @@ use mink_log::LogTablet;
 
 mod config;
 mod ddl;
+mod log_store;
 mod lookup;
 mod open_buckets;
 mod retention;
@@ -116,13 +118,14 @@ impl TableState {
 }
 
 impl Node {
-    /// Opens the node over its data directory, recovering every tablet. Must run inside a
-    /// tokio runtime (each tablet starts its appender task).
+    /// Opens the node over its data directory, recovering every tablet; with a log store
+    /// (given, or remembered by the data directory), every log is first rebuilt from it.
+    /// Must run inside a tokio runtime (each tablet starts its appender task).
     ///
     /// # Errors
     /// [`NodeError::DataDirLocked`] when another process holds the directory; I/O,
     /// metadata and corruption errors from recovery.
-    pub fn open(config: NodeConfig) -> Result<Arc<Self>> {
+    pub async fn open(mut config: NodeConfig) -> Result<Arc<Self>> {
         // Durably, the data directory's own name included: a power cut must not take the
         // directory, and every table in it, away.
         mink_durable::create_dir_all(&config.data_dir.join("log"))?;
@@ -132,6 +135,7 @@ impl Node {
                 config.data_dir.display().to_string(),
             ));
         }
+        config.log.store = log_store::open(&config).await?;
         let metadata = Metadata::open(&config.data_dir.join("meta.db"))?;
         let reads = RuntimeEnvBuilder::new()
             .with_memory_pool(Arc::clone(&config.memory_pool))

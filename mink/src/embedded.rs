@@ -108,7 +108,7 @@ impl NodeArgs {
             .data_dir
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
-        let node = Node::open(NodeConfig::new(data_dir))?;
+        let node = Node::open(NodeConfig::new(data_dir)).await?;
         let handle = start(node).await?;
         let client = MinkClient::connect(&handle.addr().to_string()).await?;
         Ok(Connection {

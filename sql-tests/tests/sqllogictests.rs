@@ -251,7 +251,7 @@ struct TestNode {
 impl TestNode {
     async fn start() -> Result<Self, Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
-        let node = Node::open(NodeConfig::new(dir.path()))?;
+        let node = Node::open(NodeConfig::new(dir.path())).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let handle = serve(node, listener).await?;
         let client = mink_client::MinkClient::connect(&handle.addr().to_string()).await?;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use datafusion_execution::memory_pool::{MemoryPool, UnboundedMemoryPool};
 use mink_kv::KvConfig;
 use mink_lake::LakeConfig;
-use mink_log::LogConfig;
+use mink_log::{LogConfig, LogStoreConfig};
 
 /// How a node is run.
 #[derive(Debug, Clone)]
@@ -16,6 +16,10 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// How logs are stored.
     pub log: LogConfig,
+    /// The object store that is the logs' durable home (`--log-store`); `None`: the one
+    /// the data directory remembers, if any, else the local disk. Opening the node opens
+    /// it and sets `log.store`.
+    pub log_store: Option<LogStoreConfig>,
     /// Where the lake is; `None`: the embedded lake in `<data-dir>/lake`.
     pub lake: Option<LakeConfig>,
     /// A deliberate crash point, for crash tests (`MINK_FAILPOINT`).
@@ -88,6 +92,7 @@ impl NodeConfig {
         Self {
             data_dir: data_dir.into(),
             log: LogConfig::default(),
+            log_store: None,
             lake: None,
             failpoint: None,
             max_bucket_num: DEFAULT_MAX_BUCKET_NUM,

@@ -26,7 +26,7 @@ async fn a_write_past_the_partition_bound_is_refused_and_creates_nothing() {
     let mut config = NodeConfig::new(dir.path());
     config.log.sync = false;
     config.max_partitions = 2;
-    let node = Node::open(config.clone()).unwrap();
+    let node = Node::open(config.clone()).await.unwrap();
     let schema = Schema::new(vec![
         Field::new("p", DataType::Utf8, false),
         Field::new("v", DataType::Int64, false),
@@ -48,7 +48,7 @@ async fn a_write_past_the_partition_bound_is_refused_and_creates_nothing() {
     node.write(&bucket, batch, false, None).await.unwrap();
     drop(node);
 
-    let node = Node::open(config).unwrap();
+    let node = Node::open(config).await.unwrap();
     assert_eq!(node.list_buckets(&path).unwrap().len(), 2);
 }
 
@@ -58,7 +58,7 @@ async fn buckets_past_the_node_bound_are_refused_and_a_drop_gives_them_back() {
     let mut config = NodeConfig::new(dir.path());
     config.log.sync = false;
     config.max_open_buckets = Some(3);
-    let node = Node::open(config).unwrap();
+    let node = Node::open(config).await.unwrap();
     let schema = Schema::new(vec![
         Field::new("p", DataType::Utf8, false),
         Field::new("v", DataType::Int64, false),
@@ -112,7 +112,7 @@ async fn a_bucket_num_past_the_bound_is_refused_before_anything_is_stored() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = NodeConfig::new(dir.path());
     config.max_bucket_num = 4;
-    let node = Node::open(config).unwrap();
+    let node = Node::open(config).await.unwrap();
     let schema = Schema::new(vec![Field::new("v", DataType::Int64, false)]);
     let options = TableOptions {
         bucket_num: 5,

@@ -388,7 +388,7 @@ async fn node_with_log_table() -> (tempfile::TempDir, Arc<crate::Node>, TableDes
     let dir = tempfile::tempdir().unwrap();
     let mut config = crate::NodeConfig::new(dir.path());
     config.log.sync = false;
-    let node = crate::Node::open(config).unwrap();
+    let node = crate::Node::open(config).await.unwrap();
     let table = node.create_table(log_table(), false).await.unwrap();
     (dir, node, table)
 }

@@ -31,7 +31,7 @@ use mink_core::table::{TableDescriptor, TablePath};
 use mink_flight_sql::{Credentials, FlightSqlConfig, FlightSqlHandle, ServeError, TlsIdentity};
 use mink_kv::KvConfig;
 use mink_lake::LakeConfig;
-use mink_log::LogConfig;
+use mink_log::{LogConfig, LogStoreConfig};
 use mink_node::flight::limits::max_open_buckets;
 use mink_node::node::Failpoint;
 use mink_node::server::{ServeOptions, serve_with};
@@ -109,9 +109,27 @@ pub(crate) struct ServerArgs {
     #[arg(long)]
     lake_catalog: Option<String>,
     /// Acknowledge writes without fsync (faster; a machine crash can lose acknowledged
-    /// writes, a process crash cannot).
+    /// writes, a process crash cannot). With a `file://` `--log-store`: its WAL objects
+    /// are not fsynced; an S3 store is durable either way.
     #[arg(long)]
     no_sync: bool,
+    /// Keep the log in an object store (`docs/log-store.md`): `file:///absolute/path`, or
+    /// `s3://bucket/prefix` (credentials, region and endpoint from the AWS_* environment
+    /// variables, as the lake's). A write is acknowledged once the WAL object holding it
+    /// is in the store; a node that lost its disk rebuilds every log from it. Only for a
+    /// new data directory; remembered in `<data-dir>/log-store`, so restarts, `mink sql
+    /// --data-dir` and `mink load --data-dir` use it, and another store is refused.
+    #[arg(long, value_name = "URL")]
+    log_store: Option<String>,
+    /// With `--log-store`: the least time between two WAL uploads, which bounds the
+    /// node's PUTs per second (`500ms`, `1s`; default 0 on file://: each upload takes
+    /// what gathered during the last; 250ms on S3).
+    #[arg(long, value_name = "DURATION", value_parser = parse_interval, requires = "log_store")]
+    log_store_interval: Option<Duration>,
+    /// With `--log-store`: an upload starts before its interval is over once this much
+    /// waits (default 8MiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "log_store")]
+    log_store_batch_size: Option<usize>,
     /// The size at which a bucket's log rolls to a new segment file: bytes or a size
     /// (default 128MiB, at least 4KiB). `log.ttl` retention removes whole segments, so
     /// smaller ones follow the TTL more closely, at the cost of more files.
@@ -172,6 +190,26 @@ fn parse_segment_size(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A `--log-store-interval`.
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    mink_core::options::parse_duration(text)
+        .ok_or_else(|| format!("'{text}' is not a duration (500ms, 1s)"))
+}
+
+/// The log store `--log-store` and its flags name.
+fn log_store_config(args: &ServerArgs) -> Option<LogStoreConfig> {
+    let url = args.log_store.clone()?;
+    let defaults = LogStoreConfig::new(url);
+    Some(LogStoreConfig {
+        interval: args.log_store_interval.unwrap_or(defaults.interval),
+        batch_bytes: args
+            .log_store_batch_size
+            .map_or(defaults.batch_bytes, |size| size as u64),
+        sync: !args.no_sync,
+        ..defaults
+    })
+}
+
 pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     let memory_limit = args.sql_memory_limit.unwrap_or_else(default_memory_limit);
     // One pool for SQL statements and the node's reads: neither can starve the process.
@@ -186,6 +224,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         segment_bytes: args.log_segment_size.unwrap_or(defaults.segment_bytes),
         ..defaults
     };
+    config.log_store = log_store_config(&args);
     // Every port holds up to --max-connections sockets; buckets get the files left.
     let ports =
         2 + u64::from(args.kafka_listen.is_some()) + u64::from(args.iceberg_rest_listen.is_some());
@@ -199,7 +238,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
             CliError::Usage(format!("unknown MINK_FAILPOINT '{failpoint}' (known: abort-before-lake-commit, abort-after-lake-commit)"))
         })?);
     }
-    let node = Node::open(config)?;
+    let node = Node::open(config).await?;
     // A lake that cannot be opened (a bad catalog URI, credential or certificate) stops
     // the start, rather than the first round or read; one that opens is remembered.
     node.lake().await?;

@@ -384,7 +384,7 @@ async fn an_unreachable_catalog_is_a_clear_error() {
     let mut lake = mink_lake::LakeConfig::embedded(dir.path()).expect("lake config");
     lake.catalog_uri = "sqlite:/nonexistent/dir/catalog.db?mode=rwc".into();
     config.lake = Some(lake);
-    let node = mink_node::Node::open(config).expect("open");
+    let node = mink_node::Node::open(config).await.expect("open");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

@@ -92,7 +92,7 @@ async fn tiering_and_union_reads_on_s3() {
     let store = lake.storage.store().expect("store");
     let mut config = NodeConfig::new(dir.path());
     config.lake = Some(lake);
-    let node = Node::open(config).expect("open");
+    let node = Node::open(config).await.expect("open");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -264,7 +264,7 @@ async fn an_unreachable_object_store_is_a_clear_error() {
     let catalog = format!("sqlite:{}/catalog.db?mode=rwc", dir.path().display());
     let mut config = NodeConfig::new(dir.path());
     config.lake = Some(LakeConfig::s3("s3://nowhere/warehouse", catalog, options).expect("config"));
-    let node = Node::open(config).expect("open");
+    let node = Node::open(config).await.expect("open");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

@@ -92,7 +92,7 @@ async fn open(config: &NodeConfig) -> (Arc<Node>, ServerHandle, MinkClient) {
     // the lock is gone within moments, so a reopen waits for it briefly.
     let mut attempts = 0;
     let node = loop {
-        match Node::open(config.clone()) {
+        match Node::open(config.clone()).await {
             Err(NodeError::DataDirLocked(_)) if attempts < 250 => attempts += 1,
             opened => break opened.expect("open node"),
         }
