@@ -405,7 +405,13 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<i64>> {
 /// Writes the offset index of a sealed segment (fsynced, renamed into place, the directory
 /// fsynced).
 pub(crate) fn write_index(dir: &Path, base_offset: i64, frames: &[FrameHeader]) -> Result<()> {
-    let mut bytes = Vec::with_capacity(frames.len() * INDEX_ENTRY_LEN);
+    mink_durable::write_atomically(&index_path(dir, base_offset), &encode_index(frames))?;
+    Ok(())
+}
+
+/// The offset index of a segment's frames: one entry per frame, then a CRC-32 of them.
+pub(crate) fn encode_index(frames: &[FrameHeader]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(frames.len() * INDEX_ENTRY_LEN + 4);
     for frame in frames {
         frame.encode_fields(&mut bytes);
         bytes.extend_from_slice(&frame.position.to_le_bytes());
@@ -414,8 +420,7 @@ pub(crate) fn write_index(dir: &Path, base_offset: i64, frames: &[FrameHeader]) 
     }
     let crc = crc32fast::hash(&bytes);
     bytes.extend_from_slice(&crc.to_le_bytes());
-    mink_durable::write_atomically(&index_path(dir, base_offset), &bytes)?;
-    Ok(())
+    bytes
 }
 
 /// Reads a sealed segment's offset index; `None` when it is missing or does not check out
@@ -425,6 +430,16 @@ pub(crate) fn read_index(dir: &Path, base_offset: i64) -> Option<Vec<FrameHeader
     let segment_len = std::fs::metadata(segment_path(dir, base_offset))
         .ok()?
         .len();
+    decode_index(&bytes, base_offset, segment_len)
+}
+
+/// Decodes an offset index ([`encode_index`]) of a segment that starts at `base_offset`
+/// and holds `segment_len` bytes; `None` unless it checks out against both.
+pub(crate) fn decode_index(
+    bytes: &[u8],
+    base_offset: i64,
+    segment_len: u64,
+) -> Option<Vec<FrameHeader>> {
     let (entries, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
     if entries.len() % INDEX_ENTRY_LEN != 0
         || crc32fast::hash(entries) != u32::from_le_bytes(crc.try_into().ok()?)

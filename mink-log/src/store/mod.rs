@@ -34,6 +34,7 @@
 //! (`log.ttl`) removes local segments only, so after a restart the log starts where the
 //! store's does until the next retention pass.
 
+mod blocks;
 mod location;
 mod rebuild;
 mod wal;
