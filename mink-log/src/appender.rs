@@ -62,6 +62,7 @@
 //!   group n+2:  refused before a byte is written: "restart the node"
 //! ```
 
+use std::collections::BTreeMap;
 use std::io;
 use std::os::unix::fs::FileExt as _;
 use std::path::Path;
@@ -74,11 +75,12 @@ use tracing::{error, warn};
 
 use super::cache::LogCache;
 use super::changelog::replay;
-use super::recovery::{ActiveSegment, recover};
+use super::read::Source;
+use super::recovery::{ActiveSegment, prepend_streamed, recover};
 use super::segment::{self, CachedBatch, FrameHeader, StoredBatch};
+use super::store::Sealed;
 use super::{
-    Applying, Changelog, LogConfig, LogState, LogStore, Shared, Write, WriteOp, WriteStream,
-    now_ms,
+    Applying, Changelog, LogConfig, LogState, Shared, Write, WriteOp, WriteStream, now_ms,
 };
 use crate::error::{LogError, Result};
 
@@ -139,8 +141,6 @@ pub(super) struct Appender {
     /// Set when a failed group could not be cut back: the segment may hold bytes past
     /// `active.len`, and no group is written until the cut succeeds.
     pub(super) uncut: bool,
-    /// The log store that makes groups durable, and this bucket's key in it.
-    pub(super) store: Option<(Arc<LogStore>, String)>,
     /// The frames of the group being committed, for the log store.
     pub(super) group_frames: Vec<u8>,
     /// Injected I/O failures (unit tests).
@@ -161,6 +161,31 @@ pub(super) struct Faults {
     pub(super) fail_cuts: u32,
 }
 
+/// Queues for upload the sealed segments a tablet opened with that are not in the log
+/// store yet (a log rebuilt from WAL objects rolls into several).
+fn upload_sealed_segments(shared: &Arc<Shared>) {
+    let Some((store, key)) = &shared.store else {
+        return;
+    };
+    let state = shared.read_state();
+    let local = state.batches.iter().filter(|(_, segment)| {
+        *segment != state.active_segment && !state.streamed.contains_key(segment)
+    });
+    let mut sealed: BTreeMap<i64, Vec<FrameHeader>> = BTreeMap::new();
+    for (header, segment) in local {
+        sealed.entry(*segment).or_default().push(*header);
+    }
+    for (base, frames) in sealed {
+        store.upload(Sealed {
+            key: key.clone(),
+            dir: shared.dir.clone(),
+            base,
+            frames,
+            tablet: Arc::downgrade(shared),
+        });
+    }
+}
+
 impl Appender {
     /// Recovers the log in `dir` (creating it if needed) and brings the changelog hook,
     /// if any, in line with it: the appender of that log, not yet running.
@@ -175,12 +200,23 @@ impl Appender {
             Some(store) => Some((Arc::clone(store), store.key_of(dir)?)),
             None => None,
         };
-        let recovered = recover(&label, dir)?;
+        let mut recovered = recover(&label, dir)?;
+        let streamed = match &store {
+            Some((store, key)) => {
+                prepend_streamed(&label, &mut recovered, store.take_streamed(key))?
+            }
+            None => BTreeMap::new(),
+        };
         if let Some(changelog) = &mut changelog {
-            replay(
-                &label,
+            let source = Source {
                 dir,
+                label: &label,
+                store: store.as_ref().map(|(store, _)| store.as_ref()),
+            };
+            replay(
+                source,
                 &recovered.batches,
+                &streamed,
                 recovered.next_offset,
                 changelog.as_mut(),
             )?;
@@ -191,15 +227,18 @@ impl Appender {
         let shared = Arc::new(Shared {
             label,
             dir: dir.to_path_buf(),
+            store,
             state: RwLock::new(LogState {
                 log_start: recovered.log_start,
                 high_watermark: recovered.next_offset,
                 active_segment: recovered.active.base,
                 batches: recovered.batches,
+                streamed,
                 cache,
             }),
             watermark,
         });
+        upload_sealed_segments(&shared);
         Ok(Self {
             shared,
             config,
@@ -209,7 +248,6 @@ impl Appender {
             changelog,
             broken: None,
             uncut: false,
-            store,
             group_frames: Vec::new(),
             #[cfg(test)]
             faults: Faults::default(),
@@ -355,7 +393,7 @@ impl Appender {
     /// Makes the group just written durable: in the log store when there is one (the
     /// local segment is a copy of it), else by an fsync of the segment if `sync` is on.
     fn make_durable(&mut self) -> Result<()> {
-        match &self.store {
+        match &self.shared.store {
             Some(_) if self.group_frames.is_empty() => Ok(()),
             Some((store, key)) => {
                 store.persist(key, Bytes::from(std::mem::take(&mut self.group_frames)))
@@ -367,7 +405,7 @@ impl Appender {
 
     /// Whether the local segments are fsynced: without a log store, if `sync` is on.
     fn syncs_locally(&self) -> bool {
-        self.config.sync && self.store.is_none()
+        self.config.sync && self.shared.store.is_none()
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -473,7 +511,7 @@ impl Appender {
             };
             let (frame, cached) = segment::encode_frame(&mut header, stored)?;
             self.write_frame(&frame)?;
-            if self.store.is_some() {
+            if self.shared.store.is_some() {
                 self.group_frames.extend_from_slice(&frame);
             }
             self.active.len += frame.len() as u64;
@@ -526,7 +564,19 @@ impl Appender {
             self.active.file.sync_data()?;
         }
         segment::write_index(&self.shared.dir, self.active.base, &self.active.frames)?;
-        self.active = ActiveSegment::create(&self.shared.dir, self.next_offset)?;
+        let sealed = std::mem::replace(
+            &mut self.active,
+            ActiveSegment::create(&self.shared.dir, self.next_offset)?,
+        );
+        if let Some((store, key)) = &self.shared.store {
+            store.upload(Sealed {
+                key: key.clone(),
+                dir: self.shared.dir.clone(),
+                base: sealed.base,
+                frames: sealed.frames,
+                tablet: Arc::downgrade(&self.shared),
+            });
+        }
         Ok(())
     }
 

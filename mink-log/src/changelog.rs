@@ -6,15 +6,16 @@
 //! commit's [`Applying`] before it acknowledges, and on open replays the durable log from
 //! the hook's applied offset into it, [`REPLAY_CHUNK`] batches at a time.
 
-use std::collections::VecDeque;
-use std::path::Path;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
 use tracing::info;
 
 use crate::error::{LogError, Result};
-use crate::read::{PlannedBatch, read_planned};
+use crate::read::{PlannedBatch, Source, read_planned};
 use crate::segment::FrameHeader;
+use crate::store::StreamObject;
 use crate::{LogBatch, StoredBatch, Write};
 
 /// What turns a primary-key table's writes into its changelog, and keeps the state the
@@ -82,9 +83,9 @@ pub const REPLAY_CHUNK: usize = 64;
 
 /// Replays the durable log from the changelog hook's applied offset into it.
 pub(crate) fn replay(
-    label: &str,
-    dir: &Path,
+    source: Source<'_>,
     batches: &VecDeque<(FrameHeader, i64)>,
+    streamed: &BTreeMap<i64, Arc<StreamObject>>,
     end: i64,
     changelog: &mut dyn Changelog,
 ) -> Result<()> {
@@ -95,7 +96,8 @@ pub(crate) fn replay(
     let first = batches.partition_point(|(h, _)| h.base_offset < applied);
     if batches.get(first).map(|(h, _)| h.base_offset) != Some(applied) {
         return Err(LogError::Corrupt(format!(
-            "bucket {label}: the KV store is at offset {applied}, which is not a batch boundary of the retained log"
+            "bucket {}: the KV store is at offset {applied}, which is not a batch boundary of the retained log",
+            source.label
         )));
     }
     let plan: Vec<PlannedBatch> = batches
@@ -103,11 +105,12 @@ pub(crate) fn replay(
         .map(|(header, segment)| PlannedBatch {
             header: *header,
             segment: *segment,
+            stream: streamed.get(segment).cloned(),
             cached: None,
         })
         .collect();
     info!(
-        bucket = label,
+        bucket = source.label,
         from = applied,
         to = end,
         "replaying the log into the KV store"
@@ -117,7 +120,7 @@ pub(crate) fn replay(
     // crash during the replay resumes after the last chunk applied.
     for chunk in plan.chunks(REPLAY_CHUNK) {
         let mut chunk_end = None;
-        for batch in read_planned(dir, label, chunk.to_vec(), LogBatch::from_found)? {
+        for batch in read_planned(source, chunk.to_vec(), LogBatch::from_found)? {
             changelog.replay(&batch)?;
             chunk_end = Some(batch.last_offset + 1);
         }

@@ -49,7 +49,7 @@ mod store;
 pub mod testing;
 mod write;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -63,10 +63,13 @@ use self::appender::{Appender, WriteRequest};
 use self::cache::LogCache;
 pub use self::changelog::{Applying, Changelog, REPLAY_CHUNK};
 pub use self::error::{LogError, Result};
-use self::read::{Found, PlannedBatch, read_planned};
+use self::read::{Found, PlannedBatch, Source, read_planned};
 pub use self::segment::{FrameHeader, Payload, StoredBatch};
 pub use self::sent::{SentBatch, SentMessage};
-pub use self::store::{DEFAULT_BATCH_BYTES, LogStore, LogStoreConfig, default_interval};
+use self::store::StreamObject;
+pub use self::store::{
+    DEFAULT_BATCH_BYTES, DEFAULT_CACHE_BYTES, LogStore, LogStoreConfig, default_interval,
+};
 pub use self::write::{Write, WriteOp, WriteStream, WriterTag};
 
 /// How a tablet stores its log.
@@ -162,6 +165,8 @@ pub struct LogTablet {
 struct Shared {
     label: String,
     dir: PathBuf,
+    /// The log store the log is kept in, and the bucket's key there.
+    store: Option<(Arc<LogStore>, String)>,
     state: RwLock<LogState>,
     watermark: watch::Sender<i64>,
 }
@@ -173,6 +178,9 @@ struct LogState {
     log_start: i64,
     high_watermark: i64,
     active_segment: i64,
+    /// The sealed segments in the log store, by base offset: read from their stream
+    /// objects, not from local files.
+    streamed: BTreeMap<i64, Arc<StreamObject>>,
     cache: LogCache,
 }
 
@@ -252,9 +260,8 @@ impl LogTablet {
                 .filter_map(|p| Some(convert(&p.header, Found::Cached(p.cached?))))
                 .collect();
         }
-        let dir = self.shared.dir.clone();
-        let label = self.shared.label.clone();
-        tokio::task::spawn_blocking(move || read_planned(&dir, &label, plan, convert))
+        let shared = Arc::clone(&self.shared);
+        tokio::task::spawn_blocking(move || read_planned(shared.source(), plan, convert))
             .await
             .map_err(|e| LogError::Io(std::io::Error::other(e)))?
     }
@@ -307,6 +314,7 @@ impl LogTablet {
             plan.push(PlannedBatch {
                 header: *header,
                 segment: *segment,
+                stream: state.streamed.get(segment).cloned(),
                 cached: state.cache.get(header.base_offset),
             });
         }
@@ -381,7 +389,10 @@ impl LogTablet {
             {
                 break;
             }
-            remove_segment_files(&self.shared.dir, segment)?;
+            // A segment in the log store stays there (its upkeep is not the tablet's).
+            if state.streamed.remove(&segment).is_none() {
+                remove_segment_files(&self.shared.dir, segment)?;
+            }
             state.batches.drain(..end);
             state.log_start = state
                 .batches
@@ -399,6 +410,24 @@ impl LogTablet {
 }
 
 impl Shared {
+    /// Where the tablet's batches are read from.
+    fn source(&self) -> Source<'_> {
+        Source {
+            dir: &self.dir,
+            label: &self.label,
+            store: self.store.as_ref().map(|(store, _)| store.as_ref()),
+        }
+    }
+
+    /// The sealed segment at `base` is in the log store as `object`: it is read from
+    /// there from now on (unless retention removed it first).
+    pub(crate) fn streamed(&self, base: i64, object: Arc<StreamObject>) {
+        let mut state = self.write_state();
+        if base >= state.log_start {
+            state.streamed.insert(base, object);
+        }
+    }
+
     /// [`LogTablet::check_offset`] against `state`.
     fn check_offset(&self, offset: i64, state: &LogState) -> Result<()> {
         match offset < state.log_start || offset > state.high_watermark {

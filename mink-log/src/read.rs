@@ -1,5 +1,6 @@
 //! Reading planned batches: each from the log cache when it holds it, else from its
-//! segment, consecutive frames of one segment with a single positioned read.
+//! segment, consecutive frames of one segment with a single read: a positioned read of a
+//! local segment, or a range of the stream object it became in the log store.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -10,6 +11,7 @@ use bytes::Bytes;
 
 use crate::error::{LogError, Result};
 use crate::segment::{self, CachedBatch, FrameHeader, HEADER_LEN, Payload};
+use crate::store::{LogStore, StreamObject};
 use crate::{LogBatch, LogFrame};
 
 /// A batch a read takes: where it is, and its cached form if the log cache holds it.
@@ -17,7 +19,20 @@ use crate::{LogBatch, LogFrame};
 pub(crate) struct PlannedBatch {
     pub(crate) header: FrameHeader,
     pub(crate) segment: i64,
+    /// The stream object the segment became, if it is in the log store.
+    pub(crate) stream: Option<Arc<StreamObject>>,
     pub(crate) cached: Option<Arc<CachedBatch>>,
+}
+
+/// Where a tablet's planned batches are read from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Source<'a> {
+    /// The tablet's directory, holding its local segments.
+    pub(crate) dir: &'a Path,
+    /// The bucket, for errors.
+    pub(crate) label: &'a str,
+    /// The log store holding its stream objects, if any.
+    pub(crate) store: Option<&'a LogStore>,
 }
 
 /// A planned batch, found in the log cache or read from its segment.
@@ -59,11 +74,10 @@ impl LogFrame {
 }
 
 /// Reads the planned batches that are not cached from their segments, each turned into a
-/// `T` by `convert`. Consecutive frames of one segment are read with a single positioned
-/// read (readahead over the whole span).
+/// `T` by `convert`. Consecutive frames of one segment are read with a single read
+/// (readahead over the whole span).
 pub(crate) fn read_planned<T>(
-    dir: &Path,
-    label: &str,
+    source: Source<'_>,
     plan: Vec<PlannedBatch>,
     convert: fn(&FrameHeader, Found) -> Result<T>,
 ) -> Result<Vec<T>> {
@@ -86,18 +100,10 @@ pub(crate) fn read_planned<T>(
         let start = plan[index].header.position;
         let last = &plan[run_end - 1].header;
         let end = last.position + last.frame_len();
-        let file = File::open(segment::segment_path(dir, segment)).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                LogError::Corrupt(format!(
-                    "segment {segment} of bucket {label} was removed by retention during the read; read again from log_start"
-                ))
-            } else {
-                e.into()
-            }
-        })?;
-        let mut span = vec![0u8; usize::try_from(end - start).unwrap_or(usize::MAX)];
-        file.read_exact_at(&mut span, start)?;
-        let span = Bytes::from(span);
+        let span = match (&plan[index].stream, source.store) {
+            (Some(stream), Some(store)) => store.read_stream(stream, start..end)?,
+            _ => read_local(source, segment, start..end)?,
+        };
         for planned in &plan[index..run_end] {
             let from = (planned.header.position - start) as usize + HEADER_LEN;
             let payload = span.slice(from..from + planned.header.payload_len as usize);
@@ -107,4 +113,21 @@ pub(crate) fn read_planned<T>(
         index = run_end;
     }
     Ok(result)
+}
+
+/// The bytes `range` of a local segment.
+fn read_local(source: Source<'_>, segment: i64, range: std::ops::Range<u64>) -> Result<Bytes> {
+    let file = File::open(segment::segment_path(source.dir, segment)).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            LogError::Corrupt(format!(
+                "segment {segment} of bucket {} was removed by retention during the read; read again from log_start",
+                source.label
+            ))
+        } else {
+            e.into()
+        }
+    })?;
+    let mut span = vec![0u8; usize::try_from(range.end - range.start).unwrap_or(usize::MAX)];
+    file.read_exact_at(&mut span, range.start)?;
+    Ok(Bytes::from(span))
 }

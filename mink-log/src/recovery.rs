@@ -1,13 +1,16 @@
 //! Opening a tablet's directory: sealed segments from their offset index, the active
-//! segment scanned, a torn tail truncated.
+//! segment scanned, a torn tail truncated; with a log store, the history in its stream
+//! objects before them.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::path::Path;
+use std::sync::Arc;
 
 use tracing::warn;
 
 use super::segment::{self, FrameHeader};
+use super::store::StreamObject;
 use crate::error::{LogError, Result};
 
 /// The segment being appended to.
@@ -121,6 +124,41 @@ pub(super) fn recover(label: &str, dir: &Path) -> Result<Recovered> {
         last_timestamp,
         active,
     })
+}
+
+/// Puts the bucket's history in the log store (its stream objects, in order, with their
+/// frames) before its recovered local log, which starts where they end: the stream
+/// objects by segment base, for the tablet's state.
+///
+/// # Errors
+/// [`LogError::Corrupt`] when the local log does not start where they end.
+pub(super) fn prepend_streamed(
+    label: &str,
+    recovered: &mut Recovered,
+    streamed: Vec<(Arc<StreamObject>, Vec<FrameHeader>)>,
+) -> Result<BTreeMap<i64, Arc<StreamObject>>> {
+    let Some((first, _)) = streamed.first() else {
+        return Ok(BTreeMap::new());
+    };
+    let (start, end) = (
+        first.base,
+        streamed.last().map_or(first.end, |(o, _)| o.end),
+    );
+    if end != recovered.log_start {
+        return Err(LogError::Corrupt(format!(
+            "bucket {label}: its stream objects end at offset {end}, its local log starts at {}",
+            recovered.log_start
+        )));
+    }
+    let mut objects = BTreeMap::new();
+    for (object, frames) in streamed.into_iter().rev() {
+        for frame in frames.into_iter().rev() {
+            recovered.batches.push_front((frame, object.base));
+        }
+        objects.insert(object.base, object);
+    }
+    recovered.log_start = start;
+    Ok(objects)
 }
 
 #[cfg(test)]

@@ -353,7 +353,9 @@ pub(crate) fn frames_in(bytes: &[u8], expected_base: Option<i64>) -> Result<Vec<
     while position < bytes.len() {
         let rest = &bytes[position..];
         let corrupt = |what: &str| {
-            LogError::Corrupt(format!("the frame at byte {position} of a WAL section {what}"))
+            LogError::Corrupt(format!(
+                "the frame at byte {position} of a WAL section {what}"
+            ))
         };
         let (header, crc) =
             parse_header(rest, position as u64).ok_or_else(|| corrupt("has no valid header"))?;

@@ -86,10 +86,12 @@ fn read_back(dir: &Path) -> Vec<i64> {
         .map(|(header, segment)| PlannedBatch {
             header: *header,
             segment: *segment,
+            stream: None,
             cached: None,
         })
         .collect();
-    ids(&read_planned(dir, "t", plan, LogBatch::from_found).unwrap()).concat()
+    let read = read_planned(appender.shared.source(), plan, LogBatch::from_found);
+    ids(&read.unwrap()).concat()
 }
 
 fn segment_bytes(dir: &Path) -> Vec<u8> {

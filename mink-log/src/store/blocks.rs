@@ -70,7 +70,9 @@ impl Weighter<(StorePath, u64), Bytes> for ByLength {
 impl BlockCache {
     /// A cache of `budget` bytes of `store`'s objects.
     pub(crate) fn new(store: Arc<dyn ObjectStore>, budget: u64) -> Self {
-        let estimated_blocks = usize::try_from(budget / BLOCK).unwrap_or(usize::MAX).max(16);
+        let estimated_blocks = usize::try_from(budget / BLOCK)
+            .unwrap_or(usize::MAX)
+            .max(16);
         Self {
             store,
             blocks: quick_cache::sync::Cache::with_weighter(estimated_blocks, budget, ByLength),
@@ -101,7 +103,11 @@ impl BlockCache {
                 continue;
             }
             let mut run_end = next;
-            while run_end < last && !self.blocks.contains_key(&(object.path.clone(), run_end + 1)) {
+            while run_end < last
+                && !self
+                    .blocks
+                    .contains_key(&(object.path.clone(), run_end + 1))
+            {
                 run_end += 1;
             }
             if run_end == last {
@@ -126,9 +132,7 @@ impl BlockCache {
             .store
             .get_range(&object.path, bytes.clone())
             .await
-            .map_err(|e| {
-                LogError::Store(format!("reading {bytes:?} of {}: {e}", object.path))
-            })?;
+            .map_err(|e| LogError::Store(format!("reading {bytes:?} of {}: {e}", object.path)))?;
         if fetched.len() as u64 != bytes.end - bytes.start {
             return Err(LogError::Corrupt(format!(
                 "stream object {} is shorter than {} bytes",
@@ -216,7 +220,13 @@ mod tests {
         let len = 5 * BLOCK + 123;
         let (store, object) = store_with_object(len).await;
         let cache = BlockCache::new(store, 64 << 20);
-        for range in [0..10, BLOCK - 5..BLOCK + 5, 3..4 * BLOCK + 7, len - 100..len, 0..len] {
+        for range in [
+            0..10,
+            BLOCK - 5..BLOCK + 5,
+            3..4 * BLOCK + 7,
+            len - 100..len,
+            0..len,
+        ] {
             let read = cache.read(&object, range.clone()).await.unwrap();
             assert_eq!(read.as_ref(), expected(range.clone()), "{range:?}");
         }
@@ -246,7 +256,11 @@ mod tests {
         assert_eq!(fetches, [2, 3, 5, 9, 17, 33, 65], "blocks per GET");
         let before = cached(&cache);
         read(180).await.unwrap();
-        assert_eq!(cached(&cache), before + 1, "a read elsewhere reads no ahead");
+        assert_eq!(
+            cached(&cache),
+            before + 1,
+            "a read elsewhere reads no ahead"
+        );
         read(181).await.unwrap();
         assert_eq!(cached(&cache), before + 3, "and its readahead starts over");
     }
@@ -256,8 +270,15 @@ mod tests {
         let (store, object) = store_with_object(40 * BLOCK).await;
         let cache = BlockCache::new(store, 8 * BLOCK);
         for block in 0..40 {
-            cache.read(&object, block * BLOCK..block * BLOCK + 1).await.unwrap();
+            cache
+                .read(&object, block * BLOCK..block * BLOCK + 1)
+                .await
+                .unwrap();
         }
-        assert!(cache.blocks.weight() <= 8 * BLOCK, "{}", cache.blocks.weight());
+        assert!(
+            cache.blocks.weight() <= 8 * BLOCK,
+            "{}",
+            cache.blocks.weight()
+        );
     }
 }

@@ -1,17 +1,27 @@
 //! The log on object storage (`mink server --log-store URL`): the store is the durable
-//! home of every bucket's log, written as WAL objects, fenced by an epoch.
+//! home of every bucket's log, written as WAL objects, fenced by an epoch, its history
+//! kept as stream objects read through a block cache.
 //!
 //! ```text
-//!   appenders ──group──▶ local segment (no fsync) ──▶ WAL writer ──PUT──▶ wal/<epoch>/<seq>
-//!                                                                            │ durable
-//!   readers ◀── log cache, local segments ◀── HW moves, acknowledged ◀───────┘
+//!   appenders ──group──▶ active segment (no fsync) ──▶ WAL writer ──PUT──▶ wal/<epoch>/<seq>
+//!                              │ sealed                                     │ durable
+//!                              ▼                                            ▼
+//!                          uploader ──PUT──▶ streams/<key>/<base>-<end>   HW moves, ack
+//!
+//!   tailers ◀── log cache;   recent history ◀── local segments;
+//!   older history ◀── stream objects, ranged GETs through the block cache (readahead)
 //! ```
 //!
-//! * **Writes.** A bucket's appender writes its group to its local segment as without a
+//! * **Writes.** A bucket's appender writes its group to its active segment as without a
 //!   store, but makes it durable by handing it to the node's WAL writer instead of an
 //!   fsync: the writer gathers every bucket's groups and uploads them as one WAL object
 //!   (the `writer` module). Only then does the high watermark move and the writes get
-//!   their acknowledgement. The local segments are a copy of the store, never fsynced.
+//!   their acknowledgement. Local segments are a copy of the store, never fsynced.
+//! * **Stream objects.** A segment the bucket seals is uploaded whole with its index as a
+//!   stream object (the `uploader` and `stream` modules); from then on that part of the
+//!   history is read from the store, through the node's block cache with its readahead
+//!   (the `blocks` module), and the local segment goes. The local disk holds the active
+//!   segment and the sealed ones not yet uploaded: history is bounded by the store.
 //! * **Epochs.** Each start of a node over a store claims the next epoch
 //!   (`epochs/<epoch>`, created only if absent) and writes its objects as
 //!   `wal/<epoch>/<seq>`, `seq` counting from 0, each created only if absent.
@@ -21,42 +31,50 @@
 //!   acknowledges nothing more ([`LogError::Fenced`]); every object it completed before
 //!   is read back by the new one. A fence is never raced: a place is created once, so
 //!   either the old writer's object or the fence is there, and the new writer reads on
-//!   until it has placed its fence.
-//! * **Opening.** The node's `log/` is emptied and every bucket's log rebuilt from the
-//!   objects of every earlier epoch, in order (the `rebuild` module), before any tablet
-//!   opens: a node that lost its disk, or a power cut that took unsynced segments, loses
-//!   nothing acknowledged. A primary-key bucket's KV store then catches up from the
-//!   rebuilt log as after any crash (its changelog replay).
+//!   until it has placed its fence. Stream objects need no fence: their bytes follow
+//!   from their offsets, so a fenced writer's late upload is one the new writer would
+//!   make too.
+//! * **Opening.** Every bucket's stream objects are found (their indexes read), the
+//!   node's `log/` is emptied, and each bucket's log after its stream objects is rebuilt
+//!   from the WAL objects of every earlier epoch, in order (the `open` and `rebuild`
+//!   modules), before any tablet opens: a node that lost its disk, or a power cut that
+//!   took unsynced segments, loses nothing acknowledged. A primary-key bucket's KV store
+//!   then catches up from the log as after any crash (its changelog replay).
+//! * **Its own runtime.** Every request to the store runs on the store's two threads
+//!   (`mink-log-store`), so the log's blocking paths (a group commit, a read of planned
+//!   batches, a tablet's recovery) wait on them without holding a runtime of their own.
 //!
-//! Not yet here (the issue on the log on object storage goes on): stream objects (a
-//! bucket's history rewritten out of the WAL objects, read with readahead), so today a
-//! restart reads every WAL object, and history is read from the local copy; retention
-//! (`log.ttl`) removes local segments only, so after a restart the log starts where the
-//! store's does until the next retention pass.
+//! Not yet here (the issue on the log on object storage goes on): a restart still reads
+//! every WAL object (nothing records which are wholly in stream objects), and retention
+//! (`log.ttl`) forgets stream objects without deleting them (the store's upkeep is the
+//! next issue's), so after a restart the log starts where the store's does until the next
+//! retention pass.
 
 mod blocks;
 mod location;
+mod open;
 mod rebuild;
+mod stream;
+mod uploader;
 mod wal;
 mod writer;
 
+use std::collections::HashMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use object_store::path::Path as StorePath;
-use object_store::{ObjectStore as _, ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
-use tracing::{info, warn};
 
+use self::blocks::BlockCache;
 use self::location::Location;
-use self::rebuild::Rebuild;
-use self::wal::WalObject;
+use self::open::Streamed;
+pub(crate) use self::stream::StreamObject;
+pub(crate) use self::uploader::Sealed;
+use self::uploader::Uploader;
 use self::writer::{Pacing, WalWriter};
 use crate::error::{LogError, Result};
-
-/// Most epochs tried when another process claims the same ones at the same time.
-const CLAIM_ATTEMPTS: u64 = 64;
 
 /// Where and how a node's log is kept in an object store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +90,8 @@ pub struct LogStoreConfig {
     /// it are acknowledged (off: a process crash loses nothing acknowledged, a power cut
     /// can). Objects in S3 are durable once uploaded either way.
     pub sync: bool,
+    /// Bytes of stream objects the block cache keeps for history reads.
+    pub cache_bytes: u64,
 }
 
 impl LogStoreConfig {
@@ -82,6 +102,7 @@ impl LogStoreConfig {
             interval: default_interval(&url),
             batch_bytes: DEFAULT_BATCH_BYTES,
             sync: true,
+            cache_bytes: DEFAULT_CACHE_BYTES,
             url,
         }
     }
@@ -89,6 +110,8 @@ impl LogStoreConfig {
 
 /// The default [`LogStoreConfig::batch_bytes`].
 pub const DEFAULT_BATCH_BYTES: u64 = 8 << 20;
+/// The default [`LogStoreConfig::cache_bytes`].
+pub const DEFAULT_CACHE_BYTES: u64 = 256 << 20;
 
 /// The default interval between WAL uploads to the store at `url`: none on the local file
 /// system (an upload is a write and two fsyncs: what gathers meanwhile goes in the next
@@ -101,19 +124,27 @@ pub fn default_interval(url: &str) -> Duration {
     }
 }
 
-/// A node's log store: its epoch and its WAL writer.
+/// A node's log store: its epoch, its WAL writer, its uploader and its block cache, on a
+/// runtime of its own.
 #[derive(Debug)]
 pub struct LogStore {
     url: String,
     epoch: u64,
     log_root: PathBuf,
     writer: WalWriter,
+    uploader: Uploader,
+    blocks: Arc<BlockCache>,
+    /// Per bucket key, the stream objects opening found, until the bucket's tablet opens.
+    found: Mutex<HashMap<String, Streamed>>,
+    /// `None` once dropped.
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl LogStore {
     /// Opens the store of `config`: claims the next epoch, fences every older writer,
-    /// rebuilds every bucket's log under `log_root` (the node's `log/`, emptied first;
-    /// segments roll at `segment_bytes`) and starts the WAL writer on the current runtime.
+    /// finds every bucket's stream objects, rebuilds the rest of every bucket's log under
+    /// `log_root` (the node's `log/`, emptied first; segments roll at `segment_bytes`)
+    /// and starts the WAL writer and the uploader.
     ///
     /// # Errors
     /// A URL that is not a store, a store that cannot be reached, or objects in it that
@@ -124,30 +155,45 @@ impl LogStore {
         segment_bytes: u64,
     ) -> Result<Arc<Self>> {
         let location = Location::parse(&config.url)?;
-        let epoch = claim_epoch(&location).await?;
-        if let Some(dir) = &location.local {
-            mink_durable::create_dir_all(&dir.join("wal").join(wal::number(epoch)))?;
-        }
-        let root = log_root.to_path_buf();
-        let mut rebuild =
-            blocking(move || Rebuild::start(&root, segment_bytes.max(1))).await?;
-        let mut objects = 0;
-        for older in list_numbers(&location, "epochs").await? {
-            if older < epoch {
-                (rebuild, objects) = read_epoch(&location, older, epoch, rebuild, objects).await?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("mink-log-store")
+            .enable_all()
+            .build()?;
+        let opening = {
+            let (location, url, root) =
+                (location.clone(), config.url.clone(), log_root.to_path_buf());
+            runtime.spawn(async move { open::open(&location, &url, &root, segment_bytes).await })
+        };
+        let opened = match opening.await {
+            Ok(opened) => opened,
+            Err(e) => Err(LogError::Io(std::io::Error::other(e))),
+        };
+        let opened = match opened {
+            Ok(opened) => opened,
+            Err(error) => {
+                runtime.shutdown_background();
+                return Err(error);
             }
-        }
-        info!(store = %config.url, epoch, objects, buckets = rebuild.buckets(), "log store opened: logs rebuilt from it");
+        };
         let pacing = Pacing {
             interval: config.interval,
             batch_bytes: config.batch_bytes,
             sync: config.sync,
         };
+        let _entered = runtime.enter();
+        let writer = WalWriter::start(location.clone(), opened.epoch, 0, pacing);
+        let uploader = Uploader::start(location.clone());
+        drop(_entered);
         Ok(Arc::new(Self {
             url: config.url,
-            epoch,
+            epoch: opened.epoch,
             log_root: log_root.to_path_buf(),
-            writer: WalWriter::start(location, epoch, 0, pacing),
+            writer,
+            uploader,
+            blocks: Arc::new(BlockCache::new(location.store, config.cache_bytes)),
+            found: Mutex::new(opened.streamed),
+            runtime: Some(runtime),
         }))
     }
 
@@ -181,140 +227,51 @@ impl LogStore {
     pub(crate) fn persist(&self, key: &str, frames: Bytes) -> Result<()> {
         self.writer.persist(key, frames)
     }
-}
 
-/// Runs `work` on a blocking thread.
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| LogError::Io(std::io::Error::other(e)))?
-}
-
-fn store_error(what: &str, error: object_store::Error) -> LogError {
-    LogError::Store(format!("{what}: {error}"))
-}
-
-/// The numbers named under `dir` (`epochs`), ascending.
-async fn list_numbers(location: &Location, dir: &str) -> Result<Vec<u64>> {
-    let listed = location
-        .store
-        .list_with_delimiter(Some(&location.path([dir])))
-        .await
-        .map_err(|e| store_error("listing the log store's epochs", e))?;
-    let mut numbers: Vec<u64> = listed
-        .objects
-        .iter()
-        .filter_map(|object| object.location.filename()?.parse().ok())
-        .collect();
-    numbers.sort_unstable();
-    Ok(numbers)
-}
-
-/// Creates `path` with `bytes` if nothing is there; `Ok(false)` if something is. On a
-/// local store the new object and its directory are made durable.
-async fn create(location: &Location, path: &StorePath, bytes: Bytes) -> Result<bool> {
-    let create = PutOptions {
-        mode: PutMode::Create,
-        ..PutOptions::default()
-    };
-    match location
-        .store
-        .put_opts(path, PutPayload::from(bytes), create)
-        .await
-    {
-        Ok(_) => {}
-        Err(object_store::Error::AlreadyExists { .. }) => return Ok(false),
-        Err(e) => return Err(store_error(&format!("creating {path}"), e)),
+    /// Queues a sealed segment for upload as a stream object.
+    pub(crate) fn upload(&self, sealed: Sealed) {
+        self.uploader.upload(sealed);
     }
-    if let Some(file) = location.local_file(path) {
-        blocking(move || {
-            std::fs::File::open(&file)?.sync_all()?;
-            Ok(mink_durable::sync_parent(&file)?)
-        })
-        .await?;
+
+    /// The stream objects opening found for the bucket `key`, in order, with their
+    /// frames (taken: a tablet asks once, when it opens).
+    pub(crate) fn take_streamed(&self, key: &str) -> Streamed {
+        let mut found = self.found.lock().unwrap_or_else(|p| p.into_inner());
+        found.remove(key).unwrap_or_default()
     }
-    Ok(true)
+
+    /// The bytes `range` of a stream object's segment, through the block cache. Blocks
+    /// the calling thread (the log's blocking paths: a read of planned batches, a
+    /// tablet's recovery) while the store's runtime reads.
+    pub(crate) fn read_stream(
+        &self,
+        object: &StreamObject,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes> {
+        let (segment, blocks) = (object.segment.clone(), Arc::clone(&self.blocks));
+        self.wait_for(async move { blocks.read(&segment, range).await })
+    }
+
+    /// Runs `work` on the store's runtime and waits for its outcome on this thread.
+    fn wait_for<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        let closed = || LogError::ShuttingDown("the log store".into());
+        let runtime = self.runtime.as_ref().ok_or_else(closed)?;
+        let (outcome, waiting) = std::sync::mpsc::sync_channel(1);
+        runtime.spawn(async move {
+            let _ = outcome.send(work.await);
+        });
+        waiting.recv().map_err(|_| closed())?
+    }
 }
 
-/// Claims the epoch after every claimed one.
-async fn claim_epoch(location: &Location) -> Result<u64> {
-    if let Some(dir) = &location.local {
-        mink_durable::create_dir_all(&dir.join("epochs"))?;
-    }
-    let mut epoch = list_numbers(location, "epochs").await?.last().map_or(1, |e| e + 1);
-    for _ in 0..CLAIM_ATTEMPTS {
-        let claim = location.path(["epochs", &wal::number(epoch)]);
-        if create(location, &claim, Bytes::new()).await? {
-            return Ok(epoch);
+impl Drop for LogStore {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
         }
-        epoch += 1;
-    }
-    Err(LogError::Store(format!(
-        "could not claim an epoch in {CLAIM_ATTEMPTS} attempts: other nodes keep claiming them"
-    )))
-}
-
-/// Reads epoch `older`'s objects into `rebuild`, in order, and closes its sequence with a
-/// fence of epoch `by` if nothing has.
-async fn read_epoch(
-    location: &Location,
-    older: u64,
-    by: u64,
-    mut rebuild: Rebuild,
-    mut objects: usize,
-) -> Result<(Rebuild, usize)> {
-    let mut seq = 0;
-    loop {
-        let path = location.path(["wal", &wal::number(older), &wal::number(seq)]);
-        let got = match location.store.get(&path).await {
-            Ok(got) => got
-                .bytes()
-                .await
-                .map_err(|e| store_error(&format!("reading {path}"), e))?,
-            Err(object_store::Error::NotFound { .. }) => {
-                match create(location, &path, wal::encode_fence(by)).await? {
-                    true => return Ok((rebuild, objects)),
-                    // The older writer's object landed first: read it, fence after it.
-                    false => continue,
-                }
-            }
-            Err(e) => return Err(store_error(&format!("reading {path}"), e)),
-        };
-        let sections = match wal::decode(path.as_ref(), older, seq, &got) {
-            Ok(WalObject::Fence { .. }) => return Ok((rebuild, objects)),
-            Ok(WalObject::Writes(sections)) => sections,
-            Err(error) if is_torn_last(location, older, seq).await? => {
-                // A local store's last object, its name durable before its bytes: its
-                // upload never completed, so nothing in it was acknowledged.
-                warn!(%error, "skipping the torn last WAL object of an earlier epoch");
-                seq += 1;
-                continue;
-            }
-            Err(error) => return Err(error),
-        };
-        rebuild = blocking(move || {
-            for section in &sections {
-                rebuild.append(&section.key, &section.frames)?;
-            }
-            Ok(rebuild)
-        })
-        .await?;
-        objects += 1;
-        seq += 1;
-    }
-}
-
-/// Whether epoch `epoch`'s `seq`-th object, which does not decode, is one a power cut tore:
-/// on a local store only, and only the last of its sequence.
-async fn is_torn_last(location: &Location, epoch: u64, seq: u64) -> Result<bool> {
-    if location.local.is_none() {
-        return Ok(false);
-    }
-    let next = location.path(["wal", &wal::number(epoch), &wal::number(seq + 1)]);
-    match location.store.head(&next).await {
-        Ok(_) => Ok(false),
-        Err(object_store::Error::NotFound { .. }) => Ok(true),
-        Err(e) => Err(store_error(&format!("reading {next}"), e)),
     }
 }
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::testing::{rows, table, write};
 use crate::segment;
+use crate::testing::{rows, table, write};
 use crate::tests::ids;
 use crate::{LogConfig, LogTablet, Write, WriteOp};
 
@@ -21,6 +21,16 @@ fn log_config(store: &Arc<LogStore>) -> LogConfig {
         store: Some(Arc::clone(store)),
         ..LogConfig::default()
     }
+}
+
+/// A node's store over `store`, its logs under `disk`, and the log of bucket `t1/b0`.
+async fn open_bucket(store: &Path, disk: &Path) -> (Arc<LogStore>, LogTablet) {
+    let store = LogStore::open(store_config(store), disk, 256)
+        .await
+        .unwrap();
+    let dir = disk.join("t1/b0");
+    let log = LogTablet::open("a".into(), &dir, log_config(&store), None).unwrap();
+    (store, log)
 }
 
 /// The WAL objects of `epoch` in a local store, in order.
@@ -46,7 +56,12 @@ async fn a_node_that_lost_its_disk_rebuilds_every_acknowledged_batch_from_the_st
     let log_a = LogTablet::open("a".into(), &a, log_config(&store), None).unwrap();
     let log_b = LogTablet::open("b".into(), &b, log_config(&store), None).unwrap();
     for i in 0..20 {
-        write(&log_a, &table, WriteOp::Append(rows(&table, &[i, i + 100], "a"))).await;
+        write(
+            &log_a,
+            &table,
+            WriteOp::Append(rows(&table, &[i, i + 100], "a")),
+        )
+        .await;
         write(&log_b, &table, WriteOp::Append(rows(&table, &[i], "b"))).await;
     }
     drop((log_a, log_b, store));
@@ -62,10 +77,6 @@ async fn a_node_that_lost_its_disk_rebuilds_every_acknowledged_batch_from_the_st
     assert_eq!((log_a.offsets(), log_b.offsets()), ((0, 40), (0, 20)));
     let expected_a: Vec<Vec<i64>> = (0..20).map(|i| vec![i, i + 100]).collect();
     assert_eq!(ids(&log_a.read(0, u64::MAX).await.unwrap()), expected_a);
-    assert!(
-        segment::list_segments(&a).unwrap().len() > 1,
-        "the rebuilt log rolls its segments"
-    );
     // The rebuilt log goes on, and its next life reads both epochs back.
     write(&log_b, &table, WriteOp::Append(rows(&table, &[20], "b"))).await;
     drop((log_a, log_b, store));
@@ -77,6 +88,68 @@ async fn a_node_that_lost_its_disk_rebuilds_every_acknowledged_batch_from_the_st
     assert_eq!(ids(&log_b.read(0, u64::MAX).await.unwrap()), expected_b);
 }
 
+/// The stream objects of bucket `key` in a local store, once at least `count` are there
+/// (uploads run in the background).
+async fn stream_objects(store: &Path, key: &str, count: usize) -> Vec<String> {
+    let dir = store.join("streams").join(key);
+    for _ in 0..500 {
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .map(|entries| {
+                entries
+                    .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+                    .filter(|name| !name.contains('#'))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if names.len() >= count {
+            return names;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("fewer than {count} stream objects of {key} after 5 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sealed_segments_become_stream_objects_the_history_is_read_from() {
+    let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let table = table(&[]);
+    let (store, log) = open_bucket(store_dir.path(), disk.path()).await;
+    let dir = disk.path().join("t1/b0");
+    let written: Vec<Vec<i64>> = (0..30).map(|i| vec![i, i + 1000]).collect();
+    for ids in &written {
+        write(&log, &table, WriteOp::Append(rows(&table, ids, "x"))).await;
+    }
+    let sealed = segment::list_segments(&dir).unwrap().len() - 1;
+    assert!(sealed >= 3, "{sealed} sealed segments");
+    stream_objects(store_dir.path(), "t1/b0", sealed).await;
+    while log.shared.read_state().streamed.len() < sealed {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Without their local copies (as once the grace is over), reads go to the store.
+    let active = log.shared.read_state().active_segment;
+    for base in segment::list_segments(&dir).unwrap() {
+        if base != active {
+            std::fs::remove_file(segment::segment_path(&dir, base)).unwrap();
+        }
+    }
+    assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), written);
+    assert_eq!(ids(&log.read(7, 600).await.unwrap())[0], written[3]);
+    drop((log, store));
+
+    // A lost disk: the history comes from the stream objects, the rest from the WAL.
+    let lost = tempfile::tempdir().unwrap();
+    let (_store, log) = open_bucket(store_dir.path(), lost.path()).await;
+    assert_eq!(log.offsets(), (0, 60));
+    let streamed = log.shared.read_state().streamed.len();
+    assert!(
+        streamed >= sealed,
+        "{streamed} of {sealed} segments read from the store"
+    );
+    assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), written);
+    write(&log, &table, WriteOp::Append(rows(&table, &[99], "x"))).await;
+    assert_eq!(log.offsets(), (0, 61));
+}
+
 #[tokio::test]
 async fn a_newer_writer_fences_the_older_which_acknowledges_nothing_more() {
     let (store_dir, disk_a, disk_b) = (
@@ -85,11 +158,7 @@ async fn a_newer_writer_fences_the_older_which_acknowledges_nothing_more() {
         tempfile::tempdir().unwrap(),
     );
     let table = table(&[]);
-    let old = LogStore::open(store_config(store_dir.path()), disk_a.path(), 256)
-        .await
-        .unwrap();
-    let old_log =
-        LogTablet::open("a".into(), &disk_a.path().join("t1/b0"), log_config(&old), None).unwrap();
+    let (old, old_log) = open_bucket(store_dir.path(), disk_a.path()).await;
     write(&old_log, &table, WriteOp::Append(rows(&table, &[1], "old"))).await;
 
     let new = LogStore::open(store_config(store_dir.path()), disk_b.path(), 256)
@@ -106,23 +175,30 @@ async fn a_newer_writer_fences_the_older_which_acknowledges_nothing_more() {
         })
         .await
         .unwrap_err();
-    assert!(matches!(refused, LogError::Fenced { epoch: 1 }), "{refused}");
-    assert_eq!(old_log.offsets(), (0, 1), "the refused write is not visible");
+    assert!(
+        matches!(refused, LogError::Fenced { epoch: 1 }),
+        "{refused}"
+    );
+    assert_eq!(
+        old_log.offsets(),
+        (0, 1),
+        "the refused write is not visible"
+    );
 
-    let new_log =
-        LogTablet::open("a".into(), &disk_b.path().join("t1/b0"), log_config(&new), None).unwrap();
+    let new_log = LogTablet::open(
+        "a".into(),
+        &disk_b.path().join("t1/b0"),
+        log_config(&new),
+        None,
+    )
+    .unwrap();
     write(&new_log, &table, WriteOp::Append(rows(&table, &[3], "new"))).await;
     assert_eq!(ids(&new_log.read(0, u64::MAX).await.unwrap()), [[1], [3]]);
     drop((old_log, new_log));
 
     // A third life sees what each acknowledged, nothing the fenced one wrote after.
     let disk_c = tempfile::tempdir().unwrap();
-    let third = LogStore::open(store_config(store_dir.path()), disk_c.path(), 256)
-        .await
-        .unwrap();
-    let log =
-        LogTablet::open("a".into(), &disk_c.path().join("t1/b0"), log_config(&third), None)
-            .unwrap();
+    let (_store, log) = open_bucket(store_dir.path(), disk_c.path()).await;
     assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), [[1], [3]]);
 }
 
@@ -157,21 +233,18 @@ async fn one_upload_carries_the_writes_of_many_buckets() {
 async fn a_torn_last_object_of_a_local_store_was_never_acknowledged_and_is_skipped() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let table = table(&[]);
-    let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
-        .await
-        .unwrap();
-    let dir = disk.path().join("t1/b0");
-    let log = LogTablet::open("a".into(), &dir, log_config(&store), None).unwrap();
+    let (store, log) = open_bucket(store_dir.path(), disk.path()).await;
     write(&log, &table, WriteOp::Append(rows(&table, &[1], "x"))).await;
     drop((log, store));
     // A power cut kept the next object's name, not its bytes.
-    let torn = store_dir.path().join("wal").join(wal::number(1)).join(wal::number(1));
+    let torn = store_dir
+        .path()
+        .join("wal")
+        .join(wal::number(1))
+        .join(wal::number(1));
     std::fs::write(&torn, b"MINKWAL1\0\0").unwrap();
 
-    let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
-        .await
-        .unwrap();
-    let log = LogTablet::open("a".into(), &dir, log_config(&store), None).unwrap();
+    let (_store, log) = open_bucket(store_dir.path(), disk.path()).await;
     assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), [[1]]);
     assert_eq!(
         wal_objects(store_dir.path(), 1),
@@ -184,16 +257,16 @@ async fn a_torn_last_object_of_a_local_store_was_never_acknowledged_and_is_skipp
 async fn a_damaged_object_before_the_last_is_corruption() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let table = table(&[]);
-    let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
-        .await
-        .unwrap();
-    let log = LogTablet::open("a".into(), &disk.path().join("t1/b0"), log_config(&store), None)
-        .unwrap();
+    let (store, log) = open_bucket(store_dir.path(), disk.path()).await;
     for i in 0..2 {
         write(&log, &table, WriteOp::Append(rows(&table, &[i], "x"))).await;
     }
     drop((log, store));
-    let first = store_dir.path().join("wal").join(wal::number(1)).join(wal::number(0));
+    let first = store_dir
+        .path()
+        .join("wal")
+        .join(wal::number(1))
+        .join(wal::number(0));
     let mut bytes = std::fs::read(&first).unwrap();
     bytes[40] ^= 0xff;
     std::fs::write(&first, bytes).unwrap();

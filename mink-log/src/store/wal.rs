@@ -46,7 +46,10 @@ pub(crate) enum WalObject {
 
 /// Encodes a WAL object of `epoch`'s writer, the `seq`-th.
 pub(crate) fn encode_writes(epoch: u64, seq: u64, sections: &[Section]) -> Result<Bytes> {
-    let bytes: usize = sections.iter().map(|s| 6 + s.key.len() + s.frames.len()).sum();
+    let bytes: usize = sections
+        .iter()
+        .map(|s| 6 + s.key.len() + s.frames.len())
+        .sum();
     let mut out = Vec::with_capacity(32 + bytes);
     out.extend_from_slice(WAL_MAGIC);
     out.extend_from_slice(&epoch.to_le_bytes());
@@ -154,7 +157,10 @@ mod tests {
             WalObject::Writes(sections)
         );
         let fence = encode_fence(5);
-        assert_eq!(decode("f", 4, 0, &fence).unwrap(), WalObject::Fence { by: 5 });
+        assert_eq!(
+            decode("f", 4, 0, &fence).unwrap(),
+            WalObject::Fence { by: 5 }
+        );
     }
 
     #[test]
@@ -170,10 +176,7 @@ mod tests {
             Bytes::from_static(b"xx"),
             sealed(b"MINKWAL1".to_vec()),
         ] {
-            assert!(matches!(
-                decode("o", 4, 9, &bad),
-                Err(LogError::Corrupt(_))
-            ));
+            assert!(matches!(decode("o", 4, 9, &bad), Err(LogError::Corrupt(_))));
         }
     }
 }

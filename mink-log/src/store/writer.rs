@@ -145,11 +145,9 @@ impl Task {
             return Err(stopped.for_another_waiter());
         }
         let object = wal::encode_writes(self.epoch, self.seq, sections)?;
-        let path = self.location.path([
-            "wal",
-            &wal::number(self.epoch),
-            &wal::number(self.seq),
-        ]);
+        let path = self
+            .location
+            .path(["wal", &wal::number(self.epoch), &wal::number(self.seq)]);
         let create = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
@@ -163,9 +161,9 @@ impl Task {
         let outcome = match (put, local) {
             (Ok(_), None) => Ok(()),
             (Ok(_), Some(file)) => self.sync(file).await,
-            (Err(object_store::Error::AlreadyExists { .. }), _) => Err(LogError::Fenced {
-                epoch: self.epoch,
-            }),
+            (Err(object_store::Error::AlreadyExists { .. }), _) => {
+                Err(LogError::Fenced { epoch: self.epoch })
+            }
             // Nothing was created: the place is free for the next upload.
             (Err(error), Some(_)) => return Err(LogError::Store(error.to_string())),
             (Err(error), None) => Err(LogError::Store(format!(

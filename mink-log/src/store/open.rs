@@ -1,0 +1,245 @@
+//! Opening a log store: claiming an epoch, fencing the older writers, finding every
+//! bucket's stream objects, and rebuilding the logs' tails from the WAL objects.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore as _, ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
+use tracing::{info, warn};
+
+use super::location::Location;
+use super::rebuild::Rebuild;
+use super::stream::{self, StreamObject};
+use super::wal::{self, WalObject};
+use crate::error::{LogError, Result};
+use crate::segment::FrameHeader;
+
+/// Most epochs tried when another process claims the same ones at the same time.
+const CLAIM_ATTEMPTS: u64 = 64;
+
+/// A bucket's stream objects, in order, each with its frames.
+pub(crate) type Streamed = Vec<(Arc<StreamObject>, Vec<FrameHeader>)>;
+
+/// What opening a store found.
+pub(crate) struct Opened {
+    pub(crate) epoch: u64,
+    /// Per bucket key, its history in stream objects.
+    pub(crate) streamed: HashMap<String, Streamed>,
+}
+
+/// Claims the next epoch, fences every older writer, finds every bucket's stream objects
+/// and rebuilds, under `log_root` (emptied first), the part of each bucket's log after
+/// them from the WAL objects of every earlier epoch.
+pub(crate) async fn open(
+    location: &Location,
+    url: &str,
+    log_root: &Path,
+    segment_bytes: u64,
+) -> Result<Opened> {
+    let epoch = claim_epoch(location).await?;
+    if let Some(dir) = &location.local {
+        mink_durable::create_dir_all(&dir.join("wal").join(wal::number(epoch)))?;
+    }
+    let streamed = find_streams(location).await?;
+    let starts = streamed
+        .iter()
+        .filter_map(|(key, objects)| Some((key.clone(), objects.last()?.0.end)))
+        .collect();
+    let root = log_root.to_path_buf();
+    let mut rebuild = blocking(move || Rebuild::start(&root, segment_bytes.max(1), starts)).await?;
+    let mut objects = 0;
+    for older in list_numbers(location, "epochs").await? {
+        if older < epoch {
+            (rebuild, objects) = read_epoch(location, older, epoch, rebuild, objects).await?;
+        }
+    }
+    let rebuilt = rebuild.buckets();
+    blocking(move || rebuild.finish()).await?;
+    info!(store = %url, epoch, wal_objects = objects, streamed_buckets = streamed.len(), rebuilt, "log store opened");
+    Ok(Opened { epoch, streamed })
+}
+
+/// Runs `work` on a blocking thread.
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| LogError::Io(std::io::Error::other(e)))?
+}
+
+pub(crate) fn store_error(what: &str, error: object_store::Error) -> LogError {
+    LogError::Store(format!("{what}: {error}"))
+}
+
+/// Every bucket's chain of stream objects ([`stream::chain`]), with their frames.
+async fn find_streams(location: &Location) -> Result<HashMap<String, Streamed>> {
+    use futures::TryStreamExt as _;
+    let prefix = location.path(["streams"]);
+    let listed: Vec<_> = location
+        .store
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .map_err(|e| store_error("listing the log store's stream objects", e))?;
+    // Per bucket key, its objects: their offsets, path and size.
+    type Listed = Vec<((i64, i64), (StorePath, u64))>;
+    let mut by_key: HashMap<String, Listed> = HashMap::new();
+    for object in listed {
+        let Some(relative) = object.location.prefix_match(&prefix) else {
+            continue;
+        };
+        let parts: Vec<String> = relative.map(|part| part.as_ref().to_string()).collect();
+        let Some((name, key)) = parts.split_last() else {
+            continue;
+        };
+        match stream::parse_name(name) {
+            Some(offsets) if !key.is_empty() => by_key
+                .entry(key.join("/"))
+                .or_default()
+                .push((offsets, (object.location, object.size))),
+            _ => warn!(object = %object.location, "not a stream object; left alone"),
+        }
+    }
+    let mut streamed = HashMap::new();
+    for (key, objects) in by_key {
+        let mut chain = Vec::new();
+        for (offsets, (path, size)) in stream::chain(objects) {
+            let (object, frames) =
+                stream::open(location.store.as_ref(), path, size, offsets).await?;
+            chain.push((Arc::new(object), frames));
+        }
+        streamed.insert(key, chain);
+    }
+    Ok(streamed)
+}
+
+/// The numbers named under `dir` (`epochs`), ascending.
+async fn list_numbers(location: &Location, dir: &str) -> Result<Vec<u64>> {
+    let listed = location
+        .store
+        .list_with_delimiter(Some(&location.path([dir])))
+        .await
+        .map_err(|e| store_error("listing the log store's epochs", e))?;
+    let mut numbers: Vec<u64> = listed
+        .objects
+        .iter()
+        .filter_map(|object| object.location.filename()?.parse().ok())
+        .collect();
+    numbers.sort_unstable();
+    Ok(numbers)
+}
+
+/// Creates `path` with `bytes` if nothing is there; `Ok(false)` if something is. On a
+/// local store the new object and its directory are made durable.
+pub(crate) async fn create(location: &Location, path: &StorePath, bytes: Bytes) -> Result<bool> {
+    let create = PutOptions {
+        mode: PutMode::Create,
+        ..PutOptions::default()
+    };
+    match location
+        .store
+        .put_opts(path, PutPayload::from(bytes), create)
+        .await
+    {
+        Ok(_) => {}
+        Err(object_store::Error::AlreadyExists { .. }) => return Ok(false),
+        Err(e) => return Err(store_error(&format!("creating {path}"), e)),
+    }
+    if let Some(file) = location.local_file(path) {
+        blocking(move || {
+            std::fs::File::open(&file)?.sync_all()?;
+            Ok(mink_durable::sync_parent(&file)?)
+        })
+        .await?;
+    }
+    Ok(true)
+}
+
+/// Claims the epoch after every claimed one.
+async fn claim_epoch(location: &Location) -> Result<u64> {
+    if let Some(dir) = &location.local {
+        mink_durable::create_dir_all(&dir.join("epochs"))?;
+    }
+    let mut epoch = list_numbers(location, "epochs")
+        .await?
+        .last()
+        .map_or(1, |e| e + 1);
+    for _ in 0..CLAIM_ATTEMPTS {
+        let claim = location.path(["epochs", &wal::number(epoch)]);
+        if create(location, &claim, Bytes::new()).await? {
+            return Ok(epoch);
+        }
+        epoch += 1;
+    }
+    Err(LogError::Store(format!(
+        "could not claim an epoch in {CLAIM_ATTEMPTS} attempts: other nodes keep claiming them"
+    )))
+}
+
+/// Reads epoch `older`'s objects into `rebuild`, in order, and closes its sequence with a
+/// fence of epoch `by` if nothing has.
+async fn read_epoch(
+    location: &Location,
+    older: u64,
+    by: u64,
+    mut rebuild: Rebuild,
+    mut objects: usize,
+) -> Result<(Rebuild, usize)> {
+    let mut seq = 0;
+    loop {
+        let path = location.path(["wal", &wal::number(older), &wal::number(seq)]);
+        let got = match location.store.get(&path).await {
+            Ok(got) => got
+                .bytes()
+                .await
+                .map_err(|e| store_error(&format!("reading {path}"), e))?,
+            Err(object_store::Error::NotFound { .. }) => {
+                match create(location, &path, wal::encode_fence(by)).await? {
+                    true => return Ok((rebuild, objects)),
+                    // The older writer's object landed first: read it, fence after it.
+                    false => continue,
+                }
+            }
+            Err(e) => return Err(store_error(&format!("reading {path}"), e)),
+        };
+        let sections = match wal::decode(path.as_ref(), older, seq, &got) {
+            Ok(WalObject::Fence { .. }) => return Ok((rebuild, objects)),
+            Ok(WalObject::Writes(sections)) => sections,
+            Err(error) if is_torn_last(location, older, seq).await? => {
+                // A local store's last object, its name durable before its bytes: its
+                // upload never completed, so nothing in it was acknowledged.
+                warn!(%error, "skipping the torn last WAL object of an earlier epoch");
+                seq += 1;
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        rebuild = blocking(move || {
+            for section in &sections {
+                rebuild.append(&section.key, &section.frames)?;
+            }
+            Ok(rebuild)
+        })
+        .await?;
+        objects += 1;
+        seq += 1;
+    }
+}
+
+/// Whether epoch `epoch`'s `seq`-th object, which does not decode, is one a power cut tore:
+/// on a local store only, and only the last of its sequence.
+async fn is_torn_last(location: &Location, epoch: u64, seq: u64) -> Result<bool> {
+    if location.local.is_none() {
+        return Ok(false);
+    }
+    let next = location.path(["wal", &wal::number(epoch), &wal::number(seq + 1)]);
+    match location.store.head(&next).await {
+        Ok(_) => Ok(false),
+        Err(object_store::Error::NotFound { .. }) => Ok(true),
+        Err(e) => Err(store_error(&format!("reading {next}"), e)),
+    }
+}

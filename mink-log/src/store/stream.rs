@@ -1,0 +1,153 @@
+//! Stream objects: a bucket's sealed segment, uploaded whole with its offset index, from
+//! which its history is read with ranged GETs through the block cache.
+//!
+//! ```text
+//! streams/<key>/<base>-<end>:  segment bytes | offset index | index_len u64 | "MINKSTR1"
+//! ```
+//!
+//! `base` is the offset of its first row, `end` the offset after its last (20 digits
+//! each). An object's bytes follow from the frames of `[base, end)` alone, which every
+//! writer of the bucket has the same: a writer that finds its name taken finds the object
+//! it would have uploaded. Writers may cut a bucket's log into segments differently (a
+//! rebuilt log rolls where its frames fill a segment), so objects may overlap: a bucket's
+//! history is the chain that starts at the lowest base and goes on, at each object's end,
+//! with the object starting there that reaches furthest ([`chain`]).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, ObjectStoreExt as _};
+
+use super::blocks::CachedObject;
+use crate::error::{LogError, Result};
+use crate::segment::{self, FrameHeader};
+
+const MAGIC: &[u8; 8] = b"MINKSTR1";
+const FOOTER_LEN: u64 = 16;
+
+/// A stream object of a bucket: the offsets it holds and where its segment bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StreamObject {
+    /// Its segment bytes (the object less its index and footer).
+    pub(crate) segment: CachedObject,
+    /// The offset of its first row.
+    pub(crate) base: i64,
+    /// The offset after its last row.
+    pub(crate) end: i64,
+}
+
+/// The name of a stream object, after the bucket's `prefix` (`streams/<key>`).
+pub(crate) fn name(base: i64, end: i64) -> String {
+    format!("{base:020}-{end:020}")
+}
+
+/// The offsets a stream object's name says it holds.
+pub(crate) fn parse_name(name: &str) -> Option<(i64, i64)> {
+    let (base, end) = name.split_once('-')?;
+    let (base, end) = (base.parse().ok()?, end.parse().ok()?);
+    (base < end).then_some((base, end))
+}
+
+/// A stream object of a sealed segment: its bytes and its frames.
+pub(crate) fn encode(segment: &[u8], frames: &[FrameHeader]) -> Bytes {
+    let index = segment::encode_index(frames);
+    let mut out = Vec::with_capacity(segment.len() + index.len() + FOOTER_LEN as usize);
+    out.extend_from_slice(segment);
+    out.extend_from_slice(&index);
+    out.extend_from_slice(&(index.len() as u64).to_le_bytes());
+    out.extend_from_slice(MAGIC);
+    Bytes::from(out)
+}
+
+/// Reads the index of the stream object at `path` of `size` bytes, named for offsets
+/// `base..end`: the object and its frames.
+///
+/// # Errors
+/// The store failed, or the object is not a stream object of those offsets.
+pub(crate) async fn open(
+    store: &dyn ObjectStore,
+    path: StorePath,
+    size: u64,
+    (base, end): (i64, i64),
+) -> Result<(StreamObject, Vec<FrameHeader>)> {
+    let corrupt = |what: &str| LogError::Corrupt(format!("stream object {path}: {what}"));
+    let read = |range: std::ops::Range<u64>| store.get_range(&path, range);
+    let footer = read(
+        size.checked_sub(FOOTER_LEN)
+            .ok_or_else(|| corrupt("too short"))?..size,
+    )
+    .await
+    .map_err(|e| LogError::Store(format!("reading {path}: {e}")))?;
+    let (index_len, magic) = footer.split_at(8);
+    let index_len = u64::from_le_bytes(index_len.try_into().expect("8 bytes"));
+    let segment_len = (size - FOOTER_LEN)
+        .checked_sub(index_len)
+        .filter(|_| magic == MAGIC)
+        .ok_or_else(|| corrupt("no valid footer"))?;
+    let index = read(segment_len..size - FOOTER_LEN)
+        .await
+        .map_err(|e| LogError::Store(format!("reading {path}: {e}")))?;
+    let frames = segment::decode_index(&index, base, segment_len)
+        .filter(|frames| frames.last().map(|f| f.last_offset() + 1) == Some(end))
+        .ok_or_else(|| corrupt("its index does not check out against its name"))?;
+    let object = StreamObject {
+        segment: CachedObject {
+            path: path.clone(),
+            len: segment_len,
+        },
+        base,
+        end,
+    };
+    Ok((object, frames))
+}
+
+/// The objects a bucket's history is read from, of those listed (`(base, end)` each):
+/// from the lowest base on, at each end the object that starts there and reaches
+/// furthest. Objects off the chain (overlapped, or after a gap a retention left) are
+/// not read.
+pub(crate) fn chain<T>(objects: impl IntoIterator<Item = ((i64, i64), T)>) -> Vec<((i64, i64), T)> {
+    let mut furthest: BTreeMap<i64, ((i64, i64), T)> = BTreeMap::new();
+    for ((base, end), object) in objects {
+        if furthest
+            .get(&base)
+            .is_none_or(|((_, known), _)| *known < end)
+        {
+            furthest.insert(base, ((base, end), object));
+        }
+    }
+    let mut chained = Vec::new();
+    let mut next = furthest.keys().next().copied();
+    while let Some(base) = next {
+        let Some(link) = furthest.remove(&base) else {
+            break;
+        };
+        next = Some(link.0.1);
+        chained.push(link);
+    }
+    chained
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_carry_their_offsets() {
+        assert_eq!(parse_name(&name(3, 17)), Some((3, 17)));
+        for bad in ["", "3", "a-b", "5-5", "7-3", "1-2-3"] {
+            assert_eq!(parse_name(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_chain_goes_on_from_each_end_with_the_object_reaching_furthest() {
+        let objects = [(0, 10), (10, 20), (10, 30), (20, 40), (30, 50), (60, 70)];
+        let chained: Vec<(i64, i64)> = chain(objects.map(|o| (o, ())))
+            .into_iter()
+            .map(|(offsets, ())| offsets)
+            .collect();
+        assert_eq!(chained, [(0, 10), (10, 30), (30, 50)]);
+        assert!(chain(Vec::<((i64, i64), ())>::new()).is_empty());
+    }
+}

@@ -1,0 +1,180 @@
+//! The uploader: every segment a bucket seals becomes a stream object in the store; once
+//! it is there, the bucket reads that part of its history from the store, and the local
+//! segment goes after a grace period (a read that planned it a moment before still finds
+//! it).
+//!
+//! Uploads run one at a time, in the order segments are sealed. One that fails is retried,
+//! with a growing pause, until it succeeds or its bucket is gone: meanwhile the segment is
+//! read locally, and a restart reads its frames from the WAL objects.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use super::blocks::CachedObject;
+use super::location::Location;
+use super::open::{blocking, create};
+use super::stream::{self, StreamObject};
+use crate::Shared;
+use crate::error::{LogError, Result};
+use crate::segment::{self, FrameHeader};
+
+/// How long a local segment stays after its stream object is in the store.
+const GRACE: Duration = Duration::from_secs(60);
+/// The longest pause between two attempts of a failing upload.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// A segment a bucket sealed, to upload.
+#[derive(Debug)]
+pub(crate) struct Sealed {
+    /// The bucket's key in the store.
+    pub(crate) key: String,
+    /// The bucket's log directory.
+    pub(crate) dir: PathBuf,
+    /// The segment's base offset.
+    pub(crate) base: i64,
+    /// Its frames.
+    pub(crate) frames: Vec<FrameHeader>,
+    /// The bucket's tablet, told where the segment went.
+    pub(crate) tablet: Weak<Shared>,
+}
+
+/// A handle on the node's uploader.
+#[derive(Debug)]
+pub(crate) struct Uploader {
+    sealed: mpsc::UnboundedSender<Sealed>,
+}
+
+impl Uploader {
+    /// Starts the uploader on the current runtime.
+    pub(crate) fn start(location: Location) -> Self {
+        let (sealed, queue) = mpsc::unbounded_channel();
+        tokio::spawn(run(location, queue));
+        Self { sealed }
+    }
+
+    /// Queues a sealed segment for upload.
+    pub(crate) fn upload(&self, sealed: Sealed) {
+        if self.sealed.send(sealed).is_err() {
+            debug!("the log store's uploader has stopped; a sealed segment stays local");
+        }
+    }
+}
+
+async fn run(location: Location, mut queue: mpsc::UnboundedReceiver<Sealed>) {
+    let mut retired: VecDeque<(Instant, PathBuf, i64)> = VecDeque::new();
+    loop {
+        let sealed = tokio::select! {
+            sealed = queue.recv() => match sealed {
+                Some(sealed) => Some(sealed),
+                None => return,
+            },
+            () = tokio::time::sleep(GRACE) => None,
+        };
+        remove_retired(&mut retired).await;
+        let Some(sealed) = sealed else {
+            continue;
+        };
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            if sealed.tablet.strong_count() == 0 {
+                break;
+            }
+            match upload(&location, &sealed).await {
+                Ok(Some(object)) => {
+                    if let Some(tablet) = sealed.tablet.upgrade() {
+                        tablet.streamed(sealed.base, Arc::new(object));
+                    }
+                    retired.push_back((Instant::now() + GRACE, sealed.dir.clone(), sealed.base));
+                    break;
+                }
+                // Retention removed the segment first: nothing to keep.
+                Ok(None) => break,
+                Err(error) => {
+                    warn!(bucket = sealed.key, segment = sealed.base, %error, "uploading a stream object failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+}
+
+/// Uploads a sealed segment as a stream object; `None` if the segment is gone.
+async fn upload(location: &Location, sealed: &Sealed) -> Result<Option<StreamObject>> {
+    let Some(last) = sealed.frames.last() else {
+        return Ok(None);
+    };
+    let end = last.last_offset() + 1;
+    let path = segment::segment_path(&sealed.dir, sealed.base);
+    let bytes = match blocking(move || Ok(std::fs::read(path)?)).await {
+        Ok(bytes) => bytes,
+        Err(LogError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let segment_len = last.position + last.frame_len();
+    if bytes.len() as u64 != segment_len {
+        return Err(LogError::Corrupt(format!(
+            "sealed segment {} of bucket {} holds {} bytes, its frames {segment_len}",
+            sealed.base,
+            sealed.key,
+            bytes.len()
+        )));
+    }
+    let mut parts: Vec<&str> = vec!["streams"];
+    parts.extend(sealed.key.split('/'));
+    let name = stream::name(sealed.base, end);
+    parts.push(&name);
+    let object = location.path(parts);
+    if let Some(file) = location.local_file(&object) {
+        let dir = file.parent().map(PathBuf::from).unwrap_or_default();
+        blocking(move || Ok(mink_durable::create_dir_all(&dir)?)).await?;
+    }
+    // A name taken holds the same bytes (the stream module's doc).
+    create(location, &object, stream::encode(&bytes, &sealed.frames)).await?;
+    Ok(Some(StreamObject {
+        segment: CachedObject {
+            path: object,
+            len: segment_len,
+        },
+        base: sealed.base,
+        end,
+    }))
+}
+
+/// Removes the local segments whose grace is over.
+async fn remove_retired(retired: &mut VecDeque<(Instant, PathBuf, i64)>) {
+    let now = Instant::now();
+    let mut due = Vec::new();
+    while retired.front().is_some_and(|(at, ..)| *at <= now) {
+        if let Some((_, dir, base)) = retired.pop_front() {
+            due.push((dir, base));
+        }
+    }
+    if due.is_empty() {
+        return;
+    }
+    let removed = blocking(move || {
+        for (dir, base) in due {
+            for path in [
+                segment::segment_path(&dir, base),
+                segment::index_path(&dir, base),
+            ] {
+                match std::fs::remove_file(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    })
+    .await;
+    if let Err(error) = removed {
+        warn!(%error, "removing a local segment already in the store failed");
+    }
+}
