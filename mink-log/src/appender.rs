@@ -67,6 +67,7 @@ use std::io;
 use std::os::unix::fs::FileExt as _;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use mink_core::protocol::AppendAck;
@@ -255,7 +256,26 @@ impl Appender {
     }
 
     pub(super) async fn run(mut self, mut requests: mpsc::Receiver<WriteRequest>) {
-        while let Some(first) = requests.recv().await {
+        loop {
+            let next = match self.idle_seal_after() {
+                None => requests.recv().await,
+                Some(idle) => match tokio::time::timeout(idle, requests.recv()).await {
+                    Ok(next) => next,
+                    Err(_idle) => {
+                        match tokio::task::spawn_blocking(move || self.seal_idle()).await {
+                            Ok(appender) => self = appender,
+                            Err(e) => {
+                                error!(error = %e, "log appender stopped");
+                                return;
+                            }
+                        }
+                        continue;
+                    }
+                },
+            };
+            let Some(first) = next else {
+                break;
+            };
             let mut group = vec![first];
             while group.len() < MAX_GROUP {
                 match requests.try_recv() {
@@ -301,6 +321,24 @@ impl Appender {
         }
         // Dropping the changelog waits for its last update: not on a runtime thread.
         let _ = tokio::task::spawn_blocking(move || drop(self)).await;
+    }
+
+    /// How long the appender waits for a write before it seals its active segment: with a
+    /// log store, a segment left open by a bucket that stopped writing would keep its WAL
+    /// objects needed by every restart (no checkpoint could pass them) and its frames out
+    /// of stream objects.
+    fn idle_seal_after(&self) -> Option<Duration> {
+        (self.shared.store.is_some() && !self.active.frames.is_empty())
+            .then_some(self.config.segment_max_age)
+    }
+
+    /// Seals the active segment if its first batch is older than the segment's age limit
+    /// (the segment is then uploaded as a stream object).
+    fn seal_idle(mut self) -> Self {
+        if let Err(error) = self.roll_if_needed() {
+            warn!(bucket = %self.shared.label, %error, "sealing an idle segment failed; retried at the next write");
+        }
+        self
     }
 
     /// Writes a group, makes it durable, then publishes it. On an I/O error the segment
@@ -396,7 +434,8 @@ impl Appender {
         match &self.shared.store {
             Some(_) if self.group_frames.is_empty() => Ok(()),
             Some((store, key)) => {
-                store.persist(key, Bytes::from(std::mem::take(&mut self.group_frames)))
+                let frames = Bytes::from(std::mem::take(&mut self.group_frames));
+                store.persist(key, frames, self.next_offset)
             }
             None if self.config.sync => Ok(self.sync()?),
             None => Ok(()),

@@ -228,6 +228,15 @@ impl LogTablet {
         ack.await.map_err(|_| closed())?
     }
 
+    /// The bucket is dropped: with a log store, no restart needs its frames any more, so
+    /// they hold no WAL object back from the store's checkpoints. Its objects in the store
+    /// stay (the store's upkeep is not the tablet's).
+    pub fn forget(&self) {
+        if let Some((store, key)) = &self.shared.store {
+            store.forget(key);
+        }
+    }
+
     /// `(log_start, high_watermark)`.
     pub fn offsets(&self) -> (i64, i64) {
         let state = self.shared.read_state();

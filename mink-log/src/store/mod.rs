@@ -51,6 +51,7 @@
 //! retention pass.
 
 mod blocks;
+mod coverage;
 mod location;
 mod open;
 mod rebuild;
@@ -68,6 +69,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use self::blocks::BlockCache;
+use self::coverage::Coverage;
 use self::location::Location;
 use self::open::Streamed;
 pub(crate) use self::stream::StreamObject;
@@ -136,6 +138,8 @@ pub struct LogStore {
     blocks: Arc<BlockCache>,
     /// Per bucket key, the stream objects opening found, until the bucket's tablet opens.
     found: Mutex<HashMap<String, Streamed>>,
+    /// What the stream objects cover of the WAL objects.
+    coverage: Arc<Mutex<Coverage>>,
     /// `None` once dropped.
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -181,9 +185,15 @@ impl LogStore {
             batch_bytes: config.batch_bytes,
             sync: config.sync,
         };
+        let coverage = Arc::new(Mutex::new(opened.coverage));
         let _entered = runtime.enter();
-        let writer = WalWriter::start(location.clone(), opened.epoch, 0, pacing);
-        let uploader = Uploader::start(location.clone());
+        let writer = WalWriter::start(
+            location.clone(),
+            opened.epoch,
+            pacing,
+            Arc::clone(&coverage),
+        );
+        let uploader = Uploader::start(location.clone(), Arc::clone(&coverage));
         drop(_entered);
         Ok(Arc::new(Self {
             url: config.url,
@@ -193,6 +203,7 @@ impl LogStore {
             uploader,
             blocks: Arc::new(BlockCache::new(location.store, config.cache_bytes)),
             found: Mutex::new(opened.streamed),
+            coverage,
             runtime: Some(runtime),
         }))
     }
@@ -223,9 +234,17 @@ impl LogStore {
             })
     }
 
-    /// Makes a bucket's group durable in the store (see the `writer` module). Blocks.
-    pub(crate) fn persist(&self, key: &str, frames: Bytes) -> Result<()> {
-        self.writer.persist(key, frames)
+    /// Makes a bucket's group, ending before offset `end`, durable in the store (see the
+    /// `writer` module). Blocks.
+    pub(crate) fn persist(&self, key: &str, frames: Bytes, end: i64) -> Result<()> {
+        self.writer.persist(key, frames, end)
+    }
+
+    /// The bucket `key` is gone (its table or partition dropped): no restart needs its
+    /// frames, so they hold no WAL object back from a checkpoint.
+    pub(crate) fn forget(&self, key: &str) {
+        let mut coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
+        coverage.forget(key);
     }
 
     /// Queues a sealed segment for upload as a stream object.

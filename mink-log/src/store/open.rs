@@ -10,6 +10,7 @@ use object_store::path::Path as StorePath;
 use object_store::{ObjectStore as _, ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
 use tracing::{info, warn};
 
+use super::coverage::{self, Coverage, Place};
 use super::location::Location;
 use super::rebuild::Rebuild;
 use super::stream::{self, StreamObject};
@@ -28,11 +29,15 @@ pub(crate) struct Opened {
     pub(crate) epoch: u64,
     /// Per bucket key, its history in stream objects.
     pub(crate) streamed: HashMap<String, Streamed>,
+    /// What those cover of the WAL objects read.
+    pub(crate) coverage: Coverage,
 }
 
 /// Claims the next epoch, fences every older writer, finds every bucket's stream objects
 /// and rebuilds, under `log_root` (emptied first), the part of each bucket's log after
-/// them from the WAL objects of every earlier epoch.
+/// them from the WAL objects of every earlier epoch, from the furthest checkpoint on
+/// (the objects before it hold only frames of stream objects, and their epochs were
+/// fenced by the writer that made it, or before).
 pub(crate) async fn open(
     location: &Location,
     url: &str,
@@ -44,22 +49,50 @@ pub(crate) async fn open(
         mink_durable::create_dir_all(&dir.join("wal").join(wal::number(epoch)))?;
     }
     let streamed = find_streams(location).await?;
-    let starts = streamed
+    let starts: HashMap<String, i64> = streamed
         .iter()
         .filter_map(|(key, objects)| Some((key.clone(), objects.last()?.0.end)))
         .collect();
+    let from = last_checkpoint(location).await?;
+    let mut coverage = Coverage::new(starts.clone(), from);
     let root = log_root.to_path_buf();
     let mut rebuild = blocking(move || Rebuild::start(&root, segment_bytes.max(1), starts)).await?;
     let mut objects = 0;
     for older in list_numbers(location, "epochs").await? {
-        if older < epoch {
-            (rebuild, objects) = read_epoch(location, older, epoch, rebuild, objects).await?;
+        if (from.0..epoch).contains(&older) {
+            let reading = Reading {
+                epoch: older,
+                first: if older == from.0 { from.1 } else { 0 },
+                by: epoch,
+            };
+            (rebuild, objects) = reading
+                .read(location, rebuild, objects, &mut coverage)
+                .await?;
         }
     }
     let rebuilt = rebuild.buckets();
     blocking(move || rebuild.finish()).await?;
-    info!(store = %url, epoch, wal_objects = objects, streamed_buckets = streamed.len(), rebuilt, "log store opened");
-    Ok(Opened { epoch, streamed })
+    info!(store = %url, epoch, ?from, wal_objects = objects, streamed_buckets = streamed.len(), rebuilt, "log store opened");
+    Ok(Opened {
+        epoch,
+        streamed,
+        coverage,
+    })
+}
+
+/// The furthest checkpoint in the store: where reading the WAL starts.
+async fn last_checkpoint(location: &Location) -> Result<Place> {
+    let listed = location
+        .store
+        .list_with_delimiter(Some(&location.path(["checkpoints"])))
+        .await
+        .map_err(|e| store_error("listing the log store's checkpoints", e))?;
+    Ok(listed
+        .objects
+        .iter()
+        .filter_map(|object| coverage::parse_name(object.location.filename()?))
+        .max()
+        .unwrap_or_default())
 }
 
 /// Runs `work` on a blocking thread.
@@ -180,53 +213,70 @@ async fn claim_epoch(location: &Location) -> Result<u64> {
     )))
 }
 
-/// Reads epoch `older`'s objects into `rebuild`, in order, and closes its sequence with a
-/// fence of epoch `by` if nothing has.
-async fn read_epoch(
-    location: &Location,
-    older: u64,
+/// The reading of an older epoch's WAL objects.
+struct Reading {
+    epoch: u64,
+    /// The first object to read.
+    first: u64,
+    /// The epoch of the writer reading, which fences the older.
     by: u64,
-    mut rebuild: Rebuild,
-    mut objects: usize,
-) -> Result<(Rebuild, usize)> {
-    let mut seq = 0;
-    loop {
-        let path = location.path(["wal", &wal::number(older), &wal::number(seq)]);
-        let got = match location.store.get(&path).await {
-            Ok(got) => got
-                .bytes()
-                .await
-                .map_err(|e| store_error(&format!("reading {path}"), e))?,
-            Err(object_store::Error::NotFound { .. }) => {
-                match create(location, &path, wal::encode_fence(by)).await? {
-                    true => return Ok((rebuild, objects)),
-                    // The older writer's object landed first: read it, fence after it.
-                    false => continue,
+}
+
+impl Reading {
+    /// Reads the epoch's objects from the first into `rebuild`, in order, recording what
+    /// each holds in `coverage`, and closes its sequence with a fence if nothing has.
+    async fn read(
+        &self,
+        location: &Location,
+        mut rebuild: Rebuild,
+        mut objects: usize,
+        coverage: &mut Coverage,
+    ) -> Result<(Rebuild, usize)> {
+        let (older, by) = (self.epoch, self.by);
+        let mut seq = self.first;
+        loop {
+            let path = location.path(["wal", &wal::number(older), &wal::number(seq)]);
+            let got = match location.store.get(&path).await {
+                Ok(got) => got
+                    .bytes()
+                    .await
+                    .map_err(|e| store_error(&format!("reading {path}"), e))?,
+                Err(object_store::Error::NotFound { .. }) => {
+                    match create(location, &path, wal::encode_fence(by)).await? {
+                        true => return Ok((rebuild, objects)),
+                        // The older writer's object landed first: read it, fence after it.
+                        false => continue,
+                    }
                 }
-            }
-            Err(e) => return Err(store_error(&format!("reading {path}"), e)),
-        };
-        let sections = match wal::decode(path.as_ref(), older, seq, &got) {
-            Ok(WalObject::Fence { .. }) => return Ok((rebuild, objects)),
-            Ok(WalObject::Writes(sections)) => sections,
-            Err(error) if is_torn_last(location, older, seq).await? => {
-                // A local store's last object, its name durable before its bytes: its
-                // upload never completed, so nothing in it was acknowledged.
-                warn!(%error, "skipping the torn last WAL object of an earlier epoch");
-                seq += 1;
-                continue;
-            }
-            Err(error) => return Err(error),
-        };
-        rebuild = blocking(move || {
-            for section in &sections {
-                rebuild.append(&section.key, &section.frames)?;
-            }
-            Ok(rebuild)
-        })
-        .await?;
-        objects += 1;
-        seq += 1;
+                Err(e) => return Err(store_error(&format!("reading {path}"), e)),
+            };
+            let sections = match wal::decode(path.as_ref(), older, seq, &got) {
+                Ok(WalObject::Fence { .. }) => return Ok((rebuild, objects)),
+                Ok(WalObject::Writes(sections)) => sections,
+                Err(error) if is_torn_last(location, older, seq).await? => {
+                    // A local store's last object, its name durable before its bytes: its
+                    // upload never completed, so nothing in it was acknowledged.
+                    warn!(%error, "skipping the torn last WAL object of an earlier epoch");
+                    seq += 1;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            let ends;
+            (rebuild, ends) = blocking(move || {
+                let mut ends = HashMap::new();
+                for section in &sections {
+                    if let Some(end) = rebuild.append(&section.key, &section.frames)? {
+                        ends.insert(section.key.clone(), end);
+                    }
+                }
+                Ok((rebuild, ends))
+            })
+            .await?;
+            coverage.wal_object((older, seq), ends);
+            objects += 1;
+            seq += 1;
+        }
     }
 }
 

@@ -55,12 +55,13 @@ impl Rebuild {
         })
     }
 
-    /// Appends one WAL section: `frames` of the bucket whose log directory is `key`.
+    /// Appends one WAL section: `frames` of the bucket whose log directory is `key`;
+    /// returns the offset after its last frame (`None` for no frames).
     ///
     /// # Errors
     /// [`LogError::Corrupt`] for a key outside `log/`, or frames that are damaged or do not
     /// continue the bucket's log.
-    pub(crate) fn append(&mut self, key: &str, frames: &[u8]) -> Result<()> {
+    pub(crate) fn append(&mut self, key: &str, frames: &[u8]) -> Result<Option<i64>> {
         let relative = Path::new(key);
         if key.is_empty()
             || !relative
@@ -80,8 +81,9 @@ impl Rebuild {
             Some(next) => headers.partition_point(|h| h.base_offset < next),
             None => 0,
         };
+        let end = headers.last().map(|last| last.last_offset() + 1);
         let (Some(first), Some(last)) = (headers.get(skip), headers.last()) else {
-            return Ok(());
+            return Ok(end);
         };
         if log
             .next_offset
@@ -115,7 +117,7 @@ impl Rebuild {
                 ..*header
             }));
         log.segment_len += frames.len() as u64;
-        Ok(())
+        Ok(end)
     }
 
     /// The log of `key`, begun at its start if this is its first frame.

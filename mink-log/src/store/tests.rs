@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::segment;
+use crate::store::coverage;
 use crate::testing::{rows, table, write};
 use crate::tests::ids;
 use crate::{LogConfig, LogTablet, Write, WriteOp};
@@ -274,4 +275,71 @@ async fn a_damaged_object_before_the_last_is_corruption() {
         .await
         .unwrap_err();
     assert!(matches!(error, LogError::Corrupt(_)), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_passes_wal_objects_wholly_in_stream_objects_even_of_an_idle_bucket() {
+    let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let table = table(&[]);
+    let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
+        .await
+        .unwrap();
+    let config = LogConfig {
+        segment_max_age: Duration::from_millis(200),
+        ..log_config(&store)
+    };
+    let busy = LogTablet::open("a".into(), &disk.path().join("t1/b0"), config.clone(), None);
+    let idle = LogTablet::open("b".into(), &disk.path().join("t1/b1"), config.clone(), None);
+    let dropped = LogTablet::open("c".into(), &disk.path().join("t2/b0"), config, None);
+    let (busy, idle, dropped) = (busy.unwrap(), idle.unwrap(), dropped.unwrap());
+    write(&idle, &table, WriteOp::Append(rows(&table, &[-1], "idle"))).await;
+    write(
+        &dropped,
+        &table,
+        WriteOp::Append(rows(&table, &[-2], "dropped")),
+    )
+    .await;
+    dropped.forget();
+    let written: Vec<Vec<i64>> = (0..30).map(|i| vec![i]).collect();
+    for ids in &written {
+        write(&busy, &table, WriteOp::Append(rows(&table, ids, "busy"))).await;
+    }
+    // The idle bucket's segment is sealed and uploaded after 200 ms without writes.
+    stream_objects(store_dir.path(), "t1/b1", 1).await;
+    let checkpoints = store_dir.path().join("checkpoints");
+    let mut furthest = None;
+    for _ in 0..500 {
+        furthest = std::fs::read_dir(&checkpoints)
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| coverage::parse_name(&entry.unwrap().file_name().to_string_lossy()))
+            .max();
+        if furthest.is_some_and(|(_, seq)| seq >= 30) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (epoch, seq) = furthest.expect("a checkpoint");
+    assert!(seq >= 30, "the checkpoint stops at {seq}");
+    drop((busy, idle, dropped, store));
+
+    // The WAL objects before the checkpoint are not needed any more: without them, a lost
+    // disk reads every bucket back.
+    for before in 0..seq {
+        let object = store_dir
+            .path()
+            .join("wal")
+            .join(wal::number(epoch))
+            .join(wal::number(before));
+        std::fs::remove_file(object).unwrap();
+    }
+    let lost = tempfile::tempdir().unwrap();
+    let store = LogStore::open(store_config(store_dir.path()), lost.path(), 256)
+        .await
+        .unwrap();
+    let open =
+        |dir: &str| LogTablet::open("x".into(), &lost.path().join(dir), log_config(&store), None);
+    let (busy, idle) = (open("t1/b0").unwrap(), open("t1/b1").unwrap());
+    assert_eq!(ids(&busy.read(0, u64::MAX).await.unwrap()), written);
+    assert_eq!(ids(&idle.read(0, u64::MAX).await.unwrap()), [[-1]]);
 }

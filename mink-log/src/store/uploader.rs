@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::blocks::CachedObject;
+use super::coverage::{self, Coverage};
 use super::location::Location;
 use super::open::{blocking, create};
 use super::stream::{self, StreamObject};
@@ -51,10 +52,11 @@ pub(crate) struct Uploader {
 }
 
 impl Uploader {
-    /// Starts the uploader on the current runtime.
-    pub(crate) fn start(location: Location) -> Self {
+    /// Starts the uploader on the current runtime, recording in `coverage` what each
+    /// stream object covers and making the checkpoints that follows.
+    pub(crate) fn start(location: Location, coverage: Arc<Mutex<Coverage>>) -> Self {
         let (sealed, queue) = mpsc::unbounded_channel();
-        tokio::spawn(run(location, queue));
+        tokio::spawn(run(location, coverage, queue));
         Self { sealed }
     }
 
@@ -66,7 +68,11 @@ impl Uploader {
     }
 }
 
-async fn run(location: Location, mut queue: mpsc::UnboundedReceiver<Sealed>) {
+async fn run(
+    location: Location,
+    coverage: Arc<Mutex<Coverage>>,
+    mut queue: mpsc::UnboundedReceiver<Sealed>,
+) {
     let mut retired: VecDeque<(Instant, PathBuf, i64)> = VecDeque::new();
     loop {
         let sealed = tokio::select! {
@@ -87,9 +93,11 @@ async fn run(location: Location, mut queue: mpsc::UnboundedReceiver<Sealed>) {
             }
             match upload(&location, &sealed).await {
                 Ok(Some(object)) => {
+                    let end = object.end;
                     if let Some(tablet) = sealed.tablet.upgrade() {
                         tablet.streamed(sealed.base, Arc::new(object));
                     }
+                    checkpoint(&location, &coverage, &sealed.key, end).await;
                     retired.push_back((Instant::now() + GRACE, sealed.dir.clone(), sealed.base));
                     break;
                 }
@@ -102,6 +110,33 @@ async fn run(location: Location, mut queue: mpsc::UnboundedReceiver<Sealed>) {
                 }
             }
         }
+    }
+}
+
+/// Records that `key`'s stream objects reach `end` and makes the checkpoint that allows,
+/// if any. A checkpoint that fails to be made is only logged: the next one goes further.
+async fn checkpoint(location: &Location, coverage: &Mutex<Coverage>, key: &str, end: i64) {
+    let place = {
+        let mut coverage = coverage.lock().unwrap_or_else(|p| p.into_inner());
+        coverage.stream_object(key, end);
+        coverage.checkpoint()
+    };
+    let Some(place) = place else {
+        return;
+    };
+    if let Some(dir) = &location.local
+        && let Err(error) = mink_durable::create_dir_all(&dir.join("checkpoints"))
+    {
+        warn!(%error, "making a log store checkpoint failed");
+        return;
+    }
+    let path = location.path(["checkpoints", &coverage::name(place)]);
+    match create(location, &path, bytes::Bytes::new()).await {
+        Ok(_) => debug!(
+            ?place,
+            "log store checkpoint: earlier WAL objects are in stream objects"
+        ),
+        Err(error) => warn!(%error, "making a log store checkpoint failed"),
     }
 }
 

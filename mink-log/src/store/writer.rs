@@ -24,7 +24,9 @@
 //!   the next place, a restart could find the failed writes after all, at offsets their
 //!   buckets gave to later writes. A restart reads the store back and goes on.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -33,6 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::error;
 
+use super::coverage::Coverage;
 use super::location::Location;
 use super::wal::{self, Section};
 use crate::error::{LogError, Result};
@@ -50,6 +53,8 @@ pub(crate) struct WalWriter {
 #[derive(Debug)]
 struct Group {
     section: Section,
+    /// The offset after its last frame.
+    end: i64,
     durable: oneshot::Sender<Result<()>>,
 }
 
@@ -62,30 +67,38 @@ pub(crate) struct Pacing {
 }
 
 impl WalWriter {
-    /// Starts the writer of `epoch`, whose first object is its `seq`-th.
-    pub(crate) fn start(location: Location, epoch: u64, seq: u64, pacing: Pacing) -> Self {
+    /// Starts the writer of `epoch` on the current runtime, recording in `coverage` what
+    /// each object it uploads holds.
+    pub(crate) fn start(
+        location: Location,
+        epoch: u64,
+        pacing: Pacing,
+        coverage: Arc<Mutex<Coverage>>,
+    ) -> Self {
         let (groups, queue) = mpsc::channel(QUEUE);
         let task = Task {
             location,
             epoch,
-            seq,
+            seq: 0,
             pacing,
+            coverage,
             stopped: None,
         };
         tokio::spawn(task.run(queue));
         Self { groups }
     }
 
-    /// Hands `frames`, a bucket's group commit, to the writer and waits until they are
-    /// durable in the store. Blocks the calling thread: the appender commits on a blocking
-    /// thread.
-    pub(crate) fn persist(&self, key: &str, frames: Bytes) -> Result<()> {
+    /// Hands `frames`, a bucket's group commit ending before offset `end`, to the writer
+    /// and waits until they are durable in the store. Blocks the calling thread: the
+    /// appender commits on a blocking thread.
+    pub(crate) fn persist(&self, key: &str, frames: Bytes, end: i64) -> Result<()> {
         let (durable, done) = oneshot::channel();
         let group = Group {
             section: Section {
                 key: key.to_string(),
                 frames,
             },
+            end,
             durable,
         };
         let closed = || LogError::ShuttingDown("the log store's writer".into());
@@ -100,6 +113,7 @@ struct Task {
     epoch: u64,
     seq: u64,
     pacing: Pacing,
+    coverage: Arc<Mutex<Coverage>>,
     /// Why the writer takes no more writes (fenced, or an upload of unknown outcome).
     stopped: Option<LogError>,
 }
@@ -125,11 +139,20 @@ impl Task {
                 }
             }
             last_upload = Instant::now();
-            let (sections, waiters): (Vec<_>, Vec<_>) = groups
-                .into_iter()
-                .map(|group| (group.section, group.durable))
-                .unzip();
+            let mut ends = HashMap::new();
+            let mut sections = Vec::with_capacity(groups.len());
+            let mut waiters = Vec::with_capacity(groups.len());
+            for group in groups {
+                ends.insert(group.section.key.clone(), group.end);
+                sections.push(group.section);
+                waiters.push(group.durable);
+            }
+            let place = (self.epoch, self.seq);
             let outcome = self.upload(&sections).await;
+            if outcome.is_ok() {
+                let mut coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
+                coverage.wal_object(place, ends);
+            }
             for waiter in waiters {
                 let _ = waiter.send(match &outcome {
                     Ok(()) => Ok(()),

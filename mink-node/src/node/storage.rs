@@ -83,6 +83,7 @@ impl Storage {
         buckets: Vec<Arc<Bucket>>,
     ) {
         for bucket in buckets {
+            bucket.log.forget();
             if let Some(kv) = &bucket.kv
                 && let Err(error) = self
                     .kv()
