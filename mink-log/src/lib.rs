@@ -413,6 +413,9 @@ impl LogTablet {
         }
         if removed > 0 {
             info!(bucket = %self.shared.label, removed, log_start = state.log_start, "retention removed segments");
+            if let Some((store, key)) = &self.shared.store {
+                store.trim(key, state.log_start);
+            }
         }
         Ok(removed)
     }

@@ -48,8 +48,9 @@ impl Coverage {
         self.next = self.next.max((place.0, place.1 + 1));
     }
 
-    /// The stream objects of `key` now reach `end`.
-    pub(crate) fn stream_object(&mut self, key: &str, end: i64) {
+    /// No frame of `key` before `end` is needed from the WAL any more: the stream objects
+    /// reach it, or retention removed what was before it.
+    pub(crate) fn covered(&mut self, key: &str, end: i64) {
         let reach = self.streamed.entry(key.to_string()).or_insert(end);
         *reach = (*reach).max(end);
         let reach = *reach;
@@ -114,13 +115,13 @@ mod tests {
         coverage.wal_object((1, 1), ends(&[("a", 20)]));
         coverage.wal_object((2, 0), ends(&[("b", 8)]));
         assert_eq!(coverage.checkpoint(), None, "(1, 0) is still needed");
-        coverage.stream_object("a", 20);
+        coverage.covered("a", 20);
         assert_eq!(
             coverage.checkpoint(),
             None,
             "b's frames of (1, 0) are not streamed"
         );
-        coverage.stream_object("b", 5);
+        coverage.covered("b", 5);
         assert_eq!(coverage.checkpoint(), Some((2, 0)));
         assert_eq!(coverage.checkpoint(), None, "made once");
         coverage.forget("b");

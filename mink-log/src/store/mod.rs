@@ -74,7 +74,7 @@ use self::location::Location;
 use self::open::Streamed;
 pub(crate) use self::stream::StreamObject;
 pub(crate) use self::uploader::Sealed;
-use self::uploader::Uploader;
+use self::uploader::{Job, Uploader};
 use self::writer::{Pacing, WalWriter};
 use crate::error::{LogError, Result};
 
@@ -249,7 +249,16 @@ impl LogStore {
 
     /// Queues a sealed segment for upload as a stream object.
     pub(crate) fn upload(&self, sealed: Sealed) {
-        self.uploader.upload(sealed);
+        self.uploader.queue(Job::Seal(sealed));
+    }
+
+    /// Records, in the background, that bucket `key`'s log starts at `start`: retention
+    /// removed what was before, and a restart must not bring it back.
+    pub(crate) fn trim(&self, key: &str, start: i64) {
+        self.uploader.queue(Job::Trim {
+            key: key.to_string(),
+            start,
+        });
     }
 
     /// The stream objects opening found for the bucket `key`, in order, with their

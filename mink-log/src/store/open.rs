@@ -48,11 +48,15 @@ pub(crate) async fn open(
     if let Some(dir) = &location.local {
         mink_durable::create_dir_all(&dir.join("wal").join(wal::number(epoch)))?;
     }
-    let streamed = find_streams(location).await?;
-    let starts: HashMap<String, i64> = streamed
-        .iter()
-        .filter_map(|(key, objects)| Some((key.clone(), objects.last()?.0.end)))
-        .collect();
+    let mut starts = find_starts(location).await?;
+    let streamed = find_streams(location, &starts).await?;
+    // Each bucket's local log starts where its stream objects end, or where retention
+    // left it.
+    for (key, objects) in &streamed {
+        if let Some((last, _)) = objects.last() {
+            starts.insert(key.clone(), last.end);
+        }
+    }
     let from = last_checkpoint(location).await?;
     let mut coverage = Coverage::new(starts.clone(), from);
     let root = log_root.to_path_buf();
@@ -108,33 +112,73 @@ pub(crate) fn store_error(what: &str, error: object_store::Error) -> LogError {
     LogError::Store(format!("{what}: {error}"))
 }
 
-/// Every bucket's chain of stream objects ([`stream::chain`]), with their frames.
-async fn find_streams(location: &Location) -> Result<HashMap<String, Streamed>> {
+/// A bucket's object of one kind (`streams`, `starts`): its key, its name and where it is.
+struct BucketObject {
+    key: String,
+    name: String,
+    path: StorePath,
+    size: u64,
+}
+
+/// Every bucket's objects of one kind (`streams/<key>/<name>`).
+async fn list_bucket_objects(location: &Location, kind: &str) -> Result<Vec<BucketObject>> {
     use futures::TryStreamExt as _;
-    let prefix = location.path(["streams"]);
+    let prefix = location.path([kind]);
     let listed: Vec<_> = location
         .store
         .list(Some(&prefix))
         .try_collect()
         .await
-        .map_err(|e| store_error("listing the log store's stream objects", e))?;
+        .map_err(|e| store_error(&format!("listing the log store's {kind}"), e))?;
+    Ok(listed
+        .into_iter()
+        .filter_map(|object| {
+            let parts: Vec<String> = object
+                .location
+                .prefix_match(&prefix)?
+                .map(|part| part.as_ref().to_string())
+                .collect();
+            let (name, key) = parts.split_last().filter(|(_, key)| !key.is_empty())?;
+            Some(BucketObject {
+                key: key.join("/"),
+                name: name.clone(),
+                path: object.location,
+                size: object.size,
+            })
+        })
+        .collect())
+}
+
+/// Where each bucket's log starts, as retention recorded it (`starts/<key>/<offset>`).
+async fn find_starts(location: &Location) -> Result<HashMap<String, i64>> {
+    let mut starts: HashMap<String, i64> = HashMap::new();
+    for object in list_bucket_objects(location, "starts").await? {
+        if let Ok(start) = object.name.parse::<i64>() {
+            let known = starts.entry(object.key).or_insert(start);
+            *known = (*known).max(start);
+        }
+    }
+    Ok(starts)
+}
+
+/// Every bucket's chain of stream objects ([`stream::chain`]) after its recorded start,
+/// with their frames.
+async fn find_streams(
+    location: &Location,
+    starts: &HashMap<String, i64>,
+) -> Result<HashMap<String, Streamed>> {
     // Per bucket key, its objects: their offsets, path and size.
     type Listed = Vec<((i64, i64), (StorePath, u64))>;
     let mut by_key: HashMap<String, Listed> = HashMap::new();
-    for object in listed {
-        let Some(relative) = object.location.prefix_match(&prefix) else {
-            continue;
-        };
-        let parts: Vec<String> = relative.map(|part| part.as_ref().to_string()).collect();
-        let Some((name, key)) = parts.split_last() else {
-            continue;
-        };
-        match stream::parse_name(name) {
-            Some(offsets) if !key.is_empty() => by_key
-                .entry(key.join("/"))
+    for object in list_bucket_objects(location, "streams").await? {
+        let start = starts.get(&object.key).copied().unwrap_or(i64::MIN);
+        match stream::parse_name(&object.name) {
+            Some(offsets) if offsets.1 <= start => {}
+            Some(offsets) => by_key
+                .entry(object.key)
                 .or_default()
-                .push((offsets, (object.location, object.size))),
-            _ => warn!(object = %object.location, "not a stream object; left alone"),
+                .push((offsets, (object.path, object.size))),
+            None => warn!(object = %object.path, "not a stream object; left alone"),
         }
     }
     let mut streamed = HashMap::new();

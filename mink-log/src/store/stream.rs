@@ -39,7 +39,12 @@ pub(crate) struct StreamObject {
 
 /// The name of a stream object, after the bucket's `prefix` (`streams/<key>`).
 pub(crate) fn name(base: i64, end: i64) -> String {
-    format!("{base:020}-{end:020}")
+    format!("{}-{}", offset_name(base), offset_name(end))
+}
+
+/// An offset in an object's name: 20 digits, so names sort as offsets.
+pub(crate) fn offset_name(offset: i64) -> String {
+    format!("{offset:020}")
 }
 
 /// The offsets a stream object's name says it holds.

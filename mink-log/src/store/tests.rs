@@ -258,7 +258,15 @@ async fn a_torn_last_object_of_a_local_store_was_never_acknowledged_and_is_skipp
 async fn a_damaged_object_before_the_last_is_corruption() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let table = table(&[]);
-    let (store, log) = open_bucket(store_dir.path(), disk.path()).await;
+    let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
+        .await
+        .unwrap();
+    // One segment: no stream object, no checkpoint, so a restart reads every WAL object.
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        ..log_config(&store)
+    };
+    let log = LogTablet::open("a".into(), &disk.path().join("t1/b0"), config, None).unwrap();
     for i in 0..2 {
         write(&log, &table, WriteOp::Append(rows(&table, &[i], "x"))).await;
     }
@@ -342,4 +350,33 @@ async fn a_checkpoint_passes_wal_objects_wholly_in_stream_objects_even_of_an_idl
     let (busy, idle) = (open("t1/b0").unwrap(), open("t1/b1").unwrap());
     assert_eq!(ids(&busy.read(0, u64::MAX).await.unwrap()), written);
     assert_eq!(ids(&idle.read(0, u64::MAX).await.unwrap()), [[-1]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_retention_removed_stays_removed_after_a_restart() {
+    let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let table = table(&[]);
+    let (store, log) = open_bucket(store_dir.path(), disk.path()).await;
+    let written: Vec<Vec<i64>> = (0..30).map(|i| vec![i]).collect();
+    for ids in &written {
+        write(&log, &table, WriteOp::Append(rows(&table, ids, "x"))).await;
+    }
+    // Some sealed segments are uploaded before retention removes them, some perhaps not.
+    stream_objects(store_dir.path(), "t1/b0", 2).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert!(log.enforce_retention(Duration::ZERO, None).unwrap() > 0);
+    let (log_start, end) = log.offsets();
+    assert!(log_start > 0);
+    let starts = store_dir.path().join("starts/t1/b0");
+    let recorded = stream::offset_name(log_start);
+    while !starts.join(&recorded).exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop((log, store));
+
+    let lost = tempfile::tempdir().unwrap();
+    let (_store, log) = open_bucket(store_dir.path(), lost.path()).await;
+    assert_eq!(log.offsets(), (log_start, end));
+    let read = ids(&log.read(log_start, u64::MAX).await.unwrap());
+    assert_eq!(read, written[log_start as usize..]);
 }

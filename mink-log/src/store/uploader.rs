@@ -1,7 +1,9 @@
 //! The uploader: every segment a bucket seals becomes a stream object in the store; once
 //! it is there, the bucket reads that part of its history from the store, and the local
 //! segment goes after a grace period (a read that planned it a moment before still finds
-//! it).
+//! it). Where retention moved a bucket's log start is recorded too
+//! (`starts/<key>/<offset>`, created only; the furthest holds), so a restart does not
+//! bring back what `log.ttl` removed.
 //!
 //! Uploads run one at a time, in the order segments are sealed. One that fails is retried,
 //! with a growing pause, until it succeeds or its bucket is gone: meanwhile the segment is
@@ -12,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use object_store::path::Path as StorePath;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -45,25 +48,34 @@ pub(crate) struct Sealed {
     pub(crate) tablet: Weak<Shared>,
 }
 
+/// What the uploader is asked to do.
+#[derive(Debug)]
+pub(crate) enum Job {
+    /// Upload a sealed segment.
+    Seal(Sealed),
+    /// Record that a bucket's log starts at `start`: retention removed what was before.
+    Trim { key: String, start: i64 },
+}
+
 /// A handle on the node's uploader.
 #[derive(Debug)]
 pub(crate) struct Uploader {
-    sealed: mpsc::UnboundedSender<Sealed>,
+    jobs: mpsc::UnboundedSender<Job>,
 }
 
 impl Uploader {
     /// Starts the uploader on the current runtime, recording in `coverage` what each
     /// stream object covers and making the checkpoints that follows.
     pub(crate) fn start(location: Location, coverage: Arc<Mutex<Coverage>>) -> Self {
-        let (sealed, queue) = mpsc::unbounded_channel();
+        let (jobs, queue) = mpsc::unbounded_channel();
         tokio::spawn(run(location, coverage, queue));
-        Self { sealed }
+        Self { jobs }
     }
 
-    /// Queues a sealed segment for upload.
-    pub(crate) fn upload(&self, sealed: Sealed) {
-        if self.sealed.send(sealed).is_err() {
-            debug!("the log store's uploader has stopped; a sealed segment stays local");
+    /// Queues a job.
+    pub(crate) fn queue(&self, job: Job) {
+        if self.jobs.send(job).is_err() {
+            debug!("the log store's uploader has stopped; a job is dropped");
         }
     }
 }
@@ -71,67 +83,76 @@ impl Uploader {
 async fn run(
     location: Location,
     coverage: Arc<Mutex<Coverage>>,
-    mut queue: mpsc::UnboundedReceiver<Sealed>,
+    mut queue: mpsc::UnboundedReceiver<Job>,
 ) {
     let mut retired: VecDeque<(Instant, PathBuf, i64)> = VecDeque::new();
     loop {
-        let sealed = tokio::select! {
-            sealed = queue.recv() => match sealed {
-                Some(sealed) => Some(sealed),
+        let job = tokio::select! {
+            job = queue.recv() => match job {
+                Some(job) => Some(job),
                 None => return,
             },
             () = tokio::time::sleep(GRACE) => None,
         };
         remove_retired(&mut retired).await;
-        let Some(sealed) = sealed else {
-            continue;
-        };
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            if sealed.tablet.strong_count() == 0 {
-                break;
-            }
-            match upload(&location, &sealed).await {
-                Ok(Some(object)) => {
-                    let end = object.end;
-                    if let Some(tablet) = sealed.tablet.upgrade() {
-                        tablet.streamed(sealed.base, Arc::new(object));
-                    }
+        match job {
+            None => {}
+            Some(Job::Seal(sealed)) => {
+                if let Some(end) = seal(&location, &sealed).await {
                     checkpoint(&location, &coverage, &sealed.key, end).await;
-                    retired.push_back((Instant::now() + GRACE, sealed.dir.clone(), sealed.base));
-                    break;
+                    retired.push_back((Instant::now() + GRACE, sealed.dir, sealed.base));
                 }
-                // Retention removed the segment first: nothing to keep.
-                Ok(None) => break,
-                Err(error) => {
-                    warn!(bucket = sealed.key, segment = sealed.base, %error, "uploading a stream object failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+            Some(Job::Trim { key, start }) => {
+                let path = bucket_path(&location, "starts", &key, &stream::offset_name(start));
+                if let Err(error) = create_in_dir(&location, &path).await {
+                    warn!(bucket = key, start, %error, "recording a log start failed");
                 }
+                checkpoint(&location, &coverage, &key, start).await;
             }
         }
     }
 }
 
-/// Records that `key`'s stream objects reach `end` and makes the checkpoint that allows,
+/// Uploads a sealed segment, retrying until it is in the store or its bucket is gone, and
+/// tells its tablet: the end of the stream object, if one was made.
+async fn seal(location: &Location, sealed: &Sealed) -> Option<i64> {
+    let mut backoff = Duration::from_millis(100);
+    while sealed.tablet.strong_count() > 0 {
+        match upload(location, sealed).await {
+            Ok(Some(object)) => {
+                let end = object.end;
+                if let Some(tablet) = sealed.tablet.upgrade() {
+                    tablet.streamed(sealed.base, Arc::new(object));
+                }
+                return Some(end);
+            }
+            // Retention removed the segment first: nothing to keep.
+            Ok(None) => return None,
+            Err(error) => {
+                warn!(bucket = sealed.key, segment = sealed.base, %error, "uploading a stream object failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+    None
+}
+
+/// Records that no restart needs `key`'s frames before `end` from the WAL any more (they
+/// are in stream objects, or removed by retention) and makes the checkpoint that allows,
 /// if any. A checkpoint that fails to be made is only logged: the next one goes further.
 async fn checkpoint(location: &Location, coverage: &Mutex<Coverage>, key: &str, end: i64) {
     let place = {
         let mut coverage = coverage.lock().unwrap_or_else(|p| p.into_inner());
-        coverage.stream_object(key, end);
+        coverage.covered(key, end);
         coverage.checkpoint()
     };
     let Some(place) = place else {
         return;
     };
-    if let Some(dir) = &location.local
-        && let Err(error) = mink_durable::create_dir_all(&dir.join("checkpoints"))
-    {
-        warn!(%error, "making a log store checkpoint failed");
-        return;
-    }
     let path = location.path(["checkpoints", &coverage::name(place)]);
-    match create(location, &path, bytes::Bytes::new()).await {
+    match create_in_dir(location, &path).await {
         Ok(_) => debug!(
             ?place,
             "log store checkpoint: earlier WAL objects are in stream objects"
@@ -161,15 +182,13 @@ async fn upload(location: &Location, sealed: &Sealed) -> Result<Option<StreamObj
             bytes.len()
         )));
     }
-    let mut parts: Vec<&str> = vec!["streams"];
-    parts.extend(sealed.key.split('/'));
-    let name = stream::name(sealed.base, end);
-    parts.push(&name);
-    let object = location.path(parts);
-    if let Some(file) = location.local_file(&object) {
-        let dir = file.parent().map(PathBuf::from).unwrap_or_default();
-        blocking(move || Ok(mink_durable::create_dir_all(&dir)?)).await?;
-    }
+    let object = bucket_path(
+        location,
+        "streams",
+        &sealed.key,
+        &stream::name(sealed.base, end),
+    );
+    make_parent(location, &object).await?;
     // A name taken holds the same bytes (the stream module's doc).
     create(location, &object, stream::encode(&bytes, &sealed.frames)).await?;
     Ok(Some(StreamObject {
@@ -180,6 +199,29 @@ async fn upload(location: &Location, sealed: &Sealed) -> Result<Option<StreamObj
         base: sealed.base,
         end,
     }))
+}
+
+/// The path of `name` among a bucket's objects of one kind (`streams`, `starts`).
+fn bucket_path(location: &Location, kind: &str, key: &str, name: &str) -> StorePath {
+    location.path(std::iter::once(kind).chain(key.split('/')).chain([name]))
+}
+
+/// On a local store, makes the directory of `path` exist, durably (object_store would
+/// create it without a sync).
+async fn make_parent(location: &Location, path: &StorePath) -> Result<()> {
+    if let Some(dir) = location
+        .local_file(path)
+        .and_then(|file| Some(file.parent()?.to_path_buf()))
+    {
+        blocking(move || Ok(mink_durable::create_dir_all(&dir)?)).await?;
+    }
+    Ok(())
+}
+
+/// Creates the empty object `path` (its directory made first), if nothing is there.
+async fn create_in_dir(location: &Location, path: &StorePath) -> Result<bool> {
+    make_parent(location, path).await?;
+    create(location, path, bytes::Bytes::new()).await
 }
 
 /// Removes the local segments whose grace is over.
