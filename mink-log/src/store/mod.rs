@@ -44,11 +44,18 @@
 //!   (`mink-log-store`), so the log's blocking paths (a group commit, a read of planned
 //!   batches, a tablet's recovery) wait on them without holding a runtime of their own.
 //!
-//! Not yet here (the issue on the log on object storage goes on): a restart still reads
-//! every WAL object (nothing records which are wholly in stream objects), and retention
-//! (`log.ttl`) forgets stream objects without deleting them (the store's upkeep is the
-//! next issue's), so after a restart the log starts where the store's does until the next
-//! retention pass.
+//! * **Checkpoints.** Once every frame of the WAL objects before a place is in stream
+//!   objects (or removed by retention), `checkpoints/<epoch>-<seq>` says so, and an open
+//!   reads the WAL from the furthest checkpoint (the `coverage` module). A bucket that
+//!   stops writing seals its segment after the segment's age limit, so it holds no
+//!   checkpoint back; a dropped one is forgotten.
+//! * **Retention.** When `log.ttl` moves a bucket's log start, `starts/<key>/<offset>`
+//!   records it, and an open leaves out what is before.
+//!
+//! Not here: nothing deletes objects from the store (WAL objects behind the checkpoint,
+//! stream objects before a recorded start, a dropped bucket's, fences and old
+//! checkpoints stay: the store's upkeep is the next issue's); a bucket's sealed segment is
+//! always an object of its own, where AutoMQ packs small streams together.
 
 mod blocks;
 mod coverage;

@@ -130,6 +130,10 @@ pub(crate) struct ServerArgs {
     /// waits (default 8MiB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "log_store")]
     log_store_batch_size: Option<usize>,
+    /// With `--log-store`: the memory the block cache keeps of stream objects for reads of
+    /// history (default 256MiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "log_store")]
+    log_store_cache: Option<usize>,
     /// The size at which a bucket's log rolls to a new segment file: bytes or a size
     /// (default 128MiB, at least 4KiB). `log.ttl` retention removes whole segments, so
     /// smaller ones follow the TTL more closely, at the cost of more files.
@@ -205,6 +209,9 @@ fn log_store_config(args: &ServerArgs) -> Option<LogStoreConfig> {
         batch_bytes: args
             .log_store_batch_size
             .map_or(defaults.batch_bytes, |size| size as u64),
+        cache_bytes: args
+            .log_store_cache
+            .map_or(defaults.cache_bytes, |size| size as u64),
         sync: !args.no_sync,
         ..defaults
     })
