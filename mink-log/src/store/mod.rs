@@ -176,13 +176,14 @@ impl LogStore {
                 (location.clone(), config.url.clone(), log_root.to_path_buf());
             runtime.spawn(async move { open::open(&location, &url, &root, segment_bytes).await })
         };
-        let opened = match opening.await {
-            Ok(opened) => opened,
-            Err(e) => Err(LogError::Io(std::io::Error::other(e))),
-        };
+        let opened = opening
+            .await
+            .map_err(|e| LogError::Io(std::io::Error::other(e)))
+            .and_then(|opened| opened);
         let opened = match opened {
             Ok(opened) => opened,
             Err(error) => {
+                // A runtime may not be dropped where a task could block on it.
                 runtime.shutdown_background();
                 return Err(error);
             }
@@ -193,7 +194,7 @@ impl LogStore {
             sync: config.sync,
         };
         let coverage = Arc::new(Mutex::new(opened.coverage));
-        let _entered = runtime.enter();
+        let entered = runtime.enter();
         let writer = WalWriter::start(
             location.clone(),
             opened.epoch,
@@ -201,7 +202,7 @@ impl LogStore {
             Arc::clone(&coverage),
         );
         let uploader = Uploader::start(location.clone(), Arc::clone(&coverage));
-        drop(_entered);
+        drop(entered);
         Ok(Arc::new(Self {
             url: config.url,
             epoch: opened.epoch,
