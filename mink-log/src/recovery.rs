@@ -137,13 +137,12 @@ pub(super) fn prepend_streamed(
     recovered: &mut Recovered,
     streamed: Vec<(Arc<StreamObject>, Vec<FrameHeader>)>,
 ) -> Result<BTreeMap<i64, Arc<StreamObject>>> {
-    let Some((first, _)) = streamed.first() else {
+    let first_frame = streamed.first().and_then(|(_, frames)| frames.first());
+    let (Some(first_frame), Some((last, _))) = (first_frame, streamed.last()) else {
         return Ok(BTreeMap::new());
     };
-    let (start, end) = (
-        first.base,
-        streamed.last().map_or(first.end, |(o, _)| o.end),
-    );
+    // An object of the chain may be read from a batch inside it (`stream::chain`).
+    let (start, end) = (first_frame.base_offset, last.end);
     if end != recovered.log_start {
         return Err(LogError::Corrupt(format!(
             "bucket {label}: its stream objects end at offset {end}, its local log starts at {}",

@@ -17,8 +17,12 @@ pub(crate) struct Coverage {
     /// WAL objects with frames in no stream object yet: per bucket key, the offset after
     /// its last frame there.
     pending: BTreeMap<Place, HashMap<String, i64>>,
-    /// Per bucket key, the offset its stream objects reach.
+    /// Per bucket key, the offset up to which its log is in stream objects without a gap
+    /// (or removed by retention); a key not here starts at 0.
     streamed: HashMap<String, i64>,
+    /// Per bucket key, stream objects past a gap, `(base, end)`: a segment retention
+    /// removed before it was uploaded, until the new log start is recorded.
+    ahead: HashMap<String, Vec<(i64, i64)>>,
     /// Buckets dropped: their frames are needed by nobody.
     forgotten: HashSet<String>,
     /// The place after the last WAL object recorded.
@@ -48,11 +52,37 @@ impl Coverage {
         self.next = self.next.max((place.0, place.1 + 1));
     }
 
-    /// No frame of `key` before `end` is needed from the WAL any more: the stream objects
-    /// reach it, or retention removed what was before it.
-    pub(crate) fn covered(&mut self, key: &str, end: i64) {
-        let reach = self.streamed.entry(key.to_string()).or_insert(end);
-        *reach = (*reach).max(end);
+    /// `key`'s stream object of `base..end` is in the store. Its frames are no longer
+    /// needed from the WAL once every frame before it is covered too: an open reads a
+    /// bucket's stream objects only up to their first gap.
+    pub(crate) fn stream_object(&mut self, key: &str, (base, end): (i64, i64)) {
+        self.ahead
+            .entry(key.to_string())
+            .or_default()
+            .push((base, end));
+        self.extend(key);
+    }
+
+    /// Retention removed `key`'s frames before `start`, and the new start is recorded.
+    pub(crate) fn trimmed(&mut self, key: &str, start: i64) {
+        let reach = self.streamed.entry(key.to_string()).or_default();
+        *reach = (*reach).max(start);
+        self.extend(key);
+    }
+
+    /// Moves `key`'s reach over the objects ahead that now join it, and releases what it
+    /// covers.
+    fn extend(&mut self, key: &str) {
+        let reach = self.streamed.entry(key.to_string()).or_default();
+        if let Some(ahead) = self.ahead.get_mut(key) {
+            ahead.sort_unstable();
+            ahead.retain(|&(base, end)| {
+                if base <= *reach {
+                    *reach = (*reach).max(end);
+                }
+                end > *reach
+            });
+        }
         let reach = *reach;
         self.release(key, |needed| needed <= reach);
     }
@@ -115,13 +145,13 @@ mod tests {
         coverage.wal_object((1, 1), ends(&[("a", 20)]));
         coverage.wal_object((2, 0), ends(&[("b", 8)]));
         assert_eq!(coverage.checkpoint(), None, "(1, 0) is still needed");
-        coverage.covered("a", 20);
+        coverage.stream_object("a", (0, 20));
         assert_eq!(
             coverage.checkpoint(),
             None,
             "b's frames of (1, 0) are not streamed"
         );
-        coverage.covered("b", 5);
+        coverage.stream_object("b", (0, 5));
         assert_eq!(coverage.checkpoint(), Some((2, 0)));
         assert_eq!(coverage.checkpoint(), None, "made once");
         coverage.forget("b");
@@ -138,6 +168,19 @@ mod tests {
         coverage.forget("gone");
         coverage.wal_object((3, 4), ends(&[("a", 10), ("gone", 3)]));
         assert_eq!(coverage.checkpoint(), Some((3, 5)));
+    }
+
+    #[test]
+    fn objects_past_a_gap_cover_nothing_until_the_gap_is_closed() {
+        let mut coverage = Coverage::new(HashMap::new(), (1, 0));
+        coverage.wal_object((1, 0), ends(&[("a", 10)]));
+        coverage.wal_object((1, 1), ends(&[("a", 30)]));
+        // 10..20 was removed by retention before its upload; 20..30 is uploaded.
+        coverage.stream_object("a", (20, 30));
+        coverage.stream_object("a", (0, 10));
+        assert_eq!(coverage.checkpoint(), Some((1, 1)), "only up to the gap");
+        coverage.trimmed("a", 20);
+        assert_eq!(coverage.checkpoint(), Some((1, 2)));
     }
 
     #[test]

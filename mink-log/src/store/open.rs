@@ -184,9 +184,16 @@ async fn find_streams(
     let mut streamed = HashMap::new();
     for (key, objects) in by_key {
         let mut chain = Vec::new();
-        for (offsets, (path, size)) in stream::chain(objects) {
-            let (object, frames) =
+        for (from, offsets, (path, size)) in stream::chain(objects) {
+            let (object, mut frames) =
                 stream::open(location.store.as_ref(), path, size, offsets).await?;
+            frames.retain(|frame| frame.base_offset >= from);
+            if frames.first().map(|frame| frame.base_offset) != Some(from) {
+                return Err(LogError::Corrupt(format!(
+                    "stream object {} has no batch starting at offset {from}",
+                    object.segment.path
+                )));
+            }
             chain.push((Arc::new(object), frames));
         }
         streamed.insert(key, chain);
@@ -299,9 +306,11 @@ impl Reading {
                 Ok(WalObject::Writes(sections)) => sections,
                 Err(error) if is_torn_last(location, older, seq).await? => {
                     // A local store's last object, its name durable before its bytes: its
-                    // upload never completed, so nothing in it was acknowledged.
-                    warn!(%error, "skipping the torn last WAL object of an earlier epoch");
-                    seq += 1;
+                    // upload never completed, so nothing in it was acknowledged. It goes,
+                    // and the fence takes its place: a fence after it would make it no
+                    // longer the last, and the next start would take it for damage.
+                    warn!(%error, "removing the torn last WAL object of an earlier epoch");
+                    remove_torn(location, &path).await?;
                     continue;
                 }
                 Err(error) => return Err(error),
@@ -321,6 +330,14 @@ impl Reading {
             objects += 1;
             seq += 1;
         }
+    }
+}
+
+/// Removes, durably, a local store's object that [`is_torn_last`].
+async fn remove_torn(location: &Location, path: &StorePath) -> Result<()> {
+    match location.local_file(path) {
+        Some(file) => blocking(move || Ok(mink_durable::remove_file(&file)?)).await,
+        None => Ok(()),
     }
 }
 

@@ -13,8 +13,6 @@
 //! history is the chain that starts at the lowest base and goes on, at each object's end,
 //! with the object starting there that reaches furthest ([`chain`]).
 
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt as _};
@@ -107,28 +105,35 @@ pub(crate) async fn open(
     Ok((object, frames))
 }
 
-/// The objects a bucket's history is read from, of those listed (`(base, end)` each):
-/// from the lowest base on, at each end the object that starts there and reaches
-/// furthest. Objects off the chain (overlapped, or after a gap a retention left) are
-/// not read.
-pub(crate) fn chain<T>(objects: impl IntoIterator<Item = ((i64, i64), T)>) -> Vec<((i64, i64), T)> {
-    let mut furthest: BTreeMap<i64, ((i64, i64), T)> = BTreeMap::new();
-    for ((base, end), object) in objects {
-        if furthest
-            .get(&base)
-            .is_none_or(|((_, known), _)| *known < end)
-        {
-            furthest.insert(base, ((base, end), object));
-        }
-    }
+/// The objects a bucket's history is read from, of those listed (`(base, end)` each), each
+/// with the offset it is read from: from the lowest base on, at each step the object that
+/// holds the next offset and reaches furthest (a greedy cover, which reaches as far as
+/// the objects together do). An object may start before the next offset: writers share
+/// batch boundaries, so the next offset starts a batch in it too, and it is read from
+/// there. Objects off the chain are not read; it ends at the first offset no object holds.
+pub(crate) fn chain<T>(
+    objects: impl IntoIterator<Item = ((i64, i64), T)>,
+) -> Vec<(i64, (i64, i64), T)> {
+    let mut objects: Vec<((i64, i64), T)> = objects.into_iter().collect();
+    objects.sort_by_key(|((base, end), _)| (*base, std::cmp::Reverse(*end)));
     let mut chained = Vec::new();
-    let mut next = furthest.keys().next().copied();
-    while let Some(base) = next {
-        let Some(link) = furthest.remove(&base) else {
+    let Some(mut next) = objects.first().map(|((base, _), _)| *base) else {
+        return chained;
+    };
+    let mut candidates = objects.into_iter().peekable();
+    loop {
+        // Of the objects starting at or before `next`, the one reaching furthest.
+        let mut best: Option<((i64, i64), T)> = None;
+        while let Some(((base, end), object)) = candidates.next_if(|((base, _), _)| *base <= next) {
+            if end > next && best.as_ref().is_none_or(|((_, known), _)| end > *known) {
+                best = Some(((base, end), object));
+            }
+        }
+        let Some((offsets, object)) = best else {
             break;
         };
-        next = Some(link.0.1);
-        chained.push(link);
+        chained.push((next, offsets, object));
+        next = offsets.1;
     }
     chained
 }
@@ -146,13 +151,21 @@ mod tests {
     }
 
     #[test]
-    fn the_chain_goes_on_from_each_end_with_the_object_reaching_furthest() {
+    fn the_chain_reaches_as_far_as_the_objects_together_do() {
+        let chained = |objects: &[(i64, i64)]| -> Vec<(i64, (i64, i64))> {
+            chain(objects.iter().map(|o| (*o, ())))
+                .into_iter()
+                .map(|(from, offsets, ())| (from, offsets))
+                .collect()
+        };
         let objects = [(0, 10), (10, 20), (10, 30), (20, 40), (30, 50), (60, 70)];
-        let chained: Vec<(i64, i64)> = chain(objects.map(|o| (o, ())))
-            .into_iter()
-            .map(|(offsets, ())| offsets)
-            .collect();
-        assert_eq!(chained, [(0, 10), (10, 30), (30, 50)]);
-        assert!(chain(Vec::<((i64, i64), ())>::new()).is_empty());
+        assert_eq!(
+            chained(&objects),
+            [(0, (0, 10)), (10, (10, 30)), (30, (30, 50))]
+        );
+        // A late upload cut elsewhere: read from inside it, on to the furthest.
+        let objects = [(0, 60), (60, 130), (0, 100)];
+        assert_eq!(chained(&objects), [(0, (0, 100)), (100, (60, 130))]);
+        assert!(chained(&[]).is_empty());
     }
 }

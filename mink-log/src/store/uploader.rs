@@ -99,16 +99,20 @@ async fn run(
             None => {}
             Some(Job::Seal(sealed)) => {
                 if let Some(end) = seal(&location, &sealed).await {
-                    checkpoint(&location, &coverage, &sealed.key, end).await;
+                    let object = Covered::StreamObject(sealed.base, end);
+                    checkpoint(&location, &coverage, &sealed.key, object).await;
                     retired.push_back((Instant::now() + GRACE, sealed.dir, sealed.base));
                 }
             }
             Some(Job::Trim { key, start }) => {
                 let path = bucket_path(&location, "starts", &key, &stream::offset_name(start));
-                if let Err(error) = create_in_dir(&location, &path).await {
-                    warn!(bucket = key, start, %error, "recording a log start failed");
+                // Only a start that is recorded lets a checkpoint pass the frames before.
+                match create_in_dir(&location, &path).await {
+                    Ok(_) => checkpoint(&location, &coverage, &key, Covered::Start(start)).await,
+                    Err(error) => {
+                        warn!(bucket = key, start, %error, "recording a log start failed")
+                    }
                 }
-                checkpoint(&location, &coverage, &key, start).await;
             }
         }
     }
@@ -139,13 +143,24 @@ async fn seal(location: &Location, sealed: &Sealed) -> Option<i64> {
     None
 }
 
-/// Records that no restart needs `key`'s frames before `end` from the WAL any more (they
-/// are in stream objects, or removed by retention) and makes the checkpoint that allows,
-/// if any. A checkpoint that fails to be made is only logged: the next one goes further.
-async fn checkpoint(location: &Location, coverage: &Mutex<Coverage>, key: &str, end: i64) {
+/// What a job put in the store for a bucket.
+enum Covered {
+    /// A stream object of these offsets.
+    StreamObject(i64, i64),
+    /// The log start retention moved to.
+    Start(i64),
+}
+
+/// Records in `coverage` what a job put in the store for `key` and makes the checkpoint
+/// that allows, if any. A checkpoint that fails to be made is only logged: the next one
+/// goes further.
+async fn checkpoint(location: &Location, coverage: &Mutex<Coverage>, key: &str, covered: Covered) {
     let place = {
         let mut coverage = coverage.lock().unwrap_or_else(|p| p.into_inner());
-        coverage.covered(key, end);
+        match covered {
+            Covered::StreamObject(base, end) => coverage.stream_object(key, (base, end)),
+            Covered::Start(start) => coverage.trimmed(key, start),
+        }
         coverage.checkpoint()
     };
     let Some(place) = place else {
