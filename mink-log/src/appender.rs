@@ -599,7 +599,9 @@ impl Appender {
         if self.active.len < self.config.segment_bytes && age <= max_age {
             return Ok(());
         }
-        if self.syncs_locally() {
+        // The index is written durably: the frames it names must be too, sync or not
+        // (with a log store, a local log is rebuilt from the store on every open).
+        if self.shared.store.is_none() {
             self.active.file.sync_data()?;
         }
         segment::write_index(&self.shared.dir, self.active.base, &self.active.frames)?;
