@@ -23,8 +23,9 @@
 //! * **Writes as sent.** A batch a client sent as an IPC message is stored as that
 //!   message when it is stored unchanged ([`SentBatch`]), not encoded again.
 //! * **On object storage.** With a [`LogStore`] (`--log-store`), a group is made durable
-//!   by a WAL object in the store instead of an fsync, and a node's logs are rebuilt from
-//!   the store when it opens (the `store` module).
+//!   by a WAL object in the store instead of an fsync, sealed segments become stream
+//!   objects that history is read from, and a node's logs are rebuilt from the store when
+//!   it opens (the `store` module).
 //! * **Retention.** With a `log.ttl`, whole sealed segments older than the TTL are deleted
 //!   and `log_start` moves to the first remaining offset.
 //! * **The changelog hook.** A primary-key table's writes become its changelog through a
@@ -34,7 +35,9 @@
 //! The modules: `appender` (group commit, the stop rule), `segment` (the frame and index
 //! formats), `recovery` (opening after a crash), `read` (batches from the cache or their
 //! segments), `cache`, `sent` (batches stored as their client sent them), `write` (what a
-//! write carries), `changelog` (the hook and its replay), `error` ([`LogError`]).
+//! write carries), `changelog` (the hook and its replay), `store` (the log on object
+//! storage: WAL objects, stream objects, the block cache, fencing, checkpoints), `error`
+//! ([`LogError`]).
 
 mod appender;
 mod cache;
