@@ -1,11 +1,9 @@
-//! The lake on S3: tiering and union reads against a local S3-compatible server (moto,
-//! installed by the test command next to pyiceberg).
+//! The lake on S3: tiering and union reads against a local S3-compatible server
+//! ([`Moto`]).
 
 use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
 
 use mink_client::MinkClient;
 use mink_core::options::TableOptions;
@@ -13,68 +11,9 @@ use mink_core::protocol::BucketId;
 use mink_lake::{LakeConfig, S3Options};
 use mink_node::{Node, NodeConfig};
 
+use crate::moto::Moto;
 use crate::pk_support::{lake_rows, lake_values, pk_keys, pk_lake_table};
-use crate::python::python;
 use crate::support::{events, events_table, lake_options};
-
-/// A moto S3 server on a free loopback port, stopped on drop.
-struct Moto {
-    child: Child,
-    endpoint: String,
-}
-
-impl Moto {
-    fn start() -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .expect("free port")
-            .local_addr()
-            .expect("addr")
-            .port();
-        let server: PathBuf = python().with_file_name("moto_server");
-        let child = Command::new(&server)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "start {}: {e} (scripts/test.sh installs moto)",
-                    server.display()
-                )
-            });
-        let moto = Self {
-            child,
-            endpoint: format!("http://127.0.0.1:{port}"),
-        };
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return moto;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("moto did not start on port {port}");
-    }
-
-    fn create_bucket(&self, bucket: &str) {
-        let script = format!(
-            "import boto3; boto3.client('s3', endpoint_url='{}', region_name='us-east-1', \
-             aws_access_key_id='testing', aws_secret_access_key='testing').create_bucket(Bucket='{bucket}')",
-            self.endpoint
-        );
-        let status = Command::new(python())
-            .args(["-c", &script])
-            .status()
-            .expect("boto3");
-        assert!(status.success(), "creating bucket {bucket}");
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tiering_and_union_reads_on_s3() {
@@ -167,16 +106,7 @@ async fn tiering_and_union_reads_on_s3() {
         command.args(["sql", "--connect", &address, "--format", "csv"]);
         command.args(lake_args);
         command.args(["-e", "SELECT count(*) AS n FROM test.on_s3"]);
-        for (name, value) in [
-            ("AWS_ENDPOINT", moto.endpoint.as_str()),
-            ("AWS_ALLOW_HTTP", "true"),
-            ("AWS_REGION", "us-east-1"),
-            ("AWS_ACCESS_KEY_ID", "testing"),
-            ("AWS_SECRET_ACCESS_KEY", "testing"),
-            ("RUST_LOG", "warn"),
-        ] {
-            command.env(name, value);
-        }
+        command.envs(moto.aws_env()).env("RUST_LOG", "warn");
         command.output().expect("run mink sql")
     };
     let output = sql(&["--lake-warehouse", "s3://mink-lake/warehouse"]);
