@@ -1,7 +1,9 @@
 //! Random histories of concurrent appends, schema changes and restarts, checked after
-//! every step against a model of each bucket's log; and `log.ttl` retention.
+//! every step against a model of each bucket's log, with the log in the data directory or
+//! in a log store (where restarts may lose the disk); and `log.ttl` retention.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -11,11 +13,15 @@ use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::protocol::{BucketId, list_offsets::Spec};
 use mink_core::table::TableDescriptor;
+use mink_log::LogStoreConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tonic::Code;
 
-use crate::support::{TestNode, events, events_table, seed};
+use crate::support::{TestNode, events, events_table, file_store_url, seed};
+
+/// Steps of a random history.
+const STEPS: usize = 40;
 
 /// One row as the model keeps it: id, name, and the column added mid-history.
 type Row = (i64, Option<String>, Option<i32>);
@@ -234,9 +240,46 @@ async fn check(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_histories_match_the_model() {
-    let seed = seed("random_histories_match_the_model");
+    random_history("random_histories_match_the_model", None).await;
+}
+
+/// The same histories with the log in a store on the local file system, in small
+/// segments (which the store keeps as stream objects): half the restarts lose the disk
+/// (the log and the KV store), and the last one always does; the node rebuilds its log
+/// from the store, batch boundaries and commit times included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_histories_with_a_log_store_match_the_model() {
+    let store = tempfile::tempdir().expect("store dir");
+    let test = "random_histories_with_a_log_store_match_the_model";
+    random_history(test, Some(store.path())).await;
+}
+
+/// Restarts the node; with `lose_disk`, deleting its log and KV store meanwhile.
+async fn restart(node: &mut TestNode, lose_disk: bool, step: usize) {
+    match lose_disk {
+        true => {
+            eprintln!("step {step}: a restart that loses the disk");
+            node.restart_losing_disk().await;
+        }
+        false => node.restart().await,
+    }
+}
+
+/// A random history of appends, a schema change and restarts over one table, checked
+/// after every step; with a `store` (a directory), the log is kept in it and some
+/// restarts lose the disk.
+async fn random_history(test: &str, store: Option<&Path>) {
+    let seed = seed(test);
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut node = TestNode::start().await;
+    let mut node = TestNode::start_with(|config| {
+        if let Some(dir) = store {
+            config.log_store = Some(LogStoreConfig::new(file_store_url(dir)));
+            // Segments that seal every few writes: their uploads as stream objects, and
+            // logs rebuilt from them and the WAL objects after.
+            config.log.segment_bytes = 4 << 10;
+        }
+    })
+    .await;
     let buckets = 3;
     let mut table = events_table("history", buckets, TableOptions::default());
     table.bucket_key.clear(); // round robin: the test chooses each batch's bucket
@@ -247,7 +290,7 @@ async fn random_histories_match_the_model() {
         .expect("create");
     let mut models: Vec<BucketModel> = (0..buckets).map(|_| BucketModel::default()).collect();
     let mut next_id = 0;
-    for step in 0..40 {
+    for step in 0..STEPS {
         match rng.random_range(0..100) {
             0..70 => {
                 // Several writers at once, each appending a few batches to one bucket.
@@ -309,7 +352,10 @@ async fn random_histories_match_the_model() {
                     }
                 }
             }
-            70..90 => node.restart().await,
+            70..90 => {
+                let lose_disk = store.is_some() && rng.random_bool(0.5);
+                restart(&mut node, lose_disk, step).await;
+            }
             _ if table.schema().fields().len() == 2 => {
                 table = node
                     .client
@@ -321,6 +367,10 @@ async fn random_histories_match_the_model() {
             _ => node.restart().await,
         }
         check(&node.client, &table, &models, &mut rng, step).await;
+    }
+    if store.is_some() {
+        restart(&mut node, true, STEPS).await;
+        check(&node.client, &table, &models, &mut rng, STEPS).await;
     }
 }
 

@@ -1,7 +1,9 @@
 //! Primary-key tables: random histories of upserts, deletes and re-inserts, with `kill -9`
-//! restarts and a KV store rebuilt from the log, checked after every step against a
-//! BTreeMap model; a consistent bootstrap under concurrent writers; bad input.
+//! restarts and a KV store rebuilt from the log (with a log store, the log too from the
+//! store), checked after every step against a BTreeMap model; a consistent bootstrap
+//! under concurrent writers; bad input.
 
+use std::path::Path;
 use std::time::Duration;
 
 use mink_client::MinkClient;
@@ -15,7 +17,9 @@ use tonic::Code;
 
 use crate::pk_support::{Key, Model, fold_changelog, pk_keys, pk_rows, pk_table, values};
 use crate::process::ServerProcess;
-use crate::support::{TestNode, events, events_table, first_column_ids, seed};
+use crate::support::{
+    LOST_DISK, TestNode, events, events_table, file_store_url, first_column_ids, remove_dirs, seed,
+};
 
 const DATES: [&str; 2] = ["2024-01-01", "2024-01-02"];
 
@@ -120,7 +124,25 @@ async fn check(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_pk_histories_match_the_model() {
-    let seed = seed("random_pk_histories_match_the_model");
+    random_pk_history("random_pk_histories_match_the_model", None).await;
+}
+
+/// The same histories with the log in a store on the local file system: half the times
+/// the KV store is lost, the log goes with it (and at step 20 always: every history loses
+/// its disk once), and the node rebuilds the log from the store, then the KV store from
+/// the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_pk_histories_with_a_log_store_match_the_model() {
+    let store = tempfile::tempdir().expect("store dir");
+    let test = "random_pk_histories_with_a_log_store_match_the_model";
+    random_pk_history(test, Some(store.path())).await;
+}
+
+/// A random history of upserts, deletes, `kill -9` restarts and lost KV stores, checked
+/// after every step; with a `store` (a directory), the log is kept in it and some restarts
+/// lose the log too.
+async fn random_pk_history(test: &str, store: Option<&Path>) {
+    let seed = seed(test);
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().expect("temp dir");
     // The KV store's write buffer written to its files after about every group, every
@@ -129,7 +151,13 @@ async fn random_pk_histories_match_the_model() {
     // A block cache that holds a few blocks, or every block the history writes.
     let cache = ["16KiB", "256MiB"][rng.random_range(0..2)];
     println!("--kv-write-buffer {buffer} --kv-cache {cache}");
-    let flags = ["--kv-write-buffer", buffer, "--kv-cache", cache];
+    let url = store.map(file_store_url);
+    let mut flags = vec!["--kv-write-buffer", buffer, "--kv-cache", cache];
+    if let Some(url) = &url {
+        // Segments that seal every few writes: the store keeps them as stream objects,
+        // which the log is rebuilt from and the KV store replays.
+        flags.extend(["--log-store", url, "--log-segment-size", "4KiB"]);
+    }
     let start = || ServerProcess::start_with(dir.path(), &flags, &[]);
     let mut server = start();
     let mut client = MinkClient::connect(&server.addr).await.expect("connect");
@@ -185,11 +213,16 @@ async fn random_pk_histories_match_the_model() {
             }
             _ => {
                 // Lose the whole KV store (if there is one yet): the node rebuilds it from
-                // the log.
+                // the log; with a store, maybe the log too (the whole disk), which the node
+                // rebuilds from the store first.
+                let lose_log = store.is_some() && (step == 20 || rng.random_bool(0.5));
                 server.kill();
-                match std::fs::remove_dir_all(dir.path().join("kv")) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => panic!("remove kv: {e}"),
-                    _ => {}
+                match lose_log {
+                    true => {
+                        println!("step {step}: the disk is lost");
+                        remove_dirs(dir.path(), &LOST_DISK);
+                    }
+                    false => remove_dirs(dir.path(), &["kv"]),
                 }
                 server = start();
                 client = MinkClient::connect(&server.addr).await.expect("reconnect");

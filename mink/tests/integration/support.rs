@@ -1,5 +1,6 @@
 //! A node served on a loopback port over a temporary data directory, restartable.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
@@ -54,6 +55,20 @@ impl TestNode {
 
     /// Shuts the server down, drops the node and opens it again over the same files.
     pub(crate) async fn restart(&mut self) {
+        self.stop().await;
+        self.reopen().await;
+    }
+
+    /// Like [`TestNode::restart`], with the disk lost in between ([`LOST_DISK`]): a node
+    /// whose log is in a store (`NodeConfig::log_store`) rebuilds it from there.
+    pub(crate) async fn restart_losing_disk(&mut self) {
+        self.stop().await;
+        remove_dirs(self.dir.path(), &LOST_DISK);
+        self.reopen().await;
+    }
+
+    /// Shuts the server down and waits until the node (and its data-dir lock) is gone.
+    async fn stop(&mut self) {
         if let Some(handle) = self.handle.take() {
             handle.shutdown().await.expect("clean shutdown");
         }
@@ -71,6 +86,10 @@ impl TestNode {
             "the old node is still referenced"
         );
         drop(old);
+    }
+
+    /// Opens the node again over its data directory and serves it.
+    async fn reopen(&mut self) {
         let (node, handle, client) = open(&self.config).await;
         self.node = Some(node);
         self.handle = Some(handle);
@@ -104,6 +123,28 @@ async fn open(config: &NodeConfig) -> (Arc<Node>, ServerHandle, MinkClient) {
         .await
         .expect("connect");
     (node, handle, client)
+}
+
+/// What a node that loses its disk loses: its log and its KV store (`meta.db` and the
+/// lake stay, as on a node whose metadata is elsewhere).
+pub(crate) const LOST_DISK: [&str; 2] = ["log", "kv"];
+
+/// Deletes the directories `dirs` of a stopped node's data directory (those that exist).
+pub(crate) fn remove_dirs(data_dir: &Path, dirs: &[&str]) {
+    for dir in dirs {
+        let path = data_dir.join(dir);
+        match std::fs::remove_dir_all(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                panic!("remove {}: {e}", path.display())
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The `--log-store` URL of a store in the local directory `dir`.
+pub(crate) fn file_store_url(dir: &Path) -> String {
+    format!("file://{}", dir.display())
 }
 
 /// Options of a table with a lake that the tiering service leaves alone for an hour:
