@@ -22,8 +22,14 @@
 //! - a tiering round of each table succeeds, and pyiceberg then reads exactly the table
 //!   from the lake, no row twice.
 //!
-//! CI runs [`HISTORIES`] histories; `MINK_POWER_CUT_HISTORIES=N` runs N, and
-//! `MINK_TEST_SEED` replays a printed seed.
+//! The same histories run with the log in a store (`--log-store`) on the same file
+//! system: the node's local segments are then never fsynced, and after each cut it
+//! rebuilds every log from what the store kept (the small segments sealed as stream
+//! objects, the WAL objects after them).
+//!
+//! CI runs [`HISTORIES`] histories, and [`STORE_HISTORIES`] with a store;
+//! `MINK_POWER_CUT_HISTORIES=N` runs N of each, and `MINK_TEST_SEED` replays a printed
+//! seed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -31,8 +37,8 @@ use std::time::Duration;
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
-use futures::FutureExt;
 use futures::future::{BoxFuture, join_all};
+use futures::{FutureExt, TryFutureExt};
 use mink_client::MinkClient;
 use mink_core::options::TableOptions;
 use mink_core::protocol::{BucketId, list_offsets};
@@ -45,10 +51,13 @@ use crate::pk_support::{Cells, Key, State, lake_rows, lake_values, pk_keys, pk_l
 use crate::power_loss_fs::PowerLossFs;
 use crate::process::ServerProcess;
 use crate::python::python;
-use crate::support::{events, events_table, lake_options, seed};
+use crate::support::{events, events_table, file_store_url, lake_options, seed};
 
 /// Histories a CI run cuts (each cut is a restart on a file system written in Python).
 const HISTORIES: u64 = 2;
+
+/// Histories a CI run cuts with the log in a store.
+const STORE_HISTORIES: u64 = 1;
 
 /// Steps of a history.
 const STEPS: usize = 14;
@@ -278,17 +287,44 @@ impl Tables {
     }
 }
 
+/// Where the server keeps its log.
+#[derive(Debug, Clone, Copy)]
+enum LogHome {
+    /// In its data directory (segments fsynced on each group commit).
+    DataDir,
+    /// In a log store (`--log-store file://...`) beside the data directory, on the same
+    /// file system: the local segments are never fsynced, the store's WAL objects are.
+    Store,
+}
+
+impl LogHome {
+    /// The server's arguments that put its log there.
+    fn args(self, fs: &PowerLossFs) -> Vec<String> {
+        match self {
+            Self::DataDir => Vec::new(),
+            Self::Store => vec![
+                "--log-store".into(),
+                file_store_url(&fs.path().join("store")),
+            ],
+        }
+    }
+}
+
 /// The server on its power-loss file system (dropped in this order: the server first).
 struct Node {
     process: Option<ServerProcess>,
     client: MinkClient,
     kafka: String,
     fs: PowerLossFs,
+    log_home: LogHome,
 }
 
 impl Node {
-    async fn start(fs: PowerLossFs) -> Self {
-        let process = ServerProcess::start_with(&data_dir(&fs), ARGS, ENV);
+    async fn start(fs: PowerLossFs, log_home: LogHome) -> Self {
+        let mut args: Vec<String> = ARGS.iter().map(ToString::to_string).collect();
+        args.extend(log_home.args(&fs));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let process = ServerProcess::start_with(&data_dir(&fs), &args, ENV);
         let client = MinkClient::connect(&process.addr).await.expect("connect");
         let kafka = process.kafka_addr.clone().expect("a Kafka listener");
         Self {
@@ -296,13 +332,17 @@ impl Node {
             client,
             kafka,
             fs,
+            log_home,
         }
     }
 
     /// Kills the server, drops everything not durable, and starts it again.
     async fn power_cut(self) -> Self {
         let Self {
-            mut fs, process, ..
+            mut fs,
+            process,
+            log_home,
+            ..
         } = self;
         tokio::task::block_in_place(|| {
             if let Some(process) = process {
@@ -310,7 +350,7 @@ impl Node {
             }
             fs.power_cut();
         });
-        Self::start(fs).await
+        Self::start(fs, log_home).await
     }
 }
 
@@ -332,6 +372,26 @@ async fn kafka(args: Vec<String>) -> Result<Value, String> {
         return Err(String::from_utf8_lossy(&output.stderr).into_owned());
     }
     serde_json::from_str(stdout.trim()).map_err(|e| format!("{e}: {stdout}"))
+}
+
+/// Produces `values` (as text) to partition 0 of `topic` with confluent-kafka (acks=all);
+/// the values the broker acknowledged, or why the producer failed.
+pub(crate) async fn produce(
+    bootstrap: String,
+    topic: &str,
+    values: std::ops::Range<i64>,
+) -> Result<Vec<i64>, String> {
+    let count = values.end - values.start;
+    let args = [
+        "produce",
+        &bootstrap,
+        topic,
+        &values.start.to_string(),
+        &count.to_string(),
+    ];
+    let answer = kafka(args.map(String::from).to_vec()).await?;
+    let acked = answer["acked"].as_array().ok_or("no acked values")?;
+    Ok(acked.iter().filter_map(Value::as_i64).collect())
 }
 
 fn random_cells(rng: &mut StdRng) -> Cells {
@@ -419,23 +479,11 @@ fn random_step(
             })]
         }
         76..84 => {
-            let values: Vec<i64> = model.next(rng.random_range(1..20)).collect();
-            let args = vec![
-                "produce".into(),
-                node.kafka.clone(),
-                TOPIC.into(),
-                values[0].to_string(),
-                values.len().to_string(),
-            ];
-            let run = async move {
-                let answer = kafka(args).await?;
-                let acked = answer["acked"].as_array().ok_or("no acked values")?;
-                Ok(Acknowledged::Values(
-                    acked.iter().filter_map(Value::as_i64).collect(),
-                ))
-            };
+            let values = model.next(rng.random_range(1..20));
+            let run =
+                produce(node.kafka.clone(), TOPIC, values.clone()).map_ok(Acknowledged::Values);
             vec![Call {
-                effect: Effect::Produced(values),
+                effect: Effect::Produced(values.collect()),
                 run: run.boxed(),
             }]
         }
@@ -699,10 +747,10 @@ async fn check(node: &Node, model: &mut Model, tables: &Tables, step: usize) {
     assert_eq!(rows, expected, "step {step}: the primary-key table's lake");
 }
 
-async fn history(seed: u64) {
+async fn history(seed: u64, log_home: LogHome) {
     let mut rng = StdRng::seed_from_u64(seed);
     let tables = Tables::new();
-    let mut node = Node::start(PowerLossFs::mount()).await;
+    let mut node = Node::start(PowerLossFs::mount(), log_home).await;
     for table in [&tables.log, &tables.pk, &tables.topic] {
         node.client
             .create_table(table, false)
@@ -733,16 +781,30 @@ async fn history(seed: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn power_cuts_lose_nothing_acknowledged() {
+    let test = "power_cuts_lose_nothing_acknowledged";
+    histories(test, LogHome::DataDir, HISTORIES).await;
+}
+
+/// The same histories with the log in a store on the power-loss file system: what a cut
+/// leaves of the store is all the node rebuilds its log from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_cuts_with_a_log_store_lose_nothing_acknowledged() {
+    let test = "power_cuts_with_a_log_store_lose_nothing_acknowledged";
+    histories(test, LogHome::Store, STORE_HISTORIES).await;
+}
+
+/// Runs `MINK_POWER_CUT_HISTORIES` histories (else `in_ci`), from `test`'s seed on.
+async fn histories(test: &str, log_home: LogHome, in_ci: u64) {
     let histories = std::env::var("MINK_POWER_CUT_HISTORIES")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(HISTORIES);
-    let first = seed("power_cuts_lose_nothing_acknowledged");
+        .unwrap_or(in_ci);
+    let first = seed(test);
     for n in 0..histories {
         let seed = first.wrapping_add(n);
         eprintln!(
             "history {n}: seed {seed} (replay with MINK_TEST_SEED={seed} MINK_POWER_CUT_HISTORIES=1)"
         );
-        history(seed).await;
+        history(seed, log_home).await;
     }
 }
