@@ -36,6 +36,7 @@ mod lake_on_rest;
 mod lake_seam_rollback;
 mod live_tail;
 mod log_history;
+mod log_store;
 mod moto;
 mod pk_history;
 mod pk_lake_history;

@@ -147,6 +147,26 @@ impl ServerProcess {
         self.child.kill().expect("SIGKILL");
         self.child.wait().expect("reap");
     }
+
+    /// `kill -STOP`: the process stays, frozen mid-step, until [`ServerProcess::resume`].
+    pub(crate) fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// `kill -CONT`.
+    pub(crate) fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(&pid)
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} {pid}");
+    }
 }
 
 impl Drop for ServerProcess {
