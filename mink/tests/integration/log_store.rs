@@ -3,6 +3,7 @@
 //! - a node that lost its disk (`kill -9`, then its `log/` and `kv/` deleted) restarts
 //!   over the store it remembers and reads every acknowledged row back, exactly once, in
 //!   SQL union reads, snapshots, key lookups and Kafka fetches; then tiers on from there;
+//!   `mink sql --data-dir` opens the remembered store too;
 //! - two nodes over one store: once the newer has opened, the older acknowledges nothing
 //!   more, and nothing it was refused becomes visible anywhere;
 //! - both on the local file system and on S3 ([`Moto`]);
@@ -26,11 +27,14 @@ use crate::pk_support::{
     Cells, Key, State, delete_some_keys, lake_rows, lake_values, pk_keys, pk_lake_table,
 };
 use crate::power_cut::produce;
-use crate::process::{ServerProcess, run_server, run_sql};
+use crate::process::{ServerProcess, run_mink_with, run_server, run_sql};
 use crate::support::{
     LOST_DISK, events, events_table, file_store_url, first_column_ids, lake_options, remove_dirs,
     seed,
 };
+
+/// The query of the log table's ids.
+const LOG_IDS: &str = "SELECT id FROM test.lg";
 
 /// The Kafka topic of the lost-disk tests: a log table of the `default` database.
 const TOPIC: &str = "pings";
@@ -226,9 +230,19 @@ async fn tier(client: &MinkClient, tables: &Tables) {
 
 /// The rows of `query`'s CSV answer through `mink sql --connect`, without the header.
 fn sql_rows(server: &ServerProcess, query: &str) -> Vec<String> {
-    let (ok, stdout, stderr) = run_sql(&server.addr, query);
+    csv_rows(run_sql(&server.addr, query), query)
+}
+
+/// The rows of a `mink sql --format csv` run's answer to `query` (`(success, stdout,
+/// stderr)`), without the header.
+fn csv_rows((ok, stdout, stderr): (bool, String, String), query: &str) -> Vec<String> {
     assert!(ok, "{query}: {stderr}");
     stdout.lines().skip(1).map(str::to_string).collect()
+}
+
+/// The ids of the log table in SQL rows.
+fn parse_ids(rows: &[String]) -> Vec<i64> {
+    rows.iter().map(|id| id.parse().expect("an id")).collect()
 }
 
 /// The values of every record of `topic`, fetched from offset 0 by kcat (librdkafka).
@@ -294,10 +308,7 @@ async fn check_every_read(
     when: &str,
 ) {
     let ids = acked.ids.iter().copied();
-    let read: Vec<i64> = sql_rows(server, "SELECT id FROM test.lg")
-        .iter()
-        .map(|id| id.parse().expect("an id"))
-        .collect();
+    let read = parse_ids(&sql_rows(server, LOG_IDS));
     assert_exactly(
         read,
         ids.clone(),
@@ -379,7 +390,7 @@ async fn check_lookups(client: &MinkClient, table: &TableDescriptor, keys: &Stat
 /// Writes to a node over `store`, with a lake round between two rounds of writes; kills
 /// it, deletes its log and KV store, restarts it over the store it remembers: every read
 /// finds exactly the acknowledged rows. Then a lake round tiers the rebuilt log from
-/// where the lake ends.
+/// where the lake ends; and after a second loss `mink sql --data-dir` reads the rows.
 async fn lost_disk(store: &Store, test: &str) {
     let mut rng = StdRng::seed_from_u64(seed(test));
     let dir = tempfile::tempdir().expect("data dir");
@@ -408,6 +419,26 @@ async fn lost_disk(store: &Store, test: &str) {
         "after a round over the rebuilt log",
     )
     .await;
+
+    // Rows past the lake's end, then the disk lost again: `mink sql --data-dir` reads
+    // them from the store the directory remembers, as the server does.
+    let ids = acked.next(50);
+    write_ids(&client, &tables.log, ids, &mut acked.ids).await;
+    server.kill();
+    remove_dirs(dir.path(), &LOST_DISK);
+    let data_dir = dir.path().to_str().expect("a path");
+    let args = [
+        "sql",
+        "--data-dir",
+        data_dir,
+        "--format",
+        "csv",
+        "-e",
+        LOG_IDS,
+    ];
+    let read = parse_ids(&csv_rows(run_mink_with(&args, &store.env()), LOG_IDS));
+    let what = "mink sql --data-dir after a second lost disk: the log table's ids";
+    assert_exactly(read, acked.ids.iter().copied(), what);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
