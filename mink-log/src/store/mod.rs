@@ -70,6 +70,7 @@ mod writer;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -101,6 +102,45 @@ pub struct LogStoreConfig {
     pub sync: bool,
     /// Bytes of stream objects the block cache keeps for history reads.
     pub cache_bytes: u64,
+    /// A deliberate crash, for crash tests.
+    pub failpoint: Option<StoreCrash>,
+}
+
+/// A deliberate crash of a node with a log store: at `point`, once the process has passed
+/// it `skip` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreCrash {
+    /// Where.
+    pub point: StoreFailpoint,
+    /// How many times the process passes the point before it crashes there.
+    pub skip: u64,
+}
+
+impl StoreCrash {
+    /// Aborts the process at `point` if `crash` is one there and its passes are used up.
+    pub(crate) fn at(crash: Option<Self>, point: StoreFailpoint) {
+        static PASSED: AtomicU64 = AtomicU64::new(0);
+        if let Some(crash) = crash.filter(|crash| crash.point == point)
+            && PASSED.fetch_add(1, Ordering::Relaxed) >= crash.skip
+        {
+            tracing::warn!(failpoint = ?point, passed = crash.skip, "failpoint: aborting the process");
+            std::process::abort();
+        }
+    }
+}
+
+/// Where a node with a log store deliberately crashes, so tests can check what a restart
+/// makes of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreFailpoint {
+    /// Abort once a WAL object is in the store, before it is synced (on `file://`) or
+    /// anyone is told: mid-upload.
+    AbortMidWalUpload,
+    /// Abort once a WAL object is durable, before its writes are acknowledged.
+    AbortAfterWalUpload,
+    /// Abort once a stream object is in the store, before its bucket, the checkpoints or
+    /// the local segment's removal know of it.
+    AbortAfterStreamUpload,
 }
 
 impl LogStoreConfig {
@@ -112,6 +152,7 @@ impl LogStoreConfig {
             batch_bytes: DEFAULT_BATCH_BYTES,
             sync: true,
             cache_bytes: DEFAULT_CACHE_BYTES,
+            failpoint: None,
             url,
         }
     }
@@ -192,6 +233,7 @@ impl LogStore {
             interval: config.interval,
             batch_bytes: config.batch_bytes,
             sync: config.sync,
+            failpoint: config.failpoint,
         };
         let coverage = Arc::new(Mutex::new(opened.coverage));
         let entered = runtime.enter();
@@ -201,7 +243,7 @@ impl LogStore {
             pacing,
             Arc::clone(&coverage),
         );
-        let uploader = Uploader::start(location.clone(), Arc::clone(&coverage));
+        let uploader = Uploader::start(location.clone(), Arc::clone(&coverage), config.failpoint);
         drop(entered);
         Ok(Arc::new(Self {
             url: config.url,

@@ -24,6 +24,7 @@ use super::coverage::{self, Coverage};
 use super::location::Location;
 use super::open::{blocking, create};
 use super::stream::{self, StreamObject};
+use super::{StoreCrash, StoreFailpoint};
 use crate::Shared;
 use crate::error::{LogError, Result};
 use crate::segment::{self, FrameHeader};
@@ -66,9 +67,13 @@ pub(crate) struct Uploader {
 impl Uploader {
     /// Starts the uploader on the current runtime, recording in `coverage` what each
     /// stream object covers and making the checkpoints that follows.
-    pub(crate) fn start(location: Location, coverage: Arc<Mutex<Coverage>>) -> Self {
+    pub(crate) fn start(
+        location: Location,
+        coverage: Arc<Mutex<Coverage>>,
+        failpoint: Option<StoreCrash>,
+    ) -> Self {
         let (jobs, queue) = mpsc::unbounded_channel();
-        tokio::spawn(run(location, coverage, queue));
+        tokio::spawn(run(location, coverage, failpoint, queue));
         Self { jobs }
     }
 
@@ -83,6 +88,7 @@ impl Uploader {
 async fn run(
     location: Location,
     coverage: Arc<Mutex<Coverage>>,
+    failpoint: Option<StoreCrash>,
     mut queue: mpsc::UnboundedReceiver<Job>,
 ) {
     let mut retired: VecDeque<(Instant, PathBuf, i64)> = VecDeque::new();
@@ -99,6 +105,7 @@ async fn run(
             None => {}
             Some(Job::Seal(sealed)) => {
                 if let Some(end) = seal(&location, &sealed).await {
+                    StoreCrash::at(failpoint, StoreFailpoint::AbortAfterStreamUpload);
                     let object = Covered::StreamObject(sealed.base, end);
                     checkpoint(&location, &coverage, &sealed.key, object).await;
                     retired.push_back((Instant::now() + GRACE, sealed.dir, sealed.base));

@@ -38,6 +38,7 @@ use tracing::error;
 use super::coverage::Coverage;
 use super::location::Location;
 use super::wal::{self, Section};
+use super::{StoreCrash, StoreFailpoint};
 use crate::error::{LogError, Result};
 
 /// Most groups waiting for the writer before appenders wait to hand theirs over.
@@ -64,6 +65,7 @@ pub(crate) struct Pacing {
     pub(crate) interval: Duration,
     pub(crate) batch_bytes: u64,
     pub(crate) sync: bool,
+    pub(crate) failpoint: Option<StoreCrash>,
 }
 
 impl WalWriter {
@@ -180,6 +182,9 @@ impl Task {
             .store
             .put_opts(&path, PutPayload::from(object), create)
             .await;
+        if put.is_ok() {
+            StoreCrash::at(self.pacing.failpoint, StoreFailpoint::AbortMidWalUpload);
+        }
         let local = self.location.local_file(&path);
         let outcome = match (put, local) {
             (Ok(_), None) => Ok(()),
@@ -195,7 +200,10 @@ impl Task {
             ))),
         };
         match &outcome {
-            Ok(()) => self.seq += 1,
+            Ok(()) => {
+                StoreCrash::at(self.pacing.failpoint, StoreFailpoint::AbortAfterWalUpload);
+                self.seq += 1;
+            }
             Err(error) => {
                 error!(%error, "the log store's writer stops");
                 self.stopped = Some(error.for_another_waiter());

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use datafusion_execution::memory_pool::{MemoryPool, UnboundedMemoryPool};
 use mink_kv::KvConfig;
 use mink_lake::LakeConfig;
-use mink_log::{LogConfig, LogStoreConfig};
+use mink_log::{LogConfig, LogStoreConfig, StoreCrash, StoreFailpoint};
 
 /// How a node is run.
 #[derive(Debug, Clone)]
@@ -67,13 +67,20 @@ pub enum Failpoint {
     /// Abort the process after an expiry's Iceberg commit, before mink forgets the expired
     /// snapshots and deletes their files.
     AbortAfterExpiryCommit,
+    /// With a log store: a crash at one of its points ([`StoreCrash`]).
+    Store(StoreCrash),
 }
 
 impl Failpoint {
     /// Parses `MINK_FAILPOINT` values (`abort-before-lake-commit`,
     /// `abort-after-lake-commit`, `abort-before-compaction-commit`, `abort-after-compaction-commit`,
-    /// `abort-during-create-table`, `abort-after-expiry-commit`).
+    /// `abort-during-create-table`, `abort-after-expiry-commit`; with a log store
+    /// `abort-mid-wal-upload`, `abort-after-wal-upload`, `abort-after-stream-upload`, each
+    /// optionally `@N`: once the point was passed N times).
     pub fn parse(text: &str) -> Option<Self> {
+        if let Some(crash) = parse_store_crash(text) {
+            return Some(Self::Store(crash));
+        }
         match text {
             "abort-before-lake-commit" => Some(Self::AbortBeforeLakeCommit),
             "abort-after-lake-commit" => Some(Self::AbortAfterLakeCommit),
@@ -84,6 +91,21 @@ impl Failpoint {
             _ => None,
         }
     }
+}
+
+/// A log store's crash point, `POINT[@N]` (N: the passes before the crash, default 0).
+fn parse_store_crash(text: &str) -> Option<StoreCrash> {
+    let (point, skip) = match text.split_once('@') {
+        Some((point, skip)) => (point, skip.parse().ok()?),
+        None => (text, 0),
+    };
+    let point = match point {
+        "abort-mid-wal-upload" => StoreFailpoint::AbortMidWalUpload,
+        "abort-after-wal-upload" => StoreFailpoint::AbortAfterWalUpload,
+        "abort-after-stream-upload" => StoreFailpoint::AbortAfterStreamUpload,
+        _ => return None,
+    };
+    Some(StoreCrash { point, skip })
 }
 
 impl NodeConfig {

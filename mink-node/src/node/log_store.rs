@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use mink_log::{LogStore, LogStoreConfig};
 
-use super::NodeConfig;
+use super::{Failpoint, NodeConfig};
 use crate::error::{NodeError, Result};
 
 /// The file a data directory remembers its log store's URL in.
@@ -30,7 +30,7 @@ pub(super) async fn open(config: &NodeConfig) -> Result<Option<Arc<LogStore>>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e.into()),
     };
-    let chosen = match (&config.log_store, &remembered) {
+    let mut chosen = match (&config.log_store, &remembered) {
         (Some(given), Some(url)) if &given.url != url => {
             return Err(NodeError::InvalidArgument(format!(
                 "data directory {} keeps its log in {url}, not in {}",
@@ -52,6 +52,9 @@ pub(super) async fn open(config: &NodeConfig) -> Result<Option<Arc<LogStore>>> {
              given to a new data directory",
             data_dir.display()
         )));
+    }
+    if let Some(Failpoint::Store(failpoint)) = config.failpoint {
+        chosen.failpoint = Some(failpoint);
     }
     let url = chosen.url.clone();
     let store = LogStore::open(chosen, &log_root, config.log.segment_bytes).await?;
@@ -96,10 +99,15 @@ mod tests {
             tempfile::tempdir().unwrap(),
         );
         std::fs::create_dir_all(data.path().join("log")).unwrap();
-        let opened = open(&config(data.path(), Some(store.path()))).await.unwrap();
+        let opened = open(&config(data.path(), Some(store.path())))
+            .await
+            .unwrap();
         assert_eq!(opened.unwrap().epoch(), 1);
         let remembered = open(&config(data.path(), None)).await.unwrap().unwrap();
-        assert_eq!(remembered.url(), format!("file://{}", store.path().display()));
+        assert_eq!(
+            remembered.url(),
+            format!("file://{}", store.path().display())
+        );
         assert_eq!(remembered.epoch(), 2);
         let error = open(&config(data.path(), Some(other.path())))
             .await
@@ -115,7 +123,9 @@ mod tests {
         std::fs::create_dir_all(&bucket).unwrap();
         std::fs::write(bucket.join("00000000000000000000.log"), b"").unwrap();
         assert!(open(&config(data.path(), None)).await.unwrap().is_none());
-        open(&config(data.path(), Some(store.path()))).await.unwrap();
+        open(&config(data.path(), Some(store.path())))
+            .await
+            .unwrap();
 
         let (data, store) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let bucket = data.path().join("log/t1/b0");

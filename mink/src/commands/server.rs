@@ -242,7 +242,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     config.lake = Some(lake.clone());
     if let Ok(failpoint) = std::env::var("MINK_FAILPOINT") {
         config.failpoint = Some(Failpoint::parse(&failpoint).ok_or_else(|| {
-            CliError::Usage(format!("unknown MINK_FAILPOINT '{failpoint}' (known: abort-before-lake-commit, abort-after-lake-commit)"))
+            CliError::Usage(format!("unknown MINK_FAILPOINT '{failpoint}' (known: abort-before-lake-commit, abort-after-lake-commit, abort-before-compaction-commit, abort-after-compaction-commit, abort-during-create-table, abort-after-expiry-commit, abort-mid-wal-upload, abort-after-wal-upload, abort-after-stream-upload, the last three with an optional @N)"))
         })?);
     }
     let node = Node::open(config).await?;

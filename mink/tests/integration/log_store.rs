@@ -477,9 +477,8 @@ fn copy_data_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Checks that the union reads of every bucket of `table` find each of `acked` once and
-/// nothing else.
-async fn check_ids(client: &MinkClient, table: &TableDescriptor, acked: &[i64], what: &str) {
+/// The ids the union reads of every bucket of `table` find.
+async fn union_ids(client: &MinkClient, table: &TableDescriptor) -> Vec<i64> {
     let mut ids = Vec::new();
     for bucket in 0..table.bucket_num {
         let answer = client
@@ -487,6 +486,13 @@ async fn check_ids(client: &MinkClient, table: &TableDescriptor, acked: &[i64], 
             .await;
         ids.extend(first_column_ids(&answer.expect("union").batches));
     }
+    ids
+}
+
+/// Checks that the union reads of every bucket of `table` find each of `acked` once and
+/// nothing else.
+async fn check_ids(client: &MinkClient, table: &TableDescriptor, acked: &[i64], what: &str) {
+    let ids = union_ids(client, table).await;
     assert_exactly(ids, acked.iter().copied(), what);
 }
 
@@ -641,6 +647,70 @@ async fn a_torn_wal_object_is_skipped_by_every_later_start() {
         )
         .await;
         write_ids(&client, &table, start * 100..start * 100 + 100, &mut acked).await;
+        server.kill();
+    }
+}
+
+/// The store's crash points (`MINK_FAILPOINT`), each reached after `@N` passes.
+const STORE_FAILPOINTS: [&str; 3] = [
+    "abort-mid-wal-upload",
+    "abort-after-wal-upload",
+    "abort-after-stream-upload",
+];
+
+/// A node crashed at each of the store's failpoints, after a random number of passes,
+/// keeps every write it acknowledged, once, and nothing it was not sent; of a write cut
+/// short, the part a bucket committed may stay. Each next start reads the store back and
+/// writes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_at_the_stores_failpoints_lose_nothing_acknowledged() {
+    let seed = seed("crashes_at_the_stores_failpoints_lose_nothing_acknowledged");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let store = Store::local();
+    let dir = tempfile::tempdir().expect("dir");
+    let segments = ["--log-segment-size", "4KiB"];
+    let server = store.start_new(dir.path(), &segments);
+    let (_, table, mut acked) = create_and_write(&server, "crashes", 0..100).await;
+    server.kill();
+    let mut next = 100;
+    for point in STORE_FAILPOINTS {
+        let failpoint = format!("{point}@{}", rng.random_range(0..6));
+        let env = [("MINK_FAILPOINT", failpoint.as_str())];
+        let mut sent = Vec::new();
+        // A start may crash while opening (its rebuilt segments are uploaded then).
+        if let Some(mut server) = ServerProcess::try_start_with(dir.path(), &segments, &env) {
+            let client = MinkClient::connect(&server.addr).await.expect("connect");
+            while server.is_running() {
+                assert!(next < 100_000, "{failpoint}: never reached");
+                let ids: Vec<i64> = (next..next + 20).collect();
+                next += 20;
+                match client.write(&table, &events(&table, &ids)).await {
+                    Ok(_) => acked.extend(ids),
+                    Err(_) => sent.extend(ids),
+                }
+            }
+        }
+        let server = store.restart(dir.path(), &segments);
+        let client = MinkClient::connect(&server.addr).await.expect("connect");
+        let ids = union_ids(&client, &table).await;
+        let read: BTreeSet<i64> = ids.iter().copied().collect();
+        assert_eq!(read.len(), ids.len(), "{failpoint}: a row read twice");
+        let missing: Vec<&i64> = acked.iter().filter(|id| !read.contains(id)).collect();
+        assert!(
+            missing.is_empty(),
+            "{failpoint}: acknowledged ids lost: {missing:?}"
+        );
+        let unsent: Vec<&i64> = read
+            .iter()
+            .filter(|id| !acked.contains(id) && !sent.contains(id))
+            .collect();
+        assert!(
+            unsent.is_empty(),
+            "{failpoint}: ids never written: {unsent:?}"
+        );
+        acked = ids;
+        write_ids(&client, &table, next..next + 20, &mut acked).await;
+        next += 20;
         server.kill();
     }
 }

@@ -33,6 +33,21 @@ impl ServerProcess {
     /// Like [`ServerProcess::start`], with extra arguments and environment variables (a
     /// login only where `env` gives one).
     pub(crate) fn start_with(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn(Self::command(data_dir, args, env), args)
+    }
+
+    /// Like [`ServerProcess::start_with`], for a start that may end before it serves (a
+    /// crash point reached while opening): `None` then.
+    pub(crate) fn try_start_with(
+        data_dir: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Option<Self> {
+        Self::try_spawn(Self::command(data_dir, args, env), args)
+    }
+
+    /// `mink server` over `data_dir` on loopback ports it chooses, with `args` and `env`.
+    fn command(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_mink"));
         command
             .args([
@@ -48,7 +63,7 @@ impl ServerProcess {
             .env_remove("MINK_SQL_USER")
             .env_remove("MINK_SQL_PASSWORD")
             .envs(env.iter().copied());
-        Self::spawn(command, args)
+        command
     }
 
     /// The `grpc://` URI of its Flight SQL endpoint.
@@ -115,7 +130,12 @@ impl ServerProcess {
     }
 
     /// Spawns `command` and reads the address of each port its `args` ask for.
-    fn spawn(mut command: Command, args: &[&str]) -> Self {
+    fn spawn(command: Command, args: &[&str]) -> Self {
+        Self::try_spawn(command, args).expect("mink server ended before it served")
+    }
+
+    /// [`ServerProcess::spawn`]; `None` when the process ends before it serves.
+    fn try_spawn(mut command: Command, args: &[&str]) -> Option<Self> {
         let mut child = command
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
@@ -131,15 +151,19 @@ impl ServerProcess {
         let iceberg_rest_addr = args
             .contains(&"--iceberg-rest-listen")
             .then(|| address("mink Iceberg REST listening on "));
+        let (Some(addr), Some(sql_addr)) = (addr, sql_addr) else {
+            let _ = child.wait();
+            return None;
+        };
         // Keep draining stdout so the child never blocks on (or dies of) a closed pipe.
         std::thread::spawn(move || for _ in stdout.lines() {});
-        Self {
+        Some(Self {
             child,
             addr,
             sql_addr,
-            kafka_addr,
-            iceberg_rest_addr,
-        }
+            kafka_addr: kafka_addr.flatten(),
+            iceberg_rest_addr: iceberg_rest_addr.flatten(),
+        })
     }
 
     /// `kill -9`.
@@ -191,14 +215,20 @@ fn rss_kib_of(child: &Child) -> u64 {
         .expect("VmRSS")
 }
 
-/// The address on the next line of a process's `stdout`, after `prefix`.
-fn listening_address(stdout: &mut impl BufRead, prefix: &str) -> String {
+/// The address on the next line of a process's `stdout`, after `prefix`; `None` when the
+/// process ended first.
+fn listening_address(stdout: &mut impl BufRead, prefix: &str) -> Option<String> {
     let mut line = String::new();
     stdout.read_line(&mut line).expect("read a line");
-    line.trim()
-        .strip_prefix(prefix)
-        .unwrap_or_else(|| panic!("expected '{prefix}...', got {line:?}"))
-        .to_string()
+    if line.is_empty() {
+        return None;
+    }
+    let address = line.trim().strip_prefix(prefix);
+    Some(
+        address
+            .unwrap_or_else(|| panic!("expected '{prefix}...', got {line:?}"))
+            .to_string(),
+    )
 }
 
 /// A `mink worker` process.
@@ -233,7 +263,8 @@ impl WorkerProcess {
             .spawn()
             .expect("start mink worker");
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let addr = listening_address(&mut stdout, "mink worker listening on ");
+        let addr = listening_address(&mut stdout, "mink worker listening on ")
+            .expect("mink worker ended before it served");
         std::thread::spawn(move || for _ in stdout.lines() {});
         Self { child, addr }
     }
