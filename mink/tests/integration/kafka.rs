@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::process::{ServerProcess, run_mink};
 use crate::python::python;
-use crate::support::{TestNode, events, events_table};
+use crate::support::{LOST_DISK, TestNode, events, events_table, file_store_url, remove_dirs};
 
 const CLIENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/kafka_clients.py");
 
@@ -45,7 +45,19 @@ fn kafka_server(
     listen: &str,
     env: &[(&str, &str)],
 ) -> (ServerProcess, String) {
-    let server = ServerProcess::start_with(dir, &["--kafka-listen", listen], env);
+    kafka_server_with(dir, listen, &[], env)
+}
+
+/// [`kafka_server`] with more arguments.
+fn kafka_server_with(
+    dir: &std::path::Path,
+    listen: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (ServerProcess, String) {
+    let mut all = vec!["--kafka-listen", listen];
+    all.extend(args);
+    let server = ServerProcess::start_with(dir, &all, env);
     let bootstrap = server.kafka_addr.clone().expect("a Kafka listener");
     (server, bootstrap)
 }
@@ -407,9 +419,29 @@ async fn a_fetch_below_log_start_is_out_of_range() {
 
 #[test]
 fn an_idempotent_producer_loses_and_repeats_nothing_across_a_kill() {
+    idempotent_producer_across_a_kill(None);
+}
+
+/// The same with the log in a store on the local file system, and the disk lost with the
+/// kill (`log/` and `kv/`): the producers' ids and sequence numbers are in the rebuilt log.
+#[test]
+fn an_idempotent_producer_loses_and_repeats_nothing_across_a_lost_disk() {
+    let store = tempfile::tempdir().expect("store dir");
+    idempotent_producer_across_a_kill(Some(store.path()));
+}
+
+/// An idempotent producer sends 3000 records while the server is killed (`kill -9`) after
+/// 500 are acknowledged and restarted; with a `store`, the server keeps its log there and
+/// loses its disk with the kill.
+fn idempotent_producer_across_a_kill(store: Option<&std::path::Path>) {
     let dir = tempfile::tempdir().expect("temp dir");
     let listen = format!("127.0.0.1:{}", free_port());
-    let (server, bootstrap) = kafka_server(dir.path(), &listen, &[]);
+    let store_url = store.map(file_store_url);
+    let store_args: Vec<&str> = match &store_url {
+        Some(url) => vec!["--log-store", url, "--log-segment-size", "4KiB"],
+        None => vec![],
+    };
+    let (server, bootstrap) = kafka_server_with(dir.path(), &listen, &store_args, &[]);
     sql(&server, &["CREATE TABLE counted (\"value\" BIGINT)"], &[]);
     let count = 3000;
     let mut producer = Command::new(python())
@@ -431,6 +463,9 @@ fn an_idempotent_producer_loses_and_repeats_nothing_across_a_kill() {
         }
     }
     server.kill();
+    if store.is_some() {
+        remove_dirs(dir.path(), &LOST_DISK);
+    }
     std::thread::sleep(Duration::from_millis(300));
     let (server, _) = kafka_server(dir.path(), &listen, &[]);
     let mut rest = String::new();
