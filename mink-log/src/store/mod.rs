@@ -61,6 +61,7 @@ mod blocks;
 mod coverage;
 mod location;
 mod open;
+mod pack;
 mod rebuild;
 mod stream;
 mod uploader;
@@ -243,7 +244,12 @@ impl LogStore {
             pacing,
             Arc::clone(&coverage),
         );
-        let uploader = Uploader::start(location.clone(), Arc::clone(&coverage), config.failpoint);
+        let uploader = Uploader::start(
+            location.clone(),
+            opened.epoch,
+            Arc::clone(&coverage),
+            config.failpoint,
+        );
         drop(entered);
         Ok(Arc::new(Self {
             url: config.url,
@@ -326,8 +332,9 @@ impl LogStore {
         object: &StreamObject,
         range: std::ops::Range<u64>,
     ) -> Result<Bytes> {
-        let (segment, blocks) = (object.segment.clone(), Arc::clone(&self.blocks));
-        self.wait_for(async move { blocks.read(&segment, range).await })
+        let (stored, blocks) = (object.object.clone(), Arc::clone(&self.blocks));
+        let range = object.at + range.start..object.at + range.end;
+        self.wait_for(async move { blocks.read(&stored, range).await })
     }
 
     /// Runs `work` on the store's runtime and waits for its outcome on this thread.

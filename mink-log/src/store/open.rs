@@ -12,8 +12,9 @@ use tracing::{info, warn};
 
 use super::coverage::{self, Coverage, Place};
 use super::location::Location;
+use super::pack;
 use super::rebuild::Rebuild;
-use super::stream::{self, StreamObject};
+use super::stream::{self, Placed, StreamObject};
 use super::wal::{self, WalObject};
 use crate::error::{LogError, Result};
 use crate::segment::FrameHeader;
@@ -161,37 +162,55 @@ async fn find_starts(location: &Location) -> Result<HashMap<String, i64>> {
     Ok(starts)
 }
 
-/// Every bucket's chain of stream objects ([`stream::chain`]) after its recorded start,
-/// with their frames.
+/// Every bucket's chain of stream objects ([`stream::chain`]), of its own and in packs,
+/// after its recorded start, with their frames.
 async fn find_streams(
     location: &Location,
     starts: &HashMap<String, i64>,
 ) -> Result<HashMap<String, Streamed>> {
-    // Per bucket key, its objects: their offsets, path and size.
-    type Listed = Vec<((i64, i64), (StorePath, u64))>;
-    let mut by_key: HashMap<String, Listed> = HashMap::new();
+    // Per bucket key, the stream objects that may be read: their offsets and places.
+    type Candidates = Vec<((i64, i64), Placed)>;
+    let mut by_key: HashMap<String, Candidates> = HashMap::new();
+    let mut candidate = |key: String, offsets: (i64, i64), placed: Placed| {
+        if offsets.1 > starts.get(&key).copied().unwrap_or(i64::MIN) {
+            by_key.entry(key).or_default().push((offsets, placed));
+        }
+    };
     for object in list_bucket_objects(location, "streams").await? {
-        let start = starts.get(&object.key).copied().unwrap_or(i64::MIN);
-        match stream::parse_name(&object.name) {
-            Some(offsets) if offsets.1 <= start => {}
-            Some(offsets) => by_key
-                .entry(object.key)
-                .or_default()
-                .push((offsets, (object.path, object.size))),
-            None => warn!(object = %object.path, "not a stream object; left alone"),
+        let Some(offsets) = stream::parse_name(&object.name) else {
+            warn!(object = %object.path, "not a stream object; left alone");
+            continue;
+        };
+        let placed = Placed {
+            path: object.path,
+            object_len: object.size,
+            at: 0,
+            len: object.size,
+        };
+        candidate(object.key, offsets, placed);
+    }
+    for (path, size) in list_packs(location).await? {
+        for entry in pack::directory(location.store.as_ref(), &path, size).await? {
+            let placed = Placed {
+                path: path.clone(),
+                object_len: size,
+                at: entry.at,
+                len: entry.len,
+            };
+            candidate(entry.key, entry.offsets, placed);
         }
     }
     let mut streamed = HashMap::new();
     for (key, objects) in by_key {
         let mut chain = Vec::new();
-        for (from, offsets, (path, size)) in stream::chain(objects) {
+        for (from, offsets, placed) in stream::chain(objects) {
             let (object, mut frames) =
-                stream::open(location.store.as_ref(), path, size, offsets).await?;
+                stream::open(location.store.as_ref(), placed, offsets).await?;
             frames.retain(|frame| frame.base_offset >= from);
             if frames.first().map(|frame| frame.base_offset) != Some(from) {
                 return Err(LogError::Corrupt(format!(
-                    "stream object {} has no batch starting at offset {from}",
-                    object.segment.path
+                    "stream object {} at {} has no batch starting at offset {from}",
+                    object.object.path, object.at
                 )));
             }
             chain.push((Arc::new(object), frames));
@@ -199,6 +218,21 @@ async fn find_streams(
         streamed.insert(key, chain);
     }
     Ok(streamed)
+}
+
+/// Every pack in the store, with its size.
+async fn list_packs(location: &Location) -> Result<Vec<(StorePath, u64)>> {
+    use futures::TryStreamExt as _;
+    let listed: Vec<_> = location
+        .store
+        .list(Some(&location.path(["packs"])))
+        .try_collect()
+        .await
+        .map_err(|e| store_error("listing the log store's packs", e))?;
+    Ok(listed
+        .into_iter()
+        .map(|object| (object.location, object.size))
+        .collect())
 }
 
 /// The numbers named under `dir` (`epochs`), ascending.

@@ -27,12 +27,24 @@ const FOOTER_LEN: u64 = 16;
 /// A stream object of a bucket: the offsets it holds and where its segment bytes are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StreamObject {
-    /// Its segment bytes (the object less its index and footer).
-    pub(crate) segment: CachedObject,
+    /// The object in the store holding it: its own, or a pack.
+    pub(crate) object: CachedObject,
+    /// Where its segment bytes start in that object.
+    pub(crate) at: u64,
     /// The offset of its first row.
     pub(crate) base: i64,
     /// The offset after its last row.
     pub(crate) end: i64,
+}
+
+/// Where a stream object's bytes are: `len` bytes from `at` in the object `path` of
+/// `object_len` bytes (all of it, for one that is not in a pack).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Placed {
+    pub(crate) path: StorePath,
+    pub(crate) object_len: u64,
+    pub(crate) at: u64,
+    pub(crate) len: u64,
 }
 
 /// The name of a stream object, after the bucket's `prefix` (`streams/<key>`).
@@ -63,42 +75,46 @@ pub(crate) fn encode(segment: &[u8], frames: &[FrameHeader]) -> Bytes {
     Bytes::from(out)
 }
 
-/// Reads the index of the stream object at `path` of `size` bytes, named for offsets
-/// `base..end`: the object and its frames.
+/// Reads the index of the stream object `placed`, named for offsets `base..end`: the
+/// object and its frames.
 ///
 /// # Errors
-/// The store failed, or the object is not a stream object of those offsets.
+/// The store failed, or the bytes are not a stream object of those offsets.
 pub(crate) async fn open(
     store: &dyn ObjectStore,
-    path: StorePath,
-    size: u64,
+    placed: Placed,
     (base, end): (i64, i64),
 ) -> Result<(StreamObject, Vec<FrameHeader>)> {
-    let corrupt = |what: &str| LogError::Corrupt(format!("stream object {path}: {what}"));
-    let read = |range: std::ops::Range<u64>| store.get_range(&path, range);
-    let footer = read(
-        size.checked_sub(FOOTER_LEN)
-            .ok_or_else(|| corrupt("too short"))?..size,
-    )
-    .await
-    .map_err(|e| LogError::Store(format!("reading {path}: {e}")))?;
+    let Placed {
+        path,
+        object_len,
+        at,
+        len,
+    } = placed;
+    let corrupt = |what: &str| LogError::Corrupt(format!("stream object {path} at {at}: {what}"));
+    let read =
+        |range: std::ops::Range<u64>| store.get_range(&path, at + range.start..at + range.end);
+    let store_error = |e: object_store::Error| LogError::Store(format!("reading {path}: {e}"));
+    let footer_at = len
+        .checked_sub(FOOTER_LEN)
+        .ok_or_else(|| corrupt("too short"))?;
+    let footer = read(footer_at..len).await.map_err(store_error)?;
     let (index_len, magic) = footer.split_at(8);
     let index_len = u64::from_le_bytes(index_len.try_into().expect("8 bytes"));
-    let segment_len = (size - FOOTER_LEN)
+    let segment_len = footer_at
         .checked_sub(index_len)
         .filter(|_| magic == MAGIC)
         .ok_or_else(|| corrupt("no valid footer"))?;
-    let index = read(segment_len..size - FOOTER_LEN)
-        .await
-        .map_err(|e| LogError::Store(format!("reading {path}: {e}")))?;
+    let index = read(segment_len..footer_at).await.map_err(store_error)?;
     let frames = segment::decode_index(&index, base, segment_len)
         .filter(|frames| frames.last().map(|f| f.last_offset() + 1) == Some(end))
         .ok_or_else(|| corrupt("its index does not check out against its name"))?;
     let object = StreamObject {
-        segment: CachedObject {
-            path: path.clone(),
-            len: segment_len,
+        object: CachedObject {
+            path,
+            len: object_len,
         },
+        at,
         base,
         end,
     };

@@ -13,7 +13,11 @@ use crate::tests::ids;
 use crate::{LogConfig, LogTablet, Write, WriteOp};
 
 fn store_config(store: &Path) -> LogStoreConfig {
-    LogStoreConfig::new(format!("file://{}", store.display()))
+    LogStoreConfig::new(file_store_url(store))
+}
+
+fn file_store_url(store: &Path) -> String {
+    format!("file://{}", store.display())
 }
 
 fn log_config(store: &Arc<LogStore>) -> LogConfig {
@@ -379,4 +383,78 @@ async fn what_retention_removed_stays_removed_after_a_restart() {
     assert_eq!(log.offsets(), (log_start, end));
     let read = ids(&log.read(log_start, u64::MAX).await.unwrap());
     assert_eq!(read, written[log_start as usize..]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_segments_of_many_buckets_go_up_in_packs_and_read_back() {
+    let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let table = table(&[]);
+    let buckets: Vec<String> = (0..6).map(|b| format!("t1/b{b}")).collect();
+    let open_all = |store: &Arc<LogStore>, disk: &Path| -> Vec<LogTablet> {
+        let open =
+            |key: &String| LogTablet::open(key.clone(), &disk.join(key), log_config(store), None);
+        buckets.iter().map(|key| open(key).unwrap()).collect()
+    };
+    // One segment per bucket: nothing is sealed while writing.
+    let config = LogStoreConfig::new(file_store_url(store_dir.path()));
+    let store = LogStore::open(config.clone(), disk.path(), 1 << 20)
+        .await
+        .unwrap();
+    let logs: Vec<LogTablet> = buckets
+        .iter()
+        .map(|key| {
+            let config = LogConfig {
+                segment_bytes: 1 << 20,
+                ..log_config(&store)
+            };
+            LogTablet::open(key.clone(), &disk.path().join(key), config, None).unwrap()
+        })
+        .collect();
+    let written: Vec<Vec<i64>> = (0..12).map(|i| vec![i]).collect();
+    for log in &logs {
+        for ids in &written {
+            write(log, &table, WriteOp::Append(rows(&table, ids, "x"))).await;
+        }
+    }
+    drop((logs, store));
+
+    // A lost disk: the logs are rebuilt in 256-byte segments, all sealed at once, and
+    // go up together.
+    let lost = tempfile::tempdir().unwrap();
+    let store = LogStore::open(config.clone(), lost.path(), 256)
+        .await
+        .unwrap();
+    let logs = open_all(&store, lost.path());
+    let packs = store_dir.path().join("packs");
+    for _ in 0..500 {
+        if logs
+            .iter()
+            .all(|log| log.shared.read_state().streamed.len() > 1)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let packed = std::fs::read_dir(&packs)
+        .map(|dir| dir.count())
+        .unwrap_or(0);
+    assert!(packed > 0, "no pack in {}", packs.display());
+    for log in &logs {
+        let state = log.shared.read_state();
+        assert!(
+            state
+                .streamed
+                .values()
+                .any(|object| object.object.path.as_ref().starts_with("packs/"))
+        );
+    }
+    drop((logs, store));
+
+    // Another lost disk: the history comes from the packs.
+    let again = tempfile::tempdir().unwrap();
+    let store = LogStore::open(config, again.path(), 256).await.unwrap();
+    for log in open_all(&store, again.path()) {
+        assert!(!log.shared.read_state().streamed.is_empty());
+        assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), written);
+    }
 }

@@ -5,15 +5,18 @@
 //! (`starts/<key>/<offset>`, created only; the furthest holds), so a restart does not
 //! bring back what `log.ttl` removed.
 //!
-//! Uploads run one at a time, in the order segments are sealed. One that fails is retried,
-//! with a growing pause, until it succeeds or its bucket is gone: meanwhile the segment is
-//! read locally, and a restart reads its frames from the WAL objects.
+//! Uploads run one at a time, in the order segments are sealed. Small segments sealed
+//! together (quiet buckets sealing by age, a rebuilt log's segments at an open) go in one
+//! pack (the `pack` module). An upload that fails is retried, with a growing pause, until
+//! it succeeds or its buckets are gone: meanwhile the segments are read locally, and a
+//! restart reads their frames from the WAL objects.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use bytes::Bytes;
 use object_store::path::Path as StorePath;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -23,6 +26,7 @@ use super::blocks::CachedObject;
 use super::coverage::{self, Coverage};
 use super::location::Location;
 use super::open::{blocking, create};
+use super::pack;
 use super::stream::{self, StreamObject};
 use super::{StoreCrash, StoreFailpoint};
 use crate::Shared;
@@ -69,11 +73,20 @@ impl Uploader {
     /// stream object covers and making the checkpoints that follows.
     pub(crate) fn start(
         location: Location,
+        epoch: u64,
         coverage: Arc<Mutex<Coverage>>,
         failpoint: Option<StoreCrash>,
     ) -> Self {
         let (jobs, queue) = mpsc::unbounded_channel();
-        tokio::spawn(run(location, coverage, failpoint, queue));
+        let task = Task {
+            location,
+            epoch,
+            packs: 0,
+            coverage,
+            failpoint,
+            retired: VecDeque::new(),
+        };
+        tokio::spawn(task.run(queue));
         Self { jobs }
     }
 
@@ -85,69 +98,246 @@ impl Uploader {
     }
 }
 
-async fn run(
+/// The uploader's task.
+struct Task {
     location: Location,
+    epoch: u64,
+    /// Packs made so far (the next one's number).
+    packs: u64,
     coverage: Arc<Mutex<Coverage>>,
     failpoint: Option<StoreCrash>,
-    mut queue: mpsc::UnboundedReceiver<Job>,
-) {
-    let mut retired: VecDeque<(Instant, PathBuf, i64)> = VecDeque::new();
-    loop {
-        let job = tokio::select! {
-            job = queue.recv() => match job {
+    /// Local segments in the store, with when their grace is over.
+    retired: VecDeque<(Instant, PathBuf, i64)>,
+}
+
+/// A sealed segment read back, as the stream object it becomes.
+struct Ready {
+    sealed: Sealed,
+    end: i64,
+    bytes: Bytes,
+}
+
+impl Task {
+    async fn run(mut self, mut queue: mpsc::UnboundedReceiver<Job>) {
+        let mut later: VecDeque<Job> = VecDeque::new();
+        loop {
+            let job = match later.pop_front() {
                 Some(job) => Some(job),
-                None => return,
-            },
-            () = tokio::time::sleep(GRACE) => None,
-        };
-        remove_retired(&mut retired).await;
-        match job {
-            None => {}
-            Some(Job::Seal(sealed)) => {
-                if let Some(end) = seal(&location, &sealed).await {
-                    StoreCrash::at(failpoint, StoreFailpoint::AbortAfterStreamUpload);
-                    let object = Covered::StreamObject(sealed.base, end);
-                    checkpoint(&location, &coverage, &sealed.key, object).await;
-                    retired.push_back((Instant::now() + GRACE, sealed.dir, sealed.base));
-                }
-            }
-            Some(Job::Trim { key, start }) => {
-                let path = bucket_path(&location, "starts", &key, &stream::offset_name(start));
-                // Only a start that is recorded lets a checkpoint pass the frames before.
-                match create_in_dir(&location, &path).await {
-                    Ok(_) => checkpoint(&location, &coverage, &key, Covered::Start(start)).await,
-                    Err(error) => {
-                        warn!(bucket = key, start, %error, "recording a log start failed")
+                None => tokio::select! {
+                    job = queue.recv() => match job {
+                        Some(job) => Some(job),
+                        None => return,
+                    },
+                    () = tokio::time::sleep(GRACE) => None,
+                },
+            };
+            remove_retired(&mut self.retired).await;
+            match job {
+                None => {}
+                Some(Job::Seal(first)) => {
+                    // Every segment sealed meanwhile goes up now, the small ones packed.
+                    let mut sealed = vec![first];
+                    while let Ok(job) = queue.try_recv() {
+                        match job {
+                            Job::Seal(more) => sealed.push(more),
+                            other => later.push_back(other),
+                        }
                     }
+                    self.store(sealed).await;
+                }
+                Some(Job::Trim { key, start }) => self.trim(&key, start).await,
+            }
+        }
+    }
+
+    /// Stores sealed segments: each large one as a stream object of its own, the small
+    /// ones in packs.
+    async fn store(&mut self, sealed: Vec<Sealed>) {
+        let mut small: Vec<Ready> = Vec::new();
+        let mut small_bytes = 0;
+        for sealed in sealed {
+            let Some(ready) = read_back(sealed).await else {
+                continue;
+            };
+            if ready.bytes.len() as u64 >= pack::PACK_BELOW {
+                self.store_alone(ready).await;
+                continue;
+            }
+            small_bytes += ready.bytes.len() as u64;
+            small.push(ready);
+            if small_bytes >= pack::PACK_MAX {
+                self.store_small(std::mem::take(&mut small)).await;
+                small_bytes = 0;
+            }
+        }
+        self.store_small(small).await;
+    }
+
+    /// Stores small segments: packed, unless there is only one.
+    async fn store_small(&mut self, mut small: Vec<Ready>) {
+        match small.len() {
+            0 => {}
+            1 => self.store_alone(small.remove(0)).await,
+            _ => self.store_pack(small).await,
+        }
+    }
+
+    /// Uploads a sealed segment as a stream object of its own, retrying until it is in the
+    /// store or its bucket is gone.
+    async fn store_alone(&mut self, ready: Ready) {
+        let (sealed, end) = (&ready.sealed, ready.end);
+        let path = bucket_path(
+            &self.location,
+            "streams",
+            &sealed.key,
+            &stream::name(sealed.base, end),
+        );
+        let live = || sealed.tablet.strong_count() > 0;
+        let location = &self.location;
+        let stored = retrying(live, || async {
+            make_parent(location, &path).await?;
+            // A name taken holds the same bytes (the stream module's doc).
+            create(location, &path, ready.bytes.clone()).await
+        })
+        .await;
+        if stored.is_some() {
+            let object = CachedObject {
+                path: path.clone(),
+                len: ready.bytes.len() as u64,
+            };
+            self.stored(ready.sealed, object, 0, end).await;
+        }
+    }
+
+    /// Uploads small sealed segments of several buckets as one pack, retrying until it is
+    /// in the store or all their buckets are gone.
+    async fn store_pack(&mut self, small: Vec<Ready>) {
+        let objects: Vec<(String, (i64, i64), Bytes)> = small
+            .iter()
+            .map(|ready| {
+                (
+                    ready.sealed.key.clone(),
+                    (ready.sealed.base, ready.end),
+                    ready.bytes.clone(),
+                )
+            })
+            .collect();
+        let (bytes, entries) = pack::encode(&objects);
+        let live = || {
+            small
+                .iter()
+                .any(|ready| ready.sealed.tablet.strong_count() > 0)
+        };
+        let location = &self.location;
+        let (epoch, packs) = (self.epoch, &mut self.packs);
+        let stored = retrying(live, || {
+            // Each attempt takes a new name: a name is created once.
+            let path = location.path(["packs", &pack::name(epoch, *packs)]);
+            *packs += 1;
+            let bytes = bytes.clone();
+            async move {
+                make_parent(location, &path).await?;
+                match create(location, &path, bytes).await? {
+                    true => Ok(path),
+                    false => Err(LogError::Store(format!("pack {path} exists already"))),
                 }
             }
+        })
+        .await;
+        let Some(path) = stored else {
+            return;
+        };
+        let object = CachedObject {
+            path,
+            len: bytes.len() as u64,
+        };
+        for (ready, entry) in small.into_iter().zip(entries) {
+            self.stored(ready.sealed, object.clone(), entry.at, ready.end)
+                .await;
+        }
+    }
+
+    /// A sealed segment is in the store, `at` bytes into `object`: its tablet reads it
+    /// from there, its frames count as covered, and its local copy goes after the grace.
+    async fn stored(&mut self, sealed: Sealed, object: CachedObject, at: u64, end: i64) {
+        StoreCrash::at(self.failpoint, StoreFailpoint::AbortAfterStreamUpload);
+        if let Some(tablet) = sealed.tablet.upgrade() {
+            let object = StreamObject {
+                object,
+                at,
+                base: sealed.base,
+                end,
+            };
+            tablet.streamed(sealed.base, Arc::new(object));
+        }
+        let covered = Covered::StreamObject(sealed.base, end);
+        checkpoint(&self.location, &self.coverage, &sealed.key, covered).await;
+        self.retired
+            .push_back((Instant::now() + GRACE, sealed.dir, sealed.base));
+    }
+
+    /// Records that `key`'s log starts at `start`; only a start that is recorded lets a
+    /// checkpoint pass the frames before it.
+    async fn trim(&self, key: &str, start: i64) {
+        let path = bucket_path(&self.location, "starts", key, &stream::offset_name(start));
+        match create_in_dir(&self.location, &path).await {
+            Ok(_) => checkpoint(&self.location, &self.coverage, key, Covered::Start(start)).await,
+            Err(error) => warn!(bucket = key, start, %error, "recording a log start failed"),
         }
     }
 }
 
-/// Uploads a sealed segment, retrying until it is in the store or its bucket is gone, and
-/// tells its tablet: the end of the stream object, if one was made.
-async fn seal(location: &Location, sealed: &Sealed) -> Option<i64> {
+/// Runs `attempt` until it succeeds, pausing longer after each failure; gives up (`None`)
+/// once `live` says nothing waits for it any more.
+async fn retrying<T, F: std::future::Future<Output = Result<T>>>(
+    live: impl Fn() -> bool,
+    mut attempt: impl FnMut() -> F,
+) -> Option<T> {
     let mut backoff = Duration::from_millis(100);
-    while sealed.tablet.strong_count() > 0 {
-        match upload(location, sealed).await {
-            Ok(Some(object)) => {
-                let end = object.end;
-                if let Some(tablet) = sealed.tablet.upgrade() {
-                    tablet.streamed(sealed.base, Arc::new(object));
-                }
-                return Some(end);
-            }
-            // Retention removed the segment first: nothing to keep.
-            Ok(None) => return None,
+    while live() {
+        match attempt().await {
+            Ok(done) => return Some(done),
             Err(error) => {
-                warn!(bucket = sealed.key, segment = sealed.base, %error, "uploading a stream object failed; retrying");
+                warn!(%error, "uploading to the log store failed; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
     }
     None
+}
+
+/// Reads a sealed segment back and encodes it as a stream object; `None` if it is gone
+/// (retention removed it first) or cannot be read (it stays local, and a restart reads
+/// its frames from the WAL).
+async fn read_back(sealed: Sealed) -> Option<Ready> {
+    let last = *sealed.frames.last()?;
+    let path = segment::segment_path(&sealed.dir, sealed.base);
+    let bytes = match blocking(move || Ok(std::fs::read(path)?)).await {
+        Ok(bytes) => bytes,
+        Err(LogError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(error) => {
+            warn!(bucket = sealed.key, segment = sealed.base, %error, "reading a sealed segment for the log store failed");
+            return None;
+        }
+    };
+    let segment_len = last.position + last.frame_len();
+    if bytes.len() as u64 != segment_len {
+        warn!(
+            bucket = sealed.key,
+            segment = sealed.base,
+            bytes = bytes.len(),
+            segment_len,
+            "a sealed segment is not as long as its frames; it stays local"
+        );
+        return None;
+    }
+    let bytes = stream::encode(&bytes, &sealed.frames);
+    Some(Ready {
+        end: last.last_offset() + 1,
+        sealed,
+        bytes,
+    })
 }
 
 /// What a job put in the store for a bucket.
@@ -181,46 +371,6 @@ async fn checkpoint(location: &Location, coverage: &Mutex<Coverage>, key: &str, 
         ),
         Err(error) => warn!(%error, "making a log store checkpoint failed"),
     }
-}
-
-/// Uploads a sealed segment as a stream object; `None` if the segment is gone.
-async fn upload(location: &Location, sealed: &Sealed) -> Result<Option<StreamObject>> {
-    let Some(last) = sealed.frames.last() else {
-        return Ok(None);
-    };
-    let end = last.last_offset() + 1;
-    let path = segment::segment_path(&sealed.dir, sealed.base);
-    let bytes = match blocking(move || Ok(std::fs::read(path)?)).await {
-        Ok(bytes) => bytes,
-        Err(LogError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(error),
-    };
-    let segment_len = last.position + last.frame_len();
-    if bytes.len() as u64 != segment_len {
-        return Err(LogError::Corrupt(format!(
-            "sealed segment {} of bucket {} holds {} bytes, its frames {segment_len}",
-            sealed.base,
-            sealed.key,
-            bytes.len()
-        )));
-    }
-    let object = bucket_path(
-        location,
-        "streams",
-        &sealed.key,
-        &stream::name(sealed.base, end),
-    );
-    make_parent(location, &object).await?;
-    // A name taken holds the same bytes (the stream module's doc).
-    create(location, &object, stream::encode(&bytes, &sealed.frames)).await?;
-    Ok(Some(StreamObject {
-        segment: CachedObject {
-            path: object,
-            len: segment_len,
-        },
-        base: sealed.base,
-        end,
-    }))
 }
 
 /// The path of `name` among a bucket's objects of one kind (`streams`, `starts`).
