@@ -18,7 +18,8 @@
 //!   (the `writer` module). Only then does the high watermark move and the writes get
 //!   their acknowledgement. Local segments are a copy of the store, never fsynced.
 //! * **Stream objects.** A segment the bucket seals is uploaded whole with its index as a
-//!   stream object (the `uploader` and `stream` modules); from then on that part of the
+//!   stream object (the `uploader` and `stream` modules; small ones sealed together share
+//!   a pack, the `pack` module); from then on that part of the
 //!   history is read from the store, through the node's block cache with its readahead
 //!   (the `blocks` module), and the local segment goes. The local disk holds the active
 //!   segment and the sealed ones not yet uploaded: history is bounded by the store.
@@ -54,8 +55,8 @@
 //!
 //! Not here: nothing deletes objects from the store (WAL objects behind the checkpoint,
 //! stream objects before a recorded start, a dropped bucket's, fences and old
-//! checkpoints stay: the store's upkeep is the next issue's); a bucket's sealed segment is
-//! always an object of its own, where AutoMQ packs small streams together.
+//! checkpoints stay: the store's upkeep is the next issue's); packs form only from
+//! segments sealed at about the same time.
 
 mod blocks;
 mod coverage;
