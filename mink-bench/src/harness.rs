@@ -6,10 +6,10 @@
 //! Flight protocol) in a [`Scratch`] directory, as its [`NodeArgs`] say. It times each
 //! piece of work with [`measure`] (progress to stderr), repeats what it compares with
 //! [`timed_rounds`] and takes the [`median`], and times calls one by one, after uncounted
-//! warm-up calls, with [`latency`] or, a baseline call before each measured one, with
-//! [`paired_latency`]. Results go to stdout through [`report`]: a label, the figure (a
-//! [`Throughput`] or a [`Latency`]) and its ratios to the baselines measured in the same
-//! run.
+//! warm-up calls, with [`latency`], with [`paired_latency`] (a baseline call before each
+//! measured one) or with [`interleaved_latency`] (several kinds of call taking turns).
+//! Results go to stdout through [`report`]: a label, the figure (a [`Throughput`] or a
+//! [`Latency`]) and its ratios to the baselines measured in the same run.
 //!
 //! The rows come from [`crate::data`]; the baselines' Parquet files from
 //! [`write_parquet`] and [`read_parquet_buckets`]. Quantiles are by nearest rank
@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
-use futures::future::{self, try_join_all};
+use futures::future::{self, Either, try_join_all};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use mink_client::MinkClient;
 use mink_core::options::TableOptions;
@@ -228,6 +228,11 @@ impl Running {
             server,
             client,
         })
+    }
+
+    /// How the node was configured.
+    pub(crate) fn config(&self) -> &NodeConfig {
+        &self.config
     }
 
     /// The server's address, as `mink --connect` takes it.
@@ -455,22 +460,48 @@ where
     M: FnMut(usize) -> MeasuredCall,
     MeasuredCall: Future<Output = Result<usize, BenchError>>,
 {
-    let pairs = async {
-        let mut samples = (Vec::with_capacity(calls), Vec::with_capacity(calls));
-        for i in 0..warmup + calls {
-            let baseline_ms = timed_call(what, rows, baseline(i)).await?;
-            let measured_ms = timed_call(what, rows, measured(i)).await?;
-            if i >= warmup {
-                samples.0.push(baseline_ms);
-                samples.1.push(measured_ms);
-            }
-        }
-        Ok((Latency::new(samples.0), Latency::new(samples.1)))
+    let call = |kind, i| match kind {
+        0 => Either::Left(baseline(i)),
+        _ => Either::Right(measured(i)),
     };
-    Ok(measure(what, pairs).await?.0)
+    match interleaved_latency(what, warmup, calls, rows, 2, call).await?[..] {
+        [baseline, measured] => Ok((baseline, measured)),
+        _ => Err(BenchError::Mismatch(format!("{what}: not two latencies"))),
+    }
 }
 
-/// Makes one call of [`latency`] or [`paired_latency`]; returns how long it took, in
+/// Latencies of `calls` turns, each a call of every one of `kinds` kinds in order (call
+/// `(kind, i)`), after `warmup` uncounted turns; taking turns lets every kind see the same
+/// conditions. Every call returns the rows it got, which must be `rows`. One latency per
+/// kind, in order.
+pub(crate) async fn interleaved_latency<C, Call>(
+    what: &str,
+    warmup: usize,
+    calls: usize,
+    rows: usize,
+    kinds: usize,
+    mut call: C,
+) -> Result<Vec<Latency>, BenchError>
+where
+    C: FnMut(usize, usize) -> Call,
+    Call: Future<Output = Result<usize, BenchError>>,
+{
+    let turns = async {
+        let mut samples = vec![Vec::with_capacity(calls); kinds];
+        for i in 0..warmup + calls {
+            for (kind, of_kind) in samples.iter_mut().enumerate() {
+                let ms = timed_call(what, rows, call(kind, i)).await?;
+                if i >= warmup {
+                    of_kind.push(ms);
+                }
+            }
+        }
+        Ok(samples.into_iter().map(Latency::new).collect())
+    };
+    Ok(measure(what, turns).await?.0)
+}
+
+/// Makes one call of [`latency`] or [`interleaved_latency`]; returns how long it took, in
 /// milliseconds.
 async fn timed_call(
     what: &str,

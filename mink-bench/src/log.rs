@@ -73,7 +73,7 @@ pub(crate) struct LogArgs {
 }
 
 /// Bucket counts of the append figure.
-const APPEND_BUCKETS: [u32; 2] = [1, 8];
+pub(crate) const APPEND_BUCKETS: [u32; 2] = [1, 8];
 /// Appends measured by the tail figure, after the uncounted warm-up ones.
 const TAIL_BATCHES: usize = 500;
 const TAIL_WARMUP: usize = 10;
@@ -206,7 +206,7 @@ struct AppendRound {
     appends: Vec<Timed>,
 }
 
-fn append_label(buckets: u32) -> String {
+pub(crate) fn append_label(buckets: u32) -> String {
     format!(
         "append {buckets} bucket{}",
         if buckets == 1 { "" } else { "s" }
@@ -372,7 +372,7 @@ async fn write_and_wait(
 }
 
 /// `bench.log<buckets>`: the table of the append figure with that many buckets.
-fn log_table(buckets: u32) -> TablePath {
+pub(crate) fn log_table(buckets: u32) -> TablePath {
     TablePath::new("bench", format!("log{buckets}"))
 }
 

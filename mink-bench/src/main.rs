@@ -13,6 +13,7 @@
 //! | suite | module | measures, against |
 //! |---|---|---|
 //! | `log` | [`log`] | append, scan and tail, against Arrow IPC files |
+//! | `log-store` | [`log_store`] | the log on object storage (a `file://` store): write -> visible, PUTs per second, append, tail, catch-up read and open, against the local log |
 //! | `kv` | [`kv`] | upsert, lookup and snapshot of primary-key tables, against log tables and Scan |
 //! | `lake` | [`lake`] | tiering, union reads and freshness of log tables, against Parquet files |
 //! | `lake-codecs` | [`lake_codecs`] | the lake files' codec: size and reads, against zstd(1) |
@@ -43,6 +44,7 @@ mod lake;
 mod lake_codecs;
 mod load;
 mod log;
+mod log_store;
 mod pk_lake;
 mod planning;
 mod position_deletes;
@@ -74,6 +76,10 @@ struct Cli {
 enum Bench {
     /// The log: append, scan and tail, against Arrow IPC files on the same disk.
     Log(log::LogArgs),
+    /// The log on object storage (`--log-store` on a `file://` store): write -> visible
+    /// over ADBC, PUTs per second, append, tail, catch-up read and open, against the
+    /// local log.
+    LogStore(log_store::LogStoreArgs),
     /// Primary-key tables: upsert, lookup and snapshot, against log tables and Scan.
     Kv(kv::KvArgs),
     /// `mink load` of a Parquet file into a primary-key table, against the same load into
@@ -143,6 +149,7 @@ fn main() -> ExitCode {
 async fn run(bench: Bench) -> Result<(), BenchError> {
     match bench {
         Bench::Log(args) => log::run(args).await,
+        Bench::LogStore(args) => log_store::run(args).await,
         Bench::Kv(args) => kv::run(args).await,
         Bench::Load(args) => load::run(args).await,
         Bench::Lake(args) => lake::run(args).await,
