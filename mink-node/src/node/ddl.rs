@@ -184,6 +184,8 @@ impl Node {
             .collect();
         self.open_buckets.release(buckets.len());
         for bucket in buckets {
+            // Its frames hold no log store checkpoint back any more.
+            bucket.log.forget();
             if let Some(kv) = &bucket.kv {
                 self.storage.kv()?.drop_tablet(kv.clone())?;
             }
