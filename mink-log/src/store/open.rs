@@ -16,6 +16,7 @@ use super::pack;
 use super::rebuild::Rebuild;
 use super::stream::{self, Placed, StreamObject};
 use super::wal::{self, WalObject};
+use super::writer::UPLOADS_IN_FLIGHT;
 use crate::error::{LogError, Result};
 use crate::segment::FrameHeader;
 
@@ -338,13 +339,13 @@ impl Reading {
             let sections = match wal::decode(path.as_ref(), older, seq, &got) {
                 Ok(WalObject::Fence { .. }) => return Ok((rebuild, objects)),
                 Ok(WalObject::Writes(sections)) => sections,
-                Err(error) if is_torn_last(location, older, seq).await? => {
-                    // A local store's last object, its name durable before its bytes: its
-                    // upload never completed, so nothing in it was acknowledged. It goes,
-                    // and the fence takes its place: a fence after it would make it no
-                    // longer the last, and the next start would take it for damage.
-                    warn!(%error, "removing the torn last WAL object of an earlier epoch");
-                    remove_torn(location, &path).await?;
+                Err(error) if is_torn(location, older, seq).await? => {
+                    // A local store's object in flight at a power cut, its name durable
+                    // before its bytes: neither it nor any after it was acknowledged. They
+                    // go, and the fence takes its place: objects after a fence would make
+                    // the next start take this one for damage.
+                    warn!(%error, "removing the torn WAL objects an earlier epoch had in flight");
+                    remove_from(location, older, seq).await?;
                     continue;
                 }
                 Err(error) => return Err(error),
@@ -367,24 +368,37 @@ impl Reading {
     }
 }
 
-/// Removes, durably, a local store's object that [`is_torn_last`].
-async fn remove_torn(location: &Location, path: &StorePath) -> Result<()> {
-    match location.local_file(path) {
-        Some(file) => blocking(move || Ok(mink_durable::remove_file(&file)?)).await,
-        None => Ok(()),
-    }
+/// Removes, durably, a local store's objects of epoch `epoch` from the `seq`-th on, the
+/// last first (so a crash part way leaves a sequence that still ends in a torn object).
+async fn remove_from(location: &Location, epoch: u64, seq: u64) -> Result<()> {
+    let Some(dir) = &location.local else {
+        return Ok(());
+    };
+    let dir = dir.join("wal").join(wal::number(epoch));
+    blocking(move || {
+        for at in (seq..seq + UPLOADS_IN_FLIGHT as u64).rev() {
+            let file = dir.join(wal::number(at));
+            if file.exists() {
+                mink_durable::remove_file(&file)?;
+            }
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// Whether epoch `epoch`'s `seq`-th object, which does not decode, is one a power cut tore:
-/// on a local store only, and only the last of its sequence.
-async fn is_torn_last(location: &Location, epoch: u64, seq: u64) -> Result<bool> {
+/// on a local store only, and only one of the last [`UPLOADS_IN_FLIGHT`] of its sequence
+/// (those its writer had in flight).
+async fn is_torn(location: &Location, epoch: u64, seq: u64) -> Result<bool> {
     if location.local.is_none() {
         return Ok(false);
     }
-    let next = location.path(["wal", &wal::number(epoch), &wal::number(seq + 1)]);
-    match location.store.head(&next).await {
+    let past = seq + UPLOADS_IN_FLIGHT as u64;
+    let past = location.path(["wal", &wal::number(epoch), &wal::number(past)]);
+    match location.store.head(&past).await {
         Ok(_) => Ok(false),
         Err(object_store::Error::NotFound { .. }) => Ok(true),
-        Err(e) => Err(store_error(&format!("reading {next}"), e)),
+        Err(e) => Err(store_error(&format!("reading {past}"), e)),
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::*;
 use crate::segment;
 use crate::store::coverage;
+use crate::store::writer::UPLOADS_IN_FLIGHT;
 use crate::testing::{rows, table, write};
 use crate::tests::ids;
 use crate::{LogConfig, LogTablet, Write, WriteOp};
@@ -235,31 +236,37 @@ async fn one_upload_carries_the_writes_of_many_buckets() {
 }
 
 #[tokio::test]
-async fn a_torn_last_object_of_a_local_store_was_never_acknowledged_and_is_skipped() {
+async fn torn_objects_in_flight_on_a_local_store_were_never_acknowledged_and_go() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let table = table(&[]);
     let (store, log) = open_bucket(store_dir.path(), disk.path()).await;
     write(&log, &table, WriteOp::Append(rows(&table, &[1], "x"))).await;
     drop((log, store));
-    // A power cut kept the next object's name, not its bytes.
-    let torn = store_dir
-        .path()
-        .join("wal")
-        .join(wal::number(1))
-        .join(wal::number(1));
-    std::fs::write(&torn, b"MINKWAL1\0\0").unwrap();
+    // A power cut kept the names of the next two objects in flight, not the first's bytes.
+    let place = |seq| {
+        (store_dir.path().join("wal"))
+            .join(wal::number(1))
+            .join(wal::number(seq))
+    };
+    std::fs::write(place(1), b"MINKWAL1\0\0").unwrap();
+    let landed = wal::Section {
+        key: "t1/b0".into(),
+        frames: Bytes::from_static(b"never acknowledged"),
+    };
+    let landed = Bytes::from(wal::encode_writes(1, 2, &[landed]).unwrap());
+    std::fs::write(place(2), landed).unwrap();
 
     let (_store, log) = open_bucket(store_dir.path(), disk.path()).await;
     assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), [[1]]);
     assert_eq!(
         wal_objects(store_dir.path(), 1),
         [wal::number(0), wal::number(1)],
-        "the fence takes the torn object's place"
+        "the fence takes the first torn object's place, the one after it goes"
     );
 }
 
 #[tokio::test]
-async fn a_damaged_object_before_the_last_is_corruption() {
+async fn a_damaged_object_before_those_a_writer_has_in_flight_is_corruption() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let table = table(&[]);
     let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
@@ -271,7 +278,7 @@ async fn a_damaged_object_before_the_last_is_corruption() {
         ..log_config(&store)
     };
     let log = LogTablet::open("a".into(), &disk.path().join("t1/b0"), config, None).unwrap();
-    for i in 0..2 {
+    for i in 0..=UPLOADS_IN_FLIGHT as i64 {
         write(&log, &table, WriteOp::Append(rows(&table, &[i], "x"))).await;
     }
     drop((log, store));

@@ -15,6 +15,7 @@
 //! everything before it.
 
 use bytes::{Buf, Bytes};
+use object_store::PutPayload;
 
 use crate::error::{LogError, Result};
 
@@ -44,30 +45,34 @@ pub(crate) enum WalObject {
     Fence { by: u64 },
 }
 
-/// Encodes a WAL object of `epoch`'s writer, the `seq`-th.
-pub(crate) fn encode_writes(epoch: u64, seq: u64, sections: &[Section]) -> Result<Bytes> {
-    let bytes: usize = sections
-        .iter()
-        .map(|s| 6 + s.key.len() + s.frames.len())
-        .sum();
-    let mut out = Vec::with_capacity(32 + bytes);
-    out.extend_from_slice(WAL_MAGIC);
-    out.extend_from_slice(&epoch.to_le_bytes());
-    out.extend_from_slice(&seq.to_le_bytes());
+/// Encodes a WAL object of `epoch`'s writer, the `seq`-th: its frames are not copied, the
+/// payload is a list of chunks.
+pub(crate) fn encode_writes(epoch: u64, seq: u64, sections: &[Section]) -> Result<PutPayload> {
+    let mut head = Vec::with_capacity(28);
+    head.extend_from_slice(WAL_MAGIC);
+    head.extend_from_slice(&epoch.to_le_bytes());
+    head.extend_from_slice(&seq.to_le_bytes());
     let count = u32::try_from(sections.len())
         .map_err(|_| LogError::InvalidArgument("too many writes for one WAL object".into()))?;
-    out.extend_from_slice(&count.to_le_bytes());
+    head.extend_from_slice(&count.to_le_bytes());
+    let mut chunks = Vec::with_capacity(2 * sections.len() + 2);
+    chunks.push(Bytes::from(head));
     for section in sections {
         let key_len = u16::try_from(section.key.len())
             .map_err(|_| LogError::InvalidArgument(format!("bucket key {}", section.key)))?;
         let frames_len = u32::try_from(section.frames.len())
             .map_err(|_| LogError::InvalidArgument("a write larger than 4 GiB".into()))?;
-        out.extend_from_slice(&key_len.to_le_bytes());
-        out.extend_from_slice(section.key.as_bytes());
-        out.extend_from_slice(&frames_len.to_le_bytes());
-        out.extend_from_slice(&section.frames);
+        let mut head = Vec::with_capacity(6 + section.key.len());
+        head.extend_from_slice(&key_len.to_le_bytes());
+        head.extend_from_slice(section.key.as_bytes());
+        head.extend_from_slice(&frames_len.to_le_bytes());
+        chunks.push(Bytes::from(head));
+        chunks.push(section.frames.clone());
     }
-    Ok(sealed(out))
+    let mut crc = crc32fast::Hasher::new();
+    chunks.iter().for_each(|chunk| crc.update(chunk));
+    chunks.push(Bytes::copy_from_slice(&crc.finalize().to_le_bytes()));
+    Ok(PutPayload::from_iter(chunks))
 }
 
 /// Encodes the fence that epoch `by`'s writer puts after an older writer's last object.
@@ -151,7 +156,7 @@ mod tests {
     #[test]
     fn objects_decode_to_what_was_encoded() {
         let sections = vec![section("t1/b0", b"abc"), section("t2/p3/b1", b"")];
-        let object = encode_writes(4, 9, &sections).unwrap();
+        let object = Bytes::from(encode_writes(4, 9, &sections).unwrap());
         assert_eq!(
             decode("o", 4, 9, &object).unwrap(),
             WalObject::Writes(sections)
@@ -165,7 +170,7 @@ mod tests {
 
     #[test]
     fn damaged_or_misnamed_objects_are_corrupt() {
-        let object = encode_writes(4, 9, &[section("t1/b0", b"abc")]).unwrap();
+        let object = Bytes::from(encode_writes(4, 9, &[section("t1/b0", b"abc")]).unwrap());
         let mut flipped = object.to_vec();
         flipped[30] ^= 1;
         let misnamed = decode("o", 4, 10, &object).unwrap_err().to_string();
