@@ -1,18 +1,24 @@
 //! The block cache of stream objects: a history read fetches what it needs of a stream
-//! object in blocks of [`BLOCK`] bytes, kept for the next reader, with a readahead that
-//! grows while reads of the object go on in order (AutoMQ's catch-up reads: 512 KiB
-//! growing to 32 MiB) and starts over on a read elsewhere.
+//! object in blocks of [`BLOCK`] bytes, kept for the next reader. A reader that goes on in
+//! order has the blocks after its read fetched in the background, in windows that double
+//! up to [`MAX_READAHEAD`] blocks (AutoMQ's catch-up reads: 512 KiB growing to 32 MiB),
+//! so the next read finds them cached or landing while the last one's rows are decoded
+//! and sent; a read elsewhere starts the readahead over.
 //!
 //! ```text
-//!   read [start, end) ──▶ blocks first..=last ──▶ cached? ──no──▶ one ranged GET of the
-//!                                                                 missing run (+ readahead)
+//!   read [start, end) ──▶ blocks first..=last ──▶ cached, or landing (wait) ──▶ else one
+//!                                                 ranged GET of each missing run
+//!                   └──▶ in order? less than half a window left ahead ──▶ background GET
+//!                                                                  of the next window
 //! ```
 
 use std::collections::HashMap;
-use std::ops::Range;
+use std::ops::{Range, RangeInclusive};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
+use futures::FutureExt as _;
+use futures::future::{BoxFuture, Shared};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt as _};
 use quick_cache::Weighter;
@@ -21,7 +27,7 @@ use crate::error::{LogError, Result};
 
 /// Bytes of a block: the least a GET fetches.
 pub(crate) const BLOCK: u64 = 512 << 10;
-/// Most blocks read ahead of a sequential reader (32 MiB).
+/// Most blocks fetched ahead of a sequential reader at once (32 MiB).
 const MAX_READAHEAD: u64 = 64;
 /// Objects whose readers' progress is remembered; past it the memory starts over.
 const TRACKED_OBJECTS: usize = 4096;
@@ -34,12 +40,14 @@ pub(crate) struct CachedObject {
     pub(crate) len: u64,
 }
 
+type Blocks = quick_cache::sync::Cache<(StorePath, u64), Bytes, ByLength>;
+
 /// Blocks of stream objects, by object and block number, within a byte budget.
 pub(crate) struct BlockCache {
     store: Arc<dyn ObjectStore>,
-    blocks: quick_cache::sync::Cache<(StorePath, u64), Bytes, ByLength>,
-    /// Per object, where its last read ended (a block number) and its readahead then.
-    readers: Mutex<HashMap<StorePath, Readahead>>,
+    blocks: Arc<Blocks>,
+    /// Per object, how its reader goes on.
+    readers: Mutex<HashMap<StorePath, Reader>>,
 }
 
 impl std::fmt::Debug for BlockCache {
@@ -50,12 +58,25 @@ impl std::fmt::Debug for BlockCache {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Readahead {
+/// The reader of an object, as the cache follows it.
+#[derive(Debug)]
+struct Reader {
     /// The block after the last one read.
     next: u64,
-    /// Blocks fetched beyond a read that continues from `next`.
-    blocks: u64,
+    /// Blocks of the last window fetched ahead (0: none yet).
+    window: u64,
+    /// The block after the last one fetched, or being fetched, ahead of the reader.
+    ahead_to: u64,
+    /// Windows still being fetched.
+    landing: Vec<Landing>,
+}
+
+/// A window of blocks being fetched in the background.
+#[derive(Debug, Clone)]
+struct Landing {
+    blocks: Range<u64>,
+    /// Ready once its blocks are in the cache (or its GET failed).
+    landed: Shared<BoxFuture<'static, ()>>,
 }
 
 #[derive(Debug, Clone)]
@@ -75,12 +96,12 @@ impl BlockCache {
             .max(16);
         Self {
             store,
-            blocks: quick_cache::sync::Cache::with_weighter(estimated_blocks, budget, ByLength),
+            blocks: Arc::new(Blocks::with_weighter(estimated_blocks, budget, ByLength)),
             readers: Mutex::default(),
         }
     }
 
-    /// The bytes `range` of `object`.
+    /// The bytes `range` of `object`. Runs on a Tokio runtime (the readahead spawns).
     ///
     /// # Errors
     /// The store failed, or `range` is not inside the object.
@@ -92,90 +113,130 @@ impl BlockCache {
             )));
         }
         let (first, last) = (range.start / BLOCK, (range.end - 1) / BLOCK);
-        let continues = self.continues(&object.path, first, last);
-        let last_block = (object.len - 1) / BLOCK;
-        let mut blocks = Vec::with_capacity((last - first + 1) as usize);
-        let mut next = first;
-        while next <= last {
-            if let Some(block) = self.blocks.get(&(object.path.clone(), next)) {
-                blocks.push(block);
-                next += 1;
-                continue;
-            }
-            let mut run_end = next;
-            while run_end < last
-                && !self
-                    .blocks
-                    .contains_key(&(object.path.clone(), run_end + 1))
-            {
-                run_end += 1;
-            }
-            if run_end == last {
-                run_end = (last + self.readahead(&object.path, continues)).min(last_block);
-            }
-            let fetched = self.fetch(object, next..run_end + 1).await?;
-            for (number, block) in (next..).zip(fetched) {
-                if number <= last {
-                    blocks.push(block.clone());
-                }
-                self.blocks.insert((object.path.clone(), number), block);
-            }
-            next = run_end + 1;
+        let (in_order, landing) = self.follow(&object.path, first, last);
+        for landing in landing {
+            landing.landed.await;
+        }
+        let blocks = self.blocks_of(object, first..=last).await?;
+        if in_order {
+            self.read_ahead(object, last);
         }
         Ok(assemble(&blocks, first, range))
     }
 
-    /// Fetches blocks `numbers` of `object` with one ranged GET.
-    async fn fetch(&self, object: &CachedObject, numbers: Range<u64>) -> Result<Vec<Bytes>> {
-        let bytes = numbers.start * BLOCK..(numbers.end * BLOCK).min(object.len);
-        let fetched = self
-            .store
-            .get_range(&object.path, bytes.clone())
-            .await
-            .map_err(|e| LogError::Store(format!("reading {bytes:?} of {}: {e}", object.path)))?;
-        if fetched.len() as u64 != bytes.end - bytes.start {
-            return Err(LogError::Corrupt(format!(
-                "stream object {} is shorter than {} bytes",
-                object.path, object.len
-            )));
+    /// Blocks `numbers` of `object`, from the cache or by one GET of each missing run.
+    async fn blocks_of(
+        &self,
+        object: &CachedObject,
+        numbers: RangeInclusive<u64>,
+    ) -> Result<Vec<Bytes>> {
+        let (first, last) = numbers.into_inner();
+        let cached = |number| self.blocks.get(&(object.path.clone(), number));
+        let mut blocks = Vec::with_capacity((last - first + 1) as usize);
+        let mut next = first;
+        while next <= last {
+            if let Some(block) = cached(next) {
+                blocks.push(block);
+                next += 1;
+                continue;
+            }
+            let mut run_end = next + 1;
+            while run_end <= last && cached(run_end).is_none() {
+                run_end += 1;
+            }
+            for (number, block) in (next..).zip(fetch(&*self.store, object, next..run_end).await?) {
+                self.blocks.insert((object.path.clone(), number), block.clone());
+                blocks.push(block);
+            }
+            next = run_end;
         }
-        Ok((0..fetched.len())
-            .step_by(BLOCK as usize)
-            .map(|at| fetched.slice(at..(at + BLOCK as usize).min(fetched.len())))
-            .collect())
+        Ok(blocks)
     }
 
-    /// Whether a read of blocks `first..=last` of `object` continues the last read of it
-    /// (starting in the block that one ended in, or the next); a read that does not
-    /// starts the readahead over.
-    fn continues(&self, object: &StorePath, first: u64, last: u64) -> bool {
+    /// Follows `object`'s reader to a read of blocks `first..=last`: whether it goes on in
+    /// order (starts in the block the last read ended in, or the next; a read that does
+    /// not starts the readahead over), and the windows landing that it needs.
+    fn follow(&self, object: &StorePath, first: u64, last: u64) -> (bool, Vec<Landing>) {
         let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
         if readers.len() >= TRACKED_OBJECTS && !readers.contains_key(object) {
             readers.clear();
         }
-        let reader = readers.entry(object.clone()).or_insert(Readahead {
+        let reader = readers.entry(object.clone()).or_insert(Reader {
             next: u64::MAX,
-            blocks: 0,
+            window: 0,
+            ahead_to: 0,
+            landing: Vec::new(),
         });
-        let continues = first == reader.next || first + 1 == reader.next;
-        if !continues {
-            reader.blocks = 0;
+        let in_order = first == reader.next || first + 1 == reader.next;
+        if !in_order {
+            reader.window = 0;
+            reader.ahead_to = 0;
         }
         reader.next = last + 1;
-        continues
+        reader.landing.retain(|landing| landing.landed.peek().is_none());
+        let needed = (reader.landing.iter())
+            .filter(|landing| landing.blocks.start <= last && first < landing.blocks.end)
+            .cloned()
+            .collect();
+        (in_order, needed)
     }
 
-    /// The blocks to fetch ahead of a read of `object` that needs a GET: twice the last
-    /// readahead (from one block up to [`MAX_READAHEAD`]) for a read that `continues`
-    /// the last, none for another.
-    fn readahead(&self, object: &StorePath, continues: bool) -> u64 {
+    /// After an in-order read ending in block `last` of `object`: once less than half a
+    /// window is fetched ahead of it, fetches the next window, twice the last (from one
+    /// block up to [`MAX_READAHEAD`]), in the background.
+    fn read_ahead(&self, object: &CachedObject, last: u64) {
+        let end = object.len.div_ceil(BLOCK);
         let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(reader) = readers.get_mut(object).filter(|_| continues) else {
-            return 0;
+        let Some(reader) = readers.get_mut(&object.path) else {
+            return;
         };
-        reader.blocks = (reader.blocks * 2).clamp(1, MAX_READAHEAD);
-        reader.blocks
+        let from = reader.ahead_to.max(last + 1);
+        if from >= end || from - (last + 1) > reader.window / 2 {
+            return;
+        }
+        reader.window = (reader.window * 2).clamp(1, MAX_READAHEAD);
+        let blocks = from..(from + reader.window).min(end);
+        reader.ahead_to = blocks.end;
+        let (store, cache, object) = (
+            Arc::clone(&self.store),
+            Arc::clone(&self.blocks),
+            object.clone(),
+        );
+        let window = blocks.clone();
+        let fetching = tokio::spawn(async move {
+            // A failed readahead is only a miss: the read that needs a block fetches it.
+            if let Ok(fetched) = fetch(&*store, &object, window.clone()).await {
+                for (number, block) in window.zip(fetched) {
+                    cache.insert((object.path.clone(), number), block);
+                }
+            }
+        });
+        let landed = fetching.map(|_| ()).boxed().shared();
+        reader.landing.push(Landing { blocks, landed });
     }
+}
+
+/// Fetches blocks `numbers` of `object` from `store` with one ranged GET.
+async fn fetch(
+    store: &dyn ObjectStore,
+    object: &CachedObject,
+    numbers: Range<u64>,
+) -> Result<Vec<Bytes>> {
+    let bytes = numbers.start * BLOCK..(numbers.end * BLOCK).min(object.len);
+    let fetched = store
+        .get_range(&object.path, bytes.clone())
+        .await
+        .map_err(|e| LogError::Store(format!("reading {bytes:?} of {}: {e}", object.path)))?;
+    if fetched.len() as u64 != bytes.end - bytes.start {
+        return Err(LogError::Corrupt(format!(
+            "stream object {} is shorter than {} bytes",
+            object.path, object.len
+        )));
+    }
+    Ok((0..fetched.len())
+        .step_by(BLOCK as usize)
+        .map(|at| fetched.slice(at..(at + BLOCK as usize).min(fetched.len())))
+        .collect())
 }
 
 /// The bytes `range` out of consecutive blocks starting with block `first`.
@@ -235,34 +296,57 @@ mod tests {
         }
     }
 
+    /// Waits until every window being fetched ahead of `object`'s reader has landed.
+    async fn settle(cache: &BlockCache, object: &CachedObject) {
+        let landing = {
+            let readers = cache.readers.lock().unwrap();
+            readers.get(&object.path).map(|reader| reader.landing.clone())
+        };
+        for landing in landing.into_iter().flatten() {
+            landing.landed.await;
+        }
+    }
+
     #[tokio::test]
-    async fn the_readahead_grows_on_sequential_reads_and_starts_over_elsewhere() {
+    async fn an_in_order_reader_finds_its_blocks_fetched_ahead_in_growing_windows() {
         let len = 200 * BLOCK;
         let (store, object) = store_with_object(len).await;
         let cache = BlockCache::new(store, 1 << 30);
+        let cached = |cache: &BlockCache| cache.blocks.len() as u64;
         let read = |block: u64| cache.read(&object, block * BLOCK..block * BLOCK + 10);
         read(0).await.unwrap();
-        let cached = |cache: &BlockCache| cache.blocks.len() as u64;
+        settle(&cache, &object).await;
         assert_eq!(cached(&cache), 1, "a first read fetches its block only");
-        // Every block in order: each GET fetches twice the readahead of the last.
-        let mut fetches = Vec::new();
+        let mut windows = Vec::new();
         for block in 1..100 {
             let before = cached(&cache);
             read(block).await.unwrap();
+            settle(&cache, &object).await;
+            assert!(
+                cache.blocks.get(&(object.path.clone(), block + 1)).is_some(),
+                "block {} is fetched before it is read",
+                block + 1
+            );
             if cached(&cache) > before {
-                fetches.push(cached(&cache) - before);
+                windows.push(cached(&cache) - before);
             }
         }
-        assert_eq!(fetches, [2, 3, 5, 9, 17, 33, 65], "blocks per GET");
+        assert_eq!(
+            windows,
+            [2, 2, 4, 8, 16, 32, 64, 64],
+            "blocks fetched at each step (the first with block 1 itself)"
+        );
         let before = cached(&cache);
-        read(180).await.unwrap();
+        read(195).await.unwrap();
+        settle(&cache, &object).await;
+        assert_eq!(cached(&cache), before + 1, "a read elsewhere reads no ahead");
+        read(196).await.unwrap();
+        settle(&cache, &object).await;
         assert_eq!(
             cached(&cache),
-            before + 1,
-            "a read elsewhere reads no ahead"
+            before + 3,
+            "and its readahead starts over (block 196, then one ahead)"
         );
-        read(181).await.unwrap();
-        assert_eq!(cached(&cache), before + 3, "and its readahead starts over");
     }
 
     #[tokio::test]
