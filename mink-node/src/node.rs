@@ -170,6 +170,9 @@ impl Node {
             );
         }
         open_buckets.opened_at_start(opened);
+        if let Some(store) = &storage.config.log.store {
+            store.forget_unopened()?;
+        }
         Ok(Arc::new(Self {
             storage,
             metadata,

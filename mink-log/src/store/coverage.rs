@@ -93,6 +93,13 @@ impl Coverage {
         self.release(key, |_| true);
     }
 
+    /// The buckets whose frames some WAL object still needed holds.
+    pub(crate) fn pending_keys(&self) -> HashSet<String> {
+        (self.pending.values())
+            .flat_map(|ends| ends.keys().cloned())
+            .collect()
+    }
+
     /// The place of a new checkpoint: the first WAL object still needed (or the place
     /// after the last recorded), when it is past the last checkpoint.
     pub(crate) fn checkpoint(&mut self) -> Option<Place> {

@@ -69,7 +69,7 @@ mod uploader;
 mod wal;
 mod writer;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,6 +77,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use tracing::info;
 
 use self::blocks::BlockCache;
 use self::coverage::Coverage;
@@ -188,6 +189,8 @@ pub struct LogStore {
     blocks: Arc<BlockCache>,
     /// Per bucket key, the stream objects opening found, until the bucket's tablet opens.
     found: Mutex<HashMap<String, Streamed>>,
+    /// The buckets whose tablets opened.
+    opened: Mutex<HashSet<String>>,
     /// What the stream objects cover of the WAL objects.
     coverage: Arc<Mutex<Coverage>>,
     /// `None` once dropped.
@@ -260,6 +263,7 @@ impl LogStore {
             uploader,
             blocks: Arc::new(BlockCache::new(location.store, config.cache_bytes)),
             found: Mutex::new(opened.streamed),
+            opened: Mutex::default(),
             coverage,
             runtime: Some(runtime),
         }))
@@ -321,8 +325,47 @@ impl LogStore {
     /// The stream objects opening found for the bucket `key`, in order, with their
     /// frames (taken: a tablet asks once, when it opens).
     pub(crate) fn take_streamed(&self, key: &str) -> Streamed {
+        let mut opened = self.opened.lock().unwrap_or_else(|p| p.into_inner());
+        opened.insert(key.to_string());
         let mut found = self.found.lock().unwrap_or_else(|p| p.into_inner());
         found.remove(key).unwrap_or_default()
+    }
+
+    /// The node opened the tablet of every bucket it holds: a bucket of the store whose
+    /// tablet did not open is gone (its table or partition dropped before the restart).
+    /// Its frames hold no WAL object back from a checkpoint any more, and the log the open
+    /// rebuilt for it under `log/` is removed. Its objects stay (the store's upkeep).
+    ///
+    /// # Errors
+    /// Removing a rebuilt log failed.
+    pub fn forget_unopened(&self) -> Result<()> {
+        let opened = self.opened.lock().unwrap_or_else(|p| p.into_inner());
+        let mut found = self.found.lock().unwrap_or_else(|p| p.into_inner());
+        let mut coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
+        let mut gone = coverage.pending_keys();
+        gone.extend(found.drain().map(|(key, _)| key));
+        gone.retain(|key| !opened.contains(key));
+        for key in &gone {
+            coverage.forget(key);
+            let dir = self.log_root.join(key);
+            match mink_durable::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+            // Its parents too, once empty (a dropped table's directory).
+            let mut parent = dir.parent();
+            while let Some(dir) = parent.filter(|dir| *dir != self.log_root) {
+                if std::fs::remove_dir(dir).is_err() {
+                    break;
+                }
+                mink_durable::sync_parent(dir)?;
+                parent = dir.parent();
+            }
+        }
+        if !gone.is_empty() {
+            info!(buckets = gone.len(), "forgot the log store's buckets that no table holds");
+        }
+        Ok(())
     }
 
     /// The bytes `range` of a stream object's segment, through the block cache. Blocks

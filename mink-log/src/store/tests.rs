@@ -50,6 +50,25 @@ fn wal_objects(store: &Path, epoch: u64) -> Vec<String> {
     names
 }
 
+/// The furthest checkpoint of a local store once it reaches `place` (waiting up to 5 s).
+async fn checkpoint_reaching(store: &Path, place: coverage::Place) -> coverage::Place {
+    let mut furthest = None;
+    for _ in 0..500 {
+        furthest = std::fs::read_dir(store.join("checkpoints"))
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| coverage::parse_name(&entry.unwrap().file_name().to_string_lossy()))
+            .max();
+        if furthest.is_some_and(|furthest| furthest >= place) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let furthest = furthest.expect("a checkpoint");
+    assert!(furthest >= place, "the checkpoint stops at {furthest:?}");
+    furthest
+}
+
 #[tokio::test]
 async fn a_node_that_lost_its_disk_rebuilds_every_acknowledged_batch_from_the_store() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -323,23 +342,9 @@ async fn a_checkpoint_passes_wal_objects_wholly_in_stream_objects_even_of_an_idl
     for ids in &written {
         write(&busy, &table, WriteOp::Append(rows(&table, ids, "busy"))).await;
     }
-    // The idle bucket's segment is sealed and uploaded after 200 ms without writes.
-    stream_objects(store_dir.path(), "t1/b1", 1).await;
-    let checkpoints = store_dir.path().join("checkpoints");
-    let mut furthest = None;
-    for _ in 0..500 {
-        furthest = std::fs::read_dir(&checkpoints)
-            .into_iter()
-            .flatten()
-            .filter_map(|entry| coverage::parse_name(&entry.unwrap().file_name().to_string_lossy()))
-            .max();
-        if furthest.is_some_and(|(_, seq)| seq >= 30) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let (epoch, seq) = furthest.expect("a checkpoint");
-    assert!(seq >= 30, "the checkpoint stops at {seq}");
+    // The idle bucket's segment is sealed and uploaded (in a pack or an object of its
+    // own) after 200 ms without writes.
+    let (epoch, seq) = checkpoint_reaching(store_dir.path(), (1, 30)).await;
     drop((busy, idle, dropped, store));
 
     // The WAL objects before the checkpoint are not needed any more: without them, a lost
@@ -464,4 +469,33 @@ async fn small_segments_of_many_buckets_go_up_in_packs_and_read_back() {
         assert!(!log.shared.read_state().streamed.is_empty());
         assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), written);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_no_tablet_opens_after_a_restart_are_forgotten() {
+    let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let table = table(&[]);
+    let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
+        .await
+        .unwrap();
+    // One segment: its frames are in no stream object, so its WAL object stays needed.
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        ..log_config(&store)
+    };
+    let dropped = LogTablet::open("c".into(), &disk.path().join("t2/b0"), config, None);
+    let dropped = dropped.unwrap();
+    write(&dropped, &table, WriteOp::Append(rows(&table, &[1], "x"))).await;
+    drop((dropped, store));
+
+    // Its table was dropped while the node was down: no tablet opens it after the restart.
+    let (store, busy) = open_bucket(store_dir.path(), disk.path()).await;
+    assert!(disk.path().join("t2/b0").exists(), "the open rebuilt its log");
+    store.forget_unopened().unwrap();
+    assert!(!disk.path().join("t2").exists(), "and it goes");
+    for i in 0..30 {
+        write(&busy, &table, WriteOp::Append(rows(&table, &[i], "busy"))).await;
+    }
+    // The busy bucket's segments are streamed: nothing holds the checkpoint in epoch 1.
+    checkpoint_reaching(store_dir.path(), (2, 1)).await;
 }

@@ -183,17 +183,7 @@ impl Node {
             .flatten()
             .collect();
         self.open_buckets.release(buckets.len());
-        for bucket in buckets {
-            // Its frames hold no log store checkpoint back any more.
-            bucket.log.forget();
-            if let Some(kv) = &bucket.kv {
-                self.storage.kv()?.drop_tablet(kv.clone())?;
-            }
-        }
-        match mink_durable::remove_dir_all(&self.storage.table_dir(&descriptor)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-            _ => {}
-        }
+        self.storage.remove_buckets(&descriptor, None, buckets);
         info!(table = %path, "dropped table");
         Ok(())
     }
