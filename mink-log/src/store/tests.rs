@@ -29,13 +29,29 @@ fn log_config(store: &Arc<LogStore>) -> LogConfig {
     }
 }
 
+/// A node's store over `store`, its logs under `disk`.
+async fn open_store(store: &Path, disk: &Path) -> Arc<LogStore> {
+    LogStore::open(store_config(store), disk, 256).await.unwrap()
+}
+
+/// The log of bucket `key` under `disk`.
+fn open_log(disk: &Path, key: &str, config: LogConfig) -> LogTablet {
+    LogTablet::open(key.into(), &disk.join(key), config, None).unwrap()
+}
+
+/// A config whose one segment holds every write of a test: its frames go in no stream
+/// object, so a restart reads them from the WAL objects.
+fn one_segment(store: &Arc<LogStore>) -> LogConfig {
+    LogConfig {
+        segment_bytes: 1 << 20,
+        ..log_config(store)
+    }
+}
+
 /// A node's store over `store`, its logs under `disk`, and the log of bucket `t1/b0`.
 async fn open_bucket(store: &Path, disk: &Path) -> (Arc<LogStore>, LogTablet) {
-    let store = LogStore::open(store_config(store), disk, 256)
-        .await
-        .unwrap();
-    let dir = disk.join("t1/b0");
-    let log = LogTablet::open("a".into(), &dir, log_config(&store), None).unwrap();
+    let store = open_store(store, disk).await;
+    let log = open_log(disk, "t1/b0", log_config(&store));
     (store, log)
 }
 
@@ -73,13 +89,10 @@ async fn checkpoint_reaching(store: &Path, place: coverage::Place) -> coverage::
 async fn a_node_that_lost_its_disk_rebuilds_every_acknowledged_batch_from_the_store() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let table = table(&[]);
-    let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
-        .await
-        .unwrap();
+    let store = open_store(store_dir.path(), disk.path()).await;
     assert_eq!(store.epoch(), 1);
-    let (a, b) = (disk.path().join("t1/b0"), disk.path().join("t1/p2/b1"));
-    let log_a = LogTablet::open("a".into(), &a, log_config(&store), None).unwrap();
-    let log_b = LogTablet::open("b".into(), &b, log_config(&store), None).unwrap();
+    let log_a = open_log(disk.path(), "t1/b0", log_config(&store));
+    let log_b = open_log(disk.path(), "t1/p2/b1", log_config(&store));
     for i in 0..20 {
         write(
             &log_a,
@@ -92,13 +105,10 @@ async fn a_node_that_lost_its_disk_rebuilds_every_acknowledged_batch_from_the_st
     drop((log_a, log_b, store));
 
     let lost = tempfile::tempdir().unwrap();
-    let store = LogStore::open(store_config(store_dir.path()), lost.path(), 256)
-        .await
-        .unwrap();
+    let store = open_store(store_dir.path(), lost.path()).await;
     assert_eq!(store.epoch(), 2);
-    let (a, b) = (lost.path().join("t1/b0"), lost.path().join("t1/p2/b1"));
-    let log_a = LogTablet::open("a".into(), &a, log_config(&store), None).unwrap();
-    let log_b = LogTablet::open("b".into(), &b, log_config(&store), None).unwrap();
+    let log_a = open_log(lost.path(), "t1/b0", log_config(&store));
+    let log_b = open_log(lost.path(), "t1/p2/b1", log_config(&store));
     assert_eq!((log_a.offsets(), log_b.offsets()), ((0, 40), (0, 20)));
     let expected_a: Vec<Vec<i64>> = (0..20).map(|i| vec![i, i + 100]).collect();
     assert_eq!(ids(&log_a.read(0, u64::MAX).await.unwrap()), expected_a);
@@ -108,30 +118,21 @@ async fn a_node_that_lost_its_disk_rebuilds_every_acknowledged_batch_from_the_st
     let store = LogStore::open(store_config(store_dir.path()), lost.path(), 1 << 20)
         .await
         .unwrap();
-    let log_b = LogTablet::open("b".into(), &b, log_config(&store), None).unwrap();
+    let log_b = open_log(lost.path(), "t1/p2/b1", log_config(&store));
     let expected_b: Vec<Vec<i64>> = (0..21).map(|i| vec![i]).collect();
     assert_eq!(ids(&log_b.read(0, u64::MAX).await.unwrap()), expected_b);
 }
 
-/// The stream objects of bucket `key` in a local store, once at least `count` are there
-/// (uploads run in the background).
-async fn stream_objects(store: &Path, key: &str, count: usize) -> Vec<String> {
-    let dir = store.join("streams").join(key);
+/// Waits until at least `count` of `log`'s segments are in the store, in stream objects
+/// of their own or in packs (uploads run in the background; up to 5 s).
+async fn streamed(log: &LogTablet, count: usize) {
     for _ in 0..500 {
-        let names: Vec<String> = std::fs::read_dir(&dir)
-            .map(|entries| {
-                entries
-                    .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-                    .filter(|name| !name.contains('#'))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if names.len() >= count {
-            return names;
+        if log.shared.read_state().streamed.len() >= count {
+            return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("fewer than {count} stream objects of {key} after 5 s");
+    panic!("fewer than {count} segments in the store after 5 s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,10 +147,7 @@ async fn sealed_segments_become_stream_objects_the_history_is_read_from() {
     }
     let sealed = segment::list_segments(&dir).unwrap().len() - 1;
     assert!(sealed >= 3, "{sealed} sealed segments");
-    stream_objects(store_dir.path(), "t1/b0", sealed).await;
-    while log.shared.read_state().streamed.len() < sealed {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    streamed(&log, sealed).await;
     // Without their local copies (as once the grace is over), reads go to the store.
     let active = log.shared.read_state().active_segment;
     for base in segment::list_segments(&dir).unwrap() {
@@ -186,9 +184,7 @@ async fn a_newer_writer_fences_the_older_which_acknowledges_nothing_more() {
     let (old, old_log) = open_bucket(store_dir.path(), disk_a.path()).await;
     write(&old_log, &table, WriteOp::Append(rows(&table, &[1], "old"))).await;
 
-    let new = LogStore::open(store_config(store_dir.path()), disk_b.path(), 256)
-        .await
-        .unwrap();
+    let new = open_store(store_dir.path(), disk_b.path()).await;
     assert!(new.epoch() > old.epoch());
     let refused = old_log
         .write(Write {
@@ -210,13 +206,7 @@ async fn a_newer_writer_fences_the_older_which_acknowledges_nothing_more() {
         "the refused write is not visible"
     );
 
-    let new_log = LogTablet::open(
-        "a".into(),
-        &disk_b.path().join("t1/b0"),
-        log_config(&new),
-        None,
-    )
-    .unwrap();
+    let new_log = open_log(disk_b.path(), "t1/b0", log_config(&new));
     write(&new_log, &table, WriteOp::Append(rows(&table, &[3], "new"))).await;
     assert_eq!(ids(&new_log.read(0, u64::MAX).await.unwrap()), [[1], [3]]);
     drop((old_log, new_log));
@@ -288,15 +278,9 @@ async fn torn_objects_in_flight_on_a_local_store_were_never_acknowledged_and_go(
 async fn a_damaged_object_before_those_a_writer_has_in_flight_is_corruption() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let table = table(&[]);
-    let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
-        .await
-        .unwrap();
-    // One segment: no stream object, no checkpoint, so a restart reads every WAL object.
-    let config = LogConfig {
-        segment_bytes: 1 << 20,
-        ..log_config(&store)
-    };
-    let log = LogTablet::open("a".into(), &disk.path().join("t1/b0"), config, None).unwrap();
+    let store = open_store(store_dir.path(), disk.path()).await;
+    // No stream object, no checkpoint: a restart reads every WAL object.
+    let log = open_log(disk.path(), "t1/b0", one_segment(&store));
     for i in 0..=UPLOADS_IN_FLIGHT as i64 {
         write(&log, &table, WriteOp::Append(rows(&table, &[i], "x"))).await;
     }
@@ -319,17 +303,14 @@ async fn a_damaged_object_before_those_a_writer_has_in_flight_is_corruption() {
 async fn a_checkpoint_passes_wal_objects_wholly_in_stream_objects_even_of_an_idle_bucket() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let table = table(&[]);
-    let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
-        .await
-        .unwrap();
+    let store = open_store(store_dir.path(), disk.path()).await;
     let config = LogConfig {
         segment_max_age: Duration::from_millis(200),
         ..log_config(&store)
     };
-    let busy = LogTablet::open("a".into(), &disk.path().join("t1/b0"), config.clone(), None);
-    let idle = LogTablet::open("b".into(), &disk.path().join("t1/b1"), config.clone(), None);
-    let dropped = LogTablet::open("c".into(), &disk.path().join("t2/b0"), config, None);
-    let (busy, idle, dropped) = (busy.unwrap(), idle.unwrap(), dropped.unwrap());
+    let busy = open_log(disk.path(), "t1/b0", config.clone());
+    let idle = open_log(disk.path(), "t1/b1", config.clone());
+    let dropped = open_log(disk.path(), "t2/b0", config);
     write(&idle, &table, WriteOp::Append(rows(&table, &[-1], "idle"))).await;
     write(
         &dropped,
@@ -358,12 +339,9 @@ async fn a_checkpoint_passes_wal_objects_wholly_in_stream_objects_even_of_an_idl
         std::fs::remove_file(object).unwrap();
     }
     let lost = tempfile::tempdir().unwrap();
-    let store = LogStore::open(store_config(store_dir.path()), lost.path(), 256)
-        .await
-        .unwrap();
-    let open =
-        |dir: &str| LogTablet::open("x".into(), &lost.path().join(dir), log_config(&store), None);
-    let (busy, idle) = (open("t1/b0").unwrap(), open("t1/b1").unwrap());
+    let store = open_store(store_dir.path(), lost.path()).await;
+    let open = |key: &str| open_log(lost.path(), key, log_config(&store));
+    let (busy, idle) = (open("t1/b0"), open("t1/b1"));
     assert_eq!(ids(&busy.read(0, u64::MAX).await.unwrap()), written);
     assert_eq!(ids(&idle.read(0, u64::MAX).await.unwrap()), [[-1]]);
 }
@@ -378,7 +356,7 @@ async fn what_retention_removed_stays_removed_after_a_restart() {
         write(&log, &table, WriteOp::Append(rows(&table, ids, "x"))).await;
     }
     // Some sealed segments are uploaded before retention removes them, some perhaps not.
-    stream_objects(store_dir.path(), "t1/b0", 2).await;
+    streamed(&log, 2).await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert!(log.enforce_retention(Duration::ZERO, None).unwrap() > 0);
     let (log_start, end) = log.offsets();
@@ -403,9 +381,8 @@ async fn small_segments_of_many_buckets_go_up_in_packs_and_read_back() {
     let table = table(&[]);
     let buckets: Vec<String> = (0..6).map(|b| format!("t1/b{b}")).collect();
     let open_all = |store: &Arc<LogStore>, disk: &Path| -> Vec<LogTablet> {
-        let open =
-            |key: &String| LogTablet::open(key.clone(), &disk.join(key), log_config(store), None);
-        buckets.iter().map(|key| open(key).unwrap()).collect()
+        let open = |key: &String| open_log(disk, key, log_config(store));
+        buckets.iter().map(open).collect()
     };
     // One segment per bucket: nothing is sealed while writing.
     let config = LogStoreConfig::new(file_store_url(store_dir.path()));
@@ -414,13 +391,7 @@ async fn small_segments_of_many_buckets_go_up_in_packs_and_read_back() {
         .unwrap();
     let logs: Vec<LogTablet> = buckets
         .iter()
-        .map(|key| {
-            let config = LogConfig {
-                segment_bytes: 1 << 20,
-                ..log_config(&store)
-            };
-            LogTablet::open(key.clone(), &disk.path().join(key), config, None).unwrap()
-        })
+        .map(|key| open_log(disk.path(), key, one_segment(&store)))
         .collect();
     let written: Vec<Vec<i64>> = (0..12).map(|i| vec![i]).collect();
     for log in &logs {
@@ -475,16 +446,9 @@ async fn small_segments_of_many_buckets_go_up_in_packs_and_read_back() {
 async fn buckets_no_tablet_opens_after_a_restart_are_forgotten() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let table = table(&[]);
-    let store = LogStore::open(store_config(store_dir.path()), disk.path(), 256)
-        .await
-        .unwrap();
-    // One segment: its frames are in no stream object, so its WAL object stays needed.
-    let config = LogConfig {
-        segment_bytes: 1 << 20,
-        ..log_config(&store)
-    };
-    let dropped = LogTablet::open("c".into(), &disk.path().join("t2/b0"), config, None);
-    let dropped = dropped.unwrap();
+    let store = open_store(store_dir.path(), disk.path()).await;
+    // Its frames go in no stream object: its WAL object stays needed.
+    let dropped = open_log(disk.path(), "t2/b0", one_segment(&store));
     write(&dropped, &table, WriteOp::Append(rows(&table, &[1], "x"))).await;
     drop((dropped, store));
 
