@@ -65,6 +65,7 @@ mod open;
 mod pack;
 mod rebuild;
 mod stream;
+mod trailer;
 mod uploader;
 mod wal;
 mod writer;

@@ -17,10 +17,10 @@ use bytes::{Buf, Bytes};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt as _};
 
+use super::trailer;
 use crate::error::{LogError, Result};
 
 const MAGIC: &[u8; 8] = b"MINKPAK1";
-const FOOTER_LEN: u64 = 16;
 /// A sealed segment smaller than this is packed with others.
 pub(crate) const PACK_BELOW: u64 = 8 << 20;
 /// A pack is uploaded once it holds this much.
@@ -68,9 +68,8 @@ pub(crate) fn encode(objects: &[(String, (i64, i64), Bytes)]) -> (Bytes, Vec<Ent
         out.extend_from_slice(&entry.at.to_le_bytes());
         out.extend_from_slice(&entry.len.to_le_bytes());
     }
-    let directory_len = (out.len() - directory_start) as u64;
-    out.extend_from_slice(&directory_len.to_le_bytes());
-    out.extend_from_slice(MAGIC);
+    let directory_len = out.len() - directory_start;
+    trailer::append(&mut out, directory_len, MAGIC);
     (Bytes::from(out), entries)
 }
 
@@ -86,15 +85,10 @@ pub(crate) async fn directory(
     let corrupt = || LogError::Corrupt(format!("pack {path}: not a pack"));
     let read = |range: std::ops::Range<u64>| store.get_range(path, range);
     let store_error = |e: object_store::Error| LogError::Store(format!("reading {path}: {e}"));
-    let footer_at = size.checked_sub(FOOTER_LEN).ok_or_else(corrupt)?;
-    let footer = read(footer_at..size).await.map_err(store_error)?;
-    let (directory_len, magic) = footer.split_at(8);
-    let directory_len = u64::from_le_bytes(directory_len.try_into().expect("8 bytes"));
-    let directory_at = footer_at
-        .checked_sub(directory_len)
-        .filter(|_| magic == MAGIC)
+    let (directory_at, mut directory) = trailer::read_part(size, MAGIC, read)
+        .await
+        .map_err(store_error)?
         .ok_or_else(corrupt)?;
-    let mut directory = read(directory_at..footer_at).await.map_err(store_error)?;
     let need = |n: usize, directory: &Bytes| {
         (directory.remaining() >= n)
             .then_some(())

@@ -18,11 +18,11 @@ use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt as _};
 
 use super::blocks::CachedObject;
+use super::trailer;
 use crate::error::{LogError, Result};
 use crate::segment::{self, FrameHeader};
 
 const MAGIC: &[u8; 8] = b"MINKSTR1";
-const FOOTER_LEN: u64 = 16;
 
 /// A stream object of a bucket: the offsets it holds and where its segment bytes are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,11 +67,10 @@ pub(crate) fn parse_name(name: &str) -> Option<(i64, i64)> {
 /// A stream object of a sealed segment: its bytes and its frames.
 pub(crate) fn encode(segment: &[u8], frames: &[FrameHeader]) -> Bytes {
     let index = segment::encode_index(frames);
-    let mut out = Vec::with_capacity(segment.len() + index.len() + FOOTER_LEN as usize);
+    let mut out = Vec::with_capacity(segment.len() + index.len() + trailer::LEN as usize);
     out.extend_from_slice(segment);
     out.extend_from_slice(&index);
-    out.extend_from_slice(&(index.len() as u64).to_le_bytes());
-    out.extend_from_slice(MAGIC);
+    trailer::append(&mut out, index.len(), MAGIC);
     Bytes::from(out)
 }
 
@@ -95,17 +94,10 @@ pub(crate) async fn open(
     let read =
         |range: std::ops::Range<u64>| store.get_range(&path, at + range.start..at + range.end);
     let store_error = |e: object_store::Error| LogError::Store(format!("reading {path}: {e}"));
-    let footer_at = len
-        .checked_sub(FOOTER_LEN)
-        .ok_or_else(|| corrupt("too short"))?;
-    let footer = read(footer_at..len).await.map_err(store_error)?;
-    let (index_len, magic) = footer.split_at(8);
-    let index_len = u64::from_le_bytes(index_len.try_into().expect("8 bytes"));
-    let segment_len = footer_at
-        .checked_sub(index_len)
-        .filter(|_| magic == MAGIC)
-        .ok_or_else(|| corrupt("no valid footer"))?;
-    let index = read(segment_len..footer_at).await.map_err(store_error)?;
+    let (segment_len, index) = trailer::read_part(len, MAGIC, read)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| corrupt("no valid trailer"))?;
     let frames = segment::decode_index(&index, base, segment_len)
         .filter(|frames| frames.last().map(|f| f.last_offset() + 1) == Some(end))
         .ok_or_else(|| corrupt("its index does not check out against its name"))?;
