@@ -72,7 +72,7 @@ pub use self::sent::{SentBatch, SentMessage};
 use self::store::StreamObject;
 pub use self::store::{
     DEFAULT_BATCH_BYTES, DEFAULT_CACHE_BYTES, LogStore, LogStoreConfig, StoreCrash, StoreFailpoint,
-    default_interval,
+    check_store_url, default_interval,
 };
 pub use self::write::{Write, WriteOp, WriteStream, WriterTag};
 

@@ -23,6 +23,47 @@ pub(crate) struct Location {
     pub(crate) local: Option<PathBuf>,
 }
 
+/// A `--log-store` URL's parts, checked without touching anything.
+enum StoreUrl<'a> {
+    File(&'a str),
+    S3 { bucket: &'a str, root: StorePath },
+}
+
+impl<'a> StoreUrl<'a> {
+    fn parse(url: &'a str) -> Result<Self> {
+        let invalid = |why: &str| {
+            LogError::InvalidArgument(format!(
+                "log store '{url}': {why} (expected file:///absolute/path or s3://bucket/prefix)"
+            ))
+        };
+        if let Some(path) = url.strip_prefix("file://") {
+            let path = path.trim_end_matches('/');
+            return match path.starts_with('/') {
+                true => Ok(Self::File(path)),
+                false => Err(invalid("not an absolute path")),
+            };
+        }
+        let Some(rest) = url.strip_prefix("s3://") else {
+            return Err(invalid("unknown scheme"));
+        };
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(invalid("no bucket"));
+        }
+        let root = StorePath::parse(prefix).map_err(|e| invalid(&e.to_string()))?;
+        Ok(Self::S3 { bucket, root })
+    }
+}
+
+/// Checks the form of a `--log-store` URL, creating nothing (so a command line can be
+/// refused before a data directory is touched).
+///
+/// # Errors
+/// [`LogError::InvalidArgument`] for a URL of another form.
+pub fn check_store_url(url: &str) -> Result<String> {
+    StoreUrl::parse(url).map(|_| url.to_string())
+}
+
 impl Location {
     /// The store a `--log-store` URL names; a local one's directory is created (durably)
     /// if needed.
@@ -31,42 +72,30 @@ impl Location {
     /// [`LogError::InvalidArgument`] for a URL of another form, or a store that cannot be
     /// set up.
     pub(crate) fn parse(url: &str) -> Result<Self> {
-        let invalid = |why: String| {
-            LogError::InvalidArgument(format!(
-                "log store '{url}': {why} (expected file:///absolute/path or s3://bucket/prefix)"
-            ))
-        };
-        if let Some(path) = url.strip_prefix("file://") {
-            let path = path.trim_end_matches('/');
-            if !path.starts_with('/') {
-                return Err(invalid("not an absolute path".into()));
+        let unusable = |why: String| LogError::InvalidArgument(format!("log store '{url}': {why}"));
+        match StoreUrl::parse(url)? {
+            StoreUrl::File(path) => {
+                mink_durable::create_dir_all(std::path::Path::new(path))?;
+                let store = LocalFileSystem::new_with_prefix(path)
+                    .map_err(|e| unusable(e.to_string()))?;
+                Ok(Self {
+                    store: Arc::new(store),
+                    root: StorePath::default(),
+                    local: Some(PathBuf::from(path)),
+                })
             }
-            mink_durable::create_dir_all(std::path::Path::new(path))?;
-            let store =
-                LocalFileSystem::new_with_prefix(path).map_err(|e| invalid(e.to_string()))?;
-            return Ok(Self {
-                store: Arc::new(store),
-                root: StorePath::default(),
-                local: Some(PathBuf::from(path)),
-            });
+            StoreUrl::S3 { bucket, root } => {
+                let store = AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .build()
+                    .map_err(|e| unusable(e.to_string()))?;
+                Ok(Self {
+                    store: Arc::new(store),
+                    root,
+                    local: None,
+                })
+            }
         }
-        let Some(rest) = url.strip_prefix("s3://") else {
-            return Err(invalid("unknown scheme".into()));
-        };
-        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.is_empty() {
-            return Err(invalid("no bucket".into()));
-        }
-        let root = StorePath::parse(prefix).map_err(|e| invalid(e.to_string()))?;
-        let store = AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            .build()
-            .map_err(|e| invalid(e.to_string()))?;
-        Ok(Self {
-            store: Arc::new(store),
-            root,
-            local: None,
-        })
     }
 
     /// The store path of `parts` under the root.
@@ -89,8 +118,9 @@ mod tests {
     #[test]
     fn urls_of_other_forms_are_refused_with_the_expected_forms() {
         for url in ["file://relative/dir", "http://x/y", "s3://", "/abs/path"] {
-            let error = Location::parse(url).unwrap_err().to_string();
+            let error = check_store_url(url).unwrap_err().to_string();
             assert!(error.contains("file:///absolute/path"), "{url}: {error}");
+            assert!(Location::parse(url).is_err(), "{url}");
         }
     }
 

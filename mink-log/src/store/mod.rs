@@ -82,6 +82,7 @@ use tracing::info;
 
 use self::blocks::BlockCache;
 use self::coverage::Coverage;
+pub use self::location::check_store_url;
 use self::location::Location;
 use self::open::Streamed;
 pub(crate) use self::stream::StreamObject;

@@ -119,7 +119,7 @@ pub(crate) struct ServerArgs {
     /// is in the store; a node that lost its disk rebuilds every log from it. Only for a
     /// new data directory; remembered in `<data-dir>/log-store`, so restarts, `mink sql
     /// --data-dir` and `mink load --data-dir` use it, and another store is refused.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", value_parser = mink_log::check_store_url)]
     log_store: Option<String>,
     /// With `--log-store`: the least time between two WAL uploads, which bounds the
     /// node's PUTs per second (`500ms`, `1s`; default 0 on file://: each upload takes
