@@ -117,8 +117,24 @@ pub(crate) struct LogStoreArgs {
     /// Measured turns of the latency figures.
     #[arg(long, default_value_t = 500)]
     pings: usize,
+    /// The figures to print, comma-separated (all by default; one alone, to profile it).
+    #[arg(long, value_delimiter = ',', default_value = "visible,load,append,history")]
+    figures: Vec<Figure>,
     #[command(flatten)]
     node: NodeArgs,
+}
+
+/// A figure of the suite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Figure {
+    /// Write -> visible in SQL, and one-row acknowledgements.
+    Visible,
+    /// PUTs per second and throughput under many writers.
+    Load,
+    /// Append throughput, then reads of the appended rows from the log cache.
+    Append,
+    /// The catch-up read of history and the open.
+    History,
 }
 
 fn parse_interval(text: &str) -> Result<Duration, String> {
@@ -153,18 +169,28 @@ pub(crate) async fn run(args: LogStoreArgs) -> Result<(), BenchError> {
             .join(", "),
         args.node.describe(nodes.local.running.config(), &scratch)
     );
-    visible::figure(&nodes, &data.schema, args.pings).await?;
-    let load = load::Load {
-        writers: args.writers,
-        duration: Duration::from_secs(args.load_secs),
-    };
-    load::figure(&nodes, &data.schema, &load).await?;
-    let store = nodes.default_store()?;
-    throughput::append_figure(&nodes.local, store, &data).await?;
-    throughput::tail_figure(&nodes.local, store, &data).await?;
+    let figure = |figure| args.figures.contains(&figure);
+    if figure(Figure::Visible) {
+        visible::figure(&nodes, &data.schema, args.pings).await?;
+    }
+    if figure(Figure::Load) {
+        let load = load::Load {
+            writers: args.writers,
+            duration: Duration::from_secs(args.load_secs),
+        };
+        load::figure(&nodes, &data.schema, &load).await?;
+    }
+    if figure(Figure::Append) {
+        let store = nodes.default_store()?;
+        throughput::append_figure(&nodes.local, store, &data).await?;
+        throughput::tail_figure(&nodes.local, store, &data).await?;
+    }
     nodes.stop().await?;
     drop(data);
-    history::figure(&args.node, &scratch, args.history_rows).await
+    match figure(Figure::History) {
+        true => history::figure(&args.node, &scratch, args.history_rows).await,
+        false => Ok(()),
+    }
 }
 
 /// A node of this suite: how it keeps its log, and the node running.
