@@ -143,7 +143,7 @@ pub(super) struct Appender {
     /// `active.len`, and no group is written until the cut succeeds.
     pub(super) uncut: bool,
     /// The frames of the group being committed, for the log store.
-    pub(super) group_frames: Vec<u8>,
+    pub(super) group_frames: Vec<Bytes>,
     /// Injected I/O failures (unit tests).
     #[cfg(test)]
     pub(super) faults: Faults,
@@ -434,7 +434,7 @@ impl Appender {
         match &self.shared.store {
             Some(_) if self.group_frames.is_empty() => Ok(()),
             Some((store, key)) => {
-                let frames = Bytes::from(std::mem::take(&mut self.group_frames));
+                let frames = std::mem::take(&mut self.group_frames);
                 store.persist(key, frames, self.next_offset)
             }
             None if self.config.sync => Ok(self.sync()?),
@@ -550,10 +550,10 @@ impl Appender {
             };
             let (frame, cached) = segment::encode_frame(&mut header, stored)?;
             self.write_frame(&frame)?;
-            if self.shared.store.is_some() {
-                self.group_frames.extend_from_slice(&frame);
-            }
             self.active.len += frame.len() as u64;
+            if self.shared.store.is_some() {
+                self.group_frames.push(frame);
+            }
             self.active.frames.push(header);
             self.next_offset = header.last_offset() + 1;
             outcomes.push(Outcome::Written(header, Arc::new(cached)));

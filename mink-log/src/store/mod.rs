@@ -299,7 +299,7 @@ impl LogStore {
 
     /// Makes a bucket's group, ending before offset `end`, durable in the store (see the
     /// `writer` module). Blocks.
-    pub(crate) fn persist(&self, key: &str, frames: Bytes, end: i64) -> Result<()> {
+    pub(crate) fn persist(&self, key: &str, frames: Vec<Bytes>, end: i64) -> Result<()> {
         self.writer.persist(key, frames, end)
     }
 

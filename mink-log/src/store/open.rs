@@ -354,8 +354,10 @@ impl Reading {
             (rebuild, ends) = blocking(move || {
                 let mut ends = HashMap::new();
                 for section in &sections {
-                    if let Some(end) = rebuild.append(&section.key, &section.frames)? {
-                        ends.insert(section.key.clone(), end);
+                    for frames in &section.frames {
+                        if let Some(end) = rebuild.append(&section.key, frames)? {
+                            ends.insert(section.key.clone(), end);
+                        }
                     }
                 }
                 Ok((rebuild, ends))

@@ -260,7 +260,7 @@ async fn torn_objects_in_flight_on_a_local_store_were_never_acknowledged_and_go(
     std::fs::write(place(1), b"MINKWAL1\0\0").unwrap();
     let landed = wal::Section {
         key: "t1/b0".into(),
-        frames: Bytes::from_static(b"never acknowledged"),
+        frames: vec![Bytes::from_static(b"never acknowledged")],
     };
     let landed = Bytes::from(wal::encode_writes(1, 2, &[landed]).unwrap());
     std::fs::write(place(2), landed).unwrap();

@@ -15,7 +15,7 @@
 //! everything before it.
 
 use bytes::{Buf, Bytes};
-use object_store::PutPayload;
+use object_store::{PutPayload, PutPayloadMut};
 
 use crate::error::{LogError, Result};
 
@@ -32,8 +32,9 @@ pub(crate) fn number(n: u64) -> String {
 pub(crate) struct Section {
     /// The bucket's log directory, relative to the node's `log/`.
     pub(crate) key: String,
-    /// Its frames, as a segment file holds them.
-    pub(crate) frames: Bytes,
+    /// Its frames, as a segment file holds them, in pieces of whole frames (a group's
+    /// frames as written; a decoded section's as one piece).
+    pub(crate) frames: Vec<Bytes>,
 }
 
 /// What an object of a writer's sequence is.
@@ -45,34 +46,68 @@ pub(crate) enum WalObject {
     Fence { by: u64 },
 }
 
-/// Encodes a WAL object of `epoch`'s writer, the `seq`-th: its frames are not copied, the
-/// payload is a list of chunks.
+/// Pieces of frames shorter than this are copied together into the object's blocks (one
+/// write each, not one per frame); longer ones go in as they are, uncopied.
+const COPY_BELOW: usize = 64 << 10;
+
+/// Encodes a WAL object of `epoch`'s writer, the `seq`-th.
 pub(crate) fn encode_writes(epoch: u64, seq: u64, sections: &[Section]) -> Result<PutPayload> {
-    let mut head = Vec::with_capacity(28);
-    head.extend_from_slice(WAL_MAGIC);
-    head.extend_from_slice(&epoch.to_le_bytes());
-    head.extend_from_slice(&seq.to_le_bytes());
+    let mut object = Checksummed::new();
+    object.copy(WAL_MAGIC);
+    object.copy(&epoch.to_le_bytes());
+    object.copy(&seq.to_le_bytes());
     let count = u32::try_from(sections.len())
         .map_err(|_| LogError::InvalidArgument("too many writes for one WAL object".into()))?;
-    head.extend_from_slice(&count.to_le_bytes());
-    let mut chunks = Vec::with_capacity(2 * sections.len() + 2);
-    chunks.push(Bytes::from(head));
+    object.copy(&count.to_le_bytes());
     for section in sections {
         let key_len = u16::try_from(section.key.len())
             .map_err(|_| LogError::InvalidArgument(format!("bucket key {}", section.key)))?;
-        let frames_len = u32::try_from(section.frames.len())
+        let frames_len: usize = section.frames.iter().map(Bytes::len).sum();
+        let frames_len = u32::try_from(frames_len)
             .map_err(|_| LogError::InvalidArgument("a write larger than 4 GiB".into()))?;
-        let mut head = Vec::with_capacity(6 + section.key.len());
-        head.extend_from_slice(&key_len.to_le_bytes());
-        head.extend_from_slice(section.key.as_bytes());
-        head.extend_from_slice(&frames_len.to_le_bytes());
-        chunks.push(Bytes::from(head));
-        chunks.push(section.frames.clone());
+        object.copy(&key_len.to_le_bytes());
+        object.copy(section.key.as_bytes());
+        object.copy(&frames_len.to_le_bytes());
+        section.frames.iter().for_each(|piece| object.piece(piece));
     }
-    let mut crc = crc32fast::Hasher::new();
-    chunks.iter().for_each(|chunk| crc.update(chunk));
-    chunks.push(Bytes::copy_from_slice(&crc.finalize().to_le_bytes()));
-    Ok(PutPayload::from_iter(chunks))
+    Ok(object.seal())
+}
+
+/// A payload being built, with the CRC-32 of what it holds so far.
+struct Checksummed {
+    payload: PutPayloadMut,
+    crc: crc32fast::Hasher,
+}
+
+impl Checksummed {
+    fn new() -> Self {
+        Self {
+            payload: PutPayloadMut::new().with_block_size(COPY_BELOW),
+            crc: crc32fast::Hasher::new(),
+        }
+    }
+
+    fn copy(&mut self, bytes: &[u8]) {
+        self.crc.update(bytes);
+        self.payload.extend_from_slice(bytes);
+    }
+
+    fn piece(&mut self, piece: &Bytes) {
+        match piece.len() < COPY_BELOW {
+            true => self.copy(piece),
+            false => {
+                self.crc.update(piece);
+                self.payload.push(piece.clone());
+            }
+        }
+    }
+
+    /// The payload, ended by its CRC-32.
+    fn seal(mut self) -> PutPayload {
+        let crc = self.crc.finalize();
+        self.payload.extend_from_slice(&crc.to_le_bytes());
+        self.payload.freeze()
+    }
 }
 
 /// Encodes the fence that epoch `by`'s writer puts after an older writer's last object.
@@ -133,7 +168,7 @@ pub(crate) fn decode(name: &str, epoch: u64, seq: u64, object: &Bytes) -> Result
         need(frames_len, &body)?;
         sections.push(Section {
             key,
-            frames: body.split_to(frames_len),
+            frames: vec![body.split_to(frames_len)],
         });
     }
     if body.has_remaining() {
@@ -149,7 +184,7 @@ mod tests {
     fn section(key: &str, frames: &[u8]) -> Section {
         Section {
             key: key.into(),
-            frames: Bytes::copy_from_slice(frames),
+            frames: vec![Bytes::copy_from_slice(frames)],
         }
     }
 
@@ -165,6 +200,30 @@ mod tests {
         assert_eq!(
             decode("f", 4, 0, &fence).unwrap(),
             WalObject::Fence { by: 5 }
+        );
+    }
+
+    #[test]
+    fn pieces_small_and_large_decode_as_one() {
+        let small = Bytes::from_static(b"frame");
+        let large = Bytes::from(vec![7u8; COPY_BELOW + 1]);
+        let pieces = vec![small.clone(), large.clone(), small.clone()];
+        let written = Section {
+            key: "t1/b0".into(),
+            frames: pieces,
+        };
+        let payload = encode_writes(4, 9, &[written]).unwrap();
+        assert!(
+            payload.iter().any(|chunk| chunk.as_ptr() == large.as_ptr()),
+            "a large piece is not copied"
+        );
+        let joined = [&small[..], &large[..], &small[..]].concat();
+        assert_eq!(
+            decode("o", 4, 9, &Bytes::from(payload)).unwrap(),
+            WalObject::Writes(vec![Section {
+                key: "t1/b0".into(),
+                frames: vec![Bytes::from(joined)],
+            }])
         );
     }
 

@@ -108,7 +108,7 @@ impl WalWriter {
     /// Hands `frames`, a bucket's group commit ending before offset `end`, to the writer
     /// and waits until they are durable in the store. Blocks the calling thread: the
     /// appender commits on a blocking thread.
-    pub(crate) fn persist(&self, key: &str, frames: Bytes, end: i64) -> Result<()> {
+    pub(crate) fn persist(&self, key: &str, frames: Vec<Bytes>, end: i64) -> Result<()> {
         let (durable, done) = oneshot::channel();
         let group = Group {
             section: Section {
@@ -176,7 +176,8 @@ impl Task {
                 }
                 group = queue.recv(), if open && !full => match group {
                     Some(group) => {
-                        gathered.bytes += group.section.frames.len() as u64;
+                        let bytes: usize = group.section.frames.iter().map(Bytes::len).sum();
+                        gathered.bytes += bytes as u64;
                         gathered.groups.push(group);
                     }
                     None => open = false,
@@ -285,10 +286,14 @@ async fn upload(
 }
 
 /// Makes a local store's new object durable: the file, then its directory (created
-/// durably when the writer's epoch was claimed).
+/// durably when the writer's epoch was claimed). Its pages then leave the page cache: only
+/// a restart reads the object again, and the memory serves the log's segments better (on
+/// a VM, memory the host has not backed yet costs several times a copy to touch first).
 async fn sync(file: PathBuf) -> Result<()> {
     let synced = tokio::task::spawn_blocking(move || {
-        std::fs::File::open(&file)?.sync_all()?;
+        let object = std::fs::File::open(&file)?;
+        object.sync_all()?;
+        rustix::fs::fadvise(&object, 0, None, rustix::fs::Advice::DontNeed)?;
         mink_durable::sync_parent(&file)
     })
     .await
