@@ -40,7 +40,23 @@ pub(crate) struct CachedObject {
     pub(crate) len: u64,
 }
 
-type Blocks = quick_cache::sync::Cache<(StorePath, u64), Bytes, ByLength>;
+type Blocks = quick_cache::sync::Cache<(StorePath, u64), Block, ByLength>;
+
+/// A block of an object: a part of the GET that fetched it (its window, which stays whole
+/// while any of its blocks is cached), so a read inside one window is a slice of it.
+#[derive(Debug, Clone)]
+struct Block {
+    window: Bytes,
+    /// Where in the window the block starts.
+    at: usize,
+    len: usize,
+}
+
+impl Block {
+    fn bytes(&self) -> &[u8] {
+        &self.window[self.at..self.at + self.len]
+    }
+}
 
 /// Blocks of stream objects, by object and block number, within a byte budget.
 pub(crate) struct BlockCache {
@@ -82,9 +98,9 @@ struct Landing {
 #[derive(Debug, Clone)]
 struct ByLength;
 
-impl Weighter<(StorePath, u64), Bytes> for ByLength {
-    fn weight(&self, _: &(StorePath, u64), block: &Bytes) -> u64 {
-        block.len() as u64
+impl Weighter<(StorePath, u64), Block> for ByLength {
+    fn weight(&self, _: &(StorePath, u64), block: &Block) -> u64 {
+        block.len as u64
     }
 }
 
@@ -129,7 +145,7 @@ impl BlockCache {
         &self,
         object: &CachedObject,
         numbers: RangeInclusive<u64>,
-    ) -> Result<Vec<Bytes>> {
+    ) -> Result<Vec<Block>> {
         let (first, last) = numbers.into_inner();
         let cached = |number| self.blocks.get(&(object.path.clone(), number));
         let mut blocks = Vec::with_capacity((last - first + 1) as usize);
@@ -221,7 +237,7 @@ async fn fetch(
     store: &dyn ObjectStore,
     object: &CachedObject,
     numbers: Range<u64>,
-) -> Result<Vec<Bytes>> {
+) -> Result<Vec<Block>> {
     let bytes = numbers.start * BLOCK..(numbers.end * BLOCK).min(object.len);
     let fetched = store
         .get_range(&object.path, bytes.clone())
@@ -235,22 +251,30 @@ async fn fetch(
     }
     Ok((0..fetched.len())
         .step_by(BLOCK as usize)
-        .map(|at| fetched.slice(at..(at + BLOCK as usize).min(fetched.len())))
+        .map(|at| Block {
+            window: fetched.clone(),
+            at,
+            len: (fetched.len() - at).min(BLOCK as usize),
+        })
         .collect())
 }
 
-/// The bytes `range` out of consecutive blocks starting with block `first`.
-fn assemble(blocks: &[Bytes], first: u64, range: Range<u64>) -> Bytes {
+/// The bytes `range` out of consecutive blocks starting with block `first`: a slice of
+/// their window if they share one, else a copy.
+fn assemble(blocks: &[Block], first: u64, range: Range<u64>) -> Bytes {
     let start = (range.start - first * BLOCK) as usize;
     let len = (range.end - range.start) as usize;
-    if let [block] = blocks {
-        return block.slice(start..start + len);
+    if let Some((head, rest)) = blocks.split_first()
+        && rest.iter().all(|block| block.window.as_ptr() == head.window.as_ptr())
+    {
+        return head.window.slice(head.at + start..head.at + start + len);
     }
     let mut out = BytesMut::with_capacity(len);
     let mut skip = start;
     for block in blocks {
-        let take = (block.len() - skip).min(len - out.len());
-        out.extend_from_slice(&block[skip..skip + take]);
+        let bytes = block.bytes();
+        let take = (bytes.len() - skip).min(len - out.len());
+        out.extend_from_slice(&bytes[skip..skip + take]);
         skip = 0;
     }
     out.freeze()
@@ -294,6 +318,20 @@ mod tests {
         for bad in [len - 1..len + 1, 5..5] {
             assert!(cache.read(&object, bad).await.is_err());
         }
+    }
+
+    #[tokio::test]
+    async fn a_read_inside_one_fetched_window_is_a_slice_of_it() {
+        let (store, object) = store_with_object(3 * BLOCK).await;
+        let cache = BlockCache::new(store, 64 << 20);
+        let whole = cache.read(&object, 0..3 * BLOCK).await.unwrap();
+        let across = cache.read(&object, BLOCK - 5..BLOCK + 5).await.unwrap();
+        assert_eq!(across.as_ref(), expected(BLOCK - 5..BLOCK + 5));
+        assert_eq!(
+            across.as_ptr(),
+            whole[BLOCK as usize - 5..].as_ptr(),
+            "not copied"
+        );
     }
 
     /// Waits until every window being fetched ahead of `object`'s reader has landed.
