@@ -118,7 +118,11 @@ pub(crate) struct LogStoreArgs {
     #[arg(long, default_value_t = 500)]
     pings: usize,
     /// The figures to print, comma-separated (all by default; one alone, to profile it).
-    #[arg(long, value_delimiter = ',', default_value = "visible,load,append,history")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "visible,load,append,history"
+    )]
     figures: Vec<Figure>,
     #[command(flatten)]
     node: NodeArgs,

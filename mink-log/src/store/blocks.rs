@@ -161,7 +161,8 @@ impl BlockCache {
                 run_end += 1;
             }
             for (number, block) in (next..).zip(fetch(&*self.store, object, next..run_end).await?) {
-                self.blocks.insert((object.path.clone(), number), block.clone());
+                self.blocks
+                    .insert((object.path.clone(), number), block.clone());
                 blocks.push(block);
             }
             next = run_end;
@@ -189,7 +190,9 @@ impl BlockCache {
             reader.ahead_to = 0;
         }
         reader.next = last + 1;
-        reader.landing.retain(|landing| landing.landed.peek().is_none());
+        reader
+            .landing
+            .retain(|landing| landing.landed.peek().is_none());
         let needed = (reader.landing.iter())
             .filter(|landing| landing.blocks.start <= last && first < landing.blocks.end)
             .cloned()
@@ -265,7 +268,9 @@ fn assemble(blocks: &[Block], first: u64, range: Range<u64>) -> Bytes {
     let start = (range.start - first * BLOCK) as usize;
     let len = (range.end - range.start) as usize;
     if let Some((head, rest)) = blocks.split_first()
-        && rest.iter().all(|block| block.window.as_ptr() == head.window.as_ptr())
+        && rest
+            .iter()
+            .all(|block| block.window.as_ptr() == head.window.as_ptr())
     {
         return head.window.slice(head.at + start..head.at + start + len);
     }
@@ -338,7 +343,9 @@ mod tests {
     async fn settle(cache: &BlockCache, object: &CachedObject) {
         let landing = {
             let readers = cache.readers.lock().unwrap();
-            readers.get(&object.path).map(|reader| reader.landing.clone())
+            readers
+                .get(&object.path)
+                .map(|reader| reader.landing.clone())
         };
         for landing in landing.into_iter().flatten() {
             landing.landed.await;
@@ -361,7 +368,10 @@ mod tests {
             read(block).await.unwrap();
             settle(&cache, &object).await;
             assert!(
-                cache.blocks.get(&(object.path.clone(), block + 1)).is_some(),
+                cache
+                    .blocks
+                    .get(&(object.path.clone(), block + 1))
+                    .is_some(),
                 "block {} is fetched before it is read",
                 block + 1
             );
@@ -377,7 +387,11 @@ mod tests {
         let before = cached(&cache);
         read(195).await.unwrap();
         settle(&cache, &object).await;
-        assert_eq!(cached(&cache), before + 1, "a read elsewhere reads no ahead");
+        assert_eq!(
+            cached(&cache),
+            before + 1,
+            "a read elsewhere reads no ahead"
+        );
         read(196).await.unwrap();
         settle(&cache, &object).await;
         assert_eq!(

@@ -76,8 +76,8 @@ impl Location {
         match StoreUrl::parse(url)? {
             StoreUrl::File(path) => {
                 mink_durable::create_dir_all(std::path::Path::new(path))?;
-                let store = LocalFileSystem::new_with_prefix(path)
-                    .map_err(|e| unusable(e.to_string()))?;
+                let store =
+                    LocalFileSystem::new_with_prefix(path).map_err(|e| unusable(e.to_string()))?;
                 Ok(Self {
                     store: Arc::new(store),
                     root: StorePath::default(),

@@ -82,8 +82,8 @@ use tracing::info;
 
 use self::blocks::BlockCache;
 use self::coverage::Coverage;
-pub use self::location::check_store_url;
 use self::location::Location;
+pub use self::location::check_store_url;
 use self::open::Streamed;
 pub(crate) use self::stream::StreamObject;
 pub(crate) use self::uploader::Sealed;
@@ -365,7 +365,10 @@ impl LogStore {
             }
         }
         if !gone.is_empty() {
-            info!(buckets = gone.len(), "forgot the log store's buckets that no table holds");
+            info!(
+                buckets = gone.len(),
+                "forgot the log store's buckets that no table holds"
+            );
         }
         Ok(())
     }

@@ -31,7 +31,9 @@ fn log_config(store: &Arc<LogStore>) -> LogConfig {
 
 /// A node's store over `store`, its logs under `disk`.
 async fn open_store(store: &Path, disk: &Path) -> Arc<LogStore> {
-    LogStore::open(store_config(store), disk, 256).await.unwrap()
+    LogStore::open(store_config(store), disk, 256)
+        .await
+        .unwrap()
 }
 
 /// The log of bucket `key` under `disk`.
@@ -454,7 +456,10 @@ async fn buckets_no_tablet_opens_after_a_restart_are_forgotten() {
 
     // Its table was dropped while the node was down: no tablet opens it after the restart.
     let (store, busy) = open_bucket(store_dir.path(), disk.path()).await;
-    assert!(disk.path().join("t2/b0").exists(), "the open rebuilt its log");
+    assert!(
+        disk.path().join("t2/b0").exists(),
+        "the open rebuilt its log"
+    );
     store.forget_unopened().unwrap();
     assert!(!disk.path().join("t2").exists(), "and it goes");
     for i in 0..30 {

@@ -124,7 +124,6 @@ impl WalWriter {
     }
 }
 
-
 #[derive(Debug)]
 struct Task {
     location: Location,
@@ -191,10 +190,7 @@ impl Task {
     }
 
     /// Starts uploading `gathered` in the writer's next place.
-    fn start(
-        &mut self,
-        gathered: Gathered,
-    ) -> impl Future<Output = (Started, Result<()>)> + use<> {
+    fn start(&mut self, gathered: Gathered) -> impl Future<Output = (Started, Result<()>)> + use<> {
         let place = (self.epoch, self.seq);
         self.seq += 1;
         let mut started = Started {

@@ -69,12 +69,7 @@ impl Servers {
 
     /// The TLS endpoint by the name its certificate is for.
     fn tls_address(&self) -> String {
-        let port = self
-            .tls
-            .sql_addr
-            .rsplit(':')
-            .next()
-            .expect("a port");
+        let port = self.tls.sql_addr.rsplit(':').next().expect("a port");
         format!("localhost:{port}")
     }
 }
@@ -133,7 +128,10 @@ fn superset_registers_mink_and_charts_its_tables() {
         .output()
         .expect("run python");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "Superset's checks failed: {stderr}");
+    assert!(
+        output.status.success(),
+        "Superset's checks failed: {stderr}"
+    );
     let summary = String::from_utf8_lossy(&output.stdout);
     eprintln!("Superset: {}", summary.lines().last().unwrap_or_default());
     assert!(summary.contains("\"superset\": \"6.1"), "{summary}");
