@@ -91,11 +91,13 @@ pub(super) async fn figure(
 async fn held(dir: &Path) -> Result<String, BenchError> {
     let streams = files_under(dir.join("streams")).await?;
     let stream_bytes: u64 = streams.iter().map(|file| file.1).sum();
-    let (wal, wal_bytes) = wal_objects(dir).await?;
+    let wal = wal_objects(dir).await?;
+    let wal_bytes: u64 = wal.iter().map(|object| object.1).sum();
     Ok(format!(
-        "{} stream objects ({}) and {wal} WAL objects ({})",
+        "{} stream objects ({}) and {} WAL objects ({})",
         streams.len(),
         megabytes(stream_bytes),
+        wal.len(),
         megabytes(wal_bytes)
     ))
 }

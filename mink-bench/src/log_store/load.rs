@@ -39,9 +39,8 @@ struct Run {
     elapsed: Duration,
     /// Every call's acknowledgement latency, in milliseconds.
     latencies: Vec<f64>,
-    /// WAL objects created meanwhile, and their bytes.
-    objects: u64,
-    object_bytes: u64,
+    /// WAL objects created meanwhile.
+    created: Created,
 }
 
 /// Prints figure 2: every node of `nodes` loaded as `load` says, rows of `schema`.
@@ -104,19 +103,20 @@ fn report_runs(nodes: &Nodes, runs: &[Vec<Run>], row_bytes: u64) {
         let ratio = format!("vs local {}", latency.ratio_to(&local_latency));
         report(&format!("  {label}, ack"), latency, &[ratio]);
         let mut puts: Vec<f64> = (of_node.iter())
-            .map(|run| run.objects as f64 / run.elapsed.as_secs_f64())
+            .map(|run| run.created.objects as f64 / run.elapsed.as_secs_f64())
             .collect();
         puts.sort_by(f64::total_cmp);
-        let (objects, bytes) = of_node.iter().fold((0, 0), |(objects, bytes), run| {
-            (objects + run.objects, bytes + run.object_bytes)
-        });
+        let objects: u64 = of_node.iter().map(|run| run.created.objects).sum();
+        let bytes: f64 = (of_node.iter())
+            .map(|run| run.created.mean_bytes * run.created.objects as f64)
+            .sum();
         let calls: usize = of_node.iter().map(|run| run.latencies.len()).sum();
         report(
             &format!("  {label}, PUTs"),
             format!(
                 "{:>7.1} PUTs/s, {:.1} kB and {:.1} calls each",
                 puts.get(puts.len() / 2).copied().unwrap_or_default(),
-                bytes as f64 / 1e3 / objects.max(1) as f64,
+                bytes / 1e3 / objects.max(1) as f64,
                 calls as f64 / objects.max(1) as f64,
             ),
             &[],
@@ -160,7 +160,7 @@ async fn run(
     let table = create_table(client, &path, buckets, schema, &[]).await?;
     write_back().await?;
     let before = match &node.store {
-        Some(store) => wal_objects(store).await?,
+        Some(store) => last_place(&wal_objects(store).await?),
         None => (0, 0),
     };
     eprintln!(
@@ -187,9 +187,9 @@ async fn run(
         latencies.extend(of_writer);
     }
     let elapsed = start.elapsed();
-    let after = match &node.store {
-        Some(store) => wal_objects(store).await?,
-        None => (0, 0),
+    let created = match &node.store {
+        Some(store) => created_since(&wal_objects(store).await?, before),
+        None => Created::default(),
     };
     check_logged(client, &table, rows).await?;
     client.drop_table_instance(&table).await?;
@@ -197,9 +197,42 @@ async fn run(
         rows,
         elapsed,
         latencies,
-        objects: after.0 - before.0,
-        object_bytes: after.1 - before.1,
+        created,
     })
+}
+
+/// The WAL objects a run created.
+#[derive(Debug, Default, Clone, Copy)]
+struct Created {
+    /// How many (places taken, counting those the upkeep deleted since).
+    objects: u64,
+    /// The mean bytes of those still there.
+    mean_bytes: f64,
+}
+
+/// The place of the last of `objects` (all of one writer's epoch in a run).
+fn last_place(objects: &[((u64, u64), u64)]) -> (u64, u64) {
+    objects
+        .iter()
+        .map(|object| object.0)
+        .max()
+        .unwrap_or_default()
+}
+
+/// What `objects` hold that was created after the place `before`.
+fn created_since(objects: &[((u64, u64), u64)], before: (u64, u64)) -> Created {
+    let last = last_place(objects);
+    let new: Vec<u64> = (objects.iter())
+        .filter(|(place, _)| *place > before)
+        .map(|object| object.1)
+        .collect();
+    Created {
+        objects: match last.0 == before.0 {
+            true => last.1 - before.1,
+            false => new.len() as u64,
+        },
+        mean_bytes: new.iter().sum::<u64>() as f64 / new.len().max(1) as f64,
+    }
 }
 
 /// Appends `batch` to `bucket`, one call at a time, until `deadline`; the rows written and

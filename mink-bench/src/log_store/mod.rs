@@ -357,11 +357,20 @@ pub(super) async fn write_back() -> Result<(), BenchError> {
     .await
 }
 
-/// The WAL objects in the store at `dir` (every epoch's, fences included): how many,
-/// and their bytes.
-pub(super) async fn wal_objects(dir: &Path) -> Result<(u64, u64), BenchError> {
+/// The WAL objects in the store at `dir` now (every epoch's, fences included; the
+/// store's upkeep deletes those behind a checkpoint): each one's place, `(epoch, seq)`,
+/// and bytes.
+pub(super) async fn wal_objects(dir: &Path) -> Result<Vec<((u64, u64), u64)>, BenchError> {
     let files = files_under(dir.join("wal")).await?;
-    Ok((files.len() as u64, files.iter().map(|file| file.1).sum()))
+    let place = |path: &Path| -> Option<(u64, u64)> {
+        let seq = path.file_name()?.to_str()?.parse().ok()?;
+        let epoch = path.parent()?.file_name()?.to_str()?.parse().ok()?;
+        Some((epoch, seq))
+    };
+    Ok(files
+        .iter()
+        .filter_map(|(path, bytes)| Some((place(path)?, *bytes)))
+        .collect())
 }
 
 /// Every file under `dir` and its length; none when `dir` is missing.

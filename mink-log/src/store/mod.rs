@@ -53,9 +53,12 @@
 //! * **Retention.** When `log.ttl` moves a bucket's log start, `starts/<key>/<offset>`
 //!   records it, and an open leaves out what is before.
 //!
-//! Not here: nothing deletes objects from the store (WAL objects behind the checkpoint,
-//! stream objects before a recorded start, a dropped bucket's, fences and old
-//! checkpoints stay: the store's upkeep is the next issue's); packs form only from
+//! * **Upkeep.** Once a checkpoint is made, the WAL objects and fences behind it and the
+//!   earlier checkpoints are deleted (the `upkeep` module); an open that finds a place
+//!   of the WAL empty behind a checkpoint reads the store again rather than fence it.
+//!
+//! Not here: stream objects before a recorded start, a dropped bucket's, and old claims
+//! stay, and nothing merges a bucket's objects (the next issue); packs form only from
 //! segments sealed at about the same time.
 
 mod blocks;
@@ -66,6 +69,7 @@ mod pack;
 mod rebuild;
 mod stream;
 mod trailer;
+mod upkeep;
 mod uploader;
 mod wal;
 mod writer;

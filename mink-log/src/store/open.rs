@@ -22,6 +22,9 @@ use crate::segment::FrameHeader;
 
 /// Most epochs tried when another process claims the same ones at the same time.
 const CLAIM_ATTEMPTS: u64 = 64;
+/// Most times an open reads the store back while a running writer's upkeep deletes what
+/// it reads.
+const READ_ATTEMPTS: usize = 8;
 
 /// A bucket's stream objects, in order, each with its frames.
 pub(crate) type Streamed = Vec<(Arc<StreamObject>, Vec<FrameHeader>)>;
@@ -50,6 +53,30 @@ pub(crate) async fn open(
     if let Some(dir) = &location.local {
         mink_durable::create_dir_all(&dir.join("wal").join(wal::number(epoch)))?;
     }
+    for _ in 0..READ_ATTEMPTS {
+        match read_back(location, url, log_root, segment_bytes, epoch).await? {
+            Some(opened) => return Ok(opened),
+            None => info!(
+                "the log store's upkeep deleted WAL objects this open was reading: reading the store again"
+            ),
+        }
+    }
+    Err(LogError::Store(format!(
+        "reading the log store back failed {READ_ATTEMPTS} times: a checkpoint kept passing \
+         what it read"
+    )))
+}
+
+/// Reads the store back for the writer of `epoch`, as [`open`] says; `None` if the upkeep
+/// of a running writer deleted what it was reading (behind a checkpoint made meanwhile:
+/// the stream objects it found may no longer be all there are).
+async fn read_back(
+    location: &Location,
+    url: &str,
+    log_root: &Path,
+    segment_bytes: u64,
+    epoch: u64,
+) -> Result<Option<Opened>> {
     let mut starts = find_starts(location).await?;
     let streamed = find_streams(location, &starts).await?;
     // Each bucket's local log starts where its stream objects end, or where retention
@@ -71,19 +98,23 @@ pub(crate) async fn open(
                 first: if older == from.0 { from.1 } else { 0 },
                 by: epoch,
             };
-            (rebuild, objects) = reading
+            match reading
                 .read(location, rebuild, objects, &mut coverage)
-                .await?;
+                .await?
+            {
+                Some(read) => (rebuild, objects) = read,
+                None => return Ok(None),
+            }
         }
     }
     let rebuilt = rebuild.buckets();
     blocking(move || rebuild.finish()).await?;
     info!(store = %url, epoch, ?from, wal_objects = objects, streamed_buckets = streamed.len(), rebuilt, "log store opened");
-    Ok(Opened {
+    Ok(Some(Opened {
         epoch,
         streamed,
         coverage,
-    })
+    }))
 }
 
 /// The furthest checkpoint in the store: where reading the WAL starts.
@@ -300,24 +331,25 @@ async fn claim_epoch(location: &Location) -> Result<u64> {
 }
 
 /// The reading of an older epoch's WAL objects.
-struct Reading {
-    epoch: u64,
+pub(super) struct Reading {
+    pub(super) epoch: u64,
     /// The first object to read.
-    first: u64,
+    pub(super) first: u64,
     /// The epoch of the writer reading, which fences the older.
-    by: u64,
+    pub(super) by: u64,
 }
 
 impl Reading {
     /// Reads the epoch's objects from the first into `rebuild`, in order, recording what
     /// each holds in `coverage`, and closes its sequence with a fence if nothing has.
-    async fn read(
+    /// `None` if a place it finds empty is behind a checkpoint: the upkeep deleted it.
+    pub(super) async fn read(
         &self,
         location: &Location,
         mut rebuild: Rebuild,
         mut objects: usize,
         coverage: &mut Coverage,
-    ) -> Result<(Rebuild, usize)> {
+    ) -> Result<Option<(Rebuild, usize)>> {
         let (older, by) = (self.epoch, self.by);
         let mut seq = self.first;
         loop {
@@ -328,8 +360,11 @@ impl Reading {
                     .await
                     .map_err(|e| store_error(&format!("reading {path}"), e))?,
                 Err(object_store::Error::NotFound { .. }) => {
+                    if last_checkpoint(location).await? > (older, seq) {
+                        return Ok(None);
+                    }
                     match create(location, &path, wal::encode_fence(by)).await? {
-                        true => return Ok((rebuild, objects)),
+                        true => return Ok(Some((rebuild, objects))),
                         // The older writer's object landed first: read it, fence after it.
                         false => continue,
                     }
@@ -337,7 +372,7 @@ impl Reading {
                 Err(e) => return Err(store_error(&format!("reading {path}"), e)),
             };
             let sections = match wal::decode(path.as_ref(), older, seq, &got) {
-                Ok(WalObject::Fence { .. }) => return Ok((rebuild, objects)),
+                Ok(WalObject::Fence { .. }) => return Ok(Some((rebuild, objects))),
                 Ok(WalObject::Writes(sections)) => sections,
                 Err(error) if is_torn(location, older, seq).await? => {
                     // A local store's object in flight at a power cut, its name durable

@@ -28,6 +28,7 @@ use super::location::Location;
 use super::open::{blocking, create};
 use super::pack;
 use super::stream::{self, StreamObject};
+use super::upkeep::Upkeep;
 use super::{StoreCrash, StoreFailpoint};
 use crate::Shared;
 use crate::error::{LogError, Result};
@@ -79,6 +80,7 @@ impl Uploader {
     ) -> Self {
         let (jobs, queue) = mpsc::unbounded_channel();
         let task = Task {
+            upkeep: Upkeep::start(location.clone()),
             location,
             epoch,
             packs: 0,
@@ -105,6 +107,8 @@ struct Task {
     /// Packs made so far (the next one's number).
     packs: u64,
     coverage: Arc<Mutex<Coverage>>,
+    /// Deletes what the checkpoints made leave behind.
+    upkeep: Upkeep,
     failpoint: Option<StoreCrash>,
     /// Local segments in the store, with when their grace is over.
     retired: VecDeque<(Instant, PathBuf, i64)>,
@@ -271,7 +275,7 @@ impl Task {
             tablet.streamed(sealed.base, Arc::new(object));
         }
         let covered = Covered::StreamObject(sealed.base, end);
-        checkpoint(&self.location, &self.coverage, &sealed.key, covered).await;
+        self.checkpoint(&sealed.key, covered).await;
         self.retired
             .push_back((Instant::now() + GRACE, sealed.dir, sealed.base));
     }
@@ -281,8 +285,36 @@ impl Task {
     async fn trim(&self, key: &str, start: i64) {
         let path = bucket_path(&self.location, "starts", key, &stream::offset_name(start));
         match create_in_dir(&self.location, &path).await {
-            Ok(_) => checkpoint(&self.location, &self.coverage, key, Covered::Start(start)).await,
+            Ok(_) => self.checkpoint(key, Covered::Start(start)).await,
             Err(error) => warn!(bucket = key, start, %error, "recording a log start failed"),
+        }
+    }
+
+    /// Records in the coverage what a job put in the store for `key` and makes the
+    /// checkpoint that allows, if any, for the upkeep to delete what is behind it. A
+    /// checkpoint that fails to be made is only logged: the next one goes further.
+    async fn checkpoint(&self, key: &str, covered: Covered) {
+        let place = {
+            let mut coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
+            match covered {
+                Covered::StreamObject(base, end) => coverage.stream_object(key, (base, end)),
+                Covered::Start(start) => coverage.trimmed(key, start),
+            }
+            coverage.checkpoint()
+        };
+        let Some(place) = place else {
+            return;
+        };
+        let path = self.location.path(["checkpoints", &coverage::name(place)]);
+        match create_in_dir(&self.location, &path).await {
+            Ok(_) => {
+                debug!(
+                    ?place,
+                    "log store checkpoint: earlier WAL objects are in stream objects"
+                );
+                self.upkeep.checkpointed(place);
+            }
+            Err(error) => warn!(%error, "making a log store checkpoint failed"),
         }
     }
 }
@@ -346,31 +378,6 @@ enum Covered {
     StreamObject(i64, i64),
     /// The log start retention moved to.
     Start(i64),
-}
-
-/// Records in `coverage` what a job put in the store for `key` and makes the checkpoint
-/// that allows, if any. A checkpoint that fails to be made is only logged: the next one
-/// goes further.
-async fn checkpoint(location: &Location, coverage: &Mutex<Coverage>, key: &str, covered: Covered) {
-    let place = {
-        let mut coverage = coverage.lock().unwrap_or_else(|p| p.into_inner());
-        match covered {
-            Covered::StreamObject(base, end) => coverage.stream_object(key, (base, end)),
-            Covered::Start(start) => coverage.trimmed(key, start),
-        }
-        coverage.checkpoint()
-    };
-    let Some(place) = place else {
-        return;
-    };
-    let path = location.path(["checkpoints", &coverage::name(place)]);
-    match create_in_dir(location, &path).await {
-        Ok(_) => debug!(
-            ?place,
-            "log store checkpoint: earlier WAL objects are in stream objects"
-        ),
-        Err(error) => warn!(%error, "making a log store checkpoint failed"),
-    }
 }
 
 /// The path of `name` among a bucket's objects of one kind (`streams`, `starts`).

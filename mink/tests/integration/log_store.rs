@@ -610,18 +610,19 @@ async fn starts_that_would_mix_logs_up_are_refused() {
     );
 }
 
-/// The next free place of `epoch`'s WAL sequence in the local store at `store`.
+/// The next free place of `epoch`'s WAL sequence in the local store at `store` (after
+/// its last object: the upkeep deletes the first ones once a checkpoint passes them).
 fn next_wal_place(store: &Path, epoch: u64) -> std::path::PathBuf {
     let dir = store.join("wal").join(format!("{epoch:020}"));
-    let taken = std::fs::read_dir(&dir)
+    let next = std::fs::read_dir(&dir)
         .expect("the epoch's WAL objects")
-        .filter(|entry| {
-            let name = entry.as_ref().expect("an entry").file_name();
-            name.to_str()
-                .is_some_and(|name| name.parse::<u64>().is_ok())
+        .filter_map(|entry| {
+            let name = entry.expect("an entry").file_name();
+            name.to_str()?.parse::<u64>().ok()
         })
-        .count();
-    dir.join(format!("{taken:020}"))
+        .max()
+        .map_or(0, |last| last + 1);
+    dir.join(format!("{next:020}"))
 }
 
 /// A power cut on a file system that keeps a new file's name before its bytes (ext4 can)
