@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::path::Path as StorePath;
-use object_store::{ObjectStore as _, ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
+use object_store::{
+    ObjectMeta, ObjectStore as _, ObjectStoreExt as _, PutMode, PutOptions, PutPayload,
+};
 use tracing::{info, warn};
 
 use super::coverage::{self, Coverage, Place};
@@ -153,11 +155,14 @@ struct BucketObject {
     size: u64,
 }
 
-/// Every bucket's objects of one kind (`streams/<key>/<name>`).
-async fn list_bucket_objects(location: &Location, kind: &str) -> Result<Vec<BucketObject>> {
+/// Every object of one kind (`kind/...`), with the parts of its name after `kind`.
+pub(super) async fn list_kind(
+    location: &Location,
+    kind: &str,
+) -> Result<Vec<(Vec<String>, ObjectMeta)>> {
     use futures::TryStreamExt as _;
     let prefix = location.path([kind]);
-    let listed: Vec<_> = location
+    let listed: Vec<ObjectMeta> = location
         .store
         .list(Some(&prefix))
         .try_collect()
@@ -166,11 +171,19 @@ async fn list_bucket_objects(location: &Location, kind: &str) -> Result<Vec<Buck
     Ok(listed
         .into_iter()
         .filter_map(|object| {
-            let parts: Vec<String> = object
-                .location
-                .prefix_match(&prefix)?
-                .map(|part| part.as_ref().to_string())
-                .collect();
+            let parts = object.location.prefix_match(&prefix)?;
+            let parts = parts.map(|part| part.as_ref().to_string()).collect();
+            Some((parts, object))
+        })
+        .collect())
+}
+
+/// Every bucket's objects of one kind (`streams/<key>/<name>`).
+async fn list_bucket_objects(location: &Location, kind: &str) -> Result<Vec<BucketObject>> {
+    Ok(list_kind(location, kind)
+        .await?
+        .into_iter()
+        .filter_map(|(parts, object)| {
             let (name, key) = parts.split_last().filter(|(_, key)| !key.is_empty())?;
             Some(BucketObject {
                 key: key.join("/"),

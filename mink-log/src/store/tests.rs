@@ -125,6 +125,16 @@ async fn a_node_that_lost_its_disk_rebuilds_every_acknowledged_batch_from_the_st
     assert_eq!(ids(&log_b.read(0, u64::MAX).await.unwrap()), expected_b);
 }
 
+/// Appends rows 0 to `count - 1` to `log`, one a write; each write's ids.
+async fn append_each(log: &LogTablet, count: i64) -> Vec<Vec<i64>> {
+    let table = table(&[]);
+    let written: Vec<Vec<i64>> = (0..count).map(|i| vec![i]).collect();
+    for ids in &written {
+        write(log, &table, WriteOp::Append(rows(&table, ids, "x"))).await;
+    }
+    written
+}
+
 /// Waits until at least `count` of `log`'s segments are in the store, in stream objects
 /// of their own or in packs (uploads run in the background; up to 5 s).
 async fn streamed(log: &LogTablet, count: usize) {
@@ -321,10 +331,7 @@ async fn a_checkpoint_passes_wal_objects_wholly_in_stream_objects_even_of_an_idl
     )
     .await;
     dropped.forget();
-    let written: Vec<Vec<i64>> = (0..30).map(|i| vec![i]).collect();
-    for ids in &written {
-        write(&busy, &table, WriteOp::Append(rows(&table, ids, "busy"))).await;
-    }
+    let written = append_each(&busy, 30).await;
     // The idle bucket's segment is sealed and uploaded (in a pack or an object of its
     // own) after 200 ms without writes.
     let (epoch, seq) = checkpoint_reaching(store_dir.path(), (1, 30)).await;
@@ -351,12 +358,8 @@ async fn a_checkpoint_passes_wal_objects_wholly_in_stream_objects_even_of_an_idl
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_retention_removed_stays_removed_after_a_restart() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let table = table(&[]);
     let (store, log) = open_bucket(store_dir.path(), disk.path()).await;
-    let written: Vec<Vec<i64>> = (0..30).map(|i| vec![i]).collect();
-    for ids in &written {
-        write(&log, &table, WriteOp::Append(rows(&table, ids, "x"))).await;
-    }
+    let written = append_each(&log, 30).await;
     // Some sealed segments are uploaded before retention removes them, some perhaps not.
     streamed(&log, 2).await;
     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -472,12 +475,8 @@ async fn buckets_no_tablet_opens_after_a_restart_are_forgotten() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_upkeep_deletes_the_wal_behind_a_checkpoint_and_a_lost_disk_reads_everything() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let table = table(&[]);
     let (store, log) = open_bucket(store_dir.path(), disk.path()).await;
-    let written: Vec<Vec<i64>> = (0..30).map(|i| vec![i]).collect();
-    for ids in &written {
-        write(&log, &table, WriteOp::Append(rows(&table, ids, "x"))).await;
-    }
+    let written = append_each(&log, 30).await;
     checkpoint_reaching(store_dir.path(), (1, 1)).await;
     // The first checkpoint's pass runs at once.
     let first = wal::number(0);

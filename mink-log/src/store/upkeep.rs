@@ -21,7 +21,7 @@ use tracing::{debug, warn};
 
 use super::coverage::{self, Place};
 use super::location::Location;
-use super::open::store_error;
+use super::open::{list_kind, store_error};
 use crate::error::Result;
 
 /// The least time between two passes (each lists the WAL and deletes in batches).
@@ -71,9 +71,9 @@ async fn run(location: Location, mut made: watch::Receiver<Place>) {
 /// Deletes the WAL objects (and fences) before `furthest`, and the checkpoints before
 /// it; the objects deleted.
 async fn delete_before(location: &Location, furthest: Place) -> Result<usize> {
-    let mut doomed = placed_before(location, "wal", furthest, |parts| {
-        let [epoch, seq] = parts else { return None };
-        Some((epoch.parse().ok()?, seq.parse().ok()?))
+    let mut doomed = placed_before(location, "wal", furthest, |parts| match parts {
+        [epoch, seq] => Some((epoch.parse().ok()?, seq.parse().ok()?)),
+        _ => None,
     })
     .await?;
     doomed.extend(
@@ -101,25 +101,12 @@ async fn placed_before(
     location: &Location,
     kind: &str,
     furthest: Place,
-    place: impl Fn(&[&str]) -> Option<Place>,
+    place: impl Fn(&[String]) -> Option<Place>,
 ) -> Result<Vec<StorePath>> {
-    let prefix = location.path([kind]);
-    let listed: Vec<_> = location
-        .store
-        .list(Some(&prefix))
-        .try_collect()
-        .await
-        .map_err(|e| store_error(&format!("listing the log store's {kind}"), e))?;
-    Ok(listed
+    Ok(list_kind(location, kind)
+        .await?
         .into_iter()
-        .filter(|object| {
-            let parts: Option<Vec<_>> = object
-                .location
-                .prefix_match(&prefix)
-                .map(|parts| parts.collect());
-            let parts: Vec<&str> = parts.iter().flatten().map(|part| part.as_ref()).collect();
-            place(&parts).is_some_and(|at| at < furthest)
-        })
-        .map(|object| object.location)
+        .filter(|(parts, _)| place(parts).is_some_and(|at| at < furthest))
+        .map(|(_, object)| object.location)
         .collect())
 }
