@@ -54,12 +54,13 @@
 //!   records it, and an open leaves out what is before.
 //!
 //! * **Upkeep.** Once a checkpoint is made, the WAL objects and fences behind it and the
-//!   earlier checkpoints are deleted (the `upkeep` module); an open that finds a place
+//!   earlier checkpoints are deleted, and a minute after a start is recorded, the
+//!   bucket's stream objects before it (the `upkeep` module); an open that finds a place
 //!   of the WAL empty behind a checkpoint reads the store again rather than fence it.
 //!
-//! Not here: stream objects before a recorded start, a dropped bucket's, and old claims
-//! stay, and nothing merges a bucket's objects (the next issue); packs form only from
-//! segments sealed at about the same time.
+//! Not here: a dropped bucket's objects, packs and old claims stay, and nothing merges a
+//! bucket's objects (the next issue); packs form only from segments sealed at about the
+//! same time.
 
 mod blocks;
 mod coverage;

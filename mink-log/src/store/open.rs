@@ -155,19 +155,19 @@ struct BucketObject {
     size: u64,
 }
 
-/// Every object of one kind (`kind/...`), with the parts of its name after `kind`.
-pub(super) async fn list_kind(
+/// Every object under the path of `parts`, with the parts of its name after them.
+pub(super) async fn list_under(
     location: &Location,
-    kind: &str,
+    parts: &[&str],
 ) -> Result<Vec<(Vec<String>, ObjectMeta)>> {
     use futures::TryStreamExt as _;
-    let prefix = location.path([kind]);
+    let prefix = location.path(parts.iter().copied());
     let listed: Vec<ObjectMeta> = location
         .store
         .list(Some(&prefix))
         .try_collect()
         .await
-        .map_err(|e| store_error(&format!("listing the log store's {kind}"), e))?;
+        .map_err(|e| store_error(&format!("listing {prefix} in the log store"), e))?;
     Ok(listed
         .into_iter()
         .filter_map(|object| {
@@ -180,7 +180,7 @@ pub(super) async fn list_kind(
 
 /// Every bucket's objects of one kind (`streams/<key>/<name>`).
 async fn list_bucket_objects(location: &Location, kind: &str) -> Result<Vec<BucketObject>> {
-    Ok(list_kind(location, kind)
+    Ok(list_under(location, &[kind])
         .await?
         .into_iter()
         .filter_map(|(parts, object)| {

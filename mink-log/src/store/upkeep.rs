@@ -1,45 +1,65 @@
-//! The store's upkeep: deletes the objects no open needs any more. An open reads the WAL
-//! from the furthest checkpoint on, so the WAL objects and fences before it, and every
-//! earlier checkpoint, are garbage.
+//! The store's upkeep: deletes the objects no open needs any more.
 //!
-//! A checkpoint is in the store before anything behind it is deleted, so an open that
-//! finds a place of a WAL sequence empty checks whether a checkpoint passes it now (the
-//! `open` module): a place the upkeep emptied is not a free place to fence, and the open
-//! reads the store again from that checkpoint.
+//! * **Behind the furthest checkpoint.** An open reads the WAL from the furthest checkpoint
+//!   on, so the WAL objects and fences before it, and every earlier checkpoint, are
+//!   garbage. A checkpoint is in the store before anything behind it is deleted, so an
+//!   open that finds a place of a WAL sequence empty checks whether a checkpoint passes it
+//!   now (the `open` module): a place the upkeep emptied is not a free place to fence, and
+//!   the open reads the store again.
+//! * **Before a recorded start.** Once retention's new log start for a bucket is recorded
+//!   (`starts/<key>/<offset>`), an open reads none of its stream objects that end at or
+//!   before it, nor the older starts: they go after [`GRACE`], as the local segments do,
+//!   for reads that began before the start moved. Packs stay (their other entries may be
+//!   needed).
 //!
 //! ```text
-//!   uploader: checkpoint created ──▶ watch ──▶ upkeep: LIST wal/ and checkpoints/,
-//!                                              DELETE what is before the furthest
+//!   uploader: checkpoint created ──▶ upkeep: LIST wal/, checkpoints/  ─┐
+//!             start recorded ──(GRACE)──▶  LIST streams/<key>/, starts/<key>/ ─┴─▶ DELETE
 //! ```
+//!
+//! At most one pass runs every [`PASS_EVERY`]; a pass that fails is logged, and what it
+//! left goes with the next checkpoint's or the bucket's next start's.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use futures::{StreamExt as _, TryStreamExt as _};
 use object_store::path::Path as StorePath;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::coverage::{self, Place};
 use super::location::Location;
-use super::open::{list_kind, store_error};
+use super::open::{list_under, store_error};
+use super::stream;
 use crate::error::Result;
 
-/// The least time between two passes (each lists the WAL and deletes in batches).
+/// The least time between two passes (each lists and deletes in batches).
 const PASS_EVERY: Duration = Duration::from_secs(10);
+/// How long the objects before a recorded start stay for reads that began before it.
+const GRACE: Duration = Duration::from_secs(60);
 
-/// A handle on the upkeep: told of every checkpoint made.
+/// A handle on the upkeep: told of every checkpoint made and every start recorded. The
+/// upkeep stops with it.
 #[derive(Debug)]
 pub(crate) struct Upkeep {
     furthest: watch::Sender<Place>,
+    starts: mpsc::UnboundedSender<(String, i64)>,
 }
 
 impl Upkeep {
-    /// Starts the upkeep on the current runtime: its first pass runs at the first
-    /// checkpoint, and the next at most every [`PASS_EVERY`]. It stops with its handle.
+    /// Starts the upkeep on the current runtime.
     pub(crate) fn start(location: Location) -> Self {
-        let (furthest, made) = watch::channel(Place::default());
-        tokio::spawn(run(location, made));
-        Self { furthest }
+        let (furthest, checkpoints) = watch::channel(Place::default());
+        let (starts, recorded) = mpsc::unbounded_channel();
+        let task = Task {
+            location,
+            passed: Place::default(),
+            trimmed: VecDeque::new(),
+        };
+        tokio::spawn(task.run(checkpoints, recorded));
+        Self { furthest, starts }
     }
 
     /// A checkpoint at `place` is in the store.
@@ -50,63 +70,191 @@ impl Upkeep {
             further
         });
     }
-}
 
-async fn run(location: Location, mut made: watch::Receiver<Place>) {
-    while made.changed().await.is_ok() {
-        let furthest = *made.borrow_and_update();
-        match delete_before(&location, furthest).await {
-            Ok(deleted) => debug!(
-                ?furthest,
-                deleted, "log store upkeep: objects behind the checkpoint deleted"
-            ),
-            Err(error) => {
-                warn!(%error, "the log store's upkeep failed; it tries again at the next checkpoint")
-            }
-        }
-        tokio::time::sleep(PASS_EVERY).await;
+    /// Bucket `key`'s log start `start` is recorded in the store.
+    pub(crate) fn start_recorded(&self, key: &str, start: i64) {
+        let _ = self.starts.send((key.to_string(), start));
     }
 }
 
-/// Deletes the WAL objects (and fences) before `furthest`, and the checkpoints before
-/// it; the objects deleted.
-async fn delete_before(location: &Location, furthest: Place) -> Result<usize> {
-    let mut doomed = placed_before(location, "wal", furthest, |parts| match parts {
+struct Task {
+    location: Location,
+    /// The checkpoint the last pass deleted behind.
+    passed: Place,
+    /// Buckets whose start moved, each with when its objects before it may go, in order.
+    trimmed: VecDeque<(Instant, String, i64)>,
+}
+
+impl Task {
+    async fn run(
+        mut self,
+        mut checkpoints: watch::Receiver<Place>,
+        mut starts: mpsc::UnboundedReceiver<(String, i64)>,
+    ) {
+        loop {
+            let due = self.trimmed.front().map(|(due, ..)| *due);
+            tokio::select! {
+                changed = checkpoints.changed() => if changed.is_err() {
+                    return;
+                },
+                recorded = starts.recv() => {
+                    let Some((key, start)) = recorded else {
+                        return;
+                    };
+                    self.trimmed.push_back((Instant::now() + GRACE, key, start));
+                    continue;
+                }
+                () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
+            }
+            let furthest = *checkpoints.borrow_and_update();
+            match self.pass(furthest).await {
+                Ok(deleted) => debug!(?furthest, deleted, "log store upkeep: objects deleted"),
+                Err(error) => warn!(%error, "a pass of the log store's upkeep failed"),
+            }
+            tokio::time::sleep(PASS_EVERY).await;
+        }
+    }
+
+    /// Deletes what is behind `furthest` (if a pass has not yet) and before the starts
+    /// whose grace is over; the objects deleted.
+    async fn pass(&mut self, furthest: Place) -> Result<usize> {
+        let location = &self.location;
+        let mut doomed = Vec::new();
+        if furthest > self.passed {
+            doomed.extend(behind_checkpoint(location, furthest).await?);
+        }
+        let now = Instant::now();
+        while let Some((due, ..)) = self.trimmed.front()
+            && *due <= now
+        {
+            let (_, key, start) = self.trimmed.pop_front().expect("a front");
+            doomed.extend(before_start(location, &key, start).await?);
+        }
+        let count = doomed.len();
+        let paths = futures::stream::iter(doomed.into_iter().map(Ok)).boxed();
+        location
+            .store
+            .delete_stream(paths)
+            .try_for_each(|_| async { Ok(()) })
+            .await
+            .map_err(|e| store_error("deleting objects no open needs", e))?;
+        self.passed = self.passed.max(furthest);
+        Ok(count)
+    }
+}
+
+/// The WAL objects (and fences) before `furthest`, and the checkpoints before it.
+async fn behind_checkpoint(location: &Location, furthest: Place) -> Result<Vec<StorePath>> {
+    let mut doomed = named_before(location, &["wal"], furthest, |parts| match parts {
         [epoch, seq] => Some((epoch.parse().ok()?, seq.parse().ok()?)),
         _ => None,
     })
     .await?;
-    doomed.extend(
-        placed_before(location, "checkpoints", furthest, |parts| match parts {
-            [name] => coverage::parse_name(name),
-            _ => None,
-        })
-        .await?,
-    );
-    let count = doomed.len();
-    let paths = futures::stream::iter(doomed.into_iter().map(Ok)).boxed();
-    location
-        .store
-        .delete_stream(paths)
-        .try_for_each(|_| async { Ok(()) })
-        .await
-        .map_err(|e| store_error("deleting objects behind the log store's checkpoint", e))?;
-    Ok(count)
+    let checkpoints = named_before(location, &["checkpoints"], furthest, |parts| match parts {
+        [name] => coverage::parse_name(name),
+        _ => None,
+    });
+    doomed.extend(checkpoints.await?);
+    Ok(doomed)
 }
 
-/// The objects under `kind/` whose names (the parts after `kind`) `place` reads as a
-/// place before `furthest`. Names it does not read (a local store's unfinished uploads)
-/// stay.
-async fn placed_before(
+/// Bucket `key`'s stream objects that end at or before `start`, and its starts before it.
+async fn before_start(location: &Location, key: &str, start: i64) -> Result<Vec<StorePath>> {
+    let key: Vec<&str> = key.split('/').collect();
+    let streams = [&["streams"][..], &key].concat();
+    let mut doomed = named_before(location, &streams, start + 1, |parts| match parts {
+        [name] => stream::parse_name(name).map(|(_, end)| end),
+        _ => None,
+    })
+    .await?;
+    let starts = [&["starts"][..], &key].concat();
+    let older = named_before(location, &starts, start, |parts| match parts {
+        [name] => name.parse().ok(),
+        _ => None,
+    });
+    doomed.extend(older.await?);
+    Ok(doomed)
+}
+
+/// The objects under the path of `parts` whose names (the parts after them) `read`
+/// reads as a value before `before` (a place, an offset). Names it does not read (a local
+/// store's unfinished uploads) stay.
+async fn named_before<T: Ord>(
     location: &Location,
-    kind: &str,
-    furthest: Place,
-    place: impl Fn(&[String]) -> Option<Place>,
+    parts: &[&str],
+    before: T,
+    read: impl Fn(&[String]) -> Option<T>,
 ) -> Result<Vec<StorePath>> {
-    Ok(list_kind(location, kind)
+    Ok(list_under(location, parts)
         .await?
         .into_iter()
-        .filter(|(parts, _)| place(parts).is_some_and(|at| at < furthest))
+        .filter(|(parts, _)| read(parts).is_some_and(|value| value < before))
         .map(|(_, object)| object.location)
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use object_store::memory::InMemory;
+    use object_store::{ObjectStoreExt as _, PutPayload};
+
+    use super::*;
+
+    async fn names(location: &Location, kind: &str) -> Vec<String> {
+        let listed = list_under(location, &[kind]).await.unwrap();
+        let mut names: Vec<String> = listed
+            .into_iter()
+            .map(|(parts, _)| parts.join("/"))
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_is_before_a_recorded_start_goes_after_the_grace() {
+        let location = Location {
+            store: Arc::new(InMemory::new()),
+            root: StorePath::default(),
+            local: None,
+        };
+        let objects = [
+            format!("streams/t1/b0/{}", stream::name(0, 10)),
+            format!("streams/t1/b0/{}", stream::name(10, 20)),
+            format!("streams/t1/b0/{}", stream::name(20, 30)),
+            format!("streams/t1/b1/{}", stream::name(0, 10)),
+            format!("starts/t1/b0/{}", stream::offset_name(10)),
+            format!("starts/t1/b0/{}", stream::offset_name(20)),
+        ];
+        for object in &objects {
+            let path = StorePath::from(object.as_str());
+            location
+                .store
+                .put(&path, PutPayload::from_static(b"x"))
+                .await
+                .unwrap();
+        }
+        let upkeep = Upkeep::start(location.clone());
+        upkeep.start_recorded("t1/b0", 20);
+
+        tokio::time::sleep(GRACE / 2).await;
+        assert_eq!(
+            names(&location, "streams").await.len(),
+            4,
+            "within the grace"
+        );
+        tokio::time::sleep(GRACE).await;
+        assert_eq!(
+            names(&location, "streams").await,
+            [
+                format!("t1/b0/{}", stream::name(20, 30)),
+                format!("t1/b1/{}", stream::name(0, 10)),
+            ]
+        );
+        assert_eq!(
+            names(&location, "starts").await,
+            [format!("t1/b0/{}", stream::offset_name(20))]
+        );
+    }
 }

@@ -285,7 +285,10 @@ impl Task {
     async fn trim(&self, key: &str, start: i64) {
         let path = bucket_path(&self.location, "starts", key, &stream::offset_name(start));
         match create_in_dir(&self.location, &path).await {
-            Ok(_) => self.checkpoint(key, Covered::Start(start)).await,
+            Ok(_) => {
+                self.upkeep.start_recorded(key, start);
+                self.checkpoint(key, Covered::Start(start)).await;
+            }
             Err(error) => warn!(bucket = key, start, %error, "recording a log start failed"),
         }
     }
