@@ -114,6 +114,9 @@ pub struct LogStoreConfig {
     pub cache_bytes: u64,
     /// A deliberate crash, for crash tests.
     pub failpoint: Option<StoreCrash>,
+    /// Refuse a store that holds a log already (any epoch claimed): a new data directory's
+    /// tables would take another's buckets for theirs.
+    pub must_be_empty: bool,
 }
 
 /// A deliberate crash of a node with a log store: at `point`, once the process has passed
@@ -163,6 +166,7 @@ impl LogStoreConfig {
             sync: true,
             cache_bytes: DEFAULT_CACHE_BYTES,
             failpoint: None,
+            must_be_empty: false,
             url,
         }
     }
@@ -227,7 +231,10 @@ impl LogStore {
         let opening = {
             let (location, url, root) =
                 (location.clone(), config.url.clone(), log_root.to_path_buf());
-            runtime.spawn(async move { open::open(&location, &url, &root, segment_bytes).await })
+            let must_be_empty = config.must_be_empty;
+            runtime.spawn(async move {
+                open::open(&location, &url, &root, segment_bytes, must_be_empty).await
+            })
         };
         let opened = opening
             .await

@@ -50,7 +50,15 @@ pub(crate) async fn open(
     url: &str,
     log_root: &Path,
     segment_bytes: u64,
+    must_be_empty: bool,
 ) -> Result<Opened> {
+    if must_be_empty && let Some(last) = list_numbers(location, "epochs").await?.last() {
+        return Err(LogError::InvalidArgument(format!(
+            "log store {url} holds a log already (written by {last} starts): a new data \
+             directory is given an empty store, or its tables would take that log's \
+             buckets for theirs"
+        )));
+    }
     let epoch = claim_epoch(location).await?;
     if let Some(dir) = &location.local {
         mink_durable::create_dir_all(&dir.join("wal").join(wal::number(epoch)))?;

@@ -2,7 +2,8 @@
 //! remembers in `<data-dir>/log-store` (the URL, one line): every later process on the
 //! directory (a restart, `mink sql --data-dir`, `mink load --data-dir`) opens the same
 //! store, and another one is refused. A store is only given to a data directory without a
-//! local log: its rows are in no store, and opening one rebuilds `log/` from it.
+//! local log (its rows are in no store, and opening one rebuilds `log/` from it), and only
+//! if it holds no log yet (the directory's tables would take its buckets for theirs).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -56,6 +57,7 @@ pub(super) async fn open(config: &NodeConfig) -> Result<Option<Arc<LogStore>>> {
     if let Some(Failpoint::Store(failpoint)) = config.failpoint {
         chosen.failpoint = Some(failpoint);
     }
+    chosen.must_be_empty = remembered.is_none();
     let url = chosen.url.clone();
     let store = LogStore::open(chosen, &log_root, config.log.segment_bytes).await?;
     if remembered.is_none() {

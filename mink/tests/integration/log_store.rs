@@ -608,6 +608,15 @@ async fn starts_that_would_mix_logs_up_are_refused() {
         &["--log-store", &other.url],
         "keeps its log in",
     );
+
+    // A new data directory over a store that holds a log: its tables would take that
+    // log's buckets (t1/b0, ...) for theirs.
+    let second = tempfile::tempdir().expect("dir");
+    refused(
+        second.path(),
+        &["--log-store", &store.url],
+        "holds a log already",
+    );
 }
 
 /// The next free place of `epoch`'s WAL sequence in the local store at `store` (after
