@@ -233,8 +233,8 @@ impl LogTablet {
     }
 
     /// The bucket is dropped: with a log store, no restart needs its frames any more, so
-    /// they hold no WAL object back from the store's checkpoints. Its objects in the store
-    /// stay (the store's upkeep is not the tablet's).
+    /// they hold no WAL object back from the store's checkpoints, and its stream objects
+    /// go after a grace (packs stay).
     pub fn forget(&self) {
         if let Some((store, key)) = &self.shared.store {
             store.forget(key);

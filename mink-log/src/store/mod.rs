@@ -54,13 +54,13 @@
 //!   records it, and an open leaves out what is before.
 //!
 //! * **Upkeep.** Once a checkpoint is made, the WAL objects and fences behind it and the
-//!   earlier checkpoints are deleted, and a minute after a start is recorded, the
-//!   bucket's stream objects before it (the `upkeep` module); an open that finds a place
-//!   of the WAL empty behind a checkpoint reads the store again rather than fence it.
+//!   earlier checkpoints are deleted, and a minute after a start is recorded or a bucket
+//!   dropped, the bucket's stream objects before it, or all of them (the `upkeep`
+//!   module); an open that finds a place of the WAL empty behind a checkpoint reads the
+//!   store again rather than fence it.
 //!
-//! Not here: a dropped bucket's objects, packs and old claims stay, and nothing merges a
-//! bucket's objects (the next issue); packs form only from segments sealed at about the
-//! same time.
+//! Not here: packs and old claims stay, and nothing merges a bucket's objects (the next
+//! issue); packs form only from segments sealed at about the same time.
 
 mod blocks;
 mod coverage;
@@ -91,6 +91,7 @@ use self::location::Location;
 pub use self::location::check_store_url;
 use self::open::Streamed;
 pub(crate) use self::stream::StreamObject;
+use self::upkeep::Upkeep;
 pub(crate) use self::uploader::Sealed;
 use self::uploader::{Job, Uploader};
 use self::writer::{Pacing, WalWriter};
@@ -197,6 +198,8 @@ pub struct LogStore {
     log_root: PathBuf,
     writer: WalWriter,
     uploader: Uploader,
+    /// Deletes what no open needs (shared with the uploader).
+    upkeep: Upkeep,
     blocks: Arc<BlockCache>,
     /// Per bucket key, the stream objects opening found, until the bucket's tablet opens.
     found: Mutex<HashMap<String, Streamed>>,
@@ -262,10 +265,12 @@ impl LogStore {
             pacing,
             Arc::clone(&coverage),
         );
+        let upkeep = Upkeep::start(location.clone());
         let uploader = Uploader::start(
             location.clone(),
             opened.epoch,
             Arc::clone(&coverage),
+            upkeep.clone(),
             config.failpoint,
         );
         drop(entered);
@@ -275,6 +280,7 @@ impl LogStore {
             log_root: log_root.to_path_buf(),
             writer,
             uploader,
+            upkeep,
             blocks: Arc::new(BlockCache::new(location.store, config.cache_bytes)),
             found: Mutex::new(opened.streamed),
             opened: Mutex::default(),
@@ -316,10 +322,12 @@ impl LogStore {
     }
 
     /// The bucket `key` is gone (its table or partition dropped): no restart needs its
-    /// frames, so they hold no WAL object back from a checkpoint.
+    /// frames, so they hold no WAL object back from a checkpoint, and its stream objects
+    /// go after a grace.
     pub(crate) fn forget(&self, key: &str) {
         let mut coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
         coverage.forget(key);
+        self.upkeep.forgotten(key);
     }
 
     /// Queues a sealed segment for upload as a stream object.
@@ -348,19 +356,22 @@ impl LogStore {
     /// The node opened the tablet of every bucket it holds: a bucket of the store whose
     /// tablet did not open is gone (its table or partition dropped before the restart).
     /// Its frames hold no WAL object back from a checkpoint any more, and the log the open
-    /// rebuilt for it under `log/` is removed. Its objects stay (the store's upkeep).
+    /// rebuilt for it under `log/` is removed; its stream objects go after a grace (the
+    /// `upkeep` module).
     ///
     /// # Errors
     /// Removing a rebuilt log failed.
     pub fn forget_unopened(&self) -> Result<()> {
-        let opened = self.opened.lock().unwrap_or_else(|p| p.into_inner());
+        let mut gone = {
+            let coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
+            coverage.pending_keys()
+        };
         let mut found = self.found.lock().unwrap_or_else(|p| p.into_inner());
-        let mut coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
-        let mut gone = coverage.pending_keys();
         gone.extend(found.drain().map(|(key, _)| key));
+        let opened = self.opened.lock().unwrap_or_else(|p| p.into_inner());
         gone.retain(|key| !opened.contains(key));
         for key in &gone {
-            coverage.forget(key);
+            self.forget(key);
             let dir = self.log_root.join(key);
             match mink_durable::remove_dir_all(&dir) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),

@@ -11,10 +11,13 @@
 //!   before it, nor the older starts: they go after [`GRACE`], as the local segments do,
 //!   for reads that began before the start moved. Packs stay (their other entries may be
 //!   needed).
+//! * **A dropped bucket's.** Its stream objects and starts go after [`GRACE`] too (a
+//!   bucket's key, its table's and partition's ids, is never used again).
 //!
 //! ```text
 //!   uploader: checkpoint created ──▶ upkeep: LIST wal/, checkpoints/  ─┐
 //!             start recorded ──(GRACE)──▶  LIST streams/<key>/, starts/<key>/ ─┴─▶ DELETE
+//!   store:    bucket forgotten ─(GRACE)──▶  ditto, every one
 //! ```
 //!
 //! At most one pass runs every [`PASS_EVERY`]; a pass that fails is logged, and what it
@@ -40,26 +43,37 @@ const PASS_EVERY: Duration = Duration::from_secs(10);
 /// How long the objects before a recorded start stay for reads that began before it.
 const GRACE: Duration = Duration::from_secs(60);
 
-/// A handle on the upkeep: told of every checkpoint made and every start recorded. The
-/// upkeep stops with it.
-#[derive(Debug)]
+/// A handle on the upkeep: told of every checkpoint made, every start recorded and every
+/// bucket dropped. The upkeep stops with the last clone.
+#[derive(Debug, Clone)]
 pub(crate) struct Upkeep {
     furthest: watch::Sender<Place>,
-    starts: mpsc::UnboundedSender<(String, i64)>,
+    leftovers: mpsc::UnboundedSender<Leftover>,
+}
+
+/// A bucket's stream objects and starts that no open reads any more.
+#[derive(Debug)]
+struct Leftover {
+    key: String,
+    /// Those before this offset (`None`: every one, the bucket is dropped).
+    before: Option<i64>,
 }
 
 impl Upkeep {
     /// Starts the upkeep on the current runtime.
     pub(crate) fn start(location: Location) -> Self {
         let (furthest, checkpoints) = watch::channel(Place::default());
-        let (starts, recorded) = mpsc::unbounded_channel();
+        let (leftovers, left) = mpsc::unbounded_channel();
         let task = Task {
             location,
             passed: Place::default(),
             trimmed: VecDeque::new(),
         };
-        tokio::spawn(task.run(checkpoints, recorded));
-        Self { furthest, starts }
+        tokio::spawn(task.run(checkpoints, left));
+        Self {
+            furthest,
+            leftovers,
+        }
     }
 
     /// A checkpoint at `place` is in the store.
@@ -73,7 +87,20 @@ impl Upkeep {
 
     /// Bucket `key`'s log start `start` is recorded in the store.
     pub(crate) fn start_recorded(&self, key: &str, start: i64) {
-        let _ = self.starts.send((key.to_string(), start));
+        self.leave(key, Some(start));
+    }
+
+    /// Bucket `key` is dropped.
+    pub(crate) fn forgotten(&self, key: &str) {
+        self.leave(key, None);
+    }
+
+    fn leave(&self, key: &str, before: Option<i64>) {
+        let leftover = Leftover {
+            key: key.to_string(),
+            before,
+        };
+        let _ = self.leftovers.send(leftover);
     }
 }
 
@@ -81,15 +108,15 @@ struct Task {
     location: Location,
     /// The checkpoint the last pass deleted behind.
     passed: Place,
-    /// Buckets whose start moved, each with when its objects before it may go, in order.
-    trimmed: VecDeque<(Instant, String, i64)>,
+    /// Leftovers, each with when it may go, in order.
+    trimmed: VecDeque<(Instant, Leftover)>,
 }
 
 impl Task {
     async fn run(
         mut self,
         mut checkpoints: watch::Receiver<Place>,
-        mut starts: mpsc::UnboundedReceiver<(String, i64)>,
+        mut leftovers: mpsc::UnboundedReceiver<Leftover>,
     ) {
         loop {
             let due = self.trimmed.front().map(|(due, ..)| *due);
@@ -97,11 +124,11 @@ impl Task {
                 changed = checkpoints.changed() => if changed.is_err() {
                     return;
                 },
-                recorded = starts.recv() => {
-                    let Some((key, start)) = recorded else {
+                left = leftovers.recv() => {
+                    let Some(leftover) = left else {
                         return;
                     };
-                    self.trimmed.push_back((Instant::now() + GRACE, key, start));
+                    self.trimmed.push_back((Instant::now() + GRACE, leftover));
                     continue;
                 }
                 () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
@@ -115,8 +142,8 @@ impl Task {
         }
     }
 
-    /// Deletes what is behind `furthest` (if a pass has not yet) and before the starts
-    /// whose grace is over; the objects deleted.
+    /// Deletes what is behind `furthest` (if a pass has not yet) and the leftovers whose
+    /// grace is over; the objects deleted.
     async fn pass(&mut self, furthest: Place) -> Result<usize> {
         let location = &self.location;
         let mut doomed = Vec::new();
@@ -127,8 +154,8 @@ impl Task {
         while let Some((due, ..)) = self.trimmed.front()
             && *due <= now
         {
-            let (_, key, start) = self.trimmed.pop_front().expect("a front");
-            doomed.extend(before_start(location, &key, start).await?);
+            let (_, leftover) = self.trimmed.pop_front().expect("a front");
+            doomed.extend(left_over(location, &leftover).await?);
         }
         let count = doomed.len();
         let paths = futures::stream::iter(doomed.into_iter().map(Ok)).boxed();
@@ -158,12 +185,14 @@ async fn behind_checkpoint(location: &Location, furthest: Place) -> Result<Vec<S
     Ok(doomed)
 }
 
-/// Bucket `key`'s stream objects that end at or before `start`, and its starts before it.
-async fn before_start(location: &Location, key: &str, start: i64) -> Result<Vec<StorePath>> {
-    let key: Vec<&str> = key.split('/').collect();
+/// The stream objects of a leftover's bucket that end at or before its start, and its
+/// starts before it (every one of both if it has no start).
+async fn left_over(location: &Location, leftover: &Leftover) -> Result<Vec<StorePath>> {
+    let key: Vec<&str> = leftover.key.split('/').collect();
+    let start = leftover.before.unwrap_or(i64::MAX);
     let streams = [&["streams"][..], &key].concat();
-    let mut doomed = named_before(location, &streams, start + 1, |parts| match parts {
-        [name] => stream::parse_name(name).map(|(_, end)| end),
+    let mut doomed = named_before(location, &streams, start, |parts| match parts {
+        [name] => stream::parse_name(name).map(|(_, end)| end - 1),
         _ => None,
     })
     .await?;
@@ -213,7 +242,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn what_is_before_a_recorded_start_goes_after_the_grace() {
+    async fn what_is_before_a_recorded_start_and_a_dropped_bucket_go_after_the_grace() {
         let location = Location {
             store: Arc::new(InMemory::new()),
             root: StorePath::default(),
@@ -224,8 +253,10 @@ mod tests {
             format!("streams/t1/b0/{}", stream::name(10, 20)),
             format!("streams/t1/b0/{}", stream::name(20, 30)),
             format!("streams/t1/b1/{}", stream::name(0, 10)),
+            format!("streams/t2/b0/{}", stream::name(0, 10)),
             format!("starts/t1/b0/{}", stream::offset_name(10)),
             format!("starts/t1/b0/{}", stream::offset_name(20)),
+            format!("starts/t2/b0/{}", stream::offset_name(5)),
         ];
         for object in &objects {
             let path = StorePath::from(object.as_str());
@@ -237,11 +268,12 @@ mod tests {
         }
         let upkeep = Upkeep::start(location.clone());
         upkeep.start_recorded("t1/b0", 20);
+        upkeep.forgotten("t2/b0");
 
         tokio::time::sleep(GRACE / 2).await;
         assert_eq!(
             names(&location, "streams").await.len(),
-            4,
+            5,
             "within the grace"
         );
         tokio::time::sleep(GRACE).await;

@@ -76,11 +76,12 @@ impl Uploader {
         location: Location,
         epoch: u64,
         coverage: Arc<Mutex<Coverage>>,
+        upkeep: Upkeep,
         failpoint: Option<StoreCrash>,
     ) -> Self {
         let (jobs, queue) = mpsc::unbounded_channel();
         let task = Task {
-            upkeep: Upkeep::start(location.clone()),
+            upkeep,
             location,
             epoch,
             packs: 0,
