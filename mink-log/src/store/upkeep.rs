@@ -40,7 +40,8 @@ use crate::error::Result;
 
 /// The least time between two passes (each lists and deletes in batches).
 const PASS_EVERY: Duration = Duration::from_secs(10);
-/// How long the objects before a recorded start stay for reads that began before it.
+/// How long a bucket's leftovers stay for reads that began before the start moved (or
+/// the bucket was dropped).
 const GRACE: Duration = Duration::from_secs(60);
 
 /// A handle on the upkeep: told of every checkpoint made, every start recorded and every
@@ -67,7 +68,7 @@ impl Upkeep {
         let task = Task {
             location,
             passed: Place::default(),
-            trimmed: VecDeque::new(),
+            leftovers: VecDeque::new(),
         };
         tokio::spawn(task.run(checkpoints, left));
         Self {
@@ -109,7 +110,7 @@ struct Task {
     /// The checkpoint the last pass deleted behind.
     passed: Place,
     /// Leftovers, each with when it may go, in order.
-    trimmed: VecDeque<(Instant, Leftover)>,
+    leftovers: VecDeque<(Instant, Leftover)>,
 }
 
 impl Task {
@@ -119,7 +120,7 @@ impl Task {
         mut leftovers: mpsc::UnboundedReceiver<Leftover>,
     ) {
         loop {
-            let due = self.trimmed.front().map(|(due, ..)| *due);
+            let due = self.leftovers.front().map(|(due, ..)| *due);
             tokio::select! {
                 changed = checkpoints.changed() => if changed.is_err() {
                     return;
@@ -128,7 +129,7 @@ impl Task {
                     let Some(leftover) = left else {
                         return;
                     };
-                    self.trimmed.push_back((Instant::now() + GRACE, leftover));
+                    self.leftovers.push_back((Instant::now() + GRACE, leftover));
                     continue;
                 }
                 () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
@@ -151,10 +152,10 @@ impl Task {
             doomed.extend(behind_checkpoint(location, furthest).await?);
         }
         let now = Instant::now();
-        while let Some((due, ..)) = self.trimmed.front()
+        while let Some((due, ..)) = self.leftovers.front()
             && *due <= now
         {
-            let (_, leftover) = self.trimmed.pop_front().expect("a front");
+            let (_, leftover) = self.leftovers.pop_front().expect("a front");
             doomed.extend(left_over(location, &leftover).await?);
         }
         let count = doomed.len();
