@@ -12,6 +12,8 @@ use crate::store::writer::UPLOADS_IN_FLIGHT;
 use crate::testing::{rows, table, write};
 use crate::tests::ids;
 use crate::{LogConfig, LogTablet, Write, WriteOp};
+use mink_core::protocol::AppendAck;
+use mink_core::table::TableDescriptor;
 
 fn store_config(store: &Path) -> LogStoreConfig {
     LogStoreConfig::new(file_store_url(store))
@@ -125,6 +127,18 @@ async fn a_node_that_lost_its_disk_rebuilds_every_acknowledged_batch_from_the_st
     assert_eq!(ids(&log_b.read(0, u64::MAX).await.unwrap()), expected_b);
 }
 
+/// Appends row `id` to `log`: acknowledged or not.
+async fn try_append(log: &LogTablet, table: &Arc<TableDescriptor>, id: i64) -> Result<AppendAck> {
+    log.write(Write {
+        op: WriteOp::Append(rows(table, &[id], "x")),
+        table: Arc::clone(table),
+        stream: None,
+        writer: None,
+        sent: None,
+    })
+    .await
+}
+
 /// Appends rows 0 to `count - 1` to `log`, one a write; each write's ids.
 async fn append_each(log: &LogTablet, count: i64) -> Vec<Vec<i64>> {
     let table = table(&[]);
@@ -198,16 +212,7 @@ async fn a_newer_writer_fences_the_older_which_acknowledges_nothing_more() {
 
     let new = open_store(store_dir.path(), disk_b.path()).await;
     assert!(new.epoch() > old.epoch());
-    let refused = old_log
-        .write(Write {
-            op: WriteOp::Append(rows(&table, &[2], "old")),
-            table: Arc::clone(&table),
-            stream: None,
-            writer: None,
-            sent: None,
-        })
-        .await
-        .unwrap_err();
+    let refused = try_append(&old_log, &table, 2).await.unwrap_err();
     assert!(
         matches!(refused, LogError::Fenced { epoch: 1 }),
         "{refused}"
@@ -531,4 +536,53 @@ async fn a_place_the_upkeep_emptied_behind_a_checkpoint_is_read_again_not_fenced
         !wal_1.join(wal::number(0)).exists(),
         "and puts no fence there"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failed_upload_every_write_fails_and_a_restart_reads_none_of_them() {
+    let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let table = table(&[]);
+    let store = open_store(store_dir.path(), disk.path()).await;
+    let logs: Vec<LogTablet> = (0..8)
+        .map(|b| open_log(disk.path(), &format!("t1/b{b}"), one_segment(&store)))
+        .collect();
+    try_append(&logs[0], &table, 0).await.unwrap();
+    // A newer writer fenced the sequence at the next place: that upload fails, and so
+    // does every later write, from eight buckets at once.
+    let wal_1 = store_dir.path().join("wal").join(wal::number(1));
+    std::fs::write(wal_1.join(wal::number(1)), wal::encode_fence(9)).unwrap();
+    let writes = logs.iter().map(|log| async {
+        let mut outcomes = Vec::new();
+        for id in 1..=4 {
+            outcomes.push(try_append(log, &table, id).await);
+        }
+        outcomes
+    });
+    let outcomes: Vec<_> = futures::future::join_all(writes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert!(
+        outcomes
+            .iter()
+            .all(|outcome| matches!(outcome, Err(LogError::Fenced { epoch: 1 }))),
+        "{outcomes:?}"
+    );
+    let offsets: Vec<_> = logs.iter().map(LogTablet::offsets).collect();
+    assert_eq!(offsets[0], (0, 1));
+    assert!(
+        offsets[1..].iter().all(|offsets| *offsets == (0, 0)),
+        "{offsets:?}"
+    );
+    drop((logs, store));
+
+    let lost = tempfile::tempdir().unwrap();
+    let store = open_store(store_dir.path(), lost.path()).await;
+    for b in 0..8 {
+        let log = open_log(lost.path(), &format!("t1/b{b}"), log_config(&store));
+        let expected: &[[i64; 1]] = if b == 0 { &[[0]] } else { &[] };
+        let read = ids(&log.read(0, u64::MAX).await.unwrap());
+        assert_eq!(read, expected, "bucket {b}");
+    }
 }
