@@ -17,7 +17,7 @@ use bytes::{Buf, Bytes};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt as _};
 
-use super::trailer;
+use super::{trailer, wal};
 use crate::error::{LogError, Result};
 
 const MAGIC: &[u8; 8] = b"MINKPAK1";
@@ -45,7 +45,10 @@ pub(crate) fn name(epoch: u64, n: u64) -> String {
 }
 
 /// A pack of stream objects, each `(key, offsets, bytes)`: its bytes and its entries.
-pub(crate) fn encode(objects: &[(String, (i64, i64), Bytes)]) -> (Bytes, Vec<Entry>) {
+///
+/// # Errors
+/// A key too long for the directory.
+pub(crate) fn encode(objects: &[(String, (i64, i64), Bytes)]) -> Result<(Bytes, Vec<Entry>)> {
     let bytes: usize = objects.iter().map(|(.., bytes)| bytes.len()).sum();
     let mut out = Vec::with_capacity(bytes + 64 * objects.len());
     let mut entries = Vec::with_capacity(objects.len());
@@ -61,8 +64,7 @@ pub(crate) fn encode(objects: &[(String, (i64, i64), Bytes)]) -> (Bytes, Vec<Ent
     let directory_start = out.len();
     out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
     for entry in &entries {
-        out.extend_from_slice(&(entry.key.len() as u16).to_le_bytes());
-        out.extend_from_slice(entry.key.as_bytes());
+        out.extend_from_slice(&wal::encode_key(&entry.key)?);
         out.extend_from_slice(&entry.offsets.0.to_le_bytes());
         out.extend_from_slice(&entry.offsets.1.to_le_bytes());
         out.extend_from_slice(&entry.at.to_le_bytes());
@@ -70,7 +72,7 @@ pub(crate) fn encode(objects: &[(String, (i64, i64), Bytes)]) -> (Bytes, Vec<Ent
     }
     let directory_len = out.len() - directory_start;
     trailer::append(&mut out, directory_len, MAGIC);
-    (Bytes::from(out), entries)
+    Ok((Bytes::from(out), entries))
 }
 
 /// The entries of the pack at `path`, `size` bytes long.
@@ -98,10 +100,8 @@ pub(crate) async fn directory(
     let count = directory.get_u32_le();
     let mut entries = Vec::new();
     for _ in 0..count {
-        need(2, &directory)?;
-        let key_len = usize::from(directory.get_u16_le());
-        need(key_len + 32, &directory)?;
-        let key = String::from_utf8(directory.split_to(key_len).to_vec()).map_err(|_| corrupt())?;
+        let key = wal::decode_key(&mut directory).ok_or_else(corrupt)?;
+        need(32, &directory)?;
         let entry = Entry {
             key,
             offsets: (directory.get_i64_le(), directory.get_i64_le()),
@@ -137,7 +137,7 @@ mod tests {
                 Bytes::from_static(b"second!"),
             ),
         ];
-        let (bytes, entries) = encode(&objects);
+        let (bytes, entries) = encode(&objects).unwrap();
         let store = InMemory::new();
         let path = StorePath::from(format!("packs/{}", name(3, 0)));
         store

@@ -227,7 +227,14 @@ impl Task {
                 )
             })
             .collect();
-        let (bytes, entries) = pack::encode(&objects);
+        let (bytes, entries) = match pack::encode(&objects) {
+            Ok(pack) => pack,
+            Err(error) => {
+                // The segments stay local; a restart reads their frames from the WAL.
+                warn!(%error, "packing sealed segments failed");
+                return;
+            }
+        };
         let live = || {
             small
                 .iter()

@@ -60,13 +60,10 @@ pub(crate) fn encode_writes(epoch: u64, seq: u64, sections: &[Section]) -> Resul
         .map_err(|_| LogError::InvalidArgument("too many writes for one WAL object".into()))?;
     object.copy(&count.to_le_bytes());
     for section in sections {
-        let key_len = u16::try_from(section.key.len())
-            .map_err(|_| LogError::InvalidArgument(format!("bucket key {}", section.key)))?;
         let frames_len: usize = section.frames.iter().map(Bytes::len).sum();
         let frames_len = u32::try_from(frames_len)
             .map_err(|_| LogError::InvalidArgument("a write larger than 4 GiB".into()))?;
-        object.copy(&key_len.to_le_bytes());
-        object.copy(section.key.as_bytes());
+        object.copy(&encode_key(&section.key)?);
         object.copy(&frames_len.to_le_bytes());
         section.frames.iter().for_each(|piece| object.piece(piece));
     }
@@ -112,16 +109,33 @@ impl Checksummed {
 
 /// Encodes the fence that epoch `by`'s writer puts after an older writer's last object.
 pub(crate) fn encode_fence(by: u64) -> Bytes {
-    let mut out = Vec::with_capacity(20);
-    out.extend_from_slice(FENCE_MAGIC);
-    out.extend_from_slice(&by.to_le_bytes());
-    sealed(out)
+    let mut object = Checksummed::new();
+    object.copy(FENCE_MAGIC);
+    object.copy(&by.to_le_bytes());
+    Bytes::from(object.seal())
 }
 
-fn sealed(mut out: Vec<u8>) -> Bytes {
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    Bytes::from(out)
+/// A bucket key as the store's objects hold it (WAL sections, pack entries): `key_len u16
+/// | key`.
+///
+/// # Errors
+/// [`LogError::InvalidArgument`] for a key longer than a `u16` counts.
+pub(crate) fn encode_key(key: &str) -> Result<Vec<u8>> {
+    let len = u16::try_from(key.len())
+        .map_err(|_| LogError::InvalidArgument(format!("bucket key {key} is too long")))?;
+    Ok([&len.to_le_bytes()[..], key.as_bytes()].concat())
+}
+
+/// Takes a bucket key [`encode_key`] wrote from the front of `bytes`; `None` if it is cut
+/// short or not UTF-8.
+pub(crate) fn decode_key(bytes: &mut Bytes) -> Option<String> {
+    if bytes.remaining() < 2 {
+        return None;
+    }
+    let len = usize::from(bytes.get_u16_le());
+    let key = bytes.get(..len)?.to_vec();
+    bytes.advance(len);
+    String::from_utf8(key).ok()
 }
 
 /// Decodes the object named `name`, checking its checksum and, for WAL objects, that it
@@ -159,11 +173,9 @@ pub(crate) fn decode(name: &str, epoch: u64, seq: u64, object: &Bytes) -> Result
     let count = body.get_u32_le();
     let mut sections = Vec::new();
     for _ in 0..count {
-        need(2, &body)?;
-        let key_len = usize::from(body.get_u16_le());
-        need(key_len + 4, &body)?;
-        let key = String::from_utf8(body.split_to(key_len).to_vec())
-            .map_err(|_| corrupt("a bucket key that is not UTF-8"))?;
+        let key =
+            decode_key(&mut body).ok_or_else(|| corrupt("a bucket key cut short or not UTF-8"))?;
+        need(4, &body)?;
         let frames_len = body.get_u32_le() as usize;
         need(frames_len, &body)?;
         sections.push(Section {
@@ -238,7 +250,11 @@ mod tests {
             Bytes::from(flipped),
             object.slice(..object.len() - 1),
             Bytes::from_static(b"xx"),
-            sealed(b"MINKWAL1".to_vec()),
+            {
+                let mut object = Checksummed::new();
+                object.copy(b"MINKWAL1");
+                Bytes::from(object.seal())
+            },
         ] {
             assert!(matches!(decode("o", 4, 9, &bad), Err(LogError::Corrupt(_))));
         }
