@@ -52,14 +52,15 @@ pub(crate) async fn open(
     segment_bytes: u64,
     must_be_empty: bool,
 ) -> Result<Opened> {
-    if must_be_empty && let Some(last) = list_numbers(location, "epochs").await?.last() {
+    let last_claimed = list_numbers(location, "epochs").await?.last().copied();
+    if must_be_empty && let Some(last) = last_claimed {
         return Err(LogError::InvalidArgument(format!(
             "log store {url} holds a log already (written by {last} starts): a new data \
              directory is given an empty store, or its tables would take that log's \
              buckets for theirs"
         )));
     }
-    let epoch = claim_epoch(location).await?;
+    let epoch = claim_epoch(location, last_claimed).await?;
     if let Some(dir) = &location.local {
         mink_durable::create_dir_all(&dir.join("wal").join(wal::number(epoch)))?;
     }
@@ -330,21 +331,17 @@ pub(crate) async fn create(location: &Location, path: &StorePath, bytes: Bytes) 
     Ok(true)
 }
 
-/// Claims the epoch after every claimed one.
-async fn claim_epoch(location: &Location) -> Result<u64> {
+/// Claims the epoch after `last_claimed`, or the next free one after it.
+async fn claim_epoch(location: &Location, last_claimed: Option<u64>) -> Result<u64> {
     if let Some(dir) = &location.local {
         mink_durable::create_dir_all(&dir.join("epochs"))?;
     }
-    let mut epoch = list_numbers(location, "epochs")
-        .await?
-        .last()
-        .map_or(1, |e| e + 1);
-    for _ in 0..CLAIM_ATTEMPTS {
+    let first = last_claimed.map_or(1, |e| e + 1);
+    for epoch in first..first + CLAIM_ATTEMPTS {
         let claim = location.path(["epochs", &wal::number(epoch)]);
         if create(location, &claim, Bytes::new()).await? {
             return Ok(epoch);
         }
-        epoch += 1;
     }
     Err(LogError::Store(format!(
         "could not claim an epoch in {CLAIM_ATTEMPTS} attempts: other nodes keep claiming them"
