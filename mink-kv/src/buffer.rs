@@ -40,9 +40,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 
 use fjall::Keyspace;
 
-use super::kv_error;
+use super::checkpoint::{Checkpoints, PENDING_RUNS_PER_BUFFER};
 use super::runs::{Merged, Run};
 use super::threads;
+use super::{decode_offset, kv_error};
 use crate::error::{KvError, Result};
 
 /// Runs merged into one at a time (see [`like_sized_tail`]).
@@ -91,6 +92,8 @@ pub(super) struct Tablets {
     limits: BufferLimits,
     open: Mutex<HashMap<String, Arc<TabletState>>>,
     buffered_bytes: AtomicUsize,
+    /// Told when a tablet's runs flushed since its last checkpoint reach its limit.
+    pub(super) checkpoint_due: tokio::sync::Notify,
 }
 
 /// One tablet: its fjall keyspace and the runs not written to it yet.
@@ -107,6 +110,8 @@ pub(super) struct TabletState {
     failed: Mutex<Option<String>>,
     /// The tablet was dropped: nothing is flushed to it any more.
     dropped: AtomicBool,
+    /// Its checkpoints in the log store, and its flushes' runs since the last.
+    pub(super) checkpoints: Mutex<Checkpoints>,
 }
 
 /// What a tablet's groups changed since fjall's applied offset.
@@ -208,6 +213,7 @@ impl Tablets {
             limits,
             open: Mutex::default(),
             buffered_bytes: AtomicUsize::new(0),
+            checkpoint_due: tokio::sync::Notify::new(),
         }
     }
 
@@ -235,6 +241,7 @@ impl Tablets {
             flush_queued: AtomicBool::new(false),
             failed: Mutex::default(),
             dropped: AtomicBool::new(false),
+            checkpoints: Mutex::default(),
         });
         tablets.insert(name.to_string(), Arc::clone(&tablet));
         Ok(tablet)
@@ -318,6 +325,31 @@ impl Tablets {
         self.flush_runs(tablet)
     }
 
+    /// Flushes the tablet, then runs `then` with fjall's applied offset before another
+    /// flush can start: `then` sees fjall as that offset leaves it.
+    pub(super) fn flushed<T>(
+        &self,
+        tablet: &TabletState,
+        then: impl FnOnce(i64) -> Result<T>,
+    ) -> Result<T> {
+        let _flushing = lock(&tablet.flushing);
+        self.flush_runs(tablet)?;
+        let applied = self.applied.get(tablet.name.as_bytes()).map_err(kv_error)?;
+        then(decode_offset(applied.as_deref())?)
+    }
+
+    /// Rows were ingested into the tablet's fjall keyspace (a restore): they reach
+    /// `end_offset`.
+    pub(super) fn restored(&self, tablet: &TabletState, end_offset: i64) -> Result<()> {
+        let _flushing = lock(&tablet.flushing);
+        let last = tablet.rows.last_key_value().map(|pair| pair.key());
+        let last = last.transpose().map_err(kv_error)?;
+        write(&tablet.buffered).stored_key_bound = last.map(|key| key.to_vec());
+        self.applied
+            .insert(tablet.name.as_bytes(), end_offset.to_le_bytes())
+            .map_err(kv_error)
+    }
+
     /// [`Tablets::flush`], its lock held.
     fn flush_runs(&self, tablet: &TabletState) -> Result<()> {
         if tablet.dropped.load(Ordering::Acquire) {
@@ -335,6 +367,16 @@ impl Tablets {
         let mut buffered = write(&tablet.buffered);
         buffered.frozen = 0;
         written?;
+        let limit = self.limits.tablet_bytes;
+        let checkpoint_due = lock(&tablet.checkpoints).flushed(
+            &runs,
+            end_offset,
+            limit,
+            limit.saturating_mul(PENDING_RUNS_PER_BUFFER),
+        );
+        if checkpoint_due {
+            self.checkpoint_due.notify_one();
+        }
         buffered.runs.drain(..runs.len());
         self.recount(&mut buffered);
         let flushed_bound = last_key(&runs);
@@ -427,7 +469,7 @@ impl TabletState {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 

@@ -28,6 +28,15 @@ pub enum KvError {
     /// An Arrow kernel failed.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
+    /// The log store failed a KV checkpoint's upload or read.
+    #[error(transparent)]
+    LogStore(Box<LogError>),
+}
+
+impl From<LogError> for KvError {
+    fn from(error: LogError) -> Self {
+        Self::LogStore(Box::new(error))
+    }
 }
 
 /// Result with [`KvError`].
@@ -61,6 +70,7 @@ impl From<KvError> for LogError {
             KvError::Corrupt(message) => Self::Corrupt(message),
             KvError::ShuttingDown(what) => Self::ShuttingDown(what),
             KvError::Io(error) => Self::Io(error),
+            KvError::LogStore(error) => *error,
             store @ KvError::Store(_) => Self::Changelog(Box::new(store)),
         }
     }

@@ -64,6 +64,7 @@
 //! acknowledged: it is in the log (see the appender's "Durable means written").
 
 mod buffer;
+mod checkpoint;
 mod error;
 mod lookup;
 mod reader;
@@ -81,6 +82,7 @@ use mink_core::key::MAX_KEY_BYTES;
 
 pub use self::buffer::BufferLimits;
 use self::buffer::{Buffered, TabletState, Tablets};
+pub use self::checkpoint::{CheckpointState, Restored};
 pub use self::error::{KvError, Result};
 pub use self::lookup::{Found, encode_keys, lookup, prefix_lookup};
 pub use self::reader::{MAX_CHUNK_BYTES, SnapshotReader};

@@ -71,8 +71,8 @@ pub use self::segment::{FrameHeader, Payload, StoredBatch};
 pub use self::sent::{SentBatch, SentMessage};
 use self::store::StreamObject;
 pub use self::store::{
-    DEFAULT_BATCH_BYTES, DEFAULT_CACHE_BYTES, LogStore, LogStoreConfig, StoreCrash, StoreFailpoint,
-    check_store_url, default_interval,
+    DEFAULT_BATCH_BYTES, DEFAULT_CACHE_BYTES, KvChain, KvRun, KvRunEntries, KvRunWriter, LogStore,
+    LogStoreConfig, StoreCrash, StoreFailpoint, check_store_url, default_interval,
 };
 pub use self::write::{Write, WriteOp, WriteStream, WriterTag};
 

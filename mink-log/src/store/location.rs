@@ -105,6 +105,12 @@ impl Location {
             .fold(self.root.clone(), |path, part| path.join(part))
     }
 
+    /// The path of `name` among bucket `key`'s objects of one kind (`streams`, `starts`,
+    /// `kv`).
+    pub(crate) fn bucket_path(&self, kind: &str, key: &str, name: &str) -> StorePath {
+        self.path(std::iter::once(kind).chain(key.split('/')).chain([name]))
+    }
+
     /// The local file of a store path (a `file://` store only).
     pub(crate) fn local_file(&self, path: &StorePath) -> Option<PathBuf> {
         self.local.as_ref().map(|dir| dir.join(path.as_ref()))

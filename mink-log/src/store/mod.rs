@@ -64,6 +64,7 @@
 
 mod blocks;
 mod coverage;
+mod kv_runs;
 mod location;
 mod open;
 mod pack;
@@ -87,6 +88,7 @@ use tracing::info;
 
 use self::blocks::BlockCache;
 use self::coverage::Coverage;
+pub use self::kv_runs::{KvChain, KvRun, KvRunEntries, KvRunWriter};
 use self::location::Location;
 pub use self::location::check_store_url;
 use self::open::Streamed;
@@ -195,6 +197,9 @@ pub fn default_interval(url: &str) -> Duration {
 pub struct LogStore {
     url: String,
     epoch: u64,
+    location: Location,
+    /// Whether a `file://` store's new objects are synced ([`LogStoreConfig::sync`]).
+    sync: bool,
     log_root: PathBuf,
     writer: WalWriter,
     uploader: Uploader,
@@ -277,11 +282,13 @@ impl LogStore {
         Ok(Arc::new(Self {
             url: config.url,
             epoch: opened.epoch,
+            location: location.clone(),
+            sync: config.sync,
             log_root: log_root.to_path_buf(),
             writer,
             uploader,
             upkeep,
-            blocks: Arc::new(BlockCache::new(location.store, config.cache_bytes)),
+            blocks: Arc::new(BlockCache::new(Arc::clone(&location.store), config.cache_bytes)),
             found: Mutex::new(opened.streamed),
             opened: Mutex::default(),
             coverage,
@@ -414,14 +421,21 @@ impl LogStore {
         &self,
         work: impl Future<Output = Result<T>> + Send + 'static,
     ) -> Result<T> {
-        let closed = || LogError::ShuttingDown("the log store".into());
-        let runtime = self.runtime.as_ref().ok_or_else(closed)?;
         let (outcome, waiting) = std::sync::mpsc::sync_channel(1);
-        runtime.spawn(async move {
+        self.runtime()?.spawn(async move {
             let _ = outcome.send(work.await);
         });
         waiting.recv().map_err(|_| closed())?
     }
+
+    /// The store's runtime, while it runs.
+    fn runtime(&self) -> Result<&tokio::runtime::Runtime> {
+        self.runtime.as_ref().ok_or_else(closed)
+    }
+}
+
+fn closed() -> LogError {
+    LogError::ShuttingDown("the log store".into())
 }
 
 impl Drop for LogStore {

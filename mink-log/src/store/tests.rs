@@ -586,3 +586,58 @@ async fn after_a_failed_upload_every_write_fails_and_a_restart_reads_none_of_the
         assert_eq!(read, expected, "bucket {b}");
     }
 }
+
+/// The entries of a run read back from the store.
+fn run_entries(store: &LogStore, dir: &Path, run: &KvRun) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let mut read = store.read_kv_run(dir, run).unwrap();
+    let mut entries = Vec::new();
+    while let Some((key, row)) = read.next_entry().unwrap() {
+        entries.push((key.to_vec(), row.map(|row| row.to_vec())));
+    }
+    entries
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kv_checkpoint_runs_go_up_in_parts_and_read_back_as_one_chain() {
+    let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let store = open_store(store_dir.path(), disk.path()).await;
+    let dir = disk.path().join("t1/b0");
+    // A base of two parts (12 MiB of rows), then a run after it with a deletion.
+    let base: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..3_000_u32)
+        .map(|key| (key.to_be_bytes().to_vec(), Some(vec![key as u8; 4096])))
+        .collect();
+    let after = vec![
+        (7_u32.to_be_bytes().to_vec(), None),
+        (9_000_u32.to_be_bytes().to_vec(), Some(b"new".to_vec())),
+    ];
+    let write = |from: i64, to: i64, entries: Vec<(Vec<u8>, Option<Vec<u8>>)>| {
+        let (store, dir) = (Arc::clone(&store), dir.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut writer = store.write_kv_run(&dir, from, to)?;
+            for (key, row) in &entries {
+                writer.push(key, row.as_deref())?;
+            }
+            writer.finish()
+        })
+    };
+    let base_run = write(0, 100, base.clone()).await.unwrap().unwrap();
+    assert!(base_run.bytes > 8 << 20, "{base_run:?}");
+    let next_run = write(100, 150, after.clone()).await.unwrap().unwrap();
+    // A writer dropped before its end uploads nothing.
+    {
+        let mut abandoned = store.write_kv_run(&dir, 150, 160).unwrap();
+        tokio::task::block_in_place(|| abandoned.push(b"k", None)).unwrap();
+    }
+
+    let chain = tokio::task::block_in_place(|| store.kv_chain(&dir))
+        .unwrap()
+        .unwrap();
+    assert_eq!(chain.runs, [base_run, next_run]);
+    assert_eq!(chain.end(), 150);
+    let read = |run: KvRun| {
+        let (store, dir) = (Arc::clone(&store), dir.clone());
+        tokio::task::spawn_blocking(move || run_entries(&store, &dir, &run))
+    };
+    assert_eq!(read(base_run).await.unwrap(), base);
+    assert_eq!(read(next_run).await.unwrap(), after);
+}

@@ -11,13 +11,17 @@
 //!   before it, nor the older starts: they go after [`GRACE`], as the local segments do,
 //!   for reads that began before the start moved. Packs stay (their other entries may be
 //!   needed).
-//! * **A dropped bucket's.** Its stream objects and starts go after [`GRACE`] too (a
+//! * **Off a KV checkpoint's chain.** Once a run of a bucket's KV checkpoint is in the
+//!   store, its runs off the furthest chain (the `kv_runs` module) go after [`GRACE`], for
+//!   a restore that listed the store before.
+//! * **A dropped bucket's.** Its stream objects, starts and runs go after [`GRACE`] too (a
 //!   bucket's key, its table's and partition's ids, is never used again).
 //!
 //! ```text
 //!   uploader: checkpoint created ──▶ upkeep: LIST wal/, checkpoints/  ─┐
-//!             start recorded ──(GRACE)──▶  LIST streams/<key>/, starts/<key>/ ─┴─▶ DELETE
-//!   store:    bucket forgotten ─(GRACE)──▶  ditto, every one
+//!             start recorded ──(GRACE)──▶  LIST streams/<key>/, starts/<key>/ ─┤
+//!   KV store: run written ─────(GRACE)──▶  LIST kv/<key>/ ────────────────┴─▶ DELETE
+//!   store:    bucket forgotten ─(GRACE)──▶  all three, every one
 //! ```
 //!
 //! At most one pass runs every [`PASS_EVERY`]; a pass that fails is logged, and what it
@@ -33,6 +37,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::coverage::{self, Place};
+use super::kv_runs;
 use super::location::Location;
 use super::open::{list_under, store_error};
 use super::stream;
@@ -52,12 +57,22 @@ pub(crate) struct Upkeep {
     leftovers: mpsc::UnboundedSender<Leftover>,
 }
 
-/// A bucket's stream objects and starts that no open reads any more.
+/// A bucket's objects that no open reads any more.
 #[derive(Debug)]
 struct Leftover {
     key: String,
-    /// Those before this offset (`None`: every one, the bucket is dropped).
-    before: Option<i64>,
+    what: Left,
+}
+
+/// Which of a bucket's objects are left over.
+#[derive(Debug, Clone, Copy)]
+enum Left {
+    /// Its stream objects and starts before this offset (its start moved there).
+    Before(i64),
+    /// Its KV checkpoint's runs off its furthest chain (a run was added).
+    OffChain,
+    /// Every one (the bucket is dropped).
+    Everything,
 }
 
 impl Upkeep {
@@ -88,18 +103,23 @@ impl Upkeep {
 
     /// Bucket `key`'s log start `start` is recorded in the store.
     pub(crate) fn start_recorded(&self, key: &str, start: i64) {
-        self.leave(key, Some(start));
+        self.leave(key, Left::Before(start));
+    }
+
+    /// A run of bucket `key`'s KV checkpoint is in the store.
+    pub(crate) fn kv_checkpointed(&self, key: &str) {
+        self.leave(key, Left::OffChain);
     }
 
     /// Bucket `key` is dropped.
     pub(crate) fn forgotten(&self, key: &str) {
-        self.leave(key, None);
+        self.leave(key, Left::Everything);
     }
 
-    fn leave(&self, key: &str, before: Option<i64>) {
+    fn leave(&self, key: &str, what: Left) {
         let leftover = Leftover {
             key: key.to_string(),
-            before,
+            what,
         };
         let _ = self.leftovers.send(leftover);
     }
@@ -186,11 +206,26 @@ async fn behind_checkpoint(location: &Location, furthest: Place) -> Result<Vec<S
     Ok(doomed)
 }
 
-/// The stream objects of a leftover's bucket that end at or before its start, and its
-/// starts before it (every one of both if it has no start).
+/// A leftover's objects: its bucket's stream objects that end at or before its start
+/// and its starts before it, or its KV checkpoint's runs off the furthest chain, or every
+/// one of them.
 async fn left_over(location: &Location, leftover: &Leftover) -> Result<Vec<StorePath>> {
-    let key: Vec<&str> = leftover.key.split('/').collect();
-    let start = leftover.before.unwrap_or(i64::MAX);
+    let key = &leftover.key;
+    match leftover.what {
+        Left::Before(start) => before_start(location, key, start).await,
+        Left::OffChain => kv_runs::off_chain(location, key).await,
+        Left::Everything => {
+            let mut doomed = before_start(location, key, i64::MAX).await?;
+            doomed.extend(kv_runs::every_run(location, key).await?);
+            Ok(doomed)
+        }
+    }
+}
+
+/// The stream objects of bucket `key` that end at or before `start`, and its starts
+/// before it.
+async fn before_start(location: &Location, key: &str, start: i64) -> Result<Vec<StorePath>> {
+    let key: Vec<&str> = key.split('/').collect();
     let streams = [&["streams"][..], &key].concat();
     let mut doomed = named_before(location, &streams, start, |parts| match parts {
         [name] => stream::parse_name(name).map(|(_, end)| end - 1),

@@ -191,12 +191,9 @@ impl Task {
     /// store or its bucket is gone.
     async fn store_alone(&mut self, ready: Ready) {
         let (sealed, end) = (&ready.sealed, ready.end);
-        let path = bucket_path(
-            &self.location,
-            "streams",
-            &sealed.key,
-            &stream::name(sealed.base, end),
-        );
+        let path =
+            self.location
+                .bucket_path("streams", &sealed.key, &stream::name(sealed.base, end));
         let live = || sealed.tablet.strong_count() > 0;
         let location = &self.location;
         let stored = retrying(live, || async {
@@ -291,7 +288,7 @@ impl Task {
     /// Records that `key`'s log starts at `start`; only a start that is recorded lets a
     /// checkpoint pass the frames before it.
     async fn trim(&self, key: &str, start: i64) {
-        let path = bucket_path(&self.location, "starts", key, &stream::offset_name(start));
+        let path = (self.location).bucket_path("starts", key, &stream::offset_name(start));
         match create_in_dir(&self.location, &path).await {
             Ok(_) => {
                 self.upkeep.start_recorded(key, start);
@@ -391,14 +388,9 @@ enum Covered {
     Start(i64),
 }
 
-/// The path of `name` among a bucket's objects of one kind (`streams`, `starts`).
-fn bucket_path(location: &Location, kind: &str, key: &str, name: &str) -> StorePath {
-    location.path(std::iter::once(kind).chain(key.split('/')).chain([name]))
-}
-
 /// On a local store, makes the directory of `path` exist, durably (object_store would
 /// create it without a sync).
-async fn make_parent(location: &Location, path: &StorePath) -> Result<()> {
+pub(super) async fn make_parent(location: &Location, path: &StorePath) -> Result<()> {
     if let Some(dir) = location
         .local_file(path)
         .and_then(|file| Some(file.parent()?.to_path_buf()))

@@ -1,0 +1,420 @@
+//! KV checkpoints: a tablet's rows in the log store, so that a node without its local KV
+//! files restores them and replays only the log after them (the runs and chains in the
+//! store are `mink_log`'s [`KvChain`]).
+//!
+//! * **A base** is every row fjall holds at its applied offset, exported from a fjall
+//!   snapshot taken right after a flush, with no other flush in between.
+//! * **An increment** is what the tablet's flushes wrote since the run before: each
+//!   flush's runs (its sorted rows and deletions, already in memory) are kept from the
+//!   base on ([`Pending`]), and a checkpoint merges them into one run, a key's newest
+//!   entry winning. So a busy tablet uploads what changed, not its whole state; once its
+//!   increments outweigh its base, the next checkpoint is a base again (as an LSM merges
+//!   its runs into the level below): a byte upserted goes up about twice in all.
+//! * **What breaks the chain**: pending runs past [`PENDING_RUNS_PER_BUFFER`] times the
+//!   tablet's buffer limit (dropped, their memory freed), a failed upload, or a restart
+//!   (the pending runs were in memory). The next checkpoint is then a base. A tablet is
+//!   due early once its pending runs reach its buffer limit ([`KvStore::checkpoint_due`]).
+//! * **Restore**: a tablet that holds nothing (its node lost `kv/`, or never had it)
+//!   ingests the furthest chain's runs in order, one fjall ingestion each (a later one's
+//!   entries shadow an earlier one's, deletions included), then records the chain's end
+//!   as its applied offset, durably; the log replays from there as after any crash, and
+//!   its flushes continue the chain.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use fjall::{PersistMode, Readable as _};
+use mink_log::{KvChain, KvRun, LogStore};
+
+use super::buffer::lock;
+use super::runs::{Merged, Run};
+use super::{KvStore, KvTablet, kv_error};
+use crate::error::Result;
+
+/// Pending runs a tablet keeps, in multiples of its buffer limit
+/// ([`crate::BufferLimits::tablet_bytes`]), before it drops them and writes a base next.
+pub(super) const PENDING_RUNS_PER_BUFFER: usize = 4;
+
+/// A tablet's checkpoints: the chain in the store and the runs flushed after it.
+#[derive(Debug, Default)]
+pub(super) struct Checkpoints {
+    /// The furthest chain of the tablet's runs in the store, as found at open or written
+    /// since.
+    chain: Option<KvChain>,
+    /// When this node wrote the chain's last run.
+    written_at: Option<SystemTime>,
+    /// The runs flushed since the chain's end, or since a base being written.
+    pending: Option<Pending>,
+}
+
+/// The runs a tablet's flushes wrote to fjall from one offset on.
+#[derive(Debug)]
+struct Pending {
+    from: i64,
+    /// The offset they reach.
+    to: i64,
+    runs: Vec<Arc<Run>>,
+    bytes: usize,
+}
+
+impl Pending {
+    fn at(offset: i64) -> Self {
+        Self {
+            from: offset,
+            to: offset,
+            runs: Vec::new(),
+            bytes: 0,
+        }
+    }
+}
+
+/// What a tablet's checkpoint writes.
+enum Next {
+    Nothing,
+    Increment(Pending),
+    Base { snapshot: fjall::Snapshot, to: i64 },
+}
+
+impl Checkpoints {
+    /// A flush wrote `runs` to fjall, reaching `end_offset`: kept for the next increment
+    /// while they are fewer than `limit` bytes. Returns whether they reach `due` bytes.
+    pub(super) fn flushed(
+        &mut self,
+        runs: &[Arc<Run>],
+        end_offset: i64,
+        due: usize,
+        limit: usize,
+    ) -> bool {
+        let Some(pending) = &mut self.pending else {
+            return false;
+        };
+        pending.runs.extend(runs.iter().cloned());
+        pending.to = end_offset;
+        pending.bytes += runs.iter().map(|run| run.bytes()).sum::<usize>();
+        if pending.bytes > limit {
+            self.pending = None;
+            return false;
+        }
+        pending.bytes >= due
+    }
+
+    /// What the next checkpoint writes, fjall being at `applied` (no flush runs meanwhile).
+    fn next(&mut self, store: &KvStore, applied: i64) -> Next {
+        if applied == 0 {
+            return Next::Nothing;
+        }
+        if let Some(chain) = &self.chain {
+            match &mut self.pending {
+                Some(pending) if pending.from == chain.end() => {
+                    if pending.to == pending.from {
+                        return Next::Nothing;
+                    }
+                    let outweighs =
+                        (chain.increment_bytes() + pending.bytes as u64) > chain.base_bytes();
+                    if !outweighs {
+                        let taken = std::mem::replace(pending, Pending::at(pending.to));
+                        return Next::Increment(taken);
+                    }
+                }
+                None if chain.end() == applied => {
+                    // fjall is where the chain ends: the next flushes continue it.
+                    self.pending = Some(Pending::at(applied));
+                    return Next::Nothing;
+                }
+                _ => {}
+            }
+        }
+        self.pending = Some(Pending::at(applied));
+        Next::Base {
+            snapshot: store.db.snapshot(),
+            to: applied,
+        }
+    }
+
+    /// `run` is in the store.
+    fn written(&mut self, run: KvRun) {
+        match (&mut self.chain, run.is_base()) {
+            (Some(chain), false) => chain.runs.push(run),
+            _ => self.chain = Some(KvChain { runs: vec![run] }),
+        }
+        self.written_at = Some(SystemTime::now());
+    }
+}
+
+/// What a tablet's checkpoints are, for operators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointState {
+    /// The furthest chain in the store, as this node knows it.
+    pub chain: Option<KvChain>,
+    /// When this node wrote its last run (`None`: not since it opened).
+    pub written_at: Option<SystemTime>,
+    /// Bytes of runs flushed since, waiting for the next checkpoint.
+    pub pending_bytes: usize,
+}
+
+/// What restoring a tablet from its checkpoint took.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Restored {
+    /// Its chain's runs.
+    pub runs: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Entries ingested.
+    pub entries: u64,
+    /// The log offset the tablet is at.
+    pub offset: i64,
+    /// Reading the runs from the store.
+    pub download: Duration,
+    /// Ingesting them into fjall.
+    pub ingestion: Duration,
+}
+
+impl KvStore {
+    /// Resolves once a tablet's pending runs reach its buffer limit: its checkpoint is
+    /// due before its time.
+    pub async fn checkpoint_due(&self) {
+        self.tablets.checkpoint_due.notified().await;
+    }
+}
+
+impl KvTablet {
+    /// Writes the tablet's next checkpoint run to `store`, for the bucket whose log is in
+    /// `dir`: an increment, or a base (see the module doc); `None` if nothing changed
+    /// since the last. Blocks (run it on the store's threads, [`KvTablet::read`]); one at
+    /// a time per tablet.
+    ///
+    /// # Errors
+    /// The tablet's flush or fjall's snapshot failed, or the upload did: the next
+    /// checkpoint is a base.
+    pub fn checkpoint(&self, store: &LogStore, dir: &Path) -> Result<Option<KvRun>> {
+        self.check_readable()?;
+        let state = &self.state;
+        let next = self.store.tablets.flushed(state, |applied| {
+            Ok(lock(&state.checkpoints).next(&self.store, applied))
+        })?;
+        let written = match next {
+            Next::Nothing => return Ok(None),
+            Next::Increment(pending) => write_increment(store, dir, &pending),
+            Next::Base { snapshot, to } => write_base(store, dir, &state.rows, &snapshot, to),
+        };
+        let mut checkpoints = lock(&state.checkpoints);
+        match written {
+            Ok(run) => {
+                checkpoints.written(run);
+                Ok(Some(run))
+            }
+            Err(error) => {
+                checkpoints.pending = None;
+                Err(error)
+            }
+        }
+    }
+
+    /// The tablet's checkpoints as this node knows them.
+    pub fn checkpoint_state(&self) -> CheckpointState {
+        let checkpoints = lock(&self.state.checkpoints);
+        CheckpointState {
+            chain: checkpoints.chain.clone(),
+            written_at: checkpoints.written_at,
+            pending_bytes: checkpoints
+                .pending
+                .as_ref()
+                .map_or(0, |pending| pending.bytes),
+        }
+    }
+
+    /// Takes `chain`, the furthest of the bucket's checkpoint in `store` (its log in
+    /// `dir`), as the tablet's, and restores the tablet from it if the tablet holds
+    /// nothing; `None` if it did not. Call before the log replays into the tablet.
+    ///
+    /// # Errors
+    /// A run could not be read or ingested: the tablet must not open (its log may not
+    /// reach back to its start).
+    pub fn restore(
+        &self,
+        store: &LogStore,
+        dir: &Path,
+        chain: Option<KvChain>,
+    ) -> Result<Option<Restored>> {
+        let restorable = chain.as_ref().filter(|chain| chain.end() > 0);
+        let restored = match restorable {
+            Some(chain) if self.holds_nothing()? => Some(self.ingest_chain(store, dir, chain)?),
+            _ => None,
+        };
+        let mut checkpoints = lock(&self.state.checkpoints);
+        if let Some(restored) = &restored {
+            checkpoints.pending = Some(Pending::at(restored.offset));
+        }
+        checkpoints.chain = chain;
+        Ok(restored)
+    }
+
+    fn holds_nothing(&self) -> Result<bool> {
+        let empty = self.state.rows.first_key_value().is_none();
+        Ok(empty && self.applied_offset()? == 0)
+    }
+
+    fn ingest_chain(&self, store: &LogStore, dir: &Path, chain: &KvChain) -> Result<Restored> {
+        let mut restored = Restored {
+            offset: chain.end(),
+            ..Restored::default()
+        };
+        for run in &chain.runs {
+            let started = Instant::now();
+            let mut entries = store.read_kv_run(dir, run)?;
+            restored.download += started.elapsed();
+            let started = Instant::now();
+            let mut ingestion = self.state.rows.start_ingestion().map_err(kv_error)?;
+            while let Some((key, row)) = entries.next_entry()? {
+                match row {
+                    Some(row) => ingestion.write(key.as_ref(), row.as_ref()),
+                    None => ingestion.write_tombstone(key.as_ref()),
+                }
+                .map_err(kv_error)?;
+                restored.entries += 1;
+            }
+            ingestion.finish().map_err(kv_error)?;
+            restored.ingestion += started.elapsed();
+            restored.runs += 1;
+            restored.bytes += run.bytes;
+        }
+        self.store.tablets.restored(&self.state, chain.end())?;
+        self.store
+            .db
+            .persist(PersistMode::SyncAll)
+            .map_err(kv_error)?;
+        Ok(restored)
+    }
+}
+
+/// Writes the pending runs as one run: each key's newest entry, deletions kept.
+fn write_increment(store: &LogStore, dir: &Path, pending: &Pending) -> Result<KvRun> {
+    let mut writer = store.write_kv_run(dir, pending.from, pending.to)?;
+    let none_stored = std::iter::empty::<fjall::Result<_>>();
+    for entry in Merged::new(none_stored, &pending.runs, std::ops::Bound::Unbounded) {
+        let (key, row) = entry?;
+        writer.push(&key, row.as_deref())?;
+    }
+    Ok(writer.finish()?)
+}
+
+/// Writes every row of `rows` in `snapshot` as a base at offset `to`.
+fn write_base(
+    store: &LogStore,
+    dir: &Path,
+    rows: &fjall::Keyspace,
+    snapshot: &fjall::Snapshot,
+    to: i64,
+) -> Result<KvRun> {
+    let mut writer = store.write_kv_run(dir, 0, to)?;
+    for row in snapshot.iter(rows) {
+        let (key, row) = row.into_inner().map_err(kv_error)?;
+        writer.push(&key, Some(&row))?;
+    }
+    Ok(writer.finish()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use mink_log::LogStoreConfig;
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+
+    use super::*;
+    use crate::KvConfig;
+
+    /// A tablet's rows in key order, `(key, row)`, as fjall holds them after a flush.
+    fn stored_rows(tablet: &KvTablet) -> Vec<(Vec<u8>, Vec<u8>)> {
+        tablet.flush().unwrap();
+        (tablet.state.rows.iter())
+            .map(|row| {
+                let (key, row) = row.into_inner().unwrap();
+                (key.to_vec(), row.to_vec())
+            })
+            .collect()
+    }
+
+    /// A random history of groups (upserts and deletes of a few hundred keys), flushes
+    /// and checkpoints; after each checkpoint, a node without the tablet's KV files
+    /// restores exactly the rows the model holds at the checkpoint's end, and the runs
+    /// are increments while they weigh less than their base.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn restores_of_random_histories_match_the_model_at_each_checkpoint() {
+        let seeds: u64 = std::env::var("MINK_KV_CHECKPOINT_SEEDS")
+            .ok()
+            .and_then(|seeds| seeds.parse().ok())
+            .unwrap_or(4);
+        let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let config = LogStoreConfig::new(format!("file://{}", store_dir.path().display()));
+        let store = LogStore::open(config, disk.path(), 1 << 20).await.unwrap();
+        tokio::task::spawn_blocking(move || {
+            for seed in 0..seeds {
+                history(&store, &disk.path().join(format!("t{seed}/b0")), seed);
+            }
+        })
+        .await
+        .unwrap();
+    }
+
+    fn history(store: &LogStore, dir: &Path, seed: u64) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let kv_dir = tempfile::tempdir().unwrap();
+        let kv = KvStore::open(kv_dir.path(), &KvConfig::default()).unwrap();
+        let tablet = kv.tablet("t.b0").unwrap();
+        assert!(tablet.restore(store, dir, None).unwrap().is_none());
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let (mut offset, mut increments) = (0, 0);
+        for _ in 0..60 {
+            let mut group = BTreeMap::new();
+            for _ in 0..rng.random_range(1..40) {
+                let key = rng.random_range(0..300_u16).to_be_bytes().to_vec();
+                let row = rng
+                    .random_bool(0.8)
+                    .then(|| vec![rng.random(); rng.random_range(0..64)]);
+                group.insert(key, row);
+            }
+            for (key, row) in &group {
+                match row {
+                    Some(row) => model.insert(key.clone(), row.clone()),
+                    None => model.remove(key),
+                };
+            }
+            let entries: Vec<_> = group.into_iter().collect();
+            offset += rng.random_range(1..5);
+            tablet
+                .buffer(Arc::new(Run::from_owned(&entries)), offset)
+                .unwrap();
+            if rng.random_bool(0.3) {
+                tablet.flush().unwrap();
+            }
+            if rng.random_bool(0.2) {
+                let run = tablet
+                    .checkpoint(store, dir)
+                    .unwrap()
+                    .expect("rows changed");
+                assert_eq!(run.to, offset, "seed {seed}");
+                increments += usize::from(!run.is_base());
+                let restored_dir = tempfile::tempdir().unwrap();
+                let restored_kv = KvStore::open(restored_dir.path(), &KvConfig::default()).unwrap();
+                let restored = restored_kv.tablet("t.b0").unwrap();
+                let chain = store.kv_chain(dir).unwrap();
+                assert_eq!(chain, tablet.checkpoint_state().chain, "seed {seed}");
+                let done = restored
+                    .restore(store, dir, chain)
+                    .unwrap()
+                    .expect("restored");
+                assert_eq!(done.offset, offset, "seed {seed}");
+                assert_eq!(restored.flushed_offset().unwrap(), offset, "seed {seed}");
+                let expected: Vec<_> = model.clone().into_iter().collect();
+                assert_eq!(stored_rows(&restored), expected, "seed {seed}");
+                assert!(
+                    tablet.checkpoint(store, dir).unwrap().is_none(),
+                    "seed {seed}"
+                );
+            }
+        }
+        assert!(increments > 0, "seed {seed}: every run was a base");
+    }
+}

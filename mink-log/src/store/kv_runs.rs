@@ -1,0 +1,558 @@
+//! KV checkpoints: a primary-key bucket's current rows in the store, as a chain of sorted
+//! runs, so a node without its local KV files restores them and replays only the log
+//! after them (which `log.ttl` may have removed the start of).
+//!
+//! * **A run** `kv/<key>/<from>-<to>` holds, in key order, what the log's changes in
+//!   `[from, to)` made of every key they touched: its row at `to`, or its deletion. A run
+//!   from 0 is a **base**: every row of the bucket at `to`.
+//! * **A chain** is a base and the runs after it, each starting where the one before
+//!   ends: ingested in that order (a later run's entry replaces an earlier one's), they
+//!   are the bucket's rows at the chain's end. Of the chains in the store the one reaching
+//!   furthest is restored; every run off it is garbage, deleted after the upkeep's grace
+//!   once a newer run is in the store ([`LogStore::kv_checkpointed`]).
+//! * **Which run is written** is the KV store's choice (mink-kv): what its flushes wrote
+//!   since the last run, or a base now and then. A run's content follows from its offsets
+//!   alone (the rows the log's changes fold to), so whichever writer wrote it, a fenced
+//!   one included, it is right; a name taken is written again with the same rows.
+//! * **Format**: entries `key_len u32 | key | row_len u32 | row` (`row_len` [`DELETED`]:
+//!   the key is deleted, no row follows), then the trailer `entries u64 | from i64 | to
+//!   i64 | crc32 u32 | magic`, the CRC-32 covering every byte before it. A large run goes
+//!   up in parts ([`PART_BYTES`]): a writer's memory is a part, not the bucket.
+
+use bytes::Bytes;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStoreExt as _, PutPayload, WriteMultipart};
+use tokio::sync::{mpsc, oneshot};
+
+use super::location::Location;
+use super::open::{blocking, list_under, store_error};
+use super::stream;
+use super::uploader::make_parent;
+use super::{LogStore, stream::parse_name};
+use crate::error::{LogError, Result};
+
+/// The kind of object (the first part of its path) a KV checkpoint's runs are.
+pub(crate) const KIND: &str = "kv";
+
+/// A run's `row_len` for a deleted key.
+const DELETED: u32 = u32::MAX;
+
+/// The bytes a run's writer gathers before it hands them to the upload: the part size of
+/// a multipart upload (S3 takes parts of 5 MiB and more). A run smaller than this goes up
+/// in one PUT.
+const PART_BYTES: usize = 8 << 20;
+
+/// Parts of one upload in flight at once.
+const PARTS_IN_FLIGHT: usize = 2;
+
+const MAGIC: &[u8; 8] = b"MINKKVR1";
+
+/// Bytes of a run's trailer.
+const TRAILER_LEN: usize = 8 + 8 + 8 + 4 + MAGIC.len();
+
+/// One run of a KV checkpoint in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvRun {
+    /// The first log offset whose changes it holds (0: a base).
+    pub from: i64,
+    /// The offset its rows are at.
+    pub to: i64,
+    /// Its size in the store.
+    pub bytes: u64,
+}
+
+impl KvRun {
+    /// A base: every row of its bucket.
+    pub fn is_base(&self) -> bool {
+        self.from == 0
+    }
+}
+
+/// A base and the runs after it, in order: a bucket's rows at [`KvChain::end`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvChain {
+    /// The base first.
+    pub runs: Vec<KvRun>,
+}
+
+impl KvChain {
+    /// The log offset the chain's rows are at.
+    pub fn end(&self) -> i64 {
+        self.runs.last().map_or(0, |run| run.to)
+    }
+
+    /// The bytes of its base.
+    pub fn base_bytes(&self) -> u64 {
+        self.runs.first().map_or(0, |run| run.bytes)
+    }
+
+    /// The bytes of every run after its base.
+    pub fn increment_bytes(&self) -> u64 {
+        self.runs.iter().skip(1).map(|run| run.bytes).sum()
+    }
+
+    /// Its bytes in the store.
+    pub fn bytes(&self) -> u64 {
+        self.runs.iter().map(|run| run.bytes).sum()
+    }
+
+    /// The chain reaching furthest among `runs` (of the same reach, the one of the newest
+    /// base), if any base is there.
+    fn furthest(runs: &[KvRun]) -> Option<Self> {
+        (runs.iter())
+            .filter(|run| run.is_base())
+            .map(|base| {
+                let mut chain = vec![*base];
+                // Of two runs from one offset (a writer that crashed, then wrote on), the
+                // one reaching further.
+                while let Some(next) = (runs.iter())
+                    .filter(|run| run.from == chain.last().expect("a base").to)
+                    .max_by_key(|run| run.to)
+                {
+                    chain.push(*next);
+                }
+                Self { runs: chain }
+            })
+            .max_by_key(|chain| (chain.end(), chain.runs[0].to))
+    }
+}
+
+/// The path of bucket `key`'s run of `[from, to)`.
+fn run_path(location: &Location, key: &str, from: i64, to: i64) -> StorePath {
+    location.bucket_path(KIND, key, &stream::name(from, to))
+}
+
+/// Every run of bucket `key` in the store, with its path.
+async fn list_runs(location: &Location, key: &str) -> Result<Vec<(KvRun, StorePath)>> {
+    let parts: Vec<&str> = std::iter::once(KIND).chain(key.split('/')).collect();
+    Ok(list_under(location, &parts)
+        .await?
+        .into_iter()
+        .filter_map(|(name, object)| {
+            let [name] = name.as_slice() else {
+                return None;
+            };
+            let (from, to) = parse_name(name)?;
+            let run = KvRun {
+                from,
+                to,
+                bytes: object.size,
+            };
+            Some((run, object.location))
+        })
+        .collect())
+}
+
+/// The furthest chain of bucket `key`'s runs, if it has any.
+pub(crate) async fn furthest_chain(location: &Location, key: &str) -> Result<Option<KvChain>> {
+    let runs: Vec<KvRun> = (list_runs(location, key).await?.into_iter())
+        .map(|(run, _)| run)
+        .collect();
+    Ok(KvChain::furthest(&runs))
+}
+
+/// Bucket `key`'s runs off its furthest chain: garbage.
+pub(crate) async fn off_chain(location: &Location, key: &str) -> Result<Vec<StorePath>> {
+    let runs = list_runs(location, key).await?;
+    let listed: Vec<KvRun> = runs.iter().map(|(run, _)| *run).collect();
+    let kept = KvChain::furthest(&listed)
+        .map(|chain| chain.runs)
+        .unwrap_or_default();
+    Ok(runs
+        .into_iter()
+        .filter(|(run, _)| !kept.contains(run))
+        .map(|(_, path)| path)
+        .collect())
+}
+
+/// Every run of bucket `key` (it was dropped).
+pub(crate) async fn every_run(location: &Location, key: &str) -> Result<Vec<StorePath>> {
+    Ok((list_runs(location, key).await?.into_iter())
+        .map(|(_, path)| path)
+        .collect())
+}
+
+/// What a run's writer hands its upload.
+enum Part {
+    Bytes(Bytes),
+    /// Every part is handed over: the run is complete.
+    End,
+}
+
+/// Writes one run to the store from a blocking thread (the KV store's): entries go in
+/// key order, gathered into parts that an upload on the store's runtime sends as they
+/// fill. Dropped before [`KvRunWriter::finish`], it uploads nothing.
+#[derive(Debug)]
+pub struct KvRunWriter {
+    run: KvRun,
+    part: Vec<u8>,
+    crc: crc32fast::Hasher,
+    entries: u64,
+    parts: mpsc::Sender<Part>,
+    uploaded: oneshot::Receiver<Result<()>>,
+}
+
+impl std::fmt::Debug for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Bytes(bytes) => write!(f, "Part({} bytes)", bytes.len()),
+            Self::End => f.write_str("End"),
+        }
+    }
+}
+
+impl KvRunWriter {
+    /// Adds an entry: `key`'s row, or its deletion (`None`). Keys come in ascending order.
+    /// Blocks while the upload is [`PARTS_IN_FLIGHT`] parts behind.
+    ///
+    /// # Errors
+    /// A key or row longer than a run holds, or the upload failed.
+    pub fn push(&mut self, key: &[u8], row: Option<&[u8]>) -> Result<()> {
+        let len = |bytes: &[u8], what: &str| {
+            u32::try_from(bytes.len())
+                .ok()
+                .filter(|&len| len != DELETED)
+                .ok_or_else(|| {
+                    LogError::InvalidArgument(format!(
+                        "a {what} of {} bytes does not fit a KV checkpoint",
+                        bytes.len()
+                    ))
+                })
+        };
+        self.write(&len(key, "key")?.to_le_bytes())?;
+        self.write(key)?;
+        match row {
+            None => self.write(&DELETED.to_le_bytes())?,
+            Some(row) => {
+                self.write(&len(row, "row")?.to_le_bytes())?;
+                self.write(row)?;
+            }
+        }
+        self.entries += 1;
+        Ok(())
+    }
+
+    /// Ends the run with its trailer and waits until it is in the store (durable, on a
+    /// `file://` store).
+    ///
+    /// # Errors
+    /// The upload failed.
+    pub fn finish(mut self) -> Result<KvRun> {
+        let mut trailer = Vec::with_capacity(TRAILER_LEN);
+        trailer.extend_from_slice(&self.entries.to_le_bytes());
+        trailer.extend_from_slice(&self.run.from.to_le_bytes());
+        trailer.extend_from_slice(&self.run.to.to_le_bytes());
+        self.write(&trailer)?;
+        let crc = std::mem::take(&mut self.crc).finalize();
+        self.part.extend_from_slice(&crc.to_le_bytes());
+        self.part.extend_from_slice(MAGIC);
+        self.run.bytes += (4 + MAGIC.len()) as u64;
+        self.hand_over()?;
+        self.send(Part::End)?;
+        self.uploaded
+            .blocking_recv()
+            .unwrap_or_else(|_| Err(upload_stopped()))?;
+        Ok(self.run)
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.crc.update(bytes);
+        self.part.extend_from_slice(bytes);
+        self.run.bytes += bytes.len() as u64;
+        if self.part.len() >= PART_BYTES {
+            self.hand_over()?;
+        }
+        Ok(())
+    }
+
+    fn hand_over(&mut self) -> Result<()> {
+        let part = std::mem::replace(&mut self.part, Vec::with_capacity(PART_BYTES));
+        self.send(Part::Bytes(part.into()))
+    }
+
+    fn send(&mut self, part: Part) -> Result<()> {
+        if self.parts.blocking_send(part).is_ok() {
+            return Ok(());
+        }
+        // The upload stopped: its error says why.
+        match self.uploaded.try_recv() {
+            Ok(Err(error)) => Err(error),
+            _ => Err(upload_stopped()),
+        }
+    }
+}
+
+fn upload_stopped() -> LogError {
+    LogError::ShuttingDown("the upload of a KV checkpoint".into())
+}
+
+/// Uploads the parts a [`KvRunWriter`] hands over to `path`: in one PUT if they are one
+/// part, else as a multipart upload; nothing if the writer stops before its end.
+async fn upload(
+    location: Location,
+    path: StorePath,
+    mut parts: mpsc::Receiver<Part>,
+    sync: bool,
+) -> Result<()> {
+    let failed = |e| store_error(&format!("uploading KV checkpoint {path}"), e);
+    make_parent(&location, &path).await?;
+    let Some(Part::Bytes(first)) = parts.recv().await else {
+        return Err(upload_stopped());
+    };
+    match parts.recv().await {
+        Some(Part::End) => {
+            let put = location.store.put(&path, PutPayload::from(first));
+            put.await.map_err(failed)?;
+        }
+        Some(Part::Bytes(second)) => {
+            let started = location.store.put_multipart(&path).await.map_err(failed)?;
+            let mut upload = WriteMultipart::new_with_chunk_size(started, PART_BYTES);
+            upload.put(first);
+            upload.put(second);
+            loop {
+                match parts.recv().await {
+                    Some(Part::Bytes(part)) => {
+                        upload
+                            .wait_for_capacity(PARTS_IN_FLIGHT)
+                            .await
+                            .map_err(failed)?;
+                        upload.put(part);
+                    }
+                    Some(Part::End) => break,
+                    None => {
+                        let _ = upload.abort().await;
+                        return Err(upload_stopped());
+                    }
+                }
+            }
+            upload.finish().await.map_err(failed)?;
+        }
+        None => return Err(upload_stopped()),
+    }
+    if let Some(file) = location.local_file(&path).filter(|_| sync) {
+        blocking(move || {
+            std::fs::File::open(&file)?.sync_all()?;
+            Ok(mink_durable::sync_parent(&file)?)
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// A run read from the store, checked whole: its entries in order.
+#[derive(Debug)]
+pub struct KvRunEntries {
+    bytes: Bytes,
+    /// Where the next entry starts.
+    at: usize,
+    /// Where the entries end (the trailer starts).
+    end: usize,
+}
+
+impl KvRunEntries {
+    /// The entries of `run`, whose bytes are `bytes`.
+    ///
+    /// # Errors
+    /// Bytes that are not that run, or damaged.
+    fn parse(run: &KvRun, bytes: Bytes) -> Result<Self> {
+        let corrupt = |why: &str| {
+            LogError::Corrupt(format!(
+                "KV checkpoint run {}: {why}",
+                stream::name(run.from, run.to)
+            ))
+        };
+        let end = (bytes.len().checked_sub(TRAILER_LEN))
+            .filter(|_| bytes.ends_with(MAGIC))
+            .ok_or_else(|| corrupt("no trailer"))?;
+        let crc_at = bytes.len() - MAGIC.len() - 4;
+        let word = |at: usize| -> [u8; 8] { bytes[at..at + 8].try_into().expect("8 bytes") };
+        let stored_crc = u32::from_le_bytes(bytes[crc_at..crc_at + 4].try_into().expect("4"));
+        if crc32fast::hash(&bytes[..crc_at]) != stored_crc {
+            return Err(corrupt("checksum mismatch"));
+        }
+        let (from, to) = (
+            i64::from_le_bytes(word(end + 8)),
+            i64::from_le_bytes(word(end + 16)),
+        );
+        if (from, to) != (run.from, run.to) {
+            return Err(corrupt(&format!("it says it holds [{from}, {to})")));
+        }
+        Ok(Self { bytes, at: 0, end })
+    }
+
+    fn take(&mut self, len: usize) -> Result<&[u8]> {
+        let taken = (self.at.checked_add(len))
+            .filter(|&next| next <= self.end)
+            .map(|next| &self.bytes[std::mem::replace(&mut self.at, next)..next]);
+        taken.ok_or_else(|| LogError::Corrupt("a KV checkpoint entry overruns its run".into()))
+    }
+
+    fn take_len(&mut self) -> Result<u32> {
+        let bytes = self.take(4)?;
+        Ok(u32::from_le_bytes(bytes.try_into().expect("4 bytes")))
+    }
+
+    /// The next entry: a key and its row (`None`: deleted).
+    ///
+    /// # Errors
+    /// An entry that overruns the run (a run whose checksum matched was written so).
+    pub fn next_entry(&mut self) -> Result<Option<(Bytes, Option<Bytes>)>> {
+        if self.at == self.end {
+            return Ok(None);
+        }
+        let key_len = self.take_len()? as usize;
+        let key_at = self.at;
+        self.take(key_len)?;
+        let key = self.bytes.slice(key_at..key_at + key_len);
+        let row = match self.take_len()? {
+            DELETED => None,
+            len => {
+                let row_at = self.at;
+                self.take(len as usize)?;
+                Some(self.bytes.slice(row_at..row_at + len as usize))
+            }
+        };
+        Ok(Some((key, row)))
+    }
+}
+
+impl LogStore {
+    /// The furthest KV checkpoint of the bucket whose log is in `dir`, if it has one.
+    ///
+    /// # Errors
+    /// The store could not be listed.
+    pub fn kv_chain(&self, dir: &std::path::Path) -> Result<Option<KvChain>> {
+        let (location, key) = (self.location.clone(), self.key_of(dir)?);
+        self.wait_for(async move { furthest_chain(&location, &key).await })
+    }
+
+    /// A writer of the run of `[from, to)` for the bucket whose log is in `dir`. To be
+    /// used from a blocking thread.
+    ///
+    /// # Errors
+    /// `dir` is not a bucket of the store, or the store is shutting down.
+    pub fn write_kv_run(&self, dir: &std::path::Path, from: i64, to: i64) -> Result<KvRunWriter> {
+        let path = run_path(&self.location, &self.key_of(dir)?, from, to);
+        let (parts, handed) = mpsc::channel(PARTS_IN_FLIGHT);
+        let (done, uploaded) = oneshot::channel();
+        let runtime = self.runtime()?;
+        let (location, sync) = (self.location.clone(), self.sync);
+        runtime.spawn(async move {
+            let _ = done.send(upload(location, path, handed, sync).await);
+        });
+        Ok(KvRunWriter {
+            run: KvRun { from, to, bytes: 0 },
+            part: Vec::new(),
+            crc: crc32fast::Hasher::new(),
+            entries: 0,
+            parts,
+            uploaded,
+        })
+    }
+
+    /// The entries of `run` of the bucket whose log is in `dir`. Blocks.
+    ///
+    /// # Errors
+    /// The run could not be read, or is damaged.
+    pub fn read_kv_run(&self, dir: &std::path::Path, run: &KvRun) -> Result<KvRunEntries> {
+        let path = run_path(&self.location, &self.key_of(dir)?, run.from, run.to);
+        let location = self.location.clone();
+        let bytes = self.wait_for(async move {
+            let read = location.store.get(&path).await;
+            let read = read.map_err(|e| store_error(&format!("reading {path}"), e))?;
+            read.bytes()
+                .await
+                .map_err(|e| store_error(&format!("reading {path}"), e))
+        })?;
+        KvRunEntries::parse(run, bytes)
+    }
+
+    /// A run of the bucket whose log is in `dir` is in the store: the runs off its
+    /// furthest chain go after the upkeep's grace (a restore that listed the store before
+    /// may still read them).
+    pub fn kv_checkpointed(&self, dir: &std::path::Path) -> Result<()> {
+        self.upkeep.kv_checkpointed(&self.key_of(dir)?);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(from: i64, to: i64) -> KvRun {
+        KvRun { from, to, bytes: 1 }
+    }
+
+    #[test]
+    fn the_chain_reaching_furthest_is_restored_and_the_rest_is_off_it() {
+        assert_eq!(KvChain::furthest(&[run(5, 9)]), None);
+        let runs = [
+            run(0, 10),
+            run(10, 20),
+            run(20, 25),
+            run(20, 30), // a writer crashed after [20, 25) and wrote on from 20
+            run(30, 40),
+            run(0, 35), // a newer base, behind the older chain's end
+            run(50, 60),
+        ];
+        let chain = KvChain::furthest(&runs).unwrap();
+        assert_eq!(
+            chain.runs,
+            [run(0, 10), run(10, 20), run(20, 30), run(30, 40)]
+        );
+        assert_eq!(
+            (chain.end(), chain.base_bytes(), chain.increment_bytes()),
+            (40, 1, 3)
+        );
+        let newer = [&runs[..], &[run(0, 40)]].concat();
+        assert_eq!(KvChain::furthest(&newer).unwrap().runs, [run(0, 40)]);
+    }
+
+    fn written(entries: &[(&[u8], Option<&[u8]>)], from: i64, to: i64) -> Bytes {
+        let mut bytes = Vec::new();
+        for (key, row) in entries {
+            bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(key);
+            match row {
+                None => bytes.extend_from_slice(&DELETED.to_le_bytes()),
+                Some(row) => {
+                    bytes.extend_from_slice(&(row.len() as u32).to_le_bytes());
+                    bytes.extend_from_slice(row);
+                }
+            }
+        }
+        bytes.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&from.to_le_bytes());
+        bytes.extend_from_slice(&to.to_le_bytes());
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        bytes.extend_from_slice(MAGIC);
+        bytes.into()
+    }
+
+    #[test]
+    fn a_run_reads_back_its_entries_and_refuses_damage() {
+        let entries: [(&[u8], Option<&[u8]>); 3] =
+            [(b"a", Some(b"row a")), (b"b", None), (b"c", Some(b""))];
+        let bytes = written(&entries, 10, 20);
+        let mut read = KvRunEntries::parse(&run(10, 20), bytes.clone()).unwrap();
+        let mut back = Vec::new();
+        while let Some((key, row)) = read.next_entry().unwrap() {
+            back.push((key.to_vec(), row.map(|row| row.to_vec())));
+        }
+        let expected: Vec<_> = (entries.iter())
+            .map(|(key, row)| (key.to_vec(), row.map(<[u8]>::to_vec)))
+            .collect();
+        assert_eq!(back, expected);
+
+        let error = KvRunEntries::parse(&run(0, 20), bytes.clone()).unwrap_err();
+        assert!(error.to_string().contains("holds [10, 20)"), "{error}");
+        let mut flipped = bytes.to_vec();
+        flipped[3] ^= 1;
+        let error = KvRunEntries::parse(&run(10, 20), flipped.into()).unwrap_err();
+        assert!(error.to_string().contains("checksum"), "{error}");
+        let error = KvRunEntries::parse(&run(10, 20), bytes.slice(1..)).unwrap_err();
+        assert!(error.to_string().contains("checksum"), "{error}");
+    }
+}
