@@ -112,6 +112,8 @@ pub(super) struct TabletState {
     dropped: AtomicBool,
     /// Its checkpoints in the log store, and its flushes' runs since the last.
     pub(super) checkpoints: Mutex<Checkpoints>,
+    /// Held through a checkpoint: one at a time per tablet.
+    pub(super) checkpointing: Mutex<()>,
 }
 
 /// What a tablet's groups changed since fjall's applied offset.
@@ -242,6 +244,7 @@ impl Tablets {
             failed: Mutex::default(),
             dropped: AtomicBool::new(false),
             checkpoints: Mutex::default(),
+            checkpointing: Mutex::default(),
         });
         tablets.insert(name.to_string(), Arc::clone(&tablet));
         Ok(tablet)

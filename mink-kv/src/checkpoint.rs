@@ -181,8 +181,7 @@ impl KvStore {
 impl KvTablet {
     /// Writes the tablet's next checkpoint run to `store`, for the bucket whose log is in
     /// `dir`: an increment, or a base (see the module doc); `None` if nothing changed
-    /// since the last. Blocks (run it on the store's threads, [`KvTablet::read`]); one at
-    /// a time per tablet.
+    /// since the last. Blocks (run it on a blocking thread); one runs at a time per tablet.
     ///
     /// # Errors
     /// The tablet's flush or fjall's snapshot failed, or the upload did: the next
@@ -190,6 +189,7 @@ impl KvTablet {
     pub fn checkpoint(&self, store: &LogStore, dir: &Path) -> Result<Option<KvRun>> {
         self.check_readable()?;
         let state = &self.state;
+        let _one_at_a_time = lock(&state.checkpointing);
         let next = self.store.tablets.flushed(state, |applied| {
             Ok(lock(&state.checkpoints).next(&self.store, applied))
         })?;

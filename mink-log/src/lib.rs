@@ -241,6 +241,11 @@ impl LogTablet {
         }
     }
 
+    /// The directory the log is in (with a log store, its bucket's key there).
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
     /// `(log_start, high_watermark)`.
     pub fn offsets(&self) -> (i64, i64) {
         let state = self.shared.read_state();

@@ -170,6 +170,7 @@ fn kv_code(error: &KvError) -> Code {
         KvError::Core(error) => core_code(error),
         KvError::ShuttingDown(_) => Code::Unavailable,
         KvError::Corrupt(_) => Code::DataLoss,
+        KvError::LogStore(error) => log_code(error),
         KvError::Store(_) | KvError::Io(_) | KvError::Arrow(_) => Code::Internal,
     }
 }

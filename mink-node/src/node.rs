@@ -45,6 +45,7 @@ use crate::union::{FoldedTail, LocatedTail};
 use mink_kv::KvTablet;
 use mink_log::LogTablet;
 
+mod checkpoints;
 mod config;
 mod ddl;
 mod log_store;
@@ -55,7 +56,11 @@ mod storage;
 mod validate;
 mod write;
 
-pub use config::{DEFAULT_MAX_BUCKET_NUM, DEFAULT_MAX_PARTITIONS, Failpoint, NodeConfig};
+pub use checkpoints::CheckpointPass;
+pub use config::{
+    DEFAULT_KV_CHECKPOINT_INTERVAL, DEFAULT_MAX_BUCKET_NUM, DEFAULT_MAX_PARTITIONS, Failpoint,
+    NodeConfig,
+};
 use open_buckets::OpenBuckets;
 pub use open_buckets::raise_open_file_limit;
 use storage::Storage;

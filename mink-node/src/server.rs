@@ -199,6 +199,7 @@ pub async fn serve_with(
     ));
     let background = vec![
         tokio::spawn(run_retention(Arc::clone(&node))),
+        tokio::spawn(run_kv_checkpoints(Arc::clone(&node))),
         tokio::spawn(run_tiering(node)),
     ];
     if authenticated {
@@ -227,6 +228,24 @@ fn bounded_builder() -> tonic::transport::Server {
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .concurrency_limit_per_connection(MAX_REQUESTS_PER_CONNECTION)
         .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
+}
+
+/// Writes the KV checkpoints of the node's primary-key buckets (with a log store) every
+/// interval, and when one is due before.
+async fn run_kv_checkpoints(node: Arc<Node>) {
+    let Some(interval) = node.kv_checkpoint_interval() else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = node.kv_checkpoint_due() => {}
+        }
+        let node = Arc::clone(&node);
+        if let Err(error) = tokio::task::spawn_blocking(move || node.checkpoint_kv()).await {
+            warn!(%error, "the KV checkpoint task failed");
+        }
+    }
 }
 
 async fn run_retention(node: Arc<Node>) {

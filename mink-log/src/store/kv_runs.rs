@@ -470,9 +470,10 @@ impl LogStore {
     /// A run of the bucket whose log is in `dir` is in the store: the runs off its
     /// furthest chain go after the upkeep's grace (a restore that listed the store before
     /// may still read them).
-    pub fn kv_checkpointed(&self, dir: &std::path::Path) -> Result<()> {
-        self.upkeep.kv_checkpointed(&self.key_of(dir)?);
-        Ok(())
+    pub fn kv_checkpointed(&self, dir: &std::path::Path) {
+        if let Ok(key) = self.key_of(dir) {
+            self.upkeep.kv_checkpointed(&key);
+        }
     }
 }
 

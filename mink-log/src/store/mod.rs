@@ -288,7 +288,10 @@ impl LogStore {
             writer,
             uploader,
             upkeep,
-            blocks: Arc::new(BlockCache::new(Arc::clone(&location.store), config.cache_bytes)),
+            blocks: Arc::new(BlockCache::new(
+                Arc::clone(&location.store),
+                config.cache_bytes,
+            )),
             found: Mutex::new(opened.streamed),
             opened: Mutex::default(),
             coverage,

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use datafusion_execution::memory_pool::{MemoryPool, UnboundedMemoryPool};
 use mink_kv::KvConfig;
@@ -43,7 +44,14 @@ pub struct NodeConfig {
     pub memory_pool: Arc<dyn MemoryPool>,
     /// The memory of the KV store of primary-key tables: its write buffer and its cache.
     pub kv: KvConfig,
+    /// With a log store: how often each primary-key bucket that changed writes its next
+    /// KV checkpoint run (`--kv-checkpoint-interval`, default
+    /// [`DEFAULT_KV_CHECKPOINT_INTERVAL`]).
+    pub kv_checkpoint_interval: Duration,
 }
+
+/// The default [`NodeConfig::kv_checkpoint_interval`].
+pub const DEFAULT_KV_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Default bound on `bucket.num`.
 pub const DEFAULT_MAX_BUCKET_NUM: u32 = 1024;
@@ -122,6 +130,7 @@ impl NodeConfig {
             max_open_buckets: None,
             memory_pool: Arc::new(UnboundedMemoryPool::default()),
             kv: KvConfig::default(),
+            kv_checkpoint_interval: DEFAULT_KV_CHECKPOINT_INTERVAL,
         }
     }
 }

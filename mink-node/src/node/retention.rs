@@ -1,5 +1,6 @@
 //! Log retention (`log.ttl`): a table's segments older than its ttl are removed, but
-//! never what its KV stores would replay nor, with a lake, what is not tiered yet.
+//! never what its KV stores would replay (from their local files, and with a log store
+//! from their checkpoints there) nor, with a lake, what is not tiered yet.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,10 +57,19 @@ impl Node {
         if replay_from.iter().any(Option::is_some) {
             self.storage.kv()?.sync_applied_offsets()?;
         }
+        let store = self.storage.config.log.store.is_some();
         let mut removed = 0;
         for ((id, tablet), replay_from) in buckets.into_iter().zip(replay_from) {
             let untiered_from = seams.as_ref().map(|seams| seams.get(&id));
-            let keep_from = replay_from.into_iter().chain(untiered_from).min();
+            // With a log store, a node that lost its disk restores the bucket's KV
+            // checkpoint and replays the log from its end (from the start, before one).
+            let restore_from = (tablet.kv.as_ref())
+                .filter(|_| store)
+                .map(|kv| kv.checkpoint_state().chain.map_or(0, |chain| chain.end()));
+            let keep_from = (replay_from.into_iter())
+                .chain(untiered_from)
+                .chain(restore_from)
+                .min();
             removed += tablet.log.enforce_retention(ttl, keep_from)?;
         }
         Ok(removed)

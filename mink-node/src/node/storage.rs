@@ -1,6 +1,6 @@
 //! Where a node's tablets live on disk, and how they are opened, created and removed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,11 +9,20 @@ use mink_core::table::TableDescriptor;
 
 use crate::error::Result;
 use crate::metadata::PartitionRecord;
-use mink_kv::{KvStore, KvWriter};
-use mink_log::{Changelog, LogTablet};
+use mink_kv::{KvStore, KvTablet, KvWriter};
+use mink_log::{Changelog, LogStore, LogTablet};
+use tracing::info;
 
 use super::{Bucket, Failpoint, NodeConfig};
 use crate::union::{FoldedTail, LocatedTail};
+
+/// Whether a bucket being opened is new (nothing of it is anywhere yet) or was opened
+/// before (its log, or its KV checkpoint, may be in the store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    New,
+    Existing,
+}
 
 /// Where tablets live, and how they are opened.
 #[derive(Debug)]
@@ -42,7 +51,7 @@ impl Storage {
         partition: Option<&PartitionRecord>,
     ) -> Result<Vec<Arc<Bucket>>> {
         (0..table.bucket_num)
-            .map(|bucket| self.open_bucket(table, partition, bucket))
+            .map(|bucket| self.open_bucket(table, partition, bucket, Opening::Existing))
             .collect()
     }
 
@@ -62,7 +71,7 @@ impl Storage {
                 tracing::warn!("failpoint: aborting the process during CREATE TABLE");
                 std::process::abort();
             }
-            match self.open_bucket(table, partition, bucket) {
+            match self.open_bucket(table, partition, bucket, Opening::New) {
                 Ok(opened) => buckets.push(opened),
                 Err(error) => {
                     self.remove_buckets(table, partition, buckets);
@@ -105,11 +114,12 @@ impl Storage {
     }
 
     /// Opens (creating or recovering) one bucket of a partition.
-    pub(super) fn open_bucket(
+    fn open_bucket(
         &self,
         table: &Arc<TableDescriptor>,
         partition: Option<&PartitionRecord>,
         bucket: u32,
+        opening: Opening,
     ) -> Result<Arc<Bucket>> {
         let mut log_config = self.config.log.clone();
         if let Some(ttl) = table.log_ttl {
@@ -129,8 +139,15 @@ impl Storage {
             bucket,
         }
         .to_string();
+        let dir = dir.join(format!("b{bucket}"));
         let kv = if table.has_primary_key() {
-            Some(self.kv()?.tablet(&format!("{kv_name}.b{bucket}"))?)
+            let kv = self.kv()?.tablet(&format!("{kv_name}.b{bucket}"))?;
+            if let Some(store) = &self.config.log.store
+                && opening == Opening::Existing
+            {
+                restore_kv(store, &dir, &kv, &label)?;
+            }
+            Some(kv)
         } else {
             None
         };
@@ -140,12 +157,7 @@ impl Storage {
             }
             None => None,
         };
-        let log = LogTablet::open(
-            label,
-            &dir.join(format!("b{bucket}")),
-            log_config,
-            changelog,
-        )?;
+        let log = LogTablet::open(label, &dir, log_config, changelog)?;
         Ok(Arc::new(Bucket {
             log,
             kv,
@@ -160,4 +172,24 @@ impl Storage {
             .join("log")
             .join(format!("t{}", table.table_id))
     }
+}
+
+/// Takes the furthest KV checkpoint of the bucket whose log is in `dir` as its tablet's,
+/// and restores the tablet from it if the tablet holds nothing (the node lost `kv/`):
+/// the log then replays into it from the checkpoint's end, not from its start.
+fn restore_kv(store: &LogStore, dir: &Path, kv: &KvTablet, bucket: &str) -> Result<()> {
+    let chain = store.kv_chain(dir)?;
+    if let Some(restored) = kv.restore(store, dir, chain)? {
+        info!(
+            bucket,
+            offset = restored.offset,
+            runs = restored.runs,
+            bytes = restored.bytes,
+            rows = restored.entries,
+            download_ms = restored.download.as_millis() as u64,
+            ingestion_ms = restored.ingestion.as_millis() as u64,
+            "restored a KV store from its checkpoint in the log store"
+        );
+    }
+    Ok(())
 }

@@ -155,6 +155,12 @@ pub(crate) struct ServerArgs {
     /// of stored keys: bytes or a size (default 256MiB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     kv_cache: Option<usize>,
+    /// With a log store: how often each primary-key bucket that changed writes its KV
+    /// checkpoint to the store (`docs/log-store.md`; default 30s), from which a node that
+    /// lost its disk restores the bucket's rows. Log retention keeps a bucket's log from
+    /// its checkpoint on.
+    #[arg(long, value_name = "DURATION", value_parser = parse_checkpoint_interval)]
+    kv_checkpoint_interval: Option<Duration>,
     /// Run statements on these `mink worker`s (`HOST:PORT,...`) when they are worth it
     /// (`docs/scaling.md`): the Flight SQL endpoint becomes their coordinator, and calls
     /// them with `--sql-user`'s login. A worker that does not answer is left out until
@@ -200,6 +206,14 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("'{text}' is not a duration (500ms, 1s)"))
 }
 
+/// A `--kv-checkpoint-interval`: a duration above zero.
+fn parse_checkpoint_interval(text: &str) -> Result<Duration, String> {
+    match parse_interval(text)? {
+        Duration::ZERO => Err("a KV checkpoint interval must be above zero".into()),
+        interval => Ok(interval),
+    }
+}
+
 /// The log store `--log-store` and its flags name.
 fn log_store_config(args: &ServerArgs) -> Option<LogStoreConfig> {
     let url = args.log_store.clone()?;
@@ -225,6 +239,9 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     let mut config = NodeConfig::new(&args.data_dir);
     config.memory_pool = Arc::clone(&pool);
     config.kv = KvConfig::sized(args.kv_write_buffer, args.kv_cache);
+    if let Some(interval) = args.kv_checkpoint_interval {
+        config.kv_checkpoint_interval = interval;
+    }
     let defaults = LogConfig::default();
     config.log = LogConfig {
         sync: !args.no_sync,

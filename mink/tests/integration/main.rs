@@ -30,6 +30,7 @@ mod hostile_writes;
 mod iceberg_rest;
 mod iceberg_rest_errors;
 mod kafka;
+mod kv_checkpoints;
 mod lake_foreign;
 mod lake_history;
 mod lake_on_rest;

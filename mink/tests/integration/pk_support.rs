@@ -216,10 +216,10 @@ pub(crate) async fn fold_changelog(
 
 /// Deletes about a quarter of `state`'s keys, drawn with `rng`, from the table and from
 /// `state`.
-pub(crate) async fn delete_some_keys(
+pub(crate) async fn delete_some_keys<V>(
     client: &MinkClient,
     table: &TableDescriptor,
-    state: &mut State,
+    state: &mut BTreeMap<Key, V>,
     rng: &mut impl rand::Rng,
 ) {
     let keys: Vec<Key> = state

@@ -130,14 +130,24 @@ async fn open(config: &NodeConfig) -> (Arc<Node>, ServerHandle, MinkClient) {
 pub(crate) const LOST_DISK: [&str; 2] = ["log", "kv"];
 
 /// Deletes the directories `dirs` of a stopped node's data directory (those that exist).
+/// A node stopped in this process may still be letting go of its KV store, whose
+/// background thread can finish a compaction (a new file) during the removal: a
+/// directory found not empty is removed again.
 pub(crate) fn remove_dirs(data_dir: &Path, dirs: &[&str]) {
     for dir in dirs {
         let path = data_dir.join(dir);
-        match std::fs::remove_dir_all(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                panic!("remove {}: {e}", path.display())
+        let mut attempts = 0;
+        loop {
+            match std::fs::remove_dir_all(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty && attempts < 50 => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    panic!("remove {}: {e}", path.display())
+                }
+                _ => break,
             }
-            _ => {}
         }
     }
 }

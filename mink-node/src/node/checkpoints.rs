@@ -1,0 +1,93 @@
+//! KV checkpoints of the node's primary-key buckets, with a log store: what a run holds
+//! is mink-kv's `checkpoint` module, how runs sit in the store mink-log's `kv_runs`.
+//!
+//! Every [`NodeConfig::kv_checkpoint_interval`](super::NodeConfig), and as soon as a
+//! bucket's flushed rows since its last run reach its buffer limit, every primary-key
+//! bucket that changed writes its next run. Log retention keeps each such bucket's log
+//! from its checkpoint's end (the `retention` module): a node that lost its disk restores
+//! the checkpoint and replays the log after it (the `storage` module).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{debug, warn};
+
+use super::{Node, TableState};
+
+/// What one pass of checkpoints wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckpointPass {
+    /// Runs written.
+    pub runs: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Buckets whose checkpoint failed (logged; the next pass writes a base for them).
+    pub failed: usize,
+}
+
+impl Node {
+    /// Writes the next KV checkpoint run of every primary-key bucket that changed since
+    /// its last (none without a log store). Blocks: run it on a blocking thread.
+    pub fn checkpoint_kv(&self) -> CheckpointPass {
+        let mut pass = CheckpointPass::default();
+        let Some(store) = self.storage.config.log.store.clone() else {
+            return pass;
+        };
+        let tables: Vec<Arc<TableState>> = (self.tables.read())
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for state in tables {
+            let buckets: Vec<_> = state.partitions().values().flatten().cloned().collect();
+            for bucket in buckets {
+                let Some(kv) = &bucket.kv else {
+                    continue;
+                };
+                match kv.checkpoint(&store, bucket.log.dir()) {
+                    Ok(Some(run)) => {
+                        pass.runs += 1;
+                        pass.bytes += run.bytes;
+                        store.kv_checkpointed(bucket.log.dir());
+                    }
+                    Ok(None) => {}
+                    Err(error) => {
+                        pass.failed += 1;
+                        warn!(bucket = %bucket.log.dir().display(), %error, "a KV checkpoint failed");
+                    }
+                }
+            }
+        }
+        debug!(
+            runs = pass.runs,
+            bytes = pass.bytes,
+            "KV checkpoints written"
+        );
+        pass
+    }
+
+    /// How often the node writes KV checkpoints; `None` without a log store.
+    pub(crate) fn kv_checkpoint_interval(&self) -> Option<Duration> {
+        let config = &self.storage.config;
+        config
+            .log
+            .store
+            .as_ref()
+            .map(|_| config.kv_checkpoint_interval)
+    }
+
+    /// Resolves when a bucket's KV checkpoint is due before its time (never on a node
+    /// without primary-key tables yet).
+    pub async fn kv_checkpoint_due(&self) {
+        let kv = self
+            .storage
+            .kv
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match kv {
+            Some(kv) => kv.checkpoint_due().await,
+            None => std::future::pending().await,
+        }
+    }
+}
