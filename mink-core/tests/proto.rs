@@ -71,6 +71,19 @@ fn bucket() -> BucketId {
     }
 }
 
+fn bucket_store() -> BucketStore {
+    BucketStore {
+        stream_objects: 10_000_000_060,
+        stream_bytes: 10_000_000_061,
+        wal_bytes: 10_000_000_062,
+        kv_checkpoint_offset: Some(-10_000_000_063),
+        kv_checkpoint_runs: 10_000_000_064,
+        kv_checkpoint_bytes: 10_000_000_065,
+        kv_checkpoint_written_at_ms: Some(-10_000_000_066),
+        kv_pending_bytes: 10_000_000_067,
+    }
+}
+
 fn filter() -> ColumnFilter {
     ColumnFilter::new("id", FilterOp::Gt, Some("3"))
 }
@@ -478,8 +491,10 @@ fn cases() -> Vec<Case> {
                 high_watermark: -10_000_000_051,
                 lake_log_end_offset: -10_000_000_052,
                 lake_snapshot_id: Some(-10_000_000_053),
+                store: Some(bucket_store()),
             },
         ),
+        case("BucketStore", bucket_store()),
         case(
             "BucketList",
             BucketList {
@@ -489,6 +504,7 @@ fn cases() -> Vec<Case> {
                     high_watermark: -10_000_000_055,
                     lake_log_end_offset: -10_000_000_056,
                     lake_snapshot_id: Some(-10_000_000_057),
+                    store: Some(bucket_store()),
                 }],
             },
         ),

@@ -52,7 +52,7 @@ mod store;
 pub mod testing;
 mod write;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -75,6 +75,18 @@ pub use self::store::{
     LogStoreConfig, StoreCrash, StoreFailpoint, check_store_url, default_interval,
 };
 pub use self::write::{Write, WriteOp, WriteStream, WriterTag};
+
+/// Where a bucket's log is in its log store ([`LogTablet::store_usage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreUsage {
+    /// The stream objects its retained log is read from (a pack counted once).
+    pub stream_objects: u64,
+    /// The bytes of its retained log in them.
+    pub stream_bytes: u64,
+    /// The bytes of its log after them: in WAL objects only (a restart reads them from
+    /// there), until the segment holding them is sealed and uploaded.
+    pub wal_bytes: u64,
+}
 
 /// How a tablet stores its log.
 #[derive(Debug, Clone)]
@@ -250,6 +262,27 @@ impl LogTablet {
     pub fn offsets(&self) -> (i64, i64) {
         let state = self.shared.read_state();
         (state.log_start, state.high_watermark)
+    }
+
+    /// Where the log is in its log store, for operators; `None` without a store.
+    pub fn store_usage(&self) -> Option<StoreUsage> {
+        self.shared.store.as_ref()?;
+        let state = self.shared.read_state();
+        let objects: HashSet<_> = (state.streamed.values())
+            .map(|streamed| &streamed.object.path)
+            .collect();
+        let (mut stream_bytes, mut wal_bytes) = (0, 0);
+        for (header, segment) in &state.batches {
+            match state.streamed.contains_key(segment) {
+                true => stream_bytes += header.frame_len(),
+                false => wal_bytes += header.frame_len(),
+            }
+        }
+        Some(StoreUsage {
+            stream_objects: objects.len() as u64,
+            stream_bytes,
+            wal_bytes,
+        })
     }
 
     /// Reads batches from `offset` up to the high watermark, stopping once `max_bytes` are

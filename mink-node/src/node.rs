@@ -281,6 +281,7 @@ impl Node {
                 BucketStatus {
                     lake_log_end_offset: seams.get(&bucket),
                     lake_snapshot_id: recorded.as_ref().map(|r| r.snapshot_id),
+                    store: log_store::usage(&tablet),
                     bucket: Some(bucket),
                     log_start,
                     high_watermark,

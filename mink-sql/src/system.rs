@@ -7,13 +7,22 @@
 //!                                       -- log_end_offset, committed_at
 //! SELECT * FROM system.lake_tables;     -- table_name, snapshots, manifests, data_files,
 //!                                       -- delete_files, bytes, oldest_snapshot_at
+//! SELECT * FROM system.log_store;       -- table_name, partition, bucket, high_watermark,
+//!                                       -- stream_objects, stream_bytes, wal_bytes,
+//!                                       -- kv_checkpoint_offset, kv_checkpoint_runs,
+//!                                       -- kv_checkpoint_bytes, kv_checkpoint_written_at,
+//!                                       -- kv_pending_bytes
 //! ```
 //!
 //! `lake_snapshots` has one row per bucket of every snapshot mink recorded (tiering rounds
 //! and compactions), oldest first; its snapshot ids are those `table_changes` and
 //! Iceberg engines take. `lake_tables` has one row per lake-enabled table: what its lake
 //! table holds as of its current snapshot (the snapshots kept, the manifests planning
-//! reads, the live files and their bytes), which lake upkeep keeps bounded.
+//! reads, the live files and their bytes), which lake upkeep keeps bounded. `log_store`
+//! has one row per bucket of a node whose log is in a log store (none without one): the
+//! stream objects its log is read from, the bytes only in WAL objects, and a primary-key
+//! bucket's KV checkpoint (the offset its rows are at, its runs and bytes, when this node
+//! last wrote one, the bytes waiting for the next).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -31,7 +40,7 @@ use datafusion::error::Result;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use mink_client::MinkClient;
-use mink_core::protocol::LakeTableStats;
+use mink_core::protocol::{BucketStatus, BucketStore, LakeTableStats};
 use mink_core::table::TablePath;
 
 use crate::split::external;
@@ -57,16 +66,23 @@ enum SystemTable {
     Buckets,
     LakeSnapshots,
     LakeTables,
+    LogStore,
 }
 
 impl SystemTable {
-    const ALL: [Self; 3] = [Self::Buckets, Self::LakeSnapshots, Self::LakeTables];
+    const ALL: [Self; 4] = [
+        Self::Buckets,
+        Self::LakeSnapshots,
+        Self::LakeTables,
+        Self::LogStore,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Self::Buckets => "buckets",
             Self::LakeSnapshots => "lake_snapshots",
             Self::LakeTables => "lake_tables",
+            Self::LogStore => "log_store",
         }
     }
 
@@ -105,6 +121,20 @@ impl SystemTable {
                 count("delete_files"),
                 count("bytes"),
                 timestamp("oldest_snapshot_at", true),
+            ],
+            Self::LogStore => vec![
+                text("table_name", false),
+                text("partition", true),
+                Field::new("bucket", DataType::UInt32, false),
+                int("high_watermark", false),
+                count("stream_objects"),
+                count("stream_bytes"),
+                count("wal_bytes"),
+                int("kv_checkpoint_offset", true),
+                count("kv_checkpoint_runs"),
+                count("kv_checkpoint_bytes"),
+                timestamp("kv_checkpoint_written_at", true),
+                count("kv_pending_bytes"),
             ],
         };
         Arc::new(Schema::new(fields))
@@ -173,6 +203,7 @@ impl TableProvider for SystemTableProvider {
             SystemTable::Buckets => self.buckets().await?,
             SystemTable::LakeSnapshots => self.lake_snapshots().await?,
             SystemTable::LakeTables => self.lake_tables().await?,
+            SystemTable::LogStore => self.log_store().await?,
         };
         Ok(MemorySourceConfig::try_new_exec(
             &[vec![batch]],
@@ -183,14 +214,20 @@ impl TableProvider for SystemTableProvider {
 }
 
 impl SystemTableProvider {
-    async fn buckets(&self) -> Result<RecordBatch> {
-        let leader = self.client.address().to_string();
+    /// Every bucket of every table, with its table's name.
+    async fn bucket_statuses(&self) -> Result<Vec<(String, BucketStatus)>> {
         let mut rows = Vec::new();
         for table in self.client.list_tables(None).await.map_err(external)? {
             for status in self.client.list_buckets(&table).await.map_err(external)? {
                 rows.push((table.to_string(), status));
             }
         }
+        Ok(rows)
+    }
+
+    async fn buckets(&self) -> Result<RecordBatch> {
+        let leader = self.client.address().to_string();
+        let rows = self.bucket_statuses().await?;
         let columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from_iter_values(rows.iter().map(|(t, _)| t))),
             Arc::new(StringArray::from_iter(rows.iter().map(|(_, s)| {
@@ -291,6 +328,50 @@ impl SystemTableProvider {
                 TimestampMillisecondArray::from_iter_values(rows.iter().map(|r| r.3))
                     .with_timezone("UTC"),
             ),
+        ];
+        Ok(RecordBatch::try_new(self.schema(), columns)?)
+    }
+
+    async fn log_store(&self) -> Result<RecordBatch> {
+        let rows: Vec<(String, BucketStatus, BucketStore)> = (self.bucket_statuses().await?)
+            .into_iter()
+            .filter_map(|(table, status)| {
+                let store = status.store.clone()?;
+                Some((table, status, store))
+            })
+            .collect();
+        let count = |get: fn(&BucketStore) -> u64| -> ArrayRef {
+            Arc::new(UInt64Array::from_iter_values(
+                rows.iter().map(|r| get(&r.2)),
+            ))
+        };
+        let bucket = |status: &BucketStatus| status.bucket.clone().unwrap_or_default();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.0))),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| bucket(&r.1).partition),
+            )),
+            Arc::new(UInt32Array::from_iter_values(
+                rows.iter().map(|r| bucket(&r.1).bucket),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                rows.iter().map(|r| r.1.high_watermark),
+            )),
+            count(|s| s.stream_objects),
+            count(|s| s.stream_bytes),
+            count(|s| s.wal_bytes),
+            Arc::new(Int64Array::from_iter(
+                rows.iter().map(|r| r.2.kv_checkpoint_offset),
+            )),
+            count(|s| s.kv_checkpoint_runs),
+            count(|s| s.kv_checkpoint_bytes),
+            Arc::new(
+                TimestampMillisecondArray::from_iter(
+                    rows.iter().map(|r| r.2.kv_checkpoint_written_at_ms),
+                )
+                .with_timezone("UTC"),
+            ),
+            count(|s| s.kv_pending_bytes),
         ];
         Ok(RecordBatch::try_new(self.schema(), columns)?)
     }

@@ -781,6 +781,41 @@ pub struct BucketStatus {
     /// The recorded lake snapshot holding that seam; absent before any round.
     #[prost(int64, optional, tag = "5")]
     pub lake_snapshot_id: Option<i64>,
+    /// Where the bucket is in the node's log store; absent without one.
+    #[prost(message, optional, tag = "6")]
+    pub store: Option<BucketStore>,
+}
+
+/// A bucket in the log store (`mink server --log-store`), as `list_buckets` reports it.
+#[derive(Clone, PartialEq, Message)]
+pub struct BucketStore {
+    /// The stream objects its retained log is read from (a pack counted once).
+    #[prost(uint64, tag = "1")]
+    pub stream_objects: u64,
+    /// The bytes of its retained log in them.
+    #[prost(uint64, tag = "2")]
+    pub stream_bytes: u64,
+    /// The bytes of its log after them, in WAL objects only until they are uploaded as a
+    /// stream object.
+    #[prost(uint64, tag = "3")]
+    pub wal_bytes: u64,
+    /// A primary-key bucket's KV checkpoint: the log offset its rows are at; absent
+    /// without one.
+    #[prost(int64, optional, tag = "4")]
+    pub kv_checkpoint_offset: Option<i64>,
+    /// The runs of that checkpoint's chain (a base and the increments after it).
+    #[prost(uint64, tag = "5")]
+    pub kv_checkpoint_runs: u64,
+    /// Their bytes in the store.
+    #[prost(uint64, tag = "6")]
+    pub kv_checkpoint_bytes: u64,
+    /// When this node wrote the checkpoint's last run, in milliseconds since the Unix
+    /// epoch; absent if it has not since it opened.
+    #[prost(int64, optional, tag = "7")]
+    pub kv_checkpoint_written_at_ms: Option<i64>,
+    /// The bytes of rows written to the KV store since, waiting for the next run.
+    #[prost(uint64, tag = "8")]
+    pub kv_pending_bytes: u64,
 }
 
 /// The answer of `list_buckets`: every bucket of every partition created so far.

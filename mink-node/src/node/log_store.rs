@@ -7,10 +7,12 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::UNIX_EPOCH;
 
+use mink_core::protocol::BucketStore;
 use mink_log::{LogStore, LogStoreConfig};
 
-use super::{Failpoint, NodeConfig};
+use super::{Bucket, Failpoint, NodeConfig};
 use crate::error::{NodeError, Result};
 
 /// The file a data directory remembers its log store's URL in.
@@ -64,6 +66,27 @@ pub(super) async fn open(config: &NodeConfig) -> Result<Option<Arc<LogStore>>> {
         mink_durable::write_atomically(&remembered_at, format!("{url}\n").as_bytes())?;
     }
     Ok(Some(store))
+}
+
+/// Where `bucket` is in the node's log store, for `list_buckets`; `None` without one.
+pub(super) fn usage(bucket: &Bucket) -> Option<BucketStore> {
+    let log = bucket.log.store_usage()?;
+    let checkpoint = bucket.kv.as_ref().map(|kv| kv.checkpoint_state());
+    let checkpoint = checkpoint.as_ref();
+    let chain = checkpoint.and_then(|checkpoint| checkpoint.chain.as_ref());
+    let written_at = checkpoint.and_then(|checkpoint| checkpoint.written_at);
+    Some(BucketStore {
+        stream_objects: log.stream_objects,
+        stream_bytes: log.stream_bytes,
+        wal_bytes: log.wal_bytes,
+        kv_checkpoint_offset: chain.map(|chain| chain.end()),
+        kv_checkpoint_runs: chain.map_or(0, |chain| chain.runs.len() as u64),
+        kv_checkpoint_bytes: chain.map_or(0, |chain| chain.bytes()),
+        kv_checkpoint_written_at_ms: written_at
+            .and_then(|at| at.duration_since(UNIX_EPOCH).ok())
+            .map(|since| since.as_millis() as i64),
+        kv_pending_bytes: checkpoint.map_or(0, |checkpoint| checkpoint.pending_bytes as u64),
+    })
 }
 
 /// Whether a segment file under `dir` holds anything.

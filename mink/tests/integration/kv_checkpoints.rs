@@ -17,6 +17,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::pk_support::{Key, Model, delete_some_keys, pk_keys, pk_rows, pk_table, values};
+use crate::process::run_sql;
 use crate::support::{TestNode, file_store_url, seed};
 
 /// Steps of a history in CI; `MINK_KV_CHECKPOINT_STEPS` runs more.
@@ -76,6 +77,35 @@ async fn a_table_without_a_lake_past_its_ttl_restores_its_rows_after_lost_disks(
             .check(&node.client, &format!("seed {seed}, at the end"))
             .await;
     }
+    history.upsert(&node.client).await;
+    checkpoint(&node).await;
+    check_operators_view(&node);
+}
+
+/// Once every bucket is checkpointed, `system.log_store` shows each at its high
+/// watermark, and when this node wrote a run of the buckets the last write touched.
+fn check_operators_view(node: &TestNode) {
+    let query = "SELECT high_watermark, kv_checkpoint_offset, kv_checkpoint_runs, \
+                 kv_checkpoint_bytes, kv_checkpoint_written_at IS NOT NULL \
+                 FROM system.log_store WHERE table_name = 'test.kv'";
+    let (ok, stdout, stderr) = run_sql(&node.addr(), query);
+    assert!(ok, "{query}: {stderr}");
+    let rows: Vec<Vec<String>> = (stdout.lines().skip(1))
+        .map(|line| line.split(',').map(str::to_string).collect())
+        .collect();
+    assert!(!rows.is_empty(), "{stdout}");
+    for row in &rows {
+        let [high_watermark, offset, runs, bytes, _] = row.as_slice() else {
+            panic!("{stdout}");
+        };
+        if high_watermark != "0" {
+            assert_eq!(offset, high_watermark, "{stdout}");
+            assert_ne!(runs, "0", "{stdout}");
+            assert_ne!(bytes, "0", "{stdout}");
+        }
+    }
+    let written = rows.iter().filter(|row| row[4] == "true").count();
+    assert!(written > 0, "no run written since the last open: {stdout}");
 }
 
 /// Writes every bucket's next checkpoint run.
