@@ -42,7 +42,7 @@ use tracing::info;
 use crate::error::{NodeError, Result};
 use crate::metadata::Metadata;
 use crate::union::{FoldedTail, LocatedTail};
-use mink_kv::KvTablet;
+use mink_kv::{KvTablet, Restored};
 use mink_log::LogTablet;
 
 mod checkpoints;
@@ -99,6 +99,9 @@ pub struct Bucket {
     pub located: LocatedTail,
     /// Its tail folded by key, as the last LiveTail read folded it.
     pub folded: FoldedTail,
+    /// What restoring its KV store from its checkpoint in the log store took, if the
+    /// node's open did (the store held nothing of the bucket).
+    pub restored: Option<Restored>,
 }
 
 /// Buckets of a table, each with its tablets.

@@ -9,7 +9,7 @@ use mink_core::table::TableDescriptor;
 
 use crate::error::Result;
 use crate::metadata::PartitionRecord;
-use mink_kv::{KvStore, KvTablet, KvWriter};
+use mink_kv::{KvStore, KvTablet, KvWriter, Restored};
 use mink_log::{Changelog, LogStore, LogTablet};
 use tracing::info;
 
@@ -140,12 +140,13 @@ impl Storage {
         }
         .to_string();
         let dir = dir.join(format!("b{bucket}"));
+        let mut restored = None;
         let kv = if table.has_primary_key() {
             let kv = self.kv()?.tablet(&format!("{kv_name}.b{bucket}"))?;
             if let Some(store) = &self.config.log.store
                 && opening == Opening::Existing
             {
-                restore_kv(store, &dir, &kv, &label)?;
+                restored = restore_kv(store, &dir, &kv, &label)?;
             }
             Some(kv)
         } else {
@@ -163,6 +164,7 @@ impl Storage {
             kv,
             located: LocatedTail::default(),
             folded: FoldedTail::default(),
+            restored,
         }))
     }
 
@@ -176,10 +178,17 @@ impl Storage {
 
 /// Takes the furthest KV checkpoint of the bucket whose log is in `dir` as its tablet's,
 /// and restores the tablet from it if the tablet holds nothing (the node lost `kv/`):
-/// the log then replays into it from the checkpoint's end, not from its start.
-fn restore_kv(store: &LogStore, dir: &Path, kv: &KvTablet, bucket: &str) -> Result<()> {
+/// the log then replays into it from the checkpoint's end, not from its start. What the
+/// restore took, if it ran.
+fn restore_kv(
+    store: &LogStore,
+    dir: &Path,
+    kv: &KvTablet,
+    bucket: &str,
+) -> Result<Option<Restored>> {
     let chain = store.kv_chain(dir)?;
-    if let Some(restored) = kv.restore(store, dir, chain)? {
+    let restored = kv.restore(store, dir, chain)?;
+    if let Some(restored) = &restored {
         info!(
             bucket,
             offset = restored.offset,
@@ -191,5 +200,5 @@ fn restore_kv(store: &LogStore, dir: &Path, kv: &KvTablet, bucket: &str) -> Resu
             "restored a KV store from its checkpoint in the log store"
         );
     }
-    Ok(())
+    Ok(restored)
 }

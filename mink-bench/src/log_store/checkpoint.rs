@@ -1,0 +1,291 @@
+//! Figure 6 of `mink-bench log-store`: KV checkpoints (see the suite's documentation):
+//! what they cost a steady upsert load, and how fast a bucket is restored from one
+//! against a replay of its whole log.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use mink_core::protocol::BucketId;
+use mink_core::table::{TableDescriptor, TablePath};
+use mink_kv::Restored;
+use rand::Rng as _;
+use tokio::sync::watch;
+
+use super::{LogNode, NodeSetup, files_under};
+use crate::data::{Data, ipc_len, seeded};
+use crate::error::BenchError;
+use crate::harness::{
+    NodeArgs, ROUNDS, Running, Scratch, Throughput, blocking, check_rows, create_table, measure,
+    median, megabytes, ratio_of_rounds, report, write_batches,
+};
+
+/// The log cache of the checkpoint nodes, per bucket.
+const CACHE_BYTES: u64 = 64 << 20;
+/// How often the uploads poller lists the store's `kv/` (runs off the chain stay a minute
+/// after a newer one: none is missed).
+const POLL: Duration = Duration::from_millis(200);
+/// The interval of the node without checkpoints: none is due in the run (with no base
+/// written, its flushes keep no runs, so none is due early either).
+const NEVER: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The rows of the figure: the load (keys `0..keys`) and the updates (random existing
+/// keys, half as many rows).
+struct Upserts {
+    load: Data,
+    updates: Data,
+    bytes: u64,
+}
+
+impl Upserts {
+    fn generate(keys: usize) -> Result<Self, BenchError> {
+        let load = Data::generate(keys)?;
+        let mut rng = seeded(0xc4ec);
+        let ids: Vec<i64> = (0..keys / 2)
+            .map(|_| rng.random_range(0..keys as i64))
+            .collect();
+        let updates = Data::with_ids(&ids, rng.random())?;
+        let bytes = ipc_len(load.batches.iter().chain(&updates.batches))?;
+        Ok(Self {
+            load,
+            updates,
+            bytes,
+        })
+    }
+
+    fn rows(&self) -> usize {
+        self.load.rows + self.updates.rows
+    }
+
+    fn batches(&self) -> impl Iterator<Item = &RecordBatch> {
+        self.load.batches.iter().chain(&self.updates.batches)
+    }
+}
+
+/// Prints figure 6 with a bucket of `keys` keys, nodes as `args` say, checkpoints every
+/// `interval` on the node that writes them.
+pub(super) async fn figure(
+    args: &NodeArgs,
+    scratch: &Scratch,
+    keys: usize,
+    interval: Duration,
+) -> Result<(), BenchError> {
+    eprintln!("bench: generating {keys} keys and their updates");
+    let upserts = Upserts::generate(keys)?;
+    let default = Some(mink_log::default_interval("file:///"));
+    let mut on = NodeSetup::new(args, scratch, "checkpoints-on", default, CACHE_BYTES)?;
+    on.config.kv_checkpoint_interval = interval;
+    on.label = "checkpoints on".into();
+    let mut off = NodeSetup::new(args, scratch, "checkpoints-off", default, CACHE_BYTES)?;
+    off.config.kv_checkpoint_interval = NEVER;
+    off.label = "checkpoints off".into();
+    let store = on.store.clone().expect("a store node");
+    let (mut on_node, mut off_node) = (LogNode::open(on).await?, LogNode::open(off).await?);
+    let (mut times, mut uploaded) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
+    let mut table = None;
+    for round in 0..ROUNDS {
+        let path = TablePath::new("bench", format!("checkpoint_round{round}"));
+        let poller = UploadPoller::start(store.join("kv"));
+        let on_time = upsert(&on_node, &path, &upserts).await?;
+        let last = checkpoint_all(&on_node.running).await;
+        let on_uploaded = poller.stop().await?;
+        let off_time = upsert(&off_node, &path, &upserts).await?;
+        eprintln!(
+            "bench: round {round}: checkpoints on {:.3} s (the last pass {last:?}), off {:.3} s, {} uploaded",
+            on_time.as_secs_f64(),
+            off_time.as_secs_f64(),
+            megabytes(on_uploaded)
+        );
+        times.push((off_time, on_time));
+        uploaded.push(on_uploaded);
+        table = Some(path);
+    }
+    let table = table.expect("a round");
+    println!(
+        "KV checkpoints: a primary-key table of 1 bucket, {} keys loaded then {} upserts of \
+         existing keys ({}), {ROUNDS} rounds, each on a fresh table; checkpoints every {:?} \
+         on one node, none on the other:",
+        upserts.load.rows,
+        upserts.updates.rows,
+        megabytes(upserts.bytes),
+        interval
+    );
+    let rate = |times: Vec<Duration>| Throughput::new(upserts.rows(), upserts.bytes, median(times));
+    report(
+        "  upserts, checkpoints off",
+        rate(times.iter().map(|t| t.0).collect()),
+        &[],
+    );
+    report(
+        "  upserts, checkpoints on",
+        rate(times.iter().map(|t| t.1).collect()),
+        &[ratio_of_rounds("off", &times)],
+    );
+    let median_uploaded = {
+        let mut sorted = uploaded.clone();
+        sorted.sort_unstable();
+        sorted[sorted.len() / 2]
+    };
+    println!(
+        "  KV checkpoint bytes uploaded : {}, {:.2} per byte upserted (rounds {})",
+        megabytes(median_uploaded),
+        median_uploaded as f64 / upserts.bytes as f64,
+        (uploaded.iter())
+            .map(|bytes| format!("{:.2}", *bytes as f64 / upserts.bytes as f64))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    let bucket = BucketId::new(&table, 0);
+    let mut opens = Vec::with_capacity(ROUNDS);
+    let mut restores = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let on_open;
+        (on_node, on_open) = lose_disk(on_node).await?;
+        let restored = on_node.running.node.bucket(&bucket)?.1.restored;
+        check_snapshot(&on_node.running, &bucket, keys).await?;
+        let off_open;
+        (off_node, off_open) = lose_disk(off_node).await?;
+        check_snapshot(&off_node.running, &bucket, keys).await?;
+        restores.push(restored.ok_or_else(|| {
+            BenchError::Mismatch("the node with checkpoints did not restore the bucket".into())
+        })?);
+        opens.push((on_open, off_open));
+    }
+    on_node.running.stop().await?;
+    off_node.running.stop().await?;
+    let restored = restores[0];
+    println!(
+        "  a node that lost log/ and kv/ opens the {keys}-key bucket ({ROUNDS} rounds; its \
+         checkpoint {} runs, {}, {} entries; the log {} rows):",
+        restored.runs,
+        megabytes(restored.bytes),
+        restored.entries,
+        upserts.rows()
+    );
+    let seconds = |time: Duration| format!("{:>9.3} s", time.as_secs_f64());
+    let off_open = median(opens.iter().map(|open| open.1).collect());
+    report("    open, whole log replayed", seconds(off_open), &[]);
+    let on_open = median(opens.iter().map(|open| open.0).collect());
+    report(
+        "    open, checkpoint restored",
+        seconds(on_open),
+        &[format!("time {}", ratio_of_rounds("replay", &opens))],
+    );
+    let part = |get: fn(&Restored) -> Duration| median(restores.iter().map(get).collect());
+    let (download, ingestion) = (part(|r| r.download), part(|r| r.ingestion));
+    report("      checkpoint download", seconds(download), &[]);
+    report("      ingestion", seconds(ingestion), &[]);
+    let rest = on_open.saturating_sub(download + ingestion);
+    report("      log rebuild, replay after", seconds(rest), &[]);
+    Ok(())
+}
+
+/// Creates `path` (one bucket, primary key `id`) on `node` and writes the upserts to it:
+/// how long the writes took.
+async fn upsert(
+    node: &LogNode,
+    path: &TablePath,
+    upserts: &Upserts,
+) -> Result<Duration, BenchError> {
+    let client = &node.running.client;
+    let schema = &upserts.load.schema;
+    let table: TableDescriptor = create_table(client, path, 1, schema, &["id"]).await?;
+    let batches: Vec<RecordBatch> = upserts.batches().cloned().collect();
+    let what = format!("upserts, {}", node.label);
+    let ((), time) = measure(&what, write_batches(client, &table, &batches)).await?;
+    Ok(time)
+}
+
+/// Writes every bucket's next checkpoint run now (the node's own pass may run too).
+async fn checkpoint_all(running: &Running) -> mink_node::node::CheckpointPass {
+    let node = Arc::clone(&running.node);
+    tokio::task::spawn_blocking(move || node.checkpoint_kv())
+        .await
+        .unwrap_or_default()
+}
+
+/// Stops `node`, deletes its `log/` and `kv/`, and opens it again: how long the open took.
+async fn lose_disk(node: LogNode) -> Result<(LogNode, Duration), BenchError> {
+    let LogNode {
+        label,
+        store,
+        running,
+    } = node;
+    let config = running.stop().await?;
+    let data_dir = config.data_dir.clone();
+    blocking(move || {
+        for dir in ["log", "kv"] {
+            let dir = data_dir.join(dir);
+            std::fs::remove_dir_all(&dir)
+                .map_err(BenchError::io(format!("removing {}", dir.display())))?;
+        }
+        Ok(())
+    })
+    .await?;
+    let what = format!("open, {label}, log/ and kv/ lost");
+    let (running, open) = measure(&what, Running::start(config)).await?;
+    let node = LogNode {
+        label,
+        store,
+        running,
+    };
+    Ok((node, open))
+}
+
+/// Checks that a Snapshot of `bucket` holds `rows` rows.
+async fn check_snapshot(
+    running: &Running,
+    bucket: &BucketId,
+    rows: usize,
+) -> Result<(), BenchError> {
+    let snapshot = running.client.snapshot(bucket, &[], 0).await?;
+    let read: usize = snapshot.batches.iter().map(RecordBatch::num_rows).sum();
+    check_rows("a Snapshot of the restored bucket", read, rows)
+}
+
+/// Lists the store's `kv/` every [`POLL`] until stopped: the bytes of every run it saw
+/// that was not there when it started.
+struct UploadPoller {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<u64, BenchError>>,
+}
+
+impl UploadPoller {
+    fn start(dir: PathBuf) -> Self {
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let before: BTreeMap<_, _> = runs_under(&dir).await?.into_iter().collect();
+            let mut seen = BTreeMap::new();
+            loop {
+                let done = *stopped.borrow_and_update();
+                let runs = runs_under(&dir).await?.into_iter();
+                seen.extend(runs.filter(|(path, _)| !before.contains_key(path)));
+                if done {
+                    return Ok(seen.values().sum());
+                }
+                let _ = tokio::time::timeout(POLL, stopped.changed()).await;
+            }
+        });
+        Self { stop, task }
+    }
+
+    async fn stop(self) -> Result<u64, BenchError> {
+        let _ = self.stop.send(true);
+        self.task
+            .await
+            .map_err(|e| BenchError::Usage(format!("the uploads poller: {e}")))?
+    }
+}
+
+/// The runs under a store's `kv/` and their sizes (a local store's unfinished uploads,
+/// named `<run>#<n>`, left out).
+async fn runs_under(dir: &Path) -> Result<Vec<(PathBuf, u64)>, BenchError> {
+    let files = files_under(dir.to_path_buf()).await?;
+    Ok(files
+        .into_iter()
+        .filter(|(path, _)| path.to_str().is_some_and(|name| !name.contains('#')))
+        .collect())
+}
