@@ -18,14 +18,17 @@
 //!   ingests the furthest chain's runs in order, one fjall ingestion each (a later one's
 //!   entries shadow an earlier one's, deletions included), then records the chain's end
 //!   as its applied offset, durably; the log replays from there as after any crash, and
-//!   its flushes continue the chain.
+//!   its flushes continue the chain. A durable marker (`restoring/<tablet>` among the
+//!   applied offsets) is written first and removed with the offset: a restore a crash cut
+//!   short is run again over the runs it ingested (which only the same runs, ingested
+//!   again in order, shadow), never taken for rows the tablet's own flushes wrote.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use fjall::{PersistMode, Readable as _};
-use mink_log::{KvChain, KvRun, LogStore};
+use fjall::Readable as _;
+use mink_log::{KvChain, KvRun, LogStore, StoreFailpoint};
 
 use super::buffer::lock;
 use super::runs::{Merged, Run};
@@ -239,7 +242,9 @@ impl KvTablet {
     ) -> Result<Option<Restored>> {
         let restorable = chain.as_ref().filter(|chain| chain.end() > 0);
         let restored = match restorable {
-            Some(chain) if self.holds_nothing()? => Some(self.ingest_chain(store, dir, chain)?),
+            Some(chain) if self.restoring()? || self.holds_nothing()? => {
+                Some(self.ingest_chain(store, dir, chain)?)
+            }
             _ => None,
         };
         let mut checkpoints = lock(&self.state.checkpoints);
@@ -255,35 +260,66 @@ impl KvTablet {
         Ok(empty && self.applied_offset()? == 0)
     }
 
+    /// The key of the tablet's marker of a restore under way, among the applied offsets.
+    fn restore_marker(&self) -> String {
+        format!("restoring/{}", self.state.name)
+    }
+
+    /// Whether a restore of the tablet began and did not end.
+    fn restoring(&self) -> Result<bool> {
+        let applied = &self.store.tablets.applied;
+        Ok(applied
+            .get(self.restore_marker())
+            .map_err(kv_error)?
+            .is_some())
+    }
+
+    /// Reads `run` from the store and ingests its entries, counting them in `restored`.
+    fn ingest_run(
+        &self,
+        store: &LogStore,
+        dir: &Path,
+        run: &KvRun,
+        restored: &mut Restored,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let mut entries = store.read_kv_run(dir, run)?;
+        restored.download += started.elapsed();
+        let started = Instant::now();
+        let mut ingestion = self.state.rows.start_ingestion().map_err(kv_error)?;
+        while let Some((key, row)) = entries.next_entry()? {
+            match row {
+                Some(row) => ingestion.write(key.as_ref(), row.as_ref()),
+                None => ingestion.write_tombstone(key.as_ref()),
+            }
+            .map_err(kv_error)?;
+            restored.entries += 1;
+        }
+        ingestion.finish().map_err(kv_error)?;
+        restored.ingestion += started.elapsed();
+        restored.runs += 1;
+        restored.bytes += run.bytes;
+        Ok(())
+    }
+
     fn ingest_chain(&self, store: &LogStore, dir: &Path, chain: &KvChain) -> Result<Restored> {
         let mut restored = Restored {
             offset: chain.end(),
             ..Restored::default()
         };
+        let applied = &self.store.tablets.applied;
+        let marker = self.restore_marker();
+        applied
+            .insert(&marker, chain.end().to_le_bytes())
+            .map_err(kv_error)?;
+        self.store.sync_applied_offsets()?;
         for run in &chain.runs {
-            let started = Instant::now();
-            let mut entries = store.read_kv_run(dir, run)?;
-            restored.download += started.elapsed();
-            let started = Instant::now();
-            let mut ingestion = self.state.rows.start_ingestion().map_err(kv_error)?;
-            while let Some((key, row)) = entries.next_entry()? {
-                match row {
-                    Some(row) => ingestion.write(key.as_ref(), row.as_ref()),
-                    None => ingestion.write_tombstone(key.as_ref()),
-                }
-                .map_err(kv_error)?;
-                restored.entries += 1;
-            }
-            ingestion.finish().map_err(kv_error)?;
-            restored.ingestion += started.elapsed();
-            restored.runs += 1;
-            restored.bytes += run.bytes;
+            self.ingest_run(store, dir, run, &mut restored)?;
+            store.crash_at(StoreFailpoint::AbortMidKvRestore);
         }
         self.store.tablets.restored(&self.state, chain.end())?;
-        self.store
-            .db
-            .persist(PersistMode::SyncAll)
-            .map_err(kv_error)?;
+        applied.remove(marker).map_err(kv_error)?;
+        self.store.sync_applied_offsets()?;
         Ok(restored)
     }
 }
@@ -416,5 +452,62 @@ mod tests {
             }
         }
         assert!(increments > 0, "seed {seed}: every run was a base");
+    }
+
+    /// A restore a crash cut short (its marker written, the base alone ingested) runs
+    /// again on the next open, over the rows it ingested: the tablet holds the chain's
+    /// rows, a key the increment deleted included.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_restore_cut_short_runs_again_over_what_it_ingested() {
+        let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let config = LogStoreConfig::new(format!("file://{}", store_dir.path().display()));
+        let store = LogStore::open(config, disk.path(), 1 << 20).await.unwrap();
+        let dir = disk.path().join("t1/b0");
+        tokio::task::spawn_blocking(move || {
+            let entries = |entries: &[(u8, Option<u8>)]| {
+                let entries: Vec<_> = (entries.iter())
+                    .map(|&(key, row)| (vec![key], row.map(|row| vec![row])))
+                    .collect();
+                Arc::new(Run::from_owned(&entries))
+            };
+            let written_dir = tempfile::tempdir().unwrap();
+            let written = KvStore::open(written_dir.path(), &KvConfig::default()).unwrap();
+            let tablet = written.tablet("t.b0").unwrap();
+            tablet.restore(&store, &dir, None).unwrap();
+            let base: Vec<(u8, Option<u8>)> = (0..100).map(|key| (key, Some(key))).collect();
+            tablet.buffer(entries(&base), 3).unwrap();
+            assert!(tablet.checkpoint(&store, &dir).unwrap().unwrap().is_base());
+            tablet
+                .buffer(entries(&[(2, None), (200, Some(200))]), 5)
+                .unwrap();
+            assert!(!tablet.checkpoint(&store, &dir).unwrap().unwrap().is_base());
+            let chain = store.kv_chain(&dir).unwrap().unwrap();
+
+            let cut_dir = tempfile::tempdir().unwrap();
+            let cut = KvStore::open(cut_dir.path(), &KvConfig::default()).unwrap();
+            let restoring = cut.tablet("t.b0").unwrap();
+            let applied = &cut.tablets.applied;
+            applied
+                .insert(restoring.restore_marker(), 5_i64.to_le_bytes())
+                .unwrap();
+            let mut partial = Restored::default();
+            restoring
+                .ingest_run(&store, &dir, &chain.runs[0], &mut partial)
+                .unwrap();
+            assert_eq!(stored_rows(&restoring).len(), 100, "the base alone");
+
+            let restored = restoring.restore(&store, &dir, Some(chain)).unwrap();
+            assert_eq!(restored.unwrap().offset, 5);
+            let rows: Vec<(Vec<u8>, Vec<u8>)> = (0..100)
+                .filter(|&key| key != 2)
+                .chain([200])
+                .map(|key| (vec![key], vec![key]))
+                .collect();
+            assert_eq!(stored_rows(&restoring), rows);
+            assert!(!restoring.restoring().unwrap(), "the marker is gone");
+            assert_eq!(restoring.flushed_offset().unwrap(), 5);
+        })
+        .await
+        .unwrap();
     }
 }

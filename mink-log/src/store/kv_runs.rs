@@ -28,7 +28,7 @@ use super::location::Location;
 use super::open::{blocking, list_under, store_error};
 use super::stream;
 use super::uploader::make_parent;
-use super::{LogStore, stream::parse_name};
+use super::{LogStore, StoreCrash, StoreFailpoint, stream::parse_name};
 use crate::error::{LogError, Result};
 
 /// The kind of object (the first part of its path) a KV checkpoint's runs are.
@@ -292,7 +292,7 @@ async fn upload(
     location: Location,
     path: StorePath,
     mut parts: mpsc::Receiver<Part>,
-    sync: bool,
+    (sync, failpoint): (bool, Option<StoreCrash>),
 ) -> Result<()> {
     let failed = |e| store_error(&format!("uploading KV checkpoint {path}"), e);
     make_parent(&location, &path).await?;
@@ -336,6 +336,7 @@ async fn upload(
         })
         .await?;
     }
+    StoreCrash::at(failpoint, StoreFailpoint::AbortAfterKvRunUpload);
     Ok(())
 }
 
@@ -436,9 +437,9 @@ impl LogStore {
         let (parts, handed) = mpsc::channel(PARTS_IN_FLIGHT);
         let (done, uploaded) = oneshot::channel();
         let runtime = self.runtime()?;
-        let (location, sync) = (self.location.clone(), self.sync);
+        let (location, how) = (self.location.clone(), (self.sync, self.failpoint));
         runtime.spawn(async move {
-            let _ = done.send(upload(location, path, handed, sync).await);
+            let _ = done.send(upload(location, path, handed, how).await);
         });
         Ok(KvRunWriter {
             run: KvRun { from, to, bytes: 0 },

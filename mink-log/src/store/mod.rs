@@ -157,6 +157,13 @@ pub enum StoreFailpoint {
     /// Abort once a stream object is in the store, before its bucket, the checkpoints or
     /// the local segment's removal know of it.
     AbortAfterStreamUpload,
+    /// Abort once a run of a KV checkpoint is in the store, before its tablet records it
+    /// or the upkeep learns of it.
+    AbortAfterKvRunUpload,
+    /// Abort once a restore ingested the first run of a KV checkpoint, before the rest.
+    AbortMidKvRestore,
+    /// Abort once a pass of the upkeep deleted some of its objects, before the rest.
+    AbortMidUpkeepDeletion,
 }
 
 impl LogStoreConfig {
@@ -200,6 +207,8 @@ pub struct LogStore {
     location: Location,
     /// Whether a `file://` store's new objects are synced ([`LogStoreConfig::sync`]).
     sync: bool,
+    /// A deliberate crash, for crash tests.
+    failpoint: Option<StoreCrash>,
     log_root: PathBuf,
     writer: WalWriter,
     uploader: Uploader,
@@ -270,7 +279,7 @@ impl LogStore {
             pacing,
             Arc::clone(&coverage),
         );
-        let upkeep = Upkeep::start(location.clone());
+        let upkeep = Upkeep::start(location.clone(), config.failpoint);
         let uploader = Uploader::start(
             location.clone(),
             opened.epoch,
@@ -284,6 +293,7 @@ impl LogStore {
             epoch: opened.epoch,
             location: location.clone(),
             sync: config.sync,
+            failpoint: config.failpoint,
             log_root: log_root.to_path_buf(),
             writer,
             uploader,
@@ -297,6 +307,12 @@ impl LogStore {
             coverage,
             runtime: Some(runtime),
         }))
+    }
+
+    /// Aborts the process if the store's failpoint is `point` and its passes are used up
+    /// (for crash tests of what the KV store does with the log store).
+    pub fn crash_at(&self, point: StoreFailpoint) {
+        StoreCrash::at(self.failpoint, point);
     }
 
     /// The store's URL.

@@ -40,7 +40,7 @@ use super::coverage::{self, Place};
 use super::kv_runs;
 use super::location::Location;
 use super::open::{list_under, store_error};
-use super::stream;
+use super::{StoreCrash, StoreFailpoint, stream};
 use crate::error::Result;
 
 /// The least time between two passes (each lists and deletes in batches).
@@ -77,13 +77,14 @@ enum Left {
 
 impl Upkeep {
     /// Starts the upkeep on the current runtime.
-    pub(crate) fn start(location: Location) -> Self {
+    pub(crate) fn start(location: Location, failpoint: Option<StoreCrash>) -> Self {
         let (furthest, checkpoints) = watch::channel(Place::default());
         let (leftovers, left) = mpsc::unbounded_channel();
         let task = Task {
             location,
             passed: Place::default(),
             leftovers: VecDeque::new(),
+            failpoint,
         };
         tokio::spawn(task.run(checkpoints, left));
         Self {
@@ -131,6 +132,7 @@ struct Task {
     passed: Place,
     /// Leftovers, each with when it may go, in order.
     leftovers: VecDeque<(Instant, Leftover)>,
+    failpoint: Option<StoreCrash>,
 }
 
 impl Task {
@@ -179,16 +181,26 @@ impl Task {
             doomed.extend(left_over(location, &leftover).await?);
         }
         let count = doomed.len();
-        let paths = futures::stream::iter(doomed.into_iter().map(Ok)).boxed();
-        location
-            .store
-            .delete_stream(paths)
-            .try_for_each(|_| async { Ok(()) })
-            .await
-            .map_err(|e| store_error("deleting objects no open needs", e))?;
+        let rest = doomed.split_off(count / 2);
+        delete(location, doomed).await?;
+        if count > 0 {
+            StoreCrash::at(self.failpoint, StoreFailpoint::AbortMidUpkeepDeletion);
+        }
+        delete(location, rest).await?;
         self.passed = self.passed.max(furthest);
         Ok(count)
     }
+}
+
+/// Deletes the objects at `paths`.
+async fn delete(location: &Location, paths: Vec<StorePath>) -> Result<()> {
+    let paths = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
+    location
+        .store
+        .delete_stream(paths)
+        .try_for_each(|_| async { Ok(()) })
+        .await
+        .map_err(|e| store_error("deleting objects no open needs", e))
 }
 
 /// The WAL objects (and fences) before `furthest`, and the checkpoints before it.
@@ -302,7 +314,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let upkeep = Upkeep::start(location.clone());
+        let upkeep = Upkeep::start(location.clone(), None);
         upkeep.start_recorded("t1/b0", 20);
         upkeep.forgotten("t2/b0");
 

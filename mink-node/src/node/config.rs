@@ -83,8 +83,9 @@ impl Failpoint {
     /// Parses `MINK_FAILPOINT` values (`abort-before-lake-commit`,
     /// `abort-after-lake-commit`, `abort-before-compaction-commit`, `abort-after-compaction-commit`,
     /// `abort-during-create-table`, `abort-after-expiry-commit`; with a log store
-    /// `abort-mid-wal-upload`, `abort-after-wal-upload`, `abort-after-stream-upload`, each
-    /// optionally `@N`: once the point was passed N times).
+    /// `abort-mid-wal-upload`, `abort-after-wal-upload`, `abort-after-stream-upload`,
+    /// `abort-after-kv-run-upload`, `abort-mid-kv-restore`, `abort-mid-upkeep-deletion`,
+    /// each optionally `@N`: once the point was passed N times).
     pub fn parse(text: &str) -> Option<Self> {
         if let Some(crash) = parse_store_crash(text) {
             return Some(Self::Store(crash));
@@ -111,6 +112,9 @@ fn parse_store_crash(text: &str) -> Option<StoreCrash> {
         "abort-mid-wal-upload" => StoreFailpoint::AbortMidWalUpload,
         "abort-after-wal-upload" => StoreFailpoint::AbortAfterWalUpload,
         "abort-after-stream-upload" => StoreFailpoint::AbortAfterStreamUpload,
+        "abort-after-kv-run-upload" => StoreFailpoint::AbortAfterKvRunUpload,
+        "abort-mid-kv-restore" => StoreFailpoint::AbortMidKvRestore,
+        "abort-mid-upkeep-deletion" => StoreFailpoint::AbortMidUpkeepDeletion,
         _ => return None,
     };
     Some(StoreCrash { point, skip })

@@ -725,3 +725,179 @@ async fn crashes_at_the_stores_failpoints_lose_nothing_acknowledged() {
         server.kill();
     }
 }
+
+/// The failpoints of KV checkpoints and the store's upkeep.
+const CHECKPOINT_FAILPOINTS: [&str; 3] = [
+    "abort-after-kv-run-upload",
+    "abort-mid-upkeep-deletion",
+    "abort-mid-kv-restore",
+];
+
+/// The servers of the checkpoint crash test: checkpoints and segments sealed every few
+/// writes, so the runs, the WAL checkpoints and the upkeep's deletions come quickly.
+const CHECKPOINT_ARGS: [&str; 4] = [
+    "--kv-checkpoint-interval",
+    "100ms",
+    "--log-segment-size",
+    "4KiB",
+];
+
+/// A primary-key table's rows as written: those acknowledged, and for keys whose last
+/// write failed, every row they may hold (`None`: no row).
+#[derive(Debug, Default)]
+struct Upserted {
+    rows: BTreeMap<Key, Cells>,
+    uncertain: BTreeMap<Key, Vec<Option<Cells>>>,
+}
+
+impl Upserted {
+    /// A write of `rows` (`None`: a delete) that succeeded or not.
+    fn written(&mut self, rows: &[(Key, Option<Cells>)], acknowledged: bool) {
+        for (key, row) in rows {
+            if acknowledged {
+                self.uncertain.remove(key);
+            } else {
+                let before = self.rows.get(key).cloned();
+                let possible = self.uncertain.entry(key.clone()).or_insert(vec![before]);
+                possible.push(row.clone());
+            }
+            match row {
+                Some(cells) => self.rows.insert(key.clone(), cells.clone()),
+                None => self.rows.remove(key),
+            };
+        }
+    }
+
+    /// Checks `read` (the table's rows) against the model: the acknowledged keys exactly,
+    /// each uncertain one as one of its rows, which it holds from now on.
+    fn check(&mut self, read: Vec<(Key, Cells)>, when: &str) {
+        let read: BTreeMap<Key, Cells> = read.into_iter().collect();
+        for (key, possible) in std::mem::take(&mut self.uncertain) {
+            let found = read.get(&key).cloned();
+            assert!(
+                possible.contains(&found),
+                "{when}: {key:?} holds {found:?}, none of {possible:?}"
+            );
+            match found {
+                Some(cells) => self.rows.insert(key, cells),
+                None => self.rows.remove(&key),
+            };
+        }
+        assert_eq!(read, self.rows, "{when}: the acknowledged rows");
+    }
+}
+
+/// Random upserts and deletes of a few dozen keys.
+fn random_writes(rng: &mut StdRng) -> Vec<(Key, Option<Cells>)> {
+    let rows: BTreeMap<Key, Option<Cells>> = (0..rng.random_range(1..20))
+        .map(|_| {
+            let cells = (
+                Some(format!("v{}", rng.random_range(0..1000))),
+                Some(rng.random_range(0..1000)),
+            );
+            (random_key(rng), rng.random_bool(0.85).then_some(cells))
+        })
+        .collect();
+    rows.into_iter().collect()
+}
+
+/// Writes `rows` (upserts, then deletes of those without cells); whether both were
+/// acknowledged.
+async fn upsert_and_delete(
+    client: &MinkClient,
+    table: &TableDescriptor,
+    rows: &[(Key, Option<Cells>)],
+) -> bool {
+    let upserts: Vec<(Key, Cells)> = (rows.iter())
+        .filter_map(|(key, cells)| Some((key.clone(), cells.clone()?)))
+        .collect();
+    let deleted: Vec<Key> = (rows.iter())
+        .filter(|(_, cells)| cells.is_none())
+        .map(|(key, _)| key.clone())
+        .collect();
+    if !upserts.is_empty()
+        && client
+            .write(table, &lake_rows(table, &upserts))
+            .await
+            .is_err()
+    {
+        return false;
+    }
+    deleted.is_empty() || client.delete(table, &pk_keys(&deleted)).await.is_ok()
+}
+
+/// Every row of the table, from every bucket's Snapshot.
+async fn pk_snapshot(client: &MinkClient, table: &TableDescriptor) -> Vec<(Key, Cells)> {
+    let mut rows = Vec::new();
+    for status in client.list_buckets(&table.path).await.expect("buckets") {
+        let bucket = status.bucket.expect("a bucket id");
+        let snapshot = client.snapshot(&bucket, &[], 0).await.expect("snapshot");
+        rows.extend(snapshot.batches.iter().flat_map(lake_values));
+    }
+    rows
+}
+
+/// A node crashed at each failpoint of KV checkpoints and the store's upkeep, after a
+/// random number of passes, while a primary-key table (without a lake) takes upserts and
+/// deletes; each restart after a crash loses the disk, so the table's KV store is
+/// restored from its checkpoint: every acknowledged write reads back, and a write whose
+/// answer was lost is there whole or not at all. `abort-mid-kv-restore` crashes such a
+/// restart itself, and the next one restores again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_at_the_checkpoint_failpoints_lose_nothing_acknowledged() {
+    let seed = seed("crashes_at_the_checkpoint_failpoints_lose_nothing_acknowledged");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let store = Store::local();
+    let dir = tempfile::tempdir().expect("dir");
+    let server = store.start_new(dir.path(), &CHECKPOINT_ARGS);
+    let client = MinkClient::connect(&server.addr).await.expect("connect");
+    let table = pk_lake_table("crashes", 2);
+    let table = TableDescriptor {
+        lake_enabled: false,
+        ..table
+    };
+    let table = client.create_table(&table, false).await.expect("create");
+    let mut upserted = Upserted::default();
+    for _ in 0..20 {
+        let rows = random_writes(&mut rng);
+        let acknowledged = upsert_and_delete(&client, &table, &rows).await;
+        upserted.written(&rows, acknowledged);
+    }
+    settle_and_kill(server).await;
+    for point in CHECKPOINT_FAILPOINTS {
+        // A restore passes its point once per run: the first is always there.
+        let passes = match point {
+            "abort-mid-kv-restore" => 0,
+            _ => rng.random_range(0..2),
+        };
+        let failpoint = format!("{point}@{passes}");
+        let env = [("MINK_FAILPOINT", failpoint.as_str())];
+        remove_dirs(dir.path(), &LOST_DISK);
+        if let Some(mut server) = ServerProcess::try_start_with(dir.path(), &CHECKPOINT_ARGS, &env)
+        {
+            let client = MinkClient::connect(&server.addr).await.expect("connect");
+            let started = std::time::Instant::now();
+            while server.is_running() {
+                assert!(
+                    started.elapsed().as_secs() < 120,
+                    "{failpoint}: never reached"
+                );
+                let rows = random_writes(&mut rng);
+                let acknowledged = upsert_and_delete(&client, &table, &rows).await;
+                upserted.written(&rows, acknowledged);
+            }
+        }
+        remove_dirs(dir.path(), &LOST_DISK);
+        let server = store.restart(dir.path(), &CHECKPOINT_ARGS);
+        let client = MinkClient::connect(&server.addr).await.expect("connect");
+        let when = format!("seed {seed}, after {failpoint} and a lost disk");
+        upserted.check(pk_snapshot(&client, &table).await, &when);
+        settle_and_kill(server).await;
+    }
+}
+
+/// Lets a checkpoint server write its runs of the last writes, then kills it.
+async fn settle_and_kill(server: ServerProcess) {
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    server.kill();
+}
