@@ -218,9 +218,7 @@ async fn lose_disk(node: LogNode) -> Result<(LogNode, Duration), BenchError> {
     let data_dir = config.data_dir.clone();
     blocking(move || {
         for dir in ["log", "kv"] {
-            let dir = data_dir.join(dir);
-            std::fs::remove_dir_all(&dir)
-                .map_err(BenchError::io(format!("removing {}", dir.display())))?;
+            remove_dir(&data_dir.join(dir))?;
         }
         Ok(())
     })
@@ -233,6 +231,24 @@ async fn lose_disk(node: LogNode) -> Result<(LogNode, Duration), BenchError> {
         running,
     };
     Ok((node, open))
+}
+
+/// Removes `dir` and everything in it. The node stopped in this process may still be
+/// letting go of its KV store, whose background thread can finish a compaction (a new
+/// file) meanwhile: a directory found not empty is removed again.
+fn remove_dir(dir: &Path) -> Result<(), BenchError> {
+    let mut attempts = 0;
+    loop {
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty && attempts < 50 => {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            removed => {
+                return removed.map_err(BenchError::io(format!("removing {}", dir.display())));
+            }
+        }
+    }
 }
 
 /// Checks that a Snapshot of `bucket` holds `rows` rows.
