@@ -59,10 +59,14 @@
 //!   module); an open that finds a place of the WAL empty behind a checkpoint reads the
 //!   store again rather than fence it.
 //!
-//! Not here: packs and old claims stay, and nothing merges a bucket's objects (the next
-//! issue); packs form only from segments sealed at about the same time.
+//! * **Compaction.** A bucket's small stream objects in a row are merged into one (the
+//!   `compaction` module), so its object count stays bounded.
+//!
+//! Not here: packs and old claims stay (a merge reads a pack's entry, the pack stays);
+//! packs form only from segments sealed at about the same time.
 
 mod blocks;
+mod compaction;
 mod coverage;
 mod kv_runs;
 mod location;
@@ -280,6 +284,9 @@ impl LogStore {
             Arc::clone(&coverage),
         );
         let upkeep = Upkeep::start(location.clone(), config.failpoint);
+        for (key, paths) in opened.covered {
+            upkeep.replaced(&key, paths);
+        }
         let uploader = Uploader::start(
             location.clone(),
             opened.epoch,

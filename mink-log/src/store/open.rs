@@ -36,6 +36,9 @@ pub(crate) struct Opened {
     pub(crate) epoch: u64,
     /// Per bucket key, its history in stream objects.
     pub(crate) streamed: HashMap<String, Streamed>,
+    /// Per bucket key, its own stream objects that others cover (those a merge replaced
+    /// before a crash): garbage.
+    pub(crate) covered: HashMap<String, Vec<StorePath>>,
     /// What those cover of the WAL objects read.
     pub(crate) coverage: Coverage,
 }
@@ -89,7 +92,7 @@ async fn read_back(
     epoch: u64,
 ) -> Result<Option<Opened>> {
     let mut starts = find_starts(location).await?;
-    let streamed = find_streams(location, &starts).await?;
+    let (streamed, covered) = find_streams(location, &starts).await?;
     // Each bucket's local log starts where its stream objects end, or where retention
     // left it.
     for (key, objects) in &streamed {
@@ -124,6 +127,7 @@ async fn read_back(
     Ok(Some(Opened {
         epoch,
         streamed,
+        covered,
         coverage,
     }))
 }
@@ -217,11 +221,12 @@ async fn find_starts(location: &Location) -> Result<HashMap<String, i64>> {
 }
 
 /// Every bucket's chain of stream objects ([`stream::chain`]), of its own and in packs,
-/// after its recorded start, with their frames.
+/// after its recorded start, with their frames; and its own objects off the chain that
+/// the chain covers.
 async fn find_streams(
     location: &Location,
     starts: &HashMap<String, i64>,
-) -> Result<HashMap<String, Streamed>> {
+) -> Result<(HashMap<String, Streamed>, HashMap<String, Vec<StorePath>>)> {
     // Per bucket key, the stream objects that may be read: their offsets and places.
     type Candidates = Vec<((i64, i64), Placed)>;
     let mut by_key: HashMap<String, Candidates> = HashMap::new();
@@ -255,7 +260,12 @@ async fn find_streams(
         }
     }
     let mut streamed = HashMap::new();
+    let mut covered = HashMap::new();
     for (key, objects) in by_key {
+        let own: Vec<((i64, i64), StorePath)> = (objects.iter())
+            .filter(|(_, placed)| placed.object_len == placed.len)
+            .map(|(offsets, placed)| (*offsets, placed.path.clone()))
+            .collect();
         let mut chain = Vec::new();
         for (from, offsets, placed) in stream::chain(objects) {
             let (object, mut frames) =
@@ -269,9 +279,19 @@ async fn find_streams(
             }
             chain.push((Arc::new(object), frames));
         }
+        let end = chain.last().map_or(i64::MIN, |(object, _)| object.end);
+        let off_chain: Vec<StorePath> = (own.into_iter())
+            .filter(|((_, object_end), path)| {
+                *object_end <= end && !chain.iter().any(|(read, _)| read.object.path == *path)
+            })
+            .map(|(_, path)| path)
+            .collect();
+        if !off_chain.is_empty() {
+            covered.insert(key.clone(), off_chain);
+        }
         streamed.insert(key, chain);
     }
-    Ok(streamed)
+    Ok((streamed, covered))
 }
 
 /// Every pack in the store, with its size.

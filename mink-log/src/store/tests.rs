@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::segment;
-use crate::store::coverage;
 use crate::store::writer::UPLOADS_IN_FLIGHT;
+use crate::store::{compaction, coverage, stream};
 use crate::testing::{rows, table, write};
 use crate::tests::ids;
 use crate::{LogConfig, LogTablet, Write, WriteOp};
@@ -149,16 +149,21 @@ async fn append_each(log: &LogTablet, count: i64) -> Vec<Vec<i64>> {
     written
 }
 
-/// Waits until at least `count` of `log`'s segments are in the store, in stream objects
-/// of their own or in packs (uploads run in the background; up to 5 s).
-async fn streamed(log: &LogTablet, count: usize) {
+/// Waits until every segment `log` sealed is in the store, in stream objects of their
+/// own or in packs (uploads run in the background; up to 5 s).
+async fn all_sealed_streamed(log: &LogTablet) {
     for _ in 0..500 {
-        if log.shared.read_state().streamed.len() >= count {
-            return;
+        {
+            let state = log.shared.read_state();
+            if (state.batches.iter()).all(|(_, segment)| {
+                *segment == state.active_segment || state.streamed.contains_key(segment)
+            }) {
+                return;
+            }
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("fewer than {count} segments in the store after 5 s");
+    panic!("sealed segments not in the store after 5 s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,7 +178,8 @@ async fn sealed_segments_become_stream_objects_the_history_is_read_from() {
     }
     let sealed = segment::list_segments(&dir).unwrap().len() - 1;
     assert!(sealed >= 3, "{sealed} sealed segments");
-    streamed(&log, sealed).await;
+    all_sealed_streamed(&log).await;
+    let in_store = log.store_usage().unwrap().stream_bytes;
     // Without their local copies (as once the grace is over), reads go to the store.
     let active = log.shared.read_state().active_segment;
     for base in segment::list_segments(&dir).unwrap() {
@@ -189,10 +195,10 @@ async fn sealed_segments_become_stream_objects_the_history_is_read_from() {
     let lost = tempfile::tempdir().unwrap();
     let (_store, log) = open_bucket(store_dir.path(), lost.path()).await;
     assert_eq!(log.offsets(), (0, 60));
-    let streamed = log.shared.read_state().streamed.len();
+    let streamed = log.store_usage().unwrap().stream_bytes;
     assert!(
-        streamed >= sealed,
-        "{streamed} of {sealed} segments read from the store"
+        streamed >= in_store,
+        "{streamed} bytes of {in_store} read from the store"
     );
     assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), written);
     write(&log, &table, WriteOp::Append(rows(&table, &[99], "x"))).await;
@@ -365,8 +371,8 @@ async fn what_retention_removed_stays_removed_after_a_restart() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (store, log) = open_bucket(store_dir.path(), disk.path()).await;
     let written = append_each(&log, 30).await;
-    // Some sealed segments are uploaded before retention removes them, some perhaps not.
-    streamed(&log, 2).await;
+    // The sealed segments are uploaded (some merged) before retention removes them.
+    all_sealed_streamed(&log).await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert!(log.enforce_retention(Duration::ZERO, None).unwrap() > 0);
     let (log_start, end) = log.offsets();
@@ -403,7 +409,8 @@ async fn small_segments_of_many_buckets_go_up_in_packs_and_read_back() {
         .iter()
         .map(|key| open_log(disk.path(), key, one_segment(&store)))
         .collect();
-    let written: Vec<Vec<i64>> = (0..12).map(|i| vec![i]).collect();
+    // Fewer segments each than a merge takes (the `compaction` module): they stay packed.
+    let written: Vec<Vec<i64>> = (0..6).map(|i| vec![i]).collect();
     for log in &logs {
         for ids in &written {
             write(log, &table, WriteOp::Append(rows(&table, ids, "x"))).await;
@@ -640,4 +647,65 @@ async fn kv_checkpoint_runs_go_up_in_parts_and_read_back_as_one_chain() {
     };
     assert_eq!(read(base_run).await.unwrap(), base);
     assert_eq!(read(next_run).await.unwrap(), after);
+}
+
+/// The bucket's own stream objects in a local store: their offsets, by name.
+fn stream_object_offsets(store: &Path, key: &str) -> Vec<(i64, i64)> {
+    let mut offsets: Vec<(i64, i64)> = std::fs::read_dir(store.join("streams").join(key))
+        .map(|entries| {
+            entries
+                .filter_map(|entry| stream::parse_name(entry.ok()?.file_name().to_str()?))
+                .collect()
+        })
+        .unwrap_or_default();
+    offsets.sort_unstable();
+    offsets
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buckets_small_stream_objects_are_merged_and_read_back() {
+    let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let table = table(&[]);
+    let (store, log) = open_bucket(store_dir.path(), disk.path()).await;
+    let written: Vec<Vec<i64>> = (0..60).map(|i| vec![i, i + 1000]).collect();
+    for ids in &written {
+        write(&log, &table, WriteOp::Append(rows(&table, ids, "x"))).await;
+    }
+    // Every segment sealed is uploaded, then merged with the small ones before it.
+    let mut usage = log.store_usage().unwrap();
+    for _ in 0..500 {
+        usage = log.store_usage().unwrap();
+        let merged = stream_object_offsets(store_dir.path(), "t1/b0")
+            .iter()
+            .any(|(base, end)| end - base >= 2 * compaction::MIN_OBJECTS as i64);
+        if merged && usage.stream_objects < compaction::MIN_OBJECTS as u64 + 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let segments = log.shared.read_state().streamed.len();
+    assert!(
+        usage.stream_objects < compaction::MIN_OBJECTS as u64 + 2,
+        "{usage:?}, {segments} segments streamed"
+    );
+    assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), written);
+    assert_eq!(ids(&log.read(41, 600).await.unwrap())[0], written[20]);
+    drop((log, store));
+
+    // A lost disk: the merged objects are read, the ones they replaced are not (the
+    // upkeep deletes those after its grace).
+    let lost = tempfile::tempdir().unwrap();
+    let (_store, log) = open_bucket(store_dir.path(), lost.path()).await;
+    assert_eq!(log.offsets(), (0, 120));
+    assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), written);
+    let state = log.shared.read_state();
+    let first = state
+        .streamed
+        .values()
+        .next()
+        .expect("history in the store");
+    assert!(
+        first.base == 0 && first.end >= 2 * compaction::MIN_OBJECTS as i64,
+        "the history is read from a merged object first: {first:?}"
+    );
 }

@@ -14,6 +14,8 @@
 //! * **Off a KV checkpoint's chain.** Once a run of a bucket's KV checkpoint is in the
 //!   store, its runs off the furthest chain (the `kv_runs` module) go after [`GRACE`], for
 //!   a restore that listed the store before.
+//! * **Replaced.** Stream objects a merged one replaced (the `compaction` module), or that
+//!   an open found covered by others, go after [`GRACE`].
 //! * **A dropped bucket's.** Its stream objects, starts and runs go after [`GRACE`] too (a
 //!   bucket's key, its table's and partition's ids, is never used again).
 //!
@@ -65,7 +67,7 @@ struct Leftover {
 }
 
 /// Which of a bucket's objects are left over.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Left {
     /// Its stream objects and starts before this offset (its start moved there).
     Before(i64),
@@ -73,6 +75,8 @@ enum Left {
     OffChain,
     /// Every one (the bucket is dropped).
     Everything,
+    /// These stream objects (a merged one replaced them).
+    Objects(Vec<StorePath>),
 }
 
 impl Upkeep {
@@ -115,6 +119,14 @@ impl Upkeep {
     /// Bucket `key` is dropped.
     pub(crate) fn forgotten(&self, key: &str) {
         self.leave(key, Left::Everything);
+    }
+
+    /// Bucket `key` reads the stream objects at `paths` no more (a merged one replaced
+    /// them, or an open found them covered by others).
+    pub(crate) fn replaced(&self, key: &str, paths: Vec<StorePath>) {
+        if !paths.is_empty() {
+            self.leave(key, Left::Objects(paths));
+        }
     }
 
     fn leave(&self, key: &str, what: Left) {
@@ -223,14 +235,15 @@ async fn behind_checkpoint(location: &Location, furthest: Place) -> Result<Vec<S
 /// one of them.
 async fn left_over(location: &Location, leftover: &Leftover) -> Result<Vec<StorePath>> {
     let key = &leftover.key;
-    match leftover.what {
-        Left::Before(start) => before_start(location, key, start).await,
+    match &leftover.what {
+        Left::Before(start) => before_start(location, key, *start).await,
         Left::OffChain => kv_runs::off_chain(location, key).await,
         Left::Everything => {
             let mut doomed = before_start(location, key, i64::MAX).await?;
             doomed.extend(kv_runs::every_run(location, key).await?);
             Ok(doomed)
         }
+        Left::Objects(paths) => Ok(paths.clone()),
     }
 }
 

@@ -11,7 +11,7 @@
 //! it succeeds or its buckets are gone: meanwhile the segments are read locally, and a
 //! restart reads their frames from the WAL objects.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::blocks::CachedObject;
+use super::compaction;
 use super::coverage::{self, Coverage};
 use super::location::Location;
 use super::open::{blocking, create};
@@ -88,6 +89,7 @@ impl Uploader {
             coverage,
             failpoint,
             retired: VecDeque::new(),
+            stored: HashMap::new(),
         };
         tokio::spawn(task.run(queue));
         Self { jobs }
@@ -113,6 +115,8 @@ struct Task {
     failpoint: Option<StoreCrash>,
     /// Local segments in the store, with when their grace is over.
     retired: VecDeque<(Instant, PathBuf, i64)>,
+    /// The buckets of the stream objects the last job stored, to compact.
+    stored: HashMap<String, Weak<Shared>>,
 }
 
 /// A sealed segment read back, as the stream object it becomes.
@@ -149,6 +153,7 @@ impl Task {
                         }
                     }
                     self.store(sealed).await;
+                    self.compact().await;
                 }
                 Some(Job::Trim { key, start }) => self.trim(&key, start).await,
             }
@@ -266,10 +271,36 @@ impl Task {
         }
     }
 
+    /// Merges the small stream objects of the buckets the last job stored, where there
+    /// are enough in a row (the `compaction` module). A merge that fails is logged and
+    /// tried again after the bucket's next upload.
+    async fn compact(&mut self) {
+        for (key, tablet) in std::mem::take(&mut self.stored) {
+            let Some(tablet) = tablet.upgrade() else {
+                continue;
+            };
+            let Some(parts) = tablet.mergeable() else {
+                continue;
+            };
+            match compaction::merge(&self.location, &key, &tablet, parts).await {
+                Ok(replaced) => {
+                    debug!(
+                        bucket = key,
+                        objects = replaced.len(),
+                        "merged small stream objects"
+                    );
+                    self.upkeep.replaced(&key, replaced);
+                }
+                Err(error) => warn!(bucket = key, %error, "merging small stream objects failed"),
+            }
+        }
+    }
+
     /// A sealed segment is in the store, `at` bytes into `object`: its tablet reads it
     /// from there, its frames count as covered, and its local copy goes after the grace.
     async fn stored(&mut self, sealed: Sealed, object: CachedObject, at: u64, end: i64) {
         StoreCrash::at(self.failpoint, StoreFailpoint::AbortAfterStreamUpload);
+        (self.stored).insert(sealed.key.clone(), Weak::clone(&sealed.tablet));
         if let Some(tablet) = sealed.tablet.upgrade() {
             let object = StreamObject {
                 object,
