@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use mink_core::protocol::BucketId;
@@ -27,16 +27,19 @@ const CACHE_BYTES: u64 = 64 << 20;
 /// How often the uploads poller lists the store's `kv/` (runs off the chain stay a minute
 /// after a newer one: none is missed).
 const POLL: Duration = Duration::from_millis(200);
+/// Update batches written between two looks at the clock in the steady phase.
+const STEADY_CALLS: usize = 8;
 /// The interval of the node without checkpoints: none is due in the run (with no base
 /// written, its flushes keep no runs, so none is due early either).
 const NEVER: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The rows of the figure: the load (keys `0..keys`) and the updates (random existing
-/// keys, half as many rows).
+/// keys, half as many rows), written over and over for the steady phase.
 struct Upserts {
     load: Data,
     updates: Data,
-    bytes: u64,
+    /// Each update batch's bytes as an IPC stream.
+    update_bytes: Vec<u64>,
 }
 
 impl Upserts {
@@ -47,20 +50,28 @@ impl Upserts {
             .map(|_| rng.random_range(0..keys as i64))
             .collect();
         let updates = Data::with_ids(&ids, rng.random())?;
-        let bytes = ipc_len(load.batches.iter().chain(&updates.batches))?;
+        let update_bytes = (updates.batches.iter())
+            .map(|batch| ipc_len(std::iter::once(batch)))
+            .collect::<Result<_, _>>()?;
         Ok(Self {
             load,
             updates,
-            bytes,
+            update_bytes,
         })
     }
+}
 
-    fn rows(&self) -> usize {
-        self.load.rows + self.updates.rows
-    }
+/// Rows and bytes of updates written, and for how long.
+#[derive(Debug, Clone, Copy)]
+struct Steady {
+    rows: usize,
+    bytes: u64,
+    elapsed: Duration,
+}
 
-    fn batches(&self) -> impl Iterator<Item = &RecordBatch> {
-        self.load.batches.iter().chain(&self.updates.batches)
+impl Steady {
+    fn throughput(&self) -> Throughput {
+        Throughput::new(self.rows, self.bytes, self.elapsed)
     }
 }
 
@@ -70,7 +81,7 @@ pub(super) async fn figure(
     args: &NodeArgs,
     scratch: &Scratch,
     keys: usize,
-    interval: Duration,
+    (interval, duration): (Duration, Duration),
 ) -> Result<(), BenchError> {
     eprintln!("bench: generating {keys} keys and their updates");
     let upserts = Upserts::generate(keys)?;
@@ -83,59 +94,68 @@ pub(super) async fn figure(
     off.label = "checkpoints off".into();
     let store = on.store.clone().expect("a store node");
     let (mut on_node, mut off_node) = (LogNode::open(on).await?, LogNode::open(off).await?);
-    let (mut times, mut uploaded) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
+    let mut rounds: Vec<(Steady, Steady, u64)> = Vec::with_capacity(ROUNDS);
     let mut table = None;
     for round in 0..ROUNDS {
         let path = TablePath::new("bench", format!("checkpoint_round{round}"));
+        let on_table = load(&on_node, &path, &upserts).await?;
         let poller = UploadPoller::start(store.join("kv"));
-        let on_time = upsert(&on_node, &path, &upserts).await?;
+        let on = steady(&on_node, &on_table, &upserts, duration).await?;
         let last = checkpoint_all(&on_node.running).await;
-        let on_uploaded = poller.stop().await?;
-        let off_time = upsert(&off_node, &path, &upserts).await?;
+        let uploaded = poller.stop().await?;
+        let off_table = load(&off_node, &path, &upserts).await?;
+        let off = steady(&off_node, &off_table, &upserts, duration).await?;
         eprintln!(
-            "bench: round {round}: checkpoints on {:.3} s (the last pass {last:?}), off {:.3} s, {} uploaded",
-            on_time.as_secs_f64(),
-            off_time.as_secs_f64(),
-            megabytes(on_uploaded)
+            "bench: round {round}: checkpoints on {}, off {}, {} uploaded (the last pass {last:?})",
+            on.throughput(),
+            off.throughput(),
+            megabytes(uploaded)
         );
-        times.push((off_time, on_time));
-        uploaded.push(on_uploaded);
+        rounds.push((off, on, uploaded));
         table = Some(path);
     }
     let table = table.expect("a round");
     println!(
-        "KV checkpoints: a primary-key table of 1 bucket, {} keys loaded then {} upserts of \
-         existing keys ({}), {ROUNDS} rounds, each on a fresh table; checkpoints every {:?} \
-         on one node, none on the other:",
+        "KV checkpoints: a primary-key table of 1 bucket, {} keys loaded, then upserts of \
+         random existing keys for {duration:?}; {ROUNDS} rounds, each on a fresh table; \
+         checkpoints every {interval:?} on one node, none on the other:",
         upserts.load.rows,
-        upserts.updates.rows,
-        megabytes(upserts.bytes),
-        interval
     );
-    let rate = |times: Vec<Duration>| Throughput::new(upserts.rows(), upserts.bytes, median(times));
-    report(
-        "  upserts, checkpoints off",
-        rate(times.iter().map(|t| t.0).collect()),
-        &[],
-    );
-    report(
-        "  upserts, checkpoints on",
-        rate(times.iter().map(|t| t.1).collect()),
-        &[ratio_of_rounds("off", &times)],
-    );
-    let median_uploaded = {
-        let mut sorted = uploaded.clone();
-        sorted.sort_unstable();
-        sorted[sorted.len() / 2]
+    let median_of = |get: &dyn Fn(&(Steady, Steady, u64)) -> f64| {
+        let mut values: Vec<f64> = rounds.iter().map(get).collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
     };
-    println!(
-        "  KV checkpoint bytes uploaded : {}, {:.2} per byte upserted (rounds {})",
-        megabytes(median_uploaded),
-        median_uploaded as f64 / upserts.bytes as f64,
-        (uploaded.iter())
-            .map(|bytes| format!("{:.2}", *bytes as f64 / upserts.bytes as f64))
+    let each = |get: &dyn Fn(&(Steady, Steady, u64)) -> f64| {
+        (rounds.iter().map(|round| format!("{:.2}", get(round))))
             .collect::<Vec<_>>()
             .join(", ")
+    };
+    let by_time = |pick: fn(&(Steady, Steady, u64)) -> Steady| {
+        let mut steady: Vec<Steady> = rounds.iter().map(pick).collect();
+        steady.sort_by(|a, b| {
+            let rate = |s: &Steady| s.rows as f64 / s.elapsed.as_secs_f64();
+            rate(a).total_cmp(&rate(b))
+        });
+        steady[steady.len() / 2].throughput()
+    };
+    report("  upserts, checkpoints off", by_time(|round| round.0), &[]);
+    let ratio =
+        |round: &(Steady, Steady, u64)| round.1.throughput().ratio_to(&round.0.throughput());
+    report(
+        "  upserts, checkpoints on",
+        by_time(|round| round.1),
+        &[format!(
+            "vs off {:.2} (rounds {})",
+            median_of(&ratio),
+            each(&ratio)
+        )],
+    );
+    let per_byte = |round: &(Steady, Steady, u64)| round.2 as f64 / round.1.bytes as f64;
+    println!(
+        "  KV checkpoint bytes uploaded : {:.2} per byte upserted (rounds {})",
+        median_of(&per_byte),
+        each(&per_byte)
     );
 
     let bucket = BucketId::new(&table, 0);
@@ -154,6 +174,7 @@ pub(super) async fn figure(
         })?);
         opens.push((on_open, off_open));
     }
+    let log_end = on_node.running.node.bucket(&bucket)?.1.log.offsets().1;
     on_node.running.stop().await?;
     off_node.running.stop().await?;
     let restored = restores[0];
@@ -163,7 +184,7 @@ pub(super) async fn figure(
         restored.runs,
         megabytes(restored.bytes),
         restored.entries,
-        upserts.rows()
+        log_end
     );
     let seconds = |time: Duration| format!("{:>9.3} s", time.as_secs_f64());
     let off_open = median(opens.iter().map(|open| open.1).collect());
@@ -183,20 +204,45 @@ pub(super) async fn figure(
     Ok(())
 }
 
-/// Creates `path` (one bucket, primary key `id`) on `node` and writes the upserts to it:
-/// how long the writes took.
-async fn upsert(
+/// Creates `path` (one bucket, primary key `id`) on `node` and loads its keys.
+async fn load(
     node: &LogNode,
     path: &TablePath,
     upserts: &Upserts,
-) -> Result<Duration, BenchError> {
+) -> Result<TableDescriptor, BenchError> {
     let client = &node.running.client;
     let schema = &upserts.load.schema;
     let table: TableDescriptor = create_table(client, path, 1, schema, &["id"]).await?;
-    let batches: Vec<RecordBatch> = upserts.batches().cloned().collect();
-    let what = format!("upserts, {}", node.label);
-    let ((), time) = measure(&what, write_batches(client, &table, &batches)).await?;
-    Ok(time)
+    let what = format!("load {} keys, {}", upserts.load.rows, node.label);
+    measure(&what, write_batches(client, &table, &upserts.load.batches)).await?;
+    Ok(table)
+}
+
+/// Writes the update batches to `table` over and over, [`STEADY_CALLS`] at a time, for
+/// `duration`.
+async fn steady(
+    node: &LogNode,
+    table: &TableDescriptor,
+    upserts: &Upserts,
+    duration: Duration,
+) -> Result<Steady, BenchError> {
+    let client = &node.running.client;
+    let started = Instant::now();
+    let (mut rows, mut bytes) = (0, 0);
+    let batches = upserts.updates.batches.iter().zip(&upserts.update_bytes);
+    let mut batches = batches.cycle();
+    while started.elapsed() < duration {
+        let chunk: Vec<(&RecordBatch, &u64)> = batches.by_ref().take(STEADY_CALLS).collect();
+        let written: Vec<RecordBatch> = chunk.iter().map(|(batch, _)| (*batch).clone()).collect();
+        write_batches(client, table, &written).await?;
+        rows += written.iter().map(RecordBatch::num_rows).sum::<usize>();
+        bytes += chunk.iter().map(|(_, bytes)| **bytes).sum::<u64>();
+    }
+    Ok(Steady {
+        rows,
+        bytes,
+        elapsed: started.elapsed(),
+    })
 }
 
 /// Writes every bucket's next checkpoint run now (the node's own pass may run too).

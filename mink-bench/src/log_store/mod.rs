@@ -5,7 +5,7 @@
 //! cargo run --release -p mink-bench -- log-store [--rows 2000000]
 //!     [--history-rows 10000000] [--intervals 0,2ms,5ms,20ms] [--writers 64]
 //!     [--load-secs 5] [--pings 500] [--checkpoint-keys 1000000]
-//!     [--checkpoint-interval 5s] [--dir DIR] [--no-sync]
+//!     [--checkpoint-interval 5s] [--checkpoint-load 20s] [--dir DIR] [--no-sync]
 //! ```
 //!
 //! Several embedded nodes run in this process at once, each served on a loopback port and
@@ -76,13 +76,13 @@
 //!    holds.
 //! 6. **KV checkpoints**: two fresh store nodes (default interval), one writing KV
 //!    checkpoints every `--checkpoint-interval` (and early when due), the other none. In
-//!    each of three rounds, a fresh primary-key table of one bucket on each takes the same
-//!    upserts, four 10 000-row writes in flight: `--checkpoint-keys` new keys, then half as
-//!    many rows updating random existing keys. The throughput with checkpoints against
-//!    without (the median of the rounds' ratios); the bytes of every run the node wrote
-//!    during its writes and in one pass after them (its store's `kv/` listed every 200 ms;
-//!    a run off the chain stays a minute) per byte upserted (the batches as an IPC
-//!    stream). Then three times each node is stopped, loses `log/` and `kv/`, and opens
+//!    each of three rounds, a fresh primary-key table of one bucket on each is loaded with
+//!    `--checkpoint-keys` new keys, then takes upserts of random existing keys for
+//!    `--checkpoint-load` (the same batches over and over, four 10 000-row writes in
+//!    flight). The steady upserts' throughput with checkpoints against without (the median
+//!    of the rounds' ratios); the bytes of every run the node wrote during them and in one
+//!    pass after (its store's `kv/` listed every 200 ms; a run off the chain stays a
+//!    minute) per byte upserted (the batches as IPC streams). Then three times each node is stopped, loses `log/` and `kv/`, and opens
 //!    again (timed from `Node::open` to a client connected): the one with checkpoints
 //!    restores the bucket's last checkpoint and replays the log after it, the other
 //!    replays the whole log; a Snapshot of each holds every key. The restore's download
@@ -139,6 +139,9 @@ pub(crate) struct LogStoreArgs {
     /// The KV checkpoint interval of the checkpoint figure's node that writes them.
     #[arg(long, value_parser = parse_interval, default_value = "5s")]
     checkpoint_interval: Duration,
+    /// How long the checkpoint figure's steady upserts run on each node in each round.
+    #[arg(long, value_parser = parse_interval, default_value = "20s")]
+    checkpoint_load: Duration,
     /// The figures to print, comma-separated (all by default; one alone, to profile it).
     #[arg(
         long,
@@ -178,10 +181,11 @@ pub(crate) async fn run(args: LogStoreArgs) -> Result<(), BenchError> {
         args.pings,
         args.checkpoint_keys,
     ];
-    if counts.contains(&0) || args.load_secs == 0 || args.checkpoint_interval.is_zero() {
+    let durations = [args.checkpoint_interval, args.checkpoint_load];
+    if counts.contains(&0) || args.load_secs == 0 || durations.iter().any(Duration::is_zero) {
         return Err(BenchError::Usage(
-            "--rows, --history-rows, --writers, --load-secs, --pings, --checkpoint-keys and \
-             --checkpoint-interval must be positive"
+            "--rows, --history-rows, --writers, --load-secs, --pings, --checkpoint-keys, \
+             --checkpoint-interval and --checkpoint-load must be positive"
                 .into(),
         ));
     }
@@ -227,8 +231,8 @@ pub(crate) async fn run(args: LogStoreArgs) -> Result<(), BenchError> {
         history::figure(&args.node, &scratch, args.history_rows).await?;
     }
     if figure(Figure::Checkpoint) {
-        let (keys, interval) = (args.checkpoint_keys, args.checkpoint_interval);
-        checkpoint::figure(&args.node, &scratch, keys, interval).await?;
+        let timing = (args.checkpoint_interval, args.checkpoint_load);
+        checkpoint::figure(&args.node, &scratch, args.checkpoint_keys, timing).await?;
     }
     Ok(())
 }
