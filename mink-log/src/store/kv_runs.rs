@@ -9,7 +9,7 @@
 //!   ends: ingested in that order (a later run's entry replaces an earlier one's), they
 //!   are the bucket's rows at the chain's end. Of the chains in the store the one reaching
 //!   furthest is restored; every run off it is garbage, deleted after the upkeep's grace
-//!   once a newer run is in the store ([`LogStore::kv_checkpointed`]).
+//!   once a new base is in the store ([`LogStore::kv_checkpointed`]).
 //! * **Which run is written** is the KV store's choice (mink-kv): what its flushes wrote
 //!   since the last run, or a base now and then. A run's content follows from its offsets
 //!   alone (the rows the log's changes fold to), so whichever writer wrote it, a fenced
@@ -468,9 +468,9 @@ impl LogStore {
         KvRunEntries::parse(run, bytes)
     }
 
-    /// A run of the bucket whose log is in `dir` is in the store: the runs off its
-    /// furthest chain go after the upkeep's grace (a restore that listed the store before
-    /// may still read them).
+    /// A new base of the bucket whose log is in `dir` is in the store: the runs off its
+    /// furthest chain (the chain before, and any run a crash left off it) go after the
+    /// upkeep's grace (a restore that listed the store before may still read them).
     pub fn kv_checkpointed(&self, dir: &std::path::Path) {
         if let Ok(key) = self.key_of(dir) {
             self.upkeep.kv_checkpointed(&key);

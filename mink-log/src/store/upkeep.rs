@@ -11,8 +11,8 @@
 //!   before it, nor the older starts: they go after [`GRACE`], as the local segments do,
 //!   for reads that began before the start moved. Packs stay (their other entries may be
 //!   needed).
-//! * **Off a KV checkpoint's chain.** Once a run of a bucket's KV checkpoint is in the
-//!   store, its runs off the furthest chain (the `kv_runs` module) go after [`GRACE`], for
+//! * **Off a KV checkpoint's chain.** Once a new base of a bucket's KV checkpoint is in
+//!   the store, its runs off the furthest chain (the `kv_runs` module) go after [`GRACE`], for
 //!   a restore that listed the store before.
 //! * **Replaced.** Stream objects a merged one replaced (the `compaction` module), or that
 //!   an open found covered by others, go after [`GRACE`].
@@ -20,10 +20,11 @@
 //!   bucket's key, its table's and partition's ids, is never used again).
 //!
 //! ```text
-//!   uploader: checkpoint created ──▶ upkeep: LIST wal/, checkpoints/  ─┐
+//!   uploader: checkpoint created ──▶ upkeep: LIST wal/, checkpoints/ ────────┐
 //!             start recorded ──(GRACE)──▶  LIST streams/<key>/, starts/<key>/ ─┤
-//!   KV store: run written ─────(GRACE)──▶  LIST kv/<key>/ ────────────────┴─▶ DELETE
-//!   store:    bucket forgotten ─(GRACE)──▶  all three, every one
+//!             objects merged ──(GRACE)──▶  the objects the merge replaced ──────┤
+//!   KV store: base written ────(GRACE)──▶  LIST kv/<key>/ ─────────────────────┼─▶ DELETE
+//!   store:    bucket forgotten ─(GRACE)──▶  streams, starts and runs, all ──────┘
 //! ```
 //!
 //! At most one pass runs every [`PASS_EVERY`]; a pass that fails is logged, and what it
@@ -111,7 +112,7 @@ impl Upkeep {
         self.leave(key, Left::Before(start));
     }
 
-    /// A run of bucket `key`'s KV checkpoint is in the store.
+    /// A new base of bucket `key`'s KV checkpoint is in the store.
     pub(crate) fn kv_checkpointed(&self, key: &str) {
         self.leave(key, Left::OffChain);
     }

@@ -48,7 +48,11 @@ impl Node {
                     Ok(Some(run)) => {
                         pass.runs += 1;
                         pass.bytes += run.bytes;
-                        store.kv_checkpointed(bucket.log.dir());
+                        // A new base leaves the chain before it (and any run a crash
+                        // left off the chain) behind.
+                        if run.is_base() {
+                            store.kv_checkpointed(bucket.log.dir());
+                        }
                     }
                     Ok(None) => {}
                     Err(error) => {
