@@ -2,8 +2,7 @@
 //! what they cost a steady upsert load, and how fast a bucket is restored from one
 //! against a replay of its whole log.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,9 +11,8 @@ use mink_core::protocol::BucketId;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_kv::Restored;
 use rand::Rng as _;
-use tokio::sync::watch;
 
-use super::{LogNode, NodeSetup, files_under};
+use super::{LogNode, NewFiles, NodeSetup};
 use crate::data::{Data, ipc_len, seeded};
 use crate::error::BenchError;
 use crate::harness::{
@@ -24,9 +22,6 @@ use crate::harness::{
 
 /// The log cache of the checkpoint nodes, per bucket.
 const CACHE_BYTES: u64 = 64 << 20;
-/// How often the uploads poller lists the store's `kv/` (runs off the chain stay a minute
-/// after a newer one: none is missed).
-const POLL: Duration = Duration::from_millis(200);
 /// Update batches written between two looks at the clock in the steady phase.
 const STEADY_CALLS: usize = 8;
 /// The interval of the node without checkpoints: none is due in the run (with no base
@@ -99,7 +94,7 @@ pub(super) async fn figure(
     for round in 0..ROUNDS {
         let path = TablePath::new("bench", format!("checkpoint_round{round}"));
         let on_table = load(&on_node, &path, &upserts).await?;
-        let poller = UploadPoller::start(store.join("kv"));
+        let poller = NewFiles::start(store.join("kv"));
         let on = steady(&on_node, &on_table, &upserts, duration).await?;
         let last = checkpoint_all(&on_node.running).await;
         let uploaded = poller.stop().await?;
@@ -306,48 +301,4 @@ async fn check_snapshot(
     let snapshot = running.client.snapshot(bucket, &[], 0).await?;
     let read: usize = snapshot.batches.iter().map(RecordBatch::num_rows).sum();
     check_rows("a Snapshot of the restored bucket", read, rows)
-}
-
-/// Lists the store's `kv/` every [`POLL`] until stopped: the bytes of every run it saw
-/// that was not there when it started.
-struct UploadPoller {
-    stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<Result<u64, BenchError>>,
-}
-
-impl UploadPoller {
-    fn start(dir: PathBuf) -> Self {
-        let (stop, mut stopped) = watch::channel(false);
-        let task = tokio::spawn(async move {
-            let before: BTreeMap<_, _> = runs_under(&dir).await?.into_iter().collect();
-            let mut seen = BTreeMap::new();
-            loop {
-                let done = *stopped.borrow_and_update();
-                let runs = runs_under(&dir).await?.into_iter();
-                seen.extend(runs.filter(|(path, _)| !before.contains_key(path)));
-                if done {
-                    return Ok(seen.values().sum());
-                }
-                let _ = tokio::time::timeout(POLL, stopped.changed()).await;
-            }
-        });
-        Self { stop, task }
-    }
-
-    async fn stop(self) -> Result<u64, BenchError> {
-        let _ = self.stop.send(true);
-        self.task
-            .await
-            .map_err(|e| BenchError::Usage(format!("the uploads poller: {e}")))?
-    }
-}
-
-/// The runs under a store's `kv/` and their sizes (a local store's unfinished uploads,
-/// named `<run>#<n>`, left out).
-async fn runs_under(dir: &Path) -> Result<Vec<(PathBuf, u64)>, BenchError> {
-    let files = files_under(dir.to_path_buf()).await?;
-    Ok(files
-        .into_iter()
-        .filter(|(path, _)| path.to_str().is_some_and(|name| !name.contains('#')))
-        .collect())
 }

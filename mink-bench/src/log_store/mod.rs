@@ -5,7 +5,8 @@
 //! cargo run --release -p mink-bench -- log-store [--rows 2000000]
 //!     [--history-rows 10000000] [--intervals 0,2ms,5ms,20ms] [--writers 64]
 //!     [--load-secs 5] [--pings 500] [--checkpoint-keys 1000000]
-//!     [--checkpoint-interval 5s] [--checkpoint-load 20s] [--dir DIR] [--no-sync]
+//!     [--checkpoint-interval 5s] [--checkpoint-load 20s] [--objects-duration 600s]
+//!     [--figures visible,load,append,history,checkpoint,objects] [--dir DIR] [--no-sync]
 //! ```
 //!
 //! Several embedded nodes run in this process at once, each served on a loopback port and
@@ -88,16 +89,28 @@
 //!    replays the whole log; a Snapshot of each holds every key. The restore's download
 //!    and ingestion are timed by the node itself; the rest of its open is the log's
 //!    rebuild from the store and the replay after the checkpoint.
+//! 7. **Objects per bucket** (only when asked for: `--figures objects`): a fresh store node
+//!    with 1 MiB segments sealed after 10 s at the latest, and a log table of 64 buckets,
+//!    each appended a 100-row batch every 100 ms by a writer of its own for
+//!    `--objects-duration`; 15 s after, the stream objects each bucket's history is read
+//!    from (`list_buckets`: median and max), the stream objects in the store, and the
+//!    bytes of every stream object, pack and merged object written meanwhile (the store's
+//!    `streams/` and `packs/` listed every 200 ms) per byte of the buckets' logs: above 1,
+//!    the merges that rewrote the log once more.
 
 mod checkpoint;
 mod history;
 mod load;
+mod objects;
 mod throughput;
 mod visible;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use mink_log::{LogStoreConfig, default_interval};
 use mink_node::NodeConfig;
@@ -142,6 +155,9 @@ pub(crate) struct LogStoreArgs {
     /// How long the checkpoint figure's steady upserts run on each node in each round.
     #[arg(long, value_parser = parse_interval, default_value = "20s")]
     checkpoint_load: Duration,
+    /// How long the objects figure writes its buckets.
+    #[arg(long, value_parser = parse_interval, default_value = "600s")]
+    objects_duration: Duration,
     /// The figures to print, comma-separated (all by default; one alone, to profile it).
     #[arg(
         long,
@@ -166,6 +182,9 @@ enum Figure {
     History,
     /// KV checkpoints: their cost under upserts, and a restore against a replay.
     Checkpoint,
+    /// Objects per bucket after steady writes to many buckets (not by default: it runs
+    /// for `--objects-duration`).
+    Objects,
 }
 
 fn parse_interval(text: &str) -> Result<Duration, String> {
@@ -181,11 +200,15 @@ pub(crate) async fn run(args: LogStoreArgs) -> Result<(), BenchError> {
         args.pings,
         args.checkpoint_keys,
     ];
-    let durations = [args.checkpoint_interval, args.checkpoint_load];
+    let durations = [
+        args.checkpoint_interval,
+        args.checkpoint_load,
+        args.objects_duration,
+    ];
     if counts.contains(&0) || args.load_secs == 0 || durations.iter().any(Duration::is_zero) {
         return Err(BenchError::Usage(
             "--rows, --history-rows, --writers, --load-secs, --pings, --checkpoint-keys, \
-             --checkpoint-interval and --checkpoint-load must be positive"
+             --checkpoint-interval, --checkpoint-load and --objects-duration must be positive"
                 .into(),
         ));
     }
@@ -233,6 +256,9 @@ pub(crate) async fn run(args: LogStoreArgs) -> Result<(), BenchError> {
     if figure(Figure::Checkpoint) {
         let timing = (args.checkpoint_interval, args.checkpoint_load);
         checkpoint::figure(&args.node, &scratch, args.checkpoint_keys, timing).await?;
+    }
+    if figure(Figure::Objects) {
+        objects::figure(&args.node, &scratch, args.objects_duration).await?;
     }
     Ok(())
 }
@@ -437,6 +463,55 @@ pub(super) async fn files_under(dir: PathBuf) -> Result<Vec<(PathBuf, u64)>, Ben
         Ok(files)
     })
     .await
+}
+
+/// How often [`NewFiles`] lists its directory (objects the upkeep deletes stay a minute
+/// after they are left: none is missed).
+const POLL: Duration = Duration::from_millis(200);
+
+/// Lists a directory of a local store every [`POLL`] until stopped: the bytes of every
+/// file it saw that was not there when it started (a local store's unfinished uploads,
+/// named `<object>#<n>`, left out).
+pub(super) struct NewFiles {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<u64, BenchError>>,
+}
+
+impl NewFiles {
+    pub(super) fn start(dir: PathBuf) -> Self {
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let before: BTreeMap<_, _> = objects_under(&dir).await?.into_iter().collect();
+            let mut seen = BTreeMap::new();
+            loop {
+                let done = *stopped.borrow_and_update();
+                let objects = objects_under(&dir).await?.into_iter();
+                seen.extend(objects.filter(|(path, _)| !before.contains_key(path)));
+                if done {
+                    return Ok(seen.values().sum());
+                }
+                let _ = tokio::time::timeout(POLL, stopped.changed()).await;
+            }
+        });
+        Self { stop, task }
+    }
+
+    /// Stops listing: the bytes of the new files seen.
+    pub(super) async fn stop(self) -> Result<u64, BenchError> {
+        let _ = self.stop.send(true);
+        self.task
+            .await
+            .map_err(|e| BenchError::Usage(format!("listing new objects: {e}")))?
+    }
+}
+
+/// The objects under `dir` of a local store and their sizes.
+async fn objects_under(dir: &Path) -> Result<Vec<(PathBuf, u64)>, BenchError> {
+    let files = files_under(dir.to_path_buf()).await?;
+    Ok(files
+        .into_iter()
+        .filter(|(path, _)| path.to_str().is_some_and(|name| !name.contains('#')))
+        .collect())
 }
 
 #[cfg(test)]
