@@ -239,6 +239,9 @@ impl Appender {
             }),
             watermark,
         });
+        if let Some((store, key)) = &shared.store {
+            store.opened_tablet(key, &shared);
+        }
         upload_sealed_segments(&shared);
         Ok(Self {
             shared,

@@ -28,6 +28,7 @@ use super::location::Location;
 use super::open::{create, store_error};
 use super::stream::{self, StreamObject};
 use super::uploader::make_parent;
+use super::{StoreCrash, StoreFailpoint};
 use crate::Shared;
 use crate::error::Result;
 use crate::segment::FrameHeader;
@@ -95,9 +96,9 @@ fn segment_len(frames: &[FrameHeader]) -> u64 {
 /// open reads that one) or the tablet moved on meanwhile (retention).
 pub(crate) async fn merge(
     location: &Location,
-    key: &str,
-    tablet: &Shared,
+    (key, tablet): (&str, &Shared),
     parts: Parts,
+    failpoint: Option<StoreCrash>,
 ) -> Result<Vec<StorePath>> {
     let mut segment = BytesMut::new();
     let mut frames = Vec::new();
@@ -120,6 +121,7 @@ pub(crate) async fn merge(
     if !create(location, &path, bytes.clone()).await? {
         return Ok(Vec::new());
     }
+    StoreCrash::at(failpoint, StoreFailpoint::AbortAfterMergedUpload);
     let merged = StreamObject {
         object: CachedObject {
             path,

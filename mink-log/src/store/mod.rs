@@ -99,8 +99,9 @@ use self::open::Streamed;
 pub(crate) use self::stream::StreamObject;
 use self::upkeep::Upkeep;
 pub(crate) use self::uploader::Sealed;
-use self::uploader::{Job, Uploader};
+use self::uploader::{Job, Tablets, Uploader};
 use self::writer::{Pacing, WalWriter};
+use crate::Shared;
 use crate::error::{LogError, Result};
 
 /// Where and how a node's log is kept in an object store.
@@ -168,6 +169,9 @@ pub enum StoreFailpoint {
     AbortMidKvRestore,
     /// Abort once a pass of the upkeep deleted some of its objects, before the rest.
     AbortMidUpkeepDeletion,
+    /// Abort once a merged stream object is in the store, before its bucket reads it or
+    /// the objects it replaced are left to the upkeep.
+    AbortAfterMergedUpload,
 }
 
 impl LogStoreConfig {
@@ -223,6 +227,9 @@ pub struct LogStore {
     found: Mutex<HashMap<String, Streamed>>,
     /// The buckets whose tablets opened.
     opened: Mutex<HashSet<String>>,
+    /// Every open tablet, and whether the node opened all it holds: what the packs still
+    /// hold for (shared with the uploader, which deletes the packs nothing reads).
+    tablets: Arc<Tablets>,
     /// What the stream objects cover of the WAL objects.
     coverage: Arc<Mutex<Coverage>>,
     /// `None` once dropped.
@@ -287,12 +294,13 @@ impl LogStore {
         for (key, paths) in opened.covered {
             upkeep.replaced(&key, paths);
         }
+        let tablets = Arc::new(Tablets::default());
         let uploader = Uploader::start(
             location.clone(),
             opened.epoch,
             Arc::clone(&coverage),
             upkeep.clone(),
-            config.failpoint,
+            (Arc::clone(&tablets), config.failpoint),
         );
         drop(entered);
         Ok(Arc::new(Self {
@@ -311,6 +319,7 @@ impl LogStore {
             )),
             found: Mutex::new(opened.streamed),
             opened: Mutex::default(),
+            tablets,
             coverage,
             runtime: Some(runtime),
         }))
@@ -377,6 +386,11 @@ impl LogStore {
         });
     }
 
+    /// The tablet of bucket `key` opened: the packs it reads from stay.
+    pub(crate) fn opened_tablet(&self, key: &str, tablet: &Arc<Shared>) {
+        self.tablets.opened(key, tablet);
+    }
+
     /// The stream objects opening found for the bucket `key`, in order, with their
     /// frames (taken: a tablet asks once, when it opens).
     pub(crate) fn take_streamed(&self, key: &str) -> Streamed {
@@ -403,6 +417,7 @@ impl LogStore {
         gone.extend(found.drain().map(|(key, _)| key));
         let opened = self.opened.lock().unwrap_or_else(|p| p.into_inner());
         gone.retain(|key| !opened.contains(key));
+        self.tablets.all_opened();
         for key in &gone {
             self.forget(key);
             let dir = self.log_root.join(key);

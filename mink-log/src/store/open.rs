@@ -248,7 +248,12 @@ async fn find_streams(
         };
         candidate(object.key, offsets, placed);
     }
-    for (path, size) in list_packs(location).await? {
+    for ObjectMeta {
+        location: path,
+        size,
+        ..
+    } in list_packs(location).await?
+    {
         for entry in pack::directory(location.store.as_ref(), &path, size).await? {
             let placed = Placed {
                 path: path.clone(),
@@ -295,18 +300,12 @@ async fn find_streams(
 }
 
 /// Every pack in the store, with its size.
-async fn list_packs(location: &Location) -> Result<Vec<(StorePath, u64)>> {
+pub(super) async fn list_packs(location: &Location) -> Result<Vec<ObjectMeta>> {
     use futures::TryStreamExt as _;
-    let listed: Vec<_> = location
-        .store
-        .list(Some(&location.path(["packs"])))
+    (location.store.list(Some(&location.path(["packs"]))))
         .try_collect()
         .await
-        .map_err(|e| store_error("listing the log store's packs", e))?;
-    Ok(listed
-        .into_iter()
-        .map(|object| (object.location, object.size))
-        .collect())
+        .map_err(|e| store_error("listing the log store's packs", e))
 }
 
 /// The numbers named under `dir` (`epochs`), ascending.

@@ -85,7 +85,8 @@ impl Failpoint {
     /// `abort-during-create-table`, `abort-after-expiry-commit`; with a log store
     /// `abort-mid-wal-upload`, `abort-after-wal-upload`, `abort-after-stream-upload`,
     /// `abort-after-kv-run-upload`, `abort-mid-kv-restore`, `abort-mid-upkeep-deletion`,
-    /// each optionally `@N`: once the point was passed N times).
+    /// `abort-after-merged-upload`, each optionally `@N`: once the point was passed N
+    /// times).
     pub fn parse(text: &str) -> Option<Self> {
         if let Some(crash) = parse_store_crash(text) {
             return Some(Self::Store(crash));
@@ -115,6 +116,7 @@ fn parse_store_crash(text: &str) -> Option<StoreCrash> {
         "abort-after-kv-run-upload" => StoreFailpoint::AbortAfterKvRunUpload,
         "abort-mid-kv-restore" => StoreFailpoint::AbortMidKvRestore,
         "abort-mid-upkeep-deletion" => StoreFailpoint::AbortMidUpkeepDeletion,
+        "abort-after-merged-upload" => StoreFailpoint::AbortAfterMergedUpload,
         _ => return None,
     };
     Some(StoreCrash { point, skip })

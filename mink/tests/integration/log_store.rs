@@ -726,16 +726,18 @@ async fn crashes_at_the_stores_failpoints_lose_nothing_acknowledged() {
     }
 }
 
-/// The failpoints of KV checkpoints and the store's upkeep.
-const CHECKPOINT_FAILPOINTS: [&str; 3] = [
+/// The failpoints of KV checkpoints, compaction and the store's upkeep.
+const UPKEEP_FAILPOINTS: [&str; 4] = [
     "abort-after-kv-run-upload",
+    "abort-after-merged-upload",
     "abort-mid-upkeep-deletion",
     "abort-mid-kv-restore",
 ];
 
-/// The servers of the checkpoint crash test: checkpoints and segments sealed every few
-/// writes, so the runs, the WAL checkpoints and the upkeep's deletions come quickly.
-const CHECKPOINT_ARGS: [&str; 4] = [
+/// The servers of the upkeep crash test: checkpoints and segments sealed every few
+/// writes, so the runs, the merges, the WAL checkpoints and the upkeep's deletions come
+/// quickly.
+const UPKEEP_ARGS: [&str; 4] = [
     "--kv-checkpoint-interval",
     "100ms",
     "--log-segment-size",
@@ -837,19 +839,19 @@ async fn pk_snapshot(client: &MinkClient, table: &TableDescriptor) -> Vec<(Key, 
     rows
 }
 
-/// A node crashed at each failpoint of KV checkpoints and the store's upkeep, after a
-/// random number of passes, while a primary-key table (without a lake) takes upserts and
+/// A node crashed at each failpoint of KV checkpoints, compaction and the store's upkeep,
+/// after a random number of passes, while a primary-key table (without a lake) takes upserts and
 /// deletes; each restart after a crash loses the disk, so the table's KV store is
 /// restored from its checkpoint: every acknowledged write reads back, and a write whose
 /// answer was lost is there whole or not at all. `abort-mid-kv-restore` crashes such a
 /// restart itself, and the next one restores again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crashes_at_the_checkpoint_failpoints_lose_nothing_acknowledged() {
-    let seed = seed("crashes_at_the_checkpoint_failpoints_lose_nothing_acknowledged");
+async fn crashes_in_the_stores_upkeep_lose_nothing_acknowledged() {
+    let seed = seed("crashes_in_the_stores_upkeep_lose_nothing_acknowledged");
     let mut rng = StdRng::seed_from_u64(seed);
     let store = Store::local();
     let dir = tempfile::tempdir().expect("dir");
-    let server = store.start_new(dir.path(), &CHECKPOINT_ARGS);
+    let server = store.start_new(dir.path(), &UPKEEP_ARGS);
     let client = MinkClient::connect(&server.addr).await.expect("connect");
     let table = pk_lake_table("crashes", 2);
     let table = TableDescriptor {
@@ -864,7 +866,7 @@ async fn crashes_at_the_checkpoint_failpoints_lose_nothing_acknowledged() {
         upserted.written(&rows, acknowledged);
     }
     settle_and_kill(server).await;
-    for point in CHECKPOINT_FAILPOINTS {
+    for point in UPKEEP_FAILPOINTS {
         // A restore passes its point once per run: the first is always there.
         let passes = match point {
             "abort-mid-kv-restore" => 0,
@@ -873,8 +875,7 @@ async fn crashes_at_the_checkpoint_failpoints_lose_nothing_acknowledged() {
         let failpoint = format!("{point}@{passes}");
         let env = [("MINK_FAILPOINT", failpoint.as_str())];
         remove_dirs(dir.path(), &LOST_DISK);
-        if let Some(mut server) = ServerProcess::try_start_with(dir.path(), &CHECKPOINT_ARGS, &env)
-        {
+        if let Some(mut server) = ServerProcess::try_start_with(dir.path(), &UPKEEP_ARGS, &env) {
             let client = MinkClient::connect(&server.addr).await.expect("connect");
             let started = std::time::Instant::now();
             while server.is_running() {
@@ -888,7 +889,7 @@ async fn crashes_at_the_checkpoint_failpoints_lose_nothing_acknowledged() {
             }
         }
         remove_dirs(dir.path(), &LOST_DISK);
-        let server = store.restart(dir.path(), &CHECKPOINT_ARGS);
+        let server = store.restart(dir.path(), &UPKEEP_ARGS);
         let client = MinkClient::connect(&server.addr).await.expect("connect");
         let when = format!("seed {seed}, after {failpoint} and a lost disk");
         upserted.check(pk_snapshot(&client, &table).await, &when);
