@@ -60,10 +60,11 @@
 //!   store again rather than fence it.
 //!
 //! * **Compaction.** A bucket's small stream objects in a row are merged into one (the
-//!   `compaction` module), so its object count stays bounded.
+//!   `compaction` module), so its object count stays bounded; a pack no open tablet
+//!   reads from any more is deleted by the uploader.
 //!
-//! Not here: packs and old claims stay (a merge reads a pack's entry, the pack stays);
-//! packs form only from segments sealed at about the same time.
+//! Not here: old epoch claims stay; packs form only from segments sealed at about the
+//! same time.
 
 mod blocks;
 mod compaction;

@@ -10,7 +10,7 @@
 //!   (`starts/<key>/<offset>`), an open reads none of its stream objects that end at or
 //!   before it, nor the older starts: they go after [`GRACE`], as the local segments do,
 //!   for reads that began before the start moved. Packs stay (their other entries may be
-//!   needed).
+//!   needed; the uploader deletes those nothing reads).
 //! * **Off a KV checkpoint's chain.** Once a new base of a bucket's KV checkpoint is in
 //!   the store, its runs off the furthest chain (the `kv_runs` module) go after [`GRACE`], for
 //!   a restore that listed the store before.
