@@ -8,8 +8,9 @@
 //!   flush's runs (its sorted rows and deletions, already in memory) are kept from the
 //!   base on ([`Pending`]), and a checkpoint merges them into one run, a key's newest
 //!   entry winning. So a busy tablet uploads what changed, not its whole state; once its
-//!   increments outweigh its base, the next checkpoint is a base again (as an LSM merges
-//!   its runs into the level below): a byte upserted goes up about twice in all.
+//!   increments outweigh its base, or its chain holds [`MAX_CHAIN_RUNS`] runs, the next
+//!   checkpoint is a base again (as an LSM merges its runs into the level below): a byte
+//!   upserted goes up about twice in all.
 //! * **What breaks the chain**: pending runs past [`PENDING_RUNS_PER_BUFFER`] times the
 //!   tablet's buffer limit (dropped, their memory freed), a failed upload, or a restart
 //!   (the pending runs were in memory). The next checkpoint is then a base. A tablet is
@@ -38,6 +39,10 @@ use crate::error::Result;
 /// Pending runs a tablet keeps, in multiples of its buffer limit
 /// ([`crate::BufferLimits::tablet_bytes`]), before it drops them and writes a base next.
 pub(super) const PENDING_RUNS_PER_BUFFER: usize = 4;
+
+/// Runs a chain holds at most: a restore reads each, so a bucket whose small increments
+/// never outweigh its base gets a base again after this many.
+const MAX_CHAIN_RUNS: usize = 32;
 
 /// A tablet's checkpoints: the chain in the store and the runs flushed after it.
 #[derive(Debug, Default)]
@@ -121,7 +126,7 @@ impl Checkpoints {
                     }
                     let outweighs =
                         (chain.increment_bytes() + pending.bytes as u64) > chain.base_bytes();
-                    if !outweighs {
+                    if !outweighs && chain.runs.len() < MAX_CHAIN_RUNS {
                         let taken = std::mem::replace(pending, Pending::at(pending.to));
                         return Next::Increment(taken);
                     }

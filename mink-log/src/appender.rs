@@ -239,9 +239,6 @@ impl Appender {
             }),
             watermark,
         });
-        if let Some((store, key)) = &shared.store {
-            store.opened_tablet(key, &shared);
-        }
         upload_sealed_segments(&shared);
         Ok(Self {
             shared,

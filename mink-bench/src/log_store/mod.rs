@@ -449,7 +449,12 @@ pub(super) async fn files_under(dir: PathBuf) -> Result<Vec<(PathBuf, u64)>, Ben
         };
         for entry in entries {
             let entry = entry?;
-            let metadata = entry.metadata()?;
+            // The store's upkeep may delete a file between the listing and this look.
+            let metadata = match entry.metadata() {
+                Ok(metadata) => metadata,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
             match metadata.is_dir() {
                 true => walk(&entry.path(), files)?,
                 false => files.push((entry.path(), metadata.len())),

@@ -2,7 +2,11 @@
 //! one sealing by age, say) would add an object, or a pack entry, per segment for as long
 //! as its history is kept. Once it holds [`MIN_OBJECTS`] small ones in a row, they are
 //! merged into one stream object of their own (`streams/<key>/<base>-<end>`, the
-//! segments' frames one after the other, with one index), up to [`TARGET_BYTES`]:
+//! segments' frames one after the other, with one index), up to [`TARGET_BYTES`]. Only
+//! objects of one size class (a power of 8 of bytes) are merged together, as an LSM's
+//! tiers: eight merged objects of a class make one of the next, so a byte is rewritten
+//! once per class it climbs (four or five times from a 4 KiB segment to 8 MiB), never
+//! once per merge after it:
 //!
 //! * the tablet swaps the merged object in for them at once (the frames' places move,
 //!   their offsets do not), so reads planned after it read the merged object, and reads
@@ -59,7 +63,10 @@ impl Parts {
             let len = segment_len(&frames);
             let follows = parts.last().is_none_or(|(_, last, _)| last.end == base);
             let whole = frames.first().map(|frame| frame.base_offset) == Some(object.base);
-            if len >= SMALL_BYTES || !follows || !whole || bytes + len > TARGET_BYTES {
+            let same_class = (parts.first())
+                .is_none_or(|(_, _, first)| size_class(segment_len(first)) == size_class(len));
+            if len >= SMALL_BYTES || !follows || !whole || !same_class || bytes + len > TARGET_BYTES
+            {
                 if parts.len() >= MIN_OBJECTS {
                     break;
                 }
@@ -81,6 +88,11 @@ impl Parts {
         let end = self.parts.last().map_or(0, |(_, object, _)| object.end);
         (base, end)
     }
+}
+
+/// The size class of an object of `len` bytes: the power of 8 it is at least.
+fn size_class(len: u64) -> u32 {
+    len.max(1).ilog2() / 3
 }
 
 /// The bytes of a segment of `frames`.
@@ -131,8 +143,11 @@ pub(crate) async fn merge(
         base,
         end,
     };
+    let merged_path = merged.object.path.clone();
     if !tablet.merged(&parts, Arc::new(merged)) {
-        return Ok(Vec::new());
+        // Retention moved the bucket on meanwhile: the merged object is garbage (it may
+        // start before the new start).
+        return Ok(vec![merged_path]);
     }
     Ok(parts
         .parts
@@ -256,6 +271,12 @@ mod tests {
         mixed[3] = (6, object(6, 8), frames(6, 8, (SMALL_BYTES as u32) / 2 + 1));
         let parts = Parts::find(mixed).expect("the run after it");
         assert_eq!(parts.offsets(), (8, 40));
+
+        // A merged object is not merged again with the smaller ones after it.
+        let mut after_merge = segments(20, 10);
+        after_merge[0] = (0, object(0, 2), frames(0, 2, 8 * 10 * 8));
+        let parts = Parts::find(after_merge).expect("the run after it");
+        assert_eq!(parts.offsets(), (2, 40));
 
         // Merged objects stay under the target.
         let big = Parts::find(segments(40, (TARGET_BYTES / 64) as u32)).expect("a run");

@@ -19,6 +19,8 @@
 //!   i64 | crc32 u32 | magic`, the CRC-32 covering every byte before it. A large run goes
 //!   up in parts ([`PART_BYTES`]): a writer's memory is a part, not the bucket.
 
+use std::collections::HashMap;
+
 use bytes::Bytes;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStoreExt as _, PutPayload, WriteMultipart};
@@ -97,24 +99,46 @@ impl KvChain {
     }
 
     /// The chain reaching furthest among `runs` (of the same reach, the one of the newest
-    /// base), if any base is there.
+    /// base), if any base is there: from each base, the path of runs, each starting where
+    /// the one before ends, that reaches furthest.
     fn furthest(runs: &[KvRun]) -> Option<Self> {
+        let mut from: HashMap<i64, Vec<KvRun>> = HashMap::new();
+        for run in runs.iter().filter(|run| !run.is_base()) {
+            from.entry(run.from).or_default().push(*run);
+        }
+        let mut longest = HashMap::new();
         (runs.iter())
             .filter(|run| run.is_base())
             .map(|base| {
                 let mut chain = vec![*base];
-                // Of two runs from one offset (a writer that crashed, then wrote on), the
-                // one reaching further.
-                while let Some(next) = (runs.iter())
-                    .filter(|run| run.from == chain.last().expect("a base").to)
-                    .max_by_key(|run| run.to)
-                {
-                    chain.push(*next);
-                }
+                chain.extend(longest_from(base.to, &from, &mut longest));
                 Self { runs: chain }
             })
             .max_by_key(|chain| (chain.end(), chain.runs[0].to))
     }
+}
+
+/// The runs reaching furthest from `offset` on, each starting where the one before ends
+/// (`from`: the runs by their first offset; `longest`: the answers found so far).
+fn longest_from(
+    offset: i64,
+    from: &HashMap<i64, Vec<KvRun>>,
+    longest: &mut HashMap<i64, Vec<KvRun>>,
+) -> Vec<KvRun> {
+    if let Some(known) = longest.get(&offset) {
+        return known.clone();
+    }
+    let reach = |path: &[KvRun]| path.last().map_or(offset, |run| run.to);
+    let mut best: Vec<KvRun> = Vec::new();
+    for run in from.get(&offset).into_iter().flatten() {
+        let mut path = vec![*run];
+        path.extend(longest_from(run.to, from, longest));
+        if reach(&path) > reach(&best) {
+            best = path;
+        }
+    }
+    longest.insert(offset, best.clone());
+    best
 }
 
 /// The path of bucket `key`'s run of `[from, to)`.
@@ -312,10 +336,10 @@ async fn upload(
             loop {
                 match parts.recv().await {
                     Some(Part::Bytes(part)) => {
-                        upload
-                            .wait_for_capacity(PARTS_IN_FLIGHT)
-                            .await
-                            .map_err(failed)?;
+                        if let Err(error) = upload.wait_for_capacity(PARTS_IN_FLIGHT).await {
+                            let _ = upload.abort().await;
+                            return Err(failed(error));
+                        }
                         upload.put(part);
                     }
                     Some(Part::End) => break,
@@ -509,6 +533,11 @@ mod tests {
         );
         let newer = [&runs[..], &[run(0, 40)]].concat();
         assert_eq!(KvChain::furthest(&newer).unwrap().runs, [run(0, 40)]);
+        // The path reaching furthest, not the longest first step: from 20, [20, 25) leads
+        // on to 50, and on to 60.
+        let longer = [&runs[..], &[run(25, 50)]].concat();
+        let chain = KvChain::furthest(&longer).unwrap();
+        assert_eq!(chain.runs[2..], [run(20, 25), run(25, 50), run(50, 60)]);
     }
 
     fn written(entries: &[(&[u8], Option<&[u8]>)], from: i64, to: i64) -> Bytes {

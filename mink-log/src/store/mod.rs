@@ -60,8 +60,8 @@
 //!   store again rather than fence it.
 //!
 //! * **Compaction.** A bucket's small stream objects in a row are merged into one (the
-//!   `compaction` module), so its object count stays bounded; a pack no open tablet
-//!   reads from any more is deleted by the uploader.
+//!   `compaction` module), so its object count stays bounded; a pack no bucket reads
+//!   from any more is deleted once an open finds it so.
 //!
 //! Not here: old epoch claims stay; packs form only from segments sealed at about the
 //! same time.
@@ -100,9 +100,8 @@ use self::open::Streamed;
 pub(crate) use self::stream::StreamObject;
 use self::upkeep::Upkeep;
 pub(crate) use self::uploader::Sealed;
-use self::uploader::{Job, Tablets, Uploader};
+use self::uploader::{Job, Uploader};
 use self::writer::{Pacing, WalWriter};
-use crate::Shared;
 use crate::error::{LogError, Result};
 
 /// Where and how a node's log is kept in an object store.
@@ -228,9 +227,6 @@ pub struct LogStore {
     found: Mutex<HashMap<String, Streamed>>,
     /// The buckets whose tablets opened.
     opened: Mutex<HashSet<String>>,
-    /// Every open tablet, and whether the node opened all it holds: what the packs still
-    /// hold for (shared with the uploader, which deletes the packs nothing reads).
-    tablets: Arc<Tablets>,
     /// What the stream objects cover of the WAL objects.
     coverage: Arc<Mutex<Coverage>>,
     /// `None` once dropped.
@@ -291,17 +287,17 @@ impl LogStore {
             pacing,
             Arc::clone(&coverage),
         );
-        let upkeep = Upkeep::start(location.clone(), config.failpoint);
+        let upkeep = Upkeep::start(location.clone(), opened.epoch, config.failpoint);
         for (key, paths) in opened.covered {
             upkeep.replaced(&key, paths);
         }
-        let tablets = Arc::new(Tablets::default());
+        upkeep.replaced("packs", opened.unread_packs);
         let uploader = Uploader::start(
             location.clone(),
             opened.epoch,
             Arc::clone(&coverage),
             upkeep.clone(),
-            (Arc::clone(&tablets), config.failpoint),
+            config.failpoint,
         );
         drop(entered);
         Ok(Arc::new(Self {
@@ -320,7 +316,6 @@ impl LogStore {
             )),
             found: Mutex::new(opened.streamed),
             opened: Mutex::default(),
-            tablets,
             coverage,
             runtime: Some(runtime),
         }))
@@ -387,11 +382,6 @@ impl LogStore {
         });
     }
 
-    /// The tablet of bucket `key` opened: the packs it reads from stay.
-    pub(crate) fn opened_tablet(&self, key: &str, tablet: &Arc<Shared>) {
-        self.tablets.opened(key, tablet);
-    }
-
     /// The stream objects opening found for the bucket `key`, in order, with their
     /// frames (taken: a tablet asks once, when it opens).
     pub(crate) fn take_streamed(&self, key: &str) -> Streamed {
@@ -418,7 +408,6 @@ impl LogStore {
         gone.extend(found.drain().map(|(key, _)| key));
         let opened = self.opened.lock().unwrap_or_else(|p| p.into_inner());
         gone.retain(|key| !opened.contains(key));
-        self.tablets.all_opened();
         for key in &gone {
             self.forget(key);
             let dir = self.log_root.join(key);

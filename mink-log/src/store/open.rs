@@ -1,7 +1,7 @@
 //! Opening a log store: claiming an epoch, fencing the older writers, finding every
 //! bucket's stream objects, and rebuilding the logs' tails from the WAL objects.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -39,6 +39,9 @@ pub(crate) struct Opened {
     /// Per bucket key, its own stream objects that others cover (those a merge replaced
     /// before a crash): garbage.
     pub(crate) covered: HashMap<String, Vec<StorePath>>,
+    /// Packs no bucket reads from any more (their entries merged into other objects, or
+    /// before their buckets' starts): garbage.
+    pub(crate) unread_packs: Vec<StorePath>,
     /// What those cover of the WAL objects read.
     pub(crate) coverage: Coverage,
 }
@@ -92,7 +95,11 @@ async fn read_back(
     epoch: u64,
 ) -> Result<Option<Opened>> {
     let mut starts = find_starts(location).await?;
-    let (streamed, covered) = find_streams(location, &starts).await?;
+    let Found {
+        streamed,
+        covered,
+        unread_packs,
+    } = find_streams(location, &starts).await?;
     // Each bucket's local log starts where its stream objects end, or where retention
     // left it.
     for (key, objects) in &streamed {
@@ -128,6 +135,7 @@ async fn read_back(
         epoch,
         streamed,
         covered,
+        unread_packs,
         coverage,
     }))
 }
@@ -223,10 +231,7 @@ async fn find_starts(location: &Location) -> Result<HashMap<String, i64>> {
 /// Every bucket's chain of stream objects ([`stream::chain`]), of its own and in packs,
 /// after its recorded start, with their frames; and its own objects off the chain that
 /// the chain covers.
-async fn find_streams(
-    location: &Location,
-    starts: &HashMap<String, i64>,
-) -> Result<(HashMap<String, Streamed>, HashMap<String, Vec<StorePath>>)> {
+async fn find_streams(location: &Location, starts: &HashMap<String, i64>) -> Result<Found> {
     // Per bucket key, the stream objects that may be read: their offsets and places.
     type Candidates = Vec<((i64, i64), Placed)>;
     let mut by_key: HashMap<String, Candidates> = HashMap::new();
@@ -248,13 +253,21 @@ async fn find_streams(
         };
         candidate(object.key, offsets, placed);
     }
+    // Per pack, its entries' buckets and offsets.
+    type Held = Vec<(String, (i64, i64))>;
+    let mut packs: Vec<(StorePath, Held)> = Vec::new();
     for ObjectMeta {
         location: path,
         size,
         ..
     } in list_packs(location).await?
     {
-        for entry in pack::directory(location.store.as_ref(), &path, size).await? {
+        let entries = pack::directory(location.store.as_ref(), &path, size).await?;
+        let held = entries
+            .iter()
+            .map(|entry| (entry.key.clone(), entry.offsets));
+        packs.push((path.clone(), held.collect()));
+        for entry in entries {
             let placed = Placed {
                 path: path.clone(),
                 object_len: size,
@@ -296,7 +309,37 @@ async fn find_streams(
         }
         streamed.insert(key, chain);
     }
-    Ok((streamed, covered))
+    // A pack is unread when no chain reads from it and each of its entries ends before
+    // its bucket's recorded start or at or before its bucket's chain's end (an entry after
+    // a gap in the chain keeps its pack).
+    let read: HashSet<&StorePath> = (streamed.values().flatten())
+        .map(|(object, _)| &object.object.path)
+        .collect();
+    let dead = |(key, (_, end)): &(String, (i64, i64))| {
+        let start = starts.get(key).copied().unwrap_or(i64::MIN);
+        let chain_end = (streamed.get(key))
+            .and_then(|chain| chain.last())
+            .map_or(i64::MIN, |(object, _)| object.end);
+        *end <= start || *end <= chain_end
+    };
+    let unread_packs = (packs.into_iter())
+        .filter(|(path, entries)| !read.contains(path) && entries.iter().all(dead))
+        .map(|(path, _)| path)
+        .collect();
+    Ok(Found {
+        streamed,
+        covered,
+        unread_packs,
+    })
+}
+
+/// What [`find_streams`] found.
+struct Found {
+    streamed: HashMap<String, Streamed>,
+    /// Per bucket, its own stream objects its chain covers.
+    covered: HashMap<String, Vec<StorePath>>,
+    /// The packs no chain reads from, nor ever will.
+    unread_packs: Vec<StorePath>,
 }
 
 /// Every pack in the store, with its size.
@@ -309,7 +352,7 @@ pub(super) async fn list_packs(location: &Location) -> Result<Vec<ObjectMeta>> {
 }
 
 /// The numbers named under `dir` (`epochs`), ascending.
-async fn list_numbers(location: &Location, dir: &str) -> Result<Vec<u64>> {
+pub(super) async fn list_numbers(location: &Location, dir: &str) -> Result<Vec<u64>> {
     let listed = location
         .store
         .list_with_delimiter(Some(&location.path([dir])))

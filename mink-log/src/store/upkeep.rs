@@ -28,12 +28,15 @@
 //! ```
 //!
 //! At most one pass runs every [`PASS_EVERY`]; a pass that fails is logged, and what it
-//! left goes with the next checkpoint's or the bucket's next start's.
+//! left goes with the next checkpoint's or the bucket's next start's. Each pass first
+//! lists the epochs: once a newer writer claimed the store, this one's upkeep stops
+//! (what it would delete, the newer writer may read). An object already gone counts as
+//! deleted.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use futures::{StreamExt as _, TryStreamExt as _};
+use futures::StreamExt as _;
 use object_store::path::Path as StorePath;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -42,7 +45,7 @@ use tracing::{debug, warn};
 use super::coverage::{self, Place};
 use super::kv_runs;
 use super::location::Location;
-use super::open::{list_under, store_error};
+use super::open::{list_numbers, list_under, store_error};
 use super::{StoreCrash, StoreFailpoint, stream};
 use crate::error::Result;
 
@@ -82,13 +85,14 @@ enum Left {
 
 impl Upkeep {
     /// Starts the upkeep on the current runtime.
-    pub(crate) fn start(location: Location, failpoint: Option<StoreCrash>) -> Self {
+    pub(crate) fn start(location: Location, epoch: u64, failpoint: Option<StoreCrash>) -> Self {
         let (furthest, checkpoints) = watch::channel(Place::default());
         let (leftovers, left) = mpsc::unbounded_channel();
         let task = Task {
             location,
             passed: Place::default(),
             leftovers: VecDeque::new(),
+            epoch,
             failpoint,
         };
         tokio::spawn(task.run(checkpoints, left));
@@ -145,6 +149,8 @@ struct Task {
     passed: Place,
     /// Leftovers, each with when it may go, in order.
     leftovers: VecDeque<(Instant, Leftover)>,
+    /// The writer's epoch: once a newer one is claimed, the upkeep deletes nothing more.
+    epoch: u64,
     failpoint: Option<StoreCrash>,
 }
 
@@ -170,6 +176,21 @@ impl Task {
                 () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
             }
             let furthest = *checkpoints.borrow_and_update();
+            match list_numbers(&self.location, "epochs").await {
+                Ok(claimed) if claimed.last().is_some_and(|&last| last > self.epoch) => {
+                    warn!(
+                        epoch = self.epoch,
+                        "a newer writer claimed the log store: its upkeep deletes nothing more"
+                    );
+                    return;
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    warn!(%error, "listing the log store's epochs failed; the upkeep waits");
+                    tokio::time::sleep(PASS_EVERY).await;
+                    continue;
+                }
+            }
             match self.pass(furthest).await {
                 Ok(deleted) => debug!(?furthest, deleted, "log store upkeep: objects deleted"),
                 Err(error) => warn!(%error, "a pass of the log store's upkeep failed"),
@@ -205,15 +226,17 @@ impl Task {
     }
 }
 
-/// Deletes the objects at `paths`.
+/// Deletes the objects at `paths` (one already gone counts as deleted).
 async fn delete(location: &Location, paths: Vec<StorePath>) -> Result<()> {
     let paths = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
-    location
-        .store
-        .delete_stream(paths)
-        .try_for_each(|_| async { Ok(()) })
-        .await
-        .map_err(|e| store_error("deleting objects no open needs", e))
+    let mut deleted = location.store.delete_stream(paths);
+    while let Some(outcome) = deleted.next().await {
+        match outcome {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(store_error("deleting objects no open needs", e)),
+        }
+    }
+    Ok(())
 }
 
 /// The WAL objects (and fences) before `furthest`, and the checkpoints before it.
@@ -328,7 +351,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let upkeep = Upkeep::start(location.clone(), None);
+        let upkeep = Upkeep::start(location.clone(), 1, None);
         upkeep.start_recorded("t1/b0", 20);
         upkeep.forgotten("t2/b0");
 

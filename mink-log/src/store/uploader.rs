@@ -7,19 +7,16 @@
 //!
 //! Uploads run one at a time, in the order segments are sealed. Small segments sealed
 //! together (quiet buckets sealing by age, a rebuilt log's segments at an open) go in one
-//! pack (the `pack` module). Once the node has opened every tablet it holds, a pack no
-//! open tablet reads from (its entries merged into other objects, removed by retention,
-//! or of dropped buckets) for [`GRACE`] is deleted, at most one pass every [`GRACE`]. An upload that fails is retried, with a growing pause, until
+//! pack (the `pack` module). An upload that fails is retried, with a growing pause, until
 //! it succeeds or its buckets are gone: meanwhile the segments are read locally, and a
 //! restart reads their frames from the WAL objects.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use object_store::ObjectStoreExt as _;
 use object_store::path::Path as StorePath;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -29,7 +26,7 @@ use super::blocks::CachedObject;
 use super::compaction;
 use super::coverage::{self, Coverage};
 use super::location::Location;
-use super::open::{blocking, create, list_packs};
+use super::open::{blocking, create};
 use super::pack;
 use super::stream::{self, StreamObject};
 use super::upkeep::Upkeep;
@@ -81,7 +78,7 @@ impl Uploader {
         epoch: u64,
         coverage: Arc<Mutex<Coverage>>,
         upkeep: Upkeep,
-        (tablets, failpoint): (Arc<Tablets>, Option<StoreCrash>),
+        failpoint: Option<StoreCrash>,
     ) -> Self {
         let (jobs, queue) = mpsc::unbounded_channel();
         let task = Task {
@@ -93,9 +90,6 @@ impl Uploader {
             failpoint,
             retired: VecDeque::new(),
             stored: HashMap::new(),
-            tablets,
-            unread_packs: HashMap::new(),
-            packs_passed: Instant::now(),
         };
         tokio::spawn(task.run(queue));
         Self { jobs }
@@ -123,53 +117,6 @@ struct Task {
     retired: VecDeque<(Instant, PathBuf, i64)>,
     /// The buckets of the stream objects the last job stored, to compact.
     stored: HashMap<String, Weak<Shared>>,
-    tablets: Arc<Tablets>,
-    /// Packs no open tablet read from at the last pass, with when that was first seen.
-    unread_packs: HashMap<StorePath, Instant>,
-    /// When packs were last looked at.
-    packs_passed: Instant,
-}
-
-/// Every open tablet of the store, and whether the node opened all it holds.
-#[derive(Debug, Default)]
-pub(crate) struct Tablets {
-    open: Mutex<HashMap<String, Weak<Shared>>>,
-    all_opened: std::sync::atomic::AtomicBool,
-}
-
-impl Tablets {
-    /// Bucket `key`'s tablet opened.
-    pub(crate) fn opened(&self, key: &str, tablet: &Arc<Shared>) {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        open.retain(|_, tablet| tablet.strong_count() > 0);
-        open.insert(key.to_string(), Arc::downgrade(tablet));
-    }
-
-    /// The node opened every tablet it holds: a pack none of them reads from is garbage.
-    pub(crate) fn all_opened(&self) {
-        (self.all_opened).store(true, std::sync::atomic::Ordering::Release);
-    }
-
-    /// The objects the open tablets read from; `None` until the node opened them all.
-    fn read_from(&self) -> Option<HashSet<StorePath>> {
-        if !self.all_opened.load(std::sync::atomic::Ordering::Acquire) {
-            return None;
-        }
-        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let tablets = open.values().filter_map(Weak::upgrade);
-        Some(
-            tablets
-                .flat_map(|tablet| {
-                    let state = tablet.read_state();
-                    let paths = state
-                        .streamed
-                        .values()
-                        .map(|object| object.object.path.clone());
-                    paths.collect::<Vec<_>>()
-                })
-                .collect(),
-        )
-    }
 }
 
 /// A sealed segment read back, as the stream object it becomes.
@@ -194,9 +141,6 @@ impl Task {
                 },
             };
             remove_retired(&mut self.retired).await;
-            if self.packs_passed.elapsed() >= GRACE {
-                self.delete_unread_packs().await;
-            }
             match job {
                 None => {}
                 Some(Job::Seal(first)) => {
@@ -327,35 +271,6 @@ impl Task {
         }
     }
 
-    /// Deletes the packs no open tablet has read from for [`GRACE`] (nor made in the last
-    /// [`GRACE`]: a pack an older writer made, say). A pass that fails is logged; the next
-    /// one tries again.
-    async fn delete_unread_packs(&mut self) {
-        self.packs_passed = Instant::now();
-        let Some(read_from) = self.tablets.read_from() else {
-            return;
-        };
-        let listed = match list_packs(&self.location).await {
-            Ok(listed) => listed,
-            Err(error) => return warn!(%error, "listing the log store's packs failed"),
-        };
-        let doomed = unread_for_long(
-            &mut self.unread_packs,
-            listed,
-            &read_from,
-            (Instant::now(), std::time::SystemTime::now()),
-        );
-        for pack in doomed {
-            match self.location.store.delete(&pack).await {
-                Ok(()) => {
-                    debug!(%pack, "deleted a pack no bucket reads from");
-                    self.unread_packs.remove(&pack);
-                }
-                Err(error) => warn!(%pack, %error, "deleting a pack no bucket reads from failed"),
-            }
-        }
-    }
-
     /// Merges the small stream objects of the buckets the last job stored, where there
     /// are enough in a row (the `compaction` module). A merge that fails is logged and
     /// tried again after the bucket's next upload.
@@ -442,32 +357,6 @@ impl Task {
             Err(error) => warn!(%error, "making a log store checkpoint failed"),
         }
     }
-}
-
-/// Of the packs `listed` now (`now`: on the runtime's clock and the wall's), those none
-/// of `read_from` was read from for [`GRACE`], at this pass and those since `unread` (the
-/// packs unread at the last pass, since when) saw them so: `unread` is updated. A pack
-/// made in the last [`GRACE`] is not counted (an older writer's, perhaps, that its
-/// tablets did not read yet).
-fn unread_for_long(
-    unread: &mut HashMap<StorePath, Instant>,
-    listed: Vec<object_store::ObjectMeta>,
-    read_from: &HashSet<StorePath>,
-    (now, wall): (Instant, std::time::SystemTime),
-) -> Vec<StorePath> {
-    let old = |made: std::time::SystemTime| wall.duration_since(made).is_ok_and(|age| age >= GRACE);
-    let unread_now: HashSet<StorePath> = (listed.into_iter())
-        .filter(|pack| !read_from.contains(&pack.location))
-        .filter(|pack| old(pack.last_modified.into()))
-        .map(|pack| pack.location)
-        .collect();
-    unread.retain(|pack, _| unread_now.contains(pack));
-    (unread_now.into_iter())
-        .filter(|pack| {
-            let since = *unread.entry(pack.clone()).or_insert(now);
-            now.duration_since(since) >= GRACE
-        })
-        .collect()
 }
 
 /// Runs `attempt` until it succeeds, pausing longer after each failure; gives up (`None`)
@@ -578,54 +467,5 @@ async fn remove_retired(retired: &mut VecDeque<(Instant, PathBuf, i64)>) {
     .await;
     if let Err(error) = removed {
         warn!(%error, "removing a local segment already in the store failed");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pack(name: &str, made: std::time::SystemTime) -> object_store::ObjectMeta {
-        object_store::ObjectMeta {
-            location: StorePath::from(format!("packs/{name}")),
-            last_modified: made.into(),
-            size: 1,
-            e_tag: None,
-            version: None,
-        }
-    }
-
-    #[test]
-    fn packs_unread_for_a_grace_at_two_passes_go_and_young_or_read_ones_stay() {
-        let (start, wall) = (Instant::now(), std::time::SystemTime::now());
-        let long_ago = wall - 10 * GRACE;
-        let listed = || {
-            vec![
-                pack("read", long_ago),
-                pack("unread", long_ago),
-                pack("young", wall),
-                pack("read-again", long_ago),
-            ]
-        };
-        let mut read_from: HashSet<StorePath> = ["packs/read", "packs/read-again"]
-            .map(StorePath::from)
-            .into();
-        let mut unread = HashMap::new();
-        let first = unread_for_long(&mut unread, listed(), &read_from, (start, wall));
-        assert!(first.is_empty(), "a pack is first seen unread: {first:?}");
-        // A pack its tablets stop reading counts from the pass that sees it unread.
-        read_from.remove(&StorePath::from("packs/read-again"));
-        let later = (start + GRACE, wall + GRACE);
-        let second = unread_for_long(&mut unread, listed(), &read_from, later);
-        assert_eq!(second, [StorePath::from("packs/unread")]);
-        let third = unread_for_long(
-            &mut unread,
-            listed(),
-            &read_from,
-            (start + 2 * GRACE, wall + 2 * GRACE),
-        );
-        let mut third: Vec<String> = third.iter().map(ToString::to_string).collect();
-        third.sort();
-        assert_eq!(third, ["packs/read-again", "packs/unread", "packs/young"]);
     }
 }
