@@ -337,8 +337,20 @@ impl Tablets {
     ) -> Result<T> {
         let _flushing = lock(&tablet.flushing);
         self.flush_runs(tablet)?;
+        then(self.flushed_offset(tablet)?)
+    }
+
+    /// The log offset the tablet's rows in fjall reflect.
+    pub(super) fn flushed_offset(&self, tablet: &TabletState) -> Result<i64> {
         let applied = self.applied.get(tablet.name.as_bytes()).map_err(kv_error)?;
-        then(decode_offset(applied.as_deref())?)
+        decode_offset(applied.as_deref())
+    }
+
+    /// Records that the tablet's rows in fjall reflect the log up to `offset`.
+    fn record_applied(&self, tablet: &TabletState, offset: i64) -> Result<()> {
+        (self.applied)
+            .insert(tablet.name.as_bytes(), offset.to_le_bytes())
+            .map_err(kv_error)
     }
 
     /// Rows were ingested into the tablet's fjall keyspace (a restore): they reach
@@ -348,9 +360,7 @@ impl Tablets {
         let last = tablet.rows.last_key_value().map(|pair| pair.key());
         let last = last.transpose().map_err(kv_error)?;
         write(&tablet.buffered).stored_key_bound = last.map(|key| key.to_vec());
-        self.applied
-            .insert(tablet.name.as_bytes(), end_offset.to_le_bytes())
-            .map_err(kv_error)
+        self.record_applied(tablet, end_offset)
     }
 
     /// [`Tablets::flush`], its lock held.
@@ -415,9 +425,7 @@ impl Tablets {
                     .collect()
             })?;
         }
-        self.applied
-            .insert(tablet.name.as_bytes(), end_offset.to_le_bytes())
-            .map_err(kv_error)
+        self.record_applied(tablet, end_offset)
     }
 
     /// Counts a tablet's bytes again after its runs changed, and the node's with them.

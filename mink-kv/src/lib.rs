@@ -282,10 +282,7 @@ impl KvTablet {
     /// rest). A power cut may take it back to the last one made durable
     /// ([`KvStore::sync_applied_offsets`]).
     pub fn flushed_offset(&self) -> Result<i64> {
-        let value = (self.store.tablets.applied)
-            .get(self.state.name.as_bytes())
-            .map_err(kv_error)?;
-        decode_offset(value.as_deref())
+        self.store.tablets.flushed_offset(&self.state)
     }
 
     /// The stored row of `key`.

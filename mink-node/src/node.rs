@@ -236,6 +236,12 @@ impl Node {
         self.tables.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Every open table's state, taken out of the lock (a long pass over them, as
+    /// retention's or checkpoints', holds it no longer than the copy).
+    fn table_states(&self) -> Vec<Arc<TableState>> {
+        self.tables_read().values().cloned().collect()
+    }
+
     fn tables_write(
         &self,
     ) -> std::sync::RwLockWriteGuard<'_, BTreeMap<TablePath, Arc<TableState>>> {

@@ -343,12 +343,9 @@ struct Found {
 }
 
 /// Every pack in the store, with its size.
-pub(super) async fn list_packs(location: &Location) -> Result<Vec<ObjectMeta>> {
-    use futures::TryStreamExt as _;
-    (location.store.list(Some(&location.path(["packs"]))))
-        .try_collect()
-        .await
-        .map_err(|e| store_error("listing the log store's packs", e))
+async fn list_packs(location: &Location) -> Result<Vec<ObjectMeta>> {
+    let listed = list_under(location, &["packs"]).await?;
+    Ok(listed.into_iter().map(|(_, object)| object).collect())
 }
 
 /// The numbers named under `dir` (`epochs`), ascending.

@@ -7,12 +7,11 @@
 //! from its checkpoint's end (the `retention` module): a node that lost its disk restores
 //! the checkpoint and replays the log after it (the `storage` module).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{debug, warn};
 
-use super::{Node, TableState};
+use super::Node;
 
 /// What one pass of checkpoints wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -33,12 +32,7 @@ impl Node {
         let Some(store) = self.storage.config.log.store.clone() else {
             return pass;
         };
-        let tables: Vec<Arc<TableState>> = (self.tables.read())
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for state in tables {
+        for state in self.table_states() {
             let buckets: Vec<_> = state.partitions().values().flatten().cloned().collect();
             for bucket in buckets {
                 let Some(kv) = &bucket.kv else {

@@ -2,14 +2,13 @@
 //! never what its KV stores would replay (from their local files, and with a log store
 //! from their checkpoints there) nor, with a lake, what is not tiered yet.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use mink_core::table::TableDescriptor;
 use mink_kv::KvTablet;
 use tracing::warn;
 
-use super::{Node, TableState};
+use super::Node;
 use crate::error::Result;
 
 impl Node {
@@ -17,15 +16,8 @@ impl Node {
     /// A table that fails (dropped meanwhile, its metadata unreadable) is logged and
     /// skipped: the others are still trimmed.
     pub fn enforce_retention(&self) -> Result<usize> {
-        let tables: Vec<Arc<TableState>> = self
-            .tables
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
         let mut removed = 0;
-        for state in tables {
+        for state in self.table_states() {
             let table = state.descriptor();
             let Some(ttl) = table.log_ttl else {
                 continue;
