@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 
 use fjall::Keyspace;
 
-use super::checkpoint::{Checkpoints, PENDING_RUNS_PER_BUFFER};
+use super::checkpoint::{Checkpoints, PendingLimits};
 use super::runs::{Merged, Run};
 use super::threads;
 use super::{decode_offset, kv_error};
@@ -92,7 +92,9 @@ pub(super) struct Tablets {
     limits: BufferLimits,
     open: Mutex<HashMap<String, Arc<TabletState>>>,
     buffered_bytes: AtomicUsize,
-    /// Told when a tablet's runs flushed since its last checkpoint reach its limit.
+    /// The runs the tablets' flushes wrote since their last checkpoints, together.
+    pub(super) pending: PendingLimits,
+    /// Told when those runs reach their limits ([`Checkpoints::flushed`]).
     pub(super) checkpoint_due: tokio::sync::Notify,
 }
 
@@ -215,6 +217,7 @@ impl Tablets {
             limits,
             open: Mutex::default(),
             buffered_bytes: AtomicUsize::new(0),
+            pending: PendingLimits::new(limits),
             checkpoint_due: tokio::sync::Notify::new(),
         }
     }
@@ -380,13 +383,7 @@ impl Tablets {
         let mut buffered = write(&tablet.buffered);
         buffered.frozen = 0;
         written?;
-        let limit = self.limits.tablet_bytes;
-        let checkpoint_due = lock(&tablet.checkpoints).flushed(
-            &runs,
-            end_offset,
-            limit,
-            limit.saturating_mul(PENDING_RUNS_PER_BUFFER),
-        );
+        let checkpoint_due = lock(&tablet.checkpoints).flushed(&runs, end_offset, &self.pending);
         if checkpoint_due {
             self.checkpoint_due.notify_one();
         }

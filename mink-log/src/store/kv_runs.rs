@@ -26,6 +26,7 @@ use object_store::path::Path as StorePath;
 use object_store::{ObjectStoreExt as _, PutPayload, WriteMultipart};
 use tokio::sync::{mpsc, oneshot};
 
+use super::kv_run_entries::KvRunEntries;
 use super::location::Location;
 use super::open::{blocking, list_under, store_error};
 use super::stream;
@@ -37,7 +38,7 @@ use crate::error::{LogError, Result};
 pub(crate) const KIND: &str = "kv";
 
 /// A run's `row_len` for a deleted key.
-const DELETED: u32 = u32::MAX;
+pub(super) const DELETED: u32 = u32::MAX;
 
 /// The bytes a run's writer gathers before it hands them to the upload: the part size of
 /// a multipart upload (S3 takes parts of 5 MiB and more). A run smaller than this goes up
@@ -47,10 +48,10 @@ const PART_BYTES: usize = 8 << 20;
 /// Parts of one upload in flight at once.
 const PARTS_IN_FLIGHT: usize = 2;
 
-const MAGIC: &[u8; 8] = b"MINKKVR1";
+pub(super) const MAGIC: &[u8; 8] = b"MINKKVR1";
 
 /// Bytes of a run's trailer.
-const TRAILER_LEN: usize = 8 + 8 + 8 + 4 + MAGIC.len();
+pub(super) const TRAILER_LEN: usize = 8 + 8 + 8 + 4 + MAGIC.len();
 
 /// One run of a KV checkpoint in the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -364,80 +365,24 @@ async fn upload(
     Ok(())
 }
 
-/// A run read from the store, checked whole: its entries in order.
-#[derive(Debug)]
-pub struct KvRunEntries {
-    bytes: Bytes,
-    /// Where the next entry starts.
-    at: usize,
-    /// Where the entries end (the trailer starts).
-    end: usize,
-}
-
-impl KvRunEntries {
-    /// The entries of `run`, whose bytes are `bytes`.
-    ///
-    /// # Errors
-    /// Bytes that are not that run, or damaged.
-    fn parse(run: &KvRun, bytes: Bytes) -> Result<Self> {
-        let corrupt = |why: &str| {
-            LogError::Corrupt(format!(
-                "KV checkpoint run {}: {why}",
-                stream::name(run.from, run.to)
-            ))
-        };
-        let end = (bytes.len().checked_sub(TRAILER_LEN))
-            .filter(|_| bytes.ends_with(MAGIC))
-            .ok_or_else(|| corrupt("no trailer"))?;
-        let crc_at = bytes.len() - MAGIC.len() - 4;
-        let word = |at: usize| -> [u8; 8] { bytes[at..at + 8].try_into().expect("8 bytes") };
-        let stored_crc = u32::from_le_bytes(bytes[crc_at..crc_at + 4].try_into().expect("4"));
-        if crc32fast::hash(&bytes[..crc_at]) != stored_crc {
-            return Err(corrupt("checksum mismatch"));
+/// Reads the object at `path`, of `size` bytes, in ranges of [`PART_BYTES`] and hands
+/// them over in order, a few ahead of their reader; stops at the first failure.
+async fn download(
+    location: Location,
+    path: StorePath,
+    size: u64,
+    chunks: mpsc::Sender<Result<Bytes>>,
+) {
+    let mut at = 0;
+    while at < size {
+        let end = size.min(at + PART_BYTES as u64);
+        let read = location.store.get_range(&path, at..end).await;
+        let read = read.map_err(|e| store_error(&format!("reading {path}"), e));
+        let failed = read.is_err();
+        if chunks.send(read).await.is_err() || failed {
+            return;
         }
-        let (from, to) = (
-            i64::from_le_bytes(word(end + 8)),
-            i64::from_le_bytes(word(end + 16)),
-        );
-        if (from, to) != (run.from, run.to) {
-            return Err(corrupt(&format!("it says it holds [{from}, {to})")));
-        }
-        Ok(Self { bytes, at: 0, end })
-    }
-
-    fn take(&mut self, len: usize) -> Result<&[u8]> {
-        let taken = (self.at.checked_add(len))
-            .filter(|&next| next <= self.end)
-            .map(|next| &self.bytes[std::mem::replace(&mut self.at, next)..next]);
-        taken.ok_or_else(|| LogError::Corrupt("a KV checkpoint entry overruns its run".into()))
-    }
-
-    fn take_len(&mut self) -> Result<u32> {
-        let bytes = self.take(4)?;
-        Ok(u32::from_le_bytes(bytes.try_into().expect("4 bytes")))
-    }
-
-    /// The next entry: a key and its row (`None`: deleted).
-    ///
-    /// # Errors
-    /// An entry that overruns the run (a run whose checksum matched was written so).
-    pub fn next_entry(&mut self) -> Result<Option<(Bytes, Option<Bytes>)>> {
-        if self.at == self.end {
-            return Ok(None);
-        }
-        let key_len = self.take_len()? as usize;
-        let key_at = self.at;
-        self.take(key_len)?;
-        let key = self.bytes.slice(key_at..key_at + key_len);
-        let row = match self.take_len()? {
-            DELETED => None,
-            len => {
-                let row_at = self.at;
-                self.take(len as usize)?;
-                Some(self.bytes.slice(row_at..row_at + len as usize))
-            }
-        };
-        Ok(Some((key, row)))
+        at = end;
     }
 }
 
@@ -475,21 +420,26 @@ impl LogStore {
         })
     }
 
-    /// The entries of `run` of the bucket whose log is in `dir`. Blocks.
+    /// The entries of `run` of the bucket whose log is in `dir`, read as they stream in
+    /// (see [`KvRunEntries`]).
     ///
     /// # Errors
-    /// The run could not be read, or is damaged.
+    /// The run could not be found.
     pub fn read_kv_run(&self, dir: &std::path::Path, run: &KvRun) -> Result<KvRunEntries> {
         let path = run_path(&self.location, &self.key_of(dir)?, run.from, run.to);
         let location = self.location.clone();
-        let bytes = self.wait_for(async move {
-            let read = location.store.get(&path).await;
-            let read = read.map_err(|e| store_error(&format!("reading {path}"), e))?;
-            read.bytes()
-                .await
-                .map_err(|e| store_error(&format!("reading {path}"), e))
+        let (chunks, mut received) = mpsc::channel(PARTS_IN_FLIGHT);
+        let size = self.wait_for(async move {
+            let head = location.store.head(&path).await;
+            let size = head
+                .map_err(|e| store_error(&format!("reading {path}"), e))?
+                .size;
+            tokio::spawn(download(location, path, size, chunks));
+            Ok(size)
         })?;
-        KvRunEntries::parse(run, bytes)
+        // Not `blocking_recv`: a bucket's open restores it from within the node's runtime.
+        let chunks = std::iter::from_fn(move || futures::executor::block_on(received.recv()));
+        Ok(KvRunEntries::new(*run, size, Box::new(chunks)))
     }
 
     /// A new base of the bucket whose log is in `dir` is in the store: the runs off its
@@ -538,52 +488,5 @@ mod tests {
         let longer = [&runs[..], &[run(25, 50)]].concat();
         let chain = KvChain::furthest(&longer).unwrap();
         assert_eq!(chain.runs[2..], [run(20, 25), run(25, 50), run(50, 60)]);
-    }
-
-    fn written(entries: &[(&[u8], Option<&[u8]>)], from: i64, to: i64) -> Bytes {
-        let mut bytes = Vec::new();
-        for (key, row) in entries {
-            bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
-            bytes.extend_from_slice(key);
-            match row {
-                None => bytes.extend_from_slice(&DELETED.to_le_bytes()),
-                Some(row) => {
-                    bytes.extend_from_slice(&(row.len() as u32).to_le_bytes());
-                    bytes.extend_from_slice(row);
-                }
-            }
-        }
-        bytes.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&from.to_le_bytes());
-        bytes.extend_from_slice(&to.to_le_bytes());
-        let crc = crc32fast::hash(&bytes);
-        bytes.extend_from_slice(&crc.to_le_bytes());
-        bytes.extend_from_slice(MAGIC);
-        bytes.into()
-    }
-
-    #[test]
-    fn a_run_reads_back_its_entries_and_refuses_damage() {
-        let entries: [(&[u8], Option<&[u8]>); 3] =
-            [(b"a", Some(b"row a")), (b"b", None), (b"c", Some(b""))];
-        let bytes = written(&entries, 10, 20);
-        let mut read = KvRunEntries::parse(&run(10, 20), bytes.clone()).unwrap();
-        let mut back = Vec::new();
-        while let Some((key, row)) = read.next_entry().unwrap() {
-            back.push((key.to_vec(), row.map(|row| row.to_vec())));
-        }
-        let expected: Vec<_> = (entries.iter())
-            .map(|(key, row)| (key.to_vec(), row.map(<[u8]>::to_vec)))
-            .collect();
-        assert_eq!(back, expected);
-
-        let error = KvRunEntries::parse(&run(0, 20), bytes.clone()).unwrap_err();
-        assert!(error.to_string().contains("holds [10, 20)"), "{error}");
-        let mut flipped = bytes.to_vec();
-        flipped[3] ^= 1;
-        let error = KvRunEntries::parse(&run(10, 20), flipped.into()).unwrap_err();
-        assert!(error.to_string().contains("checksum"), "{error}");
-        let error = KvRunEntries::parse(&run(10, 20), bytes.slice(1..)).unwrap_err();
-        assert!(error.to_string().contains("checksum"), "{error}");
     }
 }

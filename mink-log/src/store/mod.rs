@@ -69,6 +69,7 @@
 mod blocks;
 mod compaction;
 mod coverage;
+mod kv_run_entries;
 mod kv_runs;
 mod location;
 mod open;
@@ -93,7 +94,8 @@ use tracing::info;
 
 use self::blocks::BlockCache;
 use self::coverage::Coverage;
-pub use self::kv_runs::{KvChain, KvRun, KvRunEntries, KvRunWriter};
+pub use self::kv_run_entries::KvRunEntries;
+pub use self::kv_runs::{KvChain, KvRun, KvRunWriter};
 use self::location::Location;
 pub use self::location::check_store_url;
 use self::open::Streamed;
