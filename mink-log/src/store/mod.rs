@@ -291,9 +291,10 @@ impl LogStore {
         );
         let upkeep = Upkeep::start(location.clone(), opened.epoch, config.failpoint);
         for (key, paths) in opened.covered {
-            upkeep.replaced(&key, paths);
+            upkeep.unread(&key, paths);
         }
-        upkeep.replaced("packs", opened.unread_packs);
+        upkeep.unread("packs", opened.unread_packs);
+        upkeep.unread("epochs", opened.stale_claims);
         let uploader = Uploader::start(
             location.clone(),
             opened.epoch,

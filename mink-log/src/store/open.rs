@@ -42,6 +42,9 @@ pub(crate) struct Opened {
     /// Packs no bucket reads from any more (their entries merged into other objects, or
     /// before their buckets' starts): garbage.
     pub(crate) unread_packs: Vec<StorePath>,
+    /// The claims of epochs before the furthest checkpoint's, which no open reads: only
+    /// the last claim counts for fencing.
+    pub(crate) stale_claims: Vec<StorePath>,
     /// What those cover of the WAL objects read.
     pub(crate) coverage: Coverage,
 }
@@ -112,7 +115,8 @@ async fn read_back(
     let root = log_root.to_path_buf();
     let mut rebuild = blocking(move || Rebuild::start(&root, segment_bytes.max(1), starts)).await?;
     let mut objects = 0;
-    for older in list_numbers(location, "epochs").await? {
+    let claims = list_numbers(location, "epochs").await?;
+    for &older in &claims {
         if (from.0..epoch).contains(&older) {
             let reading = Reading {
                 epoch: older,
@@ -136,6 +140,10 @@ async fn read_back(
         streamed,
         covered,
         unread_packs,
+        stale_claims: (claims.into_iter())
+            .filter(|&claim| claim < from.0)
+            .map(|claim| location.path(["epochs", &wal::number(claim)]))
+            .collect(),
         coverage,
     }))
 }

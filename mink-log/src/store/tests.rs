@@ -511,6 +511,30 @@ async fn the_upkeep_deletes_the_wal_behind_a_checkpoint_and_a_lost_disk_reads_ev
     assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), written);
 }
 
+/// The claims of epochs before the furthest checkpoint's are garbage: an open reads the
+/// WAL from that epoch on, and fencing needs only the last claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_of_epochs_behind_the_furthest_checkpoint_are_garbage() {
+    let store_dir = tempfile::tempdir().unwrap();
+    for epoch in 1..=2 {
+        let disk = tempfile::tempdir().unwrap();
+        let (store, log) = open_bucket(store_dir.path(), disk.path()).await;
+        assert_eq!(store.epoch(), epoch);
+        append_each(&log, 30).await;
+        checkpoint_reaching(store_dir.path(), (epoch, 1)).await;
+    }
+    let location = Location::parse(&file_store_url(store_dir.path())).unwrap();
+    let disk = tempfile::tempdir().unwrap();
+    let opened = open::open(&location, "the store", disk.path(), 256, false)
+        .await
+        .unwrap();
+    assert_eq!(opened.epoch, 3);
+    let stale: Vec<String> = (opened.stale_claims.iter())
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(stale, [format!("epochs/{}", wal::number(1))]);
+}
+
 #[tokio::test]
 async fn a_place_the_upkeep_emptied_behind_a_checkpoint_is_read_again_not_fenced() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

@@ -14,8 +14,10 @@
 //! * **Off a KV checkpoint's chain.** Once a new base of a bucket's KV checkpoint is in
 //!   the store, its runs off the furthest chain (the `kv_runs` module) go after [`GRACE`], for
 //!   a restore that listed the store before.
-//! * **Replaced.** Stream objects a merged one replaced (the `compaction` module), or that
-//!   an open found covered by others, go after [`GRACE`].
+//! * **Unread.** Stream objects a merged one replaced (the `compaction` module), or that
+//!   an open found covered by others, packs an open found no bucket reads, and the claims
+//!   of epochs before the furthest checkpoint's (an open reads the WAL of the epochs from
+//!   that one on; fencing needs only the last claim) go after [`GRACE`].
 //! * **A dropped bucket's.** Its stream objects, starts and runs go after [`GRACE`] too (a
 //!   bucket's key, its table's and partition's ids, is never used again).
 //!
@@ -126,9 +128,10 @@ impl Upkeep {
         self.leave(key, Left::Everything);
     }
 
-    /// Bucket `key` reads the stream objects at `paths` no more (a merged one replaced
-    /// them, or an open found them covered by others).
-    pub(crate) fn replaced(&self, key: &str, paths: Vec<StorePath>) {
+    /// No open reads the objects at `paths` any more: stream objects of bucket `key` a
+    /// merged one replaced, or that an open found covered by others, packs, old epochs'
+    /// claims.
+    pub(crate) fn unread(&self, key: &str, paths: Vec<StorePath>) {
         if !paths.is_empty() {
             self.leave(key, Left::Objects(paths));
         }

@@ -290,7 +290,7 @@ impl Task {
                         objects = replaced.len(),
                         "merged small stream objects"
                     );
-                    self.upkeep.replaced(&key, replaced);
+                    self.upkeep.unread(&key, replaced);
                 }
                 Err(error) => warn!(bucket = key, %error, "merging small stream objects failed"),
             }
