@@ -27,8 +27,9 @@ use object_store::{ObjectStoreExt as _, PutPayload, WriteMultipart};
 use tokio::sync::{mpsc, oneshot};
 
 use super::kv_run_entries::KvRunEntries;
+use super::listing::list_under;
 use super::location::Location;
-use super::open::{blocking, list_under, store_error};
+use super::open::{blocking, store_error};
 use super::stream;
 use super::uploader::make_parent;
 use super::{LogStore, StoreCrash, StoreFailpoint, stream::parse_name};

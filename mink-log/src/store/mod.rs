@@ -71,6 +71,7 @@ mod compaction;
 mod coverage;
 mod kv_run_entries;
 mod kv_runs;
+mod listing;
 mod location;
 mod open;
 mod pack;

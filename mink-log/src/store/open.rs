@@ -7,16 +7,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::path::Path as StorePath;
-use object_store::{
-    ObjectMeta, ObjectStore as _, ObjectStoreExt as _, PutMode, PutOptions, PutPayload,
-};
+use object_store::{ObjectStore as _, ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
 use tracing::{info, warn};
 
 use super::coverage::{self, Coverage, Place};
+use super::listing::{Chains, PackDirectories, find_starts};
 use super::location::Location;
-use super::pack;
 use super::rebuild::Rebuild;
-use super::stream::{self, Placed, StreamObject};
+use super::stream::{self, StreamObject};
 use super::wal::{self, WalObject};
 use super::writer::UPLOADS_IN_FLIGHT;
 use crate::error::{LogError, Result};
@@ -176,124 +174,16 @@ pub(crate) fn store_error(what: &str, error: object_store::Error) -> LogError {
     LogError::Store(format!("{what}: {error}"))
 }
 
-/// A bucket's object of one kind (`streams`, `starts`): its key, its name and where it is.
-struct BucketObject {
-    key: String,
-    name: String,
-    path: StorePath,
-    size: u64,
-}
-
-/// Every object under the path of `parts`, with the parts of its name after them.
-pub(super) async fn list_under(
-    location: &Location,
-    parts: &[&str],
-) -> Result<Vec<(Vec<String>, ObjectMeta)>> {
-    use futures::TryStreamExt as _;
-    let prefix = location.path(parts.iter().copied());
-    let listed: Vec<ObjectMeta> = location
-        .store
-        .list(Some(&prefix))
-        .try_collect()
-        .await
-        .map_err(|e| store_error(&format!("listing {prefix} in the log store"), e))?;
-    Ok(listed
-        .into_iter()
-        .filter_map(|object| {
-            let parts = object.location.prefix_match(&prefix)?;
-            let parts = parts.map(|part| part.as_ref().to_string()).collect();
-            Some((parts, object))
-        })
-        .collect())
-}
-
-/// Every bucket's objects of one kind (`streams/<key>/<name>`).
-async fn list_bucket_objects(location: &Location, kind: &str) -> Result<Vec<BucketObject>> {
-    Ok(list_under(location, &[kind])
-        .await?
-        .into_iter()
-        .filter_map(|(parts, object)| {
-            let (name, key) = parts.split_last().filter(|(_, key)| !key.is_empty())?;
-            Some(BucketObject {
-                key: key.join("/"),
-                name: name.clone(),
-                path: object.location,
-                size: object.size,
-            })
-        })
-        .collect())
-}
-
-/// Where each bucket's log starts, as retention recorded it (`starts/<key>/<offset>`).
-async fn find_starts(location: &Location) -> Result<HashMap<String, i64>> {
-    let mut starts: HashMap<String, i64> = HashMap::new();
-    for object in list_bucket_objects(location, "starts").await? {
-        if let Ok(start) = object.name.parse::<i64>() {
-            let known = starts.entry(object.key).or_insert(start);
-            *known = (*known).max(start);
-        }
-    }
-    Ok(starts)
-}
-
-/// Every bucket's chain of stream objects ([`stream::chain`]), of its own and in packs,
-/// after its recorded start, with their frames; and its own objects off the chain that
-/// the chain covers.
+/// Every bucket's chain of stream objects after its recorded start ([`Chains::list`]),
+/// opened, with their frames; its own objects off the chain that the chain covers; and
+/// the packs no chain reads.
 async fn find_streams(location: &Location, starts: &HashMap<String, i64>) -> Result<Found> {
-    // Per bucket key, the stream objects that may be read: their offsets and places.
-    type Candidates = Vec<((i64, i64), Placed)>;
-    let mut by_key: HashMap<String, Candidates> = HashMap::new();
-    let mut candidate = |key: String, offsets: (i64, i64), placed: Placed| {
-        if offsets.1 > starts.get(&key).copied().unwrap_or(i64::MIN) {
-            by_key.entry(key).or_default().push((offsets, placed));
-        }
-    };
-    for object in list_bucket_objects(location, "streams").await? {
-        let Some(offsets) = stream::parse_name(&object.name) else {
-            warn!(object = %object.path, "not a stream object; left alone");
-            continue;
-        };
-        let placed = Placed {
-            path: object.path,
-            object_len: object.size,
-            at: 0,
-            len: object.size,
-        };
-        candidate(object.key, offsets, placed);
-    }
-    // Per pack, its entries' buckets and offsets.
-    type Held = Vec<(String, (i64, i64))>;
-    let mut packs: Vec<(StorePath, Held)> = Vec::new();
-    for ObjectMeta {
-        location: path,
-        size,
-        ..
-    } in list_packs(location).await?
-    {
-        let entries = pack::directory(location.store.as_ref(), &path, size).await?;
-        let held = entries
-            .iter()
-            .map(|entry| (entry.key.clone(), entry.offsets));
-        packs.push((path.clone(), held.collect()));
-        for entry in entries {
-            let placed = Placed {
-                path: path.clone(),
-                object_len: size,
-                at: entry.at,
-                len: entry.len,
-            };
-            candidate(entry.key, entry.offsets, placed);
-        }
-    }
+    let mut directories = PackDirectories::default();
+    let listed = Chains::list(location, starts, &mut directories, &HashSet::new()).await?;
     let mut streamed = HashMap::new();
-    let mut covered = HashMap::new();
-    for (key, objects) in by_key {
-        let own: Vec<((i64, i64), StorePath)> = (objects.iter())
-            .filter(|(_, placed)| placed.object_len == placed.len)
-            .map(|(offsets, placed)| (*offsets, placed.path.clone()))
-            .collect();
-        let mut chain = Vec::new();
-        for (from, offsets, placed) in stream::chain(objects) {
+    for (key, chain) in listed.chains {
+        let mut opened = Vec::with_capacity(chain.len());
+        for (from, offsets, placed) in chain {
             let (object, mut frames) =
                 stream::open(location.store.as_ref(), placed, offsets).await?;
             frames.retain(|frame| frame.base_offset >= from);
@@ -303,41 +193,14 @@ async fn find_streams(location: &Location, starts: &HashMap<String, i64>) -> Res
                     object.object.path, object.at
                 )));
             }
-            chain.push((Arc::new(object), frames));
+            opened.push((Arc::new(object), frames));
         }
-        let end = chain.last().map_or(i64::MIN, |(object, _)| object.end);
-        let off_chain: Vec<StorePath> = (own.into_iter())
-            .filter(|((_, object_end), path)| {
-                *object_end <= end && !chain.iter().any(|(read, _)| read.object.path == *path)
-            })
-            .map(|(_, path)| path)
-            .collect();
-        if !off_chain.is_empty() {
-            covered.insert(key.clone(), off_chain);
-        }
-        streamed.insert(key, chain);
+        streamed.insert(key, opened);
     }
-    // A pack is unread when no chain reads from it and each of its entries ends before
-    // its bucket's recorded start or at or before its bucket's chain's end (an entry after
-    // a gap in the chain keeps its pack).
-    let read: HashSet<&StorePath> = (streamed.values().flatten())
-        .map(|(object, _)| &object.object.path)
-        .collect();
-    let dead = |(key, (_, end)): &(String, (i64, i64))| {
-        let start = starts.get(key).copied().unwrap_or(i64::MIN);
-        let chain_end = (streamed.get(key))
-            .and_then(|chain| chain.last())
-            .map_or(i64::MIN, |(object, _)| object.end);
-        *end <= start || *end <= chain_end
-    };
-    let unread_packs = (packs.into_iter())
-        .filter(|(path, entries)| !read.contains(path) && entries.iter().all(dead))
-        .map(|(path, _)| path)
-        .collect();
     Ok(Found {
         streamed,
-        covered,
-        unread_packs,
+        covered: listed.covered,
+        unread_packs: listed.unread_packs,
     })
 }
 
@@ -348,12 +211,6 @@ struct Found {
     covered: HashMap<String, Vec<StorePath>>,
     /// The packs no chain reads from, nor ever will.
     unread_packs: Vec<StorePath>,
-}
-
-/// Every pack in the store, with its size.
-async fn list_packs(location: &Location) -> Result<Vec<ObjectMeta>> {
-    let listed = list_under(location, &["packs"]).await?;
-    Ok(listed.into_iter().map(|(_, object)| object).collect())
 }
 
 /// The numbers named under `dir` (`epochs`), ascending.

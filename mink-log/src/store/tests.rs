@@ -1,12 +1,14 @@
 //! The log on a `file://` store: what is acknowledged is rebuilt from the store alone, a
 //! newer writer fences an older one, and one upload carries many buckets' writes.
 
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
 use crate::segment;
+use crate::store::listing::{Chains, PackDirectories};
 use crate::store::writer::UPLOADS_IN_FLIGHT;
 use crate::store::{compaction, coverage, stream};
 use crate::testing::{rows, table, write};
@@ -449,6 +451,18 @@ async fn small_segments_of_many_buckets_go_up_in_packs_and_read_back() {
         );
     }
     drop((logs, store));
+
+    // The upkeep's sweep: every pack is read while its buckets live, none once they are
+    // dropped.
+    let location = Location::parse(&file_store_url(store_dir.path())).unwrap();
+    let (starts, mut directories) = (HashMap::new(), PackDirectories::default());
+    for (dropped, unread) in [
+        (HashSet::new(), 0),
+        (buckets.iter().cloned().collect(), packed),
+    ] {
+        let listed = Chains::list(&location, &starts, &mut directories, &dropped).await;
+        assert_eq!(listed.unwrap().unread_packs.len(), unread);
+    }
 
     // Another lost disk: the history comes from the packs.
     let again = tempfile::tempdir().unwrap();

@@ -20,13 +20,19 @@
 //!   that one on; fencing needs only the last claim) go after [`GRACE`].
 //! * **A dropped bucket's.** Its stream objects, starts and runs go after [`GRACE`] too (a
 //!   bucket's key, its table's and partition's ids, is never used again).
+//! * **Packs nothing reads.** Every [`SWEEP_EVERY`] the upkeep lists the store as an open
+//!   would (the `listing` module) and the packs no bucket's chain reads, nor would after a
+//!   restart (their entries merged into a bucket's own objects, behind its recorded
+//!   start, or of a bucket dropped), go after [`GRACE`]. Only what is in the store counts:
+//!   an entry a running tablet dropped before retention recorded its start keeps its pack.
 //!
 //! ```text
 //!   uploader: checkpoint created ──▶ upkeep: LIST wal/, checkpoints/ ────────┐
 //!             start recorded ──(GRACE)──▶  LIST streams/<key>/, starts/<key>/ ─┤
 //!             objects merged ──(GRACE)──▶  the objects the merge replaced ──────┤
 //!   KV store: base written ────(GRACE)──▶  LIST kv/<key>/ ─────────────────────┼─▶ DELETE
-//!   store:    bucket forgotten ─(GRACE)──▶  streams, starts and runs, all ──────┘
+//!   store:    bucket forgotten ─(GRACE)──▶  streams, starts and runs, all ──────┤
+//!   every SWEEP_EVERY: LIST streams/, packs/ ─(GRACE)──▶  packs nothing reads ───┘
 //! ```
 //!
 //! At most one pass runs every [`PASS_EVERY`]; a pass that fails is logged, and what it
@@ -35,7 +41,7 @@
 //! (what it would delete, the newer writer may read). An object already gone counts as
 //! deleted.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -46,8 +52,9 @@ use tracing::{debug, warn};
 
 use super::coverage::{self, Place};
 use super::kv_runs;
+use super::listing::{Chains, PackDirectories, find_starts, list_under};
 use super::location::Location;
-use super::open::{list_numbers, list_under, store_error};
+use super::open::{list_numbers, store_error};
 use super::{StoreCrash, StoreFailpoint, stream};
 use crate::error::Result;
 
@@ -56,6 +63,9 @@ const PASS_EVERY: Duration = Duration::from_secs(10);
 /// How long a bucket's leftovers stay for reads that began before the start moved (or
 /// the bucket was dropped).
 const GRACE: Duration = Duration::from_secs(60);
+/// How often the upkeep looks for packs nothing reads (it lists the store's stream
+/// objects and packs, and reads the directories of packs it has not seen).
+const SWEEP_EVERY: Duration = Duration::from_secs(600);
 
 /// A handle on the upkeep: told of every checkpoint made, every start recorded and every
 /// bucket dropped. The upkeep stops with the last clone.
@@ -94,6 +104,11 @@ impl Upkeep {
             location,
             passed: Place::default(),
             leftovers: VecDeque::new(),
+            sweep: Sweep {
+                next: Instant::now() + SWEEP_EVERY,
+                directories: PackDirectories::default(),
+                dropped: HashSet::new(),
+            },
             epoch,
             failpoint,
         };
@@ -146,12 +161,36 @@ impl Upkeep {
     }
 }
 
+/// The upkeep's look for packs nothing reads: those a running node's merges and
+/// retention left behind, and those holding only entries of dropped buckets.
+struct Sweep {
+    next: Instant,
+    directories: PackDirectories,
+    /// The buckets dropped while the store is open (a bucket's key is never used again).
+    dropped: HashSet<String>,
+}
+
+impl Sweep {
+    /// The packs nothing reads, as the store's listing says, if a sweep is due.
+    async fn unread_packs(&mut self, location: &Location) -> Result<Vec<StorePath>> {
+        let now = Instant::now();
+        if now < self.next {
+            return Ok(Vec::new());
+        }
+        self.next = now + SWEEP_EVERY;
+        let starts = find_starts(location).await?;
+        let listed = Chains::list(location, &starts, &mut self.directories, &self.dropped);
+        Ok(listed.await?.unread_packs)
+    }
+}
+
 struct Task {
     location: Location,
     /// The checkpoint the last pass deleted behind.
     passed: Place,
     /// Leftovers, each with when it may go, in order.
     leftovers: VecDeque<(Instant, Leftover)>,
+    sweep: Sweep,
     /// The writer's epoch: once a newer one is claimed, the upkeep deletes nothing more.
     epoch: u64,
     failpoint: Option<StoreCrash>,
@@ -164,7 +203,8 @@ impl Task {
         mut leftovers: mpsc::UnboundedReceiver<Leftover>,
     ) {
         loop {
-            let due = self.leftovers.front().map(|(due, ..)| *due);
+            let due = (self.leftovers.front())
+                .map_or(self.sweep.next, |(due, ..)| (*due).min(self.sweep.next));
             tokio::select! {
                 changed = checkpoints.changed() => if changed.is_err() {
                     return;
@@ -173,10 +213,13 @@ impl Task {
                     let Some(leftover) = left else {
                         return;
                     };
+                    if let Left::Everything = leftover.what {
+                        self.sweep.dropped.insert(leftover.key.clone());
+                    }
                     self.leftovers.push_back((Instant::now() + GRACE, leftover));
                     continue;
                 }
-                () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
+                () = tokio::time::sleep_until(due) => {}
             }
             let furthest = *checkpoints.borrow_and_update();
             match list_numbers(&self.location, "epochs").await {
@@ -209,6 +252,17 @@ impl Task {
         let mut doomed = Vec::new();
         if furthest > self.passed {
             doomed.extend(behind_checkpoint(location, furthest).await?);
+        }
+        match self.sweep.unread_packs(location).await {
+            Ok(unread) if !unread.is_empty() => {
+                let leftover = Leftover {
+                    key: "packs".into(),
+                    what: Left::Objects(unread),
+                };
+                self.leftovers.push_back((Instant::now() + GRACE, leftover));
+            }
+            Ok(_) => {}
+            Err(error) => warn!(%error, "looking for packs nothing reads failed"),
         }
         let now = Instant::now();
         while let Some((due, ..)) = self.leftovers.front()
