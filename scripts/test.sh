@@ -63,10 +63,12 @@ if [ "${MINK_TEST_SUPERSET:-}" = 1 ]; then
   fi
   install_mink_sqlalchemy .venv-superset
 fi
-# Debian packages: kcat (a Kafka client of the Kafka tests) and libfuse3 (the power-cut
-# tests' file system mounts through it, which needs root and /dev/fuse).
+# Debian packages: kcat (a Kafka client of the Kafka tests), libfuse3 (the power-cut
+# tests' file system mounts through it, which needs root and /dev/fuse) and etcd-server
+# (the cluster's metadata store; its tests start their own etcd on loopback).
 missing=()
 command -v kcat >/dev/null || missing+=(kcat)
+command -v etcd >/dev/null || missing+=(etcd-server)
 dpkg -s libfuse3-3 >/dev/null 2>&1 || missing+=(libfuse3-3)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} (Debian) into the system" >&2

@@ -45,6 +45,9 @@ pub enum NodeError {
     /// The metadata database failed.
     #[error("metadata store: {0}")]
     Metadata(#[from] rusqlite::Error),
+    /// A cluster's metadata in etcd could not be read or changed.
+    #[error("cluster metadata (etcd): {0}")]
+    ClusterMetadata(String),
     /// An Arrow kernel or codec failed.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
@@ -140,7 +143,7 @@ impl NodeError {
             Self::TableReplaced(_) => Code::FailedPrecondition,
             Self::InvalidArgument(_) | Self::SchemaMismatch(_) => Code::InvalidArgument,
             Self::MemoryExhausted(_) => Code::ResourceExhausted,
-            Self::ShuttingDown(_) => Code::Unavailable,
+            Self::ShuttingDown(_) | Self::ClusterMetadata(_) => Code::Unavailable,
             Self::DataDirLocked(_) | Self::NoLake(_) => Code::FailedPrecondition,
             Self::Lake(error) => lake_code(error),
             Self::Log(error) => log_code(error),

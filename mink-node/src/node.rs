@@ -40,7 +40,7 @@ use mink_lake::{Lake, LakeConfig};
 use tracing::info;
 
 use crate::error::{NodeError, Result};
-use crate::metadata::Metadata;
+use crate::metadata::{Metadata, MetadataStore};
 use crate::union::{FoldedTail, LocatedTail};
 use mink_kv::{KvTablet, Restored};
 use mink_log::LogTablet;
@@ -70,7 +70,10 @@ use validate::check_bucket_address;
 #[derive(Debug)]
 pub struct Node {
     storage: Storage,
-    pub(crate) metadata: Metadata,
+    /// Tables, partitions and lake records.
+    pub(crate) metadata: Arc<dyn MetadataStore>,
+    /// What the Kafka listener keeps, in the node's own `meta.db`.
+    kafka_state: Arc<Metadata>,
     tables: RwLock<BTreeMap<TablePath, Arc<TableState>>>,
     /// The buckets of every table, against [`NodeConfig::max_open_buckets`].
     open_buckets: OpenBuckets,
@@ -144,7 +147,8 @@ impl Node {
             ));
         }
         config.log.store = log_store::open(&config).await?;
-        let metadata = Metadata::open(&config.data_dir.join("meta.db"))?;
+        let local = Arc::new(Metadata::open(&config.data_dir.join("meta.db"))?);
+        let metadata: Arc<dyn MetadataStore> = Arc::<Metadata>::clone(&local);
         let reads = RuntimeEnvBuilder::new()
             .with_memory_pool(Arc::clone(&config.memory_pool))
             .build_arc()
@@ -184,6 +188,7 @@ impl Node {
         Ok(Arc::new(Self {
             storage,
             metadata,
+            kafka_state: local,
             tables: RwLock::new(tables),
             open_buckets,
             lake: tokio::sync::OnceCell::new(),
@@ -372,7 +377,7 @@ impl Node {
     /// What the node keeps for its Kafka listener: consumer groups' committed offsets
     /// and producer ids.
     pub fn kafka_state(&self) -> &Metadata {
-        &self.metadata
+        &self.kafka_state
     }
 }
 

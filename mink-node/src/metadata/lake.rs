@@ -4,7 +4,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::Metadata;
+use super::{LakeMetadata, Metadata};
 use crate::error::Result;
 
 /// A recorded lake snapshot: CommitLakeSnapshot { table, snapshot_id, bucket ->
@@ -28,9 +28,8 @@ pub struct PendingRound {
     pub files: Vec<String>,
 }
 
-impl Metadata {
-    /// Records a committed lake snapshot (idempotent).
-    pub fn record_lake_snapshot(&self, table_id: u64, record: &LakeSnapshotRecord) -> Result<()> {
+impl LakeMetadata for Metadata {
+    fn record_lake_snapshot(&self, table_id: u64, record: &LakeSnapshotRecord) -> Result<()> {
         self.connection().execute(
             "INSERT OR IGNORE INTO lake_snapshots (table_id, snapshot_id, offsets, committed_at)
              VALUES (?1, ?2, ?3, ?4)",
@@ -44,8 +43,7 @@ impl Metadata {
         Ok(())
     }
 
-    /// The latest recorded lake snapshot of a table.
-    pub fn latest_lake_snapshot(&self, table_id: u64) -> Result<Option<LakeSnapshotRecord>> {
+    fn latest_lake_snapshot(&self, table_id: u64) -> Result<Option<LakeSnapshotRecord>> {
         Ok(self
             .connection()
             .query_row(
@@ -63,8 +61,7 @@ impl Metadata {
             .optional()?)
     }
 
-    /// Every lake snapshot recorded for a table, oldest first.
-    pub fn lake_snapshots(&self, table_id: u64) -> Result<Vec<LakeSnapshotRecord>> {
+    fn lake_snapshots(&self, table_id: u64) -> Result<Vec<LakeSnapshotRecord>> {
         let connection = self.connection();
         let mut statement = connection.prepare(
             "SELECT snapshot_id, offsets, committed_at FROM lake_snapshots
@@ -82,9 +79,7 @@ impl Metadata {
         Ok(records)
     }
 
-    /// Forgets recorded lake snapshots that expired from the lake. The latest record (the
-    /// seam union reads plan on) is always kept.
-    pub fn forget_lake_snapshots(&self, table_id: u64, snapshot_ids: &[i64]) -> Result<()> {
+    fn forget_lake_snapshots(&self, table_id: u64, snapshot_ids: &[i64]) -> Result<()> {
         let mut connection = self.connection();
         let transaction = connection.transaction()?;
         {
@@ -100,8 +95,7 @@ impl Metadata {
         Ok(())
     }
 
-    /// Notes a round's files before its commit, so a crash leaves nothing unaccounted.
-    pub fn set_pending_round(&self, table_id: u64, round: &PendingRound) -> Result<()> {
+    fn set_pending_round(&self, table_id: u64, round: &PendingRound) -> Result<()> {
         let files = round.files.join("\n");
         self.connection().execute(
             "INSERT OR REPLACE INTO lake_pending (table_id, parent_snapshot, files) VALUES (?1, ?2, ?3)",
@@ -110,8 +104,7 @@ impl Metadata {
         Ok(())
     }
 
-    /// The pending round of a table, if any.
-    pub fn pending_round(&self, table_id: u64) -> Result<Option<PendingRound>> {
+    fn pending_round(&self, table_id: u64) -> Result<Option<PendingRound>> {
         Ok(self
             .connection()
             .query_row(
@@ -128,8 +121,7 @@ impl Metadata {
             .optional()?)
     }
 
-    /// Forgets a table's pending round (committed and recorded, or cleaned up).
-    pub fn clear_pending_round(&self, table_id: u64) -> Result<()> {
+    fn clear_pending_round(&self, table_id: u64) -> Result<()> {
         self.connection().execute(
             "DELETE FROM lake_pending WHERE table_id = ?1",
             [table_id as i64],

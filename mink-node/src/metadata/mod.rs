@@ -1,6 +1,10 @@
-//! The node's metadata, persisted in SQLite (`<data-dir>/meta.db`): tables with all their
-//! schema versions, the partitions created so far, the lake snapshots mink recorded, and
-//! what its Kafka listener keeps (consumer groups' committed offsets, producer ids).
+//! The node's metadata: tables with all their schema versions, the partitions created so
+//! far, the lake snapshots mink recorded ([`MetadataStore`]), and what its Kafka listener
+//! keeps (consumer groups' committed offsets, producer ids).
+//!
+//! On a single node all of it is in SQLite (`<data-dir>/meta.db`, [`Metadata`]); in a
+//! cluster the tables and lake records are in etcd ([`EtcdMetadata`]), which every node
+//! reads, and the Kafka state stays in each node's `meta.db`.
 //!
 //! Kafka state a client creates by naming something new (a group id, a producer id)
 //! is recorded with when it was last used, so that what nobody uses any more can be
@@ -10,33 +14,102 @@
 //! ([`TableDescriptorProto`](mink_core::protocol::TableDescriptorProto)), the same
 //! bytes the Flight protocol carries, so there is one serialization of a table.
 //!
-//! Every change is one SQLite transaction (a single statement, or an explicit
+//! In SQLite every change is one transaction (a single statement, or an explicit
 //! transaction where a change takes several), so a crash never leaves half of one: a
-//! table row always holds its whole descriptor.
+//! table row always holds its whole descriptor. In etcd, one transaction too.
 //!
-//! The store is one [`Metadata`] over one connection; its methods are grouped by what
-//! they keep:
+//! The SQLite store is one [`Metadata`] over one connection; its methods are grouped by
+//! what they keep:
 //!
 //! - `schema`: the tables of `meta.db`, created (or completed) when it is opened.
 //! - `tables`: tables with their schema versions, and their partitions.
 //! - `lake`: the lake snapshots mink recorded, and the tiering round pending a commit.
 //! - `kafka`: consumer groups' committed offsets, producer ids and their last batches.
+//!
+//! The etcd store's layout is the `etcd` module's.
 
 use std::path::Path;
 use std::sync::Mutex;
 
+use mink_core::table::{TableDescriptor, TablePath};
 use rusqlite::Connection;
 
 use crate::error::Result;
 
+mod etcd;
 mod kafka;
 mod lake;
 mod schema;
 mod tables;
 
+pub use etcd::EtcdMetadata;
 pub use kafka::{ConsumerOffset, OffsetsCommitted, ProducerBatch};
 pub use lake::{LakeSnapshotRecord, PendingRound};
 pub use tables::PartitionRecord;
+
+/// What the node keeps of its tables and their lakes: one SQLite database on a single
+/// node ([`Metadata`]), etcd in a cluster ([`EtcdMetadata`]). Each change is atomic:
+/// a crash never leaves half of one.
+pub trait MetadataStore: TableMetadata + LakeMetadata + Send + Sync + std::fmt::Debug {}
+
+impl<T: TableMetadata + LakeMetadata + Send + Sync + std::fmt::Debug> MetadataStore for T {}
+
+/// Tables with their schema versions, and their partitions.
+pub trait TableMetadata {
+    /// Every table.
+    fn load_tables(&self) -> Result<Vec<TableDescriptor>>;
+
+    /// Stores a new table and returns it with its assigned `table_id` (never used
+    /// before); [`NodeError::TableExists`](crate::NodeError::TableExists) if its path is
+    /// taken.
+    fn create_table(&self, table: &TableDescriptor) -> Result<TableDescriptor>;
+
+    /// Removes a table by id, with its partitions (a create rolled back).
+    fn delete_table(&self, table_id: u64) -> Result<()>;
+
+    /// Replaces a table's descriptor (a schema change).
+    fn update_table(&self, table: &TableDescriptor) -> Result<()>;
+
+    /// Removes a table and its partitions.
+    fn drop_table(&self, path: &TablePath) -> Result<()>;
+
+    /// The partitions of a table, by name.
+    fn partitions(&self, table_id: u64) -> Result<Vec<PartitionRecord>>;
+
+    /// The partition of that name, created if it does not exist yet (its id never used
+    /// before).
+    fn ensure_partition(&self, table_id: u64, name: &str) -> Result<PartitionRecord>;
+
+    /// Removes a partition (its creation rolled back).
+    fn delete_partition(&self, partition_id: i64) -> Result<()>;
+}
+
+/// What tiering records of the lake: the snapshots mink committed, each with the log
+/// offsets it holds (the seam union reads plan on), and the round whose files are written
+/// but whose commit is not recorded yet.
+pub trait LakeMetadata {
+    /// Records a committed lake snapshot (idempotent).
+    fn record_lake_snapshot(&self, table_id: u64, record: &LakeSnapshotRecord) -> Result<()>;
+
+    /// The latest recorded lake snapshot of a table.
+    fn latest_lake_snapshot(&self, table_id: u64) -> Result<Option<LakeSnapshotRecord>>;
+
+    /// Every lake snapshot recorded for a table, oldest first.
+    fn lake_snapshots(&self, table_id: u64) -> Result<Vec<LakeSnapshotRecord>>;
+
+    /// Forgets recorded lake snapshots that expired from the lake. The latest record (the
+    /// seam union reads plan on) is always kept.
+    fn forget_lake_snapshots(&self, table_id: u64, snapshot_ids: &[i64]) -> Result<()>;
+
+    /// Notes a round's files before its commit, so a crash leaves nothing unaccounted.
+    fn set_pending_round(&self, table_id: u64, round: &PendingRound) -> Result<()>;
+
+    /// The pending round of a table, if any.
+    fn pending_round(&self, table_id: u64) -> Result<Option<PendingRound>>;
+
+    /// Forgets a table's pending round (committed and recorded, or cleaned up).
+    fn clear_pending_round(&self, table_id: u64) -> Result<()>;
+}
 
 /// The SQLite metadata store.
 #[derive(Debug)]
@@ -79,5 +152,7 @@ pub fn now_ms() -> i64 {
         })
 }
 
+#[cfg(test)]
+mod etcd_tests;
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use mink_core::table::{TableDescriptor, TablePath};
 use prost::Message;
 use rusqlite::{OptionalExtension, params};
 
-use super::Metadata;
+use super::{Metadata, TableMetadata};
 use crate::error::{NodeError, Result};
 
 /// A partition of a partitioned table.
@@ -20,9 +20,8 @@ pub struct PartitionRecord {
     pub name: String,
 }
 
-impl Metadata {
-    /// Every table.
-    pub fn load_tables(&self) -> Result<Vec<TableDescriptor>> {
+impl TableMetadata for Metadata {
+    fn load_tables(&self) -> Result<Vec<TableDescriptor>> {
         let connection = self.connection();
         let mut statement =
             connection.prepare("SELECT table_id, descriptor FROM tables ORDER BY table_id")?;
@@ -41,9 +40,8 @@ impl Metadata {
         .collect()
     }
 
-    /// Stores a new table and returns it with its assigned `table_id`, in one
-    /// transaction (the descriptor carries the id, so the row is inserted, then filled).
-    pub fn create_table(&self, table: &TableDescriptor) -> Result<TableDescriptor> {
+    // One transaction: the descriptor carries the id, so the row is inserted, then filled.
+    fn create_table(&self, table: &TableDescriptor) -> Result<TableDescriptor> {
         let mut connection = self.connection();
         let transaction = connection.transaction()?;
         let inserted = transaction.execute(
@@ -68,16 +66,14 @@ impl Metadata {
         Ok(created)
     }
 
-    /// Removes a table by id, with its partitions (a create rolled back). Ids are never
-    /// reused (`AUTOINCREMENT`).
-    pub fn delete_table(&self, table_id: u64) -> Result<()> {
+    // Ids are never reused (`AUTOINCREMENT`).
+    fn delete_table(&self, table_id: u64) -> Result<()> {
         self.connection()
             .execute("DELETE FROM tables WHERE table_id = ?1", [table_id as i64])?;
         Ok(())
     }
 
-    /// Replaces a table's descriptor (a schema change).
-    pub fn update_table(&self, table: &TableDescriptor) -> Result<()> {
+    fn update_table(&self, table: &TableDescriptor) -> Result<()> {
         let changed = self.connection().execute(
             "UPDATE tables SET descriptor = ?1 WHERE table_id = ?2",
             params![encode(table), table.table_id as i64],
@@ -88,8 +84,7 @@ impl Metadata {
         Ok(())
     }
 
-    /// Removes a table and its partitions.
-    pub fn drop_table(&self, path: &TablePath) -> Result<()> {
+    fn drop_table(&self, path: &TablePath) -> Result<()> {
         let changed = self.connection().execute(
             "DELETE FROM tables WHERE database = ?1 AND name = ?2",
             params![path.database, path.name],
@@ -100,8 +95,7 @@ impl Metadata {
         Ok(())
     }
 
-    /// The partitions of a table.
-    pub fn partitions(&self, table_id: u64) -> Result<Vec<PartitionRecord>> {
+    fn partitions(&self, table_id: u64) -> Result<Vec<PartitionRecord>> {
         let connection = self.connection();
         let mut statement = connection.prepare(
             "SELECT partition_id, name FROM partitions WHERE table_id = ?1 ORDER BY name",
@@ -115,8 +109,7 @@ impl Metadata {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// The partition of that name, created if it does not exist yet (one transaction).
-    pub fn ensure_partition(&self, table_id: u64, name: &str) -> Result<PartitionRecord> {
+    fn ensure_partition(&self, table_id: u64, name: &str) -> Result<PartitionRecord> {
         let mut connection = self.connection();
         let transaction = connection.transaction()?;
         transaction.execute(
@@ -138,8 +131,7 @@ impl Metadata {
         })
     }
 
-    /// Removes a partition (its creation rolled back).
-    pub fn delete_partition(&self, partition_id: i64) -> Result<()> {
+    fn delete_partition(&self, partition_id: i64) -> Result<()> {
         self.connection().execute(
             "DELETE FROM partitions WHERE partition_id = ?1",
             [partition_id],

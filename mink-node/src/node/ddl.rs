@@ -174,7 +174,7 @@ impl Node {
             )));
         }
         self.metadata.drop_table(path)?;
-        self.metadata
+        self.kafka_state
             .forget_topic(&format!("{}.{}", path.database, path.name))?;
         tables.remove(path);
         let descriptor = state.descriptor();
