@@ -4,7 +4,8 @@
 //! [`mink_kv`] the current rows of primary-key tables, fed by the log through its
 //! changelog hook ([`mink_log::Changelog`]). The node holds the rest:
 //!
-//! - [`metadata`]: tables and partitions in SQLite.
+//! - [`metadata`]: tables and partitions, in SQLite on one node, in etcd in a cluster.
+//! - [`cluster`]: membership, the controller and bucket leadership over etcd.
 //! - [`node`]: tables, tablets, validated writes.
 //! - [`flight`]: the Arrow Flight service of `spec/reads.md`.
 //! - [`tiering`]: copying logs into the Iceberg lake, exactly once.
@@ -14,6 +15,7 @@
 //! - [`lake_plan`]: planning Lake reads and the changes between two lake snapshots.
 //! - [`server`]: serving the node on a socket.
 
+pub mod cluster;
 pub mod error;
 pub mod flight;
 mod lake_index;
@@ -21,6 +23,8 @@ pub mod lake_plan;
 pub mod metadata;
 pub mod node;
 pub mod server;
+#[cfg(test)]
+mod testing;
 pub mod tiering;
 pub mod union;
 

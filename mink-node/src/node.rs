@@ -64,6 +64,7 @@ pub use config::{
 use open_buckets::OpenBuckets;
 pub use open_buckets::raise_open_file_limit;
 use storage::Storage;
+pub use storage::bucket_key;
 use validate::check_bucket_address;
 
 /// A mink node: leads every bucket of every table.

@@ -1,10 +1,6 @@
 //! The etcd metadata store against a real etcd (Debian's `etcd-server`, which the test
 //! command installs), checked against the SQLite store as its model.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
 use arrow::datatypes::{DataType, Field, Schema};
 use mink_core::options::TableOptions;
 use mink_core::table::{TableDescriptor, TablePath};
@@ -13,61 +9,10 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 use crate::error::NodeError;
+use crate::testing::Etcd;
 
-/// An etcd server of its own on loopback, stopped (and its data removed) on drop.
-pub(crate) struct Etcd {
-    process: Child,
-    pub(crate) endpoint: String,
-    _data: tempfile::TempDir,
-}
-
-impl Etcd {
-    pub(crate) fn start() -> Self {
-        let data = tempfile::tempdir().unwrap();
-        let free_port = || {
-            TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-        };
-        let (client, peer) = (free_port(), free_port());
-        let process = Command::new("etcd")
-            .args(["--data-dir", &data.path().display().to_string()])
-            .args(["--listen-client-urls", &format!("http://{client}")])
-            .args(["--advertise-client-urls", &format!("http://{client}")])
-            .args(["--listen-peer-urls", &format!("http://{peer}")])
-            .args(["--initial-advertise-peer-urls", &format!("http://{peer}")])
-            .args(["--initial-cluster", &format!("default=http://{peer}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("etcd not found: the test command installs Debian's etcd-server");
-        let etcd = Self {
-            process,
-            endpoint: client.to_string(),
-            _data: data,
-        };
-        let started = Instant::now();
-        while std::net::TcpStream::connect(client).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "etcd did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        etcd
-    }
-
-    fn metadata(&self, prefix: &str) -> EtcdMetadata {
-        EtcdMetadata::connect(std::slice::from_ref(&self.endpoint), prefix).unwrap()
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
+fn metadata(etcd: &Etcd, prefix: &str) -> EtcdMetadata {
+    EtcdMetadata::connect(std::slice::from_ref(&etcd.endpoint), prefix).unwrap()
 }
 
 fn table(database: &str, name: &str, columns: usize) -> TableDescriptor {
@@ -123,7 +68,7 @@ fn random_histories_match_the_sqlite_store() {
     for seed in 0..seeds {
         let dir = tempfile::tempdir().unwrap();
         let model = Metadata::open(&dir.path().join("meta.db")).unwrap();
-        let store = etcd.metadata(&format!("/seed{seed}"));
+        let store = metadata(&etcd, &format!("/seed{seed}"));
         let mut rng = StdRng::seed_from_u64(seed);
         let mut partition_ids = std::collections::HashMap::new();
         for step in 0..120 {
@@ -247,7 +192,7 @@ fn random_histories_match_the_sqlite_store() {
 #[test]
 fn concurrent_creates_take_distinct_ids_and_paths() {
     let etcd = Etcd::start();
-    let stores: Vec<EtcdMetadata> = (0..4).map(|_| etcd.metadata("/race")).collect();
+    let stores: Vec<EtcdMetadata> = (0..4).map(|_| metadata(&etcd, "/race")).collect();
     let created: Vec<Vec<String>> = std::thread::scope(|scope| {
         let creating: Vec<_> = (stores.iter().enumerate())
             .map(|(node, store)| {
@@ -277,7 +222,7 @@ fn concurrent_creates_take_distinct_ids_and_paths() {
 #[test]
 fn oversized_values_and_an_unreachable_etcd_are_clear_errors() {
     let etcd = Etcd::start();
-    let store = etcd.metadata("/limits");
+    let store = metadata(&etcd, "/limits");
     let created = store.create_table(&table("db", "t", 1)).unwrap();
     let round = PendingRound {
         parent_snapshot: None,

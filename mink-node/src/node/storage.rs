@@ -127,22 +127,17 @@ impl Storage {
                 .segment_max_age
                 .min(ttl.max(Duration::from_secs(1)));
         }
-        let mut dir = self.table_dir(table);
-        let mut kv_name = format!("t{}", table.table_id);
-        if let Some(partition) = partition {
-            dir.push(format!("p{}", partition.partition_id));
-            kv_name.push_str(&format!(".p{}", partition.partition_id));
-        }
+        let key = bucket_key(table.table_id, partition.map(|p| p.partition_id), bucket);
+        let dir = self.config.data_dir.join("log").join(&key);
         let label = BucketId {
             table: table.path.to_string(),
             partition: partition.map(|p| p.name.clone()),
             bucket,
         }
         .to_string();
-        let dir = dir.join(format!("b{bucket}"));
         let mut restored = None;
         let kv = if table.has_primary_key() {
-            let kv = self.kv()?.tablet(&format!("{kv_name}.b{bucket}"))?;
+            let kv = self.kv()?.tablet(&key.replace('/', "."))?;
             if let Some(store) = &self.config.log.store
                 && opening == Opening::Existing
             {
@@ -173,6 +168,15 @@ impl Storage {
             .data_dir
             .join("log")
             .join(format!("t{}", table.table_id))
+    }
+}
+
+/// The key of a bucket of `table_id` (and partition): its log's key in the log store, and
+/// its directory under the node's `log/`.
+pub fn bucket_key(table_id: u64, partition_id: Option<i64>, bucket: u32) -> String {
+    match partition_id {
+        Some(partition) => format!("t{table_id}/p{partition}/b{bucket}"),
+        None => format!("t{table_id}/b{bucket}"),
     }
 }
 
