@@ -30,6 +30,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use datafusion_execution::TaskContext;
 use datafusion_execution::memory_pool::MemoryPool;
@@ -106,6 +107,9 @@ pub struct Bucket {
     /// What restoring its KV store from its checkpoint in the log store took, if the
     /// node's open did (the store held nothing of the bucket).
     pub restored: Option<Restored>,
+    /// How long opening its log took: for a primary-key bucket, the replay into its KV
+    /// store of the log after what the store held.
+    pub log_opened_in: Duration,
 }
 
 /// Buckets of a table, each with its tablets.

@@ -87,8 +87,9 @@
 //!    again (timed from `Node::open` to a client connected): the one with checkpoints
 //!    restores the bucket's last checkpoint and replays the log after it, the other
 //!    replays the whole log; a Snapshot of each holds every key. The restore's download
-//!    and ingestion are timed by the node itself; the rest of its open is the log's
-//!    rebuild from the store and the replay after the checkpoint.
+//!    and ingestion, and the replay of the log after it (the bucket's log open), are
+//!    timed by the node itself; the rest of its open is mostly the log's rebuild from the
+//!    store.
 //! 7. **Objects per bucket** (only when asked for: `--figures objects`): a fresh store node
 //!    with 1 MiB segments sealed after 10 s at the latest, and a log table of 64 buckets,
 //!    each appended a 100-row batch every 100 ms by a writer of its own for

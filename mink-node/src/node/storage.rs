@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mink_core::protocol::BucketId;
 use mink_core::table::TableDescriptor;
@@ -153,13 +153,16 @@ impl Storage {
             }
             None => None,
         };
+        let started = Instant::now();
         let log = LogTablet::open(label, &dir, log_config, changelog)?;
+        let log_opened_in = started.elapsed();
         Ok(Arc::new(Bucket {
             log,
             kv,
             located: LocatedTail::default(),
             folded: FoldedTail::default(),
             restored,
+            log_opened_in,
         }))
     }
 
