@@ -351,8 +351,7 @@ impl MinkClient {
         batch: &RecordBatch,
         delete: bool,
     ) -> Result<Vec<(BucketId, AppendAck)>> {
-        let round_robin = self.round_robin.fetch_add(1, Ordering::Relaxed);
-        let parts = split_by_bucket(table, batch, round_robin)?;
+        let parts = split_by_bucket(table, batch, self.next_round_robin())?;
         let writes = parts.into_iter().map(|(bucket, part)| async move {
             let mut acks = self.put(&bucket, vec![part], delete).await?;
             let ack = acks
@@ -361,6 +360,12 @@ impl MinkClient {
             Ok::<_, ClientError>((bucket, ack))
         });
         futures::future::try_join_all(writes).await
+    }
+
+    /// The next write's start of the round robin over a table's buckets (for a table
+    /// without a bucket key: see [`split_by_bucket`]).
+    pub(crate) fn next_round_robin(&self) -> u32 {
+        self.round_robin.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Scan: log batches of a bucket from `offset` up to the high watermark, about

@@ -24,8 +24,10 @@ mod client;
 mod error;
 mod pieces;
 mod read;
+mod writer;
 
 pub use client::{ConnectOptions, MinkClient};
 pub use error::{ClientError, Result};
 pub use mink_auth::Credentials;
 pub use read::{LookupResult, ReadAnswer, ReadBatch, SnapshotAnswer, Tailer, UnionAnswer};
+pub use writer::{TableWriter, WriteFailed, WriteKind};

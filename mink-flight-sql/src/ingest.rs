@@ -3,10 +3,12 @@
 //!
 //! The client streams Arrow batches in one `DoPut`; each batch is conformed to the
 //! table's current schema (columns matched by name, types cast, missing nullable columns
-//! null) and written through [`MinkClient::write`] as it arrives: appended to a log table,
-//! upserted into a primary-key table. Memory holds one batch at a time, reserved in the
-//! call's memory while it is written ([`BATCH_COPIES`] times its bytes: the decoded batch
-//! and its conformed copy). The answer is the number of rows written.
+//! null) and queued as it arrives on the client's pipelined [`TableWriter`]: appended to
+//! a log table, upserted into a primary-key table, buckets written side by side while
+//! the next batch is read. At most [`ROWS_IN_FLIGHT`] rows are queued or being written;
+//! each batch is reserved in the call's memory until they are acknowledged
+//! ([`BATCH_COPIES`] times its bytes: the decoded batch and its conformed copy). The
+//! answer is the number of rows written.
 //!
 //! The table definition options say what to do about the table:
 //!
@@ -25,6 +27,7 @@
 //! and says how many rows they held, except that a table it created is dropped again
 //! (also when the client goes away).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -32,7 +35,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use arrow_flight::FlightData;
 use arrow_flight::sql::{CommandStatementIngest, TableExistsOption, TableNotExistOption};
 use futures::{Stream, TryStreamExt};
-use mink_client::{ClientError, MinkClient};
+use mink_client::{ClientError, MinkClient, TableWriter, WriteKind};
 use mink_core::options::TableOptions;
 use mink_core::schema::normalize_batch;
 use mink_core::table::{TableDescriptor, TablePath};
@@ -46,6 +49,9 @@ use crate::error::{client_status, invalid, put_stream_status};
 use crate::limits::BATCH_COPIES;
 use crate::memory::CallMemory;
 use crate::prepared::record_batches;
+
+/// Rows an ingest holds queued or being written at once.
+const ROWS_IN_FLIGHT: usize = 1 << 18;
 
 /// Writes the streamed batches into the table `command` names; answers the rows written.
 ///
@@ -76,19 +82,44 @@ pub(crate) async fn ingest(
         client: client.clone(),
         table: Some(table.clone()),
     });
-    let mut rows = 0;
+    let mut writer = TableWriter::new(
+        client,
+        Arc::new(table.clone()),
+        WriteKind::Write,
+        ROWS_IN_FLIGHT,
+    );
+    // Each batch's memory stays held until the writer acknowledged the rows queued up to
+    // and with it (an approximation: buckets acknowledge out of order).
+    let mut held = VecDeque::new();
+    let mut queued = 0u64;
     let mut next = first;
-    let written = async {
+    let read = async {
         while let Some(batch) = next {
             let size = BATCH_COPIES * batch.get_array_memory_size();
-            let held = memory.hold(size, "a batch being ingested")?;
-            rows += write(client, &table, &batch).await?;
-            drop((held, batch));
+            let hold = memory.hold(size, "a batch being ingested")?;
+            let conformed = conform(&table, &batch)?;
+            drop(batch);
+            if writer.write(&conformed).await.is_err() {
+                // The writer failed: `finish` says why.
+                return Ok(());
+            }
+            queued += conformed.num_rows() as u64;
+            held.push_back((queued, hold));
+            let acknowledged = writer.acknowledged_rows();
+            while held.front().is_some_and(|(upto, _)| *upto <= acknowledged) {
+                held.pop_front();
+            }
             next = batches.try_next().await.map_err(put_stream_status)?;
         }
         Ok::<_, Status>(())
     }
     .await;
+    let (rows, written) = match writer.finish().await {
+        Ok(rows) => (rows, read),
+        Err(failed) => (failed.acknowledged_rows, Err(client_status(failed.error))),
+    };
+    let rows = i64::try_from(rows).unwrap_or(i64::MAX);
+    drop(held);
     let failure = match (written, created) {
         (Ok(()), created) => {
             if let Some(created) = created {
@@ -277,15 +308,9 @@ fn storable(data_type: &DataType) -> DataType {
     }
 }
 
-/// Conforms a batch to the table's schema and writes it; answers its rows.
-async fn write(
-    client: &MinkClient,
-    table: &TableDescriptor,
-    batch: &RecordBatch,
-) -> Result<i64, Status> {
-    if batch.num_rows() == 0 {
-        return Ok(0);
-    }
+/// Conforms a batch to the table's schema: its columns matched by name, types cast,
+/// missing nullable columns null.
+fn conform(table: &TableDescriptor, batch: &RecordBatch) -> Result<RecordBatch, Status> {
     let target = table.schema();
     if let Some(extra) = batch
         .schema()
@@ -299,12 +324,7 @@ async fn write(
             extra.name()
         )));
     }
-    let conformed = normalize_batch(batch, &Arc::clone(target)).map_err(invalid)?;
-    client
-        .write(table, &conformed)
-        .await
-        .map_err(client_status)?;
-    Ok(i64::try_from(batch.num_rows()).unwrap_or(i64::MAX))
+    normalize_batch(batch, &Arc::clone(target)).map_err(invalid)
 }
 
 #[cfg(test)]

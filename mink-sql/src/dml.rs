@@ -8,9 +8,11 @@
 //!
 //! Every plan ends in DataFusion's `DataSinkExec`, which answers one row with the count.
 //! `INSERT` appends to a log table and upserts into a primary-key table; an `UPDATE` is an
-//! upsert of the changed rows (so it cannot change key columns). The rows are routed to
-//! their buckets by the client and each write is acknowledged once durable; a statement
-//! is not atomic across buckets (a failure can leave earlier batches written).
+//! upsert of the changed rows (so it cannot change key columns). The rows go through the
+//! client's pipelined [`TableWriter`]: routed to their buckets, each bucket's in order,
+//! buckets side by side, each write acknowledged once durable, and the statement ends
+//! once every write did. A statement is not atomic across buckets (a failure can leave
+//! earlier batches written).
 
 use std::any::Any;
 use std::fmt;
@@ -30,36 +32,30 @@ use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::TryStreamExt;
-use mink_client::MinkClient;
+use mink_client::{MinkClient, TableWriter, WriteKind};
 use mink_core::key::key_columns;
 use mink_core::table::TableDescriptor;
 
 use crate::split::external;
 
-/// What a sink does with its rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SinkOp {
-    /// Append (log table) or upsert (primary-key table).
-    Write,
-    /// Delete by key (primary-key table).
-    Delete,
-}
+/// Rows a statement's writes hold queued or in flight at once (see [`TableWriter`]).
+const ROWS_IN_FLIGHT: usize = 1 << 18;
 
 /// Writes a statement's rows to a mink table.
 #[derive(Debug)]
 struct MinkSink {
     table: Arc<TableDescriptor>,
     client: MinkClient,
-    op: SinkOp,
+    op: WriteKind,
     /// The rows it takes: the table's, or its key columns' for a delete.
     schema: SchemaRef,
 }
 
 impl MinkSink {
-    fn new(table: Arc<TableDescriptor>, client: MinkClient, op: SinkOp) -> Result<Self> {
+    fn new(table: Arc<TableDescriptor>, client: MinkClient, op: WriteKind) -> Result<Self> {
         let schema = match op {
-            SinkOp::Write => Arc::clone(table.schema()),
-            SinkOp::Delete => {
+            WriteKind::Write => Arc::clone(table.schema()),
+            WriteKind::Delete => {
                 let keys = key_columns(&table)
                     .iter()
                     .map(|column| table.schema().index_of(column))
@@ -79,9 +75,9 @@ impl MinkSink {
 impl DisplayAs for MinkSink {
     fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let op = match self.op {
-            SinkOp::Write if self.table.has_primary_key() => "upsert",
-            SinkOp::Write => "append",
-            SinkOp::Delete => "delete",
+            WriteKind::Write if self.table.has_primary_key() => "upsert",
+            WriteKind::Write => "append",
+            WriteKind::Delete => "delete",
         };
         write!(f, "MinkSink: {op} into {}", self.table.path)
     }
@@ -102,19 +98,23 @@ impl DataSink for MinkSink {
         mut data: SendableRecordBatchStream,
         _context: &Arc<TaskContext>,
     ) -> Result<u64> {
-        let mut rows = 0u64;
-        while let Some(batch) = data.try_next().await? {
-            if batch.num_rows() == 0 {
-                continue;
+        let table = Arc::clone(&self.table);
+        let mut writer = TableWriter::new(&self.client, table, self.op, ROWS_IN_FLIGHT);
+        let read = loop {
+            match data.try_next().await {
+                // A writer that refuses more has failed: `finish` says why.
+                Ok(Some(batch)) => match writer.write(&batch).await {
+                    Ok(()) => {}
+                    Err(_) => break Ok(()),
+                },
+                Ok(None) => break Ok(()),
+                Err(error) => break Err(error),
             }
-            let written = match self.op {
-                SinkOp::Write => self.client.write(&self.table, &batch).await,
-                SinkOp::Delete => self.client.delete(&self.table, &batch).await,
-            };
-            written.map_err(external)?;
-            rows += batch.num_rows() as u64;
-        }
-        Ok(rows)
+        };
+        // What was read before a failing input is written before the statement ends.
+        let written = writer.finish().await.map_err(external);
+        read?;
+        written
     }
 }
 
@@ -124,7 +124,7 @@ pub(crate) fn insert(
     client: MinkClient,
     input: Arc<dyn ExecutionPlan>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let sink = MinkSink::new(table, client, SinkOp::Write)?;
+    let sink = MinkSink::new(table, client, WriteKind::Write)?;
     Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
 }
 
@@ -138,7 +138,7 @@ pub(crate) fn delete(
     require_primary_key(&table, "DELETE")?;
     let keys: Vec<Expr> = key_columns(&table).into_iter().map(col).collect();
     let keys = project(state, &table, matching, keys)?;
-    let sink = MinkSink::new(table, client, SinkOp::Delete)?;
+    let sink = MinkSink::new(table, client, WriteKind::Delete)?;
     Ok(Arc::new(DataSinkExec::new(keys, Arc::new(sink), None)))
 }
 
@@ -173,7 +173,7 @@ pub(crate) fn update(
         })
         .collect();
     let updated = project(state, &table, matching, columns)?;
-    let sink = MinkSink::new(table, client, SinkOp::Write)?;
+    let sink = MinkSink::new(table, client, WriteKind::Write)?;
     Ok(Arc::new(DataSinkExec::new(updated, Arc::new(sink), None)))
 }
 

@@ -41,13 +41,11 @@
 //!  └───────────────────────────────┘            └──────────────────────────────────────┘
 //! ```
 //!
-//! Decoding runs on a blocking thread so the runtime is never blocked on file I/O. Each
-//! bucket is an ordered log, and two appends to one bucket in flight at once may land in
-//! either order; so a bucket has at most one append in flight, and parts that arrive while
-//! it is busy are sent together, in file order, in its next append (one `DoPut` stream
-//! keeps their order). Different buckets are written concurrently. At most
-//! [`BATCHES_IN_FLIGHT`] batches' worth of rows are queued or being written at once,
-//! which bounds memory.
+//! Decoding runs on a blocking thread so the runtime is never blocked on file I/O. The
+//! writing is the client's [`TableWriter`]: a bucket has at most one append in flight,
+//! parts that arrive while it is busy follow together, in file order, in its next one,
+//! and different buckets are written concurrently. At most [`BATCHES_IN_FLIGHT`]
+//! batches' worth of rows are queued or being written at once, which bounds memory.
 //!
 //! # Failures
 //!
@@ -60,7 +58,7 @@
 //! - When a write fails, nothing more is sent; the writes in flight are awaited and the
 //!   error counts the rows acknowledged.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -71,9 +69,8 @@ use std::time::{Duration, Instant};
 use arrow::array::RecordBatch;
 use arrow::datatypes::{FieldRef, Schema};
 use arrow::error::ArrowError;
-use futures::stream::{FuturesUnordered, StreamExt};
 use indicatif::{ProgressBar, ProgressStyle};
-use mink_client::{ClientError, MinkClient};
+use mink_client::{MinkClient, TableWriter, WriteFailed, WriteKind};
 use mink_core::protocol::BucketId;
 use mink_core::routing::split_by_bucket;
 use mink_core::schema::normalize_batch;
@@ -209,11 +206,11 @@ async fn load(
     file: File,
     job: Job,
 ) -> Result<String, CliError> {
-    let table = client.describe_table(path).await?;
+    let table = Arc::new(client.describe_table(path).await?);
     let bar = ProgressBar::new(0);
     let started = Instant::now();
     let opened = {
-        let table = table.clone();
+        let table = Arc::clone(&table);
         let bar = bar.clone();
         let file_path = job.file_path.clone();
         tokio::task::spawn_blocking(move || {
@@ -233,41 +230,55 @@ async fn load(
             return Err(CliError::Usage(format!("opening {file} failed: {error}")));
         }
     };
-    let (sender, receiver) = mpsc::channel(BATCHES_AHEAD);
+    let (sender, mut receiver) = mpsc::channel(BATCHES_AHEAD);
     let reader = {
-        let table = table.clone();
+        let table = Arc::clone(&table);
         let bar = bar.clone();
         tokio::task::spawn_blocking(move || pump(batches, &table, count_rows, &bar, &sender))
     };
-    let outcome = write_all(
-        client,
-        receiver,
-        &bar,
-        started,
-        BATCHES_IN_FLIGHT * job.batch_rows,
-    )
-    .await;
+    let max_rows = BATCHES_IN_FLIGHT * job.batch_rows;
+    let mut writer = TableWriter::new(client, Arc::clone(&table), WriteKind::Write, max_rows);
+    let mut input_failure = None;
+    while let Some(routed) = receiver.recv().await {
+        match routed {
+            // A writer that refuses more has failed: `finish` says why.
+            Ok(routed) => match writer.write_routed(routed.parts).await {
+                Ok(()) => {
+                    let written = writer.acknowledged_rows();
+                    bar.set_message(progress_message(written, started.elapsed()));
+                }
+                Err(_) => break,
+            },
+            Err(error) => {
+                input_failure = Some(error);
+                break;
+            }
+        }
+    }
     // The receiver is gone: a reader still blocked on a full channel stops now.
+    drop(receiver);
+    let written = writer.finish().await;
     let read = reader.await;
     bar.finish_and_clear();
-    let failure = match (outcome.failure, read) {
-        (Some(failure), _) => Some(failure),
-        (None, Ok(())) => None,
-        (None, Err(e)) => Some(Failure::Input(CliError::Usage(format!(
+    let loaded_rows = match &written {
+        Ok(rows) => *rows,
+        Err(failed) => failed.acknowledged_rows,
+    };
+    let failure = match (written, input_failure, read) {
+        (Err(failed), ..) => Some(Failure::Write(failed)),
+        (Ok(_), Some(error), _) => Some(Failure::Input(error)),
+        (Ok(_), None, Ok(())) => None,
+        (Ok(_), None, Err(e)) => Some(Failure::Input(CliError::Usage(format!(
             "the reader failed: {e}"
         )))),
     };
     match failure {
-        None => Ok(summary_line(
-            outcome.loaded_rows,
-            &table.path,
-            started.elapsed(),
-        )),
+        None => Ok(summary_line(loaded_rows, &table.path, started.elapsed())),
         Some(failure) => Err(CliError::Usage(format!(
             "cannot load {} into {}: {}",
             job.file_path.display(),
             table.path,
-            failure.describe(outcome.loaded_rows)
+            failure.describe(loaded_rows)
         ))),
     }
 }
@@ -460,8 +471,8 @@ fn route(
 enum Failure {
     /// Reading the file failed; every row before the failing batch was written.
     Input(CliError),
-    /// A write failed; `rows` rows were in it.
-    Write { error: ClientError, rows: usize },
+    /// A write failed.
+    Write(WriteFailed),
 }
 
 impl Failure {
@@ -472,134 +483,12 @@ impl Failure {
             Self::Input(error) => {
                 format!("{error}; the first {loaded_rows} rows of the file were loaded")
             }
-            Self::Write { error, rows } => format!(
-                "{error}; {loaded_rows} rows were loaded before the failure (the {rows} rows \
-                 of the failed write may be partly loaded)"
+            Self::Write(failed) => format!(
+                "{}; {loaded_rows} rows were loaded before the failure (the {} rows of the \
+                 failed write may be partly loaded)",
+                failed.error, failed.failed_rows
             ),
         }
-    }
-}
-
-/// What the writer did.
-#[derive(Debug)]
-struct Outcome {
-    loaded_rows: u64,
-    failure: Option<Failure>,
-}
-
-/// The end of one append.
-#[derive(Debug)]
-struct Appended {
-    bucket: BucketId,
-    rows: usize,
-    result: Result<(), ClientError>,
-}
-
-/// Appends `parts`, in order, to `bucket` in one `DoPut` stream.
-async fn append(client: &MinkClient, bucket: BucketId, parts: Vec<RecordBatch>) -> Appended {
-    let rows = parts.iter().map(RecordBatch::num_rows).sum();
-    let result = client.append(&bucket, parts).await.map(drop);
-    Appended {
-        bucket,
-        rows,
-        result,
-    }
-}
-
-/// The writer: takes routed batches from the reader while fewer than `max_pending_rows`
-/// rows are queued or in flight, and keeps every bucket with parts waiting writing.
-async fn write_all(
-    client: &MinkClient,
-    mut input: mpsc::Receiver<Result<Routed, CliError>>,
-    bar: &ProgressBar,
-    started: Instant,
-    max_pending_rows: usize,
-) -> Outcome {
-    let mut queues = BucketQueues::default();
-    let mut in_flight = FuturesUnordered::new();
-    let mut pending_rows = 0usize;
-    let mut loaded_rows = 0u64;
-    let mut input_open = true;
-    let mut failure: Option<Failure> = None;
-    loop {
-        // After a failed write nothing more is sent; after a failed read, what was read
-        // before it still is.
-        if !matches!(failure, Some(Failure::Write { .. })) {
-            for (bucket, parts) in queues.ready() {
-                in_flight.push(append(client, bucket, parts));
-            }
-        }
-        let take_input = input_open && failure.is_none() && pending_rows < max_pending_rows;
-        tokio::select! {
-            item = input.recv(), if take_input => match item {
-                Some(Ok(routed)) => {
-                    pending_rows += routed.rows;
-                    for (bucket, part) in routed.parts {
-                        queues.push(bucket, part);
-                    }
-                }
-                Some(Err(error)) => failure = Some(Failure::Input(error)),
-                None => input_open = false,
-            },
-            Some(done) = in_flight.next() => {
-                queues.finished(&done.bucket);
-                pending_rows -= done.rows;
-                match done.result {
-                    Ok(()) => {
-                        loaded_rows += done.rows as u64;
-                        bar.set_message(progress_message(loaded_rows, started.elapsed()));
-                    }
-                    Err(error) => {
-                        if !matches!(failure, Some(Failure::Write { .. })) {
-                            failure = Some(Failure::Write { error, rows: done.rows });
-                        }
-                    }
-                }
-            },
-            else => break,
-        }
-    }
-    Outcome {
-        loaded_rows,
-        failure,
-    }
-}
-
-/// Per-bucket write queues: parts of a bucket wait, in the order pushed, while the
-/// bucket has an append in flight, and are then taken together.
-#[derive(Debug, Default)]
-struct BucketQueues {
-    waiting: BTreeMap<BucketId, Vec<RecordBatch>>,
-    busy: BTreeSet<BucketId>,
-}
-
-impl BucketQueues {
-    /// Queues a part behind the bucket's earlier parts.
-    fn push(&mut self, bucket: BucketId, part: RecordBatch) {
-        self.waiting.entry(bucket).or_default().push(part);
-    }
-
-    /// Takes the waiting parts of every bucket with no append in flight, and marks those
-    /// buckets busy.
-    fn ready(&mut self) -> Vec<(BucketId, Vec<RecordBatch>)> {
-        let idle: Vec<BucketId> = self
-            .waiting
-            .keys()
-            .filter(|bucket| !self.busy.contains(*bucket))
-            .cloned()
-            .collect();
-        idle.into_iter()
-            .filter_map(|bucket| {
-                let parts = self.waiting.remove(&bucket)?;
-                self.busy.insert(bucket.clone());
-                Some((bucket, parts))
-            })
-            .collect()
-    }
-
-    /// Marks the bucket's append finished.
-    fn finished(&mut self, bucket: &BucketId) {
-        self.busy.remove(bucket);
     }
 }
 

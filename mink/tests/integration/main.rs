@@ -54,6 +54,7 @@ mod sql_reads;
 mod sqlalchemy;
 mod support;
 mod table_changes;
+mod table_writer;
 mod tail;
 mod tpch;
 mod union_prefix;

@@ -1,5 +1,7 @@
-use arrow::array::{ArrayRef, AsArray, Int64Array};
+use arrow::array::AsArray;
 use arrow::datatypes::{DataType, Field, TimeUnit, TimestampMicrosecondType};
+
+use mink_client::ClientError;
 
 use super::*;
 
@@ -9,28 +11,6 @@ fn table_schema() -> Schema {
         Field::new("name", DataType::Utf8, true),
         Field::new("score", DataType::Int64, true),
     ])
-}
-
-fn batch(values: &[i64]) -> RecordBatch {
-    RecordBatch::try_from_iter(vec![(
-        "id",
-        Arc::new(Int64Array::from(values.to_vec())) as ArrayRef,
-    )])
-    .unwrap()
-}
-
-fn ids(batch: &RecordBatch) -> Vec<i64> {
-    batch
-        .column(0)
-        .as_any()
-        .downcast_ref::<Int64Array>()
-        .unwrap()
-        .values()
-        .to_vec()
-}
-
-fn bucket(n: u32) -> BucketId {
-    BucketId::new(&TablePath::new("db", "t"), n)
 }
 
 #[test]
@@ -132,34 +112,6 @@ fn utc_timestamps_decode_as_the_table_types() {
 }
 
 #[test]
-fn a_busy_bucket_keeps_its_parts_in_order_for_its_next_append() {
-    let mut queues = BucketQueues::default();
-    queues.push(bucket(0), batch(&[1]));
-    queues.push(bucket(1), batch(&[2]));
-    let ready = queues.ready();
-    assert_eq!(
-        ready.iter().map(|(b, _)| b.bucket).collect::<Vec<_>>(),
-        vec![0, 1]
-    );
-    assert!(queues.ready().is_empty());
-
-    queues.push(bucket(0), batch(&[3]));
-    queues.push(bucket(0), batch(&[4]));
-    assert!(queues.ready().is_empty(), "bucket 0 is still writing");
-    queues.finished(&bucket(1));
-    assert!(queues.ready().is_empty(), "bucket 1 has nothing waiting");
-    queues.finished(&bucket(0));
-    let ready = queues.ready();
-    assert_eq!(ready.len(), 1);
-    let (b, parts) = &ready[0];
-    assert_eq!(b.bucket, 0);
-    assert_eq!(
-        parts.iter().map(ids).collect::<Vec<_>>(),
-        vec![vec![3], vec![4]]
-    );
-}
-
-#[test]
 fn summary_line_reads_well() {
     let table = TablePath::new("db", "t");
     assert_eq!(
@@ -180,10 +132,11 @@ fn failures_say_what_was_loaded() {
         "rows 11-20: bad; the first 10 rows of the file were loaded"
     );
     assert_eq!(input.describe(0), "rows 11-20: bad; nothing was loaded");
-    let write = Failure::Write {
+    let write = Failure::Write(WriteFailed {
         error: ClientError::Protocol("gone".into()),
-        rows: 5,
-    };
+        acknowledged_rows: 7,
+        failed_rows: 5,
+    });
     assert!(
         write
             .describe(7)
