@@ -199,13 +199,9 @@ pub(super) async fn figure(
     let replay = part(|r| r.1);
     report("      checkpoint download", seconds(download), &[]);
     report("      ingestion", seconds(ingestion), &[]);
-    report("      replay of the log after it", seconds(replay), &[]);
+    report("      replay after it", seconds(replay), &[]);
     let rest = on_open.saturating_sub(download + ingestion + replay);
-    report(
-        "      the rest (the log's rebuild from the store)",
-        seconds(rest),
-        &[],
-    );
+    report("      rest: log rebuild", seconds(rest), &[]);
     Ok(())
 }
 
