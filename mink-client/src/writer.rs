@@ -16,7 +16,8 @@
 //!
 //! After a failed write nothing more is sent: the writes in flight end, and [`finish`]
 //! says how many rows were acknowledged before (a failed DoPut's rows may be partly
-//! written: each batch in it is atomic, the DoPut is not).
+//! written: each batch in it is atomic, the DoPut is not). A writer dropped before
+//! [`finish`] stops at once, as a client that went away.
 //!
 //! [`finish`]: TableWriter::finish
 
@@ -62,15 +63,19 @@ struct Queued {
     room: OwnedSemaphorePermit,
 }
 
+/// The writer's task: the rows written in all, or why it stopped.
+type WriterTask = JoinHandle<Result<u64, WriteFailed>>;
+
 /// Writes a table's rows, pipelined (see the module doc).
 #[derive(Debug)]
 pub struct TableWriter {
     table: Arc<TableDescriptor>,
-    queue: mpsc::UnboundedSender<Queued>,
+    /// The queue of the writer's task and the task: taken by [`TableWriter::finish`], the
+    /// task aborted if the writer is dropped before.
+    running: Option<(mpsc::UnboundedSender<Queued>, WriterTask)>,
     room: Arc<Semaphore>,
     max_rows: usize,
     acknowledged: watch::Receiver<u64>,
-    task: JoinHandle<Result<u64, WriteFailed>>,
     /// Its round robin over the buckets of a table without a bucket key is the client's.
     client: MinkClient,
 }
@@ -91,11 +96,10 @@ impl TableWriter {
         let task = tokio::spawn(write_queued(client.clone(), kind, queued, acknowledged_to));
         Self {
             table,
-            queue,
+            running: Some((queue, task)),
             room: Arc::new(Semaphore::new(max_rows)),
             max_rows,
             acknowledged,
-            task,
             client: client.clone(),
         }
     }
@@ -129,9 +133,8 @@ impl TableWriter {
             .acquire_many_owned(permits)
             .await
             .map_err(|_| stopped())?;
-        self.queue
-            .send(Queued { parts, room })
-            .map_err(|_| stopped())
+        let (queue, _) = self.running.as_ref().ok_or_else(stopped)?;
+        queue.send(Queued { parts, room }).map_err(|_| stopped())
     }
 
     /// Rows acknowledged so far.
@@ -143,15 +146,27 @@ impl TableWriter {
     ///
     /// # Errors
     /// A write failed (the rows acknowledged before it are written).
-    pub async fn finish(self) -> Result<u64, WriteFailed> {
-        drop(self.queue);
-        self.task.await.unwrap_or_else(|error| {
+    pub async fn finish(mut self) -> Result<u64, WriteFailed> {
+        let (queue, task) = self.running.take().expect("a writer is finished once");
+        // The queue closes: the task ends once what it holds is written.
+        drop(queue);
+        task.await.unwrap_or_else(|error| {
             Err(WriteFailed {
                 error: ClientError::Protocol(format!("the writer's task failed: {error}")),
                 acknowledged_rows: *self.acknowledged.borrow(),
                 failed_rows: 0,
             })
         })
+    }
+}
+
+/// A writer dropped before [`TableWriter::finish`] (its caller gave up: a cancelled
+/// statement, a client gone) stops: what it has not sent yet is not sent.
+impl Drop for TableWriter {
+    fn drop(&mut self) {
+        if let Some((_, task)) = self.running.take() {
+            task.abort();
+        }
     }
 }
 
