@@ -111,8 +111,9 @@ impl DataSink for MinkSink {
                 Err(error) => break Err(error),
             }
         };
-        // What was read before a failing input is written before the statement ends.
-        let written = writer.finish().await.map_err(external);
+        // What was read before a failing input is written before the statement ends. A
+        // failed write answers its client error, whose code the SQL endpoint keeps.
+        let written = writer.finish().await.map_err(|failed| external(failed.error));
         read?;
         written
     }
