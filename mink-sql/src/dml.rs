@@ -113,7 +113,10 @@ impl DataSink for MinkSink {
         };
         // What was read before a failing input is written before the statement ends. A
         // failed write answers its client error, whose code the SQL endpoint keeps.
-        let written = writer.finish().await.map_err(|failed| external(failed.error));
+        let written = writer
+            .finish()
+            .await
+            .map_err(|failed| external(failed.error));
         read?;
         written
     }

@@ -1,18 +1,20 @@
 //! The controller: one node at a time, elected through etcd under its lease, assigns
 //! every bucket of every table to the live members ([`assignment`](super::assignment)).
 //!
-//! Every [`ASSIGN_EVERY`] the elected node reads the members, the tables and their
-//! partitions, and the assignment in etcd (`<prefix>/buckets/<bucket key>`: `<epoch>
-//! <node>`), and writes what changed in transactions that hold only while its election
-//! key is still the one it won with: a controller that lost its lease (paused, cut off)
-//! and was replaced writes nothing. Its lease ending ends its election; the next
-//! candidate, campaigning meanwhile, takes over.
+//! On every change under the cluster's prefix in etcd (a member joining or its lease
+//! ending, a table or partition created or dropped), and every [`ASSIGN_EVERY`] at least,
+//! the elected node reads the members, the tables and their partitions, and the
+//! assignment (`<prefix>/buckets/<bucket key>`: `<epoch> <node>`), and writes what
+//! changed in transactions that hold only while its election key is still the one it won
+//! with: a controller that lost its lease (paused, cut off) and was replaced writes
+//! nothing. Its lease ending ends its election; the next candidate, campaigning
+//! meanwhile, takes over.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, GetOptions, LeaderKey, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, LeaderKey, Txn, TxnOp, WatchOptions};
 use tracing::{info, warn};
 
 use super::assignment::{Leader, assign};
@@ -21,8 +23,9 @@ use crate::error::{NodeError, Result};
 use crate::metadata::MetadataStore;
 use crate::node::bucket_key;
 
-/// How often the elected controller looks at the members and tables.
-pub const ASSIGN_EVERY: Duration = Duration::from_millis(500);
+/// How often the elected controller looks at the members and tables when etcd tells it
+/// of no change.
+pub const ASSIGN_EVERY: Duration = Duration::from_secs(2);
 
 /// Operations in one etcd transaction at most (etcd's `--max-txn-ops` is 128).
 const OPS_PER_TXN: usize = 127;
@@ -56,13 +59,20 @@ async fn lead(
         .cloned()
         .ok_or_else(|| NodeError::ClusterMetadata("etcd elected no key".into()))?;
     info!(node = %config.node_id, "elected the cluster's controller");
+    let everything = Some(WatchOptions::new().with_prefix());
+    let mut changes = client.watch(config.key(&[""]), everything).await?;
     loop {
         if !membership.holds_lease()
             || !assign_once(&mut client, config, &elected, metadata).await?
         {
             return Ok(());
         }
-        tokio::time::sleep(ASSIGN_EVERY).await;
+        // Its own writes wake it once more, to find nothing to change.
+        match tokio::time::timeout(ASSIGN_EVERY, changes.message()).await {
+            Ok(Ok(Some(_))) | Err(_) => {}
+            Ok(Ok(None)) => return Err(NodeError::ClusterMetadata("etcd ended a watch".into())),
+            Ok(Err(error)) => return Err(error.into()),
+        }
     }
 }
 
