@@ -47,6 +47,15 @@ impl Etcd {
         }
         etcd
     }
+
+    /// Sends etcd `signal` (`STOP`, `CONT`): a paused etcd answers nothing.
+    pub(crate) fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.process.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal} etcd");
+    }
 }
 
 impl Drop for Etcd {

@@ -83,6 +83,31 @@ async fn a_node_whose_lease_ended_joins_again() {
     assert!(a.holds_lease());
 }
 
+/// A node that cannot renew its lease (etcd paused) lets go of it within the lease's
+/// time to live, on its own; once etcd answers again it holds one again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_cannot_renew_lets_go_of_its_lease_in_time() {
+    let etcd = Etcd::start();
+    let a = Membership::join(config(&etcd, "a")).await.unwrap();
+    assert!(a.holds_lease());
+    etcd.signal("STOP");
+    let paused = std::time::Instant::now();
+    while a.holds_lease() {
+        assert!(
+            paused.elapsed() <= LEASE,
+            "still held {:?} after etcd paused",
+            paused.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    etcd.signal("CONT");
+    eventually("the lease held again", || async { a.holds_lease() }).await;
+    eventually("a member again", || async {
+        member_ids(&etcd).await == ["a"]
+    })
+    .await;
+}
+
 fn table(name: &str, buckets: u32) -> TableDescriptor {
     let schema = Schema::new(vec![Field::new("a", DataType::Int32, true)]);
     let mut table = TableDescriptor::new(
