@@ -422,25 +422,20 @@ impl LogStore {
     }
 
     /// The entries of `run` of the bucket whose log is in `dir`, read as they stream in
-    /// (see [`KvRunEntries`]).
+    /// (see [`KvRunEntries`]). The run's size is the one it was listed (or written) with:
+    /// an object of another size is refused as damaged.
     ///
     /// # Errors
-    /// The run could not be found.
+    /// The store is closed (a run that cannot be read fails its reader).
     pub fn read_kv_run(&self, dir: &std::path::Path, run: &KvRun) -> Result<KvRunEntries> {
         let path = run_path(&self.location, &self.key_of(dir)?, run.from, run.to);
-        let location = self.location.clone();
         let (chunks, mut received) = mpsc::channel(PARTS_IN_FLIGHT);
-        let size = self.wait_for(async move {
-            let head = location.store.head(&path).await;
-            let size = head
-                .map_err(|e| store_error(&format!("reading {path}"), e))?
-                .size;
-            tokio::spawn(download(location, path, size, chunks));
-            Ok(size)
-        })?;
+        let location = self.location.clone();
+        self.runtime()?
+            .spawn(download(location, path, run.bytes, chunks));
         // Not `blocking_recv`: a bucket's open restores it from within the node's runtime.
         let chunks = std::iter::from_fn(move || futures::executor::block_on(received.recv()));
-        Ok(KvRunEntries::new(*run, size, Box::new(chunks)))
+        Ok(KvRunEntries::new(*run, run.bytes, Box::new(chunks)))
     }
 
     /// A new base of the bucket whose log is in `dir` is in the store: the runs off its

@@ -61,10 +61,10 @@
 //!
 //! * **Compaction.** A bucket's small stream objects in a row are merged into one (the
 //!   `compaction` module), so its object count stays bounded; a pack no bucket reads
-//!   from any more is deleted once an open finds it so.
+//!   from any more is deleted once an open, or the upkeep's sweep, finds it so (the
+//!   `upkeep` module), and so are the claims of epochs an open no longer reads.
 //!
-//! Not here: old epoch claims stay; packs form only from segments sealed at about the
-//! same time.
+//! Not here: packs form only from segments sealed at about the same time.
 
 mod blocks;
 mod compaction;
