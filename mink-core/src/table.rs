@@ -32,6 +32,15 @@ pub struct TablePath {
     pub name: String,
 }
 
+/// Whether `name` is a name mink accepts where it becomes part of paths and keys
+/// (databases, tables, a cluster's node ids): not empty, letters, digits, `_` and `-`.
+pub fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
 impl TablePath {
     /// A path from its two parts.
     pub fn new(database: impl Into<String>, name: impl Into<String>) -> Self {
@@ -66,11 +75,7 @@ impl TablePath {
 
     fn validate(&self) -> Result<()> {
         for part in [&self.database, &self.name] {
-            let valid = !part.is_empty()
-                && part
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-            if !valid {
+            if !is_plain_name(part) {
                 return Err(CoreError::InvalidRequest(format!(
                     "'{part}' is not a valid database or table name (letters, digits, '_' and '-')"
                 )));

@@ -88,6 +88,16 @@ use crate::error::{LogError, Result};
 /// Most writes one group commit takes.
 const MAX_GROUP: usize = 256;
 
+/// What a tablet asks of its appender, in order.
+#[derive(Debug)]
+pub(super) enum Request {
+    /// A write.
+    Write(WriteRequest),
+    /// Seal the active segment after the writes before and refuse every write after: the
+    /// bucket goes to another node ([`LogTablet::hand_over`](crate::LogTablet::hand_over)).
+    HandOver(oneshot::Sender<Result<()>>),
+}
+
 /// One write waiting for its acknowledgement.
 #[derive(Debug)]
 pub(super) struct WriteRequest {
@@ -144,6 +154,8 @@ pub(super) struct Appender {
     pub(super) uncut: bool,
     /// The frames of the group being committed, for the log store.
     pub(super) group_frames: Vec<Bytes>,
+    /// Set once the bucket is handed over to another node: every later write is refused.
+    pub(super) handed_over: bool,
     /// Injected I/O failures (unit tests).
     #[cfg(test)]
     pub(super) faults: Faults,
@@ -250,77 +262,126 @@ impl Appender {
             broken: None,
             uncut: false,
             group_frames: Vec::new(),
+            handed_over: false,
             #[cfg(test)]
             faults: Faults::default(),
         })
     }
 
-    pub(super) async fn run(mut self, mut requests: mpsc::Receiver<WriteRequest>) {
+    pub(super) async fn run(mut self, mut requests: mpsc::Receiver<Request>) {
         loop {
             let next = match self.idle_seal_after() {
                 None => requests.recv().await,
                 Some(idle) => match tokio::time::timeout(idle, requests.recv()).await {
                     Ok(next) => next,
                     Err(_idle) => {
-                        match tokio::task::spawn_blocking(move || self.seal_idle()).await {
-                            Ok(appender) => self = appender,
-                            Err(e) => {
-                                error!(error = %e, "log appender stopped");
-                                return;
-                            }
-                        }
+                        let Some((appender, ())) = self.blocking(Self::seal_idle).await else {
+                            return;
+                        };
+                        self = appender;
                         continue;
                     }
                 },
             };
-            let Some(first) = next else {
-                break;
-            };
-            let mut group = vec![first];
-            while group.len() < MAX_GROUP {
+            let (mut group, mut hand_over) = (Vec::new(), None);
+            match next {
+                None => break,
+                Some(Request::Write(first)) => group.push(first),
+                Some(Request::HandOver(reply)) => hand_over = Some(reply),
+            }
+            while hand_over.is_none() && !group.is_empty() && group.len() < MAX_GROUP {
                 match requests.try_recv() {
-                    Ok(request) => group.push(request),
+                    Ok(Request::Write(request)) => group.push(request),
+                    Ok(Request::HandOver(reply)) => hand_over = Some(reply),
                     Err(_) => break,
                 }
             }
-            let joined = tokio::task::spawn_blocking(move || {
-                let outcome = self.commit(&group);
-                (self, group, outcome)
-            })
-            .await;
-            let (appender, group, outcome) = match joined {
-                Ok(done) => done,
-                Err(e) => {
-                    error!(error = %e, "log appender stopped");
+            if !group.is_empty() {
+                let committed = self
+                    .blocking(|appender| {
+                        let outcome = appender.commit(&group);
+                        (group, outcome)
+                    })
+                    .await;
+                let Some((appender, (group, outcome))) = committed else {
                     return;
-                }
-            };
-            self = appender;
-            match outcome {
-                // Nothing left to apply (a log table): acknowledged now.
-                Ok((outcomes, Applying(None))) => acknowledge(group, outcomes),
-                // The KV store's update runs on while the next group is written; the
-                // group is acknowledged once readers see it, or once the update failed:
-                // it is durable all the same (see "Durable means written").
-                Ok((outcomes, applying)) => {
-                    let label = self.shared.label.clone();
-                    tokio::spawn(async move {
-                        if let Err(error) = applying.wait().await {
-                            error!(bucket = %label, %error, "KV store update failed after a durable write: the bucket is fenced until a restart");
-                        }
-                        acknowledge(group, outcomes);
-                    });
-                }
-                Err(error) => {
-                    warn!(bucket = %self.shared.label, %error, "write failed and was rolled back");
-                    for request in group {
-                        let _ = request.reply.send(Err(error.for_another_waiter()));
-                    }
-                }
+                };
+                self = appender;
+                self.answer(group, outcome);
+            }
+            if let Some(reply) = hand_over {
+                let Some((appender, outcome)) = self.blocking(Self::hand_over).await else {
+                    return;
+                };
+                self = appender;
+                let _ = reply.send(outcome);
             }
         }
         // Dropping the changelog waits for its last update: not on a runtime thread.
         let _ = tokio::task::spawn_blocking(move || drop(self)).await;
+    }
+
+    /// Runs `work` on the appender on a blocking thread; `None` if the thread panicked
+    /// (the appender is lost with it, and the tablet stops).
+    async fn blocking<T: Send + 'static>(
+        mut self,
+        work: impl FnOnce(&mut Self) -> T + Send + 'static,
+    ) -> Option<(Self, T)> {
+        let joined = tokio::task::spawn_blocking(move || {
+            let outcome = work(&mut self);
+            (self, outcome)
+        })
+        .await;
+        match joined {
+            Ok(done) => Some(done),
+            Err(e) => {
+                error!(error = %e, "log appender stopped");
+                None
+            }
+        }
+    }
+
+    /// Answers a committed group: at once, or once the KV store's update ends.
+    fn answer(
+        &self,
+        group: Vec<WriteRequest>,
+        outcome: Result<(Vec<Result<AppendAck>>, Applying)>,
+    ) {
+        match outcome {
+            // Nothing left to apply (a log table): acknowledged now.
+            Ok((outcomes, Applying(None))) => acknowledge(group, outcomes),
+            // The KV store's update runs on while the next group is written; the
+            // group is acknowledged once readers see it, or once the update failed:
+            // it is durable all the same (see "Durable means written").
+            Ok((outcomes, applying)) => {
+                let label = self.shared.label.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = applying.wait().await {
+                        error!(bucket = %label, %error, "KV store update failed after a durable write: the bucket is fenced until a restart");
+                    }
+                    acknowledge(group, outcomes);
+                });
+            }
+            Err(error) => {
+                warn!(bucket = %self.shared.label, %error, "write failed and was rolled back");
+                for request in group {
+                    let _ = request.reply.send(Err(error.for_another_waiter()));
+                }
+            }
+        }
+    }
+
+    /// Seals the active segment, so every frame is in a sealed one (uploaded as a stream
+    /// object), and refuses every later write.
+    fn hand_over(&mut self) -> Result<()> {
+        self.handed_over = true;
+        if self.uncut {
+            self.cut_back()?;
+        }
+        match self.active.frames.is_empty() {
+            true => Ok(()),
+            false => self.seal(),
+        }
     }
 
     /// How long the appender waits for a write before it seals its active segment: with a
@@ -334,11 +395,10 @@ impl Appender {
 
     /// Seals the active segment if its first batch is older than the segment's age limit
     /// (the segment is then uploaded as a stream object).
-    fn seal_idle(mut self) -> Self {
+    fn seal_idle(&mut self) {
         if let Err(error) = self.roll_if_needed() {
             warn!(bucket = %self.shared.label, %error, "sealing an idle segment failed; retried at the next write");
         }
-        self
     }
 
     /// Writes a group, makes it durable, then publishes it. On an I/O error the segment
@@ -366,6 +426,11 @@ impl Appender {
                  the node: {reason})",
                 self.shared.label
             )));
+        }
+        if self.handed_over {
+            return Err(LogError::HandedOver {
+                bucket: self.shared.label.clone(),
+            });
         }
         if self.uncut {
             self.cut_back().map_err(|e| self.classify(e.into()))?;
@@ -599,6 +664,12 @@ impl Appender {
         if self.active.len < self.config.segment_bytes && age <= max_age {
             return Ok(());
         }
+        self.seal()
+    }
+
+    /// Seals the active segment (its index written) and starts the next at the next
+    /// offset; with a log store, the sealed one is queued for upload.
+    fn seal(&mut self) -> Result<()> {
         // The index is written durably: the frames it names must be too, sync or not
         // (with a log store, a local log is rebuilt from the store on every open).
         if self.shared.store.is_none() {
@@ -618,6 +689,7 @@ impl Appender {
                 tablet: Arc::downgrade(&self.shared),
             });
         }
+        self.shared.write_state().active_segment = self.active.base;
         Ok(())
     }
 

@@ -57,6 +57,12 @@ pub enum LogError {
         /// This writer's epoch.
         epoch: u64,
     },
+    /// The bucket was handed over to another node: this node writes it no more.
+    #[error("bucket {bucket} was handed over to another node: this node writes it no more")]
+    HandedOver {
+        /// The bucket.
+        bucket: String,
+    },
 }
 
 /// Result with [`LogError`].
@@ -74,6 +80,9 @@ impl LogError {
             Self::ShuttingDown(what) => Self::ShuttingDown(what.clone()),
             Self::Store(what) => Self::Store(what.clone()),
             Self::Fenced { epoch } => Self::Fenced { epoch: *epoch },
+            Self::HandedOver { bucket } => Self::HandedOver {
+                bucket: bucket.clone(),
+            },
             other => Self::Io(std::io::Error::other(other.to_string())),
         }
     }

@@ -62,7 +62,7 @@ use mink_core::protocol::AppendAck;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::info;
 
-use self::appender::{Appender, WriteRequest};
+use self::appender::{Appender, Request, WriteRequest};
 use self::cache::LogCache;
 pub use self::changelog::{Applying, Changelog, REPLAY_CHUNK};
 pub use self::error::{LogError, Result};
@@ -174,7 +174,7 @@ impl LogFrame {
 #[derive(Debug)]
 pub struct LogTablet {
     shared: Arc<Shared>,
-    writes: mpsc::Sender<WriteRequest>,
+    writes: mpsc::Sender<Request>,
 }
 
 #[derive(Debug)]
@@ -238,10 +238,48 @@ impl LogTablet {
         let (reply, ack) = oneshot::channel();
         let closed = || LogError::ShuttingDown(format!("bucket {}", self.shared.label));
         self.writes
-            .send(WriteRequest { write, reply })
+            .send(Request::Write(WriteRequest { write, reply }))
             .await
             .map_err(|_| closed())?;
         ack.await.map_err(|_| closed())?
+    }
+
+    /// Hands the bucket over to another node: seals its log after every write queued
+    /// before, refuses every write after ([`LogError::HandedOver`]), and resolves once
+    /// every frame is in a stream object of the log store, so the node that takes the
+    /// bucket over reads its whole log from the store ([`LogStore::take_over`]). Its
+    /// frames then hold none of this node's WAL objects back from a checkpoint.
+    ///
+    /// # Errors
+    /// A bucket without a log store, a seal that failed, or a segment that could not be
+    /// uploaded (the bucket stays here, refusing writes; a restart of the node takes it
+    /// back from its WAL objects).
+    pub async fn hand_over(&self) -> Result<()> {
+        let Some((store, key)) = &self.shared.store else {
+            return Err(LogError::InvalidArgument(format!(
+                "bucket {} has no log store to be handed over through",
+                self.shared.label
+            )));
+        };
+        let closed = || LogError::ShuttingDown(format!("bucket {}", self.shared.label));
+        let (reply, sealed) = oneshot::channel();
+        self.writes
+            .send(Request::HandOver(reply))
+            .await
+            .map_err(|_| closed())?;
+        sealed.await.map_err(|_| closed())??;
+        store.uploads_done().await?;
+        let state = self.shared.read_state();
+        if let Some((_, segment)) =
+            (state.batches.iter()).find(|(_, segment)| !state.streamed.contains_key(segment))
+        {
+            return Err(LogError::Store(format!(
+                "bucket {}: its segment at offset {segment} is not in the store",
+                self.shared.label
+            )));
+        }
+        store.release(key);
+        Ok(())
     }
 
     /// The bucket is dropped: with a log store, no restart needs its frames any more, so

@@ -159,9 +159,10 @@ fn log_code(error: &LogError) -> Code {
         LogError::OffsetOutOfRange { .. } => Code::OutOfRange,
         LogError::InvalidArgument(_) => Code::InvalidArgument,
         LogError::DiskFull { .. } => Code::ResourceExhausted,
-        LogError::ShuttingDown(_) | LogError::Store(_) | LogError::Fenced { .. } => {
-            Code::Unavailable
-        }
+        LogError::ShuttingDown(_)
+        | LogError::Store(_)
+        | LogError::Fenced { .. }
+        | LogError::HandedOver { .. } => Code::Unavailable,
         LogError::Corrupt(_) => Code::DataLoss,
         LogError::Io(_) | LogError::Arrow(_) | LogError::Changelog(_) => Code::Internal,
     }

@@ -87,7 +87,15 @@ impl Coverage {
         self.release(key, |needed| needed <= reach);
     }
 
-    /// `key`'s bucket is gone: none of its frames is needed.
+    /// This writer took `key`'s bucket over with its log before `start` in the store: its
+    /// frames before are covered, and those after it writes are needed until streamed.
+    pub(crate) fn taken_over(&mut self, key: &str, start: i64) {
+        self.forgotten.remove(key);
+        self.trimmed(key, start);
+    }
+
+    /// `key`'s bucket is gone (or handed over, its frames in stream objects): none of its
+    /// frames is needed.
     pub(crate) fn forget(&mut self, key: &str) {
         self.forgotten.insert(key.to_string());
         self.release(key, |_| true);

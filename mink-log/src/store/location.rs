@@ -12,12 +12,18 @@ use object_store::path::Path as StorePath;
 
 use crate::error::{LogError, Result};
 
+/// The kinds of objects that make a writer's own sequence (see [`Location::path`]).
+const OWN_KINDS: [&str; 3] = ["epochs", "wal", "checkpoints"];
+
 /// A log store's object store and where in it the log lives.
 #[derive(Debug, Clone)]
 pub(crate) struct Location {
     pub(crate) store: Arc<dyn ObjectStore>,
     /// The prefix every object of the log is under.
     pub(crate) root: StorePath,
+    /// The node whose writer this is, in a cluster: its own sequence goes under
+    /// `nodes/<node>/` ([`Location::path`]).
+    pub(crate) node: Option<String>,
     /// The directory of a `file://` store, whose objects are synced by hand: object_store's
     /// local store writes without fsync.
     pub(crate) local: Option<PathBuf>,
@@ -81,6 +87,7 @@ impl Location {
                 Ok(Self {
                     store: Arc::new(store),
                     root: StorePath::default(),
+                    node: None,
                     local: Some(PathBuf::from(path)),
                 })
             }
@@ -92,17 +99,62 @@ impl Location {
                 Ok(Self {
                     store: Arc::new(store),
                     root,
+                    node: None,
                     local: None,
                 })
             }
         }
     }
 
-    /// The store path of `parts` under the root.
+    /// The same store, for the writer of node `node` of a cluster.
+    ///
+    /// # Errors
+    /// A node id that is not a single path segment of letters, digits, `-` and `_`.
+    pub(crate) fn for_node(self, node: &str) -> Result<Self> {
+        if !mink_core::table::is_plain_name(node) {
+            return Err(LogError::InvalidArgument(format!(
+                "node id '{node}' for the log store: letters, digits, '-' and '_' only"
+            )));
+        }
+        Ok(Self {
+            node: Some(node.to_string()),
+            ..self
+        })
+    }
+
+    /// The store path of `parts` under the root. In a cluster, a writer's own sequence
+    /// (`epochs`, `wal`, `checkpoints`) is under `nodes/<node>/`: each node claims epochs,
+    /// writes WAL objects and fences its own earlier lives apart from the others. What
+    /// belongs to buckets (`streams`, `starts`, `kv`, `packs`) is shared: a bucket's
+    /// history is read by whichever node leads it.
     pub(crate) fn path<'a>(&self, parts: impl IntoIterator<Item = &'a str>) -> StorePath {
-        parts
-            .into_iter()
-            .fold(self.root.clone(), |path, part| path.join(part))
+        let mut parts = parts.into_iter().peekable();
+        let mut path = self.root.clone();
+        if let Some(node) = &self.node
+            && parts.peek().is_some_and(|kind| OWN_KINDS.contains(kind))
+        {
+            path = path.join("nodes").join(node.as_str());
+        }
+        parts.fold(path, |path, part| path.join(part))
+    }
+
+    /// The path of the pack `name`: under `packs/<node>/` in a cluster, as epochs (which
+    /// name packs) are a node's own.
+    pub(crate) fn pack_path(&self, name: &str) -> StorePath {
+        self.path(
+            ["packs"]
+                .into_iter()
+                .chain(self.node.as_deref())
+                .chain([name]),
+        )
+    }
+
+    /// The local directory of `parts` (a `file://` store only).
+    pub(crate) fn local_dir<'a>(
+        &self,
+        parts: impl IntoIterator<Item = &'a str>,
+    ) -> Option<PathBuf> {
+        self.local_file(&self.path(parts))
     }
 
     /// The path of `name` among bucket `key`'s objects of one kind (`streams`, `starts`,
@@ -141,5 +193,23 @@ mod tests {
             location.local_file(&path).unwrap(),
             dir.path().join("store/wal/00000000000000000001")
         );
+    }
+
+    #[test]
+    fn a_nodes_own_sequence_is_apart_and_the_buckets_objects_shared() {
+        let location = Location::parse("s3://bucket/log")
+            .unwrap()
+            .for_node("n1")
+            .unwrap();
+        let path = |parts: &[&str]| location.path(parts.iter().copied()).to_string();
+        assert_eq!(path(&["wal", "1", "2"]), "log/nodes/n1/wal/1/2");
+        assert_eq!(path(&["epochs", "3"]), "log/nodes/n1/epochs/3");
+        assert_eq!(path(&["checkpoints"]), "log/nodes/n1/checkpoints");
+        assert_eq!(path(&["streams", "t1", "b0"]), "log/streams/t1/b0");
+        assert_eq!(location.pack_path("7").to_string(), "log/packs/n1/7");
+        for id in ["", "a/b", "..", "n 1"] {
+            let refused = Location::parse("s3://bucket/log").unwrap().for_node(id);
+            assert!(refused.is_err(), "{id:?}");
+        }
     }
 }

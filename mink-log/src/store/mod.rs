@@ -35,6 +35,14 @@
 //!   until it has placed its fence. Stream objects need no fence: their bytes follow
 //!   from their offsets, so a fenced writer's late upload is one the new writer would
 //!   make too.
+//! * **Nodes of a cluster.** With a node id ([`LogStoreConfig::node`]) a writer's own
+//!   sequence (epochs, WAL objects, checkpoints) is under `nodes/<id>/`: each node fences
+//!   only its own earlier lives. A bucket moves between nodes through the store, once all
+//!   its frames are in stream objects: its leader hands it over
+//!   ([`LogTablet::hand_over`]: seal, upload, release), or a writer over a dead leader's
+//!   sequence (claiming its next epoch: the dead one is fenced) rebuilds its buckets and
+//!   hands them over; the new leader takes it over ([`LogStore::take_over`]) from its
+//!   stream objects' end.
 //! * **Opening.** Every bucket's stream objects are found (their indexes read), the
 //!   node's `log/` is emptied, and each bucket's log after its stream objects is rebuilt
 //!   from the WAL objects of every earlier epoch, in order (the `open` and `rebuild`
@@ -53,8 +61,8 @@
 //! * **Retention.** When `log.ttl` moves a bucket's log start, `starts/<key>/<offset>`
 //!   records it, and an open leaves out what is before.
 //!
-//! * **Upkeep.** Once a checkpoint is made, the WAL objects and fences behind it and the
-//!   earlier checkpoints are deleted, and a minute after a start is recorded or a bucket
+//! * **Upkeep.** Once a checkpoint is made, the WAL objects behind it (not the fences: a
+//!   paused writer may wake any time later) and the earlier checkpoints are deleted, and a minute after a start is recorded or a bucket
 //!   dropped, the bucket's stream objects before it, or all of them (the `upkeep`
 //!   module); an open that finds a place of the WAL empty behind a checkpoint reads the
 //!   store again rather than fence it.
@@ -105,6 +113,8 @@ use self::upkeep::Upkeep;
 pub(crate) use self::uploader::Sealed;
 use self::uploader::{Job, Uploader};
 use self::writer::{Pacing, WalWriter};
+#[cfg(doc)]
+use crate::LogTablet;
 use crate::error::{LogError, Result};
 
 /// Where and how a node's log is kept in an object store.
@@ -128,6 +138,11 @@ pub struct LogStoreConfig {
     /// Refuse a store that holds a log already (any epoch claimed): a new data directory's
     /// tables would take another's buckets for theirs.
     pub must_be_empty: bool,
+    /// In a cluster, the node this writer is: its epochs, WAL objects and checkpoints go
+    /// under `nodes/<node>/`, apart from the other nodes', while the buckets' objects are
+    /// shared, so a bucket moves between nodes through the store ([`LogTablet::hand_over`],
+    /// [`LogStore::take_over`]). `None`: the one writer of the store.
+    pub node: Option<String>,
 }
 
 /// A deliberate crash of a node with a log store: at `point`, once the process has passed
@@ -188,6 +203,7 @@ impl LogStoreConfig {
             cache_bytes: DEFAULT_CACHE_BYTES,
             failpoint: None,
             must_be_empty: false,
+            node: None,
             url,
         }
     }
@@ -250,7 +266,10 @@ impl LogStore {
         log_root: &Path,
         segment_bytes: u64,
     ) -> Result<Arc<Self>> {
-        let location = Location::parse(&config.url)?;
+        let mut location = Location::parse(&config.url)?;
+        if let Some(node) = &config.node {
+            location = location.for_node(node)?;
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("mink-log-store")
@@ -386,6 +405,53 @@ impl LogStore {
         });
     }
 
+    /// Resolves once every upload queued so far is done: in the store, or given up with
+    /// its bucket.
+    pub(crate) async fn uploads_done(&self) -> Result<()> {
+        let (done, waiting) = tokio::sync::oneshot::channel();
+        self.uploader.queue(Job::Barrier(done));
+        waiting.await.map_err(|_| closed())
+    }
+
+    /// The bucket `key` was handed over to another node, every frame of it in stream
+    /// objects: its frames hold no WAL object of this node back from a checkpoint. Its
+    /// objects stay: the other node reads them.
+    pub(crate) fn release(&self, key: &str) {
+        let mut coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
+        coverage.forget(key);
+    }
+
+    /// Takes over the bucket whose log is in `dir` from the node that handed it over
+    /// ([`LogTablet::hand_over`]), or from a dead node's writer whose WAL objects were
+    /// read into stream objects: finds its stream objects in the store as they are now,
+    /// for its tablet to read its history from when it opens, and gives it an empty local
+    /// log from where they end (what `dir` held before, from an earlier time this node
+    /// led the bucket, is stale). Blocks.
+    ///
+    /// # Errors
+    /// A store that cannot be listed or read, damaged stream objects, or a local log that
+    /// cannot be replaced.
+    pub fn take_over(&self, dir: &Path) -> Result<()> {
+        let key = self.key_of(dir)?;
+        let location = self.location.clone();
+        let (streamed, start) = {
+            let key = key.clone();
+            self.wait_for(async move { open::find_bucket(&location, &key).await })?
+        };
+        match mink_durable::remove_dir_all(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+        mink_durable::create_dir_all(dir)?;
+        std::fs::File::create(crate::segment::segment_path(dir, start))?;
+        let mut coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
+        coverage.taken_over(&key, start);
+        drop(coverage);
+        let mut found = self.found.lock().unwrap_or_else(|p| p.into_inner());
+        found.insert(key, streamed);
+        Ok(())
+    }
+
     /// The stream objects opening found for the bucket `key`, in order, with their
     /// frames (taken: a tablet asks once, when it opens).
     pub(crate) fn take_streamed(&self, key: &str) -> Streamed {
@@ -401,9 +467,15 @@ impl LogStore {
     /// rebuilt for it under `log/` is removed; its stream objects go after a grace (the
     /// `upkeep` module).
     ///
+    /// Not in a cluster ([`LogStoreConfig::node`]): there, a bucket this node did not
+    /// open may be another node's, and nothing is forgotten.
+    ///
     /// # Errors
     /// Removing a rebuilt log failed.
     pub fn forget_unopened(&self) -> Result<()> {
+        if self.location.node.is_some() {
+            return Ok(());
+        }
         let mut gone = {
             let coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
             coverage.pending_keys()
@@ -481,5 +553,7 @@ impl Drop for LogStore {
     }
 }
 
+#[cfg(test)]
+mod moves_tests;
 #[cfg(test)]
 mod tests;

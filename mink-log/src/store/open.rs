@@ -11,7 +11,7 @@ use object_store::{ObjectStore as _, ObjectStoreExt as _, PutMode, PutOptions, P
 use tracing::{info, warn};
 
 use super::coverage::{self, Coverage, Place};
-use super::listing::{Chains, PackDirectories, find_starts};
+use super::listing::{Chain, Chains, PackDirectories, find_starts};
 use super::location::Location;
 use super::rebuild::Rebuild;
 use super::stream::{self, StreamObject};
@@ -68,8 +68,8 @@ pub(crate) async fn open(
         )));
     }
     let epoch = claim_epoch(location, last_claimed).await?;
-    if let Some(dir) = &location.local {
-        mink_durable::create_dir_all(&dir.join("wal").join(wal::number(epoch)))?;
+    if let Some(dir) = location.local_dir(["wal", &wal::number(epoch)]) {
+        mink_durable::create_dir_all(&dir)?;
     }
     for _ in 0..READ_ATTEMPTS {
         match read_back(location, url, log_root, segment_bytes, epoch).await? {
@@ -182,26 +182,46 @@ async fn find_streams(location: &Location, starts: &HashMap<String, i64>) -> Res
     let listed = Chains::list(location, starts, &mut directories, &HashSet::new()).await?;
     let mut streamed = HashMap::new();
     for (key, chain) in listed.chains {
-        let mut opened = Vec::with_capacity(chain.len());
-        for (from, offsets, placed) in chain {
-            let (object, mut frames) =
-                stream::open(location.store.as_ref(), placed, offsets).await?;
-            frames.retain(|frame| frame.base_offset >= from);
-            if frames.first().map(|frame| frame.base_offset) != Some(from) {
-                return Err(LogError::Corrupt(format!(
-                    "stream object {} at {} has no batch starting at offset {from}",
-                    object.object.path, object.at
-                )));
-            }
-            opened.push((Arc::new(object), frames));
-        }
-        streamed.insert(key, opened);
+        streamed.insert(key, open_chain(location, chain).await?);
     }
     Ok(Found {
         streamed,
         covered: listed.covered,
         unread_packs: listed.unread_packs,
     })
+}
+
+/// Opens the objects of a bucket's chain, with their frames from where the chain reads
+/// each.
+async fn open_chain(location: &Location, chain: Chain) -> Result<Streamed> {
+    let mut opened = Vec::with_capacity(chain.len());
+    for (from, offsets, placed) in chain {
+        let (object, mut frames) = stream::open(location.store.as_ref(), placed, offsets).await?;
+        frames.retain(|frame| frame.base_offset >= from);
+        if frames.first().map(|frame| frame.base_offset) != Some(from) {
+            return Err(LogError::Corrupt(format!(
+                "stream object {} at {} has no batch starting at offset {from}",
+                object.object.path, object.at
+            )));
+        }
+        opened.push((Arc::new(object), frames));
+    }
+    Ok(opened)
+}
+
+/// Bucket `key`'s chain of stream objects as the store holds it now, opened, and where
+/// its log goes on after them (where the chain ends, or where retention recorded its
+/// start; 0 for a bucket the store holds nothing of). For a bucket taken over from
+/// another node, whose every frame is in stream objects.
+pub(crate) async fn find_bucket(location: &Location, key: &str) -> Result<(Streamed, i64)> {
+    let starts = find_starts(location).await?;
+    let mut directories = PackDirectories::default();
+    let mut listed = Chains::list(location, &starts, &mut directories, &HashSet::new()).await?;
+    let chain = listed.chains.remove(key).unwrap_or_default();
+    let end = chain.last().map(|(_, (_, end), _)| *end);
+    let streamed = open_chain(location, chain).await?;
+    let start = end.or_else(|| starts.get(key).copied()).unwrap_or(0);
+    Ok((streamed, start))
 }
 
 /// What [`find_streams`] found.
@@ -257,8 +277,8 @@ pub(crate) async fn create(location: &Location, path: &StorePath, bytes: Bytes) 
 
 /// Claims the epoch after `last_claimed`, or the next free one after it.
 async fn claim_epoch(location: &Location, last_claimed: Option<u64>) -> Result<u64> {
-    if let Some(dir) = &location.local {
-        mink_durable::create_dir_all(&dir.join("epochs"))?;
+    if let Some(dir) = location.local_dir(["epochs"]) {
+        mink_durable::create_dir_all(&dir)?;
     }
     let first = last_claimed.map_or(1, |e| e + 1);
     for epoch in first..first + CLAIM_ATTEMPTS {
@@ -350,10 +370,9 @@ impl Reading {
 /// Removes, durably, a local store's objects of epoch `epoch` from the `seq`-th on, the
 /// last first (so a crash part way leaves a sequence that still ends in a torn object).
 async fn remove_from(location: &Location, epoch: u64, seq: u64) -> Result<()> {
-    let Some(dir) = &location.local else {
+    let Some(dir) = location.local_dir(["wal", &wal::number(epoch)]) else {
         return Ok(());
     };
-    let dir = dir.join("wal").join(wal::number(epoch));
     blocking(move || {
         for at in (seq..seq + UPLOADS_IN_FLIGHT as u64).rev() {
             let file = dir.join(wal::number(at));

@@ -243,6 +243,48 @@ async fn a_newer_writer_fences_the_older_which_acknowledges_nothing_more() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_writer_stays_fenced_once_the_upkeep_cleared_the_wal_behind_a_checkpoint() {
+    let (store_dir, disk_a, disk_b) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let table = table(&[]);
+    let (_old, old_log) = open_bucket(store_dir.path(), disk_a.path()).await;
+    write(&old_log, &table, WriteOp::Append(rows(&table, &[1], "old"))).await;
+
+    // The old writer pauses; a newer one fences it, writes, checkpoints past its epoch,
+    // and its upkeep deletes the old epoch's WAL objects.
+    let (new, new_log) = open_bucket(store_dir.path(), disk_b.path()).await;
+    let written = append_each(&new_log, 30).await;
+    checkpoint_reaching(store_dir.path(), (new.epoch(), 1)).await;
+    for _ in 0..500 {
+        if wal_objects(store_dir.path(), 1).len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        wal_objects(store_dir.path(), 1),
+        [wal::number(1)],
+        "the old epoch keeps its fence alone"
+    );
+
+    // The old writer wakes: its next place is still taken.
+    let refused = try_append(&old_log, &table, 2).await.unwrap_err();
+    assert!(
+        matches!(refused, LogError::Fenced { epoch: 1 }),
+        "{refused}"
+    );
+    drop((old_log, new_log));
+    let lost = tempfile::tempdir().unwrap();
+    let (_store, log) = open_bucket(store_dir.path(), lost.path()).await;
+    let mut expected = vec![vec![1]];
+    expected.extend(written);
+    assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_upload_carries_the_writes_of_many_buckets() {
     let (store_dir, disk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let table = table(&[]);

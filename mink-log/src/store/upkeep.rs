@@ -1,8 +1,9 @@
 //! The store's upkeep: deletes the objects no open needs any more.
 //!
 //! * **Behind the furthest checkpoint.** An open reads the WAL from the furthest checkpoint
-//!   on, so the WAL objects and fences before it, and every earlier checkpoint, are
-//!   garbage. A checkpoint is in the store before anything behind it is deleted, so an
+//!   on, so the WAL objects before it, and every earlier checkpoint, are garbage. The
+//!   fences stay (one small object per fenced epoch): a writer paused before its fence
+//!   was put may wake at any time, and must find its next place taken. A checkpoint is in the store before anything behind it is deleted, so an
 //!   open that finds a place of a WAL sequence empty checks whether a checkpoint passes it
 //!   now (the `open` module): a place the upkeep emptied is not a free place to fence, and
 //!   the open reads the store again.
@@ -55,7 +56,7 @@ use super::kv_runs;
 use super::listing::{Chains, PackDirectories, find_starts, list_under};
 use super::location::Location;
 use super::open::{list_numbers, store_error};
-use super::{StoreCrash, StoreFailpoint, stream};
+use super::{StoreCrash, StoreFailpoint, stream, wal};
 use crate::error::Result;
 
 /// The least time between two passes (each lists and deletes in batches).
@@ -296,17 +297,26 @@ async fn delete(location: &Location, paths: Vec<StorePath>) -> Result<()> {
     Ok(())
 }
 
-/// The WAL objects (and fences) before `furthest`, and the checkpoints before it.
+/// The WAL objects before `furthest`, and the checkpoints before it. Fences stay: a
+/// writer paused before its epoch was fenced may wake and upload to its next place any
+/// time later, and that place must stay taken, or the paused writer would acknowledge
+/// writes in a place no open reads (behind the checkpoint). One fence per fenced epoch,
+/// each [`wal::FENCE_LEN`] bytes, told from WAL objects by its size.
 async fn behind_checkpoint(location: &Location, furthest: Place) -> Result<Vec<StorePath>> {
-    let mut doomed = named_before(location, &["wal"], furthest, |parts| match parts {
-        [epoch, seq] => Some((epoch.parse().ok()?, seq.parse().ok()?)),
+    let mut doomed = named_before(location, &["wal"], furthest, |parts, size| match parts {
+        [epoch, seq] if size != wal::FENCE_LEN => Some((epoch.parse().ok()?, seq.parse().ok()?)),
         _ => None,
     })
     .await?;
-    let checkpoints = named_before(location, &["checkpoints"], furthest, |parts| match parts {
-        [name] => coverage::parse_name(name),
-        _ => None,
-    });
+    let checkpoints = named_before(
+        location,
+        &["checkpoints"],
+        furthest,
+        |parts, _| match parts {
+            [name] => coverage::parse_name(name),
+            _ => None,
+        },
+    );
     doomed.extend(checkpoints.await?);
     Ok(doomed)
 }
@@ -333,13 +343,13 @@ async fn left_over(location: &Location, leftover: &Leftover) -> Result<Vec<Store
 async fn before_start(location: &Location, key: &str, start: i64) -> Result<Vec<StorePath>> {
     let key: Vec<&str> = key.split('/').collect();
     let streams = [&["streams"][..], &key].concat();
-    let mut doomed = named_before(location, &streams, start, |parts| match parts {
+    let mut doomed = named_before(location, &streams, start, |parts, _| match parts {
         [name] => stream::parse_name(name).map(|(_, end)| end - 1),
         _ => None,
     })
     .await?;
     let starts = [&["starts"][..], &key].concat();
-    let older = named_before(location, &starts, start, |parts| match parts {
+    let older = named_before(location, &starts, start, |parts, _| match parts {
         [name] => name.parse().ok(),
         _ => None,
     });
@@ -348,18 +358,18 @@ async fn before_start(location: &Location, key: &str, start: i64) -> Result<Vec<
 }
 
 /// The objects under the path of `parts` whose names (the parts after them) `read`
-/// reads as a value before `before` (a place, an offset). Names it does not read (a local
-/// store's unfinished uploads) stay.
+/// reads, with their sizes, as a value before `before` (a place, an offset). Names it does
+/// not read (a local store's unfinished uploads) stay.
 async fn named_before<T: Ord>(
     location: &Location,
     parts: &[&str],
     before: T,
-    read: impl Fn(&[String]) -> Option<T>,
+    read: impl Fn(&[String], u64) -> Option<T>,
 ) -> Result<Vec<StorePath>> {
     Ok(list_under(location, parts)
         .await?
         .into_iter()
-        .filter(|(parts, _)| read(parts).is_some_and(|value| value < before))
+        .filter(|(parts, object)| read(parts, object.size).is_some_and(|value| value < before))
         .map(|(_, object)| object.location)
         .collect())
 }
@@ -388,6 +398,7 @@ mod tests {
         let location = Location {
             store: Arc::new(InMemory::new()),
             root: StorePath::default(),
+            node: None,
             local: None,
         };
         let objects = [

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use object_store::path::Path as StorePath;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -62,6 +62,8 @@ pub(crate) enum Job {
     Seal(Sealed),
     /// Record that a bucket's log starts at `start`: retention removed what was before.
     Trim { key: String, start: i64 },
+    /// Say so once every job queued before is done (stored, or given up with its bucket).
+    Barrier(oneshot::Sender<()>),
 }
 
 /// A handle on the node's uploader.
@@ -156,6 +158,9 @@ impl Task {
                     self.compact().await;
                 }
                 Some(Job::Trim { key, start }) => self.trim(&key, start).await,
+                Some(Job::Barrier(done)) => {
+                    let _ = done.send(());
+                }
             }
         }
     }
@@ -246,7 +251,7 @@ impl Task {
         let (epoch, packs) = (self.epoch, &mut self.packs);
         let stored = retrying(live, || {
             // Each attempt takes a new name: a name is created once.
-            let path = location.path(["packs", &pack::name(epoch, *packs)]);
+            let path = location.pack_path(&pack::name(epoch, *packs));
             *packs += 1;
             let bytes = bytes.clone();
             async move {

@@ -21,6 +21,9 @@ use crate::error::{LogError, Result};
 
 const WAL_MAGIC: &[u8; 8] = b"MINKWAL1";
 const FENCE_MAGIC: &[u8; 8] = b"MINKFNC1";
+/// The size of a fence: its magic, an epoch and a CRC (a WAL object is longer: its header
+/// alone is 32 bytes).
+pub(crate) const FENCE_LEN: u64 = 20;
 
 /// The name of an epoch's claim, or a WAL object's sequence number, in the store.
 pub(crate) fn number(n: u64) -> String {
@@ -209,6 +212,7 @@ mod tests {
             WalObject::Writes(sections)
         );
         let fence = encode_fence(5);
+        assert_eq!(fence.len() as u64, FENCE_LEN);
         assert_eq!(
             decode("f", 4, 0, &fence).unwrap(),
             WalObject::Fence { by: 5 }
