@@ -2,6 +2,8 @@
 
 use arrow_flight::error::FlightError;
 use mink_core::CoreError;
+use mink_core::protocol::{ErrorDetail, NotLeader};
+use prost::Message as _;
 use tonic::Code;
 
 /// What a client call can fail with.
@@ -36,6 +38,16 @@ impl ClientError {
             Self::Status(status) => Some(status.code()),
             Self::Connect { .. } | Self::Protocol(_) | Self::Core(_) | Self::Arrow(_) => None,
         }
+    }
+
+    /// The node does not lead the bucket the call addressed: who does (its address and
+    /// epoch), or that it is moving (no address). From the status' typed detail, not
+    /// from its code or message.
+    pub fn not_leader(&self) -> Option<NotLeader> {
+        let Self::Status(status) = self else {
+            return None;
+        };
+        ErrorDetail::decode(status.details()).ok()?.not_leader
     }
 }
 

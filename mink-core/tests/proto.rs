@@ -520,7 +520,22 @@ fn cases() -> Vec<Case> {
                 offset: -10_000_000_059,
             },
         ),
+        case(
+            "ErrorDetail",
+            ErrorDetail {
+                not_leader: Some(not_leader()),
+            },
+        ),
+        case("NotLeader", not_leader()),
     ]
+}
+
+fn not_leader() -> NotLeader {
+    NotLeader {
+        bucket: Some(bucket()),
+        leader: Some("leader.example:9400".into()),
+        epoch: 10_000_000_060,
+    }
 }
 
 #[test]

@@ -4,8 +4,10 @@ use std::sync::Arc;
 
 use datafusion_common::DataFusionError;
 use mink_core::CoreError;
+use mink_core::protocol::{ErrorDetail, NotLeader};
 use mink_kv::KvError;
 use mink_log::LogError;
+use prost::Message as _;
 use tonic::{Code, Status};
 
 /// Everything a node request can fail with.
@@ -24,6 +26,10 @@ pub enum NodeError {
     /// The table exists but not the bucket (or partition).
     #[error("bucket {0} does not exist")]
     BucketNotFound(String),
+    /// This node does not lead the bucket: another does (its address and epoch), or it is
+    /// moving. Answered with the typed detail, so clients follow it.
+    #[error("{}", not_leader_message(.0))]
+    NotLeader(NotLeader),
     /// A request or batch that cannot be served as given.
     #[error("{0}")]
     InvalidArgument(String),
@@ -139,6 +145,10 @@ impl NodeError {
     pub fn code(&self) -> Code {
         match self {
             Self::TableNotFound(_) | Self::BucketNotFound(_) => Code::NotFound,
+            Self::NotLeader(NotLeader {
+                leader: Some(_), ..
+            }) => Code::FailedPrecondition,
+            Self::NotLeader(NotLeader { leader: None, .. }) => Code::Unavailable,
             Self::TableExists(_) => Code::AlreadyExists,
             Self::TableReplaced(_) => Code::FailedPrecondition,
             Self::InvalidArgument(_) | Self::SchemaMismatch(_) => Code::InvalidArgument,
@@ -222,6 +232,28 @@ impl From<NodeError> for Status {
             message.truncate(cut);
             message.push_str("...");
         }
-        Status::new(error.code(), message)
+        match &error {
+            NodeError::NotLeader(not_leader) => {
+                let detail = ErrorDetail {
+                    not_leader: Some(not_leader.clone()),
+                };
+                Status::with_details(error.code(), message, detail.encode_to_vec().into())
+            }
+            _ => Status::new(error.code(), message),
+        }
+    }
+}
+
+fn not_leader_message(not_leader: &NotLeader) -> String {
+    let bucket = not_leader
+        .bucket
+        .as_ref()
+        .map_or_else(String::new, ToString::to_string);
+    match &not_leader.leader {
+        Some(leader) => format!(
+            "this node does not lead bucket {bucket}: {leader} does (epoch {})",
+            not_leader.epoch
+        ),
+        None => format!("bucket {bucket} is moving between nodes: retry shortly"),
     }
 }

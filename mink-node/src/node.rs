@@ -26,6 +26,8 @@
 //! - `retention`: trimming logs to their `log.ttl`.
 //! - `storage`: where tablets live on disk; `open_buckets`: the node-wide bound on them;
 //!   `validate`: the checks of a batch or a definition against its table.
+//! - `leadership`: which buckets the node leads, and buckets moving to and from it
+//!   through the log store (answered NotLeader elsewhere).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -43,12 +45,14 @@ use tracing::info;
 use crate::error::{NodeError, Result};
 use crate::metadata::{Metadata, MetadataStore};
 use crate::union::{FoldedTail, LocatedTail};
+use leadership::Slot;
 use mink_kv::{KvTablet, Restored};
 use mink_log::LogTablet;
 
 mod checkpoints;
 mod config;
 mod ddl;
+mod leadership;
 mod log_store;
 mod lookup;
 mod open_buckets;
@@ -68,7 +72,7 @@ use storage::Storage;
 pub use storage::bucket_key;
 use validate::check_bucket_address;
 
-/// A mink node: leads every bucket of every table.
+/// A mink node: leads the buckets of its tables (alone, every bucket).
 #[derive(Debug)]
 pub struct Node {
     storage: Storage,
@@ -115,12 +119,16 @@ pub struct Bucket {
 /// Buckets of a table, each with its tablets.
 pub(crate) type BucketTablets = Vec<(BucketId, Arc<Bucket>)>;
 
+/// Buckets of a table, as this node holds them.
+type BucketSlots = Vec<(BucketId, Slot)>;
+
 /// A table and its open tablets.
 #[derive(Debug)]
 struct TableState {
     descriptor: RwLock<Arc<TableDescriptor>>,
-    /// Partition name (`None` when unpartitioned) -> that partition's tablets, by bucket.
-    partitions: Mutex<BTreeMap<Option<String>, Vec<Arc<Bucket>>>>,
+    /// Partition name (`None` when unpartitioned) -> that partition's buckets, as this
+    /// node holds them.
+    partitions: Mutex<BTreeMap<Option<String>, Vec<Slot>>>,
 }
 
 impl TableState {
@@ -128,7 +136,7 @@ impl TableState {
         Arc::clone(&self.descriptor.read().unwrap_or_else(|p| p.into_inner()))
     }
 
-    fn partitions(&self) -> std::sync::MutexGuard<'_, BTreeMap<Option<String>, Vec<Arc<Bucket>>>> {
+    fn partitions(&self) -> std::sync::MutexGuard<'_, BTreeMap<Option<String>, Vec<Slot>>> {
         self.partitions.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -171,10 +179,11 @@ impl Node {
             if descriptor.is_partitioned() {
                 for partition in metadata.partitions(descriptor.table_id)? {
                     let buckets = storage.open_partition(&descriptor, Some(&partition))?;
-                    partitions.insert(Some(partition.name), buckets);
+                    partitions.insert(Some(partition.name), Slot::led(buckets));
                 }
             } else {
-                partitions.insert(None, storage.open_partition(&descriptor, None)?);
+                let buckets = storage.open_partition(&descriptor, None)?;
+                partitions.insert(None, Slot::led(buckets));
             }
             info!(table = %descriptor.path, partitions = partitions.len(), "opened table");
             opened += partitions.values().map(Vec::len).sum::<usize>();
@@ -280,12 +289,12 @@ impl Node {
         let descriptor = state.descriptor();
         check_bucket_address(&descriptor, bucket)?;
         let partitions = state.partitions();
-        let tablet = partitions
+        let tablets = partitions
             .get(&bucket.partition)
-            .and_then(|tablets| tablets.get(bucket.bucket as usize))
-            .cloned()
-            .ok_or_else(|| NodeError::BucketNotFound(bucket.to_string()))?;
-        Ok((descriptor, tablet))
+            .and_then(|slots| slots.get(bucket.bucket as usize))
+            .ok_or_else(|| NodeError::BucketNotFound(bucket.to_string()))?
+            .led_tablets()?;
+        Ok((descriptor, tablets))
     }
 
     /// Every bucket of a table created so far, with its offsets.
@@ -311,27 +320,46 @@ impl Node {
 
     /// A table and every bucket of it created so far (partition by partition, each
     /// partition's buckets in order), with their tablets.
+    ///
+    /// # Errors
+    /// [`NodeError::NotLeader`] of the first bucket this node does not lead: what needs
+    /// every bucket of a table (tiering, a table's union plan) runs where they all are.
     pub(crate) fn table_buckets(
         &self,
         path: &TablePath,
     ) -> Result<(Arc<TableDescriptor>, BucketTablets)> {
+        let (table, slots) = self.table_slots(path)?;
+        let buckets = (slots.into_iter())
+            .map(|(id, slot)| Ok((id, slot.led_tablets()?)))
+            .collect::<Result<_>>()?;
+        Ok((table, buckets))
+    }
+
+    /// The buckets of a table this node leads, with their tablets.
+    pub(crate) fn led_buckets(&self, path: &TablePath) -> Result<BucketTablets> {
+        let (_, slots) = self.table_slots(path)?;
+        Ok((slots.into_iter())
+            .filter_map(|(id, slot)| slot.tablets().cloned().map(|tablets| (id, tablets)))
+            .collect())
+    }
+
+    /// A table and every bucket of it created so far, as this node holds them.
+    fn table_slots(&self, path: &TablePath) -> Result<(Arc<TableDescriptor>, BucketSlots)> {
         let state = self.table(path)?;
         let table = state.descriptor();
-        let buckets = state
-            .partitions()
-            .iter()
-            .flat_map(|(partition, tablets)| {
-                tablets.iter().enumerate().map(|(bucket, tablet)| {
+        let slots = (state.partitions().iter())
+            .flat_map(|(partition, slots)| {
+                slots.iter().enumerate().map(|(bucket, slot)| {
                     let id = BucketId {
                         table: path.to_string(),
                         partition: partition.clone(),
                         bucket: bucket as u32,
                     };
-                    (id, Arc::clone(tablet))
+                    (id, slot.clone())
                 })
             })
             .collect();
-        Ok((table, buckets))
+        Ok((table, slots))
     }
 
     /// The lake snapshots mink recorded for a table (rounds and compactions), oldest first.

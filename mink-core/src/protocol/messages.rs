@@ -862,3 +862,26 @@ pub struct OffsetReply {
     #[prost(int64, tag = "1")]
     pub offset: i64,
 }
+
+/// The typed detail of an error answer: the bytes of gRPC's `Status.details`.
+#[derive(Clone, PartialEq, Message)]
+pub struct ErrorDetail {
+    /// The node does not lead the bucket the request addressed.
+    #[prost(message, optional, tag = "1")]
+    pub not_leader: Option<NotLeader>,
+}
+
+/// A node's answer to a request addressed to a bucket it does not lead.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct NotLeader {
+    /// The bucket.
+    #[prost(message, optional, tag = "1")]
+    pub bucket: Option<BucketId>,
+    /// Its leader's address (`host:port`, as the leader advertises it); `None` while the
+    /// bucket moves.
+    #[prost(string, optional, tag = "2")]
+    pub leader: Option<String>,
+    /// The epoch of that leadership (each move bumps it).
+    #[prost(uint64, tag = "3")]
+    pub epoch: u64,
+}

@@ -33,7 +33,9 @@ impl Node {
             return pass;
         };
         for state in self.table_states() {
-            let buckets: Vec<_> = state.partitions().values().flatten().cloned().collect();
+            let buckets: Vec<_> = (state.partitions().values().flatten())
+                .filter_map(|slot| slot.tablets().cloned())
+                .collect();
             for bucket in buckets {
                 let Some(kv) = &bucket.kv else {
                     continue;

@@ -10,7 +10,7 @@ use mink_core::table::{TableDescriptor, TablePath};
 use tracing::info;
 
 use super::validate::check_table_size;
-use super::{Bucket, Node, TableState};
+use super::{Bucket, Node, Slot, TableState};
 use crate::error::{NodeError, Result};
 
 impl Node {
@@ -85,6 +85,9 @@ impl Node {
             }
         }
         info!(table = %created.path, table_id = created.table_id, "created table");
+        let partitions = (partitions.into_iter())
+            .map(|(partition, buckets)| (partition, Slot::led(buckets)))
+            .collect();
         self.tables_write().insert(
             created.path.clone(),
             Arc::new(TableState {
@@ -181,6 +184,7 @@ impl Node {
         let buckets: Vec<Arc<Bucket>> = std::mem::take(&mut *state.partitions())
             .into_values()
             .flatten()
+            .filter_map(|slot| slot.tablets().cloned())
             .collect();
         self.open_buckets.release(buckets.len());
         self.storage.remove_buckets(&descriptor, None, buckets);

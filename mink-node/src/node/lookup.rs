@@ -25,11 +25,15 @@ impl Node {
                 table.path
             )));
         }
-        let partitions = state.partitions();
-        let kv = partitions
+        let slot = state
+            .partitions()
             .get(&bucket.partition)
-            .and_then(|buckets| buckets.get(bucket.bucket as usize))
-            .and_then(|b| b.kv.clone());
+            .and_then(|slots| slots.get(bucket.bucket as usize))
+            .cloned();
+        let kv = match slot {
+            Some(slot) => slot.led_tablets()?.kv.clone(),
+            None => None,
+        };
         Ok((table, kv))
     }
 

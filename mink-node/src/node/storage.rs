@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use mink_core::protocol::BucketId;
 use mink_core::table::TableDescriptor;
 
-use crate::error::Result;
+use crate::error::{NodeError, Result};
 use crate::metadata::PartitionRecord;
 use mink_kv::{KvStore, KvTablet, KvWriter, Restored};
 use mink_log::{Changelog, LogStore, LogTablet};
@@ -137,7 +137,7 @@ impl Storage {
         .to_string();
         let mut restored = None;
         let kv = if table.has_primary_key() {
-            let kv = self.kv()?.tablet(&key.replace('/', "."))?;
+            let kv = self.kv()?.tablet(&kv_tablet_name(&key))?;
             if let Some(store) = &self.config.log.store
                 && opening == Opening::Existing
             {
@@ -166,6 +166,42 @@ impl Storage {
         }))
     }
 
+    /// Opens a bucket taken over from another node (see [`LogStore::take_over`]): its
+    /// log from the store as it is now, and its KV store, for a primary-key table, from
+    /// nothing (what this node kept of it from an earlier time it led it is stale):
+    /// restored from its checkpoint, then the log after it replayed.
+    ///
+    /// # Errors
+    /// No log store, or a store or tablet that fails to open.
+    pub(super) fn take_over_bucket(
+        &self,
+        table: &Arc<TableDescriptor>,
+        partition: Option<&PartitionRecord>,
+        bucket: u32,
+    ) -> Result<Arc<Bucket>> {
+        let store = self.log_store()?;
+        let key = bucket_key(table.table_id, partition.map(|p| p.partition_id), bucket);
+        store.take_over(&self.config.data_dir.join("log").join(&key))?;
+        if table.has_primary_key() {
+            let kv = self.kv()?;
+            let stale = kv.tablet(&kv_tablet_name(&key))?;
+            kv.drop_tablet(stale)?;
+        }
+        self.open_bucket(table, partition, bucket, Opening::Existing)
+    }
+
+    /// The node's log store, which buckets move between nodes through.
+    ///
+    /// # Errors
+    /// [`NodeError::InvalidArgument`] for a node without one.
+    pub(super) fn log_store(&self) -> Result<&Arc<LogStore>> {
+        self.config.log.store.as_ref().ok_or_else(|| {
+            NodeError::InvalidArgument(
+                "a bucket moves between nodes through a log store: this node has none".into(),
+            )
+        })
+    }
+
     pub(super) fn table_dir(&self, table: &TableDescriptor) -> PathBuf {
         self.config
             .data_dir
@@ -181,6 +217,11 @@ pub fn bucket_key(table_id: u64, partition_id: Option<i64>, bucket: u32) -> Stri
         Some(partition) => format!("t{table_id}/p{partition}/b{bucket}"),
         None => format!("t{table_id}/b{bucket}"),
     }
+}
+
+/// The name of the KV tablet of the bucket of `key`.
+fn kv_tablet_name(key: &str) -> String {
+    key.replace('/', ".")
 }
 
 /// Takes the furthest KV checkpoint of the bucket whose log is in `dir` as its tablet's,

@@ -10,7 +10,7 @@ use mink_log::{SentBatch, Write, WriteOp, WriteStream, WriterTag};
 use tracing::info;
 
 use super::validate::{check_bucket_address, check_routing, conform_keys, conform_to_schema};
-use super::{Bucket, Node, TableState};
+use super::{Bucket, Node, Slot, TableState};
 use crate::error::{NodeError, Result};
 
 impl Node {
@@ -51,11 +51,9 @@ impl Node {
                     self.open_buckets.release(buckets);
                 })?;
             info!(table = %descriptor.path, partition = name, "created partition");
-            partitions.insert(bucket.partition.clone(), tablets);
+            partitions.insert(bucket.partition.clone(), Slot::led(tablets));
         }
-        Ok(Arc::clone(
-            &partitions[&bucket.partition][bucket.bucket as usize],
-        ))
+        partitions[&bucket.partition][bucket.bucket as usize].led_tablets()
     }
 
     /// Creates a partition that does not exist yet, its buckets reserved: its metadata,

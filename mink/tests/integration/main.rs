@@ -8,6 +8,7 @@
 
 mod admin;
 mod bad_input;
+mod bucket_moves;
 mod cli;
 mod crash;
 mod distributed;

@@ -1,0 +1,190 @@
+//! Which buckets this node leads, and buckets moving to and from it.
+//!
+//! Each bucket of a partition is a [`Slot`]: led here (its tablets open), or led
+//! elsewhere or moving, which every request addressed to it is answered
+//! ([`NodeError::NotLeader`], with the leader's address and epoch as a typed detail). A
+//! single node leads every bucket; in a cluster buckets move between nodes through the
+//! log store: [`Node::hand_over_bucket`] on the old leader, [`Node::take_over_bucket`] on
+//! the new one.
+
+use std::sync::Arc;
+
+use mink_core::protocol::{BucketId, NotLeader};
+use mink_core::table::TablePath;
+use tracing::info;
+
+use super::validate::check_bucket_address;
+use super::{Bucket, Node};
+use crate::error::{NodeError, Result};
+
+/// A bucket of a partition, as this node holds it.
+#[derive(Debug, Clone)]
+pub(crate) enum Slot {
+    /// This node leads it: its tablets.
+    Led(Arc<Bucket>),
+    /// Another node leads it, or it is moving: what requests for it are answered.
+    Elsewhere(NotLeader),
+}
+
+impl Slot {
+    /// Slots of buckets this node just opened.
+    pub(super) fn led(buckets: Vec<Arc<Bucket>>) -> Vec<Self> {
+        buckets.into_iter().map(Self::Led).collect()
+    }
+
+    /// The bucket's tablets, if this node leads it.
+    pub(crate) fn tablets(&self) -> Option<&Arc<Bucket>> {
+        match self {
+            Self::Led(bucket) => Some(bucket),
+            Self::Elsewhere(_) => None,
+        }
+    }
+
+    /// The bucket's tablets.
+    ///
+    /// # Errors
+    /// [`NodeError::NotLeader`] when this node does not lead it.
+    pub(crate) fn led_tablets(&self) -> Result<Arc<Bucket>> {
+        match self {
+            Self::Led(bucket) => Ok(Arc::clone(bucket)),
+            Self::Elsewhere(not_leader) => Err(NodeError::NotLeader(not_leader.clone())),
+        }
+    }
+}
+
+/// What requests for `bucket` are answered while it moves.
+fn moving(bucket: &BucketId, epoch: u64) -> NotLeader {
+    NotLeader {
+        bucket: Some(bucket.clone()),
+        leader: None,
+        epoch,
+    }
+}
+
+impl Node {
+    /// Hands a bucket this node leads over to the node `leader` (its address) leads it
+    /// with from `epoch` on: requests for it are answered "moving" at once, its log
+    /// refuses every write after those already queued, and once all its frames are in
+    /// the log store its tablets close and requests are sent to `leader`.
+    ///
+    /// # Errors
+    /// A bucket this node does not lead, no log store, or a hand-over the log store did
+    /// not complete: the bucket then stays led here, serving reads and refusing writes,
+    /// until a hand-over succeeds (the caller retries) or the node restarts.
+    pub async fn hand_over_bucket(
+        &self,
+        bucket: &BucketId,
+        leader: &str,
+        epoch: u64,
+    ) -> Result<()> {
+        self.storage.log_store()?;
+        let tablets = self.take_led(bucket, moving(bucket, epoch))?;
+        if let Err(error) = tablets.log.hand_over().await {
+            self.set_slot(bucket, Slot::Led(tablets))?;
+            return Err(error.into());
+        }
+        drop(tablets);
+        let not_leader = NotLeader {
+            bucket: Some(bucket.clone()),
+            leader: Some(leader.to_string()),
+            epoch,
+        };
+        self.set_slot(bucket, Slot::Elsewhere(not_leader))?;
+        self.open_buckets.release(1);
+        info!(%bucket, leader, epoch, "handed a bucket over");
+        Ok(())
+    }
+
+    /// Takes a bucket over from the node that handed it over (or from a dead node's
+    /// sequence read into the log store): replaces what this node kept of it from an
+    /// earlier time it led it, opens its log from the store (and its KV store from its
+    /// checkpoint and the log after it), and serves it.
+    ///
+    /// # Errors
+    /// A bucket this node leads already, no log store, or a store or tablet that fails
+    /// to open: the bucket is then still not led here.
+    pub async fn take_over_bucket(&self, bucket: &BucketId) -> Result<()> {
+        let state = self.table(&TablePath::parse(&bucket.table)?)?;
+        let table = state.descriptor();
+        check_bucket_address(&table, bucket)?;
+        match self.slot(bucket) {
+            Ok(Slot::Led(_)) => {
+                return Err(NodeError::InvalidArgument(format!(
+                    "bucket {bucket} is led by this node already"
+                )));
+            }
+            // A partition new to this node.
+            Ok(Slot::Elsewhere(_)) | Err(NodeError::BucketNotFound(_)) => {}
+            Err(error) => return Err(error),
+        }
+        let partition = match &bucket.partition {
+            Some(name) => Some(self.metadata.ensure_partition(table.table_id, name)?),
+            None => None,
+        };
+        self.open_buckets.reserve(1, &format!("bucket {bucket}"))?;
+        let opened = (self.storage).take_over_bucket(&table, partition.as_ref(), bucket.bucket);
+        let tablets = match opened {
+            Ok(tablets) => tablets,
+            Err(error) => {
+                self.open_buckets.release(1);
+                return Err(error);
+            }
+        };
+        self.set_slot(bucket, Slot::Led(tablets))?;
+        info!(%bucket, "took a bucket over");
+        Ok(())
+    }
+
+    /// The slot of an existing bucket.
+    fn slot(&self, bucket: &BucketId) -> Result<Slot> {
+        let state = self.table(&TablePath::parse(&bucket.table)?)?;
+        let partitions = state.partitions();
+        partitions
+            .get(&bucket.partition)
+            .and_then(|slots| slots.get(bucket.bucket as usize))
+            .cloned()
+            .ok_or_else(|| NodeError::BucketNotFound(bucket.to_string()))
+    }
+
+    /// Takes the tablets of a bucket this node leads, `moving` in their place.
+    fn take_led(&self, bucket: &BucketId, moving: NotLeader) -> Result<Arc<Bucket>> {
+        let state = self.table(&TablePath::parse(&bucket.table)?)?;
+        check_bucket_address(&state.descriptor(), bucket)?;
+        let mut partitions = state.partitions();
+        let place = partitions
+            .get_mut(&bucket.partition)
+            .and_then(|slots| slots.get_mut(bucket.bucket as usize))
+            .ok_or_else(|| NodeError::BucketNotFound(bucket.to_string()))?;
+        let tablets = place.led_tablets()?;
+        *place = Slot::Elsewhere(moving);
+        Ok(tablets)
+    }
+
+    /// Puts `slot` in the place of a bucket (creating its partition's slots, each one
+    /// "moving", if the partition is new here); the tablets it held, if it was led.
+    fn set_slot(&self, bucket: &BucketId, slot: Slot) -> Result<Option<Arc<Bucket>>> {
+        let state = self.table(&TablePath::parse(&bucket.table)?)?;
+        let buckets = state.descriptor().bucket_num;
+        let mut partitions = state.partitions();
+        let slots = partitions
+            .entry(bucket.partition.clone())
+            .or_insert_with(|| {
+                (0..buckets)
+                    .map(|index| {
+                        let id = BucketId {
+                            bucket: index,
+                            ..bucket.clone()
+                        };
+                        Slot::Elsewhere(moving(&id, 0))
+                    })
+                    .collect()
+            });
+        let place = slots
+            .get_mut(bucket.bucket as usize)
+            .ok_or_else(|| NodeError::BucketNotFound(bucket.to_string()))?;
+        Ok(match std::mem::replace(place, slot) {
+            Slot::Led(tablets) => Some(tablets),
+            Slot::Elsewhere(_) => None,
+        })
+    }
+}
