@@ -42,6 +42,7 @@
 mod appender;
 mod cache;
 mod changelog;
+mod drain;
 mod error;
 mod read;
 mod recovery;
@@ -65,6 +66,7 @@ use tracing::info;
 use self::appender::{Appender, Request, WriteRequest};
 use self::cache::LogCache;
 pub use self::changelog::{Applying, Changelog, REPLAY_CHUNK};
+pub use self::drain::drain;
 pub use self::error::{LogError, Result};
 use self::read::{Found, PlannedBatch, Source, read_planned};
 pub use self::segment::{FrameHeader, Payload, StoredBatch};

@@ -405,6 +405,15 @@ impl LogStore {
         });
     }
 
+    /// The buckets with frames in the WAL objects the open read that are in no stream
+    /// object yet, sorted: those a drain hands over.
+    pub(crate) fn buckets_in_wal(&self) -> Vec<String> {
+        let coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
+        let mut keys: Vec<String> = coverage.pending_keys().into_iter().collect();
+        keys.sort();
+        keys
+    }
+
     /// Resolves once every upload queued so far is done: in the store, or given up with
     /// its bucket.
     pub(crate) async fn uploads_done(&self) -> Result<()> {
