@@ -24,6 +24,25 @@ pub struct Leader {
     pub epoch: u64,
 }
 
+impl Leader {
+    /// The leader as etcd keeps it: `<epoch> <node>` (node ids have no spaces).
+    pub fn to_value(&self) -> String {
+        format!("{} {}", self.epoch, self.node)
+    }
+
+    /// A leader as etcd keeps it ([`Leader::to_value`]); `None` if it does not parse.
+    pub fn parse(value: &str) -> Option<Self> {
+        let (epoch, node) = value.split_once(' ')?;
+        if node.is_empty() || node.contains(' ') {
+            return None;
+        }
+        Some(Self {
+            node: node.to_string(),
+            epoch: epoch.parse().ok()?,
+        })
+    }
+}
+
 /// The next assignment of `buckets` (their keys) over the `live` nodes, from `current`
 /// (see the module doc). Buckets not in `buckets` are left out.
 pub fn assign(
@@ -100,6 +119,18 @@ mod tests {
             *loads.entry(leader.node.as_str()).or_default() += 1;
         }
         loads
+    }
+
+    #[test]
+    fn a_leader_reads_back_as_written() {
+        let leader = Leader {
+            node: "n1".into(),
+            epoch: 7,
+        };
+        assert_eq!(Leader::parse(&leader.to_value()), Some(leader));
+        for value in ["", "7", "x n1", "7 ", "7 n1 n2"] {
+            assert_eq!(Leader::parse(value), None, "{value:?}");
+        }
     }
 
     #[test]

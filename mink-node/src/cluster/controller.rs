@@ -8,7 +8,8 @@
 //! changed in transactions that hold only while its election key is still the one it won
 //! with: a controller that lost its lease (paused, cut off) and was replaced writes
 //! nothing. Its lease ending ends its election; the next candidate, campaigning
-//! meanwhile, takes over.
+//! meanwhile, takes over. Before it assigns, it drains the nodes that died (the `drain`
+//! module), so their buckets' frames are all in the log store.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use etcd_client::{Client, Compare, CompareOp, GetOptions, LeaderKey, Txn, TxnOp,
 use tracing::{info, warn};
 
 use super::assignment::{Leader, assign};
+use super::drain::{Drainer, OPS_PER_TXN, dead_incarnations, drain_node};
 use super::membership::{ClusterConfig, Membership, members};
 use crate::error::{NodeError, Result};
 use crate::metadata::MetadataStore;
@@ -27,15 +29,12 @@ use crate::node::bucket_key;
 /// of no change.
 pub const ASSIGN_EVERY: Duration = Duration::from_secs(2);
 
-/// Operations in one etcd transaction at most (etcd's `--max-txn-ops` is 128).
-const OPS_PER_TXN: usize = 127;
-
 /// Campaigns for the controller's election and, once elected, assigns the buckets until
 /// the election is lost; then campaigns again. Runs until the task is dropped.
-pub async fn run(membership: Arc<Membership>, metadata: Arc<dyn MetadataStore>) {
+pub async fn run(membership: Arc<Membership>, metadata: Arc<dyn MetadataStore>, drainer: Drainer) {
     let config = membership.config().clone();
     loop {
-        match lead(&config, &membership, &metadata).await {
+        match lead(&config, &membership, &metadata, &drainer).await {
             Ok(()) => info!(node = %config.node_id, "no longer the cluster's controller"),
             Err(error) => warn!(%error, "the cluster's controller stopped"),
         }
@@ -48,6 +47,7 @@ async fn lead(
     config: &ClusterConfig,
     membership: &Membership,
     metadata: &Arc<dyn MetadataStore>,
+    drainer: &Drainer,
 ) -> Result<()> {
     let mut client = config.connect().await?;
     let election = config.key(&["controller"]);
@@ -63,7 +63,7 @@ async fn lead(
     let mut changes = client.watch(config.key(&[""]), everything).await?;
     loop {
         if !membership.holds_lease()
-            || !assign_once(&mut client, config, &elected, metadata).await?
+            || !assign_once(&mut client, config, &elected, metadata, drainer).await?
         {
             return Ok(());
         }
@@ -76,16 +76,23 @@ async fn lead(
     }
 }
 
-/// Writes the next assignment; `false` if this node is no longer the elected one.
+/// Drains the nodes that died and writes the next assignment; `false` if this node is
+/// no longer the elected one.
 pub(crate) async fn assign_once(
     client: &mut Client,
     config: &ClusterConfig,
     elected: &LeaderKey,
     metadata: &Arc<dyn MetadataStore>,
+    drainer: &Drainer,
 ) -> Result<bool> {
     let live: BTreeSet<String> = (members(client, config).await?.into_iter())
         .map(|member| member.id)
         .collect();
+    for dead in dead_incarnations(client, config, &live).await? {
+        if !drain_node(client, config, elected, drainer, &dead).await? {
+            return Ok(false);
+        }
+    }
     let metadata = Arc::clone(metadata);
     let buckets = tokio::task::spawn_blocking(move || every_bucket(metadata.as_ref()))
         .await
@@ -95,8 +102,7 @@ pub(crate) async fn assign_once(
     let mut changes: Vec<TxnOp> = (next.iter())
         .filter(|(bucket, leader)| current.get(*bucket) != Some(leader))
         .map(|(bucket, leader)| {
-            let value = format!("{} {}", leader.epoch, leader.node);
-            TxnOp::put(config.key(&["buckets", bucket]), value, None)
+            TxnOp::put(config.key(&["buckets", bucket]), leader.to_value(), None)
         })
         .collect();
     changes.extend(
@@ -151,16 +157,9 @@ pub async fn assignment(
         .map(|kv| {
             let bucket = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
             let value = String::from_utf8_lossy(kv.value());
-            let leader = (value.split_once(' '))
-                .and_then(|(epoch, node)| {
-                    Some(Leader {
-                        node: node.to_string(),
-                        epoch: epoch.parse().ok()?,
-                    })
-                })
-                .ok_or_else(|| {
-                    NodeError::Corrupt(format!("bucket {bucket}'s assignment in etcd: {value}"))
-                })?;
+            let leader = Leader::parse(&value).ok_or_else(|| {
+                NodeError::Corrupt(format!("bucket {bucket}'s assignment in etcd: {value}"))
+            })?;
             Ok((bucket, leader))
         })
         .collect()

@@ -23,6 +23,8 @@ use crate::error::{NodeError, Result};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a node joining waits for the controller to drain its earlier life.
+const MAX_DRAIN_WAIT: Duration = Duration::from_secs(600);
 
 /// Where a node finds the cluster and how others reach it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,9 +98,14 @@ impl Membership {
         // The node's previous life (a crash, a restart) may hold the id until its lease
         // ends: wait that long for it, no longer.
         let patience = Instant::now() + 2 * config.lease;
+        let drain_patience = Instant::now() + MAX_DRAIN_WAIT;
         let held = loop {
             match register(&mut client, &config).await {
                 Err(NodeError::InvalidArgument(_)) if Instant::now() < patience => {
+                    tokio::time::sleep(config.lease / 4).await;
+                }
+                Err(NodeError::ShuttingDown(why)) if Instant::now() < drain_patience => {
+                    info!(node = %config.node_id, "waiting to join: {why}");
                     tokio::time::sleep(config.lease / 4).await;
                 }
                 registered => break registered?,
@@ -169,7 +176,9 @@ pub async fn members(client: &mut Client, config: &ClusterConfig) -> Result<Vec<
         .collect())
 }
 
-/// Takes a lease and puts the node's record under it, if no live member has its id.
+/// Takes a lease and puts the node's record under it, if no live member has its id and
+/// the controller is not draining its earlier life's sequence; marks that sequence as one
+/// that may hold frames (`incarnations/<id>`), to drain once this life ends.
 async fn register(client: &mut Client, config: &ClusterConfig) -> Result<Held> {
     let ttl = i64::try_from(config.lease.as_secs().max(1)).unwrap_or(i64::MAX);
     let asked = Instant::now();
@@ -180,11 +189,22 @@ async fn register(client: &mut Client, config: &ClusterConfig) -> Result<Held> {
         config.advertise.clone(),
         Some(PutOptions::new().with_lease(granted.id())),
     );
+    let draining = config.key(&["draining", &config.node_id]);
+    let incarnation = TxnOp::put(config.key(&["incarnations", &config.node_id]), "", None);
     let txn = Txn::new()
-        .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
-        .and_then([record]);
+        .when([
+            Compare::version(key.clone(), CompareOp::Equal, 0),
+            Compare::version(draining.clone(), CompareOp::Equal, 0),
+        ])
+        .and_then([record, incarnation]);
     if !client.txn(txn).await?.succeeded() {
         let _ = client.lease_revoke(granted.id()).await;
+        if !client.get(draining, None).await?.kvs().is_empty() {
+            return Err(NodeError::ShuttingDown(format!(
+                "the controller is draining node {}'s earlier life from the log store",
+                config.node_id
+            )));
+        }
         let holder = client.get(key, None).await?;
         let address = (holder.kvs().first())
             .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())

@@ -17,6 +17,7 @@
 
 pub mod assignment;
 pub mod controller;
+pub mod drain;
 pub mod membership;
 
 pub use membership::{ClusterConfig, Member, Membership};

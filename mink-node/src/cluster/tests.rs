@@ -7,9 +7,11 @@ use std::time::Duration;
 use arrow::datatypes::{DataType, Field, Schema};
 use mink_core::options::TableOptions;
 use mink_core::table::{TableDescriptor, TablePath};
+use mink_log::LogStoreConfig;
 
 use super::assignment::Leader;
 use super::controller::{self, assignment};
+use super::drain::Drainer;
 use super::*;
 use crate::metadata::{EtcdMetadata, MetadataStore};
 use crate::testing::Etcd;
@@ -153,11 +155,18 @@ async fn the_controller_spreads_the_buckets_and_moves_a_dead_nodes() {
         let membership = Arc::new(Membership::join(config(&etcd, node)).await.unwrap());
         memberships.insert(node, membership);
     }
+    let (store, roots) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let drainer = Drainer {
+        store: LogStoreConfig::new(format!("file://{}", store.path().display())),
+        root: roots.path().to_path_buf(),
+        segment_bytes: 1 << 20,
+    };
     let mut nodes = BTreeMap::new();
     for (node, membership) in memberships {
         let controller = tokio::spawn(controller::run(
             Arc::clone(&membership),
             Arc::clone(&metadata),
+            drainer.clone(),
         ));
         nodes.insert(node, (membership, controller));
     }
@@ -210,6 +219,9 @@ async fn the_controller_spreads_the_buckets_and_moves_a_dead_nodes() {
                 assert_eq!(leader, was, "{bucket} stayed");
             }
         }
+        // The dead node's sequence was drained: nothing marks it any more.
+        let mark = format!("/test/incarnations/{dead}");
+        assert!(client.get(mark, None).await.unwrap().kvs().is_empty());
         before = after;
     }
 }
