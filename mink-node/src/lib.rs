@@ -23,8 +23,8 @@ pub mod lake_plan;
 pub mod metadata;
 pub mod node;
 pub mod server;
-#[cfg(test)]
-mod testing;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod tiering;
 pub mod union;
 

@@ -42,10 +42,12 @@ use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::{Lake, LakeConfig};
 use tracing::info;
 
+use crate::cluster::Membership;
+use crate::cluster::drain::release_holds;
 use crate::error::{NodeError, Result};
-use crate::metadata::{Metadata, MetadataStore};
+use crate::metadata::{EtcdMetadata, Metadata, MetadataStore};
 use crate::union::{FoldedTail, LocatedTail};
-use leadership::Slot;
+use leadership::{Slot, join};
 use mink_kv::{KvTablet, Restored};
 use mink_log::LogTablet;
 
@@ -76,6 +78,9 @@ use validate::check_bucket_address;
 #[derive(Debug)]
 pub struct Node {
     storage: Storage,
+    /// In a cluster, the node's membership: it leads buckets only while it holds its
+    /// lease.
+    membership: Option<Arc<Membership>>,
     /// Tables, partitions and lake records.
     pub(crate) metadata: Arc<dyn MetadataStore>,
     /// What the Kafka listener keeps, in the node's own `meta.db`.
@@ -159,9 +164,21 @@ impl Node {
                 config.data_dir.display().to_string(),
             ));
         }
+        let membership = match &config.cluster {
+            Some(cluster) => Some(Arc::new(join(cluster, &config).await?)),
+            None => None,
+        };
         config.log.store = log_store::open(&config).await?;
         let local = Arc::new(Metadata::open(&config.data_dir.join("meta.db"))?);
-        let metadata: Arc<dyn MetadataStore> = Arc::<Metadata>::clone(&local);
+        let metadata: Arc<dyn MetadataStore> = match &config.cluster {
+            Some(cluster) => {
+                // This life's open drained the earlier ones: they hold no bucket now.
+                let mut client = cluster.connect().await?;
+                release_holds(&mut client, cluster, &cluster.node_id, None).await?;
+                Arc::new(EtcdMetadata::connect(&cluster.endpoints, &cluster.prefix)?)
+            }
+            None => Arc::<Metadata>::clone(&local),
+        };
         let reads = RuntimeEnvBuilder::new()
             .with_memory_pool(Arc::clone(&config.memory_pool))
             .build_arc()
@@ -176,17 +193,27 @@ impl Node {
         for descriptor in metadata.load_tables()? {
             let descriptor = Arc::new(descriptor);
             let mut partitions = BTreeMap::new();
-            if descriptor.is_partitioned() {
-                for partition in metadata.partitions(descriptor.table_id)? {
-                    let buckets = storage.open_partition(&descriptor, Some(&partition))?;
-                    partitions.insert(Some(partition.name), Slot::led(buckets));
-                }
-            } else {
-                let buckets = storage.open_partition(&descriptor, None)?;
-                partitions.insert(None, Slot::led(buckets));
+            let records = match descriptor.is_partitioned() {
+                true => metadata
+                    .partitions(descriptor.table_id)?
+                    .into_iter()
+                    .map(Some)
+                    .collect(),
+                false => vec![None],
+            };
+            for partition in records {
+                let name = partition.as_ref().map(|p| p.name.clone());
+                // A cluster's node leads nothing before the assignment says so.
+                let slots = match membership {
+                    Some(_) => Slot::moving(&descriptor, name.as_deref()),
+                    None => Slot::led(storage.open_partition(&descriptor, partition.as_ref())?),
+                };
+                partitions.insert(name, slots);
             }
             info!(table = %descriptor.path, partitions = partitions.len(), "opened table");
-            opened += partitions.values().map(Vec::len).sum::<usize>();
+            opened += (partitions.values().flatten())
+                .filter(|slot| slot.tablets().is_some())
+                .count();
             tables.insert(
                 descriptor.path.clone(),
                 Arc::new(TableState {
@@ -201,6 +228,7 @@ impl Node {
         }
         Ok(Arc::new(Self {
             storage,
+            membership,
             metadata,
             kafka_state: local,
             tables: RwLock::new(tables),

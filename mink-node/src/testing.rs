@@ -1,18 +1,21 @@
-//! What the crate's tests share: a real etcd of their own.
+//! What tests of the cluster share (the `testing` feature): a real etcd of their own.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// An etcd server of its own on loopback, stopped (and its data removed) on drop.
-pub(crate) struct Etcd {
+#[derive(Debug)]
+pub struct Etcd {
     process: Child,
-    pub(crate) endpoint: String,
+    /// Its client endpoint, `127.0.0.1:PORT`.
+    pub endpoint: String,
     _data: tempfile::TempDir,
 }
 
 impl Etcd {
-    pub(crate) fn start() -> Self {
+    /// Starts an etcd on free loopback ports, and waits until it takes connections.
+    pub fn start() -> Self {
         let data = tempfile::tempdir().unwrap();
         let free_port = || {
             TcpListener::bind("127.0.0.1:0")
@@ -49,7 +52,7 @@ impl Etcd {
     }
 
     /// Sends etcd `signal` (`STOP`, `CONT`): a paused etcd answers nothing.
-    pub(crate) fn signal(&self, signal: &str) {
+    pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args([format!("-{signal}"), self.process.id().to_string()])
             .status()

@@ -95,15 +95,8 @@ pub(crate) async fn drain_node(
     if let Err(error) = mink_durable::remove_dir_all(&root) {
         warn!(%error, dir = %root.display(), "could not remove a drained node's rebuilt logs");
     }
-    let holds: Vec<TxnOp> = (holders(client, config).await?.into_iter())
-        .filter(|(_, holder)| holder == dead)
-        .map(|(bucket, _)| TxnOp::delete(config.key(&["holders", &bucket]), None))
-        .collect();
-    for ops in holds.chunks(OPS_PER_TXN) {
-        let txn = Txn::new().when([still_elected()]).and_then(ops.to_vec());
-        if !client.txn(txn).await?.succeeded() {
-            return Ok(false);
-        }
+    if !release_holds(client, config, dead, Some(still_elected())).await? {
+        return Ok(false);
     }
     let done = Txn::new().when([still_elected()]).and_then([
         TxnOp::delete(config.key(&["incarnations", dead]), None),
@@ -112,6 +105,32 @@ pub(crate) async fn drain_node(
     let succeeded = client.txn(done).await?.succeeded();
     info!(node = dead, buckets = drained.len(), "drained a dead node");
     Ok(succeeded)
+}
+
+/// Removes `node`'s holds on buckets (every frame of it in stream objects now), in
+/// transactions that hold only `when` it holds; `false` if one did not.
+///
+/// # Errors
+/// etcd could not be reached.
+pub async fn release_holds(
+    client: &mut Client,
+    config: &ClusterConfig,
+    node: &str,
+    when: Option<Compare>,
+) -> Result<bool> {
+    let holds: Vec<TxnOp> = (holders(client, config).await?.into_iter())
+        .filter(|(_, holder)| holder == node)
+        .map(|(bucket, _)| TxnOp::delete(config.key(&["holders", &bucket]), None))
+        .collect();
+    for ops in holds.chunks(OPS_PER_TXN) {
+        let txn = Txn::new()
+            .when(Vec::from_iter(when.clone()))
+            .and_then(ops.to_vec());
+        if !client.txn(txn).await?.succeeded() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// The node holding each held bucket's frames not yet in stream objects (its writer,

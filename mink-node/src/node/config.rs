@@ -10,6 +10,8 @@ use mink_kv::KvConfig;
 use mink_lake::LakeConfig;
 use mink_log::{LogConfig, LogStoreConfig, StoreCrash, StoreFailpoint};
 
+use crate::cluster::ClusterConfig;
+
 /// How a node is run.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -23,6 +25,10 @@ pub struct NodeConfig {
     pub log_store: Option<LogStoreConfig>,
     /// Where the lake is; `None`: the embedded lake in `<data-dir>/lake`.
     pub lake: Option<LakeConfig>,
+    /// The cluster the node is a member of (`mink server --cluster`): its metadata is in
+    /// etcd, it leads the buckets the controller assigns it, and buckets move between
+    /// nodes through the log store (which it needs). `None`: a single node.
+    pub cluster: Option<ClusterConfig>,
     /// A deliberate crash point, for crash tests (`MINK_FAILPOINT`).
     pub failpoint: Option<Failpoint>,
     /// Most buckets a table may have (`bucket.num`); default
@@ -130,6 +136,7 @@ impl NodeConfig {
             log: LogConfig::default(),
             log_store: None,
             lake: None,
+            cluster: None,
             failpoint: None,
             max_bucket_num: DEFAULT_MAX_BUCKET_NUM,
             max_partitions: DEFAULT_MAX_PARTITIONS,

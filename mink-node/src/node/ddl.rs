@@ -43,8 +43,9 @@ impl Node {
                 Err(NodeError::TableExists(validated.path.to_string()))
             };
         }
-        // A partitioned table opens its buckets with each partition.
-        let buckets = if validated.is_partitioned() {
+        // A partitioned table opens its buckets with each partition, a cluster's node
+        // those the assignment gives it.
+        let buckets = if validated.is_partitioned() || self.membership.is_some() {
             0
         } else {
             validated.bucket_num as usize
@@ -63,7 +64,7 @@ impl Node {
     async fn create_new_table(&self, validated: &TableDescriptor) -> Result<TableDescriptor> {
         let created = Arc::new(self.metadata.create_table(validated)?);
         let mut partitions = BTreeMap::new();
-        if !created.is_partitioned() {
+        if !created.is_partitioned() && self.membership.is_none() {
             match self.storage.create_partition(&created, None) {
                 Ok(buckets) => {
                     partitions.insert(None, buckets);
@@ -85,9 +86,12 @@ impl Node {
             }
         }
         info!(table = %created.path, table_id = created.table_id, "created table");
-        let partitions = (partitions.into_iter())
+        let mut partitions: BTreeMap<_, _> = (partitions.into_iter())
             .map(|(partition, buckets)| (partition, Slot::led(buckets)))
             .collect();
+        if !created.is_partitioned() && self.membership.is_some() {
+            partitions.insert(None, Slot::moving(&created, None));
+        }
         self.tables_write().insert(
             created.path.clone(),
             Arc::new(TableState {

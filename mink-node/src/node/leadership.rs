@@ -7,14 +7,17 @@
 //! log store: [`Node::hand_over_bucket`] on the old leader, [`Node::take_over_bucket`] on
 //! the new one.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, RwLock};
 
 use mink_core::protocol::{BucketId, NotLeader};
-use mink_core::table::TablePath;
+use mink_core::table::{TableDescriptor, TablePath};
 use tracing::info;
 
 use super::validate::check_bucket_address;
-use super::{Bucket, Node};
+use super::{Bucket, Node, NodeConfig, TableState, bucket_key};
+use crate::cluster::drain::Drainer;
+use crate::cluster::{ClusterConfig, Membership};
 use crate::error::{NodeError, Result};
 
 /// A bucket of a partition, as this node holds it.
@@ -27,6 +30,21 @@ pub(crate) enum Slot {
 }
 
 impl Slot {
+    /// Slots of a partition's buckets (`None`: of an unpartitioned table), each moving:
+    /// a cluster's node holds them so until the assignment says who leads them.
+    pub(super) fn moving(table: &TableDescriptor, partition: Option<&str>) -> Vec<Self> {
+        (0..table.bucket_num)
+            .map(|bucket| {
+                let id = BucketId {
+                    table: table.path.to_string(),
+                    partition: partition.map(str::to_string),
+                    bucket,
+                };
+                Self::Elsewhere(moving(&id, 0))
+            })
+            .collect()
+    }
+
     /// Slots of buckets this node just opened.
     pub(super) fn led(buckets: Vec<Arc<Bucket>>) -> Vec<Self> {
         buckets.into_iter().map(Self::Led).collect()
@@ -50,6 +68,19 @@ impl Slot {
             Self::Elsewhere(not_leader) => Err(NodeError::NotLeader(not_leader.clone())),
         }
     }
+}
+
+/// Joins the cluster of `cluster` as the node of `config`, which must keep its log in a
+/// log store: buckets move between nodes through it.
+pub(super) async fn join(cluster: &ClusterConfig, config: &NodeConfig) -> Result<Membership> {
+    if config.log_store.is_none() {
+        return Err(NodeError::InvalidArgument(
+            "a node of a cluster needs a log store (--log-store): buckets move between nodes \
+             through it"
+                .into(),
+        ));
+    }
+    Membership::join(cluster.clone()).await
 }
 
 /// What requests for `bucket` are answered while it moves.
@@ -135,6 +166,123 @@ impl Node {
         Ok(())
     }
 
+    /// In a cluster, the node's membership.
+    pub(crate) fn membership(&self) -> Option<&Arc<Membership>> {
+        self.membership.as_ref()
+    }
+
+    /// In a cluster, what the node's controller drains dead nodes with: the log store,
+    /// and `<data-dir>/drain` to rebuild their logs in.
+    pub(crate) fn drainer(&self) -> Option<Drainer> {
+        self.membership.as_ref()?;
+        let config = &self.storage.config;
+        Some(Drainer {
+            store: config.log_store.clone()?,
+            root: config.data_dir.join("drain"),
+            segment_bytes: config.log.segment_bytes,
+        })
+    }
+
+    /// Brings the node's tables in line with the cluster's metadata (tables created or
+    /// dropped on other nodes, partitions created, columns added), the buckets new here
+    /// moving; every bucket of every table, by its key ([`bucket_key`]).
+    ///
+    /// # Errors
+    /// The metadata could not be read.
+    pub(crate) fn follow_tables(&self) -> Result<BTreeMap<String, BucketId>> {
+        let described = self.metadata.load_tables()?;
+        let names: BTreeSet<&TablePath> = described.iter().map(|table| &table.path).collect();
+        let gone: Vec<TablePath> = (self.tables_read().keys())
+            .filter(|path| !names.contains(path))
+            .cloned()
+            .collect();
+        for path in gone {
+            self.forget_table(&path);
+        }
+        let mut buckets = BTreeMap::new();
+        for table in described {
+            let table = Arc::new(table);
+            let records = match table.is_partitioned() {
+                true => (self.metadata.partitions(table.table_id)?.into_iter())
+                    .map(|record| (Some(record.partition_id), Some(record.name)))
+                    .collect(),
+                false => vec![(None, None)],
+            };
+            let state = self.followed_table(&table);
+            let mut partitions = state.partitions();
+            for (id, name) in records {
+                for bucket in 0..table.bucket_num {
+                    let key = bucket_key(table.table_id, id, bucket);
+                    let bucket = BucketId {
+                        table: table.path.to_string(),
+                        partition: name.clone(),
+                        bucket,
+                    };
+                    buckets.insert(key, bucket);
+                }
+                (partitions.entry(name.clone()))
+                    .or_insert_with(|| Slot::moving(&table, name.as_deref()));
+            }
+        }
+        Ok(buckets)
+    }
+
+    /// The state of a table the metadata holds, added if new here, its descriptor the
+    /// metadata's (a table dropped and created again under its name replaces it).
+    fn followed_table(&self, table: &Arc<TableDescriptor>) -> Arc<TableState> {
+        let tables = self.tables_write();
+        if let Some(state) = tables.get(&table.path) {
+            let known = state.descriptor();
+            if known.table_id == table.table_id {
+                if known.current().schema_id != table.current().schema_id {
+                    *state.descriptor.write().unwrap_or_else(|p| p.into_inner()) =
+                        Arc::clone(table);
+                }
+                return Arc::clone(state);
+            }
+        }
+        drop(tables);
+        self.forget_table(&table.path);
+        let state = Arc::new(TableState {
+            descriptor: RwLock::new(Arc::clone(table)),
+            partitions: Mutex::new(BTreeMap::new()),
+        });
+        self.tables_write()
+            .insert(table.path.clone(), Arc::clone(&state));
+        state
+    }
+
+    /// Forgets a table dropped on another node: its buckets led here are removed.
+    fn forget_table(&self, path: &TablePath) {
+        let Some(state) = self.tables_write().remove(path) else {
+            return;
+        };
+        let led: Vec<Arc<Bucket>> = std::mem::take(&mut *state.partitions())
+            .into_values()
+            .flatten()
+            .filter_map(|slot| slot.tablets().cloned())
+            .collect();
+        self.open_buckets.release(led.len());
+        self.storage.remove_buckets(&state.descriptor(), None, led);
+        info!(table = %path, "forgot a table dropped in the cluster");
+    }
+
+    /// Whether this node leads `bucket`.
+    pub(crate) fn leads(&self, bucket: &BucketId) -> bool {
+        matches!(self.slot(bucket), Ok(Slot::Led(_)))
+    }
+
+    /// Answers requests for a bucket this node does not lead with `not_leader`.
+    pub(crate) fn point_elsewhere(&self, bucket: &BucketId, not_leader: NotLeader) -> Result<()> {
+        if let Slot::Led(_) = self.slot(bucket)? {
+            return Err(NodeError::InvalidArgument(format!(
+                "bucket {bucket} is led here: it is handed over, not pointed elsewhere"
+            )));
+        }
+        self.set_slot(bucket, Slot::Elsewhere(not_leader))?;
+        Ok(())
+    }
+
     /// The slot of an existing bucket.
     fn slot(&self, bucket: &BucketId) -> Result<Slot> {
         let state = self.table(&TablePath::parse(&bucket.table)?)?;
@@ -164,21 +312,10 @@ impl Node {
     /// "moving", if the partition is new here); the tablets it held, if it was led.
     fn set_slot(&self, bucket: &BucketId, slot: Slot) -> Result<Option<Arc<Bucket>>> {
         let state = self.table(&TablePath::parse(&bucket.table)?)?;
-        let buckets = state.descriptor().bucket_num;
+        let table = state.descriptor();
         let mut partitions = state.partitions();
-        let slots = partitions
-            .entry(bucket.partition.clone())
-            .or_insert_with(|| {
-                (0..buckets)
-                    .map(|index| {
-                        let id = BucketId {
-                            bucket: index,
-                            ..bucket.clone()
-                        };
-                        Slot::Elsewhere(moving(&id, 0))
-                    })
-                    .collect()
-            });
+        let slots = (partitions.entry(bucket.partition.clone()))
+            .or_insert_with(|| Slot::moving(&table, bucket.partition.as_deref()));
         let place = slots
             .get_mut(bucket.bucket as usize)
             .ok_or_else(|| NodeError::BucketNotFound(bucket.to_string()))?;

@@ -59,9 +59,22 @@ pub(super) async fn open(config: &NodeConfig) -> Result<Option<Arc<LogStore>>> {
     if let Some(Failpoint::Store(failpoint)) = config.failpoint {
         chosen.failpoint = Some(failpoint);
     }
-    chosen.must_be_empty = remembered.is_none();
     let url = chosen.url.clone();
-    let store = LogStore::open(chosen, &log_root, config.log.segment_bytes).await?;
+    let store = match &config.cluster {
+        None => {
+            chosen.must_be_empty = remembered.is_none();
+            LogStore::open(chosen, &log_root, config.log.segment_bytes).await?
+        }
+        Some(cluster) => {
+            // The node's sequence is its own, whatever its earlier lives left there: what
+            // they wrote goes to stream objects first (whoever leads those buckets now
+            // reads it there), then this life writes on.
+            chosen.node = Some(cluster.node_id.clone());
+            let drained = mink_log::drain(chosen.clone(), &log_root, config.log.segment_bytes);
+            drained.await?;
+            LogStore::open(chosen, &log_root, config.log.segment_bytes).await?
+        }
+    };
     if remembered.is_none() {
         mink_durable::write_atomically(&remembered_at, format!("{url}\n").as_bytes())?;
     }

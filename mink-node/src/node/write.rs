@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use mink_core::protocol::{AppendAck, BucketId};
+use mink_core::protocol::{AppendAck, BucketId, NotLeader};
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_log::{SentBatch, Write, WriteOp, WriteStream, WriterTag};
 use tracing::info;
@@ -41,6 +41,15 @@ impl Node {
                     descriptor.path,
                     partitions.len()
                 )));
+            }
+            if self.membership.is_some() {
+                // In a cluster the partition's buckets go to the nodes the controller
+                // assigns them to: the write is answered "moving", and retried.
+                self.metadata.ensure_partition(descriptor.table_id, name)?;
+                let slots = Slot::moving(descriptor, Some(name));
+                let moving = slots[bucket.bucket as usize].led_tablets();
+                partitions.insert(bucket.partition.clone(), slots);
+                return moving;
             }
             let buckets = descriptor.bucket_num as usize;
             let what = format!("partition '{name}' of table {}", descriptor.path);
@@ -129,6 +138,7 @@ impl Node {
             });
         }
         let target = self.bucket_for_write(&state, &table, bucket)?;
+        self.check_lease(bucket)?;
         let write = Write {
             // Keys to delete are a batch of their own, not the one sent.
             sent: message.filter(|_| !delete),
@@ -137,6 +147,23 @@ impl Node {
             stream: stream.cloned(),
             writer,
         };
-        Ok(target.log.write(write).await?)
+        let ack = target.log.write(write).await?;
+        // A lease that ended meanwhile: the bucket may be another node's by now, and this
+        // write then in its log or not (a writer retrying with its tag is written once).
+        self.check_lease(bucket)?;
+        Ok(ack)
+    }
+
+    /// In a cluster, whether the node still holds its lease: one that does not
+    /// acknowledges no write, its buckets "moving".
+    fn check_lease(&self, bucket: &BucketId) -> Result<()> {
+        match self.membership() {
+            Some(membership) if !membership.holds_lease() => Err(NodeError::NotLeader(NotLeader {
+                bucket: Some(bucket.clone()),
+                leader: None,
+                epoch: 0,
+            })),
+            _ => Ok(()),
+        }
     }
 }

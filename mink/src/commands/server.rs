@@ -32,6 +32,7 @@ use mink_flight_sql::{Credentials, FlightSqlConfig, FlightSqlHandle, ServeError,
 use mink_kv::KvConfig;
 use mink_lake::LakeConfig;
 use mink_log::{LogConfig, LogStoreConfig};
+use mink_node::cluster::{ClusterConfig, ClusterTasks};
 use mink_node::flight::limits::max_open_buckets;
 use mink_node::node::Failpoint;
 use mink_node::server::{ServeOptions, serve_with};
@@ -126,6 +127,39 @@ pub(crate) struct ServerArgs {
     /// what gathered during the last; 250ms on S3).
     #[arg(long, value_name = "DURATION", value_parser = parse_interval, requires = "log_store")]
     log_store_interval: Option<Duration>,
+    /// Run as a node of a cluster over etcd (`docs/cluster.md`):
+    /// `etcd://HOST:PORT[,HOST:PORT...]`. The tables are in etcd, each bucket is led by
+    /// one node the cluster's controller assigns it to, and buckets move between nodes
+    /// through the log store: needs `--log-store` (one store for the whole cluster),
+    /// `--node-id` and `--advertise`.
+    #[arg(
+        long,
+        value_name = "etcd://HOST:PORT,...",
+        value_parser = parse_cluster,
+        requires_all = ["node_id", "advertise", "log_store"]
+    )]
+    cluster: Option<Vec<String>>,
+    /// With `--cluster`: this node's id, unique among the members (letters, digits, `-`
+    /// and `_`); a node restarted keeps its id.
+    #[arg(long, value_name = "ID", value_parser = parse_node_id, requires = "cluster")]
+    node_id: Option<String>,
+    /// With `--cluster`: the node port (`--listen`) as other nodes and clients reach it,
+    /// `HOST:PORT`: NotLeader answers send clients there.
+    #[arg(long, value_name = "HOST:PORT", requires = "cluster")]
+    advertise: Option<String>,
+    /// With `--cluster`: the keys of this cluster in etcd start with it (several clusters
+    /// may share one etcd).
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        default_value = "/mink",
+        requires = "cluster"
+    )]
+    cluster_prefix: String,
+    /// With `--cluster`: the time to live of the node's etcd lease: how long the buckets
+    /// of a node that died wait before they move.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_lease, requires = "cluster")]
+    cluster_lease: Duration,
     /// With `--log-store`: an upload starts before its interval is over once this much
     /// waits (default 8MiB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "log_store")]
@@ -214,6 +248,47 @@ fn parse_checkpoint_interval(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// A `--cluster`: `etcd://` and its endpoints.
+fn parse_cluster(text: &str) -> Result<Vec<String>, String> {
+    let endpoints = text
+        .strip_prefix("etcd://")
+        .ok_or_else(|| format!("'{text}': a cluster is etcd://HOST:PORT[,HOST:PORT...]"))?;
+    let endpoints: Vec<String> = endpoints.split(',').map(str::to_string).collect();
+    match endpoints.iter().all(|endpoint| endpoint.contains(':')) {
+        true => Ok(endpoints),
+        false => Err(format!("'{text}': each etcd endpoint is HOST:PORT")),
+    }
+}
+
+/// A `--node-id`.
+fn parse_node_id(text: &str) -> Result<String, String> {
+    match mink_core::table::is_plain_name(text) {
+        true => Ok(text.to_string()),
+        false => Err(format!(
+            "'{text}': a node id is letters, digits, '-' and '_'"
+        )),
+    }
+}
+
+/// A `--cluster-lease`: at least a second (etcd counts leases in seconds).
+fn parse_lease(text: &str) -> Result<Duration, String> {
+    match parse_interval(text)? {
+        lease if lease >= Duration::from_secs(1) => Ok(lease),
+        _ => Err("a cluster lease is at least 1s".into()),
+    }
+}
+
+/// The cluster `--cluster` and its flags name.
+fn cluster_config(args: &ServerArgs) -> Option<ClusterConfig> {
+    Some(ClusterConfig {
+        endpoints: args.cluster.clone()?,
+        prefix: args.cluster_prefix.clone(),
+        node_id: args.node_id.clone()?,
+        advertise: args.advertise.clone()?,
+        lease: args.cluster_lease,
+    })
+}
+
 /// The log store `--log-store` and its flags name.
 fn log_store_config(args: &ServerArgs) -> Option<LogStoreConfig> {
     let url = args.log_store.clone()?;
@@ -249,6 +324,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         ..defaults
     };
     config.log_store = log_store_config(&args);
+    config.cluster = cluster_config(&args);
     // Every port holds up to --max-connections sockets; buckets get the files left.
     let ports =
         2 + u64::from(args.kafka_listen.is_some()) + u64::from(args.iceberg_rest_listen.is_some());
@@ -313,6 +389,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         "mink node listening on {address}\nmink Flight SQL listening on {}\n{kafka_line}{iceberg_rest_line}",
         sql.addr()
     );
+    let mut cluster = ClusterTasks::start(&node);
     let demo = if args.demo {
         let client = MinkClient::connect_with(&engine_address, &engine).await?;
         let events = create_demo_table(&client).await?;
@@ -325,8 +402,18 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     } else {
         None
     };
-    wait_for_shutdown_signal().await;
+    let lease_lost = async {
+        match &mut cluster {
+            Some(cluster) => cluster.lease_lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    let lost = tokio::select! {
+        () = wait_for_shutdown_signal() => false,
+        () = lease_lost => true,
+    };
     info!("shutting down");
+    drop(cluster);
     if let Some(demo) = demo {
         demo.abort();
     }
@@ -338,7 +425,14 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     }
     sql.shutdown().await.map_err(flight_sql_error)?;
     handle.shutdown().await?;
-    Ok(())
+    match lost {
+        true => Err(CliError::Node(mink_node::NodeError::ClusterMetadata(
+            "the node lost its lease in the cluster (etcd unreachable, or the process \
+             paused past --cluster-lease): its buckets move to other nodes; start it again"
+                .into(),
+        ))),
+        false => Ok(()),
+    }
 }
 
 /// Serves Flight SQL on `--sql-listen` for the node at `node_address`.

@@ -10,6 +10,7 @@ mod admin;
 mod bad_input;
 mod bucket_moves;
 mod cli;
+mod cluster;
 mod crash;
 mod distributed;
 mod flight_sql;

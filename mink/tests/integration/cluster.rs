@@ -1,0 +1,248 @@
+//! Nodes of a cluster over a real etcd and one log store, each served on its own port:
+//! the controller spreads a table's buckets over them, each node answers requests for
+//! the others' buckets NotLeader with their address, and no acknowledged row is lost when
+//! a node dies (its buckets drained from the store and taken over by the others) or
+//! joins (buckets handed over to it).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mink_client::MinkClient;
+use mink_core::protocol::BucketId;
+use mink_core::routing::split_rows_by_bucket;
+use mink_core::table::TableDescriptor;
+use mink_log::{LogConfig, LogStoreConfig};
+use mink_node::cluster::{ClusterConfig, ClusterTasks};
+use mink_node::server::{ServerHandle, serve};
+use mink_node::testing::Etcd;
+use mink_node::{Node, NodeConfig};
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+use crate::support::{events, events_table, file_store_url, first_column_ids};
+
+/// How long the buckets of a node that died wait before they move.
+const LEASE: Duration = Duration::from_secs(2);
+
+/// A node of the test's cluster, served on a loopback port.
+struct ClusterNode {
+    address: String,
+    node: Arc<Node>,
+    handle: ServerHandle,
+    tasks: ClusterTasks,
+}
+
+impl ClusterNode {
+    async fn start(etcd: &Etcd, store: &TempDir, id: &str, dir: &TempDir) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        let mut config = NodeConfig::new(dir.path());
+        config.log = LogConfig {
+            segment_bytes: 4 << 10,
+            ..LogConfig::default()
+        };
+        config.log_store = Some(LogStoreConfig::new(file_store_url(store.path())));
+        config.cluster = Some(ClusterConfig {
+            endpoints: vec![etcd.endpoint.clone()],
+            prefix: "/test".into(),
+            node_id: id.into(),
+            advertise: address.clone(),
+            lease: LEASE,
+        });
+        let node = Node::open(config).await.expect("open a cluster node");
+        let handle = serve(Arc::clone(&node), listener).await.expect("serve");
+        let tasks = ClusterTasks::start(&node).expect("a cluster node");
+        Self {
+            address,
+            node,
+            handle,
+            tasks,
+        }
+    }
+
+    /// The node dies: it serves nothing more and renews its lease no more.
+    async fn kill(self) {
+        drop(self.tasks);
+        self.handle.shutdown().await.expect("shutdown");
+        drop(self.node);
+    }
+}
+
+/// A client of the cluster that follows NotLeader answers: to the leader they name, or
+/// again after a pause while the bucket moves.
+struct Following {
+    clients: BTreeMap<String, MinkClient>,
+    first: String,
+}
+
+impl Following {
+    async fn new(address: &str) -> Self {
+        let mut following = Self {
+            clients: BTreeMap::new(),
+            first: address.to_string(),
+        };
+        following.client(address).await.expect("connect");
+        following
+    }
+
+    async fn client(&mut self, address: &str) -> Result<MinkClient, mink_client::ClientError> {
+        if !self.clients.contains_key(address) {
+            let client = MinkClient::connect(address).await?;
+            self.clients.insert(address.to_string(), client);
+        }
+        Ok(self.clients[address].clone())
+    }
+
+    /// Runs `call` on the bucket's leader, following NotLeader (up to 30 s).
+    async fn on_leader<T, F, Fut>(&mut self, bucket: &BucketId, call: F) -> T
+    where
+        F: Fn(MinkClient) -> Fut,
+        Fut: std::future::Future<Output = Result<T, mink_client::ClientError>>,
+    {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut address = self.first.clone();
+        loop {
+            let answer = match self.client(&address).await {
+                Ok(client) => call(client).await,
+                Err(error) => Err(error),
+            };
+            let error = match answer {
+                Ok(answer) => return answer,
+                Err(error) => error,
+            };
+            assert!(Instant::now() < deadline, "{bucket}: {error}");
+            match error.not_leader() {
+                Some(not_leader) => match not_leader.leader {
+                    Some(leader) => address = leader,
+                    None => tokio::time::sleep(Duration::from_millis(100)).await,
+                },
+                // A node that is gone: ask another.
+                None => {
+                    self.clients.remove(&address);
+                    address = self.first.clone();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    /// Appends `ids` to the table, each row to its bucket's leader.
+    async fn append(&mut self, table: &TableDescriptor, ids: &[i64]) {
+        for part in split_rows_by_bucket(table, &events(table, ids), 0).expect("route") {
+            let batch = part.batch;
+            self.on_leader(&part.bucket, |client| {
+                let (bucket, batch) = (part.bucket.clone(), batch.clone());
+                async move { client.append(&bucket, vec![batch]).await }
+            })
+            .await;
+        }
+    }
+
+    /// Every id of the table, bucket by bucket, each read from its leader.
+    async fn ids(&mut self, table: &TableDescriptor) -> BTreeMap<u32, Vec<i64>> {
+        let mut ids = BTreeMap::new();
+        for bucket in 0..table.bucket_num {
+            let id = BucketId::new(&table.path, bucket);
+            let read = self
+                .on_leader(&id, |client| {
+                    let id = id.clone();
+                    async move { client.scan(&id, 0, 0, &[]).await }
+                })
+                .await;
+            let batches: Vec<_> = read.batches.into_iter().map(|b| b.batch).collect();
+            ids.insert(bucket, first_column_ids(&batches));
+        }
+        ids
+    }
+}
+
+/// The model: each bucket's ids, in the order written.
+fn model(table: &TableDescriptor, ids: &[i64]) -> BTreeMap<u32, Vec<i64>> {
+    let mut model: BTreeMap<u32, Vec<i64>> = (0..table.bucket_num).map(|b| (b, vec![])).collect();
+    for part in split_rows_by_bucket(table, &events(table, ids), 0).expect("route") {
+        model
+            .get_mut(&part.bucket.bucket)
+            .expect("a bucket")
+            .extend(first_column_ids(std::slice::from_ref(&part.batch)));
+    }
+    model
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn buckets_spread_over_the_nodes_and_survive_a_node_dying_and_one_joining() {
+    let etcd = Etcd::start();
+    let store = tempfile::tempdir().expect("store");
+    let dirs: Vec<TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let mut nodes = BTreeMap::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let id = format!("n{i}");
+        nodes.insert(
+            id.clone(),
+            ClusterNode::start(&etcd, &store, &id, dir).await,
+        );
+    }
+    let first = nodes["n0"].address.clone();
+    let admin = MinkClient::connect(&first).await.expect("connect");
+    let table = admin
+        .create_table(&events_table("spread", 6, Default::default()), false)
+        .await
+        .expect("create");
+    let mut following = Following::new(&first).await;
+    let written: Vec<i64> = (0..120).collect();
+    for ids in written.chunks(10) {
+        following.append(&table, ids).await;
+    }
+    assert_eq!(following.ids(&table).await, model(&table, &written));
+    // The buckets are spread: every node leads some, and answers for the others point
+    // at them.
+    let mut leaders = BTreeMap::new();
+    for bucket in 0..table.bucket_num {
+        let id = BucketId::new(&table.path, bucket);
+        let answer = admin.scan(&id, 0, 0, &[]).await;
+        let leader = match answer {
+            Ok(_) => first.clone(),
+            Err(error) => error
+                .not_leader()
+                .and_then(|n| n.leader)
+                .expect("NotLeader"),
+        };
+        *leaders.entry(leader).or_insert(0) += 1;
+    }
+    assert_eq!(leaders.len(), 3, "{leaders:?}");
+
+    // n1 dies: its buckets are drained and led by the others, with every row.
+    nodes.remove("n1").expect("n1").kill().await;
+    let mut following = Following::new(&first).await;
+    assert_eq!(following.ids(&table).await, model(&table, &written));
+    let more: Vec<i64> = (120..180).collect();
+    following.append(&table, &more).await;
+
+    // n3 joins: it takes a share, handed over by the others.
+    let dir = tempfile::tempdir().expect("dir");
+    nodes.insert(
+        "n3".into(),
+        ClusterNode::start(&etcd, &store, "n3", &dir).await,
+    );
+    let n3 = nodes["n3"].address.clone();
+    let joined = MinkClient::connect(&n3).await.expect("connect");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut led = 0;
+        for bucket in 0..table.bucket_num {
+            let id = BucketId::new(&table.path, bucket);
+            led += usize::from(joined.scan(&id, 0, 0, &[]).await.is_ok());
+        }
+        if led >= 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "n3 leads no bucket");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let all: Vec<i64> = (0..180).collect();
+    assert_eq!(following.ids(&table).await, model(&table, &all));
+    for (_, node) in nodes {
+        node.kill().await;
+    }
+}
