@@ -45,7 +45,7 @@ pub async fn run(node: Arc<Node>) {
         return;
     };
     let config = membership.config().clone();
-    while membership.holds_lease() {
+    while membership.holds_joined_lease() {
         if let Err(error) = follow(&node, &membership, &config).await {
             warn!(%error, "following the cluster's assignment stopped; starting again");
         }
@@ -59,7 +59,7 @@ async fn follow(node: &Node, membership: &Membership, config: &ClusterConfig) ->
     let mut client = config.connect().await?;
     let everything = Some(WatchOptions::new().with_prefix());
     let mut changes = client.watch(config.key(&[""]), everything).await?;
-    while membership.holds_lease() {
+    while membership.holds_joined_lease() {
         follow_once(node, &mut client, config).await?;
         match tokio::time::timeout(FOLLOW_EVERY, changes.message()).await {
             Ok(Ok(Some(_))) | Err(_) => {}
@@ -90,7 +90,7 @@ pub(crate) async fn follow_once(
         let led_here = node.leads(bucket);
         if &leader.node == me {
             let free = held.get(key).is_none_or(|holder| holder == me);
-            let may_lead = node.membership().is_some_and(|m| m.holds_lease());
+            let may_lead = node.membership().is_some_and(|m| m.holds_joined_lease());
             if !led_here && free && may_lead {
                 take_over(node, client, config, key, bucket).await?;
             }

@@ -76,6 +76,8 @@ pub struct Member {
 #[derive(Debug)]
 pub struct Membership {
     config: ClusterConfig,
+    /// The lease the node joined with.
+    joined_with: i64,
     held: Arc<Mutex<Held>>,
     renewing: JoinHandle<()>,
 }
@@ -112,10 +114,12 @@ impl Membership {
             }
         };
         info!(node = %config.node_id, advertise = %config.advertise, "joined the cluster");
+        let joined_with = held.lease;
         let held = Arc::new(Mutex::new(held));
         let renewing = tokio::spawn(renew(client, config.clone(), Arc::clone(&held)));
         Ok(Self {
             config,
+            joined_with,
             held,
             renewing,
         })
@@ -124,6 +128,14 @@ impl Membership {
     /// Whether the node holds its lease now: one that does not leads nothing.
     pub fn holds_lease(&self) -> bool {
         Instant::now() < self.held().until
+    }
+
+    /// Whether the node holds the lease it joined with. Once that one ended, the node
+    /// may have been drained (its log store writer fenced, its buckets moved) even if it
+    /// joined again since: a node serving buckets leads none any more.
+    pub fn holds_joined_lease(&self) -> bool {
+        let held = self.held();
+        held.lease == self.joined_with && Instant::now() < held.until
     }
 
     /// The lease the node holds, or held last.

@@ -154,15 +154,18 @@ impl Node {
         Ok(ack)
     }
 
-    /// In a cluster, whether the node still holds its lease: one that does not
-    /// acknowledges no write, its buckets "moving".
+    /// In a cluster, whether the node still holds the lease it joined with: one that
+    /// does not acknowledges no write, its buckets "moving" (see
+    /// [`Membership::holds_joined_lease`](crate::cluster::Membership::holds_joined_lease)).
     fn check_lease(&self, bucket: &BucketId) -> Result<()> {
         match self.membership() {
-            Some(membership) if !membership.holds_lease() => Err(NodeError::NotLeader(NotLeader {
-                bucket: Some(bucket.clone()),
-                leader: None,
-                epoch: 0,
-            })),
+            Some(membership) if !membership.holds_joined_lease() => {
+                Err(NodeError::NotLeader(NotLeader {
+                    bucket: Some(bucket.clone()),
+                    leader: None,
+                    epoch: 0,
+                }))
+            }
             _ => Ok(()),
         }
     }

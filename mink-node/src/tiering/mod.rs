@@ -50,7 +50,7 @@ use mink_lake::layout::lake_arrow_schema;
 use mink_lake::offsets::{BUCKET_OFFSETS_PROPERTY, BucketOffsets};
 use mink_lake::writer::delete_files;
 use mink_lake::{Lake, LakeError, LakeTable as Table};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::error::{NodeError, Result};
 use crate::lake_index::{LakeIndex, LakeIndexes};
@@ -583,8 +583,15 @@ pub async fn run_tiering(node: Arc<Node>) {
                 continue;
             }
             last_round.insert(table.table_id, Instant::now());
-            if let Err(error) = service_round(&node, &path, &mut upkeep).await {
-                warn!(table = %path, %error, "tiering round failed; it is retried next time");
+            match service_round(&node, &path, &mut upkeep).await {
+                Ok(_) => {}
+                // In a cluster a round runs where every bucket of its table is led.
+                Err(NodeError::NotLeader(_)) => {
+                    debug!(table = %path, "tiering round left to a node leading every bucket");
+                }
+                Err(error) => {
+                    warn!(table = %path, %error, "tiering round failed; it is retried next time");
+                }
             }
         }
     }

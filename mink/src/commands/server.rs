@@ -138,7 +138,7 @@ pub(crate) struct ServerArgs {
         value_parser = parse_cluster,
         requires_all = ["node_id", "advertise", "log_store"]
     )]
-    cluster: Option<Vec<String>>,
+    cluster: Option<EtcdEndpoints>,
     /// With `--cluster`: this node's id, unique among the members (letters, digits, `-`
     /// and `_`); a node restarted keeps its id.
     #[arg(long, value_name = "ID", value_parser = parse_node_id, requires = "cluster")]
@@ -248,14 +248,18 @@ fn parse_checkpoint_interval(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// The etcd endpoints of a `--cluster`, `HOST:PORT` each.
+#[derive(Debug, Clone)]
+struct EtcdEndpoints(Vec<String>);
+
 /// A `--cluster`: `etcd://` and its endpoints.
-fn parse_cluster(text: &str) -> Result<Vec<String>, String> {
+fn parse_cluster(text: &str) -> Result<EtcdEndpoints, String> {
     let endpoints = text
         .strip_prefix("etcd://")
         .ok_or_else(|| format!("'{text}': a cluster is etcd://HOST:PORT[,HOST:PORT...]"))?;
     let endpoints: Vec<String> = endpoints.split(',').map(str::to_string).collect();
     match endpoints.iter().all(|endpoint| endpoint.contains(':')) {
-        true => Ok(endpoints),
+        true => Ok(EtcdEndpoints(endpoints)),
         false => Err(format!("'{text}': each etcd endpoint is HOST:PORT")),
     }
 }
@@ -281,7 +285,7 @@ fn parse_lease(text: &str) -> Result<Duration, String> {
 /// The cluster `--cluster` and its flags name.
 fn cluster_config(args: &ServerArgs) -> Option<ClusterConfig> {
     Some(ClusterConfig {
-        endpoints: args.cluster.clone()?,
+        endpoints: args.cluster.clone()?.0,
         prefix: args.cluster_prefix.clone(),
         node_id: args.node_id.clone()?,
         advertise: args.advertise.clone()?,

@@ -21,10 +21,14 @@ use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
+use crate::process::ServerProcess;
 use crate::support::{events, events_table, file_store_url, first_column_ids};
 
 /// How long the buckets of a node that died wait before they move.
 const LEASE: Duration = Duration::from_secs(2);
+
+/// How long a client call waits for its answer before the node is taken for gone.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A node of the test's cluster, served on a loopback port.
 struct ClusterNode {
@@ -104,16 +108,19 @@ impl Following {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut address = self.first.clone();
         loop {
+            // A paused node takes the connection and answers nothing: a call is given up
+            // after a while, as on a node gone.
             let answer = match self.client(&address).await {
-                Ok(client) => call(client).await,
-                Err(error) => Err(error),
+                Ok(client) => tokio::time::timeout(CALL_TIMEOUT, call(client)).await.ok(),
+                Err(_) => None,
             };
             let error = match answer {
-                Ok(answer) => return answer,
-                Err(error) => error,
+                Some(Ok(answer)) => return answer,
+                Some(Err(error)) => Some(error),
+                None => None,
             };
-            assert!(Instant::now() < deadline, "{bucket}: {error}");
-            match error.not_leader() {
+            assert!(Instant::now() < deadline, "{bucket}: {error:?}");
+            match error.and_then(|error| error.not_leader()) {
                 Some(not_leader) => match not_leader.leader {
                     Some(leader) => address = leader,
                     None => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -155,6 +162,22 @@ impl Following {
             ids.insert(bucket, first_column_ids(&batches));
         }
         ids
+    }
+}
+
+/// Waits until the node at `address` leads a bucket of `table` (up to 30 s).
+async fn leads_a_bucket_soon(address: &str, table: &TableDescriptor) {
+    let client = MinkClient::connect(address).await.expect("connect");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        for bucket in 0..table.bucket_num {
+            let id = BucketId::new(&table.path, bucket);
+            if client.scan(&id, 0, 0, &[]).await.is_ok() {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "{address} leads no bucket");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -225,24 +248,132 @@ async fn buckets_spread_over_the_nodes_and_survive_a_node_dying_and_one_joining(
         "n3".into(),
         ClusterNode::start(&etcd, &store, "n3", &dir).await,
     );
-    let n3 = nodes["n3"].address.clone();
-    let joined = MinkClient::connect(&n3).await.expect("connect");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut led = 0;
-        for bucket in 0..table.bucket_num {
-            let id = BucketId::new(&table.path, bucket);
-            led += usize::from(joined.scan(&id, 0, 0, &[]).await.is_ok());
-        }
-        if led >= 1 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "n3 leads no bucket");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    leads_a_bucket_soon(&nodes["n3"].address, &table).await;
     let all: Vec<i64> = (0..180).collect();
     assert_eq!(following.ids(&table).await, model(&table, &all));
     for (_, node) in nodes {
         node.kill().await;
     }
+}
+
+/// A free loopback port's address.
+fn free_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("address").to_string()
+}
+
+/// `mink server --cluster` node `id` over `dir`, listening (and advertised) on `address`.
+fn start_process(
+    etcd: &Etcd,
+    store: &TempDir,
+    id: &str,
+    dir: &TempDir,
+    address: &str,
+) -> ServerProcess {
+    let cluster = format!("etcd://{}", etcd.endpoint);
+    let store = file_store_url(store.path());
+    let args = [
+        "--cluster",
+        &cluster,
+        "--node-id",
+        id,
+        "--advertise",
+        address,
+        "--cluster-prefix",
+        "/procs",
+        "--cluster-lease",
+        "2s",
+        "--log-store",
+        &store,
+        "--log-segment-size",
+        "4KiB",
+    ];
+    ServerProcess::start_listening(dir.path(), address, &args)
+}
+
+/// Three `mink server` processes over a real etcd: a node killed with `kill -9` loses
+/// nothing acknowledged, its buckets drained and led by the others; a paused node
+/// (`kill -STOP` past its lease) that wakes acknowledges nothing more and exits, and
+/// nothing it was sent becomes visible; a killed node started again takes a share back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_processes_fail_over_on_kill_and_pause_and_lose_nothing() {
+    let etcd = Etcd::start();
+    let store = tempfile::tempdir().expect("store");
+    let dirs: Vec<TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let addresses: Vec<String> = (0..3).map(|_| free_address()).collect();
+    let mut processes: BTreeMap<usize, ServerProcess> = (0..3)
+        .map(|i| {
+            (
+                i,
+                start_process(&etcd, &store, &format!("n{i}"), &dirs[i], &addresses[i]),
+            )
+        })
+        .collect();
+    let admin = MinkClient::connect(&addresses[0]).await.expect("connect");
+    let table = admin
+        .create_table(&events_table("failover", 6, Default::default()), false)
+        .await
+        .expect("create");
+    let mut following = Following::new(&addresses[0]).await;
+    let mut written: Vec<i64> = (0..60).collect();
+    following.append(&table, &written).await;
+
+    // kill -9 n1: its buckets take writes again once drained and led by the others.
+    processes.remove(&1).expect("n1").kill();
+    let killed = Instant::now();
+    following
+        .append(&table, &(60..120).collect::<Vec<_>>())
+        .await;
+    written.extend(60..120);
+    eprintln!(
+        "after kill -9, every bucket took writes again in {:?}",
+        killed.elapsed()
+    );
+    assert_eq!(following.ids(&table).await, model(&table, &written));
+
+    // n2 pauses past its lease: its buckets move; woken, it acknowledges nothing and exits.
+    let paused = processes.get(&2).expect("n2");
+    let n2 = MinkClient::connect(&addresses[2]).await.expect("connect");
+    paused.pause();
+    let mut following = Following::new(&addresses[0]).await;
+    following
+        .append(&table, &(120..180).collect::<Vec<_>>())
+        .await;
+    written.extend(120..180);
+    processes.get(&2).expect("n2").resume();
+    for bucket in 0..table.bucket_num {
+        let id = BucketId::new(&table.path, bucket);
+        let rows = events(&table, &[-1]);
+        let part = split_rows_by_bucket(&table, &rows, 0).expect("route");
+        if part[0].bucket == id {
+            let sent = n2.append(&id, vec![part[0].batch.clone()]);
+            let answer = tokio::time::timeout(CALL_TIMEOUT, sent).await;
+            assert!(
+                !matches!(answer, Ok(Ok(_))),
+                "a node past its lease acknowledged a write"
+            );
+        }
+    }
+    let mut n2_process = processes.remove(&2).expect("n2");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while n2_process.is_running() {
+        assert!(
+            Instant::now() < deadline,
+            "a node past its lease kept running"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(following.ids(&table).await, model(&table, &written));
+
+    // n1 starts again over its data directory: it joins and leads a share again.
+    processes.insert(
+        1,
+        start_process(&etcd, &store, "n1", &dirs[1], &addresses[1]),
+    );
+    leads_a_bucket_soon(&addresses[1], &table).await;
+    following
+        .append(&table, &(180..200).collect::<Vec<_>>())
+        .await;
+    written.extend(180..200);
+    assert_eq!(following.ids(&table).await, model(&table, &written));
 }

@@ -33,7 +33,13 @@ impl ServerProcess {
     /// Like [`ServerProcess::start`], with extra arguments and environment variables (a
     /// login only where `env` gives one).
     pub(crate) fn start_with(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
-        Self::spawn(Self::command(data_dir, args, env), args)
+        Self::spawn(Self::command(data_dir, "127.0.0.1:0", args, env), args)
+    }
+
+    /// Like [`ServerProcess::start_with`], its node port on `listen` (a cluster's node
+    /// advertises the port it listens on).
+    pub(crate) fn start_listening(data_dir: &Path, listen: &str, args: &[&str]) -> Self {
+        Self::spawn(Self::command(data_dir, listen, args, &[]), args)
     }
 
     /// Like [`ServerProcess::start_with`], for a start that may end before it serves (a
@@ -43,20 +49,15 @@ impl ServerProcess {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Option<Self> {
-        Self::try_spawn(Self::command(data_dir, args, env), args)
+        Self::try_spawn(Self::command(data_dir, "127.0.0.1:0", args, env), args)
     }
 
-    /// `mink server` over `data_dir` on loopback ports it chooses, with `args` and `env`.
-    fn command(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    /// `mink server` over `data_dir`, its node port on `listen` and its SQL port on one
+    /// it chooses, with `args` and `env`.
+    fn command(data_dir: &Path, listen: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_mink"));
         command
-            .args([
-                "server",
-                "--listen",
-                "127.0.0.1:0",
-                "--sql-listen",
-                "127.0.0.1:0",
-            ])
+            .args(["server", "--listen", listen, "--sql-listen", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(data_dir)
             .args(args)
