@@ -31,6 +31,7 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 use crate::error::{ClientError, Result};
+use crate::leaders::{Connection, Leaders};
 use crate::pieces::{joined, pieces};
 use crate::read::{
     LookupResult, ReadAnswer, SnapshotAnswer, Tailer, UnionAnswer, read_batches, read_to_end,
@@ -48,6 +49,9 @@ pub struct MinkClient {
     address: Arc<str>,
     /// `Bearer <token>` from the login, sent on every call.
     authorization: Option<AsciiMetadataValue>,
+    /// The cluster's nodes reached and the buckets' leaders learned (the `leaders`
+    /// module).
+    leaders: Arc<Leaders>,
 }
 
 /// How [`MinkClient::connect_with`] reaches a node: its login and TLS.
@@ -67,6 +71,7 @@ impl Clone for MinkClient {
             round_robin: AtomicU32::new(self.round_robin.load(Ordering::Relaxed)),
             address: Arc::clone(&self.address),
             authorization: self.authorization.clone(),
+            leaders: Arc::clone(&self.leaders),
         }
     }
 }
@@ -127,7 +132,32 @@ impl MinkClient {
             round_robin: AtomicU32::new(0),
             address: address.into(),
             authorization,
+            leaders: Arc::new(Leaders::new(options.clone())),
         })
+    }
+
+    /// This client's connection to its node.
+    pub(crate) fn connection(&self) -> Connection {
+        Connection {
+            inner: self.inner.clone(),
+            authorization: self.authorization.clone(),
+        }
+    }
+
+    /// This client, calling the node at `address` over `connection`.
+    pub(crate) fn at(&self, address: &str, connection: Connection) -> Self {
+        Self {
+            inner: connection.inner,
+            round_robin: AtomicU32::new(self.round_robin.load(Ordering::Relaxed)),
+            address: address.into(),
+            authorization: connection.authorization,
+            leaders: Arc::clone(&self.leaders),
+        }
+    }
+
+    /// The leaders learned, shared with every clone.
+    pub(crate) fn leaders(&self) -> &Leaders {
+        &self.leaders
     }
 
     fn flight(&self) -> FlightClient {
@@ -244,8 +274,14 @@ impl MinkClient {
             bucket: Some(bucket.clone()),
             spec: Some(spec),
         };
-        let body = self.action(action::LIST_OFFSETS, request).await?;
-        Ok(decode::<OffsetReply>("offset", &body)?.offset)
+        self.on_leader(bucket, |node| {
+            let request = request.clone();
+            async move {
+                let body = node.action(action::LIST_OFFSETS, request).await?;
+                Ok(decode::<OffsetReply>("offset", &body)?.offset)
+            }
+        })
+        .await
     }
 
     /// Appends batches to one bucket in one DoPut stream (upserts them, for a
@@ -273,6 +309,20 @@ impl MinkClient {
     }
 
     async fn put(
+        &self,
+        bucket: &BucketId,
+        batches: Vec<RecordBatch>,
+        delete: bool,
+    ) -> Result<Vec<AppendAck>> {
+        self.on_leader(bucket, |node| {
+            let batches = batches.clone();
+            async move { node.put_here(bucket, batches, delete).await }
+        })
+        .await
+    }
+
+    /// [`MinkClient::put`] on this client's node.
+    async fn put_here(
         &self,
         bucket: &BucketId,
         batches: Vec<RecordBatch>,
@@ -384,7 +434,8 @@ impl MinkClient {
             max_bytes,
             columns: columns.to_vec(),
         });
-        scan_answer(self.do_get_batches(read).await?, offset)
+        let batches = self.bucket_batches(bucket, read).await?;
+        scan_answer(batches, offset)
     }
 
     /// Snapshot: every current row of a primary-key table's bucket in key order,
@@ -401,7 +452,8 @@ impl MinkClient {
             columns: columns.to_vec(),
             batch_rows,
         });
-        self.do_get_snapshot(read).await
+        let answer = self.bucket_batches(bucket, read).await?;
+        snapshot_answer(answer)
     }
 
     /// [`MinkClient::snapshot`] as a stream of its batches, read from the node as they are
@@ -413,18 +465,12 @@ impl MinkClient {
         columns: &[u32],
         batch_rows: u32,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
-        let ticket = ReadTicket {
-            read: Some(read_ticket::Read::Snapshot(SnapshotRequest {
-                bucket: Some(bucket.clone()),
-                columns: columns.to_vec(),
-                batch_rows,
-            })),
-        };
-        let stream = self
-            .flight()
-            .do_get(Ticket::new(ticket.encode_to_vec()))
-            .await?;
-        Ok(stream_batches(stream.into_inner()))
+        let read = read_ticket::Read::Snapshot(SnapshotRequest {
+            bucket: Some(bucket.clone()),
+            columns: columns.to_vec(),
+            batch_rows,
+        });
+        self.bucket_stream(bucket, read).await
     }
 
     /// LiveTail: the live rows of a primary-key table's log range `[from, to)`, folded by
@@ -437,19 +483,13 @@ impl MinkClient {
         to: i64,
         columns: &[u32],
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
-        let ticket = ReadTicket {
-            read: Some(read_ticket::Read::LiveTail(LiveTailRequest {
-                bucket: Some(bucket.clone()),
-                from,
-                to,
-                columns: columns.to_vec(),
-            })),
-        };
-        let stream = self
-            .flight()
-            .do_get(Ticket::new(ticket.encode_to_vec()))
-            .await?;
-        Ok(stream_batches(stream.into_inner()))
+        let read = read_ticket::Read::LiveTail(LiveTailRequest {
+            bucket: Some(bucket.clone()),
+            from,
+            to,
+            columns: columns.to_vec(),
+        });
+        self.bucket_stream(bucket, read).await
     }
 
     /// LimitScan: the first `limit` rows of a primary-key table's bucket (in key order),
@@ -465,21 +505,8 @@ impl MinkClient {
             limit,
             columns: columns.to_vec(),
         });
-        let answer = self.do_get_batches(read).await?;
+        let answer = self.bucket_batches(bucket, read).await?;
         Ok(answer.batches.into_iter().map(|(batch, _)| batch).collect())
-    }
-
-    async fn do_get_snapshot(&self, read: read_ticket::Read) -> Result<SnapshotAnswer> {
-        let answer = self.do_get_batches(read).await?;
-        let end = answer.end.ok_or_else(|| {
-            ClientError::Protocol("a Snapshot without its closing SnapshotBatch".into())
-        })?;
-        let log_offset = decode::<SnapshotBatch>("SnapshotBatch", &end)?.log_offset;
-        Ok(SnapshotAnswer {
-            schema: answer.schema,
-            batches: answer.batches.into_iter().map(|(batch, _)| batch).collect(),
-            log_offset,
-        })
     }
 
     /// Rows of a primary-key table by key (`keys` holds the primary-key columns): one store
@@ -551,23 +578,32 @@ impl MinkClient {
         prefix: bool,
     ) -> Result<(RecordBatch, Vec<u32>)> {
         let keys = encode_batch(keys)?;
-        let bucket = Some(bucket);
-        let columns = columns.to_vec();
-        let body = if prefix {
-            let request = PrefixLookup {
-                bucket,
-                prefixes: keys,
-                columns,
-            };
-            self.action(action::PREFIX_LOOKUP, request).await?
-        } else {
-            let request = Lookup {
-                bucket,
-                keys,
-                columns,
-            };
-            self.action(action::LOOKUP, request).await?
-        };
+        let body = self
+            .on_leader(&bucket, |node| {
+                let (bucket, keys, columns) =
+                    (Some(bucket.clone()), keys.clone(), columns.to_vec());
+                async move {
+                    match prefix {
+                        true => {
+                            let request = PrefixLookup {
+                                bucket,
+                                prefixes: keys,
+                                columns,
+                            };
+                            node.action(action::PREFIX_LOOKUP, request).await
+                        }
+                        false => {
+                            let request = Lookup {
+                                bucket,
+                                keys,
+                                columns,
+                            };
+                            node.action(action::LOOKUP, request).await
+                        }
+                    }
+                }
+            })
+            .await?;
         let reply: LookupReply = decode("LookupReply", &body)?;
         let rows = decode_batch("lookup rows", &reply.rows)?;
         Ok((rows, reply.key_indices))
@@ -587,7 +623,7 @@ impl MinkClient {
             columns: columns.to_vec(),
             filters: filters.to_vec(),
         });
-        let answer = self.do_get_batches(read).await?;
+        let answer = self.bucket_batches(bucket, read).await?;
         let end = answer
             .end
             .ok_or_else(|| ClientError::Protocol("a Union without its closing plan".into()))?;
@@ -744,6 +780,41 @@ impl MinkClient {
         Ok(decode("LakeTableStats", &body)?)
     }
 
+    /// A read of one bucket, on its leader, read to its end.
+    async fn bucket_batches(
+        &self,
+        bucket: &BucketId,
+        read: read_ticket::Read,
+    ) -> Result<crate::read::Batches> {
+        self.on_leader(bucket, |node| {
+            let read = read.clone();
+            async move { node.do_get_batches(read).await }
+        })
+        .await
+    }
+
+    /// A read of one bucket, on its leader, as a stream of its batches (a NotLeader that
+    /// only comes with the stream's first message is the stream's error).
+    async fn bucket_stream(
+        &self,
+        bucket: &BucketId,
+        read: read_ticket::Read,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        self.on_leader(bucket, |node| {
+            let ticket = ReadTicket {
+                read: Some(read.clone()),
+            };
+            async move {
+                let stream = node
+                    .flight()
+                    .do_get(Ticket::new(ticket.encode_to_vec()))
+                    .await?;
+                Ok(stream_batches(stream.into_inner()))
+            }
+        })
+        .await
+    }
+
     async fn do_get_batches(&self, read: read_ticket::Read) -> Result<crate::read::Batches> {
         let ticket = ReadTicket { read: Some(read) };
         let stream = self
@@ -768,4 +839,17 @@ impl MinkClient {
             answers: answers.into_inner(),
         })
     }
+}
+
+/// A Snapshot's answer: its batches and the log offset they reflect.
+fn snapshot_answer(answer: crate::read::Batches) -> Result<SnapshotAnswer> {
+    let end = answer.end.ok_or_else(|| {
+        ClientError::Protocol("a Snapshot without its closing SnapshotBatch".into())
+    })?;
+    let log_offset = decode::<SnapshotBatch>("SnapshotBatch", &end)?.log_offset;
+    Ok(SnapshotAnswer {
+        schema: answer.schema,
+        batches: answer.batches.into_iter().map(|(batch, _)| batch).collect(),
+        log_offset,
+    })
 }

@@ -16,18 +16,24 @@
 //! # }
 //! ```
 //!
+//! In a cluster, every call about one bucket goes to the node leading it, following the
+//! NotLeader answers of the others ([`FOLLOW_FOR`]): a client connected to any node
+//! reads and writes every bucket.
+//!
 //! Reads come back normalized: every batch has the schema of the read's first schema
 //! message (the table's current schema, projected), whatever schema version it was
 //! written with.
 
 mod client;
 mod error;
+mod leaders;
 mod pieces;
 mod read;
 mod writer;
 
 pub use client::{ConnectOptions, MinkClient};
 pub use error::{ClientError, Result};
+pub use leaders::FOLLOW_FOR;
 pub use mink_auth::Credentials;
 pub use read::{LookupResult, ReadAnswer, ReadBatch, SnapshotAnswer, Tailer, UnionAnswer};
 pub use writer::{TableWriter, WriteFailed, WriteKind};

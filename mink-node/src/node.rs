@@ -5,7 +5,8 @@
 //! ```text
 //! <data-dir>/LOCK                         held while the node runs
 //! <data-dir>/log-store                    the log store's URL, with --log-store
-//! <data-dir>/meta.db                      tables, schema versions, partitions (SQLite)
+//! <data-dir>/meta.db                      tables, schema versions, partitions (SQLite;
+//!                                         in a cluster, etcd holds them: `cluster`)
 //! <data-dir>/kv/                          KV tablets of primary-key tables (fjall)
 //! <data-dir>/log/t<table_id>/b<bucket>/   segments of an unpartitioned table's bucket
 //! <data-dir>/log/t<table_id>/p<partition_id>/b<bucket>/

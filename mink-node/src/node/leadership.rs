@@ -83,8 +83,8 @@ pub(super) async fn join(cluster: &ClusterConfig, config: &NodeConfig) -> Result
     Membership::join(cluster.clone()).await
 }
 
-/// What requests for `bucket` are answered while it moves.
-fn moving(bucket: &BucketId, epoch: u64) -> NotLeader {
+/// What requests for `bucket` are answered while it moves (or its leader is unknown).
+pub(super) fn moving(bucket: &BucketId, epoch: u64) -> NotLeader {
     NotLeader {
         bucket: Some(bucket.clone()),
         leader: None,

@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use mink_core::protocol::{AppendAck, BucketId, NotLeader};
+use mink_core::protocol::{AppendAck, BucketId};
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_log::{SentBatch, Write, WriteOp, WriteStream, WriterTag};
 use tracing::info;
 
+use super::leadership::moving;
 use super::validate::{check_bucket_address, check_routing, conform_keys, conform_to_schema};
 use super::{Bucket, Node, Slot, TableState};
 use crate::error::{NodeError, Result};
@@ -160,11 +161,7 @@ impl Node {
     fn check_lease(&self, bucket: &BucketId) -> Result<()> {
         match self.membership() {
             Some(membership) if !membership.holds_joined_lease() => {
-                Err(NodeError::NotLeader(NotLeader {
-                    bucket: Some(bucket.clone()),
-                    leader: None,
-                    epoch: 0,
-                }))
+                Err(NodeError::NotLeader(moving(bucket, 0)))
             }
             _ => Ok(()),
         }

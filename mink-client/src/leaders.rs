@@ -1,0 +1,148 @@
+//! Following NotLeader: in a cluster each bucket is led by one node, and a node asked
+//! about a bucket it does not lead answers NotLeader, with the leader's address, or that
+//! the bucket is moving. A client's bucket calls go to the node it last learned leads the
+//! bucket (the node it connected to at first), and follow such answers: to the leader
+//! named, or again after a pause while the bucket moves, for up to [`FOLLOW_FOR`].
+//!
+//! Connections to the other nodes are made once, with the login and TLS of the first,
+//! and shared by every clone of the client, as is what it learned of the leaders.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use arrow_flight::flight_service_client::FlightServiceClient;
+use mink_core::protocol::{BucketId, NotLeader};
+use tokio::time::Instant;
+use tonic::metadata::AsciiMetadataValue;
+use tonic::transport::Channel;
+
+use crate::client::{ConnectOptions, MinkClient};
+use crate::error::{ClientError, Result};
+
+/// How long a call follows a bucket that is moving.
+pub const FOLLOW_FOR: Duration = Duration::from_secs(30);
+/// The pause before asking again about a bucket that is moving.
+const MOVING_PAUSE: Duration = Duration::from_millis(100);
+/// Most redirections one call follows: nodes that keep pointing at each other (their
+/// views of a move not yet settled) are not followed forever.
+const MAX_HOPS: usize = 8;
+
+/// A connection to one node, with the login it answered.
+#[derive(Debug, Clone)]
+pub(crate) struct Connection {
+    pub(crate) inner: FlightServiceClient<Channel>,
+    /// `Bearer <token>` from the login, sent on every call.
+    pub(crate) authorization: Option<AsciiMetadataValue>,
+}
+
+/// The nodes a client reached and the leaders it learned, shared by its clones.
+#[derive(Debug)]
+pub(crate) struct Leaders {
+    /// How every node is reached: the first one's login and TLS.
+    options: ConnectOptions,
+    /// The nodes connected to, by address.
+    nodes: tokio::sync::Mutex<HashMap<String, Connection>>,
+    /// The node each bucket was last said to be led by.
+    buckets: Mutex<HashMap<BucketId, String>>,
+}
+
+impl Leaders {
+    pub(crate) fn new(options: ConnectOptions) -> Self {
+        Self {
+            options,
+            nodes: tokio::sync::Mutex::default(),
+            buckets: Mutex::default(),
+        }
+    }
+
+    fn leader_of(&self, bucket: &BucketId) -> Option<String> {
+        let buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        buckets.get(bucket).cloned()
+    }
+
+    fn learn(&self, bucket: &BucketId, leader: Option<String>) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        match leader {
+            Some(leader) => buckets.insert(bucket.clone(), leader),
+            None => buckets.remove(bucket),
+        };
+    }
+
+    /// The connection to the node at `address`, made on first use.
+    async fn connection(&self, address: &str) -> Result<Connection> {
+        let mut nodes = self.nodes.lock().await;
+        if let Some(connection) = nodes.get(address) {
+            return Ok(connection.clone());
+        }
+        let connected = MinkClient::connect_with(address, &self.options).await?;
+        let connection = connected.connection();
+        nodes.insert(address.to_string(), connection.clone());
+        Ok(connection)
+    }
+}
+
+impl MinkClient {
+    /// The address of the node this client calls about `bucket`: the one a NotLeader
+    /// answer last named its leader, else the node it connected to.
+    pub fn leader_of(&self, bucket: &BucketId) -> String {
+        (self.leaders().leader_of(bucket)).unwrap_or_else(|| self.address().to_string())
+    }
+
+    /// Runs `call` on the node leading `bucket`, following NotLeader answers (see the
+    /// module doc). An error that is not NotLeader is the call's, except that a leader
+    /// learned before that cannot be reached any more is forgotten and the first node
+    /// asked again.
+    pub(crate) async fn on_leader<T, Fut>(
+        &self,
+        bucket: &BucketId,
+        call: impl Fn(MinkClient) -> Fut,
+    ) -> Result<T>
+    where
+        Fut: Future<Output = Result<T>>,
+    {
+        let deadline = Instant::now() + FOLLOW_FOR;
+        let mut hops = 0;
+        loop {
+            let learned = self.leaders().leader_of(bucket);
+            let answer = match &learned {
+                Some(address) => match self.leaders().connection(address).await {
+                    Ok(connection) => call(self.at(address, connection)).await,
+                    Err(error) => Err(error),
+                },
+                None => call(self.clone()).await,
+            };
+            let error = match answer {
+                Ok(answer) => return Ok(answer),
+                Err(error) => error,
+            };
+            match error.not_leader() {
+                Some(NotLeader {
+                    leader: Some(leader),
+                    ..
+                }) if hops < MAX_HOPS => {
+                    self.leaders().learn(bucket, Some(leader));
+                    hops += 1;
+                }
+                Some(NotLeader { leader: None, .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(MOVING_PAUSE).await;
+                }
+                None if learned.is_some() && unreachable(&error) && hops < MAX_HOPS => {
+                    self.leaders().learn(bucket, None);
+                    hops += 1;
+                }
+                _ => return Err(error),
+            }
+        }
+    }
+}
+
+/// Whether `error` says the node could not be reached (as a node gone does).
+fn unreachable(error: &ClientError) -> bool {
+    match error {
+        ClientError::Connect { .. } => true,
+        ClientError::Status(status) => status.code() == tonic::Code::Unavailable,
+        _ => false,
+    }
+}
