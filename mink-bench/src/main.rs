@@ -33,6 +33,7 @@
 //! means mink is faster than its baseline; a latency ratio is mink's latency over the
 //! baseline's, above 1 when mink is slower. 1 MB is 10^6 bytes.
 
+mod cluster;
 mod data;
 mod error;
 mod flight_sql;
@@ -112,6 +113,9 @@ enum Bench {
     /// Kafka clients on the log: consume against Scan, produce (acks=all) against ADBC
     /// ingest, and produce -> consume latency.
     Kafka(kafka::KafkaArgs),
+    /// A node's death in a cluster of three over etcd: how long until its buckets take
+    /// writes again, against the lease.
+    Cluster(cluster::ClusterArgs),
     /// The 22 TPC-H queries by the server alone and with 1, 2 and 4 workers in this
     /// process: the overhead of distribution (one worker distributes nothing).
     Tpch(tpch::TpchArgs),
@@ -162,5 +166,6 @@ async fn run(bench: Bench) -> Result<(), BenchError> {
         Bench::FlightSql(args) => flight_sql::run(args).await,
         Bench::Kafka(args) => kafka::run(args).await,
         Bench::Tpch(args) => tpch::run(args).await,
+        Bench::Cluster(args) => cluster::run(args).await,
     }
 }

@@ -5,20 +5,14 @@
 //! joins (buckets handed over to it).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use mink_client::MinkClient;
 use mink_core::protocol::BucketId;
 use mink_core::routing::split_rows_by_bucket;
 use mink_core::table::TableDescriptor;
-use mink_log::{LogConfig, LogStoreConfig};
-use mink_node::cluster::{ClusterConfig, ClusterTasks};
-use mink_node::server::{ServerHandle, serve};
-use mink_node::testing::Etcd;
-use mink_node::{Node, NodeConfig};
+use mink_node::testing::{ClusterNode, Etcd};
 use tempfile::TempDir;
-use tokio::net::TcpListener;
 use tokio::time::Instant;
 
 use crate::process::ServerProcess;
@@ -29,50 +23,6 @@ const LEASE: Duration = Duration::from_secs(2);
 
 /// How long a client call waits for its answer before the node is taken for gone.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// A node of the test's cluster, served on a loopback port.
-struct ClusterNode {
-    address: String,
-    node: Arc<Node>,
-    handle: ServerHandle,
-    tasks: ClusterTasks,
-}
-
-impl ClusterNode {
-    async fn start(etcd: &Etcd, store: &TempDir, id: &str, dir: &TempDir) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let address = listener.local_addr().expect("address").to_string();
-        let mut config = NodeConfig::new(dir.path());
-        config.log = LogConfig {
-            segment_bytes: 4 << 10,
-            ..LogConfig::default()
-        };
-        config.log_store = Some(LogStoreConfig::new(file_store_url(store.path())));
-        config.cluster = Some(ClusterConfig {
-            endpoints: vec![etcd.endpoint.clone()],
-            prefix: "/test".into(),
-            node_id: id.into(),
-            advertise: address.clone(),
-            lease: LEASE,
-        });
-        let node = Node::open(config).await.expect("open a cluster node");
-        let handle = serve(Arc::clone(&node), listener).await.expect("serve");
-        let tasks = ClusterTasks::start(&node).expect("a cluster node");
-        Self {
-            address,
-            node,
-            handle,
-            tasks,
-        }
-    }
-
-    /// The node dies: it serves nothing more and renews its lease no more.
-    async fn kill(self) {
-        drop(self.tasks);
-        self.handle.shutdown().await.expect("shutdown");
-        drop(self.node);
-    }
-}
 
 /// A client of the cluster: `MinkClient` follows NotLeader answers itself; a call a
 /// paused node never answers is given up after a while, and the client connected again
@@ -181,7 +131,7 @@ async fn buckets_spread_over_the_nodes_and_survive_a_node_dying_and_one_joining(
         let id = format!("n{i}");
         nodes.insert(
             id.clone(),
-            ClusterNode::start(&etcd, &store, &id, dir).await,
+            ClusterNode::start(&etcd, "/test", store.path(), &id, dir.path(), LEASE).await,
         );
     }
     let first = nodes["n0"].address.clone();
@@ -220,7 +170,7 @@ async fn buckets_spread_over_the_nodes_and_survive_a_node_dying_and_one_joining(
     let dir = tempfile::tempdir().expect("dir");
     nodes.insert(
         "n3".into(),
-        ClusterNode::start(&etcd, &store, "n3", &dir).await,
+        ClusterNode::start(&etcd, "/test", store.path(), "n3", dir.path(), LEASE).await,
     );
     leads_a_bucket_soon(&nodes["n3"].address, &table).await;
     let all: Vec<i64> = (0..180).collect();

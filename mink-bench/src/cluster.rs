@@ -1,0 +1,207 @@
+//! `mink-bench cluster`: what a node's death costs a cluster (`mink server --cluster`).
+//!
+//! ```text
+//! cargo run --release -p mink-bench -- cluster [--trials 10] [--lease 2s] [--buckets 6]
+//!     [--dir DIR]
+//! ```
+//!
+//! Each trial runs a fresh cluster of three nodes in this process, over an etcd of its
+//! own (Debian's `etcd-server` on `PATH`) and a `file://` log store in the working
+//! directory, each node served on a loopback port and driven through `MinkClient`, which
+//! follows NotLeader answers. A log table of `--buckets` buckets gets 1 000 rows a bucket;
+//! then the node leading the most buckets (not the one the client connected to) dies: it
+//! stops serving and renewing its lease, as a killed process does. From that moment, each
+//! of its buckets is written one row at a time (a call given up after 3 s, as on a node
+//! gone) until a write is acknowledged: its failover. The trial's figure is its slowest
+//! bucket's.
+//!
+//! Figure, p50 and p99 over the trials: the failover. The baseline is the lease
+//! (`--lease`): a dead node's buckets wait it out whatever mink does (less up to a third:
+//! etcd counts it from the node's last renewal, every third of it), so the failover's
+//! ratio to it says what mink adds (the controller noticing, the drain of the dead node's
+//! WAL, the new leaders' take-over).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use mink_client::MinkClient;
+use mink_core::options::{TableOptions, parse_duration};
+use mink_core::protocol::BucketId;
+use mink_core::routing::split_rows_by_bucket;
+use mink_core::table::{TableDescriptor, TablePath};
+use mink_node::testing::{ClusterNode, Etcd};
+
+use crate::error::BenchError;
+use crate::harness::{Latency, Scratch, report};
+
+/// Arguments of `mink-bench cluster`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ClusterArgs {
+    /// Clusters started, each losing one node.
+    #[arg(long, default_value_t = 10)]
+    trials: usize,
+    /// The nodes' etcd lease (`--cluster-lease`).
+    #[arg(long, default_value = "2s", value_parser = parse_lease)]
+    lease: Duration,
+    /// Buckets of the table.
+    #[arg(long, default_value_t = 6)]
+    buckets: u32,
+    /// Working directory (default: a temporary one, removed after).
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+}
+
+/// Nodes of each trial's cluster.
+const NODES: usize = 3;
+/// Rows written to each bucket before the node dies.
+const ROWS_PER_BUCKET: i64 = 1_000;
+/// How long a write waits for its answer before its node is taken for gone.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a bucket may take to fail over before the trial is given up.
+const MAX_FAILOVER: Duration = Duration::from_secs(120);
+
+fn parse_lease(text: &str) -> Result<Duration, String> {
+    parse_duration(text).ok_or_else(|| format!("'{text}' is not a duration (2s, 500ms)"))
+}
+
+pub(crate) async fn run(args: ClusterArgs) -> Result<(), BenchError> {
+    if args.trials == 0 || args.buckets < NODES as u32 {
+        return Err(BenchError::Usage(format!(
+            "--trials must be above 0 and --buckets at least {NODES}"
+        )));
+    }
+    let scratch = Scratch::new(args.dir.clone())?;
+    let etcd = Etcd::start();
+    let mut failovers = Vec::with_capacity(args.trials);
+    for trial in 0..args.trials {
+        let dir = scratch.path.join(format!("trial-{trial}"));
+        let failover = trial_failover(&etcd, &dir, trial, &args).await?;
+        eprintln!("trial {trial}: failover {failover:?}");
+        failovers.push(failover);
+    }
+    let millis = |times: &[Duration]| times.iter().map(|t| t.as_secs_f64() * 1e3).collect();
+    let lease = Latency::new(vec![args.lease.as_secs_f64() * 1e3]);
+    println!(
+        "# a node's death in a cluster of {NODES}, {} buckets, lease {:?}, {} trials",
+        args.buckets, args.lease, args.trials
+    );
+    let failover = Latency::new(millis(&failovers));
+    let ratio = format!("to the lease {}", failover.ratio_to(&lease));
+    report("lease (baseline)", lease, &[]);
+    report("failover", failover, &[ratio]);
+    Ok(())
+}
+
+/// One trial: a cluster, its table written, its busiest node (but the first) killed; how
+/// long until every bucket of that node took a write again.
+async fn trial_failover(
+    etcd: &Etcd,
+    dir: &Path,
+    trial: usize,
+    args: &ClusterArgs,
+) -> Result<Duration, BenchError> {
+    let prefix = format!("/bench-{trial}");
+    let store = dir.join("store");
+    std::fs::create_dir_all(&store).map_err(|source| BenchError::Io {
+        context: format!("creating {}", store.display()),
+        source,
+    })?;
+    let mut nodes = Vec::with_capacity(NODES);
+    for i in 0..NODES {
+        let id = format!("n{i}");
+        let node_dir = dir.join(&id);
+        let node = ClusterNode::start(etcd, &prefix, &store, &id, &node_dir, args.lease);
+        nodes.push(node.await);
+    }
+    let client = MinkClient::connect(&nodes[0].address).await?;
+    let table = client.create_table(&table(args.buckets)?, false).await?;
+    let ids: Vec<i64> = (0..ROWS_PER_BUCKET * i64::from(args.buckets)).collect();
+    let one_per_bucket = first_id_of_each_bucket(&table, &ids)?;
+    for chunk in ids.chunks(1_000) {
+        client.write(&table, &rows(&table, chunk)?).await?;
+    }
+    // The node leading the most buckets (the first node aside: the client's own).
+    let mut led: Vec<(String, Vec<BucketId>)> = Vec::new();
+    for node in &nodes[1..] {
+        let buckets = (one_per_bucket.iter())
+            .map(|(bucket, _)| bucket.clone())
+            .filter(|bucket| client.leader_of(bucket) == node.address)
+            .collect();
+        led.push((node.address.clone(), buckets));
+    }
+    led.sort_by_key(|(_, buckets): &(String, Vec<BucketId>)| std::cmp::Reverse(buckets.len()));
+    let (dead, its_buckets) = led.remove(0);
+    let victim = nodes
+        .iter()
+        .position(|node| node.address == dead)
+        .expect("a node");
+    nodes.remove(victim).kill().await;
+    let died = Instant::now();
+    for (bucket, id) in one_per_bucket
+        .iter()
+        .filter(|(b, _)| its_buckets.contains(b))
+    {
+        let row = rows(&table, &[*id])?;
+        loop {
+            let sent = client.append(bucket, vec![row.clone()]);
+            if let Ok(Ok(_)) = tokio::time::timeout(CALL_TIMEOUT, sent).await {
+                break;
+            }
+            if died.elapsed() > MAX_FAILOVER {
+                return Err(BenchError::Mismatch(format!(
+                    "bucket {bucket} took no write for {MAX_FAILOVER:?} after its node died"
+                )));
+            }
+        }
+    }
+    let failover = died.elapsed();
+    for node in nodes {
+        node.kill().await;
+    }
+    Ok(failover)
+}
+
+/// `bench.failover (id BIGINT NOT NULL, v STRING)`, bucketed by id.
+fn table(buckets: u32) -> Result<TableDescriptor, BenchError> {
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("v", DataType::Utf8, true),
+    ]);
+    let options = TableOptions {
+        bucket_num: buckets,
+        bucket_key: Some(vec!["id".into()]),
+        ..TableOptions::default()
+    };
+    Ok(TableDescriptor::new(
+        TablePath::new("bench", "failover"),
+        schema,
+        vec![],
+        vec![],
+        options,
+    )?)
+}
+
+/// A batch of the table's rows with these ids.
+fn rows(table: &TableDescriptor, ids: &[i64]) -> Result<RecordBatch, BenchError> {
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(ids.to_vec())),
+        Arc::new(StringArray::from_iter_values(
+            ids.iter().map(|id| format!("row {id}")),
+        )),
+    ];
+    Ok(RecordBatch::try_new(Arc::clone(table.schema()), columns)?)
+}
+
+/// Each bucket with the first of `ids` that goes to it.
+fn first_id_of_each_bucket(
+    table: &TableDescriptor,
+    ids: &[i64],
+) -> Result<Vec<(BucketId, i64)>, BenchError> {
+    let parts = split_rows_by_bucket(table, &rows(table, ids)?, 0)?;
+    Ok((parts.into_iter())
+        .map(|part| (part.bucket, ids[part.rows[0] as usize]))
+        .collect())
+}
