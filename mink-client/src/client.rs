@@ -263,8 +263,18 @@ impl MinkClient {
         let request = TableRef {
             table: table.to_string(),
         };
-        let body = self.action(action::LIST_BUCKETS, request).await?;
-        Ok(decode::<BucketList>("bucket list", &body)?.buckets)
+        self.on_every_leader(|node| {
+            let request = request.clone();
+            async move {
+                let body = node.action(action::LIST_BUCKETS, request).await?;
+                let listed = decode::<BucketList>("bucket list", &body)?;
+                let buckets = (listed.buckets.into_iter())
+                    .map(|status| Ok((bucket_of("a bucket status", &status.bucket)?, status)))
+                    .collect::<Result<_>>()?;
+                Ok((buckets, listed.elsewhere))
+            }
+        })
+        .await
     }
 
     /// `list_offsets`: log_start (Earliest), the high watermark (Latest), or the first
@@ -695,8 +705,18 @@ impl MinkClient {
             table: table.to_string(),
             filters: filters.to_vec(),
         };
-        let body = self.action(action::PLAN_TABLE_UNION, request).await?;
-        Ok(decode::<TableUnionSplits>("TableUnionSplits", &body)?.splits)
+        self.on_every_leader(|node| {
+            let request = request.clone();
+            async move {
+                let body = node.action(action::PLAN_TABLE_UNION, request).await?;
+                let planned = decode::<TableUnionSplits>("TableUnionSplits", &body)?;
+                let splits = (planned.splits.into_iter())
+                    .map(|split| Ok((bucket_of("a union split", &split.bucket)?, split)))
+                    .collect::<Result<_>>()?;
+                Ok((splits, planned.elsewhere))
+            }
+        })
+        .await
     }
 
     /// The lake snapshots mink recorded for a table (rounds and compactions), oldest
@@ -852,4 +872,11 @@ fn snapshot_answer(answer: crate::read::Batches) -> Result<SnapshotAnswer> {
         batches: answer.batches.into_iter().map(|(batch, _)| batch).collect(),
         log_offset,
     })
+}
+
+/// The bucket an answer's item names (each must name one).
+fn bucket_of(what: &str, bucket: &Option<BucketId>) -> Result<BucketId> {
+    bucket
+        .clone()
+        .ok_or_else(|| ClientError::Protocol(format!("{what} without its bucket")))
 }

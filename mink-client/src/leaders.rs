@@ -7,7 +7,7 @@
 //! Connections to the other nodes are made once, with the login and TLS of the first,
 //! and shared by every clone of the client, as is what it learned of the leaders.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -134,6 +134,68 @@ impl MinkClient {
                 }
                 _ => return Err(error),
             }
+        }
+    }
+}
+
+impl MinkClient {
+    /// A request about every bucket of a table (`list_buckets`, `plan_table_union`),
+    /// which each node answers for the buckets it leads, naming the leaders of the others
+    /// (`ask` gives one node's answer: its items, each with its bucket, and the
+    /// NotLeader of the rest). Asks this client's node, then each leader named, once
+    /// each; a bucket moving or answered by no one is asked about again after a pause,
+    /// for up to [`FOLLOW_FOR`]. The items sorted by bucket (partition, then bucket), and
+    /// each bucket's leader learned.
+    pub(crate) async fn on_every_leader<T, Fut>(
+        &self,
+        ask: impl Fn(MinkClient) -> Fut,
+    ) -> Result<Vec<T>>
+    where
+        Fut: Future<Output = Result<(Vec<(BucketId, T)>, Vec<NotLeader>)>>,
+    {
+        let deadline = Instant::now() + FOLLOW_FOR;
+        loop {
+            let mut answered: BTreeMap<BucketId, T> = BTreeMap::new();
+            let mut missing: BTreeSet<BucketId> = BTreeSet::new();
+            let mut asked: BTreeSet<String> = BTreeSet::new();
+            let mut to_ask = vec![self.address().to_string()];
+            while let Some(address) = to_ask.pop() {
+                if !asked.insert(address.clone()) {
+                    continue;
+                }
+                let node = match address == self.address() {
+                    true => self.clone(),
+                    false => self.at(&address, self.leaders().connection(&address).await?),
+                };
+                let (items, elsewhere) = ask(node).await?;
+                for (bucket, item) in items {
+                    missing.remove(&bucket);
+                    let elsewhere = address != self.address();
+                    self.leaders()
+                        .learn(&bucket, elsewhere.then(|| address.clone()));
+                    answered.entry(bucket).or_insert(item);
+                }
+                for not_leader in elsewhere {
+                    let Some(bucket) = not_leader.bucket else {
+                        continue;
+                    };
+                    if !answered.contains_key(&bucket) {
+                        missing.insert(bucket);
+                        to_ask.extend(not_leader.leader);
+                    }
+                }
+            }
+            if missing.is_empty() {
+                return Ok(answered.into_values().collect());
+            }
+            if Instant::now() >= deadline {
+                let bucket = missing.into_iter().next();
+                return Err(ClientError::Protocol(format!(
+                    "no node answered for bucket {} within {FOLLOW_FOR:?}: it is moving",
+                    bucket.map_or_else(String::new, |bucket| bucket.to_string())
+                )));
+            }
+            tokio::time::sleep(MOVING_PAUSE).await;
         }
     }
 }

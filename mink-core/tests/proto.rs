@@ -299,6 +299,7 @@ fn cases() -> Vec<Case> {
             "TableUnionSplits",
             TableUnionSplits {
                 splits: vec![union_split(), union_split()],
+                elsewhere: vec![not_leader()],
             },
         ),
         case("LakeFileRef", file_ref()),
@@ -506,6 +507,7 @@ fn cases() -> Vec<Case> {
                     lake_snapshot_id: Some(-10_000_000_057),
                     store: Some(bucket_store()),
                 }],
+                elsewhere: vec![not_leader()],
             },
         ),
         case("ListOffsets", list_offsets(Spec::Earliest(true))),

@@ -38,7 +38,9 @@ use std::time::Duration;
 use datafusion_execution::TaskContext;
 use datafusion_execution::memory_pool::MemoryPool;
 use datafusion_execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
-use mink_core::protocol::{BucketId, BucketSeam, BucketStatus, LakeSnapshotInfo, list_offsets};
+use mink_core::protocol::{
+    BucketId, BucketList, BucketSeam, BucketStatus, LakeSnapshotInfo, NotLeader, list_offsets,
+};
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::{Lake, LakeConfig};
 use tracing::info;
@@ -124,9 +126,6 @@ pub struct Bucket {
 
 /// Buckets of a table, each with its tablets.
 pub(crate) type BucketTablets = Vec<(BucketId, Arc<Bucket>)>;
-
-/// Buckets of a table, as this node holds them.
-type BucketSlots = Vec<(BucketId, Slot)>;
 
 /// A table and its open tablets.
 #[derive(Debug)]
@@ -327,11 +326,24 @@ impl Node {
     }
 
     /// Every bucket of a table created so far, with its offsets.
+    ///
+    /// # Errors
+    /// [`NodeError::NotLeader`] of the first bucket this node does not lead.
     pub fn list_buckets(&self, path: &TablePath) -> Result<Vec<BucketStatus>> {
-        let (table, buckets) = self.table_buckets(path)?;
+        let listed = self.list_led_buckets(path)?;
+        match listed.elsewhere.into_iter().next() {
+            Some(not_leader) => Err(NodeError::NotLeader(not_leader)),
+            None => Ok(listed.buckets),
+        }
+    }
+
+    /// The buckets of a table this node leads, with their offsets, and where the others
+    /// are (`list_buckets`' answer: a client asks their leaders for them).
+    pub fn list_led_buckets(&self, path: &TablePath) -> Result<BucketList> {
+        let (table, led, elsewhere) = self.led_buckets(path)?;
         let recorded = self.metadata.latest_lake_snapshot(table.table_id)?;
         let seams = crate::tiering::recorded_offsets(self, &table)?;
-        Ok(buckets
+        let buckets = led
             .into_iter()
             .map(|(bucket, tablet)| {
                 let (log_start, high_watermark) = tablet.log.offsets();
@@ -344,51 +356,35 @@ impl Node {
                     high_watermark,
                 }
             })
-            .collect())
+            .collect();
+        Ok(BucketList { buckets, elsewhere })
     }
 
-    /// A table and every bucket of it created so far (partition by partition, each
-    /// partition's buckets in order), with their tablets.
-    ///
-    /// # Errors
-    /// [`NodeError::NotLeader`] of the first bucket this node does not lead: what needs
-    /// every bucket of a table (tiering, a table's union plan) runs where they all are.
-    pub(crate) fn table_buckets(
+    /// A table, the buckets of it this node leads, with their tablets, and what requests
+    /// for each other bucket are answered (in a cluster: its leader, or that it moves).
+    pub(crate) fn led_buckets(
         &self,
         path: &TablePath,
-    ) -> Result<(Arc<TableDescriptor>, BucketTablets)> {
-        let (table, slots) = self.table_slots(path)?;
-        let buckets = (slots.into_iter())
-            .map(|(id, slot)| Ok((id, slot.led_tablets()?)))
-            .collect::<Result<_>>()?;
-        Ok((table, buckets))
-    }
-
-    /// The buckets of a table this node leads, with their tablets.
-    pub(crate) fn led_buckets(&self, path: &TablePath) -> Result<BucketTablets> {
-        let (_, slots) = self.table_slots(path)?;
-        Ok((slots.into_iter())
-            .filter_map(|(id, slot)| slot.tablets().cloned().map(|tablets| (id, tablets)))
-            .collect())
-    }
-
-    /// A table and every bucket of it created so far, as this node holds them.
-    fn table_slots(&self, path: &TablePath) -> Result<(Arc<TableDescriptor>, BucketSlots)> {
+    ) -> Result<(Arc<TableDescriptor>, BucketTablets, Vec<NotLeader>)> {
         let state = self.table(path)?;
         let table = state.descriptor();
-        let slots = (state.partitions().iter())
-            .flat_map(|(partition, slots)| {
-                slots.iter().enumerate().map(|(bucket, slot)| {
-                    let id = BucketId {
-                        table: path.to_string(),
-                        partition: partition.clone(),
-                        bucket: bucket as u32,
-                    };
-                    (id, slot.clone())
-                })
-            })
-            .collect();
-        Ok((table, slots))
+        let (mut led, mut elsewhere) = (Vec::new(), Vec::new());
+        for (partition, slots) in state.partitions().iter() {
+            for (bucket, slot) in slots.iter().enumerate() {
+                match slot {
+                    Slot::Led(tablets) => {
+                        let id = BucketId {
+                            table: path.to_string(),
+                            partition: partition.clone(),
+                            bucket: bucket as u32,
+                        };
+                        led.push((id, Arc::clone(tablets)));
+                    }
+                    Slot::Elsewhere(not_leader) => elsewhere.push(not_leader.clone()),
+                }
+            }
+        }
+        Ok((table, led, elsewhere))
     }
 
     /// The lake snapshots mink recorded for a table (rounds and compactions), oldest first.

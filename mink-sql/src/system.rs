@@ -226,8 +226,14 @@ impl SystemTableProvider {
     }
 
     async fn buckets(&self) -> Result<RecordBatch> {
-        let leader = self.client.address().to_string();
         let rows = self.bucket_statuses().await?;
+        // Each bucket's leader: the node the client reached it at.
+        let leaders: Vec<String> = (rows.iter())
+            .map(|(_, status)| match &status.bucket {
+                Some(bucket) => self.client.leader_of(bucket),
+                None => self.client.address().to_string(),
+            })
+            .collect();
         let columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from_iter_values(rows.iter().map(|(t, _)| t))),
             Arc::new(StringArray::from_iter(rows.iter().map(|(_, s)| {
@@ -237,7 +243,7 @@ impl SystemTableProvider {
                 rows.iter()
                     .map(|(_, s)| s.bucket.as_ref().map_or(0, |b| b.bucket)),
             )),
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|_| &leader))),
+            Arc::new(StringArray::from_iter_values(leaders)),
             Arc::new(Int64Array::from_iter_values(
                 rows.iter().map(|(_, s)| s.log_start),
             )),

@@ -248,6 +248,9 @@ pub struct TableUnionSplits {
     /// The buckets' splits, each naming its bucket.
     #[prost(message, repeated, tag = "1")]
     pub splits: Vec<UnionSplit>,
+    /// In a cluster, the buckets another node leads (or that are moving).
+    #[prost(message, repeated, tag = "2")]
+    pub elsewhere: Vec<NotLeader>,
 }
 
 /// A lake data file of a split.
@@ -824,6 +827,9 @@ pub struct BucketList {
     /// The buckets, sorted by partition then bucket.
     #[prost(message, repeated, tag = "1")]
     pub buckets: Vec<BucketStatus>,
+    /// In a cluster, the buckets another node leads (or that are moving).
+    #[prost(message, repeated, tag = "2")]
+    pub elsewhere: Vec<NotLeader>,
 }
 
 /// `list_offsets { bucket, Earliest | Latest | Timestamp }`.

@@ -128,6 +128,7 @@ fn tickets_round_trip() {
     });
     round_trip(TableUnionSplits {
         splits: vec![UnionSplit::default(), UnionSplit::default()],
+        elsewhere: vec![NotLeader::default()],
     });
     round_trip(TableChangesRequest {
         table: "db.t".into(),

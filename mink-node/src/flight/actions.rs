@@ -5,7 +5,7 @@ use std::time::Duration;
 use arrow::array::RecordBatch;
 use arrow_flight::Action;
 use mink_core::protocol::{
-    AddColumn, BucketId, BucketList, CompactReply, CreateTable, DropTable, ExpireSnapshotsReply,
+    AddColumn, BucketId, CompactReply, CreateTable, DropTable, ExpireSnapshotsReply,
     LakeSnapshotList, LakeTableStats, ListOffsets, ListTables, Lookup, LookupReply, OffsetReply,
     PrefixLookup, RemoveOrphanFiles, RemoveOrphanFilesReply, RewriteManifestsReply,
     TableChangesRequest, TableDescriptorProto, TableList, TableRef, TableUnionRequest,
@@ -70,10 +70,8 @@ impl MinkFlightService {
             }
             action::LIST_BUCKETS => {
                 let request: TableRef = decode("list_buckets", body)?;
-                BucketList {
-                    buckets: node.list_buckets(&TablePath::parse(&request.table)?)?,
-                }
-                .encode_to_vec()
+                node.list_led_buckets(&TablePath::parse(&request.table)?)?
+                    .encode_to_vec()
             }
             action::LIST_OFFSETS => {
                 let request: ListOffsets = decode("list_offsets", body)?;
@@ -182,11 +180,12 @@ impl MinkFlightService {
             }
             action::PLAN_TABLE_UNION => {
                 let request: TableUnionRequest = decode("plan_table_union", body)?;
-                let planned = node
+                let (planned, elsewhere) = node
                     .plan_table_union(&TablePath::parse(&request.table)?, &request.filters)
                     .await?;
                 TableUnionSplits {
                     splits: planned.into_iter().map(union_split).collect(),
+                    elsewhere,
                 }
                 .encode_to_vec()
             }

@@ -38,7 +38,7 @@ impl Node {
             true => Some(crate::tiering::recorded_offsets(self, table)?),
             false => None,
         };
-        let buckets = self.led_buckets(&table.path)?;
+        let (_, buckets, _) = self.led_buckets(&table.path)?;
         // A KV store replays the log from fjall's applied offset: every bucket's buffered
         // rows go to fjall first, then the offsets are made durable, with one sync of the
         // store for them all (a power cut must not take them back below the log's new

@@ -25,7 +25,7 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_core::change::ChangeType;
 use mink_core::filter::{ColumnFilter, matches};
 use mink_core::key::KeyCodec;
-use mink_core::protocol::{BucketId, UnionPlan};
+use mink_core::protocol::{BucketId, NotLeader, UnionPlan};
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::offsets::BucketOffsets;
 use mink_lake::predicate::to_predicate;
@@ -75,17 +75,19 @@ impl Node {
             .ok_or_else(|| NodeError::BucketNotFound(bucket_id.to_string()))
     }
 
-    /// Plans a Union read of every bucket of a table created so far (every partition's,
-    /// partition by partition), in the order of `list_buckets`; `filters` prune the lake
-    /// files read. Each bucket's plan is the one [`Self::plan_union`] makes, all from
-    /// the same recorded lake snapshot.
+    /// Plans a Union read of every bucket of a table created so far that this node leads
+    /// (every partition's, partition by partition), in the order of `list_buckets`;
+    /// `filters` prune the lake files read. Each bucket's plan is the one
+    /// [`Self::plan_union`] makes, all from the same recorded lake snapshot. In a cluster,
+    /// also what requests for the other buckets are answered: their leaders plan them.
     pub async fn plan_table_union(
         &self,
         path: &TablePath,
         filters: &[ColumnFilter],
-    ) -> Result<Vec<PlannedUnion>> {
-        let (table, buckets) = self.table_buckets(path)?;
-        self.plan_buckets(table, buckets, filters).await
+    ) -> Result<(Vec<PlannedUnion>, Vec<NotLeader>)> {
+        let (table, buckets, elsewhere) = self.led_buckets(path)?;
+        let planned = self.plan_buckets(table, buckets, filters).await?;
+        Ok((planned, elsewhere))
     }
 
     /// Plans a Union read of each of `buckets` of `table`, from one read of the latest

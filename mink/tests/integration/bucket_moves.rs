@@ -80,9 +80,12 @@ async fn a_bucket_handed_over_answers_not_leader_and_is_whole_once_taken_back() 
     let keys = pk_keys(&[("d1".into(), 1, 0)]);
     let lookup = client.lookup_in_bucket(&pk, &pk_bucket, &keys, &[]).await;
     assert_not_leader(lookup.map(drop), expected(&pk_bucket, 8));
-    // What needs every bucket of a table says which one is elsewhere.
+    // What needs every bucket of a table on one node says which one is elsewhere.
     let error = node.node().list_buckets(&log_table.path).unwrap_err();
     assert!(error.to_string().contains(NEXT_LEADER), "{error}");
+    let listed = node.node().list_led_buckets(&log_table.path).expect("list");
+    assert!(listed.buckets.is_empty());
+    assert_eq!(listed.elsewhere, [expected(&log_bucket, 7)]);
 
     // Taken back: every acknowledged row, and writes again.
     for bucket in [&log_bucket, &pk_bucket] {

@@ -15,7 +15,7 @@ use mink_node::testing::{ClusterNode, Etcd};
 use tempfile::TempDir;
 use tokio::time::Instant;
 
-use crate::process::ServerProcess;
+use crate::process::{ServerProcess, run_sql};
 use crate::support::{events, events_table, file_store_url, first_column_ids};
 
 /// How long the buckets of a node that died wait before they move.
@@ -180,6 +180,15 @@ async fn buckets_spread_over_the_nodes_and_survive_a_node_dying_and_one_joining(
     }
 }
 
+/// The one value `mink sql --connect address` answers `query` with.
+fn sql_value(address: &str, query: &str) -> String {
+    let (ok, stdout, stderr) = run_sql(address, query);
+    assert!(ok, "{query}: {stderr}");
+    let rows: Vec<&str> = stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 1, "{query}: {stdout}");
+    rows[0].to_string()
+}
+
 /// A free loopback port's address.
 fn free_address() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -254,6 +263,13 @@ async fn node_processes_fail_over_on_kill_and_pause_and_lose_nothing() {
         killed.elapsed()
     );
     assert_eq!(following.ids(&table).await, model(&table, &written));
+    // SQL through one node reads every bucket from its leader, and system.buckets names
+    // the two leaders left.
+    let count = sql_value(&addresses[0], "SELECT count(*) FROM test.failover");
+    assert_eq!(count, written.len().to_string());
+    let leaders =
+        "SELECT count(DISTINCT leader) FROM system.buckets WHERE table_name = 'test.failover'";
+    assert_eq!(sql_value(&addresses[2], leaders), "2");
 
     // n2 pauses past its lease: its buckets move; woken, it acknowledges nothing and exits.
     let paused = processes.get(&2).expect("n2");
