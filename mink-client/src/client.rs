@@ -263,15 +263,13 @@ impl MinkClient {
         let request = TableRef {
             table: table.to_string(),
         };
-        self.on_every_leader(|node| {
+        let bucket = |status: &BucketStatus| status.bucket.clone();
+        self.on_every_leader(bucket, |node| {
             let request = request.clone();
             async move {
                 let body = node.action(action::LIST_BUCKETS, request).await?;
                 let listed = decode::<BucketList>("bucket list", &body)?;
-                let buckets = (listed.buckets.into_iter())
-                    .map(|status| Ok((bucket_of("a bucket status", &status.bucket)?, status)))
-                    .collect::<Result<_>>()?;
-                Ok((buckets, listed.elsewhere))
+                Ok((listed.buckets, listed.elsewhere))
             }
         })
         .await
@@ -705,15 +703,13 @@ impl MinkClient {
             table: table.to_string(),
             filters: filters.to_vec(),
         };
-        self.on_every_leader(|node| {
+        let bucket = |split: &UnionSplit| split.bucket.clone();
+        self.on_every_leader(bucket, |node| {
             let request = request.clone();
             async move {
                 let body = node.action(action::PLAN_TABLE_UNION, request).await?;
                 let planned = decode::<TableUnionSplits>("TableUnionSplits", &body)?;
-                let splits = (planned.splits.into_iter())
-                    .map(|split| Ok((bucket_of("a union split", &split.bucket)?, split)))
-                    .collect::<Result<_>>()?;
-                Ok((splits, planned.elsewhere))
+                Ok((planned.splits, planned.elsewhere))
             }
         })
         .await
@@ -872,11 +868,4 @@ fn snapshot_answer(answer: crate::read::Batches) -> Result<SnapshotAnswer> {
         batches: answer.batches.into_iter().map(|(batch, _)| batch).collect(),
         log_offset,
     })
-}
-
-/// The bucket an answer's item names (each must name one).
-fn bucket_of(what: &str, bucket: &Option<BucketId>) -> Result<BucketId> {
-    bucket
-        .clone()
-        .ok_or_else(|| ClientError::Protocol(format!("{what} without its bucket")))
 }

@@ -141,17 +141,18 @@ impl MinkClient {
 impl MinkClient {
     /// A request about every bucket of a table (`list_buckets`, `plan_table_union`),
     /// which each node answers for the buckets it leads, naming the leaders of the others
-    /// (`ask` gives one node's answer: its items, each with its bucket, and the
+    /// (`ask` gives one node's answer: its items, each naming its `bucket`, and the
     /// NotLeader of the rest). Asks this client's node, then each leader named, once
     /// each; a bucket moving or answered by no one is asked about again after a pause,
     /// for up to [`FOLLOW_FOR`]. The items sorted by bucket (partition, then bucket), and
     /// each bucket's leader learned.
     pub(crate) async fn on_every_leader<T, Fut>(
         &self,
+        bucket: impl Fn(&T) -> Option<BucketId>,
         ask: impl Fn(MinkClient) -> Fut,
     ) -> Result<Vec<T>>
     where
-        Fut: Future<Output = Result<(Vec<(BucketId, T)>, Vec<NotLeader>)>>,
+        Fut: Future<Output = Result<(Vec<T>, Vec<NotLeader>)>>,
     {
         let deadline = Instant::now() + FOLLOW_FOR;
         loop {
@@ -168,7 +169,10 @@ impl MinkClient {
                     false => self.at(&address, self.leaders().connection(&address).await?),
                 };
                 let (items, elsewhere) = ask(node).await?;
-                for (bucket, item) in items {
+                for item in items {
+                    let bucket = bucket(&item).ok_or_else(|| {
+                        ClientError::Protocol(format!("an answer of {address} names no bucket"))
+                    })?;
                     missing.remove(&bucket);
                     let elsewhere = address != self.address();
                     self.leaders()
