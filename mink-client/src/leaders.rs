@@ -164,19 +164,27 @@ impl MinkClient {
                 if !asked.insert(address.clone()) {
                     continue;
                 }
-                let node = match address == self.address() {
-                    true => self.clone(),
-                    false => self.at(&address, self.leaders().connection(&address).await?),
+                let first = address == self.address();
+                let answer = match first {
+                    true => ask(self.clone()).await,
+                    false => match self.leaders().connection(&address).await {
+                        Ok(connection) => ask(self.at(&address, connection)).await,
+                        Err(error) => Err(error),
+                    },
                 };
-                let (items, elsewhere) = ask(node).await?;
+                let (items, elsewhere) = match answer {
+                    Ok(answer) => answer,
+                    // A leader named that is gone: its buckets are asked about again.
+                    Err(error) if !first && unreachable(&error) => continue,
+                    Err(error) => return Err(error),
+                };
                 for item in items {
                     let bucket = bucket(&item).ok_or_else(|| {
                         ClientError::Protocol(format!("an answer of {address} names no bucket"))
                     })?;
                     missing.remove(&bucket);
-                    let elsewhere = address != self.address();
                     self.leaders()
-                        .learn(&bucket, elsewhere.then(|| address.clone()));
+                        .learn(&bucket, (!first).then(|| address.clone()));
                     answered.entry(bucket).or_insert(item);
                 }
                 for not_leader in elsewhere {
