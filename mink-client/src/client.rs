@@ -17,12 +17,12 @@ use mink_core::filter::ColumnFilter;
 use mink_core::protocol::{
     AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CompactReply, CreateTable, DropTable,
     ExpireSnapshotsReply, LakeRequest, LakeSnapshotInfo, LakeSnapshotList, LakeTableStats,
-    LimitScanRequest, ListOffsets, ListTables, LiveTailRequest, Lookup, LookupReply, OffsetReply,
-    PrefixLookup, ReadTicket, RemoveOrphanFiles, RemoveOrphanFilesReply, RewriteManifestsReply,
-    ScanRequest, SnapshotBatch, SnapshotRequest, TableChangesPlan, TableChangesRequest,
-    TableDescriptorProto, TableList, TableRef, TableUnionRequest, TableUnionSplits, TierReply,
-    UnionPlan, UnionRequest, UnionSplit, WriteHeader, action, decode, decode_batch, encode_batch,
-    list_offsets, read_ticket,
+    LimitScanRequest, ListNodes, ListOffsets, ListTables, LiveTailRequest, Lookup, LookupReply,
+    NodeInfo, NodeList, OffsetReply, PrefixLookup, ReadTicket, RemoveOrphanFiles,
+    RemoveOrphanFilesReply, RewriteManifestsReply, ScanRequest, SnapshotBatch, SnapshotRequest,
+    TableChangesPlan, TableChangesRequest, TableDescriptorProto, TableList, TableRef,
+    TableUnionRequest, TableUnionSplits, TierReply, UnionPlan, UnionRequest, UnionSplit,
+    WriteHeader, action, decode, decode_batch, encode_batch, list_offsets, read_ticket,
 };
 use mink_core::routing::{split_by_bucket, split_rows_by_bucket};
 use mink_core::table::{TableDescriptor, TablePath};
@@ -273,6 +273,12 @@ impl MinkClient {
             }
         })
         .await
+    }
+
+    /// The nodes of the cluster the node is a member of (none for a single node).
+    pub async fn list_nodes(&self) -> Result<Vec<NodeInfo>> {
+        let body = self.action(action::LIST_NODES, ListNodes {}).await?;
+        Ok(decode::<NodeList>("node list", &body)?.nodes)
     }
 
     /// `list_offsets`: log_start (Earliest), the high watermark (Latest), or the first

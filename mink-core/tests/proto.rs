@@ -529,7 +529,25 @@ fn cases() -> Vec<Case> {
             },
         ),
         case("NotLeader", not_leader()),
+        case("ListNodes", ListNodes {}),
+        case(
+            "NodeList",
+            NodeList {
+                nodes: vec![node_info()],
+            },
+        ),
+        case("NodeInfo", node_info()),
     ]
+}
+
+fn node_info() -> NodeInfo {
+    NodeInfo {
+        node_id: "n1".into(),
+        address: Some("node.example:9123".into()),
+        live: true,
+        buckets: 10_000_061,
+        max_epoch: 10_000_000_062,
+    }
 }
 
 fn not_leader() -> NotLeader {

@@ -12,6 +12,7 @@
 //!                                       -- kv_checkpoint_offset, kv_checkpoint_runs,
 //!                                       -- kv_checkpoint_bytes, kv_checkpoint_written_at,
 //!                                       -- kv_pending_bytes
+//! SELECT * FROM system.nodes;           -- node_id, address, live, buckets, max_epoch
 //! ```
 //!
 //! `lake_snapshots` has one row per bucket of every snapshot mink recorded (tiering rounds
@@ -22,14 +23,17 @@
 //! has one row per bucket of a node whose log is in a log store (none without one): the
 //! stream objects its log is read from, the bytes only in WAL objects, and a primary-key
 //! bucket's KV checkpoint (the offset its rows are at, its runs and bytes, when this node
-//! last wrote one, the bytes waiting for the next).
+//! last wrote one, the bytes waiting for the next). `nodes` has one row per node of the
+//! cluster the node is a member of (`mink server --cluster`; none on a single node): its
+//! id, the address it advertises (a live member's), whether it is live, the buckets
+//! assigned to it and the highest epoch among them.
 
 use std::any::Any;
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray, UInt32Array,
-    UInt64Array,
+    ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
+    UInt32Array, UInt64Array,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
@@ -67,14 +71,16 @@ enum SystemTable {
     LakeSnapshots,
     LakeTables,
     LogStore,
+    Nodes,
 }
 
 impl SystemTable {
-    const ALL: [Self; 4] = [
+    const ALL: [Self; 5] = [
         Self::Buckets,
         Self::LakeSnapshots,
         Self::LakeTables,
         Self::LogStore,
+        Self::Nodes,
     ];
 
     fn name(self) -> &'static str {
@@ -83,6 +89,7 @@ impl SystemTable {
             Self::LakeSnapshots => "lake_snapshots",
             Self::LakeTables => "lake_tables",
             Self::LogStore => "log_store",
+            Self::Nodes => "nodes",
         }
     }
 
@@ -135,6 +142,13 @@ impl SystemTable {
                 count("kv_checkpoint_bytes"),
                 timestamp("kv_checkpoint_written_at", true),
                 count("kv_pending_bytes"),
+            ],
+            Self::Nodes => vec![
+                text("node_id", false),
+                text("address", true),
+                Field::new("live", DataType::Boolean, false),
+                Field::new("buckets", DataType::UInt32, false),
+                count("max_epoch"),
             ],
         };
         Arc::new(Schema::new(fields))
@@ -204,6 +218,7 @@ impl TableProvider for SystemTableProvider {
             SystemTable::LakeSnapshots => self.lake_snapshots().await?,
             SystemTable::LakeTables => self.lake_tables().await?,
             SystemTable::LogStore => self.log_store().await?,
+            SystemTable::Nodes => self.nodes().await?,
         };
         Ok(MemorySourceConfig::try_new_exec(
             &[vec![batch]],
@@ -336,6 +351,26 @@ impl SystemTableProvider {
             ),
         ];
         Ok(RecordBatch::try_new(self.schema(), columns)?)
+    }
+
+    async fn nodes(&self) -> Result<RecordBatch> {
+        let nodes = self.client.list_nodes().await.map_err(external)?;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(
+                nodes.iter().map(|n| &n.node_id),
+            )),
+            Arc::new(StringArray::from_iter(
+                nodes.iter().map(|n| n.address.clone()),
+            )),
+            Arc::new(BooleanArray::from_iter(nodes.iter().map(|n| Some(n.live)))),
+            Arc::new(UInt32Array::from_iter_values(
+                nodes.iter().map(|n| n.buckets),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                nodes.iter().map(|n| n.max_epoch),
+            )),
+        ];
+        Ok(RecordBatch::try_new(SystemTable::Nodes.schema(), columns)?)
     }
 
     async fn log_store(&self) -> Result<RecordBatch> {

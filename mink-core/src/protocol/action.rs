@@ -12,6 +12,9 @@ pub const DESCRIBE_TABLE: &str = "describe_table";
 pub const ADD_COLUMN: &str = "add_column";
 /// [`super::TableRef`] -> [`super::BucketList`].
 pub const LIST_BUCKETS: &str = "list_buckets";
+/// [`super::ListNodes`] -> [`super::NodeList`]: a cluster's members and the nodes its
+/// buckets are assigned to.
+pub const LIST_NODES: &str = "list_nodes";
 /// [`super::ListOffsets`] -> [`super::OffsetReply`].
 pub const LIST_OFFSETS: &str = "list_offsets";
 /// [`super::Lookup`] -> [`super::LookupReply`].

@@ -891,3 +891,36 @@ pub struct NotLeader {
     #[prost(uint64, tag = "3")]
     pub epoch: u64,
 }
+
+/// `list_nodes`: the nodes of the cluster.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct ListNodes {}
+
+/// The answer of `list_nodes`: a cluster's live members and every node a bucket is
+/// assigned to, by id; none on a single node.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct NodeList {
+    /// The nodes, by id.
+    #[prost(message, repeated, tag = "1")]
+    pub nodes: Vec<NodeInfo>,
+}
+
+/// A node of a cluster.
+#[derive(Clone, PartialEq, Eq, Message)]
+pub struct NodeInfo {
+    /// Its id (`--node-id`).
+    #[prost(string, tag = "1")]
+    pub node_id: String,
+    /// The address it advertises; `None` for a node that is no live member.
+    #[prost(string, optional, tag = "2")]
+    pub address: Option<String>,
+    /// Whether it is a live member (holds its etcd lease).
+    #[prost(bool, tag = "3")]
+    pub live: bool,
+    /// The buckets assigned to it.
+    #[prost(uint32, tag = "4")]
+    pub buckets: u32,
+    /// The highest epoch among them.
+    #[prost(uint64, tag = "5")]
+    pub max_epoch: u64,
+}

@@ -32,16 +32,53 @@ pub mod drain;
 pub mod follower;
 pub mod membership;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use mink_core::protocol::NodeInfo;
 use tokio::task::JoinHandle;
 
 pub use membership::{ClusterConfig, Member, Membership};
 
 use crate::Node;
+use crate::error::Result;
 
 #[cfg(test)]
 mod tests;
+
+/// The cluster's live members and every node a bucket is assigned to, by id: its
+/// address (a live member's), whether it is live, how many buckets it is assigned and the
+/// highest epoch among them.
+///
+/// # Errors
+/// etcd could not be reached, or holds an assignment that does not parse.
+pub async fn nodes(config: &ClusterConfig) -> Result<Vec<NodeInfo>> {
+    let mut client = config.connect().await?;
+    let mut nodes: BTreeMap<String, NodeInfo> = BTreeMap::new();
+    for member in membership::members(&mut client, config).await? {
+        let node = NodeInfo {
+            node_id: member.id.clone(),
+            address: Some(member.address),
+            live: true,
+            ..NodeInfo::default()
+        };
+        nodes.insert(member.id, node);
+    }
+    for leader in controller::assignment(&mut client, config)
+        .await?
+        .into_values()
+    {
+        let node = nodes
+            .entry(leader.node.clone())
+            .or_insert_with(|| NodeInfo {
+                node_id: leader.node,
+                ..NodeInfo::default()
+            });
+        node.buckets += 1;
+        node.max_epoch = node.max_epoch.max(leader.epoch);
+    }
+    Ok(nodes.into_values().collect())
+}
 
 /// A node's part in its cluster, running: it follows the assignment and campaigns to be
 /// the controller. Both stop when dropped.

@@ -6,11 +6,11 @@ use arrow::array::RecordBatch;
 use arrow_flight::Action;
 use mink_core::protocol::{
     AddColumn, BucketId, CompactReply, CreateTable, DropTable, ExpireSnapshotsReply,
-    LakeSnapshotList, LakeTableStats, ListOffsets, ListTables, Lookup, LookupReply, OffsetReply,
-    PrefixLookup, RemoveOrphanFiles, RemoveOrphanFilesReply, RewriteManifestsReply,
-    TableChangesRequest, TableDescriptorProto, TableList, TableRef, TableUnionRequest,
-    TableUnionSplits, TierReply, UnionRequest, UnionSplit, action, decode, decode_batch,
-    encode_batch,
+    LakeSnapshotList, LakeTableStats, ListNodes, ListOffsets, ListTables, Lookup, LookupReply,
+    NodeList, OffsetReply, PrefixLookup, RemoveOrphanFiles, RemoveOrphanFilesReply,
+    RewriteManifestsReply, TableChangesRequest, TableDescriptorProto, TableList, TableRef,
+    TableUnionRequest, TableUnionSplits, TierReply, UnionRequest, UnionSplit, action, decode,
+    decode_batch, encode_batch,
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::upkeep::DEFAULT_ORPHAN_GRACE;
@@ -72,6 +72,13 @@ impl MinkFlightService {
                 let request: TableRef = decode("list_buckets", body)?;
                 node.list_led_buckets(&TablePath::parse(&request.table)?)?
                     .encode_to_vec()
+            }
+            action::LIST_NODES => {
+                let _: ListNodes = decode("list_nodes", body)?;
+                NodeList {
+                    nodes: node.list_nodes().await?,
+                }
+                .encode_to_vec()
             }
             action::LIST_OFFSETS => {
                 let request: ListOffsets = decode("list_offsets", body)?;
@@ -261,7 +268,7 @@ fn decode_client_batch(what: &str, bytes: &[u8]) -> Result<RecordBatch, NodeErro
 }
 
 /// The actions `list_actions` describes.
-pub(super) const ACTIONS: [(&str, &str); 17] = [
+pub(super) const ACTIONS: [(&str, &str); 18] = [
     (
         action::TIER_TABLE,
         "Run a tiering round of a table now (TableRef -> TierReply)",
@@ -283,6 +290,10 @@ pub(super) const ACTIONS: [(&str, &str); 17] = [
     (
         action::LIST_BUCKETS,
         "Buckets and their offsets (TableRef -> BucketList)",
+    ),
+    (
+        action::LIST_NODES,
+        "The cluster's nodes (ListNodes -> NodeList)",
     ),
     (
         action::LIST_OFFSETS,

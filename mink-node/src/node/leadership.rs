@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
 
-use mink_core::protocol::{BucketId, NotLeader};
+use mink_core::protocol::{BucketId, NodeInfo, NotLeader};
 use mink_core::table::{TableDescriptor, TablePath};
 use tracing::info;
 
@@ -265,6 +265,17 @@ impl Node {
         self.open_buckets.release(led.len());
         self.storage.remove_buckets(&state.descriptor(), None, led);
         info!(table = %path, "forgot a table dropped in the cluster");
+    }
+
+    /// The nodes of the node's cluster ([`crate::cluster::nodes`]); none on a single node.
+    ///
+    /// # Errors
+    /// etcd could not be reached.
+    pub async fn list_nodes(&self) -> Result<Vec<NodeInfo>> {
+        match &self.membership {
+            Some(membership) => crate::cluster::nodes(membership.config()).await,
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Whether this node leads `bucket`.

@@ -270,6 +270,10 @@ async fn node_processes_fail_over_on_kill_and_pause_and_lose_nothing() {
     let leaders =
         "SELECT count(DISTINCT leader) FROM system.buckets WHERE table_name = 'test.failover'";
     assert_eq!(sql_value(&addresses[2], leaders), "2");
+    // system.nodes: the two live members lead every bucket between them.
+    let nodes = "SELECT string_agg(node_id, ',' ORDER BY node_id), sum(buckets) \
+                 FROM system.nodes WHERE live";
+    assert_eq!(sql_value(&addresses[0], nodes), "\"n0,n2\",6");
 
     // n2 pauses past its lease: its buckets move; woken, it acknowledges nothing and exits.
     let paused = processes.get(&2).expect("n2");

@@ -819,6 +819,7 @@ async fn every_action_refuses_a_body_that_is_not_its_message_and_plan_table_unio
         action::DESCRIBE_TABLE,
         action::ADD_COLUMN,
         action::LIST_BUCKETS,
+        action::LIST_NODES,
         action::LIST_OFFSETS,
         action::LOOKUP,
         action::PREFIX_LOOKUP,
