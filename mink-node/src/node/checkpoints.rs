@@ -7,11 +7,13 @@
 //! from its checkpoint's end (the `retention` module): a node that lost its disk restores
 //! the checkpoint and replays the log after it (the `storage` module).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use mink_log::{KvRun, LogStore};
 use tracing::{debug, warn};
 
-use super::Node;
+use super::{Bucket, Node};
 
 /// What one pass of checkpoints wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -37,18 +39,10 @@ impl Node {
                 .filter_map(|slot| slot.tablets().cloned())
                 .collect();
             for bucket in buckets {
-                let Some(kv) = &bucket.kv else {
-                    continue;
-                };
-                match kv.checkpoint(&store, bucket.log.dir()) {
+                match checkpoint_bucket(&store, &bucket) {
                     Ok(Some(run)) => {
                         pass.runs += 1;
                         pass.bytes += run.bytes;
-                        // A new base leaves the chain before it (and any run a crash
-                        // left off the chain) behind.
-                        if run.is_base() {
-                            store.kv_checkpointed(bucket.log.dir());
-                        }
                     }
                     Ok(None) => {}
                     Err(error) => {
@@ -64,6 +58,24 @@ impl Node {
             "KV checkpoints written"
         );
         pass
+    }
+
+    /// Writes the last KV checkpoint run of a primary-key bucket handed over (its log
+    /// sealed): its next leader restores it and replays only the log after it. A failure
+    /// is logged: the next leader replays the log from the checkpoint before.
+    pub(super) async fn checkpoint_handed_over(&self, bucket: Arc<Bucket>) {
+        let (Some(store), Some(_)) = (self.storage.config.log.store.clone(), &bucket.kv) else {
+            return;
+        };
+        let dir = bucket.log.dir().to_path_buf();
+        let written = tokio::task::spawn_blocking(move || checkpoint_bucket(&store, &bucket));
+        match written.await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => {
+                warn!(bucket = %dir.display(), %error, "the KV checkpoint of a bucket handed over failed");
+            }
+            Err(error) => warn!(%error, "the KV checkpoint of a bucket handed over stopped"),
+        }
     }
 
     /// How often the node writes KV checkpoints; `None` without a log store.
@@ -90,4 +102,18 @@ impl Node {
             None => std::future::pending().await,
         }
     }
+}
+
+/// Writes the next KV checkpoint run of a primary-key bucket that changed since its last
+/// (`None`: a log table's bucket, or nothing new). A new base leaves the chain before it
+/// (and any run a crash left off the chain) to the store's upkeep.
+fn checkpoint_bucket(store: &LogStore, bucket: &Bucket) -> mink_kv::Result<Option<KvRun>> {
+    let Some(kv) = &bucket.kv else {
+        return Ok(None);
+    };
+    let run = kv.checkpoint(store, bucket.log.dir())?;
+    if run.is_some_and(|run| run.is_base()) {
+        store.kv_checkpointed(bucket.log.dir());
+    }
+    Ok(run)
 }

@@ -96,7 +96,8 @@ impl Node {
     /// Hands a bucket this node leads over to the node `leader` (its address) leads it
     /// with from `epoch` on: requests for it are answered "moving" at once, its log
     /// refuses every write after those already queued, and once all its frames are in
-    /// the log store its tablets close and requests are sent to `leader`.
+    /// the log store (and a primary-key bucket's last KV checkpoint run) its tablets
+    /// close and requests are sent to `leader`.
     ///
     /// # Errors
     /// A bucket this node does not lead, no log store, or a hand-over the log store did
@@ -114,7 +115,7 @@ impl Node {
             self.set_slot(bucket, Slot::Led(tablets))?;
             return Err(error.into());
         }
-        drop(tablets);
+        self.checkpoint_handed_over(tablets).await;
         let not_leader = NotLeader {
             bucket: Some(bucket.clone()),
             leader: Some(leader.to_string()),
