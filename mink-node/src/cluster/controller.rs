@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, GetOptions, LeaderKey, Txn, TxnOp, WatchOptions};
+use etcd_client::{Client, Compare, CompareOp, LeaderKey, Txn, TxnOp};
 use tracing::{info, warn};
 
 use super::assignment::{Leader, assign};
@@ -59,8 +59,7 @@ async fn lead(
         .cloned()
         .ok_or_else(|| NodeError::ClusterMetadata("etcd elected no key".into()))?;
     info!(node = %config.node_id, "elected the cluster's controller");
-    let everything = Some(WatchOptions::new().with_prefix());
-    let mut changes = client.watch(config.key(&[""]), everything).await?;
+    let mut changes = config.watch(&mut client).await?;
     loop {
         if !membership.holds_lease()
             || !assign_once(&mut client, config, &elected, metadata, drainer).await?
@@ -68,11 +67,7 @@ async fn lead(
             return Ok(());
         }
         // Its own writes wake it once more, to find nothing to change.
-        match tokio::time::timeout(ASSIGN_EVERY, changes.message()).await {
-            Ok(Ok(Some(_))) | Err(_) => {}
-            Ok(Ok(None)) => return Err(NodeError::ClusterMetadata("etcd ended a watch".into())),
-            Ok(Err(error)) => return Err(error.into()),
-        }
+        changes.next(ASSIGN_EVERY).await?;
     }
 }
 
@@ -149,14 +144,8 @@ pub async fn assignment(
     client: &mut Client,
     config: &ClusterConfig,
 ) -> Result<BTreeMap<String, Leader>> {
-    let prefix = config.key(&["buckets", ""]);
-    let listed = client
-        .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-        .await?;
-    (listed.kvs().iter())
-        .map(|kv| {
-            let bucket = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
-            let value = String::from_utf8_lossy(kv.value());
+    (config.list(client, "buckets").await?.into_iter())
+        .map(|(bucket, value)| {
             let leader = Leader::parse(&value).ok_or_else(|| {
                 NodeError::Corrupt(format!("bucket {bucket}'s assignment in etcd: {value}"))
             })?;

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use etcd_client::{Client, Compare, CompareOp, GetOptions, LeaderKey, PutOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, LeaderKey, PutOptions, Txn, TxnOp};
 use mink_log::LogStoreConfig;
 use tracing::{info, warn};
 
@@ -42,15 +42,8 @@ pub(crate) async fn dead_incarnations(
     config: &ClusterConfig,
     live: &BTreeSet<String>,
 ) -> Result<Vec<String>> {
-    let prefix = config.key(&["incarnations", ""]);
-    let listed = client
-        .get(
-            prefix.clone(),
-            Some(GetOptions::new().with_prefix().with_keys_only()),
-        )
-        .await?;
-    Ok((listed.kvs().iter())
-        .map(|kv| String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned())
+    Ok((config.list(client, "incarnations").await?.into_iter())
+        .map(|(node, _)| node)
         .filter(|node| !live.contains(node))
         .collect())
 }
@@ -142,14 +135,5 @@ pub async fn holders(
     client: &mut Client,
     config: &ClusterConfig,
 ) -> Result<BTreeMap<String, String>> {
-    let prefix = config.key(&["holders", ""]);
-    let listed = client
-        .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-        .await?;
-    Ok((listed.kvs().iter())
-        .map(|kv| {
-            let bucket = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
-            (bucket, String::from_utf8_lossy(kv.value()).into_owned())
-        })
-        .collect())
+    Ok(config.list(client, "holders").await?.into_iter().collect())
 }

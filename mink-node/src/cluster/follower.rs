@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, WatchOptions};
+use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 use mink_core::protocol::{BucketId, NotLeader};
 use tracing::{error, info, warn};
 
@@ -32,7 +32,7 @@ use super::controller::assignment;
 use super::drain::holders;
 use super::membership::{ClusterConfig, Membership, members};
 use crate::Node;
-use crate::error::{NodeError, Result};
+use crate::error::Result;
 
 /// How often a node looks at the assignment when etcd tells it of no change.
 pub const FOLLOW_EVERY: Duration = Duration::from_secs(2);
@@ -57,15 +57,10 @@ pub async fn run(node: Arc<Node>) {
 /// Follows while etcd answers and the node holds its lease.
 async fn follow(node: &Node, membership: &Membership, config: &ClusterConfig) -> Result<()> {
     let mut client = config.connect().await?;
-    let everything = Some(WatchOptions::new().with_prefix());
-    let mut changes = client.watch(config.key(&[""]), everything).await?;
+    let mut changes = config.watch(&mut client).await?;
     while membership.holds_joined_lease() {
         follow_once(node, &mut client, config).await?;
-        match tokio::time::timeout(FOLLOW_EVERY, changes.message()).await {
-            Ok(Ok(Some(_))) | Err(_) => {}
-            Ok(Ok(None)) => return Err(NodeError::ClusterMetadata("etcd ended a watch".into())),
-            Ok(Err(error)) => return Err(error.into()),
-        }
+        changes.next(FOLLOW_EVERY).await?;
     }
     Ok(())
 }

@@ -12,7 +12,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
+    WatchStream,
+};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -60,6 +63,53 @@ impl ClusterConfig {
             .with_connect_timeout(CONNECT_TIMEOUT)
             .with_timeout(REQUEST_TIMEOUT);
         Ok(Client::connect(&self.endpoints, Some(options)).await?)
+    }
+
+    /// Every key under `<prefix>/<kind>/`: the rest of its name and its value.
+    ///
+    /// # Errors
+    /// etcd could not be reached.
+    pub(crate) async fn list(
+        &self,
+        client: &mut Client,
+        kind: &str,
+    ) -> Result<Vec<(String, String)>> {
+        let prefix = self.key(&[kind, ""]);
+        let listed = client
+            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
+            .await?;
+        Ok((listed.kvs().iter())
+            .map(|kv| {
+                let name = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
+                (name, String::from_utf8_lossy(kv.value()).into_owned())
+            })
+            .collect())
+    }
+
+    /// Watches every key of the cluster: [`Changes::next`] resolves on a change.
+    ///
+    /// # Errors
+    /// etcd could not be reached.
+    pub(crate) async fn watch(&self, client: &mut Client) -> Result<Changes> {
+        let everything = Some(WatchOptions::new().with_prefix());
+        Ok(Changes(client.watch(self.key(&[""]), everything).await?))
+    }
+}
+
+/// The changes under a cluster's prefix ([`ClusterConfig::watch`]).
+pub(crate) struct Changes(WatchStream);
+
+impl Changes {
+    /// Resolves on the next change, or after `at_most`.
+    ///
+    /// # Errors
+    /// etcd ended the watch or failed.
+    pub(crate) async fn next(&mut self, at_most: Duration) -> Result<()> {
+        match tokio::time::timeout(at_most, self.0.message()).await {
+            Ok(Ok(Some(_))) | Err(_) => Ok(()),
+            Ok(Ok(None)) => Err(NodeError::ClusterMetadata("etcd ended a watch".into())),
+            Ok(Err(error)) => Err(error.into()),
+        }
     }
 }
 
@@ -176,15 +226,8 @@ impl Drop for Membership {
 /// # Errors
 /// etcd could not be reached.
 pub async fn members(client: &mut Client, config: &ClusterConfig) -> Result<Vec<Member>> {
-    let prefix = config.key(&["nodes", ""]);
-    let listed = client
-        .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-        .await?;
-    Ok((listed.kvs().iter())
-        .map(|kv| Member {
-            id: String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned(),
-            address: String::from_utf8_lossy(kv.value()).into_owned(),
-        })
+    Ok((config.list(client, "nodes").await?.into_iter())
+        .map(|(id, address)| Member { id, address })
         .collect())
 }
 
