@@ -105,6 +105,7 @@ use self::blocks::BlockCache;
 use self::coverage::Coverage;
 pub use self::kv_run_entries::KvRunEntries;
 pub use self::kv_runs::{KvChain, KvRun, KvRunWriter};
+use self::listing::PackDirectories;
 use self::location::Location;
 pub use self::location::check_store_url;
 use self::open::Streamed;
@@ -244,6 +245,9 @@ pub struct LogStore {
     blocks: Arc<BlockCache>,
     /// Per bucket key, the stream objects opening found, until the bucket's tablet opens.
     found: Mutex<HashMap<String, Streamed>>,
+    /// The directories of the packs take-overs listed (a pack never changes: each is
+    /// read once, not at every take-over).
+    pack_directories: Arc<tokio::sync::Mutex<PackDirectories>>,
     /// The buckets whose tablets opened.
     opened: Mutex<HashSet<String>>,
     /// What the stream objects cover of the WAL objects.
@@ -338,6 +342,7 @@ impl LogStore {
                 config.cache_bytes,
             )),
             found: Mutex::new(opened.streamed),
+            pack_directories: Arc::default(),
             opened: Mutex::default(),
             coverage,
             runtime: Some(runtime),
@@ -442,10 +447,13 @@ impl LogStore {
     /// cannot be replaced.
     pub fn take_over(&self, dir: &Path) -> Result<()> {
         let key = self.key_of(dir)?;
-        let location = self.location.clone();
+        let (location, directories) = (self.location.clone(), Arc::clone(&self.pack_directories));
         let (streamed, start) = {
             let key = key.clone();
-            self.wait_for(async move { open::find_bucket(&location, &key).await })?
+            self.wait_for(async move {
+                let mut directories = directories.lock().await;
+                open::find_bucket(&location, &key, &mut directories).await
+            })?
         };
         match mink_durable::remove_dir_all(dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),

@@ -212,11 +212,15 @@ async fn open_chain(location: &Location, chain: Chain) -> Result<Streamed> {
 /// Bucket `key`'s chain of stream objects as the store holds it now, opened, and where
 /// its log goes on after them (where the chain ends, or where retention recorded its
 /// start; 0 for a bucket the store holds nothing of). For a bucket taken over from
-/// another node, whose every frame is in stream objects.
-pub(crate) async fn find_bucket(location: &Location, key: &str) -> Result<(Streamed, i64)> {
+/// another node, whose every frame is in stream objects. `directories`: the packs'
+/// directories read before, kept for the next.
+pub(crate) async fn find_bucket(
+    location: &Location,
+    key: &str,
+    directories: &mut PackDirectories,
+) -> Result<(Streamed, i64)> {
     let starts = find_starts(location).await?;
-    let mut directories = PackDirectories::default();
-    let mut listed = Chains::list(location, &starts, &mut directories, &HashSet::new()).await?;
+    let mut listed = Chains::list(location, &starts, directories, &HashSet::new()).await?;
     let chain = listed.chains.remove(key).unwrap_or_default();
     let end = chain.last().map(|(_, (_, end), _)| *end);
     let streamed = open_chain(location, chain).await?;
