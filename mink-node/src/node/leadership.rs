@@ -231,7 +231,7 @@ impl Node {
     /// The state of a table the metadata holds, added if new here, its descriptor the
     /// metadata's (a table dropped and created again under its name replaces it).
     fn followed_table(&self, table: &Arc<TableDescriptor>) -> Arc<TableState> {
-        let tables = self.tables_write();
+        let tables = self.tables_read();
         if let Some(state) = tables.get(&table.path) {
             let known = state.descriptor();
             if known.table_id == table.table_id {
