@@ -15,7 +15,7 @@ use mink_node::testing::{ClusterNode, Etcd};
 use tempfile::TempDir;
 use tokio::time::Instant;
 
-use crate::process::{ServerProcess, run_sql};
+use crate::process::{ServerProcess, run_server, run_sql};
 use crate::support::{events, events_table, file_store_url, first_column_ids};
 
 /// How long the buckets of a node that died wait before they move.
@@ -320,4 +320,51 @@ async fn node_processes_fail_over_on_kill_and_pause_and_lose_nothing() {
         .await;
     written.extend(180..200);
     assert_eq!(following.ids(&table).await, model(&table, &written));
+}
+
+/// Bad cluster flags are refused before anything starts, saying why.
+#[test]
+fn bad_cluster_flags_are_refused_with_the_reason() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = file_store_url(dir.path());
+    let node = ["--node-id", "n1", "--advertise", "127.0.0.1:9"];
+    let cases: [(Vec<&str>, &str); 4] = [
+        (
+            [
+                &["--cluster", "http://127.0.0.1:2379", "--log-store", &store],
+                &node[..],
+            ]
+            .concat(),
+            "etcd://",
+        ),
+        (
+            [
+                &["--cluster", "etcd://nohost", "--log-store", &store],
+                &node[..],
+            ]
+            .concat(),
+            "HOST:PORT",
+        ),
+        (
+            [&["--cluster", "etcd://127.0.0.1:2379"], &node[..]].concat(),
+            "--log-store",
+        ),
+        (
+            vec![
+                "--cluster",
+                "etcd://127.0.0.1:2379",
+                "--log-store",
+                &store,
+                "--node-id",
+                "a/b",
+                "--advertise",
+                "127.0.0.1:9",
+            ],
+            "node id",
+        ),
+    ];
+    for (args, reason) in cases {
+        let (ok, _, stderr) = run_server(dir.path(), &args, &[]);
+        assert!(!ok && stderr.contains(reason), "{args:?}: {stderr}");
+    }
 }
