@@ -11,7 +11,7 @@ use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{Action, FlightClient, FlightDescriptor, Ticket};
 use bytes::Bytes;
 use futures::stream::BoxStream;
-use futures::{TryStreamExt, stream};
+use futures::{StreamExt, TryStreamExt, stream};
 use mink_auth::Credentials;
 use mink_core::filter::ColumnFilter;
 use mink_core::protocol::{
@@ -34,12 +34,14 @@ use crate::error::{ClientError, Result};
 use crate::leaders::{Connection, Leaders};
 use crate::pieces::{joined, pieces};
 use crate::read::{
-    LookupResult, ReadAnswer, SnapshotAnswer, Tailer, UnionAnswer, read_batches, read_to_end,
-    scan_answer, stream_batches,
+    LookupResult, ReadAnswer, ReadBatch, SnapshotAnswer, Tailer, UnionAnswer, read_batches,
+    read_to_end, scan_answer, stream_batches,
 };
 
 /// Largest gRPC message the client accepts (one Arrow batch).
 const MAX_MESSAGE_BYTES: usize = 256 << 20;
+/// Bytes of log asked for per Scan of [`MinkClient::read_range`].
+const RANGE_SCAN_BYTES: u64 = 8 << 20;
 
 /// A connection to a mink node. Cheap to clone; clones share the connection.
 #[derive(Debug)]
@@ -450,6 +452,44 @@ impl MinkClient {
         });
         let batches = self.bucket_batches(bucket, read).await?;
         scan_answer(batches, offset)
+    }
+
+    /// The log `[from, to)` of a bucket, projected to `columns` (empty: all), read with
+    /// Scans of its leader, each batch trimmed to the range. A log that ends before `to`
+    /// (the range was planned past the high watermark) is an error.
+    pub fn read_range(
+        &self,
+        bucket: &BucketId,
+        from: i64,
+        to: i64,
+        columns: &[u32],
+    ) -> BoxStream<'static, Result<ReadBatch>> {
+        let (client, bucket, columns) = (self.clone(), bucket.clone(), columns.to_vec());
+        stream::try_unfold(from, move |offset| {
+            let (client, bucket, columns) = (client.clone(), bucket.clone(), columns.clone());
+            async move {
+                if offset >= to {
+                    return Ok(None);
+                }
+                let answer = client
+                    .scan(&bucket, offset, RANGE_SCAN_BYTES, &columns)
+                    .await?;
+                if answer.batches.is_empty() {
+                    return Err(ClientError::Protocol(format!(
+                        "the log of {bucket} ends at {} before {to}",
+                        answer.next_offset
+                    )));
+                }
+                let next = answer.next_offset;
+                let batches: Vec<Result<ReadBatch>> = (answer.batches.into_iter())
+                    .filter_map(|batch| batch.trimmed(offset, to))
+                    .map(Ok)
+                    .collect();
+                Ok(Some((stream::iter(batches), next)))
+            }
+        })
+        .try_flatten()
+        .boxed()
     }
 
     /// Snapshot: every current row of a primary-key table's bucket in key order,

@@ -5,7 +5,9 @@
 //! named, or again after a pause while the bucket moves, for up to [`FOLLOW_FOR`].
 //!
 //! Connections to the other nodes are made once, with the login and TLS of the first,
-//! and shared by every clone of the client, as is what it learned of the leaders.
+//! and shared by every clone of the client, as is what it learned of the leaders. A node
+//! that no longer knows the connection's login (it restarted: its tokens are gone) is
+//! connected to again, with a new login.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -81,6 +83,11 @@ impl Leaders {
         nodes.insert(address.to_string(), connection.clone());
         Ok(connection)
     }
+
+    /// Forgets the connection to the node at `address`: the next call logs in again.
+    async fn forget_connection(&self, address: &str) {
+        self.nodes.lock().await.remove(address);
+    }
 }
 
 impl MinkClient {
@@ -132,6 +139,13 @@ impl MinkClient {
                     self.leaders().learn(bucket, None);
                     hops += 1;
                 }
+                None if let Some(address) = &learned
+                    && login_forgotten(&error)
+                    && hops < MAX_HOPS =>
+                {
+                    self.leaders().forget_connection(address).await;
+                    hops += 1;
+                }
                 _ => return Err(error),
             }
         }
@@ -176,6 +190,11 @@ impl MinkClient {
                     Ok(answer) => answer,
                     // A leader named that is gone: its buckets are asked about again.
                     Err(error) if !first && unreachable(&error) => continue,
+                    // One that restarted: likewise, with a new login.
+                    Err(error) if !first && login_forgotten(&error) => {
+                        self.leaders().forget_connection(&address).await;
+                        continue;
+                    }
                     Err(error) => return Err(error),
                 };
                 for item in items {
@@ -210,6 +229,12 @@ impl MinkClient {
             tokio::time::sleep(MOVING_PAUSE).await;
         }
     }
+}
+
+/// Whether `error` says the node does not know the connection's login (as a node that
+/// restarted since the login does not).
+fn login_forgotten(error: &ClientError) -> bool {
+    error.code() == Some(tonic::Code::Unauthenticated)
 }
 
 /// Whether `error` says the node could not be reached (as a node gone does).

@@ -28,6 +28,37 @@ pub struct ReadBatch {
     pub batch: RecordBatch,
 }
 
+impl ReadBatch {
+    /// The batch's rows inside `[from, to)`, its metadata (offsets, change vector) cut
+    /// to match; `None` when none is.
+    pub fn trimmed(self, from: i64, to: i64) -> Option<Self> {
+        let Self {
+            mut metadata,
+            batch,
+        } = self;
+        let base = metadata.base_offset;
+        let rows = batch.num_rows() as i64;
+        let start = (from - base).clamp(0, rows);
+        let end = (to - base).clamp(0, rows);
+        if end <= start {
+            return None;
+        }
+        // A change vector that does not fit the rows is dropped: the key merge refuses
+        // a primary-key batch without one.
+        metadata.changes = (metadata.changes.take()).and_then(|changes| {
+            changes
+                .get(start as usize..end as usize)
+                .map(<[u8]>::to_vec)
+        });
+        metadata.base_offset = base + start;
+        metadata.last_offset = base + end - 1;
+        Some(Self {
+            metadata,
+            batch: batch.slice(start as usize, (end - start) as usize),
+        })
+    }
+}
+
 /// The answer to a Scan or one Tail poll.
 #[derive(Debug, Clone)]
 pub struct ReadAnswer {

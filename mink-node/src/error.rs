@@ -54,6 +54,9 @@ pub enum NodeError {
     /// A cluster's metadata in etcd could not be read or changed.
     #[error("cluster metadata (etcd): {0}")]
     ClusterMetadata(String),
+    /// Another node of the cluster, called by this one, failed or could not be reached.
+    #[error("another node of the cluster: {0}")]
+    Peer(#[from] mink_client::ClientError),
     /// An Arrow kernel or codec failed.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
@@ -154,6 +157,8 @@ impl NodeError {
             Self::InvalidArgument(_) | Self::SchemaMismatch(_) => Code::InvalidArgument,
             Self::MemoryExhausted(_) => Code::ResourceExhausted,
             Self::ShuttingDown(_) | Self::ClusterMetadata(_) => Code::Unavailable,
+            // Its own code (`None`: it could not be reached, or broke the protocol).
+            Self::Peer(error) => error.code().unwrap_or(Code::Unavailable),
             Self::DataDirLocked(_) | Self::NoLake(_) => Code::FailedPrecondition,
             Self::Lake(error) => lake_code(error),
             Self::Log(error) => log_code(error),

@@ -93,6 +93,9 @@ pub struct Node {
     open_buckets: OpenBuckets,
     /// Opened on first use: a node whose tables have no lake never touches it.
     lake: tokio::sync::OnceCell<Lake>,
+    /// In a cluster, the client of the other nodes, connected on first use
+    /// ([`Node::peers`]).
+    peers: tokio::sync::OnceCell<mink_client::MinkClient>,
     /// One tiering round or compaction at a time (mink is the only writer of its lake
     /// tables); the lock holds the lake indexes of primary-key tables.
     pub(crate) tiering: tokio::sync::Mutex<crate::lake_index::LakeIndexes>,
@@ -175,7 +178,11 @@ impl Node {
                 // This life's open drained the earlier ones: they hold no bucket now.
                 let mut client = cluster.connect().await?;
                 release_holds(&mut client, cluster, &cluster.node_id, None).await?;
-                Arc::new(EtcdMetadata::connect(&cluster.endpoints, &cluster.prefix)?)
+                Arc::new(EtcdMetadata::connect(
+                    &cluster.endpoints,
+                    &cluster.prefix,
+                    &cluster.node_id,
+                )?)
             }
             None => Arc::<Metadata>::clone(&local),
         };
@@ -234,6 +241,7 @@ impl Node {
             tables: RwLock::new(tables),
             open_buckets,
             lake: tokio::sync::OnceCell::new(),
+            peers: tokio::sync::OnceCell::new(),
             tiering: tokio::sync::Mutex::default(),
             ddl: tokio::sync::Mutex::default(),
             reads,

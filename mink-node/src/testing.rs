@@ -117,6 +117,7 @@ impl ClusterNode {
             node_id: id.into(),
             advertise: address.clone(),
             lease,
+            peers: mink_client::ConnectOptions::default(),
         });
         let node = Node::open(config).await.expect("open a cluster node");
         let handle = serve(Arc::clone(&node), listener).await.expect("serve");

@@ -30,7 +30,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_DRAIN_WAIT: Duration = Duration::from_secs(600);
 
 /// Where a node finds the cluster and how others reach it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ClusterConfig {
     /// etcd's client endpoints, `host:port` each.
     pub endpoints: Vec<String>,
@@ -42,6 +42,9 @@ pub struct ClusterConfig {
     pub advertise: String,
     /// The lease's time to live: how long a dead node leads its buckets.
     pub lease: Duration,
+    /// How this node reaches the others (their login and TLS): a tiering round reads the
+    /// buckets other nodes lead from them.
+    pub peers: mink_client::ConnectOptions,
 }
 
 impl ClusterConfig {

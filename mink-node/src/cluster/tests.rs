@@ -26,6 +26,7 @@ fn config(etcd: &Etcd, node: &str) -> ClusterConfig {
         node_id: node.into(),
         advertise: format!("{node}.example:9123"),
         lease: LEASE,
+        peers: mink_client::ConnectOptions::default(),
     }
 }
 
@@ -145,8 +146,9 @@ async fn current(etcd: &Etcd) -> BTreeMap<String, Leader> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_spreads_the_buckets_and_moves_a_dead_nodes() {
     let etcd = Etcd::start();
-    let metadata: Arc<dyn MetadataStore> =
-        Arc::new(EtcdMetadata::connect(std::slice::from_ref(&etcd.endpoint), "/test").unwrap());
+    let metadata: Arc<dyn MetadataStore> = Arc::new(
+        EtcdMetadata::connect(std::slice::from_ref(&etcd.endpoint), "/test", "n1").unwrap(),
+    );
     metadata.create_table(&table("t1", 4)).unwrap();
     metadata.create_table(&table("t2", 5)).unwrap();
     // All three join before any controller runs: the first assignment is over three.

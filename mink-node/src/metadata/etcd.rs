@@ -9,7 +9,7 @@
 //! <prefix>/names/<database>/<name>          the id of the table at that path
 //! <prefix>/partitions/<table_id>/<name>     a partition's id
 //! <prefix>/lake/<table_id>/snapshots/<id>   a recorded lake snapshot (in order of creation)
-//! <prefix>/lake/<table_id>/pending          the tiering round pending a commit
+//! <prefix>/lake/<table_id>/pending/<node>   the tiering round that node has pending
 //! ```
 //!
 //! Every change is one etcd transaction whose compares say what it was decided on: an
@@ -17,6 +17,14 @@
 //! counter moved reads it again), a table is created only if its path is free, and
 //! changed or dropped only if it is still the table read. So two nodes creating tables
 //! at once get distinct ids, and a table never holds half of a change.
+//!
+//! **Pending rounds are each node's own.** Any node may run a table's tiering round (one
+//! at a time leads them, see `Node::runs_rounds_of`, but a move of that role can overlap
+//! a round), and a round's reconcile deletes the files of the pending round it finds
+//! uncommitted: it must only ever find its own node's, never a round another node is
+//! still writing, which would then commit a snapshot of deleted files. The files of
+//! another node's round that never committed are left to orphan removal (past its grace
+//! period).
 //!
 //! etcd refuses a request over 1.5 MiB (`--max-request-bytes`); a value over
 //! [`MAX_VALUE_BYTES`] is refused here, with its size, before it is sent.
@@ -50,6 +58,8 @@ const ATTEMPTS: usize = 64;
 pub struct EtcdMetadata {
     kv: KvClient,
     prefix: String,
+    /// The node this store serves: its pending tiering rounds are its own.
+    node_id: String,
     /// Where requests run: callers block on them (the node's metadata calls are
     /// synchronous, as SQLite's are).
     runtime: Option<tokio::runtime::Runtime>,
@@ -59,6 +69,7 @@ impl std::fmt::Debug for EtcdMetadata {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdMetadata")
             .field("prefix", &self.prefix)
+            .field("node_id", &self.node_id)
             .finish_non_exhaustive()
     }
 }
@@ -71,11 +82,11 @@ struct Counter {
 
 impl EtcdMetadata {
     /// Connects to etcd at `endpoints` (`host:port` each) and keeps the metadata under
-    /// `prefix` (`/mink`, say: several clusters may share one etcd).
+    /// `prefix` (`/mink`, say: several clusters may share one etcd), for node `node_id`.
     ///
     /// # Errors
     /// etcd could not be reached.
-    pub fn connect(endpoints: &[String], prefix: &str) -> Result<Self> {
+    pub fn connect(endpoints: &[String], prefix: &str, node_id: &str) -> Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("mink-etcd")
@@ -91,6 +102,7 @@ impl EtcdMetadata {
         let metadata = Self {
             kv: kv.clone(),
             prefix: prefix.trim_end_matches('/').to_string(),
+            node_id: node_id.to_string(),
             runtime: Some(runtime),
         };
         // The client connects lazily: a first read says whether etcd answers.
@@ -127,7 +139,7 @@ impl EtcdMetadata {
     }
 
     fn pending_key(&self, table_id: u64) -> String {
-        self.table_prefix("lake", table_id) + "pending"
+        self.table_prefix("lake", table_id) + "pending/" + &self.node_id
     }
 
     /// Runs `request` on the store's runtime and waits for it.

@@ -12,7 +12,7 @@ use crate::error::NodeError;
 use crate::testing::Etcd;
 
 fn metadata(etcd: &Etcd, prefix: &str) -> EtcdMetadata {
-    EtcdMetadata::connect(std::slice::from_ref(&etcd.endpoint), prefix).unwrap()
+    EtcdMetadata::connect(std::slice::from_ref(&etcd.endpoint), prefix, "n1").unwrap()
 }
 
 fn table(database: &str, name: &str, columns: usize) -> TableDescriptor {
@@ -215,6 +215,33 @@ fn concurrent_creates_take_distinct_ids_and_paths() {
     let mut ids: Vec<u64> = tables.iter().map(|t| t.table_id).collect();
     ids.dedup();
     assert_eq!(ids.len(), tables.len());
+}
+
+/// Each node has its own pending tiering round of a table: a round's reconcile never sees
+/// (and deletes the files of) a round another node is still writing. Dropping the table
+/// forgets them all.
+#[test]
+fn pending_rounds_are_each_nodes_own() {
+    let etcd = Etcd::start();
+    let connect = |node: &str| {
+        EtcdMetadata::connect(std::slice::from_ref(&etcd.endpoint), "/pending", node).unwrap()
+    };
+    let (n1, n2) = (connect("n1"), connect("n2"));
+    let created = n1.create_table(&table("db", "t", 1)).unwrap();
+    let round = |file: &str| PendingRound {
+        parent_snapshot: Some(7),
+        files: vec![file.to_string()],
+    };
+    n1.set_pending_round(created.table_id, &round("a")).unwrap();
+    assert_eq!(n2.pending_round(created.table_id).unwrap(), None);
+    n2.set_pending_round(created.table_id, &round("b")).unwrap();
+    n2.clear_pending_round(created.table_id).unwrap();
+    assert_eq!(
+        n1.pending_round(created.table_id).unwrap(),
+        Some(round("a"))
+    );
+    n2.drop_table(&created.path).unwrap();
+    assert_eq!(n1.pending_round(created.table_id).unwrap(), None);
 }
 
 /// A value etcd would refuse is refused with its size; an unreachable etcd is an error

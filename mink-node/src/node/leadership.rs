@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
 
+use mink_client::MinkClient;
 use mink_core::protocol::{BucketId, NodeInfo, NotLeader};
 use mink_core::table::{TableDescriptor, TablePath};
 use tracing::info;
@@ -277,6 +278,39 @@ impl Node {
             Some(membership) => crate::cluster::nodes(membership.config()).await,
             None => Ok(Vec::new()),
         }
+    }
+
+    /// In a cluster, a client of the other nodes: calls about a bucket go to its leader,
+    /// following NotLeader ([`mink_client`]), with the cluster's
+    /// [`peers`](ClusterConfig::peers) login. It calls this node's own advertised port
+    /// first, connecting on first use. `None` on a single node.
+    ///
+    /// # Errors
+    /// This node's port could not be reached, or refused the login.
+    pub(crate) async fn peers(&self) -> Result<Option<&MinkClient>> {
+        let Some(membership) = &self.membership else {
+            return Ok(None);
+        };
+        let config = membership.config();
+        let connect = || MinkClient::connect_with(&config.advertise, &config.peers);
+        Ok(Some(self.peers.get_or_try_init(connect).await?))
+    }
+
+    /// Whether this node runs the tiering rounds of table `path`: a single node does; in
+    /// a cluster the node leading the table's first bucket (of its first partition) does,
+    /// so that one node at a time does. Two at once would still tier every row exactly
+    /// once (the lake's catalog commits only one of two rounds planned on the same
+    /// snapshot), but would write files for nothing.
+    pub(crate) fn runs_rounds_of(&self, path: &TablePath) -> bool {
+        if self.membership.is_none() {
+            return true;
+        }
+        let Ok(state) = self.table(path) else {
+            return false;
+        };
+        let partitions = state.partitions();
+        let first = partitions.values().next().and_then(|slots| slots.first());
+        matches!(first, Some(Slot::Led(_)))
     }
 
     /// Whether this node leads `bucket`.

@@ -1,8 +1,5 @@
 //! Tiering a log table's bucket: its rows of `[from, to)` appended as they are.
 
-use std::ops::Range;
-use std::sync::Arc;
-
 use futures::{Stream, TryStreamExt};
 use mink_core::protocol::BucketId;
 use mink_core::schema::normalize_batch;
@@ -12,23 +9,10 @@ use mink_lake::writer::BucketWriter;
 use super::RoundTarget;
 use super::upsert::BucketRound;
 use crate::error::Result;
-use crate::node::Bucket;
-use crate::union::log_range;
 use mink_log::LogBatch;
 
-/// The log `[from, to)` of a log table's bucket as data files.
-pub(super) async fn tier_bucket(
-    target: &RoundTarget<'_>,
-    bucket_id: &BucketId,
-    bucket: &Arc<Bucket>,
-    range: Range<i64>,
-) -> Result<BucketRound> {
-    let log = log_range(Arc::clone(bucket), range.start, range.end);
-    tier_log(target, bucket_id, log).await
-}
-
 /// A log table's bucket log (its batches in log order, read one at a time) as data files.
-async fn tier_log(
+pub(super) async fn tier_log(
     target: &RoundTarget<'_>,
     bucket_id: &BucketId,
     mut log: impl Stream<Item = Result<LogBatch>> + Unpin,
@@ -56,6 +40,8 @@ async fn tier_log(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use arrow::array::{ArrayRef, Int64Array, RecordBatch};
     use arrow::datatypes::{DataType, Field, Schema};
     use mink_lake::Operation;

@@ -5,7 +5,8 @@
 //! ```text
 //!  1. reconcile   the lake's latest snapshot vs mink's record of it (repair a crash; go
 //!                 back to what the lake holds when it lost commits)
-//!  2. per bucket  read the log [tiered offset, high watermark) -> Parquet data files:
+//!  2. per bucket  read the log [tiered offset, high watermark) from the bucket's
+//!                 leader (`leaders`: here, or another node of a cluster) -> Parquet data files:
 //!                 a log table's rows as they are (`append`); for a primary-key table the
 //!                 newest live version of each changed key, plus position deletes of the
 //!                 lake rows those keys replace or remove, found through the table's
@@ -20,7 +21,11 @@
 //! record: step 1 finds it (the newest snapshot carrying `mink.bucket-offsets` is mink's,
 //! even when another engine committed on top of it) and records it from its summary.
 //! Either way nothing is tiered twice and nothing is skipped. Rounds run one at a time per
-//! node. The same steps commit a compaction (`compaction`), whose `replace` snapshot
+//! node; in a cluster the node leading a table's first bucket runs its rounds
+//! (`Node::runs_rounds_of`), and a round run elsewhere at the same time (by hand, or as
+//! that role moves) is safe: both plan on the lake's current snapshot, the catalog commits
+//! one of them, and the other fails with a conflict and deletes its files. Each node's
+//! pending round is its own (`crate::metadata::etcd`). The same steps commit a compaction (`compaction`), whose `replace` snapshot
 //! carries the offsets forward.
 //!
 //! **The lake is the truth.** The record can also be *ahead* of the lake: a catalog that
@@ -43,6 +48,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::TryStreamExt;
+
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::Operation;
 use mink_lake::commit::{SnapshotChanges, commit_snapshot};
@@ -50,7 +57,7 @@ use mink_lake::layout::lake_arrow_schema;
 use mink_lake::offsets::{BUCKET_OFFSETS_PROPERTY, BucketOffsets};
 use mink_lake::writer::delete_files;
 use mink_lake::{Lake, LakeError, LakeTable as Table};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::error::{NodeError, Result};
 use crate::lake_index::{LakeIndex, LakeIndexes};
@@ -60,6 +67,7 @@ use crate::node::{Failpoint, Node};
 
 mod append;
 mod compaction;
+mod leaders;
 #[cfg(test)]
 pub(crate) mod tests;
 mod upkeep;
@@ -117,7 +125,7 @@ pub async fn tier_table(node: &Node, path: &TablePath) -> Result<TierReport> {
     let mut changes = SnapshotChanges::default();
     let mut advanced = false;
     let round = async {
-        for status in node.list_buckets(path)? {
+        for status in leaders::bucket_statuses(node, path).await? {
             let bucket_id = status.bucket.clone().ok_or_else(|| {
                 NodeError::InvalidArgument("a bucket status without its bucket".into())
             })?;
@@ -130,14 +138,14 @@ pub async fn tier_table(node: &Node, path: &TablePath) -> Result<TierReport> {
             if from >= to {
                 continue;
             }
-            let (_, bucket) = node.bucket(&bucket_id)?;
+            let log = leaders::bucket_log(node, &bucket_id, from..to).await?;
             let part = match index.as_mut() {
                 Some(index) => {
                     let bucket_index = index.bucket_mut(&bucket_id);
-                    upsert::tier_bucket(&target, &bucket_id, &bucket, from..to, bucket_index)
-                        .await?
+                    let tail = log.try_collect().await?;
+                    upsert::tier_tail(&target, &bucket_id, tail, bucket_index).await?
                 }
-                None => append::tier_bucket(&target, &bucket_id, &bucket, from..to).await?,
+                None => append::tier_log(&target, &bucket_id, log).await?,
             };
             report.rows += part.rows;
             report.deleted_rows += part.deleted_rows;
@@ -579,16 +587,12 @@ pub async fn run_tiering(node: Arc<Node>) {
             let since = last_round
                 .entry(table.table_id)
                 .or_insert_with(Instant::now);
-            if since.elapsed() < table.lake_freshness {
+            if since.elapsed() < table.lake_freshness || !node.runs_rounds_of(&path) {
                 continue;
             }
             last_round.insert(table.table_id, Instant::now());
             match service_round(&node, &path, &mut upkeep).await {
                 Ok(_) => {}
-                // In a cluster a round runs where every bucket of its table is led.
-                Err(NodeError::NotLeader(_)) => {
-                    debug!(table = %path, "tiering round left to a node leading every bucket");
-                }
                 Err(error) => {
                     warn!(table = %path, %error, "tiering round failed; it is retried next time");
                 }

@@ -12,12 +12,10 @@
 //! After the round's snapshot the lake alone holds exactly the bucket's rows as of `to`,
 //! so any Iceberg engine reads it correctly without a key merge.
 
-use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
-use futures::TryStreamExt;
 use mink_core::key::KeyCodec;
 use mink_core::merge::TailIndex;
 use mink_core::protocol::BucketId;
@@ -30,8 +28,7 @@ use mink_lake::writer::BucketWriter;
 use super::RoundTarget;
 use crate::error::{NodeError, Result};
 use crate::lake_index::BucketIndex;
-use crate::node::Bucket;
-use crate::union::{changelog_rows, log_range};
+use crate::union::changelog_rows;
 use mink_log::LogBatch;
 
 /// What one bucket adds to a round.
@@ -41,21 +38,6 @@ pub(super) struct BucketRound {
     pub(super) delete_files: Vec<DataFile>,
     pub(super) rows: u64,
     pub(super) deleted_rows: u64,
-}
-
-/// Tiers the changes in `range` of a primary-key table's bucket log; `index` is moved
-/// forward to the lake as it will be once the round commits.
-pub(super) async fn tier_bucket(
-    target: &RoundTarget<'_>,
-    bucket_id: &BucketId,
-    bucket: &Arc<Bucket>,
-    range: Range<i64>,
-    index: &mut BucketIndex,
-) -> Result<BucketRound> {
-    let tail: Vec<LogBatch> = log_range(Arc::clone(bucket), range.start, range.end)
-        .try_collect()
-        .await?;
-    tier_tail(target, bucket_id, tail, index).await
 }
 
 /// Tiers a bucket's log tail (its batches in log order): writes the fold's rows and

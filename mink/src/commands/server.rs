@@ -160,6 +160,12 @@ pub(crate) struct ServerArgs {
     /// of a node that died wait before they move.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_lease, requires = "cluster")]
     cluster_lease: Duration,
+    /// With `--cluster` and TLS on the node ports (`--sql-tls-cert`): the PEM certificate
+    /// authority the other nodes' certificates are checked against, when this node calls
+    /// them (a tiering round reads the buckets other nodes lead from them, with this
+    /// node's login).
+    #[arg(long, value_name = "FILE", requires = "cluster")]
+    cluster_tls_ca: Option<PathBuf>,
     /// With `--log-store`: an upload starts before its interval is over once this much
     /// waits (default 8MiB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "log_store")]
@@ -282,15 +288,26 @@ fn parse_lease(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// The cluster `--cluster` and its flags name.
-fn cluster_config(args: &ServerArgs) -> Option<ClusterConfig> {
-    Some(ClusterConfig {
-        endpoints: args.cluster.clone()?.0,
+/// The cluster `--cluster` and its flags name; the node calls the others with its own
+/// login.
+fn cluster_config(args: &ServerArgs) -> Result<Option<ClusterConfig>, CliError> {
+    let (Some(endpoints), Some(node_id), Some(advertise)) =
+        (&args.cluster, &args.node_id, &args.advertise)
+    else {
+        return Ok(None);
+    };
+    let peers = ConnectOptions {
+        credentials: login(args)?.0,
+        tls_ca: args.cluster_tls_ca.as_deref().map(read_file).transpose()?,
+    };
+    Ok(Some(ClusterConfig {
+        endpoints: endpoints.0.clone(),
         prefix: args.cluster_prefix.clone(),
-        node_id: args.node_id.clone()?,
-        advertise: args.advertise.clone()?,
+        node_id: node_id.clone(),
+        advertise: advertise.clone(),
         lease: args.cluster_lease,
-    })
+        peers,
+    }))
 }
 
 /// The log store `--log-store` and its flags name.
@@ -328,7 +345,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         ..defaults
     };
     config.log_store = log_store_config(&args);
-    config.cluster = cluster_config(&args);
+    config.cluster = cluster_config(&args)?;
     // Every port holds up to --max-connections sockets; buckets get the files left.
     let ports =
         2 + u64::from(args.kafka_listen.is_some()) + u64::from(args.iceberg_rest_listen.is_some());

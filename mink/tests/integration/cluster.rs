@@ -181,7 +181,7 @@ async fn buckets_spread_over_the_nodes_and_survive_a_node_dying_and_one_joining(
 }
 
 /// The one value `mink sql --connect address` answers `query` with.
-fn sql_value(address: &str, query: &str) -> String {
+pub(crate) fn sql_value(address: &str, query: &str) -> String {
     let (ok, stdout, stderr) = run_sql(address, query);
     assert!(ok, "{query}: {stderr}");
     let rows: Vec<&str> = stdout.lines().skip(1).collect();
@@ -190,7 +190,7 @@ fn sql_value(address: &str, query: &str) -> String {
 }
 
 /// A free loopback port's address.
-fn free_address() -> String {
+pub(crate) fn free_address() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.local_addr().expect("address").to_string()
 }
@@ -202,6 +202,18 @@ fn start_process(
     id: &str,
     dir: &TempDir,
     address: &str,
+) -> ServerProcess {
+    start_process_with(etcd, store, id, dir, address, &[])
+}
+
+/// [`start_process`] with more flags.
+pub(crate) fn start_process_with(
+    etcd: &Etcd,
+    store: &TempDir,
+    id: &str,
+    dir: &TempDir,
+    address: &str,
+    more: &[&str],
 ) -> ServerProcess {
     let cluster = format!("etcd://{}", etcd.endpoint);
     let store = file_store_url(store.path());
@@ -221,7 +233,7 @@ fn start_process(
         "--log-segment-size",
         "4KiB",
     ];
-    ServerProcess::start_listening(dir.path(), address, &args)
+    ServerProcess::start_listening(dir.path(), address, &[&args[..], more].concat())
 }
 
 /// Three `mink server` processes over a real etcd: a node killed with `kill -9` loses

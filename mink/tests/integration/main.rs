@@ -11,6 +11,7 @@ mod bad_input;
 mod bucket_moves;
 mod cli;
 mod cluster;
+mod cluster_lake;
 mod crash;
 mod distributed;
 mod flight_sql;

@@ -1,0 +1,345 @@
+//! Tiering across the leaders of a cluster: three `mink server --cluster` processes over
+//! a real etcd, their lake on one Iceberg REST catalog (a fourth mink serving
+//! `--iceberg-rest-listen`), random histories of SQL writes through any node, nodes killed
+//! with `kill -9` or paused past their lease (`kill -STOP`) and started again, and tiering rounds run by any node (and by the node
+//! owning the table's rounds, every second), each step checked against a model: the union
+//! read is the model, and after a round the lake alone is too, every row tiered exactly
+//! once. A failure prints its seed; `MINK_CLUSTER_LAKE_SEEDS` runs more histories (2 in
+//! CI, about 20 s each).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use mink_node::testing::Etcd;
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+use tempfile::TempDir;
+
+use crate::cluster::{free_address, sql_value, start_process_with};
+use crate::process::{ServerProcess, run_sql};
+
+/// Steps of one history.
+const STEPS: usize = 40;
+/// Keys of the primary-key table.
+const KEYS: i64 = 40;
+
+/// The cluster of one history: its node processes (`None`: killed) and their addresses.
+struct Cluster {
+    etcd: Etcd,
+    store: TempDir,
+    dirs: Vec<TempDir>,
+    addresses: Vec<String>,
+    nodes: Vec<Option<ServerProcess>>,
+    lake_flags: Vec<String>,
+}
+
+impl Cluster {
+    fn start_node(&mut self, i: usize) {
+        let flags: Vec<&str> = self.lake_flags.iter().map(String::as_str).collect();
+        self.nodes[i] = Some(start_process_with(
+            &self.etcd,
+            &self.store,
+            &format!("n{i}"),
+            &self.dirs[i],
+            &self.addresses[i],
+            &flags,
+        ));
+    }
+
+    fn live(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].is_some())
+            .collect()
+    }
+
+    /// A live node's address, chosen by `rng`.
+    fn any(&self, rng: &mut StdRng) -> String {
+        let live = self.live();
+        self.addresses[*live.choose(rng).expect("a live node")].clone()
+    }
+
+    /// Waits until no bucket is assigned to a node that is not running: the controller
+    /// saw its lease end and moved its buckets.
+    fn wait_settled(&self) {
+        let dead: Vec<String> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].is_none())
+            .map(|i| format!("'n{i}'"))
+            .collect();
+        if dead.is_empty() {
+            return;
+        }
+        let address = &self.addresses[self.live()[0]];
+        let query = format!(
+            "SELECT count(*) FROM system.nodes WHERE node_id IN ({})",
+            dead.join(",")
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while sql_value(address, &query) != "0" {
+            assert!(
+                Instant::now() < deadline,
+                "the buckets of a dead node never moved"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Runs `statement` through `address`, again while it fails (a bucket moving, a round
+/// that met another node's commit), for up to 60 s; its output.
+fn until_done(address: &str, statement: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (ok, stdout, stderr) = run_sql(address, statement);
+        if ok {
+            return stdout;
+        }
+        assert!(Instant::now() < deadline, "{statement}: {stderr}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// `SELECT id, v` rows of `table` through `address`, as `id -> v`.
+fn kv_rows(address: &str, table: &str) -> BTreeMap<i64, String> {
+    let stdout = until_done(address, &format!("SELECT id, v FROM {table} ORDER BY id"));
+    stdout
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let (id, v) = line.split_once(',').expect("two columns");
+            (id.parse().expect("an id"), v.trim_matches('"').to_string())
+        })
+        .collect()
+}
+
+/// The ids of `table` through `address`, each as often as it is there.
+fn log_ids(address: &str, table: &str) -> Vec<i64> {
+    let stdout = until_done(address, &format!("SELECT id FROM {table} ORDER BY id"));
+    (stdout.lines().skip(1))
+        .map(|id| id.parse().expect("an id"))
+        .collect()
+}
+
+/// What the history wrote: the primary-key table's rows and the log table's ids.
+#[derive(Default)]
+struct Model {
+    kv: BTreeMap<i64, String>,
+    events: Vec<i64>,
+}
+
+fn values(rows: &[(i64, String)]) -> String {
+    let rows: Vec<String> = rows
+        .iter()
+        .map(|(id, v)| format!("({id}, '{v}')"))
+        .collect();
+    rows.join(", ")
+}
+
+/// A few keys of the primary-key table, chosen by `rng`.
+fn some_keys(rng: &mut StdRng) -> BTreeSet<i64> {
+    (0..rng.random_range(1..6))
+        .map(|_| rng.random_range(0..KEYS))
+        .collect()
+}
+
+fn id_list(ids: &BTreeSet<i64>) -> String {
+    ids.iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn history(seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let etcd = Etcd::start();
+    let catalog_dir = tempfile::tempdir().expect("catalog dir");
+    let rest = free_address();
+    let _catalog =
+        ServerProcess::start_with(catalog_dir.path(), &["--iceberg-rest-listen", &rest], &[]);
+    let warehouse = catalog_dir.path().join("lake/warehouse");
+    let mut cluster = Cluster {
+        etcd,
+        store: tempfile::tempdir().expect("store"),
+        dirs: (0..3).map(|_| tempfile::tempdir().expect("dir")).collect(),
+        addresses: (0..3).map(|_| free_address()).collect(),
+        nodes: (0..3).map(|_| None).collect(),
+        lake_flags: vec![
+            "--lake-catalog".into(),
+            format!("rest:http://{rest}"),
+            "--lake-warehouse".into(),
+            warehouse.display().to_string(),
+        ],
+    };
+    for i in 0..3 {
+        cluster.start_node(i);
+    }
+    let lake = "'lake.enabled' = 'true', 'lake.freshness' = '1s'";
+    until_done(
+        &cluster.addresses[0],
+        &format!(
+            "CREATE TABLE db.kv (id BIGINT NOT NULL, v VARCHAR, PRIMARY KEY (id)) \
+             WITH ('bucket.num' = '4', {lake})"
+        ),
+    );
+    until_done(
+        &cluster.addresses[1],
+        &format!("CREATE TABLE db.ev (id BIGINT NOT NULL) WITH ('bucket.num' = '3', {lake})"),
+    );
+    let mut model = Model::default();
+    let mut next_event = 0;
+    for step in 0..STEPS {
+        let what = match rng.random_range(0..8) {
+            0 | 1 => {
+                let rows: Vec<(i64, String)> = (0..rng.random_range(1..12))
+                    .map(|_| {
+                        let id = rng.random_range(0..KEYS);
+                        (id, format!("s{step}k{id}"))
+                    })
+                    .collect::<BTreeMap<_, _>>()
+                    .into_iter()
+                    .collect();
+                until_done(
+                    &cluster.any(&mut rng),
+                    &format!("INSERT INTO db.kv VALUES {}", values(&rows)),
+                );
+                model.kv.extend(rows);
+                "upsert"
+            }
+            2 => {
+                let ids = some_keys(&mut rng);
+                until_done(
+                    &cluster.any(&mut rng),
+                    &format!("DELETE FROM db.kv WHERE id IN ({})", id_list(&ids)),
+                );
+                model.kv.retain(|id, _| !ids.contains(id));
+                "delete"
+            }
+            3 => {
+                let ids = some_keys(&mut rng);
+                until_done(
+                    &cluster.any(&mut rng),
+                    &format!(
+                        "UPDATE db.kv SET v = 'u{step}' WHERE id IN ({})",
+                        id_list(&ids)
+                    ),
+                );
+                for (_, v) in model.kv.iter_mut().filter(|(id, _)| ids.contains(id)) {
+                    *v = format!("u{step}");
+                }
+                "update"
+            }
+            5 if cluster.live().len() == 3 => {
+                let mut victim = cluster.nodes[rng.random_range(0..3)].take().expect("live");
+                match rng.random_bool(0.5) {
+                    true => {
+                        victim.kill();
+                        cluster.wait_settled();
+                        "kill -9"
+                    }
+                    false => {
+                        // Paused past its lease, its buckets move; woken, it exits.
+                        victim.pause();
+                        cluster.wait_settled();
+                        victim.resume();
+                        let deadline = Instant::now() + Duration::from_secs(30);
+                        while victim.is_running() {
+                            assert!(
+                                Instant::now() < deadline,
+                                "seed {seed}: a woken node ran on"
+                            );
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                        "kill -STOP past the lease"
+                    }
+                }
+            }
+            5 | 6 if cluster.live().len() < 3 => {
+                let dead = (0..3).find(|&i| cluster.nodes[i].is_none());
+                let dead = dead.expect("a node is down when not all three are live");
+                cluster.start_node(dead);
+                "restart"
+            }
+            4 | 6 => {
+                // Not retried: a failed statement may have written some of its rows.
+                let ids: Vec<i64> = (next_event..next_event + rng.random_range(1..30)).collect();
+                next_event += ids.len() as i64;
+                let rows: Vec<String> = ids.iter().map(|id| format!("({id})")).collect();
+                let statement = format!("INSERT INTO db.ev VALUES {}", rows.join(", "));
+                let (ok, _, stderr) = run_sql(&cluster.any(&mut rng), &statement);
+                assert!(ok, "seed {seed} step {step}: {stderr}");
+                model.events.extend(ids);
+                "append"
+            }
+            _ => {
+                check_a_round(
+                    &cluster,
+                    &mut rng,
+                    &model,
+                    &format!("seed {seed} step {step}"),
+                );
+                "round"
+            }
+        };
+        eprintln!("seed {seed} step {step}: {what}");
+        let reader = cluster.any(&mut rng);
+        assert_eq!(
+            kv_rows(&reader, "db.kv"),
+            model.kv,
+            "seed {seed} step {step} ({what}): db.kv"
+        );
+        assert_eq!(
+            log_ids(&reader, "db.ev"),
+            model.events,
+            "seed {seed} step {step} ({what}): db.ev"
+        );
+    }
+    // The node owning each table's rounds tiers it by itself, every lake.freshness.
+    let reader = cluster.any(&mut rng);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while kv_rows(&reader, "db.\"kv$lake\"") != model.kv
+        || log_ids(&reader, "db.\"ev$lake\"") != model.events
+    {
+        assert!(
+            Instant::now() < deadline,
+            "seed {seed}: no node tiered the last writes"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    check_a_round(
+        &cluster,
+        &mut rng,
+        &model,
+        &format!("seed {seed} at the end"),
+    );
+}
+
+/// Runs a round of both tables through a node, then checks through another that the
+/// lake alone holds the model: every row tiered once, none skipped.
+fn check_a_round(cluster: &Cluster, rng: &mut StdRng, model: &Model, context: &str) {
+    let through = cluster.any(rng);
+    until_done(&through, "CALL system.tier('db.kv')");
+    until_done(&through, "CALL system.tier('db.ev')");
+    let reader = cluster.any(rng);
+    assert_eq!(
+        kv_rows(&reader, "db.\"kv$lake\""),
+        model.kv,
+        "{context}: the lake of db.kv after a round"
+    );
+    assert_eq!(
+        log_ids(&reader, "db.\"ev$lake\""),
+        model.events,
+        "{context}: the lake of db.ev after a round"
+    );
+}
+
+/// Random histories (see the module docs).
+#[test]
+fn tiering_across_leaders_tiers_every_row_exactly_once_through_kills_and_restarts() {
+    let seeds: u64 = std::env::var("MINK_CLUSTER_LAKE_SEEDS")
+        .ok()
+        .and_then(|seeds| seeds.parse().ok())
+        .unwrap_or(2);
+    for seed in 0..seeds {
+        history(seed);
+    }
+}
