@@ -2,14 +2,14 @@
 //!
 //! ```text
 //! cargo run --release -p mink-bench -- cluster [--trials 10] [--lease 2s] [--buckets 6]
-//!     [--dir DIR]
+//!     [--rows-per-bucket 1000] [--primary-key] [--dir DIR]
 //! ```
 //!
 //! Each trial runs a fresh cluster of three nodes in this process, over an etcd of its
 //! own (Debian's `etcd-server` on `PATH`) and a `file://` log store in the working
 //! directory, each node served on a loopback port and driven through `MinkClient`, which
-//! follows NotLeader answers. A log table of `--buckets` buckets gets 1 000 rows a bucket;
-//! then the node leading the most buckets (not the one the client connected to) dies: it
+//! follows NotLeader answers. A log table (`--primary-key`: a primary-key table) of
+//! `--buckets` buckets gets `--rows-per-bucket` rows (keys) a bucket; then the node leading the most buckets (not the one the client connected to) dies: it
 //! stops serving and renewing its lease, as a killed process does. From that moment, each
 //! of its buckets is written one row at a time (a call given up after 3 s, as on a node
 //! gone) until a write is acknowledged: its failover. The trial's figure is its slowest
@@ -19,7 +19,15 @@
 //! (`--lease`): a dead node's buckets wait it out whatever mink does (less up to a third:
 //! etcd counts it from the node's last renewal, every third of it), so the failover's
 //! ratio to it says what mink adds (the controller noticing, the drain of the dead node's
-//! WAL, the new leaders' take-over).
+//! WAL, the new leaders' take-over: for a primary-key bucket, restoring its KV store from
+//! its last checkpoint and replaying the log after it).
+//!
+//! A second figure, from the first trial's cluster before its node dies: what a request
+//! sent to a node that does not lead its bucket costs. A new client connected to the
+//! bucket's leader asks for its high watermark (`list_offsets`): the baseline; a new
+//! client connected to another node asks the same, is answered NotLeader and follows it.
+//! The difference is the redirect: one round trip to the first node and a connection to
+//! the leader.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,7 +37,7 @@ use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use mink_client::MinkClient;
 use mink_core::options::{TableOptions, parse_duration};
-use mink_core::protocol::BucketId;
+use mink_core::protocol::{BucketId, list_offsets};
 use mink_core::routing::split_rows_by_bucket;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_node::testing::{ClusterNode, Etcd};
@@ -49,6 +57,15 @@ pub(crate) struct ClusterArgs {
     /// Buckets of the table.
     #[arg(long, default_value_t = 6)]
     buckets: u32,
+    /// Rows written to each bucket before the node dies (keys, with `--primary-key`).
+    #[arg(long, default_value_t = 1_000)]
+    rows_per_bucket: i64,
+    /// A primary-key table (its key `id`), not a log table.
+    #[arg(long)]
+    primary_key: bool,
+    /// Requests timed for the redirect figure.
+    #[arg(long, default_value_t = 200)]
+    redirects: usize,
     /// Working directory (default: a temporary one, removed after).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
@@ -56,8 +73,8 @@ pub(crate) struct ClusterArgs {
 
 /// Nodes of each trial's cluster.
 const NODES: usize = 3;
-/// Rows written to each bucket before the node dies.
-const ROWS_PER_BUCKET: i64 = 1_000;
+/// Rows per write while the table is filled.
+const WRITE_ROWS: usize = 50_000;
 /// How long a write waits for its answer before its node is taken for gone.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a bucket may take to fail over before the trial is given up.
@@ -68,104 +85,169 @@ fn parse_lease(text: &str) -> Result<Duration, String> {
 }
 
 pub(crate) async fn run(args: ClusterArgs) -> Result<(), BenchError> {
-    if args.trials == 0 || args.buckets < NODES as u32 {
+    if args.trials == 0 || args.buckets < NODES as u32 || args.rows_per_bucket < 1 {
         return Err(BenchError::Usage(format!(
-            "--trials must be above 0 and --buckets at least {NODES}"
+            "--trials and --rows-per-bucket must be above 0 and --buckets at least {NODES}"
         )));
     }
     let scratch = Scratch::new(args.dir.clone())?;
     let etcd = Etcd::start();
     let mut failovers = Vec::with_capacity(args.trials);
+    let mut redirects = None;
     for trial in 0..args.trials {
         let dir = scratch.path.join(format!("trial-{trial}"));
-        let failover = trial_failover(&etcd, &dir, trial, &args).await?;
+        let cluster = Cluster::start(&etcd, &dir, trial, &args).await?;
+        if trial == 0 {
+            redirects = Some(cluster.redirects(args.redirects).await?);
+        }
+        let failover = cluster.failover().await?;
         eprintln!("trial {trial}: failover {failover:?}");
         failovers.push(failover);
     }
-    let millis = |times: &[Duration]| times.iter().map(|t| t.as_secs_f64() * 1e3).collect();
     let lease = Latency::new(vec![args.lease.as_secs_f64() * 1e3]);
+    let kind = match args.primary_key {
+        true => "primary-key",
+        false => "log",
+    };
     println!(
-        "# a node's death in a cluster of {NODES}, {} buckets, lease {:?}, {} trials",
-        args.buckets, args.lease, args.trials
+        "# a node's death in a cluster of {NODES}, a {kind} table of {} buckets of {} rows, \
+         lease {:?}, {} trials",
+        args.buckets, args.rows_per_bucket, args.lease, args.trials
     );
     let failover = Latency::new(millis(&failovers));
     let ratio = format!("to the lease {}", failover.ratio_to(&lease));
     report("lease (baseline)", lease, &[]);
     report("failover", failover, &[ratio]);
+    if let Some((direct, redirected)) = redirects {
+        println!("# a new client's list_offsets, {} requests", args.redirects);
+        let (direct, redirected) = (
+            Latency::new(millis(&direct)),
+            Latency::new(millis(&redirected)),
+        );
+        let ratio = format!("to the leader's {}", redirected.ratio_to(&direct));
+        report("sent to the leader (baseline)", direct, &[]);
+        report("sent to another node, redirected", redirected, &[ratio]);
+    }
     Ok(())
 }
 
-/// One trial: a cluster, its table written, its busiest node (but the first) killed; how
-/// long until every bucket of that node took a write again.
-async fn trial_failover(
-    etcd: &Etcd,
-    dir: &Path,
-    trial: usize,
-    args: &ClusterArgs,
-) -> Result<Duration, BenchError> {
-    let prefix = format!("/bench-{trial}");
-    let store = dir.join("store");
-    std::fs::create_dir_all(&store).map_err(|source| BenchError::Io {
-        context: format!("creating {}", store.display()),
-        source,
-    })?;
-    let mut nodes = Vec::with_capacity(NODES);
-    for i in 0..NODES {
-        let id = format!("n{i}");
-        let node_dir = dir.join(&id);
-        let node = ClusterNode::start(etcd, &prefix, &store, &id, &node_dir, args.lease);
-        nodes.push(node.await);
-    }
-    let client = MinkClient::connect(&nodes[0].address).await?;
-    let table = client.create_table(&table(args.buckets)?, false).await?;
-    let ids: Vec<i64> = (0..ROWS_PER_BUCKET * i64::from(args.buckets)).collect();
-    let one_per_bucket = first_id_of_each_bucket(&table, &ids)?;
-    for chunk in ids.chunks(1_000) {
-        client.write(&table, &rows(&table, chunk)?).await?;
-    }
-    // The node leading the most buckets (the first node aside: the client's own).
-    let mut led: Vec<(String, Vec<BucketId>)> = Vec::new();
-    for node in &nodes[1..] {
-        let buckets = (one_per_bucket.iter())
-            .map(|(bucket, _)| bucket.clone())
-            .filter(|bucket| client.leader_of(bucket) == node.address)
-            .collect();
-        led.push((node.address.clone(), buckets));
-    }
-    led.sort_by_key(|(_, buckets): &(String, Vec<BucketId>)| std::cmp::Reverse(buckets.len()));
-    let (dead, its_buckets) = led.remove(0);
-    let victim = nodes
-        .iter()
-        .position(|node| node.address == dead)
-        .expect("a node");
-    nodes.remove(victim).kill().await;
-    let died = Instant::now();
-    for (bucket, id) in one_per_bucket
-        .iter()
-        .filter(|(b, _)| its_buckets.contains(b))
-    {
-        let row = rows(&table, &[*id])?;
-        loop {
-            let sent = client.append(bucket, vec![row.clone()]);
-            if let Ok(Ok(_)) = tokio::time::timeout(CALL_TIMEOUT, sent).await {
-                break;
-            }
-            if died.elapsed() > MAX_FAILOVER {
-                return Err(BenchError::Mismatch(format!(
-                    "bucket {bucket} took no write for {MAX_FAILOVER:?} after its node died"
-                )));
-            }
-        }
-    }
-    let failover = died.elapsed();
-    for node in nodes {
-        node.kill().await;
-    }
-    Ok(failover)
+fn millis(times: &[Duration]) -> Vec<f64> {
+    times.iter().map(|t| t.as_secs_f64() * 1e3).collect()
 }
 
-/// `bench.failover (id BIGINT NOT NULL, v STRING)`, bucketed by id.
-fn table(buckets: u32) -> Result<TableDescriptor, BenchError> {
+/// One trial's cluster, its table written.
+struct Cluster {
+    nodes: Vec<ClusterNode>,
+    client: MinkClient,
+    table: TableDescriptor,
+    /// A row of each bucket, by its id.
+    one_per_bucket: Vec<(BucketId, i64)>,
+}
+
+impl Cluster {
+    async fn start(
+        etcd: &Etcd,
+        dir: &Path,
+        trial: usize,
+        args: &ClusterArgs,
+    ) -> Result<Self, BenchError> {
+        let prefix = format!("/bench-{trial}");
+        let store = dir.join("store");
+        std::fs::create_dir_all(&store).map_err(|source| BenchError::Io {
+            context: format!("creating {}", store.display()),
+            source,
+        })?;
+        let mut nodes = Vec::with_capacity(NODES);
+        for i in 0..NODES {
+            let id = format!("n{i}");
+            let node_dir = dir.join(&id);
+            let node = ClusterNode::start(etcd, &prefix, &store, &id, &node_dir, args.lease);
+            nodes.push(node.await);
+        }
+        let client = MinkClient::connect(&nodes[0].address).await?;
+        let table = table(args.buckets, args.primary_key)?;
+        let table = client.create_table(&table, false).await?;
+        let ids: Vec<i64> = (0..args.rows_per_bucket * i64::from(args.buckets)).collect();
+        let one_per_bucket = first_id_of_each_bucket(&table, &ids)?;
+        for chunk in ids.chunks(WRITE_ROWS) {
+            client.write(&table, &rows(&table, chunk)?).await?;
+        }
+        Ok(Self {
+            nodes,
+            client,
+            table,
+            one_per_bucket,
+        })
+    }
+
+    /// A new client's `list_offsets` of each bucket not led by the first node, `count`
+    /// times: connected to its leader, and to the first node, redirected.
+    async fn redirects(&self, count: usize) -> Result<(Vec<Duration>, Vec<Duration>), BenchError> {
+        let elsewhere: Vec<(&BucketId, String)> = (self.one_per_bucket.iter())
+            .map(|(bucket, _)| (bucket, self.client.leader_of(bucket)))
+            .filter(|(_, leader)| *leader != self.nodes[0].address)
+            .collect();
+        let (mut direct, mut redirected) = (Vec::new(), Vec::new());
+        for i in 0..count {
+            let (bucket, leader) = &elsewhere[i % elsewhere.len()];
+            for (times, address) in [
+                (&mut direct, leader),
+                (&mut redirected, &self.nodes[0].address),
+            ] {
+                let started = Instant::now();
+                let client = MinkClient::connect(address).await?;
+                client
+                    .list_offsets(bucket, list_offsets::Spec::Latest(true))
+                    .await?;
+                times.push(started.elapsed());
+            }
+        }
+        Ok((direct, redirected))
+    }
+
+    /// Kills the node leading the most buckets (the first node aside: the client's own);
+    /// how long until every bucket it led took a write again.
+    async fn failover(mut self) -> Result<Duration, BenchError> {
+        let mut led: Vec<(String, Vec<BucketId>)> = Vec::new();
+        for node in &self.nodes[1..] {
+            let buckets = (self.one_per_bucket.iter())
+                .map(|(bucket, _)| bucket.clone())
+                .filter(|bucket| self.client.leader_of(bucket) == node.address)
+                .collect();
+            led.push((node.address.clone(), buckets));
+        }
+        led.sort_by_key(|(_, buckets): &(String, Vec<BucketId>)| std::cmp::Reverse(buckets.len()));
+        let (dead, its_buckets) = led.remove(0);
+        let victim = (self.nodes.iter())
+            .position(|node| node.address == dead)
+            .expect("a node");
+        self.nodes.remove(victim).kill().await;
+        let died = Instant::now();
+        for (bucket, id) in (self.one_per_bucket.iter()).filter(|(b, _)| its_buckets.contains(b)) {
+            let row = rows(&self.table, &[*id])?;
+            loop {
+                let sent = self.client.append(bucket, vec![row.clone()]);
+                if let Ok(Ok(_)) = tokio::time::timeout(CALL_TIMEOUT, sent).await {
+                    break;
+                }
+                if died.elapsed() > MAX_FAILOVER {
+                    return Err(BenchError::Mismatch(format!(
+                        "bucket {bucket} took no write for {MAX_FAILOVER:?} after its node died"
+                    )));
+                }
+            }
+        }
+        let failover = died.elapsed();
+        for node in self.nodes {
+            node.kill().await;
+        }
+        Ok(failover)
+    }
+}
+
+/// `bench.failover (id BIGINT NOT NULL, v STRING)`, bucketed by id, its primary key
+/// with `primary_key`.
+fn table(buckets: u32, primary_key: bool) -> Result<TableDescriptor, BenchError> {
     let schema = Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("v", DataType::Utf8, true),
@@ -178,7 +260,10 @@ fn table(buckets: u32) -> Result<TableDescriptor, BenchError> {
     Ok(TableDescriptor::new(
         TablePath::new("bench", "failover"),
         schema,
-        vec![],
+        match primary_key {
+            true => vec!["id".into()],
+            false => vec![],
+        },
         vec![],
         options,
     )?)
