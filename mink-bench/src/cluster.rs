@@ -28,6 +28,12 @@
 //! client connected to another node asks the same, is answered NotLeader and follows it.
 //! The difference is the redirect: one round trip to the first node and a connection to
 //! the leader.
+//!
+//! A third: how long writing the table takes (`WRITE_ROWS` rows a write, one write at a
+//! time, each spread over the buckets' leaders), the three-node cluster against a
+//! one-node cluster of the same kind (same etcd, same log store, same client), run first
+//! in each trial. Every node runs in this one process, on the same cores: this says what
+//! spreading the buckets costs or gains on one machine, not what more machines give.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -93,10 +99,16 @@ pub(crate) async fn run(args: ClusterArgs) -> Result<(), BenchError> {
     let scratch = Scratch::new(args.dir.clone())?;
     let etcd = Etcd::start();
     let mut failovers = Vec::with_capacity(args.trials);
+    let (mut one_node_fills, mut fills) = (Vec::new(), Vec::new());
     let mut redirects = None;
     for trial in 0..args.trials {
         let dir = scratch.path.join(format!("trial-{trial}"));
-        let cluster = Cluster::start(&etcd, &dir, trial, &args).await?;
+        let one_node = format!("{trial}-one");
+        let one_node = Cluster::start(&etcd, &dir.join("one"), &one_node, 1, &args).await?;
+        one_node_fills.push(one_node.filled_in);
+        one_node.stop().await;
+        let cluster = Cluster::start(&etcd, &dir, &trial.to_string(), NODES, &args).await?;
+        fills.push(cluster.filled_in);
         if trial == 0 {
             redirects = Some(cluster.redirects(args.redirects).await?);
         }
@@ -118,6 +130,15 @@ pub(crate) async fn run(args: ClusterArgs) -> Result<(), BenchError> {
     let ratio = format!("to the lease {}", failover.ratio_to(&lease));
     report("lease (baseline)", lease, &[]);
     report("failover", failover, &[ratio]);
+    let rows = args.rows_per_bucket * i64::from(args.buckets);
+    println!("# writing the table's {rows} rows, {WRITE_ROWS} a write, one write at a time");
+    let (one_node, three) = (
+        Latency::new(millis(&one_node_fills)),
+        Latency::new(millis(&fills)),
+    );
+    let ratio = format!("to one node's {}", three.ratio_to(&one_node));
+    report("one node (baseline)", one_node, &[]);
+    report("three nodes", three, &[ratio]);
     if let Some((direct, redirected)) = redirects {
         println!("# a new client's list_offsets, {} requests", args.redirects);
         let (direct, redirected) = (
@@ -142,23 +163,29 @@ struct Cluster {
     table: TableDescriptor,
     /// A row of each bucket, by its id.
     one_per_bucket: Vec<(BucketId, i64)>,
+    rows_per_bucket: i64,
+    /// How long writing the table took.
+    filled_in: Duration,
 }
 
 impl Cluster {
+    /// A cluster of `size` nodes over `etcd` under prefix `/bench-<name>`, its table
+    /// written.
     async fn start(
         etcd: &Etcd,
         dir: &Path,
-        trial: usize,
+        name: &str,
+        size: usize,
         args: &ClusterArgs,
     ) -> Result<Self, BenchError> {
-        let prefix = format!("/bench-{trial}");
+        let prefix = format!("/bench-{name}");
         let store = dir.join("store");
         std::fs::create_dir_all(&store).map_err(|source| BenchError::Io {
             context: format!("creating {}", store.display()),
             source,
         })?;
-        let mut nodes = Vec::with_capacity(NODES);
-        for i in 0..NODES {
+        let mut nodes = Vec::with_capacity(size);
+        for i in 0..size {
             let id = format!("n{i}");
             let node_dir = dir.join(&id);
             let node = ClusterNode::start(etcd, &prefix, &store, &id, &node_dir, args.lease);
@@ -169,14 +196,28 @@ impl Cluster {
         let table = client.create_table(&table, false).await?;
         let ids: Vec<i64> = (0..args.rows_per_bucket * i64::from(args.buckets)).collect();
         let one_per_bucket = first_id_of_each_bucket(&table, &ids)?;
+        let filling = Instant::now();
         for chunk in ids.chunks(WRITE_ROWS) {
             client.write(&table, &rows(&table, chunk)?).await?;
         }
+        let written: i64 = (client.list_buckets(&table.path).await?.iter())
+            .map(|status| status.high_watermark)
+            .sum();
+        if written != ids.len() as i64 {
+            return Err(BenchError::Mismatch(format!(
+                "{written} rows in the logs after writing {}",
+                ids.len()
+            )));
+        }
+        let filled_in = filling.elapsed();
+        eprintln!("{name}: {} rows written in {filled_in:?}", ids.len());
         Ok(Self {
             nodes,
             client,
             table,
             one_per_bucket,
+            rows_per_bucket: args.rows_per_bucket,
+            filled_in,
         })
     }
 
@@ -203,6 +244,25 @@ impl Cluster {
             }
         }
         Ok((direct, redirected))
+    }
+
+    /// Every thousandth key written is found by a lookup: the buckets that moved serve
+    /// their KV stores whole.
+    async fn check_keys_served(&self) -> Result<(), BenchError> {
+        let written = self.one_per_bucket.len() as i64 * self.rows_per_bucket;
+        let keys: Vec<i64> = (0..written).step_by(1_000).collect();
+        let key_schema = Arc::new(self.table.schema().project(&[0])?);
+        let batch =
+            RecordBatch::try_new(key_schema, vec![Arc::new(Int64Array::from(keys.clone()))])?;
+        let found = self.client.lookup(&self.table, &batch, &[]).await?;
+        if found.rows.num_rows() != keys.len() {
+            return Err(BenchError::Mismatch(format!(
+                "{} of {} keys found after the failover",
+                found.rows.num_rows(),
+                keys.len()
+            )));
+        }
+        Ok(())
     }
 
     /// Kills the node leading the most buckets (the first node aside: the client's own);
@@ -238,10 +298,17 @@ impl Cluster {
             }
         }
         let failover = died.elapsed();
+        if self.table.has_primary_key() {
+            self.check_keys_served().await?;
+        }
+        self.stop().await;
+        Ok(failover)
+    }
+
+    async fn stop(self) {
         for node in self.nodes {
             node.kill().await;
         }
-        Ok(failover)
     }
 }
 
