@@ -1,15 +1,21 @@
 //! Tiering across the leaders of a cluster: three `mink server --cluster` processes over
 //! a real etcd, their lake on one Iceberg REST catalog (a fourth mink serving
-//! `--iceberg-rest-listen`), random histories of SQL writes through any node, nodes killed
+//! `--iceberg-rest-listen`), random histories of writes through any node (SQL INSERT,
+//! UPDATE and DELETE, `mink load`, Flight DoPut), nodes killed
 //! with `kill -9` or paused past their lease (`kill -STOP`) and started again, and tiering rounds run by any node (and by the node
 //! owning the table's rounds, every second), each step checked against a model: the union
 //! read is the model, and after a round the lake alone is too, every row tiered exactly
-//! once. A failure prints its seed; `MINK_CLUSTER_LAKE_SEEDS` runs more histories (2 in
+//! once; at the end `mink read` and the ADBC driver read the same through every node. A
+//! failure prints its seed; `MINK_CLUSTER_LAKE_SEEDS` runs more histories (2 in
 //! CI, about 20 s each).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use mink_client::MinkClient;
+use mink_core::table::TablePath;
 use mink_node::testing::Etcd;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
@@ -17,7 +23,8 @@ use rand::{Rng, SeedableRng};
 use tempfile::TempDir;
 
 use crate::cluster::{free_address, sql_value, start_process_with};
-use crate::process::{ServerProcess, run_sql};
+use crate::process::{ServerProcess, run_mink, run_sql};
+use crate::python::python;
 
 /// Steps of one history.
 const STEPS: usize = 40;
@@ -120,6 +127,51 @@ fn log_ids(address: &str, table: &str) -> Vec<i64> {
         .collect()
 }
 
+/// Appends `ids` to the log table through the node at `address`: with SQL's INSERT,
+/// `mink load` of a CSV file, or Flight DoPut (`MinkClient::write`), as `how` says. Not
+/// retried: a failed write may have written some of its rows.
+fn append(
+    address: &str,
+    ids: &[i64],
+    how: u32,
+    runtime: &tokio::runtime::Runtime,
+    scratch: &std::path::Path,
+) -> &'static str {
+    match how {
+        0 => {
+            let rows: Vec<String> = ids.iter().map(|id| format!("({id})")).collect();
+            let statement = format!("INSERT INTO db.ev VALUES {}", rows.join(", "));
+            let (ok, _, stderr) = run_sql(address, &statement);
+            assert!(ok, "INSERT through {address}: {stderr}");
+            "append (INSERT)"
+        }
+        1 => {
+            let csv = scratch.join("ev.csv");
+            let rows: String = ids.iter().map(|id| format!("{id}\n")).collect();
+            std::fs::write(&csv, format!("id\n{rows}")).expect("csv");
+            let csv = csv.to_str().expect("a UTF-8 path");
+            let (ok, _, stderr) =
+                run_mink(&["load", "--connect", address, "--table", "db.ev", csv]);
+            assert!(ok, "mink load through {address}: {stderr}");
+            "append (mink load)"
+        }
+        _ => {
+            runtime.block_on(async {
+                let client = MinkClient::connect(address).await.expect("connect");
+                let table = client
+                    .describe_table(&TablePath::new("db", "ev"))
+                    .await
+                    .expect("describe");
+                let ids: ArrayRef = Arc::new(Int64Array::from(ids.to_vec()));
+                let batch =
+                    RecordBatch::try_new(Arc::clone(table.schema()), vec![ids]).expect("a batch");
+                client.write(&table, &batch).await.expect("DoPut");
+            });
+            "append (DoPut)"
+        }
+    }
+}
+
 /// What the history wrote: the primary-key table's rows and the log table's ids.
 #[derive(Default)]
 struct Model {
@@ -151,6 +203,8 @@ fn id_list(ids: &BTreeSet<i64>) -> String {
 
 fn history(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let scratch = tempfile::tempdir().expect("scratch");
     let etcd = Etcd::start();
     let catalog_dir = tempfile::tempdir().expect("catalog dir");
     let rest = free_address();
@@ -260,15 +314,18 @@ fn history(seed: u64) {
                 "restart"
             }
             4 | 6 => {
-                // Not retried: a failed statement may have written some of its rows.
                 let ids: Vec<i64> = (next_event..next_event + rng.random_range(1..30)).collect();
                 next_event += ids.len() as i64;
-                let rows: Vec<String> = ids.iter().map(|id| format!("({id})")).collect();
-                let statement = format!("INSERT INTO db.ev VALUES {}", rows.join(", "));
-                let (ok, _, stderr) = run_sql(&cluster.any(&mut rng), &statement);
-                assert!(ok, "seed {seed} step {step}: {stderr}");
+                let through = cluster.any(&mut rng);
+                let how = append(
+                    &through,
+                    &ids,
+                    rng.random_range(0..3),
+                    &runtime,
+                    scratch.path(),
+                );
                 model.events.extend(ids);
-                "append"
+                how
             }
             _ => {
                 check_a_round(
@@ -311,6 +368,77 @@ fn history(seed: u64) {
         &model,
         &format!("seed {seed} at the end"),
     );
+    every_client_reads_the_model_through_every_node(&cluster, &model, seed);
+}
+
+/// Prints the rows `sys.argv[2]` answers through the Flight SQL endpoint `sys.argv[1]`,
+/// one CSV line each, with the ADBC driver.
+const ADBC_QUERY: &str = r#"
+import sys
+import adbc_driver_flightsql.dbapi as flight_sql
+
+with flight_sql.connect(sys.argv[1], autocommit=True) as conn, conn.cursor() as cursor:
+    cursor.execute(sys.argv[2])
+    for row in cursor.fetchall():
+        print(",".join(str(value) for value in row))
+"#;
+
+/// `mink read --connect` and the ADBC driver (each node's Flight SQL endpoint) read the
+/// model through every live node, each bucket from its leader.
+fn every_client_reads_the_model_through_every_node(cluster: &Cluster, model: &Model, seed: u64) {
+    let events = |lines: &str| -> Vec<i64> {
+        let mut ids: Vec<i64> = (lines.lines())
+            .filter_map(|line| line.split(',').next()?.parse().ok())
+            .collect();
+        ids.sort_unstable();
+        ids
+    };
+    for node in cluster.nodes.iter().flatten() {
+        let (ok, stdout, stderr) = run_mink(&[
+            "read",
+            "--connect",
+            &node.addr,
+            "--table",
+            "db.ev",
+            "--mode",
+            "log",
+            "--format",
+            "csv",
+        ]);
+        assert!(ok, "seed {seed}: mink read through {}: {stderr}", node.addr);
+        assert_eq!(
+            events(&stdout),
+            model.events,
+            "seed {seed}: mink read through {}",
+            node.addr
+        );
+        let adbc = |query: &str| {
+            let output = std::process::Command::new(python())
+                .args(["-c", ADBC_QUERY, &node.sql_uri(), query])
+                .output()
+                .expect("run python");
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                output.status.success(),
+                "seed {seed}: ADBC through {}: {stderr}",
+                node.addr
+            );
+            String::from_utf8_lossy(&output.stdout).into_owned()
+        };
+        let kv: BTreeMap<i64, String> = (adbc("SELECT id, v FROM db.kv ORDER BY id").lines())
+            .map(|line| {
+                let (id, v) = line.split_once(',').expect("two columns");
+                (id.parse().expect("an id"), v.to_string())
+            })
+            .collect();
+        assert_eq!(kv, model.kv, "seed {seed}: ADBC through {}", node.addr);
+        assert_eq!(
+            events(&adbc("SELECT id FROM db.ev")),
+            model.events,
+            "seed {seed}: ADBC through {}",
+            node.addr
+        );
+    }
 }
 
 /// Runs a round of both tables through a node, then checks through another that the
