@@ -162,7 +162,7 @@ impl MinkClient {
         &self.leaders
     }
 
-    fn flight(&self) -> FlightClient {
+    pub(crate) fn flight(&self) -> FlightClient {
         let mut client = FlightClient::new_from_inner(self.inner.clone());
         if let Some(authorization) = &self.authorization {
             client
@@ -889,16 +889,14 @@ impl MinkClient {
         Ok(batches)
     }
 
-    /// Opens a Tail session on a bucket (a DoExchange stream); poll it with
-    /// [`Tailer::poll`].
+    /// A consumer of a bucket: poll it with [`Tailer::poll`], which holds a Tail session
+    /// (a DoExchange stream) with the bucket's leader, opened on the first poll.
     pub async fn tail(&self, bucket: &BucketId, columns: &[u32]) -> Result<Tailer> {
-        let (requests, outgoing) = futures::channel::mpsc::unbounded();
-        let answers = self.flight().do_exchange(outgoing).await?;
         Ok(Tailer {
+            client: self.clone(),
             bucket: bucket.clone(),
             columns: columns.to_vec(),
-            requests,
-            answers: answers.into_inner(),
+            session: None,
         })
     }
 }

@@ -2,7 +2,8 @@
 //! about a bucket it does not lead answers NotLeader, with the leader's address, or that
 //! the bucket is moving. A client's bucket calls go to the node it last learned leads the
 //! bucket (the node it connected to at first), and follow such answers: to the leader
-//! named, or again after a pause while the bucket moves, for up to [`FOLLOW_FOR`].
+//! named, or again after a pause while the bucket moves or its leader cannot be reached
+//! (its node died, and the others name it until its lease ends), for up to [`FOLLOW_FOR`].
 //!
 //! Connections to the other nodes are made once, with the login and TLS of the first,
 //! and shared by every clone of the client, as is what it learned of the leaders. A node
@@ -27,8 +28,8 @@ use crate::error::{ClientError, Result};
 pub const FOLLOW_FOR: Duration = Duration::from_secs(30);
 /// The pause before asking again about a bucket that is moving.
 const MOVING_PAUSE: Duration = Duration::from_millis(100);
-/// Most redirections one call follows: nodes that keep pointing at each other (their
-/// views of a move not yet settled) are not followed forever.
+/// Most redirections one call follows without a pause: nodes that keep pointing at each
+/// other (their views of a move not yet settled) are not followed forever.
 const MAX_HOPS: usize = 8;
 
 /// A connection to one node, with the login it answered.
@@ -134,10 +135,14 @@ impl MinkClient {
                 }
                 Some(NotLeader { leader: None, .. }) if Instant::now() < deadline => {
                     tokio::time::sleep(MOVING_PAUSE).await;
+                    hops = 0;
                 }
-                None if learned.is_some() && unreachable(&error) && hops < MAX_HOPS => {
+                // A leader gone (its node died): until the bucket moves, the first node
+                // still names it; asked again after a pause.
+                None if learned.is_some() && unreachable(&error) && Instant::now() < deadline => {
                     self.leaders().learn(bucket, None);
-                    hops += 1;
+                    tokio::time::sleep(MOVING_PAUSE).await;
+                    hops = 0;
                 }
                 None if let Some(address) = &learned
                     && login_forgotten(&error)

@@ -17,6 +17,7 @@ use mink_core::schema::normalize_batch;
 use mink_core::table::TableDescriptor;
 use prost::Message;
 
+use crate::MinkClient;
 use crate::error::{ClientError, Result};
 
 /// One batch of a log read.
@@ -297,13 +298,45 @@ where
     }
 }
 
-/// A Tail session: a DoExchange stream over which a consumer polls one bucket.
+/// A consumer polling one bucket over a Tail session (a DoExchange stream) with the node
+/// leading it. A poll that fails (the bucket moved: NotLeader; its node gone) is asked
+/// again on a new session with the bucket's leader, following NotLeader as every bucket
+/// call does ([`FOLLOW_FOR`](crate::FOLLOW_FOR)); a poll only reads, so asking again is
+/// harmless.
 #[derive(Debug)]
 pub struct Tailer {
+    pub(crate) client: MinkClient,
     pub(crate) bucket: BucketId,
     pub(crate) columns: Vec<u32>,
-    pub(crate) requests: UnboundedSender<arrow_flight::error::Result<FlightData>>,
-    pub(crate) answers: FlightDataDecoder,
+    /// The session, opened on the first poll and again after the bucket moved.
+    pub(crate) session: Option<TailSession>,
+}
+
+/// One Tail session with one node.
+#[derive(Debug)]
+pub(crate) struct TailSession {
+    requests: UnboundedSender<arrow_flight::error::Result<FlightData>>,
+    answers: FlightDataDecoder,
+}
+
+impl TailSession {
+    /// Opens a session with the node of `client`.
+    async fn open(client: &MinkClient) -> Result<Self> {
+        let (requests, outgoing) = futures::channel::mpsc::unbounded();
+        let answers = client.flight().do_exchange(outgoing).await?;
+        Ok(Self {
+            requests,
+            answers: answers.into_inner(),
+        })
+    }
+
+    async fn poll(&mut self, request: &TailRequest) -> Result<ReadAnswer> {
+        let message = FlightData::new().with_app_metadata(request.encode_to_vec());
+        self.requests
+            .unbounded_send(Ok(message))
+            .map_err(|_| ClientError::Protocol("the Tail stream is closed".into()))?;
+        read_answer(&mut self.answers, request.offset).await
+    }
 }
 
 impl Tailer {
@@ -323,10 +356,23 @@ impl Tailer {
             min_bytes,
             max_bytes: 0,
         };
-        let message = FlightData::new().with_app_metadata(request.encode_to_vec());
-        self.requests
-            .unbounded_send(Ok(message))
-            .map_err(|_| ClientError::Protocol("the Tail stream is closed".into()))?;
-        read_answer(&mut self.answers, offset).await
+        if let Some(session) = &mut self.session {
+            match session.poll(&request).await {
+                Ok(answer) => return Ok(answer),
+                Err(_) => self.session = None,
+            }
+        }
+        let (session, answer) = (self.client)
+            .on_leader(&self.bucket, |leader| {
+                let request = request.clone();
+                async move {
+                    let mut session = TailSession::open(&leader).await?;
+                    let answer = session.poll(&request).await?;
+                    Ok((session, answer))
+                }
+            })
+            .await?;
+        self.session = Some(session);
+        Ok(answer)
     }
 }

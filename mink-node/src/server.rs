@@ -21,6 +21,8 @@ use crate::node::Node;
 use crate::tiering::{check_lake_records, run_tiering};
 
 pub use crate::flight::limits::MAX_MESSAGE_BYTES;
+/// How long a shutdown waits for the calls still running.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// How often retention runs.
 const RETENTION_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -81,7 +83,9 @@ impl ServerHandle {
         self.internal_addr
     }
 
-    /// Stops accepting calls and waits for running ones to finish.
+    /// Stops accepting calls, ends Tail sessions and waits for running calls to finish,
+    /// for up to [`SHUTDOWN_GRACE`]: a client holding a call open (a DoPut it sends
+    /// nothing more on) does not hold the shutdown back longer.
     pub async fn shutdown(mut self) -> Result<()> {
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
@@ -89,9 +93,13 @@ impl ServerHandle {
         for task in &self.background {
             task.abort();
         }
-        match (&mut self.server).await {
-            Ok(result) => result.map_err(|e| NodeError::Io(std::io::Error::other(e))),
-            Err(e) => Err(NodeError::Io(std::io::Error::other(e))),
+        match tokio::time::timeout(SHUTDOWN_GRACE, &mut self.server).await {
+            Ok(Ok(result)) => result.map_err(|e| NodeError::Io(std::io::Error::other(e))),
+            Ok(Err(e)) => Err(NodeError::Io(std::io::Error::other(e))),
+            Err(_) => {
+                warn!(grace = ?SHUTDOWN_GRACE, "calls still running at shutdown are cut off");
+                Ok(())
+            }
         }
     }
 }
@@ -140,10 +148,11 @@ pub async fn serve_with(
     check_lake_records(&node).await;
     let authenticated = options.credentials.is_some();
     let auth = Arc::new(mink_auth::Auth::new(options.credentials));
-    let service = FlightServiceServer::new(MinkFlightService::with_auth(
-        Arc::clone(&node),
-        Arc::clone(&auth),
-    ))
+    let (closing, closing_signal) = tokio::sync::watch::channel(false);
+    let service = FlightServiceServer::new(
+        MinkFlightService::with_auth(Arc::clone(&node), Arc::clone(&auth))
+            .closing_on(closing_signal),
+    )
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let checked = Arc::clone(&auth);
@@ -151,7 +160,6 @@ pub async fn serve_with(
         checked.check(request)
     });
     let (shutdown, shutdown_signal) = oneshot::channel::<()>();
-    let (stop_internal, internal_signal) = tokio::sync::watch::channel(false);
     let mut builder = bounded_builder();
     let tls = options.tls.is_some();
     if let Some(identity) = &options.tls {
@@ -165,7 +173,7 @@ pub async fn serve_with(
             let internal_addr = internal.local_addr()?;
             mink_auth::check_listen("the node", internal_addr, None)
                 .map_err(|e| NodeError::InvalidArgument(e.to_string()))?;
-            let mut signal = internal_signal;
+            let mut signal = closing.subscribe();
             tokio::spawn(
                 bounded_builder()
                     .add_service(service.clone())
@@ -194,7 +202,7 @@ pub async fn serve_with(
         ),
         async move {
             let _ = shutdown_signal.await;
-            let _ = stop_internal.send(true);
+            let _ = closing.send(true);
         },
     ));
     let background = vec![

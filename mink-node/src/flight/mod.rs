@@ -20,6 +20,7 @@
 //! Every size a client controls is clamped or refused by [`limits`]; compressed Arrow IPC
 //! is refused before it is decoded ([`mink_core::ipc_guard`]).
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -35,6 +36,7 @@ use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use mink_core::protocol::{BucketId, ReadTicket, WriteHeader, decode, read_ticket};
 use mink_core::table::TableDescriptor;
 use prost::Message;
+use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
 mod actions;
@@ -56,6 +58,9 @@ type FlightStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'st
 pub struct MinkFlightService {
     node: Arc<Node>,
     auth: Arc<mink_auth::Auth>,
+    /// Turns true when the server shuts down: Tail sessions, which a client may hold
+    /// open without a request for as long as it likes, end then.
+    closing: Option<watch::Receiver<bool>>,
 }
 
 impl MinkFlightService {
@@ -68,7 +73,33 @@ impl MinkFlightService {
     /// token (the calls themselves are checked by `auth`'s interceptor, see
     /// [`crate::server::serve_with`]).
     pub fn with_auth(node: Arc<Node>, auth: Arc<mink_auth::Auth>) -> Self {
-        Self { node, auth }
+        Self {
+            node,
+            auth,
+            closing: None,
+        }
+    }
+
+    /// This service, its Tail sessions ended once `closing` turns true (or its sender is
+    /// gone).
+    pub fn closing_on(self, closing: watch::Receiver<bool>) -> Self {
+        Self {
+            closing: Some(closing),
+            ..self
+        }
+    }
+
+    /// Resolves once the server shuts down; never for a service without a signal.
+    fn closed(&self) -> impl Future<Output = ()> + Send + 'static {
+        let closing = self.closing.clone();
+        async move {
+            match closing {
+                Some(mut closing) => {
+                    let _ = closing.wait_for(|closing| *closing).await;
+                }
+                None => std::future::pending().await,
+            }
+        }
     }
 }
 
@@ -216,6 +247,7 @@ impl FlightService for MinkFlightService {
             })
             .map_ok(|messages| stream::iter(messages.into_iter().map(Ok)))
             .try_flatten()
+            .take_until(self.closed())
             .boxed();
         Ok(Response::new(answers))
     }

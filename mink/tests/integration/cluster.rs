@@ -158,6 +158,16 @@ async fn buckets_spread_over_the_nodes_and_survive_a_node_dying_and_one_joining(
         *leaders.entry(admin.leader_of(&id)).or_insert(0) += 1;
     }
     assert_eq!(leaders.len(), 3, "{leaders:?}");
+    // A consumer of a bucket n1 leads, through n0.
+    let consumed = (0..table.bucket_num)
+        .map(|bucket| BucketId::new(&table.path, bucket))
+        .find(|bucket| admin.leader_of(bucket) == nodes["n1"].address)
+        .expect("n1 leads a bucket");
+    let mut tailer = admin.tail(&consumed, &[]).await.expect("tail");
+    let mut tailed = Vec::new();
+    let expected = model(&table, &written)[&consumed.bucket].clone();
+    tail_until(&mut tailer, &mut tailed, expected.len()).await;
+    assert_eq!(tailed, expected);
 
     // n1 dies: its buckets are drained and led by the others, with every row.
     nodes.remove("n1").expect("n1").kill().await;
@@ -165,6 +175,11 @@ async fn buckets_spread_over_the_nodes_and_survive_a_node_dying_and_one_joining(
     assert_eq!(following.ids(&table).await, model(&table, &written));
     let more: Vec<i64> = (120..180).collect();
     following.append(&table, &more).await;
+    // The consumer follows its bucket to its new leader.
+    let all: Vec<i64> = (0..180).collect();
+    let expected = model(&table, &all)[&consumed.bucket].clone();
+    tail_until(&mut tailer, &mut tailed, expected.len()).await;
+    assert_eq!(tailed, expected);
 
     // n3 joins: it takes a share, handed over by the others.
     let dir = tempfile::tempdir().expect("dir");
@@ -173,10 +188,28 @@ async fn buckets_spread_over_the_nodes_and_survive_a_node_dying_and_one_joining(
         ClusterNode::start(&etcd, "/test", store.path(), "n3", dir.path(), LEASE).await,
     );
     leads_a_bucket_soon(&nodes["n3"].address, &table).await;
-    let all: Vec<i64> = (0..180).collect();
     assert_eq!(following.ids(&table).await, model(&table, &all));
     for (_, node) in nodes {
         node.kill().await;
+    }
+}
+
+/// Polls `tailer` from the end of `tailed` until it holds `count` ids (up to 30 s).
+async fn tail_until(tailer: &mut mink_client::Tailer, tailed: &mut Vec<i64>, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tailed.len() < count {
+        assert!(
+            Instant::now() < deadline,
+            "the consumer is stuck at {}",
+            tailed.len()
+        );
+        let answer = tailer
+            .poll(tailed.len() as i64, Duration::from_millis(500), 0)
+            .await
+            .expect("poll");
+        for read in &answer.batches {
+            tailed.extend(first_column_ids(std::slice::from_ref(&read.batch)));
+        }
     }
 }
 

@@ -173,6 +173,11 @@ impl ServerProcess {
         self.child.wait().expect("reap");
     }
 
+    /// `kill -TERM`: a shutdown, as a supervisor asks for one.
+    pub(crate) fn terminate(&self) {
+        self.signal("TERM");
+    }
+
     /// `kill -STOP`: the process stays, frozen mid-step, until [`ServerProcess::resume`].
     pub(crate) fn pause(&self) {
         self.signal("STOP");

@@ -147,3 +147,34 @@ async fn one_stream_serves_a_consumer_loop_with_projection() {
         .expect_err("past the watermark");
     assert_eq!(err.code(), Some(Code::OutOfRange), "{err}");
 }
+
+/// A consumer holding its Tail session open between polls does not hold a server's
+/// shutdown back: `kill -TERM` ends the session and the process exits at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_tail_session_does_not_hold_a_shutdown_back() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut server = crate::process::ServerProcess::start(dir.path());
+    let client = mink_client::MinkClient::connect(&server.addr)
+        .await
+        .expect("connect");
+    let table = client
+        .create_table(&events_table("idle", 1, TableOptions::default()), false)
+        .await
+        .expect("create");
+    let mut tailer = client
+        .tail(&BucketId::new(&table.path, 0), &[])
+        .await
+        .expect("tail");
+    let answer = tailer.poll(0, Duration::ZERO, 0).await.expect("poll");
+    assert_eq!(answer.num_rows(), 0);
+    server.terminate();
+    let asked = Instant::now();
+    while server.is_running() {
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "the server is still running with a Tail session open"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(tailer);
+}
