@@ -25,8 +25,8 @@
 //! (`Node::runs_rounds_of`), and a round run elsewhere at the same time (by hand, or as
 //! that role moves) is safe: both plan on the lake's current snapshot, the catalog commits
 //! one of them, and the other fails with a conflict and deletes its files. Each node's
-//! pending round is its own (`crate::metadata::etcd`). The same steps commit a compaction (`compaction`), whose `replace` snapshot
-//! carries the offsets forward.
+//! pending round is its own (`crate::metadata::etcd`). The same steps commit a compaction
+//! (`compaction`), whose `replace` snapshot carries the offsets forward.
 //!
 //! **The lake is the truth.** The record can also be *ahead* of the lake: a catalog that
 //! lost its last commits (a power cut on a catalog whose commit was not durable, a catalog
@@ -49,7 +49,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
-
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::Operation;
 use mink_lake::commit::{SnapshotChanges, commit_snapshot};
