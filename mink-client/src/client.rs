@@ -64,6 +64,9 @@ pub struct ConnectOptions {
     /// Connect with TLS, checking the node's certificate against this PEM certificate
     /// authority.
     pub tls_ca: Option<Vec<u8>>,
+    /// How long a call follows a bucket that moves, or whose leader cannot be reached;
+    /// `None`: [`FOLLOW_FOR`](crate::FOLLOW_FOR).
+    pub follow_for: Option<Duration>,
 }
 
 impl Clone for MinkClient {
@@ -132,7 +135,7 @@ impl MinkClient {
         Ok(Self {
             inner,
             round_robin: AtomicU32::new(0),
-            address: address.into(),
+            address: rest.into(),
             authorization,
             leaders: Arc::new(Leaders::new(options.clone())),
         })
@@ -220,7 +223,8 @@ impl MinkClient {
         Ok(())
     }
 
-    /// The address the client connected to (the node leading every bucket).
+    /// The address the client connected to, `host:port` without its scheme (on a single
+    /// node, the node leading every bucket).
     pub fn address(&self) -> &str {
         &self.address
     }

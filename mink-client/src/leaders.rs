@@ -3,7 +3,8 @@
 //! the bucket is moving. A client's bucket calls go to the node it last learned leads the
 //! bucket (the node it connected to at first), and follow such answers: to the leader
 //! named, or again after a pause while the bucket moves or its leader cannot be reached
-//! (its node died, and the others name it until its lease ends), for up to [`FOLLOW_FOR`].
+//! (its node died, and the others name it until its lease ends), for up to [`FOLLOW_FOR`]
+//! ([`ConnectOptions::follow_for`](crate::ConnectOptions::follow_for) sets another).
 //!
 //! Connections to the other nodes are made once, with the login and TLS of the first,
 //! and shared by every clone of the client, as is what it learned of the leaders. A node
@@ -60,6 +61,11 @@ impl Leaders {
         }
     }
 
+    /// How long a call follows a bucket ([`ConnectOptions::follow_for`]).
+    fn follow_for(&self) -> Duration {
+        self.options.follow_for.unwrap_or(FOLLOW_FOR)
+    }
+
     fn leader_of(&self, bucket: &BucketId) -> Option<String> {
         let buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
         buckets.get(bucket).cloned()
@@ -101,7 +107,8 @@ impl MinkClient {
     /// Runs `call` on the node leading `bucket`, following NotLeader answers (see the
     /// module doc). An error that is not NotLeader is the call's, except that a leader
     /// learned before that cannot be reached any more is forgotten and the first node
-    /// asked again.
+    /// asked again; when it still cannot be reached at the end, the call fails with the
+    /// NotLeader that named it.
     pub(crate) async fn on_leader<T, Fut>(
         &self,
         bucket: &BucketId,
@@ -110,8 +117,9 @@ impl MinkClient {
     where
         Fut: Future<Output = Result<T>>,
     {
-        let deadline = Instant::now() + FOLLOW_FOR;
+        let deadline = Instant::now() + self.leaders().follow_for();
         let mut hops = 0;
+        let mut named: Option<ClientError> = None;
         loop {
             let learned = self.leaders().leader_of(bucket);
             let answer = match &learned {
@@ -132,6 +140,7 @@ impl MinkClient {
                 }) if hops < MAX_HOPS => {
                     self.leaders().learn(bucket, Some(leader));
                     hops += 1;
+                    named = Some(error);
                 }
                 Some(NotLeader { leader: None, .. }) if Instant::now() < deadline => {
                     tokio::time::sleep(MOVING_PAUSE).await;
@@ -139,7 +148,10 @@ impl MinkClient {
                 }
                 // A leader gone (its node died): until the bucket moves, the first node
                 // still names it; asked again after a pause.
-                None if learned.is_some() && unreachable(&error) && Instant::now() < deadline => {
+                None if learned.is_some() && unreachable(&error) => {
+                    if Instant::now() >= deadline {
+                        return Err(named.unwrap_or(error));
+                    }
                     self.leaders().learn(bucket, None);
                     tokio::time::sleep(MOVING_PAUSE).await;
                     hops = 0;
@@ -163,7 +175,7 @@ impl MinkClient {
     /// (`ask` gives one node's answer: its items, each naming its `bucket`, and the
     /// NotLeader of the rest). Asks this client's node, then each leader named, once
     /// each; a bucket moving or answered by no one is asked about again after a pause,
-    /// for up to [`FOLLOW_FOR`]. The items sorted by bucket (partition, then bucket), and
+    /// for up to [`FOLLOW_FOR`] (or the client's `follow_for`). The items sorted by bucket (partition, then bucket), and
     /// each bucket's leader learned.
     pub(crate) async fn on_every_leader<T, Fut>(
         &self,
@@ -173,7 +185,8 @@ impl MinkClient {
     where
         Fut: Future<Output = Result<(Vec<T>, Vec<NotLeader>)>>,
     {
-        let deadline = Instant::now() + FOLLOW_FOR;
+        let follow_for = self.leaders().follow_for();
+        let deadline = Instant::now() + follow_for;
         loop {
             let mut answered: BTreeMap<BucketId, T> = BTreeMap::new();
             let mut missing: BTreeSet<BucketId> = BTreeSet::new();
@@ -227,7 +240,7 @@ impl MinkClient {
             if Instant::now() >= deadline {
                 let bucket = missing.into_iter().next();
                 return Err(ClientError::Protocol(format!(
-                    "no node answered for bucket {} within {FOLLOW_FOR:?}: it is moving",
+                    "no node answered for bucket {} within {follow_for:?}: it is moving",
                     bucket.map_or_else(String::new, |bucket| bucket.to_string())
                 )));
             }

@@ -84,6 +84,7 @@ impl LoginArgs {
         Ok(ConnectOptions {
             credentials: self.credentials()?,
             tls_ca: self.tls_ca()?,
+            ..ConnectOptions::default()
         })
     }
 }

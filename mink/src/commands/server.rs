@@ -162,8 +162,8 @@ pub(crate) struct ServerArgs {
     cluster_lease: Duration,
     /// With `--cluster` and TLS on the node ports (`--sql-tls-cert`): the PEM certificate
     /// authority the other nodes' certificates are checked against, when this node calls
-    /// them (a tiering round reads the buckets other nodes lead from them, with this
-    /// node's login).
+    /// them with its login (its Flight SQL endpoint and its tiering rounds read the
+    /// buckets other nodes lead from them).
     #[arg(long, value_name = "FILE", requires = "cluster")]
     cluster_tls_ca: Option<PathBuf>,
     /// With `--log-store`: an upload starts before its interval is over once this much
@@ -299,6 +299,7 @@ fn cluster_config(args: &ServerArgs) -> Result<Option<ClusterConfig>, CliError> 
     let peers = ConnectOptions {
         credentials: login(args)?.0,
         tls_ca: args.cluster_tls_ca.as_deref().map(read_file).transpose()?,
+        ..ConnectOptions::default()
     };
     Ok(Some(ClusterConfig {
         endpoints: endpoints.0.clone(),
@@ -346,6 +347,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     };
     config.log_store = log_store_config(&args);
     config.cluster = cluster_config(&args)?;
+    let peers_tls_ca = (config.cluster.as_ref()).and_then(|cluster| cluster.peers.tls_ca.clone());
     // Every port holds up to --max-connections sockets; buckets get the files left.
     let ports =
         2 + u64::from(args.kafka_listen.is_some()) + u64::from(args.iceberg_rest_listen.is_some());
@@ -389,10 +391,16 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     };
     let handle = serve_with(Arc::clone(&node), listener, options).await?;
     let address = handle.addr();
-    let engine_address = handle.internal_addr().unwrap_or(address).to_string();
+    // In plaintext to the loopback port (its scheme says so), over TLS to the other nodes
+    // of a cluster when `--cluster-tls-ca` names their authority.
+    let engine_address = match handle.internal_addr() {
+        Some(internal) => format!("http://{internal}"),
+        None => address.to_string(),
+    };
     let engine = ConnectOptions {
         credentials,
-        tls_ca: None,
+        tls_ca: peers_tls_ca,
+        ..ConnectOptions::default()
     };
     let sql = serve_flight_sql(&args, pool, &warehouse, &engine_address, &engine).await?;
     let kafka = serve_kafka(&args, &node).await?;

@@ -92,6 +92,7 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), CliError> {
     let node_login = ConnectOptions {
         credentials: credentials.clone(),
         tls_ca: args.login.tls_ca()?,
+        ..ConnectOptions::default()
     };
     let authenticated = credentials.is_some();
     let tls = tls_identity(args.tls_cert.as_deref(), args.tls_key.as_deref())?

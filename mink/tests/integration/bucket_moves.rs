@@ -5,7 +5,9 @@
 //! that leads it again does), it serves every row it acknowledged, its KV store restored
 //! from the store, and takes writes again.
 
-use mink_client::ClientError;
+use std::time::Duration;
+
+use mink_client::{ClientError, ConnectOptions, MinkClient};
 use mink_core::protocol::{BucketId, NotLeader, list_offsets};
 use mink_log::LogStoreConfig;
 use tonic::Code;
@@ -14,8 +16,8 @@ use crate::pk_support::{Key, pk_keys, pk_rows, pk_table, values};
 use crate::support::{TestNode, events, events_table, file_store_url, first_column_ids};
 
 /// The address the buckets are handed over to. Nothing listens there: a client
-/// following the answer is refused at once, and after a few tries returns the NotLeader
-/// itself, which the test reads.
+/// following the answer is refused, asks again until its `follow_for` is over, and then
+/// returns the NotLeader itself, which the test reads.
 const NEXT_LEADER: &str = "127.0.0.1:1";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,6 +64,16 @@ async fn a_bucket_handed_over_answers_not_leader_and_is_whole_once_taken_back() 
             .await
             .expect("hand over");
     }
+    let client = MinkClient::connect_with(
+        node.client.address(),
+        &ConnectOptions {
+            follow_for: Some(Duration::from_millis(300)),
+            ..ConnectOptions::default()
+        },
+    )
+    .await
+    .expect("connect");
+    let client = &client;
     let expected = |bucket: &BucketId, epoch| NotLeader {
         bucket: Some(bucket.clone()),
         leader: Some(NEXT_LEADER.into()),

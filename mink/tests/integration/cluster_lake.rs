@@ -31,19 +31,51 @@ const STEPS: usize = 40;
 /// Keys of the primary-key table.
 const KEYS: i64 = 40;
 
-/// The cluster of one history: its node processes (`None`: killed) and their addresses.
+/// Three nodes over an etcd of their own, their lake on a mink serving the Iceberg REST
+/// catalog: their processes (`None`: killed) and their addresses.
 struct Cluster {
     etcd: Etcd,
     store: TempDir,
     dirs: Vec<TempDir>,
     addresses: Vec<String>,
     nodes: Vec<Option<ServerProcess>>,
-    lake_flags: Vec<String>,
+    /// The flags every node starts with: its lake's, then `more`.
+    flags: Vec<String>,
+    _catalog: (ServerProcess, TempDir),
 }
 
 impl Cluster {
+    /// Starts the catalog and the three nodes, each with the flags `more` too.
+    fn start(more: &[&str]) -> Self {
+        let catalog_dir = tempfile::tempdir().expect("catalog dir");
+        let rest = free_address();
+        let catalog =
+            ServerProcess::start_with(catalog_dir.path(), &["--iceberg-rest-listen", &rest], &[]);
+        let warehouse = catalog_dir.path().join("lake/warehouse");
+        let mut flags = vec![
+            "--lake-catalog".into(),
+            format!("rest:http://{rest}"),
+            "--lake-warehouse".into(),
+            warehouse.display().to_string(),
+        ];
+        flags.extend(more.iter().map(|flag| flag.to_string()));
+        let mut cluster = Self {
+            etcd: Etcd::start(),
+            store: tempfile::tempdir().expect("store"),
+            dirs: (0..3).map(|_| tempfile::tempdir().expect("dir")).collect(),
+            addresses: (0..3).map(|_| free_address()).collect(),
+            nodes: (0..3).map(|_| None).collect(),
+            flags,
+            _catalog: (catalog, catalog_dir),
+        };
+        for i in 0..3 {
+            cluster.start_node(i);
+        }
+        cluster
+    }
+
     fn start_node(&mut self, i: usize) {
-        let flags: Vec<&str> = self.lake_flags.iter().map(String::as_str).collect();
+        let flags: Vec<&str> = self.flags.iter().map(String::as_str).collect();
         self.nodes[i] = Some(start_process_with(
             &self.etcd,
             &self.store,
@@ -205,28 +237,7 @@ fn history(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let scratch = tempfile::tempdir().expect("scratch");
-    let etcd = Etcd::start();
-    let catalog_dir = tempfile::tempdir().expect("catalog dir");
-    let rest = free_address();
-    let _catalog =
-        ServerProcess::start_with(catalog_dir.path(), &["--iceberg-rest-listen", &rest], &[]);
-    let warehouse = catalog_dir.path().join("lake/warehouse");
-    let mut cluster = Cluster {
-        etcd,
-        store: tempfile::tempdir().expect("store"),
-        dirs: (0..3).map(|_| tempfile::tempdir().expect("dir")).collect(),
-        addresses: (0..3).map(|_| free_address()).collect(),
-        nodes: (0..3).map(|_| None).collect(),
-        lake_flags: vec![
-            "--lake-catalog".into(),
-            format!("rest:http://{rest}"),
-            "--lake-warehouse".into(),
-            warehouse.display().to_string(),
-        ],
-    };
-    for i in 0..3 {
-        cluster.start_node(i);
-    }
+    let mut cluster = Cluster::start(&[]);
     let lake = "'lake.enabled' = 'true', 'lake.freshness' = '1s'";
     until_done(
         &cluster.addresses[0],
@@ -470,4 +481,67 @@ fn tiering_across_leaders_tiers_every_row_exactly_once_through_kills_and_restart
     for seed in 0..seeds {
         history(seed);
     }
+}
+
+/// A cluster over TLS: every node serves its port with a certificate and checks the
+/// others' against `--cluster-tls-ca` when it calls them, as its Flight SQL endpoint and
+/// its tiering rounds do: SQL through any node reads every bucket, and a round through
+/// any node tiers every bucket.
+#[test]
+fn a_cluster_over_tls_reads_and_tiers_every_bucket_through_any_node() {
+    let tls = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
+    let path = |name: &str| tls.join(name).display().to_string();
+    let (cert, key, ca) = (path("server.pem"), path("server.key"), path("ca.pem"));
+    let cluster = Cluster::start(&[
+        "--sql-tls-cert",
+        &cert,
+        "--sql-tls-key",
+        &key,
+        "--cluster-tls-ca",
+        &ca,
+    ]);
+    let sql = |node: usize, statement: &str| {
+        let address = &cluster.addresses[node];
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (ok, stdout, stderr) = run_mink(&[
+                "sql",
+                "--connect",
+                address,
+                "--tls-ca",
+                &ca,
+                "--format",
+                "csv",
+                "-e",
+                statement,
+            ]);
+            if ok {
+                return stdout.lines().skip(1).collect::<Vec<_>>().join("\n");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{statement} through n{node}: {stderr}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+    sql(
+        0,
+        "CREATE TABLE db.t (id BIGINT NOT NULL) \
+         WITH ('bucket.num' = '6', 'lake.enabled' = 'true', 'lake.freshness' = '1h')",
+    );
+    let rows: Vec<String> = (0..60).map(|id| format!("({id})")).collect();
+    sql(1, &format!("INSERT INTO db.t VALUES {}", rows.join(", ")));
+    let leaders = "SELECT count(DISTINCT leader) FROM system.buckets WHERE table_name = 'db.t'";
+    assert_eq!(
+        sql(2, leaders),
+        "3",
+        "the buckets are spread over the three nodes"
+    );
+    assert_eq!(sql(2, "SELECT count(*), sum(id) FROM db.t"), "60,1770");
+    sql(0, "CALL system.tier('db.t')");
+    assert_eq!(
+        sql(1, "SELECT count(*), sum(id) FROM db.\"t$lake\""),
+        "60,1770"
+    );
 }

@@ -31,7 +31,7 @@ fn start_server(data_dir: &Path, args: &[&str]) -> ServerProcess {
 fn login() -> ConnectOptions {
     ConnectOptions {
         credentials: Some(Credentials::new(USER, PASSWORD)),
-        tls_ca: None,
+        ..ConnectOptions::default()
     }
 }
 
@@ -170,7 +170,7 @@ async fn the_node_port_answers_no_call_without_the_login() {
     assert_eq!(refused.code(), Some(Code::Unauthenticated), "{refused}");
     let wrong = ConnectOptions {
         credentials: Some(Credentials::new(USER, "wrong")),
-        tls_ca: None,
+        ..ConnectOptions::default()
     };
     let refused = MinkClient::connect_with(&server.addr, &wrong)
         .await

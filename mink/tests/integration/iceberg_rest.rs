@@ -94,7 +94,7 @@ pub(crate) async fn rest_server(dir: &std::path::Path) -> (ServerProcess, MinkCl
     );
     let options = ConnectOptions {
         credentials: Some(Credentials::new(USER, PASSWORD)),
-        tls_ca: None,
+        ..ConnectOptions::default()
     };
     let client = MinkClient::connect_with(&server.addr, &options)
         .await
