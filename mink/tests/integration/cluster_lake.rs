@@ -383,12 +383,17 @@ fn history(seed: u64) {
 }
 
 /// Prints the rows `sys.argv[2]` answers through the Flight SQL endpoint `sys.argv[1]`,
-/// one CSV line each, with the ADBC driver.
+/// one CSV line each, with the ADBC driver; over TLS when `sys.argv[3]` names the PEM
+/// authority to check the endpoint's certificate against.
 const ADBC_QUERY: &str = r#"
 import sys
 import adbc_driver_flightsql.dbapi as flight_sql
 
-with flight_sql.connect(sys.argv[1], autocommit=True) as conn, conn.cursor() as cursor:
+options = {}
+if len(sys.argv) > 3:
+    options["adbc.flight.sql.client_option.tls_root_certs"] = open(sys.argv[3]).read()
+with flight_sql.connect(sys.argv[1], db_kwargs=options, autocommit=True) as conn, \
+        conn.cursor() as cursor:
     cursor.execute(sys.argv[2])
     for row in cursor.fetchall():
         print(",".join(str(value) for value in row))
@@ -544,4 +549,16 @@ fn a_cluster_over_tls_reads_and_tiers_every_bucket_through_any_node() {
         sql(1, "SELECT count(*), sum(id) FROM db.\"t$lake\""),
         "60,1770"
     );
+    // Each node's own Flight SQL endpoint reads the others' buckets over TLS.
+    for node in cluster.nodes.iter().flatten() {
+        let uri = format!("grpc+tls://{}", node.sql_addr);
+        let query = "SELECT count(*), sum(id) FROM db.t";
+        let output = std::process::Command::new(python())
+            .args(["-c", ADBC_QUERY, &uri, query, &ca])
+            .output()
+            .expect("run python");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "ADBC through {uri}: {stderr}");
+        assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "60,1770");
+    }
 }
