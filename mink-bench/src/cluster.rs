@@ -228,6 +228,11 @@ impl Cluster {
             .map(|(bucket, _)| (bucket, self.client.leader_of(bucket)))
             .filter(|(_, leader)| *leader != self.nodes[0].address)
             .collect();
+        if elsewhere.is_empty() {
+            return Err(BenchError::Mismatch(
+                "the first node leads every bucket: nothing to redirect".into(),
+            ));
+        }
         let (mut direct, mut redirected) = (Vec::new(), Vec::new());
         for i in 0..count {
             let (bucket, leader) = &elsewhere[i % elsewhere.len()];

@@ -99,6 +99,9 @@ pub struct Node {
     /// One tiering round or compaction at a time (mink is the only writer of its lake
     /// tables); the lock holds the lake indexes of primary-key tables.
     pub(crate) tiering: tokio::sync::Mutex<crate::lake_index::LakeIndexes>,
+    /// Held while the node brings its tables in line with the cluster's metadata
+    /// (`Node::follow_tables`), with when a table it did not know made it last do so.
+    following: Mutex<Option<std::time::Instant>>,
     /// One CREATE or DROP TABLE at a time: a create opens its tablets without holding
     /// the table map's lock, so readers and writers of other tables never wait for it.
     ddl: tokio::sync::Mutex<()>,
@@ -243,6 +246,7 @@ impl Node {
             lake: tokio::sync::OnceCell::new(),
             peers: tokio::sync::OnceCell::new(),
             tiering: tokio::sync::Mutex::default(),
+            following: Mutex::new(None),
             ddl: tokio::sync::Mutex::default(),
             reads,
             _lock: lock,
@@ -278,13 +282,15 @@ impl Node {
         self.storage.config.failpoint
     }
 
+    /// A table's state. In a cluster, a table this node does not know yet (created
+    /// through another node a moment ago) is looked for in the cluster's metadata first.
     fn table(&self, path: &TablePath) -> Result<Arc<TableState>> {
-        self.tables
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(path)
-            .cloned()
-            .ok_or_else(|| NodeError::TableNotFound(path.to_string()))
+        let known = || self.tables_read().get(path).cloned();
+        if let Some(state) = known() {
+            return Ok(state);
+        }
+        let looked = self.membership.is_some() && self.look_for_new_tables();
+        (looked.then(known).flatten()).ok_or_else(|| NodeError::TableNotFound(path.to_string()))
     }
 
     fn tables_read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<TablePath, Arc<TableState>>> {

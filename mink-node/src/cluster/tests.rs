@@ -13,7 +13,7 @@ use super::assignment::Leader;
 use super::controller::{self, assignment};
 use super::drain::Drainer;
 use super::*;
-use crate::metadata::{EtcdMetadata, MetadataStore};
+use crate::metadata::{EtcdMetadata, MetadataStore, TableMetadata};
 use crate::testing::Etcd;
 
 /// etcd's shortest lease here (it raises shorter ones to 1.5 times its election timeout).
@@ -226,4 +226,29 @@ async fn the_controller_spreads_the_buckets_and_moves_a_dead_nodes() {
         assert!(client.get(mark, None).await.unwrap().kvs().is_empty());
         before = after;
     }
+}
+
+/// A table created through another node a moment ago is known at once: a request naming
+/// a table the node does not know looks in the cluster's metadata before it says "does
+/// not exist" (this node follows no assignment here, so nothing else would tell it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_created_through_another_node_is_known_at_once() {
+    let etcd = Etcd::start();
+    let (dir, store) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut node_config = crate::node::NodeConfig::new(dir.path());
+    node_config.log_store = Some(LogStoreConfig::new(format!(
+        "file://{}",
+        store.path().display()
+    )));
+    node_config.cluster = Some(config(&etcd, "n1"));
+    let node = crate::Node::open(node_config).await.unwrap();
+    let other = EtcdMetadata::connect(std::slice::from_ref(&etcd.endpoint), "/test", "n2").unwrap();
+    let created = other.create_table(&table("t9", 2)).unwrap();
+    let described = node.describe(&created.path).unwrap();
+    assert_eq!(described.table_id, created.table_id);
+    let missing = node.describe(&TablePath::new("db", "missing")).unwrap_err();
+    assert!(
+        matches!(missing, crate::NodeError::TableNotFound(_)),
+        "{missing}"
+    );
 }

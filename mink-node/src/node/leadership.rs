@@ -9,17 +9,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use mink_client::MinkClient;
 use mink_core::protocol::{BucketId, NodeInfo, NotLeader};
 use mink_core::table::{TableDescriptor, TablePath};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::validate::check_bucket_address;
 use super::{Bucket, Node, NodeConfig, TableState, bucket_key};
 use crate::cluster::drain::Drainer;
 use crate::cluster::{ClusterConfig, Membership};
 use crate::error::{NodeError, Result};
+
+/// How often a request naming a table this node does not know makes it look at the
+/// cluster's metadata.
+const MISSING_TABLE_LOOKS: Duration = Duration::from_millis(100);
 
 /// A bucket of a partition, as this node holds it.
 #[derive(Debug, Clone)]
@@ -187,11 +192,39 @@ impl Node {
 
     /// Brings the node's tables in line with the cluster's metadata (tables created or
     /// dropped on other nodes, partitions created, columns added), the buckets new here
-    /// moving; every bucket of every table, by its key ([`bucket_key`]).
+    /// moving; every bucket of every table, by its key ([`bucket_key`]). One call at a
+    /// time: two would each add a table new here, the second's in place of the first's.
     ///
     /// # Errors
     /// The metadata could not be read.
     pub(crate) fn follow_tables(&self) -> Result<BTreeMap<String, BucketId>> {
+        let _following = self.following();
+        self.follow_tables_now()
+    }
+
+    /// [`Node::follow_tables`] for a request naming a table this node does not know,
+    /// at most once every [`MISSING_TABLE_LOOKS`] whatever clients ask for; whether it
+    /// looked.
+    pub(super) fn look_for_new_tables(&self) -> bool {
+        let mut following = self.following();
+        if following.is_some_and(|last| last.elapsed() < MISSING_TABLE_LOOKS) {
+            return false;
+        }
+        *following = Some(Instant::now());
+        match self.follow_tables_now() {
+            Ok(_) => true,
+            Err(error) => {
+                warn!(%error, "looking for tables created through other nodes failed");
+                false
+            }
+        }
+    }
+
+    fn following(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.following.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn follow_tables_now(&self) -> Result<BTreeMap<String, BucketId>> {
         let described = self.metadata.load_tables()?;
         let names: BTreeSet<&TablePath> = described.iter().map(|table| &table.path).collect();
         let gone: Vec<TablePath> = (self.tables_read().keys())

@@ -1,13 +1,17 @@
 //! Tiering across the leaders of a cluster: three `mink server --cluster` processes over
 //! a real etcd, their lake on one Iceberg REST catalog (a fourth mink serving
-//! `--iceberg-rest-listen`), random histories of writes through any node (SQL INSERT,
-//! UPDATE and DELETE, `mink load`, Flight DoPut), nodes killed
-//! with `kill -9` or paused past their lease (`kill -STOP`) and started again, and tiering rounds run by any node (and by the node
-//! owning the table's rounds, every second), each step checked against a model: the union
-//! read is the model, and after a round the lake alone is too, every row tiered exactly
-//! once; at the end `mink read` and the ADBC driver read the same through every node. A
-//! failure prints its seed; `MINK_CLUSTER_LAKE_SEEDS` runs more histories (2 in
-//! CI, about 20 s each).
+//! `--iceberg-rest-listen`).
+//!
+//! Random histories of writes through any node (SQL INSERT, UPDATE and DELETE, `mink
+//! load`, Flight DoPut), nodes killed with `kill -9` or paused past their lease (`kill
+//! -STOP`) and started again, and tiering rounds run by any node (and every second by the
+//! node owning the table's rounds), each step checked against a model: the union read is
+//! the model, and after a round the lake alone is too, every row tiered exactly once; at
+//! the end `mink read` and the ADBC driver read the same through every node. A failure
+//! prints its seed; `MINK_CLUSTER_LAKE_SEEDS` runs more histories (2 in CI, about 20 s
+//! each).
+//!
+//! The same cluster over TLS: SQL, ADBC and rounds through any node reach every bucket.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
