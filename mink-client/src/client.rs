@@ -40,6 +40,12 @@ use crate::read::{
 
 /// Largest gRPC message the client accepts (one Arrow batch).
 const MAX_MESSAGE_BYTES: usize = 256 << 20;
+/// How often the client pings a node over each connection, and how long it waits for the
+/// answer before it takes the node for gone: a call to a node that stopped answering (a
+/// paused process, a machine cut off) fails within both, rather than waiting for it, and
+/// a call about a bucket then finds its new leader ([`crate::FOLLOW_FOR`]).
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bytes of log asked for per Scan of [`MinkClient::read_range`].
 const RANGE_SCAN_BYTES: u64 = 8 << 20;
 
@@ -115,7 +121,10 @@ impl MinkClient {
         };
         let mut endpoint = Channel::from_shared(url)
             .map_err(|e| ClientError::Protocol(format!("bad address '{address}': {e}")))?
-            .max_frame_size(mink_auth::CLIENT_MAX_FRAME_BYTES);
+            .max_frame_size(mink_auth::CLIENT_MAX_FRAME_BYTES)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
         if tls {
             endpoint = endpoint
                 .tls_config(mink_auth::client_tls(options.tls_ca.as_deref()))
