@@ -2,15 +2,16 @@
 //!
 //! ```text
 //! cargo run --release -p mink-bench -- cluster [--trials 10] [--lease 2s] [--buckets 6]
-//!     [--rows-per-bucket 1000] [--primary-key] [--dir DIR]
+//!     [--rows-per-bucket 1000] [--primary-key] [--redirects 200] [--dir DIR]
 //! ```
 //!
 //! Each trial runs a fresh cluster of three nodes in this process, over an etcd of its
 //! own (Debian's `etcd-server` on `PATH`) and a `file://` log store in the working
 //! directory, each node served on a loopback port and driven through `MinkClient`, which
 //! follows NotLeader answers. A log table (`--primary-key`: a primary-key table) of
-//! `--buckets` buckets gets `--rows-per-bucket` rows (keys) a bucket; then the node leading the most buckets (not the one the client connected to) dies: it
-//! stops serving and renewing its lease, as a killed process does. From that moment, each
+//! `--buckets` buckets gets `--rows-per-bucket` rows (keys) a bucket; then the node
+//! leading the most buckets (not the one the client connected to) dies: it stops serving
+//! and renewing its lease, as a killed process does. From that moment, each
 //! of its buckets is written one row at a time (a call given up after 3 s, as on a node
 //! gone) until a write is acknowledged: its failover. The trial's figure is its slowest
 //! bucket's.
@@ -34,6 +35,10 @@
 //! one-node cluster of the same kind (same etcd, same log store, same client), run first
 //! in each trial. Every node runs in this one process, on the same cores: this says what
 //! spreading the buckets costs or gains on one machine, not what more machines give.
+//!
+//! A fourth, in the first trial too, on both clusters: a row written through the first
+//! node (to its bucket's leader) and read back through the last node (a Scan of the
+//! leader from the row's offset), from the write's start to the read's answer.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -69,7 +74,8 @@ pub(crate) struct ClusterArgs {
     /// A primary-key table (its key `id`), not a log table.
     #[arg(long)]
     primary_key: bool,
-    /// Requests timed for the redirect figure.
+    /// Requests timed for the redirect and the write -> visible figures (in the first
+    /// trial).
     #[arg(long, default_value_t = 200)]
     redirects: usize,
     /// Working directory (default: a temporary one, removed after).
@@ -100,17 +106,22 @@ pub(crate) async fn run(args: ClusterArgs) -> Result<(), BenchError> {
     let etcd = Etcd::start();
     let mut failovers = Vec::with_capacity(args.trials);
     let (mut one_node_fills, mut fills) = (Vec::new(), Vec::new());
+    let (mut one_node_visible, mut visible) = (Vec::new(), Vec::new());
     let mut redirects = None;
     for trial in 0..args.trials {
         let dir = scratch.path.join(format!("trial-{trial}"));
         let one_node = format!("{trial}-one");
         let one_node = Cluster::start(&etcd, &dir.join("one"), &one_node, 1, &args).await?;
         one_node_fills.push(one_node.filled_in);
+        if trial == 0 {
+            one_node_visible = one_node.write_to_visible(args.redirects).await?;
+        }
         one_node.stop().await;
         let cluster = Cluster::start(&etcd, &dir, &trial.to_string(), NODES, &args).await?;
         fills.push(cluster.filled_in);
         if trial == 0 {
             redirects = Some(cluster.redirects(args.redirects).await?);
+            visible = cluster.write_to_visible(args.redirects).await?;
         }
         let failover = cluster.failover().await?;
         eprintln!("trial {trial}: failover {failover:?}");
@@ -135,6 +146,17 @@ pub(crate) async fn run(args: ClusterArgs) -> Result<(), BenchError> {
     let (one_node, three) = (
         Latency::new(millis(&one_node_fills)),
         Latency::new(millis(&fills)),
+    );
+    let ratio = format!("to one node's {}", three.ratio_to(&one_node));
+    report("one node (baseline)", one_node, &[]);
+    report("three nodes", three, &[ratio]);
+    println!(
+        "# a row written through the first node, read back through the last, {} rows",
+        args.redirects
+    );
+    let (one_node, three) = (
+        Latency::new(millis(&one_node_visible)),
+        Latency::new(millis(&visible)),
     );
     let ratio = format!("to one node's {}", three.ratio_to(&one_node));
     report("one node (baseline)", one_node, &[]);
@@ -249,6 +271,33 @@ impl Cluster {
             }
         }
         Ok((direct, redirected))
+    }
+
+    /// `count` times, a new row appended to a bucket through the first node (its
+    /// client), then read back through the last node (a client of its own, which
+    /// learns each bucket's leader on its first read): from the write's start to the
+    /// read's answer.
+    async fn write_to_visible(&self, count: usize) -> Result<Vec<Duration>, BenchError> {
+        let last = self.nodes.last().expect("a node");
+        let reader = MinkClient::connect(&last.address).await?;
+        let mut times = Vec::with_capacity(count);
+        for i in 0..count {
+            // The bucket's own first id, again: a log table takes it once more, a
+            // primary-key table updates it.
+            let (bucket, id) = &self.one_per_bucket[i % self.one_per_bucket.len()];
+            let row = rows(&self.table, &[*id])?;
+            let started = Instant::now();
+            let acks = self.client.append(bucket, vec![row]).await?;
+            let offset = acks.last().map_or(0, |ack| ack.last_offset);
+            let read = reader.scan(bucket, offset, 0, &[]).await?;
+            if read.num_rows() == 0 {
+                return Err(BenchError::Mismatch(format!(
+                    "the row written at {offset} of {bucket} is not read back"
+                )));
+            }
+            times.push(started.elapsed());
+        }
+        Ok(times)
     }
 
     /// Every thousandth key written is found by a lookup: the buckets that moved serve

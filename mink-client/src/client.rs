@@ -42,8 +42,9 @@ use crate::read::{
 const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// How often the client pings a node over each connection, and how long it waits for the
 /// answer before it takes the node for gone: a call to a node that stopped answering (a
-/// paused process, a machine cut off) fails within both, rather than waiting for it, and
-/// a call about a bucket then finds its new leader ([`crate::FOLLOW_FOR`]).
+/// paused process, a machine cut off) fails within both rather than waiting for it (not
+/// retried: a write's outcome is then unknown), and the calls after it about a bucket
+/// find its new leader ([`crate::FOLLOW_FOR`]).
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bytes of log asked for per Scan of [`MinkClient::read_range`].
