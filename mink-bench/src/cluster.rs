@@ -127,7 +127,6 @@ pub(crate) async fn run(args: ClusterArgs) -> Result<(), BenchError> {
         eprintln!("trial {trial}: failover {failover:?}");
         failovers.push(failover);
     }
-    let lease = Latency::new(vec![args.lease.as_secs_f64() * 1e3]);
     let kind = match args.primary_key {
         true => "primary-key",
         false => "log",
@@ -137,45 +136,35 @@ pub(crate) async fn run(args: ClusterArgs) -> Result<(), BenchError> {
          lease {:?}, {} trials",
         args.buckets, args.rows_per_bucket, args.lease, args.trials
     );
-    let failover = Latency::new(millis(&failovers));
-    let ratio = format!("to the lease {}", failover.ratio_to(&lease));
-    report("lease (baseline)", lease, &[]);
-    report("failover", failover, &[ratio]);
+    let lease = [args.lease];
+    report_against(("lease", &lease), ("failover", &failovers), "the lease");
     let rows = args.rows_per_bucket * i64::from(args.buckets);
     println!("# writing the table's {rows} rows, {WRITE_ROWS} a write, one write at a time");
-    let (one_node, three) = (
-        Latency::new(millis(&one_node_fills)),
-        Latency::new(millis(&fills)),
-    );
-    let ratio = format!("to one node's {}", three.ratio_to(&one_node));
-    report("one node (baseline)", one_node, &[]);
-    report("three nodes", three, &[ratio]);
+    let one_node = ("one node", one_node_fills.as_slice());
+    report_against(one_node, ("three nodes", &fills), "one node's");
     println!(
         "# a row written through the first node, read back through the last, {} rows",
         args.redirects
     );
-    let (one_node, three) = (
-        Latency::new(millis(&one_node_visible)),
-        Latency::new(millis(&visible)),
-    );
-    let ratio = format!("to one node's {}", three.ratio_to(&one_node));
-    report("one node (baseline)", one_node, &[]);
-    report("three nodes", three, &[ratio]);
+    let one_node = ("one node", one_node_visible.as_slice());
+    report_against(one_node, ("three nodes", &visible), "one node's");
     if let Some((direct, redirected)) = redirects {
         println!("# a new client's list_offsets, {} requests", args.redirects);
-        let (direct, redirected) = (
-            Latency::new(millis(&direct)),
-            Latency::new(millis(&redirected)),
-        );
-        let ratio = format!("to the leader's {}", redirected.ratio_to(&direct));
-        report("sent to the leader (baseline)", direct, &[]);
-        report("sent to another node, redirected", redirected, &[ratio]);
+        let redirected = ("sent to another node, redirected", redirected.as_slice());
+        report_against(("sent to the leader", &direct), redirected, "the leader's");
     }
     Ok(())
 }
 
-fn millis(times: &[Duration]) -> Vec<f64> {
-    times.iter().map(|t| t.as_secs_f64() * 1e3).collect()
+/// Reports the times of `measured` against those of `baseline` (each a name and its
+/// times), its ratio to them named `to`.
+fn report_against(baseline: (&str, &[Duration]), measured: (&str, &[Duration]), to: &str) {
+    let latency =
+        |times: &[Duration]| Latency::new(times.iter().map(|t| t.as_secs_f64() * 1e3).collect());
+    let (base, times) = (latency(baseline.1), latency(measured.1));
+    let ratio = format!("to {to} {}", times.ratio_to(&base));
+    report(&format!("{} (baseline)", baseline.0), base, &[]);
+    report(measured.0, times, &[ratio]);
 }
 
 /// One trial's cluster, its table written.
