@@ -11,7 +11,8 @@
 //! prints its seed; `MINK_CLUSTER_LAKE_SEEDS` runs more histories (2 in CI, about 20 s
 //! each).
 //!
-//! The same cluster over TLS: SQL, ADBC and rounds through any node reach every bucket.
+//! The same cluster over TLS: SQL, ADBC and rounds through any node reach every bucket;
+//! and with distributed SQL, workers read every bucket from its leader.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use rand::{Rng, SeedableRng};
 use tempfile::TempDir;
 
 use crate::cluster::{free_address, sql_value, start_process_with};
-use crate::process::{ServerProcess, run_mink, run_sql};
+use crate::process::{ServerProcess, WorkerProcess, run_mink, run_sql};
 use crate::python::python;
 
 /// Steps of one history.
@@ -45,6 +46,8 @@ struct Cluster {
     nodes: Vec<Option<ServerProcess>>,
     /// The flags every node starts with: its lake's, then `more`.
     flags: Vec<String>,
+    /// Where the lake's files are.
+    warehouse: String,
     _catalog: (ServerProcess, TempDir),
 }
 
@@ -56,11 +59,12 @@ impl Cluster {
         let catalog =
             ServerProcess::start_with(catalog_dir.path(), &["--iceberg-rest-listen", &rest], &[]);
         let warehouse = catalog_dir.path().join("lake/warehouse");
+        let warehouse = warehouse.display().to_string();
         let mut flags = vec![
             "--lake-catalog".into(),
             format!("rest:http://{rest}"),
             "--lake-warehouse".into(),
-            warehouse.display().to_string(),
+            warehouse.clone(),
         ];
         flags.extend(more.iter().map(|flag| flag.to_string()));
         let mut cluster = Self {
@@ -70,6 +74,7 @@ impl Cluster {
             addresses: (0..3).map(|_| free_address()).collect(),
             nodes: (0..3).map(|_| None).collect(),
             flags,
+            warehouse,
             _catalog: (catalog, catalog_dir),
         };
         for i in 0..3 {
@@ -565,4 +570,59 @@ fn a_cluster_over_tls_reads_and_tiers_every_bucket_through_any_node() {
         assert!(output.status.success(), "ADBC through {uri}: {stderr}");
         assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "60,1770");
     }
+}
+
+/// Distributed SQL over a cluster: a node's Flight SQL endpoint runs a statement on two
+/// `mink worker`s whose tasks read each bucket's log from its leader (the worker's client
+/// of the node follows NotLeader), and the answer is the whole table's.
+#[test]
+fn workers_read_every_bucket_of_a_cluster_from_its_leader() {
+    let ports = [free_address(), free_address()];
+    let workers_flag = ports.join(",");
+    let cluster = Cluster::start(&["--sql-workers", &workers_flag, "--sql-task-rows", "1"]);
+    until_done(
+        &cluster.addresses[0],
+        "CREATE TABLE db.w (id BIGINT NOT NULL, g BIGINT) WITH ('bucket.num' = '6')",
+    );
+    let rows: Vec<String> = (0..300).map(|id| format!("({id}, {})", id % 3)).collect();
+    until_done(
+        &cluster.addresses[1],
+        &format!("INSERT INTO db.w VALUES {}", rows.join(", ")),
+    );
+    let warehouse = &cluster.warehouse;
+    let node = format!("http://{}", cluster.addresses[0]);
+    let _workers = ports.map(|port| {
+        WorkerProcess::start(
+            &[
+                "--listen",
+                &port,
+                "--node",
+                &node,
+                "--lake-warehouse",
+                warehouse,
+            ],
+            &[],
+        )
+    });
+    let flight_sql = cluster.nodes[0].as_ref().expect("n0").sql_uri();
+    let sql = |statement: &str| {
+        let (ok, stdout, stderr) = run_mink(&[
+            "sql",
+            "--flight-sql",
+            &flight_sql,
+            "--format",
+            "csv",
+            "-e",
+            statement,
+        ]);
+        assert!(ok, "{statement}: {stderr}");
+        stdout.lines().skip(1).collect::<Vec<_>>().join(";")
+    };
+    let groups = "SELECT g, count(*), sum(id) FROM db.w GROUP BY g ORDER BY g";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sql(&format!("EXPLAIN {groups}")).contains("DistributedExec") {
+        assert!(Instant::now() < deadline, "the workers never joined");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(sql(groups), "0,100,14850;1,100,14950;2,100,15050");
 }
