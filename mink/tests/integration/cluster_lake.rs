@@ -214,10 +214,33 @@ fn append(
 }
 
 /// What the history wrote: the primary-key table's rows and the log table's ids.
-#[derive(Default)]
+#[derive(Debug, Default, PartialEq)]
 struct Model {
     kv: BTreeMap<i64, String>,
     events: Vec<i64>,
+}
+
+/// What a read of the two tables sees.
+#[derive(Clone, Copy)]
+enum Read {
+    /// The tables: their union reads.
+    Tables,
+    /// Their lakes alone (`t$lake`): the last tiering round.
+    Lakes,
+}
+
+impl Model {
+    /// The two tables as `read` through the node at `address` sees them.
+    fn read(address: &str, read: Read) -> Self {
+        let name = |table: &str| match read {
+            Read::Tables => format!("db.{table}"),
+            Read::Lakes => format!("db.\"{table}$lake\""),
+        };
+        Self {
+            kv: kv_rows(address, &name("kv")),
+            events: log_ids(address, &name("ev")),
+        }
+    }
 }
 
 fn values(rows: &[(i64, String)]) -> String {
@@ -360,22 +383,15 @@ fn history(seed: u64) {
         eprintln!("seed {seed} step {step}: {what}");
         let reader = cluster.any(&mut rng);
         assert_eq!(
-            kv_rows(&reader, "db.kv"),
-            model.kv,
-            "seed {seed} step {step} ({what}): db.kv"
-        );
-        assert_eq!(
-            log_ids(&reader, "db.ev"),
-            model.events,
-            "seed {seed} step {step} ({what}): db.ev"
+            Model::read(&reader, Read::Tables),
+            model,
+            "seed {seed} step {step} ({what})"
         );
     }
     // The node owning each table's rounds tiers it by itself, every lake.freshness.
     let reader = cluster.any(&mut rng);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while kv_rows(&reader, "db.\"kv$lake\"") != model.kv
-        || log_ids(&reader, "db.\"ev$lake\"") != model.events
-    {
+    while Model::read(&reader, Read::Lakes) != model {
         assert!(
             Instant::now() < deadline,
             "seed {seed}: no node tiered the last writes"
@@ -474,14 +490,9 @@ fn check_a_round(cluster: &Cluster, rng: &mut StdRng, model: &Model, context: &s
     until_done(&through, "CALL system.tier('db.ev')");
     let reader = cluster.any(rng);
     assert_eq!(
-        kv_rows(&reader, "db.\"kv$lake\""),
-        model.kv,
-        "{context}: the lake of db.kv after a round"
-    );
-    assert_eq!(
-        log_ids(&reader, "db.\"ev$lake\""),
-        model.events,
-        "{context}: the lake of db.ev after a round"
+        Model::read(&reader, Read::Lakes),
+        *model,
+        "{context}: the lakes after a round"
     );
 }
 
