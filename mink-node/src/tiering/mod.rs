@@ -327,6 +327,16 @@ pub(crate) fn recorded_offsets(node: &Node, table: &TableDescriptor) -> Result<B
 /// `lake_table` is replaced by the table as committed when going back commits. Returns
 /// whether the record changed.
 async fn reconcile(node: &Node, table: &TableDescriptor, lake_table: &mut Table) -> Result<bool> {
+    // In a cluster another node's round may have committed and recorded a snapshot since
+    // `lake_table` was loaded: a record naming a snapshot it lacks is only taken for one
+    // the lake lost once the table is loaded again (a record follows its commit).
+    let recorded_id =
+        (node.metadata.latest_lake_snapshot(table.table_id)?).map(|record| record.snapshot_id);
+    if let Some(id) = recorded_id
+        && lake_table.metadata().snapshot_by_id(id).is_none()
+    {
+        *lake_table = node.lake().await?.load(&table.path).await?;
+    }
     let seam = lake_seam(lake_table);
     let newest = match &seam {
         LakeSeam::Tiered(newest) => Some(newest),
@@ -345,8 +355,6 @@ async fn reconcile(node: &Node, table: &TableDescriptor, lake_table: &mut Table)
         }
         node.metadata.clear_pending_round(table.table_id)?;
     }
-    let recorded = node.metadata.latest_lake_snapshot(table.table_id)?;
-    let recorded_id = recorded.as_ref().map(|record| record.snapshot_id);
     match seam {
         LakeSeam::Tiered(newest) if recorded_id == Some(newest.id) => Ok(false),
         LakeSeam::Tiered(newest) => {

@@ -502,3 +502,22 @@ async fn a_record_of_a_lake_with_no_snapshot_left_goes_back_to_nothing_tiered() 
     super::check_lake_records(&node).await;
     assert_eq!(seam(&node, &table), (again.snapshot_id, 12));
 }
+
+/// In a cluster another node's round may commit and record a snapshot after this round
+/// loaded the lake table: reconcile loads it again rather than taking the newer record
+/// for one the lake lost (which went back to the older snapshot until the next round).
+#[tokio::test]
+async fn a_record_newer_than_the_loaded_lake_table_is_not_taken_for_a_lost_one() {
+    let (_dir, node, table) = node_with_log_table().await;
+    write(&node, &table, 0..10).await;
+    super::tier_table(&node, &table.path).await.unwrap();
+    let mut loaded = node.lake().await.unwrap().load(&table.path).await.unwrap();
+    // "Another node's" round, committed and recorded meanwhile.
+    write(&node, &table, 10..25).await;
+    let second = super::tier_table(&node, &table.path).await.unwrap();
+
+    let changed = super::reconcile(&node, &table, &mut loaded).await.unwrap();
+    assert!(!changed, "the record is the lake's newest snapshot");
+    assert_eq!(seam(&node, &table), (second.snapshot_id, 25));
+    assert_eq!(loaded.metadata().current_snapshot_id(), second.snapshot_id);
+}
