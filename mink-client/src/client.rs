@@ -16,9 +16,9 @@ use mink_auth::Credentials;
 use mink_core::filter::ColumnFilter;
 use mink_core::protocol::{
     AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CompactReply, CreateTable, DropTable,
-    ExpireSnapshotsReply, LakeRequest, LakeSnapshotInfo, LakeSnapshotList, LakeTableStats,
-    LimitScanRequest, ListNodes, ListOffsets, ListTables, LiveTailRequest, Lookup, LookupReply,
-    NodeInfo, NodeList, OffsetReply, PrefixLookup, ReadTicket, RemoveOrphanFiles,
+    ExpireSnapshotsReply, IdempotentWriter, LakeRequest, LakeSnapshotInfo, LakeSnapshotList,
+    LakeTableStats, LimitScanRequest, ListNodes, ListOffsets, ListTables, LiveTailRequest, Lookup,
+    LookupReply, NodeInfo, NodeList, OffsetReply, PrefixLookup, ReadTicket, RemoveOrphanFiles,
     RemoveOrphanFilesReply, RewriteManifestsReply, ScanRequest, SnapshotBatch, SnapshotRequest,
     TableChangesPlan, TableChangesRequest, TableDescriptorProto, TableList, TableRef,
     TableUnionRequest, TableUnionSplits, TierReply, UnionPlan, UnionRequest, UnionSplit,
@@ -31,7 +31,7 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 use crate::error::{ClientError, Result};
-use crate::leaders::{Connection, Leaders};
+use crate::leaders::{Connection, Leaders, Repeat};
 use crate::pieces::{joined, pieces};
 use crate::read::{
     LookupResult, ReadAnswer, ReadBatch, SnapshotAnswer, Tailer, UnionAnswer, read_batches,
@@ -42,13 +42,21 @@ use crate::read::{
 const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// How often the client pings a node over each connection, and how long it waits for the
 /// answer before it takes the node for gone: a call to a node that stopped answering (a
-/// paused process, a machine cut off) fails within both rather than waiting for it (not
-/// retried: a write's outcome is then unknown), and the calls after it about a bucket
+/// paused process, a machine cut off) fails within both rather than waiting for it (a
+/// write's outcome is then unknown: only a `TableWriter` retries it), and the calls after it about a bucket
 /// find its new leader ([`crate::FOLLOW_FOR`]).
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bytes of log asked for per Scan of [`MinkClient::read_range`].
 const RANGE_SCAN_BYTES: u64 = 8 << 20;
+
+/// One DoPut's answer: an acknowledgement per batch, and the messages sent (a batch is
+/// sent in pieces past half a gRPC message).
+#[derive(Debug)]
+pub(crate) struct Put {
+    pub(crate) acks: Vec<AppendAck>,
+    pub(crate) messages: usize,
+}
 
 /// A connection to a mink node. Cheap to clone; clones share the connection.
 #[derive(Debug)]
@@ -317,8 +325,11 @@ impl MinkClient {
     /// Appends batches to one bucket in one DoPut stream (upserts them, for a
     /// primary-key table); returns one acknowledgement per batch, each sent by the node
     /// only once the batch is durable. A batch larger than half a gRPC message (128 MiB)
-    /// is written in pieces: each is atomic, the batch as a whole
-    /// is not.
+    /// is written in pieces: each is atomic, the batch as a whole is not.
+    ///
+    /// The DoPut is sent again only when its node surely wrote none of it (it answered
+    /// NotLeader, or could not be reached): a failure after that may leave some batches
+    /// written. A [`TableWriter`](crate::TableWriter) retries such a write, written once.
     pub async fn append(
         &self,
         bucket: &BucketId,
@@ -329,7 +340,7 @@ impl MinkClient {
 
     /// Deletes rows of a primary-key table's bucket by key: each batch holds the
     /// primary-key columns. An acknowledgement's offset range is empty when none of its
-    /// keys existed.
+    /// keys existed. Sent again as [`MinkClient::append`] is.
     pub async fn delete_keys(
         &self,
         bucket: &BucketId,
@@ -344,20 +355,40 @@ impl MinkClient {
         batches: Vec<RecordBatch>,
         delete: bool,
     ) -> Result<Vec<AppendAck>> {
+        let put = self
+            .follow(bucket, Repeat::IfNotSent, |node| {
+                let batches = batches.clone();
+                async move { node.put_here(bucket, batches, delete, None).await }
+            })
+            .await?;
+        Ok(put.acks)
+    }
+
+    /// Writes `batches` to one bucket as `writer`'s next batches (see
+    /// [`IdempotentWriter`]), following the bucket's leader: sent again, they are written
+    /// once.
+    pub(crate) async fn put_as(
+        &self,
+        bucket: &BucketId,
+        batches: Vec<RecordBatch>,
+        delete: bool,
+        writer: IdempotentWriter,
+    ) -> Result<Put> {
         self.on_leader(bucket, |node| {
             let batches = batches.clone();
-            async move { node.put_here(bucket, batches, delete).await }
+            async move { node.put_here(bucket, batches, delete, Some(writer)).await }
         })
         .await
     }
 
-    /// [`MinkClient::put`] on this client's node.
+    /// One DoPut of `batches` to this client's node.
     async fn put_here(
         &self,
         bucket: &BucketId,
         batches: Vec<RecordBatch>,
         delete: bool,
-    ) -> Result<Vec<AppendAck>> {
+        writer: Option<IdempotentWriter>,
+    ) -> Result<Put> {
         let mut sent = Vec::with_capacity(batches.len());
         let mut pieces_per_batch = Vec::with_capacity(batches.len());
         for batch in batches {
@@ -365,9 +396,11 @@ impl MinkClient {
             pieces_per_batch.push(cut.len());
             sent.extend(cut);
         }
+        let messages = sent.len();
         let header = WriteHeader {
             bucket: Some(bucket.clone()),
             delete,
+            writer,
         };
         let descriptor = FlightDescriptor::new_cmd(header.encode_to_vec());
         // Dictionary columns go as dictionaries: hydrated to their values they would not
@@ -377,20 +410,26 @@ impl MinkClient {
             .with_flight_descriptor(Some(descriptor))
             .with_max_flight_data_size(usize::MAX)
             .build(stream::iter(sent.into_iter().map(Ok)));
-        let acks: Vec<AppendAck> = self
-            .flight()
-            .do_put(data)
-            .await?
-            .map_err(ClientError::from)
-            .and_then(|result| async move {
-                Ok(decode::<AppendAck>("AppendAck", &result.app_metadata)?)
-            })
-            .try_collect()
-            .await?;
-        let expected: usize = pieces_per_batch.iter().sum();
-        if acks.len() != expected {
+        let mut answers = self.flight().do_put(data).await?;
+        let mut acks = Vec::with_capacity(messages);
+        while let Some(answer) = answers.next().await {
+            let ack = answer
+                .map_err(ClientError::from)
+                .and_then(|result| Ok(decode::<AppendAck>("AppendAck", &result.app_metadata)?));
+            match ack {
+                Ok(ack) => acks.push(ack),
+                Err(error) if acks.is_empty() => return Err(error),
+                Err(error) => {
+                    return Err(ClientError::PartlyWritten {
+                        acknowledged: acks.len(),
+                        error: Box::new(error),
+                    });
+                }
+            }
+        }
+        if acks.len() != messages {
             return Err(ClientError::Protocol(format!(
-                "sent {expected} batches, {} acknowledged",
+                "sent {messages} batches, {} acknowledged",
                 acks.len()
             )));
         }
@@ -401,7 +440,10 @@ impl MinkClient {
             joined_acks.push(joined(batch)?);
             acks = rest;
         }
-        Ok(joined_acks)
+        Ok(Put {
+            acks: joined_acks,
+            messages,
+        })
     }
 
     /// Writes a batch (in the table's current schema) to a table: rows are routed to

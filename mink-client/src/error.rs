@@ -29,6 +29,16 @@ pub enum ClientError {
     /// An Arrow error while building or decoding batches.
     #[error(transparent)]
     Arrow(#[from] arrow::error::ArrowError),
+    /// A DoPut failed after its first messages were acknowledged: those are written, the
+    /// failed one and the rest may be. Not followed to another leader as its error alone
+    /// would be: sent again, the acknowledged ones would be written twice.
+    #[error("{error} (after the first {acknowledged} messages of the DoPut were written)")]
+    PartlyWritten {
+        /// Messages acknowledged (batches, or pieces of a batch too large for one).
+        acknowledged: usize,
+        /// The failure.
+        error: Box<ClientError>,
+    },
 }
 
 impl ClientError {
@@ -36,13 +46,14 @@ impl ClientError {
     pub fn code(&self) -> Option<Code> {
         match self {
             Self::Status(status) => Some(status.code()),
+            Self::PartlyWritten { error, .. } => error.code(),
             Self::Connect { .. } | Self::Protocol(_) | Self::Core(_) | Self::Arrow(_) => None,
         }
     }
 
     /// The node does not lead the bucket the call addressed: who does (its address and
     /// epoch), or that it is moving (no address). From the status' typed detail, not
-    /// from its code or message.
+    /// from its code or message; `None` for [`ClientError::PartlyWritten`].
     pub fn not_leader(&self) -> Option<NotLeader> {
         let Self::Status(status) = self else {
             return None;

@@ -62,7 +62,7 @@ impl Leaders {
     }
 
     /// How long a call follows a bucket ([`ConnectOptions::follow_for`]).
-    fn follow_for(&self) -> Duration {
+    pub(crate) fn follow_for(&self) -> Duration {
         self.options.follow_for.unwrap_or(FOLLOW_FOR)
     }
 
@@ -117,6 +117,22 @@ impl MinkClient {
     where
         Fut: Future<Output = Result<T>>,
     {
+        self.follow(bucket, Repeat::Always, call).await
+    }
+
+    /// [`MinkClient::on_leader`], for a call that `repeat` says may be made again or not
+    /// after it failed on its way (a write without an idempotent writer must not: see
+    /// [`Repeat`]). A NotLeader answer comes before the node does anything, so it is
+    /// followed either way.
+    pub(crate) async fn follow<T, Fut>(
+        &self,
+        bucket: &BucketId,
+        repeat: Repeat,
+        call: impl Fn(MinkClient) -> Fut,
+    ) -> Result<T>
+    where
+        Fut: Future<Output = Result<T>>,
+    {
         let deadline = Instant::now() + self.leaders().follow_for();
         let mut hops = 0;
         let mut named: Option<ClientError> = None;
@@ -148,7 +164,10 @@ impl MinkClient {
                 }
                 // A leader gone (its node died): until the bucket moves, the first node
                 // still names it; asked again after a pause.
-                None if learned.is_some() && unreachable(&error) => {
+                None if learned.is_some()
+                    && unreachable(&error)
+                    && (repeat == Repeat::Always || never_sent(&error)) =>
+                {
                     if Instant::now() >= deadline {
                         return Err(named.unwrap_or(error));
                     }
@@ -247,6 +266,34 @@ impl MinkClient {
             tokio::time::sleep(MOVING_PAUSE).await;
         }
     }
+}
+
+/// Whether a call to a leader that cannot be reached may be made again (to the node the
+/// client connected to, then the leader it names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Repeat {
+    /// Always (a read, an idempotent writer's write).
+    Always,
+    /// Only when it surely did not reach the node: its connection was refused.
+    IfNotSent,
+}
+
+/// Whether `error` says the call never reached the node: its connection could not be
+/// made, or was refused.
+fn never_sent(error: &ClientError) -> bool {
+    let ClientError::Status(status) = error else {
+        return matches!(error, ClientError::Connect { .. });
+    };
+    let mut source = std::error::Error::source(status.as_ref());
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// Whether `error` says the node does not know the connection's login (as a node that

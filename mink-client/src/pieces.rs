@@ -36,7 +36,8 @@ pub(crate) fn pieces(batch: RecordBatch, max_bytes: usize) -> Result<Vec<RecordB
 /// The acknowledgement of a batch sent as pieces acknowledged by `acks` (in order): from
 /// the first row of the first piece that wrote anything to the last row of the last
 /// (rows other writers appended in between fall in that range); an empty range when no
-/// piece wrote anything.
+/// piece wrote anything. A duplicate when every piece was (an idempotent writer's retry),
+/// its offsets those of the pieces whose earlier write the node named.
 ///
 /// # Errors
 /// No acknowledgement.
@@ -44,7 +45,8 @@ pub(crate) fn joined(acks: &[AppendAck]) -> Result<AppendAck> {
     let last = acks
         .last()
         .ok_or_else(|| ClientError::Protocol("a batch of no acknowledged piece".into()))?;
-    let mut written = acks.iter().filter(|ack| ack.last_offset >= ack.base_offset);
+    let mut written =
+        (acks.iter()).filter(|ack| ack.base_offset >= 0 && ack.last_offset >= ack.base_offset);
     let Some(first) = written.next() else {
         return Ok(last.clone());
     };
@@ -53,6 +55,7 @@ pub(crate) fn joined(acks: &[AppendAck]) -> Result<AppendAck> {
         base_offset: first.base_offset,
         last_offset: last_written.last_offset,
         high_watermark: last.high_watermark,
+        duplicate: acks.iter().all(|ack| ack.duplicate),
     })
 }
 
@@ -100,6 +103,7 @@ mod tests {
             base_offset: base,
             last_offset: last,
             high_watermark,
+            duplicate: false,
         };
         let joined_ack = joined(&[ack(10, 19, 20), ack(25, 34, 35)]).unwrap();
         assert_eq!(joined_ack, ack(10, 34, 35));
@@ -107,5 +111,17 @@ mod tests {
         assert_eq!(joined(&[ack(7, 6, 7), ack(7, 6, 7)]).unwrap(), ack(7, 6, 7));
         assert_eq!(joined(&[ack(7, 6, 7), ack(7, 8, 9)]).unwrap(), ack(7, 8, 9));
         assert!(joined(&[]).is_err());
+        // A retried batch: pieces written before, one whose offsets the node forgot.
+        let duplicate = |base, last| AppendAck {
+            duplicate: true,
+            ..ack(base, last, 40)
+        };
+        let retried = joined(&[duplicate(10, 19), duplicate(-1, -1)]).unwrap();
+        assert_eq!(retried, duplicate(10, 19));
+        assert!(
+            !joined(&[duplicate(10, 19), ack(20, 29, 30)])
+                .unwrap()
+                .duplicate
+        );
     }
 }

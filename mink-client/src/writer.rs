@@ -14,25 +14,50 @@
 //! next input. At most its limit of rows is queued or being written, which bounds its
 //! memory; a caller's `write` waits for room.
 //!
-//! After a failed write nothing more is sent: the writes in flight end, and [`finish`]
-//! says how many rows were acknowledged before (a failed DoPut's rows may be partly
-//! written: each batch in it is atomic, the DoPut is not). A writer dropped before
-//! [`finish`] stops at once, as a client that went away.
+//! # Written once
+//!
+//! A write whose answer is lost (its node died after the write was durable, the
+//! connection broke, the node lost its lease as it wrote) is sent again, to the bucket's
+//! leader, until it is answered or [`ConnectOptions::follow_for`] passes, and written
+//! once: the writer is an idempotent writer ([`IdempotentWriter`]) with a random id, which
+//! numbers its messages in each bucket. The node writes a number once and answers a
+//! number sent again with the earlier write; a new leader of the bucket looks for the
+//! writer's batches in its log from the offset the writer names, at or below every
+//! earlier attempt: the bucket's high watermark before the writer's first write to it
+//! (asked for once per bucket), then the end of its last acknowledged batch.
+//!
+//! ```text
+//!   DoPut #4..#6 to n1 ── n1 writes #4 #5, dies ──▶ lost answer
+//!   DoPut #4..#6 to n2 (the new leader, since = end of #3)
+//!        n2 finds #4 #5 in the log from `since`: answers them as written, writes #6
+//! ```
+//!
+//! After a write that failed otherwise (refused, or still unanswered at the end) nothing
+//! more is sent: the writes in flight end, and [`finish`] says how many rows were
+//! acknowledged before (a failed DoPut's rows may be partly written: each batch in it is
+//! atomic, the DoPut is not). A writer dropped before [`finish`] stops at once, as a
+//! client that went away.
 //!
 //! [`finish`]: TableWriter::finish
+//! [`ConnectOptions::follow_for`]: crate::ConnectOptions::follow_for
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use futures::stream::{FuturesUnordered, StreamExt as _};
-use mink_core::protocol::BucketId;
+use mink_core::protocol::{AppendAck, BucketId, IdempotentWriter, list_offsets};
 use mink_core::routing::split_by_bucket;
 use mink_core::table::TableDescriptor;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::{ClientError, MinkClient};
+
+/// The pause before a write whose answer was lost is sent again.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Rows of a table's buckets, as the writer sends them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,11 +199,107 @@ fn stopped() -> ClientError {
     ClientError::Protocol("the table writer stopped after a failed write".into())
 }
 
-/// The end of one DoPut.
+/// The end of one DoPut: the writer's place in the bucket after it.
 struct Put {
     bucket: BucketId,
     rows: usize,
-    result: Result<(), ClientError>,
+    result: Result<Place, ClientError>,
+}
+
+/// The writer's place in a bucket: the number of its next message there, and an offset
+/// at or below any write of it not acknowledged (`None` before its first write there).
+#[derive(Debug, Clone, Copy, Default)]
+struct Place {
+    next_sequence: i32,
+    since: Option<i64>,
+}
+
+impl Place {
+    /// The place after `messages` messages acknowledged by `acks`.
+    fn after(self, since: i64, messages: usize, acks: &[AppendAck]) -> Result<Self, ClientError> {
+        let next_sequence = i32::try_from(messages)
+            .ok()
+            .and_then(|messages| self.next_sequence.checked_add(messages))
+            .ok_or_else(|| {
+                ClientError::Protocol(format!(
+                    "a writer numbers at most {} messages per bucket",
+                    i32::MAX
+                ))
+            })?;
+        let end = acks.iter().map(|ack| ack.last_offset + 1).max();
+        Ok(Self {
+            next_sequence,
+            since: Some(end.map_or(since, |end| end.max(since))),
+        })
+    }
+}
+
+/// One DoPut of the writer to one bucket.
+struct BucketPut<'a> {
+    client: &'a MinkClient,
+    bucket: &'a BucketId,
+    delete: bool,
+    producer_id: i64,
+}
+
+impl BucketPut<'_> {
+    /// Writes `parts` as the writer's next messages in the bucket, sent again while their
+    /// answer is lost (see "Written once" in the module doc); the writer's place after.
+    async fn write_once(
+        &self,
+        parts: Vec<RecordBatch>,
+        place: Place,
+    ) -> Result<Place, ClientError> {
+        let deadline = Instant::now() + self.client.leaders().follow_for();
+        let since = match place.since {
+            Some(since) => since,
+            None => self.high_watermark().await?,
+        };
+        let writer = IdempotentWriter {
+            producer_id: self.producer_id,
+            first_sequence: place.next_sequence,
+            since,
+        };
+        loop {
+            let sent = (self.client)
+                .put_as(self.bucket, parts.clone(), self.delete, writer)
+                .await;
+            match sent {
+                Ok(put) => return place.after(since, put.messages, &put.acks),
+                Err(error) if answer_lost(&error) && Instant::now() < deadline => {
+                    tracing::debug!(bucket = %self.bucket, %error, "a write's answer was lost: sent again");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// The bucket's high watermark before the writer's first write to it; 0 for a
+    /// partition that does not exist yet.
+    async fn high_watermark(&self) -> Result<i64, ClientError> {
+        let latest = list_offsets::Spec::Latest(true);
+        match self.client.list_offsets(self.bucket, latest).await {
+            Err(error) if error.code() == Some(tonic::Code::NotFound) => Ok(0),
+            offset => offset,
+        }
+    }
+}
+
+/// Whether a write may have failed on its way back, or before it was written: its
+/// node went away, its connection broke, it lost its lease as it wrote, or it did not
+/// lead the bucket when the write reached it.
+fn answer_lost(error: &ClientError) -> bool {
+    use tonic::Code;
+    match error {
+        ClientError::PartlyWritten { error, .. } => answer_lost(error),
+        ClientError::Connect { .. } => true,
+        error if error.not_leader().is_some() => true,
+        error => matches!(
+            error.code(),
+            Some(Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded)
+        ),
+    }
 }
 
 /// The writer's task: takes queued writes and keeps every bucket with parts waiting
@@ -189,6 +310,8 @@ async fn write_queued(
     mut queued: mpsc::UnboundedReceiver<Queued>,
     acknowledged_to: watch::Sender<u64>,
 ) -> Result<u64, WriteFailed> {
+    let producer_id = rand::random_range(0..=i64::MAX);
+    let mut places: HashMap<BucketId, Place> = HashMap::new();
     let mut queues = BucketQueues::default();
     let mut in_flight = FuturesUnordered::new();
     let (mut acknowledged, mut queue_open) = (0u64, true);
@@ -197,18 +320,22 @@ async fn write_queued(
         if failed.is_none() {
             for (bucket, parts) in queues.ready() {
                 let client = client.clone();
+                let place = places.remove(&bucket).unwrap_or_default();
                 in_flight.push(async move {
                     let rows = parts.iter().map(|(part, _)| part.num_rows()).sum();
                     let (parts, rooms): (Vec<RecordBatch>, Vec<_>) = parts.into_iter().unzip();
-                    let result = match kind {
-                        WriteKind::Write => client.append(&bucket, parts).await,
-                        WriteKind::Delete => client.delete_keys(&bucket, parts).await,
+                    let put = BucketPut {
+                        client: &client,
+                        bucket: &bucket,
+                        delete: kind == WriteKind::Delete,
+                        producer_id,
                     };
+                    let result = put.write_once(parts, place).await;
                     drop(rooms);
                     Put {
                         bucket,
                         rows,
-                        result: result.map(drop),
+                        result,
                     }
                 });
             }
@@ -226,7 +353,8 @@ async fn write_queued(
             Some(put) = in_flight.next() => {
                 queues.finished(&put.bucket);
                 match put.result {
-                    Ok(()) => {
+                    Ok(place) => {
+                        places.insert(put.bucket, place);
                         acknowledged += put.rows as u64;
                         acknowledged_to.send_replace(acknowledged);
                     }

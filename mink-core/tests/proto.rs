@@ -432,6 +432,11 @@ fn cases() -> Vec<Case> {
             WriteHeader {
                 bucket: Some(bucket()),
                 delete: true,
+                writer: Some(IdempotentWriter {
+                    producer_id: -10_000_000_045,
+                    first_sequence: -7,
+                    since: -10_000_000_044,
+                }),
             },
         ),
         case(
@@ -440,6 +445,7 @@ fn cases() -> Vec<Case> {
                 base_offset: -10_000_000_046,
                 last_offset: -10_000_000_047,
                 high_watermark: -10_000_000_048,
+                duplicate: true,
             },
         ),
         case("TableDescriptorProto", descriptor()),

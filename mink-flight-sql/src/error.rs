@@ -147,6 +147,7 @@ fn client_code(error: &ClientError) -> Code {
         ClientError::Connect { .. } => Code::Unavailable,
         ClientError::Core(_) | ClientError::Arrow(_) => Code::InvalidArgument,
         ClientError::Protocol(_) => Code::Internal,
+        ClientError::PartlyWritten { error, .. } => client_code(error),
     }
 }
 

@@ -38,7 +38,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Record, RecordBatchDecoder};
 use mink_core::protocol::BucketId;
 use mink_core::routing::split_by_bucket;
-use mink_log::WriterTag;
+use mink_log::{Writer, WriterTag};
 use mink_node::metadata::ProducerBatch;
 
 use crate::broker::Broker;
@@ -51,9 +51,6 @@ use crate::limits::{
 use crate::periodic::AtMostEvery;
 use crate::rows::{Rows, rows_of};
 use crate::topics::Topic;
-
-/// Log bytes read at once while a restart looks for a producer's batches.
-const RECOVERY_READ_BYTES: u64 = 8 << 20;
 
 /// The idempotent producers' last batches, per producer; each producer's map is locked
 /// while one of its batches is checked, written and recorded. A cache of what
@@ -362,27 +359,16 @@ async fn recover_last_batch(
         return Ok(None);
     };
     let (_, tablet) = broker.node.bucket(bucket)?;
-    let (log_start, high_watermark) = tablet.log.offsets();
-    let mut offset = recorded.base_offset.max(log_start);
-    let mut last = recorded;
-    while offset < high_watermark {
-        let batches = tablet
-            .log
-            .read(offset, RECOVERY_READ_BYTES)
-            .await
-            .map_err(mink_node::NodeError::from)?;
-        for batch in &batches {
-            if let Some(found) = batch.writer.filter(|w| w.producer_id == tag.producer_id) {
-                last = ProducerBatch {
-                    epoch: found.epoch,
-                    first_sequence: found.first_sequence,
-                    last_sequence: found.last_sequence,
-                    base_offset: batch.base_offset,
-                };
-            }
-        }
-        offset = batches.last().map_or(high_watermark, |b| b.last_offset + 1);
-    }
+    let found = (tablet.log)
+        .batches_of_writer(tag.producer_id, recorded.base_offset, u64::MAX)
+        .await
+        .map_err(mink_node::NodeError::from)?;
+    let last = found.last().map_or(recorded, |found| ProducerBatch {
+        epoch: found.tag.epoch,
+        first_sequence: found.tag.first_sequence,
+        last_sequence: found.tag.last_sequence,
+        base_offset: found.base_offset,
+    });
     if last != recorded {
         tracing::info!(
             producer_id = tag.producer_id,
@@ -509,6 +495,7 @@ async fn write_all(
     writes: Vec<NodeWrite>,
     writer: Option<WriterTag>,
 ) -> Result<i64> {
+    let writer = writer.map(Writer::Unchecked);
     let mut base_offset = None;
     for write in writes {
         let ack = broker

@@ -58,7 +58,7 @@ use super::KvTablet;
 use super::runs::{Entries, Run};
 use super::threads::Submitted;
 use crate::error::{KvError, Result};
-use mink_log::{Applying, Changelog, LogBatch, StoredBatch, Write, WriteOp};
+use mink_log::{Applying, Changelog, LogBatch, StoredBatch, Write, WriteOp, Writer};
 
 /// Keys and rows by key bytes; a fast hasher, since every written row goes through it.
 type KeyMap = ahash::HashMap<Vec<u8>, Option<Vec<u8>>>;
@@ -428,7 +428,7 @@ impl Changelog for KvWriter {
         // A changelog that is the written batch itself (new keys alone) is stored as the
         // client sent it; any other is encoded (see `SentMessage::describes`).
         Ok(changelog.map(|stored| StoredBatch {
-            writer: write.writer,
+            writer: write.writer.map(Writer::tag),
             sent: write.sent.clone(),
             ..stored
         }))

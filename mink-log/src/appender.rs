@@ -62,7 +62,7 @@
 //!   group n+2:  refused before a byte is written: "restart the node"
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::unix::fs::FileExt as _;
 use std::path::Path;
@@ -80,8 +80,9 @@ use super::read::Source;
 use super::recovery::{ActiveSegment, prepend_streamed, recover};
 use super::segment::{self, CachedBatch, FrameHeader, StoredBatch};
 use super::store::Sealed;
+use super::writers::{Check, WriterBatch, Writers, check};
 use super::{
-    Applying, Changelog, LogConfig, LogState, Shared, Write, WriteOp, WriteStream, now_ms,
+    Applying, Changelog, LogConfig, LogState, Shared, Write, WriteOp, WriteStream, Writer, now_ms,
 };
 use crate::error::{LogError, Result};
 
@@ -133,6 +134,9 @@ enum Outcome {
     Written(FrameHeader, Arc<CachedBatch>),
     /// Nothing to store (a delete of missing keys), at this offset.
     Nothing(i64),
+    /// Written before, by an earlier attempt of its checked writer: that write, when it
+    /// is known.
+    Duplicate(Option<WriterBatch>),
     /// Refused; the rest of the group goes on.
     Refused(LogError),
 }
@@ -154,6 +158,9 @@ pub(super) struct Appender {
     pub(super) uncut: bool,
     /// The frames of the group being committed, for the log store.
     pub(super) group_frames: Vec<Bytes>,
+    /// The last batch of each checked writer the group being committed wrote: the
+    /// tablet's record of writers takes them once the group is durable.
+    pub(super) group_writers: HashMap<i64, WriterBatch>,
     /// Set once the bucket is handed over to another node: every later write is refused.
     pub(super) handed_over: bool,
     /// Injected I/O failures (unit tests).
@@ -250,6 +257,7 @@ impl Appender {
                 cache,
             }),
             watermark,
+            writers: Writers::default(),
         });
         upload_sealed_segments(&shared);
         Ok(Self {
@@ -262,6 +270,7 @@ impl Appender {
             broken: None,
             uncut: false,
             group_frames: Vec::new(),
+            group_writers: HashMap::new(),
             handed_over: false,
             #[cfg(test)]
             faults: Faults::default(),
@@ -439,6 +448,7 @@ impl Appender {
         let (start_len, start_frames, start_offset) =
             (self.active.len, self.active.frames.len(), self.next_offset);
         self.group_frames.clear();
+        self.group_writers.clear();
         let written = self.write_group(group).and_then(|outcomes| {
             self.make_durable()?;
             Ok(outcomes)
@@ -460,6 +470,7 @@ impl Appender {
         };
         let end_offset = self.next_offset;
         let acks = self.publish(outcomes);
+        (self.shared.writers).record(self.group_writers.drain().map(|(_, batch)| batch));
         let applying = match &mut self.changelog {
             None => Applying::done(),
             Some(changelog) => match changelog.commit(end_offset) {
@@ -551,12 +562,20 @@ impl Appender {
                         base_offset: header.base_offset,
                         last_offset: header.last_offset(),
                         high_watermark,
+                        duplicate: false,
                     })
                 }
                 Outcome::Nothing(offset) => Ok(AppendAck {
                     base_offset: offset,
                     last_offset: offset - 1,
                     high_watermark,
+                    duplicate: false,
+                }),
+                Outcome::Duplicate(earlier) => Ok(AppendAck {
+                    base_offset: earlier.map_or(-1, |batch| batch.base_offset),
+                    last_offset: earlier.map_or(-1, |batch| batch.last_offset),
+                    high_watermark,
+                    duplicate: true,
                 }),
                 Outcome::Refused(error) => Err(error),
             })
@@ -584,6 +603,24 @@ impl Appender {
                 request.stop_stream();
                 Outcome::Refused(error)
             };
+            if let Some(Writer::Checked(tag)) = request.write.writer {
+                let last = (self.group_writers.get(&tag.producer_id).copied())
+                    .or_else(|| self.shared.writers.last(tag.producer_id));
+                match check(last, tag) {
+                    Check::Write => {}
+                    Check::Written(earlier) => {
+                        outcomes.push(Outcome::Duplicate(earlier));
+                        continue;
+                    }
+                    Check::Gap { last } => {
+                        outcomes.push(refuse(LogError::InvalidArgument(format!(
+                            "batch {} of writer {} to bucket {} skips a number: its last batch here is {last}",
+                            tag.first_sequence, tag.producer_id, self.shared.label
+                        ))));
+                        continue;
+                    }
+                }
+            }
             let stored = match self.prepare(&request.write) {
                 Ok(Some(stored)) => stored,
                 Ok(None) => {
@@ -621,6 +658,14 @@ impl Appender {
             }
             self.active.frames.push(header);
             self.next_offset = header.last_offset() + 1;
+            if let Some(Writer::Checked(tag)) = request.write.writer {
+                let batch = WriterBatch {
+                    tag,
+                    base_offset: header.base_offset,
+                    last_offset: header.last_offset(),
+                };
+                self.group_writers.insert(tag.producer_id, batch);
+            }
             outcomes.push(Outcome::Written(header, Arc::new(cached)));
         }
         Ok(outcomes)
@@ -642,7 +687,7 @@ impl Appender {
             (None, WriteOp::Append(batch)) => Ok(Some(StoredBatch {
                 batch: batch.clone(),
                 changes: None,
-                writer: write.writer,
+                writer: write.writer.map(Writer::tag),
                 sent: write.sent.clone(),
             })),
             (None, WriteOp::Upsert(_) | WriteOp::Delete(_)) => {

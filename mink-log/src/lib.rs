@@ -35,7 +35,8 @@
 //! The modules: `appender` (group commit, the stop rule), `segment` (the frame and index
 //! formats), `recovery` (opening after a crash), `read` (batches from the cache or their
 //! segments), `cache`, `sent` (batches stored as their client sent them), `write` (what a
-//! write carries), `changelog` (the hook and its replay), `store` (the log on object
+//! write carries), `writers` (idempotent writers' batches written once), `changelog`
+//! (the hook and its replay), `store` (the log on object
 //! storage: WAL objects, stream objects, the block cache, fencing, checkpoints), `error`
 //! ([`LogError`]).
 
@@ -52,6 +53,7 @@ mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod write;
+mod writers;
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -76,7 +78,9 @@ pub use self::store::{
     DEFAULT_BATCH_BYTES, DEFAULT_CACHE_BYTES, KvChain, KvRun, KvRunEntries, KvRunWriter, LogStore,
     LogStoreConfig, StoreCrash, StoreFailpoint, check_store_url, default_interval,
 };
-pub use self::write::{Write, WriteOp, WriteStream, WriterTag};
+pub use self::write::{Write, WriteOp, WriteStream, Writer, WriterTag};
+use self::writers::Writers;
+pub use self::writers::{MAX_RECALL_BYTES, MAX_WRITERS, WriterBatch};
 
 /// Where a bucket's log is in its log store ([`LogTablet::store_usage`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +191,8 @@ struct Shared {
     store: Option<(Arc<LogStore>, String)>,
     state: RwLock<LogState>,
     watermark: watch::Sender<i64>,
+    /// The last batch of each recent checked writer (see the `writers` module).
+    writers: Writers,
 }
 
 #[derive(Debug)]
@@ -355,6 +361,74 @@ impl LogTablet {
         tokio::task::spawn_blocking(move || read_planned(shared.source(), plan, convert))
             .await
             .map_err(|e| LogError::Io(std::io::Error::other(e)))?
+    }
+
+    /// The batches of writer `producer_id` in the log from `from` (or the log's start, if
+    /// later) to the high watermark, oldest first, found by their tags; at most
+    /// `max_bytes` of the log are read.
+    ///
+    /// # Errors
+    /// A read failed, or the range holds more than `max_bytes` (nothing is returned then:
+    /// the writer's batches past them are unknown).
+    pub async fn batches_of_writer(
+        &self,
+        producer_id: i64,
+        from: i64,
+        max_bytes: u64,
+    ) -> Result<Vec<WriterBatch>> {
+        const CHUNK_BYTES: u64 = 8 << 20;
+        let (log_start, high_watermark) = self.offsets();
+        let (mut offset, mut read) = (from.clamp(log_start, high_watermark), 0u64);
+        let mut found = Vec::new();
+        while offset < high_watermark {
+            let frames = self.read_frames(offset, CHUNK_BYTES).await?;
+            for frame in &frames {
+                read += frame.header.frame_len();
+                if let Some(tag) = frame.payload.writer
+                    && tag.producer_id == producer_id
+                {
+                    found.push(WriterBatch {
+                        tag,
+                        base_offset: frame.header.base_offset,
+                        last_offset: frame.header.last_offset(),
+                    });
+                }
+            }
+            if read > max_bytes {
+                return Err(LogError::InvalidArgument(format!(
+                    "more than {max_bytes} bytes of bucket {} lie from offset {from} to its high watermark {high_watermark}: writer {producer_id}'s batches there are not looked for",
+                    self.shared.label
+                )));
+            }
+            offset = frames
+                .last()
+                .map_or(high_watermark, |frame| frame.header.last_offset() + 1);
+        }
+        Ok(found)
+    }
+
+    /// Before a checked writer's batches numbered from `first_sequence` are written: the
+    /// batches of the writer the log holds from `since` on, which the tablet then
+    /// remembers, when those may be among them (the tablet does not know the writer, or
+    /// its last batch known is not below `first_sequence`); none otherwise. The appender
+    /// answers a batch sent again with its earlier write; these name that write's
+    /// offsets when the appender no longer knows them. See the `writers` module.
+    ///
+    /// # Errors
+    /// As [`LogTablet::batches_of_writer`], with [`MAX_RECALL_BYTES`].
+    pub async fn recall_writer(
+        &self,
+        producer_id: i64,
+        first_sequence: i32,
+        since: i64,
+    ) -> Result<Vec<WriterBatch>> {
+        let last = self.shared.writers.last(producer_id);
+        if last.is_some_and(|last| last.tag.last_sequence < first_sequence) {
+            return Ok(Vec::new());
+        }
+        let found = (self.batches_of_writer(producer_id, since, MAX_RECALL_BYTES)).await?;
+        self.shared.writers.record(found.last().copied());
+        Ok(found)
     }
 
     /// Where the last `rows` rows below the high watermark lie (fewer when the log holds

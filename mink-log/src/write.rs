@@ -1,6 +1,6 @@
 //! What a write to the log carries: its rows and what to do with them, the table it was
 //! validated against, the client stream it belongs to (the appender's stop rule) and the
-//! idempotent producer that sent it.
+//! idempotent writer that sent it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,9 +10,10 @@ use mink_core::table::TableDescriptor;
 
 use crate::SentMessage;
 
-/// An idempotent Kafka producer's batch: who wrote it and its sequence numbers. It is
-/// stored in the batch's frame, atomically with the rows, so after a crash the log
-/// itself tells whether a batch the producer sends again was written.
+/// An idempotent writer's batch (a Kafka producer's, a mink writer's): who wrote it and
+/// its sequence numbers. It is stored in the batch's frame, atomically with the rows, so
+/// after a crash or a leader move the log itself tells whether a batch the writer sends
+/// again was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriterTag {
     /// The producer id.
@@ -34,11 +35,22 @@ pub struct Write {
     pub table: Arc<TableDescriptor>,
     /// The DoPut stream the write belongs to; `None` for a write on its own.
     pub stream: Option<WriteStream>,
-    /// The idempotent producer writing, stored with the batch; `None` for other writers.
-    pub writer: Option<WriterTag>,
+    /// The idempotent writer writing, stored with the batch; `None` for other writers.
+    pub writer: Option<Writer>,
     /// The message the client sent the op's rows in, which the log stores as it is when
     /// it stores those rows unchanged.
     pub sent: Option<SentMessage>,
+}
+
+/// An idempotent writer of a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// One whose batches the log writes once each (a mink writer's DoPut): see the
+    /// `writers` module.
+    Checked(WriterTag),
+    /// One whose batches are checked before they reach the log (Kafka's producers: see
+    /// mink-kafka's `produce`); the log only stores its tag.
+    Unchecked(WriterTag),
 }
 
 /// The kinds of write.

@@ -78,6 +78,12 @@ pub enum NodeError {
     /// A read's plan failed in DataFusion itself (not in mink's code it runs).
     #[error("read: {0}")]
     Read(String),
+    /// A write that may or may not be in the log: only an idempotent writer's retry can
+    /// tell (it is written once).
+    #[error(
+        "{0}: the write may or may not be in the bucket's log (an idempotent writer's retry is written once)"
+    )]
+    OutcomeUnknown(String),
 }
 
 /// Result with [`NodeError`].
@@ -156,7 +162,9 @@ impl NodeError {
             Self::TableReplaced(_) => Code::FailedPrecondition,
             Self::InvalidArgument(_) | Self::SchemaMismatch(_) => Code::InvalidArgument,
             Self::MemoryExhausted(_) => Code::ResourceExhausted,
-            Self::ShuttingDown(_) | Self::ClusterMetadata(_) => Code::Unavailable,
+            Self::ShuttingDown(_) | Self::ClusterMetadata(_) | Self::OutcomeUnknown(_) => {
+                Code::Unavailable
+            }
             // Its own code (`None`: it could not be reached, or broke the protocol).
             Self::Peer(error) => error.code().unwrap_or(Code::Unavailable),
             Self::DataDirLocked(_) | Self::NoLake(_) => Code::FailedPrecondition,

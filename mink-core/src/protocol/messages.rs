@@ -626,6 +626,32 @@ pub struct WriteHeader {
     /// The batches are keys to delete (primary-key tables only).
     #[prost(bool, tag = "2")]
     pub delete: bool,
+    /// The idempotent writer sending the batches: each is written once, however often
+    /// it is sent. Absent for a writer that does not retry.
+    #[prost(message, optional, tag = "3")]
+    pub writer: Option<IdempotentWriter>,
+}
+
+/// An idempotent writer's DoPut: its batches numbered, so that a retry of a DoPut whose
+/// answer was lost writes none of them twice. The node answers a batch whose number the
+/// writer's batches in the bucket have reached with the earlier write
+/// ([`AppendAck::duplicate`]), and refuses one that skips a number.
+#[derive(Clone, Copy, PartialEq, Eq, Message)]
+pub struct IdempotentWriter {
+    /// The writer's id: random, and kept secret by the writer (a DoPut naming another
+    /// writer's id could make the node take its batches for that writer's).
+    #[prost(int64, tag = "1")]
+    pub producer_id: i64,
+    /// The number of the stream's first batch in the bucket (0 for the writer's first);
+    /// each next message of the stream is one more.
+    #[prost(int32, tag = "2")]
+    pub first_sequence: i32,
+    /// An offset of the bucket at or below every earlier attempt at these batches: where
+    /// the node looks for them when it does not know the writer (it leads the bucket
+    /// since). The bucket's high watermark before the writer's first write to it, then
+    /// the end of its last acknowledged batch.
+    #[prost(int64, tag = "3")]
+    pub since: i64,
 }
 
 /// The acknowledgement of one written batch, sent only once it is durable.
@@ -640,6 +666,10 @@ pub struct AppendAck {
     /// The high watermark after the write.
     #[prost(int64, tag = "3")]
     pub high_watermark: i64,
+    /// The batch was written before, by an earlier attempt of its idempotent writer, and
+    /// not again: the offsets are that write's, or -1 when the node no longer knows them.
+    #[prost(bool, tag = "4")]
+    pub duplicate: bool,
 }
 
 /// A table and everything about it.

@@ -44,6 +44,11 @@ fn tickets_round_trip() {
     round_trip(WriteHeader {
         bucket: Some(BucketId::new(&TablePath::new("a", "b"), 0)),
         delete: true,
+        writer: Some(IdempotentWriter {
+            producer_id: 1 << 62,
+            first_sequence: 3,
+            since: 40,
+        }),
     });
     round_trip(ReadTicket {
         read: Some(read_ticket::Read::Snapshot(SnapshotRequest {
@@ -212,6 +217,7 @@ fn batch_metadata_round_trips() {
         base_offset: 0,
         last_offset: 9,
         high_watermark: 10,
+        duplicate: false,
     });
 }
 

@@ -10,7 +10,7 @@ use super::*;
 use crate::read::{PlannedBatch, read_planned};
 use crate::segment::{encode_frame, scan_frames, segment_path};
 use crate::tests::ids;
-use crate::{LogBatch, LogTablet};
+use crate::{LogBatch, LogTablet, WriterTag};
 
 fn table() -> Arc<TableDescriptor> {
     let schema = Schema::new(vec![Field::new("id", DataType::Int64, false)]);
@@ -393,4 +393,122 @@ async fn a_group_after_a_failure_the_store_reports_is_not_written() {
     assert!(error.to_string().contains("restart the node"), "{error}");
     assert_eq!(ids(&log.read(0, u64::MAX).await.unwrap()), [[1]]);
     assert_eq!(log.offsets(), (0, 1), "no offset taken");
+}
+
+/// An append of `ids` by checked writer `producer_id`, numbered `sequence`.
+fn numbered(table: &Arc<TableDescriptor>, ids: &[i64], producer_id: i64, sequence: i32) -> Write {
+    let mut write = request(table, ids, WriteOp::Append).write;
+    write.writer = Some(Writer::Checked(WriterTag {
+        producer_id,
+        epoch: 0,
+        first_sequence: sequence,
+        last_sequence: sequence,
+    }));
+    write
+}
+
+/// `(base_offset, last_offset, duplicate)` of an acknowledgement, `None` for a refusal.
+fn answer(ack: Result<AppendAck>) -> Option<(i64, i64, bool)> {
+    ack.ok()
+        .map(|a| (a.base_offset, a.last_offset, a.duplicate))
+}
+
+#[test]
+fn a_checked_writer_s_batches_are_written_once_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table();
+    let mut appender = open(dir.path());
+    let request = |ids: &[i64], producer_id, sequence| WriteRequest {
+        write: numbered(&table, ids, producer_id, sequence),
+        reply: oneshot::channel().0,
+    };
+    // An attempt and its retry in one group; another writer's batch between them.
+    let first = [
+        request(&[1], 7, 0),
+        request(&[10], 8, 0),
+        request(&[1], 7, 0),
+    ];
+    let acks = appender.commit(&first).unwrap().0;
+    let answers: Vec<_> = acks.into_iter().map(answer).collect();
+    assert_eq!(
+        answers,
+        [Some((0, 0, false)), Some((1, 1, false)), Some((0, 0, true))]
+    );
+
+    let second = [
+        request(&[2], 7, 1),
+        request(&[2], 7, 1),
+        request(&[1], 7, 0),
+        request(&[4], 7, 3),
+        request(&[3], 7, 2),
+    ];
+    let acks = appender.commit(&second).unwrap().0;
+    let answers: Vec<_> = acks.into_iter().map(answer).collect();
+    assert_eq!(
+        answers,
+        [
+            Some((2, 2, false)),
+            Some((2, 2, true)),
+            // Older than the writer's last batch: written, its offsets not kept.
+            Some((-1, -1, true)),
+            None,
+            Some((3, 3, false)),
+        ],
+        "a number that skips one is refused"
+    );
+    assert_eq!(read_back(dir.path()), [1, 10, 2, 3]);
+}
+
+#[test]
+fn a_failed_group_leaves_its_writers_numbers_unwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table();
+    let mut appender = open(dir.path());
+    let request = || WriteRequest {
+        write: numbered(&table, &[1], 7, 0),
+        reply: oneshot::channel().0,
+    };
+    appender.faults.fail_sync = true;
+    assert!(appender.commit(&[request()]).is_err());
+    appender.faults.fail_sync = false;
+    let acks = appender.commit(&[request()]).unwrap().0;
+    assert_eq!(
+        answer(acks.into_iter().next().unwrap()),
+        Some((0, 0, false))
+    );
+    assert_eq!(read_back(dir.path()), [1]);
+}
+
+#[tokio::test]
+async fn a_tablet_that_does_not_know_a_writer_finds_it_in_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table();
+    let log = LogTablet::open("t".into(), dir.path(), LogConfig::default(), None).unwrap();
+    log.write(request(&table, &[100], WriteOp::Append).write)
+        .await
+        .unwrap();
+    for (sequence, id) in (0..3).zip(1..) {
+        log.write(numbered(&table, &[id], 7, sequence))
+            .await
+            .unwrap();
+    }
+    drop(log);
+
+    // Reopened, as a new leader opens the bucket: the writer is found from `since`.
+    let log = LogTablet::open("t".into(), dir.path(), LogConfig::default(), None).unwrap();
+    let found = log.recall_writer(7, 1, 1).await.unwrap();
+    let offsets: Vec<_> = (found.iter())
+        .map(|batch| (batch.tag.last_sequence, batch.base_offset))
+        .collect();
+    assert_eq!(offsets, [(0, 1), (1, 2), (2, 3)]);
+    let resent = log.write(numbered(&table, &[3], 7, 2)).await.unwrap();
+    assert_eq!(answer(Ok(resent)), Some((3, 3, true)));
+    let next = log.write(numbered(&table, &[4], 7, 3)).await.unwrap();
+    assert_eq!(answer(Ok(next)), Some((4, 4, false)));
+    // Known now, and its DoPut numbered past its last batch: nothing to look for.
+    assert!(log.recall_writer(7, 4, 0).await.unwrap().is_empty());
+    assert_eq!(
+        ids(&log.read(0, u64::MAX).await.unwrap()),
+        [[100], [1], [2], [3], [4]]
+    );
 }

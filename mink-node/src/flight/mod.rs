@@ -41,10 +41,12 @@ use tonic::{Request, Response, Status, Streaming};
 
 mod actions;
 mod encoder;
+mod idempotent;
 pub mod limits;
 mod put;
 mod reads;
 
+use self::idempotent::{Numbered, Numbering};
 use crate::error::NodeError;
 use crate::node::Node;
 use mink_log::WriteStream;
@@ -218,12 +220,23 @@ impl FlightService for MinkFlightService {
         let batches = put::sent_batches(data).boxed();
         let name = format!("DoPut to {bucket}");
         let budget = put::Budget::new(self.node.memory_pool(), name, limits::PUT_PIPELINE_BYTES);
+        let mut numbering = match header.writer {
+            Some(writer) => Some(Numbering::start(&self.node, &bucket, writer).await?),
+            None => None,
+        };
         let node = Arc::clone(&self.node);
         let start = move |batch, stream: WriteStream| {
             let node = Arc::clone(&node);
             let bucket = Arc::clone(&bucket);
+            let numbered = numbering.as_mut().map(Numbering::next).transpose();
             async move {
-                let ack = node.write(&bucket, batch, delete, Some(&stream)).await?;
+                let numbered = numbered?;
+                let writer = numbered.as_ref().map(Numbered::writer);
+                let ack = (node.write_as(&bucket, batch, delete, Some(&stream), writer)).await?;
+                let ack = match &numbered {
+                    Some(numbered) => numbered.acknowledged(ack),
+                    None => ack,
+                };
                 Ok::<_, Status>(PutResult {
                     app_metadata: Bytes::from(ack.encode_to_vec()),
                 })

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use mink_core::protocol::{AppendAck, BucketId};
+use mink_core::protocol::{AppendAck, BucketId, IdempotentWriter};
 use mink_core::table::{TableDescriptor, TablePath};
-use mink_log::{SentBatch, Write, WriteOp, WriteStream, WriterTag};
+use mink_log::{SentBatch, Write, WriteOp, WriteStream, Writer, WriterBatch};
 use tracing::info;
 
 use super::leadership::moving;
@@ -102,15 +102,15 @@ impl Node {
         self.write_as(bucket, batch, delete, stream, None).await
     }
 
-    /// [`Node::write`] by an idempotent producer: its [`WriterTag`] is stored with the
-    /// batch (see [`WriterTag`]).
+    /// [`Node::write`] by an idempotent writer: its tag is stored with the batch, and a
+    /// [`Writer::Checked`] one's batch is written once (see [`Writer`]).
     pub async fn write_as(
         &self,
         bucket: &BucketId,
         batch: impl Into<SentBatch>,
         delete: bool,
         stream: Option<&WriteStream>,
-        writer: Option<WriterTag>,
+        writer: Option<Writer>,
     ) -> Result<AppendAck> {
         let SentBatch { batch, message } = batch.into();
         let state = self.table(&TablePath::parse(&bucket.table)?)?;
@@ -136,6 +136,7 @@ impl Node {
                 base_offset: 0,
                 last_offset: -1,
                 high_watermark: 0,
+                duplicate: false,
             });
         }
         let target = self.bucket_for_write(&state, &table, bucket)?;
@@ -150,9 +151,31 @@ impl Node {
         };
         let ack = target.log.write(write).await?;
         // A lease that ended meanwhile: the bucket may be another node's by now, and this
-        // write then in its log or not (a writer retrying with its tag is written once).
-        self.check_lease(bucket)?;
+        // write then in its log or not (a checked writer's retry is written once).
+        if self.check_lease(bucket).is_err() {
+            return Err(NodeError::OutcomeUnknown(format!(
+                "this node lost its cluster lease while it wrote to bucket {bucket}"
+            )));
+        }
         Ok(ack)
+    }
+
+    /// Before an idempotent writer's DoPut is written: the writer's batches that its log
+    /// holds from the writer's `since` on, when the DoPut may send some of them again
+    /// (see [`mink_log::LogTablet::recall_writer`]).
+    pub async fn recall_writer(
+        &self,
+        bucket: &BucketId,
+        writer: &IdempotentWriter,
+    ) -> Result<Vec<WriterBatch>> {
+        let tablets = match self.bucket(bucket) {
+            Ok((_, tablets)) => tablets,
+            // A partition created by the DoPut's first write holds nothing yet.
+            Err(NodeError::BucketNotFound(_)) => return Ok(Vec::new()),
+            Err(error) => return Err(error),
+        };
+        let log = &tablets.log;
+        Ok((log.recall_writer(writer.producer_id, writer.first_sequence, writer.since)).await?)
     }
 
     /// In a cluster, whether the node still holds the lease it joined with: one that

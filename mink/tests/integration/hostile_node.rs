@@ -399,6 +399,7 @@ async fn compressed_ipc_from_a_client_is_refused_before_it_is_decoded() {
         WriteHeader {
             bucket: Some(bucket.clone()),
             delete: false,
+            writer: None,
         }
         .encode_to_vec(),
     );
@@ -552,6 +553,7 @@ async fn nothing_after_a_failed_batch_of_a_do_put_is_written() {
         WriteHeader {
             bucket: Some(bucket.clone()),
             delete: false,
+            writer: None,
         }
         .encode_to_vec(),
     );
@@ -979,6 +981,7 @@ fn put_messages(
     let header = WriteHeader {
         bucket: Some(bucket.clone()),
         delete: false,
+        writer: None,
     };
     let schema: arrow_flight::FlightData =
         arrow_flight::SchemaAsIpc::new(table.schema(), &IpcWriteOptions::default()).into();

@@ -84,6 +84,7 @@ async fn put_without_reading(
     let header = WriteHeader {
         bucket: Some(BucketId::new(&table.path, 0)),
         delete: false,
+        writer: None,
     };
     // Each batch one message, as large as it is (the encoder would cut it in 2 MiB ones).
     let data = FlightDataEncoderBuilder::new()
