@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use mink_client::MinkClient;
+use mink_client::{MinkClient, TableWriter, WriteKind};
 use mink_core::protocol::BucketId;
 use mink_core::routing::split_rows_by_bucket;
 use mink_core::table::TableDescriptor;
@@ -189,6 +189,60 @@ async fn buckets_spread_over_the_nodes_and_survive_a_node_dying_and_one_joining(
     );
     leads_a_bucket_soon(&nodes["n3"].address, &table).await;
     assert_eq!(following.ids(&table).await, model(&table, &all));
+    for (_, node) in nodes {
+        node.kill().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_table_writer_writes_every_row_once_across_a_leader_s_death() {
+    let etcd = Etcd::start();
+    let store = tempfile::tempdir().expect("store");
+    let dirs: Vec<TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let mut nodes = BTreeMap::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let id = format!("n{i}");
+        nodes.insert(
+            id.clone(),
+            ClusterNode::start(&etcd, "/test", store.path(), &id, dir.path(), LEASE).await,
+        );
+    }
+    let first = nodes["n0"].address.clone();
+    let client = MinkClient::connect(&first).await.expect("connect");
+    let table = client
+        .create_table(&events_table("written_once", 6, Default::default()), false)
+        .await
+        .expect("create");
+    let table = std::sync::Arc::new(table);
+    // Writes go on, pipelined, while the leader of some of their buckets dies: the
+    // DoPuts it had in flight are sent again to the buckets' new leaders.
+    let all: Vec<i64> = (0..6_000).collect();
+    let mut writer = TableWriter::new(
+        &client,
+        std::sync::Arc::clone(&table),
+        WriteKind::Write,
+        500,
+    );
+    let writes = {
+        let (table, all) = (std::sync::Arc::clone(&table), all.clone());
+        tokio::spawn(async move {
+            for ids in all.chunks(20) {
+                writer.write(&events(&table, ids)).await.expect("write");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            writer.finish().await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    nodes.remove("n1").expect("n1").kill().await;
+    let written = writes.await.expect("the writer's task");
+    assert_eq!(written.expect("every write acknowledged"), 6_000);
+    let mut following = Following::new(&first).await;
+    assert_eq!(
+        following.ids(&table).await,
+        model(&table, &all),
+        "each row once, in order"
+    );
     for (_, node) in nodes {
         node.kill().await;
     }

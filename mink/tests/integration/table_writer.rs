@@ -128,12 +128,14 @@ impl AnswerDropper {
 
     /// From now on the node's answers are lost.
     fn drop_answers(&self) {
-        self.dropping.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.dropping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Closes every connection; the next ones carry answers again.
     fn cut(&self) {
-        self.dropping.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.dropping
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         self.cut.send_modify(|cuts| *cuts += 1);
     }
 }
@@ -191,7 +193,10 @@ async fn a_write_whose_answer_was_lost_is_sent_again_and_written_once() {
     writer.write(&events(&table, &second)).await.expect("write");
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     while rows_in(&node, &table).await.len() < 300 {
-        assert!(tokio::time::Instant::now() < deadline, "the write never landed");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the write never landed"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert_eq!(writer.acknowledged_rows(), 100, "its answer was lost");
