@@ -440,6 +440,14 @@ fn cases() -> Vec<Case> {
             },
         ),
         case(
+            "IdempotentWriter",
+            IdempotentWriter {
+                producer_id: -10_000_000_050,
+                first_sequence: -8,
+                since: -10_000_000_049,
+            },
+        ),
+        case(
             "AppendAck",
             AppendAck {
                 base_offset: -10_000_000_046,
