@@ -606,24 +606,15 @@ impl Appender {
             if let Some(Writer::Checked(tag)) = request.write.writer {
                 let last = (self.group_writers.get(&tag.producer_id).copied())
                     .or_else(|| self.shared.writers.last(tag.producer_id));
-                match check(last, tag) {
-                    Check::Write => {}
-                    Check::Written(earlier) => {
-                        outcomes.push(Outcome::Duplicate(earlier));
-                        continue;
-                    }
-                    Check::Gap { last } => {
-                        outcomes.push(refuse(LogError::InvalidArgument(format!(
-                            "batch {} of writer {} to bucket {} skips a number: its last batch here is {last}",
-                            tag.first_sequence, tag.producer_id, self.shared.label
-                        ))));
-                        continue;
-                    }
+                if let Check::Written(earlier) = check(last, tag) {
+                    outcomes.push(Outcome::Duplicate(earlier));
+                    continue;
                 }
             }
             let stored = match self.prepare(&request.write) {
                 Ok(Some(stored)) => stored,
                 Ok(None) => {
+                    self.record_writer(&request.write, self.next_offset, self.next_offset - 1);
                     outcomes.push(Outcome::Nothing(self.next_offset));
                     continue;
                 }
@@ -658,17 +649,24 @@ impl Appender {
             }
             self.active.frames.push(header);
             self.next_offset = header.last_offset() + 1;
-            if let Some(Writer::Checked(tag)) = request.write.writer {
-                let batch = WriterBatch {
-                    tag,
-                    base_offset: header.base_offset,
-                    last_offset: header.last_offset(),
-                };
-                self.group_writers.insert(tag.producer_id, batch);
-            }
+            self.record_writer(&request.write, header.base_offset, header.last_offset());
             outcomes.push(Outcome::Written(header, Arc::new(cached)));
         }
         Ok(outcomes)
+    }
+
+    /// Records, for the group, that `write` of a checked writer was written at
+    /// `base_offset..=last_offset` (an empty range: it had nothing to store, and its
+    /// number is known only here, not in the log).
+    fn record_writer(&mut self, write: &Write, base_offset: i64, last_offset: i64) {
+        if let Some(Writer::Checked(tag)) = write.writer {
+            let batch = WriterBatch {
+                tag,
+                base_offset,
+                last_offset,
+            };
+            self.group_writers.insert(tag.producer_id, batch);
+        }
     }
 
     /// The schema version of what [`Appender::prepare`] stores for `write`: the write's

@@ -7,12 +7,15 @@
 //! every write of such a writer ([`Writer::Checked`]) in the order it writes them:
 //!
 //! ```text
-//!   the writer's last batch n,  a write numbered  n + 1  -> written
-//!                                                 <= n   -> not written: answered with the
-//!                                                           earlier write (a retry, or a late
-//!                                                           attempt whose retry came first)
-//!                                                 > n + 1 -> refused: one in between is missing
+//!   the writer's last batch n,  a write numbered  > n   -> written
+//!                                                 <= n  -> not written: answered with the
+//!                                                          earlier write (a retry, or a late
+//!                                                          attempt whose retry came first)
 //! ```
+//!
+//! A number may be missing from the log: a delete of keys that do not exist writes
+//! nothing (the appender remembers its number all the same, but a new leader cannot find
+//! it). So a number past the next is written too.
 //!
 //! Within a group commit a write is checked against the earlier ones of the group too,
 //! and what the group wrote joins the tablet's record only once the group is durable: a
@@ -53,32 +56,20 @@ pub struct WriterBatch {
 /// What the appender does with a write of a checked writer.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Check {
-    /// The writer's next batch: written.
+    /// A batch after the writer's last one: written.
     Write,
     /// Written before: answered with that write, when it is the last one known.
     Written(Option<WriterBatch>),
-    /// A batch in between is missing: refused.
-    Gap {
-        /// The number of the writer's last batch.
-        last: i32,
-    },
 }
 
 /// Checks `tag` against the writer's last batch known.
 pub(crate) fn check(last: Option<WriterBatch>, tag: WriterTag) -> Check {
-    let Some(last) = last else {
-        return Check::Write;
-    };
-    let last_sequence = last.tag.last_sequence;
-    if tag.first_sequence <= last_sequence {
-        let same = tag.last_sequence == last_sequence;
-        Check::Written(same.then_some(last))
-    } else if i64::from(tag.first_sequence) == i64::from(last_sequence) + 1 {
-        Check::Write
-    } else {
-        Check::Gap {
-            last: last_sequence,
+    match last {
+        Some(last) if tag.first_sequence <= last.tag.last_sequence => {
+            let same = tag.last_sequence == last.tag.last_sequence;
+            Check::Written(same.then_some(last))
         }
+        _ => Check::Write,
     }
 }
 
@@ -163,13 +154,17 @@ mod tests {
     }
 
     #[test]
-    fn a_writer_s_batches_are_written_in_order_and_once() {
+    fn a_writer_s_batches_are_written_once() {
         assert_eq!(check(None, tag(1, 0, 0)), Check::Write);
         let last = Some(batch(1, 4, 100));
         assert_eq!(check(last, tag(1, 5, 5)), Check::Write);
         assert_eq!(check(last, tag(1, 4, 4)), Check::Written(last));
         assert_eq!(check(last, tag(1, 2, 2)), Check::Written(None));
-        assert_eq!(check(last, tag(1, 7, 7)), Check::Gap { last: 4 });
+        assert_eq!(
+            check(last, tag(1, 7, 7)),
+            Check::Write,
+            "past a number not logged"
+        );
         let at_the_end = Some(batch(1, i32::MAX, 0));
         assert_eq!(
             check(at_the_end, tag(1, i32::MIN, i32::MIN)),

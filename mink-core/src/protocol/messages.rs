@@ -635,7 +635,7 @@ pub struct WriteHeader {
 /// An idempotent writer's DoPut: its batches numbered, so that a retry of a DoPut whose
 /// answer was lost writes none of them twice. The node answers a batch whose number the
 /// writer's batches in the bucket have reached with the earlier write
-/// ([`AppendAck::duplicate`]), and refuses one that skips a number.
+/// ([`AppendAck::duplicate`]).
 #[derive(Clone, Copy, PartialEq, Eq, Message)]
 pub struct IdempotentWriter {
     /// The writer's id: random, and kept secret by the writer (a DoPut naming another
@@ -643,7 +643,8 @@ pub struct IdempotentWriter {
     #[prost(int64, tag = "1")]
     pub producer_id: i64,
     /// The number of the stream's first batch in the bucket (0 for the writer's first);
-    /// each next message of the stream is one more.
+    /// each next message of the stream is one more. A writer sends its numbers in order:
+    /// one at or below the last the node holds is taken for written.
     #[prost(int32, tag = "2")]
     pub first_sequence: i32,
     /// An offset of the bucket at or below every earlier attempt at these batches: where
