@@ -149,6 +149,40 @@ impl LakeConfig {
         }
     }
 
+    /// The lake of a cluster's node on `data_dir`: every node commits to one catalog and
+    /// reads every table's files, so the catalog is `catalog`, else the one the data
+    /// directory remembers, else the cluster's (`cluster_catalog`, in its etcd), and the
+    /// warehouse `warehouse` or the remembered one, which every node reaches. Checked
+    /// against the remembered lake as [`LakeConfig::chosen`] checks.
+    ///
+    /// # Errors
+    /// [`LakeError::Config`] without a warehouse, for a SQLite catalog (one node's), or as
+    /// [`LakeConfig::chosen`].
+    pub fn of_cluster_node(
+        data_dir: &Path,
+        catalog: Option<String>,
+        warehouse: Option<String>,
+        cluster_catalog: String,
+    ) -> Result<Self> {
+        let earlier = remembered(data_dir)?;
+        let catalog = (catalog.or_else(|| earlier.as_ref().map(|lake| lake.catalog.clone())))
+            .unwrap_or(cluster_catalog);
+        if catalog.starts_with("sqlite:") {
+            return Err(LakeError::Config(format!(
+                "the lake catalog {catalog} is one node's file: a cluster's nodes share one                  catalog, in etcd (the default) or an Iceberg REST catalog (rest:URL)"
+            )));
+        }
+        let warehouse = warehouse
+            .or_else(|| earlier.map(|lake| lake.warehouse))
+            .ok_or_else(|| {
+                LakeError::Config(
+                    "a cluster's lake needs --lake-warehouse: where its tables' files are,                      which every node reaches (s3://bucket/prefix, or a path every node                      mounts)"
+                        .into(),
+                )
+            })?;
+        Self::chosen(data_dir, Some(catalog), Some(warehouse))
+    }
+
     /// Makes `data_dir` remember this lake, unless it remembers one already (see
     /// [`LakeConfig::chosen`]), so later processes on it open the same lake.
     ///

@@ -9,17 +9,20 @@
 //!
 //! - [`config`]: where the lake lives, and how a data directory remembers it;
 //! - `sql`: the SQL catalog and the compare-and-swap of its metadata locations;
+//! - [`etcd`]: the catalog in etcd, a cluster's (`etcd://...`), with the same swap;
 //! - `rest`: a REST catalog and mink's commits to it.
 //!
-//! Every change to a lake table ends in [`Lake::publish`], the commit point: the SQL
-//! catalog swaps a metadata file mink wrote, the REST catalog takes the updates and writes
-//! it.
+//! Every change to a lake table ends in [`Lake::publish`], the commit point: the SQL and
+//! etcd catalogs swap in a metadata file mink wrote ([`MetadataSwap`]), the REST catalog
+//! takes the updates and writes it.
 
 pub mod config;
+pub mod etcd;
 mod rest;
 mod sql;
 
 use std::collections::HashMap;
+use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arrow::datatypes::Field;
@@ -27,19 +30,22 @@ use iceberg::arrow::arrow_type_to_type;
 use iceberg::spec::{TableMetadata, TableMetadataBuildResult, TableProperties};
 use iceberg::table::Table;
 use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
-use iceberg::{Catalog, ErrorKind, Namespace, NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{
+    Catalog, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, TableCreation, TableIdent,
+};
 use mink_core::table::{TableDescriptor, TablePath};
 use object_store::ObjectStore;
 use tracing::{debug, info, warn};
 
 pub use self::config::{LakeConfig, S3Options};
+use self::etcd::ETCD_CATALOG_PREFIX;
 use self::rest::RestCommits;
-use self::sql::SqlDatabase;
 use crate::error::{LakeError, Result};
 use crate::layout::{lake_schema, partition_spec};
 use crate::reader::plan_tasks;
 use crate::storage::LakeStorage;
 use crate::upkeep::DEFAULT_MAX_SNAPSHOT_AGE;
+use crate::writer::delete_files;
 
 /// The catalog name every mink lake table is registered under (pyiceberg finds tables
 /// by it).
@@ -82,10 +88,68 @@ pub struct Lake {
 /// How a table's next metadata becomes its current one.
 #[derive(Debug)]
 enum Publisher {
-    /// A compare-and-swap in the SQL catalog's database.
-    Sql(SqlDatabase),
+    /// A compare-and-swap mink makes itself: in the SQL catalog's database, or in etcd.
+    Swap(Box<dyn MetadataSwap>),
     /// A commit request to the REST catalog.
     Rest(RestCommits),
+}
+
+/// A catalog whose tables' metadata locations mink swaps itself: the commit of a table's
+/// next metadata, which mink wrote as a file beside the current one.
+#[async_trait::async_trait]
+pub(crate) trait MetadataSwap: std::fmt::Debug + Send + Sync {
+    /// Swaps a table's metadata location from `expected` to `new`; false when it was no
+    /// longer `expected`. Durable once it returns.
+    ///
+    /// # Errors
+    /// The catalog failed: the swap may have happened or not (see
+    /// [`MetadataSwap::metadata_location`]).
+    async fn swap(&self, table: &TableIdent, expected: &str, new: &str) -> Result<bool>;
+
+    /// A table's metadata location (None: no such table).
+    ///
+    /// # Errors
+    /// The catalog failed.
+    async fn metadata_location(&self, table: &TableIdent) -> Result<Option<String>>;
+}
+
+/// Publishes `next` as the metadata of `current`'s table through `swaps`: writes it as
+/// the next metadata file beside the current one and swaps the location in. A lost swap
+/// deletes the file again.
+async fn publish_by_swap(swaps: &dyn MetadataSwap, current: &Table, next: TableMetadata) -> Swap {
+    let written = async {
+        let current_location = current.metadata_location_result()?;
+        let location = MetadataLocation::from_str(current_location)?
+            .with_next_version()
+            .with_new_metadata(&next);
+        next.write_to(current.file_io(), &location).await?;
+        Ok::<_, LakeError>((current_location.to_string(), location.to_string()))
+    };
+    let (expected, new_location) = match written.await {
+        Ok(locations) => locations,
+        Err(error) => return Swap::Lost(error),
+    };
+    let ident = current.identifier();
+    let swap = match swaps.swap(ident, &expected, &new_location).await {
+        Ok(true) => Swap::Committed(Box::new(next), new_location.clone()),
+        Ok(false) => Swap::Lost(LakeError::CommitConflict {
+            table: ident.to_string(),
+            message: "another commit replaced the table's metadata first".into(),
+        }),
+        Err(error) => match swaps.metadata_location(ident).await {
+            // The swap went through after all.
+            Ok(Some(location)) if location == new_location => {
+                Swap::Committed(Box::new(next), new_location.clone())
+            }
+            Ok(_) => Swap::Lost(error),
+            Err(_) => Swap::Unknown(error),
+        },
+    };
+    if matches!(swap, Swap::Lost(_)) {
+        // Best effort (failures are logged): the error to report is the swap's.
+        let _ = delete_files(current, std::slice::from_ref(&new_location)).await;
+    }
+    swap
 }
 
 /// What became of publishing a table's next metadata.
@@ -160,9 +224,16 @@ impl Lake {
                 let (catalog, commits) = rest::open(&config, uri).await?;
                 (Arc::new(catalog), Publisher::Rest(commits))
             }
+            None if config.catalog_uri.starts_with(ETCD_CATALOG_PREFIX) => {
+                let catalog = etcd::open(&config).await?;
+                (
+                    Arc::new(catalog.clone()),
+                    Publisher::Swap(Box::new(catalog)),
+                )
+            }
             None => {
                 let (catalog, database) = sql::open(&config).await?;
-                (Arc::new(catalog), Publisher::Sql(database))
+                (Arc::new(catalog), Publisher::Swap(Box::new(database)))
             }
         };
         Ok(Self {
@@ -199,9 +270,10 @@ impl Lake {
     pub async fn create_table(&self, table: &TableDescriptor) -> Result<Table> {
         let namespace = NamespaceIdent::new(table.path.database.clone());
         let existing = self.namespace(&namespace).await?;
-        // Hosted namespaces are those the REST clients of this lake's SQL catalog created;
-        // a lake reached over REST is itself such a client, and its namespaces are hosted.
-        let serves_rest_clients = matches!(self.publisher.as_ref(), Publisher::Sql(_));
+        // Hosted namespaces are those the REST clients of this lake's SQL or etcd catalog
+        // created; a lake reached over REST is itself such a client, and its namespaces
+        // are hosted.
+        let serves_rest_clients = matches!(self.publisher.as_ref(), Publisher::Swap(_));
         if serves_rest_clients && existing.as_ref().is_some_and(is_hosted) {
             return Err(LakeError::Refused {
                 table: table.path.to_string(),
@@ -266,8 +338,8 @@ impl Lake {
                 .cloned()
         };
         let table = match self.publisher.as_ref() {
-            Publisher::Sql(database) => {
-                let current = database.metadata_location(&ident).await?;
+            Publisher::Swap(swaps) => {
+                let current = swaps.metadata_location(&ident).await?;
                 if let Some(table) = kept(current.as_deref()) {
                     return Ok(table);
                 }
@@ -392,14 +464,14 @@ impl Lake {
     /// Publishes `next`, built from `current`'s metadata, as the table's metadata if the
     /// table is still at `current`: the commit point of every change to a lake table.
     ///
-    /// The SQL catalog takes a metadata file mink writes beside the current one (deleted
-    /// again when the swap is lost); the REST catalog takes `next`'s changes, asserting the
-    /// table's uuid and its `main` snapshot, and writes the file itself.
+    /// The SQL and etcd catalogs take a metadata file mink writes beside the current one
+    /// (deleted again when the swap is lost); the REST catalog takes `next`'s changes,
+    /// asserting the table's uuid and its `main` snapshot, and writes the file itself.
     ///
     /// The committed version is kept warm for the next loads ([`Self::keep_committed`]).
     pub(crate) async fn publish(&self, current: &Table, next: TableMetadataBuildResult) -> Swap {
         let swap = match self.publisher.as_ref() {
-            Publisher::Sql(database) => database.publish(current, next.metadata).await,
+            Publisher::Swap(swaps) => publish_by_swap(swaps.as_ref(), current, next.metadata).await,
             Publisher::Rest(commits) => commits.publish(current, next.changes).await,
         };
         if let Swap::Committed(metadata, location) = &swap {

@@ -28,9 +28,8 @@ use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use iceberg::spec::TableMetadata;
-use iceberg::table::Table;
-use iceberg::{CatalogBuilder, MetadataLocation, TableIdent};
+use async_trait::async_trait;
+use iceberg::{CatalogBuilder, TableIdent};
 use iceberg_catalog_sql::{
     SQL_CATALOG_PROP_BIND_STYLE, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE, SqlBindStyle,
     SqlCatalog, SqlCatalogBuilder,
@@ -38,10 +37,9 @@ use iceberg_catalog_sql::{
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteSynchronous};
 
-use super::{CATALOG_NAME, LakeConfig, Swap};
+use super::{CATALOG_NAME, LakeConfig, MetadataSwap};
 use crate::error::{LakeError, Result};
 use crate::storage::LakeStorageFactory;
-use crate::writer::delete_files;
 
 /// Opens the SQL catalog of `config` and its database for the swaps: the database first,
 /// so that it runs in WAL mode before iceberg's pool opens it (see the module docs).
@@ -121,62 +119,21 @@ impl SqlDatabase {
         }
         Ok(Self(pool))
     }
+}
 
-    /// Publishes `next` as the metadata of `current`'s table: writes it as the next
-    /// metadata file beside the current one and swaps the location in. A lost swap deletes
-    /// the file again.
-    pub(super) async fn publish(&self, current: &Table, next: TableMetadata) -> Swap {
-        let written = async {
-            let current_location = current.metadata_location_result()?;
-            let location = MetadataLocation::from_str(current_location)?
-                .with_next_version()
-                .with_new_metadata(&next);
-            next.write_to(current.file_io(), &location).await?;
-            Ok::<_, LakeError>((current_location.to_string(), location.to_string()))
-        };
-        let (expected, new_location) = match written.await {
-            Ok(locations) => locations,
-            Err(error) => return Swap::Lost(error),
-        };
-        let ident = current.identifier();
-        let swap = match self.swap(ident, &expected, &new_location).await {
-            Ok(true) => Swap::Committed(Box::new(next), new_location.clone()),
-            Ok(false) => Swap::Lost(LakeError::CommitConflict {
-                table: ident.to_string(),
-                message: "another commit replaced the table's metadata first".into(),
-            }),
-            Err(error) => match self.metadata_location(ident).await {
-                // The swap went through after all.
-                Ok(Some(location)) if location == new_location => {
-                    Swap::Committed(Box::new(next), new_location.clone())
-                }
-                Ok(_) => Swap::Lost(error),
-                Err(_) => Swap::Unknown(error),
-            },
-        };
-        if matches!(swap, Swap::Lost(_)) {
-            // Best effort (failures are logged): the error to report is the swap's.
-            let _ = delete_files(current, std::slice::from_ref(&new_location)).await;
-        }
-        swap
-    }
-
-    /// Swaps a table's metadata location from `expected` to `new`; false when it was no
-    /// longer `expected`.
-    ///
-    /// This and [`SqlDatabase::metadata_location`] encode the schema of
-    /// iceberg-catalog-sql's `iceberg_tables` table, and select a table's row as its own
-    /// `update_table` does: by catalog, namespace (joined by `.`) and name, of record type
-    /// (`iceberg_type`) `TABLE` or none (rows written before the column existed).
-    ///
-    /// The swap is durable once it returns, and by then so is every file the new metadata
-    /// names (the lake's storage syncs each local file it writes, see [`crate::storage`]):
-    /// the database runs in WAL mode with `synchronous = FULL` (see the module docs; WAL's
-    /// `NORMAL` would not sync the commit).
-    ///
-    /// # Errors
-    /// [`LakeError::Catalog`] when the database fails; the swap may then have happened or
-    /// not (see [`SqlDatabase::metadata_location`]).
+/// The swap of a table's metadata location in the SQL catalog's database.
+///
+/// Its two queries encode the schema of iceberg-catalog-sql's `iceberg_tables` table, and
+/// select a table's row as its own `update_table` does: by catalog, namespace (joined by
+/// `.`) and name, of record type (`iceberg_type`) `TABLE` or none (rows written before the
+/// column existed).
+///
+/// The swap is durable once it returns, and by then so is every file the new metadata
+/// names (the lake's storage syncs each local file it writes, see [`crate::storage`]): the
+/// database runs in WAL mode with `synchronous = FULL` (see the module docs; WAL's
+/// `NORMAL` would not sync the commit).
+#[async_trait]
+impl MetadataSwap for SqlDatabase {
     async fn swap(&self, table: &TableIdent, expected: &str, new: &str) -> Result<bool> {
         let done = sqlx::query(
             "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
@@ -195,12 +152,7 @@ impl SqlDatabase {
         Ok(done.rows_affected() == 1)
     }
 
-    /// A table's metadata location in the catalog's database (None: no such table), read
-    /// from the row [`SqlDatabase::swap`] swaps.
-    ///
-    /// # Errors
-    /// [`LakeError::Catalog`] when the database fails.
-    pub(super) async fn metadata_location(&self, table: &TableIdent) -> Result<Option<String>> {
+    async fn metadata_location(&self, table: &TableIdent) -> Result<Option<String>> {
         Ok(sqlx::query_scalar(
             "SELECT metadata_location FROM iceberg_tables \
              WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? \

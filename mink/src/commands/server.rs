@@ -621,13 +621,19 @@ fn flight_sql_error(error: ServeError) -> CliError {
 
 /// The lake the flags name, or the one the data directory remembers (see
 /// [`LakeConfig::chosen`]); the server remembers it once it opened it.
+/// The lake the flags name (a cluster's node: see [`LakeConfig::of_cluster_node`], its
+/// default catalog in the cluster's etcd, under `<prefix>/lake-catalog`).
 fn lake_config(args: &ServerArgs) -> Result<LakeConfig, CliError> {
-    LakeConfig::chosen(
-        &args.data_dir,
-        args.lake_catalog.clone(),
-        args.lake_warehouse.clone(),
-    )
-    .map_err(|e| CliError::Usage(e.to_string()))
+    let (catalog, warehouse) = (args.lake_catalog.clone(), args.lake_warehouse.clone());
+    let lake = match &args.cluster {
+        Some(endpoints) => {
+            let prefix = args.cluster_prefix.trim_end_matches('/');
+            let cluster_catalog = format!("etcd://{}{prefix}/lake-catalog", endpoints.0.join(","));
+            LakeConfig::of_cluster_node(&args.data_dir, catalog, warehouse, cluster_catalog)
+        }
+        None => LakeConfig::chosen(&args.data_dir, catalog, warehouse),
+    };
+    lake.map_err(|e| CliError::Usage(e.to_string()))
 }
 
 pub(crate) async fn wait_for_shutdown_signal() {

@@ -282,6 +282,12 @@ pub(crate) fn free_address() -> String {
     listener.local_addr().expect("address").to_string()
 }
 
+/// The lake warehouse of the cluster whose log store is `store`: beside it (the nodes'
+/// lake catalog is in their etcd).
+pub(crate) fn cluster_warehouse(store: &TempDir) -> String {
+    store.path().join("warehouse").display().to_string()
+}
+
 /// `mink server --cluster` node `id` over `dir`, listening (and advertised) on `address`.
 fn start_process(
     etcd: &Etcd,
@@ -303,8 +309,11 @@ pub(crate) fn start_process_with(
     more: &[&str],
 ) -> ServerProcess {
     let cluster = format!("etcd://{}", etcd.endpoint);
+    let warehouse = cluster_warehouse(store);
     let store = file_store_url(store.path());
     let args = [
+        "--lake-warehouse",
+        &warehouse,
         "--cluster",
         &cluster,
         "--node-id",
@@ -445,7 +454,8 @@ fn bad_cluster_flags_are_refused_with_the_reason() {
     let dir = tempfile::tempdir().expect("dir");
     let store = file_store_url(dir.path());
     let node = ["--node-id", "n1", "--advertise", "127.0.0.1:9"];
-    let cases: [(Vec<&str>, &str); 4] = [
+    let warehouse = dir.path().join("warehouse").display().to_string();
+    let cases: [(Vec<&str>, &str); 6] = [
         (
             [
                 &["--cluster", "http://127.0.0.1:2379", "--log-store", &store],
@@ -478,6 +488,28 @@ fn bad_cluster_flags_are_refused_with_the_reason() {
                 "127.0.0.1:9",
             ],
             "node id",
+        ),
+        (
+            [
+                &["--cluster", "etcd://127.0.0.1:2379", "--log-store", &store],
+                &node[..],
+            ]
+            .concat(),
+            "--lake-warehouse",
+        ),
+        (
+            [
+                &["--cluster", "etcd://127.0.0.1:2379", "--log-store", &store],
+                &[
+                    "--lake-catalog",
+                    "sqlite:/tmp/c.db",
+                    "--lake-warehouse",
+                    &warehouse,
+                ],
+                &node[..],
+            ]
+            .concat(),
+            "one node's file",
         ),
     ];
     for (args, reason) in cases {

@@ -1,13 +1,14 @@
 //! Tiering across the leaders of a cluster: three `mink server --cluster` processes over
-//! a real etcd, their lake on one Iceberg REST catalog (a fourth mink serving
-//! `--iceberg-rest-listen`).
+//! a real etcd, their lake's catalog in that etcd, each node serving it as an Iceberg REST
+//! catalog (`--iceberg-rest-listen`).
 //!
 //! Random histories of writes through any node (SQL INSERT, UPDATE and DELETE, `mink
 //! load`, Flight DoPut), nodes killed with `kill -9` or paused past their lease (`kill
 //! -STOP`) and started again, and tiering rounds run by any node (and every second by the
 //! node owning the table's rounds), each step checked against a model: the union read is
 //! the model, and after a round the lake alone is too, every row tiered exactly once; at
-//! the end `mink read` and the ADBC driver read the same through every node. A failure
+//! the end `mink read` and the ADBC driver read the same through every node, and
+//! pyiceberg and DuckDB read the last round through every node's REST catalog. A failure
 //! prints its seed; `MINK_CLUSTER_LAKE_SEEDS` runs more histories (2 in CI, about 20 s
 //! each).
 //!
@@ -27,7 +28,8 @@ use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use tempfile::TempDir;
 
-use crate::cluster::{free_address, sql_value, start_process_with};
+use crate::cluster::{cluster_warehouse, free_address, sql_value, start_process_with};
+use crate::iceberg_rest::{engines, ids_read};
 use crate::process::{ServerProcess, WorkerProcess, run_mink, run_sql};
 use crate::python::python;
 
@@ -36,46 +38,34 @@ const STEPS: usize = 40;
 /// Keys of the primary-key table.
 const KEYS: i64 = 40;
 
-/// Three nodes over an etcd of their own, their lake on a mink serving the Iceberg REST
-/// catalog: their processes (`None`: killed) and their addresses.
+/// Three nodes over an etcd of their own, their lake's catalog in it: their processes
+/// (`None`: killed), their addresses and those of their REST catalogs.
 struct Cluster {
     etcd: Etcd,
     store: TempDir,
     dirs: Vec<TempDir>,
     addresses: Vec<String>,
+    rest: Vec<String>,
     nodes: Vec<Option<ServerProcess>>,
-    /// The flags every node starts with: its lake's, then `more`.
+    /// The flags every node starts with, but its own.
     flags: Vec<String>,
     /// Where the lake's files are.
     warehouse: String,
-    _catalog: (ServerProcess, TempDir),
 }
 
 impl Cluster {
-    /// Starts the catalog and the three nodes, each with the flags `more` too.
+    /// Starts the three nodes, each with the flags `more` too.
     fn start(more: &[&str]) -> Self {
-        let catalog_dir = tempfile::tempdir().expect("catalog dir");
-        let rest = free_address();
-        let catalog =
-            ServerProcess::start_with(catalog_dir.path(), &["--iceberg-rest-listen", &rest], &[]);
-        let warehouse = catalog_dir.path().join("lake/warehouse");
-        let warehouse = warehouse.display().to_string();
-        let mut flags = vec![
-            "--lake-catalog".into(),
-            format!("rest:http://{rest}"),
-            "--lake-warehouse".into(),
-            warehouse.clone(),
-        ];
-        flags.extend(more.iter().map(|flag| flag.to_string()));
+        let store = tempfile::tempdir().expect("store");
         let mut cluster = Self {
             etcd: Etcd::start(),
-            store: tempfile::tempdir().expect("store"),
+            warehouse: cluster_warehouse(&store),
+            store,
             dirs: (0..3).map(|_| tempfile::tempdir().expect("dir")).collect(),
             addresses: (0..3).map(|_| free_address()).collect(),
+            rest: (0..3).map(|_| free_address()).collect(),
             nodes: (0..3).map(|_| None).collect(),
-            flags,
-            warehouse,
-            _catalog: (catalog, catalog_dir),
+            flags: more.iter().map(|flag| flag.to_string()).collect(),
         };
         for i in 0..3 {
             cluster.start_node(i);
@@ -84,7 +74,8 @@ impl Cluster {
     }
 
     fn start_node(&mut self, i: usize) {
-        let flags: Vec<&str> = self.flags.iter().map(String::as_str).collect();
+        let mut flags = vec!["--iceberg-rest-listen", self.rest[i].as_str()];
+        flags.extend(self.flags.iter().map(String::as_str));
         self.nodes[i] = Some(start_process_with(
             &self.etcd,
             &self.store,
@@ -405,6 +396,33 @@ fn history(seed: u64) {
         &format!("seed {seed} at the end"),
     );
     every_client_reads_the_model_through_every_node(&cluster, &model, seed);
+    every_engine_reads_the_last_round_through_every_node(&cluster, &model, seed);
+}
+
+/// pyiceberg and DuckDB, through each live node's REST catalog, read the lake as the
+/// last round left it: the model, at one snapshot of each table whichever node answers.
+fn every_engine_reads_the_last_round_through_every_node(
+    cluster: &Cluster,
+    model: &Model,
+    seed: u64,
+) {
+    let mut snapshots = BTreeSet::new();
+    for i in cluster.live() {
+        let answer = engines(&format!("http://{}", cluster.rest[i]), &["read"]);
+        let through = format!("seed {seed}: pyiceberg and DuckDB through n{i}'s REST catalog");
+        let keys: Vec<i64> = model.kv.keys().copied().collect();
+        assert_eq!(ids_read(&answer, "db.kv"), keys, "{through}");
+        let mut events = model.events.clone();
+        events.sort_unstable();
+        assert_eq!(ids_read(&answer, "db.ev"), events, "{through}");
+        let snapshot = |table: &str| answer["tables"][table]["snapshot"].to_string();
+        snapshots.insert((snapshot("db.kv"), snapshot("db.ev")));
+    }
+    assert_eq!(
+        snapshots.len(),
+        1,
+        "seed {seed}: every node names the same snapshots: {snapshots:?}"
+    );
 }
 
 /// Prints the rows `sys.argv[2]` answers through the Flight SQL endpoint `sys.argv[1]`,
