@@ -101,10 +101,13 @@ pub(crate) struct ServerArgs {
     #[arg(long)]
     lake_warehouse: Option<String>,
     /// The lake's Iceberg catalog: a SQL catalog's database (default
-    /// `sqlite:<data-dir>/lake/catalog.db?mode=rwc`), or `rest:URL` for an Iceberg REST
+    /// `sqlite:<data-dir>/lake/catalog.db?mode=rwc`), `rest:URL` for an Iceberg REST
     /// catalog (another mink's `--iceberg-rest-listen`, say), whose OAuth2 client
     /// credentials are read from MINK_LAKE_CATALOG_CREDENTIAL as `client_id:secret` (and a
-    /// private certificate authority of an https catalog from MINK_LAKE_CATALOG_CA).
+    /// private certificate authority of an https catalog from MINK_LAKE_CATALOG_CA), or
+    /// `etcd://HOST:PORT[,...]/PREFIX` for a catalog in etcd (with `--cluster`, the default:
+    /// the cluster's etcd under `<--cluster-prefix>/lake-catalog`; a cluster needs
+    /// `--lake-warehouse` and refuses a SQLite catalog).
     /// Remembered in `<data-dir>/lake/catalog.json`: `mink sql --data-dir`, `mink load
     /// --data-dir` and later starts open the same lake, and another one is refused.
     #[arg(long)]

@@ -7,8 +7,9 @@
 //! -STOP`) and started again, and tiering rounds run by any node (and every second by the
 //! node owning the table's rounds), each step checked against a model: the union read is
 //! the model, and after a round the lake alone is too, every row tiered exactly once; at
-//! the end `mink read` and the ADBC driver read the same through every node, and
-//! pyiceberg and DuckDB read the last round through every node's REST catalog. A failure
+//! the end `mink read` and the ADBC driver read the same through every node,
+//! pyiceberg and DuckDB read the last round through every node's REST catalog, and a
+//! pyiceberg client's own table lives and goes through one of them. A failure
 //! prints its seed; `MINK_CLUSTER_LAKE_SEEDS` runs more histories (2 in CI, about 20 s
 //! each).
 //!
@@ -29,7 +30,7 @@ use rand::{Rng, SeedableRng};
 use tempfile::TempDir;
 
 use crate::cluster::{cluster_warehouse, free_address, sql_value, start_process_with};
-use crate::iceberg_rest::{engines, ids_read};
+use crate::iceberg_rest::{a_guest_table_lives_and_goes, engines, ids_read};
 use crate::process::{ServerProcess, WorkerProcess, run_mink, run_sql};
 use crate::python::python;
 
@@ -397,6 +398,9 @@ fn history(seed: u64) {
     );
     every_client_reads_the_model_through_every_node(&cluster, &model, seed);
     every_engine_reads_the_last_round_through_every_node(&cluster, &model, seed);
+    // A REST client's own table, through one node's catalog, in the cluster's etcd.
+    let rest = format!("http://{}", cluster.rest[cluster.live()[0]]);
+    a_guest_table_lives_and_goes(&rest, "db", std::path::Path::new(&cluster.warehouse));
 }
 
 /// pyiceberg and DuckDB, through each live node's REST catalog, read the lake as the

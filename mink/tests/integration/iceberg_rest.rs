@@ -224,7 +224,15 @@ async fn other_engines_read_and_append_through_the_rest_catalog() {
     assert_eq!(ids_read(&read, "test.restlog"), expected);
 
     // A client's own namespace and table: created, appended to, read, purged, dropped.
-    let guest = engines(&uri, &["guest"]);
+    a_guest_table_lives_and_goes(&uri, "test", dir.path());
+}
+
+/// pyiceberg creates a namespace and a table of its own through the REST catalog at
+/// `uri`, appends to it, reads it, meets every refusal a hosted table has, purges it
+/// (no file left under the warehouse `warehouse`) and drops the namespace, leaving the
+/// lake with the mink database `database` alone.
+pub(crate) fn a_guest_table_lives_and_goes(uri: &str, database: &str, warehouse: &std::path::Path) {
+    let guest = engines(uri, &["guest"]);
     assert_eq!(
         guest["ids"],
         serde_json::json!((0..20).collect::<Vec<i64>>())
@@ -252,10 +260,14 @@ async fn other_engines_read_and_append_through_the_rest_catalog() {
             "{name}: {answers}"
         );
     }
-    assert_eq!(guest["namespaces"], serde_json::json!(["test"]), "{guest}");
+    assert_eq!(
+        guest["namespaces"],
+        serde_json::json!([database]),
+        "{guest}"
+    );
     let location = guest["location"].as_str().expect("location");
     assert!(
-        location.starts_with(&dir.path().display().to_string()),
+        location.starts_with(&warehouse.display().to_string()),
         "{location}"
     );
     assert_eq!(files_under(std::path::Path::new(location)), 0, "purged");

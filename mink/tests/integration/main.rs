@@ -36,6 +36,7 @@ mod kafka;
 mod kv_checkpoints;
 mod lake_foreign;
 mod lake_history;
+mod lake_on_etcd;
 mod lake_on_rest;
 mod lake_seam_rollback;
 mod live_tail;
