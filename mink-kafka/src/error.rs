@@ -61,9 +61,12 @@ impl KafkaError {
             | Self::Core(_) => ResponseError::InvalidRecord,
             Self::Node(
                 NodeError::ShuttingDown(_)
+                | NodeError::NotLeader(_)
                 | NodeError::Log(LogError::ShuttingDown(_))
                 | NodeError::Kv(KvError::ShuttingDown(_)),
             ) => ResponseError::NotLeaderOrFollower,
+            // Retriable: an idempotent producer's retry is recognized (see `produce`).
+            Self::Node(NodeError::OutcomeUnknown(_)) => ResponseError::RequestTimedOut,
             Self::Node(
                 NodeError::Io(_)
                 | NodeError::Corrupt(_)

@@ -327,7 +327,15 @@ async fn write_batch(
     // Only a batch that is one write is tagged: a restart that found the tag of a batch
     // written in several parts could not tell which parts are missing.
     let tagged = is_one_write(&writes, bucket).then_some(tag);
-    let base_offset = write_all(broker, bucket, writes, tagged).await?;
+    let base_offset = match write_all(broker, bucket, writes, tagged).await {
+        Ok(base_offset) => base_offset,
+        Err(error) => {
+            // The batch may be in the log all the same (the node lost its lease as it
+            // wrote): the producer's retry looks for it there, from the recorded batch.
+            last_batches.remove(&key);
+            return Err(error);
+        }
+    };
     let written = ProducerBatch {
         base_offset,
         ..batch
