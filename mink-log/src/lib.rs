@@ -407,6 +407,16 @@ impl LogTablet {
         Ok(found)
     }
 
+    /// Bytes of the log from the batch holding `offset` (or the log's start) to the high
+    /// watermark, from the frame headers: nothing is read.
+    pub fn bytes_from(&self, offset: i64) -> u64 {
+        let state = self.shared.read_state();
+        let first = (state.batches).partition_point(|(header, _)| header.last_offset() < offset);
+        (state.batches.range(first..))
+            .map(|(header, _)| header.frame_len())
+            .sum()
+    }
+
     /// Before a checked writer's batches numbered from `first_sequence` are written: the
     /// batches of the writer the log holds from `since` on, which the tablet then
     /// remembers, when those may be among them (the tablet does not know the writer, or

@@ -77,6 +77,14 @@ use storage::Storage;
 pub use storage::bucket_key;
 use validate::check_bucket_address;
 
+/// Long searches of logs for idempotent writers that run at once: writers a client makes
+/// up (each naming the log's start) read at most this many logs at once, whatever their
+/// number, while every other write and read goes on.
+const MAX_CONCURRENT_RECALLS: usize = 4;
+/// A search of at most this many bytes of log runs without waiting for a turn: a
+/// writer's first write to a bucket, and most retries, search that little.
+const SHORT_RECALL_BYTES: u64 = 8 << 20;
+
 /// A mink node: leads the buckets of its tables (alone, every bucket).
 #[derive(Debug)]
 pub struct Node {
@@ -105,6 +113,9 @@ pub struct Node {
     /// One CREATE or DROP TABLE at a time: a create opens its tablets without holding
     /// the table map's lock, so readers and writers of other tables never wait for it.
     ddl: tokio::sync::Mutex<()>,
+    /// Turns of the long searches of a bucket's log for an idempotent writer it does not
+    /// know ([`Node::recall_writer`]: each reads up to [`mink_log::MAX_RECALL_BYTES`]).
+    recalls: tokio::sync::Semaphore,
     /// What the plans of the node's Union and Lake reads run in: the node's memory pool,
     /// and DataFusion's caches (Parquet footers) kept from one read to the next.
     reads: Arc<RuntimeEnv>,
@@ -248,6 +259,7 @@ impl Node {
             tiering: tokio::sync::Mutex::default(),
             following: Mutex::new(None),
             ddl: tokio::sync::Mutex::default(),
+            recalls: tokio::sync::Semaphore::new(MAX_CONCURRENT_RECALLS),
             reads,
             _lock: lock,
         }))

@@ -515,3 +515,23 @@ async fn a_tablet_that_does_not_know_a_writer_finds_it_in_its_log() {
         [[100], [1], [2], [3], [4]]
     );
 }
+
+#[tokio::test]
+async fn a_search_for_a_writer_reads_no_more_than_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table();
+    let log = LogTablet::open("t".into(), dir.path(), LogConfig::default(), None).unwrap();
+    for (sequence, id) in (0..3).zip(1..) {
+        log.write(numbered(&table, &[id], 7, sequence))
+            .await
+            .unwrap();
+    }
+    let all = log.bytes_from(0);
+    assert!(all > log.bytes_from(2) && log.bytes_from(3) == 0, "{all}");
+    let found = log.batches_of_writer(7, 0, all).await.unwrap();
+    assert_eq!(found.len(), 3);
+    let error = log.batches_of_writer(7, 0, all - 1).await.unwrap_err();
+    assert!(error.to_string().contains("not looked for"), "{error}");
+    let last = log.bytes_from(2);
+    assert_eq!(log.batches_of_writer(7, 2, last).await.unwrap().len(), 1);
+}

@@ -11,7 +11,7 @@ use tracing::info;
 
 use super::leadership::moving;
 use super::validate::{check_bucket_address, check_routing, conform_keys, conform_to_schema};
-use super::{Bucket, Node, Slot, TableState};
+use super::{Bucket, Node, SHORT_RECALL_BYTES, Slot, TableState};
 use crate::error::{NodeError, Result};
 
 impl Node {
@@ -162,7 +162,9 @@ impl Node {
 
     /// Before an idempotent writer's DoPut is written: the writer's batches that its log
     /// holds from the writer's `since` on, when the DoPut may send some of them again
-    /// (see [`mink_log::LogTablet::recall_writer`]).
+    /// (see [`mink_log::LogTablet::recall_writer`]). A search of more than
+    /// `SHORT_RECALL_BYTES` waits for one of a few turns: made-up writers cannot have the
+    /// node read every log at once.
     pub async fn recall_writer(
         &self,
         bucket: &BucketId,
@@ -175,6 +177,13 @@ impl Node {
             Err(error) => return Err(error),
         };
         let log = &tablets.log;
+        let _turn = match log.bytes_from(writer.since) > SHORT_RECALL_BYTES {
+            true => Some(
+                (self.recalls.acquire().await)
+                    .map_err(|_| NodeError::ShuttingDown("the node".into()))?,
+            ),
+            false => None,
+        };
         Ok((log.recall_writer(writer.producer_id, writer.first_sequence, writer.since)).await?)
     }
 

@@ -20,9 +20,9 @@ use mink_client::MinkClient;
 use mink_core::filter::{ColumnFilter, FilterOp};
 use mink_core::options::TableOptions;
 use mink_core::protocol::{
-    BucketId, LakeRequest, LiveTailRequest, Lookup, PrefixLookup, ReadTicket, ScanRequest,
-    SnapshotRequest, TableUnionRequest, TailRequest, UnionRequest, WriteHeader, action,
-    read_ticket,
+    AppendAck, BucketId, IdempotentWriter, LakeRequest, LiveTailRequest, Lookup, PrefixLookup,
+    ReadTicket, ScanRequest, SnapshotRequest, TableUnionRequest, TailRequest, UnionRequest,
+    WriteHeader, action, read_ticket,
 };
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_node::flight::limits::MAX_ANSWER_BYTES;
@@ -1216,4 +1216,86 @@ async fn stalled_clients_announcing_the_largest_frames_hold_only_what_they_sent(
     server.assert_alive().await;
     drop(stalled);
     server.assert_alive().await;
+}
+
+/// A DoPut of `ids` to `bucket` as idempotent writer `producer_id`'s first batch, naming
+/// `since`; its one acknowledgement.
+async fn put_as_writer(
+    raw: &mut FlightClient,
+    table: &TableDescriptor,
+    bucket: &BucketId,
+    ids: &[i64],
+    producer_id: i64,
+    since: i64,
+) -> Result<AppendAck, FlightError> {
+    let header = WriteHeader {
+        bucket: Some(bucket.clone()),
+        delete: false,
+        writer: Some(IdempotentWriter {
+            producer_id,
+            first_sequence: 0,
+            since,
+        }),
+    };
+    let data = FlightDataEncoderBuilder::new()
+        .with_flight_descriptor(Some(FlightDescriptor::new_cmd(header.encode_to_vec())))
+        .build(stream::iter([Ok(events(table, ids))]));
+    let acks: Vec<_> = raw.do_put(data).await?.try_collect().await?;
+    let ack = acks.first().expect("one acknowledgement");
+    Ok(AppendAck::decode(ack.app_metadata.clone()).expect("an AppendAck"))
+}
+
+/// Writers a client makes up, each naming the log's start as where to look for its
+/// earlier attempts, make the node search the whole log for each: the searches take
+/// turns, each reads a bounded number of bytes, other writes go on meanwhile, and every
+/// made-up writer's batch is written once (sent again, it is answered as a duplicate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_writers_searching_the_whole_log_take_turns_and_the_node_answers() {
+    let mut server = Server::start();
+    let client = server.client().await;
+    let table = client
+        .create_table(&events_table("searched", 1, TableOptions::default()), false)
+        .await
+        .expect("create");
+    let bucket = BucketId::new(&table.path, 0);
+    // A log of some 20 MB, past the size a search runs without a turn.
+    for chunk in 0..20 {
+        let ids: Vec<i64> = (chunk * 50_000..(chunk + 1) * 50_000).collect();
+        client
+            .append(&bucket, vec![events(&table, &ids)])
+            .await
+            .expect("append");
+    }
+    let idle = server.process.rss_kib();
+    let searches = (0..24).map(|i| {
+        let (table, bucket, addr) = (table.clone(), bucket.clone(), server.addr.clone());
+        tokio::spawn(async move {
+            let mut raw = raw_client(&addr).await;
+            put_as_writer(&mut raw, &table, &bucket, &[2_000_000 + i], 1 << 40 | i, 0).await
+        })
+    });
+    let searches: Vec<_> = searches.collect();
+    // Meanwhile a plain write is answered.
+    client
+        .append(&bucket, vec![events(&table, &[3_000_000])])
+        .await
+        .expect("a write among the searches");
+    for search in searches {
+        let ack = search.await.expect("task").expect("a made-up writer's put");
+        assert!(!ack.duplicate);
+    }
+    server.assert_rss_below(idle);
+    // Sent again: found in the log, not written twice.
+    let mut raw = server.raw().await;
+    let again = put_as_writer(&mut raw, &table, &bucket, &[2_000_005], 1 << 40 | 5, 0)
+        .await
+        .expect("sent again");
+    assert!(again.duplicate, "{again:?}");
+    let high_watermark = client.list_offsets(&bucket, latest()).await.expect("hw");
+    assert_eq!(high_watermark, 1_000_000 + 24 + 1, "each batch once");
+    server.assert_alive().await;
+}
+
+fn latest() -> mink_core::protocol::list_offsets::Spec {
+    mink_core::protocol::list_offsets::Spec::Latest(true)
 }
