@@ -10,6 +10,11 @@
 //! and shared by every clone of the client, as is what it learned of the leaders. A node
 //! that no longer knows the connection's login (it restarted: its tokens are gone) is
 //! connected to again, with a new login.
+//!
+//! The first node may die too: once a NotLeader answer showed the client a cluster, it
+//! knows the members (the leaders named, and the live nodes the first node lists), and
+//! a bucket call that cannot reach the first node asks another member instead, which
+//! answers or names the bucket's leader.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -50,6 +55,10 @@ pub(crate) struct Leaders {
     nodes: tokio::sync::Mutex<HashMap<String, Connection>>,
     /// The node each bucket was last said to be led by.
     buckets: Mutex<HashMap<BucketId, String>>,
+    /// The other nodes of the cluster the client knows of (named as leaders, or listed by
+    /// the first node once it named one): asked about a bucket when the first node
+    /// cannot be reached; `None` until the client knows it talks to a cluster.
+    members: Mutex<Option<BTreeSet<String>>>,
 }
 
 impl Leaders {
@@ -58,6 +67,7 @@ impl Leaders {
             options,
             nodes: tokio::sync::Mutex::default(),
             buckets: Mutex::default(),
+            members: Mutex::default(),
         }
     }
 
@@ -77,6 +87,23 @@ impl Leaders {
             Some(leader) => buckets.insert(bucket.clone(), leader),
             None => buckets.remove(bucket),
         };
+    }
+
+    /// Adds `addresses` to the members known; whether the client knew of the cluster
+    /// before.
+    fn know_members(&self, addresses: impl IntoIterator<Item = String>) -> bool {
+        let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let knew = members.is_some();
+        members.get_or_insert_default().extend(addresses);
+        knew
+    }
+
+    /// A member other than `first` and those in `tried`.
+    fn untried_member(&self, first: &str, tried: &BTreeSet<String>) -> Option<String> {
+        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        (members.iter().flatten())
+            .find(|member| *member != first && !tried.contains(*member))
+            .cloned()
     }
 
     /// The connection to the node at `address`, made on first use.
@@ -136,6 +163,8 @@ impl MinkClient {
         let deadline = Instant::now() + self.leaders().follow_for();
         let mut hops = 0;
         let mut named: Option<ClientError> = None;
+        // The other members asked while the first node could not be reached.
+        let mut tried = BTreeSet::new();
         loop {
             let learned = self.leaders().leader_of(bucket);
             let answer = match &learned {
@@ -154,6 +183,7 @@ impl MinkClient {
                     leader: Some(leader),
                     ..
                 }) if hops < MAX_HOPS => {
+                    self.learn_members(&leader).await;
                     self.leaders().learn(bucket, Some(leader));
                     hops += 1;
                     named = Some(error);
@@ -182,6 +212,26 @@ impl MinkClient {
                     self.leaders().forget_connection(address).await;
                     hops += 1;
                 }
+                // The first node gone: another member is asked about the bucket (it
+                // answers, or names the leader), each once, then all again after a pause.
+                None if learned.is_none()
+                    && unreachable(&error)
+                    && (repeat == Repeat::Always || never_sent(&error))
+                    && Instant::now() < deadline =>
+                {
+                    let member = self.leaders().untried_member(self.address(), &tried);
+                    match member {
+                        Some(member) => {
+                            tried.insert(member.clone());
+                            self.leaders().learn(bucket, Some(member));
+                        }
+                        None if tried.is_empty() => return Err(error),
+                        None => {
+                            tried.clear();
+                            tokio::time::sleep(MOVING_PAUSE).await;
+                        }
+                    }
+                }
                 _ => return Err(error),
             }
         }
@@ -189,6 +239,19 @@ impl MinkClient {
 }
 
 impl MinkClient {
+    /// Notes `leader` a member of the cluster; the first time, also the live members the
+    /// first node lists (best effort: what it cannot list is learned from later answers).
+    async fn learn_members(&self, leader: &str) {
+        if self.leaders().know_members([leader.to_string()]) {
+            return;
+        }
+        if let Ok(nodes) = self.list_nodes().await {
+            let live = nodes.into_iter().filter(|node| node.live);
+            self.leaders()
+                .know_members(live.filter_map(|node| node.address));
+        }
+    }
+
     /// A request about every bucket of a table (`list_buckets`, `plan_table_union`),
     /// which each node answers for the buckets it leads, naming the leaders of the others
     /// (`ask` gives one node's answer: its items, each naming its `bucket`, and the
