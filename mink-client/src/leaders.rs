@@ -98,6 +98,12 @@ impl Leaders {
         knew
     }
 
+    /// The members known (none before the client knew of a cluster).
+    fn members(&self) -> Vec<String> {
+        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        members.iter().flatten().cloned().collect()
+    }
+
     /// A member other than `first` and those in `tried`.
     fn untried_member(&self, first: &str, tried: &BTreeSet<String>) -> Option<String> {
         let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
@@ -255,8 +261,9 @@ impl MinkClient {
     /// A request about every bucket of a table (`list_buckets`, `plan_table_union`),
     /// which each node answers for the buckets it leads, naming the leaders of the others
     /// (`ask` gives one node's answer: its items, each naming its `bucket`, and the
-    /// NotLeader of the rest). Asks this client's node, then each leader named, once
-    /// each; a bucket moving or answered by no one is asked about again after a pause,
+    /// NotLeader of the rest). Asks this client's node (every member known instead when
+    /// it cannot be reached), then each leader named, once each; a bucket moving or
+    /// answered by no one is asked about again after a pause,
     /// for up to [`FOLLOW_FOR`] (or the client's `follow_for`). The items sorted by bucket (partition, then bucket), and
     /// each bucket's leader learned.
     pub(crate) async fn on_every_leader<T, Fut>(
@@ -274,6 +281,8 @@ impl MinkClient {
             let mut missing: BTreeSet<BucketId> = BTreeSet::new();
             let mut asked: BTreeSet<String> = BTreeSet::new();
             let mut to_ask = vec![self.address().to_string()];
+            // Why the first node did not answer, while no other did either.
+            let mut unanswered: Option<ClientError> = None;
             while let Some(address) = to_ask.pop() {
                 if !asked.insert(address.clone()) {
                     continue;
@@ -287,7 +296,20 @@ impl MinkClient {
                     },
                 };
                 let (items, elsewhere) = match answer {
-                    Ok(answer) => answer,
+                    Ok(answer) => {
+                        unanswered = None;
+                        answer
+                    }
+                    // The first node gone: every member known is asked instead.
+                    Err(error) if first && unreachable(&error) => {
+                        let members = self.leaders().members();
+                        if members.is_empty() {
+                            return Err(error);
+                        }
+                        to_ask.extend(members);
+                        unanswered = Some(error);
+                        continue;
+                    }
                     // A leader named that is gone: its buckets are asked about again.
                     Err(error) if !first && unreachable(&error) => continue,
                     // One that restarted: likewise, with a new login.
@@ -316,7 +338,12 @@ impl MinkClient {
                     }
                 }
             }
-            if missing.is_empty() {
+            if let Some(error) = unanswered {
+                // No node answered: nothing is known, not even that there is no bucket.
+                if Instant::now() >= deadline {
+                    return Err(error);
+                }
+            } else if missing.is_empty() {
                 return Ok(answered.into_values().collect());
             }
             if Instant::now() >= deadline {

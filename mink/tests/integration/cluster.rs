@@ -250,6 +250,12 @@ async fn writes_across_a_death(victim: &str) {
     nodes.remove(victim).expect("the victim").kill().await;
     let written = writes.await.expect("the writer's task");
     assert_eq!(written.expect("every write acknowledged"), 6_000);
+    // A request about every bucket, through the writer's client, reaches them all.
+    let buckets = client
+        .list_buckets(&table.path)
+        .await
+        .expect("list_buckets");
+    assert_eq!(buckets.len(), 6);
     let alive = &nodes.values().next().expect("a node alive").address;
     let mut following = Following::new(alive).await;
     assert_eq!(
