@@ -10,7 +10,8 @@
 //! - [`config`]: where the lake lives, and how a data directory remembers it;
 //! - `sql`: the SQL catalog and the compare-and-swap of its metadata locations;
 //! - [`etcd`]: the catalog in etcd, a cluster's (`etcd://...`), with the same swap;
-//! - `rest`: a REST catalog and mink's commits to it.
+//! - `rest`: a REST catalog and mink's commits to it;
+//! - `swap`: the commit of the SQL and etcd catalogs ([`MetadataSwap`]).
 //!
 //! Every change to a lake table ends in [`Lake::publish`], the commit point: the SQL and
 //! etcd catalogs swap in a metadata file mink wrote ([`MetadataSwap`]), the REST catalog
@@ -20,9 +21,9 @@ pub mod config;
 pub mod etcd;
 mod rest;
 mod sql;
+mod swap;
 
 use std::collections::HashMap;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arrow::datatypes::Field;
@@ -30,9 +31,7 @@ use iceberg::arrow::arrow_type_to_type;
 use iceberg::spec::{TableMetadata, TableMetadataBuildResult, TableProperties};
 use iceberg::table::Table;
 use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
-use iceberg::{
-    Catalog, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, TableCreation, TableIdent,
-};
+use iceberg::{Catalog, ErrorKind, Namespace, NamespaceIdent, TableCreation, TableIdent};
 use mink_core::table::{TableDescriptor, TablePath};
 use object_store::ObjectStore;
 use tracing::{debug, info, warn};
@@ -40,12 +39,13 @@ use tracing::{debug, info, warn};
 pub use self::config::{LakeConfig, S3Options};
 use self::etcd::ETCD_CATALOG_PREFIX;
 use self::rest::RestCommits;
+pub(crate) use self::swap::MetadataSwap;
+use self::swap::publish_by_swap;
 use crate::error::{LakeError, Result};
 use crate::layout::{lake_schema, partition_spec};
 use crate::reader::plan_tasks;
 use crate::storage::LakeStorage;
 use crate::upkeep::DEFAULT_MAX_SNAPSHOT_AGE;
-use crate::writer::delete_files;
 
 /// The catalog name every mink lake table is registered under (pyiceberg finds tables
 /// by it).
@@ -92,64 +92,6 @@ enum Publisher {
     Swap(Box<dyn MetadataSwap>),
     /// A commit request to the REST catalog.
     Rest(RestCommits),
-}
-
-/// A catalog whose tables' metadata locations mink swaps itself: the commit of a table's
-/// next metadata, which mink wrote as a file beside the current one.
-#[async_trait::async_trait]
-pub(crate) trait MetadataSwap: std::fmt::Debug + Send + Sync {
-    /// Swaps a table's metadata location from `expected` to `new`; false when it was no
-    /// longer `expected`. Durable once it returns.
-    ///
-    /// # Errors
-    /// The catalog failed: the swap may have happened or not (see
-    /// [`MetadataSwap::metadata_location`]).
-    async fn swap(&self, table: &TableIdent, expected: &str, new: &str) -> Result<bool>;
-
-    /// A table's metadata location (None: no such table).
-    ///
-    /// # Errors
-    /// The catalog failed.
-    async fn metadata_location(&self, table: &TableIdent) -> Result<Option<String>>;
-}
-
-/// Publishes `next` as the metadata of `current`'s table through `swaps`: writes it as
-/// the next metadata file beside the current one and swaps the location in. A lost swap
-/// deletes the file again.
-async fn publish_by_swap(swaps: &dyn MetadataSwap, current: &Table, next: TableMetadata) -> Swap {
-    let written = async {
-        let current_location = current.metadata_location_result()?;
-        let location = MetadataLocation::from_str(current_location)?
-            .with_next_version()
-            .with_new_metadata(&next);
-        next.write_to(current.file_io(), &location).await?;
-        Ok::<_, LakeError>((current_location.to_string(), location.to_string()))
-    };
-    let (expected, new_location) = match written.await {
-        Ok(locations) => locations,
-        Err(error) => return Swap::Lost(error),
-    };
-    let ident = current.identifier();
-    let swap = match swaps.swap(ident, &expected, &new_location).await {
-        Ok(true) => Swap::Committed(Box::new(next), new_location.clone()),
-        Ok(false) => Swap::Lost(LakeError::CommitConflict {
-            table: ident.to_string(),
-            message: "another commit replaced the table's metadata first".into(),
-        }),
-        Err(error) => match swaps.metadata_location(ident).await {
-            // The swap went through after all.
-            Ok(Some(location)) if location == new_location => {
-                Swap::Committed(Box::new(next), new_location.clone())
-            }
-            Ok(_) => Swap::Lost(error),
-            Err(_) => Swap::Unknown(error),
-        },
-    };
-    if matches!(swap, Swap::Lost(_)) {
-        // Best effort (failures are logged): the error to report is the swap's.
-        let _ = delete_files(current, std::slice::from_ref(&new_location)).await;
-    }
-    swap
 }
 
 /// What became of publishing a table's next metadata.
