@@ -7,7 +7,9 @@
 //! -STOP`) and started again, and tiering rounds run by any node (and every second by the
 //! node owning the table's rounds), each step checked against a model: the union read is
 //! the model, and after a round the lake alone is too, every row tiered exactly once; at
-//! the end `mink read` and the ADBC driver read the same through every node,
+//! the end the node owning a table's rounds is killed and the node taking them over tiers
+//! the writes after it with no call, `mink read` and the ADBC driver read the same through
+//! every node,
 //! pyiceberg and DuckDB read the last round through every node's REST catalog, and a
 //! pyiceberg client's own table lives and goes through one of them. A failure
 //! prints its seed; `MINK_CLUSTER_LAKE_SEEDS` runs more histories (2 in CI, about 20 s
@@ -379,6 +381,32 @@ fn history(seed: u64) {
             model,
             "seed {seed} step {step} ({what})"
         );
+    }
+    // The node owning db.kv's rounds (leading its first bucket) dies: another takes the
+    // role over with the bucket, and the writes after it are tiered with no call.
+    let owner = sql_value(
+        &cluster.addresses[cluster.live()[0]],
+        "SELECT leader FROM system.buckets WHERE table_name = 'db.kv' AND bucket = 0",
+    );
+    if cluster.live().len() > 1 {
+        let owner = (cluster
+            .addresses
+            .iter()
+            .position(|address| *address == owner))
+        .unwrap_or_else(|| panic!("seed {seed}: {owner} leads no bucket"));
+        cluster.nodes[owner]
+            .take()
+            .expect("the owner is live")
+            .kill();
+        cluster.wait_settled();
+        let rows: Vec<(i64, String)> = (0..3).map(|id| (id, format!("after{id}"))).collect();
+        let through = cluster.any(&mut rng);
+        until_done(
+            &through,
+            &format!("INSERT INTO db.kv VALUES {}", values(&rows)),
+        );
+        model.kv.extend(rows);
+        eprintln!("seed {seed}: the owner of db.kv's rounds killed");
     }
     // The node owning each table's rounds tiers it by itself, every lake.freshness.
     let reader = cluster.any(&mut rng);
