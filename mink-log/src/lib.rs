@@ -153,7 +153,7 @@ pub struct LogBatch {
     pub batch: RecordBatch,
     /// The change vector (primary-key tables).
     pub changes: Option<Vec<u8>>,
-    /// The idempotent producer that wrote the batch, if one did.
+    /// The idempotent writer that wrote the batch, if one did.
     pub writer: Option<WriterTag>,
     /// Size of the batch in the log, in bytes.
     pub size: u64,

@@ -14,9 +14,10 @@
 //!
 //! All integers are little endian; `crc` (CRC-32) covers everything after it. The writer
 //! tag ([`WriterTag`]: producer id, epoch, first and last sequence) names the idempotent
-//! Kafka producer that wrote the batch; binaries from before it refuse such frames. A crash can
-//! leave a torn last frame: [`scan_frames`] stops at the first frame
-//! that is short or fails its checksum, and the caller truncates the file there.
+//! writer that wrote the batch (a Kafka producer, a mink `TableWriter`); binaries from
+//! before it refuse such frames. A crash can leave a torn last frame: [`scan_frames`]
+//! stops at the first frame that is short or fails its checksum, and the caller truncates
+//! the file there.
 //!
 //! A segment that is closed for writing ("sealed") gets an offset index beside it
 //! (`.index`): one [`FrameHeader`] per frame with its file position, so opening a node does
@@ -104,7 +105,7 @@ pub struct StoredBatch {
     pub batch: RecordBatch,
     /// The change type of each row (primary-key tables).
     pub changes: Option<Vec<u8>>,
-    /// The idempotent producer that wrote the batch, if one did.
+    /// The idempotent writer that wrote the batch, if one did.
     pub writer: Option<WriterTag>,
     /// The message the rows were sent in, when it describes `batch`.
     pub sent: Option<SentMessage>,
@@ -118,7 +119,7 @@ pub struct Payload {
     pub ipc: Bytes,
     /// The change type of each row (primary-key tables).
     pub changes: Option<Vec<u8>>,
-    /// The idempotent producer that wrote the batch, if one did.
+    /// The idempotent writer that wrote the batch, if one did.
     pub writer: Option<WriterTag>,
 }
 
