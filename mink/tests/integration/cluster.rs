@@ -10,7 +10,7 @@ use std::time::Duration;
 use mink_client::{MinkClient, TableWriter, WriteKind};
 use mink_core::protocol::BucketId;
 use mink_core::routing::split_rows_by_bucket;
-use mink_core::table::TableDescriptor;
+use mink_core::table::{TableDescriptor, TablePath};
 use mink_node::testing::{ClusterNode, Etcd};
 use tempfile::TempDir;
 use tokio::time::Instant;
@@ -266,6 +266,74 @@ async fn writes_across_a_death(victim: &str) {
     for (_, node) in nodes {
         node.kill().await;
     }
+}
+
+/// Requests naming tables the cluster does not have make a node look for them in etcd
+/// (a table created through another node may be new to it), at most every 100 ms however
+/// many come: 2 000 of them, from 8 clients at once, read etcd a number of times that
+/// grows with the time they took, not with their number; each is answered NotFound, and
+/// a real table is read meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_for_missing_tables_read_etcd_at_most_every_100_ms() {
+    let etcd = Etcd::start();
+    let store = tempfile::tempdir().expect("store");
+    let dir = tempfile::tempdir().expect("dir");
+    let node = ClusterNode::start(&etcd, "/test", store.path(), "n0", dir.path(), LEASE).await;
+    let client = MinkClient::connect(&node.address).await.expect("connect");
+    let table = client
+        .create_table(&events_table("present", 1, Default::default()), false)
+        .await
+        .expect("create");
+    // The passes the create set off are over.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = etcd_ranges(&etcd.endpoint);
+    let started = Instant::now();
+    let askers = (0..8).map(|asker| {
+        let address = node.address.clone();
+        tokio::spawn(async move {
+            let client = MinkClient::connect(&address).await.expect("connect");
+            for request in 0..250 {
+                let missing = TablePath::new("test", format!("missing{asker}x{request}"));
+                let answer = client.scan(&BucketId::new(&missing, 0), 0, 0, &[]).await;
+                let error = answer.expect_err("no such table");
+                assert_eq!(error.code(), Some(tonic::Code::NotFound), "{error}");
+            }
+        })
+    });
+    let askers: Vec<_> = askers.collect();
+    let present = client.scan(&BucketId::new(&table.path, 0), 0, 0, &[]).await;
+    assert!(
+        present.is_ok(),
+        "a real table among the missing: {present:?}"
+    );
+    for asker in askers {
+        asker.await.expect("an asker");
+    }
+    let periods = started.elapsed().as_millis() / 100 + 1;
+    let ranges = etcd_ranges(&etcd.endpoint) - before;
+    // A look reads the table list and each table's partitions, and the node's own
+    // passes read etcd beside: a few dozen reads a period at most, not one a request.
+    assert!(
+        ranges < 20 * periods && ranges < 200,
+        "{ranges} etcd reads for 2 000 requests in {periods} periods of 100 ms"
+    );
+    node.kill().await;
+}
+
+/// The reads etcd at `endpoint` has served (its `etcd_debugging_mvcc_range_total`).
+fn etcd_ranges(endpoint: &str) -> u128 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(endpoint).expect("etcd");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .expect("ask etcd's metrics");
+    let mut metrics = String::new();
+    stream.read_to_string(&mut metrics).expect("etcd's metrics");
+    let line = (metrics.lines())
+        .find(|line| line.starts_with("etcd_debugging_mvcc_range_total "))
+        .unwrap_or_else(|| panic!("no range counter among etcd's metrics"));
+    let value = line.split_whitespace().nth(1).expect("a value");
+    value.parse::<f64>().expect("a number") as u128
 }
 
 /// Polls `tailer` from the end of `tailed` until it holds `count` ids (up to 30 s).
