@@ -207,6 +207,48 @@ fn append(
     }
 }
 
+/// `mink load` of `ids` into db.ev through one node, in batches of 20 rows, while another
+/// node is killed: the writes its buckets had in flight are sent again to their new
+/// leaders, and the load ends with every row written once. Whether the node died before
+/// the load ended.
+fn load_through_a_death(
+    cluster: &mut Cluster,
+    rng: &mut StdRng,
+    ids: &[i64],
+    scratch: &std::path::Path,
+) -> bool {
+    let csv = scratch.join("loaded.csv");
+    let rows: String = ids.iter().map(|id| format!("{id}\n")).collect();
+    std::fs::write(&csv, format!("id\n{rows}")).expect("csv");
+    let through = rng.random_range(0..3);
+    let address = cluster.addresses[through].clone();
+    let load = std::thread::spawn(move || {
+        let csv = csv.to_str().expect("a UTF-8 path");
+        let args = [
+            "load",
+            "--connect",
+            &address,
+            "--table",
+            "db.ev",
+            "--batch-rows",
+            "20",
+            csv,
+        ];
+        run_mink(&args)
+    });
+    std::thread::sleep(Duration::from_millis(rng.random_range(100..300)));
+    let victim = (through + rng.random_range(1..3)) % 3;
+    let during = !load.is_finished();
+    cluster.nodes[victim].take().expect("live").kill();
+    let (ok, _, stderr) = load.join().expect("the load's thread");
+    assert!(
+        ok,
+        "mink load through n{through} while n{victim} died: {stderr}"
+    );
+    cluster.wait_settled();
+    during
+}
+
 /// What the history wrote: the primary-key table's rows and the log table's ids.
 #[derive(Debug, Default, PartialEq)]
 struct Model {
@@ -363,6 +405,16 @@ fn history(seed: u64) {
                 );
                 model.events.extend(ids);
                 how
+            }
+            7 if cluster.live().len() == 3 && rng.random_bool(0.5) => {
+                let ids: Vec<i64> = (next_event..next_event + 20_000).collect();
+                next_event += ids.len() as i64;
+                let during = load_through_a_death(&mut cluster, &mut rng, &ids, scratch.path());
+                model.events.extend(ids);
+                match during {
+                    true => "kill -9 during a mink load",
+                    false => "kill -9 after a mink load (it ended first)",
+                }
             }
             _ => {
                 check_a_round(
