@@ -3,17 +3,17 @@
 //! catalog (`--iceberg-rest-listen`).
 //!
 //! Random histories of writes through any node (SQL INSERT, UPDATE and DELETE, `mink
-//! load`, Flight DoPut), nodes killed with `kill -9` or paused past their lease (`kill
-//! -STOP`) and started again, and tiering rounds run by any node (and every second by the
-//! node owning the table's rounds), each step checked against a model: the union read is
-//! the model, and after a round the lake alone is too, every row tiered exactly once; at
-//! the end the node owning a table's rounds is killed and the node taking them over tiers
-//! the writes after it with no call, `mink read` and the ADBC driver read the same through
-//! every node,
-//! pyiceberg and DuckDB read the last round through every node's REST catalog, and a
-//! pyiceberg client's own table lives and goes through one of them. A failure
-//! prints its seed; `MINK_CLUSTER_LAKE_SEEDS` runs more histories (2 in CI, about 20 s
-//! each).
+//! load`, Flight DoPut), nodes killed with `kill -9` (also while a `mink load` runs
+//! through another node: its lost writes are sent again, written once) or paused past
+//! their lease (`kill -STOP`) and started again, and tiering rounds run by any node (and
+//! every second by the node owning the table's rounds), each step checked against a
+//! model: the union read is the model, and after a round the lake alone is too, every
+//! row tiered exactly once. At the end the node owning a table's rounds is killed and
+//! the node taking them over tiers the writes after it with no call; `mink read` and the
+//! ADBC driver read the model through every node, pyiceberg and DuckDB the last round
+//! through every node's REST catalog, and a pyiceberg client's own table lives and goes
+//! through one of them. A failure prints its seed; `MINK_CLUSTER_LAKE_SEEDS` runs more
+//! histories (2 in CI, about 30 s each).
 //!
 //! The same cluster over TLS: SQL, ADBC and rounds through any node reach every bucket;
 //! and with distributed SQL, workers read every bucket from its leader.
