@@ -13,9 +13,11 @@
 //! where the current one is. A commit writes the next metadata file, then swaps the
 //! location in one etcd transaction that holds only if the location is still the one the
 //! commit was built on ([`MetadataSwap`]): of two nodes committing on the same metadata,
-//! one wins and the other's commit is a conflict. Creating a table or a namespace, and
-//! renaming a table, are transactions that hold only if the name is free. etcd makes each
-//! transaction durable on a quorum of its members before it answers.
+//! one wins and the other's commit is a conflict. Creating a table or a namespace is a
+//! transaction that holds only if the name is free. etcd makes each transaction durable
+//! on a quorum of its members before it answers. Renaming or registering tables and
+//! changing a namespace's properties are not done (mink never does, and its REST catalog
+//! refuses them).
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -147,6 +149,14 @@ fn no_namespace(namespace: &NamespaceIdent) -> Error {
 
 fn no_table(table: &TableIdent) -> Error {
     Error::new(ErrorKind::TableNotFound, format!("no table {table}"))
+}
+
+/// What the lake never does (nor its REST catalog: see mink-iceberg-rest's `unserved`).
+fn unsupported(what: &str) -> Error {
+    Error::new(
+        ErrorKind::FeatureUnsupported,
+        format!("{what} in mink's lake catalog"),
+    )
 }
 
 fn table_exists_error(table: &TableIdent) -> Error {
@@ -303,21 +313,10 @@ impl Catalog for EtcdCatalog {
 
     async fn update_namespace(
         &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
+        _namespace: &NamespaceIdent,
+        _properties: HashMap<String, String>,
     ) -> iceberg::Result<()> {
-        let key = self.namespace_key(namespace);
-        let value = serde_json::to_vec(&properties).map_err(|e| {
-            Error::new(ErrorKind::DataInvalid, "namespace properties").with_source(e)
-        })?;
-        let exists = Compare::version(key.clone(), CompareOp::Greater, 0);
-        let txn = Txn::new()
-            .when([exists])
-            .and_then([TxnOp::put(key, value, None)]);
-        match self.txn(txn).await? {
-            true => Ok(()),
-            false => Err(no_namespace(namespace)),
-        }
+        Err(unsupported("a namespace's properties are not changed"))
     }
 
     async fn drop_namespace(&self, namespace: &NamespaceIdent) -> iceberg::Result<()> {
@@ -410,41 +409,16 @@ impl Catalog for EtcdCatalog {
         Ok(self.get(self.table_key(table)).await?.is_some())
     }
 
-    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> iceberg::Result<()> {
-        if !self.namespace_exists(dest.namespace()).await? {
-            return Err(no_namespace(dest.namespace()));
-        }
-        let (from, to) = (self.table_key(src), self.table_key(dest));
-        let location = (self.get(from.clone()).await?).ok_or_else(|| no_table(src))?;
-        let txn = Txn::new()
-            .when([
-                Compare::value(from.clone(), CompareOp::Equal, location.clone()),
-                Compare::version(to.clone(), CompareOp::Equal, 0),
-            ])
-            .and_then([TxnOp::put(to, location, None), TxnOp::delete(from, None)]);
-        match self.txn(txn).await? {
-            true => Ok(()),
-            false if self.table_exists(dest).await? => Err(table_exists_error(dest)),
-            false => Err(Error::new(
-                ErrorKind::CatalogCommitConflicts,
-                format!("table {src} changed while it was renamed"),
-            )
-            .with_retryable(true)),
-        }
+    async fn rename_table(&self, _src: &TableIdent, _dest: &TableIdent) -> iceberg::Result<()> {
+        Err(unsupported("tables are not renamed"))
     }
 
     async fn register_table(
         &self,
-        table: &TableIdent,
-        metadata_location: String,
+        _table: &TableIdent,
+        _metadata_location: String,
     ) -> iceberg::Result<Table> {
-        if !self.namespace_exists(table.namespace()).await? {
-            return Err(no_namespace(table.namespace()));
-        }
-        // Read first: a location that names no metadata is not registered.
-        let registered = self.table_at(table, metadata_location.clone()).await?;
-        self.insert_table(table, &metadata_location).await?;
-        Ok(registered)
+        Err(unsupported("tables are not registered"))
     }
 
     async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {
