@@ -121,19 +121,27 @@ fn model(table: &TableDescriptor, ids: &[i64]) -> BTreeMap<u32, Vec<i64>> {
     model
 }
 
+/// A node over each of `dirs`, `n0`, `n1`, ... by id, on `etcd` and the log store `store`.
+async fn start_nodes(
+    etcd: &Etcd,
+    store: &TempDir,
+    dirs: &[TempDir],
+) -> BTreeMap<String, ClusterNode> {
+    let mut nodes = BTreeMap::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let id = format!("n{i}");
+        let node = ClusterNode::start(etcd, "/test", store.path(), &id, dir.path(), LEASE).await;
+        nodes.insert(id, node);
+    }
+    nodes
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn buckets_spread_over_the_nodes_and_survive_a_node_dying_and_one_joining() {
     let etcd = Etcd::start();
     let store = tempfile::tempdir().expect("store");
     let dirs: Vec<TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let mut nodes = BTreeMap::new();
-    for (i, dir) in dirs.iter().enumerate() {
-        let id = format!("n{i}");
-        nodes.insert(
-            id.clone(),
-            ClusterNode::start(&etcd, "/test", store.path(), &id, dir.path(), LEASE).await,
-        );
-    }
+    let mut nodes = start_nodes(&etcd, &store, &dirs).await;
     let first = nodes["n0"].address.clone();
     let admin = MinkClient::connect(&first).await.expect("connect");
     let table = admin
@@ -212,14 +220,7 @@ async fn writes_across_a_death(victim: &str) {
     let etcd = Etcd::start();
     let store = tempfile::tempdir().expect("store");
     let dirs: Vec<TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let mut nodes = BTreeMap::new();
-    for (i, dir) in dirs.iter().enumerate() {
-        let id = format!("n{i}");
-        nodes.insert(
-            id.clone(),
-            ClusterNode::start(&etcd, "/test", store.path(), &id, dir.path(), LEASE).await,
-        );
-    }
+    let mut nodes = start_nodes(&etcd, &store, &dirs).await;
     let first = nodes["n0"].address.clone();
     let client = MinkClient::connect(&first).await.expect("connect");
     let table = client
