@@ -1218,31 +1218,37 @@ async fn stalled_clients_announcing_the_largest_frames_hold_only_what_they_sent(
     server.assert_alive().await;
 }
 
-/// A DoPut of `ids` to `bucket` as idempotent writer `producer_id`'s first batch, naming
-/// `since`; its one acknowledgement.
+/// A DoPut of one batch per slice of `batches` to `bucket` as `writer`; the
+/// acknowledgements.
 async fn put_as_writer(
     raw: &mut FlightClient,
     table: &TableDescriptor,
     bucket: &BucketId,
-    ids: &[i64],
-    producer_id: i64,
-    since: i64,
-) -> Result<AppendAck, FlightError> {
+    batches: &[&[i64]],
+    writer: IdempotentWriter,
+) -> Result<Vec<AppendAck>, FlightError> {
     let header = WriteHeader {
         bucket: Some(bucket.clone()),
         delete: false,
-        writer: Some(IdempotentWriter {
-            producer_id,
-            first_sequence: 0,
-            since,
-        }),
+        writer: Some(writer),
     };
+    let batches: Vec<_> = batches.iter().map(|ids| Ok(events(table, ids))).collect();
     let data = FlightDataEncoderBuilder::new()
         .with_flight_descriptor(Some(FlightDescriptor::new_cmd(header.encode_to_vec())))
-        .build(stream::iter([Ok(events(table, ids))]));
+        .build(stream::iter(batches));
     let acks: Vec<_> = raw.do_put(data).await?.try_collect().await?;
-    let ack = acks.first().expect("one acknowledgement");
-    Ok(AppendAck::decode(ack.app_metadata.clone()).expect("an AppendAck"))
+    Ok((acks.iter())
+        .map(|ack| AppendAck::decode(ack.app_metadata.clone()).expect("an AppendAck"))
+        .collect())
+}
+
+/// An idempotent writer's first DoPut, numbered from 0, naming `since`.
+fn writer(producer_id: i64, since: i64) -> IdempotentWriter {
+    IdempotentWriter {
+        producer_id,
+        first_sequence: 0,
+        since,
+    }
 }
 
 /// Writers a client makes up, each naming the log's start as where to look for its
@@ -1271,7 +1277,8 @@ async fn made_up_writers_searching_the_whole_log_take_turns_and_the_node_answers
         let (table, bucket, addr) = (table.clone(), bucket.clone(), server.addr.clone());
         tokio::spawn(async move {
             let mut raw = raw_client(&addr).await;
-            put_as_writer(&mut raw, &table, &bucket, &[2_000_000 + i], 1 << 40 | i, 0).await
+            let made_up = writer(1 << 40 | i, 0);
+            put_as_writer(&mut raw, &table, &bucket, &[&[2_000_000 + i]], made_up).await
         })
     });
     let searches: Vec<_> = searches.collect();
@@ -1281,18 +1288,72 @@ async fn made_up_writers_searching_the_whole_log_take_turns_and_the_node_answers
         .await
         .expect("a write among the searches");
     for search in searches {
-        let ack = search.await.expect("task").expect("a made-up writer's put");
-        assert!(!ack.duplicate);
+        let acks = search.await.expect("task").expect("a made-up writer's put");
+        assert!(!acks[0].duplicate);
     }
     server.assert_rss_below(idle);
     // Sent again: found in the log, not written twice.
     let mut raw = server.raw().await;
-    let again = put_as_writer(&mut raw, &table, &bucket, &[2_000_005], 1 << 40 | 5, 0)
-        .await
-        .expect("sent again");
-    assert!(again.duplicate, "{again:?}");
+    let again = put_as_writer(
+        &mut raw,
+        &table,
+        &bucket,
+        &[&[2_000_005]],
+        writer(1 << 40 | 5, 0),
+    )
+    .await
+    .expect("sent again");
+    assert!(again[0].duplicate, "{again:?}");
     let high_watermark = client.list_offsets(&bucket, latest()).await.expect("hw");
     assert_eq!(high_watermark, 1_000_000 + 24 + 1, "each batch once");
+    server.assert_alive().await;
+}
+
+/// A writer's numbers and `since` are the client's to choose: numbers that run past
+/// `i32::MAX` are refused at the first that does (the batches before it written), a
+/// `since` before the log or past its end is taken as its start or its end, and a
+/// negative number is a number like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_s_numbers_and_since_at_their_bounds_are_answered() {
+    let mut server = Server::start();
+    let client = server.client().await;
+    let table = client
+        .create_table(&events_table("numbered", 1, TableOptions::default()), false)
+        .await
+        .expect("create");
+    let bucket = BucketId::new(&table.path, 0);
+    let mut raw = server.raw().await;
+    let last_number = IdempotentWriter {
+        first_sequence: i32::MAX,
+        ..writer(7, 0)
+    };
+    let error = put_as_writer(&mut raw, &table, &bucket, &[&[1], &[2]], last_number)
+        .await
+        .expect_err("a number past i32::MAX");
+    let FlightError::Tonic(status) = &error else {
+        panic!("not a status: {error}");
+    };
+    assert_eq!(status.code(), Code::InvalidArgument, "{status}");
+    assert!(status.message().contains("new id"), "{status}");
+    for (id, since) in [(8, i64::MIN), (9, i64::MAX)] {
+        let acks = put_as_writer(&mut raw, &table, &bucket, &[&[id]], writer(id, since))
+            .await
+            .expect("a since outside the log");
+        assert!(!acks[0].duplicate);
+    }
+    let lowest = IdempotentWriter {
+        first_sequence: i32::MIN,
+        ..writer(10, 0)
+    };
+    let acks = put_as_writer(&mut raw, &table, &bucket, &[&[10], &[11]], lowest)
+        .await
+        .expect("negative numbers");
+    assert_eq!(acks.len(), 2);
+    let high_watermark = client.list_offsets(&bucket, latest()).await.expect("hw");
+    assert_eq!(
+        high_watermark, 5,
+        "1 before the refusal, 2 outside the log, 2 negative"
+    );
     server.assert_alive().await;
 }
 
