@@ -42,13 +42,13 @@ const STEPS: usize = 40;
 const KEYS: i64 = 40;
 
 /// Three nodes over an etcd of their own, their lake's catalog in it: their processes
-/// (`None`: killed), their addresses and those of their REST catalogs.
+/// (`None`: killed) and their addresses. Each serves the REST catalog on a port of the
+/// system's choosing (a port picked ahead, as the nodes' own, could be taken meanwhile).
 struct Cluster {
     etcd: Etcd,
     store: TempDir,
     dirs: Vec<TempDir>,
     addresses: Vec<String>,
-    rest: Vec<String>,
     nodes: Vec<Option<ServerProcess>>,
     /// The flags every node starts with, but its own.
     flags: Vec<String>,
@@ -66,7 +66,6 @@ impl Cluster {
             store,
             dirs: (0..3).map(|_| tempfile::tempdir().expect("dir")).collect(),
             addresses: (0..3).map(|_| free_address()).collect(),
-            rest: (0..3).map(|_| free_address()).collect(),
             nodes: (0..3).map(|_| None).collect(),
             flags: more.iter().map(|flag| flag.to_string()).collect(),
         };
@@ -77,7 +76,7 @@ impl Cluster {
     }
 
     fn start_node(&mut self, i: usize) {
-        let mut flags = vec!["--iceberg-rest-listen", self.rest[i].as_str()];
+        let mut flags = vec!["--iceberg-rest-listen", "127.0.0.1:0"];
         flags.extend(self.flags.iter().map(String::as_str));
         self.nodes[i] = Some(start_process_with(
             &self.etcd,
@@ -87,6 +86,13 @@ impl Cluster {
             &self.addresses[i],
             &flags,
         ));
+    }
+
+    /// The URI of live node `i`'s REST catalog.
+    fn rest_uri(&self, i: usize) -> String {
+        let node = self.nodes[i].as_ref().expect("a live node");
+        let rest = node.iceberg_rest_addr.as_ref().expect("a REST catalog");
+        format!("http://{rest}")
     }
 
     fn live(&self) -> Vec<usize> {
@@ -479,7 +485,7 @@ fn history(seed: u64) {
     every_client_reads_the_model_through_every_node(&cluster, &model, seed);
     every_engine_reads_the_last_round_through_every_node(&cluster, &model, seed);
     // A REST client's own table, through one node's catalog, in the cluster's etcd.
-    let rest = format!("http://{}", cluster.rest[cluster.live()[0]]);
+    let rest = cluster.rest_uri(cluster.live()[0]);
     a_guest_table_lives_and_goes(&rest, "db", std::path::Path::new(&cluster.warehouse));
 }
 
@@ -492,7 +498,7 @@ fn every_engine_reads_the_last_round_through_every_node(
 ) {
     let mut snapshots = BTreeSet::new();
     for i in cluster.live() {
-        let answer = engines(&format!("http://{}", cluster.rest[i]), &["read"]);
+        let answer = engines(&cluster.rest_uri(i), &["read"]);
         let through = format!("seed {seed}: pyiceberg and DuckDB through n{i}'s REST catalog");
         let keys: Vec<i64> = model.kv.keys().copied().collect();
         assert_eq!(ids_read(&answer, "db.kv"), keys, "{through}");
