@@ -115,6 +115,7 @@ pub(crate) async fn run(args: KafkaArgs) -> Result<(), BenchError> {
             .map_err(BenchError::io("binding a loopback port"))?,
         mink_kafka::KafkaOptions::default(),
     )
+    .await
     .map_err(|e| BenchError::Usage(e.to_string()))?;
     eprintln!("bench: confluent-kafka consume, produce, ADBC ingest and latency ...");
     let script_args = vec![

@@ -1,36 +1,42 @@
-//! What every connection of the listener shares: the node, the address clients are
-//! sent to, the login, the group coordinator and the producers' state.
+//! What every connection of the listener shares: the node, the brokers clients are sent
+//! to, the login, the group coordinator and the durable Kafka state.
 
 use std::sync::Arc;
 
 use mink_auth::Credentials;
 use mink_node::Node;
 
+use crate::brokers::Brokers;
 use crate::groups::Groups;
 use crate::limits::OFFSETS_EXPIRY_INTERVAL;
 use crate::periodic::AtMostEvery;
 use crate::produce::Producers;
 use crate::server::ServeError;
-
-/// The one broker id of a mink node: it leads every partition and coordinates every
-/// group.
-pub(crate) const BROKER_ID: i32 = 0;
+use crate::state::{EtcdState, KafkaState, LocalState};
 
 /// The listener's shared state.
 #[derive(Debug)]
 pub(crate) struct Broker {
     pub(crate) node: Arc<Node>,
-    /// The advertised host and port.
-    pub(crate) host: String,
-    pub(crate) port: i32,
+    /// This node's broker and the cluster's others.
+    pub(crate) brokers: Brokers,
     credentials: Option<Credentials>,
     pub(crate) groups: Groups,
     pub(crate) offsets_expiry: AtMostEvery,
     pub(crate) producers: Producers,
+    /// Committed offsets, producer ids and last batches: the node's `meta.db`, or the
+    /// cluster's etcd.
+    pub(crate) state: Box<dyn KafkaState>,
 }
 
 impl Broker {
-    pub(crate) fn new(
+    /// The listener's state, its broker at `advertised` (recorded in the cluster's etcd
+    /// when the node has one).
+    ///
+    /// # Errors
+    /// An advertised address that is not `HOST:PORT` or is unspecified; etcd could not
+    /// be reached.
+    pub(crate) async fn new(
         node: Arc<Node>,
         advertised: &str,
         credentials: Option<Credentials>,
@@ -46,14 +52,24 @@ impl Broker {
                  clients can connect to"
             )));
         }
+        let brokers = Brokers::start(&node, host, port).await?;
+        let state: Box<dyn KafkaState> = match node.membership() {
+            None => Box::new(LocalState::new(Arc::clone(&node))),
+            Some(membership) => {
+                let config = membership.config();
+                let client = (config.connect().await)
+                    .map_err(|e| ServeError::Config(format!("the Kafka state in etcd: {e}")))?;
+                Box::new(EtcdState::new(client, &config.prefix, Arc::clone(&node)))
+            }
+        };
         Ok(Self {
             groups: Groups::new(),
             offsets_expiry: AtMostEvery::new(OFFSETS_EXPIRY_INTERVAL),
             producers: Producers::default(),
             node,
-            host,
-            port,
+            brokers,
             credentials,
+            state,
         })
     }
 

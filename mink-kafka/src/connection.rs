@@ -23,10 +23,11 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest,
-    MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
-    ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
-    SaslHandshakeResponse, SyncGroupRequest,
+    HeartbeatResponse, InitProducerIdRequest, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse, ListOffsetsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+    SyncGroupRequest, SyncGroupResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -39,6 +40,10 @@ use crate::limits::{
     IDLE_TIMEOUT, LOGIN_TIMEOUT, MAX_LOGIN_REQUEST_BYTES, MAX_REQUEST_BYTES, REQUEST_READ_TIMEOUT,
 };
 use crate::{cluster, fetch, offsets, produce, versions};
+
+/// What a group request is answered by a broker that does not coordinate the group: the
+/// client asks `FindCoordinator` again.
+const NOT_COORDINATOR: i16 = ResponseError::NotCoordinator.code();
 
 /// The one SASL mechanism served.
 const PLAIN: &str = "PLAIN";
@@ -192,15 +197,17 @@ async fn answer(broker: &Broker, session: &mut Session, mut frame: Bytes) -> Res
     }
     let body = &mut frame;
     match api {
-        ApiKey::Metadata => reply.send(&cluster::metadata(
-            broker,
-            decode::<MetadataRequest>(body, version)?,
-        )),
-        ApiKey::FindCoordinator => reply.send(&cluster::find_coordinator(
-            broker,
-            decode::<FindCoordinatorRequest>(body, version)?,
-            version,
-        )),
+        ApiKey::Metadata => {
+            reply.send(&cluster::metadata(broker, decode::<MetadataRequest>(body, version)?).await)
+        }
+        ApiKey::FindCoordinator => reply.send(
+            &cluster::find_coordinator(
+                broker,
+                decode::<FindCoordinatorRequest>(body, version)?,
+                version,
+            )
+            .await,
+        ),
         ApiKey::ListOffsets => reply.send(
             &offsets::list_offsets(broker, decode::<ListOffsetsRequest>(body, version)?).await,
         ),
@@ -231,28 +238,36 @@ async fn answer(broker: &Broker, session: &mut Session, mut frame: Bytes) -> Res
             )
             .await,
         ),
-        ApiKey::JoinGroup => reply.send(
-            &broker
-                .groups
-                .join(decode::<JoinGroupRequest>(body, version)?, version)
-                .await,
-        ),
-        ApiKey::SyncGroup => reply.send(
-            &broker
-                .groups
-                .sync(decode::<SyncGroupRequest>(body, version)?)
-                .await,
-        ),
-        ApiKey::Heartbeat => reply.send(
-            &broker
-                .groups
-                .heartbeat(&decode::<HeartbeatRequest>(body, version)?),
-        ),
-        ApiKey::LeaveGroup => reply.send(
-            &broker
-                .groups
-                .leave(&decode::<LeaveGroupRequest>(body, version)?, version),
-        ),
+        ApiKey::JoinGroup => {
+            let request = decode::<JoinGroupRequest>(body, version)?;
+            if !broker.brokers.coordinates(&request.group_id).await {
+                return refuse::<JoinGroupResponse>(&reply, |r| r.with_error_code(NOT_COORDINATOR));
+            }
+            reply.send(&broker.groups.join(request, version).await)
+        }
+        ApiKey::SyncGroup => {
+            let request = decode::<SyncGroupRequest>(body, version)?;
+            if !broker.brokers.coordinates(&request.group_id).await {
+                return refuse::<SyncGroupResponse>(&reply, |r| r.with_error_code(NOT_COORDINATOR));
+            }
+            reply.send(&broker.groups.sync(request).await)
+        }
+        ApiKey::Heartbeat => {
+            let request = decode::<HeartbeatRequest>(body, version)?;
+            if !broker.brokers.coordinates(&request.group_id).await {
+                return refuse::<HeartbeatResponse>(&reply, |r| r.with_error_code(NOT_COORDINATOR));
+            }
+            reply.send(&broker.groups.heartbeat(&request))
+        }
+        ApiKey::LeaveGroup => {
+            let request = decode::<LeaveGroupRequest>(body, version)?;
+            if !broker.brokers.coordinates(&request.group_id).await {
+                return refuse::<LeaveGroupResponse>(&reply, |r| {
+                    r.with_error_code(NOT_COORDINATOR)
+                });
+            }
+            reply.send(&broker.groups.leave(&request, version))
+        }
         ApiKey::SaslHandshake => reply.send(&sasl_handshake(
             session,
             &decode::<SaslHandshakeRequest>(body, version)?,

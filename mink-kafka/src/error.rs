@@ -31,6 +31,9 @@ pub enum KafkaError {
     /// partition, a transaction).
     #[error("{1}")]
     Refused(ResponseError, String),
+    /// The cluster's etcd, which keeps the Kafka state of a cluster.
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
     /// A bug or an unexpected state.
     #[error("{0}")]
     Internal(String),
@@ -65,14 +68,18 @@ impl KafkaError {
                 | NodeError::Log(LogError::ShuttingDown(_))
                 | NodeError::Kv(KvError::ShuttingDown(_)),
             ) => ResponseError::NotLeaderOrFollower,
-            // Retriable: an idempotent producer's retry is recognized (see `produce`).
-            Self::Node(NodeError::OutcomeUnknown(_)) => ResponseError::RequestTimedOut,
+            // Retriable: an idempotent producer's retry is recognized (see `produce`). A
+            // write forwarded to another node's bucket that failed may have landed too.
+            Self::Node(NodeError::OutcomeUnknown(_) | NodeError::Peer(_)) => {
+                ResponseError::RequestTimedOut
+            }
             Self::Node(
                 NodeError::Io(_)
                 | NodeError::Corrupt(_)
                 | NodeError::Log(LogError::DiskFull { .. } | LogError::Io(_) | LogError::Corrupt(_))
                 | NodeError::Kv(KvError::Io(_) | KvError::Corrupt(_)),
-            ) => ResponseError::KafkaStorageError,
+            )
+            | Self::Etcd(_) => ResponseError::KafkaStorageError,
             Self::UnsupportedCompression(_) => ResponseError::UnsupportedCompressionType,
             Self::Malformed(_) => ResponseError::CorruptMessage,
             Self::Node(_) | Self::Internal(_) => ResponseError::UnknownServerError,

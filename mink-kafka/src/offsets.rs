@@ -10,7 +10,6 @@
 //! every commit cannot fill the disk meanwhile.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{
@@ -29,7 +28,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use mink_core::protocol::BucketId;
 use mink_core::protocol::list_offsets::Spec;
-use mink_node::metadata::{ConsumerOffset, OffsetsCommitted, now_ms};
+use mink_node::metadata::{ConsumerOffset, OffsetsCommitted};
 
 use crate::broker::Broker;
 use crate::error::KafkaError;
@@ -115,23 +114,21 @@ async fn offset_at(
     Ok((offset, committed))
 }
 
-/// Forgets, in `meta.db`, the committed offsets of the groups without members that
-/// committed nothing for [`OFFSETS_RETENTION`], when that is due.
+/// Forgets the committed offsets of the groups without members that committed nothing
+/// for [`OFFSETS_RETENTION`], when that is due.
 async fn forget_idle_groups(broker: &Broker) {
     if !broker.offsets_expiry.due() {
         return;
     }
     let active = broker.groups.with_members();
-    let node = Arc::clone(&broker.node);
-    let forgotten = tokio::task::spawn_blocking(move || {
-        node.kafka_state()
-            .forget_idle_groups(now_ms(), OFFSETS_RETENTION, &active)
-    })
-    .await;
-    match forgotten {
-        Ok(Ok(0)) => {}
-        Ok(Ok(count)) => tracing::info!(count, "forgot the committed offsets of idle groups"),
-        failed => tracing::warn!(?failed, "forgetting idle groups' committed offsets failed"),
+    match broker
+        .state
+        .forget_idle_groups(OFFSETS_RETENTION, active)
+        .await
+    {
+        Ok(0) => {}
+        Ok(count) => tracing::info!(count, "forgot the committed offsets of idle groups"),
+        Err(error) => tracing::warn!(%error, "forgetting idle groups' committed offsets failed"),
     }
 }
 
@@ -139,13 +136,16 @@ async fn forget_idle_groups(broker: &Broker) {
 /// partitions of unknown topics, and those whose metadata is longer than
 /// [`MAX_OFFSET_METADATA_BYTES`] (`OFFSET_METADATA_TOO_LARGE`), are refused one by one;
 /// a group id longer than [`MAX_GROUP_ID_BYTES`] refuses them all (`INVALID_GROUP_ID`),
-/// and so does a group with no offsets stored once [`MAX_COMMITTED_GROUPS`] groups have
-/// some (`COORDINATOR_NOT_AVAILABLE`).
+/// and so does a broker that does not coordinate the group (`NOT_COORDINATOR`) and a
+/// group with no offsets stored once [`MAX_COMMITTED_GROUPS`] groups have some
+/// (`COORDINATOR_NOT_AVAILABLE`).
 pub(crate) async fn commit(broker: &Broker, request: OffsetCommitRequest) -> OffsetCommitResponse {
     forget_idle_groups(broker).await;
     let group = request.group_id.0.to_string();
     let refused = if group.len() > MAX_GROUP_ID_BYTES {
         Some(ResponseError::InvalidGroupId.code())
+    } else if !broker.brokers.coordinates(&group).await {
+        Some(ResponseError::NotCoordinator.code())
     } else {
         broker.groups.check_commit(
             &group,
@@ -194,23 +194,20 @@ pub(crate) async fn commit(broker: &Broker, request: OffsetCommitRequest) -> Off
         );
     }
     if !stored.is_empty() {
-        let node = Arc::clone(&broker.node);
-        let saved = tokio::task::spawn_blocking(move || {
-            node.kafka_state().commit_consumer_offsets(
-                &group,
-                &stored,
-                now_ms(),
-                MAX_COMMITTED_GROUPS,
-            )
-        })
-        .await;
+        let saved = (broker.state)
+            .commit_offsets(&group, stored, MAX_COMMITTED_GROUPS)
+            .await;
         match saved {
-            Ok(Ok(OffsetsCommitted::Stored)) => {}
-            Ok(Ok(OffsetsCommitted::TooManyGroups)) => {
+            Ok(OffsetsCommitted::Stored) => {}
+            Ok(OffsetsCommitted::TooManyGroups) => {
                 refuse_stored(&mut topics, ResponseError::CoordinatorNotAvailable);
             }
-            failed => {
-                tracing::warn!(?failed, "storing committed offsets failed");
+            Err(KafkaError::Refused(error, message)) => {
+                tracing::debug!(%message, "a commit of offsets was refused");
+                refuse_stored(&mut topics, error);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "storing committed offsets failed");
                 refuse_stored(&mut topics, ResponseError::KafkaStorageError);
             }
         }
@@ -230,7 +227,8 @@ fn refuse_stored(topics: &mut [OffsetCommitResponseTopic], error: ResponseError)
 }
 
 /// `OffsetFetch`: the offsets a group committed (-1 for a partition it never did); every
-/// partition it committed when no topics are named.
+/// partition it committed when no topics are named. A broker that does not coordinate
+/// the group answers `NOT_COORDINATOR`.
 pub(crate) async fn fetch_committed(
     broker: &Broker,
     request: OffsetFetchRequest,
@@ -238,22 +236,25 @@ pub(crate) async fn fetch_committed(
 ) -> OffsetFetchResponse {
     forget_idle_groups(broker).await;
     let group = request.group_id.0.to_string();
-    let node = Arc::clone(&broker.node);
-    let committed = match tokio::task::spawn_blocking(move || {
-        node.kafka_state().consumer_offsets(&group)
-    })
-    .await
-    {
-        Ok(Ok(committed)) => committed,
-        failed => {
-            tracing::warn!(?failed, "reading committed offsets failed");
-            // v1 answers have no top-level error: an answer naming no partition fails.
-            let failed = OffsetFetchResponse::default();
-            return if version >= 2 {
-                failed.with_error_code(ResponseError::CoordinatorNotAvailable.code())
-            } else {
-                failed
+    let committed = if broker.brokers.coordinates(&group).await {
+        broker.state.committed_offsets(&group).await
+    } else {
+        Err(KafkaError::Refused(
+            ResponseError::NotCoordinator,
+            format!("group {group} is coordinated by another broker"),
+        ))
+    };
+    let committed = match committed {
+        Ok(committed) => committed,
+        Err(error) => {
+            let code = match error {
+                KafkaError::Refused(code, _) => code,
+                error => {
+                    tracing::warn!(%error, "reading committed offsets failed");
+                    ResponseError::CoordinatorNotAvailable
+                }
             };
+            return refused_fetch(request, version, code);
         }
     };
     let mut by_topic: HashMap<String, Vec<ConsumerOffset>> = HashMap::new();
@@ -308,5 +309,33 @@ pub(crate) async fn fetch_committed(
             })
             .collect(),
     };
+    OffsetFetchResponse::default().with_topics(topics)
+}
+
+/// An `OffsetFetch` answered `error`: at the top from v2, in every asked partition
+/// before (an answer naming no partition fails too, but says nothing of why).
+fn refused_fetch(
+    request: OffsetFetchRequest,
+    version: i16,
+    error: ResponseError,
+) -> OffsetFetchResponse {
+    if version >= 2 {
+        return OffsetFetchResponse::default().with_error_code(error.code());
+    }
+    let topics = (request.topics.unwrap_or_default().into_iter())
+        .map(|topic| {
+            let partitions = (topic.partition_indexes.iter())
+                .map(|index| {
+                    OffsetFetchResponsePartition::default()
+                        .with_partition_index(*index)
+                        .with_committed_offset(-1)
+                        .with_error_code(error.code())
+                })
+                .collect();
+            OffsetFetchResponseTopic::default()
+                .with_name(topic.name)
+                .with_partitions(partitions)
+        })
+        .collect();
     OffsetFetchResponse::default().with_topics(topics)
 }

@@ -10,22 +10,26 @@
 //! Idempotent producers (`enable.idempotence`) get a producer id from `InitProducerId`
 //! that no restart reuses. Their batches are written with a [`WriterTag`] (producer id,
 //! epoch, sequences) in the log frame itself, atomically with the rows; per producer and
-//! partition the last batch is also recorded in the node's metadata (before a producer's
-//! first batch there, a marker of where its batches start). A batch sent again after a
-//! lost answer is recognized and not written twice; after a crash, the first batch of a
-//! producer reads the chosen partition's log from the recorded batch on, so a batch the
-//! log holds but the metadata missed is recognized too. The tag goes only on a batch
+//! partition the last batch is also recorded in the Kafka state ([`crate::state`]: the
+//! node's `meta.db`, or the cluster's etcd; before a producer's first batch there, a
+//! marker of where its batches start). A batch sent again after a lost answer is
+//! recognized and not written twice; after a crash, or on a partition's new leader, the
+//! first batch of a producer reads the chosen partition's log from the recorded batch
+//! on, so a batch the log holds but the record missed is recognized too. What a node
+//! remembers of a producer's batches on a partition holds only while it leads the
+//! partition without a break: a partition led elsewhere meanwhile is looked up again. The tag goes only on a batch
 //! that is one write into the chosen partition's bucket (a log table without a bucket
 //! key; a primary-key batch of one kind whose keys all route there), which the log holds
 //! whole or not at all. A batch written in several parts (rows routed to other buckets,
 //! upserts and tombstones mixed) is not tagged: a crash between its log write and the
-//! metadata's record makes the retry write it again, never lose part of it. For a
+//! record makes the retry write it again, never lose part of it. In a cluster, rows
+//! routed to a bucket another node leads are written through that node. For a
 //! primary-key table that repeats the same upserts and deletes in the same order, which
 //! leaves the same rows.
 //! Transactions are refused (`TRANSACTIONAL_ID_AUTHORIZATION_FAILED`).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use arrow::array::RecordBatch;
 use bytes::{Buf, Bytes};
@@ -40,6 +44,7 @@ use mink_core::protocol::BucketId;
 use mink_core::routing::split_by_bucket;
 use mink_log::{Writer, WriterTag};
 use mink_node::metadata::ProducerBatch;
+use mink_node::node::Bucket;
 
 use crate::broker::Broker;
 use crate::compression::decompress;
@@ -53,9 +58,9 @@ use crate::rows::{Rows, rows_of};
 use crate::topics::Topic;
 
 /// The idempotent producers' last batches, per producer; each producer's map is locked
-/// while one of its batches is checked, written and recorded. A cache of what
-/// `meta.db` records: past [`MAX_CACHED_PRODUCERS`], the producers not writing at the
-/// moment are dropped, and found again in `meta.db` and the log when they next write.
+/// while one of its batches is checked, written and recorded. A cache of what the Kafka
+/// state records: past [`MAX_CACHED_PRODUCERS`], the producers not writing at the
+/// moment are dropped, and found again in the state and the log when they next write.
 #[derive(Debug)]
 pub(crate) struct Producers {
     producers: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<LastBatches>>>>,
@@ -72,8 +77,10 @@ impl Default for Producers {
     }
 }
 
-/// One producer's last batch per (topic, partition); `None`: looked up, never written.
-type LastBatches = HashMap<(String, i32), Option<ProducerBatch>>;
+/// One producer's last batch per (topic, partition), as of the bucket's tablets it was
+/// written to: tablets of a later leadership here know nothing of the batches another
+/// node wrote meanwhile. `None`: looked up, never written.
+type LastBatches = HashMap<(String, i32), (Weak<Bucket>, Option<ProducerBatch>)>;
 
 impl Producers {
     fn of(&self, producer_id: i64) -> Arc<tokio::sync::Mutex<LastBatches>> {
@@ -89,26 +96,22 @@ impl Producers {
     }
 }
 
-/// Forgets, in `meta.db`, the last batches of producers that wrote nothing for
-/// [`PRODUCER_EXPIRATION`] (Kafka's `producer.id.expiration.ms`), when that is due: a
-/// new producer id for every producer started, and a record for each one that writes,
-/// would otherwise pile up for good. Such a producer writing again starts over.
+/// Forgets the last batches of producers that wrote nothing for [`PRODUCER_EXPIRATION`]
+/// (Kafka's `producer.id.expiration.ms`), when that is due: a new producer id for every
+/// producer started, and a record for each one that writes, would otherwise pile up for
+/// good. Such a producer writing again starts over.
 async fn forget_idle_producers(broker: &Broker) {
     if !broker.producers.expiry.due() {
         return;
     }
-    let idle_since = std::time::SystemTime::now()
-        .checked_sub(PRODUCER_EXPIRATION)
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
-    let node = Arc::clone(&broker.node);
-    let forgotten =
-        tokio::task::spawn_blocking(move || node.kafka_state().forget_idle_producers(idle_since))
-            .await;
-    match forgotten {
-        Ok(Ok(0)) => {}
-        Ok(Ok(count)) => tracing::info!(count, "forgot idle Kafka producers"),
-        failed => tracing::warn!(?failed, "forgetting idle Kafka producers failed"),
+    match broker
+        .state
+        .forget_idle_producers(PRODUCER_EXPIRATION)
+        .await
+    {
+        Ok(0) => {}
+        Ok(count) => tracing::info!(count, "forgot idle Kafka producers"),
+        Err(error) => tracing::warn!(%error, "forgetting idle Kafka producers failed"),
     }
 }
 
@@ -124,13 +127,12 @@ pub(crate) async fn init_producer_id(
             .with_producer_epoch(-1);
     }
     forget_idle_producers(broker).await;
-    let node = Arc::clone(&broker.node);
-    match tokio::task::spawn_blocking(move || node.kafka_state().new_producer_id()).await {
-        Ok(Ok(id)) => InitProducerIdResponse::default()
+    match broker.state.new_producer_id().await {
+        Ok(id) => InitProducerIdResponse::default()
             .with_producer_id(ProducerId(id))
             .with_producer_epoch(0),
-        failed => {
-            tracing::warn!(?failed, "allocating a producer id failed");
+        Err(error) => {
+            tracing::warn!(%error, "allocating a producer id failed");
             InitProducerIdResponse::default()
                 .with_error_code(ResponseError::CoordinatorNotAvailable.code())
                 .with_producer_id(ProducerId(-1))
@@ -232,12 +234,15 @@ async fn produce_partition(
         )
     })?;
     announced?;
+    // A broker that does not lead the partition answers NOT_LEADER_OR_FOLLOWER: the
+    // producer asks for metadata again.
+    let (_, tablets) = broker.node.bucket(&bucket)?;
     let mut base_offset = None;
     while records.has_remaining() {
         let set =
             RecordBatchDecoder::decode_with_custom_compression(&mut records, Some(decompress))
                 .map_err(|e| KafkaError::Malformed(format!("a produced record batch: {e}")))?;
-        let written = write_batch(broker, topic, index, &bucket, &set.records).await?;
+        let written = write_batch(broker, topic, index, &bucket, &tablets, &set.records).await?;
         base_offset.get_or_insert(written);
     }
     Ok(base_offset.unwrap_or(-1))
@@ -270,6 +275,7 @@ async fn write_batch(
     topic: &Topic,
     index: i32,
     bucket: &BucketId,
+    tablets: &Arc<Bucket>,
     records: &[Record],
 ) -> Result<i64> {
     let (Some(first), Some(last)) = (records.first(), records.last()) else {
@@ -295,9 +301,10 @@ async fn write_batch(
     let producer = broker.producers.of(tag.producer_id);
     let mut last_batches = producer.lock().await;
     let key = (name.clone(), index);
+    let led_since = Arc::downgrade(tablets);
     let previous = match last_batches.get(&key) {
-        Some(known) => *known,
-        None => recover_last_batch(broker, &name, index, bucket, tag).await?,
+        Some((written_to, known)) if written_to.ptr_eq(&led_since) => *known,
+        _ => recover_last_batch(broker, &name, index, tablets, tag).await?,
     };
     let batch = ProducerBatch {
         epoch: tag.epoch,
@@ -307,22 +314,23 @@ async fn write_batch(
     };
     if let Some(previous) = previous {
         if check_sequence(&previous, &batch)? == SequenceCheck::Retry {
-            last_batches.insert(key, Some(previous));
+            last_batches.insert(key, (led_since, Some(previous)));
             return Ok(previous.base_offset);
         }
     } else {
         forget_idle_producers(broker).await;
         // The first batch of this producer here: where a later recovery starts looking
         // for its batches in the log, stored before any is written.
-        let (_, tablet) = broker.node.bucket(bucket)?;
-        let (_, high_watermark) = tablet.log.offsets();
+        let (_, high_watermark) = tablets.log.offsets();
         let marker = ProducerBatch {
             first_sequence: -1,
             last_sequence: -1,
             base_offset: high_watermark,
             ..batch
         };
-        record(broker, tag.producer_id, &name, index, marker).await?;
+        (broker.state)
+            .record_producer_batch(tag.producer_id, &name, index, marker)
+            .await?;
     }
     // Only a batch that is one write is tagged: a restart that found the tag of a batch
     // written in several parts could not tell which parts are missing.
@@ -340,34 +348,35 @@ async fn write_batch(
         base_offset,
         ..batch
     };
-    record(broker, tag.producer_id, &name, index, written).await?;
-    last_batches.insert(key, Some(written));
+    last_batches.insert(key, (led_since, Some(written)));
+    // The batch is written: a record that fails only makes a later recovery read more
+    // of the log (a tagged batch is found there), so the write is answered all the same.
+    let recorded = (broker.state)
+        .record_producer_batch(tag.producer_id, &name, index, written)
+        .await;
+    if let Err(error) = recorded {
+        tracing::warn!(%error, producer_id = tag.producer_id, "recording a producer's batch failed");
+    }
     Ok(base_offset)
 }
 
-/// The last batch a producer wrote to a partition, as a restart finds it: the one the
-/// metadata recorded, or a later one the log holds (a crash between the log's fsync and
-/// the metadata's record leaves the log one batch ahead; the tag in the frame tells).
+/// The last batch a producer wrote to a partition, as a restart or a new leader finds
+/// it: the one the state recorded, or a later one the log holds (a crash between the
+/// log's fsync and the record leaves the log a batch ahead; the tag in the frame tells).
 async fn recover_last_batch(
     broker: &Broker,
     topic: &str,
     index: i32,
-    bucket: &BucketId,
+    tablets: &Bucket,
     tag: WriterTag,
 ) -> Result<Option<ProducerBatch>> {
-    let node = Arc::clone(&broker.node);
-    let topic_name = topic.to_string();
-    let recorded = tokio::task::spawn_blocking(move || {
-        node.kafka_state()
-            .last_producer_batch(tag.producer_id, &topic_name, index)
-    })
-    .await
-    .map_err(|e| KafkaError::Internal(e.to_string()))??;
+    let recorded = (broker.state)
+        .last_producer_batch(tag.producer_id, topic, index)
+        .await?;
     let Some(recorded) = recorded else {
         return Ok(None);
     };
-    let (_, tablet) = broker.node.bucket(bucket)?;
-    let found = (tablet.log)
+    let found = (tablets.log)
         .batches_of_writer(tag.producer_id, recorded.base_offset, u64::MAX)
         .await
         .map_err(mink_node::NodeError::from)?;
@@ -383,29 +392,10 @@ async fn recover_last_batch(
             topic,
             partition = index,
             last_sequence = last.last_sequence,
-            "the log holds a later batch of this producer than the metadata recorded (a crash came between them)"
+            "the log holds a later batch of this producer than its record (a crash came between them, or a record failed)"
         );
     }
     Ok(Some(last))
-}
-
-/// Stores a producer's last batch on a partition.
-async fn record(
-    broker: &Broker,
-    producer_id: i64,
-    topic: &str,
-    index: i32,
-    batch: ProducerBatch,
-) -> Result<()> {
-    let node = Arc::clone(&broker.node);
-    let topic = topic.to_string();
-    tokio::task::spawn_blocking(move || {
-        node.kafka_state()
-            .record_producer_batch(producer_id, &topic, index, &batch)
-    })
-    .await
-    .map_err(|e| KafkaError::Internal(e.to_string()))??;
-    Ok(())
 }
 
 /// What a batch is next to the producer's last one.
@@ -506,10 +496,15 @@ async fn write_all(
     let writer = writer.map(Writer::Unchecked);
     let mut base_offset = None;
     for write in writes {
-        let ack = broker
-            .node
-            .write_as(&write.bucket, write.rows, write.delete, None, writer)
-            .await?;
+        let ack = if write.bucket == *chosen {
+            (broker.node)
+                .write_as(&write.bucket, write.rows, write.delete, None, writer)
+                .await?
+        } else {
+            (broker.node)
+                .write_anywhere(&write.bucket, write.rows, write.delete)
+                .await?
+        };
         base_offset.get_or_insert(if write.bucket == *chosen {
             ack.base_offset
         } else {

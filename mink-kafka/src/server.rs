@@ -83,8 +83,9 @@ impl KafkaHandle {
 ///
 /// # Errors
 /// [`ServeError::Config`] for a non-loopback listener without credentials, an advertised
-/// address that is unspecified or not `HOST:PORT`, or a TLS identity that does not load.
-pub fn serve(
+/// address that is unspecified or not `HOST:PORT`, a TLS identity that does not load, or
+/// (in a cluster) an etcd that does not answer.
+pub async fn serve(
     node: Arc<Node>,
     listener: TcpListener,
     options: KafkaOptions,
@@ -102,7 +103,7 @@ pub fn serve(
         }
         None => addr.to_string(),
     };
-    let broker = Arc::new(Broker::new(node, &advertised, options.credentials)?);
+    let broker = Arc::new(Broker::new(node, &advertised, options.credentials).await?);
     let tls = options
         .tls
         .as_ref()

@@ -4,7 +4,7 @@
 //!
 //! On a single node all of it is in SQLite (`<data-dir>/meta.db`, [`Metadata`]); in a
 //! cluster the tables and lake records are in etcd ([`EtcdMetadata`]), which every node
-//! reads, and the Kafka state stays in each node's `meta.db`.
+//! reads, and the Kafka listener keeps its own state there too (`mink_kafka`'s `state`).
 //!
 //! Kafka state a client creates by naming something new (a group id, a producer id)
 //! is recorded with when it was last used, so that what nobody uses any more can be

@@ -174,7 +174,7 @@ impl Node {
     }
 
     /// In a cluster, the node's membership.
-    pub(crate) fn membership(&self) -> Option<&Arc<Membership>> {
+    pub fn membership(&self) -> Option<&Arc<Membership>> {
         self.membership.as_ref()
     }
 

@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
+
 use mink_core::protocol::{AppendAck, BucketId, IdempotentWriter};
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_log::{SentBatch, Write, WriteOp, WriteStream, Writer, WriterBatch};
@@ -100,6 +102,38 @@ impl Node {
         stream: Option<&WriteStream>,
     ) -> Result<AppendAck> {
         self.write_as(bucket, batch, delete, stream, None).await
+    }
+
+    /// [`Node::write`] wherever the bucket is led: here, or in a cluster through its
+    /// leader (a DoPut of the peers' client, which follows NotLeader while it moves).
+    /// Like a one-off client write, a forwarded write is one attempt: an error after it
+    /// was sent leaves it unknown whether it landed.
+    ///
+    /// # Errors
+    /// As [`Node::write`], and the leader's answer ([`NodeError::Peer`]).
+    pub async fn write_anywhere(
+        &self,
+        bucket: &BucketId,
+        batch: RecordBatch,
+        delete: bool,
+    ) -> Result<AppendAck> {
+        let not_leader = match self.write(bucket, batch.clone(), delete, None).await {
+            Err(NodeError::NotLeader(not_leader)) => not_leader,
+            written => return written,
+        };
+        let Some(peers) = self.peers().await? else {
+            return Err(NodeError::NotLeader(not_leader));
+        };
+        let acks = if delete {
+            peers.delete_keys(bucket, vec![batch]).await?
+        } else {
+            peers.append(bucket, vec![batch]).await?
+        };
+        acks.into_iter().next().ok_or_else(|| {
+            NodeError::OutcomeUnknown(format!(
+                "bucket {bucket}'s leader answered no acknowledgement"
+            ))
+        })
     }
 
     /// [`Node::write`] by an idempotent writer: its tag is stored with the batch, and a

@@ -530,6 +530,7 @@ async fn serve_kafka(
         max_connections: args.max_connections,
     };
     mink_kafka::serve(Arc::clone(node), listener, options)
+        .await
         .map(Some)
         .map_err(|e| CliError::Usage(e.to_string()))
 }

@@ -44,12 +44,12 @@ const KEYS: i64 = 40;
 /// Three nodes over an etcd of their own, their lake's catalog in it: their processes
 /// (`None`: killed) and their addresses. Each serves the REST catalog on a port of the
 /// system's choosing (a port picked ahead, as the nodes' own, could be taken meanwhile).
-struct Cluster {
+pub(crate) struct Cluster {
     etcd: Etcd,
     store: TempDir,
     dirs: Vec<TempDir>,
-    addresses: Vec<String>,
-    nodes: Vec<Option<ServerProcess>>,
+    pub(crate) addresses: Vec<String>,
+    pub(crate) nodes: Vec<Option<ServerProcess>>,
     /// The flags every node starts with, but its own.
     flags: Vec<String>,
     /// Where the lake's files are.
@@ -58,7 +58,7 @@ struct Cluster {
 
 impl Cluster {
     /// Starts the three nodes, each with the flags `more` too.
-    fn start(more: &[&str]) -> Self {
+    pub(crate) fn start(more: &[&str]) -> Self {
         let store = tempfile::tempdir().expect("store");
         let mut cluster = Self {
             etcd: Etcd::start(),
@@ -75,7 +75,7 @@ impl Cluster {
         cluster
     }
 
-    fn start_node(&mut self, i: usize) {
+    pub(crate) fn start_node(&mut self, i: usize) {
         let mut flags = vec!["--iceberg-rest-listen", "127.0.0.1:0"];
         flags.extend(self.flags.iter().map(String::as_str));
         self.nodes[i] = Some(start_process_with(
@@ -95,7 +95,7 @@ impl Cluster {
         format!("http://{rest}")
     }
 
-    fn live(&self) -> Vec<usize> {
+    pub(crate) fn live(&self) -> Vec<usize> {
         (0..self.nodes.len())
             .filter(|&i| self.nodes[i].is_some())
             .collect()
@@ -109,7 +109,7 @@ impl Cluster {
 
     /// Waits until no bucket is assigned to a node that is not running: the controller
     /// saw its lease end and moved its buckets.
-    fn wait_settled(&self) {
+    pub(crate) fn wait_settled(&self) {
         let dead: Vec<String> = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].is_none())
             .map(|i| format!("'n{i}'"))
@@ -135,7 +135,7 @@ impl Cluster {
 
 /// Runs `statement` through `address`, again while it fails (a bucket moving, a round
 /// that met another node's commit), for up to 60 s; its output.
-fn until_done(address: &str, statement: &str) -> String {
+pub(crate) fn until_done(address: &str, statement: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (ok, stdout, stderr) = run_sql(address, statement);

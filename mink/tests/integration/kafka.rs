@@ -18,7 +18,8 @@ use crate::process::{ServerProcess, run_mink};
 use crate::python::python;
 use crate::support::{LOST_DISK, TestNode, events, events_table, file_store_url, remove_dirs};
 
-const CLIENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/kafka_clients.py");
+pub(crate) const CLIENTS: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/kafka_clients.py");
 
 /// Runs a `kafka_clients.py` command; its last line, as JSON.
 fn clients(command: &str, bootstrap: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
@@ -406,6 +407,7 @@ async fn a_fetch_below_log_start_is_out_of_range() {
         listener,
         mink_kafka::KafkaOptions::default(),
     )
+    .await
     .expect("serve Kafka");
     let bootstrap = kafka.addr().to_string();
     let answer = tokio::task::spawn_blocking(move || {
@@ -494,6 +496,12 @@ fn idempotent_producer_across_a_kill(store: Option<&std::path::Path>) {
         &["SELECT \"value\" FROM counted ORDER BY \"value\""],
         &[],
     );
+    assert_each_acknowledged_once(&rows, &acked);
+}
+
+/// `rows`, a CSV of ordered values under a header, holds every `acked` value and no
+/// value twice.
+pub(crate) fn assert_each_acknowledged_once(rows: &str, acked: &[i64]) {
     let written: Vec<i64> = rows
         .lines()
         .skip(1)
@@ -502,7 +510,7 @@ fn idempotent_producer_across_a_kill(store: Option<&std::path::Path>) {
     let mut unique = written.clone();
     unique.dedup();
     assert_eq!(unique.len(), written.len(), "a record was written twice");
-    for value in &acked {
+    for value in acked {
         assert!(
             written.binary_search(value).is_ok(),
             "acknowledged {value} is lost"

@@ -33,6 +33,7 @@ mod hostile_writes;
 mod iceberg_rest;
 mod iceberg_rest_errors;
 mod kafka;
+mod kafka_cluster;
 mod kv_checkpoints;
 mod lake_foreign;
 mod lake_history;

@@ -272,11 +272,12 @@ def produce(bootstrap, topic, records_json):
     return {"deliveries": results}
 
 
-def produce_loop(bootstrap, topic, count):
-    """An idempotent producer writes values 0..count; prints `acked N` as each is
-    confirmed, and the confirmed values at the end. The server may be killed and
-    restarted meanwhile: librdkafka retries until the message timeout."""
+def produce_loop(bootstrap, topic, count, partitions="1"):
+    """An idempotent producer writes values 0..count, value i to partition i % partitions;
+    prints `acked N` as each is confirmed, and the confirmed values at the end. A server
+    may be killed and restarted meanwhile: librdkafka retries until the message timeout."""
     count = int(count)
+    partitions = int(partitions)
     producer = Producer({
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
@@ -300,7 +301,9 @@ def produce_loop(bootstrap, topic, count):
     for i in range(count):
         while True:
             try:
-                producer.produce(topic, value=str(i).encode(), partition=0, on_delivery=delivered)
+                producer.produce(
+                    topic, value=str(i).encode(), partition=i % partitions, on_delivery=delivered
+                )
                 break
             except BufferError:
                 producer.poll(0.1)
