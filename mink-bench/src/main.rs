@@ -24,6 +24,7 @@
 //! | `table-changes` | [`table_changes`] | a round's changes, against a full lake read |
 //! | `flight-sql` | [`flight_sql`] | the Flight SQL endpoint, against the same queries in process |
 //! | `kafka` | [`kafka`] | Kafka clients consuming and producing, against Scan and ADBC ingest |
+//! | `kafka-cluster` | [`kafka_cluster`] | produce -> consume latency through three brokers of a cluster, against one |
 //!
 //! # Every benchmark
 //!
@@ -40,6 +41,7 @@ mod flight_sql;
 mod harness;
 mod ipc;
 mod kafka;
+mod kafka_cluster;
 mod kv;
 mod lake;
 mod lake_codecs;
@@ -113,6 +115,9 @@ enum Bench {
     /// Kafka clients on the log: consume against Scan, produce (acks=all) against ADBC
     /// ingest, and produce -> consume latency.
     Kafka(kafka::KafkaArgs),
+    /// Kafka clients of a cluster's brokers: produce -> consume latency through three
+    /// nodes against one.
+    KafkaCluster(kafka_cluster::KafkaClusterArgs),
     /// A node's death in a cluster of three over etcd: how long until its buckets take
     /// writes again, against the lease.
     Cluster(cluster::ClusterArgs),
@@ -165,6 +170,7 @@ async fn run(bench: Bench) -> Result<(), BenchError> {
         Bench::TableChanges(args) => table_changes::run(args).await,
         Bench::FlightSql(args) => flight_sql::run(args).await,
         Bench::Kafka(args) => kafka::run(args).await,
+        Bench::KafkaCluster(args) => kafka_cluster::run(args).await,
         Bench::Tpch(args) => tpch::run(args).await,
         Bench::Cluster(args) => cluster::run(args).await,
     }

@@ -18,7 +18,7 @@
 //! | [`MAX_COMMITTED_GROUPS`] | 100 000 | a commit of a group with no committed offsets beyond it is refused (`COORDINATOR_NOT_AVAILABLE` for each partition) |
 //! | [`OFFSETS_RETENTION`] | 7 days | a group without members and without a commit for that long loses its committed offsets in `meta.db` (Kafka's `offsets.retention.minutes`) |
 //! | [`OFFSETS_EXPIRY_INTERVAL`] | 1 min | how often an OffsetCommit or an OffsetFetch looks for them |
-//! | [`MAX_GROUP_ID_BYTES`] | 1 KiB | a join (`INVALID_GROUP_ID`) or a commit (`INVALID_GROUP_ID` for each partition) naming a longer group is refused |
+//! | [`MAX_GROUP_ID_BYTES`] | 1 KiB | a join (`INVALID_GROUP_ID`), a commit (`INVALID_GROUP_ID` for each partition) or a fetch of committed offsets naming a longer group is refused |
 //! | [`MAX_GROUPS`] | 10 000 | a new group beyond it is refused (`COORDINATOR_NOT_AVAILABLE`) |
 //! | [`MAX_GROUP_MEMBERS`] | 1 000 | a join beyond it is refused (`GROUP_MAX_SIZE_REACHED`) |
 //! | [`MAX_MEMBER_BYTES`] | 1 MiB | a join whose protocols (names and metadata), protocol type, member id and client id together are larger, or an assignment that is, is refused (`INVALID_REQUEST`) |

@@ -236,6 +236,9 @@ pub(crate) async fn fetch_committed(
 ) -> OffsetFetchResponse {
     forget_idle_groups(broker).await;
     let group = request.group_id.0.to_string();
+    if group.len() > MAX_GROUP_ID_BYTES {
+        return refused_fetch(request, version, ResponseError::InvalidGroupId);
+    }
     let committed = if broker.brokers.coordinates(&group).await {
         broker.state.committed_offsets(&group).await
     } else {

@@ -130,6 +130,11 @@ impl ClusterNode {
         }
     }
 
+    /// The node itself.
+    pub fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
     /// The node dies: it serves nothing more and renews its lease no more (etcd ends it
     /// after its time to live, as for a process killed).
     ///

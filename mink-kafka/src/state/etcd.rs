@@ -17,10 +17,17 @@
 //! Topics are kept under their table ids: the offsets and batches of a dropped table are
 //! never found for a table created again under its name, and go with their group or
 //! producer when it is forgotten.
+//!
+//! A producer's last batch on a partition is put at most every [`RECORD_INTERVAL`] (its
+//! first, the marker of where its batches start, always): every put is a revision etcd
+//! keeps until it is compacted, and a producer writes many batches a second. An older
+//! record only makes a new leader read more of the log for the producer's later batches,
+//! which their tags name (a batch written in several parts has none: sent again after
+//! its leader died within the interval, it is written again).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp};
@@ -38,6 +45,11 @@ use crate::error::{KafkaError, Result};
 const MAX_GROUP_BYTES: usize = 1 << 20;
 /// Most times a change is tried again after another node's change moved what it read.
 const ATTEMPTS: usize = 64;
+/// How often a producer's last batch on one partition is put.
+const RECORD_INTERVAL: Duration = Duration::from_secs(1);
+/// The most (producer, partition) pairs whose last put is remembered; past it the
+/// memory is cleared, and each pair's next batch is put.
+const MAX_REMEMBERED_RECORDS: usize = 100_000;
 
 /// The Kafka state of a cluster, in etcd.
 pub(crate) struct EtcdState {
@@ -46,6 +58,8 @@ pub(crate) struct EtcdState {
     prefix: String,
     /// Names topics by their tables' ids.
     node: Arc<Node>,
+    /// When each producer's last batch on a partition was last put, by its key.
+    recorded: Mutex<HashMap<String, Instant>>,
 }
 
 impl std::fmt::Debug for EtcdState {
@@ -78,6 +92,7 @@ impl EtcdState {
             client,
             prefix: format!("{}/kafka", cluster_prefix.trim_end_matches('/')),
             node,
+            recorded: Mutex::default(),
         }
     }
 
@@ -143,6 +158,26 @@ impl EtcdState {
                 (name, value, kv.mod_revision())
             })
             .collect())
+    }
+}
+
+impl EtcdState {
+    /// Whether the last batch under `key` is to be put now: its first, or one
+    /// [`RECORD_INTERVAL`] after the last put.
+    fn record_due(&self, key: &str) -> bool {
+        let mut recorded = self.recorded.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if recorded
+            .get(key)
+            .is_some_and(|put| now < *put + RECORD_INTERVAL)
+        {
+            return false;
+        }
+        if recorded.len() >= MAX_REMEMBERED_RECORDS {
+            recorded.clear();
+        }
+        recorded.insert(key.to_string(), now);
+        true
     }
 }
 
@@ -293,6 +328,9 @@ impl KafkaState for EtcdState {
         let Some(key) = self.producer_key(producer_id, topic, partition) else {
             return Ok(());
         };
+        if !self.record_due(&key) {
+            return Ok(());
+        }
         let value = format!(
             "{} {} {} {} {}",
             batch.epoch,

@@ -11,6 +11,8 @@
 
 mod etcd;
 mod local;
+#[cfg(test)]
+mod tests;
 
 use std::time::Duration;
 
