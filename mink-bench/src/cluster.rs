@@ -156,6 +156,30 @@ pub(crate) async fn run(args: ClusterArgs) -> Result<(), BenchError> {
     Ok(())
 }
 
+/// `size` nodes `n0`, `n1`... of a cluster over `etcd` under prefix `/bench-<name>`,
+/// their data and their `file://` log store under `dir`.
+pub(crate) async fn start_nodes(
+    etcd: &Etcd,
+    dir: &Path,
+    name: &str,
+    size: usize,
+    lease: Duration,
+) -> Result<Vec<ClusterNode>, BenchError> {
+    let prefix = format!("/bench-{name}");
+    let store = dir.join("store");
+    std::fs::create_dir_all(&store).map_err(|source| BenchError::Io {
+        context: format!("creating {}", store.display()),
+        source,
+    })?;
+    let mut nodes = Vec::with_capacity(size);
+    for i in 0..size {
+        let id = format!("n{i}");
+        let node_dir = dir.join(&id);
+        nodes.push(ClusterNode::start(etcd, &prefix, &store, &id, &node_dir, lease).await);
+    }
+    Ok(nodes)
+}
+
 /// Reports the times of `measured` against those of `baseline` (each a name and its
 /// times), its ratio to them named `to`.
 fn report_against(baseline: (&str, &[Duration]), measured: (&str, &[Duration]), to: &str) {
@@ -189,19 +213,7 @@ impl Cluster {
         size: usize,
         args: &ClusterArgs,
     ) -> Result<Self, BenchError> {
-        let prefix = format!("/bench-{name}");
-        let store = dir.join("store");
-        std::fs::create_dir_all(&store).map_err(|source| BenchError::Io {
-            context: format!("creating {}", store.display()),
-            source,
-        })?;
-        let mut nodes = Vec::with_capacity(size);
-        for i in 0..size {
-            let id = format!("n{i}");
-            let node_dir = dir.join(&id);
-            let node = ClusterNode::start(etcd, &prefix, &store, &id, &node_dir, args.lease);
-            nodes.push(node.await);
-        }
+        let nodes = start_nodes(etcd, dir, name, size, args.lease).await?;
         let client = MinkClient::connect(&nodes[0].address).await?;
         let table = table(args.buckets, args.primary_key)?;
         let table = client.create_table(&table, false).await?;

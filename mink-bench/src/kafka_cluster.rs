@@ -28,9 +28,10 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use mink_client::MinkClient;
 use mink_core::options::parse_duration;
 use mink_core::table::TablePath;
-use mink_node::testing::{ClusterNode, Etcd};
+use mink_node::testing::Etcd;
 use tokio::net::TcpListener;
 
+use crate::cluster::start_nodes;
 use crate::error::BenchError;
 use crate::harness::{Latency, Scratch, create_table, python, report};
 
@@ -106,17 +107,9 @@ async fn latencies(
     size: usize,
     args: &KafkaClusterArgs,
 ) -> Result<Latency, BenchError> {
-    let prefix = format!("/bench-kafka-{size}");
-    let store = dir.join("store");
-    std::fs::create_dir_all(&store).map_err(|source| BenchError::Io {
-        context: format!("creating {}", store.display()),
-        source,
-    })?;
-    let mut nodes = Vec::with_capacity(size);
+    let nodes = start_nodes(etcd, dir, &format!("kafka-{size}"), size, args.lease).await?;
     let mut brokers = Vec::with_capacity(size);
-    for i in 0..size {
-        let id = format!("n{i}");
-        let node = ClusterNode::start(etcd, &prefix, &store, &id, &dir.join(&id), args.lease).await;
+    for node in &nodes {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(BenchError::io("binding a loopback port"))?;
@@ -127,7 +120,6 @@ async fn latencies(
         )
         .await
         .map_err(|e| BenchError::Usage(e.to_string()))?;
-        nodes.push(node);
         brokers.push(kafka);
     }
     let client = MinkClient::connect(&nodes[0].address).await?;
