@@ -12,7 +12,7 @@ use crate::limits::OFFSETS_EXPIRY_INTERVAL;
 use crate::periodic::AtMostEvery;
 use crate::produce::Producers;
 use crate::server::ServeError;
-use crate::state::{EtcdState, KafkaState, LocalState};
+use crate::state::{EtcdState, KafkaState, SqliteState};
 
 /// The listener's shared state.
 #[derive(Debug)]
@@ -54,7 +54,13 @@ impl Broker {
         }
         let brokers = Brokers::start(&node, host, port).await?;
         let state: Box<dyn KafkaState> = match node.membership() {
-            None => Box::new(LocalState::new(Arc::clone(&node))),
+            None => {
+                let path = node.data_dir().join("meta.db");
+                let state = SqliteState::open(&path, Arc::clone(&node)).map_err(|e| {
+                    ServeError::Config(format!("the Kafka state in {}: {e}", path.display()))
+                })?;
+                Box::new(state)
+            }
             Some(membership) => {
                 let config = membership.config();
                 let client = (config.connect().await)

@@ -31,6 +31,9 @@ pub enum KafkaError {
     /// partition, a transaction).
     #[error("{1}")]
     Refused(ResponseError, String),
+    /// A single node's Kafka state, in its `meta.db`.
+    #[error("the Kafka state: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     /// The cluster's etcd, which keeps the Kafka state of a cluster.
     #[error("etcd: {0}")]
     Etcd(#[from] etcd_client::Error),
@@ -79,6 +82,7 @@ impl KafkaError {
                 | NodeError::Log(LogError::DiskFull { .. } | LogError::Io(_) | LogError::Corrupt(_))
                 | NodeError::Kv(KvError::Io(_) | KvError::Corrupt(_)),
             )
+            | Self::Sqlite(_)
             | Self::Etcd(_) => ResponseError::KafkaStorageError,
             Self::UnsupportedCompression(_) => ResponseError::UnsupportedCompressionType,
             Self::Malformed(_) => ResponseError::CorruptMessage,

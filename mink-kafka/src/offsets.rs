@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 
+use crate::state::{ConsumerOffset, OffsetsCommitted};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -28,7 +29,6 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use mink_core::protocol::BucketId;
 use mink_core::protocol::list_offsets::Spec;
-use mink_node::metadata::{ConsumerOffset, OffsetsCommitted};
 
 use crate::broker::Broker;
 use crate::error::KafkaError;

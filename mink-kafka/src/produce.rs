@@ -43,7 +43,6 @@ use kafka_protocol::records::{Record, RecordBatchDecoder};
 use mink_core::protocol::BucketId;
 use mink_core::routing::split_by_bucket;
 use mink_log::{Writer, WriterTag};
-use mink_node::metadata::ProducerBatch;
 use mink_node::node::Bucket;
 
 use crate::broker::Broker;
@@ -55,6 +54,7 @@ use crate::limits::{
 };
 use crate::periodic::AtMostEvery;
 use crate::rows::{Rows, rows_of};
+use crate::state::ProducerBatch;
 use crate::topics::Topic;
 
 /// The idempotent producers' last batches, per producer; each producer's map is locked

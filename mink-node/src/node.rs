@@ -94,8 +94,6 @@ pub struct Node {
     membership: Option<Arc<Membership>>,
     /// Tables, partitions and lake records.
     pub(crate) metadata: Arc<dyn MetadataStore>,
-    /// What the Kafka listener keeps, in the node's own `meta.db`.
-    kafka_state: Arc<Metadata>,
     tables: RwLock<BTreeMap<TablePath, Arc<TableState>>>,
     /// The buckets of every table, against [`NodeConfig::max_open_buckets`].
     open_buckets: OpenBuckets,
@@ -186,7 +184,6 @@ impl Node {
             None => None,
         };
         config.log.store = log_store::open(&config).await?;
-        let local = Arc::new(Metadata::open(&config.data_dir.join("meta.db"))?);
         let metadata: Arc<dyn MetadataStore> = match &config.cluster {
             Some(cluster) => {
                 // This life's open drained the earlier ones: they hold no bucket now.
@@ -198,7 +195,7 @@ impl Node {
                     &cluster.node_id,
                 )?)
             }
-            None => Arc::<Metadata>::clone(&local),
+            None => Arc::new(Metadata::open(&config.data_dir.join("meta.db"))?),
         };
         let reads = RuntimeEnvBuilder::new()
             .with_memory_pool(Arc::clone(&config.memory_pool))
@@ -251,7 +248,6 @@ impl Node {
             storage,
             membership,
             metadata,
-            kafka_state: local,
             tables: RwLock::new(tables),
             open_buckets,
             lake: tokio::sync::OnceCell::new(),
@@ -458,10 +454,9 @@ impl Node {
         Ok(partitions.into_iter().map(|p| p.name).collect())
     }
 
-    /// What the node keeps for its Kafka listener: consumer groups' committed offsets
-    /// and producer ids.
-    pub fn kafka_state(&self) -> &Metadata {
-        &self.kafka_state
+    /// The node's data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.storage.config.data_dir
     }
 }
 

@@ -32,13 +32,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp};
 use kafka_protocol::ResponseError;
-use mink_core::table::TablePath;
 use mink_node::Node;
-use mink_node::metadata::{ConsumerOffset, OffsetsCommitted, ProducerBatch, now_ms};
+use mink_node::metadata::now_ms;
 use serde::{Deserialize, Serialize};
 
-use super::KafkaState;
-use super::local::millis;
+use super::{ConsumerOffset, KafkaState, OffsetsCommitted, ProducerBatch, millis, table_id};
 use crate::error::{KafkaError, Result};
 
 /// The largest group value written: etcd refuses requests over 1.5 MiB.
@@ -105,10 +103,8 @@ impl EtcdState {
         key
     }
 
-    /// The id of the table behind `topic` now, if it exists.
     fn table_id(&self, topic: &str) -> Option<u64> {
-        let path = TablePath::parse(topic).ok()?;
-        Some(self.node.describe(&path).ok()?.table_id)
+        table_id(&self.node, topic)
     }
 
     /// The key of a producer's last batch on a partition; `None` for a topic that is gone.

@@ -1,14 +1,10 @@
 //! The node's metadata: tables with all their schema versions, the partitions created so
-//! far, the lake snapshots mink recorded ([`MetadataStore`]), and what its Kafka listener
-//! keeps (consumer groups' committed offsets, producer ids).
+//! far, and the lake snapshots mink recorded ([`MetadataStore`]).
 //!
 //! On a single node all of it is in SQLite (`<data-dir>/meta.db`, [`Metadata`]); in a
 //! cluster the tables and lake records are in etcd ([`EtcdMetadata`]), which every node
-//! reads, and the Kafka listener keeps its own state there too (`mink_kafka`'s `state`).
-//!
-//! Kafka state a client creates by naming something new (a group id, a producer id)
-//! is recorded with when it was last used, so that what nobody uses any more can be
-//! forgotten ([`Metadata::forget_idle_groups`], [`Metadata::forget_idle_producers`]).
+//! reads. The Kafka listener keeps its own state beside them (`mink_kafka`'s `state`: in
+//! `meta.db`, or in the cluster's etcd).
 //!
 //! Descriptors are stored as their protobuf encoding
 //! ([`TableDescriptorProto`](mink_core::protocol::TableDescriptorProto)), the same
@@ -24,7 +20,6 @@
 //! - `schema`: the tables of `meta.db`, created (or completed) when it is opened.
 //! - `tables`: tables with their schema versions, and their partitions.
 //! - `lake`: the lake snapshots mink recorded, and the tiering round pending a commit.
-//! - `kafka`: consumer groups' committed offsets, producer ids and their last batches.
 //!
 //! The etcd store's layout is the `etcd` module's.
 
@@ -37,13 +32,11 @@ use rusqlite::Connection;
 use crate::error::Result;
 
 mod etcd;
-mod kafka;
 mod lake;
 mod schema;
 mod tables;
 
 pub use etcd::EtcdMetadata;
-pub use kafka::{ConsumerOffset, OffsetsCommitted, ProducerBatch};
 pub use lake::{LakeSnapshotRecord, PendingRound};
 pub use tables::PartitionRecord;
 

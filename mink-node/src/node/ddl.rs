@@ -181,8 +181,6 @@ impl Node {
             )));
         }
         self.metadata.drop_table(path)?;
-        self.kafka_state
-            .forget_topic(&format!("{}.{}", path.database, path.name))?;
         tables.remove(path);
         let descriptor = state.descriptor();
         let buckets: Vec<Arc<Bucket>> = std::mem::take(&mut *state.partitions())
