@@ -149,8 +149,7 @@ impl Brokers {
     /// The broker coordinating `group`: the live one that ranks first for it.
     pub(crate) async fn coordinator(&self, group: &str) -> BrokerAddress {
         let live = self.live().await;
-        live.iter()
-            .max_by_key(|broker| fnv1a(&[broker.node_id.as_bytes(), b"\0", group.as_bytes()]))
+        first_for(&live, group)
             .cloned()
             .unwrap_or_else(|| self.me.clone())
     }
@@ -257,6 +256,14 @@ impl ClusterBrokers {
     }
 }
 
+/// The broker among `brokers` that ranks first for `group` (rendezvous hashing): every
+/// node that knows the same brokers picks the same one, and a broker leaving moves only
+/// the groups it ranked first for.
+fn first_for<'a>(brokers: &'a [BrokerAddress], group: &str) -> Option<&'a BrokerAddress> {
+    (brokers.iter())
+        .max_by_key(|broker| fnv1a(&[broker.node_id.as_bytes(), b"\0", group.as_bytes()]))
+}
+
 /// The broker id of node `node_id` in a cluster: a non-negative hash of it.
 fn broker_id(node_id: &str) -> i32 {
     (fnv1a(&[node_id.as_bytes()]) & 0x7fff_ffff) as i32
@@ -286,5 +293,49 @@ mod tests {
         }
         // FNV-1a's published test vector: the hash may never change between builds.
         assert_eq!(fnv1a(&[b"a"]), 0xe40c_292c);
+    }
+
+    fn broker(node_id: &str) -> BrokerAddress {
+        BrokerAddress {
+            id: broker_id(node_id),
+            node_id: node_id.into(),
+            host: "127.0.0.1".into(),
+            port: 9092,
+            node_address: String::new(),
+        }
+    }
+
+    #[test]
+    fn groups_spread_over_brokers_and_only_a_leaving_broker_s_groups_move() {
+        let three: Vec<BrokerAddress> = ["n0", "n1", "n2"].map(broker).into();
+        let groups: Vec<String> = (0..3000).map(|g| format!("group-{g}")).collect();
+        let first = |brokers: &[BrokerAddress], group: &str| {
+            first_for(brokers, group).map(|b| b.node_id.clone())
+        };
+        for node in ["n0", "n1", "n2"] {
+            let share = (groups.iter())
+                .filter(|g| first(&three, g).as_deref() == Some(node))
+                .count();
+            assert!(
+                (800..=1200).contains(&share),
+                "{node} coordinates {share} of 3000"
+            );
+        }
+        let two = [broker("n0"), broker("n2")];
+        for group in &groups {
+            let before = first(&three, group);
+            let after = first(&two, group);
+            if before.as_deref() != Some("n1") {
+                assert_eq!(before, after, "{group} moved though its broker stayed");
+            }
+        }
+        // The order brokers are listed in does not matter.
+        let reversed: Vec<BrokerAddress> = three.iter().rev().cloned().collect();
+        assert!(
+            groups
+                .iter()
+                .all(|g| first(&three, g) == first(&reversed, g))
+        );
+        assert_eq!(first(&[], "g"), None);
     }
 }
