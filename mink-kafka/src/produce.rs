@@ -17,10 +17,10 @@
 //! first batch of a producer reads the chosen partition's log from the recorded batch
 //! on, so a batch the log holds but the record missed is recognized too. What a node
 //! remembers of a producer's batches on a partition holds only while it leads the
-//! partition without a break: a partition led elsewhere meanwhile is looked up again. The tag goes only on a batch
-//! that is one write into the chosen partition's bucket (a log table without a bucket
-//! key; a primary-key batch of one kind whose keys all route there), which the log holds
-//! whole or not at all. A batch written in several parts (rows routed to other buckets,
+//! partition without a break: a partition led elsewhere meanwhile is looked up again.
+//! The tag goes only on a batch that is one write into the chosen partition's bucket (a
+//! log table without a bucket key; a primary-key batch of one kind whose keys all route
+//! there), which the log holds whole or not at all. A batch written in several parts (rows routed to other buckets,
 //! upserts and tombstones mixed) is not tagged: a crash between its log write and the
 //! record makes the retry write it again, never lose part of it. In a cluster, rows
 //! routed to a bucket another node leads are written through that node. For a
