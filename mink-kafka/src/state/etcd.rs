@@ -43,6 +43,8 @@ use crate::error::{KafkaError, Result};
 const MAX_GROUP_BYTES: usize = 1 << 20;
 /// Most times a change is tried again after another node's change moved what it read.
 const ATTEMPTS: usize = 64;
+/// Keys read in one request of a listing.
+const LIST_PAGE: i64 = 1000;
 /// How often a producer's last batch on one partition is put.
 const RECORD_INTERVAL: Duration = Duration::from_secs(1);
 /// The most (producer, partition) pairs whose last put is remembered; past it the
@@ -141,19 +143,37 @@ impl EtcdState {
         Ok(usize::try_from(counted.count()).unwrap_or(usize::MAX))
     }
 
-    /// Every key under `<prefix>/<kind>/` with its value and revision.
+    /// Every key under `<prefix>/<kind>/` with its value and revision, read
+    /// [`LIST_PAGE`] keys at a time (one answer of them all could pass gRPC's bound on a
+    /// message).
     async fn list(&self, kind: &str) -> Result<Vec<(String, String, i64)>> {
         let prefix = self.key(&[kind, ""]);
-        let listed = (self.client.kv_client())
-            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-            .await?;
-        Ok((listed.kvs().iter())
-            .map(|kv| {
+        // The end of the prefix's range: its last byte, '/', plus one.
+        let end = format!("{}0", &prefix[..prefix.len() - 1]);
+        let mut listed = Vec::new();
+        let mut from = prefix.clone().into_bytes();
+        loop {
+            let page = GetOptions::new()
+                .with_range(end.as_str())
+                .with_limit(LIST_PAGE);
+            let got = self
+                .client
+                .kv_client()
+                .get(from.clone(), Some(page))
+                .await?;
+            for kv in got.kvs() {
                 let name = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
                 let value = String::from_utf8_lossy(kv.value()).into_owned();
-                (name, value, kv.mod_revision())
-            })
-            .collect())
+                listed.push((name, value, kv.mod_revision()));
+            }
+            match got.kvs().last() {
+                Some(last) if got.more() => {
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => return Ok(listed),
+            }
+        }
     }
 }
 

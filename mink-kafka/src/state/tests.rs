@@ -203,6 +203,12 @@ async fn producer_ids_are_unique_across_nodes_and_last_batches_expire() {
         None
     );
 
+    // More producers than a page of a listing holds.
+    let more =
+        (1_000..2_500).map(|producer| states[0].record_producer_batch(producer, "db.b", 0, batch));
+    for recorded in futures::future::join_all(more).await {
+        recorded.unwrap();
+    }
     // Nothing is idle for an hour; everything for no time at all.
     assert_eq!(
         states[1]
@@ -217,7 +223,7 @@ async fn producer_ids_are_unique_across_nodes_and_last_batches_expire() {
             .forget_idle_producers(Duration::ZERO)
             .await
             .unwrap(),
-        1
+        1501
     );
     assert_eq!(
         states[0]
