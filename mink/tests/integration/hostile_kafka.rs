@@ -29,6 +29,7 @@ const NONE: i16 = 0;
 const MESSAGE_TOO_LARGE: i16 = 10;
 const OFFSET_METADATA_TOO_LARGE: i16 = 12;
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+const INVALID_GROUP_ID: i16 = 24;
 const INVALID_REQUEST: i16 = 42;
 
 /// The bounds of `mink-kafka/src/limits.rs` the tests reach.
@@ -516,6 +517,13 @@ fn commit_metadata_is_bounded() {
     assert!(grown < 1 << 20, "meta.db grew by {grown} bytes");
     let error = commit(&mut client, "readers", "default.followed", 0, &[b'm'; 4096]);
     assert_eq!(error, NONE, "4 KiB of metadata");
+    // A fetch of committed offsets naming a group over 1 KiB (30 000 bytes, near the
+    // most a Kafka string holds) is refused before any store is asked; the port answers
+    // the group's real offsets after.
+    let huge_group = "g".repeat(30_000);
+    let (_, error) = committed_or_error(&mut client, &huge_group, "default.followed");
+    assert_eq!(error, INVALID_GROUP_ID);
+    assert_eq!(committed(&mut client, "readers", "default.followed"), 0);
 }
 
 /// A connection from `from`, an address of 127.0.0.0/8 other than 127.0.0.1, where the
@@ -619,6 +627,13 @@ fn idle_and_unauthenticated_connections_lose_their_slot() {
 /// OffsetFetch v1 for partition 0 of `topic`: the offset `group` committed (-1 for
 /// none).
 fn committed(client: &mut Client, group: &str, topic: &str) -> i64 {
+    let (offset, error) = committed_or_error(client, group, topic);
+    assert_eq!(error, NONE, "{group}'s offset");
+    offset
+}
+
+/// [`committed`] and the partition's error code.
+fn committed_or_error(client: &mut Client, group: &str, topic: &str) -> (i64, i16) {
     let body = Wire::default()
         .string(group)
         .i32(1) // one topic
@@ -633,8 +648,7 @@ fn committed(client: &mut Client, group: &str, topic: &str) -> i64 {
     assert_eq!(answer.i32(), 0, "partition 0");
     let offset = answer.i64();
     answer.string(); // metadata
-    assert_eq!(answer.i16(), NONE, "{group}'s offset");
-    offset
+    (offset, answer.i16())
 }
 
 /// `kafka_committed_groups.py`: `fresh` groups with an offset committed in the stopped
