@@ -381,3 +381,28 @@ async fn state_written_before_table_ids_were_kept_is_named_on_open() {
     let new = state.commit_offsets("new", vec![offset("db.a", 0, 1)], 1);
     assert_eq!(new.await.unwrap(), OffsetsCommitted::TooManyGroups);
 }
+
+/// A group's offsets are one etcd value: a commit that would make it pass its bound
+/// (each offset's metadata within Kafka's 4 KiB, but hundreds of partitions) is refused
+/// whole, and the offsets stored before stay as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_s_offsets_in_etcd_are_bounded() {
+    let fixture = Fixture::start().await;
+    let state = fixture.state().await;
+    let stored = state.commit_offsets("g", vec![offset("db.a", 0, 1)], 10);
+    assert_eq!(stored.await.unwrap(), OffsetsCommitted::Stored);
+    let huge: Vec<ConsumerOffset> = (0..300)
+        .map(|partition| ConsumerOffset {
+            metadata: Some("m".repeat(4 << 10)),
+            ..offset("db.a", partition, 2)
+        })
+        .collect();
+    match state.commit_offsets("g", huge, 10).await {
+        Err(crate::error::KafkaError::Refused(error, _)) => {
+            assert_eq!(error, kafka_protocol::ResponseError::OffsetMetadataTooLarge);
+        }
+        other => panic!("a commit past the group's bound was {other:?}"),
+    }
+    let read = sorted(state.committed_offsets("g").await.unwrap());
+    assert_eq!(read, [("db.a".into(), 0, 1)]);
+}
