@@ -903,11 +903,16 @@ fn read_parquet(paths: &[PathBuf], columns: &[usize]) -> Result<usize, BenchErro
     Ok(rows)
 }
 
+/// The Python the benchmarks run: `MINK_PYTHON`, else `python3`.
+pub(crate) fn python_interpreter() -> String {
+    std::env::var("MINK_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
 /// Runs `script` with `args` in the Python of `MINK_PYTHON` (else `python3`): its
 /// stdout, or why it could not run (`packages` are what that Python needs, for the
 /// message).
 pub(crate) fn python(script: &str, args: &[String], packages: &str) -> Result<String, String> {
-    let python = std::env::var("MINK_PYTHON").unwrap_or_else(|_| "python3".into());
+    let python = python_interpreter();
     let output = Command::new(&python)
         .arg("-c")
         .arg(script)

@@ -49,7 +49,7 @@ use tokio::net::TcpListener;
 
 use crate::cluster::start_nodes;
 use crate::error::BenchError;
-use crate::harness::{Latency, Scratch, create_table, python, report};
+use crate::harness::{Latency, Scratch, create_table, python, python_interpreter, report};
 
 /// Arguments of `mink-bench kafka-cluster`.
 #[derive(Debug, clap::Args)]
@@ -261,21 +261,20 @@ async fn group_pause(
     let bootstrap: Vec<String> = (brokers.iter().flatten())
         .map(|b| b.addr().to_string())
         .collect();
-    let mut script =
-        Command::new(std::env::var("MINK_PYTHON").unwrap_or_else(|_| "python3".into()))
-            .args([
-                "-c",
-                GROUP_SCRIPT,
-                &bootstrap.join(","),
-                "bench.events",
-                "pause",
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(BenchError::io(
-                "running Python (MINK_PYTHON) with kafka-python",
-            ))?;
+    let mut script = Command::new(python_interpreter())
+        .args([
+            "-c",
+            GROUP_SCRIPT,
+            &bootstrap.join(","),
+            "bench.events",
+            "pause",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(BenchError::io(
+            "running Python (MINK_PYTHON) with kafka-python",
+        ))?;
     let mut stdout = BufReader::new(script.stdout.take().expect("piped"));
     let coordinator = tokio::task::spawn_blocking(move || {
         let line = next_line(&mut stdout, "coordinator ");

@@ -263,9 +263,9 @@ impl MinkClient {
     /// (`ask` gives one node's answer: its items, each naming its `bucket`, and the
     /// NotLeader of the rest). Asks this client's node (every member known instead when
     /// it cannot be reached), then each leader named, once each; a bucket moving or
-    /// answered by no one is asked about again after a pause,
-    /// for up to [`FOLLOW_FOR`] (or the client's `follow_for`). The items sorted by bucket (partition, then bucket), and
-    /// each bucket's leader learned.
+    /// answered by no one is asked about again after a pause, for up to [`FOLLOW_FOR`]
+    /// (or the client's `follow_for`). The items sorted by bucket (partition, then
+    /// bucket), and each bucket's leader learned.
     pub(crate) async fn on_every_leader<T, Fut>(
         &self,
         bucket: impl Fn(&T) -> Option<BucketId>,

@@ -12,7 +12,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use etcd_client::{Client, GetOptions, PutOptions};
+use etcd_client::{Client, PutOptions};
 use mink_node::Node;
 use mink_node::cluster::Membership;
 use tokio::time::Instant;
@@ -20,6 +20,8 @@ use tracing::{info, warn};
 
 use crate::server::ServeError;
 
+/// Where the brokers are recorded, under the cluster's prefix.
+const BROKERS: &str = "kafka/brokers";
 /// How long a list of the cluster's brokers is used before it is read again.
 const LIST_LIFETIME: Duration = Duration::from_millis(500);
 
@@ -48,8 +50,6 @@ pub(crate) struct Brokers {
 struct ClusterBrokers {
     client: Client,
     membership: Arc<Membership>,
-    /// `<prefix>/kafka/brokers/`.
-    prefix: String,
     /// The last list read, when, and the lease this node's record was put under then.
     known: Mutex<Known>,
     /// One refresh at a time.
@@ -87,8 +87,7 @@ impl Brokers {
             port,
             node_address: config.advertise.clone(),
         };
-        let etcd =
-            |e: etcd_client::Error| ServeError::Config(format!("the Kafka brokers in etcd: {e}"));
+        let etcd = |e: String| ServeError::Config(format!("the Kafka brokers in etcd: {e}"));
         let client = config
             .connect()
             .await
@@ -96,7 +95,6 @@ impl Brokers {
         let cluster = ClusterBrokers {
             client,
             membership: Arc::clone(membership),
-            prefix: format!("{}/kafka/brokers/", config.prefix.trim_end_matches('/')),
             known: Mutex::new(Known {
                 brokers: Arc::new(Vec::new()),
                 read_at: Instant::now(),
@@ -104,7 +102,7 @@ impl Brokers {
             }),
             refreshing: tokio::sync::Mutex::new(()),
         };
-        let brokers = cluster.read().await.map_err(etcd)?;
+        let brokers = cluster.read().await.map_err(|e| etcd(e.to_string()))?;
         if let Some(other) = brokers
             .iter()
             .find(|b| b.id == me.id && b.node_id != me.node_id)
@@ -114,7 +112,7 @@ impl Brokers {
                 me.node_id, other.node_id, me.id
             )));
         }
-        cluster.record(&me).await.map_err(etcd)?;
+        cluster.record(&me).await.map_err(|e| etcd(e.to_string()))?;
         info!(
             broker_id = me.id,
             "this node is a Kafka broker of its cluster"
@@ -163,7 +161,6 @@ impl Brokers {
 impl std::fmt::Debug for ClusterBrokers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterBrokers")
-            .field("prefix", &self.prefix)
             .field("known", &self.known)
             .finish_non_exhaustive()
     }
@@ -220,7 +217,7 @@ impl ClusterBrokers {
     async fn record(&self, me: &BrokerAddress) -> Result<(), etcd_client::Error> {
         let lease = self.membership.lease();
         let value = format!("{}:{} {}", me.host, me.port, me.node_address);
-        let key = format!("{}{}", self.prefix, me.node_id);
+        let key = self.membership.config().key(&[BROKERS, &me.node_id]);
         let options = PutOptions::new().with_lease(lease);
         self.client
             .kv_client()
@@ -231,22 +228,17 @@ impl ClusterBrokers {
     }
 
     /// The brokers recorded now.
-    async fn read(&self) -> Result<Vec<BrokerAddress>, etcd_client::Error> {
-        let options = GetOptions::new().with_prefix();
-        let listed = self
-            .client
-            .kv_client()
-            .get(self.prefix.as_str(), Some(options))
+    async fn read(&self) -> mink_node::Result<Vec<BrokerAddress>> {
+        let listed = (self.membership.config())
+            .list(&mut self.client.clone(), BROKERS)
             .await?;
-        Ok((listed.kvs().iter())
-            .filter_map(|kv| {
-                let node_id = std::str::from_utf8(&kv.key()[self.prefix.len()..]).ok()?;
-                let value = std::str::from_utf8(kv.value()).ok()?;
+        Ok((listed.into_iter())
+            .filter_map(|(node_id, value)| {
                 let (kafka, node_address) = value.split_once(' ')?;
                 let (host, port) = kafka.rsplit_once(':')?;
                 Some(BrokerAddress {
-                    id: broker_id(node_id),
-                    node_id: node_id.to_string(),
+                    id: broker_id(&node_id),
+                    node_id,
                     host: host.to_string(),
                     port: port.parse().ok()?,
                     node_address: node_address.to_string(),

@@ -175,9 +175,7 @@ impl EtcdState {
             }
         }
     }
-}
 
-impl EtcdState {
     /// Whether the last batch under `key` is to be put now: its first, or one
     /// [`RECORD_INTERVAL`] after the last put.
     fn record_due(&self, key: &str) -> bool {

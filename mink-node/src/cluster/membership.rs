@@ -48,7 +48,8 @@ pub struct ClusterConfig {
 }
 
 impl ClusterConfig {
-    pub(crate) fn key(&self, parts: &[&str]) -> String {
+    /// The key `<prefix>/<part>/<part>...` of this cluster in etcd.
+    pub fn key(&self, parts: &[&str]) -> String {
         let mut key = self.prefix.trim_end_matches('/').to_string();
         for part in parts {
             key.push('/');
@@ -72,11 +73,7 @@ impl ClusterConfig {
     ///
     /// # Errors
     /// etcd could not be reached.
-    pub(crate) async fn list(
-        &self,
-        client: &mut Client,
-        kind: &str,
-    ) -> Result<Vec<(String, String)>> {
+    pub async fn list(&self, client: &mut Client, kind: &str) -> Result<Vec<(String, String)>> {
         let prefix = self.key(&[kind, ""]);
         let listed = client
             .get(prefix.clone(), Some(GetOptions::new().with_prefix()))

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-
 use mink_core::protocol::{AppendAck, BucketId, IdempotentWriter};
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_log::{SentBatch, Write, WriteOp, WriteStream, Writer, WriterBatch};
