@@ -89,6 +89,7 @@ use tokio::time::Sleep;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tracing::{debug, warn};
 
+use crate::Port;
 use crate::addresses::{AddressCounts, AddressSlot};
 use crate::limits::{
     FIRST_BYTES_TIMEOUT, TCP_KEEPALIVE_INTERVAL, TCP_KEEPALIVE_RETRIES, TCP_KEEPALIVE_TIME,
@@ -107,9 +108,10 @@ const WARN_INTERVAL: Duration = Duration::from_secs(1);
 /// (logged at most once a second). Each admitted one must send its first `first_bytes`
 /// bytes (the port's: [`GRPC_FIRST_BYTES`], [`KAFKA_FIRST_BYTES`], [`HTTP1_FIRST_BYTES`])
 /// within [`FIRST_BYTES_TIMEOUT`] and has TCP keepalive on. Errors of `accepted` pass
-/// through. `port` names the port in the log (`the node`, `Flight SQL`).
+/// through. Each connection accepted, refused and open is counted under `port`'s label
+/// (`mink_connections_*`).
 pub fn limit_connections<S>(
-    port: &'static str,
+    port: Port,
     accepted: S,
     max_connections: usize,
     first_bytes: usize,
@@ -126,7 +128,7 @@ where
 
 /// [`limit_connections`] with `due` as the first bytes each connection owes.
 fn limit_with_deadline<S>(
-    port: &'static str,
+    port: Port,
     accepted: S,
     max_connections: usize,
     due: FirstBytesDue,
@@ -147,7 +149,7 @@ where
             Err(error) => Some(Err(error)),
             Ok(stream) => gate
                 .admit(&stream)
-                .map(|(permit, slot)| LimitedConnection::open(stream, permit, slot, due)),
+                .map(|(permit, slot)| LimitedConnection::open(stream, permit, slot, due, port)),
         };
         future::ready(admitted)
     })
@@ -157,7 +159,7 @@ where
 /// refusals to report.
 #[derive(Debug)]
 struct Gate {
-    port: &'static str,
+    port: Port,
     max_connections: usize,
     permits: Arc<Semaphore>,
     addresses: Arc<AddressCounts>,
@@ -174,32 +176,47 @@ impl Gate {
         let peer = match stream.peer_addr() {
             Ok(peer) => peer,
             Err(error) => {
-                debug!(port, %error, "an accepted connection ended before it was admitted");
+                debug!(%port, %error, "an accepted connection ended before it was admitted");
                 return None;
             }
         };
+        let metrics = mink_metrics::metrics();
         let Ok(slot) = self.addresses.admit(peer.ip()) else {
+            (metrics.connections_refused)
+                .with_label_values(&[port.label(), "address_share"])
+                .inc();
             if let Some(refused) = self.address_full.refuse() {
                 let share = per_address_limit(self.max_connections);
                 warn!(
-                    port, share, refused, last_peer = %peer,
+                    %port, share, refused, last_peer = %peer,
                     "an address holds its {share} connections to {port}: closed its new ones at once"
                 );
             }
             return None;
         };
         let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
+            (metrics.connections_refused)
+                .with_label_values(&[port.label(), "port_full"])
+                .inc();
             if let Some(refused) = self.port_full.refuse() {
                 let max_connections = self.max_connections;
                 warn!(
-                    port, max_connections, refused, last_peer = %peer,
+                    %port, max_connections, refused, last_peer = %peer,
                     "{port} holds its {max_connections} connections (--max-connections): closed new ones at once"
                 );
             }
             return None;
         };
+        metrics.connections.with_label_values(&[port.label()]).inc();
         Some((permit, slot))
     }
+}
+
+/// `port`'s count of open connections, one higher.
+fn opened(port: Port) -> mink_metrics::prometheus::IntGauge {
+    let open = (mink_metrics::metrics().connections_open).with_label_values(&[port.label()]);
+    open.inc();
+    open
 }
 
 /// The first bytes a port's connections owe: how many, and how long after the accept.
@@ -225,6 +242,14 @@ pub struct LimitedConnection {
     first_bytes: Option<FirstBytes>,
     _permit: OwnedSemaphorePermit,
     _address: Option<AddressSlot>,
+    /// Its port's count of open connections, one lower when it is dropped.
+    open: mink_metrics::prometheus::IntGauge,
+}
+
+impl Drop for LimitedConnection {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
 }
 
 impl LimitedConnection {
@@ -235,6 +260,7 @@ impl LimitedConnection {
         permit: OwnedSemaphorePermit,
         address: Option<AddressSlot>,
         due: FirstBytesDue,
+        port: Port,
     ) -> io::Result<Self> {
         stream.set_nodelay(true)?;
         let keepalive = TcpKeepalive::new()
@@ -250,6 +276,7 @@ impl LimitedConnection {
             }),
             _permit: permit,
             _address: address,
+            open: opened(port),
         })
     }
 
@@ -484,7 +511,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move {
             let mut incoming = Box::pin(limit_with_deadline(
-                "the test port",
+                Port::Node,
                 accepted(listener),
                 max,
                 due,
@@ -653,7 +680,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mut incoming = Box::pin(limit_connections(
-            "the test port",
+            Port::Node,
             accepted(listener),
             1,
             GRPC_FIRST_BYTES,
@@ -676,19 +703,14 @@ mod tests {
     #[tokio::test]
     async fn no_permits_refuses_every_connection_and_accept_errors_pass_through() {
         let refused = futures::stream::iter([Err(io::Error::other("EMFILE"))]);
-        let mut incoming = Box::pin(limit_connections(
-            "the test port",
-            refused,
-            0,
-            GRPC_FIRST_BYTES,
-        ));
+        let mut incoming = Box::pin(limit_connections(Port::Node, refused, 0, GRPC_FIRST_BYTES));
         let error = incoming.next().await.unwrap().unwrap_err();
         assert_eq!(error.to_string(), "EMFILE");
 
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mut incoming = Box::pin(limit_connections(
-            "the test port",
+            Port::Node,
             accepted(listener),
             0,
             GRPC_FIRST_BYTES,

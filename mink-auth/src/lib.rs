@@ -36,7 +36,9 @@ mod addresses;
 mod client;
 mod connections;
 mod grpc;
+mod http;
 pub mod limits;
+mod ports;
 mod server;
 mod tls;
 
@@ -47,10 +49,12 @@ pub use connections::{
     LimitedConnection, ListenerHandle, limit_connections, next_connection, spawn_until_stopped,
 };
 pub use grpc::server_builder;
+pub use http::serve_http;
 pub use limits::{
-    DEFAULT_MAX_CONNECTIONS, FIRST_BYTES_TIMEOUT, GRPC_FIRST_BYTES, HTTP1_FIRST_BYTES,
-    KAFKA_FIRST_BYTES, MAX_CONNECTIONS_PER_ADDRESS, TLS_HANDSHAKE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS, FIRST_BYTES_TIMEOUT, GRPC_FIRST_BYTES, HEADER_READ_TIMEOUT,
+    HTTP1_FIRST_BYTES, KAFKA_FIRST_BYTES, MAX_CONNECTIONS_PER_ADDRESS, TLS_HANDSHAKE_TIMEOUT,
 };
+pub use ports::Port;
 pub use server::{Auth, HandshakeStream, TOKEN_LIFETIME, attach_token, basic_credentials};
 pub use tls::{TlsIdentity, client_tls, server_tls, stream_tls};
 

@@ -12,6 +12,7 @@
 //! | [`KAFKA_FIRST_BYTES`]             | 1          | the first bytes due on the Kafka port, whose login and first-request deadline take over from there |
 //! | [`HTTP1_FIRST_BYTES`]             | 1          | the first bytes due on the Iceberg REST port, whose header-read timeout takes over from there |
 //! | [`TLS_HANDSHAKE_TIMEOUT`]         | 10 s       | a gRPC port's TLS handshake not done by then is dropped |
+//! | [`HEADER_READ_TIMEOUT`]           | 30 s       | an HTTP port's connection that leaves a request's headers (or, idle, any request) unsent this long is closed |
 //! | [`TCP_KEEPALIVE_TIME`]            | 60 s       | TCP keepalive probes on every accepted socket: a peer gone without a word is found in about 90 s |
 //! | [`HTTP2_KEEPALIVE_INTERVAL`]      | 60 s       | a gRPC port pings each connection this long quiet |
 //! | [`HTTP2_KEEPALIVE_TIMEOUT`]       | 20 s       | a ping not answered by then closes the connection |
@@ -85,6 +86,10 @@ pub const MAX_LIVE_TOKENS: usize = 65_536;
 pub fn per_address_limit(max_connections: usize) -> usize {
     MAX_CONNECTIONS_PER_ADDRESS.min(max_connections / 4).max(1)
 }
+
+/// An HTTP port's connection (the Iceberg REST catalog, metrics) that leaves a request's
+/// headers (or, idle, any request) unsent this long is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests {

@@ -60,7 +60,8 @@ pub(crate) fn put_stream_status(error: FlightError) -> Status {
     }
 }
 
-fn code(error: &DataFusionError) -> Code {
+/// The gRPC code of a DataFusion error, however deeply wrapped.
+pub(crate) fn code(error: &DataFusionError) -> Code {
     match error {
         DataFusionError::SQL(..) | DataFusionError::SchemaError(..) => Code::InvalidArgument,
         DataFusionError::Plan(message) if is_not_found(message) => Code::NotFound,

@@ -55,6 +55,7 @@ mod memory;
 mod metadata;
 mod metered;
 mod prepared;
+mod recorded;
 mod running;
 mod service;
 mod sql_info;
@@ -284,7 +285,7 @@ pub fn serve_in(
     let (shutdown, shutdown_signal) = oneshot::channel::<()>();
     let server = tokio::spawn(builder.add_service(service).serve_with_incoming_shutdown(
         mink_auth::limit_connections(
-            "Flight SQL",
+            mink_auth::Port::FlightSql,
             TcpListenerStream::new(listener),
             max_connections,
             mink_auth::GRPC_FIRST_BYTES,

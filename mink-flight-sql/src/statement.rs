@@ -60,6 +60,7 @@ use crate::limits::BATCH_COPIES;
 use crate::lineage::result_origins;
 use crate::memory::CallMemory;
 use crate::prepared::BatchInsert;
+use crate::recorded::Recorded;
 use mink_sql::session::{MinkSession, SqlRuntime, depth, is_create_table};
 
 /// When a statement acts (see the module docs).
@@ -72,6 +73,17 @@ pub(crate) enum StatementKind {
     Update,
     /// Acts as it is planned.
     Command,
+}
+
+impl StatementKind {
+    /// The statement's `kind` label in metrics.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Query => "query",
+            Self::Update => "update",
+            Self::Command => "command",
+        }
+    }
 }
 
 /// The kind of `sql`. SQL DataFusion's parser does not take (mink's `CREATE TABLE ...
@@ -187,9 +199,25 @@ impl Statements {
     /// ticket that streams it. A statement that changes something (DML, a command) runs
     /// now, and its result travels in the ticket (see the module docs).
     pub(crate) async fn plan(&self, handle: StatementHandle) -> Result<(SchemaRef, Ticket)> {
+        let kind = classify(&handle.sql);
+        let recorded = Recorded::start(kind);
+        let planned = self.plan_kind(handle, kind).await;
+        match (&planned, kind) {
+            (Ok(_), StatementKind::Query) => recorded.continues(),
+            _ => recorded.finish_planned(&planned),
+        }
+        planned
+    }
+
+    /// [`plan`](Self::plan) of a statement of `kind`, not counted.
+    async fn plan_kind(
+        &self,
+        handle: StatementHandle,
+        kind: StatementKind,
+    ) -> Result<(SchemaRef, Ticket)> {
         let frame = self.frame(&handle).await?;
         let wire = result_schema(&frame);
-        let ticket = match classify(&handle.sql) {
+        let ticket = match kind {
             StatementKind::Query => Ticket::Run(handle, arrow_schema(&frame)),
             StatementKind::Update | StatementKind::Command => {
                 let mut batches = frame.collect().await?;
@@ -250,7 +278,16 @@ impl Statements {
     pub(crate) async fn stream(&self, ticket: Ticket) -> Result<SendableRecordBatchStream, Status> {
         match ticket {
             Ticket::Run(handle, announced) => {
-                let frame = self.frame(&handle).await.map_err(status)?;
+                let recorded = Recorded::start(StatementKind::Query);
+                let frame = self.frame(&handle).await;
+                let frame = match frame {
+                    Ok(frame) => frame,
+                    Err(error) => {
+                        let failed = Err(error);
+                        recorded.finish_planned(&failed);
+                        return failed.map_err(status);
+                    }
+                };
                 // The planned schema, as announced (a physical plan may know a column
                 // has no nulls where the plan said nullable).
                 let schema = arrow_schema(&frame);
@@ -265,7 +302,8 @@ impl Statements {
                 let wire = result_schema(&frame);
                 let rows = frame.execute_stream().await.map_err(status)?;
                 let travelling = Arc::clone(&wire);
-                let rows = rows.map(move |batch| Ok(to_wire(&batch?, &travelling)?));
+                let rows = recorded_rows(rows, recorded)
+                    .map(move |batch| Ok(to_wire(&batch?, &travelling)?));
                 Ok(Box::pin(RecordBatchStreamAdapter::new(wire, rows)))
             }
             Ticket::Computed(schema, batches) => Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -286,6 +324,19 @@ impl Statements {
     /// held in the call's `memory` while it runs ([`BATCH_COPIES`] times its bytes), and
     /// its rows are bound one at a time.
     pub(crate) async fn update(
+        &self,
+        handle: &StatementHandle,
+        streamed: impl Stream<Item = Result<RecordBatch, Status>> + Send + Unpin,
+        memory: &CallMemory,
+    ) -> Result<i64, Status> {
+        let recorded = Recorded::start(StatementKind::Update);
+        let updated = self.run_update(handle, streamed, memory).await;
+        recorded.finish(&updated);
+        updated
+    }
+
+    /// [`update`](Self::update), not counted.
+    async fn run_update(
         &self,
         handle: &StatementHandle,
         streamed: impl Stream<Item = Result<RecordBatch, Status>> + Send + Unpin,
@@ -356,6 +407,23 @@ impl Statements {
             ))),
         }
     }
+}
+
+/// A query's `rows`, each batch counted as returned and the query counted when they end
+/// (or are dropped unfinished).
+fn recorded_rows(
+    rows: SendableRecordBatchStream,
+    recorded: Recorded,
+) -> impl Stream<Item = Result<RecordBatch>> {
+    stream::unfold((rows, recorded), |(mut rows, mut recorded)| async move {
+        let next = rows.next().await;
+        match &next {
+            Some(Ok(batch)) => recorded.returned(batch.num_rows()),
+            Some(Err(error)) => recorded.ended(Some(error)),
+            None => recorded.ended(None),
+        }
+        next.map(|batch| (batch, (rows, recorded)))
+    })
 }
 
 /// The Arrow schema of a planned statement.

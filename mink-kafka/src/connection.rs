@@ -174,6 +174,11 @@ async fn answer(broker: &Broker, session: &mut Session, mut frame: Bytes) -> Res
     let header_version = api.request_header_version(version);
     let header = RequestHeader::decode(&mut frame, header_version).map_err(malformed)?;
     debug!(?api, version, client = ?header.client_id, "Kafka request");
+    let metrics = mink_metrics::metrics();
+    (metrics
+        .kafka_requests
+        .with_label_values(&[&format!("{api:?}")]))
+    .inc();
     if !session.logged_in
         && !matches!(
             api,

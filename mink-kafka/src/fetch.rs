@@ -90,6 +90,7 @@ async fn read(asked: &[(TopicName, Vec<Asked>)], max_bytes: u64) -> (FetchRespon
             let answer = match read_partition(asked, left, total == 0).await {
                 Ok((data, records)) => {
                     let size = records.len() as u64;
+                    mink_metrics::metrics().kafka_fetched_bytes.inc_by(size);
                     total += size;
                     left = left.saturating_sub(size);
                     data.with_partition_index(index)

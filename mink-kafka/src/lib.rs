@@ -27,6 +27,7 @@ mod connection;
 mod error;
 mod fetch;
 mod groups;
+mod lag;
 mod limits;
 mod offsets;
 mod periodic;
@@ -39,4 +40,4 @@ mod topics;
 mod versions;
 
 pub use error::KafkaError;
-pub use server::{KafkaHandle, KafkaOptions, ServeError, serve};
+pub use server::{GroupLag, KafkaHandle, KafkaOptions, ServeError, serve};

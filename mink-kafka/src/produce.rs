@@ -243,6 +243,9 @@ async fn produce_partition(
             RecordBatchDecoder::decode_with_custom_compression(&mut records, Some(decompress))
                 .map_err(|e| KafkaError::Malformed(format!("a produced record batch: {e}")))?;
         let written = write_batch(broker, topic, index, &bucket, &tablets, &set.records).await?;
+        (mink_metrics::metrics().kafka_produced_records)
+            .with_label_values(&[&topic.table.path.to_string()])
+            .inc_by(set.records.len() as u64);
         base_offset.get_or_insert(written);
     }
     Ok(base_offset.unwrap_or(-1))

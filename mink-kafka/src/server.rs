@@ -55,17 +55,34 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
+/// The consumer group lag of a Kafka listener, for metrics scrapes (`crate::lag`).
+#[derive(Debug, Clone)]
+pub struct GroupLag(Arc<Broker>);
+
+impl GroupLag {
+    /// The lag now, as a metric family.
+    pub async fn scraped_metrics(&self) -> Vec<mink_metrics::prometheus::proto::MetricFamily> {
+        crate::lag::group_lag(&self.0).await
+    }
+}
+
 /// A running Kafka listener; dropping it stops accepting connections.
 #[derive(Debug)]
 pub struct KafkaHandle {
     listener: mink_auth::ListenerHandle,
     advertised: String,
+    broker: Arc<Broker>,
 }
 
 impl KafkaHandle {
     /// The address the listener is bound to.
     pub fn addr(&self) -> SocketAddr {
         self.listener.addr()
+    }
+
+    /// What a metrics scrape reads of the listener: its consumer groups' lag.
+    pub fn group_lag(&self) -> GroupLag {
+        GroupLag(Arc::clone(&self.broker))
     }
 
     /// The address clients are told to connect to.
@@ -91,8 +108,12 @@ pub async fn serve(
     options: KafkaOptions,
 ) -> Result<KafkaHandle, ServeError> {
     let addr = listener.local_addr()?;
-    mink_auth::check_listen("Kafka", addr, options.credentials.as_ref())
-        .map_err(|e| ServeError::Config(e.to_string()))?;
+    mink_auth::check_listen(
+        mink_auth::Port::Kafka.name(),
+        addr,
+        options.credentials.as_ref(),
+    )
+    .map_err(|e| ServeError::Config(e.to_string()))?;
     let advertised = match options.advertised {
         Some(advertised) => advertised,
         None if addr.ip().is_unspecified() => {
@@ -116,16 +137,19 @@ pub async fn serve(
         warn!(%addr, %advertised, tls = tls.is_some(), "mink serving Kafka without authentication (loopback only)");
     }
     let connections = mink_auth::limit_connections(
-        "Kafka",
+        mink_auth::Port::Kafka,
         TcpListenerStream::new(listener),
         options.max_connections,
         mink_auth::KAFKA_FIRST_BYTES,
     );
-    let listener =
-        mink_auth::ListenerHandle::spawn(addr, |stopped| accept(connections, broker, tls, stopped));
+    let serving = Arc::clone(&broker);
+    let listener = mink_auth::ListenerHandle::spawn(addr, |stopped| {
+        accept(connections, serving, tls, stopped)
+    });
     Ok(KafkaHandle {
         listener,
         advertised,
+        broker,
     })
 }
 
@@ -136,8 +160,12 @@ async fn accept(
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut connections = std::pin::pin!(connections);
-    while let Some(connection) =
-        mink_auth::next_connection("Kafka", &mut connections, &mut stopped).await
+    while let Some(connection) = mink_auth::next_connection(
+        mink_auth::Port::Kafka.name(),
+        &mut connections,
+        &mut stopped,
+    )
+    .await
     {
         let serve = serve_one(connection, Arc::clone(&broker), tls.clone());
         mink_auth::spawn_until_stopped(&stopped, serve);

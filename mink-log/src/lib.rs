@@ -531,6 +531,19 @@ impl LogTablet {
             .sum()
     }
 
+    /// The commit time (ms since the epoch) of the batch holding `offset`; `None` for an
+    /// offset at or past the high watermark or before the log's start.
+    pub fn commit_time_at(&self, offset: i64) -> Option<i64> {
+        let state = self.shared.read_state();
+        if offset < state.log_start || offset >= state.high_watermark {
+            return None;
+        }
+        let index = state
+            .batches
+            .partition_point(|(h, _)| h.last_offset() < offset);
+        state.batches.get(index).map(|(h, _)| h.commit_timestamp)
+    }
+
     /// The first offset whose batch was committed at or after `timestamp_ms`; the high
     /// watermark when every batch is older.
     pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> i64 {

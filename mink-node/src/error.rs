@@ -175,6 +175,23 @@ impl NodeError {
             Self::Io(_) | Self::Metadata(_) | Self::Arrow(_) | Self::Read(_) => Code::Internal,
         }
     }
+
+    /// The `cause` label of a failed write in `mink_write_failures_total`.
+    pub fn metric_cause(&self) -> &'static str {
+        if let Self::NotLeader(_) = self {
+            return "not_leader";
+        }
+        match self.code() {
+            Code::InvalidArgument
+            | Code::NotFound
+            | Code::AlreadyExists
+            | Code::FailedPrecondition
+            | Code::OutOfRange => "invalid",
+            Code::ResourceExhausted => "exhausted",
+            Code::Unavailable => "unavailable",
+            _ => "internal",
+        }
+    }
 }
 
 fn log_code(error: &LogError) -> Code {

@@ -60,6 +60,7 @@ mod ddl;
 mod leadership;
 mod log_store;
 mod lookup;
+mod metrics;
 mod open_buckets;
 mod retention;
 mod storage;
@@ -137,6 +138,9 @@ pub struct Bucket {
     /// How long opening its log took: for a primary-key bucket, the replay into its KV
     /// store of the log after what the store held.
     pub log_opened_in: Duration,
+    /// The leader epoch this node leads it in (a cluster's assignment numbers each
+    /// leader of a bucket; 0 on a single node).
+    pub epoch: u64,
 }
 
 /// Buckets of a table, each with its tablets.
@@ -369,10 +373,15 @@ impl Node {
             .into_iter()
             .map(|(bucket, tablet)| {
                 let (log_start, high_watermark) = tablet.log.offsets();
+                let seam = seams.get(&bucket);
                 BucketStatus {
-                    lake_log_end_offset: seams.get(&bucket),
+                    lake_log_end_offset: seam,
                     lake_snapshot_id: recorded.as_ref().map(|r| r.snapshot_id),
                     store: log_store::usage(&tablet),
+                    oldest_untiered_at_ms: (table.lake_enabled)
+                        .then(|| tablet.log.commit_time_at(seam))
+                        .flatten(),
+                    leader_epoch: tablet.epoch,
                     bucket: Some(bucket),
                     log_start,
                     high_watermark,
@@ -380,6 +389,20 @@ impl Node {
             })
             .collect();
         Ok(BucketList { buckets, elsewhere })
+    }
+
+    /// Every table with the buckets this node leads and their figures, and where the
+    /// others are (what metrics and the status page show); a table dropped meanwhile is
+    /// left out.
+    pub fn every_table_buckets(&self) -> Vec<(Arc<TableDescriptor>, BucketList)> {
+        let paths: Vec<TablePath> = self.tables_read().keys().cloned().collect();
+        paths
+            .into_iter()
+            .filter_map(|path| {
+                let listed = self.list_led_buckets(&path).ok()?;
+                Some((self.describe(&path).ok()?, listed))
+            })
+            .collect()
     }
 
     /// A table, the buckets of it this node leads, with their tablets, and what requests

@@ -179,7 +179,7 @@ pub async fn serve_with(
                     .add_service(service.clone())
                     .serve_with_incoming_shutdown(
                         mink_auth::limit_connections(
-                            "the node's internal port",
+                            mink_auth::Port::NodeInternal,
                             TcpListenerStream::new(internal),
                             max_connections,
                             mink_auth::GRPC_FIRST_BYTES,
@@ -195,7 +195,7 @@ pub async fn serve_with(
     };
     let server = tokio::spawn(builder.add_service(service).serve_with_incoming_shutdown(
         mink_auth::limit_connections(
-            "the node",
+            mink_auth::Port::Node,
             TcpListenerStream::new(listener),
             max_connections,
             mink_auth::GRPC_FIRST_BYTES,

@@ -13,7 +13,17 @@
 //!                                       -- kv_checkpoint_bytes, kv_checkpoint_written_at,
 //!                                       -- kv_pending_bytes
 //! SELECT * FROM system.nodes;           -- node_id, address, live, buckets, max_epoch
+//! SELECT * FROM system.freshness;       -- table_name, partition, bucket, leader,
+//!                                       -- leader_epoch, high_watermark,
+//!                                       -- lake_log_end_offset, lag_offsets, lag_seconds,
+//!                                       -- oldest_untiered_at
 //! ```
+//!
+//! `freshness` has one row per bucket of every lake-enabled table: how far behind its
+//! leader's log the lake is, in rows (`lag_offsets`) and in seconds (`lag_seconds`, the
+//! age of its oldest row not yet tiered, from `oldest_untiered_at`; 0 and null when
+//! every row is tiered). A union read is always fresh; these say how fresh a query of the
+//! lake alone (`$lake`, another engine) is, and whether tiering keeps up.
 //!
 //! `lake_snapshots` has one row per bucket of every snapshot mink recorded (tiering rounds
 //! and compactions), oldest first; its snapshot ids are those `table_changes` and
@@ -30,10 +40,11 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use arrow::array::{
-    ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
-    UInt32Array, UInt64Array,
+    ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
+    TimestampMillisecondArray, UInt32Array, UInt64Array,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
@@ -72,15 +83,17 @@ enum SystemTable {
     LakeTables,
     LogStore,
     Nodes,
+    Freshness,
 }
 
 impl SystemTable {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::Buckets,
         Self::LakeSnapshots,
         Self::LakeTables,
         Self::LogStore,
         Self::Nodes,
+        Self::Freshness,
     ];
 
     fn name(self) -> &'static str {
@@ -90,6 +103,7 @@ impl SystemTable {
             Self::LakeTables => "lake_tables",
             Self::LogStore => "log_store",
             Self::Nodes => "nodes",
+            Self::Freshness => "freshness",
         }
     }
 
@@ -149,6 +163,18 @@ impl SystemTable {
                 Field::new("live", DataType::Boolean, false),
                 Field::new("buckets", DataType::UInt32, false),
                 count("max_epoch"),
+            ],
+            Self::Freshness => vec![
+                text("table_name", false),
+                text("partition", true),
+                Field::new("bucket", DataType::UInt32, false),
+                text("leader", false),
+                count("leader_epoch"),
+                int("high_watermark", false),
+                int("lake_log_end_offset", false),
+                int("lag_offsets", false),
+                Field::new("lag_seconds", DataType::Float64, false),
+                timestamp("oldest_untiered_at", true),
             ],
         };
         Arc::new(Schema::new(fields))
@@ -219,6 +245,7 @@ impl TableProvider for SystemTableProvider {
             SystemTable::LakeTables => self.lake_tables().await?,
             SystemTable::LogStore => self.log_store().await?,
             SystemTable::Nodes => self.nodes().await?,
+            SystemTable::Freshness => self.freshness().await?,
         };
         Ok(MemorySourceConfig::try_new_exec(
             &[vec![batch]],
@@ -240,16 +267,14 @@ impl SystemTableProvider {
         Ok(rows)
     }
 
-    async fn buckets(&self) -> Result<RecordBatch> {
-        let rows = self.bucket_statuses().await?;
-        // Each bucket's leader: the node the client reached it at.
-        let leaders: Vec<String> = (rows.iter())
-            .map(|(_, status)| match &status.bucket {
-                Some(bucket) => self.client.leader_of(bucket),
-                None => self.client.address().to_string(),
-            })
-            .collect();
-        let columns: Vec<ArrayRef> = vec![
+    /// The columns that name each bucket of `rows`: table_name, partition, bucket and
+    /// leader (the node the client reached it at).
+    fn bucket_columns(&self, rows: &[(String, BucketStatus)]) -> Vec<ArrayRef> {
+        let leaders = (rows.iter()).map(|(_, status)| match &status.bucket {
+            Some(bucket) => self.client.leader_of(bucket),
+            None => self.client.address().to_string(),
+        });
+        vec![
             Arc::new(StringArray::from_iter_values(rows.iter().map(|(t, _)| t))),
             Arc::new(StringArray::from_iter(rows.iter().map(|(_, s)| {
                 s.bucket.as_ref().and_then(|b| b.partition.clone())
@@ -259,6 +284,13 @@ impl SystemTableProvider {
                     .map(|(_, s)| s.bucket.as_ref().map_or(0, |b| b.bucket)),
             )),
             Arc::new(StringArray::from_iter_values(leaders)),
+        ]
+    }
+
+    async fn buckets(&self) -> Result<RecordBatch> {
+        let rows = self.bucket_statuses().await?;
+        let mut columns = self.bucket_columns(&rows);
+        columns.extend::<[ArrayRef; 4]>([
             Arc::new(Int64Array::from_iter_values(
                 rows.iter().map(|(_, s)| s.log_start),
             )),
@@ -271,7 +303,39 @@ impl SystemTableProvider {
             Arc::new(Int64Array::from_iter(
                 rows.iter().map(|(_, s)| s.lake_snapshot_id),
             )),
-        ];
+        ]);
+        Ok(RecordBatch::try_new(self.schema(), columns)?)
+    }
+
+    async fn freshness(&self) -> Result<RecordBatch> {
+        let mut rows = Vec::new();
+        for table in self.lake_enabled_tables().await? {
+            for status in self.client.list_buckets(&table).await.map_err(external)? {
+                rows.push((table.to_string(), status));
+            }
+        }
+        let now = now_ms();
+        let lags: Vec<(i64, f64)> = rows.iter().map(|(_, s)| s.lake_lag(now)).collect();
+        let mut columns = self.bucket_columns(&rows);
+        columns.extend::<[ArrayRef; 6]>([
+            Arc::new(UInt64Array::from_iter_values(
+                rows.iter().map(|(_, s)| s.leader_epoch),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                rows.iter().map(|(_, s)| s.high_watermark),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                rows.iter().map(|(_, s)| s.lake_log_end_offset),
+            )),
+            Arc::new(Int64Array::from_iter_values(lags.iter().map(|l| l.0))),
+            Arc::new(Float64Array::from_iter_values(lags.iter().map(|l| l.1))),
+            Arc::new(
+                TimestampMillisecondArray::from_iter(
+                    rows.iter().map(|(_, s)| s.oldest_untiered_at_ms),
+                )
+                .with_timezone("UTC"),
+            ),
+        ]);
         Ok(RecordBatch::try_new(self.schema(), columns)?)
     }
 
@@ -416,4 +480,10 @@ impl SystemTableProvider {
         ];
         Ok(RecordBatch::try_new(self.schema(), columns)?)
     }
+}
+
+/// Milliseconds since the Unix epoch, now.
+fn now_ms() -> i64 {
+    let since = (SystemTime::now().duration_since(UNIX_EPOCH)).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }

@@ -818,6 +818,24 @@ pub struct BucketStatus {
     /// Where the bucket is in the node's log store; absent without one.
     #[prost(message, optional, tag = "6")]
     pub store: Option<BucketStore>,
+    /// The commit time of its oldest row not yet in the lake, in milliseconds since the
+    /// Unix epoch; absent when every row is tiered or the table has no lake.
+    #[prost(int64, optional, tag = "7")]
+    pub oldest_untiered_at_ms: Option<i64>,
+    /// The leader epoch its node leads it in (0 on a single node).
+    #[prost(uint64, tag = "8")]
+    pub leader_epoch: u64,
+}
+
+impl BucketStatus {
+    /// How far behind the lake the bucket is at `now_ms`: its rows not yet tiered, and
+    /// the age in seconds of the oldest of them (0 when every row is tiered).
+    pub fn lake_lag(&self, now_ms: i64) -> (i64, f64) {
+        let offsets = (self.high_watermark - self.lake_log_end_offset).max(0);
+        let seconds =
+            (self.oldest_untiered_at_ms).map_or(0.0, |at| (now_ms - at).max(0) as f64 / 1000.0);
+        (offsets, seconds)
+    }
 }
 
 /// A bucket in the log store (`mink server --log-store`), as `list_buckets` reports it.

@@ -87,7 +87,7 @@ pub(crate) async fn follow_once(
             let free = held.get(key).is_none_or(|holder| holder == me);
             let may_lead = node.membership().is_some_and(|m| m.holds_joined_lease());
             if !led_here && free && may_lead {
-                take_over(node, client, config, key, bucket).await?;
+                take_over(node, client, config, key, bucket, leader.epoch).await?;
             }
             continue;
         }
@@ -110,13 +110,15 @@ pub(crate) async fn follow_once(
     Ok(())
 }
 
-/// Holds `bucket` (unless another node got there first) and takes it over.
+/// Holds `bucket` (unless another node got there first) and takes it over, to lead it
+/// in `epoch`.
 async fn take_over(
     node: &Node,
     client: &mut Client,
     config: &ClusterConfig,
     key: &str,
     bucket: &BucketId,
+    epoch: u64,
 ) -> Result<()> {
     let hold = config.key(&["holders", key]);
     let me = config.node_id.clone();
@@ -133,7 +135,7 @@ async fn take_over(
             return Ok(());
         }
     }
-    match node.take_over_bucket(bucket).await {
+    match node.take_over_bucket(bucket, epoch).await {
         Ok(()) => Ok(()),
         // The hold stays: the next look tries again.
         Err(error) => {

@@ -243,11 +243,15 @@ impl MinkFlightService {
         let table = self.node.describe(&TablePath::parse(&bucket.table)?)?;
         let projection = projection(&table, columns)?;
         let found = self.node.lookup(bucket, keys, prefix).await?;
-        Ok(LookupReply {
+        let reply = LookupReply {
             rows: encode_batch(&found.rows.project(&projection)?)?,
             key_indices: found.key_indices,
         }
-        .encode_to_vec())
+        .encode_to_vec();
+        let metrics = mink_metrics::metrics();
+        metrics.reads.with_label_values(&[what]).inc();
+        (metrics.read_bytes.with_label_values(&[what])).inc_by(reply.len() as u64);
+        Ok(reply)
     }
 }
 

@@ -180,6 +180,7 @@ impl FlightService for MinkFlightService {
     ) -> Result<Response<Self::DoGetStream>, Status> {
         let ticket: ReadTicket =
             decode("ticket", &request.get_ref().ticket).map_err(NodeError::from)?;
+        let kind = read_kind(&ticket.read);
         let answer = match ticket.read {
             Some(read_ticket::Read::Scan(scan)) => {
                 let messages = self.scan(scan).await?;
@@ -192,7 +193,7 @@ impl FlightService for MinkFlightService {
             Some(read_ticket::Read::LiveTail(live)) => self.live_tail(live).await?,
             None => return Err(Status::invalid_argument("the ticket names no read")),
         };
-        Ok(Response::new(answer))
+        Ok(Response::new(counted(kind, answer)))
     }
 
     async fn do_put(
@@ -286,4 +287,30 @@ impl FlightService for MinkFlightService {
         });
         Ok(Response::new(stream::iter(actions).boxed()))
     }
+}
+
+/// The `kind` label of a read in `mink_reads_total` and `mink_read_bytes_total`.
+fn read_kind(read: &Option<read_ticket::Read>) -> &'static str {
+    match read {
+        Some(read_ticket::Read::Scan(_)) => "scan",
+        Some(read_ticket::Read::Snapshot(_)) => "snapshot",
+        Some(read_ticket::Read::LimitScan(_)) => "limit_scan",
+        Some(read_ticket::Read::Union(_)) => "union",
+        Some(read_ticket::Read::Lake(_)) => "lake",
+        Some(read_ticket::Read::LiveTail(_)) => "live_tail",
+        None => "none",
+    }
+}
+
+/// `answer`, counted as one read of `kind` and its bytes as they are sent.
+fn counted(
+    kind: &'static str,
+    answer: BoxStream<'static, Result<FlightData, Status>>,
+) -> BoxStream<'static, Result<FlightData, Status>> {
+    let metrics = mink_metrics::metrics();
+    metrics.reads.with_label_values(&[kind]).inc();
+    let sent = metrics.read_bytes.with_label_values(&[kind]);
+    answer
+        .inspect_ok(move |data| sent.inc_by((data.data_header.len() + data.data_body.len()) as u64))
+        .boxed()
 }

@@ -111,9 +111,25 @@ fn checkpoint_bucket(store: &LogStore, bucket: &Bucket) -> mink_kv::Result<Optio
     let Some(kv) = &bucket.kv else {
         return Ok(None);
     };
-    let run = kv.checkpoint(store, bucket.log.dir())?;
+    let run = kv.checkpoint(store, bucket.log.dir());
+    record_checkpoint(&run);
+    let run = run?;
     if run.is_some_and(|run| run.is_base()) {
         store.kv_checkpointed(bucket.log.dir());
     }
     Ok(run)
+}
+
+/// Counts a checkpoint that wrote a run or failed (`mink_kv_checkpoints_total`); one
+/// with nothing new to write is none.
+fn record_checkpoint(run: &mink_kv::Result<Option<KvRun>>) {
+    let metrics = mink_metrics::metrics();
+    match run {
+        Ok(None) => {}
+        Ok(Some(run)) => {
+            metrics.kv_checkpoints.with_label_values(&["ok"]).inc();
+            metrics.kv_checkpoint_bytes.inc_by(run.bytes);
+        }
+        Err(_) => metrics.kv_checkpoints.with_label_values(&["failed"]).inc(),
+    }
 }

@@ -190,6 +190,7 @@ impl Node {
             .collect();
         self.open_buckets.release(buckets.len());
         self.storage.remove_buckets(&descriptor, None, buckets);
+        mink_metrics::forget_table(&path.to_string());
         info!(table = %path, "dropped table");
         Ok(())
     }

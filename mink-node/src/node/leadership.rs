@@ -134,14 +134,14 @@ impl Node {
     }
 
     /// Takes a bucket over from the node that handed it over (or from a dead node's
-    /// sequence read into the log store): replaces what this node kept of it from an
+    /// sequence read into the log store), to lead it in `epoch`: replaces what this node kept of it from an
     /// earlier time it led it, opens its log from the store (and its KV store from its
     /// checkpoint and the log after it), and serves it.
     ///
     /// # Errors
     /// A bucket this node leads already, no log store, or a store or tablet that fails
     /// to open: the bucket is then still not led here.
-    pub async fn take_over_bucket(&self, bucket: &BucketId) -> Result<()> {
+    pub async fn take_over_bucket(&self, bucket: &BucketId, epoch: u64) -> Result<()> {
         let state = self.table(&TablePath::parse(&bucket.table)?)?;
         let table = state.descriptor();
         check_bucket_address(&table, bucket)?;
@@ -160,7 +160,8 @@ impl Node {
             None => None,
         };
         self.open_buckets.reserve(1, &format!("bucket {bucket}"))?;
-        let opened = (self.storage).take_over_bucket(&table, partition.as_ref(), bucket.bucket);
+        let opened =
+            (self.storage).take_over_bucket(&table, partition.as_ref(), bucket.bucket, epoch);
         let tablets = match opened {
             Ok(tablets) => tablets,
             Err(error) => {
@@ -169,7 +170,7 @@ impl Node {
             }
         };
         self.set_slot(bucket, Slot::Led(tablets))?;
-        info!(%bucket, "took a bucket over");
+        info!(%bucket, epoch, "took a bucket over");
         Ok(())
     }
 
@@ -299,6 +300,7 @@ impl Node {
             .collect();
         self.open_buckets.release(led.len());
         self.storage.remove_buckets(&state.descriptor(), None, led);
+        mink_metrics::forget_table(&path.to_string());
         info!(table = %path, "forgot a table dropped in the cluster");
     }
 

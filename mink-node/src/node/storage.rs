@@ -51,7 +51,7 @@ impl Storage {
         partition: Option<&PartitionRecord>,
     ) -> Result<Vec<Arc<Bucket>>> {
         (0..table.bucket_num)
-            .map(|bucket| self.open_bucket(table, partition, bucket, Opening::Existing))
+            .map(|bucket| self.open_bucket(table, partition, bucket, Opening::Existing, 0))
             .collect()
     }
 
@@ -71,7 +71,7 @@ impl Storage {
                 tracing::warn!("failpoint: aborting the process during CREATE TABLE");
                 std::process::abort();
             }
-            match self.open_bucket(table, partition, bucket, Opening::New) {
+            match self.open_bucket(table, partition, bucket, Opening::New, 0) {
                 Ok(opened) => buckets.push(opened),
                 Err(error) => {
                     self.remove_buckets(table, partition, buckets);
@@ -120,6 +120,7 @@ impl Storage {
         partition: Option<&PartitionRecord>,
         bucket: u32,
         opening: Opening,
+        epoch: u64,
     ) -> Result<Arc<Bucket>> {
         let mut log_config = self.config.log.clone();
         if let Some(ttl) = table.log_ttl {
@@ -163,10 +164,12 @@ impl Storage {
             folded: FoldedTail::default(),
             restored,
             log_opened_in,
+            epoch,
         }))
     }
 
-    /// Opens a bucket taken over from another node (see [`LogStore::take_over`]): its
+    /// Opens a bucket taken over from another node (see [`LogStore::take_over`]) to lead
+    /// it from `epoch` on: its
     /// log from the store as it is now, and its KV store, for a primary-key table, from
     /// nothing (what this node kept of it from an earlier time it led it is stale):
     /// restored from its checkpoint, then the log after it replayed.
@@ -178,6 +181,7 @@ impl Storage {
         table: &Arc<TableDescriptor>,
         partition: Option<&PartitionRecord>,
         bucket: u32,
+        epoch: u64,
     ) -> Result<Arc<Bucket>> {
         let store = self.log_store()?;
         let key = bucket_key(table.table_id, partition.map(|p| p.partition_id), bucket);
@@ -187,7 +191,7 @@ impl Storage {
             let stale = kv.tablet(&kv_tablet_name(&key))?;
             kv.drop_tablet(stale)?;
         }
-        self.open_bucket(table, partition, bucket, Opening::Existing)
+        self.open_bucket(table, partition, bucket, Opening::Existing, epoch)
     }
 
     /// The node's log store, which buckets move between nodes through.

@@ -3,6 +3,7 @@
 //! partition is created by the first write into it, within the node's bounds.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use mink_core::protocol::{AppendAck, BucketId, IdempotentWriter};
@@ -145,7 +146,37 @@ impl Node {
         stream: Option<&WriteStream>,
         writer: Option<Writer>,
     ) -> Result<AppendAck> {
-        let SentBatch { batch, message } = batch.into();
+        let started = Instant::now();
+        let sent = batch.into();
+        let (rows, bytes) = (sent.batch.num_rows(), sent.batch.get_array_memory_size());
+        let written = self.write_sent(bucket, sent, delete, stream, writer).await;
+        let metrics = mink_metrics::metrics();
+        match &written {
+            Ok(_) => {
+                metrics
+                    .write_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                let table = [bucket.table.as_str()];
+                (metrics.write_rows.with_label_values(&table)).inc_by(rows as u64);
+                (metrics.write_bytes.with_label_values(&table)).inc_by(bytes as u64);
+            }
+            Err(error) => {
+                let cause = [error.metric_cause()];
+                metrics.write_failures.with_label_values(&cause).inc();
+            }
+        }
+        written
+    }
+
+    /// [`Node::write_as`] without its metrics.
+    async fn write_sent(
+        &self,
+        bucket: &BucketId,
+        SentBatch { batch, message }: SentBatch,
+        delete: bool,
+        stream: Option<&WriteStream>,
+        writer: Option<Writer>,
+    ) -> Result<AppendAck> {
         let state = self.table(&TablePath::parse(&bucket.table)?)?;
         let table = state.descriptor();
         check_bucket_address(&table, bucket)?;

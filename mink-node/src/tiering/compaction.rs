@@ -83,6 +83,15 @@ pub(super) async fn compact_due(node: &Node, path: &TablePath) -> Result<Compact
 }
 
 async fn compact(node: &Node, path: &TablePath, selection: Selection) -> Result<CompactReport> {
+    super::metrics::upkeep("compaction", run_compaction(node, path, selection)).await
+}
+
+/// [`compact`] without its metrics.
+async fn run_compaction(
+    node: &Node,
+    path: &TablePath,
+    selection: Selection,
+) -> Result<CompactReport> {
     let mut indexes = node.tiering.lock().await;
     let (table, lake, mut lake_table) = open_lake_table(node, path).await?;
     reconcile(node, &table, &mut lake_table).await?;

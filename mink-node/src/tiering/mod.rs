@@ -67,6 +67,7 @@ use crate::node::{Failpoint, Node};
 mod append;
 mod compaction;
 mod leaders;
+mod metrics;
 #[cfg(test)]
 pub(crate) mod tests;
 mod upkeep;
@@ -105,6 +106,11 @@ pub struct TierReport {
 /// [`NodeError::NoLake`] for a table without a lake; lake and log errors otherwise (the
 /// round is then not recorded, and the next one starts over from the recorded offsets).
 pub async fn tier_table(node: &Node, path: &TablePath) -> Result<TierReport> {
+    metrics::round(path, run_round(node, path)).await
+}
+
+/// [`tier_table`] without its metrics.
+async fn run_round(node: &Node, path: &TablePath) -> Result<TierReport> {
     let mut indexes = node.tiering.lock().await;
     let (table, lake, mut lake_table) = open_lake_table(node, path).await?;
     let mut report = TierReport {

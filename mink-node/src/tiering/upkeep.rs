@@ -54,6 +54,11 @@ pub const REMOVE_ORPHANS_EVERY: Duration = Duration::from_secs(3600);
 /// # Errors
 /// [`crate::NodeError::NoLake`] for a table without a lake; lake errors otherwise.
 pub async fn expire_table_snapshots(node: &Node, path: &TablePath) -> Result<ExpireReport> {
+    super::metrics::upkeep("expire_snapshots", run_expiry(node, path)).await
+}
+
+/// [`expire_table_snapshots`] without its metrics.
+async fn run_expiry(node: &Node, path: &TablePath) -> Result<ExpireReport> {
     let _indexes = node.tiering.lock().await;
     let (table, lake, mut lake_table) = open_lake_table(node, path).await?;
     reconcile(node, &table, &mut lake_table).await?;
@@ -89,6 +94,15 @@ pub async fn expire_table_snapshots(node: &Node, path: &TablePath) -> Result<Exp
 /// # Errors
 /// [`crate::NodeError::NoLake`] for a table without a lake; lake errors otherwise.
 pub async fn remove_table_orphan_files(
+    node: &Node,
+    path: &TablePath,
+    grace: Duration,
+) -> Result<OrphanReport> {
+    super::metrics::upkeep("remove_orphan_files", run_orphan_removal(node, path, grace)).await
+}
+
+/// [`remove_table_orphan_files`] without its metrics.
+async fn run_orphan_removal(
     node: &Node,
     path: &TablePath,
     grace: Duration,
@@ -167,6 +181,11 @@ pub async fn rewrite_table_manifests(
     node: &Node,
     path: &TablePath,
 ) -> Result<RewriteManifestsReport> {
+    super::metrics::upkeep("rewrite_manifests", run_manifest_rewrite(node, path)).await
+}
+
+/// [`rewrite_table_manifests`] without its metrics.
+async fn run_manifest_rewrite(node: &Node, path: &TablePath) -> Result<RewriteManifestsReport> {
     let mut indexes = node.tiering.lock().await;
     let (table, _, mut lake_table) = open_lake_table(node, path).await?;
     reconcile(node, &table, &mut lake_table).await?;

@@ -142,7 +142,7 @@ pub fn serve(
     let service = CallGuard::new(service, HeldTasks::default());
     let service = InterceptedService::new(service, move |request| auth.check(request));
     let incoming = mink_auth::limit_connections(
-        "the worker",
+        mink_auth::Port::Worker,
         TcpListenerStream::new(listener),
         max_connections,
         mink_auth::GRPC_FIRST_BYTES,

@@ -10,6 +10,7 @@
 //! | `mink worker` | [`worker`] | a distributed-query worker of a server's statements       |
 
 pub(crate) mod load;
+pub(crate) mod metrics_port;
 pub(crate) mod read;
 pub(crate) mod server;
 pub(crate) mod sql;

@@ -4,7 +4,8 @@
 //! The first line on stdout is `mink node listening on HOST:PORT`, the second `mink
 //! Flight SQL listening on HOST:PORT` (and, with `--kafka-listen`, the third `mink
 //! Kafka listening on HOST:PORT`; with `--iceberg-rest-listen`, then `mink Iceberg REST
-//! listening on HOST:PORT`), so scripts and tests that pass `--listen
+//! listening on HOST:PORT`; with `--metrics-listen`, then `mink metrics listening on
+//! HOST:PORT`), so scripts and tests that pass `--listen
 //! 127.0.0.1:0 --sql-listen 127.0.0.1:0` learn the ports. Flight SQL clients log in with
 //! `--sql-user` and MINK_SQL_PASSWORD when they are set; without them the endpoint
 //! accepts every call and must listen on a loopback address (see `mink_flight_sql`).
@@ -42,6 +43,7 @@ use mink_sql::session::{SqlRuntime, default_memory_limit, memory_pool, parse_siz
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
+use crate::commands::metrics_port::{self, MetricsOptions, MetricsPort, Sources};
 use crate::commands::sql::warehouse_storage;
 use crate::embedded::{DEFAULT_DATA_DIR, read_file};
 use crate::error::CliError;
@@ -91,6 +93,12 @@ pub(crate) struct ServerArgs {
     /// credentials); TLS as the other ports.
     #[arg(long, value_name = "HOST:PORT")]
     iceberg_rest_listen: Option<String>,
+    /// Serve Prometheus metrics (`/metrics`) and the status page (`/`) on this address
+    /// (off by default; `docs/operations.md`). Without `--sql-user` it must be a loopback
+    /// address; with it, every request carries that user and password as HTTP basic
+    /// auth; TLS as the other ports.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<String>,
     /// Create demo tables and keep writing to them.
     #[arg(long)]
     demo: bool,
@@ -352,8 +360,10 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
     config.cluster = cluster_config(&args)?;
     let peers_tls_ca = (config.cluster.as_ref()).and_then(|cluster| cluster.peers.tls_ca.clone());
     // Every port holds up to --max-connections sockets; buckets get the files left.
-    let ports =
-        2 + u64::from(args.kafka_listen.is_some()) + u64::from(args.iceberg_rest_listen.is_some());
+    let ports = 2
+        + u64::from(args.kafka_listen.is_some())
+        + u64::from(args.iceberg_rest_listen.is_some())
+        + u64::from(args.metrics_listen.is_some());
     config.max_open_buckets = mink_node::node::raise_open_file_limit()
         .map(|files| max_open_buckets(files, ports * args.max_connections as u64));
     let lake = lake_config(&args)?;
@@ -416,9 +426,18 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         .as_ref()
         .map(|r| format!("mink Iceberg REST listening on {}\n", r.addr()))
         .unwrap_or_default();
+    let sources = Sources {
+        node: Some((Arc::clone(&node), address.to_string())),
+        kafka: kafka.as_ref().map(|kafka| kafka.group_lag()),
+    };
+    let metrics = serve_metrics(&args, sources).await?;
+    let metrics_line = metrics
+        .as_ref()
+        .map(|m| format!("mink metrics listening on {}\n", m.addr()))
+        .unwrap_or_default();
     // One write, so a reader that stops after the first line never misses the others.
     print!(
-        "mink node listening on {address}\nmink Flight SQL listening on {}\n{kafka_line}{iceberg_rest_line}",
+        "mink node listening on {address}\nmink Flight SQL listening on {}\n{kafka_line}{iceberg_rest_line}{metrics_line}",
         sql.addr()
     );
     let mut cluster = ClusterTasks::start(&node);
@@ -445,6 +464,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         () = lease_lost => true,
     };
     info!("shutting down");
+    drop(metrics);
     drop(cluster);
     if let Some(demo) = demo {
         demo.abort();
@@ -569,6 +589,26 @@ async fn serve_iceberg_rest(
     mink_iceberg_rest::serve(Arc::clone(node), listener, options)
         .map(Some)
         .map_err(|e| CliError::Usage(e.to_string()))
+}
+
+/// Serves metrics and the status page on `--metrics-listen`, with the login and TLS of
+/// every port.
+async fn serve_metrics(
+    args: &ServerArgs,
+    sources: Sources,
+) -> Result<Option<MetricsPort>, CliError> {
+    let Some(listen) = &args.metrics_listen else {
+        return Ok(None);
+    };
+    let (credentials, tls) = login(args)?;
+    let options = MetricsOptions {
+        credentials,
+        tls,
+        max_connections: args.max_connections,
+    };
+    metrics_port::serve(listen, options, sources)
+        .await
+        .map(Some)
 }
 
 /// The login and TLS of every port: `--sql-user` with its password, `--sql-tls-cert`

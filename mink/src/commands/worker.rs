@@ -22,6 +22,7 @@ use mink_sql::session::{SqlRuntime, default_memory_limit, memory_pool, parse_siz
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
+use crate::commands::metrics_port::{self, MetricsOptions, Sources};
 use crate::commands::server::{tls_identity, wait_for_shutdown_signal};
 use crate::commands::sql::warehouse_storage;
 use crate::embedded::{DEFAULT_DATA_DIR, LoginArgs};
@@ -65,6 +66,10 @@ pub(crate) struct WorkerArgs {
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
     )]
     max_connections: usize,
+    /// Serve Prometheus metrics (`/metrics`) on this address (off by default;
+    /// `docs/operations.md`), with the worker's login as HTTP basic auth and its TLS.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<String>,
 }
 
 pub(crate) async fn run(args: WorkerArgs) -> Result<(), CliError> {
@@ -95,6 +100,17 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), CliError> {
         ..ConnectOptions::default()
     };
     let authenticated = credentials.is_some();
+    let metrics = match &args.metrics_listen {
+        Some(listen) => {
+            let options = MetricsOptions {
+                credentials: credentials.clone(),
+                tls: tls_identity(args.tls_cert.as_deref(), args.tls_key.as_deref())?,
+                max_connections: args.max_connections,
+            };
+            Some(metrics_port::serve(listen, options, Sources::default()).await?)
+        }
+        None => None,
+    };
     let tls = tls_identity(args.tls_cert.as_deref(), args.tls_key.as_deref())?
         .map(|identity| (identity, node_login.tls_ca.clone()));
     let config = WorkerConfig {
@@ -111,7 +127,11 @@ pub(crate) async fn run(args: WorkerArgs) -> Result<(), CliError> {
         wait_for_shutdown_signal(),
     )
     .map_err(|e| CliError::Usage(format!("the worker: {e}")))?;
-    println!("mink worker listening on {addr}");
+    let metrics_line = metrics
+        .as_ref()
+        .map(|m| format!("mink metrics listening on {}\n", m.addr()))
+        .unwrap_or_default();
+    print!("mink worker listening on {addr}\n{metrics_line}");
     match authenticated {
         true => {
             info!(%addr, node = %args.node, memory_limit, "serving as a worker; callers authenticate")

@@ -103,9 +103,14 @@ async fn a_bucket_handed_over_answers_not_leader_and_is_whole_once_taken_back() 
     // rows restored from the KV checkpoint its hand-over wrote, which reaches its end.
     for bucket in [&log_bucket, &pk_bucket] {
         node.node()
-            .take_over_bucket(bucket)
+            .take_over_bucket(bucket, 8)
             .await
             .expect("take over");
+        let (_, led) = node.node().bucket(bucket).expect("led again");
+        assert_eq!(
+            led.epoch, 8,
+            "{bucket}: led in the epoch it was taken over in"
+        );
     }
     let status = &node.node().list_buckets(&pk.path).expect("list")[0];
     let store = status.store.as_ref().expect("a bucket in the log store");
@@ -143,7 +148,7 @@ async fn a_node_without_a_log_store_refuses_to_move_a_bucket() {
         .await
         .unwrap_err();
     assert!(error.to_string().contains("log store"), "{error}");
-    let error = node.node().take_over_bucket(&bucket).await.unwrap_err();
+    let error = node.node().take_over_bucket(&bucket, 3).await.unwrap_err();
     assert!(
         error.to_string().contains("led by this node already"),
         "{error}"
