@@ -15,8 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ ! -x .venv/bin/moto_server ] \
-  || ! .venv/bin/python -c 'import pyiceberg_core, duckdb_extension_iceberg, adbc_driver_flightsql, pyarrow, kafka, confluent_kafka, mfusepy, pandas' 2>/dev/null; then
-  echo "installing pyiceberg, DuckDB with its iceberg extension, moto, adbc-driver-flightsql, pyarrow, kafka-python, confluent-kafka, mfusepy, SQLAlchemy 2 and pandas into .venv" >&2
+  || ! .venv/bin/python -c 'import pyiceberg_core, duckdb_extension_iceberg, adbc_driver_flightsql, pyarrow, kafka, confluent_kafka, mfusepy, pandas, selenium' 2>/dev/null; then
+  echo "installing pyiceberg, DuckDB with its iceberg extension, moto, adbc-driver-flightsql, pyarrow, kafka-python, confluent-kafka, mfusepy, SQLAlchemy 2, pandas and selenium into .venv" >&2
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check \
     'pyiceberg[sql-sqlite,pyarrow,pyiceberg-core]==0.12.0' 'moto[server]==5.2.5' \
@@ -24,7 +24,7 @@ if [ ! -x .venv/bin/moto_server ] \
     'duckdb-extension-httpfs==1.5.5' \
     'adbc-driver-flightsql==1.13.0' 'pyarrow' \
     'kafka-python==2.2.21' 'confluent-kafka==2.16.1' 'mfusepy==3.1.1' \
-    'sqlalchemy==2.1.9' 'pandas==3.1.1'
+    'sqlalchemy==2.1.9' 'pandas==3.1.1' 'selenium==4.51.0'
 fi
 # python/mink-sqlalchemy, installed editable (the tests run this checkout's code) into
 # VENV unless its dialect and engine spec are registered there from this checkout.
@@ -70,6 +70,11 @@ missing=()
 command -v kcat >/dev/null || missing+=(kcat)
 command -v etcd >/dev/null || missing+=(etcd-server)
 dpkg -s libfuse3-3 >/dev/null 2>&1 || missing+=(libfuse3-3)
+# Prometheus and promtool (the metrics tests start their own Prometheus on a free port),
+# Chromium and its driver (the status page test, through selenium).
+command -v prometheus >/dev/null || missing+=(prometheus)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} (Debian) into the system" >&2
   as_root=""

@@ -296,7 +296,13 @@ pub fn forget_table(table: &str) {
 /// Prometheus' text format.
 pub fn encode(extra: Vec<MetricFamily>) -> String {
     let mut families = metrics().registry.gather();
-    families.extend(extra);
+    // A labelled family with no series yet (no table written) is left out: the text
+    // format has no way to show it.
+    families.extend(
+        extra
+            .into_iter()
+            .filter(|family| !family.get_metric().is_empty()),
+    );
     families.sort_by(|a, b| a.name().cmp(b.name()));
     let mut text = Vec::new();
     TextEncoder::new()
@@ -323,5 +329,12 @@ mod tests {
         );
         forget_table("db.t");
         assert!(!encode(Vec::new()).contains("table=\"db.t\""));
+    }
+
+    #[test]
+    fn a_scraped_family_without_series_is_left_out() {
+        let empty = prometheus::IntGaugeVec::new(Opts::new("mink_test_empty", "none"), &["table"])
+            .expect("gauge");
+        assert!(!encode(empty.collect()).contains("mink_test_empty"));
     }
 }

@@ -43,6 +43,7 @@ mod lake_seam_rollback;
 mod live_tail;
 mod log_history;
 mod log_store;
+mod metrics;
 mod moto;
 mod pk_history;
 mod pk_lake_history;

@@ -16,6 +16,8 @@ pub(crate) struct ServerProcess {
     pub(crate) kafka_addr: Option<String>,
     /// The address of its Iceberg REST catalog, when it serves one.
     pub(crate) iceberg_rest_addr: Option<String>,
+    /// The address of its metrics port, when it serves one.
+    pub(crate) metrics_addr: Option<String>,
 }
 
 impl ServerProcess {
@@ -152,6 +154,9 @@ impl ServerProcess {
         let iceberg_rest_addr = args
             .contains(&"--iceberg-rest-listen")
             .then(|| address("mink Iceberg REST listening on "));
+        let metrics_addr = args
+            .contains(&"--metrics-listen")
+            .then(|| address("mink metrics listening on "));
         let (Some(addr), Some(sql_addr)) = (addr, sql_addr) else {
             let _ = child.wait();
             return None;
@@ -164,6 +169,7 @@ impl ServerProcess {
             sql_addr,
             kafka_addr: kafka_addr.flatten(),
             iceberg_rest_addr: iceberg_rest_addr.flatten(),
+            metrics_addr: metrics_addr.flatten(),
         })
     }
 
