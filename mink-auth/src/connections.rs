@@ -141,8 +141,8 @@ where
         max_connections,
         permits: Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS))),
         addresses: AddressCounts::new(per_address_limit(max_connections)),
-        port_full: Refusals::default(),
-        address_full: Refusals::default(),
+        port_full: Refusals::new(),
+        address_full: Refusals::new(),
     };
     accepted.filter_map(move |accepted| {
         let admitted = match accepted {
@@ -373,17 +373,24 @@ impl AsyncWrite for LimitedConnection {
     }
 }
 
-/// The connections refused since the last warning, and when that was.
-#[derive(Debug, Default)]
-struct Refusals {
+/// The refusals (connections, logins) since the last warning, and when that was.
+#[derive(Debug)]
+pub(crate) struct Refusals {
     unreported: u64,
     last_warned: Option<Instant>,
 }
 
 impl Refusals {
+    pub(crate) const fn new() -> Self {
+        Self {
+            unreported: 0,
+            last_warned: None,
+        }
+    }
+
     /// Counts one more refusal: the count to report when a warning is due (none this past
     /// [`WARN_INTERVAL`]), else `None`.
-    fn refuse(&mut self) -> Option<u64> {
+    pub(crate) fn refuse(&mut self) -> Option<u64> {
         self.unreported += 1;
         let now = Instant::now();
         if self

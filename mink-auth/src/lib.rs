@@ -94,10 +94,26 @@ impl Credentials {
 
     /// Whether `given` are these credentials. The comparison does not stop at the first
     /// byte that differs, so its time does not tell a guesser how much of a guess was
-    /// right (only the lengths show).
+    /// right (only the lengths show). A refusal is counted (`mink_logins_refused_total`)
+    /// and logged, at most once a second with the count since the last line.
     pub fn accepts(&self, given: &Credentials) -> bool {
-        same_bytes(self.user.as_bytes(), given.user.as_bytes())
-            & same_bytes(self.password.as_bytes(), given.password.as_bytes())
+        let accepted = same_bytes(self.user.as_bytes(), given.user.as_bytes())
+            & same_bytes(self.password.as_bytes(), given.password.as_bytes());
+        if !accepted {
+            refused_login();
+        }
+        accepted
+    }
+}
+
+/// Counts and (at most once a second) logs a refused login.
+fn refused_login() {
+    static REFUSALS: std::sync::Mutex<connections::Refusals> =
+        std::sync::Mutex::new(connections::Refusals::new());
+    mink_metrics::metrics().logins_refused.inc();
+    let mut refusals = REFUSALS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(refused) = refusals.refuse() {
+        tracing::warn!(refused, "refused logins: wrong user or password");
     }
 }
 

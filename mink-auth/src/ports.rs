@@ -35,9 +35,7 @@ impl Port {
             Self::Metrics => "metrics",
         }
     }
-}
 
-impl Port {
     /// The port's name in log lines and errors.
     pub fn name(self) -> &'static str {
         match self {

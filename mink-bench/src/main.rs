@@ -48,6 +48,7 @@ mod lake_codecs;
 mod load;
 mod log;
 mod log_store;
+mod metrics;
 mod pk_lake;
 mod planning;
 mod position_deletes;
@@ -118,6 +119,9 @@ enum Bench {
     /// Kafka clients of a cluster's brokers: produce -> consume latency through three
     /// nodes against one.
     KafkaCluster(kafka_cluster::KafkaClusterArgs),
+    /// What metrics cost: a scrape of a node with many buckets (time, size), and appends
+    /// and their acknowledgements while it is scraped, against not.
+    Metrics(metrics::MetricsArgs),
     /// A node's death in a cluster of three over etcd: how long until its buckets take
     /// writes again, against the lease.
     Cluster(cluster::ClusterArgs),
@@ -173,5 +177,6 @@ async fn run(bench: Bench) -> Result<(), BenchError> {
         Bench::KafkaCluster(args) => kafka_cluster::run(args).await,
         Bench::Tpch(args) => tpch::run(args).await,
         Bench::Cluster(args) => cluster::run(args).await,
+        Bench::Metrics(args) => metrics::run(args).await,
     }
 }

@@ -19,6 +19,7 @@
 
 pub mod bucket;
 pub mod change;
+pub mod clock;
 pub mod error;
 pub mod filter;
 pub mod ipc_guard;

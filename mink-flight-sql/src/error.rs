@@ -33,6 +33,10 @@ pub(crate) fn status(error: DataFusionError) -> Status {
         true => Code::Unavailable,
         false => code(&error),
     };
+    if code == Code::ResourceExhausted {
+        // Every refusal of the memory pool a client is told of passes here.
+        mink_metrics::metrics().memory_refusals.inc();
+    }
     Status::new(code, bounded(error.to_string()))
 }
 

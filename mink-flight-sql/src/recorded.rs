@@ -1,6 +1,7 @@
 //! Statements counted and timed for `mink_sql_statements_total`,
-//! `mink_sql_statement_seconds`, `mink_sql_rows_returned_total` and
-//! `mink_sql_memory_refusals_total` (`mink_metrics`).
+//! `mink_sql_statement_seconds` and `mink_sql_rows_returned_total` (`mink_metrics`; the
+//! memory pool's refusals are counted where they become a client's error,
+//! `crate::error::status`).
 //!
 //! A [`Recorded`] statement is counted when it is dropped, with the outcome it was
 //! given: `ok`, `invalid` (the client's statement: a bad query, an unknown table),
@@ -20,7 +21,18 @@ use crate::statement::StatementKind;
 pub(crate) struct Recorded {
     kind: StatementKind,
     started: Instant,
-    outcome: &'static str,
+    state: State,
+}
+
+/// Where a [`Recorded`] statement is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Running: dropped so, it was cancelled.
+    Running,
+    /// Ended, with this outcome label.
+    Ended(&'static str),
+    /// Counted elsewhere.
+    Elsewhere,
 }
 
 impl Recorded {
@@ -28,18 +40,18 @@ impl Recorded {
         Self {
             kind,
             started: Instant::now(),
-            outcome: "cancelled",
+            state: State::Running,
         }
     }
 
     /// The statement ended with `result`.
     pub(crate) fn finish<T>(mut self, result: &Result<T, Status>) {
-        self.outcome = outcome(result.as_ref().err().map(Status::code));
+        self.state = State::Ended(outcome(result.as_ref().err().map(Status::code)));
     }
 
     /// The statement ended with `result`, a DataFusion error or not.
     pub(crate) fn finish_planned<T>(mut self, result: &Result<T, DataFusionError>) {
-        self.outcome = outcome(result.as_ref().err().map(code));
+        self.state = State::Ended(outcome(result.as_ref().err().map(code)));
     }
 
     /// A query answered `rows` more rows.
@@ -50,31 +62,30 @@ impl Recorded {
     /// A query's rows ended with `error`, or (`None`) all were sent; the first end
     /// counts (a stream may still end after its error).
     pub(crate) fn ended(&mut self, error: Option<&DataFusionError>) {
-        if self.outcome == "cancelled" {
-            self.outcome = outcome(error.map(code));
+        if self.state == State::Running {
+            self.state = State::Ended(outcome(error.map(code)));
         }
     }
 
     /// Not counted here: the statement goes on elsewhere (a query planned for a
     /// FlightInfo runs, and is counted, when its ticket is redeemed).
     pub(crate) fn continues(mut self) {
-        self.outcome = "";
+        self.state = State::Elsewhere;
     }
 }
 
 impl Drop for Recorded {
     fn drop(&mut self) {
-        if self.outcome.is_empty() {
-            return;
-        }
+        let outcome = match self.state {
+            State::Running => "cancelled",
+            State::Ended(outcome) => outcome,
+            State::Elsewhere => return,
+        };
         let metrics = mink_metrics::metrics();
         let kind = self.kind.label();
-        (metrics.statements.with_label_values(&[kind, self.outcome])).inc();
+        (metrics.statements.with_label_values(&[kind, outcome])).inc();
         (metrics.statement_seconds.with_label_values(&[kind]))
             .observe(self.started.elapsed().as_secs_f64());
-        if self.outcome == "exhausted" {
-            metrics.memory_refusals.inc();
-        }
     }
 }
 

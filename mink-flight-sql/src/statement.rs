@@ -279,28 +279,15 @@ impl Statements {
         match ticket {
             Ticket::Run(handle, announced) => {
                 let recorded = Recorded::start(StatementKind::Query);
-                let frame = self.frame(&handle).await;
-                let frame = match frame {
-                    Ok(frame) => frame,
-                    Err(error) => {
-                        let failed = Err(error);
-                        recorded.finish_planned(&failed);
-                        return failed.map_err(status);
+                let started = self.start_query(&handle, &announced).await;
+                let (wire, rows) = match started {
+                    Ok(started) => started,
+                    Err(failed) => {
+                        let failed = Err(failed);
+                        recorded.finish(&failed);
+                        return failed;
                     }
                 };
-                // The planned schema, as announced (a physical plan may know a column
-                // has no nulls where the plan said nullable).
-                let schema = arrow_schema(&frame);
-                if schema != announced {
-                    return Err(Status::failed_precondition(format!(
-                        "the statement's result changed since it was planned (a table was \
-                         altered or replaced): its columns were {}, now {}; run it again",
-                        columns(&announced),
-                        columns(&schema)
-                    )));
-                }
-                let wire = result_schema(&frame);
-                let rows = frame.execute_stream().await.map_err(status)?;
                 let travelling = Arc::clone(&wire);
                 let rows = recorded_rows(rows, recorded)
                     .map(move |batch| Ok(to_wire(&batch?, &travelling)?));
@@ -311,6 +298,30 @@ impl Statements {
                 futures::stream::iter(batches.into_iter().map(Ok)),
             ))),
         }
+    }
+
+    /// A query planned again and started: the schema its rows travel in, and its rows
+    /// as DataFusion produces them.
+    async fn start_query(
+        &self,
+        handle: &StatementHandle,
+        announced: &SchemaRef,
+    ) -> Result<(SchemaRef, SendableRecordBatchStream), Status> {
+        let frame = self.frame(handle).await.map_err(status)?;
+        // The planned schema, as announced (a physical plan may know a column has no
+        // nulls where the plan said nullable).
+        let schema = arrow_schema(&frame);
+        if &schema != announced {
+            return Err(Status::failed_precondition(format!(
+                "the statement's result changed since it was planned (a table was altered \
+                 or replaced): its columns were {}, now {}; run it again",
+                columns(announced),
+                columns(&schema)
+            )));
+        }
+        let wire = result_schema(&frame);
+        let rows = frame.execute_stream().await.map_err(status)?;
+        Ok((wire, rows))
     }
 
     /// Runs an update and answers the rows it changed: the `count` of DML, otherwise the
@@ -329,7 +340,8 @@ impl Statements {
         streamed: impl Stream<Item = Result<RecordBatch, Status>> + Send + Unpin,
         memory: &CallMemory,
     ) -> Result<i64, Status> {
-        let recorded = Recorded::start(StatementKind::Update);
+        // DDL sent as an update (JDBC's executeUpdate) counts as the command it is.
+        let recorded = Recorded::start(classify(&handle.sql));
         let updated = self.run_update(handle, streamed, memory).await;
         recorded.finish(&updated);
         updated

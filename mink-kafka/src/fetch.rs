@@ -18,6 +18,7 @@ use futures::future::select_all;
 use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::records::RecordBatchDecoder;
 use mink_core::table::TableDescriptor;
 use mink_log::LogError;
 use mink_node::NodeError;
@@ -67,10 +68,26 @@ pub(crate) async fn fetch(broker: &Broker, request: FetchRequest) -> FetchRespon
     loop {
         let (answer, bytes, failed) = read(&asked, max_bytes).await;
         if bytes >= min_bytes || failed || Instant::now() >= deadline {
+            count_sent(&answer, bytes);
             return answer;
         }
         wait_for_any(&asked, deadline).await;
     }
+}
+
+/// Counts the records and bytes an answer sends (`mink_kafka_fetched_*`): the record
+/// counts in its batches' headers.
+fn count_sent(answer: &FetchResponse, bytes: u64) {
+    let records: i64 = (answer.responses.iter())
+        .flat_map(|topic| &topic.partitions)
+        .filter_map(|partition| partition.records.clone())
+        .filter_map(|mut records| RecordBatchDecoder::decode_batch_info(&mut records).ok())
+        .flatten()
+        .map(|batch| i64::from(batch.record_count))
+        .sum();
+    let metrics = mink_metrics::metrics();
+    metrics.kafka_fetched_bytes.inc_by(bytes);
+    (metrics.kafka_fetched_records).inc_by(u64::try_from(records).unwrap_or(0));
 }
 
 /// One pass over every asked partition: the answer, its record bytes, and whether a
@@ -90,7 +107,6 @@ async fn read(asked: &[(TopicName, Vec<Asked>)], max_bytes: u64) -> (FetchRespon
             let answer = match read_partition(asked, left, total == 0).await {
                 Ok((data, records)) => {
                     let size = records.len() as u64;
-                    mink_metrics::metrics().kafka_fetched_bytes.inc_by(size);
                     total += size;
                     left = left.saturating_sub(size);
                     data.with_partition_index(index)

@@ -3,12 +3,12 @@
 //!
 //! Group ids are chosen by clients, so the series are bounded: the first
 //! [`MAX_LAG_GROUPS`] groups by id among those with members at this node (the groups it
-//! coordinates and that are being read now), and only the partitions this node leads (a
-//! partition's lag is the high watermark its leader knows; each leader exports its own).
+//! coordinates and that are being read now), and only the partitions this node leads
+//! (whose high watermark it knows). In a cluster, a group's partitions led by other
+//! nodes are not exported.
 
-use mink_metrics::prometheus::core::Collector;
+use mink_metrics::Gauges;
 use mink_metrics::prometheus::proto::MetricFamily;
-use mink_metrics::prometheus::{IntGaugeVec, Opts};
 
 use crate::broker::Broker;
 use crate::topics::Topic;
@@ -17,16 +17,13 @@ use crate::topics::Topic;
 pub(crate) const MAX_LAG_GROUPS: usize = 20;
 
 /// The lag of the groups with members here, as a metric family.
-pub(crate) async fn group_lag(broker: &Broker) -> Vec<MetricFamily> {
-    let lag = IntGaugeVec::new(
-        Opts::new(
-            "mink_kafka_consumer_group_lag",
-            "Rows of a partition after a consumer group's committed offset (at most 20 \
-             groups with members, partitions led by this node).",
-        ),
+pub(crate) async fn group_lag(broker: &Broker) -> MetricFamily {
+    let mut lag = Gauges::new(
+        "mink_kafka_consumer_group_lag",
+        "Rows of a partition after a consumer group's committed offset (at most 20 groups \
+         with members at this coordinator, partitions this node leads).",
         &["group", "topic", "partition"],
-    )
-    .expect("a valid gauge");
+    );
     let mut groups = broker.groups.with_members();
     groups.sort();
     groups.truncate(MAX_LAG_GROUPS);
@@ -41,9 +38,9 @@ pub(crate) async fn group_lag(broker: &Broker) -> Vec<MetricFamily> {
             let Some((_, tablets)) = led else { continue };
             let (_, high_watermark) = tablets.log.offsets();
             let partition = offset.partition.to_string();
-            (lag.with_label_values(&[group.as_str(), &offset.topic, &partition]))
-                .set((high_watermark - offset.offset).max(0));
+            let rows = (high_watermark - offset.offset).max(0);
+            lag.set(&[group.as_str(), &offset.topic, &partition], rows as f64);
         }
     }
-    lag.collect()
+    lag.family()
 }

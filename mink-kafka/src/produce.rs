@@ -243,9 +243,6 @@ async fn produce_partition(
             RecordBatchDecoder::decode_with_custom_compression(&mut records, Some(decompress))
                 .map_err(|e| KafkaError::Malformed(format!("a produced record batch: {e}")))?;
         let written = write_batch(broker, topic, index, &bucket, &tablets, &set.records).await?;
-        (mink_metrics::metrics().kafka_produced_records)
-            .with_label_values(&[&topic.table.path.to_string()])
-            .inc_by(set.records.len() as u64);
         base_offset.get_or_insert(written);
     }
     Ok(base_offset.unwrap_or(-1))
@@ -497,8 +494,11 @@ async fn write_all(
     writer: Option<WriterTag>,
 ) -> Result<i64> {
     let writer = writer.map(Writer::Unchecked);
+    let produced = (mink_metrics::metrics().kafka_produced_records)
+        .with_label_values(&[chosen.table.as_str()]);
     let mut base_offset = None;
     for write in writes {
+        let records = write.rows.num_rows() as u64;
         let ack = if write.bucket == *chosen {
             (broker.node)
                 .write_as(&write.bucket, write.rows, write.delete, None, writer)
@@ -508,6 +508,7 @@ async fn write_all(
                 .write_anywhere(&write.bucket, write.rows, write.delete)
                 .await?
         };
+        produced.inc_by(records);
         base_offset.get_or_insert(if write.bucket == *chosen {
             ack.base_offset
         } else {

@@ -79,9 +79,6 @@ fn encode_chunk(
     chunk: Range<usize>,
     out: &mut BytesMut,
 ) -> Result<()> {
-    mink_metrics::metrics()
-        .kafka_fetched_records
-        .inc_by(chunk.len() as u64);
     let rows = batch.batch.slice(chunk.start, chunk.len());
     let changes = batch
         .changes

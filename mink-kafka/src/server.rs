@@ -61,7 +61,7 @@ pub struct GroupLag(Arc<Broker>);
 
 impl GroupLag {
     /// The lag now, as a metric family.
-    pub async fn scraped_metrics(&self) -> Vec<mink_metrics::prometheus::proto::MetricFamily> {
+    pub async fn scraped_metrics(&self) -> mink_metrics::prometheus::proto::MetricFamily {
         crate::lag::group_lag(&self.0).await
     }
 }

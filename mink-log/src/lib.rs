@@ -58,7 +58,7 @@ mod writers;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use mink_core::protocol::AppendAck;
@@ -662,11 +662,7 @@ fn remove_segment_files(dir: &Path, base: i64) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub(crate) use mink_core::clock::now_ms;
 
 #[cfg(test)]
 mod tests;

@@ -11,12 +11,13 @@
 //! Names follow Prometheus' conventions: a `mink_` prefix, base units (`_seconds`,
 //! `_bytes`), `_total` on counters. Labels are bounded: a table's name (as many as there
 //! are tables; a dropped table's series are removed with [`forget_table`]), and fixed sets
-//! of kinds, outcomes, causes and ports. No label is chosen by a client.
+//! of kinds, outcomes, causes and ports. The one label a client chooses, a Kafka group id,
+//! is exported for a bounded number of groups (`mink_kafka`'s lag).
 
 use std::sync::LazyLock;
 
 use prometheus::core::Collector;
-use prometheus::proto::MetricFamily;
+use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -62,6 +63,8 @@ pub struct Metrics {
     pub statement_rows: IntCounter,
     /// Statements refused for memory (the pool of `--sql-memory-limit`).
     pub memory_refusals: IntCounter,
+    /// Logins refused: a wrong user or password on any port.
+    pub logins_refused: IntCounter,
     /// Connections accepted, by port.
     pub connections: IntCounterVec,
     /// Connections refused, by port and reason.
@@ -83,6 +86,21 @@ pub struct Metrics {
     pub upkeep_seconds: HistogramVec,
     /// Files upkeep removed (compacted away, orphans deleted), by kind.
     pub upkeep_files_removed: IntCounterVec,
+    /// WAL objects the log store's writer put, by outcome.
+    pub wal_puts: IntCounterVec,
+    /// Bytes of the WAL objects put.
+    pub wal_put_bytes: IntCounter,
+    /// A WAL object's PUT (and, on a `file://` store, its fsync), from start to end.
+    pub wal_put_seconds: Histogram,
+    /// Objects of sealed segments uploaded, by kind (`stream`: one segment, `pack`:
+    /// several buckets' small segments in one object).
+    pub stream_uploads: IntCounterVec,
+    /// Bytes of those uploads, by kind.
+    pub stream_upload_bytes: IntCounterVec,
+    /// Merges of small stream objects, by outcome.
+    pub stream_merges: IntCounterVec,
+    /// Stream objects those merges replaced.
+    pub stream_objects_merged: IntCounter,
     /// KV checkpoints written to the log store.
     pub kv_checkpoints: IntCounterVec,
     /// Bytes of those checkpoints.
@@ -162,6 +180,10 @@ impl Metrics {
                 "mink_sql_memory_refusals_total",
                 "SQL statements refused for memory (--sql-memory-limit).",
             ),
+            logins_refused: counter(
+                "mink_logins_refused_total",
+                "Logins refused (a wrong user or password, on any port).",
+            ),
             connections: counters(
                 "mink_connections_total",
                 "Connections accepted, by port.",
@@ -200,19 +222,52 @@ impl Metrics {
             ),
             upkeep_runs: counters(
                 "mink_lake_upkeep_runs_total",
-                "Lake upkeep runs, by kind (compaction, expire_snapshots, remove_orphan_files, rewrite_manifests) and outcome.",
+                "Lake upkeep runs, by kind (compaction, expire_snapshots, remove_orphan_files, rewrite_manifests) and outcome (ok, idle, failed).",
                 &["kind", "outcome"],
             ),
             upkeep_seconds: histograms(
                 "mink_lake_upkeep_seconds",
-                "A lake upkeep run's duration, by kind.",
+                "A lake upkeep run's duration, by kind (runs that changed the lake).",
                 &["kind"],
                 work_buckets(),
             ),
             upkeep_files_removed: counters(
                 "mink_lake_upkeep_files_removed_total",
-                "Lake files removed by upkeep (compacted away, orphans deleted), by kind.",
+                "Lake files upkeep removed, by kind: data and delete files compacted away; data, delete, manifest, manifest list and metadata files expired; orphans deleted; manifests merged.",
                 &["kind"],
+            ),
+            wal_puts: counters(
+                "mink_log_store_wal_puts_total",
+                "WAL objects put to the log store, by outcome.",
+                &["outcome"],
+            ),
+            wal_put_bytes: counter(
+                "mink_log_store_wal_put_bytes_total",
+                "Bytes of the WAL objects put to the log store.",
+            ),
+            wal_put_seconds: histogram(
+                "mink_log_store_wal_put_seconds",
+                "A WAL object's PUT (and fsync on a file:// store), start to end.",
+                latency_buckets(),
+            ),
+            stream_uploads: counters(
+                "mink_log_store_stream_uploads_total",
+                "Objects of sealed segments uploaded to the log store, by kind (stream: one segment, pack: several).",
+                &["kind"],
+            ),
+            stream_upload_bytes: counters(
+                "mink_log_store_stream_upload_bytes_total",
+                "Bytes of the stream objects and packs uploaded, by kind.",
+                &["kind"],
+            ),
+            stream_merges: counters(
+                "mink_log_store_stream_merges_total",
+                "Merges of a bucket's small stream objects, by outcome.",
+                &["outcome"],
+            ),
+            stream_objects_merged: counter(
+                "mink_log_store_stream_objects_merged_total",
+                "Stream objects replaced by merges.",
             ),
             kv_checkpoints: counters(
                 "mink_kv_checkpoints_total",
@@ -292,6 +347,49 @@ pub fn forget_table(table: &str) {
     }
 }
 
+/// A gauge family built by a scrape as it reads the figures: one series per label set
+/// given. Built by hand rather than with `prometheus`' `GaugeVec`, whose children are
+/// keyed by a hash of their label values run together (`("db.t", "12")` and
+/// `("db.t1", "2")` are one child there).
+#[derive(Debug)]
+pub struct Gauges {
+    labels: &'static [&'static str],
+    family: MetricFamily,
+}
+
+impl Gauges {
+    /// An empty family `name` whose series carry `labels`.
+    pub fn new(name: &str, help: &str, labels: &'static [&'static str]) -> Self {
+        let mut family = MetricFamily::default();
+        family.set_name(name.to_string());
+        family.set_help(help.to_string());
+        family.set_field_type(MetricType::GAUGE);
+        Self { labels, family }
+    }
+
+    /// Adds the series of label `values` (in the order of the family's labels).
+    pub fn set(&mut self, values: &[&str], value: f64) {
+        let labels = (self.labels.iter().zip(values))
+            .map(|(name, value)| {
+                let mut pair = LabelPair::default();
+                pair.set_name(name.to_string());
+                pair.set_value(value.to_string());
+                pair
+            })
+            .collect();
+        let mut gauge = proto::Gauge::default();
+        gauge.set_value(value);
+        let mut metric = proto::Metric::from_gauge(gauge);
+        metric.set_label(labels);
+        self.family.mut_metric().push(metric);
+    }
+
+    /// The family, as [`encode`] takes it.
+    pub fn family(self) -> MetricFamily {
+        self.family
+    }
+}
+
 /// The process's metrics and `extra` (figures a scrape reads when it runs), in
 /// Prometheus' text format.
 pub fn encode(extra: Vec<MetricFamily>) -> String {
@@ -333,8 +431,23 @@ mod tests {
 
     #[test]
     fn a_scraped_family_without_series_is_left_out() {
-        let empty = prometheus::IntGaugeVec::new(Opts::new("mink_test_empty", "none"), &["table"])
-            .expect("gauge");
-        assert!(!encode(empty.collect()).contains("mink_test_empty"));
+        let empty = Gauges::new("mink_test_empty", "none", &["table"]);
+        assert!(!encode(vec![empty.family()]).contains("mink_test_empty"));
+    }
+
+    #[test]
+    fn scraped_series_whose_label_values_run_together_alike_stay_apart() {
+        let mut gauges = Gauges::new("mink_test_offsets", "offsets", &["table", "bucket"]);
+        gauges.set(&["db.t", "12"], 1.0);
+        gauges.set(&["db.t1", "2"], 2.0);
+        let text = encode(vec![gauges.family()]);
+        assert!(
+            text.contains("mink_test_offsets{table=\"db.t\",bucket=\"12\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mink_test_offsets{table=\"db.t1\",bucket=\"2\"} 2"),
+            "{text}"
+        );
     }
 }

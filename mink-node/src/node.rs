@@ -51,6 +51,7 @@ use crate::error::{NodeError, Result};
 use crate::metadata::{EtcdMetadata, Metadata, MetadataStore};
 use crate::union::{FoldedTail, LocatedTail};
 use leadership::{Slot, join};
+use metrics::WriteCounters;
 use mink_kv::{KvTablet, Restored};
 use mink_log::LogTablet;
 
@@ -153,9 +154,22 @@ struct TableState {
     /// Partition name (`None` when unpartitioned) -> that partition's buckets, as this
     /// node holds them.
     partitions: Mutex<BTreeMap<Option<String>, Vec<Slot>>>,
+    /// Its rows and bytes written, as metrics count them.
+    written: WriteCounters,
 }
 
 impl TableState {
+    fn new(
+        descriptor: Arc<TableDescriptor>,
+        partitions: BTreeMap<Option<String>, Vec<Slot>>,
+    ) -> Self {
+        Self {
+            written: WriteCounters::of(&descriptor.path),
+            descriptor: RwLock::new(descriptor),
+            partitions: Mutex::new(partitions),
+        }
+    }
+
     fn descriptor(&self) -> Arc<TableDescriptor> {
         Arc::clone(&self.descriptor.read().unwrap_or_else(|p| p.into_inner()))
     }
@@ -238,10 +252,7 @@ impl Node {
                 .count();
             tables.insert(
                 descriptor.path.clone(),
-                Arc::new(TableState {
-                    descriptor: RwLock::new(descriptor),
-                    partitions: Mutex::new(partitions),
-                }),
+                Arc::new(TableState::new(descriptor, partitions)),
             );
         }
         open_buckets.opened_at_start(opened);
@@ -368,7 +379,7 @@ impl Node {
     pub fn list_led_buckets(&self, path: &TablePath) -> Result<BucketList> {
         let (table, led, elsewhere) = self.led_buckets(path)?;
         let recorded = self.metadata.latest_lake_snapshot(table.table_id)?;
-        let seams = crate::tiering::recorded_offsets(self, &table)?;
+        let seams = crate::tiering::offsets_of(recorded.as_ref())?;
         let buckets = led
             .into_iter()
             .map(|(bucket, tablet)| {
@@ -378,8 +389,10 @@ impl Node {
                     lake_log_end_offset: seam,
                     lake_snapshot_id: recorded.as_ref().map(|r| r.snapshot_id),
                     store: log_store::usage(&tablet),
+                    // A seam below the log's start (no round yet, the log trimmed by
+                    // its TTL): the oldest row not tiered is the log's first.
                     oldest_untiered_at_ms: (table.lake_enabled)
-                        .then(|| tablet.log.commit_time_at(seam))
+                        .then(|| tablet.log.commit_time_at(seam.max(log_start)))
                         .flatten(),
                     leader_epoch: tablet.epoch,
                     bucket: Some(bucket),

@@ -40,7 +40,6 @@
 
 use std::any::Any;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use arrow::array::{
     ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
@@ -55,6 +54,7 @@ use datafusion::error::Result;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use mink_client::MinkClient;
+use mink_core::clock::now_ms;
 use mink_core::protocol::{BucketStatus, BucketStore, LakeTableStats};
 use mink_core::table::TablePath;
 
@@ -480,10 +480,4 @@ impl SystemTableProvider {
         ];
         Ok(RecordBatch::try_new(self.schema(), columns)?)
     }
-}
-
-/// Milliseconds since the Unix epoch, now.
-fn now_ms() -> i64 {
-    let since = (SystemTime::now().duration_since(UNIX_EPOCH)).unwrap_or_default();
-    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }

@@ -63,7 +63,6 @@ mod validate;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use iceberg::Runtime;
 use iceberg::spec::{
@@ -72,6 +71,7 @@ use iceberg::spec::{
     TableMetadataBuilder,
 };
 use iceberg::table::Table;
+use mink_core::clock::now_ms;
 use tracing::debug;
 use uuid::Uuid;
 
@@ -400,12 +400,6 @@ fn new_snapshot_id(metadata: &TableMetadata) -> i64 {
             return id;
         }
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

@@ -217,6 +217,7 @@ impl Task {
                 path: path.clone(),
                 len: ready.bytes.len() as u64,
             };
+            count_upload("stream", object.len);
             self.stored(ready.sealed, object, 0, end).await;
         }
     }
@@ -270,6 +271,7 @@ impl Task {
             path,
             len: bytes.len() as u64,
         };
+        count_upload("pack", object.len);
         for (ready, entry) in small.into_iter().zip(entries) {
             self.stored(ready.sealed, object.clone(), entry.at, ready.end)
                 .await;
@@ -288,8 +290,15 @@ impl Task {
                 continue;
             };
             let bucket = (key.as_str(), tablet.as_ref());
-            match compaction::merge(&self.location, bucket, parts, self.failpoint).await {
+            let merged = compaction::merge(&self.location, bucket, parts, self.failpoint).await;
+            let metrics = mink_metrics::metrics();
+            (metrics
+                .stream_merges
+                .with_label_values(&[mink_metrics::outcome(&merged)]))
+            .inc();
+            match merged {
                 Ok(replaced) => {
+                    metrics.stream_objects_merged.inc_by(replaced.len() as u64);
                     debug!(
                         bucket = key,
                         objects = replaced.len(),
@@ -362,6 +371,14 @@ impl Task {
             Err(error) => warn!(%error, "making a log store checkpoint failed"),
         }
     }
+}
+
+/// Counts an uploaded object of `kind` (`stream`: one segment, `pack`: several buckets'
+/// small segments) of `bytes`.
+fn count_upload(kind: &str, bytes: u64) {
+    let metrics = mink_metrics::metrics();
+    metrics.stream_uploads.with_label_values(&[kind]).inc();
+    (metrics.stream_upload_bytes.with_label_values(&[kind])).inc_by(bytes);
 }
 
 /// Runs `attempt` until it succeeds, pausing longer after each failure; gives up (`None`)

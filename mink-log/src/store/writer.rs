@@ -41,7 +41,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt as _;
 use futures::stream::FuturesOrdered;
-use object_store::{ObjectStore as _, PutMode, PutOptions};
+use object_store::{ObjectStore as _, PutMode, PutOptions, PutPayload};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::error;
@@ -251,6 +251,30 @@ async fn upload(
     sections: &[Section],
 ) -> Result<()> {
     let object = wal::encode_writes(epoch, seq, sections)?;
+    let bytes = object.content_length() as u64;
+    let started = Instant::now();
+    let uploaded = put_wal_object(location, (epoch, seq), pacing, object).await;
+    let metrics = mink_metrics::metrics();
+    (metrics
+        .wal_puts
+        .with_label_values(&[mink_metrics::outcome(&uploaded)]))
+    .inc();
+    if uploaded.is_ok() {
+        metrics.wal_put_bytes.inc_by(bytes);
+        metrics
+            .wal_put_seconds
+            .observe(started.elapsed().as_secs_f64());
+    }
+    uploaded
+}
+
+/// Puts the WAL object `object` in `place` ([`upload`] without its metrics).
+async fn put_wal_object(
+    location: &Location,
+    (epoch, seq): Place,
+    pacing: &Pacing,
+    object: PutPayload,
+) -> Result<()> {
     let path = location.path(["wal", &wal::number(epoch), &wal::number(seq)]);
     let create = PutOptions {
         mode: PutMode::Create,

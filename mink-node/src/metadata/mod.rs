@@ -136,14 +136,7 @@ impl Metadata {
     }
 }
 
-/// Now, in milliseconds since the epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| {
-            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
-        })
-}
+pub use mink_core::clock::now_ms;
 
 #[cfg(test)]
 mod etcd_tests;

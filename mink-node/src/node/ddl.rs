@@ -3,7 +3,7 @@
 //! at any step removes what the earlier steps made.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
 use arrow::datatypes::Field;
 use mink_core::table::{TableDescriptor, TablePath};
@@ -94,10 +94,7 @@ impl Node {
         }
         self.tables_write().insert(
             created.path.clone(),
-            Arc::new(TableState {
-                descriptor: RwLock::new(Arc::clone(&created)),
-                partitions: Mutex::new(partitions),
-            }),
+            Arc::new(TableState::new(Arc::clone(&created), partitions)),
         );
         Ok(created.as_ref().clone())
     }

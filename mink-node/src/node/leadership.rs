@@ -8,7 +8,7 @@
 //! the new one.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mink_client::MinkClient;
@@ -279,10 +279,7 @@ impl Node {
         }
         drop(tables);
         self.forget_table(&table.path);
-        let state = Arc::new(TableState {
-            descriptor: RwLock::new(Arc::clone(table)),
-            partitions: Mutex::new(BTreeMap::new()),
-        });
+        let state = Arc::new(TableState::new(Arc::clone(table), BTreeMap::new()));
         self.tables_write()
             .insert(table.path.clone(), Arc::clone(&state));
         state

@@ -117,9 +117,17 @@ impl Node {
         batch: RecordBatch,
         delete: bool,
     ) -> Result<AppendAck> {
-        let not_leader = match self.write(bucket, batch.clone(), delete, None).await {
+        let started = Instant::now();
+        let local = self
+            .write_sent(bucket, batch.clone().into(), delete, None, None)
+            .await;
+        let not_leader = match local {
+            // Written by the leader, which counts it.
             Err(NodeError::NotLeader(not_leader)) => not_leader,
-            written => return written,
+            written => {
+                record_outcome(started, &written);
+                return written;
+            }
         };
         let Some(peers) = self.peers().await? else {
             return Err(NodeError::NotLeader(not_leader));
@@ -147,28 +155,15 @@ impl Node {
         writer: Option<Writer>,
     ) -> Result<AppendAck> {
         let started = Instant::now();
-        let sent = batch.into();
-        let (rows, bytes) = (sent.batch.num_rows(), sent.batch.get_array_memory_size());
-        let written = self.write_sent(bucket, sent, delete, stream, writer).await;
-        let metrics = mink_metrics::metrics();
-        match &written {
-            Ok(_) => {
-                metrics
-                    .write_seconds
-                    .observe(started.elapsed().as_secs_f64());
-                let table = [bucket.table.as_str()];
-                (metrics.write_rows.with_label_values(&table)).inc_by(rows as u64);
-                (metrics.write_bytes.with_label_values(&table)).inc_by(bytes as u64);
-            }
-            Err(error) => {
-                let cause = [error.metric_cause()];
-                metrics.write_failures.with_label_values(&cause).inc();
-            }
-        }
+        let written = self
+            .write_sent(bucket, batch.into(), delete, stream, writer)
+            .await;
+        record_outcome(started, &written);
         written
     }
 
-    /// [`Node::write_as`] without its metrics.
+    /// [`Node::write_as`] without the metrics of its outcome (the rows and bytes of a
+    /// write that lands are counted here, by table).
     async fn write_sent(
         &self,
         bucket: &BucketId,
@@ -193,6 +188,7 @@ impl Node {
         };
         let (WriteOp::Append(rows) | WriteOp::Upsert(rows) | WriteOp::Delete(rows)) = &op;
         check_routing(&table, bucket, rows)?;
+        let counted = rows.clone();
         // Only a valid write creates a partition, and a delete never does: deleting from a
         // partition with no rows changes nothing.
         if delete && !state.partitions().contains_key(&bucket.partition) {
@@ -220,6 +216,10 @@ impl Node {
             return Err(NodeError::OutcomeUnknown(format!(
                 "this node lost its cluster lease while it wrote to bucket {bucket}"
             )));
+        }
+        // A retry of a batch written before is not written again.
+        if !ack.duplicate {
+            state.written.add(&counted);
         }
         Ok(ack)
     }
@@ -260,6 +260,20 @@ impl Node {
                 Err(NodeError::NotLeader(moving(bucket, 0)))
             }
             _ => Ok(()),
+        }
+    }
+}
+
+/// Counts a write's outcome: its latency once acknowledged, or its cause of failure.
+fn record_outcome(started: Instant, written: &Result<AppendAck>) {
+    let metrics = mink_metrics::metrics();
+    match written {
+        Ok(_) => metrics
+            .write_seconds
+            .observe(started.elapsed().as_secs_f64()),
+        Err(error) => {
+            let cause = [error.metric_cause()];
+            metrics.write_failures.with_label_values(&cause).inc();
         }
     }
 }

@@ -6,25 +6,34 @@ use std::time::Instant;
 
 use mink_core::table::TablePath;
 use mink_lake::upkeep::{ExpireReport, OrphanReport};
-use mink_metrics::{metrics, outcome};
+use mink_metrics::metrics;
 
 use super::TierReport;
 use super::compaction::CompactReport;
 use super::upkeep::RewriteManifestsReport;
 use crate::error::Result;
 
-/// The files a run of upkeep removed from the lake.
-pub(super) trait Removed {
+/// What a run of upkeep did: whether it changed the lake, and the files it removed.
+pub(super) trait UpkeepReport {
+    fn changed_the_lake(&self) -> bool;
     fn files_removed(&self) -> u64;
 }
 
-impl Removed for CompactReport {
+impl UpkeepReport for CompactReport {
+    fn changed_the_lake(&self) -> bool {
+        self.snapshot_id.is_some()
+    }
+
     fn files_removed(&self) -> u64 {
         self.files_removed
     }
 }
 
-impl Removed for ExpireReport {
+impl UpkeepReport for ExpireReport {
+    fn changed_the_lake(&self) -> bool {
+        !self.expired.is_empty() || self.files_removed() > 0
+    }
+
     fn files_removed(&self) -> u64 {
         self.data_files_deleted
             + self.delete_files_deleted
@@ -34,13 +43,21 @@ impl Removed for ExpireReport {
     }
 }
 
-impl Removed for OrphanReport {
+impl UpkeepReport for OrphanReport {
+    fn changed_the_lake(&self) -> bool {
+        !self.removed.is_empty()
+    }
+
     fn files_removed(&self) -> u64 {
         self.removed.len() as u64
     }
 }
 
-impl Removed for RewriteManifestsReport {
+impl UpkeepReport for RewriteManifestsReport {
+    fn changed_the_lake(&self) -> bool {
+        self.snapshot_id.is_some()
+    }
+
     fn files_removed(&self) -> u64 {
         self.manifests_replaced
     }
@@ -71,22 +88,26 @@ pub(super) async fn round(
     tiered
 }
 
-/// A run of lake upkeep of `kind`, counted by outcome and timed, its removed files
-/// counted.
-pub(super) async fn upkeep<R: Removed>(
+/// A run of lake upkeep of `kind`, counted by outcome (`ok`, `idle`: nothing to do,
+/// `failed`), timed when it changed the lake, its removed files counted.
+pub(super) async fn upkeep<R: UpkeepReport>(
     kind: &'static str,
     run: impl Future<Output = Result<R>>,
 ) -> Result<R> {
     let started = Instant::now();
     let ran = run.await;
     let metrics = metrics();
-    (metrics
-        .upkeep_runs
-        .with_label_values(&[kind, outcome(&ran)]))
-    .inc();
-    (metrics.upkeep_seconds.with_label_values(&[kind])).observe(started.elapsed().as_secs_f64());
-    if let Ok(report) = &ran {
-        (metrics.upkeep_files_removed.with_label_values(&[kind])).inc_by(report.files_removed());
-    }
+    let outcome = match &ran {
+        Ok(report) if report.changed_the_lake() => {
+            let seconds = started.elapsed().as_secs_f64();
+            (metrics.upkeep_seconds.with_label_values(&[kind])).observe(seconds);
+            let removed = report.files_removed();
+            (metrics.upkeep_files_removed.with_label_values(&[kind])).inc_by(removed);
+            "ok"
+        }
+        Ok(_) => "idle",
+        Err(_) => "failed",
+    };
+    (metrics.upkeep_runs.with_label_values(&[kind, outcome])).inc();
     ran
 }

@@ -321,7 +321,12 @@ fn crash_at(node: &Node, point: Failpoint) {
 
 /// The offsets of the latest recorded snapshot (all zero before the first round).
 pub(crate) fn recorded_offsets(node: &Node, table: &TableDescriptor) -> Result<BucketOffsets> {
-    match node.metadata.latest_lake_snapshot(table.table_id)? {
+    offsets_of(node.metadata.latest_lake_snapshot(table.table_id)?.as_ref())
+}
+
+/// The offsets of a recorded snapshot (all zero without one).
+pub(crate) fn offsets_of(record: Option<&LakeSnapshotRecord>) -> Result<BucketOffsets> {
+    match record {
         Some(record) => Ok(BucketOffsets::from_json(&record.offsets)?),
         None => Ok(BucketOffsets::default()),
     }

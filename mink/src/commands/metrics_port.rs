@@ -143,10 +143,17 @@ async fn check_login(State(state): State<PortState>, request: Request, next: Nex
 async fn metrics(State(state): State<PortState>) -> Response {
     let mut scraped = Vec::new();
     if let Some((node, _)) = &state.sources.node {
-        scraped.extend(node.scraped_metrics());
+        // The node's metadata may be etcd's, a round trip per table.
+        let node = Arc::clone(node);
+        match tokio::task::spawn_blocking(move || node.scraped_metrics()).await {
+            Ok(families) => scraped.extend(families),
+            Err(error) => {
+                return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response();
+            }
+        }
     }
     if let Some(kafka) = &state.sources.kafka {
-        scraped.extend(kafka.scraped_metrics().await);
+        scraped.push(kafka.scraped_metrics().await);
     }
     let text = mink_metrics::encode(scraped);
     ([(header::CONTENT_TYPE, mink_metrics::CONTENT_TYPE)], text).into_response()

@@ -241,7 +241,10 @@ async fn writes_across_a_death(victim: &str) {
         let (table, all) = (std::sync::Arc::clone(&table), all.clone());
         tokio::spawn(async move {
             for ids in all.chunks(20) {
-                writer.write(&events(&table, ids)).await.expect("write");
+                if let Err(error) = writer.write(&events(&table, ids)).await {
+                    // The write that stopped the writer is the one to know about.
+                    panic!("write: {error}; the writer: {:?}", writer.finish().await);
+                }
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             writer.finish().await

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::process::{ServerProcess, run_sql};
+use crate::process::{ServerProcess, WorkerProcess, run_sql};
 use crate::python::python;
 
 const USER: &str = "watcher";
@@ -203,6 +203,41 @@ fn promtool_check(text: &str) {
     );
 }
 
+/// The value of the series `series` (name and labels, as the text writes them) in a
+/// scrape's text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.parse().ok())
+}
+
+#[test]
+fn a_log_store_s_wal_puts_and_uploads_are_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = crate::support::file_store_url(&dir.path().join("store"));
+    let data_dir = dir.path().join("data");
+    let server = ServerProcess::start_with(
+        &data_dir,
+        &["--log-store", &store, "--metrics-listen", "127.0.0.1:0"],
+        &[],
+    );
+    sql(&server, "CREATE TABLE ops.stored (id BIGINT)");
+    sql(&server, "INSERT INTO ops.stored VALUES (1), (2), (3)");
+    let url = format!(
+        "http://{}/metrics",
+        server.metrics_addr.as_ref().expect("port")
+    );
+    let (_, text) = http_get(&url, None).expect("scrape");
+    let puts = sample(&text, "mink_log_store_wal_puts_total{outcome=\"ok\"}");
+    assert!(puts >= Some(1.0), "WAL PUTs: {puts:?}\n{text}");
+    let bytes = sample(&text, "mink_log_store_wal_put_bytes_total");
+    assert!(bytes > Some(0.0), "WAL bytes: {bytes:?}");
+    assert!(
+        text.contains("mink_log_store_wal_put_seconds_count"),
+        "{text}"
+    );
+}
+
 #[test]
 fn with_a_login_an_unauthenticated_scrape_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -212,22 +247,55 @@ fn with_a_login_an_unauthenticated_scrape_is_refused() {
         &["--sql-user", USER, "--metrics-listen", "127.0.0.1:0"],
         &login,
     );
-    let url = format!(
-        "http://{}/metrics",
-        server.metrics_addr.as_ref().expect("port")
-    );
-    for wrong in [None, Some((USER, "guess")), Some(("root", PASSWORD))] {
-        let (status, _) = http_get(&url, wrong).expect("an answer");
-        assert_eq!(status, 401, "{wrong:?}");
+    let port = server.metrics_addr.as_ref().expect("port");
+    // Every path of the port wants the login: the metrics, the status page, its figures.
+    for path in ["metrics", "", "status.json"] {
+        let url = format!("http://{port}/{path}");
+        for wrong in [None, Some((USER, "guess")), Some(("root", PASSWORD))] {
+            let (status, _) = http_get(&url, wrong).expect("an answer");
+            assert_eq!(status, 401, "/{path} with {wrong:?}");
+        }
+        let (status, _) = http_get(&url, Some((USER, PASSWORD))).expect("an answer");
+        assert_eq!(status, 200, "/{path} with the login");
     }
-    let (status, text) = http_get(&url, Some((USER, PASSWORD))).expect("scrape");
-    assert_eq!(status, 200);
-    assert!(text.contains("mink_connections_total"), "{text}");
-    // The refused scrapes show among the port's connections; the port still answers.
-    assert!(
-        text.contains("mink_connections_total{port=\"metrics\"}"),
-        "{text}"
+    let (_, text) =
+        http_get(&format!("http://{port}/metrics"), Some((USER, PASSWORD))).expect("scrape");
+    // The refused requests were served on connections of their own; each wrong password
+    // (a request without a login is none) is a refused login.
+    let connections = sample(&text, "mink_connections_total{port=\"metrics\"}");
+    assert!(connections >= Some(13.0), "connections: {connections:?}");
+    let refused = sample(&text, "mink_logins_refused_total");
+    assert_eq!(refused, Some(6.0), "refused logins");
+}
+
+#[test]
+fn a_worker_serves_its_metrics_and_no_status_page() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = ServerProcess::start(dir.path());
+    let data_dir = dir.path().display().to_string();
+    let worker = WorkerProcess::start(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--node",
+            &server.addr,
+            "--data-dir",
+            &data_dir,
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+        &[],
     );
+    let metrics = worker
+        .metrics_addr
+        .as_ref()
+        .expect("the worker's metrics port");
+    let (status, text) = http_get(&format!("http://{metrics}/metrics"), None).expect("scrape");
+    assert_eq!(status, 200);
+    assert!(text.contains("process_resident_memory_bytes"), "{text}");
+    promtool_check(&text);
+    let (status, _) = http_get(&format!("http://{metrics}/"), None).expect("an answer");
+    assert_eq!(status, 404, "a worker has no status page");
 }
 
 #[test]

@@ -248,11 +248,11 @@ pub(crate) struct WorkerProcess {
     child: Child,
     /// The address it listens on.
     pub(crate) addr: String,
+    /// The address of its metrics port, when it serves one.
+    pub(crate) metrics_addr: Option<String>,
 }
 
 impl WorkerProcess {
-    /// Starts `mink worker` with `args` and `env` (no login but what `env` gives) and
-    /// waits for its `listening on` line.
     /// Whether the process is still running.
     pub(crate) fn is_running(&mut self) -> bool {
         self.child.try_wait().expect("try_wait").is_none()
@@ -263,6 +263,8 @@ impl WorkerProcess {
         rss_kib_of(&self.child)
     }
 
+    /// Starts `mink worker` with `args` and `env` (no login but what `env` gives) and
+    /// waits for its `listening on` lines.
     pub(crate) fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_mink"))
             .arg("worker")
@@ -277,8 +279,15 @@ impl WorkerProcess {
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let addr = listening_address(&mut stdout, "mink worker listening on ")
             .expect("mink worker ended before it served");
+        let metrics_addr = (args.contains(&"--metrics-listen"))
+            .then(|| listening_address(&mut stdout, "mink metrics listening on "))
+            .flatten();
         std::thread::spawn(move || for _ in stdout.lines() {});
-        Self { child, addr }
+        Self {
+            child,
+            addr,
+            metrics_addr,
+        }
     }
 
     /// `kill -9`.

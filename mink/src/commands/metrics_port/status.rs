@@ -5,9 +5,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use mink_core::clock::now_ms;
 use mink_core::protocol::{BucketList, BucketStatus, NotLeader};
+use mink_core::table::TableDescriptor;
 use mink_node::Node;
 use serde::Serialize;
 use tokio::task::JoinHandle;
@@ -33,7 +35,9 @@ struct NodeSummary {
     address: Option<String>,
     live: bool,
     buckets: u32,
-    version: &'static str,
+    /// This node's version (another node's is not known here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<&'static str>,
 }
 
 #[derive(Debug, Serialize)]
@@ -99,6 +103,9 @@ impl History {
     }
 
     fn push(&self, sample: Sample) {
+        // The counts of tables gone (dropped) are forgotten with them.
+        (self.rows_written.lock().unwrap_or_else(|p| p.into_inner()))
+            .retain(|table, _| sample.tables.contains_key(table));
         let mut samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
         if samples.len() == MAX_SAMPLES {
             samples.pop_front();
@@ -127,6 +134,15 @@ impl Drop for Sampling {
     }
 }
 
+/// Every table of `node` with its buckets ([`Node::every_table_buckets`]), read off the
+/// runtime's workers: the node's metadata may be etcd's, a round trip per table.
+async fn every_table_buckets(node: &Arc<Node>) -> Vec<(Arc<TableDescriptor>, BucketList)> {
+    let node = Arc::clone(node);
+    tokio::task::spawn_blocking(move || node.every_table_buckets())
+        .await
+        .unwrap_or_default()
+}
+
 /// Samples `node` into `history` every [`SAMPLE_EVERY`] until dropped.
 pub(super) fn sample(node: Arc<Node>, history: Arc<History>) -> Sampling {
     Sampling(tokio::spawn(async move {
@@ -134,8 +150,9 @@ pub(super) fn sample(node: Arc<Node>, history: Arc<History>) -> Sampling {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
+            let listed = every_table_buckets(&node).await;
             let at = now_ms();
-            let tables = (node.every_table_buckets().into_iter())
+            let tables = (listed.into_iter())
                 .map(|(table, listed)| {
                     let name = table.path.to_string();
                     let figures = TableSample {
@@ -151,10 +168,10 @@ pub(super) fn sample(node: Arc<Node>, history: Arc<History>) -> Sampling {
 }
 
 /// The status of `node` (whose node port is `address`) now, with `history`.
-pub(super) async fn now(node: &Node, address: &str, history: &History) -> Status {
+pub(super) async fn now(node: &Arc<Node>, address: &str, history: &History) -> Status {
+    let listed = every_table_buckets(node).await;
     let at = now_ms();
     let last = history.last();
-    let listed = node.every_table_buckets();
     let here = NodeSummary {
         id: (node.membership()).map_or_else(
             || "single node".to_string(),
@@ -163,7 +180,7 @@ pub(super) async fn now(node: &Node, address: &str, history: &History) -> Status
         address: Some(address.to_string()),
         live: true,
         buckets: listed.iter().map(|(_, l)| l.buckets.len() as u32).sum(),
-        version: env!("CARGO_PKG_VERSION"),
+        version: Some(env!("CARGO_PKG_VERSION")),
     };
     let tables = (listed.into_iter())
         .map(|(table, listed)| {
@@ -189,7 +206,7 @@ pub(super) async fn now(node: &Node, address: &str, history: &History) -> Status
                 address: info.address,
                 live: info.live,
                 buckets: info.buckets,
-                version: env!("CARGO_PKG_VERSION"),
+                version: None,
             })
             .collect(),
         _ => vec![here.clone()],
@@ -259,11 +276,4 @@ fn max_lag_seconds(buckets: &[BucketStatus], at: i64, lake: bool) -> f64 {
         .filter(|_| lake)
         .map(|status| status.lake_lag(at).1)
         .fold(0.0, f64::max)
-}
-
-fn now_ms() -> i64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
