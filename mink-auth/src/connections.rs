@@ -53,7 +53,7 @@
 //! ```no_run
 //! # async fn example() -> std::io::Result<()> {
 //! use futures::StreamExt;
-//! use mink_auth::{DEFAULT_MAX_CONNECTIONS, GRPC_FIRST_BYTES, limit_connections};
+//! use mink_auth::{DEFAULT_MAX_CONNECTIONS, GRPC_FIRST_BYTES, Port, limit_connections};
 //!
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! let accepted = futures::stream::unfold(listener, |listener| async move {
@@ -62,7 +62,7 @@
 //! });
 //! // Give this to tonic's `Server::serve_with_incoming`.
 //! let mut incoming = Box::pin(limit_connections(
-//!     "the node",
+//!     Port::Node,
 //!     accepted,
 //!     DEFAULT_MAX_CONNECTIONS,
 //!     GRPC_FIRST_BYTES,

@@ -5,7 +5,7 @@
 //! ```text
 //!  Prometheus ──GET /metrics──▶ mink_metrics::encode(counters, histograms
 //!                                 + the node's bucket gauges + Kafka group lag, read now)
-//!  a browser  ──GET /─────────▶ status.html ──every 2 s──▶ GET /status.json
+//!  a browser  ──GET /─────────▶ status.html ──every 2 s──▶ GET /status.json[?since=MS]
 //!                                 (nodes, tables and buckets now, and the last hour's
 //!                                  samples the port takes every 10 s: `status`)
 //! ```
@@ -20,7 +20,7 @@ mod status;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Json, Response};
@@ -170,9 +170,17 @@ async fn status_page(State(state): State<PortState>) -> Response {
     Html(STATUS_PAGE).into_response()
 }
 
-async fn status_json(State(state): State<PortState>) -> Response {
+/// `/status.json?since=MS`: the history's samples after `since` only (the page asks for
+/// the new ones after its first poll).
+#[derive(Debug, serde::Deserialize)]
+struct StatusQuery {
+    since: Option<i64>,
+}
+
+async fn status_json(State(state): State<PortState>, Query(query): Query<StatusQuery>) -> Response {
     let Some((node, address)) = &state.sources.node else {
         return (StatusCode::NOT_FOUND, "a worker has no status\n").into_response();
     };
-    Json(status::now(node, address, &state.history).await).into_response()
+    let since = query.since.unwrap_or(i64::MIN);
+    Json(status::now(node, address, &state.history, since).await).into_response()
 }

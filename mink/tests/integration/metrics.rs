@@ -335,6 +335,25 @@ fn the_status_page_shows_the_tables_and_a_lag_chart_and_updates_itself() {
         "a screenshot at {}",
         screenshot.display()
     );
+    // The page asks only for the samples after the last it has.
+    let status = |query: &str| -> Value {
+        let (_, body) = http_get(&format!("{url}status.json{query}"), None).expect("status");
+        serde_json::from_str(&body).expect("JSON")
+    };
+    let history = status("")["history"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let last = history.last().expect("a sample")["at"]
+        .as_i64()
+        .expect("its time");
+    let newer = status(&format!("?since={last}"));
+    assert_eq!(
+        newer["history"],
+        serde_json::json!([]),
+        "none after the last"
+    );
+    assert_eq!(newer["tables"][0]["name"], "ops.page", "{newer}");
 }
 
 #[test]

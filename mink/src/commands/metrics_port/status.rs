@@ -113,9 +113,11 @@ impl History {
         samples.push_back(sample);
     }
 
-    fn samples(&self) -> Vec<Sample> {
+    /// The samples taken after `since` (ms since the Unix epoch).
+    fn samples_after(&self, since: i64) -> Vec<Sample> {
         let samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
-        samples.iter().cloned().collect()
+        let first = samples.partition_point(|sample| sample.at <= since);
+        samples.range(first..).cloned().collect()
     }
 
     fn last(&self) -> Option<Sample> {
@@ -167,8 +169,9 @@ pub(super) fn sample(node: Arc<Node>, history: Arc<History>) -> Sampling {
     }))
 }
 
-/// The status of `node` (whose node port is `address`) now, with `history`.
-pub(super) async fn now(node: &Arc<Node>, address: &str, history: &History) -> Status {
+/// The status of `node` (whose node port is `address`) now, with the samples of
+/// `history` after `since`.
+pub(super) async fn now(node: &Arc<Node>, address: &str, history: &History, since: i64) -> Status {
     let listed = every_table_buckets(node).await;
     let at = now_ms();
     let last = history.last();
@@ -215,7 +218,7 @@ pub(super) async fn now(node: &Arc<Node>, address: &str, history: &History) -> S
         node: here,
         nodes,
         tables,
-        history: history.samples(),
+        history: history.samples_after(since),
     }
 }
 
