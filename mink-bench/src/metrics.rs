@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p mink-bench -- metrics [--rows 1000000] [--tables 100]
-//!     [--buckets 16] [--scrape-every-ms 1000] [--rounds 5]
+//!     [--buckets 16] [--scrape-every-ms 1000] [--rounds 5] [--acks 1000]
 //! ```
 //!
 //! An embedded node is served on a loopback port and driven through `MinkClient`, with
@@ -17,8 +17,8 @@
 //!    order alternates from round to round: one while a task scrapes the node every
 //!    `--scrape-every-ms` (1 s by default, fifteen times Prometheus' default rate), one
 //!    with no scrape. Each run appends `--rows` rows (batches of 10 000, four a call) to a
-//!    fresh 8-bucket table, one writer per bucket, then makes 300 appends of one 100-row
-//!    batch to one bucket (after 20 uncounted), timing each acknowledgement. Figures are
+//!    fresh 8-bucket table, one writer per bucket, then makes `--acks` (1 000) appends of
+//!    one 100-row batch to one bucket (after 20 uncounted), timing each acknowledgement. Figures are
 //!    medians over the rounds; ratios are scraped over not scraped, each round's ratio
 //!    then their median (throughput: above 1 is faster scraped; latency: above 1 is
 //!    slower scraped). The counters themselves are incremented either way (they cannot
@@ -58,6 +58,9 @@ pub(crate) struct MetricsArgs {
     /// Rounds of the write figure (each a scraped and an unscraped run).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
+    /// Single small appends timed in each run.
+    #[arg(long, default_value_t = 1000)]
+    acks: usize,
     #[command(flatten)]
     node: NodeArgs,
 }
@@ -65,7 +68,6 @@ pub(crate) struct MetricsArgs {
 /// Buckets of the table each run appends to.
 const APPEND_BUCKETS: u32 = 8;
 const ACK_WARMUP: usize = 20;
-const ACK_CALLS: usize = 300;
 const ACK_ROWS: usize = 100;
 const SCRAPE_WARMUP: usize = 3;
 const SCRAPES: usize = 20;
@@ -137,7 +139,7 @@ async fn write_figure(
                 "run{round}_{}",
                 if scrape_this_run { "scraped" } else { "plain" }
             );
-            let run = write_run(running, data, &name).await?;
+            let run = write_run(running, data, &name, args.acks).await?;
             drop(scraper);
             match scrape_this_run {
                 true => scraped.push(run),
@@ -178,17 +180,22 @@ async fn write_figure(
 
 /// A run: `--rows` rows appended to a fresh 8-bucket table, then the acknowledgement
 /// latency of single small appends.
-async fn write_run(running: &Running, data: &Data, name: &str) -> Result<Run, BenchError> {
+async fn write_run(
+    running: &Running,
+    data: &Data,
+    name: &str,
+    acks: usize,
+) -> Result<Run, BenchError> {
     let path = TablePath::new("bench", name);
     let table = create_table(&running.client, &path, APPEND_BUCKETS, &data.schema, &[]).await?;
     let parts = split(&data.batches, APPEND_BUCKETS);
     let ((), append) = measure(name, append_parts(&running.client, &path, parts)).await?;
     let bucket = BucketId::new(&path, 0);
     let mut rng = seeded(7);
-    let batches = (0..ACK_WARMUP + ACK_CALLS)
+    let batches = (0..ACK_WARMUP + acks)
         .map(|i| make_batch(&data.schema, (i * ACK_ROWS) as i64, ACK_ROWS, &mut rng))
         .collect::<Result<Vec<_>, _>>()?;
-    let ack = latency(name, ACK_WARMUP, ACK_CALLS, ACK_ROWS, |i| {
+    let ack = latency(name, ACK_WARMUP, acks, ACK_ROWS, |i| {
         let (client, bucket, batch) = (running.client.clone(), bucket.clone(), batches[i].clone());
         async move {
             client.append(&bucket, vec![batch]).await?;
@@ -210,7 +217,10 @@ impl Scraper {
             let mut ticks = tokio::time::interval(every);
             loop {
                 ticks.tick().await;
-                std::hint::black_box(scrape(&node));
+                // As the metrics port does: off the runtime's workers.
+                let node = Arc::clone(&node);
+                let scraped = tokio::task::spawn_blocking(move || scrape(&node)).await;
+                std::hint::black_box(scraped.ok());
             }
         }))
     }

@@ -142,21 +142,28 @@ async fn check_login(State(state): State<PortState>, request: Request, next: Nex
 
 async fn metrics(State(state): State<PortState>) -> Response {
     let mut scraped = Vec::new();
-    if let Some((node, _)) = &state.sources.node {
-        // The node's metadata may be etcd's, a round trip per table.
-        let node = Arc::clone(node);
-        match tokio::task::spawn_blocking(move || node.scraped_metrics()).await {
-            Ok(families) => scraped.extend(families),
-            Err(error) => {
-                return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response();
-            }
-        }
-    }
     if let Some(kafka) = &state.sources.kafka {
         scraped.push(kafka.scraped_metrics().await);
     }
-    let text = mink_metrics::encode(scraped);
-    ([(header::CONTENT_TYPE, mink_metrics::CONTENT_TYPE)], text).into_response()
+    // Off the runtime's workers: the node's metadata may be etcd's (a round trip per
+    // table), and a node of many buckets takes milliseconds to encode, which writes
+    // would otherwise wait behind.
+    let node = state
+        .sources
+        .node
+        .as_ref()
+        .map(|(node, _)| Arc::clone(node));
+    let text = tokio::task::spawn_blocking(move || {
+        if let Some(node) = node {
+            scraped.extend(node.scraped_metrics());
+        }
+        mink_metrics::encode(scraped)
+    })
+    .await;
+    match text {
+        Ok(text) => ([(header::CONTENT_TYPE, mink_metrics::CONTENT_TYPE)], text).into_response(),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+    }
 }
 
 async fn status_page(State(state): State<PortState>) -> Response {
