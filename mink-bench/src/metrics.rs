@@ -36,8 +36,8 @@ use tokio::task::JoinHandle;
 use crate::data::{Data, make_batch, seeded};
 use crate::error::BenchError;
 use crate::harness::{
-    Latency, NodeArgs, ON_DEMAND_FRESHNESS, Running, Throughput, append_parts, create_table,
-    create_table_with, lake_options, latency, measure, median, prepare, report, split,
+    Latency, NodeArgs, ON_DEMAND_FRESHNESS, Running, append_parts, create_table, create_table_with,
+    lake_options, latency, measure, prepare, report, report_rounds, split,
 };
 
 /// Arguments of `mink-bench metrics`.
@@ -147,26 +147,19 @@ async fn write_figure(
             }
         }
     }
-    let throughput = |runs: &[Run]| {
-        let times = runs.iter().map(|run| run.append).collect();
-        Throughput::new(data.rows, data.memory_bytes(), median(times))
-    };
-    let append_ratios: Vec<f64> = (scraped.iter().zip(&unscraped))
-        .map(|(s, u)| u.append.as_secs_f64() / s.append.as_secs_f64())
+    let appends: Vec<(Duration, Duration)> = (unscraped.iter().zip(&scraped))
+        .map(|(u, s)| (u.append, s.append))
         .collect();
-    report("append 8 buckets, not scraped", throughput(&unscraped), &[]);
-    report(
-        "append 8 buckets, scraped",
-        throughput(&scraped),
-        &[format!(
-            "{:.3}x not scraped (median of rounds {})",
-            median_f64(&append_ratios),
-            rounds_text(&append_ratios)
-        )],
+    report_rounds(
+        ["append 8 buckets, not scraped", "append 8 buckets, scraped"],
+        "not scraped",
+        (data.rows, data.memory_bytes()),
+        &appends,
     );
+    // The median over the runs of each run's quantile.
     let quantile = |runs: &[Run], p99: bool| {
         let of = |run: &Run| if p99 { run.ack.p99 } else { run.ack.p50 };
-        median_f64(&runs.iter().map(of).collect::<Vec<_>>())
+        Latency::new(runs.iter().map(of).collect()).p50
     };
     for (label, p99) in [("p50", false), ("p99", true)] {
         let (s, u) = (quantile(&scraped, p99), quantile(&unscraped, p99));
@@ -230,15 +223,4 @@ impl Drop for Scraper {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-fn median_f64(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn rounds_text(values: &[f64]) -> String {
-    let rounds: Vec<String> = values.iter().map(|v| format!("{v:.3}")).collect();
-    rounds.join(" ")
 }

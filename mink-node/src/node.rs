@@ -408,12 +408,11 @@ impl Node {
     /// others are (what metrics and the status page show); a table dropped meanwhile is
     /// left out.
     pub fn every_table_buckets(&self) -> Vec<(Arc<TableDescriptor>, BucketList)> {
-        let paths: Vec<TablePath> = self.tables_read().keys().cloned().collect();
-        paths
-            .into_iter()
-            .filter_map(|path| {
-                let listed = self.list_led_buckets(&path).ok()?;
-                Some((self.describe(&path).ok()?, listed))
+        (self.table_states().into_iter())
+            .filter_map(|state| {
+                let table = state.descriptor();
+                let listed = self.list_led_buckets(&table.path).ok()?;
+                Some((table, listed))
             })
             .collect()
     }

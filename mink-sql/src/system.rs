@@ -258,8 +258,17 @@ impl TableProvider for SystemTableProvider {
 impl SystemTableProvider {
     /// Every bucket of every table, with its table's name.
     async fn bucket_statuses(&self) -> Result<Vec<(String, BucketStatus)>> {
+        let tables = self.client.list_tables(None).await.map_err(external)?;
+        self.bucket_statuses_of(tables).await
+    }
+
+    /// Every bucket of `tables`, with its table's name.
+    async fn bucket_statuses_of(
+        &self,
+        tables: Vec<TablePath>,
+    ) -> Result<Vec<(String, BucketStatus)>> {
         let mut rows = Vec::new();
-        for table in self.client.list_tables(None).await.map_err(external)? {
+        for table in tables {
             for status in self.client.list_buckets(&table).await.map_err(external)? {
                 rows.push((table.to_string(), status));
             }
@@ -308,12 +317,8 @@ impl SystemTableProvider {
     }
 
     async fn freshness(&self) -> Result<RecordBatch> {
-        let mut rows = Vec::new();
-        for table in self.lake_enabled_tables().await? {
-            for status in self.client.list_buckets(&table).await.map_err(external)? {
-                rows.push((table.to_string(), status));
-            }
-        }
+        let lake_tables = self.lake_enabled_tables().await?;
+        let rows = self.bucket_statuses_of(lake_tables).await?;
         let now = now_ms();
         let lags: Vec<(i64, f64)> = rows.iter().map(|(_, s)| s.lake_lag(now)).collect();
         let mut columns = self.bucket_columns(&rows);

@@ -74,38 +74,19 @@ struct Sample {
 struct TableSample {
     lag_seconds: f64,
     rows_per_second: f64,
+    /// The table's rows written so far: the next sample's rate is the rows since.
+    #[serde(skip)]
+    rows_written: u64,
 }
 
-/// The last hour's samples, and each table's rows written as of the last one (a write
-/// rate is the rows between two samples).
+/// The last hour's samples.
 #[derive(Debug, Default)]
 pub(super) struct History {
     samples: Mutex<VecDeque<Sample>>,
-    rows_written: Mutex<BTreeMap<String, (i64, u64)>>,
 }
 
 impl History {
-    /// Rows a second written to `table` since the last sample, as of `at`, and notes
-    /// the count for the next.
-    fn rate(&self, table: &str, at: i64) -> f64 {
-        let rows = (mink_metrics::metrics()
-            .write_rows
-            .with_label_values(&[table]))
-        .get();
-        let mut written = self.rows_written.lock().unwrap_or_else(|p| p.into_inner());
-        let before = written.insert(table.to_string(), (at, rows));
-        match before {
-            Some((then, before)) if at > then => {
-                rows.saturating_sub(before) as f64 * 1000.0 / (at - then) as f64
-            }
-            _ => 0.0,
-        }
-    }
-
     fn push(&self, sample: Sample) {
-        // The counts of tables gone (dropped) are forgotten with them.
-        (self.rows_written.lock().unwrap_or_else(|p| p.into_inner()))
-            .retain(|table, _| sample.tables.contains_key(table));
         let mut samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
         if samples.len() == MAX_SAMPLES {
             samples.pop_front();
@@ -154,19 +135,46 @@ pub(super) fn sample(node: Arc<Node>, history: Arc<History>) -> Sampling {
             ticks.tick().await;
             let listed = every_table_buckets(&node).await;
             let at = now_ms();
+            let previous = history.last();
             let tables = (listed.into_iter())
                 .map(|(table, listed)| {
                     let name = table.path.to_string();
-                    let figures = TableSample {
-                        lag_seconds: max_lag_seconds(&listed.buckets, at, table.lake_enabled),
-                        rows_per_second: history.rate(&name, at),
-                    };
-                    (name, figures)
+                    let before = previous
+                        .as_ref()
+                        .and_then(|p| Some((p.at, *p.tables.get(&name)?)));
+                    let sampled = table_sample(&name, table.lake_enabled, &listed, at, before);
+                    (name, sampled)
                 })
                 .collect();
             history.push(Sample { at, tables });
         }
     }))
+}
+
+/// Table `name`'s figures at `at`, its write rate since its sample `before` (taken at
+/// the time it is paired with), if there is one.
+fn table_sample(
+    name: &str,
+    lake: bool,
+    listed: &BucketList,
+    at: i64,
+    before: Option<(i64, TableSample)>,
+) -> TableSample {
+    let rows_written = (mink_metrics::metrics().write_rows)
+        .with_label_values(&[name])
+        .get();
+    let rows_per_second = match before {
+        Some((then, before)) if at > then => {
+            let rows = rows_written.saturating_sub(before.rows_written);
+            rows as f64 * 1000.0 / (at - then) as f64
+        }
+        _ => 0.0,
+    };
+    TableSample {
+        lag_seconds: max_lag_seconds(&listed.buckets, at, lake),
+        rows_per_second,
+        rows_written,
+    }
 }
 
 /// The status of `node` (whose node port is `address`) now, with the samples of
