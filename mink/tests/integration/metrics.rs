@@ -238,15 +238,19 @@ fn a_log_store_s_wal_puts_and_uploads_are_counted() {
     );
 }
 
+/// A server over `data_dir` with a login and a metrics port.
+fn server_with_login(data_dir: &Path) -> ServerProcess {
+    ServerProcess::start_with(
+        data_dir,
+        &["--sql-user", USER, "--metrics-listen", "127.0.0.1:0"],
+        &[("MINK_SQL_PASSWORD", PASSWORD)],
+    )
+}
+
 #[test]
 fn with_a_login_an_unauthenticated_scrape_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let login = [("MINK_SQL_PASSWORD", PASSWORD)];
-    let server = ServerProcess::start_with(
-        dir.path(),
-        &["--sql-user", USER, "--metrics-listen", "127.0.0.1:0"],
-        &login,
-    );
+    let server = server_with_login(dir.path());
     let port = server.metrics_addr.as_ref().expect("port");
     // Every path of the port wants the login: the metrics, the status page, its figures.
     for path in ["metrics", "", "status.json"] {
@@ -266,6 +270,51 @@ fn with_a_login_an_unauthenticated_scrape_is_refused() {
     assert!(connections >= Some(13.0), "connections: {connections:?}");
     let refused = sample(&text, "mink_logins_refused_total");
     assert_eq!(refused, Some(6.0), "refused logins");
+}
+
+#[test]
+fn hostile_requests_to_the_metrics_port_get_clear_refusals_and_it_still_answers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = server_with_login(dir.path());
+    let port = server.metrics_addr.as_ref().expect("port");
+    let client = reqwest::blocking::Client::new();
+    let status_of = |path: &str, authorization: &str| {
+        let response = client
+            .get(format!("http://{port}{path}"))
+            .header("authorization", authorization)
+            .send();
+        response.map(|r| r.status().as_u16()).ok()
+    };
+    let basic = format!(
+        "Basic {}",
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("{USER}:{PASSWORD}")
+        )
+    );
+    // A `since` that is no integer, or past i64: refused, not a panic.
+    for query in ["?since=abc", "?since=99999999999999999999999", "?since="] {
+        let status = status_of(&format!("/status.json{query}"), &basic);
+        assert_eq!(status, Some(400), "{query}");
+    }
+    // Credentials that are not base64, another scheme, a user without a password.
+    for authorization in ["Basic !!!", "Bearer token", "Basic d2F0Y2hlcg=="] {
+        assert_eq!(
+            status_of("/metrics", authorization),
+            Some(401),
+            "{authorization}"
+        );
+    }
+    assert_eq!(status_of("/nowhere", &basic), Some(404));
+    // Headers past hyper's bound: the request is refused (431) or the connection closed.
+    let huge = format!("Basic {}", "A".repeat(1 << 20));
+    let status = status_of("/metrics", &huge);
+    assert!(matches!(status, None | Some(431)), "{status:?}");
+    assert_eq!(
+        status_of("/metrics", &basic),
+        Some(200),
+        "the port still answers"
+    );
 }
 
 #[test]
