@@ -30,9 +30,9 @@
 //! | prepared statements, sessions                   | nothing is kept: handles carry the statement, session options are not stored | none |
 //! | result streams running (the cancel registry)    | one entry per open `DoGet`, removed when it ends; its ticket is the call's message | the call's message |
 
-/// The node port's bounds of a connection and a message, which the Flight SQL port
+/// The node protocol's bounds of a connection and a message, which the Flight SQL port
 /// shares.
-pub use mink_node::flight::limits::{
+pub use mink_core::protocol::limits::{
     MAX_FRAME_BYTES, MAX_HEADER_LIST_BYTES, MAX_MESSAGE_BYTES, MAX_REQUESTS_PER_CONNECTION,
     MAX_STREAMS_PER_CONNECTION,
 };

@@ -139,13 +139,8 @@ impl From<iceberg::Error> for RestError {
     }
 }
 
-impl From<mink_node::NodeError> for RestError {
-    fn from(error: mink_node::NodeError) -> Self {
-        server_error(error.to_string())
-    }
-}
-
-fn server_error(message: String) -> RestError {
+/// A failure of the server, not the request: logged, answered 500.
+pub(crate) fn server_error(message: String) -> RestError {
     warn!(%message, "Iceberg REST request failed");
     RestError::new(
         StatusCode::INTERNAL_SERVER_ERROR,

@@ -22,6 +22,8 @@
 //! - `tables`: list, load, commit; create and drop in hosted namespaces;
 //! - `unserved`: the spec's routes mink does not serve, answered as the spec documents
 //!   (no views; `406` for renames, registrations, transactions, ...);
+//! - [`NodeTables`]: what the catalog needs of the node it serves (its lake, its
+//!   databases), so the catalog depends on the lake and not on the storage engine;
 //! - `error`: the protocol's error model (`{"error": {"message", "type", "code"}}`).
 //!
 //! Namespaces are mink databases, tables the lake tables of mink tables; a client may also
@@ -36,10 +38,12 @@
 mod error;
 mod limits;
 mod namespaces;
+mod node_tables;
 mod oauth;
 mod routes;
 mod server;
 mod tables;
 mod unserved;
 
+pub use node_tables::NodeTables;
 pub use server::{IcebergRestHandle, IcebergRestOptions, ServeError, serve};

@@ -141,7 +141,7 @@ pub(crate) async fn create_namespace(
              and mink. properties are mink's own"
         )));
     }
-    if !state.node.list_tables(Some(name)).is_empty() {
+    if state.node.is_mink_database(name) {
         return Err(RestError::already_exists(format!(
             "namespace {name} is a mink database"
         )));

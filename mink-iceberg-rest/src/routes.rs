@@ -33,18 +33,18 @@ use axum::routing::{get, post};
 use axum::{Json, Router, middleware};
 use mink_auth::Auth;
 use mink_lake::Lake;
-use mink_node::Node;
 use serde_json::json;
 
-use crate::error::RestError;
+use crate::error::{RestError, server_error};
 use crate::limits::{BODY_READ_TIMEOUT, MAX_BODY_BYTES, MAX_TOKEN_BODY_BYTES};
+use crate::node_tables::NodeTables;
 use crate::oauth::{issue_token, require_token};
 use crate::{namespaces, tables, unserved};
 
-/// What every route reads: the node (for its lake), the login and the file IO properties
-/// handed to clients.
+/// What every route reads: the node (its lake and databases), the login and the file IO
+/// properties handed to clients.
 pub(crate) struct CatalogState {
-    pub(crate) node: Arc<Node>,
+    pub(crate) node: Arc<dyn NodeTables>,
     pub(crate) auth: Auth,
     pub(crate) file_io: HashMap<String, String>,
     /// Held while a client's namespace or table is counted and created, so that
@@ -206,5 +206,9 @@ async fn unsupported_method(method: Method, uri: axum::http::Uri) -> RestError {
 }
 
 pub(crate) async fn lake(state: &CatalogState) -> Result<&Lake, RestError> {
-    Ok(state.node.lake().await?)
+    state
+        .node
+        .lake()
+        .await
+        .map_err(|e| server_error(e.to_string()))
 }

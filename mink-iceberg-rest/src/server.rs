@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mink_node::Node;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
+use crate::node_tables::NodeTables;
 use crate::routes::{CatalogState, router};
 
 /// How the REST catalog is served.
@@ -55,7 +55,7 @@ pub type IcebergRestHandle = mink_auth::ListenerHandle;
 /// [`ServeError::Config`] for a non-loopback listener without credentials or a TLS
 /// identity that does not load.
 pub fn serve(
-    node: Arc<Node>,
+    node: Arc<dyn NodeTables>,
     listener: TcpListener,
     options: IcebergRestOptions,
 ) -> Result<IcebergRestHandle, ServeError> {

@@ -19,10 +19,10 @@ use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::records::RecordBatchDecoder;
+use mink_core::protocol::limits::tail_wait;
 use mink_core::table::TableDescriptor;
 use mink_log::LogError;
 use mink_node::NodeError;
-use mink_node::flight::limits::tail_wait;
 use mink_node::node::Bucket;
 use tokio::time::Instant;
 

@@ -62,7 +62,7 @@ pub(crate) const MAX_BATCH_RECORDS: usize = 128 << 10;
 pub(crate) const MAX_REQUEST_RECORDS: usize = 256 << 10;
 /// The most record bytes one Fetch answer (and one of its partitions) holds; the
 /// first chunk of rows at the fetch offset is always sent so a consumer makes progress.
-pub(crate) const MAX_FETCH_BYTES: u64 = mink_node::flight::limits::MAX_ANSWER_BYTES;
+pub(crate) const MAX_FETCH_BYTES: u64 = mink_core::protocol::limits::MAX_ANSWER_BYTES;
 /// The rows of a stored batch a Fetch turns into one Kafka record batch at a time.
 pub(crate) const FETCH_CHUNK_ROWS: usize = 1024;
 /// The most bytes of metadata a committed offset may carry.

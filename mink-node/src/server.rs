@@ -20,7 +20,7 @@ use crate::flight::limits::{
 use crate::node::Node;
 use crate::tiering::{check_lake_records, run_tiering};
 
-pub use crate::flight::limits::MAX_MESSAGE_BYTES;
+pub use mink_core::protocol::limits::MAX_MESSAGE_BYTES;
 /// How long a shutdown waits for the calls still running.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// How often retention runs.

@@ -26,6 +26,7 @@
 pub mod action;
 mod descriptor;
 mod ipc;
+pub mod limits;
 mod messages;
 
 pub use ipc::{decode_batch, decode_schema, encode_batch, encode_schema};

@@ -13,6 +13,10 @@
 //!   wrong answer: a projection that repeats or invents a column, a lookup with more keys
 //!   than one call may carry.
 //!
+//! The bounds of the wire itself (messages, frames, streams, a Scan's or Tail's answer) are
+//! [`mink_core::protocol::limits`], shared with the Flight SQL port and the Kafka
+//! listener, and re-exported here:
+//!
 //! | limit                            | value      | how      |
 //! |----------------------------------|------------|----------|
 //! | [`DEFAULT_MAX_BYTES`]            | 8 MiB      | a Scan/Tail `max_bytes` of 0 |
@@ -65,16 +69,14 @@
 //! Compressed Arrow IPC is refused wherever the node decodes a client's IPC (DoPut
 //! batches, lookup keys, prefix-lookup prefixes) by [`mink_core::ipc_guard`].
 
-use std::time::Duration;
+pub use mink_core::protocol::limits::{
+    DEFAULT_MAX_BYTES, MAX_ANSWER_BYTES, MAX_FRAME_BYTES, MAX_HEADER_LIST_BYTES, MAX_MESSAGE_BYTES,
+    MAX_REQUESTS_PER_CONNECTION, MAX_STREAMS_PER_CONNECTION, MAX_TAIL_WAIT, answer_bytes,
+    min_bytes, tail_wait,
+};
 
 use crate::error::NodeError;
 
-/// Bytes a Scan or Tail answers when the request says 0.
-pub const DEFAULT_MAX_BYTES: u64 = 8 << 20;
-/// The most log bytes one Scan or Tail answer holds (the batch at the requested offset is
-/// always sent whole, so an answer can exceed this by one batch). Larger `max_bytes` are
-/// clamped: the client continues from the answer's next offset.
-pub const MAX_ANSWER_BYTES: u64 = 32 << 20;
 /// The log a log table's LimitScan reads at a time: its answer is streamed as the client
 /// takes it, so a `limit` beyond the rows of the bucket (up to 2^32 - 1) holds one such
 /// read in memory, not the bucket's whole log.
@@ -84,26 +86,8 @@ pub const DEFAULT_BATCH_ROWS: u32 = 8192;
 /// The most rows of one Snapshot batch. Larger `batch_rows` are clamped: the client gets
 /// the same rows in more batches.
 pub const MAX_BATCH_ROWS: u32 = 1 << 16;
-/// The longest wait a Tail may ask for; longer ones are clamped (the answer after the
-/// wait may be empty, a normal result).
-pub const MAX_TAIL_WAIT: Duration = Duration::from_secs(60);
 /// The most keys (or prefixes) of one `lookup` or `prefix_lookup`; more are refused.
 pub const MAX_LOOKUP_KEYS: usize = 1 << 16;
-/// Largest gRPC message accepted or sent (one Arrow batch, one ticket, one action).
-pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
-/// HTTP/2 streams (calls) one client connection may have open at once. The server
-/// announces it in its SETTINGS; a client's further calls wait for a stream to end.
-pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
-/// Calls of one connection the service works on at once; further ones queue.
-pub const MAX_REQUESTS_PER_CONNECTION: usize = 256;
-/// The largest header list (metadata) of one call.
-pub const MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
-/// The largest HTTP/2 frame the node takes (its `SETTINGS_MAX_FRAME_SIZE`; HTTP/2's
-/// default is 16 KiB): a client sends a DoPut batch of half a MiB in one frame rather than
-/// thirty-two, which took a fifth of the CPU per row off a 1-bucket append and made it
-/// 1.2x as fast (docs/benchmarks.md). What a client may have in flight is still bounded
-/// by the receive windows (1 MiB per stream and per connection), not by this.
-pub const MAX_FRAME_BYTES: u32 = 1 << 20;
 /// Batches of one DoPut stream in flight at once (they are group-committed together).
 pub const PUT_PIPELINE: usize = 64;
 /// The bytes one DoPut stream's batches in flight hold, each counted as twice its IPC
@@ -157,19 +141,9 @@ pub fn max_open_buckets(open_files: u64, connections: u64) -> usize {
 pub const MIN_OPEN_BUCKETS: usize = 16;
 
 // A default never exceeds its limit.
-const _: () = assert!(DEFAULT_MAX_BYTES <= MAX_ANSWER_BYTES);
 const _: () = assert!(DEFAULT_BATCH_ROWS <= MAX_BATCH_ROWS);
 // Every table the node keeps can be described in one message.
 const _: () = assert!(MAX_DESCRIPTOR_BYTES <= MAX_MESSAGE_BYTES);
-
-/// The bytes a Scan or Tail answers for a requested `max_bytes`: 0 means
-/// [`DEFAULT_MAX_BYTES`], anything above [`MAX_ANSWER_BYTES`] is clamped to it.
-pub fn answer_bytes(requested: u64) -> u64 {
-    match requested {
-        0 => DEFAULT_MAX_BYTES,
-        n => n.min(MAX_ANSWER_BYTES),
-    }
-}
 
 /// The rows per Snapshot batch for a requested `batch_rows`: 0 means
 /// [`DEFAULT_BATCH_ROWS`], anything above [`MAX_BATCH_ROWS`] is clamped to it.
@@ -179,17 +153,6 @@ pub fn batch_rows(requested: u32) -> usize {
         n => n.min(MAX_BATCH_ROWS),
     };
     rows as usize
-}
-
-/// A Tail's wait, clamped to [`MAX_TAIL_WAIT`].
-pub fn tail_wait(requested_ms: u64) -> Duration {
-    Duration::from_millis(requested_ms).min(MAX_TAIL_WAIT)
-}
-
-/// A Tail's `min_bytes`, clamped to the bytes its answer may hold: waiting for more than
-/// can be sent would only hold the poll until its deadline.
-pub fn min_bytes(requested: u64, answer_bytes: u64) -> u64 {
-    requested.min(answer_bytes)
 }
 
 /// Checks a projection against a table of `width` columns: every index in range and none
@@ -304,33 +267,11 @@ mod tests {
     }
 
     #[test]
-    fn max_bytes_zero_is_the_default_and_large_ones_are_clamped() {
-        assert_eq!(answer_bytes(0), DEFAULT_MAX_BYTES);
-        assert_eq!(answer_bytes(1), 1);
-        assert_eq!(answer_bytes(MAX_ANSWER_BYTES), MAX_ANSWER_BYTES);
-        assert_eq!(answer_bytes(MAX_ANSWER_BYTES + 1), MAX_ANSWER_BYTES);
-        assert_eq!(answer_bytes(u64::MAX), MAX_ANSWER_BYTES);
-    }
-
-    #[test]
     fn batch_rows_zero_is_the_default_and_large_ones_are_clamped() {
         assert_eq!(batch_rows(0), DEFAULT_BATCH_ROWS as usize);
         assert_eq!(batch_rows(1), 1);
         assert_eq!(batch_rows(MAX_BATCH_ROWS), MAX_BATCH_ROWS as usize);
         assert_eq!(batch_rows(u32::MAX), MAX_BATCH_ROWS as usize);
-    }
-
-    #[test]
-    fn tail_waits_and_min_bytes_are_clamped() {
-        assert_eq!(tail_wait(0), Duration::ZERO);
-        assert_eq!(tail_wait(1500), Duration::from_millis(1500));
-        assert_eq!(tail_wait(u64::MAX), MAX_TAIL_WAIT);
-        assert_eq!(min_bytes(0, 100), 0);
-        assert_eq!(min_bytes(50, 100), 50);
-        assert_eq!(
-            min_bytes(u64::MAX, answer_bytes(u64::MAX)),
-            MAX_ANSWER_BYTES
-        );
     }
 
     #[test]

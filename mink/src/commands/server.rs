@@ -586,9 +586,23 @@ async fn serve_iceberg_rest(
         max_connections: args.max_connections,
         file_io,
     };
-    mink_iceberg_rest::serve(Arc::clone(node), listener, options)
+    mink_iceberg_rest::serve(Arc::new(CatalogNode(Arc::clone(node))), listener, options)
         .map(Some)
         .map_err(|e| CliError::Usage(e.to_string()))
+}
+
+/// The node as its Iceberg REST catalog sees it: a lake and the names of its databases.
+struct CatalogNode(Arc<Node>);
+
+#[async_trait::async_trait]
+impl mink_iceberg_rest::NodeTables for CatalogNode {
+    async fn lake(&self) -> Result<&mink_lake::Lake, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(self.0.lake().await?)
+    }
+
+    fn is_mink_database(&self, name: &str) -> bool {
+        !self.0.list_tables(Some(name)).is_empty()
+    }
 }
 
 /// Serves metrics and the status page on `--metrics-listen`, with the login and TLS of
