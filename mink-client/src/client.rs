@@ -14,6 +14,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt, stream};
 use mink_auth::Credentials;
 use mink_core::filter::ColumnFilter;
+use mink_core::log_range::{self, Chunk};
 use mink_core::protocol::{
     AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CompactReply, CreateTable, DropTable,
     ExpireSnapshotsReply, IdempotentWriter, LakeRequest, LakeSnapshotInfo, LakeSnapshotList,
@@ -520,32 +521,17 @@ impl MinkClient {
         to: i64,
         columns: &[u32],
     ) -> BoxStream<'static, Result<ReadBatch>> {
-        let (client, bucket, columns) = (self.clone(), bucket.clone(), columns.to_vec());
-        stream::try_unfold(from, move |offset| {
-            let (client, bucket, columns) = (client.clone(), bucket.clone(), columns.clone());
+        let (client, read_bucket, columns) = (self.clone(), bucket.clone(), columns.to_vec());
+        log_range::read(bucket, from, to, move |offset| {
+            let (client, bucket, columns) = (client.clone(), read_bucket.clone(), columns.clone());
             async move {
-                if offset >= to {
-                    return Ok(None);
-                }
-                let answer = client
-                    .scan(&bucket, offset, RANGE_SCAN_BYTES, &columns)
-                    .await?;
-                if answer.batches.is_empty() {
-                    return Err(ClientError::Protocol(format!(
-                        "the log of {bucket} ends at {} before {to}",
-                        answer.next_offset
-                    )));
-                }
-                let next = answer.next_offset;
-                let batches: Vec<Result<ReadBatch>> = (answer.batches.into_iter())
-                    .filter_map(|batch| batch.trimmed(offset, to))
-                    .map(Ok)
-                    .collect();
-                Ok(Some((stream::iter(batches), next)))
+                let answer = (client.scan(&bucket, offset, RANGE_SCAN_BYTES, &columns)).await?;
+                Ok(Chunk {
+                    batches: answer.batches,
+                    next_offset: answer.next_offset,
+                })
             }
         })
-        .try_flatten()
-        .boxed()
     }
 
     /// Snapshot: every current row of a primary-key table's bucket in key order,

@@ -12,6 +12,7 @@ use arrow_flight::decode::{DecodedFlightData, DecodedPayload, FlightDataDecoder}
 use futures::channel::mpsc::UnboundedSender;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
+use mink_core::log_range::OffsetBatch;
 use mink_core::protocol::{BucketId, ScanBatch, TailEnd, TailRequest, decode};
 use mink_core::schema::normalize_batch;
 use mink_core::table::TableDescriptor;
@@ -29,34 +30,24 @@ pub struct ReadBatch {
     pub batch: RecordBatch,
 }
 
-impl ReadBatch {
-    /// The batch's rows inside `[from, to)`, its metadata (offsets, change vector) cut
-    /// to match; `None` when none is.
-    pub fn trimmed(self, from: i64, to: i64) -> Option<Self> {
-        let Self {
-            mut metadata,
-            batch,
-        } = self;
-        let base = metadata.base_offset;
-        let rows = batch.num_rows() as i64;
-        let start = (from - base).clamp(0, rows);
-        let end = (to - base).clamp(0, rows);
-        if end <= start {
-            return None;
-        }
-        // A change vector that does not fit the rows is dropped: the key merge refuses
-        // a primary-key batch without one.
-        metadata.changes = (metadata.changes.take()).and_then(|changes| {
-            changes
-                .get(start as usize..end as usize)
-                .map(<[u8]>::to_vec)
-        });
-        metadata.base_offset = base + start;
-        metadata.last_offset = base + end - 1;
-        Some(Self {
-            metadata,
-            batch: batch.slice(start as usize, (end - start) as usize),
-        })
+impl OffsetBatch for ReadBatch {
+    fn base_offset(&self) -> i64 {
+        self.metadata.base_offset
+    }
+
+    fn num_rows(&self) -> usize {
+        self.batch.num_rows()
+    }
+
+    fn slice(mut self, start: usize, len: usize) -> Self {
+        // A change vector that does not fit the rows is dropped: the key merge refuses a
+        // primary-key batch without one.
+        self.metadata.changes = (self.metadata.changes.take())
+            .and_then(|changes| changes.get(start..start + len).map(<[u8]>::to_vec));
+        self.metadata.base_offset += start as i64;
+        self.metadata.last_offset = self.metadata.base_offset + len as i64 - 1;
+        self.batch = self.batch.slice(start, len);
+        self
     }
 }
 

@@ -26,6 +26,16 @@ pub enum CoreError {
     /// Bucketing failed for the given rows.
     #[error(transparent)]
     Bucket(#[from] crate::bucket::BucketError),
+    /// A log read that found no batch at `at`, below the `to` its range was planned to.
+    #[error("the log of {log} ends at offset {at}, before the end of the range read ({to})")]
+    LogEndsEarly {
+        /// The log read: its bucket, or where it is.
+        log: String,
+        /// Where the log ended.
+        at: i64,
+        /// Where the range ends.
+        to: i64,
+    },
     /// An Arrow kernel failed.
     #[error(transparent)]
     Arrow(#[from] ArrowError),

@@ -25,6 +25,7 @@ pub mod filter;
 pub mod ipc_guard;
 pub mod ipc_stream;
 pub mod key;
+pub mod log_range;
 pub mod merge;
 pub mod options;
 pub mod partition;

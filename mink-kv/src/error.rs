@@ -68,6 +68,7 @@ impl From<KvError> for LogError {
                 | CoreError::Bucket(_)),
             ) => Self::InvalidArgument(other.to_string()),
             KvError::Corrupt(message) => Self::Corrupt(message),
+            KvError::Core(ends @ CoreError::LogEndsEarly { .. }) => Self::Corrupt(ends.to_string()),
             KvError::ShuttingDown(what) => Self::ShuttingDown(what),
             KvError::Io(error) => Self::Io(error),
             KvError::LogStore(error) => *error,

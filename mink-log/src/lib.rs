@@ -159,6 +159,24 @@ pub struct LogBatch {
     pub size: u64,
 }
 
+impl mink_core::log_range::OffsetBatch for LogBatch {
+    fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+
+    fn num_rows(&self) -> usize {
+        self.batch.num_rows()
+    }
+
+    fn slice(mut self, start: usize, len: usize) -> Self {
+        self.batch = self.batch.slice(start, len);
+        self.changes = (self.changes.take()).map(|changes| changes[start..start + len].to_vec());
+        self.base_offset += start as i64;
+        self.last_offset = self.base_offset + len as i64 - 1;
+        self
+    }
+}
+
 /// One batch read from the log as it is stored: its frame header and its payload, the
 /// batch an Arrow IPC stream not decoded.
 #[derive(Debug, Clone)]

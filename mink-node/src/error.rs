@@ -94,6 +94,8 @@ impl From<CoreError> for NodeError {
         match error {
             CoreError::SchemaMismatch(message) => Self::SchemaMismatch(message),
             CoreError::Arrow(e) => Self::Arrow(e),
+            // Rows below the high watermark the range was planned to are missing.
+            ends @ CoreError::LogEndsEarly { .. } => Self::Corrupt(ends.to_string()),
             other @ (CoreError::InvalidTable(_)
             | CoreError::InvalidRequest(_)
             | CoreError::Malformed { .. }
@@ -223,6 +225,7 @@ fn kv_code(error: &KvError) -> Code {
 fn core_code(error: &CoreError) -> Code {
     match error {
         CoreError::Arrow(_) => Code::Internal,
+        CoreError::LogEndsEarly { .. } => Code::DataLoss,
         CoreError::SchemaMismatch(_)
         | CoreError::InvalidTable(_)
         | CoreError::InvalidRequest(_)

@@ -25,6 +25,7 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_core::change::ChangeType;
 use mink_core::filter::{ColumnFilter, matches};
 use mink_core::key::KeyCodec;
+use mink_core::log_range::Chunk;
 use mink_core::protocol::{BucketId, NotLeader, UnionPlan};
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::offsets::BucketOffsets;
@@ -376,36 +377,27 @@ pub(crate) fn check_filters(table: &TableDescriptor, filters: &[ColumnFilter]) -
     Ok(())
 }
 
-/// The log batches of `[from, to)`, trimmed to the range, read lazily.
+/// The log batches of `[from, to)`, trimmed to the range, read lazily
+/// ([`mink_core::log_range`]).
 pub fn log_range(
     bucket: Arc<Bucket>,
     from: i64,
     to: i64,
 ) -> futures::stream::BoxStream<'static, Result<mink_log::LogBatch>> {
-    use futures::{StreamExt, TryStreamExt};
     /// Bytes read from the log at a time.
     const READ_BYTES: u64 = 8 << 20;
-    futures::stream::try_unfold(from, move |offset| {
+    let log = bucket.log.dir().display().to_string();
+    mink_core::log_range::read(log, from, to, move |offset| {
         let bucket = Arc::clone(&bucket);
         async move {
-            if offset >= to {
-                return Ok::<_, NodeError>(None);
-            }
             let batches = bucket.log.read(offset, READ_BYTES).await?;
-            let Some(last) = batches.last() else {
-                return Ok(None);
-            };
-            let next = last.last_offset + 1;
-            let trimmed: Vec<Result<mink_log::LogBatch>> = batches
-                .into_iter()
-                .filter_map(|batch| trim(batch, offset, to))
-                .map(Ok)
-                .collect();
-            Ok(Some((futures::stream::iter(trimmed), next)))
+            let next_offset = batches.last().map_or(offset, |last| last.last_offset + 1);
+            Ok(Chunk {
+                batches,
+                next_offset,
+            })
         }
     })
-    .try_flatten()
-    .boxed()
 }
 
 /// A primary-key table's changelog batch in the table's current schema, with its change
@@ -435,22 +427,4 @@ fn change_types(table: &TableDescriptor, changes: Option<Vec<u8>>) -> Result<Vec
             table.path
         ))
     })
-}
-
-/// The part of a log batch inside `[from, to)`.
-fn trim(mut batch: mink_log::LogBatch, from: i64, to: i64) -> Option<mink_log::LogBatch> {
-    let start = (from - batch.base_offset).max(0) as usize;
-    let end = ((to - batch.base_offset).max(0) as usize).min(batch.batch.num_rows());
-    if end <= start {
-        return None;
-    }
-    if start > 0 || end < batch.batch.num_rows() {
-        batch.batch = batch.batch.slice(start, end - start);
-        if let Some(changes) = &mut batch.changes {
-            *changes = changes[start..end].to_vec();
-        }
-        batch.base_offset += start as i64;
-        batch.last_offset = batch.base_offset + (end - start) as i64 - 1;
-    }
-    Some(batch)
 }
