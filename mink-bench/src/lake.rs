@@ -205,7 +205,7 @@ async fn union_figure(
     mut files: Vec<Vec<PathBuf>>,
     dir: &Path,
 ) -> Result<(), BenchError> {
-    let tail = tail_parts(&data.schema, data.rows, table.bucket_num)?;
+    let tail = log_parts(&data.schema, data.rows, table.bucket_num)?;
     let tail_rows: usize = tail.iter().flatten().map(RecordBatch::num_rows).sum();
     append_parts(client, &table.path, tail.clone()).await?;
     for ((b, part), paths) in tail.iter().enumerate().zip(&mut files) {
@@ -477,7 +477,7 @@ async fn lake_rounds(running: &Running, table: &TablePath) -> Result<Vec<LakeRou
 
 /// `rows / LOG_SHARE` rows (at least one) with ids from `rows`: one batch per bucket, as
 /// even as can be (none for a bucket left without rows).
-fn tail_parts(
+fn log_parts(
     schema: &SchemaRef,
     rows: usize,
     buckets: u32,

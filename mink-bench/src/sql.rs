@@ -12,7 +12,7 @@
 //!
 //! One primary-key table (`id`) of `--keys` rows of the `log` suite's schema with a lake:
 //! every key loaded and tiered, then 1% of the keys (distinct, at random) upserted with
-//! new values, so they are in the log tail only. Every engine answers the same
+//! new values, so they are in the log range only. Every engine answers the same
 //! [`QUERIES`] (every column read; a count and a sum; a grouped aggregate; a filter), each
 //! returning one row; the answers must agree.
 //!
@@ -215,7 +215,7 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
     let parquet_dir = scratch.path.join("baseline-parquet");
     write_files(&parquet_dir, &final_rows, args.buckets).await?;
     if keyed {
-        register_tail(&session, Arc::clone(&tail.schema), tail.batches.clone())?;
+        register_log_range(&session, Arc::clone(&tail.schema), tail.batches.clone())?;
     }
     let engines = Engines::open(&parquet_dir).await?;
 
@@ -542,7 +542,7 @@ fn naive_source(path: &TablePath) -> String {
     )
 }
 
-fn register_tail(
+fn register_log_range(
     session: &MinkSession,
     schema: SchemaRef,
     batches: Vec<RecordBatch>,

@@ -13,7 +13,7 @@
 //! versions; two rows per changed key), with the deleted rows whole (every column decoded
 //! at their positions) and by key (only `id` decoded), each against a full read of `to`
 //! (planned, every data file read with its deletes applied). All run in process through
-//! mink's lake reader (`mink_lake::delta` and `mink_lake::reader`), planning included,
+//! mink's lake reader (`mink_lake::changes` and `mink_lake::reader`), planning included,
 //! all columns; each is the median of three reads, alternating. The files were just written, so both read from
 //! the operating system's page cache.
 
@@ -23,7 +23,7 @@ use std::time::Duration;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use futures::TryStreamExt;
-use mink_lake::delta::{DeletedRows, plan_delta, read_delta};
+use mink_lake::changes::{DeletedRows, plan_changes, read_changes};
 use mink_lake::reader::{SplitScope, plan_split, read_split};
 use mink_lake::storage::LakeStorage;
 use mink_lake::{LakeError, LakeTable};
@@ -137,8 +137,8 @@ async fn delta(
     (from, to): (i64, i64),
     deleted: DeletedRows<'_>,
 ) -> Result<Vec<RecordBatch>, LakeError> {
-    let plan = plan_delta(table, from, to).await?;
-    read_delta(storage, plan, columns, deleted)
+    let plan = plan_changes(table, from, to).await?;
+    read_changes(storage, plan, columns, deleted)
         .try_collect()
         .await
 }

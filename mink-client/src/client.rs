@@ -18,7 +18,7 @@ use mink_core::log_range::{self, Chunk};
 use mink_core::protocol::{
     AddColumn, AppendAck, BucketId, BucketList, BucketStatus, CompactReply, CreateTable, DropTable,
     ExpireSnapshotsReply, IdempotentWriter, LakeRequest, LakeSnapshotInfo, LakeSnapshotList,
-    LakeTableStats, LimitScanRequest, ListNodes, ListOffsets, ListTables, LiveTailRequest, Lookup,
+    LakeTableStats, LimitScanRequest, ListNodes, ListOffsets, ListTables, LiveRangeRequest, Lookup,
     LookupReply, NodeInfo, NodeList, OffsetReply, PrefixLookup, ReadTicket, RemoveOrphanFiles,
     RemoveOrphanFilesReply, RewriteManifestsReply, ScanRequest, SnapshotBatch, SnapshotRequest,
     TableChangesPlan, TableChangesRequest, TableDescriptorProto, TableList, TableRef,
@@ -569,17 +569,17 @@ impl MinkClient {
         self.bucket_stream(bucket, read).await
     }
 
-    /// LiveTail: the live rows of a primary-key table's log range `[from, to)`, folded by
+    /// LiveRange: the live rows of a primary-key table's log range `[from, to)`, folded by
     /// the bucket's leader (for each key the range changes, its last change when that is
     /// `+I` or `+U`), in log order, projected to `columns`; read from the node as polled.
-    pub async fn live_tail(
+    pub async fn live_range(
         &self,
         bucket: &BucketId,
         from: i64,
         to: i64,
         columns: &[u32],
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
-        let read = read_ticket::Read::LiveTail(LiveTailRequest {
+        let read = read_ticket::Read::LiveRange(LiveRangeRequest {
             bucket: Some(bucket.clone()),
             from,
             to,
@@ -815,7 +815,7 @@ impl MinkClient {
 
     /// Plans the changes of a table's lake from snapshot `from` (excluded) to `to`
     /// (included): every snapshot in between, oldest first, with the data and delete
-    /// files it added, for a reader of the changed rows (`mink_lake::delta`).
+    /// files it added, for a reader of the changed rows (`mink_lake::changes`).
     pub async fn plan_table_changes(
         &self,
         table: &TablePath,

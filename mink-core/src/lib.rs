@@ -8,7 +8,7 @@
 //! - [`ipc_guard`]: refusing compressed Arrow IPC from clients before it is decoded.
 //! - [`ipc_stream`]: walking an Arrow IPC stream message by message.
 //! - [`key`]: memcomparable keys and stored rows of primary-key tables.
-//! - [`merge`]: the key merge of a union read (lake rows plus changelog tail).
+//! - [`merge`]: the key merge of a union read (lake rows plus changelog range).
 //! - [`partition`]: partition names built from partition-key values.
 //! - [`protocol`]: the wire messages of the bucket leader's Flight protocol.
 //! - [`routing`]: which bucket and partition each row of a batch belongs to.

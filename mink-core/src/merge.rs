@@ -1,26 +1,26 @@
 //! The key merge of a union read of a primary-key table (`spec/union-read.md`).
 //!
-//! A bucket's union read combines lake rows (the state as of the seam) with the log tail
-//! after it (a changelog). The tail is the only part held in memory:
+//! A bucket's union read combines lake rows (the state as of the seam) with the log range
+//! after it (a changelog). The log range is the only part held in memory:
 //!
 //! ```text
-//!   tail  [log_from, log_to)          lake snapshot (streamed)
+//!   range  [log_from, log_to)          lake snapshot (streamed)
 //!   ┌──────────────────────────┐      ┌──────────────────────────┐
 //!   │ +I k1 │ -U k2 +U k2 │ -D k3 │   │ k2 │ k3 │ k4 │ k5 │ ...  │
 //!   └──────────────────────────┘      └──────────────────────────┘
 //!        │ 1. index: key -> last change (k1 live, k2 live, k3 gone)
 //!        ▼
 //!   2. lake rows whose key is in the index are dropped  -> k4, k5, ...
-//!   3. then the live tail rows, in log order            -> k1, k2 (newest)
+//!   3. then the live range rows, in log order            -> k1, k2 (newest)
 //! ```
 //!
-//! A key updated in the tail appears once with its newest values, a key deleted in the
-//! tail appears nowhere, a key untouched since tiering comes from the lake. No sort.
+//! A key updated in the log range appears once with its newest values, a key deleted in the
+//! range appears nowhere, a key untouched since tiering comes from the lake. No sort.
 //!
-//! The index is built from the whole, unfiltered tail: a predicate applied to the tail
+//! The index is built from the whole, unfiltered range: a predicate applied to the log range
 //! before indexing would let an older lake version of a key that moved out of the
 //! predicate resurrect. Predicates apply to the lake stream (any predicate is exact there,
-//! since lake rows are dropped only by key) and to the rows [`TailIndex::live_rows`] emits.
+//! since lake rows are dropped only by key) and to the rows [`LogRangeIndex::live_rows`] emits.
 
 use std::sync::{Arc, OnceLock};
 
@@ -34,9 +34,9 @@ use crate::change::ChangeType;
 use crate::key::{KeyCodec, MapKey};
 use crate::{CoreError, Result};
 
-/// The tail of a bucket's changelog, indexed by key.
+/// The log range of a bucket's changelog, indexed by key.
 #[derive(Debug)]
-pub struct TailIndex {
+pub struct LogRangeIndex {
     batches: Vec<RecordBatch>,
     changes: Vec<Vec<u8>>,
     last: LastChanges,
@@ -46,7 +46,7 @@ pub struct TailIndex {
     integers: OnceLock<Option<ChangedIntegers>>,
 }
 
-/// Each changed key's last change, `(batch, row)` in the tail.
+/// Each changed key's last change, `(batch, row)` in the log range.
 #[derive(Debug)]
 enum LastChanges {
     /// The key is one integer column ([`integer_values`]), keyed by its value: no key is
@@ -60,9 +60,9 @@ enum LastChanges {
 }
 
 impl LastChanges {
-    /// Keyed by value when `codec`'s key is one column that `first` (the tail's first
+    /// Keyed by value when `codec`'s key is one column that `first` (the log range's first
     /// batch) holds as integers.
-    fn for_tail(codec: &KeyCodec, first: Option<&RecordBatch>) -> Self {
+    fn for_range(codec: &KeyCodec, first: Option<&RecordBatch>) -> Self {
         match (codec.columns(), first) {
             ([column], Some(first)) if integer_values(first, column).is_some() => Self::Integers {
                 column: column.clone(),
@@ -72,14 +72,14 @@ impl LastChanges {
         }
     }
 
-    /// Records the rows of tail batch `b` as the last changes of their keys.
+    /// Records the rows of range batch `b` as the last changes of their keys.
     fn add(&mut self, codec: &KeyCodec, b: usize, batch: &RecordBatch) -> Result<()> {
         let b = b as u32;
         match self {
             Self::Integers { column, last } => {
                 let values = integer_values(batch, column).ok_or_else(|| {
                     CoreError::InvalidRequest(format!(
-                        "key column {column} of a tail batch is not an integer column without nulls"
+                        "key column {column} of a log range batch is not an integer column without nulls"
                     ))
                 })?;
                 last.reserve(values.len());
@@ -115,33 +115,33 @@ impl LastChanges {
     }
 }
 
-impl TailIndex {
-    /// Indexes the tail: `batches` in log order (all in the read schema, which holds the
+impl LogRangeIndex {
+    /// Indexes the log range: `batches` in log order (all in the read schema, which holds the
     /// key columns), each with its change vector.
-    pub fn new(codec: &KeyCodec, tail: Vec<(RecordBatch, Vec<u8>)>) -> Result<Self> {
+    pub fn new(codec: &KeyCodec, range: Vec<(RecordBatch, Vec<u8>)>) -> Result<Self> {
         let mut index = Self::empty(codec);
-        for (batch, changes) in tail {
+        for (batch, changes) in range {
             index.push(codec, batch, changes)?;
         }
         Ok(index)
     }
 
-    /// The index of an empty tail, to [`Self::push`] its batches into.
+    /// The index of an empty range, to [`Self::push`] its batches into.
     pub fn empty(codec: &KeyCodec) -> Self {
         Self {
             batches: Vec::new(),
             changes: Vec::new(),
-            last: LastChanges::for_tail(codec, None),
+            last: LastChanges::for_range(codec, None),
             integers: OnceLock::new(),
         }
     }
 
-    /// Adds the next batch of the tail (in the schema of the ones before it), with its
-    /// change vector: a tail indexed batch by batch is indexed as if all at once.
+    /// Adds the next batch of the log range (in the schema of the ones before it), with its
+    /// change vector: a log range indexed batch by batch is indexed as if all at once.
     pub fn push(&mut self, codec: &KeyCodec, batch: RecordBatch, changes: Vec<u8>) -> Result<()> {
         if changes.len() != batch.num_rows() {
             return Err(CoreError::InvalidRequest(format!(
-                "a tail batch of {} rows has {} change types",
+                "a log range batch of {} rows has {} change types",
                 batch.num_rows(),
                 changes.len()
             )));
@@ -149,7 +149,7 @@ impl TailIndex {
         ChangeType::decode_vector(&changes)?;
         if self.batches.is_empty() {
             // The first batch says whether its key folds by value.
-            self.last = LastChanges::for_tail(codec, Some(&batch));
+            self.last = LastChanges::for_range(codec, Some(&batch));
         }
         self.last.add(codec, self.batches.len(), &batch)?;
         self.batches.push(batch);
@@ -159,17 +159,17 @@ impl TailIndex {
         Ok(())
     }
 
-    /// Whether the tail changed no key.
+    /// Whether the log range changed no key.
     pub fn is_empty(&self) -> bool {
         self.last.len() == 0
     }
 
-    /// Keys the tail changed.
+    /// Keys the log range changed.
     pub fn len(&self) -> usize {
         self.last.len()
     }
 
-    /// The keys the tail changed, encoded by `codec` (the index's), in no order.
+    /// The keys the log range changed, encoded by `codec` (the index's), in no order.
     pub fn changed_keys(&self, codec: &KeyCodec) -> Result<Vec<MapKey>> {
         let column = match &self.last {
             LastChanges::Encoded(last) => return Ok(last.keys().cloned().collect()),
@@ -184,7 +184,9 @@ impl TailIndex {
             .iter()
             .map(|batch| batch.column_by_name(column).map(AsRef::as_ref))
             .collect::<Option<Vec<&dyn Array>>>()
-            .ok_or_else(|| CoreError::InvalidRequest(format!("a tail without key {column}")))?;
+            .ok_or_else(|| {
+                CoreError::InvalidRequest(format!("a log range without key {column}"))
+            })?;
         let positions: Vec<(usize, usize)> = self.last.positions().collect();
         let keys = interleave(&arrays, &positions)?;
         let keys = RecordBatch::try_new(Arc::new(Schema::new(vec![field])), vec![keys])?;
@@ -195,7 +197,7 @@ impl TailIndex {
             .collect())
     }
 
-    /// Step 2: the rows of a lake batch whose key the tail did not change.
+    /// Step 2: the rows of a lake batch whose key the log range did not change.
     pub fn filter_lake(&self, codec: &KeyCodec, lake: &RecordBatch) -> Result<RecordBatch> {
         if self.is_empty() || lake.num_rows() == 0 {
             return Ok(lake.clone());
@@ -223,8 +225,8 @@ impl TailIndex {
         Ok(filter_record_batch(lake, &BooleanArray::new(keep, None))?)
     }
 
-    /// Step 3: the live rows of the tail, in log order: for each key its last change, when
-    /// that change is `+I` or `+U`. One batch per tail batch that keeps any row.
+    /// Step 3: the live rows of the log range, in log order: for each key its last change, when
+    /// that change is `+I` or `+U`. One batch per range batch that keeps any row.
     pub fn live_rows(&self) -> Result<Vec<RecordBatch>> {
         let mut keep: Vec<Vec<bool>> = self
             .batches
@@ -257,7 +259,7 @@ impl TailIndex {
     }
 }
 
-/// The keys a tail changed, when the primary key is one integer column: a lake row is
+/// The keys a log range changed, when the primary key is one integer column: a lake row is
 /// probed with its key column's value (a bit of a bitmap over the keys' range when they
 /// are dense enough, else a hash set), with no key encoded; a lake batch whose values all
 /// lie outside the keys' range is kept whole without a probe.
@@ -283,7 +285,7 @@ fn bitmap_allowed(keys: usize, span: u64) -> bool {
 }
 
 impl ChangedIntegers {
-    /// The changed keys of a tail keyed by integer column `column` (`last`'s keys).
+    /// The changed keys of a log range keyed by integer column `column` (`last`'s keys).
     fn of(column: &str, last: &ahash::HashMap<i64, (u32, u32)>) -> Option<Self> {
         let keys: ahash::HashSet<i64> = last.keys().copied().collect();
         let (Some(&min), Some(&max)) = (keys.iter().min(), keys.iter().max()) else {
@@ -423,14 +425,14 @@ mod tests {
     fn union(
         table: &TableDescriptor,
         lake: &[(i64, &str)],
-        tail: Vec<Change<'_>>,
+        range: Vec<Change<'_>>,
     ) -> Vec<(i64, String)> {
         let codec = KeyCodec::new(table).unwrap();
         let lake = batch(table, lake);
         // Indexed batch by batch, probed in between: a probe built before a batch must
         // not miss its keys.
-        let mut index = TailIndex::empty(&codec);
-        for (rows, changes) in tail {
+        let mut index = LogRangeIndex::empty(&codec);
+        for (rows, changes) in range {
             index.filter_lake(&codec, &lake).unwrap();
             index.push(&codec, batch(table, &rows), changes).unwrap();
         }
@@ -439,14 +441,14 @@ mod tests {
         rows(&out)
     }
 
-    /// The keys the index of `tail` says were changed, sorted.
-    fn changed_keys(table: &TableDescriptor, tail: Vec<Change<'_>>) -> Vec<MapKey> {
+    /// The keys the index of `range` says were changed, sorted.
+    fn changed_keys(table: &TableDescriptor, range: Vec<Change<'_>>) -> Vec<MapKey> {
         let codec = KeyCodec::new(table).unwrap();
-        let tail = tail
+        let range = range
             .into_iter()
             .map(|(r, c)| (batch(table, &r), c))
             .collect();
-        let mut keys = TailIndex::new(&codec, tail)
+        let mut keys = LogRangeIndex::new(&codec, range)
             .unwrap()
             .changed_keys(&codec)
             .unwrap();
@@ -454,10 +456,10 @@ mod tests {
         keys
     }
 
-    /// Every key of `tail`, encoded, each once, sorted.
-    fn encoded_keys(table: &TableDescriptor, tail: Vec<Change<'_>>) -> Vec<MapKey> {
+    /// Every key of `range`, encoded, each once, sorted.
+    fn encoded_keys(table: &TableDescriptor, range: Vec<Change<'_>>) -> Vec<MapKey> {
         let codec = KeyCodec::new(table).unwrap();
-        let mut keys: Vec<MapKey> = tail
+        let mut keys: Vec<MapKey> = range
             .iter()
             .flat_map(|(rows, _)| {
                 let keys = codec.encode(&batch(table, rows)).unwrap();
@@ -475,8 +477,8 @@ mod tests {
     fn an_empty_lake_batch_is_kept_empty_whatever_the_key() {
         for key in [DataType::Int64, DataType::Utf8] {
             let t = table_keyed_by(key);
-            let tail = vec![(vec![(1, "a")], vec![I])];
-            assert_eq!(union(&t, &[], tail), vec![(1, "a".to_string())]);
+            let range = vec![(vec![(1, "a")], vec![I])];
+            assert_eq!(union(&t, &[], range), vec![(1, "a".to_string())]);
         }
     }
 
@@ -484,7 +486,7 @@ mod tests {
     fn updated_deleted_untouched_and_new_keys() {
         let t = table();
         let lake = [(1, "a"), (2, "b"), (3, "c"), (4, "d")];
-        let tail = vec![
+        let range = vec![
             (vec![(5, "e"), (2, "b"), (2, "B")], vec![I, UB, UA]),
             (vec![(3, "c")], vec![D]),
             (
@@ -493,7 +495,7 @@ mod tests {
             ),
         ];
         assert_eq!(
-            union(&t, &lake, tail),
+            union(&t, &lake, range),
             vec![
                 (1, "a".into()),
                 (2, "B".into()),
@@ -506,14 +508,14 @@ mod tests {
     #[test]
     fn deleted_then_reinserted_and_inserted_then_deleted() {
         let t = table();
-        let tail = vec![
+        let range = vec![
             (vec![(1, "a")], vec![D]),
             (vec![(1, "again")], vec![I]),
             (vec![(9, "x")], vec![I]),
             (vec![(9, "x")], vec![D]),
         ];
         assert_eq!(
-            union(&t, &[(1, "a"), (2, "b")], tail),
+            union(&t, &[(1, "a"), (2, "b")], range),
             vec![(2, "b".into()), (1, "again".into())]
         );
     }
@@ -524,9 +526,9 @@ mod tests {
         assert_eq!(union(&t, &[(1, "a")], vec![]), vec![(1, "a".into())]);
         let codec = KeyCodec::new(&t).unwrap();
         let short = vec![(batch(&t, &[(1, "a"), (2, "b")]), vec![I])];
-        assert!(TailIndex::new(&codec, short).is_err());
+        assert!(LogRangeIndex::new(&codec, short).is_err());
         let unknown = vec![(batch(&t, &[(1, "a")]), vec![9])];
-        assert!(TailIndex::new(&codec, unknown).is_err());
+        assert!(LogRangeIndex::new(&codec, unknown).is_err());
     }
 
     #[test]
@@ -536,8 +538,8 @@ mod tests {
         // Whether the keys are probed by bitmap (else by hash set).
         let by_bitmap = |keys: &[i64]| {
             let rows: Vec<(i64, &str)> = keys.iter().map(|&k| (k, "x")).collect();
-            let tail = vec![(batch(&t, &rows), vec![I; rows.len()])];
-            let index = TailIndex::new(&codec, tail).unwrap();
+            let range = vec![(batch(&t, &rows), vec![I; rows.len()])];
+            let index = LogRangeIndex::new(&codec, range).unwrap();
             let integers = index.changed_integers().unwrap();
             matches!(integers.changed, IntegerSet::Bitmap(_))
         };
@@ -546,7 +548,7 @@ mod tests {
         assert!(!by_bitmap(&[i64::MIN, i64::MAX]));
     }
 
-    /// Random changelogs against a BTreeMap: lake = state at the seam, tail = changes after.
+    /// Random changelogs against a BTreeMap: lake = state at the seam, range = changes after.
     /// Keys are drawn densely (a bitmap probes them) and spread over the whole `i64` range
     /// (a hash set does).
     #[test]
@@ -568,7 +570,7 @@ mod tests {
         };
         for _ in 0..200 {
             let mut state: BTreeMap<i64, String> = BTreeMap::new();
-            let mut tail = Vec::new();
+            let mut range = Vec::new();
             let mut lake = None;
             for step in 0..40 {
                 if step == 20 {
@@ -591,12 +593,12 @@ mod tests {
                     }
                 };
                 if step >= 20 {
-                    tail.push((rows, changes));
+                    range.push((rows, changes));
                 }
             }
             let lake: Vec<(i64, String)> = lake.unwrap().into_iter().collect();
             let lake_rows: Vec<(i64, &str)> = lake.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            let tail: Vec<Change<'_>> = tail
+            let range: Vec<Change<'_>> = range
                 .iter()
                 .map(|(rows, c): &(Vec<(i64, String)>, Vec<u8>)| {
                     (
@@ -605,10 +607,10 @@ mod tests {
                     )
                 })
                 .collect();
-            let mut merged = union(t, &lake_rows, tail.clone());
+            let mut merged = union(t, &lake_rows, range.clone());
             merged.sort();
             assert_eq!(merged, state.into_iter().collect::<Vec<_>>());
-            assert_eq!(changed_keys(t, tail.clone()), encoded_keys(t, tail));
+            assert_eq!(changed_keys(t, range.clone()), encoded_keys(t, range));
         }
     }
 }

@@ -131,8 +131,8 @@ fn lake() -> LakeRequest {
     }
 }
 
-fn live_tail() -> LiveTailRequest {
-    LiveTailRequest {
+fn live_range() -> LiveRangeRequest {
+    LiveRangeRequest {
         bucket: Some(bucket()),
         from: -10_000_000_030,
         to: -10_000_000_031,
@@ -251,8 +251,8 @@ fn cases() -> Vec<Case> {
         case("ReadTicket", ticket(Read::LimitScan(limit_scan()))),
         case("ReadTicket", ticket(Read::Union(union()))),
         case("ReadTicket", ticket(Read::Lake(lake()))),
-        case("ReadTicket", ticket(Read::LiveTail(live_tail()))),
-        case("LiveTailRequest", live_tail()),
+        case("ReadTicket", ticket(Read::LiveRange(live_range()))),
+        case("LiveRangeRequest", live_range()),
         case("ScanRequest", scan()),
         case("SnapshotRequest", snapshot()),
         case("LimitScanRequest", limit_scan()),

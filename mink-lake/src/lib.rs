@@ -11,13 +11,13 @@
 //!   compare-and-swap (adds, deletes and replaces; conflicts are never rebased).
 //! - [`deletes`]: position and equality delete files.
 //! - [`reader`]: planning a bucket's split and streaming its Parquet files.
-//! - [`delta`]: the rows changed between two snapshots (incremental reads).
+//! - [`changes`]: the rows changed between two snapshots (incremental reads).
 //! - [`upkeep`]: expiring snapshots, removing orphan files, what a table holds.
 
 pub mod catalog;
+pub mod changes;
 pub mod commit;
 pub mod deletes;
-pub mod delta;
 pub mod error;
 pub mod layout;
 pub mod offsets;

@@ -81,7 +81,7 @@ pub(super) fn recover(label: &str, dir: &Path) -> Result<Recovered> {
                         bucket = label,
                         segment = base,
                         valid_len = outcome.valid_len,
-                        "truncating a torn log tail"
+                        "truncating a torn log range"
                     );
                     let file = OpenOptions::new().write(true).open(&path)?;
                     file.set_len(outcome.valid_len)?;

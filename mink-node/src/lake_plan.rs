@@ -1,6 +1,6 @@
 //! Planning reads of the lake alone: Lake tickets (a table's or a partition's files as of
 //! one snapshot) and incremental reads between two of its snapshots
-//! ([`mink_lake::delta`]). Union reads, which add the log after the seam, are planned in
+//! ([`mink_lake::changes`]). Union reads, which add the log after the seam, are planned in
 //! [`crate::union`].
 //!
 //! Every plan holds the snapshots it names for a lease period
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use mink_core::filter::ColumnFilter;
 use mink_core::table::{TableDescriptor, TablePath};
-use mink_lake::delta::{DeltaPlan, plan_delta};
+use mink_lake::changes::{ChangesPlan, plan_changes};
 use mink_lake::predicate::to_predicate;
 use mink_lake::reader::{LakeSplit, SplitScope, plan_split};
 use mink_lake::upkeep::leases::{PlannedHold, hold_planned, hold_planned_snapshots};
@@ -71,7 +71,7 @@ impl Node {
     /// # Errors
     /// [`NodeError::NoLake`] for a table without a lake; [`mink_lake::LakeError`]'s
     /// `SnapshotNotFound` and `NotAncestor` for ids that do not make a range.
-    pub async fn plan_changes(&self, path: &TablePath, from: i64, to: i64) -> Result<DeltaPlan> {
+    pub async fn plan_changes(&self, path: &TablePath, from: i64, to: i64) -> Result<ChangesPlan> {
         let table = self.describe(path)?;
         if !table.lake_enabled {
             return Err(NodeError::NoLake(path.to_string()));
@@ -79,7 +79,7 @@ impl Node {
         let lake = self.lake().await?;
         let location = lease_location(lake, path);
         let ends = hold_planned_snapshots(&location, &[from, to]);
-        let plan = plan_delta(&lake.load(path).await?, from, to).await?;
+        let plan = plan_changes(&lake.load(path).await?, from, to).await?;
         let between: Vec<i64> = plan.snapshots.iter().map(|s| s.snapshot_id).collect();
         hold_planned_snapshots(&location, &between).keep();
         ends.keep();

@@ -49,7 +49,7 @@ use crate::cluster::Membership;
 use crate::cluster::drain::release_holds;
 use crate::error::{NodeError, Result};
 use crate::metadata::{EtcdMetadata, Metadata, MetadataStore};
-use crate::union::{FoldedTail, LocatedTail};
+use crate::union::{FoldedRange, LocatedRange};
 use leadership::{Slot, join};
 use metrics::WriteCounters;
 use mink_kv::{KvTablet, Restored};
@@ -129,10 +129,10 @@ pub struct Bucket {
     pub log: LogTablet,
     /// The current rows of a primary-key table's bucket.
     pub kv: Option<KvTablet>,
-    /// The lake rows its tail replaces, as the last union read's plan located them.
-    pub located: LocatedTail,
-    /// Its tail folded by key, as the last LiveTail read folded it.
-    pub folded: FoldedTail,
+    /// The lake rows its range replaces, as the last union read's plan located them.
+    pub located: LocatedRange,
+    /// Its range folded by key, as the last LiveRange read folded it.
+    pub folded: FoldedRange,
     /// What restoring its KV store from its checkpoint in the log store took, if the
     /// node's open did (the store held nothing of the bucket).
     pub restored: Option<Restored>,

@@ -7,7 +7,7 @@
 //! - `KeyMergeExec`: the key's fields (neither input carries them when it merges the
 //!   lake by positions), how it merges the lake and how many columns it outputs (the
 //!   children travel as the extension's inputs);
-//! - `LogTailExec`: its buckets' log ranges, columns, read schema and what its rows are
+//! - `LogRangeExec`: its buckets' log ranges, columns, read schema and what its rows are
 //!   (log rows, changes, live rows). The log source is
 //!   not serialized: the process that decodes the plan reads the logs with its own
 //!   source (a worker, with its own login), the one its codec was made with;
@@ -55,8 +55,8 @@ use prost::Message;
 use crate::equality::EqualityDeleteExec;
 use crate::external;
 use crate::lake_scan::reader_factory;
+use crate::log_range::{LogRange, LogRangeExec, LogRangeRows, LogSource};
 use crate::merge::{KeyMergeExec, LakeMerge};
-use crate::tail::{LogSource, LogTailExec, TailRange, TailRows};
 
 /// Encodes and decodes plans holding mink's nodes (see the module docs).
 #[derive(Debug)]
@@ -65,7 +65,7 @@ pub struct MinkCodec {
 }
 
 impl MinkCodec {
-    /// A codec whose decoded log tails read with `log`.
+    /// A codec whose decoded log ranges read with `log`.
     pub fn new(log: Arc<dyn LogSource>) -> Self {
         Self { log }
     }
@@ -172,28 +172,28 @@ impl PhysicalExtensionCodec for MinkCodec {
                     usize::try_from(merge.columns).map_err(|e| malformed(&e))?,
                 )?))
             }
-            Node::LogTail(tail) => {
+            Node::LogRange(tail) => {
                 let schema = tail
                     .read_schema
-                    .ok_or_else(|| malformed(&"a tail without schema"))?;
+                    .ok_or_else(|| malformed(&"a log range without schema"))?;
                 let ranges = tail
                     .ranges
                     .into_iter()
                     .map(|range| {
-                        Ok(TailRange {
+                        Ok(LogRange {
                             bucket: range.bucket.ok_or_else(|| malformed(&"a range's bucket"))?,
                             from: range.from,
                             to: range.to,
                         })
                     })
                     .collect::<Result<_>>()?;
-                Ok(Arc::new(LogTailExec::new(
+                Ok(Arc::new(LogRangeExec::new(
                     Arc::clone(&self.log),
                     ranges,
                     tail.columns,
                     Arc::new(Schema::try_from(&schema)?),
-                    TailRowsKind::try_from(tail.rows)
-                        .map_err(|_| malformed(&"a tail's rows of no known kind"))?
+                    LogRangeRowsKind::try_from(tail.rows)
+                        .map_err(|_| malformed(&"a log range's rows of no known kind"))?
                         .into(),
                 )))
             }
@@ -225,12 +225,12 @@ impl PhysicalExtensionCodec for MinkCodec {
                 by_positions: merge.merge() == LakeMerge::Positions,
                 columns: merge.schema().fields().len() as u64,
             })
-        } else if let Some(tail) = any.downcast_ref::<LogTailExec>() {
-            Node::LogTail(LogTailNode {
+        } else if let Some(tail) = any.downcast_ref::<LogRangeExec>() {
+            Node::LogRange(LogRangeExecNode {
                 ranges: tail
                     .ranges()
                     .iter()
-                    .map(|range| TailRangeNode {
+                    .map(|range| LogRangeNode {
                         bucket: Some(range.bucket.clone()),
                         from: range.from,
                         to: range.to,
@@ -238,7 +238,7 @@ impl PhysicalExtensionCodec for MinkCodec {
                     .collect(),
                 columns: tail.columns().to_vec(),
                 read_schema: Some(protobuf::Schema::try_from(tail.read_schema().as_ref())?),
-                rows: TailRowsKind::from(tail.rows()) as i32,
+                rows: LogRangeRowsKind::from(tail.rows()) as i32,
             })
         } else if let Some(deletes) = any.downcast_ref::<EqualityDeleteExec>() {
             Node::EqualityDelete(EqualityDeleteNode {
@@ -452,7 +452,7 @@ enum Node {
     #[prost(message, tag = "1")]
     KeyMerge(KeyMergeNode),
     #[prost(message, tag = "2")]
-    LogTail(LogTailNode),
+    LogRange(LogRangeExecNode),
     #[prost(message, tag = "3")]
     EqualityDelete(EqualityDeleteNode),
     #[prost(message, tag = "4")]
@@ -474,48 +474,48 @@ struct KeyMergeNode {
 }
 
 #[derive(Clone, PartialEq, Message)]
-struct LogTailNode {
+struct LogRangeExecNode {
     #[prost(message, repeated, tag = "1")]
-    ranges: Vec<TailRangeNode>,
+    ranges: Vec<LogRangeNode>,
     /// The read schema's columns, by index in the table.
     #[prost(uint32, repeated, tag = "2")]
     columns: Vec<u32>,
     #[prost(message, optional, tag = "3")]
     read_schema: Option<protobuf::Schema>,
-    #[prost(enumeration = "TailRowsKind", tag = "5")]
+    #[prost(enumeration = "LogRangeRowsKind", tag = "5")]
     rows: i32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
 #[repr(i32)]
-enum TailRowsKind {
+enum LogRangeRowsKind {
     Log = 0,
     Changes = 1,
     Live = 2,
 }
 
-impl From<TailRows> for TailRowsKind {
-    fn from(rows: TailRows) -> Self {
+impl From<LogRangeRows> for LogRangeRowsKind {
+    fn from(rows: LogRangeRows) -> Self {
         match rows {
-            TailRows::Log => Self::Log,
-            TailRows::Changes => Self::Changes,
-            TailRows::Live => Self::Live,
+            LogRangeRows::Log => Self::Log,
+            LogRangeRows::Changes => Self::Changes,
+            LogRangeRows::Live => Self::Live,
         }
     }
 }
 
-impl From<TailRowsKind> for TailRows {
-    fn from(kind: TailRowsKind) -> Self {
+impl From<LogRangeRowsKind> for LogRangeRows {
+    fn from(kind: LogRangeRowsKind) -> Self {
         match kind {
-            TailRowsKind::Log => Self::Log,
-            TailRowsKind::Changes => Self::Changes,
-            TailRowsKind::Live => Self::Live,
+            LogRangeRowsKind::Log => Self::Log,
+            LogRangeRowsKind::Changes => Self::Changes,
+            LogRangeRowsKind::Live => Self::Live,
         }
     }
 }
 
 #[derive(Clone, PartialEq, Message)]
-struct TailRangeNode {
+struct LogRangeNode {
     #[prost(message, optional, tag = "1")]
     bucket: Option<BucketId>,
     #[prost(int64, tag = "2")]

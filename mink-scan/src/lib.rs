@@ -6,19 +6,19 @@
 //! ```text
 //!   FilterExec (exact filters; projection to the columns asked for)
 //!     KeyMergeExec                          primary-key table: lake minus changed keys,
-//!       DataSourceExec (ParquetSource)        then the tails' live rows
-//!       LogTailExec
-//!   or UnionExec(DataSourceExec, LogTailExec)   log table: lake rows, then tail rows
+//!       DataSourceExec (ParquetSource)        then the log ranges' live rows
+//!       LogRangeExec
+//!   or UnionExec(DataSourceExec, LogRangeExec)   log table: lake rows, then range rows
 //! ```
 //!
 //! - [`lake_scan`]: the lake side, DataFusion's own Parquet scan with Iceberg's position
 //!   deletes as row selections and pruning from any predicate; [`equality`] applies
 //!   other engines' equality deletes; [`fetch`] counts the row groups it fetches in the
 //!   query's memory pool.
-//! - [`tail`]: the log side, over a [`tail::LogSource`] (the leader's own log, or Flight
+//! - [`log_range`]: the log side, over a [`log_range::LogSource`] (the leader's own log, or Flight
 //!   Scans of it from the engine): a range's rows or changes, or its live rows as the
 //!   leader folded them.
-//! - [`merge`]: the key merge around mink-core's [`mink_core::merge::TailIndex`].
+//! - [`merge`]: the key merge around mink-core's [`mink_core::merge::LogRangeIndex`].
 //! - [`union`]: builds the tree from a table's planned splits.
 //! - [`codec`]: the nodes as bytes, so a plan can be shipped to another process.
 //! - [`filters`]: the wire form of filters ([`mink_core::filter::ColumnFilter`]) as
@@ -32,8 +32,8 @@ pub mod equality;
 pub mod fetch;
 pub mod filters;
 pub mod lake_scan;
+pub mod log_range;
 pub mod merge;
-pub mod tail;
 pub mod union;
 
 use datafusion_common::DataFusionError;

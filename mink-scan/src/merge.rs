@@ -1,44 +1,44 @@
 //! `KeyMergeExec`: the key merge of a primary-key table's union read
 //! (`spec/union-read.md`), over two inputs: the lake rows below the seams and the log
-//! tails after them.
+//! ranges after them.
 //!
 //! ```text
 //!              KeyMergeExec                    partition p of n emits:
 //!             /            \                     lake partition p, minus the keys
-//!   lake (Parquet scan)   tail (LogTailExec)     the tails changed, then every
-//!   any partitioning      one partition per      n-th live tail batch
+//!   lake (Parquet scan)   range (LogRangeExec)     the log ranges changed, then every
+//!   any partitioning      one partition per      n-th live range batch
 //!                         bucket, in log order
 //! ```
 //!
-//! The tails of every bucket are collected once, whichever output partition runs first
-//! (for a probe, into one [`TailIndex`]: key -> last change), their memory reserved in the
+//! The log ranges of every bucket are collected once, whichever output partition runs first
+//! (for a probe, into one [`LogRangeIndex`]: key -> last change), their memory reserved in the
 //! query's pool.
-//! A key lives in one bucket, so one index over all tails drops from any lake row exactly
-//! what its own bucket's tail would: the lake side can be split and regrouped by
+//! A key lives in one bucket, so one index over all ranges drops from any lake row exactly
+//! what its own bucket's range would: the lake side can be split and regrouped by
 //! DataFusion as it likes (files, byte ranges), and every partition probes the same
-//! index. The tail side must keep log order inside a bucket, so the merge tells the
+//! index. The log range side must keep log order inside a bucket, so the merge tells the
 //! optimizer it gains nothing from repartitioning it.
 //!
-//! The merge does not filter: the index is built from the unfiltered tail (a filtered
-//! tail would let an older lake version of a key that left the filter resurrect), and a
-//! filter above the merge applies to lake and tail rows alike.
+//! The merge does not filter: the index is built from the unfiltered range (a filtered
+//! range would let an older lake version of a key that left the filter resurrect), and a
+//! filter above the merge applies to lake and range rows alike.
 //!
 //! How the lake rows of the changed keys are left out ([`LakeMerge`]):
 //!
 //! - **by position** when the node located them while planning: its lake index maps each
-//!   key to its lake row, so the keys of the tails become positions on the lake files,
+//!   key to its lake row, so the keys of the log ranges become positions on the lake files,
 //!   read like Iceberg's position deletes ([`mink_lake::reader::LakeFile::replaced_rows`]).
 //!   The lake rows pass through untouched and the lake scan reads no key column it is not
-//!   asked for. The tails come folded too: their leaders answer each range's live rows
-//!   ([`crate::tail::TailRows::Live`]), so the merge only collects them and emits them
+//!   asked for. The log ranges come folded too: their leaders answer each range's live rows
+//!   ([`crate::log_range::LogRangeRows::Live`]), so the merge only collects them and emits them
 //!   after the lake, and nothing is folded or probed here.
 //! - **by probe** otherwise (the node had no current index: after a restart before the
-//!   first round, during a round, or a tail too long to locate): the tails' changes are
-//!   folded into a [`TailIndex`] and every lake row's key is looked up in it (a bitmap or
+//!   first round, during a round, or a log range too long to locate): the log ranges' changes are
+//!   folded into a [`LogRangeIndex`] and every lake row's key is looked up in it (a bitmap or
 //!   hash set of plain values for a single integer key, encoded keys otherwise).
 //!
 //! The inputs: the lake's rows carry the merge's output columns, and for a probe the key
-//! columns they lack after them; the tail's carry the output columns, and for a probe the
+//! columns they lack after them; the log range's carry the output columns, and for a probe the
 //! key columns they lack, then the change type.
 
 use std::any::Any;
@@ -61,24 +61,24 @@ use datafusion_physical_plan::{
 use futures::future::{BoxFuture, FutureExt, Shared, try_join_all};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use mink_core::key::KeyCodec;
-use mink_core::merge::TailIndex;
+use mink_core::merge::LogRangeIndex;
 
 use crate::external;
 
-/// The tails' index, built once per execution and shared by every output partition.
+/// The log ranges' index, built once per execution and shared by every output partition.
 type SharedIndex = Shared<BoxFuture<'static, Result<Arc<MergeIndex>, Arc<DataFusionError>>>>;
 
-/// How a key merge leaves out the lake rows whose keys the tails changed (see the module
+/// How a key merge leaves out the lake rows whose keys the log ranges changed (see the module
 /// docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LakeMerge {
     /// The lake scan skipped them by position: lake rows pass through.
     Positions,
-    /// Each lake row's key is probed against the tails' index.
+    /// Each lake row's key is probed against the log ranges' index.
     Probe,
 }
 
-/// The merge of a lake input and a tail input (see the module docs).
+/// The merge of a lake input and a log range input (see the module docs).
 #[derive(Debug)]
 pub struct KeyMergeExec {
     lake: Arc<dyn ExecutionPlan>,
@@ -93,7 +93,7 @@ pub struct KeyMergeExec {
 }
 
 impl KeyMergeExec {
-    /// Merges `lake` with `tail` (each bucket's tail in log order in one partition) into
+    /// Merges `lake` with `range` (each bucket's range in log order in one partition) into
     /// rows of their first `columns` columns (the inputs' columns are in the module docs).
     ///
     /// # Errors
@@ -105,9 +105,9 @@ impl KeyMergeExec {
         merge: LakeMerge,
         columns: usize,
     ) -> Result<Self> {
-        // A probe's tail carries the change types after the output columns.
-        let tail_columns = columns + usize::from(merge == LakeMerge::Probe);
-        if lake.schema().fields().len() < columns || tail.schema().fields().len() < tail_columns {
+        // A probe's range carries the change types after the output columns.
+        let range_columns = columns + usize::from(merge == LakeMerge::Probe);
+        if lake.schema().fields().len() < columns || tail.schema().fields().len() < range_columns {
             return Err(DataFusionError::Internal(format!(
                 "a key merge of {columns} columns over inputs of fewer"
             )));
@@ -143,12 +143,12 @@ impl KeyMergeExec {
         self.merge
     }
 
-    /// How the tail's rows are folded: not at all when they are live rows.
+    /// How the log range's rows are folded: not at all when they are live rows.
     fn fold(&self) -> Option<Fold> {
         (self.merge == LakeMerge::Probe).then(|| Fold {
             codec: Arc::clone(&self.codec),
             columns: self.schema.fields().len(),
-            tail_keys: MetricBuilder::new(&self.metrics).counter("tail_keys", 0),
+            log_keys: MetricBuilder::new(&self.metrics).counter("log_keys", 0),
         })
     }
 
@@ -169,45 +169,45 @@ impl KeyMergeExec {
     }
 }
 
-/// The tails' live rows, their rows folded by key for a probe, and their memory in the
+/// The log ranges' live rows, their rows folded by key for a probe, and their memory in the
 /// pool.
 #[derive(Debug)]
 struct MergeIndex {
-    /// `None` when the tails came folded (a merge by position).
-    index: Option<TailIndex>,
+    /// `None` when the log ranges came folded (a merge by position).
+    index: Option<LogRangeIndex>,
     live: Vec<RecordBatch>,
     _memory: MemoryReservation,
 }
 
-/// How a probe's tail is folded: by `codec`'s key, its live rows keeping their first
-/// `columns` columns; the distinct keys are counted in `tail_keys`.
+/// How a probe's range is folded: by `codec`'s key, its live rows keeping their first
+/// `columns` columns; the distinct keys are counted in `log_keys`.
 #[derive(Debug)]
 struct Fold {
     codec: Arc<KeyCodec>,
     columns: usize,
-    tail_keys: Count,
+    log_keys: Count,
 }
 
-/// What building the index reports: the tails' rows (their live rows when they came
-/// folded), and the time from the start of the build to the index (reading the tails
+/// What building the index reports: the log ranges' rows (their live rows when they came
+/// folded), and the time from the start of the build to the index (reading the log ranges
 /// included).
 #[derive(Debug)]
 struct BuildMetrics {
-    tail_rows: Count,
+    log_rows: Count,
     build_time: Time,
 }
 
 impl BuildMetrics {
     fn new(metrics: &ExecutionPlanMetricsSet) -> Self {
         Self {
-            tail_rows: MetricBuilder::new(metrics).counter("tail_rows", 0),
+            log_rows: MetricBuilder::new(metrics).counter("log_rows", 0),
             build_time: MetricBuilder::new(metrics).subset_time("build_time", 0),
         }
     }
 }
 
-/// Collects every partition of `tail` (each batch reserved in the pool before it is
-/// kept: a tail larger than the pool fails the query with `ResourcesExhausted`), and
+/// Collects every partition of `range` (each batch reserved in the pool before it is
+/// kept: a log range larger than the pool fails the query with `ResourcesExhausted`), and
 /// indexes it when it is to be folded (`fold`); else its rows are the live rows.
 async fn build_index(
     tail: Arc<dyn ExecutionPlan>,
@@ -216,7 +216,7 @@ async fn build_index(
     metrics: BuildMetrics,
 ) -> Result<Arc<MergeIndex>> {
     let _build_time = metrics.build_time.timer();
-    let memory = MemoryConsumer::new("KeyMergeExec log tail").register(context.memory_pool());
+    let memory = MemoryConsumer::new("KeyMergeExec log range").register(context.memory_pool());
     let partitions = (0..tail.output_partitioning().partition_count()).map(|partition| {
         let stream = tail.execute(partition, Arc::clone(&context));
         let memory = &memory;
@@ -236,12 +236,12 @@ async fn build_index(
         .flatten()
         .collect();
     metrics
-        .tail_rows
+        .log_rows
         .add(batches.iter().map(RecordBatch::num_rows).sum());
     let Some(Fold {
         codec,
         columns,
-        tail_keys,
+        log_keys,
     }) = fold
     else {
         return Ok(Arc::new(MergeIndex {
@@ -250,15 +250,17 @@ async fn build_index(
             _memory: memory,
         }));
     };
-    let tail_schema = tail.schema();
-    let changes_at = tail_schema.fields().len() - 1;
-    let rows_schema = Arc::new(tail_schema.project(&(0..changes_at).collect::<Vec<_>>())?);
+    let range_schema = tail.schema();
+    let changes_at = range_schema.fields().len() - 1;
+    let rows_schema = Arc::new(range_schema.project(&(0..changes_at).collect::<Vec<_>>())?);
     let mut changes = Vec::with_capacity(batches.len());
     for batch in batches {
         let types = batch
             .column(changes_at)
             .as_primitive_opt::<UInt8Type>()
-            .ok_or_else(|| DataFusionError::Internal("a tail without its change types".into()))?
+            .ok_or_else(|| {
+                DataFusionError::Internal("a log range without its change types".into())
+            })?
             .values()
             .to_vec();
         let rows = RecordBatch::try_new(
@@ -267,8 +269,8 @@ async fn build_index(
         )?;
         changes.push((rows, types));
     }
-    let index = TailIndex::new(&codec, changes).map_err(external)?;
-    tail_keys.add(index.len());
+    let index = LogRangeIndex::new(&codec, changes).map_err(external)?;
+    log_keys.add(index.len());
     let output: Vec<usize> = (0..columns).collect();
     let live = index.live_rows().map_err(external)?;
     let live = live
@@ -313,7 +315,7 @@ impl ExecutionPlan for KeyMergeExec {
         vec![&self.lake, &self.tail]
     }
 
-    /// More lake partitions read the lake faster; the tail must stay in log order.
+    /// More lake partitions read the lake faster; the log range must stay in log order.
     fn benefits_from_input_partitioning(&self) -> Vec<bool> {
         vec![true, false]
     }
@@ -323,7 +325,7 @@ impl ExecutionPlan for KeyMergeExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let [lake, tail]: [Arc<dyn ExecutionPlan>; 2] = children.try_into().map_err(|_| {
-            DataFusionError::Internal("KeyMergeExec takes a lake and a tail".into())
+            DataFusionError::Internal("KeyMergeExec takes a lake and a log range".into())
         })?;
         let columns = self.schema.fields().len();
         let codec = Arc::clone(&self.codec);
@@ -343,7 +345,7 @@ impl ExecutionPlan for KeyMergeExec {
         let baseline = BaselineMetrics::new(&self.metrics, partition);
         let lake_rows = MetricBuilder::new(&self.metrics).counter("lake_rows", partition);
         let lake = lake.inspect_ok(move |batch| lake_rows.add(batch.num_rows()));
-        // This partition's share of the tails' live rows, once the index is built.
+        // This partition's share of the log ranges' live rows, once the index is built.
         let live = {
             let index = index.clone();
             stream::once(async move {
@@ -354,7 +356,7 @@ impl ExecutionPlan for KeyMergeExec {
             .try_flatten()
         };
         let merged = match self.merge {
-            // The lake's rows need nothing from the tails: they flow while the tails are
+            // The lake's rows need nothing from the log ranges: they flow while the log ranges are
             // read and folded (the build is polled beside them), then the live rows follow.
             LakeMerge::Positions => {
                 let build_error = stream::once(index).filter_map(|built| {
@@ -375,7 +377,7 @@ impl ExecutionPlan for KeyMergeExec {
                         let kept = match &index.index {
                             Some(index) => index.filter_lake(&codec, &batch).map_err(external),
                             None => Err(DataFusionError::Internal(
-                                "a key merge probes a tail it did not fold".into(),
+                                "a key merge probes a log range it did not fold".into(),
                             )),
                         };
                         std::future::ready(kept.and_then(|kept| {

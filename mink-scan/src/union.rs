@@ -1,10 +1,10 @@
 //! Building a union read's tree from a table's planned splits (see the crate docs).
 //!
-//! [`UnionScan::plan`] returns the rows of the splits in the read schema, lake and tail
+//! [`UnionScan::plan`] returns the rows of the splits in the read schema, lake and range
 //! combined; [`filter_and_project`] puts the exact filters and the final projection on
 //! top. What differs between the node and the engine is handed in: the log source, the
 //! pruning predicate (the engine's optimizer pushes a log table's filters into the scan
-//! itself), and whether the tail must follow the whole lake.
+//! itself), and whether the log range must follow the whole lake.
 
 use std::sync::Arc;
 
@@ -22,7 +22,7 @@ use datafusion_physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_core::filter::ColumnFilter;
 use mink_core::key::{KeyCodec, key_columns};
-use mink_core::protocol::{BucketId, MAX_LIVE_TAIL_ROWS, UnionPlan};
+use mink_core::protocol::{BucketId, MAX_LIVE_RANGE_ROWS, UnionPlan};
 use mink_core::table::TableDescriptor;
 use mink_lake::reader::LakeSplit;
 use mink_lake::storage::LakeStorage;
@@ -30,8 +30,8 @@ use mink_lake::upkeep::leases::{Lease, location_of_file};
 
 use crate::external;
 use crate::lake_scan::LakeScan;
+use crate::log_range::{LogRange, LogRangeExec, LogRangeRows, LogSource};
 use crate::merge::{KeyMergeExec, LakeMerge};
-use crate::tail::{LogSource, LogTailExec, TailRange, TailRows};
 
 /// One bucket's union split: its plan (seam, log range) and its lake files.
 #[derive(Debug, Clone)]
@@ -45,7 +45,7 @@ impl UnionSplit {
     /// The split's lake alone, as of its snapshot (a `t$lake` read): no log range, so no
     /// lake row is replaced.
     #[must_use]
-    pub fn without_tail(mut self) -> Self {
+    pub fn without_log_range(mut self) -> Self {
         self.plan.log_to = self.plan.log_from;
         self.plan.replaced_rows_located = false;
         for file in &mut self.lake.files {
@@ -70,16 +70,16 @@ pub struct UnionScan<'a> {
     /// Prunes the lake's files, row groups and pages (over the table's schema); rows are
     /// not filtered by it.
     pub predicate: Option<Arc<dyn PhysicalExpr>>,
-    /// Emit every lake row before the first tail row (the Union ticket's order: the lake
+    /// Emit every lake row before the first range row (the Union ticket's order: the lake
     /// partitions are read concurrently into one). Without it, each output partition
-    /// emits its share of the lake, then its share of the tail.
+    /// emits its share of the lake, then its share of the log range.
     pub lake_first: bool,
 }
 
 impl UnionScan<'_> {
     /// The rows of `splits` in the read schema: a primary-key table's lake rows minus the
-    /// keys their tails changed, then the tails' live rows; a log table's lake rows, then
-    /// its tails.
+    /// keys their ranges changed, then the log ranges' live rows; a log table's lake rows, then
+    /// its ranges.
     ///
     /// # Errors
     /// A lake file outside the table's location; a delete file or footer that cannot be
@@ -90,10 +90,10 @@ impl UnionScan<'_> {
         splits: &[UnionSplit],
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let lakes: Vec<&LakeSplit> = splits.iter().map(|split| &split.lake).collect();
-        let ranges: Vec<TailRange> = splits
+        let ranges: Vec<LogRange> = splits
             .iter()
             .filter(|split| split.plan.log_to > split.plan.log_from)
-            .map(|split| TailRange {
+            .map(|split| LogRange {
                 bucket: split.bucket.clone(),
                 from: split.plan.log_from,
                 to: split.plan.log_to,
@@ -104,7 +104,7 @@ impl UnionScan<'_> {
         }
         if !self.table.has_primary_key() {
             let lake = self.lake_columns(context, &lakes, &self.columns).await?;
-            let tail = self.tail(ranges, self.columns.clone(), TailRows::Log)?;
+            let tail = self.tail(ranges, self.columns.clone(), LogRangeRows::Log)?;
             return UnionExec::try_new(vec![self.ordered(lake), tail]);
         }
         let located = splits.iter().all(|split| {
@@ -112,18 +112,18 @@ impl UnionScan<'_> {
                 || split.plan.log_to <= split.plan.log_from
                 || split.lake.files.is_empty()
         });
-        // A leader folds at most MAX_LIVE_TAIL_ROWS of a bucket's log at a time; a longer
-        // tail (a bucket with no lake files yet can have any) is folded here.
-        let foldable = ranges.iter().all(|r| r.to - r.from <= MAX_LIVE_TAIL_ROWS);
+        // A leader folds at most MAX_LIVE_RANGE_ROWS of a bucket's log at a time; a longer
+        // range (a bucket with no lake files yet can have any) is folded here.
+        let foldable = ranges.iter().all(|r| r.to - r.from <= MAX_LIVE_RANGE_ROWS);
         let (merge, lake, tail) = match located && foldable {
             // The lake scan leaves the replaced rows out and the leaders fold their
-            // tails: neither side needs the key columns.
+            // ranges: neither side needs the key columns.
             true => {
                 let lake = self.lake_columns(context, &lakes, &self.columns).await?;
-                let tail = self.tail(ranges, self.columns.clone(), TailRows::Live)?;
+                let tail = self.tail(ranges, self.columns.clone(), LogRangeRows::Live)?;
                 (LakeMerge::Positions, lake, tail)
             }
-            // The tail carries the key columns for the fold, and the lake for the probe
+            // The log range carries the key columns for the fold, and the lake for the probe
             // (lake rows already left out by position are simply not found).
             false => {
                 let mut keyed_columns = self.columns.clone();
@@ -134,7 +134,7 @@ impl UnionScan<'_> {
                     }
                 }
                 let lake = self.lake_columns(context, &lakes, &keyed_columns).await?;
-                let tail = self.tail(ranges, keyed_columns, TailRows::Changes)?;
+                let tail = self.tail(ranges, keyed_columns, LogRangeRows::Changes)?;
                 (LakeMerge::Probe, lake, tail)
             }
         };
@@ -144,21 +144,21 @@ impl UnionScan<'_> {
         Ok(Arc::new(merged))
     }
 
-    /// The tails of `ranges`, columns `columns` of the table, as `rows`.
+    /// The log ranges of `ranges`, columns `columns` of the table, as `rows`.
     fn tail(
         &self,
-        ranges: Vec<TailRange>,
+        ranges: Vec<LogRange>,
         columns: Vec<u32>,
-        rows: TailRows,
+        rows: LogRangeRows,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let indices: Vec<usize> = columns.iter().map(|&i| i as usize).collect();
         let read_schema = Arc::new(self.table.schema().project(&indices)?);
         let log = Arc::clone(&self.log);
-        let tail = LogTailExec::new(log, ranges, columns, read_schema, rows);
+        let tail = LogRangeExec::new(log, ranges, columns, read_schema, rows);
         Ok(Arc::new(tail))
     }
 
-    /// `lake` in one partition when its rows must all come before the tail's.
+    /// `lake` in one partition when its rows must all come before the log range's.
     fn ordered(&self, lake: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
         match self.lake_first && lake.output_partitioning().partition_count() > 1 {
             true => Arc::new(CoalescePartitionsExec::new(lake)),
@@ -297,7 +297,7 @@ pub fn filter_and_project(
 }
 
 /// Every row of `plan`, its partitions executed one after another (each only once the
-/// one before it ends): the order a Union ticket answers in, whose tail partition comes
+/// one before it ends): the order a Union ticket answers in, whose range partition comes
 /// after the lake's.
 pub fn execute_in_order(
     plan: Arc<dyn ExecutionPlan>,
@@ -318,18 +318,18 @@ mod tests {
     use mink_core::table::TablePath;
 
     use super::*;
-    use crate::tail::TailBatch;
+    use crate::log_range::LogRangeBatch;
 
     /// A log source no test reads: plans are only built.
     #[derive(Debug)]
     struct Unread;
 
     impl LogSource for Unread {
-        fn read(&self, _: &TailRange, _: &[u32]) -> BoxStream<'static, Result<TailBatch>> {
+        fn read(&self, _: &LogRange, _: &[u32]) -> BoxStream<'static, Result<LogRangeBatch>> {
             stream::empty().boxed()
         }
 
-        fn read_live(&self, _: &TailRange, _: &[u32]) -> BoxStream<'static, Result<RecordBatch>> {
+        fn read_live(&self, _: &LogRange, _: &[u32]) -> BoxStream<'static, Result<RecordBatch>> {
             stream::empty().boxed()
         }
     }
@@ -382,10 +382,10 @@ mod tests {
                 displayable(plan.as_ref()).indent(true).to_string()
             }
         };
-        let short = plan(vec![split(0, 10), split(1, MAX_LIVE_TAIL_ROWS)]).await;
+        let short = plan(vec![split(0, 10), split(1, MAX_LIVE_RANGE_ROWS)]).await;
         assert!(short.contains("lake_merge=positions"), "{short}");
         assert!(short.contains("rows=live"), "{short}");
-        let long = plan(vec![split(0, 10), split(1, MAX_LIVE_TAIL_ROWS + 1)]).await;
+        let long = plan(vec![split(0, 10), split(1, MAX_LIVE_RANGE_ROWS + 1)]).await;
         assert!(long.contains("lake_merge=probe"), "{long}");
         assert!(long.contains("rows=changes"), "{long}");
     }

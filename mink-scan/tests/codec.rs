@@ -1,5 +1,5 @@
 //! `MinkCodec` round trips: a union read's plan (a Parquet scan whose file carries
-//! position deletes as an access plan, a log tail, the key merge, equality deletes and
+//! position deletes as an access plan, a log range, the key merge, equality deletes and
 //! DataFusion's own operators above) encoded and decoded reads exactly the rows the
 //! original reads, and shows the same tree.
 
@@ -30,14 +30,14 @@ use datafusion_physical_plan::{ExecutionPlan, displayable};
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_core::change::ChangeType;
 use mink_core::key::KeyCodec;
-use mink_core::merge::TailIndex;
+use mink_core::merge::LogRangeIndex;
 use mink_core::protocol::BucketId;
 use mink_lake::reader::EqualityFilter;
 use mink_scan::codec::MinkCodec;
 use mink_scan::equality::EqualityDeleteExec;
 use mink_scan::external;
+use mink_scan::log_range::{LogRange, LogRangeBatch, LogRangeExec, LogRangeRows, LogSource};
 use mink_scan::merge::{KeyMergeExec, LakeMerge};
-use mink_scan::tail::{LogSource, LogTailExec, TailBatch, TailRange, TailRows};
 use mink_scan::union::execute_in_order;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
@@ -67,13 +67,17 @@ fn rows(ids: &[i64], tag: &str) -> RecordBatch {
 struct MemoryLog;
 
 impl LogSource for MemoryLog {
-    fn read(&self, range: &TailRange, _columns: &[u32]) -> BoxStream<'static, Result<TailBatch>> {
+    fn read(
+        &self,
+        range: &LogRange,
+        _columns: &[u32],
+    ) -> BoxStream<'static, Result<LogRangeBatch>> {
         let changes = [
             ChangeType::UpdateAfter,
             ChangeType::Delete,
             ChangeType::Insert,
         ];
-        let batch = TailBatch {
+        let batch = LogRangeBatch {
             rows: rows(&[3, 0, 11], "tail"),
             changes: changes.iter().map(|&change| change as u8).collect(),
             base_offset: range.from,
@@ -85,7 +89,7 @@ impl LogSource for MemoryLog {
     /// The same log folded by key, as a leader folds it.
     fn read_live(
         &self,
-        range: &TailRange,
+        range: &LogRange,
         columns: &[u32],
     ) -> BoxStream<'static, Result<RecordBatch>> {
         let codec = KeyCodec::for_columns(&schema(), vec!["id".into()]).unwrap();
@@ -95,7 +99,7 @@ impl LogSource for MemoryLog {
             .try_collect::<Vec<_>>();
         stream::once(changes)
             .map(move |changes| -> Result<_> {
-                let index = TailIndex::new(&codec, changes?).map_err(external)?;
+                let index = LogRangeIndex::new(&codec, changes?).map_err(external)?;
                 let live = index.live_rows().map_err(external)?;
                 Ok(stream::iter(live.into_iter().map(Ok)))
             })
@@ -170,16 +174,16 @@ fn plan(dir: &std::path::Path, merge: LakeMerge) -> Arc<dyn ExecutionPlan> {
         partition: None,
         bucket: 0,
     };
-    let ranges = vec![TailRange {
+    let ranges = vec![LogRange {
         bucket,
         from: 7,
         to: 10,
     }];
     let rows = match merge {
-        LakeMerge::Probe => TailRows::Changes,
-        LakeMerge::Positions => TailRows::Live,
+        LakeMerge::Probe => LogRangeRows::Changes,
+        LakeMerge::Positions => LogRangeRows::Live,
     };
-    let tail = Arc::new(LogTailExec::new(
+    let tail = Arc::new(LogRangeExec::new(
         Arc::new(MemoryLog),
         ranges,
         vec![0, 1],
@@ -254,7 +258,7 @@ async fn a_union_plan_reads_the_same_rows_after_a_round_trip() {
 fn a_merge_by_positions_of_columns_without_the_key_round_trips() {
     let names = Arc::new(schema().project(&[1]).unwrap());
     let lake = Arc::new(EmptyExec::new(Arc::clone(&names)));
-    let range = TailRange {
+    let range = LogRange {
         bucket: BucketId {
             table: "default.t".into(),
             partition: None,
@@ -263,12 +267,12 @@ fn a_merge_by_positions_of_columns_without_the_key_round_trips() {
         from: 0,
         to: 3,
     };
-    let tail = LogTailExec::new(
+    let tail = LogRangeExec::new(
         Arc::new(MemoryLog),
         vec![range],
         vec![1],
         names,
-        TailRows::Live,
+        LogRangeRows::Live,
     );
     let key = KeyCodec::for_columns(&schema(), vec!["id".into()]).unwrap();
     let merge: Arc<dyn ExecutionPlan> = Arc::new(

@@ -3,8 +3,8 @@
 //!
 //! Like a scan of the table, the read is split between the node and the engine: the
 //! node plans it (`plan_table_changes`: the snapshots of the range and the files each
-//! added, see [`mink_lake::delta`]), the engine reads the changed rows straight from
-//! object storage with [`read_delta`]. The columns are the table's (every one nullable:
+//! added, see [`mink_lake::changes`]), the engine reads the changed rows straight from
+//! object storage with [`read_changes`]. The columns are the table's (every one nullable:
 //! an equality delete carries only its equality columns), then `_change_type`
 //! (`insert` or `delete`), `_snapshot_id` and `_sequence_number` (the snapshot's, which
 //! grows with commit order). Applied in the order of `_sequence_number, _change_type`
@@ -45,9 +45,9 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use futures::StreamExt;
 use mink_client::MinkClient;
 use mink_core::table::{TableDescriptor, TablePath};
-use mink_lake::delta::{
-    CHANGE_TYPE_COLUMN, DeletedRows, DeltaPlan, SEQUENCE_NUMBER_COLUMN, SNAPSHOT_ID_COLUMN,
-    delta_schema, read_delta,
+use mink_lake::changes::{
+    CHANGE_TYPE_COLUMN, ChangesPlan, DeletedRows, SEQUENCE_NUMBER_COLUMN, SNAPSHOT_ID_COLUMN,
+    changes_schema, read_changes,
 };
 use mink_lake::storage::LakeStorage;
 use mink_lake::upkeep::leases::{Lease, location_of_file};
@@ -206,7 +206,7 @@ impl TableFunctionImpl for TableChanges {
             }
         }
         Ok(Arc::new(ChangesTable {
-            schema: delta_schema(table.schema()),
+            schema: changes_schema(table.schema()),
             table,
             from,
             to,
@@ -285,7 +285,7 @@ impl TableProvider for ChangesTable {
             .plan_table_changes(&self.table.path, self.from, self.to)
             .await
             .map_err(external)?;
-        let plan = DeltaPlan::from_wire(wire).map_err(external)?;
+        let plan = ChangesPlan::from_wire(wire).map_err(external)?;
         // The node names the files; none outside the table's location is read.
         for snapshot in &plan.snapshots {
             let added = snapshot.added_files.iter().map(|f| f.path.as_str());
@@ -333,7 +333,7 @@ fn lease_range(
     storage: &LakeStorage,
     table: &TablePath,
     from: i64,
-    plan: &DeltaPlan,
+    plan: &ChangesPlan,
 ) -> Vec<Lease> {
     let files = plan.snapshots.iter().flat_map(|snapshot| {
         let added = snapshot.added_files.iter().map(|f| f.path.as_str());
@@ -375,10 +375,10 @@ fn apply_order(schema: &SchemaRef) -> Option<LexOrdering> {
 /// The changed rows, in one partition.
 #[derive(Debug)]
 struct ChangesPartition {
-    plan: DeltaPlan,
+    plan: ChangesPlan,
     /// The table columns read (those the projection names).
     columns: Schema,
-    /// The columns of [`delta_schema`]`(columns)` the projection asks for, in its order.
+    /// The columns of [`changes_schema`]`(columns)` the projection asks for, in its order.
     output: Vec<usize>,
     schema: SchemaRef,
     storage: LakeStorage,
@@ -388,7 +388,7 @@ struct ChangesPartition {
 
 impl ChangesPartition {
     fn new(
-        plan: DeltaPlan,
+        plan: ChangesPlan,
         table: &SchemaRef,
         projection: Option<&Vec<usize>>,
         storage: LakeStorage,
@@ -413,7 +413,7 @@ impl ChangesPartition {
                 None => read.len() + (i - width),
             })
             .collect::<Vec<_>>();
-        let schema = Arc::new(delta_schema(&columns).project(&output)?);
+        let schema = Arc::new(changes_schema(&columns).project(&output)?);
         Ok(Self {
             plan,
             columns,
@@ -433,7 +433,7 @@ impl PartitionStream for ChangesPartition {
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let output = self.output.clone();
         let leases = self.leases.clone();
-        let rows = read_delta(
+        let rows = read_changes(
             &self.storage,
             self.plan.clone(),
             &self.columns,

@@ -159,7 +159,7 @@ impl ExecutionPlan for MinkScanExec {
     ) -> Result<SendableRecordBatchStream> {
         let metrics = SplitMetrics {
             kv_rows: MetricBuilder::new(&self.metrics).counter("kv_rows", partition),
-            tail_rows: MetricBuilder::new(&self.metrics).counter("tail_rows", partition),
+            log_rows: MetricBuilder::new(&self.metrics).counter("log_rows", partition),
         };
         let stream = match self.splits.get(partition) {
             Some(split) => Arc::clone(&self.reader).read(split.clone(), metrics),

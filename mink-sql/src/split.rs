@@ -21,9 +21,9 @@ use mink_core::protocol::BucketId;
 use mink_core::table::TableDescriptor;
 use mink_lake::storage::LakeStorage;
 pub(crate) use mink_scan::external;
-use mink_scan::tail::{TailBatch, TailRange};
+use mink_scan::log_range::{LogRange, LogRangeBatch};
 
-use crate::union::tail::scan_log;
+use crate::union::log_range::scan_log;
 
 /// One bucket's part of a scan, planned.
 #[derive(Debug, Clone)]
@@ -49,7 +49,7 @@ pub(crate) enum SplitSource {
 #[derive(Debug, Clone)]
 pub(crate) struct SplitMetrics {
     pub(crate) kv_rows: Count,
-    pub(crate) tail_rows: Count,
+    pub(crate) log_rows: Count,
 }
 
 /// What every split of a scan reads with.
@@ -107,9 +107,9 @@ impl SplitReader {
             SplitSource::Changelog { from, to } => {
                 let reader = Arc::clone(&self);
                 return Ok(self
-                    .tail(split.bucket, from, to)
+                    .log_range(split.bucket, from, to)
                     .and_then(move |batch| {
-                        metrics.tail_rows.add(batch.rows.num_rows());
+                        metrics.log_rows.add(batch.rows.num_rows());
                         std::future::ready(reader.emit_changes(batch))
                     })
                     .boxed());
@@ -161,8 +161,8 @@ impl SplitReader {
         Ok(rows.project(&self.output)?)
     }
 
-    /// A tail batch with its change columns, projected to the output.
-    fn emit_changes(&self, batch: TailBatch) -> Result<RecordBatch> {
+    /// A log batch with its change columns, projected to the output.
+    fn emit_changes(&self, batch: LogRangeBatch) -> Result<RecordBatch> {
         let count = batch.rows.num_rows();
         let change_types: StringArray = match batch.changes.is_empty() {
             true => (0..count).map(|_| Some("+I")).collect(),
@@ -191,10 +191,15 @@ impl SplitReader {
     }
 
     /// The log `[from, to)` of `bucket` in the read schema's columns.
-    fn tail(&self, bucket: BucketId, from: i64, to: i64) -> BoxStream<'static, Result<TailBatch>> {
+    fn log_range(
+        &self,
+        bucket: BucketId,
+        from: i64,
+        to: i64,
+    ) -> BoxStream<'static, Result<LogRangeBatch>> {
         scan_log(
             &self.client,
-            TailRange { bucket, from, to },
+            LogRange { bucket, from, to },
             self.read_columns(),
         )
     }

@@ -377,7 +377,7 @@ impl MinkTable {
                 let lake = LakeSplit::from_wire(plan.snapshot_id, planned.files);
                 let split = UnionSplit { bucket, plan, lake };
                 Ok(match self.kind {
-                    ReadKind::Lake => split.without_tail(),
+                    ReadKind::Lake => split.without_log_range(),
                     _ => split,
                 })
             })

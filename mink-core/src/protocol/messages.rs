@@ -61,7 +61,7 @@ pub mod read_ticket {
         /// The first rows of a KV store, or the last rows of a log table.
         #[prost(message, tag = "3")]
         LimitScan(super::LimitScanRequest),
-        /// Lake snapshot plus log tail of one bucket, merged.
+        /// Lake snapshot plus log range of one bucket, merged.
         #[prost(message, tag = "4")]
         Union(super::UnionRequest),
         /// One lake snapshot of a table or partition.
@@ -69,7 +69,7 @@ pub mod read_ticket {
         Lake(super::LakeRequest),
         /// The live rows of a primary-key table's changelog range.
         #[prost(message, tag = "6")]
-        LiveTail(super::LiveTailRequest),
+        LiveRange(super::LiveRangeRequest),
     }
 }
 
@@ -366,12 +366,12 @@ pub struct LakeRequest {
     pub filters: Vec<ColumnFilter>,
 }
 
-/// LiveTail { bucket, from, to, columns }: the live rows of a primary-key table's changelog
+/// LiveRange { bucket, from, to, columns }: the live rows of a primary-key table's changelog
 /// range `[from, to)`, a union read's tail folded by the bucket's leader: for each key the
 /// range changes, its last change when that is `+I` or `+U`, in log order, as plain rows.
-/// The range lies inside the bucket's log and spans at most [`MAX_LIVE_TAIL_ROWS`] offsets.
+/// The range lies inside the bucket's log and spans at most [`MAX_LIVE_RANGE_ROWS`] offsets.
 #[derive(Clone, PartialEq, Message)]
-pub struct LiveTailRequest {
+pub struct LiveRangeRequest {
     /// The bucket to read.
     #[prost(message, optional, tag = "1")]
     pub bucket: Option<BucketId>,
@@ -386,8 +386,8 @@ pub struct LiveTailRequest {
     pub columns: Vec<u32>,
 }
 
-/// The longest range a LiveTail folds: the leader holds a range's changes in memory.
-pub const MAX_LIVE_TAIL_ROWS: i64 = 1 << 20;
+/// The longest range a LiveRange folds: the leader holds a range's changes in memory.
+pub const MAX_LIVE_RANGE_ROWS: i64 = 1 << 20;
 
 /// The answer of `tier_table`.
 #[derive(Clone, PartialEq, Message)]

@@ -19,7 +19,7 @@
 //! group of two or more whatever the count. The manifests a commit writes itself (for its
 //! new files, and those rewritten to record its removals) are never merged in that
 //! commit: each snapshot's additions and removals stay in manifests of its own, as the
-//! incremental read ([`crate::delta`]) expects, and no file the commit wrote is left
+//! incremental read ([`crate::changes`]) expects, and no file the commit wrote is left
 //! unreferenced.
 
 use std::collections::BTreeMap;

@@ -91,7 +91,7 @@ pub struct LakeFile {
     pub partition: Option<Struct>,
     /// The delete files that apply to it.
     pub deletes: Vec<LakeDeleteFile>,
-    /// Positions of rows a union read's log tail replaces (ascending): the union read's
+    /// Positions of rows a union read's log range replaces (ascending): the union read's
     /// scan leaves them out with the positions of its delete files
     /// ([`split_position_deletes`]). Only a union read's split has any
     /// (`UnionPlan::replaced_rows_located`).

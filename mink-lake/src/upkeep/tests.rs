@@ -10,10 +10,10 @@ use iceberg::table::Table;
 use super::*;
 use crate::catalog::Lake;
 use crate::catalog::fixture::{lake_table_with, one_row_file};
+use crate::changes::plan_changes;
 use crate::commit::{
     DEFAULT_MIN_COUNT_TO_MERGE, SnapshotChanges, commit_snapshot, rewrite_would_merge,
 };
-use crate::delta::plan_delta;
 
 /// A lake table and the snapshots committed to it.
 struct Fixture {
@@ -134,7 +134,7 @@ async fn commits_merge_manifests_and_each_snapshot_keeps_its_own_additions() {
     assert_eq!(f.live().await, added.iter().cloned().collect());
     // Every snapshot's incremental read still finds exactly the file it added.
     for (i, pair) in f.snapshots.windows(2).enumerate() {
-        let delta = plan_delta(&f.table, pair[0], pair[1]).await.unwrap();
+        let delta = plan_changes(&f.table, pair[0], pair[1]).await.unwrap();
         let paths: Vec<&str> = delta.snapshots[0]
             .added_files
             .iter()
@@ -248,7 +248,7 @@ async fn expiring_deletes_the_files_only_the_expired_snapshots_read() {
         .collect();
     assert_eq!(ids, [s3]);
     assert_eq!(f.live().await, names(&["b", "c"]));
-    let err = plan_delta(&f.table, s1, s3).await.unwrap_err();
+    let err = plan_changes(&f.table, s1, s3).await.unwrap_err();
     assert!(
         matches!(err, crate::LakeError::SnapshotNotFound { .. }),
         "{err}"

@@ -190,7 +190,7 @@ impl FlightService for MinkFlightService {
             Some(read_ticket::Read::LimitScan(limit)) => self.limit_scan(limit).await?,
             Some(read_ticket::Read::Union(union)) => self.union(union).await?,
             Some(read_ticket::Read::Lake(lake)) => self.lake(lake).await?,
-            Some(read_ticket::Read::LiveTail(live)) => self.live_tail(live).await?,
+            Some(read_ticket::Read::LiveRange(live)) => self.live_range(live).await?,
             None => return Err(Status::invalid_argument("the ticket names no read")),
         };
         Ok(Response::new(counted(kind, answer)))
@@ -297,7 +297,7 @@ fn read_kind(read: &Option<read_ticket::Read>) -> &'static str {
         Some(read_ticket::Read::LimitScan(_)) => "limit_scan",
         Some(read_ticket::Read::Union(_)) => "union",
         Some(read_ticket::Read::Lake(_)) => "lake",
-        Some(read_ticket::Read::LiveTail(_)) => "live_tail",
+        Some(read_ticket::Read::LiveRange(_)) => "live_range",
         None => "none",
     }
 }

@@ -1,4 +1,4 @@
-//! The read tickets: Scan, Snapshot, LimitScan, Union, Lake and LiveTail (DoGet) and Tail
+//! The read tickets: Scan, Snapshot, LimitScan, Union, Lake and LiveRange (DoGet) and Tail
 //! (DoExchange).
 
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_core::filter::{ColumnFilter, filter_batch};
 use mink_core::key::RowCodec;
 use mink_core::protocol::{
-    LakeRequest, LimitScanRequest, LiveTailRequest, ScanRequest, SnapshotBatch, SnapshotRequest,
+    LakeRequest, LimitScanRequest, LiveRangeRequest, ScanRequest, SnapshotBatch, SnapshotRequest,
     TailEnd, TailRequest, UnionPlan, UnionRequest, decode,
 };
 use mink_core::table::{TableDescriptor, TablePath};
@@ -196,18 +196,18 @@ impl MinkFlightService {
         Ok(answer(schema, rows, Some(end)))
     }
 
-    /// LiveTail: the live rows of a primary-key table's log range, folded here
-    /// ([`Node::live_tail`]): the schema, then the rows, with no metadata.
-    pub(super) async fn live_tail(
+    /// LiveRange: the live rows of a primary-key table's log range, folded here
+    /// ([`Node::live_range`]): the schema, then the rows, with no metadata.
+    pub(super) async fn live_range(
         &self,
-        request: LiveTailRequest,
+        request: LiveRangeRequest,
     ) -> Result<FlightStream<FlightData>, NodeError> {
-        let bucket = required_bucket(request.bucket, "LiveTail")?;
+        let bucket = required_bucket(request.bucket, "LiveRange")?;
         let (table, _) = self.node.bucket(&bucket)?;
         let projection = projection(&table, &request.columns)?;
         let batches = self
             .node
-            .live_tail(&bucket, request.from, request.to, &projection)
+            .live_range(&bucket, request.from, request.to, &projection)
             .await?;
         // The rows come projected: the encoder keeps their columns.
         let mut encoder = BatchEncoder::new((0..projection.len()).collect());

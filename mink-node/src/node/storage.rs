@@ -14,7 +14,7 @@ use mink_log::{Changelog, LogStore, LogTablet};
 use tracing::info;
 
 use super::{Bucket, Failpoint, NodeConfig};
-use crate::union::{FoldedTail, LocatedTail};
+use crate::union::{FoldedRange, LocatedRange};
 
 /// Whether a bucket being opened is new (nothing of it is anywhere yet) or was opened
 /// before (its log, or its KV checkpoint, may be in the store).
@@ -160,8 +160,8 @@ impl Storage {
         Ok(Arc::new(Bucket {
             log,
             kv,
-            located: LocatedTail::default(),
-            folded: FoldedTail::default(),
+            located: LocatedRange::default(),
+            folded: FoldedRange::default(),
             restored,
             log_opened_in,
             epoch,

@@ -147,8 +147,8 @@ async fn run_round(node: &Node, path: &TablePath) -> Result<TierReport> {
             let part = match index.as_mut() {
                 Some(index) => {
                     let bucket_index = index.bucket_mut(&bucket_id);
-                    let tail = log.try_collect().await?;
-                    upsert::tier_tail(&target, &bucket_id, tail, bucket_index).await?
+                    let range = log.try_collect().await?;
+                    upsert::tier_range(&target, &bucket_id, range, bucket_index).await?
                 }
                 None => append::tier_log(&target, &bucket_id, log).await?,
             };

@@ -21,7 +21,7 @@ use mink_lake::reader::{SplitScope, plan_split, read_split};
 use mink_lake::{Lake, LakeConfig, LakeTable, Operation, Struct};
 
 use super::RoundTarget;
-use super::upsert::tier_tail;
+use super::upsert::tier_range;
 use crate::lake_index::{BucketIndex, IndexedFile, LakeIndex, split_by_bucket_dir};
 use mink_log::LogBatch;
 
@@ -209,7 +209,7 @@ impl TestLake {
         tail: Vec<LogBatch>,
     ) -> (u64, Vec<String>) {
         let bucket = bucket(&self.table, 0);
-        let round = tier_tail(&self.target(), &bucket, tail, index)
+        let round = tier_range(&self.target(), &bucket, tail, index)
             .await
             .unwrap();
         let written: Vec<String> = round

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!   log [from, to)  +I k1 | -U k2 +U k2' | -D k3          lake index: k2 -> (f0, 7)
-//!        │ fold by key (TailIndex)                                    k3 -> (f1, 0)
+//!        │ fold by key (LogRangeIndex)                                    k3 -> (f1, 0)
 //!        ▼
 //!   data file   k1, k2'            (live last changes, in log order)
 //!   deletes     (f0, 7), (f1, 0)   (the lake rows of every changed key)
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use mink_core::key::KeyCodec;
-use mink_core::merge::TailIndex;
+use mink_core::merge::LogRangeIndex;
 use mink_core::protocol::BucketId;
 use mink_core::table::TableDescriptor;
 use mink_lake::DataFile;
@@ -40,12 +40,12 @@ pub(super) struct BucketRound {
     pub(super) deleted_rows: u64,
 }
 
-/// Tiers a bucket's log tail (its batches in log order): writes the fold's rows and
+/// Tiers a bucket's log range (its batches in log order): writes the fold's rows and
 /// deletes, and moves `index` forward to the lake as it will be once the round commits.
-pub(super) async fn tier_tail(
+pub(super) async fn tier_range(
     target: &RoundTarget<'_>,
     bucket_id: &BucketId,
-    tail: Vec<LogBatch>,
+    range: Vec<LogBatch>,
     index: &mut BucketIndex,
 ) -> Result<BucketRound> {
     let lake_table = target.lake_table;
@@ -57,7 +57,7 @@ pub(super) async fn tier_tail(
         target.table,
         &target.lake_schema,
         bucket_id.bucket,
-        tail,
+        range,
         index,
     )?;
 
@@ -84,7 +84,7 @@ pub(super) async fn tier_tail(
     Ok(round)
 }
 
-/// What a bucket's log tail folds to, before any lake I/O.
+/// What a bucket's log range folds to, before any lake I/O.
 #[derive(Debug)]
 struct Fold {
     /// The newest version of each changed key that is live, as lake rows of the bucket,
@@ -96,24 +96,24 @@ struct Fold {
     deletes: Vec<(String, i64)>,
 }
 
-/// Folds a tail by key: the last change of each key, when it is live, as lake rows
+/// Folds a log range by key: the last change of each key, when it is live, as lake rows
 /// (`lake_schema`, with each row's log offset and commit time), and the lake rows of every
 /// changed key, which are taken out of `index`.
 fn fold(
     table: &TableDescriptor,
     lake_schema: &SchemaRef,
     bucket: u32,
-    tail: Vec<LogBatch>,
+    range: Vec<LogBatch>,
     index: &mut BucketIndex,
 ) -> Result<Fold> {
     let codec = KeyCodec::new(table)?;
-    let tail = tail
+    let range = range
         .into_iter()
         .map(|batch| with_origins(table, batch))
         .collect::<Result<Vec<_>>>()?;
-    let tail = TailIndex::new(&codec, tail)?;
+    let range = LogRangeIndex::new(&codec, range)?;
 
-    let deletes: Vec<(String, i64)> = tail
+    let deletes: Vec<(String, i64)> = range
         .changed_keys(&codec)?
         .iter()
         .filter_map(|key| index.remove(key))
@@ -126,7 +126,7 @@ fn fold(
         keys: Vec::new(),
         deletes,
     };
-    for live in tail.live_rows()? {
+    for live in range.live_rows()? {
         let rows = live.project(&(0..columns).collect::<Vec<_>>())?;
         let offsets = live.column(columns).as_primitive::<Int64Type>();
         let commit_ms = live.column(columns + 1).as_primitive::<Int64Type>();
@@ -171,12 +171,12 @@ mod tests {
     /// A fold's lake rows, the keys of those rows and its deletes.
     type Folded = (Vec<LakeRow>, Vec<Box<[u8]>>, Vec<(String, i64)>);
 
-    /// Folds `tail` into bucket 3 against `index`; returns the lake rows, their keys (in
+    /// Folds `range` into bucket 3 against `index`; returns the lake rows, their keys (in
     /// order) and the deletes (sorted).
-    fn fold_tail(index: &mut BucketIndex, tail: Vec<LogBatch>) -> Folded {
+    fn fold_range(index: &mut BucketIndex, range: Vec<LogBatch>) -> Folded {
         let t = table();
         let lake_schema = lake_arrow_schema(&lake_schema(&t).unwrap()).unwrap();
-        let mut fold = fold(&t, &lake_schema, 3, tail, index).unwrap();
+        let mut fold = fold(&t, &lake_schema, 3, range, index).unwrap();
         fold.deletes.sort_unstable();
         (lake_values(&fold.rows), fold.keys, fold.deletes)
     }
@@ -203,11 +203,11 @@ mod tests {
     fn an_insert_then_an_update_of_a_new_key_tiers_only_the_newest_version() {
         let t = table();
         let mut index = BucketIndex::default();
-        let tail = vec![
+        let range = vec![
             log_batch(&t, 10, 1_000, &[(I, 1, "a")]),
             log_batch(&t, 11, 2_000, &[(UB, 1, "a"), (UA, 1, "b")]),
         ];
-        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        let (rows, written, deletes) = fold_range(&mut index, range);
         assert_eq!(rows, [row(1, "b", 12, 2_000)]);
         assert_eq!(written, keys(&t, &[1]));
         assert!(deletes.is_empty());
@@ -217,8 +217,8 @@ mod tests {
     fn an_update_of_a_lake_key_writes_it_and_deletes_its_lake_row() {
         let t = table();
         let mut index = lake_of(&[1, 2]);
-        let tail = vec![log_batch(&t, 0, 5, &[(UB, 2, "b"), (UA, 2, "b2")])];
-        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        let range = vec![log_batch(&t, 0, 5, &[(UB, 2, "b"), (UA, 2, "b2")])];
+        let (rows, written, deletes) = fold_range(&mut index, range);
         assert_eq!(rows, [row(2, "b2", 1, 5)]);
         assert_eq!(written, keys(&t, &[2]));
         assert_eq!(deletes, [at("f0", 1)]);
@@ -234,8 +234,8 @@ mod tests {
     fn a_deleted_lake_key_deletes_its_lake_row_and_writes_nothing() {
         let t = table();
         let mut index = lake_of(&[1, 2]);
-        let tail = vec![log_batch(&t, 0, 5, &[(D, 1, "a")])];
-        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        let range = vec![log_batch(&t, 0, 5, &[(D, 1, "a")])];
+        let (rows, written, deletes) = fold_range(&mut index, range);
         assert_eq!((rows, written), (vec![], vec![]));
         assert_eq!(deletes, [at("f0", 0)]);
         assert_eq!(index.locations().len(), 1);
@@ -245,11 +245,11 @@ mod tests {
     fn a_lake_key_inserted_again_and_deleted_deletes_its_lake_row_once() {
         let t = table();
         let mut index = lake_of(&[1]);
-        let tail = vec![
+        let range = vec![
             log_batch(&t, 0, 5, &[(D, 1, "a"), (I, 1, "a2")]),
             log_batch(&t, 2, 6, &[(D, 1, "a2")]),
         ];
-        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        let (rows, written, deletes) = fold_range(&mut index, range);
         assert_eq!((rows, written), (vec![], vec![]));
         assert_eq!(deletes, [at("f0", 0)]);
     }
@@ -258,11 +258,11 @@ mod tests {
     fn a_new_key_inserted_then_deleted_gives_nothing() {
         let t = table();
         let mut index = lake_of(&[1]);
-        let tail = vec![
+        let range = vec![
             log_batch(&t, 0, 5, &[(I, 9, "x")]),
             log_batch(&t, 1, 6, &[(D, 9, "x")]),
         ];
-        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        let (rows, written, deletes) = fold_range(&mut index, range);
         assert_eq!((rows, written, deletes), (vec![], vec![], vec![]));
         assert_eq!(index.locations().len(), 1, "the lake key is left alone");
     }
@@ -271,8 +271,8 @@ mod tests {
     fn a_delete_of_a_key_never_in_the_lake_gives_nothing() {
         let t = table();
         let mut index = BucketIndex::default();
-        let tail = vec![log_batch(&t, 0, 5, &[(D, 9, "x")])];
-        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        let range = vec![log_batch(&t, 0, 5, &[(D, 9, "x")])];
+        let (rows, written, deletes) = fold_range(&mut index, range);
         assert_eq!((rows, written, deletes), (vec![], vec![], vec![]));
     }
 
@@ -280,13 +280,13 @@ mod tests {
     fn a_key_changed_many_times_is_one_row_of_its_last_change() {
         let t = table();
         let mut index = lake_of(&[1]);
-        let tail = vec![log_batch(
+        let range = vec![log_batch(
             &t,
             20,
             5,
             &[(UB, 1, "a"), (UA, 1, "b"), (UB, 1, "b"), (UA, 1, "c")],
         )];
-        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        let (rows, written, deletes) = fold_range(&mut index, range);
         assert_eq!(rows, [row(1, "c", 23, 5)]);
         assert_eq!(written, keys(&t, &[1]));
         assert_eq!(deletes, [at("f0", 0)]);
@@ -297,13 +297,13 @@ mod tests {
         // -U rows carry the old values: the +U after them is what is tiered.
         let t = table();
         let mut index = lake_of(&[1, 2]);
-        let tail = vec![log_batch(
+        let range = vec![log_batch(
             &t,
             0,
             5,
             &[(UB, 1, "a"), (UB, 2, "b"), (UA, 1, "a2"), (UA, 2, "b2")],
         )];
-        let (rows, _, deletes) = fold_tail(&mut index, tail);
+        let (rows, _, deletes) = fold_range(&mut index, range);
         assert_eq!(rows, [row(1, "a2", 2, 5), row(2, "b2", 3, 5)]);
         assert_eq!(deletes, [at("f0", 0), at("f0", 1)]);
     }
@@ -314,8 +314,8 @@ mod tests {
         // the leader never writes), the key's lake row goes and nothing replaces it.
         let t = table();
         let mut index = lake_of(&[1]);
-        let tail = vec![log_batch(&t, 0, 5, &[(UB, 1, "a")])];
-        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        let range = vec![log_batch(&t, 0, 5, &[(UB, 1, "a")])];
+        let (rows, written, deletes) = fold_range(&mut index, range);
         assert_eq!((rows, written), (vec![], vec![]));
         assert_eq!(deletes, [at("f0", 0)]);
     }
@@ -324,7 +324,7 @@ mod tests {
     fn interleaved_keys_are_tiered_in_the_log_order_of_their_last_change() {
         let t = table();
         let mut index = BucketIndex::default();
-        let tail = vec![
+        let range = vec![
             log_batch(&t, 0, 1_000, &[(I, 1, "a"), (I, 2, "b"), (I, 3, "c")]),
             log_batch(
                 &t,
@@ -334,7 +334,7 @@ mod tests {
             ),
             log_batch(&t, 7, 3_000, &[(UB, 3, "c"), (UA, 3, "c2")]),
         ];
-        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        let (rows, written, deletes) = fold_range(&mut index, range);
         assert_eq!(
             rows,
             [
@@ -351,11 +351,11 @@ mod tests {
     fn untouched_keys_of_a_batch_keep_their_own_offsets() {
         let t = table();
         let mut index = BucketIndex::default();
-        let tail = vec![
+        let range = vec![
             log_batch(&t, 100, 1_000, &[(I, 1, "a"), (I, 2, "b"), (I, 3, "c")]),
             log_batch(&t, 103, 2_000, &[(UB, 2, "b"), (UA, 2, "b2")]),
         ];
-        let (rows, written, _) = fold_tail(&mut index, tail);
+        let (rows, written, _) = fold_range(&mut index, range);
         assert_eq!(
             rows,
             [
@@ -377,7 +377,7 @@ mod tests {
         index
             .add(vec![indexed("f1", 2)], keys(&t, &[4, 5]))
             .unwrap();
-        let tail = vec![log_batch(
+        let range = vec![log_batch(
             &t,
             50,
             9,
@@ -389,7 +389,7 @@ mod tests {
                 (D, 3, "c"),
             ],
         )];
-        let (rows, written, deletes) = fold_tail(&mut index, tail);
+        let (rows, written, deletes) = fold_range(&mut index, range);
         assert_eq!(rows, [row(1, "a2", 52, 9), row(6, "f", 53, 9)]);
         assert_eq!(written, keys(&t, &[1, 6]));
         assert_eq!(deletes, [at("f0", 0), at("f0", 2), at("f1", 1)]);
@@ -409,7 +409,7 @@ mod tests {
         let ids: ArrayRef = Arc::new(Int64Array::from(vec![7]));
         let mut batch = log_batch(&t, 4, 5, &[(I, 7, "")]);
         batch.batch = RecordBatch::try_new(old, vec![ids]).unwrap();
-        let (rows, written, _) = fold_tail(&mut BucketIndex::default(), vec![batch]);
+        let (rows, written, _) = fold_range(&mut BucketIndex::default(), vec![batch]);
         assert_eq!(rows, [(7, None, 3, 4, 5_000)]);
         assert_eq!(written, keys(&t, &[7]));
     }
@@ -429,7 +429,7 @@ mod tests {
     #[test]
     fn an_empty_tail_folds_to_nothing() {
         let mut index = lake_of(&[1]);
-        let (rows, written, deletes) = fold_tail(&mut index, Vec::new());
+        let (rows, written, deletes) = fold_range(&mut index, Vec::new());
         assert_eq!((rows, written, deletes), (vec![], vec![], vec![]));
     }
 }

@@ -1,23 +1,23 @@
-//! The live rows of a bucket's log range, folded where the log lives (the LiveTail read).
+//! The live rows of a bucket's log range, folded where the log lives (the LiveRange read).
 //!
-//! A union read of a primary-key table whose plan located the lake rows its tails replace
+//! A union read of a primary-key table whose plan located the lake rows its ranges replace
 //! (`Node::locate_replaced_rows`) leaves those rows out of the lake scan by position, so
-//! from each bucket's tail it needs only the live rows: for each key the range changes,
+//! from each bucket's range it needs only the live rows: for each key the range changes,
 //! its last change when that is `+I` or `+U` (`spec/union-read.md`, steps 1 and 3). The
-//! leader answers them ([`Node::live_tail`]) instead of the whole changelog, so the reader
+//! leader answers them ([`Node::live_range`]) instead of the whole changelog, so the reader
 //! neither receives a key's older changes nor folds them.
 //!
-//! The fold is mink-core's [`TailIndex`] over the range's key columns and offsets
+//! The fold is mink-core's [`LogRangeIndex`] over the range's key columns and offsets
 //! (no other column is held): the index's live rows are the live offsets, in log order,
 //! and the answer is the log read again with only those rows taken. Between two tiering
-//! rounds a bucket's tail only grows at its end and a log range never changes once
-//! written, so each bucket keeps its last fold ([`FoldedTail`]) and the next read of the
+//! rounds a bucket's range only grows at its end and a log range never changes once
+//! written, so each bucket keeps its last fold ([`FoldedRange`]) and the next read of the
 //! same seam folds only the rows written since. A read of another seam (after a round)
 //! folds its range afresh and replaces what was kept; a read of a shorter range than the
 //! one kept (planned before it) folds apart and keeps nothing.
 //!
-//! What a bucket keeps is bounded by the longest range a LiveTail folds
-//! ([`MAX_LIVE_TAIL_ROWS`]): its key columns and an offset per row, and a map entry per
+//! What a bucket keeps is bounded by the longest range a LiveRange folds
+//! ([`MAX_LIVE_RANGE_ROWS`]): its key columns and an offset per row, and a map entry per
 //! key; it is freed with the bucket.
 
 use std::sync::Arc;
@@ -27,8 +27,8 @@ use arrow::compute::take_record_batch;
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use futures::TryStreamExt;
 use mink_core::key::KeyCodec;
-use mink_core::merge::TailIndex;
-use mink_core::protocol::{BucketId, MAX_LIVE_TAIL_ROWS};
+use mink_core::merge::LogRangeIndex;
+use mink_core::protocol::{BucketId, MAX_LIVE_RANGE_ROWS};
 use mink_core::schema::columns_within;
 use mink_core::table::TableDescriptor;
 use tokio::sync::Mutex;
@@ -41,9 +41,9 @@ use mink_log::LogBatch;
 /// The column of a fold's batches holding each row's log offset.
 const OFFSET_COLUMN: &str = "__mink_offset";
 
-/// A bucket's last fold of its tail (see the module docs).
+/// A bucket's last fold of its range (see the module docs).
 #[derive(Debug, Default)]
-pub struct FoldedTail {
+pub struct FoldedRange {
     kept: Mutex<Option<Folded>>,
 }
 
@@ -53,7 +53,7 @@ struct Folded {
     from: i64,
     to: i64,
     /// Over batches of the key columns and [`OFFSET_COLUMN`].
-    index: TailIndex,
+    index: LogRangeIndex,
     /// The live rows' offsets, ascending, once asked for.
     live: Option<Arc<Vec<i64>>>,
 }
@@ -65,9 +65,9 @@ impl Node {
     ///
     /// # Errors
     /// [`NodeError::InvalidArgument`] for a log table or a range longer than
-    /// [`MAX_LIVE_TAIL_ROWS`]; [`mink_log::LogError::OffsetOutOfRange`] for a range outside the
+    /// [`MAX_LIVE_RANGE_ROWS`]; [`mink_log::LogError::OffsetOutOfRange`] for a range outside the
     /// log.
-    pub async fn live_tail(
+    pub async fn live_range(
         &self,
         bucket_id: &BucketId,
         from: i64,
@@ -77,13 +77,13 @@ impl Node {
         let (table, bucket) = self.bucket(bucket_id)?;
         if !table.has_primary_key() {
             return Err(NodeError::InvalidArgument(format!(
-                "LiveTail folds a primary-key table's changelog; {} is a log table",
+                "LiveRange folds a primary-key table's changelog; {} is a log table",
                 table.path
             )));
         }
-        if to < from || to.saturating_sub(from) > MAX_LIVE_TAIL_ROWS {
+        if to < from || to.saturating_sub(from) > MAX_LIVE_RANGE_ROWS {
             return Err(NodeError::InvalidArgument(format!(
-                "LiveTail of [{from}, {to}): a range of at most {MAX_LIVE_TAIL_ROWS} offsets"
+                "LiveRange of [{from}, {to}): a range of at most {MAX_LIVE_RANGE_ROWS} offsets"
             )));
         }
         bucket.log.check_offset(from)?;
@@ -119,7 +119,7 @@ fn taken(mut batch: LogBatch, projection: &[usize], offsets: &[i64]) -> Result<L
     Ok(batch)
 }
 
-impl FoldedTail {
+impl FoldedRange {
     /// The offsets of the live rows of `[from, to)` of `bucket`'s log, ascending.
     async fn live_offsets(
         &self,
@@ -156,7 +156,7 @@ impl Folded {
         Self {
             from,
             to: from,
-            index: TailIndex::empty(codec),
+            index: LogRangeIndex::empty(codec),
             live: None,
         }
     }

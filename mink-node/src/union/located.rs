@@ -1,16 +1,16 @@
-//! The lake rows a bucket's tail replaces, kept from one plan to the next.
+//! The lake rows a bucket's range replaces, kept from one plan to the next.
 //!
-//! A plan of a primary-key table's union read marks the lake rows its tails replace
+//! A plan of a primary-key table's union read marks the lake rows its ranges replace
 //! (`Node::locate_replaced_rows`): it reads the keys of each bucket's log range
 //! `[log_from, log_to)` and looks each one up in the lake index, about 0.1 s per million
-//! tail rows. Between two tiering rounds the range only grows at its end, and a log
+//! range rows. Between two tiering rounds the range only grows at its end, and a log
 //! range never changes once written, so each bucket keeps what its last plan located
-//! ([`LocatedTail`]): the next plan of the same lake snapshot and seam locates only the
+//! ([`LocatedRange`]): the next plan of the same lake snapshot and seam locates only the
 //! rows written since. A plan of another snapshot or seam (a round, a retention that
-//! moved the log start) locates its whole tail again and replaces what was kept.
+//! moved the log start) locates its whole range again and replaces what was kept.
 //!
-//! What a bucket keeps is bounded by the tails a plan locates at all (the positions of at
-//! most `MAX_LOCATED_TAIL_ROWS` rows per table, 8 bytes each), and is freed with the bucket.
+//! What a bucket keeps is bounded by the log ranges a plan locates at all (the positions of at
+//! most `MAX_LOCATED_RANGE_ROWS` rows per table, 8 bytes each), and is freed with the bucket.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -18,7 +18,7 @@ use crate::lake_index::LocatedRows;
 
 /// What a bucket's last plan located (see the module docs).
 #[derive(Debug, Default)]
-pub struct LocatedTail {
+pub struct LocatedRange {
     kept: Mutex<Option<Located>>,
 }
 
@@ -32,7 +32,7 @@ pub(crate) struct Located {
     pub(crate) rows: Arc<LocatedRows>,
 }
 
-impl LocatedTail {
+impl LocatedRange {
     /// What was located of the range `[from, to)` over `snapshot_id`: a prefix
     /// `[from, kept.to)` of it, if one was kept.
     pub(crate) fn prefix(&self, snapshot_id: i64, from: i64, to: i64) -> Option<Located> {
@@ -101,28 +101,28 @@ mod tests {
 
     #[test]
     fn a_kept_range_is_a_prefix_of_the_same_snapshot_and_seam_only() {
-        let tail = LocatedTail::default();
-        assert!(tail.prefix(1, 10, 20).is_none());
-        tail.keep(located(1, 10, 15, &[("a", &[3])]));
-        assert_eq!(tail.prefix(1, 10, 20).map(|l| l.to), Some(15));
-        assert_eq!(tail.prefix(1, 10, 15).map(|l| l.to), Some(15));
+        let range = LocatedRange::default();
+        assert!(range.prefix(1, 10, 20).is_none());
+        range.keep(located(1, 10, 15, &[("a", &[3])]));
+        assert_eq!(range.prefix(1, 10, 20).map(|l| l.to), Some(15));
+        assert_eq!(range.prefix(1, 10, 15).map(|l| l.to), Some(15));
         // A shorter range, another seam or another snapshot does not take it.
-        assert!(tail.prefix(1, 10, 14).is_none());
-        assert!(tail.prefix(1, 11, 20).is_none());
-        assert!(tail.prefix(2, 10, 20).is_none());
+        assert!(range.prefix(1, 10, 14).is_none());
+        assert!(range.prefix(1, 11, 20).is_none());
+        assert!(range.prefix(2, 10, 20).is_none());
     }
 
     #[test]
     fn a_longer_range_replaces_a_shorter_one_and_another_snapshot_replaces_any() {
-        let tail = LocatedTail::default();
-        tail.keep(located(1, 10, 15, &[]));
-        tail.keep(located(1, 10, 12, &[]));
-        assert_eq!(tail.prefix(1, 10, 20).map(|l| l.to), Some(15));
-        tail.keep(located(1, 10, 18, &[]));
-        assert_eq!(tail.prefix(1, 10, 20).map(|l| l.to), Some(18));
-        tail.keep(located(2, 30, 31, &[]));
-        assert!(tail.prefix(1, 10, 20).is_none());
-        assert_eq!(tail.prefix(2, 30, 40).map(|l| l.to), Some(31));
+        let range = LocatedRange::default();
+        range.keep(located(1, 10, 15, &[]));
+        range.keep(located(1, 10, 12, &[]));
+        assert_eq!(range.prefix(1, 10, 20).map(|l| l.to), Some(15));
+        range.keep(located(1, 10, 18, &[]));
+        assert_eq!(range.prefix(1, 10, 20).map(|l| l.to), Some(18));
+        range.keep(located(2, 30, 31, &[]));
+        assert!(range.prefix(1, 10, 20).is_none());
+        assert_eq!(range.prefix(2, 30, 40).map(|l| l.to), Some(31));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Planning Union reads (`spec/union-read.md`), and reading the log part of one: a
 //! bucket's log from an offset to another ([`log_range`]), a primary-key range's live
-//! rows folded here for a LiveTail read (`live`), the node's own logs as the tail source
+//! rows folded here for a LiveRange read (`live`), the node's own logs as the log range source
 //! of a union read's plan ([`LocalLog`]), and a primary-key table's changelog rows
 //! ([`changelog_rows`]), which tiering reads the same way.
 //!
@@ -32,7 +32,7 @@ use mink_lake::offsets::BucketOffsets;
 use mink_lake::predicate::to_predicate;
 use mink_lake::reader::{LakeSplit, plan_bucket_splits};
 use mink_scan::external;
-use mink_scan::tail::{LogSource, TailBatch, TailRange};
+use mink_scan::log_range::{LogRange, LogRangeBatch, LogSource};
 
 use crate::error::{NodeError, Result};
 use crate::lake_index::{self, LocatedRows};
@@ -41,9 +41,9 @@ use crate::node::{Bucket, BucketTablets, Node};
 mod live;
 mod located;
 
-pub use live::FoldedTail;
+pub use live::FoldedRange;
 use located::Located;
-pub use located::LocatedTail;
+pub use located::LocatedRange;
 
 /// A bucket's Union plan and the split of lake files it reads.
 #[derive(Debug)]
@@ -158,12 +158,12 @@ impl Node {
         Ok(planned)
     }
 
-    /// Marks in each planned split the lake rows its tail replaces, so the read leaves
+    /// Marks in each planned split the lake rows its range replaces, so the read leaves
     /// them out by position instead of probing every lake row's key (`mink_scan::merge`):
-    /// the tails' keys are read here, from the local log, and located with the table's
+    /// the log ranges' keys are read here, from the local log, and located with the table's
     /// lake index; what a bucket's last plan located of the same range is reused, so
     /// only the rows written since are read ([`located`]). Nothing is marked when the
-    /// tails are longer than [`MAX_LOCATED_TAIL_ROWS`], or when rows are left to locate
+    /// ranges are longer than [`MAX_LOCATED_RANGE_ROWS`], or when rows are left to locate
     /// and the lake index is not at hand for the planned snapshot
     /// ([`lake_index::locate_lake_rows`]); the read then probes.
     async fn locate_replaced_rows(
@@ -172,12 +172,12 @@ impl Node {
         snapshot_id: i64,
         planned: &mut [PlannedUnion],
     ) -> Result<()> {
-        let tail_rows: i64 = planned
+        let log_rows: i64 = planned
             .iter()
             .filter(|p| p.merges())
             .map(|p| p.plan.log_to - p.plan.log_from)
             .sum();
-        if tail_rows > MAX_LOCATED_TAIL_ROWS {
+        if log_rows > MAX_LOCATED_RANGE_ROWS {
             return Ok(());
         }
         let mut merging: Vec<&mut PlannedUnion> =
@@ -219,7 +219,7 @@ impl Node {
         Ok(())
     }
 
-    /// The lake rows replaced by the part of each merging bucket's tail that `kept` does
+    /// The lake rows replaced by the part of each merging bucket's range that `kept` does
     /// not cover, by bucket (buckets with nothing left out); `None` when rows are left
     /// to locate and the lake index is not at hand.
     async fn locate_unlocated(
@@ -243,18 +243,18 @@ impl Node {
         if !lake_index::has_lake_index(self, table.table_id, snapshot_id) {
             return Ok(None);
         }
-        // Each bucket's tail read and encoded on a task of its own (on all cores).
+        // Each bucket's range read and encoded on a task of its own (on all cores).
         let reads = unlocated.iter().map(|(p, from)| {
             let (bucket, table) = (Arc::clone(&p.bucket), Arc::clone(&p.table));
             let (from, to) = (*from, p.plan.log_to);
             async move {
                 tokio::spawn(async move {
                     let codec = KeyCodec::new(&table)?;
-                    tail_keys(bucket, from, to, &codec).await
+                    changed_keys(bucket, from, to, &codec).await
                 })
                 .await
                 .map_err(|e| {
-                    NodeError::Read(format!("the task reading a tail's keys failed: {e}"))
+                    NodeError::Read(format!("the task reading a log range's keys failed: {e}"))
                 })?
             }
         });
@@ -273,7 +273,7 @@ impl Node {
 }
 
 impl PlannedUnion {
-    /// Whether the read merges a tail into lake rows.
+    /// Whether the read merges a log range into lake rows.
     fn merges(&self) -> bool {
         self.plan.log_to > self.plan.log_from && !self.split.files.is_empty()
     }
@@ -283,7 +283,12 @@ impl PlannedUnion {
 /// of keys per log batch. A `-U` row is left out: the `+U` of the same key follows it in
 /// its batch (the KV writer logs them in pairs), and each key looked up costs a probe of
 /// the lake index.
-async fn tail_keys(bucket: Arc<Bucket>, from: i64, to: i64, codec: &KeyCodec) -> Result<Vec<Rows>> {
+async fn changed_keys(
+    bucket: Arc<Bucket>,
+    from: i64,
+    to: i64,
+    codec: &KeyCodec,
+) -> Result<Vec<Rows>> {
     let mut batches = log_range(bucket, from, to);
     let mut keys = Vec::new();
     while let Some(batch) = batches.try_next().await? {
@@ -309,25 +314,25 @@ fn key_columns(batch: &RecordBatch, codec: &KeyCodec) -> Result<RecordBatch> {
     Ok(batch.project(&columns)?)
 }
 
-/// The most tail rows a plan locates the replaced lake rows of
+/// The most range rows a plan locates the replaced lake rows of
 /// (`Node::locate_replaced_rows`): their keys are looked up on the planning task (about
 /// 0.1 s per million) and their positions travel in the plan (about 4 bytes each).
-const MAX_LOCATED_TAIL_ROWS: i64 = 1 << 20;
+const MAX_LOCATED_RANGE_ROWS: i64 = 1 << 20;
 
-/// The node's own log tablets, as the tail of a union read's plan (`mink_scan`'s
-/// `LogTailExec`): the Union ticket reads the log where it lives.
+/// The node's own log tablets, as the log range of a union read's plan (`mink_scan`'s
+/// `LogRangeExec`): the Union ticket reads the log where it lives.
 #[derive(Debug)]
 pub(crate) struct LocalLog {
     pub(crate) node: Arc<Node>,
 }
 
 impl LogSource for LocalLog {
-    /// The whole rows of each batch (the tail normalizes them to the read schema).
+    /// The whole rows of each batch (the log range normalizes them to the read schema).
     fn read(
         &self,
-        range: &TailRange,
+        range: &LogRange,
         _columns: &[u32],
-    ) -> BoxStream<'static, datafusion_common::Result<TailBatch>> {
+    ) -> BoxStream<'static, datafusion_common::Result<LogRangeBatch>> {
         let bucket = match self.node.bucket(&range.bucket) {
             Ok((_, bucket)) => bucket,
             Err(error) => return stream::once(async { Err(external(error)) }).boxed(),
@@ -335,7 +340,7 @@ impl LogSource for LocalLog {
         log_range(bucket, range.from, range.to)
             .map(|batch| {
                 let batch = batch.map_err(external)?;
-                Ok(TailBatch {
+                Ok(LogRangeBatch {
                     rows: batch.batch,
                     changes: batch.changes.unwrap_or_default(),
                     base_offset: batch.base_offset,
@@ -347,14 +352,14 @@ impl LogSource for LocalLog {
 
     fn read_live(
         &self,
-        range: &TailRange,
+        range: &LogRange,
         columns: &[u32],
     ) -> BoxStream<'static, datafusion_common::Result<RecordBatch>> {
         let (node, range) = (Arc::clone(&self.node), range.clone());
         let columns: Vec<usize> = columns.iter().map(|&c| c as usize).collect();
         let live = async move {
             let (from, to) = (range.from, range.to);
-            node.live_tail(&range.bucket, from, to, &columns).await
+            node.live_range(&range.bucket, from, to, &columns).await
         };
         stream::once(live)
             .map_ok(|batches| {

@@ -14,7 +14,7 @@ use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 use datafusion_proto::protobuf::PhysicalPlanNode;
 use mink_core::protocol::BucketId;
 use mink_scan::codec::MinkCodec;
-use mink_scan::tail::LogSource;
+use mink_scan::log_range::LogSource;
 use prost::Message;
 
 use super::limits::MAX_TASK_COUNT;
@@ -32,7 +32,7 @@ pub struct EngineCodec {
 }
 
 impl EngineCodec {
-    /// A codec whose decoded log tails read with `log`.
+    /// A codec whose decoded log ranges read with `log`.
     pub fn new(log: Arc<dyn LogSource>) -> Self {
         Self {
             mink: MinkCodec::new(log),
@@ -143,7 +143,7 @@ mod tests {
         physical_plan_from_bytes_with_extension_codec, physical_plan_to_bytes_with_extension_codec,
     };
     use futures::stream::{self, BoxStream, StreamExt};
-    use mink_scan::tail::{LogTailExec, TailBatch, TailRange, TailRows};
+    use mink_scan::log_range::{LogRange, LogRangeBatch, LogRangeExec, LogRangeRows};
 
     use super::*;
 
@@ -152,11 +152,11 @@ mod tests {
     struct NoLog;
 
     impl LogSource for NoLog {
-        fn read(&self, _: &TailRange, _: &[u32]) -> BoxStream<'static, Result<TailBatch>> {
+        fn read(&self, _: &LogRange, _: &[u32]) -> BoxStream<'static, Result<LogRangeBatch>> {
             stream::empty().boxed()
         }
 
-        fn read_live(&self, _: &TailRange, _: &[u32]) -> BoxStream<'static, Result<RecordBatch>> {
+        fn read_live(&self, _: &LogRange, _: &[u32]) -> BoxStream<'static, Result<RecordBatch>> {
             stream::empty().boxed()
         }
     }
@@ -168,12 +168,18 @@ mod tests {
             bucket,
         };
         let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
-        let range = TailRange {
+        let range = LogRange {
             bucket: bucket.clone(),
             from: 3,
             to: 9,
         };
-        let tail = LogTailExec::new(Arc::new(NoLog), vec![range], vec![0], schema, TailRows::Log);
+        let tail = LogRangeExec::new(
+            Arc::new(NoLog),
+            vec![range],
+            vec![0],
+            schema,
+            LogRangeRows::Log,
+        );
         BucketRead {
             bucket,
             rows: 6,

@@ -49,7 +49,7 @@ use datafusion::execution::session_state::SessionState;
 use datafusion::prelude::SessionConfig;
 use datafusion_distributed::{DistributedConfig, DistributedExt};
 use mink_auth::Credentials;
-use mink_scan::tail::LogSource;
+use mink_scan::log_range::LogSource;
 use url::Url;
 
 pub use codec::EngineCodec;

@@ -1,7 +1,7 @@
 //! `mink worker`'s service: a datafusion-distributed [`Worker`] that runs the stages a
 //! coordinator sends it, mink's plan nodes included.
 //!
-//! Its sessions decode plans with [`EngineCodec`], whose log tails read the bucket
+//! Its sessions decode plans with [`EngineCodec`], whose log ranges read the bucket
 //! leaders over Flight with the worker's own login (no credential travels in a plan);
 //! lake files are read from the object store the worker was pointed at, the only store
 //! its runtime knows (no `file://` over the machine). A plan that writes (a
@@ -35,7 +35,7 @@ use mink_auth::{Auth, Credentials, TlsIdentity, client_tls, server_tls};
 use mink_client::MinkClient;
 use mink_lake::storage::LakeStorage;
 use mink_scan::lake_scan::register_lake_store;
-use mink_scan::tail::LogSource;
+use mink_scan::log_range::LogSource;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
@@ -51,7 +51,7 @@ use super::limits::{
 use super::network::LoginChannels;
 use crate::session::SqlRuntime;
 use crate::session::functions::sized_functions;
-use crate::union::tail::FlightLog;
+use crate::union::log_range::FlightLog;
 
 /// What a worker runs plans with.
 #[derive(Debug)]

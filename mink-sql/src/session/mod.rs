@@ -31,7 +31,7 @@ pub mod runtime;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::union::tail::FlightLog;
+use crate::union::log_range::FlightLog;
 use crate::{CATALOG_NAME, DEFAULT_DATABASE, MinkCatalog, TABLE_CHANGES, TableChanges};
 use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::{Field, Schema};

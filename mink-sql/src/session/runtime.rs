@@ -4,7 +4,7 @@
 //! A server runs many sessions (Flight SQL makes one per call), and they all draw on one
 //! [`FairSpillPool`] of `--sql-memory-limit` bytes (default: half the machine's memory),
 //! [`memory_pool`]; `mink server` hands the same pool to its node, whose union reads hold
-//! their log tails in it. A query that needs more than the pool can give fails alone,
+//! their log ranges in it. A query that needs more than the pool can give fails alone,
 //! with DataFusion's `ResourcesExhausted` error; the node and the other sessions go on.
 //!
 //! Why a fair pool rather than a greedy one: with [`GreedyMemoryPool`] the first big

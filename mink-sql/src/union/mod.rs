@@ -4,9 +4,9 @@
 //! ```text
 //!   FilterExec (the filters the scan took, exact; projection to the statement's columns)
 //!     KeyMergeExec                        primary-key table: lake minus changed keys (by
-//!       DataSourceExec (ParquetSource)      position or by probe), then the tails' live rows
-//!       LogTailExec                         the leaders' logs over Flight ([`tail`])
-//!   or UnionExec(DataSourceExec, LogTailExec)   log table: lake rows, then tail rows
+//!       DataSourceExec (ParquetSource)      position or by probe), then the log ranges' live rows
+//!       LogRangeExec                         the leaders' logs over Flight ([`log_range`])
+//!   or UnionExec(DataSourceExec, LogRangeExec)   log table: lake rows, then range rows
 //! ```
 //!
 //! The lake side is pruned by every filter the statement pushed (row groups, pages, bloom
@@ -17,7 +17,7 @@
 //! buckets' trees are planned one by one under a [`UnionTasksExec`], which deals them
 //! to tasks ([`crate::distributed`]).
 
-pub(crate) mod tail;
+pub(crate) mod log_range;
 
 use std::sync::Arc;
 
@@ -34,7 +34,7 @@ use mink_core::protocol::UnionPlan;
 pub(crate) use mink_scan::union::UnionSplit;
 use mink_scan::union::{UnionScan, filter_and_project};
 
-use self::tail::FlightLog;
+use self::log_range::FlightLog;
 use crate::distributed::is_distributed;
 use crate::distributed::tasks::{BucketRead, UnionTasksExec};
 use crate::exec::MinkScanExec;
@@ -135,8 +135,8 @@ async fn in_tasks(
     Ok(Arc::new(UnionTasksExec::try_new(table, buckets, 1)?))
 }
 
-/// Whether a union split has a tail but no lake snapshot below it: nothing of the
-/// bucket is tiered yet (a `t$lake` read has no tail).
+/// Whether a union split has a log range but no lake snapshot below it: nothing of the
+/// bucket is tiered yet (a `t$lake` read has no range).
 fn untiered(plan: &UnionPlan) -> bool {
     plan.snapshot_id.is_none() && plan.log_to > plan.log_from
 }

@@ -29,7 +29,7 @@ use crate::output::{BatchPrinter, Format};
 /// What to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum ReadMode {
-    /// Lake snapshot plus log tail, merged.
+    /// Lake snapshot plus log range, merged.
     Union,
     /// The log from an offset up to the high watermark.
     Log,

@@ -20,7 +20,7 @@ use mink_client::MinkClient;
 use mink_core::filter::{ColumnFilter, FilterOp};
 use mink_core::options::TableOptions;
 use mink_core::protocol::{
-    AppendAck, BucketId, IdempotentWriter, LakeRequest, LiveTailRequest, Lookup, PrefixLookup,
+    AppendAck, BucketId, IdempotentWriter, LakeRequest, LiveRangeRequest, Lookup, PrefixLookup,
     ReadTicket, ScanRequest, SnapshotRequest, TableUnionRequest, TailRequest, UnionRequest,
     WriteHeader, action, read_ticket,
 };
@@ -289,7 +289,7 @@ async fn a_projection_repeating_one_column_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn live_tail_tickets_with_hostile_ranges_and_projections_are_refused() {
+async fn live_range_tickets_with_hostile_ranges_and_projections_are_refused() {
     let mut server = Server::start();
     let client = server.client().await;
     let table = client
@@ -304,7 +304,7 @@ async fn live_tail_tickets_with_hostile_ranges_and_projections_are_refused() {
         .expect("upsert");
     let mut raw = server.raw().await;
     let live = |from: i64, to: i64, columns: Vec<u32>| {
-        ticket(read_ticket::Read::LiveTail(LiveTailRequest {
+        ticket(read_ticket::Read::LiveRange(LiveRangeRequest {
             bucket: Some(bucket.clone()),
             from,
             to,
@@ -332,7 +332,7 @@ async fn live_tail_tickets_with_hostile_ranges_and_projections_are_refused() {
         .expect_err("a range past the high watermark");
     assert_eq!(code, Code::OutOfRange, "{message}");
     let unknown = ReadTicket {
-        read: Some(read_ticket::Read::LiveTail(LiveTailRequest {
+        read: Some(read_ticket::Read::LiveRange(LiveRangeRequest {
             bucket: None,
             from: 0,
             to: 0,

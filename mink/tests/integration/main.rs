@@ -40,7 +40,7 @@ mod lake_history;
 mod lake_on_etcd;
 mod lake_on_rest;
 mod lake_seam_rollback;
-mod live_tail;
+mod live_range;
 mod log_history;
 mod log_store;
 mod metrics;

@@ -291,7 +291,7 @@ async fn explain_shows_the_union_read_as_a_tree_with_its_counters() {
         "DataSourceExec: file_groups={2 groups",
         "file_type=parquet",
         "pruning_predicate=n_null_count",
-        "LogTailExec: buckets=",
+        "LogRangeExec: buckets=",
         // The leaders fold the 4 changes to their live rows.
         "log_rows=4, rows=live",
         "FilterExec",
@@ -301,7 +301,7 @@ async fn explain_shows_the_union_read_as_a_tree_with_its_counters() {
     let analyzed = plan_text(&session, &format!("EXPLAIN ANALYZE {sql}")).await;
     for part in [
         // Keys 1 and 2, as the leader folded them.
-        "tail_rows=2",
+        "log_rows=2",
         // The scan left out the changed keys' 2 lake rows: the merge drops none.
         "lake_rows=8",
         "row_groups_pruned_statistics",

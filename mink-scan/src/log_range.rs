@@ -1,8 +1,8 @@
-//! `LogTailExec`: the log tails of a union read, one partition per bucket.
+//! `LogRangeExec`: the log ranges of a union read, one partition per bucket.
 //!
 //! Partition `i` reads bucket `i`'s log `[from, to)` from a [`LogSource`] and emits it in
 //! log order, in the read schema (batches written under older schema versions are
-//! normalized to it). What its rows are ([`TailRows`]): a log table's rows; a primary-key
+//! normalized to it). What its rows are ([`LogRangeRows`]): a log table's rows; a primary-key
 //! table's changes, each row with its change type ([`CHANGE_TYPE_COLUMN`], the byte of
 //! [`mink_core::change::ChangeType`]) for the key merge above it to fold; or a
 //! primary-key table's live rows, the changes already folded by key where the log lives
@@ -34,20 +34,20 @@ use mink_core::schema::normalize_batch;
 
 use crate::external;
 
-/// The column a primary-key tail adds after the read schema's: each row's change type.
+/// The column a primary-key range adds after the read schema's: each row's change type.
 pub const CHANGE_TYPE_COLUMN: &str = "__mink_change_type";
 
 /// One bucket's log range.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TailRange {
+pub struct LogRange {
     pub bucket: BucketId,
     pub from: i64,
     pub to: i64,
 }
 
-/// A batch of a log tail, inside its range.
+/// A batch of a log range, inside its range.
 #[derive(Debug)]
-pub struct TailBatch {
+pub struct LogRangeBatch {
     /// The rows, in the schema version they were written with (or already projected).
     pub rows: RecordBatch,
     /// The change vector; empty for a log table.
@@ -56,12 +56,12 @@ pub struct TailBatch {
     pub commit_timestamp: i64,
 }
 
-/// Where a tail's log is read from: the leader's own tablets or a Flight Scan of it.
+/// Where a log range is read from: the leader's own tablets or a Flight Scan of it.
 pub trait LogSource: fmt::Debug + Send + Sync {
     /// The log `range` of its bucket, in log order, trimmed to the range; `columns` (by
     /// index in the table's current schema) are the ones the read needs, a hint the
     /// source may use to send less. A log that ends before `range.to` is an error.
-    fn read(&self, range: &TailRange, columns: &[u32]) -> BoxStream<'static, Result<TailBatch>>;
+    fn read(&self, range: &LogRange, columns: &[u32]) -> BoxStream<'static, Result<LogRangeBatch>>;
 
     /// The live rows of a primary-key table's log `range`, folded by key: for each key
     /// the range changes, its last change when that is `+I` or `+U`, in log order,
@@ -69,14 +69,14 @@ pub trait LogSource: fmt::Debug + Send + Sync {
     /// current one).
     fn read_live(
         &self,
-        range: &TailRange,
+        range: &LogRange,
         columns: &[u32],
     ) -> BoxStream<'static, Result<RecordBatch>>;
 }
 
-/// What the rows of a tail are (see the module docs).
+/// What the rows of a log range are (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TailRows {
+pub enum LogRangeRows {
     /// A log table's rows, as logged.
     Log,
     /// A primary-key table's changes, each with its change type ([`CHANGE_TYPE_COLUMN`]).
@@ -86,7 +86,7 @@ pub enum TailRows {
     Live,
 }
 
-impl TailRows {
+impl LogRangeRows {
     fn name(self) -> &'static str {
         match self {
             Self::Log => "log",
@@ -96,32 +96,32 @@ impl TailRows {
     }
 }
 
-/// The log tails of some buckets (see the module docs).
+/// The log ranges of some buckets (see the module docs).
 #[derive(Debug)]
-pub struct LogTailExec {
+pub struct LogRangeExec {
     source: Arc<dyn LogSource>,
-    ranges: Vec<TailRange>,
+    ranges: Vec<LogRange>,
     /// The read schema's columns, by index in the table.
     columns: Vec<u32>,
     read_schema: SchemaRef,
-    rows: TailRows,
+    rows: LogRangeRows,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
 
-impl LogTailExec {
-    /// The tails `ranges` in `read_schema` (columns `columns` of the table), as `rows`.
+impl LogRangeExec {
+    /// The log ranges `ranges` in `read_schema` (columns `columns` of the table), as `rows`.
     pub fn new(
         source: Arc<dyn LogSource>,
-        ranges: Vec<TailRange>,
+        ranges: Vec<LogRange>,
         columns: Vec<u32>,
         read_schema: SchemaRef,
-        rows: TailRows,
+        rows: LogRangeRows,
     ) -> Self {
         let schema = match rows {
-            TailRows::Changes => Arc::new(with_change_type(&read_schema)),
-            TailRows::Log | TailRows::Live => Arc::clone(&read_schema),
+            LogRangeRows::Changes => Arc::new(with_change_type(&read_schema)),
+            LogRangeRows::Log | LogRangeRows::Live => Arc::clone(&read_schema),
         };
         let properties = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
@@ -142,9 +142,9 @@ impl LogTailExec {
     }
 }
 
-impl LogTailExec {
+impl LogRangeExec {
     /// The log ranges read, one partition each.
-    pub fn ranges(&self) -> &[TailRange] {
+    pub fn ranges(&self) -> &[LogRange] {
         &self.ranges
     }
 
@@ -159,7 +159,7 @@ impl LogTailExec {
     }
 
     /// What its rows are.
-    pub fn rows(&self) -> TailRows {
+    pub fn rows(&self) -> LogRangeRows {
         self.rows
     }
 }
@@ -171,14 +171,14 @@ fn with_change_type(schema: &Schema) -> Schema {
     Schema::new(fields)
 }
 
-impl DisplayAs for LogTailExec {
+impl DisplayAs for LogRangeExec {
     /// `EXPLAIN` shows how many buckets and log rows, and what its rows are; `EXPLAIN
     /// VERBOSE` each range.
     fn fmt_as(&self, format: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let log_rows: i64 = self.ranges.iter().map(|r| r.to - r.from).sum();
         write!(
             f,
-            "LogTailExec: buckets={}, log_rows={log_rows}, rows={}",
+            "LogRangeExec: buckets={}, log_rows={log_rows}, rows={}",
             self.ranges.len(),
             self.rows.name()
         )?;
@@ -194,9 +194,9 @@ impl DisplayAs for LogTailExec {
     }
 }
 
-impl ExecutionPlan for LogTailExec {
+impl ExecutionPlan for LogRangeExec {
     fn name(&self) -> &str {
-        "LogTailExec"
+        "LogRangeExec"
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -228,14 +228,14 @@ impl ExecutionPlan for LogTailExec {
             Some(range) => {
                 let read_schema = Arc::clone(&self.read_schema);
                 let emitted = match self.rows {
-                    TailRows::Live => self
+                    LogRangeRows::Live => self
                         .source
                         .read_live(range, &self.columns)
                         .map(move |rows| normalize_batch(&rows?, &read_schema).map_err(external))
                         .boxed(),
                     rows => {
                         let schema = Arc::clone(&self.schema);
-                        let with_changes = rows == TailRows::Changes;
+                        let with_changes = rows == LogRangeRows::Changes;
                         self.source
                             .read(range, &self.columns)
                             .map(move |batch| batch?.emit(&read_schema, &schema, with_changes))
@@ -246,7 +246,7 @@ impl ExecutionPlan for LogTailExec {
                     .inspect_ok(move |batch| metrics.record_output(batch.num_rows()))
                     .boxed()
             }
-            // No bucket has a tail: one empty partition.
+            // No bucket has a log range: one empty partition.
             None => stream::empty().boxed(),
         };
         Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -260,7 +260,7 @@ impl ExecutionPlan for LogTailExec {
     }
 }
 
-impl TailBatch {
+impl LogRangeBatch {
     /// The rows in `read_schema`, with their change types when `with_changes` (`schema`
     /// is then the read schema and the change column).
     fn emit(

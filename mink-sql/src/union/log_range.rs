@@ -1,14 +1,14 @@
-//! The engine's side of a union read's log tail: the bucket leaders' logs read with
+//! The engine's side of a union read's log range: the bucket leaders' logs read with
 //! Flight Scans (the session's client, so its login; [`MinkClient::read_range`]),
-//! or their live rows with LiveTail reads, folded by the leaders ([`FlightLog`], the
-//! [`LogSource`] of the engine's `LogTailExec`). `t$changelog` reads
+//! or their live rows with LiveRange reads, folded by the leaders ([`FlightLog`], the
+//! [`LogSource`] of the engine's `LogRangeExec`). `t$changelog` reads
 //! the log the same way ([`scan_log`]).
 
 use arrow::array::RecordBatch;
 use datafusion::error::Result;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use mink_client::MinkClient;
-use mink_scan::tail::{LogSource, TailBatch, TailRange};
+use mink_scan::log_range::{LogRange, LogRangeBatch, LogSource};
 
 use crate::split::external;
 
@@ -19,19 +19,19 @@ pub(crate) struct FlightLog {
 }
 
 impl LogSource for FlightLog {
-    fn read(&self, range: &TailRange, columns: &[u32]) -> BoxStream<'static, Result<TailBatch>> {
+    fn read(&self, range: &LogRange, columns: &[u32]) -> BoxStream<'static, Result<LogRangeBatch>> {
         scan_log(&self.client, range.clone(), columns.to_vec())
     }
 
     fn read_live(
         &self,
-        range: &TailRange,
+        range: &LogRange,
         columns: &[u32],
     ) -> BoxStream<'static, Result<RecordBatch>> {
         let (client, range, columns) = (self.client.clone(), range.clone(), columns.to_vec());
         let live = async move {
             client
-                .live_tail(&range.bucket, range.from, range.to, &columns)
+                .live_range(&range.bucket, range.from, range.to, &columns)
                 .await
         };
         stream::once(live).try_flatten().map_err(external).boxed()
@@ -42,13 +42,13 @@ impl LogSource for FlightLog {
 /// (empty for a log table), read with Scans of the bucket's leader.
 pub(crate) fn scan_log(
     client: &MinkClient,
-    range: TailRange,
+    range: LogRange,
     columns: Vec<u32>,
-) -> BoxStream<'static, Result<TailBatch>> {
-    let TailRange { bucket, from, to } = range;
+) -> BoxStream<'static, Result<LogRangeBatch>> {
+    let LogRange { bucket, from, to } = range;
     client
         .read_range(&bucket, from, to, &columns)
-        .map_ok(|read| TailBatch {
+        .map_ok(|read| LogRangeBatch {
             rows: read.batch,
             changes: read.metadata.changes.unwrap_or_default(),
             base_offset: read.metadata.base_offset,

@@ -6,11 +6,11 @@ use iceberg::spec::Operation;
 use mink_core::CoreError;
 use mink_core::protocol::{LakeDeleteRef, LakeFileRef, LakeSnapshotChanges, TableChangesPlan};
 
-use super::{AddedFile, DeltaPlan, SnapshotDelta};
+use super::{AddedFile, ChangedSnapshot, ChangesPlan};
 use crate::error::Result;
 use crate::reader::LakeDeleteFile;
 
-impl DeltaPlan {
+impl ChangesPlan {
     /// The plan as a `plan_table_changes` answer.
     pub fn to_wire(&self) -> TableChangesPlan {
         TableChangesPlan {
@@ -54,7 +54,7 @@ impl DeltaPlan {
             .snapshots
             .into_iter()
             .map(|snapshot| {
-                Ok(SnapshotDelta {
+                Ok(ChangedSnapshot {
                     snapshot_id: snapshot.snapshot_id,
                     sequence_number: snapshot.sequence_number,
                     operation: operation(&snapshot.operation)?,
@@ -106,11 +106,11 @@ mod tests {
 
     #[test]
     fn plans_round_trip_through_the_wire() {
-        let plan = DeltaPlan {
+        let plan = ChangesPlan {
             from_snapshot_id: 1,
             to_snapshot_id: 3,
             snapshots: vec![
-                SnapshotDelta {
+                ChangedSnapshot {
                     snapshot_id: 2,
                     sequence_number: 2,
                     operation: Operation::Overwrite,
@@ -135,7 +135,7 @@ mod tests {
                     ],
                     removed_files: 0,
                 },
-                SnapshotDelta {
+                ChangedSnapshot {
                     snapshot_id: 3,
                     sequence_number: 3,
                     operation: Operation::Replace,
@@ -145,10 +145,10 @@ mod tests {
                 },
             ],
         };
-        assert_eq!(DeltaPlan::from_wire(plan.to_wire()).unwrap(), plan);
+        assert_eq!(ChangesPlan::from_wire(plan.to_wire()).unwrap(), plan);
         let mut bad = plan.to_wire();
         bad.snapshots[0].operation = "merge".into();
-        let err = DeltaPlan::from_wire(bad).unwrap_err();
+        let err = ChangesPlan::from_wire(bad).unwrap_err();
         assert!(err.to_string().contains("'merge'"), "{err}");
     }
 }

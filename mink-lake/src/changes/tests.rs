@@ -197,24 +197,25 @@ impl Fixture {
             .collect()
     }
 
-    async fn plan(&self, from: i64, to: i64) -> DeltaPlan {
-        plan_delta(&self.current().await, from, to).await.unwrap()
+    async fn plan(&self, from: i64, to: i64) -> ChangesPlan {
+        plan_changes(&self.current().await, from, to).await.unwrap()
     }
 
-    async fn changes(&self, plan: DeltaPlan) -> Vec<Change> {
+    async fn changes(&self, plan: ChangesPlan) -> Vec<Change> {
         self.changes_with(plan, DeletedRows::Whole).await
     }
 
-    async fn changes_with(&self, plan: DeltaPlan, deleted: DeletedRows<'_>) -> Vec<Change> {
+    async fn changes_with(&self, plan: ChangesPlan, deleted: DeletedRows<'_>) -> Vec<Change> {
         let sequence: HashMap<i64, i64> = plan
             .snapshots
             .iter()
             .map(|s| (s.snapshot_id, s.sequence_number))
             .collect();
-        let batches: Vec<RecordBatch> = read_delta(self.lake.storage(), plan, &columns(), deleted)
-            .try_collect()
-            .await
-            .unwrap();
+        let batches: Vec<RecordBatch> =
+            read_changes(self.lake.storage(), plan, &columns(), deleted)
+                .try_collect()
+                .await
+                .unwrap();
         // Every row carries its snapshot's sequence number.
         for batch in &batches {
             let snapshots = batch.column(3).as_primitive::<Int64Type>();
@@ -233,7 +234,7 @@ type Change = (String, i64, i64, Option<String>);
 fn changes(batches: &[RecordBatch]) -> Vec<Change> {
     let mut out = Vec::new();
     for batch in batches {
-        assert_eq!(batch.schema(), delta_schema(&columns()));
+        assert_eq!(batch.schema(), changes_schema(&columns()));
         let ids = batch.column(0).as_primitive::<Int64Type>();
         let names = batch.column(1).as_string::<i32>();
         let kinds = batch.column(2).as_string::<i32>();
@@ -277,7 +278,7 @@ fn apply(state: &BTreeMap<i64, String>, changes: &[Change]) -> BTreeMap<i64, Str
     state
 }
 
-fn snapshot_ids(plan: &DeltaPlan) -> Vec<i64> {
+fn snapshot_ids(plan: &ChangesPlan) -> Vec<i64> {
     plan.snapshots.iter().map(|s| s.snapshot_id).collect()
 }
 
@@ -339,7 +340,7 @@ async fn sequence_numbers_grow_with_commit_order() {
     );
     // Sorted by (sequence number, change type), the rows keep the order they come in.
     let batches: Vec<RecordBatch> =
-        read_delta(f.lake.storage(), plan, &columns(), DeletedRows::Whole)
+        read_changes(f.lake.storage(), plan, &columns(), DeletedRows::Whole)
             .try_collect()
             .await
             .unwrap();
@@ -464,13 +465,13 @@ async fn from_off_the_lineage_is_an_error() {
     let a = f.append(&[(1, "a")]).await;
     let b = f.append(&[(2, "b")]).await;
     let table = f.current().await;
-    let err = plan_delta(&table, b, a).await.unwrap_err();
+    let err = plan_changes(&table, b, a).await.unwrap_err();
     assert!(
         matches!(err, LakeError::NotAncestor { from, to, .. } if from == b && to == a),
         "{err}"
     );
     assert!(err.to_string().contains("not an ancestor"), "{err}");
-    let err = plan_delta(&table, 42, b).await.unwrap_err();
+    let err = plan_changes(&table, 42, b).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -504,7 +505,7 @@ async fn an_expired_snapshot_between_is_not_found() {
         .readonly(true)
         .build()
         .unwrap();
-    let err = plan_delta(&table, a, c).await.unwrap_err();
+    let err = plan_changes(&table, a, c).await.unwrap_err();
     assert!(
         matches!(err, LakeError::SnapshotNotFound { snapshot_id, .. } if snapshot_id == b),
         "{err}"
@@ -531,7 +532,7 @@ async fn an_overwrite_removing_files_needs_a_full_reload() {
     assert_eq!((cause.snapshot_id, cause.removed_files), (c, 2));
     // Up to the snapshot before, a delta still works.
     assert!(!f.plan(a, b).await.needs_full_reload());
-    let err = read_delta(f.lake.storage(), plan, &columns(), DeletedRows::Whole)
+    let err = read_changes(f.lake.storage(), plan, &columns(), DeletedRows::Whole)
         .try_collect::<Vec<_>>()
         .await
         .unwrap_err();

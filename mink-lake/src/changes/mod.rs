@@ -3,14 +3,14 @@
 //! A consumer that has read a lake table as of snapshot `from` catches up to snapshot
 //! `to` by applying the changes of every snapshot in between, instead of reading `to`
 //! in full. Iceberg 0.10 has no incremental scan (`TableScan` reads one snapshot), so
-//! the delta is built from the manifest layer: [`plan_delta`] finds what each snapshot
-//! of the range added, [`read_delta`] streams the rows those files insert or delete.
+//! the delta is built from the manifest layer: [`plan_changes`] finds what each snapshot
+//! of the range added, [`read_changes`] streams the rows those files insert or delete.
 //!
 //! # The range
 //!
 //! The snapshots of `(from, to]`: `to` and its ancestors down to `from` (excluded),
 //! oldest first, found with `iceberg::util::snapshot::ancestors_between`. That walk
-//! silently goes to the root when `from` is not an ancestor of `to`; [`plan_delta`]
+//! silently goes to the root when `from` is not an ancestor of `to`; [`plan_changes`]
 //! checks that it stopped at `from` and is an error ([`LakeError::NotAncestor`])
 //! otherwise. `from == to` is an empty range: the cursor is caught up.
 //!
@@ -25,7 +25,7 @@
 //! | adds an equality-delete file      | a `delete` per row of the file: the equality columns, the others null |
 //! | adds a position-delete file       | a `delete` per row it names: the row, read from its data file |
 //! | is a `replace` (compaction)       | nothing: the same rows in other files              |
-//! | removes a file, not a `replace`   | no delta can express it: [`DeltaPlan::needs_full_reload`] |
+//! | removes a file, not a `replace`   | no delta can express it: [`ChangesPlan::needs_full_reload`] |
 //!
 //! Position deletes are what mink's own tiering writes for a primary-key table (see
 //! [`crate::deletes`]): resolving them to the rows they remove (only the rows at those
@@ -34,7 +34,7 @@
 //!
 //! # Applying a delta
 //!
-//! Snapshot by snapshot, oldest first: its deletes, then its inserts. [`read_delta`]
+//! Snapshot by snapshot, oldest first: its deletes, then its inserts. [`read_changes`]
 //! streams the rows in that order, each with its snapshot's sequence number (it grows
 //! with commit order, ids do not): a reader that reorders them (an engine running in
 //! parallel) restores the order by sequence number, then change type (`delete` <
@@ -82,7 +82,7 @@ use iceberg::util::snapshot::ancestors_between;
 
 pub use self::read::{
     CHANGE_TYPE_COLUMN, DELETE, DeletedRows, INSERT, SEQUENCE_NUMBER_COLUMN, SNAPSHOT_ID_COLUMN,
-    delta_schema, read_delta,
+    changes_schema, read_changes,
 };
 use crate::error::{LakeError, Result};
 use crate::reader::{DeleteKind, LakeDeleteFile, equality_columns};
@@ -92,19 +92,19 @@ const SNAPSHOT_READS: usize = 8;
 
 /// The changes of a lake table from one snapshot to a newer one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeltaPlan {
+pub struct ChangesPlan {
     /// The snapshot the changes start after.
     pub from_snapshot_id: i64,
     /// The snapshot they end at.
     pub to_snapshot_id: i64,
     /// The snapshots of `(from, to]`, oldest first, each with what it changed. Empty
     /// when `from == to`.
-    pub snapshots: Vec<SnapshotDelta>,
+    pub snapshots: Vec<ChangedSnapshot>,
 }
 
 /// What one snapshot changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnapshotDelta {
+pub struct ChangedSnapshot {
     /// The snapshot.
     pub snapshot_id: i64,
     /// Its Iceberg sequence number: grows with commit order, unlike snapshot ids.
@@ -131,7 +131,7 @@ pub struct AddedFile {
     pub record_count: u64,
 }
 
-impl DeltaPlan {
+impl ChangesPlan {
     /// Whether the range holds no snapshot (the cursor is caught up).
     pub fn is_empty(&self) -> bool {
         self.snapshots.is_empty()
@@ -144,7 +144,7 @@ impl DeltaPlan {
     }
 
     /// The first snapshot of the range no delta can express.
-    pub fn full_reload_cause(&self) -> Option<&SnapshotDelta> {
+    pub fn full_reload_cause(&self) -> Option<&ChangedSnapshot> {
         self.snapshots.iter().find(|s| s.needs_full_reload())
     }
 
@@ -159,7 +159,7 @@ impl DeltaPlan {
     }
 }
 
-impl SnapshotDelta {
+impl ChangedSnapshot {
     /// Whether no delta can express the snapshot: it removed files and is not a
     /// `replace`.
     pub fn needs_full_reload(&self) -> bool {
@@ -176,7 +176,7 @@ impl SnapshotDelta {
 /// [`LakeError::NotAncestor`] when `from` is not an ancestor of `to`;
 /// [`LakeError::Iceberg`] when a manifest cannot be read; [`LakeError::Layout`] for an
 /// equality-delete file naming a field its snapshot's schema lacks.
-pub async fn plan_delta(table: &Table, from: i64, to: i64) -> Result<DeltaPlan> {
+pub async fn plan_changes(table: &Table, from: i64, to: i64) -> Result<ChangesPlan> {
     let metadata = table.metadata_ref();
     let name = table.identifier().to_string();
     for snapshot_id in [from, to] {
@@ -209,11 +209,11 @@ pub async fn plan_delta(table: &Table, from: i64, to: i64) -> Result<DeltaPlan> 
     }
     lineage.reverse();
     let snapshots = stream::iter(lineage)
-        .map(|snapshot| snapshot_delta(table, snapshot))
+        .map(|snapshot| changed_snapshot(table, snapshot))
         .buffered(SNAPSHOT_READS)
         .try_collect()
         .await?;
-    Ok(DeltaPlan {
+    Ok(ChangesPlan {
         from_snapshot_id: from,
         to_snapshot_id: to,
         snapshots,
@@ -221,9 +221,9 @@ pub async fn plan_delta(table: &Table, from: i64, to: i64) -> Result<DeltaPlan> 
 }
 
 /// What `snapshot` changed, from the entries of the manifests it wrote.
-async fn snapshot_delta(table: &Table, snapshot: SnapshotRef) -> Result<SnapshotDelta> {
+async fn changed_snapshot(table: &Table, snapshot: SnapshotRef) -> Result<ChangedSnapshot> {
     let snapshot_id = snapshot.snapshot_id();
-    let mut delta = SnapshotDelta {
+    let mut delta = ChangedSnapshot {
         snapshot_id,
         sequence_number: snapshot.sequence_number(),
         operation: snapshot.summary().operation.clone(),

@@ -1,4 +1,4 @@
-//! Streaming a [`DeltaPlan`]'s changed rows.
+//! Streaming a [`ChangesPlan`]'s changed rows.
 //!
 //! Per snapshot, oldest first:
 //!
@@ -24,7 +24,7 @@ use mink_core::schema::normalize_batch;
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::async_reader::ParquetObjectReader;
 
-use super::{DeltaPlan, SnapshotDelta};
+use super::{ChangedSnapshot, ChangesPlan};
 use crate::error::{LakeError, Result};
 use crate::reader::{
     DeleteKind, LakeDeleteFile, LakeFile, LakeSplit, READ_BATCH_ROWS, columns_mask, load_positions,
@@ -45,10 +45,10 @@ pub const INSERT: &str = "insert";
 /// The change type of a deleted row.
 pub const DELETE: &str = "delete";
 
-/// The schema of [`read_delta`]'s batches: `columns`, every one nullable (an equality
+/// The schema of [`read_changes`]'s batches: `columns`, every one nullable (an equality
 /// delete knows only its equality columns), then [`CHANGE_TYPE_COLUMN`],
 /// [`SNAPSHOT_ID_COLUMN`] and [`SEQUENCE_NUMBER_COLUMN`].
-pub fn delta_schema(columns: &Schema) -> SchemaRef {
+pub fn changes_schema(columns: &Schema) -> SchemaRef {
     let mut fields: Vec<Field> = columns
         .fields()
         .iter()
@@ -71,7 +71,7 @@ pub enum DeletedRows<'a> {
     Identity(&'a [String]),
 }
 
-/// Streams the rows `plan` changed, in [`delta_schema`]`(columns)`: the table's
+/// Streams the rows `plan` changed, in [`changes_schema`]`(columns)`: the table's
 /// `columns` read by name (a column a file lacks reads as null), oldest snapshot first,
 /// each snapshot's deletes before its inserts (see the [module docs](super)). Rows
 /// deleted by position carry what `deleted` says.
@@ -80,10 +80,10 @@ pub enum DeletedRows<'a> {
 ///
 /// # Errors
 /// The stream fails with [`LakeError::FullReloadNeeded`] when
-/// [`DeltaPlan::needs_full_reload`], and with the errors of reading the files.
-pub fn read_delta(
+/// [`ChangesPlan::needs_full_reload`], and with the errors of reading the files.
+pub fn read_changes(
     storage: &LakeStorage,
-    plan: DeltaPlan,
+    plan: ChangesPlan,
     columns: &Schema,
     deleted: DeletedRows<'_>,
 ) -> BoxStream<'static, Result<RecordBatch>> {
@@ -96,7 +96,7 @@ pub fn read_delta(
         };
         return stream::once(async { Err(error) }).boxed();
     }
-    let output = delta_schema(columns);
+    let output = changes_schema(columns);
     let read_schema = Arc::new(Schema::new(
         output.fields()[..columns.fields().len()].to_vec(),
     ));
@@ -135,7 +135,7 @@ struct Schemas {
 /// The changed rows of one snapshot, tagged.
 fn snapshot_rows(
     storage: LakeStorage,
-    snapshot: SnapshotDelta,
+    snapshot: ChangedSnapshot,
     schemas: Schemas,
 ) -> BoxStream<'static, Result<RecordBatch>> {
     let Schemas {

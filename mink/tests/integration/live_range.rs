@@ -1,4 +1,4 @@
-//! LiveTail, a union read's tail folded by the bucket's leader, against a model: random
+//! LiveRange, a union read's tail folded by the bucket's leader, against a model: random
 //! histories of upserts, updates, deletes and re-inserts on one bucket of a primary-key
 //! table, and after each write the live rows of
 //!
@@ -49,7 +49,7 @@ fn model_live(history: &[Written], from: usize, to: usize) -> Vec<(Key, Cells)> 
         .collect()
 }
 
-/// Checks LiveTail from write `from`'s end to write `to`'s end against the model.
+/// Checks LiveRange from write `from`'s end to write `to`'s end against the model.
 async fn check_range(
     client: &MinkClient,
     bucket: &BucketId,
@@ -74,7 +74,7 @@ async fn live_rows(
     to: i64,
 ) -> Vec<(Key, Cells)> {
     let batches: Vec<_> = client
-        .live_tail(bucket, from, to, &[])
+        .live_range(bucket, from, to, &[])
         .await
         .expect("live tail")
         .try_collect()
@@ -142,8 +142,8 @@ async fn random_write(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn live_tails_are_the_model_folded_over_any_range() {
-    let seed = seed("live_tails_are_the_model_folded_over_any_range");
+async fn live_ranges_are_the_model_folded_over_any_range() {
+    let seed = seed("live_ranges_are_the_model_folded_over_any_range");
     let mut rng = StdRng::seed_from_u64(seed);
     let node = TestNode::start().await;
     let client = &node.client;
@@ -186,7 +186,7 @@ async fn live_tails_are_the_model_folded_over_any_range() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_live_tail_requests_are_clear_errors() {
+async fn bad_live_range_requests_are_clear_errors() {
     let node = TestNode::start().await;
     let client = &node.client;
     let keyed = client
@@ -211,8 +211,8 @@ async fn bad_live_tail_requests_are_clear_errors() {
         .expect("create");
     let log_bucket = BucketId::new(&log.path, 0);
     let refused = |from: i64, to: i64, columns: Vec<u32>, bucket: BucketId| async move {
-        match client.live_tail(&bucket, from, to, &columns).await {
-            Ok(_) => panic!("LiveTail [{from}, {to}) of {bucket} {columns:?} was answered"),
+        match client.live_range(&bucket, from, to, &columns).await {
+            Ok(_) => panic!("LiveRange [{from}, {to}) of {bucket} {columns:?} was answered"),
             Err(error) => (error.code().expect("a gRPC status"), error.to_string()),
         }
     };
@@ -255,7 +255,7 @@ async fn bad_live_tail_requests_are_clear_errors() {
     // The node still answers, and a good range reads its live rows, whole or projected.
     assert_eq!(live_rows(client, &bucket, 0, end).await, rows);
     let projected: Vec<RecordBatch> = client
-        .live_tail(&bucket, 0, end, &[4, 1])
+        .live_range(&bucket, 0, end, &[4, 1])
         .await
         .expect("a projected live tail")
         .try_collect()
