@@ -90,7 +90,7 @@ pub(crate) async fn run(args: TableChangesArgs) -> Result<(), BenchError> {
     let mut bytes = vec![0; reads.len() + 1];
     for _ in 0..ROUNDS {
         for (i, (what, deleted)) in reads.iter().enumerate() {
-            let read = delta(&lake_table, lake.storage(), &columns, (from, to), *deleted);
+            let read = read_changes_of(&lake_table, lake.storage(), &columns, (from, to), *deleted);
             let (batches, elapsed) = measure(what, lake_read(read)).await?;
             check_rows(what, row_count(&batches), delta_rows)?;
             bytes[i] = ipc_len(&batches)?;
@@ -130,7 +130,7 @@ pub(crate) async fn run(args: TableChangesArgs) -> Result<(), BenchError> {
 }
 
 /// The changes from `from` to `to`, planned and read.
-async fn delta(
+async fn read_changes_of(
     table: &LakeTable,
     storage: &LakeStorage,
     columns: &SchemaRef,

@@ -1,4 +1,4 @@
-//! A typed async client of the mink node's Flight protocol (`spec/reads.md`).
+//! A typed async client of the mink node's Flight protocol (`docs/design.md#read-protocol`).
 //!
 //! ```no_run
 //! # async fn example() -> mink_client::Result<()> {

@@ -1,4 +1,4 @@
-//! The key merge of a union read of a primary-key table (`spec/union-read.md`).
+//! The key merge of a union read of a primary-key table (`docs/design.md#union-read`).
 //!
 //! A bucket's union read combines lake rows (the state as of the seam) with the log range
 //! after it (a changelog). The log range is the only part held in memory:

@@ -1,5 +1,5 @@
-//! `Fetch`: each topic partition is a bucket read by Tail (`spec/reads.md`, "Kafka
-//! fetch").
+//! `Fetch`: each topic partition is a bucket read by Tail (`docs/design.md#read-protocol`,
+//! `docs/kafka.md`).
 //!
 //! The answer holds every asked partition's batches from its fetch offset up to the high
 //! watermark, within `max_bytes` over all partitions and `partition_max_bytes` each (the

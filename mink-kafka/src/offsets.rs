@@ -1,4 +1,4 @@
-//! Offsets: `ListOffsets` (by position and time, `spec/reads.md`), and the offsets
+//! Offsets: `ListOffsets` (by position and time, `docs/design.md#read-protocol`), and the offsets
 //! consumer groups commit (`OffsetCommit`, `OffsetFetch`), stored durably in the node's
 //! metadata (`meta.db`) under the topic's full name `database.table`.
 //!

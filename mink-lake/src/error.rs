@@ -43,11 +43,11 @@ pub enum LakeError {
         /// The snapshot they would end at.
         to: i64,
     },
-    /// An incremental read of a range no delta can express: a snapshot in it removed
+    /// An incremental read of a range no change set can express: a snapshot in it removed
     /// files outside a `replace`. The consumer reads snapshot `to` in full instead.
     #[error(
         "snapshot {snapshot_id} ({operation}) removed {removed_files} files: the changes up \
-         to snapshot {to} cannot be read as a delta, read that snapshot in full instead"
+         to snapshot {to} cannot be read as changes, read that snapshot in full instead"
     )]
     FullReloadNeeded {
         /// The first snapshot of the range that removed files.

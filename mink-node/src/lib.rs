@@ -7,7 +7,7 @@
 //! - [`metadata`]: tables and partitions, in SQLite on one node, in etcd in a cluster.
 //! - [`cluster`]: membership, the controller and bucket leadership over etcd.
 //! - [`node`]: tables, tablets, validated writes.
-//! - [`flight`]: the Arrow Flight service of `spec/reads.md`.
+//! - [`flight`]: the Arrow Flight service of `docs/design.md#read-protocol`.
 //! - [`tiering`]: copying logs into the Iceberg lake, exactly once.
 //! - `lake_index`: where each key's live lake row is, which tiering keeps for its
 //!   position deletes and Union planning reads to locate the lake rows a read replaces.

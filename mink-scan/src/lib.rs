@@ -1,4 +1,4 @@
-//! The union read (`spec/union-read.md`) as DataFusion physical plan nodes, one path for
+//! The union read (`docs/design.md#union-read`) as DataFusion physical plan nodes, one path for
 //! every place it runs: the bucket leader's Union and Lake tickets execute the plan and
 //! encode its batches for Flight; the SQL engine puts the same nodes under its own
 //! operators.

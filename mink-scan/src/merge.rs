@@ -1,5 +1,5 @@
 //! `KeyMergeExec`: the key merge of a primary-key table's union read
-//! (`spec/union-read.md`), over two inputs: the lake rows below the seams and the log
+//! (`docs/design.md#union-read`), over two inputs: the lake rows below the seams and the log
 //! ranges after them.
 //!
 //! ```text

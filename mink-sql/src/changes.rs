@@ -299,7 +299,7 @@ impl TableProvider for ChangesTable {
         if let Some(cause) = plan.full_reload_cause() {
             return Err(DataFusionError::Plan(format!(
                 "{TABLE_CHANGES}('{}', {}, {}): snapshot {} ({}) removed {} files, which no \
-                 delta expresses: read the table as of snapshot {} in full instead",
+                 change set expresses: read the table as of snapshot {} in full instead",
                 self.table.path,
                 self.from,
                 self.to,

@@ -20,7 +20,7 @@
 //!   a table's union read cut into tasks by bucket.
 //!
 //! A query reads each bucket as it is when the query is planned: the lake below the
-//! bucket's seam plus every change after it, exactly once (`spec/union-read.md`).
+//! bucket's seam plus every change after it, exactly once (`docs/design.md#union-read`).
 
 pub mod catalog;
 pub mod changes;

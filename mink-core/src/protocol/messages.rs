@@ -336,7 +336,7 @@ pub struct LakeSnapshotChanges {
     /// `replace`.
     #[prost(message, repeated, tag = "4")]
     pub delete_files: Vec<LakeDeleteRef>,
-    /// How many files it removed (not counted for a `replace`): when not zero, no delta
+    /// How many files it removed (not counted for a `replace`): when not zero, no change set
     /// expresses the range and the reader reads `to_snapshot_id` in full.
     #[prost(uint64, tag = "5")]
     pub removed_files: u64,

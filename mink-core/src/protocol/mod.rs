@@ -1,4 +1,4 @@
-//! Wire messages of the bucket leader's Flight protocol (`spec/reads.md`).
+//! Wire messages of the bucket leader's Flight protocol (`docs/design.md#read-protocol`).
 //!
 //! Every message is protobuf (prost), carried in Flight's opaque byte fields:
 //!

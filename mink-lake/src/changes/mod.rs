@@ -3,7 +3,7 @@
 //! A consumer that has read a lake table as of snapshot `from` catches up to snapshot
 //! `to` by applying the changes of every snapshot in between, instead of reading `to`
 //! in full. Iceberg 0.10 has no incremental scan (`TableScan` reads one snapshot), so
-//! the delta is built from the manifest layer: [`plan_changes`] finds what each snapshot
+//! the changes are built from the manifest layer: [`plan_changes`] finds what each snapshot
 //! of the range added, [`read_changes`] streams the rows those files insert or delete.
 //!
 //! # The range
@@ -25,14 +25,14 @@
 //! | adds an equality-delete file      | a `delete` per row of the file: the equality columns, the others null |
 //! | adds a position-delete file       | a `delete` per row it names: the row, read from its data file |
 //! | is a `replace` (compaction)       | nothing: the same rows in other files              |
-//! | removes a file, not a `replace`   | no delta can express it: [`ChangesPlan::needs_full_reload`] |
+//! | removes a file, not a `replace`   | no change set can express it: [`ChangesPlan::needs_full_reload`] |
 //!
 //! Position deletes are what mink's own tiering writes for a primary-key table (see
 //! [`crate::deletes`]): resolving them to the rows they remove (only the rows at those
 //! positions are decoded, see [`crate::reader`]) is what makes such a table's rounds a
-//! real delta rather than a full reload.
+//! real change set rather than a full reload.
 //!
-//! # Applying a delta
+//! # Applying the changes
 //!
 //! Snapshot by snapshot, oldest first: its deletes, then its inserts. [`read_changes`]
 //! streams the rows in that order, each with its snapshot's sequence number (it grows
@@ -46,7 +46,7 @@
 //! writes the new version of every changed key and position-deletes the old one:
 //!
 //! ```text
-//!  lake at from     round S (overwrite)                    delta of S       state at S
+//!  lake at from     round S (overwrite)                    changes of S     state at S
 //!  k1 a             data file:      k1 b, k4 d              delete k1 a      k1 b
 //!  k2 c             position del:   (f0, 0), (f0, 1)        delete k2 c      k4 d
 //!   (file f0)                                               insert k1 b
@@ -137,13 +137,13 @@ impl ChangesPlan {
         self.snapshots.is_empty()
     }
 
-    /// Whether no delta can express the range (a snapshot in it removed files outside a
+    /// Whether no change set can express the range (a snapshot in it removed files outside a
     /// `replace`): the consumer reads `to` in full instead.
     pub fn needs_full_reload(&self) -> bool {
         self.full_reload_cause().is_some()
     }
 
-    /// The first snapshot of the range no delta can express.
+    /// The first snapshot of the range no change set can express.
     pub fn full_reload_cause(&self) -> Option<&ChangedSnapshot> {
         self.snapshots.iter().find(|s| s.needs_full_reload())
     }
@@ -160,7 +160,7 @@ impl ChangesPlan {
 }
 
 impl ChangedSnapshot {
-    /// Whether no delta can express the snapshot: it removed files and is not a
+    /// Whether no change set can express the snapshot: it removed files and is not a
     /// `replace`.
     pub fn needs_full_reload(&self) -> bool {
         self.operation != Operation::Replace && self.removed_files > 0
@@ -223,7 +223,7 @@ pub async fn plan_changes(table: &Table, from: i64, to: i64) -> Result<ChangesPl
 /// What `snapshot` changed, from the entries of the manifests it wrote.
 async fn changed_snapshot(table: &Table, snapshot: SnapshotRef) -> Result<ChangedSnapshot> {
     let snapshot_id = snapshot.snapshot_id();
-    let mut delta = ChangedSnapshot {
+    let mut changed = ChangedSnapshot {
         snapshot_id,
         sequence_number: snapshot.sequence_number(),
         operation: snapshot.summary().operation.clone(),
@@ -231,8 +231,8 @@ async fn changed_snapshot(table: &Table, snapshot: SnapshotRef) -> Result<Change
         delete_files: Vec::new(),
         removed_files: 0,
     };
-    if delta.operation == Operation::Replace {
-        return Ok(delta);
+    if changed.operation == Operation::Replace {
+        return Ok(changed);
     }
     let metadata = table.metadata();
     let schema = snapshot.schema(metadata)?;
@@ -252,14 +252,14 @@ async fn changed_snapshot(table: &Table, snapshot: SnapshotRef) -> Result<Change
             let file = entry.data_file();
             match entry.status() {
                 ManifestStatus::Existing => {}
-                ManifestStatus::Deleted => delta.removed_files += 1,
+                ManifestStatus::Deleted => changed.removed_files += 1,
                 ManifestStatus::Added => match file.content_type() {
-                    DataContentType::Data => delta.added_files.push(AddedFile {
+                    DataContentType::Data => changed.added_files.push(AddedFile {
                         path: file.file_path().to_string(),
                         size: file.file_size_in_bytes(),
                         record_count: file.record_count(),
                     }),
-                    DataContentType::PositionDeletes => delta.delete_files.push(LakeDeleteFile {
+                    DataContentType::PositionDeletes => changed.delete_files.push(LakeDeleteFile {
                         path: file.file_path().to_string(),
                         size: file.file_size_in_bytes(),
                         kind: DeleteKind::Positions,
@@ -271,7 +271,7 @@ async fn changed_snapshot(table: &Table, snapshot: SnapshotRef) -> Result<Change
                             file.file_path(),
                             &name,
                         )?;
-                        delta.delete_files.push(LakeDeleteFile {
+                        changed.delete_files.push(LakeDeleteFile {
                             path: file.file_path().to_string(),
                             size: file.file_size_in_bytes(),
                             kind: DeleteKind::Equality { columns },
@@ -281,5 +281,5 @@ async fn changed_snapshot(table: &Table, snapshot: SnapshotRef) -> Result<Change
             }
         }
     }
-    Ok(delta)
+    Ok(changed)
 }

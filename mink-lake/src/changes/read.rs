@@ -121,7 +121,7 @@ pub fn read_changes(
         .boxed()
 }
 
-/// The schemas a delta is read in.
+/// The schemas changes are read in.
 #[derive(Debug, Clone)]
 struct Schemas {
     /// The table's columns asked for.

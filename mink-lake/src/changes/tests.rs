@@ -1,4 +1,4 @@
-//! Deltas of a real lake table (SQLite catalog, Parquet files in a temporary directory),
+//! Changes of a real lake table (SQLite catalog, Parquet files in a temporary directory),
 //! built snapshot by snapshot with the crate's own writers and commits.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -66,7 +66,7 @@ async fn fixture() -> Fixture {
     }
 }
 
-/// The table's columns: what the deltas are read as.
+/// The table's columns: what the changes are read as.
 fn columns() -> Schema {
     descriptor().schema().as_ref().clone()
 }
@@ -428,7 +428,7 @@ async fn position_deletes_resolve_to_the_rows_they_delete() {
             change(INSERT, b, 5, Some("e")),
         ]
     );
-    // Applied to the state at `from`, every delta gives the state at `to`.
+    // Applied to the state at `from`, every change set gives the state at `to`.
     for (from, to) in [(a, b), (a, c), (b, c)] {
         let changes = f.changes(f.plan(from, to).await).await;
         assert_eq!(
@@ -530,7 +530,7 @@ async fn an_overwrite_removing_files_needs_a_full_reload() {
     assert!(plan.needs_full_reload());
     let cause = plan.full_reload_cause().unwrap();
     assert_eq!((cause.snapshot_id, cause.removed_files), (c, 2));
-    // Up to the snapshot before, a delta still works.
+    // Up to the snapshot before, a change set still works.
     assert!(!f.plan(a, b).await.needs_full_reload());
     let err = read_changes(f.lake.storage(), plan, &columns(), DeletedRows::Whole)
         .try_collect::<Vec<_>>()

@@ -1,4 +1,4 @@
-//! Delta plans on the wire: the node plans the changes of a table's lake (it holds the
+//! Change plans on the wire: the node plans the changes of a table's lake (it holds the
 //! catalog) and an engine reading the changed rows itself gets them in a
 //! `plan_table_changes` answer.
 

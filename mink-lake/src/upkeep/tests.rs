@@ -134,8 +134,8 @@ async fn commits_merge_manifests_and_each_snapshot_keeps_its_own_additions() {
     assert_eq!(f.live().await, added.iter().cloned().collect());
     // Every snapshot's incremental read still finds exactly the file it added.
     for (i, pair) in f.snapshots.windows(2).enumerate() {
-        let delta = plan_changes(&f.table, pair[0], pair[1]).await.unwrap();
-        let paths: Vec<&str> = delta.snapshots[0]
+        let changes = plan_changes(&f.table, pair[0], pair[1]).await.unwrap();
+        let paths: Vec<&str> = changes.snapshots[0]
             .added_files
             .iter()
             .map(|a| a.path.as_str())

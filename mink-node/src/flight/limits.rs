@@ -4,8 +4,8 @@
 //! A client controls every size in a ticket, an action and a DoPut stream. Each one the
 //! node acts on is bounded here, in one of two ways:
 //!
-//! - **clamped**, silently, where `spec/reads.md` lets a server answer less than asked:
-//!   a Scan or Tail is "bounded by max_bytes" and the client continues from the answer's
+//! - **clamped**, silently, where the read protocol (`docs/design.md#read-protocol`) lets
+//!   a server answer less than asked: a Scan or Tail is "bounded by max_bytes" and the client continues from the answer's
 //!   next offset; a Snapshot's `batch_rows` only shapes the batches, not the rows; a Tail
 //!   may end its wait early (an empty or short answer is a normal result). The client
 //!   cannot tell a clamp from a log that held less.

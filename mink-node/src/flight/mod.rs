@@ -1,4 +1,4 @@
-//! The Arrow Flight service of a bucket leader (`spec/reads.md`).
+//! The Arrow Flight service of a bucket leader (`docs/design.md#read-protocol`).
 //!
 //! | call       | request                          | answer                                    |
 //! |------------|----------------------------------|-------------------------------------------|

@@ -3,9 +3,10 @@
 //! A union read of a primary-key table whose plan located the lake rows its ranges replace
 //! (`Node::locate_replaced_rows`) leaves those rows out of the lake scan by position, so
 //! from each bucket's range it needs only the live rows: for each key the range changes,
-//! its last change when that is `+I` or `+U` (`spec/union-read.md`, steps 1 and 3). The
-//! leader answers them ([`Node::live_range`]) instead of the whole changelog, so the reader
-//! neither receives a key's older changes nor folds them.
+//! its last change when that is `+I` or `+U` (steps 1 and 3 of
+//! `docs/design.md#primary-key-tables-the-key-merge`). The leader answers them
+//! ([`Node::live_range`]) instead of the whole changelog, so the reader neither receives a
+//! key's older changes nor folds them.
 //!
 //! The fold is mink-core's [`LogRangeIndex`] over the range's key columns and offsets
 //! (no other column is held): the index's live rows are the live offsets, in log order,

@@ -1,4 +1,4 @@
-//! Planning Union reads (`spec/union-read.md`), and reading the log part of one: a
+//! Planning Union reads (`docs/design.md#union-read`), and reading the log part of one: a
 //! bucket's log from an offset to another ([`log_range`]), a primary-key range's live
 //! rows folded here for a LiveRange read (`live`), the node's own logs as the log range source
 //! of a union read's plan ([`LocalLog`]), and a primary-key table's changelog rows

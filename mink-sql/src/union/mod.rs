@@ -1,4 +1,4 @@
-//! The engine's union read: the tree of `mink_scan` (`spec/union-read.md`), the same plan
+//! The engine's union read: the tree of `mink_scan` (`docs/design.md#union-read`), the same plan
 //! nodes the bucket leader executes for its Union ticket, under the engine's operators:
 //!
 //! ```text
