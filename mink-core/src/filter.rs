@@ -2,7 +2,7 @@
 //! AND).
 //!
 //! The lake prunes files with them (translated to an Iceberg predicate, see
-//! `mink-lake`), and every emitted row is checked with [`matches`], so a filter is always
+//! `mink-lake`), and every emitted row is checked with [`matches()`], so a filter is always
 //! exact. Values travel as text and are cast to the column's type, so one message shape
 //! serves every type.
 
@@ -44,7 +44,7 @@ pub struct ColumnFilter {
     /// The comparison.
     #[prost(enumeration = "FilterOp", tag = "2")]
     pub op: i32,
-    /// The value as text, cast to the column's type; absent for IS [NOT] NULL.
+    /// The value as text, cast to the column's type; absent for IS \[NOT\] NULL.
     #[prost(string, optional, tag = "3")]
     pub value: Option<String>,
 }

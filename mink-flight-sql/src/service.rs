@@ -1,7 +1,7 @@
 //! The Flight SQL service: each call decoded by arrow-flight's [`FlightSqlService`] and
 //! handed to the module that does the work: [`statement`](super::statement) (queries,
-//! updates), [`prepared`](super::prepared) and [`handle`](super::handle) (prepared
-//! statements), [`ingest`](super::ingest), [`metadata`](super::metadata),
+//! updates), [`prepared`] and [`handle`](super::handle) (prepared
+//! statements), [`ingest`], [`metadata`],
 //! [`sql_info`](super::sql_info), [`auth`](super::auth) (the handshake).
 //!
 //! Results leave as FlightInfo with one endpoint and no locations (the client fetches

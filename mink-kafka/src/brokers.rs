@@ -2,7 +2,7 @@
 //!
 //! A single node is broker 0 and leads every partition. In a cluster each node's Kafka
 //! listener records its advertised address under the node's etcd lease
-//! (`<prefix>/kafka/brokers/<node id>`: "<Kafka address> <node address>"), so a node
+//! (`<prefix>/kafka/brokers/<node id>`: `"<Kafka address> <node address>"`), so a node
 //! that dies leaves the list with its lease. A node's broker id is a hash of its node id
 //! (stable across restarts, as clients' cached metadata expects); two live nodes whose
 //! ids hash alike are refused at start. A partition's leader is the broker whose node

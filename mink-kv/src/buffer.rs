@@ -12,7 +12,7 @@
 //! * fjall's applied offset is what fjall holds; the runs cover the log from there to the
 //!   buffer's end. After a crash the runs are gone and the log's replay from fjall's
 //!   applied offset rebuilds them, as it rebuilds any update lost.
-//! * Reads see fjall and the runs as one ([`Merged`](super::runs::Merged)): a run's row,
+//! * Reads see fjall and the runs as one ([`Merged`]): a run's row,
 //!   or its deletion, hides fjall's. A reader takes the runs and its fjall snapshot under
 //!   the runs' read lock; a flush makes its table visible in fjall before it lets go of
 //!   the runs, so a reader sees a flushed row in one or both, never in neither.

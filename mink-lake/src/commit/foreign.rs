@@ -55,7 +55,7 @@
 //! [`LakeError::Refused`].
 //!
 //! The new metadata is published as mink's own metadata-only commits are
-//! ([`commit_metadata`], as an expiry); a lost race is a conflict.
+//! ([`super::commit_metadata`], as an expiry); a lost race is a conflict.
 
 use std::collections::HashSet;
 use std::sync::Arc;

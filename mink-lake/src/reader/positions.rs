@@ -81,7 +81,7 @@ impl PositionDeleteCache {
 
 /// The deleted positions (ascending, without duplicates) of every data file of `split`
 /// that has any, from the position-delete files each one lists and its
-/// [`LakeFile::replaced_rows`]; each delete file is read
+/// [`super::LakeFile::replaced_rows`]; each delete file is read
 /// once, however many data files it covers, and kept in the storage's
 /// [`PositionDeleteCache`] for the next statement. Equality deletes are not read (see
 /// [`LakeSplit::has_equality_deletes`]).

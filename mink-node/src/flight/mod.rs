@@ -2,19 +2,19 @@
 //!
 //! | call       | request                          | answer                                    |
 //! |------------|----------------------------------|-------------------------------------------|
-//! | DoGet      | [`ReadTicket`] Scan              | schema, then batches with [`ScanBatch`]    |
-//! | DoGet      | Snapshot, LimitScan on PK tables | schema, batches with [`SnapshotBatch`], a closing [`SnapshotBatch`] |
+//! | DoGet      | [`ReadTicket`] Scan              | schema, then batches with [`ScanBatch`](mink_core::protocol::ScanBatch)    |
+//! | DoGet      | Snapshot, LimitScan on PK tables | schema, batches with [`SnapshotBatch`](mink_core::protocol::SnapshotBatch), a closing [`SnapshotBatch`](mink_core::protocol::SnapshotBatch) |
 //! | DoGet      | LimitScan on log tables          | the last rows, as Scan                     |
-//! | DoGet      | Union                            | schema, lake batches, log batches with [`ScanBatch`], a closing [`UnionPlan`] |
+//! | DoGet      | Union                            | schema, lake batches, log batches with [`ScanBatch`](mink_core::protocol::ScanBatch), a closing [`UnionPlan`](mink_core::protocol::UnionPlan) |
 //! | DoGet      | Lake                             | schema, the snapshot's batches             |
-//! | DoExchange | one [`TailRequest`] per message  | per request: schema, batches, [`TailEnd`]  |
-//! | DoPut      | [`WriteHeader`] descriptor       | one [`AppendAck`] per batch, once durable (append, upsert or delete) |
+//! | DoExchange | one [`TailRequest`](mink_core::protocol::TailRequest) per message  | per request: schema, batches, [`TailEnd`](mink_core::protocol::TailEnd)  |
+//! | DoPut      | [`WriteHeader`] descriptor       | one [`AppendAck`](mink_core::protocol::AppendAck) per batch, once durable (append, upsert or delete) |
 //! | DoAction   | see [`mink_core::protocol::action`] | one result                             |
 //!
 //! Projection happens here: `columns` are field indexes of the table's current schema, and
 //! each batch is cut to those columns before it is encoded. A batch written under an older
 //! schema version keeps its own columns (those it has of the projection); its
-//! `schema_id` in [`ScanBatch`] tells the client how to normalize it. A projection must
+//! `schema_id` in [`ScanBatch`](mink_core::protocol::ScanBatch) tells the client how to normalize it. A projection must
 //! name each column once and only columns the table has.
 //!
 //! Every size a client controls is clamped or refused by [`limits`]; compressed Arrow IPC

@@ -18,7 +18,7 @@
 //! The schedule ([`UpkeepSchedule`]), after each round of a table: expiry when a snapshot
 //! is due and the last expiry of the table is [`EXPIRE_EVERY`] old; orphan removal every
 //! [`REMOVE_ORPHANS_EVERY`] (files older than
-//! [`DEFAULT_ORPHAN_GRACE`](mink_lake::upkeep::DEFAULT_ORPHAN_GRACE)). Manifests need no
+//! [`DEFAULT_ORPHAN_GRACE`]). Manifests need no
 //! schedule: every commit merges them once there are enough
 //! ([`mink_lake::commit::DEFAULT_MIN_COUNT_TO_MERGE`]).
 
