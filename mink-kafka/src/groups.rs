@@ -600,6 +600,20 @@ impl Group {
         if self.state != State::Empty && self.protocol_type != joining.protocol_type {
             return Err(ResponseError::InconsistentGroupProtocol);
         }
+        // A generation needs a protocol every member speaks: a member that would leave
+        // none is refused, as Kafka does, rather than make the group's protocol unknown.
+        let speaks_with_others = |name: &String| {
+            (self.members.iter())
+                .filter(|(id, _)| **id != member_id)
+                .all(|(_, m)| m.protocols.iter().any(|(n, _)| n == name))
+        };
+        if !joining
+            .protocols
+            .iter()
+            .any(|(name, _)| speaks_with_others(name))
+        {
+            return Err(ResponseError::InconsistentGroupProtocol);
+        }
         self.protocol_type = joining.protocol_type;
         self.members.insert(
             member_id.clone(),

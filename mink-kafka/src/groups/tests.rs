@@ -529,6 +529,32 @@ async fn the_groups_protocol_is_the_leaders_first_that_every_member_speaks() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_member_that_speaks_none_of_the_groups_protocols_is_refused() {
+    let groups = Groups::new();
+    let a = groups.join(ranged("", "a"), JOIN_VERSION).await;
+    let a = a.member_id.to_string();
+    // Kafka refuses such a member; with it, no protocol would be left for the group.
+    let (b, a_joined) = tokio::join!(
+        groups.join(join_request("", &[("roundrobin", "b")]), JOIN_VERSION),
+        groups.join(ranged(&a, "a"), JOIN_VERSION),
+    );
+    assert_eq!(
+        error(b.error_code),
+        Some(ResponseError::InconsistentGroupProtocol)
+    );
+    assert_eq!(a_joined.protocol_name.as_deref(), Some("range"));
+    assert_eq!(listed(&a_joined), [(a, Bytes::from_static(b"a"))]);
+    // Nor does a member speaking no protocol at all start a group.
+    let mute = join_request("", &[]).with_group_id(GroupId(StrBytes::from_static_str("other")));
+    let refused = groups.join(mute, JOIN_VERSION).await;
+    assert_eq!(
+        error(refused.error_code),
+        Some(ResponseError::InconsistentGroupProtocol)
+    );
+    assert_eq!(groups.with_members(), [GROUP]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_leaders_assignments_are_bounded_and_kept_for_members_only() {
     let groups = Groups::new();
     let (a, b) = two_joined(&groups).await;
