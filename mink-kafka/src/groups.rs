@@ -600,6 +600,20 @@ impl Group {
         if self.state != State::Empty && self.protocol_type != joining.protocol_type {
             return Err(ResponseError::InconsistentGroupProtocol);
         }
+        // A generation needs a protocol every member speaks: a member that would leave
+        // none is refused, as Kafka does, rather than make the group's protocol unknown.
+        let speaks_with_others = |name: &String| {
+            (self.members.iter())
+                .filter(|(id, _)| **id != member_id)
+                .all(|(_, m)| m.protocols.iter().any(|(n, _)| n == name))
+        };
+        if !joining
+            .protocols
+            .iter()
+            .any(|(name, _)| speaks_with_others(name))
+        {
+            return Err(ResponseError::InconsistentGroupProtocol);
+        }
         self.protocol_type = joining.protocol_type;
         self.members.insert(
             member_id.clone(),
@@ -733,59 +747,4 @@ fn client_name(request: &JoinGroupRequest) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use kafka_protocol::messages::GroupId;
-    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
-
-    use super::*;
-
-    fn request(metadata: usize) -> JoinGroupRequest {
-        let protocol = JoinGroupRequestProtocol::default()
-            .with_name(StrBytes::from_static_str("range"))
-            .with_metadata(Bytes::from(vec![0u8; metadata]));
-        JoinGroupRequest::default()
-            .with_group_id(GroupId(StrBytes::from_static_str("g")))
-            .with_session_timeout_ms(*SESSION_TIMEOUTS.start())
-            .with_protocol_type(StrBytes::from_static_str("consumer"))
-            .with_protocols(vec![protocol])
-    }
-
-    /// A member's protocols are bounded, so is what every group holds, and members
-    /// whose sessions ended are removed (their groups dropped) by a sweep, without a
-    /// request of their own group.
-    #[test]
-    fn members_are_bounded_in_bytes_and_expire_without_requests() {
-        assert!(matches!(
-            Joining::of(&request(MAX_MEMBER_BYTES), 1),
-            Err(ResponseError::InvalidRequest)
-        ));
-        let groups = Groups::new();
-        let now = Instant::now();
-        let mut registry = groups.lock();
-        let mut joined = 0;
-        let refused = loop {
-            let id = format!("g{joined}");
-            registry.create(&id, now).unwrap();
-            let member = Joining::of(&request(MAX_MEMBER_BYTES / 2), 1).unwrap();
-            let room = registry.room();
-            match registry.update(&id, |group| group.join(member, room, now)) {
-                Some(Ok(_)) => joined += 1,
-                Some(Err(error)) => break error,
-                None => panic!("group {id} was not created"),
-            }
-        };
-        assert!(matches!(refused, ResponseError::CoordinatorNotAvailable));
-        let fits = MAX_COORDINATOR_BYTES / (MAX_MEMBER_BYTES / 2);
-        assert!((fits - 2..fits).contains(&joined), "{joined} members");
-        assert!(registry.held <= MAX_COORDINATOR_BYTES);
-        let counted: usize = registry.groups.values().map(Group::bytes).sum();
-        assert_eq!(registry.held, counted, "the running count is the sum");
-
-        let timeout = Duration::from_millis(*SESSION_TIMEOUTS.start() as u64);
-        registry.sweep_now(now + timeout / 2);
-        assert_eq!(registry.groups.len(), joined, "sessions not over yet");
-        registry.sweep_now(now + timeout);
-        assert!(registry.groups.is_empty());
-        assert_eq!(registry.held, 0);
-    }
-}
+mod tests;

@@ -457,3 +457,6 @@ fn lookup_splits(table: &TableDescriptor, keys: &RecordBatch) -> Result<Vec<Spli
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests;

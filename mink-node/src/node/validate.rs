@@ -179,7 +179,9 @@ pub(super) fn check_routing(
 
 #[cfg(test)]
 mod tests {
+    use arrow::array::{ArrayRef, Int32Array, Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
+    use mink_core::bucket::bucket_of_rows;
     use mink_core::options::TableOptions;
     use mink_core::table::{SchemaVersion, TablePath};
 
@@ -255,5 +257,325 @@ mod tests {
         let wide = with_versions(table(MAX_COLUMNS), 400);
         let message = refused(&wide);
         assert!(message.contains("MAX_DESCRIPTOR_BYTES"), "{message}");
+    }
+
+    /// `db.t (id BIGINT, dt TEXT, v TEXT)` in 4 buckets: keyed by `id` (or `id, dt`
+    /// partitioned by `dt`), or a log table without a key.
+    fn rows_table(primary_key: &[&str], partition_keys: &[&str]) -> TableDescriptor {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("dt", DataType::Utf8, true),
+            Field::new("v", DataType::Utf8, true),
+        ]);
+        let options = TableOptions {
+            bucket_num: 4,
+            ..TableOptions::default()
+        };
+        let names = |columns: &[&str]| columns.iter().map(|c| c.to_string()).collect();
+        TableDescriptor::new(
+            TablePath::new("db", "t"),
+            schema,
+            names(primary_key),
+            names(partition_keys),
+            options,
+        )
+        .unwrap()
+    }
+
+    fn keyed() -> TableDescriptor {
+        rows_table(&["id"], &[])
+    }
+
+    fn partitioned() -> TableDescriptor {
+        rows_table(&["id", "dt"], &["dt"])
+    }
+
+    /// A batch of named columns, with a schema of nullable fields (as a client sends).
+    fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
+        RecordBatch::try_from_iter_with_nullable(columns.into_iter().map(|(n, c)| (n, c, true)))
+            .unwrap()
+    }
+
+    fn ids(values: &[Option<i64>]) -> ArrayRef {
+        Arc::new(Int64Array::from(values.to_vec()))
+    }
+
+    fn texts(values: &[Option<&str>]) -> ArrayRef {
+        Arc::new(StringArray::from(values.to_vec()))
+    }
+
+    /// The bucket of `id` in a table of 4 buckets keyed by it.
+    fn bucket_of(id: i64) -> u32 {
+        bucket_of_rows(&[ids(&[Some(id)])], 4).unwrap()[0]
+    }
+
+    /// Two ids that fall in different buckets of 4.
+    fn ids_in_two_buckets() -> (i64, i64) {
+        let other = (1..100).find(|id| bucket_of(*id) != bucket_of(0)).unwrap();
+        (0, other)
+    }
+
+    fn address(bucket: u32, partition: Option<&str>) -> BucketId {
+        BucketId {
+            table: "db.t".into(),
+            partition: partition.map(str::to_string),
+            bucket,
+        }
+    }
+
+    fn mismatch(result: Result<RecordBatch>) -> String {
+        match result {
+            Err(NodeError::SchemaMismatch(message)) => message,
+            other => panic!("expected SchemaMismatch, got {other:?}"),
+        }
+    }
+
+    fn invalid<T: std::fmt::Debug>(result: Result<T>) -> String {
+        match result {
+            Err(NodeError::InvalidArgument(message)) => message,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bucket_address_within_the_table_is_accepted() {
+        assert!(check_bucket_address(&keyed(), &address(0, None)).is_ok());
+        assert!(check_bucket_address(&keyed(), &address(3, None)).is_ok());
+        assert!(check_bucket_address(&partitioned(), &address(3, Some("dt=d0"))).is_ok());
+    }
+
+    #[test]
+    fn a_bucket_past_the_tables_buckets_is_not_found() {
+        match check_bucket_address(&keyed(), &address(4, None)) {
+            Err(NodeError::BucketNotFound(message)) => {
+                assert_eq!(message, "db.t/4 (table db.t has 4 buckets)");
+            }
+            other => panic!("expected BucketNotFound, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_partitioned_table_needs_a_partition_in_the_address_and_no_other_takes_one() {
+        assert_eq!(
+            invalid(check_bucket_address(&partitioned(), &address(0, None))),
+            "table db.t needs a partition in its bucket address"
+        );
+        assert_eq!(
+            invalid(check_bucket_address(&keyed(), &address(0, Some("dt=d0")))),
+            "table db.t takes no partition in its bucket address"
+        );
+    }
+
+    #[test]
+    fn a_batch_of_the_tables_columns_is_relabelled_with_the_tables_schema() {
+        let table = keyed();
+        // The client's schema has the key nullable and no metadata: the table's has it
+        // NOT NULL, and that is the schema the stored batch carries.
+        let sent = batch(vec![
+            ("id", ids(&[Some(1), Some(2)])),
+            ("dt", texts(&[Some("d0"), None])),
+            ("v", texts(&[None, None])),
+        ]);
+        assert!(sent.schema().field(0).is_nullable());
+        let conformed = conform_to_schema(&table, sent.clone()).unwrap();
+        assert!(Arc::ptr_eq(&conformed.schema(), table.schema()));
+        assert_eq!(conformed.columns(), sent.columns());
+    }
+
+    #[test]
+    fn a_batch_with_other_columns_is_a_schema_mismatch() {
+        let table = keyed();
+        let expected = "(schema version 0: id Int64, dt Utf8, v Utf8)";
+        let id = ids(&[Some(1)]);
+        let text = texts(&[Some("a")]);
+        let message = mismatch(conform_to_schema(
+            &table,
+            batch(vec![("id", Arc::clone(&id)), ("dt", Arc::clone(&text))]),
+        ));
+        assert_eq!(
+            message,
+            format!("batch columns (id Int64, dt Utf8) do not match table db.t {expected}")
+        );
+        let renamed = batch(vec![
+            ("id", Arc::clone(&id)),
+            ("dt", Arc::clone(&text)),
+            ("w", Arc::clone(&text)),
+        ]);
+        assert!(
+            mismatch(conform_to_schema(&table, renamed)).contains("(id Int64, dt Utf8, w Utf8)")
+        );
+        let reordered = batch(vec![
+            ("dt", Arc::clone(&text)),
+            ("id", Arc::clone(&id)),
+            ("v", Arc::clone(&text)),
+        ]);
+        assert!(
+            mismatch(conform_to_schema(&table, reordered)).contains("(dt Utf8, id Int64, v Utf8)")
+        );
+        let narrower: ArrayRef = Arc::new(Int32Array::from(vec![1]));
+        let retyped = batch(vec![
+            ("id", narrower),
+            ("dt", Arc::clone(&text)),
+            ("v", Arc::clone(&text)),
+        ]);
+        assert!(
+            mismatch(conform_to_schema(&table, retyped)).contains("(id Int32, dt Utf8, v Utf8)")
+        );
+        let wider = batch(vec![
+            ("id", id),
+            ("dt", Arc::clone(&text)),
+            ("v", Arc::clone(&text)),
+            ("w", text),
+        ]);
+        assert!(
+            mismatch(conform_to_schema(&table, wider))
+                .contains("(id Int64, dt Utf8, v Utf8, w Utf8)")
+        );
+    }
+
+    #[test]
+    fn a_batch_of_an_earlier_schema_version_is_a_mismatch_naming_the_current_one() {
+        let table = keyed()
+            .with_added_column(Field::new("w", DataType::Utf8, true))
+            .unwrap();
+        let old = batch(vec![
+            ("id", ids(&[Some(1)])),
+            ("dt", texts(&[None])),
+            ("v", texts(&[None])),
+        ]);
+        assert_eq!(
+            mismatch(conform_to_schema(&table, old)),
+            "batch columns (id Int64, dt Utf8, v Utf8) do not match table db.t (schema version \
+             1: id Int64, dt Utf8, v Utf8, w Utf8)"
+        );
+    }
+
+    #[test]
+    fn nulls_are_refused_in_not_null_columns_only() {
+        let table = keyed();
+        let null_key = batch(vec![
+            ("id", ids(&[Some(1), None, None])),
+            ("dt", texts(&[None, None, None])),
+            ("v", texts(&[None, None, None])),
+        ]);
+        assert_eq!(
+            mismatch(conform_to_schema(&table, null_key)),
+            "column 'id' of table db.t is NOT NULL but the batch has 2 nulls in it"
+        );
+        let log = rows_table(&[], &[]);
+        let null_everywhere = batch(vec![
+            ("id", ids(&[None])),
+            ("dt", texts(&[None])),
+            ("v", texts(&[None])),
+        ]);
+        assert!(conform_to_schema(&log, null_everywhere).is_ok());
+    }
+
+    #[test]
+    fn keys_to_delete_are_the_key_columns_in_key_order_other_columns_dropped() {
+        let table = partitioned();
+        let sent = batch(vec![
+            ("v", texts(&[Some("x")])),
+            ("dt", texts(&[Some("d0")])),
+            ("id", ids(&[Some(7)])),
+        ]);
+        let keys = conform_keys(&table, sent).unwrap();
+        let names: Vec<_> = keys
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["id", "dt"]);
+        assert_eq!(keys.schema().field(0), table.schema().field(0));
+        assert!(!keys.schema().field(0).is_nullable());
+        assert_eq!(keys.column(0), &ids(&[Some(7)]));
+        assert_eq!(keys.column(1), &texts(&[Some("d0")]));
+    }
+
+    #[test]
+    fn keys_to_delete_need_every_key_column_of_its_type_without_nulls() {
+        let table = partitioned();
+        assert_eq!(
+            mismatch(conform_keys(&table, batch(vec![("id", ids(&[Some(1)]))]))),
+            "keys to delete from table db.t need the primary-key column 'dt'"
+        );
+        let narrower: ArrayRef = Arc::new(Int32Array::from(vec![1]));
+        assert_eq!(
+            mismatch(conform_keys(
+                &table,
+                batch(vec![("id", narrower), ("dt", texts(&[Some("d0")]))])
+            )),
+            "key column 'id' of table db.t is Int64, not Int32"
+        );
+        assert_eq!(
+            invalid(conform_keys(
+                &table,
+                batch(vec![("id", ids(&[Some(1)])), ("dt", texts(&[None]))])
+            )),
+            "key column 'dt' holds 1 nulls; primary-key values cannot be null"
+        );
+    }
+
+    #[test]
+    fn rows_of_the_addressed_bucket_are_accepted() {
+        let (id, _) = ids_in_two_buckets();
+        let rows = batch(vec![("id", ids(&[Some(id), Some(id)]))]);
+        assert!(check_routing(&keyed(), &address(bucket_of(id), None), &rows).is_ok());
+        let empty = batch(vec![("id", ids(&[]))]);
+        assert!(check_routing(&keyed(), &address(0, None), &empty).is_ok());
+    }
+
+    #[test]
+    fn a_row_of_another_bucket_is_refused_naming_the_first() {
+        let (here, there) = ids_in_two_buckets();
+        let rows = batch(vec![("id", ids(&[Some(here), Some(there), Some(there)]))]);
+        let bucket = bucket_of(here);
+        assert_eq!(
+            invalid(check_routing(&keyed(), &address(bucket, None), &rows)),
+            format!(
+                "row 1 belongs to bucket {} of table db.t, not bucket {bucket}",
+                bucket_of(there)
+            )
+        );
+    }
+
+    #[test]
+    fn a_row_of_another_partition_is_refused() {
+        let table = partitioned();
+        let rows = batch(vec![
+            ("id", ids(&[Some(0), Some(0)])),
+            ("dt", texts(&[Some("d0"), Some("d1")])),
+        ]);
+        // The bucket key is `id` alone: both rows are in the same bucket of their
+        // partitions.
+        let bucket = bucket_of(0);
+        assert!(check_routing(&table, &address(bucket, Some("dt=d0")), &rows.slice(0, 1)).is_ok());
+        assert_eq!(
+            invalid(check_routing(
+                &table,
+                &address(bucket, Some("dt=d0")),
+                &rows
+            )),
+            "row 1 belongs to partition 'dt=d1' of table db.t, not 'dt=d0'"
+        );
+    }
+
+    #[test]
+    fn a_log_tables_rows_go_to_any_bucket() {
+        let log = rows_table(&[], &[]);
+        let rows = batch(vec![("id", ids(&[Some(0), Some(1), Some(2)]))]);
+        for bucket in 0..4 {
+            assert!(check_routing(&log, &address(bucket, None), &rows).is_ok());
+        }
+    }
+
+    #[test]
+    fn rows_without_the_bucket_key_cannot_be_routed() {
+        let rows = batch(vec![("v", texts(&[Some("x")]))]);
+        assert_eq!(
+            invalid(check_routing(&keyed(), &address(0, None), &rows)),
+            "invalid request: the batch has no column 'id', which routes rows of table db.t"
+        );
     }
 }
