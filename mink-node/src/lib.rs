@@ -6,27 +6,24 @@
 //!
 //! - [`metadata`]: tables and partitions, in SQLite on one node, in etcd in a cluster.
 //! - [`cluster`]: membership, the controller and bucket leadership over etcd.
-//! - [`node`]: tables, tablets, validated writes.
+//! - [`node`]: tables, tablets, validated writes, and the planning of Union and Lake
+//!   reads: every method of [`Node`], one file per job.
 //! - [`flight`]: the Arrow Flight service of `docs/design.md#read-protocol`.
 //! - [`tiering`]: copying logs into the Iceberg lake, exactly once.
 //! - `lake_index`: where each key's live lake row is, which tiering keeps for its
 //!   position deletes and Union planning reads to locate the lake rows a read replaces.
-//! - [`union`]: planning Union reads (the lake below the seam, then the log).
-//! - [`lake_plan`]: planning Lake reads and the changes between two lake snapshots.
 //! - [`server`]: serving the node on a socket.
 
 pub mod cluster;
 pub mod error;
 pub mod flight;
 mod lake_index;
-pub mod lake_plan;
 pub mod metadata;
 pub mod node;
 pub mod server;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tiering;
-pub mod union;
 
 pub use error::{NodeError, Result};
 pub use node::{Node, NodeConfig};

@@ -18,17 +18,24 @@
 //! exactly the rows whose bucket key hashes to `b`. A partition is created by the first
 //! write into it.
 //!
-//! What the node does is split by job:
+//! [`Node`]'s methods all live in this module, one file per job (public methods named):
 //!
-//! - `config`: how a node is run ([`NodeConfig`], [`Failpoint`]).
-//! - `ddl`: creating, dropping and evolving tables, each step undone when a later fails.
-//! - `write`: validated writes into a bucket, creating its partition on the first.
-//! - `lookup`: key reads of a primary-key table's bucket.
-//! - `retention`: trimming logs to their `log.ttl`.
-//! - `storage`: where tablets live on disk; `open_buckets`: the node-wide bound on them;
-//!   `validate`: the checks of a batch or a definition against its table.
-//! - `leadership`: which buckets the node leads, and buckets moving to and from it
-//!   through the log store (answered NotLeader elsewhere).
+//! | file                | job                                                              | methods |
+//! |---------------------|------------------------------------------------------------------|---------|
+//! | `node.rs`           | opening the node; tables, buckets and offsets as they are now    | `open`, `lake`, `list_tables`, `describe`, `bucket`, `list_buckets`, `list_led_buckets`, `list_offsets`, `lake_snapshots` |
+//! | `config`            | how a node is run ([`NodeConfig`], [`Failpoint`])                | |
+//! | `ddl`               | creating, dropping and evolving tables, each step undone when a later one fails | `create_table`, `drop_table`, `add_column` |
+//! | `write`             | validated writes into a bucket, creating its partition on the first | `write`, `write_anywhere`, `write_as`, `recall_writer` |
+//! | `validate`          | the checks of a batch or a definition against its table          | |
+//! | `lookup`            | key reads of a primary-key table's bucket                        | `lookup`, `kv_bucket` |
+//! | [`union`]           | planning Union reads: the lake below the seam, then the log range | `plan_union`, `plan_table_union`, `live_range` |
+//! | `lake_plan`         | planning Lake reads and the changes between two lake snapshots   | `plan_lake`, `plan_changes` |
+//! | `retention`         | trimming logs to their `log.ttl`                                 | `enforce_retention` |
+//! | `checkpoints`       | checkpointing KV stores into the log store                       | `checkpoint_kv`, `kv_checkpoint_due` |
+//! | `log_store`         | the log store the node's logs are kept in                        | |
+//! | `leadership`        | which buckets the node leads, and buckets moving to and from it through the log store (answered NotLeader elsewhere) | `take_over_bucket`, `hand_over_bucket`, `membership`, `list_nodes` |
+//! | `metrics`           | the figures a scrape reads now                                   | `scraped_metrics` |
+//! | `storage`, `open_buckets` | where tablets live on disk; the node-wide bound on open buckets | |
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -49,7 +56,7 @@ use crate::cluster::Membership;
 use crate::cluster::drain::release_holds;
 use crate::error::{NodeError, Result};
 use crate::metadata::{EtcdMetadata, Metadata, MetadataStore};
-use crate::union::{FoldedRange, LocatedRange};
+use crate::node::union::{FoldedRange, LocatedRange};
 use leadership::{Slot, join};
 use metrics::WriteCounters;
 use mink_kv::{KvTablet, Restored};
@@ -58,6 +65,7 @@ use mink_log::LogTablet;
 mod checkpoints;
 mod config;
 mod ddl;
+mod lake_plan;
 mod leadership;
 mod log_store;
 mod lookup;
@@ -65,6 +73,7 @@ mod metrics;
 mod open_buckets;
 mod retention;
 mod storage;
+pub mod union;
 mod validate;
 mod write;
 

@@ -18,11 +18,11 @@ use prost::Message;
 
 use super::{MinkFlightService, limits, projection, required_bucket};
 use crate::error::NodeError;
+use crate::node::union::PlannedUnion;
 use crate::tiering::{
     compact_table, expire_table_snapshots, lake_table_stats, remove_table_orphan_files,
     rewrite_table_manifests, tier_table,
 };
-use crate::union::PlannedUnion;
 
 impl MinkFlightService {
     /// Runs one action and returns its result body.

@@ -22,8 +22,8 @@ use super::encoder::{BatchEncoder, metadata_only};
 use super::limits::{self, DEFAULT_BATCH_ROWS};
 use super::{FlightStream, MinkFlightService, projection, required_bucket};
 use crate::error::NodeError;
+use crate::node::union::{LocalLog, PlannedUnion};
 use crate::node::{Bucket, Node};
-use crate::union::{LocalLog, PlannedUnion};
 use mink_kv::{KvTablet, SnapshotReader};
 use mink_log::{LastRows, LogBatch};
 

@@ -14,7 +14,7 @@ use mink_log::{Changelog, LogStore, LogTablet};
 use tracing::info;
 
 use super::{Bucket, Failpoint, NodeConfig};
-use crate::union::{FoldedRange, LocatedRange};
+use crate::node::union::{FoldedRange, LocatedRange};
 
 /// Whether a bucket being opened is new (nothing of it is anywhere yet) or was opened
 /// before (its log, or its KV checkpoint, may be in the store).

@@ -8,7 +8,8 @@
 //! the tiering seam does not move.
 //!
 //! Old files are not deleted: a reader that planned on an older snapshot still finds
-//! every file it planned (they go only with snapshot expiry, which mink does not run yet).
+//! every file it planned. They go with the snapshots that name them, when snapshot expiry
+//! removes those and no running read holds them ([`super::upkeep`]).
 //!
 //! A bucket is compacted automatically after a round when it has more than
 //! eight files or, for a primary-key table, when a fifth of its lake rows are

@@ -18,7 +18,7 @@ use mink_log::LogBatch;
 
 use crate::error::{NodeError, Result};
 use crate::node::Node;
-use crate::union::log_range;
+use crate::node::union::log_range;
 
 /// The status of every bucket of table `path`, each from its leader.
 pub(super) async fn bucket_statuses(node: &Node, path: &TablePath) -> Result<Vec<BucketStatus>> {

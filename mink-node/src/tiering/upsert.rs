@@ -28,7 +28,7 @@ use mink_lake::writer::BucketWriter;
 use super::RoundTarget;
 use crate::error::{NodeError, Result};
 use crate::lake_index::BucketIndex;
-use crate::union::changelog_rows;
+use crate::node::union::changelog_rows;
 use mink_log::LogBatch;
 
 /// What one bucket adds to a round.

@@ -1,7 +1,7 @@
 //! Planning reads of the lake alone: Lake tickets (a table's or a partition's files as of
 //! one snapshot) and incremental reads between two of its snapshots
 //! ([`mink_lake::changes`]). Union reads, which add the log after the seam, are planned in
-//! [`crate::union`].
+//! [`crate::node::union`].
 //!
 //! Every plan holds the snapshots it names for a lease period
 //! ([`mink_lake::upkeep::leases`]), so that this node's upkeep keeps their files until the
@@ -22,8 +22,8 @@ use mink_lake::upkeep::leases::{PlannedHold, hold_planned, hold_planned_snapshot
 use crate::error::{NodeError, Result};
 use crate::metadata::LakeSnapshotRecord;
 use crate::node::Node;
+use crate::node::union::check_filters;
 use crate::tiering::lease_location;
-use crate::union::check_filters;
 
 impl Node {
     /// Plans a Lake read: `snapshot_id` (default: the latest recorded) of a table or of one
