@@ -60,6 +60,75 @@ pub(crate) struct Put {
 }
 
 /// A connection to a mink node. Cheap to clone; clones share the connection.
+///
+/// # Examples
+///
+/// A primary-key table written, looked up by key, read as it is now (lake and log), and
+/// followed as it grows:
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use arrow::array::{Int64Array, RecordBatch, StringArray};
+/// use arrow::datatypes::{DataType, Field, Schema};
+/// use mink_client::{ConnectOptions, Credentials, MinkClient};
+/// use mink_core::filter::{ColumnFilter, FilterOp};
+/// use mink_core::options::TableOptions;
+/// use mink_core::table::{TableDescriptor, TablePath};
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// // A server started with --sql-user/--sql-password and a certificate (docs/security.md).
+/// let options = ConnectOptions {
+///     credentials: Some(Credentials::new("analyst", "secret")),
+///     tls_ca: Some(std::fs::read("ca.pem")?),
+///     ..ConnectOptions::default()
+/// };
+/// let client = MinkClient::connect_with("mink.example.com:9123", &options).await?;
+///
+/// let schema = Schema::new(vec![
+///     Field::new("id", DataType::Int64, false),
+///     Field::new("name", DataType::Utf8, true),
+/// ]);
+/// let definition = TableDescriptor::new(
+///     TablePath::parse("shop.customers")?,
+///     schema,
+///     vec!["id".into()],
+///     Vec::new(),
+///     TableOptions::default(),
+/// )?;
+/// let table = client.create_table(&definition, true).await?;
+///
+/// // Rows are routed to their buckets; each acknowledgement comes once they are durable.
+/// let rows = RecordBatch::try_new(
+///     Arc::clone(table.schema()),
+///     vec![
+///         Arc::new(Int64Array::from(vec![1, 2])),
+///         Arc::new(StringArray::from(vec!["ada", "grace"])),
+///     ],
+/// )?;
+/// client.write(&table, &rows).await?;
+///
+/// // A point read of the current row of key 2, every column.
+/// let key = rows.project(&[0])?.slice(1, 1);
+/// let found = client.lookup(&table, &key, &[]).await?;
+/// println!("key 2: {} row", found.rows.num_rows());
+///
+/// // Each bucket as it is now: lake rows below the seam, then the log after it.
+/// let named_ada = [ColumnFilter::new("name", FilterOp::Eq, Some("ada"))];
+/// for status in client.list_buckets(&table.path).await? {
+///     let bucket = status.bucket.expect("the node names every bucket");
+///     let now = client.union(&bucket, &[], &named_ada).await?;
+///     println!("{bucket}: {} rows, lake up to offset {}", now.num_rows(), now.plan.log_from);
+///
+///     // Follow the bucket's log from its end, waiting up to 5 s for new rows.
+///     let mut tailer = client.tail(&bucket, &[]).await?;
+///     let next = tailer.poll(now.plan.log_to, Duration::from_secs(5), 0).await?;
+///     println!("{} new batches, next offset {}", next.batches.len(), next.next_offset);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct MinkClient {
     inner: FlightServiceClient<Channel>,
