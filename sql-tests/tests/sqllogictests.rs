@@ -18,6 +18,8 @@
 //! `<directory>/*.parquet` and the machine's core count as `CORES` ([`plan_lines`]); in
 //! rows, an Iceberg snapshot id (a column named `snapshot_id`, as `CALL` and
 //! `system.lake_snapshots` answer it) as `SNAPSHOT_ID`, since Iceberg makes them at random.
+//! The plans are those of a 2-core machine (CI's): DataFusion plans as many partitions as
+//! there are cores, and repartitions scans (or not) accordingly.
 
 #![expect(
     unused_crate_dependencies,
