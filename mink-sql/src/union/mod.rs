@@ -71,6 +71,12 @@ impl UnionRead {
         let (untiered_splits, splits): (Vec<UnionSplit>, Vec<UnionSplit>) = splits
             .into_iter()
             .partition(|split| table.has_primary_key() && untiered(&split.plan));
+        // The read of a primary-key table merges when a tiered bucket has a tail (without
+        // one, as in `t$lake`, the plan is the lake scan alone).
+        let merges = table.has_primary_key()
+            && splits
+                .iter()
+                .any(|split| split.plan.log_to > split.plan.log_from);
         let scan = UnionScan {
             table: &table,
             storage: Some(&reader.storage),
@@ -78,14 +84,15 @@ impl UnionRead {
                 client: reader.client.clone(),
             }),
             columns: reader.read_columns(),
-            // A log table's filters reach the scan through DataFusion's own pushdown (its
-            // filters above a `UnionExec` go down both sides); the key merge passes none
-            // down, so a primary-key table's lake scan is handed them here. Pruning is an
-            // optimization: a filter DataFusion cannot plan over the table's columns prunes
-            // nothing and is still applied above the scan.
+            // A lake scan not under a key merge gets the filters through DataFusion's own
+            // pushdown (its filters above a `UnionExec` go down both sides); the key merge
+            // passes none down, so the lake scan under one is handed them here (handed
+            // both, it would prune with each filter twice). Pruning is an optimization: a
+            // filter DataFusion cannot plan over the table's columns prunes nothing and is
+            // still applied above the scan.
             // A distributed read's lake scans are out of the optimizer's sight, inside
             // its tasks: they are handed the filters too.
-            predicate: match table.has_primary_key() || distributed {
+            predicate: match merges || distributed {
                 true => physical(state, table.schema(), pruning).ok().flatten(),
                 false => None,
             },
