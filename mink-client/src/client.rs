@@ -129,10 +129,13 @@ pub(crate) struct Put {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct MinkClient {
     inner: FlightServiceClient<Channel>,
-    round_robin: AtomicU32,
+    /// The next bucket a table without a bucket key is written to, shared by every clone
+    /// (a SQL session writes each statement through a clone: a counter of its own would
+    /// send every one-row INSERT to bucket 0).
+    round_robin: Arc<AtomicU32>,
     address: Arc<str>,
     /// `Bearer <token>` from the login, sent on every call.
     authorization: Option<AsciiMetadataValue>,
@@ -152,18 +155,6 @@ pub struct ConnectOptions {
     /// How long a call follows a bucket that moves, or whose leader cannot be reached;
     /// `None`: [`FOLLOW_FOR`](crate::FOLLOW_FOR).
     pub follow_for: Option<Duration>,
-}
-
-impl Clone for MinkClient {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            round_robin: AtomicU32::new(self.round_robin.load(Ordering::Relaxed)),
-            address: Arc::clone(&self.address),
-            authorization: self.authorization.clone(),
-            leaders: Arc::clone(&self.leaders),
-        }
-    }
 }
 
 impl MinkClient {
@@ -222,7 +213,7 @@ impl MinkClient {
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(Self {
             inner,
-            round_robin: AtomicU32::new(0),
+            round_robin: Arc::default(),
             address: rest.into(),
             authorization,
             leaders: Arc::new(Leaders::new(options.clone())),
@@ -241,7 +232,7 @@ impl MinkClient {
     pub(crate) fn at(&self, address: &str, connection: Connection) -> Self {
         Self {
             inner: connection.inner,
-            round_robin: AtomicU32::new(self.round_robin.load(Ordering::Relaxed)),
+            round_robin: Arc::clone(&self.round_robin),
             address: address.into(),
             authorization: connection.authorization,
             leaders: Arc::clone(&self.leaders),
