@@ -205,19 +205,23 @@ async fn union_figure(
     mut files: Vec<Vec<PathBuf>>,
     dir: &Path,
 ) -> Result<(), BenchError> {
-    let tail = log_parts(&data.schema, data.rows, table.bucket_num)?;
-    let tail_rows: usize = tail.iter().flatten().map(RecordBatch::num_rows).sum();
-    append_parts(client, &table.path, tail.clone()).await?;
-    for ((b, part), paths) in tail.iter().enumerate().zip(&mut files) {
+    let log_range = log_parts(&data.schema, data.rows, table.bucket_num)?;
+    let range_rows: usize = log_range.iter().flatten().map(RecordBatch::num_rows).sum();
+    append_parts(client, &table.path, log_range.clone()).await?;
+    for ((b, part), paths) in log_range.iter().enumerate().zip(&mut files) {
         if !part.is_empty() {
-            let path = dir.join(format!("baseline-bucket{b}-tail.parquet"));
+            let path = dir.join(format!("baseline-bucket{b}-log-range.parquet"));
             let (file, part) = (path.clone(), part.clone());
             blocking(move || write_parquet(&file, &part)).await?;
             paths.push(path);
         }
     }
-    let rows = data.rows + tail_rows;
-    let all: Vec<&RecordBatch> = data.batches.iter().chain(tail.iter().flatten()).collect();
+    let rows = data.rows + range_rows;
+    let all: Vec<&RecordBatch> = data
+        .batches
+        .iter()
+        .chain(log_range.iter().flatten())
+        .collect();
     let column = data.schema.field(PROJECTED_COLUMN).name();
     for (columns, what) in [
         (vec![], String::new()),
@@ -248,7 +252,7 @@ async fn union_figure(
         check_rows(
             "the log part of the union read",
             log_rows as usize,
-            tail_rows,
+            range_rows,
         )?;
         let lake_files: u64 = plans.iter().map(|plan| plan.lake_files).sum();
         let count = files.iter().flatten().count();
@@ -482,12 +486,12 @@ fn log_parts(
     rows: usize,
     buckets: u32,
 ) -> Result<Vec<Vec<RecordBatch>>, BenchError> {
-    let (tail, buckets) = ((rows / LOG_SHARE).max(1), buckets as usize);
+    let (log_rows, buckets) = ((rows / LOG_SHARE).max(1), buckets as usize);
     let mut rng = seeded(0x7a1e);
     let mut first_id = rows as i64;
     (0..buckets)
         .map(|b| {
-            let count = tail / buckets + usize::from(b < tail % buckets);
+            let count = log_rows / buckets + usize::from(b < log_rows % buckets);
             if count == 0 {
                 return Ok(vec![]);
             }

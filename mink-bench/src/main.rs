@@ -99,9 +99,9 @@ enum Bench {
     /// Iceberg's position deletes), against the same scan leaving none out.
     PositionDeletes(position_deletes::PositionDeletesArgs),
     /// The lake of primary-key tables: tiering changed keys, reads with position deletes
-    /// and union reads with a changed tail, against Parquet files.
+    /// and union reads with a changed log range, against Parquet files.
     PkLake(pk_lake::PkLakeArgs),
-    /// SQL over a primary-key table with a lake and a changed tail: the union read
+    /// SQL over a primary-key table with a lake and a changed log range: the union read
     /// against DataFusion and DuckDB over Parquet and the naive plan; point queries.
     Sql(sql::SqlArgs),
     /// A trivial union read as tiering rounds accumulate, on few and many buckets:

@@ -18,7 +18,7 @@
 //!    DataFusion's Parquet scan) with the deletes applied, against the same files read
 //!    without applying them, and against mink-lake's positioned reader (the lake index's)
 //!    with the deletes applied. Then the compaction that folds the deletes, timed.
-//! 3. **Union read with 1% of the keys changed in the tail** (upserted after the last
+//! 3. **Union read with 1% of the keys changed in the log range** (upserted after the last
 //!    round), against reading the same final rows as plain Parquet files (one per
 //!    bucket, written from the union's answer), and against the same rows as Arrow IPC
 //!    streams read as they arrive through loopback sockets, one per bucket at once (what
@@ -109,8 +109,8 @@ pub(crate) async fn run(args: PkLakeArgs) -> Result<(), BenchError> {
     let (_, cold) = measure("tier 1% changed keys, index cold", tier(&running, &path)).await?;
     tier_figure(&scratch.path, &data, &changed, warm, cold).await?;
 
-    let tail = changes.next(one_percent)?;
-    write_batches(&running.client, &table, &tail.batches).await?;
+    let range = changes.next(one_percent)?;
+    write_batches(&running.client, &table, &range.batches).await?;
     union_figure(&running, &table, data.rows, &scratch.path).await?;
     running.stop().await?;
     Ok(())
@@ -372,7 +372,7 @@ async fn union_figure(
         &[format!("vs Parquet read {:.2}", socket.ratio_to(&baseline))],
     );
     report(
-        &format!("union read, {tail_rows} changes in the tail"),
+        &format!("union read, {tail_rows} changes in the log range"),
         figure,
         &[
             format!("vs Parquet read {:.2}", figure.ratio_to(&baseline)),

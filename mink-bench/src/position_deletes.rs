@@ -4,7 +4,7 @@
 //! cargo run --release -p mink-bench -- position-deletes [--rows 10000000] [--files 4] [--dir DIR]
 //! ```
 //!
-//! A union read of a primary-key table leaves out the lake rows its tail replaces by
+//! A union read of a primary-key table leaves out the lake rows its range replaces by
 //! position, as Iceberg's position deletes are (`mink_scan::lake_scan`: a row selection
 //! per row group). The rows of the `sql` suite are written as `--files` Parquet files
 //! with the lake writer's properties, and mink's lake scan (`LakeScan`, DataFusion's

@@ -1,4 +1,4 @@
-//! `mink-bench sql`: SQL over a primary-key table with a lake and a changed tail.
+//! `mink-bench sql`: SQL over a primary-key table with a lake and a changed log range.
 //!
 //! ```text
 //! cargo run --release -p mink-bench -- sql [--keys 2000000] [--buckets 4]
@@ -7,7 +7,7 @@
 //! ```
 //!
 //! With `--log-table` the table has no primary key: the 1% are appended as new rows, the
-//! union read is the lake's rows followed by the tails (no merge), and the naive plan and
+//! union read is the lake's rows followed by the log ranges (no merge), and the naive plan and
 //! the point queries (which need a key) are left out.
 //!
 //! One primary-key table (`id`) of `--keys` rows of the `log` suite's schema with a lake:
@@ -17,7 +17,7 @@
 //! returning one row; the answers must agree.
 //!
 //! 1. **Union read through SQL**: each query on the table in a [`MinkSession`] (the lake's
-//!    Parquet read from the object store, the tails over Flight, merged by key),
+//!    Parquet read from the object store, the log ranges over Flight, merged by key),
 //!    planning included. Baselines, each the median of [`ROUNDS`] unless said otherwise:
 //!    - *DataFusion over Parquet*: the same final rows (read once through mink) written as
 //!      `--buckets` Parquet files, queried by a plain DataFusion `SessionContext`: with
@@ -27,8 +27,8 @@
 //!      the median of its rounds: statements of tens of milliseconds vary by up to 2x
 //!      between runs on a small VM, and turns keep such drift out of their ratios;
 //!    - *the naive plan*: what a user would write without mink's merge, in the same
-//!      session: the lake (`t$lake`) anti-joined with the live tail, union the live tail.
-//!      The tail is handed to it as a memory table for free (a user would have to read
+//!      session: the lake (`t$lake`) anti-joined with the live range, union the live range.
+//!      The log range is handed to it as a memory table for free (a user would have to read
 //!      it from `t$changelog` first), so the naive plan is timed at its best;
 //!    - *DuckDB* over the same Parquet files, through the Python package (`MINK_PYTHON`,
 //!      else `python3`, with `duckdb` installed: `pip install duckdb`); skipped with a
@@ -181,8 +181,8 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
         args.buckets,
         if args.buckets == 1 { "" } else { "s" },
         match keyed {
-            true => "primary key id, 1% of the keys changed in the tail",
-            false => "a log table, 1% more rows in the tail",
+            true => "primary key id, 1% of the keys changed in the log range",
+            false => "a log table, 1% more rows in the log range",
         },
         args.node.describe(&config, &scratch)
     );
@@ -329,7 +329,7 @@ pub(crate) async fn run(args: SqlArgs) -> Result<(), BenchError> {
             ),
         }
         report(
-            &format!("{what}: union read, {} changes in tail", tail.rows),
+            &format!("{what}: union read, {} changes in the log range", tail.rows),
             union_figure,
             &ratios,
         );
@@ -531,14 +531,14 @@ impl std::fmt::Display for TableName<'_> {
     }
 }
 
-/// The lake anti-joined with the tail, union the tail: what a query reads in place of
+/// The lake anti-joined with the log range, union the log range: what a query reads in place of
 /// the table in the naive plan.
 fn naive_source(path: &TablePath) -> String {
     let lake = format!("{}.\"{}$lake\"", path.database, path.name);
     format!(
         "(SELECT {COLUMNS} FROM {lake} AS l \
-           WHERE NOT EXISTS (SELECT 1 FROM scratch.public.tail AS t WHERE t.id = l.id) \
-         UNION ALL SELECT {COLUMNS} FROM scratch.public.tail)"
+           WHERE NOT EXISTS (SELECT 1 FROM scratch.public.log_range AS t WHERE t.id = l.id) \
+         UNION ALL SELECT {COLUMNS} FROM scratch.public.log_range)"
     )
 }
 
@@ -554,7 +554,7 @@ fn register_log_range(
     let tail = MemTable::try_new(schema, vec![batches])?;
     session
         .context()
-        .register_table("scratch.public.tail", Arc::new(tail))?;
+        .register_table("scratch.public.log_range", Arc::new(tail))?;
     Ok(())
 }
 

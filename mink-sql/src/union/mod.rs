@@ -71,7 +71,7 @@ impl UnionRead {
         let (untiered_splits, splits): (Vec<UnionSplit>, Vec<UnionSplit>) = splits
             .into_iter()
             .partition(|split| table.has_primary_key() && untiered(&split.plan));
-        // The read of a primary-key table merges when a tiered bucket has a tail (without
+        // The read of a primary-key table merges when a tiered bucket has a log range (without
         // one, as in `t$lake`, the plan is the lake scan alone).
         let merges = table.has_primary_key()
             && splits

@@ -11,6 +11,7 @@ under whichever SQLAlchemy this interpreter has (1.4 or 2.x):
 * pandas' read_sql, read_sql_table and to_sql;
 * a login, a refused one, no login where one is needed; TLS with the CA as a URL
   parameter or as connect_args, and plaintext against a TLS port.
+* the examples of python/mink-sqlalchemy/README.md, run as written.
 
 Usage: sqlalchemy_dialect.py --plain HOST:PORT --tls HOST:PORT --ca CA.pem --user U
 --password P. `--plain` serves plaintext with that login, `--tls` TLS (a certificate
@@ -19,11 +20,15 @@ for `localhost`) with the same login. Prints one JSON line of what it checked.
 
 import argparse
 import collections
+import contextlib
 import datetime
 import decimal
 import doctest
+import io
 import json
+import pathlib
 import random
+import re
 import sys
 import warnings
 
@@ -571,6 +576,29 @@ def check_pure_parts():
     equal(sql_name("not a type"), None, "not a type")
 
 
+def check_readme_examples(args):
+    """The README's examples, its ``python`` blocks in order in one namespace, against
+    the plain server: they run as written (only their URL is this server's), and leave
+    the table they describe."""
+    readme = pathlib.Path(__file__).parents[3] / "python/mink-sqlalchemy/README.md"
+    blocks = re.findall(r"```python\n(.*?)```", readme.read_text(), re.S)
+    check(len(blocks) >= 3, f"the README's examples: {len(blocks)} blocks")
+    url = f"mink://{args.user}:{args.password}@{args.plain}"
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("DROP TABLE IF EXISTS shop.orders")
+    engine.dispose()
+    namespace = {}
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        for block in blocks:
+            exec(block.replace("mink://analyst:s3cret@127.0.0.1:50051", url), namespace)
+    namespace["engine"].dispose()
+    lines = printed.getvalue().splitlines()
+    equal(lines[0], "15.0", "the README's sum")
+    equal(lines[2], "['id']", "the README's primary key")
+    equal(namespace["orders"]["amount"].tolist(), [15.0, 30.0], "the README's orders")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--plain", required=True)
@@ -592,6 +620,7 @@ def main():
     check_reflection(engine, after_pandas=True)
     check_logins(args)
     check_tls(args)
+    check_readme_examples(args)
     engine.dispose()
     print(json.dumps({
         "sqlalchemy": SA_VERSION,
