@@ -55,7 +55,6 @@ use arrow::compute::{filter, filter_record_batch};
 use arrow::datatypes::{SchemaRef, UInt64Type};
 use futures::future;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
-use iceberg::expr::Predicate;
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use iceberg::spec::{DataContentType, Struct, TableMetadata};
 use iceberg::table::Table;
@@ -76,6 +75,7 @@ pub use self::selection::{GroupRows, rows_per_group};
 use self::selection::{LivePositions, row_group_spans, select_rows};
 use crate::error::{LakeError, Result};
 use crate::layout::bucket_dir;
+use crate::predicate::{Pruning, to_predicate};
 use crate::storage::LakeStorage;
 
 /// One data file of a split, with the delete files that apply to it.
@@ -170,7 +170,7 @@ pub enum SplitScope {
     Bucket(BucketId),
 }
 
-/// Plans a split of `snapshot_id`; with a predicate, files that cannot hold a matching row
+/// Plans a split of `snapshot_id`; with `pruning`, files that cannot hold a matching row
 /// (by partition values and column statistics) are left out. Each data file comes with
 /// the delete files that apply to it. A bucket's split is [`plan_bucket_splits`]'s for
 /// that one bucket.
@@ -183,7 +183,7 @@ pub async fn plan_split(
     table: &Table,
     snapshot_id: i64,
     scope: &SplitScope,
-    predicate: Option<Predicate>,
+    pruning: Option<Pruning<'_>>,
 ) -> Result<LakeSplit> {
     let metadata = table.metadata();
     let location = metadata.location();
@@ -195,12 +195,12 @@ pub async fn plan_split(
         ),
         SplitScope::Bucket(bucket) => {
             let mut splits =
-                plan_bucket_splits(table, snapshot_id, std::slice::from_ref(bucket), predicate)
+                plan_bucket_splits(table, snapshot_id, std::slice::from_ref(bucket), pruning)
                     .await?;
             return Ok(splits.pop().unwrap_or_default());
         }
     };
-    let tasks = plan_tasks(table, snapshot_id, predicate).await?;
+    let tasks = plan_tasks(table, snapshot_id, pruning).await?;
     let table_name = table.identifier().to_string();
     let files = tasks
         .into_iter()
@@ -233,7 +233,7 @@ fn foreign_in(metadata: &TableMetadata, task: &FileScanTask, partition: &str) ->
 /// is `buckets[i]`'s, holding the files under that bucket's directory
 /// ([`bucket_dir`]) and the files other engines wrote elsewhere whose partition is the
 /// bucket's ([`bucket_of_partition`]); files of no listed bucket are left out.
-/// `predicate` prunes as in [`plan_split`].
+/// `pruning` prunes as in [`plan_split`].
 ///
 /// # Errors
 /// As [`plan_split`].
@@ -241,9 +241,9 @@ pub async fn plan_bucket_splits(
     table: &Table,
     snapshot_id: i64,
     buckets: &[BucketId],
-    predicate: Option<Predicate>,
+    pruning: Option<Pruning<'_>>,
 ) -> Result<Vec<LakeSplit>> {
-    let tasks = plan_tasks(table, snapshot_id, predicate).await?;
+    let tasks = plan_tasks(table, snapshot_id, pruning).await?;
     let dirs = BucketDirs::new(table.metadata().location(), buckets);
     let partitions = BucketPartitions::new(table.metadata(), buckets);
     let table_name = table.identifier().to_string();
@@ -280,24 +280,31 @@ pub async fn plan_bucket_splits(
     Ok(splits)
 }
 
-/// Every file task of `snapshot_id` that `predicate` keeps, with its deletes.
+/// Every file task of `snapshot_id` that `pruning` keeps, with its deletes.
+///
+/// The predicate is made for the snapshot's own schema, which Iceberg binds it to: a
+/// table's schema now may have columns the snapshot predates ([`to_predicate`]).
 ///
 /// # Errors
 /// [`LakeError::SnapshotNotFound`] when the table has no such snapshot.
 pub(crate) async fn plan_tasks(
     table: &Table,
     snapshot_id: i64,
-    predicate: Option<Predicate>,
+    pruning: Option<Pruning<'_>>,
 ) -> Result<Vec<FileScanTask>> {
-    if table.metadata().snapshot_by_id(snapshot_id).is_none() {
+    let metadata = table.metadata();
+    let Some(snapshot) = metadata.snapshot_by_id(snapshot_id) else {
         return Err(LakeError::SnapshotNotFound {
             table: table.identifier().to_string(),
             snapshot_id,
         });
-    }
+    };
     let mut scan = table.scan().snapshot_id(snapshot_id).select_all();
-    if let Some(predicate) = predicate {
-        scan = scan.with_filter(predicate);
+    if let Some(pruning) = pruning {
+        let schema = snapshot.schema(metadata)?;
+        if let Some(predicate) = to_predicate(pruning.filters, pruning.table_schema, &schema) {
+            scan = scan.with_filter(predicate);
+        }
     }
     let scan = scan.build()?;
     Ok(scan.plan_files().await?.try_collect().await?)

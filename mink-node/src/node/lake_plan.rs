@@ -15,7 +15,7 @@ use std::sync::Arc;
 use mink_core::filter::ColumnFilter;
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::changes::{ChangesPlan, plan_changes};
-use mink_lake::predicate::to_predicate;
+use mink_lake::predicate::Pruning;
 use mink_lake::reader::{LakeSplit, SplitScope, plan_split};
 use mink_lake::upkeep::leases::{PlannedHold, hold_planned, hold_planned_snapshots};
 
@@ -58,8 +58,11 @@ impl Node {
             Some(partition) => SplitScope::Partition(partition),
             None => SplitScope::Table,
         };
-        let predicate = to_predicate(filters, table.schema());
-        let split = plan_split(&lake_table, snapshot_id, &scope, predicate).await?;
+        let pruning = Pruning {
+            filters,
+            table_schema: table.schema(),
+        };
+        let split = plan_split(&lake_table, snapshot_id, &scope, Some(pruning)).await?;
         hold.keep();
         Ok((table, split))
     }

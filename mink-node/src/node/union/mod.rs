@@ -29,7 +29,7 @@ use mink_core::log_range::Chunk;
 use mink_core::protocol::{BucketId, NotLeader, UnionPlan};
 use mink_core::table::{TableDescriptor, TablePath};
 use mink_lake::offsets::BucketOffsets;
-use mink_lake::predicate::to_predicate;
+use mink_lake::predicate::Pruning;
 use mink_lake::reader::{LakeSplit, plan_bucket_splits};
 use mink_scan::external;
 use mink_scan::log_range::{LogRange, LogRangeBatch, LogSource};
@@ -118,8 +118,11 @@ impl Node {
         let mut splits = match snapshot_id {
             Some(snapshot_id) if !ids.is_empty() => {
                 let lake_table = self.lake().await?.load(&table.path).await?;
-                let predicate = to_predicate(filters, table.schema());
-                plan_bucket_splits(&lake_table, snapshot_id, &ids, predicate).await?
+                let pruning = Pruning {
+                    filters,
+                    table_schema: table.schema(),
+                };
+                plan_bucket_splits(&lake_table, snapshot_id, &ids, Some(pruning)).await?
             }
             _ => Vec::new(),
         }
