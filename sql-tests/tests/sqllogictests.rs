@@ -15,11 +15,10 @@
 //! (`statement count 3`). `--complete` rewrites the files from the embedded run.
 //!
 //! What changes from run to run is written the same every time: in a plan, lake files as
-//! `<directory>/*.parquet` and the machine's core count as `CORES` ([`plan_lines`]); in
-//! rows, an Iceberg snapshot id (a column named `snapshot_id`, as `CALL` and
-//! `system.lake_snapshots` answer it) as `SNAPSHOT_ID`, since Iceberg makes them at random.
-//! The plans are those of a 2-core machine (CI's): DataFusion plans as many partitions as
-//! there are cores, and repartitions scans (or not) accordingly.
+//! `<directory>/*.parquet` ([`plan_lines`]); in rows, an Iceberg snapshot id (a column
+//! named `snapshot_id`, as `CALL` and `system.lake_snapshots` answer it) as `SNAPSHOT_ID`,
+//! since Iceberg makes them at random. Both backends plan [`PLANNED_PARTITIONS`]
+//! partitions, not one per core, so a plan is the same on every machine.
 
 #![expect(
     unused_crate_dependencies,
@@ -39,7 +38,7 @@ use mink_flight_sql::{FlightSqlConfig, FlightSqlHandle};
 use mink_lake::storage::LakeStorage;
 use mink_node::server::{ServerHandle, serve};
 use mink_node::{Node, NodeConfig};
-use mink_sql::session::MinkSession;
+use mink_sql::session::{MinkSession, SqlRuntime, default_memory_limit, memory_pool};
 use object_store::local::LocalFileSystem;
 use sqllogictest::{DBOutput, DefaultColumnType, Runner};
 
@@ -147,9 +146,8 @@ fn is_plan(schema: &arrow::datatypes::Schema) -> bool {
 
 /// An `EXPLAIN` result one plan line per row, as DataFusion's own slt files show plans: the
 /// plan type alone, then `01)`, `02)`, ... with the indentation as dashes. A one-line plan
-/// stays on the plan type's row. What changes from run to run or machine to machine is
-/// written the same every time: lake files as `<directory>/*.parquet`, the machine's core
-/// count as `CORES`.
+/// stays on the plan type's row. Lake files, whose paths change from run to run, are
+/// written as `<directory>/*.parquet`.
 fn plan_lines(rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
     let mut lines = Vec::new();
     for row in rows {
@@ -157,7 +155,7 @@ fn plan_lines(rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
             lines.push(row);
             continue;
         };
-        let plan = stable_paths(plan).replace(&round_robin(cores()), &round_robin("CORES"));
+        let plan = stable_paths(plan);
         let plan_rows: Vec<&str> = plan.lines().collect();
         if plan_rows.len() == 1 {
             // A physical plan ends with a newline, which would be a blank line in the file.
@@ -189,15 +187,6 @@ fn mask_snapshot_ids(schema: &arrow::datatypes::Schema, rows: &mut [Vec<String>]
             *value = SNAPSHOT_ID.to_uppercase();
         }
     }
-}
-
-/// The partitions DataFusion spreads batches over: one per core.
-fn round_robin(partitions: impl std::fmt::Display) -> String {
-    format!("RoundRobinBatch({partitions})")
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// A plan with its lake files as `<path in the warehouse>/*.parquet`: the temporary
@@ -284,7 +273,12 @@ impl TestNode {
             tls: None,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let flight_sql = mink_flight_sql::serve(config, listener)?;
+        let flight_sql = mink_flight_sql::serve_in(
+            config,
+            runtime(),
+            listener,
+            mink_auth::DEFAULT_MAX_CONNECTIONS,
+        )?;
         Ok(Self {
             _dir: dir,
             handle,
@@ -300,7 +294,7 @@ impl TestNode {
             let connection = FlightSqlConnection::connect(&address, None, None).await?;
             return Ok(Backend::FlightSql(connection));
         }
-        let session = MinkSession::connect(self.client.clone(), storage()).await?;
+        let session = MinkSession::connect_in(self.client.clone(), storage(), &runtime()).await?;
         Ok(Backend::Embedded(Arc::new(session)))
     }
 
@@ -312,6 +306,16 @@ impl TestNode {
 }
 
 /// Lake files are read from this machine's file system.
+/// The partitions every statement plans, on any machine: CI's core count.
+const PLANNED_PARTITIONS: usize = 2;
+
+/// The runtime of both backends' sessions, planning [`PLANNED_PARTITIONS`] partitions.
+fn runtime() -> SqlRuntime {
+    SqlRuntime::server(memory_pool(default_memory_limit()), &storage())
+        .expect("a server runtime over a local lake")
+        .with_target_partitions(PLANNED_PARTITIONS)
+}
+
 fn storage() -> LakeStorage {
     LakeStorage::new(Arc::new(LocalFileSystem::new()), "")
 }

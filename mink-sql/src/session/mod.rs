@@ -106,6 +106,9 @@ impl MinkSession {
         let mut config = SessionConfig::new()
             .with_default_catalog_and_schema(CATALOG_NAME, DEFAULT_DATABASE)
             .with_information_schema(true);
+        if let Some(partitions) = runtime.target_partitions() {
+            config = config.with_target_partitions(partitions);
+        }
         // mink's columns (and its lake) use Utf8, not views: a `VARCHAR` of a statement
         // (a `CAST`, a `CREATE TABLE` column) is `Utf8`, and a Parquet file's schema
         // inferred for `CREATE EXTERNAL TABLE` (a local `mink sql`) reads strings as

@@ -48,6 +48,7 @@ pub struct SqlRuntime {
     runtime: Arc<RuntimeEnv>,
     files: FileAccess,
     distribution: Option<Distribution>,
+    target_partitions: Option<usize>,
 }
 
 impl SqlRuntime {
@@ -76,6 +77,7 @@ impl SqlRuntime {
             runtime,
             files: FileAccess::Refused,
             distribution: None,
+            target_partitions: None,
         })
     }
 
@@ -91,6 +93,7 @@ impl SqlRuntime {
             runtime: runtime.build_arc()?,
             files: FileAccess::Local,
             distribution: None,
+            target_partitions: None,
         })
     }
 
@@ -100,6 +103,20 @@ impl SqlRuntime {
     pub fn with_distribution(mut self, distribution: Distribution) -> Self {
         self.distribution = Some(distribution);
         self
+    }
+
+    /// The same runtime, its sessions planning `partitions` partitions per scan and
+    /// exchange instead of one per core: a plan the same on every machine (the
+    /// sqllogictest files assert plans).
+    #[must_use]
+    pub fn with_target_partitions(mut self, partitions: usize) -> Self {
+        self.target_partitions = Some(partitions.max(1));
+        self
+    }
+
+    /// The partitions a session plans, when not one per core.
+    pub fn target_partitions(&self) -> Option<usize> {
+        self.target_partitions
     }
 
     /// The workers the sessions' statements run on, if any.
