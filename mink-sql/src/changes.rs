@@ -52,6 +52,7 @@ use mink_lake::changes::{
 use mink_lake::storage::LakeStorage;
 use mink_lake::upkeep::leases::{Lease, location_of_file};
 
+use crate::session::named_table;
 use crate::split::external;
 
 /// The function's name in SQL.
@@ -100,7 +101,7 @@ impl TableChanges {
             calls.statement(statement);
         }
         for name in calls.0 {
-            let Ok(path) = TablePath::parse(&name) else {
+            let Ok(path) = named_table(&name) else {
                 continue; // the call reports it
             };
             let table = self.client.describe_table(&path).await.map_err(|e| {
@@ -172,8 +173,8 @@ impl TableFunctionImpl for TableChanges {
             return Err(usage(format!("takes 3 arguments, not {}", args.len())));
         };
         let name = string_argument(table)?;
-        let path = TablePath::parse(&name)
-            .map_err(|e| usage(format!("'{name}' is not a table name: {e}")))?;
+        let path =
+            named_table(&name).map_err(|e| usage(format!("'{name}' is not a table name: {e}")))?;
         let from = snapshot_argument("from_snapshot_id", from)?;
         let to = snapshot_argument("to_snapshot_id", to)?;
         let table = self

@@ -196,7 +196,7 @@ impl MinkSession {
             Statement::Call(function) => {
                 let name = function.name.to_string().to_lowercase();
                 let (table, older_than) = call_arguments(&name, &function.args)?;
-                let path = TablePath::parse(&table).map_err(external)?;
+                let path = named_table(&table)?;
                 self.call(&name, &path, older_than).await
             }
             _ => self.run(sql).await,
@@ -469,6 +469,14 @@ fn table_path(name: &ObjectName) -> Result<TablePath> {
         })
         .collect::<Result<_>>()?;
     path_of(&parts.iter().map(String::as_str).collect::<Vec<_>>(), name)
+}
+
+/// A table named in a string argument (`CALL system.tier('db.t')`, `table_changes`) as a
+/// statement names one: `t`, `db.t` or `mink.db.t`.
+pub(crate) fn named_table(name: &str) -> Result<TablePath> {
+    let parts: Vec<&str> = name.split('.').collect();
+    let path = path_of(&parts, &format!("'{name}'"))?;
+    TablePath::checked(&path.database, &path.name).map_err(external)
 }
 
 /// A table named by DataFusion's planner.
