@@ -433,3 +433,6 @@ fn change_types(table: &TableDescriptor, changes: Option<Vec<u8>>) -> Result<Vec
         ))
     })
 }
+
+#[cfg(test)]
+mod tests;
