@@ -40,7 +40,7 @@ pub(super) async fn open_node(
 }
 
 /// Options of a lake-enabled table of `buckets` buckets.
-pub(super) fn with_lake(buckets: u32) -> TableOptions {
+fn with_lake(buckets: u32) -> TableOptions {
     TableOptions {
         bucket_num: buckets,
         lake_enabled: true,
