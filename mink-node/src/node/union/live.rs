@@ -224,3 +224,6 @@ fn keys_and_offsets(
     let keys = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
     Ok((keys, changes))
 }
+
+#[cfg(test)]
+mod tests;

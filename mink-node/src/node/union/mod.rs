@@ -436,3 +436,6 @@ fn change_types(table: &TableDescriptor, changes: Option<Vec<u8>>) -> Result<Vec
         ))
     })
 }
+
+#[cfg(test)]
+mod tests;
