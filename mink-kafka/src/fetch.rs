@@ -22,8 +22,8 @@ use kafka_protocol::records::RecordBatchDecoder;
 use mink_core::protocol::limits::tail_wait;
 use mink_core::table::TableDescriptor;
 use mink_log::LogError;
+use mink_node::Bucket;
 use mink_node::NodeError;
-use mink_node::node::Bucket;
 use tokio::time::Instant;
 
 use crate::broker::Broker;

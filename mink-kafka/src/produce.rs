@@ -43,7 +43,7 @@ use kafka_protocol::records::{Record, RecordBatchDecoder};
 use mink_core::protocol::BucketId;
 use mink_core::routing::split_by_bucket;
 use mink_log::{Writer, WriterTag};
-use mink_node::node::Bucket;
+use mink_node::Bucket;
 
 use crate::broker::Broker;
 use crate::compression::decompress;

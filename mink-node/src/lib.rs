@@ -6,8 +6,9 @@
 //!
 //! - [`metadata`]: tables and partitions, in SQLite on one node, in etcd in a cluster.
 //! - [`cluster`]: membership, the controller and bucket leadership over etcd.
-//! - [`node`]: tables, tablets, validated writes, and the planning of Union and Lake
-//!   reads: every method of [`Node`], one file per job.
+//! - `node`: tables, tablets, validated writes, and the planning of Union and Lake reads:
+//!   every method of [`Node`], one file per job. Its types are re-exported here
+//!   ([`Node`], [`NodeConfig`], [`Bucket`], ...), its Union planning as [`union`].
 //! - [`flight`]: the Arrow Flight service of `docs/design.md#read-protocol`.
 //! - [`tiering`]: copying logs into the Iceberg lake, exactly once.
 //! - `lake_index`: where each key's live lake row is, which tiering keeps for its
@@ -19,11 +20,14 @@ pub mod error;
 pub mod flight;
 mod lake_index;
 pub mod metadata;
-pub mod node;
+mod node;
 pub mod server;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tiering;
 
 pub use error::{NodeError, Result};
-pub use node::{Node, NodeConfig};
+pub use node::{
+    Bucket, CheckpointPass, DEFAULT_KV_CHECKPOINT_INTERVAL, DEFAULT_MAX_BUCKET_NUM,
+    DEFAULT_MAX_PARTITIONS, Failpoint, Node, NodeConfig, bucket_key, raise_open_file_limit, union,
+};

@@ -247,7 +247,7 @@ async fn steady(
 }
 
 /// Writes every bucket's next checkpoint run now (the node's own pass may run too).
-async fn checkpoint_all(running: &Running) -> mink_node::node::CheckpointPass {
+async fn checkpoint_all(running: &Running) -> mink_node::CheckpointPass {
     let node = Arc::clone(&running.node);
     tokio::task::spawn_blocking(move || node.checkpoint_kv())
         .await

@@ -33,9 +33,9 @@ use mink_flight_sql::{Credentials, FlightSqlConfig, FlightSqlHandle, ServeError,
 use mink_kv::KvConfig;
 use mink_lake::LakeConfig;
 use mink_log::{LogConfig, LogStoreConfig};
+use mink_node::Failpoint;
 use mink_node::cluster::{ClusterConfig, ClusterTasks};
 use mink_node::flight::limits::max_open_buckets;
-use mink_node::node::Failpoint;
 use mink_node::server::{ServeOptions, serve_with};
 use mink_node::{Node, NodeConfig};
 use mink_sql::distributed::{DEFAULT_ROWS_PER_TASK, Distribution};
@@ -364,7 +364,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), CliError> {
         + u64::from(args.kafka_listen.is_some())
         + u64::from(args.iceberg_rest_listen.is_some())
         + u64::from(args.metrics_listen.is_some());
-    config.max_open_buckets = mink_node::node::raise_open_file_limit()
+    config.max_open_buckets = mink_node::raise_open_file_limit()
         .map(|files| max_open_buckets(files, ports * args.max_connections as u64));
     let lake = lake_config(&args)?;
     let warehouse = lake.warehouse.clone();
