@@ -149,7 +149,7 @@ impl PhysicalExtensionCodec for MinkCodec {
         let node = MinkPlanNode::decode(buf).map_err(|e| malformed(&e))?;
         match node.node.ok_or_else(|| malformed(&"no node"))? {
             Node::KeyMerge(merge) => {
-                let [lake, tail] = inputs else {
+                let [lake, log_range] = inputs else {
                     return Err(malformed(&"a key merge without its two inputs"));
                 };
                 // Neither input carries the key when the lake is merged by positions.
@@ -166,17 +166,17 @@ impl PhysicalExtensionCodec for MinkCodec {
                 };
                 Ok(Arc::new(KeyMergeExec::try_new(
                     Arc::clone(lake),
-                    Arc::clone(tail),
+                    Arc::clone(log_range),
                     Arc::new(codec),
                     lake_merge,
                     usize::try_from(merge.columns).map_err(|e| malformed(&e))?,
                 )?))
             }
-            Node::LogRange(tail) => {
-                let schema = tail
+            Node::LogRange(log_range) => {
+                let schema = log_range
                     .read_schema
                     .ok_or_else(|| malformed(&"a log range without schema"))?;
-                let ranges = tail
+                let ranges = log_range
                     .ranges
                     .into_iter()
                     .map(|range| {
@@ -190,9 +190,9 @@ impl PhysicalExtensionCodec for MinkCodec {
                 Ok(Arc::new(LogRangeExec::new(
                     Arc::clone(&self.log),
                     ranges,
-                    tail.columns,
+                    log_range.columns,
                     Arc::new(Schema::try_from(&schema)?),
-                    LogRangeRowsKind::try_from(tail.rows)
+                    LogRangeRowsKind::try_from(log_range.rows)
                         .map_err(|_| malformed(&"a log range's rows of no known kind"))?
                         .into(),
                 )))
@@ -225,9 +225,9 @@ impl PhysicalExtensionCodec for MinkCodec {
                 by_positions: merge.merge() == LakeMerge::Positions,
                 columns: merge.schema().fields().len() as u64,
             })
-        } else if let Some(tail) = any.downcast_ref::<LogRangeExec>() {
+        } else if let Some(log_range) = any.downcast_ref::<LogRangeExec>() {
             Node::LogRange(LogRangeExecNode {
-                ranges: tail
+                ranges: log_range
                     .ranges()
                     .iter()
                     .map(|range| LogRangeNode {
@@ -236,9 +236,11 @@ impl PhysicalExtensionCodec for MinkCodec {
                         to: range.to,
                     })
                     .collect(),
-                columns: tail.columns().to_vec(),
-                read_schema: Some(protobuf::Schema::try_from(tail.read_schema().as_ref())?),
-                rows: LogRangeRowsKind::from(tail.rows()) as i32,
+                columns: log_range.columns().to_vec(),
+                read_schema: Some(protobuf::Schema::try_from(
+                    log_range.read_schema().as_ref(),
+                )?),
+                rows: LogRangeRowsKind::from(log_range.rows()) as i32,
             })
         } else if let Some(deletes) = any.downcast_ref::<EqualityDeleteExec>() {
             Node::EqualityDelete(EqualityDeleteNode {

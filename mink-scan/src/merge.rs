@@ -82,7 +82,7 @@ pub enum LakeMerge {
 #[derive(Debug)]
 pub struct KeyMergeExec {
     lake: Arc<dyn ExecutionPlan>,
-    tail: Arc<dyn ExecutionPlan>,
+    log: Arc<dyn ExecutionPlan>,
     codec: Arc<KeyCodec>,
     merge: LakeMerge,
     /// The output: the first columns of each input.
@@ -100,14 +100,14 @@ impl KeyMergeExec {
     /// An input with fewer columns.
     pub fn try_new(
         lake: Arc<dyn ExecutionPlan>,
-        tail: Arc<dyn ExecutionPlan>,
+        log: Arc<dyn ExecutionPlan>,
         codec: Arc<KeyCodec>,
         merge: LakeMerge,
         columns: usize,
     ) -> Result<Self> {
         // A probe's range carries the change types after the output columns.
         let range_columns = columns + usize::from(merge == LakeMerge::Probe);
-        if lake.schema().fields().len() < columns || tail.schema().fields().len() < range_columns {
+        if lake.schema().fields().len() < columns || log.schema().fields().len() < range_columns {
             return Err(DataFusionError::Internal(format!(
                 "a key merge of {columns} columns over inputs of fewer"
             )));
@@ -123,7 +123,7 @@ impl KeyMergeExec {
         );
         Ok(Self {
             lake,
-            tail,
+            log,
             codec,
             merge,
             schema,
@@ -158,7 +158,7 @@ impl KeyMergeExec {
         index
             .get_or_insert_with(|| {
                 let build = build_index(
-                    Arc::clone(&self.tail),
+                    Arc::clone(&self.log),
                     Arc::clone(context),
                     self.fold(),
                     BuildMetrics::new(&self.metrics),
@@ -210,15 +210,15 @@ impl BuildMetrics {
 /// kept: a log range larger than the pool fails the query with `ResourcesExhausted`), and
 /// indexes it when it is to be folded (`fold`); else its rows are the live rows.
 async fn build_index(
-    tail: Arc<dyn ExecutionPlan>,
+    log: Arc<dyn ExecutionPlan>,
     context: Arc<TaskContext>,
     fold: Option<Fold>,
     metrics: BuildMetrics,
 ) -> Result<Arc<MergeIndex>> {
     let _build_time = metrics.build_time.timer();
     let memory = MemoryConsumer::new("KeyMergeExec log range").register(context.memory_pool());
-    let partitions = (0..tail.output_partitioning().partition_count()).map(|partition| {
-        let stream = tail.execute(partition, Arc::clone(&context));
+    let partitions = (0..log.output_partitioning().partition_count()).map(|partition| {
+        let stream = log.execute(partition, Arc::clone(&context));
         let memory = &memory;
         async move {
             let mut stream = stream?;
@@ -250,7 +250,7 @@ async fn build_index(
             _memory: memory,
         }));
     };
-    let range_schema = tail.schema();
+    let range_schema = log.schema();
     let changes_at = range_schema.fields().len() - 1;
     let rows_schema = Arc::new(range_schema.project(&(0..changes_at).collect::<Vec<_>>())?);
     let mut changes = Vec::with_capacity(batches.len());
@@ -312,7 +312,7 @@ impl ExecutionPlan for KeyMergeExec {
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.lake, &self.tail]
+        vec![&self.lake, &self.log]
     }
 
     /// More lake partitions read the lake faster; the log range must stay in log order.
@@ -324,13 +324,13 @@ impl ExecutionPlan for KeyMergeExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let [lake, tail]: [Arc<dyn ExecutionPlan>; 2] = children.try_into().map_err(|_| {
+        let [lake, log]: [Arc<dyn ExecutionPlan>; 2] = children.try_into().map_err(|_| {
             DataFusionError::Internal("KeyMergeExec takes a lake and a log range".into())
         })?;
         let columns = self.schema.fields().len();
         let codec = Arc::clone(&self.codec);
         Ok(Arc::new(Self::try_new(
-            lake, tail, codec, self.merge, columns,
+            lake, log, codec, self.merge, columns,
         )?))
     }
 

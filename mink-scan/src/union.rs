@@ -104,8 +104,8 @@ impl UnionScan<'_> {
         }
         if !self.table.has_primary_key() {
             let lake = self.lake_columns(context, &lakes, &self.columns).await?;
-            let tail = self.tail(ranges, self.columns.clone(), LogRangeRows::Log)?;
-            return UnionExec::try_new(vec![self.ordered(lake), tail]);
+            let log_side = self.log_side(ranges, self.columns.clone(), LogRangeRows::Log)?;
+            return UnionExec::try_new(vec![self.ordered(lake), log_side]);
         }
         let located = splits.iter().all(|split| {
             split.plan.replaced_rows_located
@@ -115,13 +115,13 @@ impl UnionScan<'_> {
         // A leader folds at most MAX_LIVE_RANGE_ROWS of a bucket's log at a time; a longer
         // range (a bucket with no lake files yet can have any) is folded here.
         let foldable = ranges.iter().all(|r| r.to - r.from <= MAX_LIVE_RANGE_ROWS);
-        let (merge, lake, tail) = match located && foldable {
+        let (merge, lake, log_side) = match located && foldable {
             // The lake scan leaves the replaced rows out and the leaders fold their
             // ranges: neither side needs the key columns.
             true => {
                 let lake = self.lake_columns(context, &lakes, &self.columns).await?;
-                let tail = self.tail(ranges, self.columns.clone(), LogRangeRows::Live)?;
-                (LakeMerge::Positions, lake, tail)
+                let log_side = self.log_side(ranges, self.columns.clone(), LogRangeRows::Live)?;
+                (LakeMerge::Positions, lake, log_side)
             }
             // The log range carries the key columns for the fold, and the lake for the probe
             // (lake rows already left out by position are simply not found).
@@ -134,18 +134,19 @@ impl UnionScan<'_> {
                     }
                 }
                 let lake = self.lake_columns(context, &lakes, &keyed_columns).await?;
-                let tail = self.tail(ranges, keyed_columns, LogRangeRows::Changes)?;
-                (LakeMerge::Probe, lake, tail)
+                let log_side = self.log_side(ranges, keyed_columns, LogRangeRows::Changes)?;
+                (LakeMerge::Probe, lake, log_side)
             }
         };
         let codec = Arc::new(KeyCodec::new(self.table).map_err(external)?);
         let columns = self.columns.len();
-        let merged = KeyMergeExec::try_new(self.ordered(lake), tail, codec, merge, columns)?;
+        let merged = KeyMergeExec::try_new(self.ordered(lake), log_side, codec, merge, columns)?;
         Ok(Arc::new(merged))
     }
 
-    /// The log ranges of `ranges`, columns `columns` of the table, as `rows`.
-    fn tail(
+    /// The read's log side: a `LogRangeExec` over `ranges`, columns `columns` of the table, as
+    /// `rows`.
+    fn log_side(
         &self,
         ranges: Vec<LogRange>,
         columns: Vec<u32>,
@@ -154,8 +155,8 @@ impl UnionScan<'_> {
         let indices: Vec<usize> = columns.iter().map(|&i| i as usize).collect();
         let read_schema = Arc::new(self.table.schema().project(&indices)?);
         let log = Arc::clone(&self.log);
-        let tail = LogRangeExec::new(log, ranges, columns, read_schema, rows);
-        Ok(Arc::new(tail))
+        let log_side = LogRangeExec::new(log, ranges, columns, read_schema, rows);
+        Ok(Arc::new(log_side))
     }
 
     /// `lake` in one partition when its rows must all come before the log range's.
