@@ -78,7 +78,7 @@ impl LogSource for MemoryLog {
             ChangeType::Insert,
         ];
         let batch = LogRangeBatch {
-            rows: rows(&[3, 0, 11], "tail"),
+            rows: rows(&[3, 0, 11], "range"),
             changes: changes.iter().map(|&change| change as u8).collect(),
             base_offset: range.from,
             commit_timestamp: 0,
@@ -157,7 +157,7 @@ fn equality_filter() -> EqualityFilter {
 }
 
 /// `id <> 6` over the merge of the lake (minus position deletes 1 and 7 and equality
-/// deletes) and the tail, the lake rows of the tail's keys probed or, at positions 0 and
+/// deletes) and the log range, the lake rows of the log range's keys probed or, at positions 0 and
 /// 3, left out by the scan.
 fn plan(dir: &std::path::Path, merge: LakeMerge) -> Arc<dyn ExecutionPlan> {
     let deleted: &[usize] = match merge {
@@ -183,7 +183,7 @@ fn plan(dir: &std::path::Path, merge: LakeMerge) -> Arc<dyn ExecutionPlan> {
         LakeMerge::Probe => LogRangeRows::Changes,
         LakeMerge::Positions => LogRangeRows::Live,
     };
-    let tail = Arc::new(LogRangeExec::new(
+    let log = Arc::new(LogRangeExec::new(
         Arc::new(MemoryLog),
         ranges,
         vec![0, 1],
@@ -191,7 +191,7 @@ fn plan(dir: &std::path::Path, merge: LakeMerge) -> Arc<dyn ExecutionPlan> {
         rows,
     ));
     let codec = KeyCodec::for_columns(&schema(), vec!["id".into()]).unwrap();
-    let merge = KeyMergeExec::try_new(lake, tail, Arc::new(codec), merge, 2).unwrap();
+    let merge = KeyMergeExec::try_new(lake, log, Arc::new(codec), merge, 2).unwrap();
     let predicate = Arc::new(BinaryExpr::new(
         Arc::new(Column::new("id", 0)),
         Operator::NotEq,
@@ -225,14 +225,14 @@ async fn a_union_plan_reads_the_same_rows_after_a_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let original = plan(dir.path(), merge);
         // Lake 0..10 minus positions 1 and 7 (position deletes), 4 and 9 (equality
-        // deletes), the tail's keys 0 (deleted) and 3 (updated), and 6 (the filter); then
-        // the tail's live rows 3 and 11.
+        // deletes), the log range's keys 0 (deleted) and 3 (updated), and 6 (the filter); then
+        // the log range's live rows 3 and 11.
         let want: Vec<(i64, String)> = [
             (2, "lake"),
-            (3, "tail"),
+            (3, "range"),
             (5, "lake"),
             (8, "lake"),
-            (11, "tail"),
+            (11, "range"),
         ]
         .iter()
         .map(|(id, tag)| (*id, format!("{tag}{id}")))
@@ -267,7 +267,7 @@ fn a_merge_by_positions_of_columns_without_the_key_round_trips() {
         from: 0,
         to: 3,
     };
-    let tail = LogRangeExec::new(
+    let log = LogRangeExec::new(
         Arc::new(MemoryLog),
         vec![range],
         vec![1],
@@ -276,8 +276,7 @@ fn a_merge_by_positions_of_columns_without_the_key_round_trips() {
     );
     let key = KeyCodec::for_columns(&schema(), vec!["id".into()]).unwrap();
     let merge: Arc<dyn ExecutionPlan> = Arc::new(
-        KeyMergeExec::try_new(lake, Arc::new(tail), Arc::new(key), LakeMerge::Positions, 1)
-            .unwrap(),
+        KeyMergeExec::try_new(lake, Arc::new(log), Arc::new(key), LakeMerge::Positions, 1).unwrap(),
     );
     let codec = MinkCodec::new(Arc::new(MemoryLog));
     let bytes = codec.encode(Arc::clone(&merge)).unwrap();

@@ -43,7 +43,7 @@ pub struct NodeConfig {
     /// ([`crate::flight::limits::max_open_buckets`], after
     /// [`raise_open_file_limit`](super::raise_open_file_limit)).
     pub max_open_buckets: Option<usize>,
-    /// The memory the node's reads hold beyond a batch in flight (the tail a union read
+    /// The memory the node's reads hold beyond a batch in flight (the log range a union read
     /// folds by key) is reserved here; a read past it fails alone with
     /// `RESOURCE_EXHAUSTED`. `mink server` shares its SQL pool (`--sql-memory-limit`) with
     /// the node; the default is unbounded, for embedded nodes and benchmarks.
