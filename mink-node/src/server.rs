@@ -15,12 +15,12 @@ use tracing::{info, warn};
 use crate::error::{NodeError, Result};
 use crate::flight::MinkFlightService;
 use crate::flight::limits::{
-    MAX_FRAME_BYTES, MAX_HEADER_LIST_BYTES, MAX_REQUESTS_PER_CONNECTION, MAX_STREAMS_PER_CONNECTION,
+    MAX_FRAME_BYTES, MAX_HEADER_LIST_BYTES, MAX_MESSAGE_BYTES, MAX_REQUESTS_PER_CONNECTION,
+    MAX_STREAMS_PER_CONNECTION,
 };
 use crate::node::Node;
 use crate::tiering::{check_lake_records, run_tiering};
 
-pub use mink_core::protocol::limits::MAX_MESSAGE_BYTES;
 /// How long a shutdown waits for the calls still running.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// How often retention runs.
