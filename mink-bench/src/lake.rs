@@ -248,7 +248,7 @@ async fn union_figure(
             unions.push(elapsed);
             plans = bucket_plans;
         }
-        let log_rows: i64 = plans.iter().map(|plan| plan.log_to - plan.log_from).sum();
+        let log_rows: i64 = plans.iter().map(UnionPlan::log_range_len).sum();
         check_rows(
             "the log part of the union read",
             log_rows as usize,

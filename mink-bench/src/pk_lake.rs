@@ -324,10 +324,7 @@ async fn union_figure(
         Ok(answers)
     })
     .await?;
-    let tail_rows: i64 = answers
-        .iter()
-        .map(|a| a.plan.log_to - a.plan.log_from)
-        .sum();
+    let tail_rows: i64 = answers.iter().map(|a| a.plan.log_range_len()).sum();
     let mut files = Vec::new();
     let mut streams = Vec::new();
     let mut bytes = 0;

@@ -92,7 +92,7 @@ impl UnionScan<'_> {
         let lakes: Vec<&LakeSplit> = splits.iter().map(|split| &split.lake).collect();
         let ranges: Vec<LogRange> = splits
             .iter()
-            .filter(|split| split.plan.log_to > split.plan.log_from)
+            .filter(|split| split.plan.log_range_len() > 0)
             .map(|split| LogRange {
                 bucket: split.bucket.clone(),
                 from: split.plan.log_from,

@@ -213,6 +213,13 @@ pub struct UnionPlan {
     pub replaced_rows_located: bool,
 }
 
+impl UnionPlan {
+    /// The offsets of its log range, `log_to - log_from`: 0 when the lake alone answers.
+    pub fn log_range_len(&self) -> i64 {
+        self.log_to - self.log_from
+    }
+}
+
 /// A bucket's Union plan and its split: the lake files below the seam (pruned by the
 /// request's filters), each with the delete files that apply to it. The answer of
 /// `plan_union`, and each entry of [`TableUnionSplits`].

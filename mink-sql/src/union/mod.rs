@@ -73,10 +73,8 @@ impl UnionRead {
             .partition(|split| table.has_primary_key() && untiered(&split.plan));
         // The read of a primary-key table merges when a tiered bucket has a log range (without
         // one, as in `t$lake`, the plan is the lake scan alone).
-        let merges = table.has_primary_key()
-            && splits
-                .iter()
-                .any(|split| split.plan.log_to > split.plan.log_from);
+        let merges =
+            table.has_primary_key() && splits.iter().any(|split| split.plan.log_range_len() > 0);
         let scan = UnionScan {
             table: &table,
             storage: Some(&reader.storage),
@@ -145,7 +143,7 @@ async fn in_tasks(
 /// Whether a union split has a log range but no lake snapshot below it: nothing of the
 /// bucket is tiered yet (a `t$lake` read has no range).
 fn untiered(plan: &UnionPlan) -> bool {
-    plan.snapshot_id.is_none() && plan.log_to > plan.log_from
+    plan.snapshot_id.is_none() && plan.log_range_len() > 0
 }
 
 /// The conjunction of `filters` as a physical expression over `schema`; their columns'

@@ -178,7 +178,7 @@ impl Node {
         let log_rows: i64 = planned
             .iter()
             .filter(|p| p.merges())
-            .map(|p| p.plan.log_to - p.plan.log_from)
+            .map(|p| p.plan.log_range_len())
             .sum();
         if log_rows > MAX_LOCATED_RANGE_ROWS {
             return Ok(());
@@ -278,7 +278,7 @@ impl Node {
 impl PlannedUnion {
     /// Whether the read merges a log range into lake rows.
     fn merges(&self) -> bool {
-        self.plan.log_to > self.plan.log_from && !self.split.files.is_empty()
+        self.plan.log_range_len() > 0 && !self.split.files.is_empty()
     }
 }
 
