@@ -9,6 +9,7 @@
 //! rows the plan promised.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 
@@ -72,10 +73,11 @@ where
     F: Fn(i64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Chunk<B>, E>> + Send + 'static,
 {
-    let log = log.to_string();
+    // Named only in the error of a short log: shared by the reads, not copied per chunk.
+    let log: Arc<str> = log.to_string().into();
     stream::try_unfold(from, move |offset| {
         let read = (offset < to).then(|| read_at(offset));
-        let log = log.clone();
+        let log = Arc::clone(&log);
         async move {
             let Some(read) = read else {
                 return Ok::<_, E>(None);
@@ -83,7 +85,7 @@ where
             let chunk = read.await?;
             if chunk.batches.is_empty() {
                 return Err(CoreError::LogEndsEarly {
-                    log,
+                    log: log.to_string(),
                     at: offset,
                     to,
                 }
